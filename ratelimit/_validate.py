@@ -1,0 +1,62 @@
+"""Argument checks shared by every public constructor and method.
+
+Each check raises ``TypeError`` for a value of the wrong type and ``ValueError`` for
+a value out of range, and every message names the argument and repeats the value, so
+that a bad config line is found from the traceback alone.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+__all__ = ["duration", "positive", "timeout_seconds", "tokens"]
+
+
+def _real(name: str, value: object) -> float:
+    # bool is an int, but `capacity=True` is always a mistake.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    result = float(value)
+    if math.isnan(result):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    return result
+
+
+def positive(name: str, value: object) -> float:
+    """A finite number > 0 (capacities, rates, limits)."""
+    result = _real(name, value)
+    if not (0 < result < math.inf):
+        raise ValueError(f"{name} must be > 0 and finite, got {value!r}")
+    return result
+
+
+def duration(name: str, value: object) -> float:
+    """A finite duration > 0 given as seconds or a ``timedelta``."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    return positive(name, value)
+
+
+def timeout_seconds(value: object) -> float:
+    """``timeout``: ``None`` (wait as long as needed) or seconds >= 0."""
+    if value is None:
+        return math.inf
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    result = _real("timeout", value)
+    if result < 0:
+        raise ValueError(f"timeout must be >= 0 or None, got {value!r}")
+    return result
+
+
+def tokens(value: object, most: float, most_name: str) -> float:
+    """A request's weight: > 0 and never more than the limiter can ever grant at once."""
+    result = _real("tokens", value)
+    if not result > 0:
+        raise ValueError(f"tokens must be > 0, got {value!r}")
+    if result > most:
+        raise ValueError(
+            f"tokens must be <= {most_name} ({most:g}), got {value!r}: such a request could never be granted"
+        )
+    return result
