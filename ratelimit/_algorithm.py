@@ -1,0 +1,118 @@
+"""What every algorithm is: a pure state transition, and the step that drives one.
+
+An algorithm never reads a clock and never does I/O. Given its state, the time and a
+request it answers two questions:
+
+``plan(state, now, tokens) -> (admit_at, grant_at)``
+    ``admit_at``: the earliest time the request may even be accepted (later than
+    ``now`` only for a leaky bucket whose queue is full); ``grant_at``: when it may
+    proceed if accepted now. Reservations are FIFO: a later request never gets an
+    earlier ``grant_at`` than one already recorded.
+
+``commit(state, now, tokens, at) -> state``
+    record a grant of ``tokens`` at time ``at >= grant_at``. Committing later than
+    planned is always safe, which is what lets a composite grant several limits at
+    the latest of their times.
+
+The in-process store runs these under a lock; the Lua scripts under ``lua/`` mirror
+the same arithmetic, operation for operation, and the conformance suite pins the two
+together decision by decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar
+
+__all__ = ["EPSILON", "Algorithm", "step", "step_all"]
+
+# Float arithmetic on times near 1.7e9 (Redis TIME) is exact to ~2.4e-7 s, and sums of
+# emission intervals pick up rounding: a grant due "now" may compute as 1e-16 s away.
+# Anything within a nanosecond counts as on time. The Lua scripts use the same value.
+EPSILON = 1e-9
+
+S = TypeVar("S")
+
+
+class Algorithm(Protocol[S]):
+    """The pure core of one rate-limiting algorithm (see the module docstring)."""
+
+    #: Names the Lua script and the key suffix; stable, part of the Redis key scheme.
+    kind: str
+    #: The argument that sets :attr:`most`, for error messages.
+    most_name: str
+
+    @property
+    def most(self) -> float:
+        """The largest request that can ever be granted."""
+        ...
+
+    def new_state(self) -> S: ...
+
+    def plan(self, state: S, now: float, tokens: float) -> tuple[float, float]: ...
+
+    def commit(self, state: S, now: float, tokens: float, at: float) -> S: ...
+
+    def refund(self, state: S, now: float, tokens: float, at: float) -> S:
+        """Give back ``tokens`` of the grant made (or reserved) for time ``at``.
+
+        Never leaves more budget than the algorithm allows. ``at`` matters to the
+        sliding windows, which must take the tokens out where they were counted; a
+        caller that does not know it passes ``now``.
+        """
+        ...
+
+    def peek(self, state: S, now: float) -> tuple[float, float]:
+        """``(remaining, reset_after)``: tokens grantable at once, seconds until full."""
+        ...
+
+    def params(self) -> tuple[float, ...]:
+        """The numbers the Lua script takes, in its ARGV order."""
+        ...
+
+
+def step(alg: Algorithm[S], state: S, now: float, tokens: float, max_wait: float) -> tuple[S, float]:
+    """Decide one request and, if granted, record it.
+
+    Returns the new state and a signed wait: ``>= 0`` is a grant after that many
+    seconds; ``< 0`` is a refusal, the grant would have needed ``-wait`` seconds (and
+    the state is returned unchanged). A signed float rather than a result object
+    because this sits on the hot path of every acquire.
+    """
+    admit_at, at = alg.plan(state, now, tokens)
+    if admit_at - now > EPSILON:
+        return state, now - admit_at
+    wait = at - now
+    if wait <= EPSILON:
+        return alg.commit(state, now, tokens, at), 0.0
+    if wait > max_wait + EPSILON:
+        return state, -wait
+    return alg.commit(state, now, tokens, at), wait
+
+
+def step_all(
+    algs: Sequence[Algorithm[Any]],
+    states: Sequence[Any],
+    now: float,
+    tokens: Sequence[float],
+    max_wait: float,
+) -> tuple[list[Any], float]:
+    """:func:`step` for several limits granted all-or-nothing at one common time.
+
+    The grant happens at the latest of the limits' own times; a refusal by any of them
+    leaves every state untouched.
+    """
+    admit_at = now
+    at = now
+    for alg, state, n in zip(algs, states, tokens, strict=True):
+        admit, grant = alg.plan(state, now, n)
+        admit_at = max(admit_at, admit)
+        at = max(at, grant)
+    if admit_at - now > EPSILON:
+        return list(states), now - admit_at
+    wait = at - now
+    if wait <= EPSILON:
+        wait = 0.0
+    elif wait > max_wait + EPSILON:
+        return list(states), -wait
+    return [alg.commit(state, now, n, at) for alg, state, n in zip(algs, states, tokens, strict=True)], wait

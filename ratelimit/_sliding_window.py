@@ -1,0 +1,216 @@
+"""Sliding windows: an exact log, and an O(1) approximate counter.
+
+**Exact log** (:class:`WindowLog`): keeps every grant of the last window as ``(time,
+tokens)``. A grant counts against the limit while ``now < time + window``, so in ANY
+interval ``[a, a + window)`` at most ``limit`` tokens are granted. A request that does
+not fit is planned at the moment enough old grants have aged out, and recorded there
+(a future-dated entry): the next request is planned behind it, in arrival order.
+Memory is one entry per grant in the window, at most ``limit`` entries for unit
+requests. Mirrored by ``lua/sliding_window.lua``.
+
+**Approximate counter** (:class:`WindowCounter`): keeps two numbers, the tokens
+granted in the current fixed window and in the one before, and estimates the sliding
+count as ``previous * (1 - elapsed_fraction) + current``. It never grants more than
+``limit`` within one fixed (aligned) window; across a window edge it assumes the
+previous window's grants were spread evenly, so a client that crowds its grants at
+the end of one window can get up to ``2 * limit`` into one sliding interval (in the
+worst case; with steady traffic the estimate is close). Use it when ``limit`` is
+large and memory matters more than the exact bound. Mirrored by
+``lua/sliding_window_counter.lua``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from ._algorithm import EPSILON
+
+__all__ = ["Log", "WindowCounter", "WindowLog", "window_start"]
+
+
+class Log:
+    """The exact log's state: grants oldest first, and their total."""
+
+    __slots__ = ("entries", "total")
+
+    def __init__(self) -> None:
+        self.entries: deque[list[float]] = deque()
+        self.total = 0.0
+
+    def prune(self, cutoff: float) -> None:
+        """Forget grants at or before ``cutoff``: they no longer count anywhere ahead."""
+        entries = self.entries
+        while entries and entries[0][0] <= cutoff:
+            self.total -= entries.popleft()[1]
+        if not entries:
+            # Subtraction of float weights drifts; an empty log is exactly zero.
+            self.total = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class WindowLog:
+    """At most ``limit`` tokens in any interval of ``window`` seconds, exactly."""
+
+    limit: float
+    window: float
+
+    kind = "sliding_window"
+    most_name = "limit"
+
+    @property
+    def most(self) -> float:
+        return self.limit
+
+    def new_state(self) -> Log:
+        return Log()
+
+    def plan(self, state: Log, now: float, tokens: float) -> tuple[float, float]:
+        # Pruning changes nothing the log means, so planning may do it.
+        state.prune(now - self.window)
+        entries = state.entries
+        last = entries[-1][0] if entries else now
+        excess = state.total + tokens - self.limit
+        if excess <= EPSILON:
+            return now, max(now, last)
+        aged = 0.0
+        for at, weight in entries:
+            aged += weight
+            if aged >= excess - EPSILON:
+                return now, max(now, at + self.window, last)
+        raise AssertionError("unreachable: tokens <= limit, so the whole log can age out")
+
+    def commit(self, state: Log, now: float, tokens: float, at: float) -> Log:
+        entries = state.entries
+        if entries and entries[-1][0] == at:
+            entries[-1][1] += tokens
+        else:
+            entries.append([at, tokens])
+        state.total += tokens
+        return state
+
+    def refund(self, state: Log, now: float, tokens: float, at: float) -> Log:
+        state.prune(now - self.window)
+        entries = state.entries
+        # A reservation given back before its time is removed where it stands.
+        for entry in reversed(entries):
+            if entry[0] <= at:
+                if entry[0] == at:
+                    taken = min(tokens, entry[1])
+                    entry[1] -= taken
+                    state.total -= taken
+                    tokens -= taken
+                break
+        # The rest comes from the OLDEST grants already made: the caller's own grant is
+        # at least as recent, so this frees capacity no earlier than removing its own
+        # entry would. (Taking from newer entries could let a later window overfill.)
+        for entry in entries:
+            if tokens <= 0 or entry[0] > now:
+                break
+            taken = min(tokens, entry[1])
+            entry[1] -= taken
+            state.total -= taken
+            tokens -= taken
+        state.entries = deque(entry for entry in entries if entry[1] > EPSILON)
+        if not state.entries:
+            state.total = 0.0
+        return state
+
+    def peek(self, state: Log, now: float) -> tuple[float, float]:
+        state.prune(now - self.window)
+        if not state.entries:
+            return self.limit, 0.0
+        return max(0.0, self.limit - state.total), state.entries[-1][0] + self.window - now
+
+    def params(self) -> tuple[float, ...]:
+        return (self.limit, self.window)
+
+
+def window_start(index: float, window: float) -> float:
+    """The first time whose window index is ``index``.
+
+    ``index * window`` can round to just below the boundary, where ``floor(t / window)``
+    says ``index - 1``; step up by an ulp or two until it does not.
+    """
+    t = index * window
+    while math.floor(t / window) < index:
+        t += abs(t) * 4.5e-16 + 5e-324
+    return t
+
+
+#: ``(index, previous, current, last)``: the newest window with grants, the tokens
+#: granted in the window before it and in it, and the latest grant time (FIFO).
+CounterState = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowCounter:
+    """Approximately ``limit`` tokens per sliding ``window``, in O(1) memory."""
+
+    limit: float
+    window: float
+
+    kind = "sliding_window_counter"
+    most_name = "limit"
+
+    @property
+    def most(self) -> float:
+        return self.limit
+
+    def new_state(self) -> CounterState:
+        return (-math.inf, 0.0, 0.0, -math.inf)
+
+    def plan(self, state: CounterState, now: float, tokens: float) -> tuple[float, float]:
+        index, previous, current, last = state
+        start = max(now, last)
+        k = math.floor(start / self.window)
+        if k >= index + 2:
+            return now, start
+        if k == index + 1:
+            previous, current = current, 0.0
+        if current + tokens - self.limit > EPSILON:
+            # This window is spent; the next one starts with it as its "previous".
+            k += 1
+            start = window_start(k, self.window)
+            previous, current = current, 0.0
+        room = self.limit - tokens - current
+        if previous - room <= EPSILON:
+            return now, start
+        fraction = 1.0 - room / previous
+        return now, max(start, k * self.window + fraction * self.window)
+
+    def commit(self, state: CounterState, now: float, tokens: float, at: float) -> CounterState:
+        index, previous, current, last = state
+        k = math.floor(at / self.window)
+        if k == index:
+            return (index, previous, current + tokens, max(last, at))
+        if k == index + 1:
+            return (k, current, tokens, at)
+        return (k, 0.0, tokens, at)
+
+    def refund(self, state: CounterState, now: float, tokens: float, at: float) -> CounterState:
+        index, previous, current, last = state
+        k = math.floor(at / self.window)
+        if k == index:
+            return (index, previous, max(0.0, current - tokens), last)
+        if k == index - 1:
+            return (index, max(0.0, previous - tokens), current, last)
+        return state
+
+    def peek(self, state: CounterState, now: float) -> tuple[float, float]:
+        index, previous, current, _ = state
+        k = math.floor(now / self.window)
+        if k >= index + 2:
+            return self.limit, 0.0
+        fraction = now / self.window - k
+        if k == index + 1:
+            used = current * (1.0 - fraction)
+        elif k == index:
+            used = current + previous * (1.0 - fraction)
+        else:
+            used = self.limit
+        return max(0.0, self.limit - used), (index + 2) * self.window - now
+
+    def params(self) -> tuple[float, ...]:
+        return (self.limit, self.window)
