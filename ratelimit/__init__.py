@@ -1,0 +1,36 @@
+"""Keep API-calling pipelines inside their providers' rate limits.
+
+Put ``limiter.acquire()`` before every call; the limiter decides, for every worker
+sharing the budget, when each call may go.
+
+>>> from ratelimit import TokenBucket
+>>> limiter = TokenBucket(capacity=20, refill_per_sec=1000 / 60)
+>>> limiter.acquire()   # the burst is free: no wait
+0.0
+"""
+
+from __future__ import annotations
+
+from ._clock import Clock, ManualClock, SystemClock
+from ._composite import Composite
+from ._errors import AcquireTimeout, BackendUnavailable, RateLimitError
+from ._limiter import Acquirer
+from ._limiters import LeakyBucket, SlidingWindow, TokenBucket
+from ._memory import MemoryBackend
+
+__all__ = [
+    "AcquireTimeout",
+    "Acquirer",
+    "BackendUnavailable",
+    "Clock",
+    "Composite",
+    "LeakyBucket",
+    "ManualClock",
+    "MemoryBackend",
+    "RateLimitError",
+    "SlidingWindow",
+    "SystemClock",
+    "TokenBucket",
+]
+
+__version__ = "0.1.0"

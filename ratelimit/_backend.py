@@ -1,0 +1,52 @@
+"""What a store must offer the limiter front (internal).
+
+A backend *binds* a limiter's algorithm to its state once, at construction, and hands
+back a handle; every acquire is then one call on that handle. The in-process store
+and the Redis store implement the same handle, so the front (waiting, timeouts,
+cancellation) is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar
+
+from ._algorithm import Algorithm
+from ._clock import Clock
+
+__all__ = ["Backend", "Handle"]
+
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class Handle(Protocol[T_contra]):
+    """One limiter (or one group of limits) bound to its state in a store."""
+
+    def reserve(self, tokens: T_contra, max_wait: float) -> tuple[float, float]:
+        """Decide and, if granted, record. Returns ``(signed_wait, at)``.
+
+        ``signed_wait >= 0``: granted, proceed after that many seconds, at store time
+        ``at``. ``< 0``: refused, nothing recorded; the grant needed ``-signed_wait``.
+        """
+        ...
+
+    async def reserve_async(self, tokens: T_contra, max_wait: float) -> tuple[float, float]: ...
+
+    def refund(self, tokens: T_contra, at: float | None) -> None:
+        """Give back tokens of the grant at store time ``at`` (``None``: one already made)."""
+        ...
+
+    async def refund_async(self, tokens: T_contra, at: float | None) -> None: ...
+
+
+class Backend(Protocol):
+    """Where limiters keep their state."""
+
+    #: True when the state is shared beyond this process, which makes ``name`` required.
+    shared: bool
+
+    def bind(self, name: str | None, alg: Algorithm[Any], clock: Clock | None) -> Handle[float]: ...
+
+    def bind_group(
+        self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None
+    ) -> Handle[Sequence[float]]: ...

@@ -1,0 +1,284 @@
+"""The limiter front: validate, reserve once, sleep exactly the wait.
+
+Every limiter, whatever its algorithm or store, is this front over a handle. An
+acquire makes one call to the store, which decides and records the grant in the same
+atomic step (a *reservation*), and then sleeps the wait it was given, outside any
+lock. There is no polling loop, so contention costs nothing extra and grants come out
+in arrival order.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import math
+from collections.abc import Callable, Coroutine
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
+
+from . import _validate
+from ._backend import Backend, Handle
+from ._clock import Clock, SystemClock
+from ._errors import AcquireTimeout
+from ._memory import MemoryBackend
+
+__all__ = ["Acquirer", "Limiter"]
+
+logger = logging.getLogger("ratelimit")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+#: How long a limiter ``name`` may be; Redis keys carry it, and a key is no place for
+#: a novel.
+MAX_NAME_LENGTH = 200
+
+
+@runtime_checkable
+class Acquirer(Protocol):
+    """The interface every limiter implements; program against this.
+
+    ``acquire`` blocks until granted and returns the wait it was given; ``try_acquire``
+    never blocks. The ``_async`` twins have the same semantics for asyncio.
+    """
+
+    def acquire(self, tokens: float = 1, timeout: float | timedelta | None = None) -> float: ...
+
+    def try_acquire(self, tokens: float = 1) -> bool: ...
+
+    async def acquire_async(self, tokens: float = 1, timeout: float | timedelta | None = None) -> float: ...
+
+    async def try_acquire_async(self, tokens: float = 1) -> bool: ...
+
+    def refund(self, tokens: float = 1) -> None: ...
+
+    async def refund_async(self, tokens: float = 1) -> None: ...
+
+
+def _check_name(name: object, backend: Backend) -> str | None:
+    if name is None:
+        if backend.shared:
+            raise ValueError(f"name is required with a shared backend ({backend!r}): it names the shared budget")
+        return None
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__} {name!r}")
+    if not name or len(name) > MAX_NAME_LENGTH:
+        raise ValueError(f"name must be 1 to {MAX_NAME_LENGTH} characters, got {name!r}")
+    return name
+
+
+class Limiter(Generic[T]):
+    """Shared front of every limiter; ``T`` is what one request's ``tokens`` becomes."""
+
+    __slots__ = ("__weakref__", "_backend", "_clock", "_handle", "_name", "_quick_most")
+
+    _handle: Handle[T]
+
+    def __init__(self, *, backend: Backend | None, name: object, clock: Clock | None) -> None:
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(f"clock must provide now(), sleep() and sleep_async(), got {clock!r}")
+        if backend is None:
+            backend = MemoryBackend()
+        elif not hasattr(backend, "bind"):
+            raise TypeError(f"backend must be a MemoryBackend or RedisBackend, got {backend!r}")
+        self._backend = backend
+        self._name = _check_name(name, backend)
+        self._clock: Clock = clock or SystemClock()
+        # A plain int up to this many tokens needs no further checks (see _tokens).
+        self._quick_most: float = 0
+
+    # -- what subclasses provide --------------------------------------------------
+
+    def _tokens(self, tokens: object) -> T:
+        """Validate one request's ``tokens``; raise ``ValueError``/``TypeError``."""
+        raise NotImplementedError
+
+    # -- properties ---------------------------------------------------------------
+
+    @property
+    def name(self) -> str | None:
+        """The shared budget's name (``None`` for private in-process state)."""
+        return self._name
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    # -- acquiring ----------------------------------------------------------------
+
+    def _reserve(self, tokens: T, timeout: float | timedelta | None) -> tuple[float, float]:
+        max_wait = math.inf if timeout is None else _validate.timeout_seconds(timeout)
+        wait, at = self._handle.reserve(tokens, max_wait)
+        if wait < 0:
+            raise AcquireTimeout(-wait)
+        return wait, at
+
+    def acquire(self, tokens: float = 1, timeout: float | timedelta | None = None) -> float:
+        """Block until ``tokens`` are granted; return the seconds waited.
+
+        Args:
+            tokens: the request's weight (an LLM call may cost 500). Must be > 0 and
+                no more than the limiter can ever grant at once.
+            timeout: the longest wait acceptable, in seconds (or a ``timedelta``);
+                ``None`` waits as long as needed.
+
+        Raises:
+            AcquireTimeout: the grant needs longer than ``timeout`` (or a leaky
+                bucket's queue is full). Raised at once, without sleeping and without
+                consuming anything; ``retry_after`` holds the wait it needed.
+            ValueError: ``tokens`` or ``timeout`` out of range.
+
+        If the sleep is interrupted (``KeyboardInterrupt``, a signal handler raising),
+        the reserved tokens are given back before the exception propagates.
+        """
+        n = self._tokens(tokens)
+        wait, at = self._reserve(n, timeout)
+        if wait > 0:
+            try:
+                self._clock.sleep(wait)
+            except BaseException:
+                self._give_back(n, at)
+                raise
+        return wait
+
+    def try_acquire(self, tokens: float = 1) -> bool:
+        """Take ``tokens`` if they can be granted right now; never blocks."""
+        # The hottest path of all: the usual argument, a small int, is checked inline.
+        n: Any = tokens if tokens.__class__ is int and 0 < tokens <= self._quick_most else self._tokens(tokens)
+        return self._handle.reserve(n, 0.0)[0] >= 0
+
+    async def acquire_async(self, tokens: float = 1, timeout: float | timedelta | None = None) -> float:
+        """:meth:`acquire` for asyncio: suspends the task, not the thread.
+
+        Cancelling the task while it waits gives the reserved tokens back, so
+        ``asyncio.wait_for(limiter.acquire_async(), 5)`` wastes no budget.
+        """
+        n = self._tokens(tokens)
+        max_wait = math.inf if timeout is None else _validate.timeout_seconds(timeout)
+        wait, at = await self._handle.reserve_async(n, max_wait)
+        if wait < 0:
+            raise AcquireTimeout(-wait)
+        if wait > 0:
+            try:
+                await self._clock.sleep_async(wait)
+            except BaseException:
+                await self._give_back_async(n, at)
+                raise
+        return wait
+
+    async def try_acquire_async(self, tokens: float = 1) -> bool:
+        """:meth:`try_acquire` for asyncio."""
+        wait, _ = await self._handle.reserve_async(self._tokens(tokens), 0.0)
+        return wait >= 0
+
+    # -- giving back --------------------------------------------------------------
+
+    def refund(self, tokens: float = 1) -> None:
+        """Give back ``tokens`` that were granted but not used.
+
+        For a call that was acquired and then not sent, or that used less than it
+        reserved (an LLM call that spent 600 of 1,000 tokens refunds 400). The
+        limiter never ends up with more budget than its algorithm allows (a token
+        bucket never holds more than ``capacity``). For a sliding window, refund
+        within ``window_seconds`` of the grant: later, its tokens have aged out on
+        their own and there is nothing left to give back.
+        """
+        self._handle.refund(self._tokens(tokens), None)
+
+    async def refund_async(self, tokens: float = 1) -> None:
+        """:meth:`refund` for asyncio."""
+        await self._handle.refund_async(self._tokens(tokens), None)
+
+    def _give_back(self, tokens: T, at: float) -> None:
+        try:
+            self._handle.refund(tokens, at)
+        except Exception:
+            # The interruption that brought us here matters more; say what was lost.
+            logger.warning("could not give back a cancelled reservation of %r on %r", tokens, self, exc_info=True)
+
+    async def _give_back_async(self, tokens: T, at: float) -> None:
+        try:
+            await self._handle.refund_async(tokens, at)
+        except Exception:
+            logger.warning("could not give back a cancelled reservation of %r on %r", tokens, self, exc_info=True)
+
+    # -- sugar: context managers and decorators -----------------------------------
+
+    def __enter__(self) -> None:
+        self.acquire()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+    async def __aenter__(self) -> None:
+        await self.acquire_async()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+    @overload
+    def __call__(self, func: Callable[P, Coroutine[Any, Any, R]], /) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+    @overload
+    def __call__(self, func: Callable[P, R], /) -> Callable[P, R]: ...
+
+    def __call__(self, func: Callable[..., Any], /) -> Callable[..., Any]:
+        """Use the limiter as a decorator: one token per call (see :meth:`decorate`)."""
+        return self.decorate()(func)
+
+    def decorate(self, tokens: float = 1, timeout: float | timedelta | None = None) -> _Decorator:
+        """A decorator that acquires ``tokens`` before every call of the function.
+
+        Works on plain and ``async def`` functions alike::
+
+            @limiter.decorate(tokens=5)
+            async def embed(batch): ...
+        """
+        self._tokens(tokens)
+        if timeout is not None:
+            _validate.timeout_seconds(timeout)
+        return _Decorator(self, tokens, timeout)
+
+
+class _Decorator:
+    __slots__ = ("_limiter", "_timeout", "_tokens")
+
+    def __init__(self, limiter: Limiter[Any], tokens: float, timeout: float | timedelta | None) -> None:
+        self._limiter = limiter
+        self._tokens = tokens
+        self._timeout = timeout
+
+    @overload
+    def __call__(self, func: Callable[P, Coroutine[Any, Any, R]], /) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+    @overload
+    def __call__(self, func: Callable[P, R], /) -> Callable[P, R]: ...
+
+    def __call__(self, func: Callable[..., Any], /) -> Callable[..., Any]:
+        limiter, tokens, timeout = self._limiter, self._tokens, self._timeout
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                await limiter.acquire_async(tokens, timeout)
+                return await func(*args, **kwargs)
+
+            return async_wrapper
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            limiter.acquire(tokens, timeout)
+            return func(*args, **kwargs)
+
+        return wrapper

@@ -1,0 +1,181 @@
+"""The three limiters users construct, each an algorithm behind the shared front."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from . import _validate
+from ._algorithm import Algorithm
+from ._backend import Backend
+from ._clock import Clock
+from ._gcra import Gcra
+from ._leaky_bucket import LeakyQueue
+from ._limiter import Limiter
+from ._sliding_window import WindowCounter, WindowLog
+
+__all__ = ["LeakyBucket", "SingleLimiter", "SlidingWindow", "TokenBucket"]
+
+
+class SingleLimiter(Limiter[float]):
+    """A limiter with one algorithm; ``tokens`` is one number."""
+
+    __slots__ = ("_alg", "_most")
+
+    def __init__(self, alg: Algorithm[Any], *, backend: Backend | None, name: object, clock: Clock | None) -> None:
+        super().__init__(backend=backend, name=name, clock=clock)
+        self._alg = alg
+        self._most = self._quick_most = alg.most
+        self._handle = self._backend.bind(self._name, alg, clock)
+
+    def _tokens(self, tokens: object) -> float:
+        return _validate.tokens(tokens, self._most, self._alg.most_name)
+
+    def _describe(self) -> str:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        where = "" if self._name is None else f", name={self._name!r}, backend={self._backend!r}"
+        return f"{type(self).__name__}({self._describe()}{where})"
+
+
+class TokenBucket(SingleLimiter):
+    """Bursts up to ``capacity``, sustained ``refill_per_sec``.
+
+    The bucket holds up to ``capacity`` tokens and gains ``refill_per_sec`` tokens a
+    second; a request takes its ``tokens`` out. Timeline for ``capacity=3,
+    refill_per_sec=1``, with five requests at t=0::
+
+        t=0  wait 0, wait 0, wait 0     (the burst)
+        t=0  wait 1, wait 2             (reserved: they go at t=1 and t=2)
+
+    Args:
+        capacity: the largest burst, in tokens (> 0).
+        refill_per_sec: tokens added per second (> 0): the sustained rate.
+        backend: where the state lives; ``None`` for private in-process state.
+        name: the shared budget's name; required with a shared backend.
+        clock: time source and sleeper; tests pass a :class:`ManualClock`.
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        capacity: float,
+        refill_per_sec: float,
+        *,
+        backend: Backend | None = None,
+        name: str | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        alg = Gcra(_validate.positive("capacity", capacity), _validate.positive("refill_per_sec", refill_per_sec))
+        super().__init__(alg, backend=backend, name=name, clock=clock)
+
+    @property
+    def capacity(self) -> float:
+        return self._most
+
+    @property
+    def refill_per_sec(self) -> float:
+        return self._alg.params()[1]
+
+    def _describe(self) -> str:
+        return f"capacity={self.capacity:g}, refill_per_sec={self.refill_per_sec:g}"
+
+
+class LeakyBucket(SingleLimiter):
+    """Smoothing: grants spaced ``1 / leak_per_sec`` apart, no bursts.
+
+    Requests queue up and leave one interval apart; the bucket holds at most
+    ``capacity`` tokens (the one leaking now and those waiting behind it). A request
+    that finds it full overflows: :meth:`try_acquire` returns ``False`` and
+    :meth:`acquire` raises :class:`AcquireTimeout` at once, whatever its timeout,
+    with ``retry_after`` set to when there will be room. Timeline for
+    ``capacity=3, leak_per_sec=1``, four requests at t=0::
+
+        wait 0, wait 1, wait 2, overflow (retry_after=1)
+
+    Args:
+        capacity: the most tokens queued, in tokens (> 0).
+        leak_per_sec: tokens let through per second (> 0).
+        backend, name, clock: as for :class:`TokenBucket`.
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        capacity: float,
+        leak_per_sec: float,
+        *,
+        backend: Backend | None = None,
+        name: str | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        alg = LeakyQueue(_validate.positive("capacity", capacity), _validate.positive("leak_per_sec", leak_per_sec))
+        super().__init__(alg, backend=backend, name=name, clock=clock)
+
+    @property
+    def capacity(self) -> float:
+        return self._most
+
+    @property
+    def leak_per_sec(self) -> float:
+        return self._alg.params()[1]
+
+    def _describe(self) -> str:
+        return f"capacity={self.capacity:g}, leak_per_sec={self.leak_per_sec:g}"
+
+
+class SlidingWindow(SingleLimiter):
+    """At most ``limit`` tokens in ANY interval of ``window_seconds``.
+
+    The exact variant (default) logs each grant of the last window: memory grows with
+    ``limit``. ``approximate=True`` keeps two counters instead (O(1) memory): it never
+    exceeds ``limit`` within one aligned window, but across a window edge it can let
+    up to ``2 * limit`` into one sliding interval in the worst case (see the module
+    ``ratelimit._sliding_window`` for the arithmetic). Timeline for ``limit=2,
+    window_seconds=10``::
+
+        t=0 wait 0, t=4 wait 0, t=5 wait 5 (goes at t=10, when the t=0 grant ages out)
+
+    Args:
+        limit: the most tokens per window (> 0).
+        window_seconds: the window's length, seconds or ``timedelta`` (> 0).
+        approximate: use the O(1) two-window counter instead of the exact log.
+        backend, name, clock: as for :class:`TokenBucket`.
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        limit: float,
+        window_seconds: float | timedelta,
+        *,
+        approximate: bool = False,
+        backend: Backend | None = None,
+        name: str | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        if not isinstance(approximate, bool):
+            raise TypeError(f"approximate must be a bool, got {approximate!r}")
+        checked = (_validate.positive("limit", limit), _validate.duration("window_seconds", window_seconds))
+        alg: Algorithm[Any] = WindowCounter(*checked) if approximate else WindowLog(*checked)
+        super().__init__(alg, backend=backend, name=name, clock=clock)
+
+    @property
+    def limit(self) -> float:
+        return self._most
+
+    @property
+    def window_seconds(self) -> float:
+        return self._alg.params()[1]
+
+    @property
+    def approximate(self) -> bool:
+        return isinstance(self._alg, WindowCounter)
+
+    def _describe(self) -> str:
+        extra = ", approximate=True" if self.approximate else ""
+        return f"limit={self.limit:g}, window_seconds={self.window_seconds:g}{extra}"
