@@ -17,10 +17,12 @@ from ._errors import AcquireTimeout, BackendUnavailable, RateLimitError
 from ._limiter import Acquirer
 from ._limiters import LeakyBucket, SlidingWindow, TokenBucket
 from ._memory import MemoryBackend
+from ._redis import BackendStats, RedisBackend
 
 __all__ = [
     "AcquireTimeout",
     "Acquirer",
+    "BackendStats",
     "BackendUnavailable",
     "Clock",
     "Composite",
@@ -28,6 +30,7 @@ __all__ = [
     "ManualClock",
     "MemoryBackend",
     "RateLimitError",
+    "RedisBackend",
     "SlidingWindow",
     "SystemClock",
     "TokenBucket",

@@ -70,6 +70,10 @@ class Algorithm(Protocol[S]):
         """The numbers the Lua script takes, in its ARGV order."""
         ...
 
+    def slowed(self, share: float) -> Algorithm[S]:
+        """The same limit at ``share`` (0 < share <= 1) of the rate, same largest request."""
+        ...
+
 
 def step(alg: Algorithm[S], state: S, now: float, tokens: float, max_wait: float) -> tuple[S, float]:
     """Decide one request and, if granted, record it.

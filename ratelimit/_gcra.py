@@ -62,3 +62,6 @@ class Gcra:
 
     def params(self) -> tuple[float, ...]:
         return (self.capacity, self.rate)
+
+    def slowed(self, share: float) -> Gcra:
+        return Gcra(self.capacity, self.rate * share)

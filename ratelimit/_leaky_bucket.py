@@ -67,3 +67,6 @@ class LeakyQueue:
 
     def params(self) -> tuple[float, ...]:
         return (self.capacity, self.rate)
+
+    def slowed(self, share: float) -> LeakyQueue:
+        return LeakyQueue(self.capacity, self.rate * share)

@@ -126,6 +126,10 @@ class WindowLog:
     def params(self) -> tuple[float, ...]:
         return (self.limit, self.window)
 
+    def slowed(self, share: float) -> WindowLog:
+        # A longer window keeps the largest request grantable, unlike a smaller limit.
+        return WindowLog(self.limit, self.window / share)
+
 
 def window_start(index: float, window: float) -> float:
     """The first time whose window index is ``index``.
@@ -214,3 +218,6 @@ class WindowCounter:
 
     def params(self) -> tuple[float, ...]:
         return (self.limit, self.window)
+
+    def slowed(self, share: float) -> WindowCounter:
+        return WindowCounter(self.limit, self.window / share)

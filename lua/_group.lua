@@ -1,0 +1,79 @@
+-- ratelimit: driver for a composite, several limits granted all-or-nothing in one
+-- call. Loaded as _prelude.lua + every <algorithm>.lua + this file.
+--
+-- KEYS[i]  member i's base key, ratelimit:{<composite name>}:<i>:<algorithm>: all
+--          members share the composite's hash tag, so this works on Redis Cluster.
+-- ARGV[1]  op: 'reserve' | 'refund'
+-- ARGV[2]  now, seconds; '' reads the server's TIME
+-- ARGV[3]  reserve: max_wait, '' for no limit; refund: the grant time, '' for now
+-- then for each member i, four values: algorithm, tokens, param1, param2
+--
+-- Returns as the single-limiter driver does. Mirrors step_all() in
+-- ratelimit/_algorithm.py: every member plans; the grant happens at the latest of
+-- their times, or nowhere.
+
+local ALGORITHMS = {
+  token_bucket = token_bucket,
+  leaky_bucket = leaky_bucket,
+  sliding_window = sliding_window,
+  sliding_window_counter = sliding_window_counter,
+}
+
+local op = ARGV[1]
+local now = clock(ARGV[2])
+local members = {}
+for i = 1, #KEYS do
+  local j = 4 + (i - 1) * 4
+  local alg = ALGORITHMS[ARGV[j]]
+  if alg == nil then return redis.error_reply('ratelimit: unknown algorithm ' .. tostring(ARGV[j])) end
+  local self = alg.new(KEYS[i], tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]))
+  members[i] = {alg = alg, self = self, tokens = tonumber(ARGV[j + 1]), state = alg.load(self)}
+end
+
+local function save_all(only_dirty)
+  for _, m in ipairs(members) do
+    if not only_dirty or (type(m.state) == 'table' and m.state.dirty) then
+      m.alg.save(m.self, m.state, now)
+    end
+  end
+end
+
+if op == 'reserve' then
+  local max_wait = math.huge
+  if ARGV[3] ~= '' then max_wait = tonumber(ARGV[3]) end
+  local admit_at, at = now, now
+  for _, m in ipairs(members) do
+    local admit, grant = m.alg.plan(m.self, m.state, now, m.tokens)
+    if admit > admit_at then admit_at = admit end
+    if grant > at then at = grant end
+  end
+  local wait
+  if admit_at - now > EPSILON then
+    wait = now - admit_at
+  else
+    wait = at - now
+    if wait <= EPSILON then
+      wait = 0.0
+    elseif wait > max_wait + EPSILON then
+      wait = -wait
+    end
+  end
+  if wait < 0 then
+    save_all(true)
+    return {fmt(wait), fmt(now + wait)}
+  end
+  for _, m in ipairs(members) do
+    m.state = m.alg.commit(m.self, m.state, now, m.tokens, at)
+  end
+  save_all(false)
+  return {fmt(wait), fmt(now + wait)}
+elseif op == 'refund' then
+  local at = now
+  if ARGV[3] ~= '' then at = tonumber(ARGV[3]) end
+  for _, m in ipairs(members) do
+    m.state = m.alg.refund(m.self, m.state, now, m.tokens, at)
+  end
+  save_all(false)
+  return {fmt(now)}
+end
+return redis.error_reply('ratelimit: unknown op ' .. tostring(op))

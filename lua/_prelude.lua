@@ -1,0 +1,33 @@
+-- ratelimit: shared prelude, prepended to every script when it is loaded.
+--
+-- Times are seconds as doubles. A script reads the server's clock (TIME) unless the
+-- caller passes `now` (tests, and the client-clock mode for services that refuse TIME
+-- in scripts). Numbers go back to the client as strings formatted with %.17g, which
+-- round-trips a double exactly: a Lua number returned as such would be truncated to
+-- an integer reply.
+
+local EPSILON = 1e-9
+
+local function clock(arg)
+  if arg == nil or arg == '' then
+    local t = redis.call('TIME')
+    return tonumber(t[1]) + tonumber(t[2]) / 1000000
+  end
+  return tonumber(arg)
+end
+
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+-- Keys vanish once idle: at the moment their state would be "fresh" anyway, plus a
+-- margin, so that TTLs never cut short a state that still matters.
+local function idle_ms(seconds)
+  local ms = math.ceil((seconds + 1) * 1000)
+  if ms < 1000 then ms = 1000 end
+  return ms
+end
+
+local function expire_after(key, seconds)
+  redis.call('PEXPIRE', key, idle_ms(seconds))
+end

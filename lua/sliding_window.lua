@@ -1,0 +1,119 @@
+-- ratelimit: exact sliding-window log. Mirrors ratelimit/_sliding_window.py (WindowLog).
+--
+-- State, two keys sharing the limiter's hash tag:
+--   <base>        sorted set: one member per grant, score = grant time (future-dated
+--                 for reservations), member = "<seq>:<tokens>"
+--   <base>:meta   hash: total (tokens in the set), seq (member counter)
+-- Params: limit (tokens per window), window (seconds).
+-- Only the load/prune touches the whole set when grants must age out first; the
+-- common path reads the total and the newest entry.
+
+local sliding_window = {}
+
+function sliding_window.new(base, limit, window)
+  return {key = base, meta = base .. ':meta', limit = limit, window = window}
+end
+
+function sliding_window.nparams() return 2 end
+
+local function weight(member)
+  return tonumber(string.match(member, ':(.*)$'))
+end
+
+function sliding_window.load(self)
+  return {total = tonumber(redis.call('HGET', self.meta, 'total')) or 0.0}
+end
+
+-- Forget grants at or before `cutoff`, oldest first, as the Python prune does.
+local function prune(self, state, cutoff)
+  local old = redis.call('ZRANGEBYSCORE', self.key, '-inf', fmt(cutoff))
+  if #old == 0 then return end
+  for i = 1, #old do
+    state.total = state.total - weight(old[i])
+  end
+  redis.call('ZREMRANGEBYSCORE', self.key, '-inf', fmt(cutoff))
+  if redis.call('ZCARD', self.key) == 0 then state.total = 0.0 end
+  state.dirty = true
+end
+
+function sliding_window.plan(self, state, now, tokens)
+  prune(self, state, now - self.window)
+  local newest = redis.call('ZRANGE', self.key, -1, -1, 'WITHSCORES')
+  local last = now
+  if #newest > 0 then last = tonumber(newest[2]) end
+  local excess = state.total + tokens - self.limit
+  local function latest(a, b, c)
+    local m = a
+    if b > m then m = b end
+    if c ~= nil and c > m then m = c end
+    return m
+  end
+  if excess <= EPSILON then return now, latest(now, last) end
+  local all = redis.call('ZRANGE', self.key, 0, -1, 'WITHSCORES')
+  local aged = 0.0
+  for i = 1, #all, 2 do
+    aged = aged + weight(all[i])
+    if aged >= excess - EPSILON then
+      return now, latest(now, tonumber(all[i + 1]) + self.window, last)
+    end
+  end
+  return redis.error_reply('ratelimit: log total out of step with its entries')
+end
+
+function sliding_window.commit(self, state, now, tokens, at)
+  local seq = redis.call('HINCRBY', self.meta, 'seq', 1)
+  redis.call('ZADD', self.key, fmt(at), seq .. ':' .. fmt(tokens))
+  state.total = state.total + tokens
+  state.dirty = true
+  return state
+end
+
+-- Take `tokens` out of the members scored exactly `at` (a reservation given back),
+-- then out of the oldest grants at or before `now`.
+function sliding_window.refund(self, state, now, tokens, at)
+  prune(self, state, now - self.window)
+  local function take(members)
+    for i = 1, #members do
+      if tokens <= 0 then return end
+      local member = members[i]
+      local w = weight(member)
+      local taken = w
+      if tokens < taken then taken = tokens end
+      local score = redis.call('ZSCORE', self.key, member)
+      redis.call('ZREM', self.key, member)
+      if w - taken > EPSILON then
+        local seq = redis.call('HINCRBY', self.meta, 'seq', 1)
+        redis.call('ZADD', self.key, score, seq .. ':' .. fmt(w - taken))
+      end
+      state.total = state.total - taken
+      tokens = tokens - taken
+      state.dirty = true
+    end
+  end
+  take(redis.call('ZRANGEBYSCORE', self.key, fmt(at), fmt(at)))
+  take(redis.call('ZRANGEBYSCORE', self.key, '-inf', fmt(now)))
+  if redis.call('ZCARD', self.key) == 0 then state.total = 0.0 end
+  return state
+end
+
+function sliding_window.peek(self, state, now)
+  prune(self, state, now - self.window)
+  local newest = redis.call('ZRANGE', self.key, -1, -1, 'WITHSCORES')
+  if #newest == 0 then return self.limit, 0.0 end
+  local remaining = self.limit - state.total
+  if remaining < 0 then remaining = 0.0 end
+  return remaining, tonumber(newest[2]) + self.window - now
+end
+
+function sliding_window.save(self, state, now)
+  if not state.dirty then return end
+  local newest = redis.call('ZRANGE', self.key, -1, -1, 'WITHSCORES')
+  if #newest == 0 then
+    redis.call('DEL', self.key, self.meta)
+    return
+  end
+  redis.call('HSET', self.meta, 'total', fmt(state.total))
+  local idle = tonumber(newest[2]) + self.window - now
+  expire_after(self.key, idle)
+  expire_after(self.meta, idle)
+end

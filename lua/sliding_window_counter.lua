@@ -1,0 +1,103 @@
+-- ratelimit: approximate sliding window, two counters. Mirrors
+-- ratelimit/_sliding_window.py (WindowCounter).
+--
+-- State: hash <base> with index (newest window holding grants, floor(t / window)),
+-- previous and current (tokens granted in the window before it and in it), last
+-- (the latest grant time, for FIFO).
+-- Params: limit (tokens per window), window (seconds).
+
+local sliding_window_counter = {}
+
+function sliding_window_counter.new(base, limit, window)
+  return {key = base, limit = limit, window = window}
+end
+
+function sliding_window_counter.nparams() return 2 end
+
+function sliding_window_counter.load(self)
+  local v = redis.call('HMGET', self.key, 'index', 'previous', 'current', 'last')
+  if not v[1] then return {-math.huge, 0.0, 0.0, -math.huge} end
+  return {tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4])}
+end
+
+-- The first time whose window index is `index` (see window_start in Python).
+local function window_start(index, window)
+  local t = index * window
+  while math.floor(t / window) < index do
+    t = t + math.abs(t) * 4.5e-16 + 5e-324
+  end
+  return t
+end
+
+function sliding_window_counter.plan(self, state, now, tokens)
+  local index, previous, current, last = state[1], state[2], state[3], state[4]
+  local start = now
+  if last > now then start = last end
+  local k = math.floor(start / self.window)
+  if k >= index + 2 then return now, start end
+  if k == index + 1 then previous, current = current, 0.0 end
+  if current + tokens - self.limit > EPSILON then
+    k = k + 1
+    start = window_start(k, self.window)
+    previous, current = current, 0.0
+  end
+  local room = self.limit - tokens - current
+  if previous - room <= EPSILON then return now, start end
+  local fraction = 1.0 - room / previous
+  local t = k * self.window + fraction * self.window
+  if start > t then return now, start end
+  return now, t
+end
+
+function sliding_window_counter.commit(self, state, now, tokens, at)
+  local index, previous, current, last = state[1], state[2], state[3], state[4]
+  local k = math.floor(at / self.window)
+  if k == index then
+    local latest = last
+    if at > last then latest = at end
+    return {index, previous, current + tokens, latest}
+  end
+  if k == index + 1 then return {k, current, tokens, at} end
+  return {k, 0.0, tokens, at}
+end
+
+function sliding_window_counter.refund(self, state, now, tokens, at)
+  local index, previous, current, last = state[1], state[2], state[3], state[4]
+  local k = math.floor(at / self.window)
+  if k == index then
+    local left = current - tokens
+    if left < 0 then left = 0.0 end
+    return {index, previous, left, last}
+  end
+  if k == index - 1 then
+    local left = previous - tokens
+    if left < 0 then left = 0.0 end
+    return {index, left, current, last}
+  end
+  return state
+end
+
+function sliding_window_counter.peek(self, state, now)
+  local index, previous, current = state[1], state[2], state[3]
+  local k = math.floor(now / self.window)
+  if k >= index + 2 then return self.limit, 0.0 end
+  local fraction = now / self.window - k
+  local used
+  if k == index + 1 then
+    used = current * (1.0 - fraction)
+  elseif k == index then
+    used = current + previous * (1.0 - fraction)
+  else
+    used = self.limit
+  end
+  local remaining = self.limit - used
+  if remaining < 0 then remaining = 0.0 end
+  return remaining, (index + 2) * self.window - now
+end
+
+function sliding_window_counter.save(self, state, now)
+  if state[1] == -math.huge then return end
+  redis.call('HSET', self.key, 'index', fmt(state[1]), 'previous', fmt(state[2]),
+             'current', fmt(state[3]), 'last', fmt(state[4]))
+  expire_after(self.key, (state[1] + 2) * self.window - now)
+end

@@ -1,0 +1,50 @@
+-- ratelimit: token bucket as GCRA. Mirrors ratelimit/_gcra.py operation for operation.
+--
+-- State: one string key <base> holding the theoretical arrival time (TAT, seconds).
+-- Params (ARGV, after the driver's own): capacity, rate (tokens per second).
+
+local token_bucket = {}
+
+function token_bucket.new(base, capacity, rate)
+  return {key = base, capacity = capacity, rate = rate,
+          interval = 1.0 / rate, tolerance = capacity / rate}
+end
+
+function token_bucket.nparams() return 2 end
+
+function token_bucket.load(self)
+  return tonumber(redis.call('GET', self.key)) or -math.huge
+end
+
+function token_bucket.plan(self, state, now, tokens)
+  local base = now
+  if state > now then base = state end
+  local at = base + tokens * self.interval - self.tolerance
+  if at > now then return now, at end
+  return now, now
+end
+
+function token_bucket.commit(self, state, now, tokens, at)
+  local base = at
+  if state > at then base = state end
+  return base + tokens * self.interval
+end
+
+function token_bucket.refund(self, state, now, tokens, at)
+  local tat = state - tokens * self.interval
+  if tat > now then return tat end
+  return now
+end
+
+function token_bucket.peek(self, state, now)
+  local tat = now
+  if state > now then tat = state end
+  local remaining = (now + self.tolerance - tat) / self.interval
+  if remaining < 0 then remaining = 0 end
+  return remaining, tat - now
+end
+
+function token_bucket.save(self, state, now)
+  if state == -math.huge then return end
+  redis.call('SET', self.key, fmt(state), 'PX', idle_ms(state - now))
+end
