@@ -1,36 +1,111 @@
 """Fixtures shared by the whole suite.
 
 Behaviour tests take ``make`` and build their limiter through it: the limiter then
-runs on every store of the backend matrix (``store`` is parametrised) with one
-injected :class:`ManualClock`, so the same scenario must give the same decisions
-everywhere.
+runs on every store of the backend matrix with one injected :class:`ManualClock`, so
+the same scenario must give the same decisions everywhere:
+
+- ``memory``: the in-process store;
+- ``fakeredis``: fakeredis with lupa, running the real ``lua/`` scripts, no server;
+- ``redis``: a real server at ``REDIS_URL`` (default ``redis://127.0.0.1:6379/0``);
+- ``cluster``: a real three-master Redis Cluster started on loopback for the session.
+
+Without a reachable server the ``redis`` and ``cluster`` cases skip, unless
+``RATELIMIT_REQUIRE_REDIS=1`` (CI sets it), which turns the skip into a failure.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import shutil
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+import fakeredis
 import pytest
+import redis
+import redis.cluster
 
-from ratelimit import ManualClock, MemoryBackend
+from ratelimit import ManualClock, MemoryBackend, RedisBackend
 from ratelimit._backend import Backend
 
 L = TypeVar("L")
 
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+REQUIRE_REDIS = os.environ.get("RATELIMIT_REQUIRE_REDIS", "") not in ("", "0")
+
+# Names unique to this run, so that runs sharing one server never see each other's keys.
+_RUN = uuid.uuid4().hex[:8]
 _names = itertools.count()
 
-STORES = ["memory"]
+
+def unique_name(prefix: str = "test") -> str:
+    return f"{prefix}-{_RUN}-{next(_names)}"
+
+
+def unavailable(reason: str) -> None:
+    """Skip, or fail when CI requires the real servers."""
+    if REQUIRE_REDIS:
+        pytest.fail(f"RATELIMIT_REQUIRE_REDIS is set but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def redis_client() -> Iterator[redis.Redis]:
+    """A client of the real server at REDIS_URL."""
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.exceptions.RedisError as exc:
+        unavailable(f"no Redis server answers at {REDIS_URL}: {exc}")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[Any]:
+    """A three-master Redis Cluster on free loopback ports, for the whole session."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        unavailable("redis-server / redis-cli are not installed")
+    from redis_servers import RedisCluster
+
+    cluster = RedisCluster()
+    try:
+        cluster.start()
+    except Exception as exc:  # pragma: no cover - environment trouble
+        cluster.stop()
+        unavailable(f"could not start a Redis Cluster: {exc}")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_client(redis_cluster: Any) -> Iterator[redis.cluster.RedisCluster]:
+    host, port = redis_cluster.startup_nodes[0]
+    client = redis.cluster.RedisCluster(host=host, port=port, socket_timeout=2)
+    yield client
+    client.close()
+
+
+STORES = ["memory", "fakeredis", "redis", "cluster"]
 
 
 @pytest.fixture(params=STORES)
-def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+def store(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def backend(store: str, request: pytest.FixtureRequest) -> Backend:
     """Every store a limiter can keep its state in."""
-    if request.param == "memory":
-        yield MemoryBackend()
-    else:  # pragma: no cover - filled in as stores are added
-        raise AssertionError(request.param)
+    if store == "memory":
+        return MemoryBackend()
+    if store == "fakeredis":
+        return RedisBackend(fakeredis.FakeRedis())
+    if store == "redis":
+        return RedisBackend(request.getfixturevalue("redis_client"))
+    return RedisBackend(request.getfixturevalue("cluster_client"))
 
 
 @pytest.fixture
@@ -44,7 +119,7 @@ def make(backend: Backend, clock: ManualClock) -> Callable[..., Any]:
     """``make(TokenBucket, 3, 1)``: a limiter on the current store, with ``clock``."""
 
     def build(cls: Callable[..., L], *args: Any, **kwargs: Any) -> L:
-        kwargs.setdefault("name", f"test-{next(_names)}")
+        kwargs.setdefault("name", unique_name())
         return cls(*args, backend=backend, clock=clock, **kwargs)
 
     return build
