@@ -74,6 +74,14 @@ class Algorithm(Protocol[S]):
         """The same limit at ``share`` (0 < share <= 1) of the rate, same largest request."""
         ...
 
+    def step(self, state: S, now: float, tokens: float, max_wait: float) -> tuple[S, float]:
+        """Exactly :func:`step` (``plan`` then ``commit``), as a method.
+
+        An algorithm may fuse the two for speed (the in-process hot path calls this);
+        the property tests pin every override to :func:`step`.
+        """
+        ...
+
 
 def step(alg: Algorithm[S], state: S, now: float, tokens: float, max_wait: float) -> tuple[S, float]:
     """Decide one request and, if granted, record it.

@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ._algorithm import EPSILON
+
 __all__ = ["Gcra"]
 
 
@@ -65,3 +67,16 @@ class Gcra:
 
     def slowed(self, share: float) -> Gcra:
         return Gcra(self.capacity, self.rate * share)
+
+    def step(self, state: float, now: float, tokens: float, max_wait: float) -> tuple[float, float]:
+        # plan() and commit() inlined, operation for operation: this is every
+        # in-process acquire, and two calls and a tuple cost more than the arithmetic.
+        at = (state if state > now else now) + tokens * self.interval - self.tolerance
+        if at <= now:
+            return (state if state > now else now) + tokens * self.interval, 0.0
+        wait = at - now
+        if wait <= EPSILON:
+            return (state if state > at else at) + tokens * self.interval, 0.0
+        if wait > max_wait + EPSILON:
+            return state, -wait
+        return (state if state > at else at) + tokens * self.interval, wait

@@ -70,3 +70,18 @@ class LeakyQueue:
 
     def slowed(self, share: float) -> LeakyQueue:
         return LeakyQueue(self.capacity, self.rate * share)
+
+    def step(self, state: float, now: float, tokens: float, max_wait: float) -> tuple[float, float]:
+        # plan() and commit() inlined, operation for operation (see Gcra.step).
+        start = state if state > now else now
+        overflow = (start - now) * self.rate + tokens - self.capacity
+        if overflow > EPSILON:
+            admit_at = now + overflow * self.interval
+            if admit_at - now > EPSILON:
+                return state, now - admit_at
+        wait = start - now
+        if wait <= EPSILON:
+            return (state if state > start else start) + tokens * self.interval, 0.0
+        if wait > max_wait + EPSILON:
+            return state, -wait
+        return (state if state > start else start) + tokens * self.interval, wait

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ._algorithm import Algorithm, step, step_all
+from ._algorithm import Algorithm, step_all
 from ._clock import Clock, SystemClock
 
 __all__ = ["MemoryBackend"]
@@ -66,12 +66,13 @@ class MemoryBackend:
 class MemoryHandle:
     """One limiter bound to its in-process state."""
 
-    __slots__ = ("_alg", "_now", "_slot")
+    __slots__ = ("_alg", "_now", "_slot", "_step")
 
     def __init__(self, alg: Algorithm[Any], slot: _Slot, clock: Clock) -> None:
         self._alg = alg
         self._slot = slot
         self._now = clock.now
+        self._step = alg.step
 
     def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
         slot = self._slot
@@ -81,7 +82,7 @@ class MemoryHandle:
         try:
             # Read inside the lock, so that decisions see time in the order they run.
             now = self._now()
-            slot.state, wait = step(self._alg, slot.state, now, tokens, max_wait)
+            slot.state, wait = self._step(slot.state, now, tokens, max_wait)
         finally:
             slot.lock.release()
         return wait, now + wait

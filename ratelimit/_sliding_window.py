@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from math import floor
 from dataclasses import dataclass
 
-from ._algorithm import EPSILON
+from ._algorithm import EPSILON, step
 
 __all__ = ["Log", "WindowCounter", "WindowLog", "window_start"]
 
@@ -58,6 +59,7 @@ class WindowLog:
 
     kind = "sliding_window"
     most_name = "limit"
+    step = step
 
     @property
     def most(self) -> float:
@@ -67,9 +69,10 @@ class WindowLog:
         return Log()
 
     def plan(self, state: Log, now: float, tokens: float) -> tuple[float, float]:
-        # Pruning changes nothing the log means, so planning may do it.
-        state.prune(now - self.window)
         entries = state.entries
+        # Pruning changes nothing the log means, so planning may do it.
+        if entries and entries[0][0] <= now - self.window:
+            state.prune(now - self.window)
         last = entries[-1][0] if entries else now
         excess = state.total + tokens - self.limit
         if excess <= EPSILON:
@@ -138,7 +141,7 @@ def window_start(index: float, window: float) -> float:
     says ``index - 1``; step up by an ulp or two until it does not.
     """
     t = index * window
-    while math.floor(t / window) < index:
+    while floor(t / window) < index:
         t += abs(t) * 4.5e-16 + 5e-324
     return t
 
@@ -157,6 +160,7 @@ class WindowCounter:
 
     kind = "sliding_window_counter"
     most_name = "limit"
+    step = step
 
     @property
     def most(self) -> float:
@@ -168,7 +172,7 @@ class WindowCounter:
     def plan(self, state: CounterState, now: float, tokens: float) -> tuple[float, float]:
         index, previous, current, last = state
         start = max(now, last)
-        k = math.floor(start / self.window)
+        k = floor(start / self.window)
         if k >= index + 2:
             return now, start
         if k == index + 1:
@@ -186,7 +190,7 @@ class WindowCounter:
 
     def commit(self, state: CounterState, now: float, tokens: float, at: float) -> CounterState:
         index, previous, current, last = state
-        k = math.floor(at / self.window)
+        k = floor(at / self.window)
         if k == index:
             return (index, previous, current + tokens, max(last, at))
         if k == index + 1:
@@ -195,7 +199,7 @@ class WindowCounter:
 
     def refund(self, state: CounterState, now: float, tokens: float, at: float) -> CounterState:
         index, previous, current, last = state
-        k = math.floor(at / self.window)
+        k = floor(at / self.window)
         if k == index:
             return (index, previous, max(0.0, current - tokens), last)
         if k == index - 1:
@@ -204,7 +208,7 @@ class WindowCounter:
 
     def peek(self, state: CounterState, now: float) -> tuple[float, float]:
         index, previous, current, _ = state
-        k = math.floor(now / self.window)
+        k = floor(now / self.window)
         if k >= index + 2:
             return self.limit, 0.0
         fraction = now / self.window - k
