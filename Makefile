@@ -19,6 +19,7 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mypy benchmarks
 
 test: lint
 	$(BIN)/pytest

@@ -32,7 +32,9 @@ LIMITERS: dict[str, Callable[[], Acquirer]] = {
 
 def measure(benchmark: BenchmarkFixture, call: Callable[[], object]) -> None:
     """The same fixed iterations for every candidate, so timer overhead is shared alike."""
-    benchmark.pedantic(call, rounds=300, iterations=1_000, warmup_rounds=10)
+    benchmark.pedantic(  # type: ignore[no-untyped-call]
+        call, rounds=300, iterations=1_000, warmup_rounds=10
+    )
 
 
 @pytest.mark.benchmark(group="memory-try_acquire")

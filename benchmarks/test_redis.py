@@ -39,7 +39,9 @@ def client() -> Iterator[redis.Redis]:
 
 
 def measure(benchmark: BenchmarkFixture, call: Callable[[], object]) -> None:
-    benchmark.pedantic(call, rounds=30, iterations=200, warmup_rounds=2)
+    benchmark.pedantic(  # type: ignore[no-untyped-call]
+        call, rounds=30, iterations=200, warmup_rounds=2
+    )
 
 
 def test_floor_ping(benchmark: BenchmarkFixture, client: redis.Redis) -> None:

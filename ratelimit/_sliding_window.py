@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from math import floor
 from dataclasses import dataclass
+from math import floor
 
 from ._algorithm import EPSILON, step
 

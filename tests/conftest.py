@@ -68,7 +68,7 @@ def redis_cluster() -> Iterator[Any]:
     """A three-master Redis Cluster on free loopback ports, for the whole session."""
     if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
         unavailable("redis-server / redis-cli are not installed")
-    from redis_servers import RedisCluster
+    from servers import RedisCluster
 
     cluster = RedisCluster()
     try:

@@ -18,13 +18,14 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import unique_name
 from ratelimit import RedisBackend
 from ratelimit._algorithm import Algorithm, step, step_all
 from ratelimit._gcra import Gcra
 from ratelimit._leaky_bucket import LeakyQueue
 from ratelimit._redis import RedisGroupHandle, RedisHandle, key_for
 from ratelimit._sliding_window import WindowCounter, WindowLog
+
+from conftest import unique_name
 
 ALGORITHMS: dict[str, Any] = {
     "token_bucket": lambda a, b: Gcra(a, b),
@@ -91,7 +92,9 @@ def test_script_matches_pure_step(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=requests)
-def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[tuple[float, float, float, bool]]) -> None:
+def test_group_script_matches_pure_step_all(
+    client: redis.Redis, scenario: list[tuple[float, float, float, bool]]
+) -> None:
     algs: list[Algorithm[Any]] = [Gcra(3.0, 1.0), WindowLog(5.0, 4.0), LeakyQueue(6.0, 2.0), WindowCounter(4.0, 2.0)]
     now = FixedTime()
     now.value = 1_700_000_000.0
@@ -105,5 +108,7 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
         states, wait = step_all(algs, states, now.value, weights, max_wait)
         assert handle.reserve(weights, max_wait) == (wait, now.value + wait)
         if refund and wait >= 0:
-            states = [alg.refund(s, now.value, n, now.value + wait) for alg, s, n in zip(algs, states, weights, strict=True)]
+            states = [
+                alg.refund(s, now.value, n, now.value + wait) for alg, s, n in zip(algs, states, weights, strict=True)
+            ]
             handle.refund(weights, now.value + wait)

@@ -1,0 +1,50 @@
+"""A worker process for the multi-process tests: threads acquiring from one Redis budget.
+
+Run as ``python shared_worker.py URL NAME CAPACITY RATE THREADS SECONDS``. Prints one
+JSON object: the wall-clock time of every grant and the number of acquire calls made.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+from ratelimit import AcquireTimeout, RedisBackend, TokenBucket
+
+
+def main() -> None:
+    url, name, capacity, rate, threads, seconds = sys.argv[1:7]
+    backend = RedisBackend.from_url(url)
+    limiter = TokenBucket(float(capacity), float(rate), backend=backend, name=name)
+    stop = time.time() + float(seconds)
+    grants: list[float] = []
+    calls = [0]
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            left = stop - time.time()
+            if left <= 0:
+                return
+            with lock:
+                calls[0] += 1
+            try:
+                limiter.acquire(timeout=left)
+            except AcquireTimeout:
+                return
+            now = time.time()
+            with lock:
+                grants.append(now)
+
+    workers = [threading.Thread(target=work) for _ in range(int(threads))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    print(json.dumps({"grants": grants, "calls": calls[0]}))
+
+
+if __name__ == "__main__":
+    main()

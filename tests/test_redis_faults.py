@@ -1,0 +1,199 @@
+"""Redis failing, as a case designed for: each failure policy, reloads, lost keys, names.
+
+A private server (started on a free loopback port from the redis-server binary) is
+stopped and restarted mid-test; nothing here touches the shared server's data except
+under unique names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+import redis.cluster
+
+from ratelimit import (
+    BackendUnavailable,
+    Composite,
+    LeakyBucket,
+    ManualClock,
+    RedisBackend,
+    SlidingWindow,
+    TokenBucket,
+)
+from ratelimit._redis import key_for
+
+from conftest import unique_name
+from servers import RedisServer
+
+pytestmark = pytest.mark.redis
+
+# An acquire against a dead server must give up within the socket timeouts (0.5 s
+# each by default); this is the generous bound that says "it did not hang".
+GIVES_UP_WITHIN = 3.0
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+def test_default_policy_raises_backend_unavailable_quickly_and_recovers(server: RedisServer) -> None:
+    backend = RedisBackend.from_url(server.url)
+    limiter = TokenBucket(5, 1, backend=backend, name="down")
+    assert limiter.acquire() == 0.0
+    server.stop()
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable) as caught:
+        limiter.acquire()
+    assert time.monotonic() - started < GIVES_UP_WITHIN
+    assert isinstance(caught.value.__cause__, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError))
+    assert backend.stats().failures == 1
+    server.start()
+    # A fresh server has no state: the next acquire is a fresh bucket's, and works.
+    assert limiter.acquire() == 0.0
+
+
+def test_fail_open_grants_counts_and_warns(server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    backend = RedisBackend.from_url(server.url, on_unavailable="allow")
+    limiter = TokenBucket(1, 1, backend=backend, name="open")
+    server.stop()
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        assert [limiter.try_acquire() for _ in range(3)] == [True, True, True]
+    assert backend.stats().failed_open == 3
+    assert "fail open" in caplog.text
+
+
+def test_local_fallback_decides_with_this_process_share(server: RedisServer) -> None:
+    clock = ManualClock(1_000.0)
+    backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=0.5)
+    limiter = TokenBucket(2, 10, backend=backend, name="fallback", clock=clock)
+    server.stop()
+    # Capacity is kept, the rate halves: 2 at once, then one every 0.2 s.
+    assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
+    assert limiter.acquire() == pytest.approx(0.2)
+    assert backend.stats().fell_back == 4
+
+
+def test_async_path_raises_quickly_on_a_dead_server(server: RedisServer) -> None:
+    backend = RedisBackend.from_url(server.url)
+    limiter = TokenBucket(5, 1, backend=backend, name="async-down")
+
+    async def scenario() -> float:
+        assert await limiter.acquire_async() == 0.0
+        server.stop()
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable):
+            await limiter.acquire_async()
+        await backend.aclose()
+        return time.monotonic() - started
+
+    assert asyncio.run(scenario()) < GIVES_UP_WITHIN
+
+
+def test_a_server_that_never_answers_times_out_instead_of_hanging() -> None:
+    # A listener that accepts and then says nothing: the worst kind of dead server.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        port = listener.getsockname()[1]
+        limiter = TokenBucket(5, 1, backend=RedisBackend.from_url(f"redis://127.0.0.1:{port}/0"), name="mute")
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable):
+            limiter.acquire()
+        assert time.monotonic() - started < GIVES_UP_WITHIN
+    finally:
+        stop.set()
+        thread.join()
+        for conn in accepted:
+            conn.close()
+        listener.close()
+
+
+def test_script_flush_mid_run_reloads_transparently(redis_client: redis.Redis) -> None:
+    clock = ManualClock(1_000.0)
+    limiter = TokenBucket(2, 1, backend=RedisBackend(redis_client), name=unique_name(), clock=clock)
+    assert limiter.try_acquire()
+    redis_client.script_flush()
+    # The state survived (it is in the key, not the script): one token left, then none.
+    assert limiter.try_acquire()
+    assert not limiter.try_acquire()
+
+
+def test_key_deleted_mid_run_starts_a_fresh_budget(redis_client: redis.Redis) -> None:
+    clock = ManualClock(1_000.0)
+    name = unique_name()
+    limiter = TokenBucket(2, 1, backend=RedisBackend(redis_client), name=name, clock=clock)
+    assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
+    redis_client.delete(key_for(name, "token_bucket"))
+    assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
+
+
+ODD_NAMES = [
+    "with space",
+    "{braces}",
+    "}{",
+    "a{b}c{d}",
+    "100%",
+    "%7B",
+    "ünïcödé ✓",
+    "new\nline",
+    ":" * 5,
+    "x" * 180,  # with the unique prefix, near the 200-character cap
+]
+
+
+@pytest.mark.parametrize("name", ODD_NAMES)
+def test_odd_names_keep_one_hash_tag_and_work(redis_client: redis.Redis, name: str) -> None:
+    clock = ManualClock(1_000.0)
+    backend = RedisBackend(redis_client)
+    prefix = f"{unique_name()}/"
+    for limiter in (
+        TokenBucket(1, 1, backend=backend, name=prefix + name, clock=clock),
+        LeakyBucket(1, 1, backend=backend, name=prefix + name, clock=clock),
+        SlidingWindow(1, 1, backend=backend, name=prefix + name, clock=clock),
+    ):
+        assert limiter.try_acquire()
+        assert not limiter.try_acquire()
+    keys = [k.decode() for k in redis_client.keys(f"ratelimit:{{{prefix}*") if isinstance(k, bytes)]
+    assert keys, "the keys are found by the limiter's name"
+    tags = {key[key.index("{") + 1 : key.index("}")] for key in keys}
+    assert len(tags) == 1
+    assert "{" not in next(iter(tags))
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("name", ["{braces}", "a{b}c", "ünï code", "x" * 180])
+def test_odd_names_on_a_cluster_with_a_composite(cluster_client: redis.cluster.RedisCluster, name: str) -> None:
+    clock = ManualClock(1_000.0)
+    backend = RedisBackend(cluster_client)
+    composite = Composite(
+        [TokenBucket(2, 1), SlidingWindow(3, 10), LeakyBucket(5, 5)],
+        backend=backend,
+        name=f"{unique_name()}-{name}",
+        clock=clock,
+    )
+    assert composite.acquire() == 0.0
+    assert composite.acquire() == pytest.approx(0.2)
+    assert not composite.try_acquire()
