@@ -135,7 +135,8 @@ class RedisBackend:
         share = _validate.positive("local_share", local_share)
         if share > 1:
             raise ValueError(f"local_share must be <= 1, got {local_share!r}")
-        self._is_async = asyncio.iscoroutinefunction(client.evalsha)
+        # evalsha itself is a plain method on both kinds of client; the class tells.
+        self._is_async = isinstance(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster))
         self._sync_client = None if self._is_async else client
         self._async_client = client if self._is_async else None
         self._async_factory: Callable[[], Any] | None = None
