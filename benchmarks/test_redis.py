@@ -40,7 +40,7 @@ def client() -> Iterator[redis.Redis]:
 
 def measure(benchmark: BenchmarkFixture, call: Callable[[], object]) -> None:
     benchmark.pedantic(  # type: ignore[no-untyped-call]
-        call, rounds=30, iterations=200, warmup_rounds=2
+        call, rounds=100, iterations=60, warmup_rounds=2
     )
 
 
