@@ -3,9 +3,11 @@
 --
 -- KEYS[i]  member i's base key, ratelimit:{<composite name>}:<i>:<algorithm>: all
 --          members share the composite's hash tag, so this works on Redis Cluster.
--- ARGV[1]  op: 'reserve' | 'refund'
+-- ARGV[1]  op: 'reserve' | 'refund' | 'restrict'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
--- ARGV[3]  reserve: max_wait, '' for no limit; refund: the grant time, '' for now
+-- ARGV[3]  reserve: max_wait, '' for no limit; refund: the grant time, '' for now;
+--          restrict: seconds from now until the restriction ends (the members'
+--          "tokens" are then the tokens each still allows)
 -- then for each member i, four values: algorithm, tokens, param1, param2
 --
 -- Returns as the single-limiter driver does. Mirrors step_all() in
@@ -67,6 +69,13 @@ if op == 'reserve' then
   end
   save_all(false)
   return {fmt(wait), fmt(now + wait)}
+elseif op == 'restrict' then
+  local untl = now + tonumber(ARGV[3])
+  for _, m in ipairs(members) do
+    m.state = m.alg.restrict(m.self, m.state, now, m.tokens, untl)
+  end
+  save_all(false)
+  return {fmt(now)}
 elseif op == 'refund' then
   local at = now
   if ARGV[3] ~= '' then at = tonumber(ARGV[3]) end

@@ -3,17 +3,18 @@
 --
 -- KEYS[1]  the limiter's base key, ratelimit:{<name>}:<algorithm>; every key the
 --          algorithm touches is this one or starts with it, so all share its hash tag.
--- ARGV[1]  op: 'reserve' | 'refund' | 'peek'
+-- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'peek'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
--- ARGV[3]  tokens (reserve, refund)
+-- ARGV[3]  tokens (reserve, refund); restrict: the tokens still allowed
 -- ARGV[4]  reserve: max_wait in seconds, '' for no limit;
---          refund: the grant time being given back, '' for now
+--          refund: the grant time being given back, '' for now;
+--          restrict: seconds from now until the restriction ends
 -- ARGV[5], ARGV[6]  the algorithm's two parameters
 --
 -- Returns, as strings (seconds, %.17g):
 --   reserve: {signed_wait, at}: signed_wait >= 0 granted after that wait, at store
 --            time `at`; < 0 refused, nothing recorded, -signed_wait is the wait needed
---   refund:  {now}
+--   refund, restrict: {now}
 --   peek:    {remaining_tokens, reset_after, now}
 -- Mirrors step() in ratelimit/_algorithm.py.
 
@@ -49,6 +50,10 @@ elseif op == 'refund' then
   local at = now
   if ARGV[4] ~= '' then at = tonumber(ARGV[4]) end
   state = ALG.refund(self, state, now, tokens, at)
+  ALG.save(self, state, now)
+  return {fmt(now)}
+elseif op == 'restrict' then
+  state = ALG.restrict(self, state, now, tokens, now + tonumber(ARGV[4]))
   ALG.save(self, state, now)
   return {fmt(now)}
 elseif op == 'peek' then

@@ -37,6 +37,12 @@ function leaky_bucket.refund(self, state, now, tokens, at)
   return now
 end
 
+function leaky_bucket.restrict(self, state, now, remaining, untl)
+  local drained = untl - remaining * self.interval
+  if state > drained then return state end
+  return drained
+end
+
 function leaky_bucket.peek(self, state, now)
   local drained = now
   if state > now then drained = state end

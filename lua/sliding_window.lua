@@ -96,6 +96,22 @@ function sliding_window.refund(self, state, now, tokens, at)
   return state
 end
 
+-- One placeholder grant counting until exactly `untl` (see WindowLog.restrict).
+function sliding_window.restrict(self, state, now, remaining, untl)
+  prune(self, state, now - self.window)
+  local cutoff = untl - self.window
+  local lasting = 0.0
+  local all = redis.call('ZRANGEBYSCORE', self.key, '(' .. fmt(cutoff), '+inf')
+  for i = 1, #all do lasting = lasting + weight(all[i]) end
+  local extra = self.limit - remaining - lasting
+  if extra <= EPSILON then return state end
+  local seq = redis.call('HINCRBY', self.meta, 'seq', 1)
+  redis.call('ZADD', self.key, fmt(cutoff), seq .. ':' .. fmt(extra))
+  state.total = state.total + extra
+  state.dirty = true
+  return state
+end
+
 function sliding_window.peek(self, state, now)
   prune(self, state, now - self.window)
   local newest = redis.call('ZRANGE', self.key, -1, -1, 'WITHSCORES')

@@ -95,6 +95,23 @@ function sliding_window_counter.peek(self, state, now)
   return remaining, (index + 2) * self.window - now
 end
 
+-- Approximate (see WindowCounter.restrict).
+function sliding_window_counter.restrict(self, state, now, remaining, untl)
+  local grantable = sliding_window_counter.peek(self, state, now)
+  local extra = grantable - remaining
+  if extra > EPSILON then
+    local start = now
+    if state[4] > now then start = state[4] end
+    state = sliding_window_counter.commit(self, state, now, extra, start)
+  end
+  if remaining <= EPSILON then
+    local last = state[4]
+    if untl > last then last = untl end
+    state = {state[1], state[2], state[3], last}
+  end
+  return state
+end
+
 function sliding_window_counter.save(self, state, now)
   if state[1] == -math.huge then return end
   redis.call('HSET', self.key, 'index', fmt(state[1]), 'previous', fmt(state[2]),

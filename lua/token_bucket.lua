@@ -36,6 +36,12 @@ function token_bucket.refund(self, state, now, tokens, at)
   return now
 end
 
+function token_bucket.restrict(self, state, now, remaining, untl)
+  local tat = untl + self.tolerance - (remaining + 1.0) * self.interval
+  if state > tat then return state end
+  return tat
+end
+
 function token_bucket.peek(self, state, now)
   local tat = now
   if state > now then tat = state end

@@ -74,6 +74,16 @@ class Algorithm(Protocol[S]):
         """The same limit at ``share`` (0 < share <= 1) of the rate, same largest request."""
         ...
 
+    def restrict(self, state: S, now: float, remaining: float, until: float) -> S:
+        """At most ``remaining`` more tokens before ``until``, then the configured rate.
+
+        What a provider's response says (``remaining`` left until the reset; or a
+        pause, ``remaining=0``, until ``Retry-After``). Only ever lowers the budget: a
+        state that is already stricter is kept, so stale or repeated reports are
+        harmless and a pause extends only to the later of two deadlines.
+        """
+        ...
+
     def step(self, state: S, now: float, tokens: float, max_wait: float) -> tuple[S, float]:
         """Exactly :func:`step` (``plan`` then ``commit``), as a method.
 

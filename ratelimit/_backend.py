@@ -38,6 +38,12 @@ class Handle(Protocol[T_contra]):
 
     async def refund_async(self, tokens: T_contra, at: float | None) -> None: ...
 
+    def restrict(self, remaining: T_contra, seconds: float) -> None:
+        """At most ``remaining`` more tokens in the next ``seconds`` (see ``Algorithm.restrict``)."""
+        ...
+
+    async def restrict_async(self, remaining: T_contra, seconds: float) -> None: ...
+
 
 class Backend(Protocol):
     """Where limiters keep their state."""

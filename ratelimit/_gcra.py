@@ -58,6 +58,13 @@ class Gcra:
     def refund(self, state: float, now: float, tokens: float, at: float) -> float:
         return max(state - tokens * self.interval, now)
 
+    def restrict(self, state: float, now: float, remaining: float, until: float) -> float:
+        # The TAT at which the (remaining + 1)-th grant from now lands exactly on
+        # `until`: the first `remaining` may go before it, the rest follow one
+        # interval apart, with no burst when the pause ends.
+        tat = until + self.tolerance - (remaining + 1.0) * self.interval
+        return state if state > tat else tat
+
     def peek(self, state: float, now: float) -> tuple[float, float]:
         tat = max(state, now)
         return max(0.0, (now + self.tolerance - tat) / self.interval), tat - now

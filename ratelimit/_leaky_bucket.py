@@ -61,6 +61,11 @@ class LeakyQueue:
     def refund(self, state: float, now: float, tokens: float, at: float) -> float:
         return max(state - tokens * self.interval, now)
 
+    def restrict(self, state: float, now: float, remaining: float, until: float) -> float:
+        # Drained so that the (remaining + 1)-th grant leaves at `until`.
+        drained_at = until - remaining * self.interval
+        return state if state > drained_at else drained_at
+
     def peek(self, state: float, now: float) -> tuple[float, float]:
         drained_at = max(state, now)
         return self.capacity - (drained_at - now) * self.rate, drained_at - now

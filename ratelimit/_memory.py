@@ -99,6 +99,15 @@ class MemoryHandle:
     async def refund_async(self, tokens: float, at: float | None) -> None:
         self.refund(tokens, at)
 
+    def restrict(self, remaining: float, seconds: float) -> None:
+        slot = self._slot
+        with slot.lock:
+            now = self._now()
+            slot.state = self._alg.restrict(slot.state, now, remaining, now + seconds)
+
+    async def restrict_async(self, remaining: float, seconds: float) -> None:
+        self.restrict(remaining, seconds)
+
     def peek(self) -> tuple[float, float]:
         slot = self._slot
         with slot.lock:
@@ -150,3 +159,18 @@ class MemoryGroupHandle:
 
     async def refund_async(self, tokens: Sequence[float], at: float | None) -> None:
         self.refund(tokens, at)
+
+    def restrict(self, remaining: Sequence[float], seconds: float) -> None:
+        locks = self._locks
+        for lock in locks:
+            lock.acquire()
+        try:
+            now = self._now()
+            for alg, slot, n in zip(self._algs, self._slots, remaining, strict=True):
+                slot.state = alg.restrict(slot.state, now, n, now + seconds)
+        finally:
+            for lock in reversed(locks):
+                lock.release()
+
+    async def restrict_async(self, remaining: Sequence[float], seconds: float) -> None:
+        self.restrict(remaining, seconds)

@@ -352,11 +352,43 @@ class _ScriptHandle(Generic[T]):
         except BackendUnavailable as exc:
             return self._fallback(tokens, max_wait, exc)
 
+    def _unrecorded(self, what: str, exc: BackendUnavailable) -> Handle[T] | None:
+        # A refund or a restriction that cannot reach the store: under "raise" that is
+        # an error like any other; otherwise it goes to the local fallback, if any,
+        # and is otherwise lost, which is said in the log.
+        if self._backend.on_unavailable == "raise":
+            raise exc
+        if self._local is None:
+            logger.warning("Redis unreachable; the %s on %r is lost: %s", what, self._keys[0], exc)
+        return self._local
+
     def refund(self, tokens: T, at: float | None) -> None:
-        self._backend.run(self._script, self._keys, self._args("refund", tokens, _at(at)))
+        try:
+            self._backend.run(self._script, self._keys, self._args("refund", tokens, _at(at)))
+        except BackendUnavailable as exc:
+            if (local := self._unrecorded("refund", exc)) is not None:
+                local.refund(tokens, None)
 
     async def refund_async(self, tokens: T, at: float | None) -> None:
-        await self._backend.run_async(self._script, self._keys, self._args("refund", tokens, _at(at)))
+        try:
+            await self._backend.run_async(self._script, self._keys, self._args("refund", tokens, _at(at)))
+        except BackendUnavailable as exc:
+            if (local := self._unrecorded("refund", exc)) is not None:
+                local.refund(tokens, None)
+
+    def restrict(self, remaining: T, seconds: float) -> None:
+        try:
+            self._backend.run(self._script, self._keys, self._args("restrict", remaining, _num(seconds)))
+        except BackendUnavailable as exc:
+            if (local := self._unrecorded("restriction", exc)) is not None:
+                local.restrict(remaining, seconds)
+
+    async def restrict_async(self, remaining: T, seconds: float) -> None:
+        try:
+            await self._backend.run_async(self._script, self._keys, self._args("restrict", remaining, _num(seconds)))
+        except BackendUnavailable as exc:
+            if (local := self._unrecorded("restriction", exc)) is not None:
+                local.restrict(remaining, seconds)
 
 
 class RedisHandle(_ScriptHandle[float]):

@@ -120,6 +120,28 @@ class WindowLog:
             state.total = 0.0
         return state
 
+    def restrict(self, state: Log, now: float, remaining: float, until: float) -> Log:
+        # One placeholder grant, dated so it counts until exactly `until`, weighing
+        # what the log must hold on top of the grants that count until then anyway.
+        # Grants that age out before `until` are already counted at full weight until
+        # they do, so at no moment before `until` is more than `remaining` grantable.
+        state.prune(now - self.window)
+        cutoff = until - self.window
+        lasting = 0.0
+        for at, weight in state.entries:
+            if at > cutoff:
+                lasting += weight
+        extra = self.limit - remaining - lasting
+        if extra <= EPSILON:
+            return state
+        entries = state.entries
+        index = len(entries)
+        while index > 0 and entries[index - 1][0] > cutoff:
+            index -= 1
+        entries.insert(index, [cutoff, extra])
+        state.total += extra
+        return state
+
     def peek(self, state: Log, now: float) -> tuple[float, float]:
         state.prune(now - self.window)
         if not state.entries:
@@ -204,6 +226,20 @@ class WindowCounter:
             return (index, previous, max(0.0, current - tokens), last)
         if k == index - 1:
             return (index, max(0.0, previous - tokens), current, last)
+        return state
+
+    def restrict(self, state: CounterState, now: float, remaining: float, until: float) -> CounterState:
+        # Approximate, as this variant is: a placeholder grant now brings the estimate
+        # up to `limit - remaining`, and a pause also holds every grant until `until`.
+        grantable, _ = self.peek(state, now)
+        extra = grantable - remaining
+        if extra > EPSILON:
+            index, previous, current, last = state
+            start = now if now > last else last
+            state = self.commit(state, now, extra, start)
+        if remaining <= EPSILON:
+            index, previous, current, last = state
+            state = (index, previous, current, until if until > last else last)
         return state
 
     def peek(self, state: CounterState, now: float) -> tuple[float, float]:

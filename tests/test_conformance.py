@@ -45,13 +45,20 @@ class FixedTime:
         return repr(self.value)
 
 
-# (time step, tokens as a fraction of the largest request, max_wait, refund?)
+# (time step, tokens, max_wait, refund?, restriction (remaining, seconds) or None)
+Request = tuple[float, float, float, bool, "tuple[float, float] | None"]
 requests = st.lists(
     st.tuples(
         st.sampled_from([0.0, 0.0, 0.001, 0.1, 0.25, 0.5, 1.0, 3.0]),
         st.sampled_from([1.0, 1.0, 1.0, 2.0, 3.0]),
         st.sampled_from([0.0, 0.5, 2.0, math.inf]),
         st.booleans(),
+        st.one_of(
+            st.none(),
+            st.none(),
+            st.none(),
+            st.tuples(st.sampled_from([0.0, 1.0, 2.0, 50.0]), st.sampled_from([0.5, 2.0, 30.0])),
+        ),
     ),
     min_size=1,
     max_size=40,
@@ -72,15 +79,19 @@ def client(request: pytest.FixtureRequest) -> Any:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=requests)
 def test_script_matches_pure_step(
-    client: redis.Redis, kind: str, first: float, second: float, scenario: list[tuple[float, float, float, bool]]
+    client: redis.Redis, kind: str, first: float, second: float, scenario: list[Request]
 ) -> None:
     alg: Algorithm[Any] = ALGORITHMS[kind](first, second)
     now = FixedTime()
     now.value = 1_700_000_000.0  # epoch-sized times, as the server's TIME gives
     handle = RedisHandle(RedisBackend(client), alg, key_for(unique_name(), kind), now, None)
     state = alg.new_state()
-    for dt, tokens, max_wait, refund in scenario:
+    for dt, tokens, max_wait, refund, restriction in scenario:
         now.value += dt
+        if restriction is not None:
+            remaining, seconds = restriction
+            state = alg.restrict(state, now.value, remaining, now.value + seconds)
+            handle.restrict(remaining, seconds)
         n = min(tokens, first)
         state, wait = step(alg, state, now.value, n, max_wait)
         expected = (wait, now.value + wait)
@@ -102,8 +113,15 @@ def test_group_script_matches_pure_step_all(
     keys = [key_for(name, alg.kind, i) for i, alg in enumerate(algs)]
     handle = RedisGroupHandle(RedisBackend(client), algs, keys, now, None)
     states = [alg.new_state() for alg in algs]
-    for dt, tokens, max_wait, refund in scenario:
+    for dt, tokens, max_wait, refund, restriction in scenario:
         now.value += dt
+        if restriction is not None:
+            remaining, seconds = restriction
+            left = [remaining] * len(algs)
+            states = [
+                alg.restrict(s, now.value, remaining, now.value + seconds) for alg, s in zip(algs, states, strict=True)
+            ]
+            handle.restrict(left, seconds)
         weights = [min(tokens, alg.most) for alg in algs]
         states, wait = step_all(algs, states, now.value, weights, max_wait)
         assert handle.reserve(weights, max_wait) == (wait, now.value + wait)
