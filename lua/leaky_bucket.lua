@@ -1,6 +1,7 @@
 -- ratelimit: leaky bucket as a queue. Mirrors ratelimit/_leaky_bucket.py.
 --
--- State: one string key <base> holding the time the bucket will have drained.
+-- State: one string key <base> holding "<drained_at> <latest>": when the bucket will
+-- have drained, and when the latest grant started leaking.
 -- Params: capacity (tokens the bucket holds), rate (tokens leaked per second).
 
 local leaky_bucket = {}
@@ -12,12 +13,15 @@ end
 function leaky_bucket.nparams() return 2 end
 
 function leaky_bucket.load(self)
-  return tonumber(redis.call('GET', self.key)) or -math.huge
+  local value = redis.call('GET', self.key)
+  if not value then return {-math.huge, -math.huge} end
+  local drained, latest = string.match(value, '^(%S+) (%S+)$')
+  return {tonumber(drained), tonumber(latest)}
 end
 
 function leaky_bucket.plan(self, state, now, tokens)
   local start = now
-  if state > now then start = state end
+  if state[1] > now then start = state[1] end
   local overflow = (start - now) * self.rate + tokens - self.capacity
   if overflow > EPSILON then
     return now + overflow * self.interval, start
@@ -26,30 +30,37 @@ function leaky_bucket.plan(self, state, now, tokens)
 end
 
 function leaky_bucket.commit(self, state, now, tokens, at)
-  local base = at
-  if state > at then base = state end
-  return base + tokens * self.interval
+  local start = at
+  if state[1] > at then start = state[1] end
+  return {start + tokens * self.interval, start}
 end
 
+-- See LeakyQueue.refund: only the latest grant gives its place back.
 function leaky_bucket.refund(self, state, now, tokens, at)
-  local drained = state - tokens * self.interval
-  if drained > now then return drained end
-  return now
+  local drained, latest = state[1], state[2]
+  if at < latest - EPSILON then return state end
+  drained = drained - tokens * self.interval
+  local floor = now
+  if latest > now then floor = latest end
+  if drained > floor then return {drained, latest} end
+  return {floor, latest}
 end
 
 function leaky_bucket.restrict(self, state, now, remaining, untl)
-  local drained = untl - remaining * self.interval
-  if state > drained then return state end
-  return drained
+  local drained, latest = state[1], state[2]
+  local target = untl - remaining * self.interval
+  if drained >= target then return state end
+  if target > latest then return {target, target} end
+  return {target, latest}
 end
 
 function leaky_bucket.peek(self, state, now)
   local drained = now
-  if state > now then drained = state end
+  if state[1] > now then drained = state[1] end
   return self.capacity - (drained - now) * self.rate, drained - now
 end
 
 function leaky_bucket.save(self, state, now)
-  if state == -math.huge then return end
-  redis.call('SET', self.key, fmt(state), 'PX', idle_ms(state - now))
+  if state[1] == -math.huge then return end
+  redis.call('SET', self.key, fmt(state[1]) .. ' ' .. fmt(state[2]), 'PX', idle_ms(state[1] - now))
 end

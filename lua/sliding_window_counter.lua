@@ -64,7 +64,7 @@ end
 function sliding_window_counter.refund(self, state, now, tokens, at)
   local index, previous, current, last = state[1], state[2], state[3], state[4]
   local k = math.floor(at / self.window)
-  if k == index then
+  if k == index or k == index + 1 then
     local left = current - tokens
     if left < 0 then left = 0.0 end
     return {index, previous, left, last}

@@ -30,7 +30,10 @@ function token_bucket.commit(self, state, now, tokens, at)
   return base + tokens * self.interval
 end
 
+-- See Gcra.refund: only the latest reservation rolls back while others are pending.
 function token_bucket.refund(self, state, now, tokens, at)
+  local latest = state - self.tolerance
+  if latest > now and at < latest - EPSILON then return state end
   local tat = state - tokens * self.interval
   if tat > now then return tat end
   return now

@@ -56,7 +56,15 @@ class Gcra:
         return (state if state > at else at) + tokens * self.interval
 
     def refund(self, state: float, now: float, tokens: float, at: float) -> float:
-        return max(state - tokens * self.interval, now)
+        # With grants reserved beyond now, the bucket's tokens are already promised to
+        # them at fixed times: giving some back could only put a new grant beside one
+        # of them. Only the latest reservation can be rolled back (a cancelled waiter
+        # at the end of the line), and with none pending the tokens return to now.
+        latest = state - self.tolerance
+        if latest > now and at < latest - EPSILON:
+            return state
+        tat = state - tokens * self.interval
+        return tat if tat > now else now
 
     def restrict(self, state: float, now: float, remaining: float, until: float) -> float:
         # The TAT at which the (remaining + 1)-th grant from now lands exactly on

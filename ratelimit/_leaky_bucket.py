@@ -1,6 +1,7 @@
 """Leaky bucket as a queue: grants leave one interval apart, never in a burst.
 
-The state is the time the bucket will have drained (``drained_at``). A request for
+The state is the time the bucket will have drained (``drained_at``), and the start of
+the latest grant. A request for
 ``n`` tokens pours ``n`` tokens in; they leak out at ``rate`` per second, so the
 request is granted when everything poured before it has leaked (``max(drained_at,
 now)``) and the bucket then drains ``n / rate`` seconds later. The bucket holds at most
@@ -24,7 +25,11 @@ from dataclasses import dataclass, field
 
 from ._algorithm import EPSILON
 
-__all__ = ["LeakyQueue"]
+__all__ = ["LeakyQueue", "LeakyState"]
+
+#: ``(drained_at, latest)``: when everything poured in has leaked out, and when the
+#: latest grant started leaking (only that one may give its place back).
+LeakyState = tuple[float, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,29 +50,43 @@ class LeakyQueue:
     def most(self) -> float:
         return self.capacity
 
-    def new_state(self) -> float:
-        return -math.inf
+    def new_state(self) -> LeakyState:
+        return (-math.inf, -math.inf)
 
-    def plan(self, state: float, now: float, tokens: float) -> tuple[float, float]:
-        start = state if state > now else now
+    def plan(self, state: LeakyState, now: float, tokens: float) -> tuple[float, float]:
+        drained_at = state[0]
+        start = drained_at if drained_at > now else now
         overflow = (start - now) * self.rate + tokens - self.capacity
         if overflow > EPSILON:
             return now + overflow * self.interval, start
         return now, start
 
-    def commit(self, state: float, now: float, tokens: float, at: float) -> float:
-        return (state if state > at else at) + tokens * self.interval
+    def commit(self, state: LeakyState, now: float, tokens: float, at: float) -> LeakyState:
+        drained_at = state[0]
+        start = drained_at if drained_at > at else at
+        return (start + tokens * self.interval, start)
 
-    def refund(self, state: float, now: float, tokens: float, at: float) -> float:
-        return max(state - tokens * self.interval, now)
+    def refund(self, state: LeakyState, now: float, tokens: float, at: float) -> LeakyState:
+        # Only the grant at the end of the queue can give its slot back: those behind
+        # any other are already told when to go, and would end up side by side.
+        drained_at, latest = state
+        if at < latest - EPSILON:
+            return state
+        drained_at -= tokens * self.interval
+        floor = latest if latest > now else now
+        return (drained_at if drained_at > floor else floor, latest)
 
-    def restrict(self, state: float, now: float, remaining: float, until: float) -> float:
-        # Drained so that the (remaining + 1)-th grant leaves at `until`.
-        drained_at = until - remaining * self.interval
-        return state if state > drained_at else drained_at
+    def restrict(self, state: LeakyState, now: float, remaining: float, until: float) -> LeakyState:
+        # Drained so that the (remaining + 1)-th grant leaves at `until`; nothing
+        # granted before may give back a place that would cut the restriction short.
+        drained_at, latest = state
+        target = until - remaining * self.interval
+        if drained_at >= target:
+            return state
+        return (target, target if target > latest else latest)
 
-    def peek(self, state: float, now: float) -> tuple[float, float]:
-        drained_at = max(state, now)
+    def peek(self, state: LeakyState, now: float) -> tuple[float, float]:
+        drained_at = max(state[0], now)
         return self.capacity - (drained_at - now) * self.rate, drained_at - now
 
     def params(self) -> tuple[float, ...]:
@@ -76,9 +95,10 @@ class LeakyQueue:
     def slowed(self, share: float) -> LeakyQueue:
         return LeakyQueue(self.capacity, self.rate * share)
 
-    def step(self, state: float, now: float, tokens: float, max_wait: float) -> tuple[float, float]:
+    def step(self, state: LeakyState, now: float, tokens: float, max_wait: float) -> tuple[LeakyState, float]:
         # plan() and commit() inlined, operation for operation (see Gcra.step).
-        start = state if state > now else now
+        drained_at = state[0]
+        start = drained_at if drained_at > now else now
         overflow = (start - now) * self.rate + tokens - self.capacity
         if overflow > EPSILON:
             admit_at = now + overflow * self.interval
@@ -86,7 +106,9 @@ class LeakyQueue:
                 return state, now - admit_at
         wait = start - now
         if wait <= EPSILON:
-            return (state if state > start else start) + tokens * self.interval, 0.0
+            begin = drained_at if drained_at > start else start
+            return (begin + tokens * self.interval, begin), 0.0
         if wait > max_wait + EPSILON:
             return state, -wait
-        return (state if state > start else start) + tokens * self.interval, wait
+        begin = drained_at if drained_at > start else start
+        return (begin + tokens * self.interval, begin), wait

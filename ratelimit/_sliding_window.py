@@ -222,7 +222,9 @@ class WindowCounter:
     def refund(self, state: CounterState, now: float, tokens: float, at: float) -> CounterState:
         index, previous, current, last = state
         k = floor(at / self.window)
-        if k == index:
+        # Grants of the newest window are refunded from it, also just after its end
+        # (a refund at `now` one window on still concerns them).
+        if k == index or k == index + 1:
             return (index, previous, max(0.0, current - tokens), last)
         if k == index - 1:
             return (index, max(0.0, previous - tokens), current, last)

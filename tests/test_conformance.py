@@ -103,9 +103,7 @@ def test_script_matches_pure_step(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=requests)
-def test_group_script_matches_pure_step_all(
-    client: redis.Redis, scenario: list[tuple[float, float, float, bool]]
-) -> None:
+def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[Request]) -> None:
     algs: list[Algorithm[Any]] = [Gcra(3.0, 1.0), WindowLog(5.0, 4.0), LeakyQueue(6.0, 2.0), WindowCounter(4.0, 2.0)]
     now = FixedTime()
     now.value = 1_700_000_000.0

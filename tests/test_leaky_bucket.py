@@ -1,0 +1,318 @@
+"""LeakyBucket behaviour through the public API, on every store of the backend matrix.
+
+A leaky bucket smooths: grants leave ``1 / leak_per_sec`` apart, never in a burst, and
+at most ``capacity`` tokens wait in the bucket; a request that would overflow it is
+refused at once whatever its timeout. Limiters are built with ``make`` on the test's
+:class:`ManualClock` (1000.0 at the start; a blocking sleep moves it). Where several
+reservations must be pending at one instant (many workers), a :class:`HeldClock`
+reads the same time but its sleeps do not move it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+from ratelimit import AcquireTimeout, LeakyBucket, ManualClock
+
+L = TypeVar("L")
+Make = Callable[..., Any]
+
+
+class HeldClock:
+    """The test's time, but sleeping never moves it: as if each sleeper were another worker.
+
+    ``sleep`` only records. ``sleep_async`` records, then parks the task until
+    :meth:`release` (or until it is cancelled), so a test can cancel a task mid-sleep.
+    """
+
+    def __init__(self, base: ManualClock) -> None:
+        self.base = base
+        self.sleeps: list[float] = []
+        self._gate = asyncio.Event()
+        self._parked = asyncio.Event()
+
+    def now(self) -> float:
+        return self.base.now()
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+
+    async def sleep_async(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self._parked.set()
+        await self._gate.wait()
+
+    def release(self) -> None:
+        """Let every parked sleeper go (time does not move)."""
+        self._gate.set()
+
+    async def start(self, coro: Coroutine[Any, Any, float]) -> asyncio.Task[float]:
+        """Run ``coro`` in a task until it is parked in a sleep or done: its reservation is made."""
+        self._parked.clear()
+        task = asyncio.create_task(coro)
+        parked = asyncio.create_task(self._parked.wait())
+        await asyncio.wait({task, parked}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        parked.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await parked
+        return task
+
+
+def held(cls: Callable[..., L]) -> Callable[..., L]:
+    """For ``make``: build ``cls`` on a :class:`HeldClock` over the fixture's clock."""
+
+    def build(*args: Any, clock: ManualClock, **kwargs: Any) -> L:
+        return cls(*args, clock=HeldClock(clock), **kwargs)
+
+    return build
+
+
+def held_clock(limiter: LeakyBucket) -> HeldClock:
+    clock = limiter.clock
+    assert isinstance(clock, HeldClock)
+    return clock
+
+
+# -- spacing: no bursts -----------------------------------------------------------------
+
+
+def test_acquires_in_a_row_are_spaced_with_no_burst(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(LeakyBucket, 3, 1)
+    # Unlike a token bucket, only the first goes at once: each leaks one interval later.
+    assert [limiter.acquire() for _ in range(5)] == [0.0, 1.0, 1.0, 1.0, 1.0]
+    assert clock.sleeps == [1.0, 1.0, 1.0, 1.0]
+    assert clock.now() == 1_004.0
+
+
+def test_try_acquire_succeeds_only_when_the_bucket_has_drained(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(LeakyBucket, 3, 1)
+    assert limiter.try_acquire()
+    assert not limiter.try_acquire()  # not an overflow: it would have to wait 1 s
+    clock.advance(0.5)
+    assert not limiter.try_acquire()
+    clock.advance(0.5)
+    assert limiter.try_acquire()
+    assert not limiter.try_acquire()
+    # Idle time banks nothing: after an hour, still one at a time.
+    clock.advance(3_600)
+    assert [limiter.try_acquire() for _ in range(3)] == [True, False, False]
+
+
+def test_exact_spacing_boundary(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(LeakyBucket, 2, 4)  # one every 0.25 s
+    assert limiter.try_acquire()
+    clock.advance(0.125)
+    assert not limiter.try_acquire()
+    clock.advance(0.125)
+    assert limiter.try_acquire()
+    assert limiter.acquire() == 0.25
+    assert clock.sleeps == [0.25]
+
+
+def test_reservations_at_one_instant_are_fifo_and_evenly_spaced(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(held(LeakyBucket), 5, 4)
+    assert [limiter.acquire() for _ in range(5)] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert held_clock(limiter).sleeps == [0.25, 0.5, 0.75, 1.0]
+
+
+def test_weighted_requests_leak_for_their_weight(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(held(LeakyBucket), 10, 2)
+    assert limiter.acquire(4) == 0.0  # leaks for 2 s
+    assert limiter.acquire(2) == 2.0  # leaks for 1 s
+    assert limiter.acquire(1) == 3.0
+    assert limiter.acquire(3) == 3.5  # 4 + 2 + 1 = 7 queued, 3 more fit in 10
+    with pytest.raises(AcquireTimeout):
+        limiter.acquire(0.5)
+    assert held_clock(limiter).sleeps == [2.0, 3.0, 3.5]
+
+
+def test_async_tasks_reserve_in_arrival_order(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(held(LeakyBucket), 4, 2)
+    held_time = held_clock(limiter)
+
+    async def scenario() -> list[float]:
+        tasks = [await held_time.start(limiter.acquire_async()) for _ in range(4)]
+        assert [task.done() for task in tasks] == [True, False, False, False]
+        held_time.release()
+        return list(await asyncio.gather(*tasks))
+
+    assert asyncio.run(scenario()) == [0.0, 0.5, 1.0, 1.5]
+
+
+# -- overflow -------------------------------------------------------------------------
+
+
+def test_overflow_refuses_at_once_even_without_timeout(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(held(LeakyBucket), 3, 1)
+    assert [limiter.acquire() for _ in range(3)] == [0.0, 1.0, 2.0]  # the queue is full
+    with pytest.raises(AcquireTimeout) as info:
+        limiter.acquire()  # timeout=None: still refused, at once
+    assert info.value.retry_after == 1.0  # room in 1 s, when the first has leaked
+    assert not limiter.try_acquire()
+    assert held_clock(limiter).sleeps == [1.0, 2.0]
+    clock.advance(0.5)
+    with pytest.raises(AcquireTimeout) as later:
+        limiter.acquire(timeout=100)
+    assert later.value.retry_after == 0.5
+    clock.advance(0.5)
+    # Room again; the refusals took nothing, so it queues right behind the third.
+    assert limiter.acquire() == 2.0
+
+
+def test_overflow_of_a_weighted_request(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(LeakyBucket, 3, 1)
+    assert limiter.acquire(3) == 0.0  # fills the bucket: drains at t=1003
+    with pytest.raises(AcquireTimeout) as info:
+        limiter.acquire()
+    assert info.value.retry_after == 1.0
+    with pytest.raises(AcquireTimeout) as heavier:
+        limiter.acquire(2)
+    assert heavier.value.retry_after == 2.0
+    assert clock.sleeps == []
+    clock.advance(2)
+    assert limiter.acquire(2) == 1.0  # room for 2 now; it goes when the 3 have leaked
+    assert clock.sleeps == [1.0]
+
+
+def test_overflow_versus_timeout(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(LeakyBucket, 5, 2)
+    assert limiter.acquire(4) == 0.0  # 4 queued, leaking until t=1002
+    with pytest.raises(AcquireTimeout) as overflow:
+        limiter.acquire(2)  # 4 + 2 > 5: overflow, room in 0.5 s
+    assert overflow.value.retry_after == 0.5
+    with pytest.raises(AcquireTimeout) as too_long:
+        limiter.acquire(1, timeout=1)  # fits, but would wait 2 s
+    assert too_long.value.retry_after == 2.0
+    assert not limiter.try_acquire(1)
+    assert clock.sleeps == []
+    assert limiter.acquire(1, timeout=2) == 2.0
+    assert clock.sleeps == [2.0]
+
+
+def test_a_timed_out_request_consumes_nothing(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(held(LeakyBucket), 3, 1)
+    assert limiter.acquire() == 0.0
+    with pytest.raises(AcquireTimeout) as info:
+        limiter.acquire(timeout=0.5)
+    assert info.value.retry_after == 1.0
+    assert held_clock(limiter).sleeps == []
+    assert limiter.acquire(timeout=1) == 1.0
+    assert limiter.acquire() == 2.0
+
+
+def test_tokens_above_capacity_raise_value_error(make: Make) -> None:
+    limiter: LeakyBucket = make(LeakyBucket, 3, 1)
+    with pytest.raises(ValueError, match="capacity"):
+        limiter.acquire(3.5)
+    with pytest.raises(ValueError, match="tokens"):
+        limiter.try_acquire(-1)
+    assert limiter.try_acquire(3)
+
+
+# -- refund ---------------------------------------------------------------------------
+
+
+def test_refund_makes_the_next_try_succeed(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(LeakyBucket, 3, 1)
+    assert limiter.try_acquire()
+    assert not limiter.try_acquire()
+    limiter.refund()
+    assert limiter.try_acquire()
+    assert not limiter.try_acquire()
+
+
+def test_refund_never_empties_below_zero(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(held(LeakyBucket), 3, 1)
+    limiter.refund(3)  # an empty bucket stays empty: no credit for later
+    assert [limiter.acquire() for _ in range(3)] == [0.0, 1.0, 2.0]
+    with pytest.raises(AcquireTimeout):
+        limiter.acquire()
+    # The queued grants are told when to go: a refund cannot free their places.
+    limiter.refund(3)
+    with pytest.raises(AcquireTimeout) as info:
+        limiter.acquire()
+    assert info.value.retry_after == 1.0
+    # Once they have gone, an empty bucket takes exactly capacity again.
+    clock.advance(3)
+    limiter.refund(3)
+    assert [limiter.acquire() for _ in range(3)] == [0.0, 1.0, 2.0]
+
+
+def test_a_partial_refund_shortens_the_queue(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(held(LeakyBucket), 10, 2)
+    assert limiter.acquire(6) == 0.0  # leaks until t=1003
+    limiter.refund(2)  # used only 4: leaks until t=1002
+    assert limiter.acquire() == 2.0
+
+
+# -- asyncio --------------------------------------------------------------------------
+
+
+def test_async_twins(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(LeakyBucket, 2, 1)
+
+    async def scenario() -> None:
+        assert [await limiter.acquire_async() for _ in range(3)] == [0.0, 1.0, 1.0]
+        assert clock.sleeps == [1.0, 1.0]
+        assert not await limiter.try_acquire_async()
+        clock.advance(1)
+        assert await limiter.try_acquire_async()
+        assert await limiter.acquire_async(1) == 1.0
+        with pytest.raises(AcquireTimeout) as info:
+            await limiter.acquire_async(2)  # overflow: 1 queued + 2 > 2
+        assert info.value.retry_after == 1.0
+        assert clock.sleeps == [1.0, 1.0, 1.0]
+
+    asyncio.run(scenario())
+
+
+def test_cancelled_acquire_async_gives_its_reservation_back(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(held(LeakyBucket), 3, 1)
+    held_time = held_clock(limiter)
+
+    async def scenario() -> None:
+        assert await limiter.acquire_async() == 0.0
+        task = await held_time.start(limiter.acquire_async())
+        assert not task.done()
+        assert held_time.sleeps == [1.0]  # reserved for t=1001, asleep
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(AcquireTimeout) as info:
+            await limiter.acquire_async(timeout=0.5)
+        assert info.value.retry_after == 1.0  # the same answer the cancelled one had
+        clock.advance(1)
+        assert await limiter.try_acquire_async()  # had the reservation stayed: not before t=1002
+        assert not await limiter.try_acquire_async()
+
+    asyncio.run(scenario())
+
+
+def test_cancelling_a_middle_reservation_keeps_the_spacing(make: Make, clock: ManualClock) -> None:
+    limiter: LeakyBucket = make(held(LeakyBucket), 3, 1)
+    held_time = held_clock(limiter)
+
+    async def scenario() -> float:
+        first = await held_time.start(limiter.acquire_async())  # t=1000
+        middle = await held_time.start(limiter.acquire_async())  # t=1001
+        last = await held_time.start(limiter.acquire_async())  # t=1002
+        assert first.done()
+        assert held_time.sleeps == [1.0, 2.0]
+        middle.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await middle
+        # `last` still goes at t=1002, so the cancelled place cannot be handed on
+        # without putting two grants side by side: it stays taken, and the queue
+        # (3 tokens: the grant leaking now and two places behind it) is still full.
+        with pytest.raises(AcquireTimeout) as info:
+            await limiter.acquire_async()
+        held_time.release()
+        await last
+        return info.value.retry_after
+
+    assert asyncio.run(scenario()) == 1.0
