@@ -14,6 +14,7 @@ from __future__ import annotations
 from ._clock import Clock, ManualClock, SystemClock
 from ._composite import Composite
 from ._errors import AcquireTimeout, BackendUnavailable, RateLimitError
+from ._headers import RateLimitInfo, parse_rate_limit_headers
 from ._limiter import Acquirer
 from ._limiters import LeakyBucket, SlidingWindow, TokenBucket
 from ._memory import MemoryBackend
@@ -30,10 +31,12 @@ __all__ = [
     "ManualClock",
     "MemoryBackend",
     "RateLimitError",
+    "RateLimitInfo",
     "RedisBackend",
     "SlidingWindow",
     "SystemClock",
     "TokenBucket",
+    "parse_rate_limit_headers",
 ]
 
 __version__ = "0.1.0"

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from . import _validate
 from ._backend import Backend
 from ._clock import Clock
+from ._feedback import restriction
+from ._headers import RateLimitInfo
 from ._limiter import Limiter, _Decorator
 from ._limiters import SingleLimiter
 
@@ -64,6 +66,14 @@ class Composite(Limiter[Sequence[float]]):
                 raise ValueError(f"tokens must give one number per limit ({len(algs)}), got {tokens!r}")
             return tuple(_validate.tokens(n, alg.most, alg.most_name) for n, alg in zip(tokens, algs, strict=True))
         return tuple(_validate.tokens(tokens, alg.most, alg.most_name) for alg in algs)
+
+    def _restriction(self, info: RateLimitInfo, status: int | None) -> tuple[Sequence[float], float] | None:
+        # The members count in different units (requests, tokens), and one response's
+        # `remaining` speaks of one of them; a pause, though, holds for all.
+        change = restriction(info, status)
+        if change is None or change[0] > 0:
+            return None
+        return (0.0,) * len(self._algs), change[1]
 
     if TYPE_CHECKING:
         # The same methods as every limiter, typed to take one weight per member too.

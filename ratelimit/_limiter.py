@@ -22,6 +22,7 @@ from . import _validate
 from ._backend import Backend, Handle
 from ._clock import Clock, SystemClock
 from ._errors import AcquireTimeout
+from ._headers import RateLimitInfo, parse_rate_limit_headers
 from ._memory import MemoryBackend
 
 __all__ = ["Acquirer", "Limiter"]
@@ -177,6 +178,49 @@ class Limiter(Generic[T]):
         """:meth:`try_acquire` for asyncio."""
         wait, _ = await self._handle.reserve_async(self._tokens(tokens), 0.0)
         return wait >= 0
+
+    # -- listening to the provider -------------------------------------------------
+
+    def _restriction(self, info: RateLimitInfo, status: int | None) -> tuple[T, float] | None:
+        """What to tell the store, in this limiter's terms (``None``: nothing)."""
+        raise NotImplementedError
+
+    def _read(
+        self, headers: Any, status: int | None, now: float | None
+    ) -> tuple[RateLimitInfo, tuple[T, float] | None]:
+        if status is not None and (isinstance(status, bool) or not isinstance(status, int)):
+            raise TypeError(f"status must be an int HTTP status or None, got {status!r}")
+        info = parse_rate_limit_headers(headers, now)
+        return info, self._restriction(info, status)
+
+    def feedback(self, headers: Any, status: int | None = None, *, now: float | None = None) -> RateLimitInfo:
+        """Correct the budget from a response's rate-limit headers; return what they said.
+
+        Only ever lowers the budget, atomically for every worker sharing it:
+        ``remaining`` below what this limiter would still grant before the reset
+        lowers it to that; a 429/503 with ``Retry-After`` (or ``remaining: 0`` with a
+        reset) pauses every worker until then, after which grants resume at the
+        configured rate, in order, without a burst. A reset already past, garbage
+        headers or a higher ``remaining`` change nothing; waits are capped at an hour.
+
+        Args:
+            headers: the response's headers (any mapping, or ``(name, value)`` pairs).
+            status: the response's HTTP status, if known.
+            now: the current time as epoch seconds, for absolute resets (tests).
+        """
+        info, change = self._read(headers, status, now)
+        if change is not None:
+            self._handle.restrict(*change)
+        return info
+
+    async def feedback_async(
+        self, headers: Any, status: int | None = None, *, now: float | None = None
+    ) -> RateLimitInfo:
+        """:meth:`feedback` for asyncio."""
+        info, change = self._read(headers, status, now)
+        if change is not None:
+            await self._handle.restrict_async(*change)
+        return info
 
     # -- giving back --------------------------------------------------------------
 

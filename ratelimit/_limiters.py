@@ -9,9 +9,11 @@ from . import _validate
 from ._algorithm import Algorithm
 from ._backend import Backend
 from ._clock import Clock
+from ._feedback import restriction
 from ._gcra import Gcra
+from ._headers import RateLimitInfo
 from ._leaky_bucket import LeakyQueue
-from ._limiter import Limiter
+from ._limiter import Limiter, logger
 from ._sliding_window import WindowCounter, WindowLog
 
 __all__ = ["LeakyBucket", "SingleLimiter", "SlidingWindow", "TokenBucket"]
@@ -30,6 +32,35 @@ class SingleLimiter(Limiter[float]):
 
     def _tokens(self, tokens: object) -> float:
         return _validate.tokens(tokens, self._most, self._alg.most_name)
+
+    def _restriction(self, info: RateLimitInfo, status: int | None) -> tuple[float, float] | None:
+        self._check_policy(info)
+        return restriction(info, status)
+
+    def _check_policy(self, info: RateLimitInfo) -> None:
+        # A provider announcing a lower rate than configured is worth a loud word; it
+        # never changes the configuration by itself (headers can be wrong or spoofed).
+        if info.limit is None or not info.window:
+            return
+        theirs = info.limit / info.window
+        ours = self.sustained_rate
+        if ours > theirs * 1.001:
+            logger.warning(
+                "%r is configured for %.6g/s but the provider announces %g per %g s (%.6g/s)",
+                self,
+                ours,
+                info.limit,
+                info.window,
+                theirs,
+            )
+
+    @property
+    def sustained_rate(self) -> float:
+        """Tokens per second this limiter grants in the long run."""
+        first, second = self._alg.params()
+        if isinstance(self._alg, (WindowLog, WindowCounter)):
+            return first / second
+        return second
 
     def _describe(self) -> str:
         raise NotImplementedError

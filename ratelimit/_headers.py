@@ -1,0 +1,366 @@
+"""Reading a provider's rate-limit headers into one shape: :class:`RateLimitInfo`.
+
+Providers say the same four things in a dozen dialects. Understood, by header name
+(case-insensitive):
+
+- ``X-RateLimit-Limit / -Remaining / -Reset`` and the variants ``X-Rate-Limit-*``
+  (Okta, Twitter), ``X-RateLimit-Used`` and ``-Resource`` (GitHub), ``-Reset-After``
+  (Discord), float values (Reddit). ``Reset`` may be epoch seconds, epoch milliseconds
+  or a delay in seconds: a value above 10^12 is read as epoch milliseconds, above 10^9
+  as epoch seconds (no provider announces a delay of 31 years), anything else as a
+  delay.
+- The IETF drafts: ``RateLimit-Limit / -Remaining / -Reset`` with
+  ``RateLimit-Policy: 10;w=1``; and the structured-field form
+  ``RateLimit: "default";r=50;t=30`` with ``RateLimit-Policy: "default";q=100;w=60``.
+- OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` with durations
+  such as ``6m0s`` or ``20ms``; Anthropic's ``anthropic-ratelimit-{requests,tokens}-*``
+  with RFC 3339 resets; Shopify's ``X-Shopify-Shop-Api-Call-Limit: 32/40``.
+- ``Retry-After`` as delay-seconds or an HTTP-date (IMF-fixdate, RFC 850, asctime).
+
+Garbage never raises: a malformed field comes back as ``None``, a wait is never
+negative and never longer than ``cap`` seconds (an hour unless told otherwise). Where
+a header is repeated, the most conservative value wins (the lowest limit and
+remaining, the latest reset).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = ["DEFAULT_CAP", "RateLimitInfo", "parse_rate_limit_headers"]
+
+#: The longest wait a header may impose, in seconds, unless the caller says otherwise.
+DEFAULT_CAP = 3600.0
+
+_EPOCH_SECONDS = 1e9
+_EPOCH_MILLISECONDS = 1e12
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitInfo:
+    """What a response said about the rate limit; ``None`` where it said nothing usable.
+
+    Attributes:
+        limit: requests (or tokens) allowed per window.
+        remaining: how many are left in the current window.
+        reset_after: seconds until the window resets (the budget is full again).
+        retry_after: seconds the provider asked us to wait (``Retry-After``).
+        window: the policy's window in seconds, when a header names it.
+        tokens: for APIs that also limit tokens (OpenAI, Anthropic), the same fields
+            for the token budget; the main fields then describe requests.
+    """
+
+    limit: float | None = None
+    remaining: float | None = None
+    reset_after: float | None = None
+    retry_after: float | None = None
+    window: float | None = None
+    tokens: RateLimitInfo | None = None
+
+
+def parse_rate_limit_headers(headers: Any, now: float | None = None, *, cap: float = DEFAULT_CAP) -> RateLimitInfo:
+    """Read the rate-limit headers of a response.
+
+    Args:
+        headers: a mapping (``dict``, ``httpx.Headers``, ``requests``' headers, an
+            ``email.message.Message``) or an iterable of ``(name, value)`` pairs.
+        now: the current time as epoch seconds, for absolute resets and HTTP-dates
+            (default: ``time.time()``).
+        cap: the longest wait, in seconds, any header may impose; longer values are
+            cut to it.
+
+    Returns:
+        The :class:`RateLimitInfo`; every field the headers do not give, or give in a
+        form that cannot be trusted, is ``None``.
+    """
+    if not (isinstance(cap, (int, float)) and cap > 0):
+        raise ValueError(f"cap must be a number > 0, got {cap!r}")
+    clock = time.time() if now is None else float(now)
+    fields = _collect(headers)
+    reader = _Reader(fields, clock, float(cap))
+    return reader.read()
+
+
+def _collect(headers: Any) -> dict[str, list[str]]:
+    """Lower-cased names to every value given, whatever container they came in."""
+    pairs: Iterable[Any]
+    if hasattr(headers, "multi_items"):  # httpx keeps repeated headers apart there
+        pairs = headers.multi_items()
+    elif hasattr(headers, "items"):
+        pairs = headers.items()
+    elif headers is None:
+        pairs = ()
+    else:
+        pairs = headers
+    fields: dict[str, list[str]] = {}
+    try:
+        for pair in pairs:
+            try:
+                name, value = pair
+            except (TypeError, ValueError):
+                continue
+            if isinstance(name, bytes):
+                name = name.decode("latin-1")
+            if isinstance(value, bytes):
+                value = value.decode("latin-1")
+            if isinstance(name, str) and isinstance(value, str):
+                fields.setdefault(name.strip().lower(), []).append(value.strip())
+            elif isinstance(name, str) and isinstance(value, (int, float)) and not isinstance(value, bool):
+                fields.setdefault(name.strip().lower(), []).append(str(value))
+    except TypeError:
+        return {}
+    return fields
+
+
+def _number(text: str) -> float | None:
+    """A finite, non-negative decimal, or ``None``."""
+    text = text.strip()
+    if not re.fullmatch(r"\+?[0-9]+(\.[0-9]+)?", text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)")
+
+
+def _duration(text: str) -> float | None:
+    """``6m0s``, ``1h2m3.5s``, ``20ms``, or a bare number of seconds."""
+    text = text.strip()
+    plain = _number(text)
+    if plain is not None:
+        return plain
+    if not text or _DURATION_PART.sub("", text) != "":
+        return None
+    scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    return sum(float(amount) * scale[unit] for amount, unit in _DURATION_PART.findall(text))
+
+
+_MONTHS = {
+    m: i for i, m in enumerate(["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)
+}
+_IMF_FIXDATE = re.compile(r"[A-Za-z]{3}, (\d{2}) ([A-Za-z]{3}) (\d{4}) (\d{2}):(\d{2}):(\d{2}) GMT")
+_RFC850 = re.compile(r"[A-Za-z]+, (\d{2})-([A-Za-z]{3})-(\d{2}) (\d{2}):(\d{2}):(\d{2}) GMT")
+_ASCTIME = re.compile(r"[A-Za-z]{3} ([A-Za-z]{3}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})")
+
+
+def _http_date(text: str, now: float) -> float | None:
+    """An HTTP-date (RFC 9110 section 5.6.7) as epoch seconds."""
+    text = text.strip()
+    try:
+        if match := _IMF_FIXDATE.fullmatch(text):
+            day, month, year, hour, minute, second = match.groups()
+        elif match := _RFC850.fullmatch(text):
+            day, month, short_year, hour, minute, second = match.groups()
+            # RFC 9110: a two-digit year more than 50 years ahead is in the past century.
+            this_year = datetime.fromtimestamp(now, timezone.utc).year
+            year_number = 2000 + int(short_year)
+            if year_number > this_year + 50:
+                year_number -= 100
+            year = str(year_number)
+        elif match := _ASCTIME.fullmatch(text):
+            month, day, hour, minute, second, year = match.groups()
+        else:
+            return None
+        month_number = _MONTHS.get(month.lower())
+        if month_number is None:
+            return None
+        moment = datetime(int(year), month_number, int(day), int(hour), int(minute), int(second), tzinfo=timezone.utc)
+    except (ValueError, OverflowError):
+        return None
+    return moment.timestamp()
+
+
+def _rfc3339(text: str) -> float | None:
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        return None
+    return moment.timestamp()
+
+
+def _parameters(text: str) -> list[tuple[str | None, dict[str, str]]]:
+    """Items of a structured-field list, ``"name";k=v;k=v, ...``, loosely."""
+    items: list[tuple[str | None, dict[str, str]]] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        head, _, rest = part.partition(";")
+        head = head.strip()
+        params: dict[str, str] = {}
+        name: str | None = None
+        if "=" in head:  # the older draft: "limit=100, remaining=50" or a bare "k=v"
+            key, _, value = head.partition("=")
+            params[key.strip().lower()] = value.strip().strip('"')
+        elif head:
+            name = head.strip('"')
+        for param in rest.split(";"):
+            key, _, value = param.partition("=")
+            if key.strip():
+                params[key.strip().lower()] = value.strip().strip('"')
+        items.append((name, params))
+    return items
+
+
+class _Reader:
+    """One parse: the fields, the time, the cap, and the rules for each dialect."""
+
+    def __init__(self, fields: dict[str, list[str]], now: float, cap: float) -> None:
+        self.fields = fields
+        self.now = now
+        self.cap = cap
+
+    # -- values -------------------------------------------------------------------
+
+    def values(self, *names: str) -> list[str]:
+        found: list[str] = []
+        for name in names:
+            for value in self.fields.get(name, []):
+                # A repeated header may arrive folded into one, comma-separated.
+                found.extend(piece for piece in value.split(",") if piece.strip())
+        return found
+
+    def least(self, *names: str) -> float | None:
+        numbers = [n for n in map(_number, self.values(*names)) if n is not None]
+        return min(numbers) if numbers else None
+
+    def wait(self, seconds: float | None) -> float | None:
+        """A delay made safe: ``None`` if absent or past, at most ``cap``."""
+        if seconds is None or not math.isfinite(seconds) or seconds < 0:
+            return None
+        return min(seconds, self.cap)
+
+    def reset(self, *names: str) -> float | None:
+        """The latest of the resets named, with the epoch / delay heuristic."""
+        delays = []
+        for text in self.values(*names):
+            value = _number(text)
+            if value is None:
+                continue
+            if value > _EPOCH_MILLISECONDS:
+                value = value / 1000.0 - self.now
+            elif value > _EPOCH_SECONDS:
+                value = value - self.now
+            delays.append(value)
+        return self.wait(max(delays)) if delays else None
+
+    # -- dialects -----------------------------------------------------------------
+
+    def read(self) -> RateLimitInfo:
+        primary = self.x_ratelimit()
+        for other in (self.ietf(), self.openai("requests"), self.anthropic("requests"), self.shopify()):
+            primary = _merge(primary, other)
+        tokens = _merge(self.openai("tokens"), self.anthropic("tokens"))
+        return RateLimitInfo(
+            limit=primary.limit,
+            remaining=primary.remaining,
+            reset_after=primary.reset_after,
+            retry_after=self.retry_after(),
+            window=primary.window,
+            tokens=tokens if tokens != RateLimitInfo() else None,
+        )
+
+    def retry_after(self) -> float | None:
+        waits = []
+        for text in self.fields.get("retry-after", []):
+            # An HTTP-date holds a comma itself, so try the whole value as one first;
+            # otherwise it may be repeated values folded together ("10, 20").
+            moment = _http_date(text, self.now)
+            if moment is not None:
+                # A date already past means "now": no wait, but the header was valid.
+                waits.append(max(0.0, moment - self.now))
+                continue
+            waits.extend(n for n in map(_number, text.split(",")) if n is not None)
+        return self.wait(max(waits)) if waits else None
+
+    def x_ratelimit(self) -> RateLimitInfo:
+        def names(suffix: str) -> tuple[str, str]:
+            return (f"x-ratelimit-{suffix}", f"x-rate-limit-{suffix}")
+
+        limit = self.least(*names("limit"))
+        remaining = self.least(*names("remaining"))
+        used = self.least(*names("used"))
+        if remaining is None and used is not None and limit is not None:
+            remaining = max(0.0, limit - used)  # GitHub gives Used alongside
+        reset = self.wait(self.least(*names("reset-after")))  # Discord: a precise delay
+        if reset is None:
+            reset = self.reset(*names("reset"))
+        return RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset)
+
+    def ietf(self) -> RateLimitInfo:
+        limit = self.least("ratelimit-limit")
+        remaining = self.least("ratelimit-remaining")
+        reset = self.wait(self.least("ratelimit-reset"))
+        window = None
+        policies = [item for text in self.fields.get("ratelimit-policy", []) for item in _parameters(text)]
+        for name, params in policies:
+            # Draft 6/7 writes the quota first ("10;w=1"); the structured form as q=.
+            quota = _number(name) if name is not None else None
+            if quota is None:
+                quota = _number(params.get("q", ""))
+            if quota is None:
+                continue
+            # With several policies, the one whose quota is the announced limit.
+            if limit is None or quota == limit:
+                limit = quota
+                window = _number(params.get("w", ""))
+                break
+        for text in self.fields.get("ratelimit", []):
+            for _, params in _parameters(text):
+                remaining = _low(remaining, _number(params.get("r", params.get("remaining", ""))))
+                reset = _high(reset, self.wait(_number(params.get("t", params.get("reset", "")))))
+                limit = _low(limit, _number(params.get("limit", "")))
+        return RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, window=window)
+
+    def openai(self, kind: str) -> RateLimitInfo:
+        resets = [d for d in map(_duration, self.values(f"x-ratelimit-reset-{kind}")) if d is not None]
+        return RateLimitInfo(
+            limit=self.least(f"x-ratelimit-limit-{kind}"),
+            remaining=self.least(f"x-ratelimit-remaining-{kind}"),
+            reset_after=self.wait(max(resets)) if resets else None,
+        )
+
+    def anthropic(self, kind: str) -> RateLimitInfo:
+        moments = [m for m in map(_rfc3339, self.values(f"anthropic-ratelimit-{kind}-reset")) if m is not None]
+        return RateLimitInfo(
+            limit=self.least(f"anthropic-ratelimit-{kind}-limit"),
+            remaining=self.least(f"anthropic-ratelimit-{kind}-remaining"),
+            reset_after=self.wait(max(moments) - self.now) if moments else None,
+        )
+
+    def shopify(self) -> RateLimitInfo:
+        for text in self.fields.get("x-shopify-shop-api-call-limit", []):
+            used, _, limit = text.partition("/")
+            used_n, limit_n = _number(used), _number(limit)
+            if used_n is not None and limit_n is not None and limit_n > 0:
+                return RateLimitInfo(limit=limit_n, remaining=max(0.0, limit_n - used_n))
+        return RateLimitInfo()
+
+
+def _low(x: float | None, y: float | None) -> float | None:
+    return y if x is None else x if y is None else min(x, y)
+
+
+def _high(x: float | None, y: float | None) -> float | None:
+    return y if x is None else x if y is None else max(x, y)
+
+
+def _merge(a: RateLimitInfo, b: RateLimitInfo) -> RateLimitInfo:
+    """Two readings of one response: the most conservative of each field."""
+    low, high = _low, _high
+    return RateLimitInfo(
+        limit=low(a.limit, b.limit),
+        remaining=low(a.remaining, b.remaining),
+        reset_after=high(a.reset_after, b.reset_after),
+        retry_after=high(a.retry_after, b.retry_after),
+        window=a.window if a.window is not None else b.window,
+    )

@@ -1,0 +1,156 @@
+"""feedback(): the provider's word lowers the budget, on every store, never raises it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ratelimit import AcquireTimeout, Composite, LeakyBucket, ManualClock, SlidingWindow, TokenBucket
+
+Make = Callable[..., Any]
+
+
+def test_a_429_with_retry_after_pauses_then_resumes_at_the_configured_rate(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 5, 10)
+    info = limiter.feedback({"Retry-After": "2"}, status=429)
+    assert info.retry_after == 2.0
+    assert not limiter.try_acquire()
+    # The first grant lands on the end of the pause, the rest follow 0.1 s apart:
+    # the burst that idled during the pause is not released all at once.
+    assert [limiter.acquire() for _ in range(3)] == pytest.approx([2.0, 0.1, 0.1])
+
+
+def test_remaining_below_what_the_limiter_would_grant_lowers_it(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 10, 1)
+    limiter.feedback({"X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "5"}, status=200)
+    # Two grants before the reset, spaced at the configured rate so that the third
+    # lands on the reset itself and the rate carries on from there.
+    assert not limiter.try_acquire()
+    waits = [limiter.acquire() for _ in range(4)]
+    assert waits == pytest.approx([3.0, 1.0, 1.0, 1.0])
+    assert clock.now() == pytest.approx(1_000.0 + 6.0)
+
+
+def test_remaining_close_to_the_reset_is_granted_at_once(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 10, 1)
+    limiter.feedback({"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": "1"}, status=200)
+    assert [limiter.try_acquire() for _ in range(4)] == [True, True, True, False]
+
+
+def test_a_higher_remaining_never_raises_the_budget(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 2, 1)
+    assert limiter.try_acquire()
+    assert limiter.try_acquire()
+    limiter.feedback({"X-RateLimit-Remaining": "100", "X-RateLimit-Reset": "60"}, status=200)
+    assert not limiter.try_acquire()
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"X-RateLimit-Remaining": "0"},  # no reset: nothing to wait for
+        {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(int(time.time()) - 100)},  # past
+        {"Retry-After": "garbage"},
+        {"X-RateLimit-Remaining": "-3", "X-RateLimit-Reset": "-10"},
+    ],
+)
+def test_stale_or_garbage_headers_change_nothing(make: Make, clock: ManualClock, headers: dict[str, str]) -> None:
+    limiter = make(TokenBucket, 2, 1)
+    limiter.feedback(headers, status=429)
+    assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
+
+
+def test_a_pause_only_extends_to_the_later_deadline(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 1, 1)
+    limiter.feedback({"Retry-After": "5"}, status=503)
+    limiter.feedback({"Retry-After": "2"}, status=503)
+    assert limiter.acquire() == 5.0
+
+
+def test_remaining_zero_with_a_reset_pauses(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 3, 3)
+    limiter.feedback({"RateLimit": '"default";r=0;t=4', "RateLimit-Policy": '"default";q=3;w=1'}, status=200)
+    assert limiter.acquire() == 4.0
+
+
+def test_a_success_with_a_retry_after_does_not_pause(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 1, 1)
+    limiter.feedback({"Retry-After": "30"}, status=200)
+    assert limiter.try_acquire()
+
+
+def test_waiters_queued_during_a_pause_go_after_it_in_order(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 3, 2)
+    limiter.feedback({"Retry-After": "1"}, status=429)
+    # Nothing sleeps here (try with a timeout that is too short), then all queue up.
+    with pytest.raises(AcquireTimeout) as info:
+        limiter.acquire(timeout=0.5)
+    assert info.value.retry_after == pytest.approx(1.0)
+    assert [limiter.acquire() for _ in range(3)] == pytest.approx([1.0, 0.5, 0.5])
+
+
+def test_leaky_bucket_pause(make: Make, clock: ManualClock) -> None:
+    limiter = make(LeakyBucket, 10, 2)
+    limiter.feedback({"Retry-After": "3"}, status=429)
+    assert [limiter.acquire() for _ in range(3)] == pytest.approx([3.0, 0.5, 0.5])
+
+
+def test_sliding_window_pause_and_remaining(make: Make, clock: ManualClock) -> None:
+    limiter = make(SlidingWindow, 4, 10)
+    limiter.feedback({"X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "6"}, status=200)
+    assert [limiter.try_acquire() for _ in range(2)] == [True, False]
+    assert limiter.acquire() == 6.0
+    limiter.feedback({"Retry-After": "20"}, status=429)
+    assert limiter.acquire() == 20.0
+
+
+def test_approximate_window_pause(make: Make, clock: ManualClock) -> None:
+    limiter = make(SlidingWindow, 4, 10, approximate=True)
+    limiter.feedback({"Retry-After": "20"}, status=429)
+    assert not limiter.try_acquire()
+    assert limiter.acquire() >= 20.0
+
+
+def test_composite_pauses_every_member_but_ignores_remaining(make: Make, clock: ManualClock) -> None:
+    limiter = make(Composite, [TokenBucket(2, 1), SlidingWindow(10, 60)])
+    limiter.feedback({"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "30"}, status=200)
+    assert limiter.acquire() == 30.0
+    limiter.feedback({"X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "5"}, status=200)
+    assert limiter.acquire() == 1.0  # the bucket's own spacing; `remaining` is not applied
+
+
+def test_a_provider_announcing_a_lower_rate_is_reported(
+    make: Make, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    limiter = make(TokenBucket, 10, 5)
+    headers = {"RateLimit-Limit": "60", "RateLimit-Remaining": "59", "RateLimit-Policy": "60;w=60"}
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        info = limiter.feedback(headers)
+    assert info.limit == 60
+    assert info.window == 60
+    assert "provider announces 60 per 60 s" in caplog.text
+    # The configuration is not changed by it.
+    assert limiter.refill_per_sec == 5
+
+
+def test_feedback_async(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 1, 1)
+
+    async def scenario() -> float:
+        await limiter.feedback_async({"Retry-After": "3"}, status=429)
+        wait: float = await limiter.acquire_async()
+        return wait
+
+    assert asyncio.run(scenario()) == 3.0
+
+
+@pytest.mark.parametrize("status", ["429", 429.0, True])
+def test_status_must_be_an_int(status: Any) -> None:
+    with pytest.raises(TypeError, match="status must be an int"):
+        TokenBucket(1, 1).feedback({}, status=status)

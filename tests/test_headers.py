@@ -1,0 +1,194 @@
+"""parse_rate_limit_headers: real providers' headers, and hostile ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ratelimit import RateLimitInfo, parse_rate_limit_headers
+
+NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
+
+
+def info(**fields: Any) -> RateLimitInfo:
+    return RateLimitInfo(**fields)
+
+
+PROVIDERS: dict[str, tuple[Any, RateLimitInfo]] = {
+    "github": (
+        {
+            "X-RateLimit-Limit": "5000",
+            "X-RateLimit-Remaining": "4999",
+            "X-RateLimit-Used": "1",
+            "X-RateLimit-Reset": str(int(NOW) + 600),
+            "X-RateLimit-Resource": "core",
+        },
+        info(limit=5000, remaining=4999, reset_after=600),
+    ),
+    "github, Used without Remaining": (
+        {"X-RateLimit-Limit": "60", "X-RateLimit-Used": "60", "X-RateLimit-Reset": str(int(NOW) + 30)},
+        info(limit=60, remaining=0, reset_after=30),
+    ),
+    "reset in epoch milliseconds": (
+        {"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": str(int((NOW + 30) * 1000))},
+        info(remaining=3, reset_after=30),
+    ),
+    "reset as a delay": (
+        {"X-RateLimit-Limit": "100", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "45"},
+        info(limit=100, remaining=0, reset_after=45),
+    ),
+    "twitter": (
+        {"x-rate-limit-limit": "900", "x-rate-limit-remaining": "899", "x-rate-limit-reset": str(int(NOW) + 900)},
+        info(limit=900, remaining=899, reset_after=900),
+    ),
+    "okta": (
+        {"X-Rate-Limit-Limit": "600", "X-Rate-Limit-Remaining": "598", "X-Rate-Limit-Reset": str(int(NOW) + 60)},
+        info(limit=600, remaining=598, reset_after=60),
+    ),
+    "discord": (
+        {
+            "X-RateLimit-Limit": "5",
+            "X-RateLimit-Remaining": "4",
+            "X-RateLimit-Reset": str(NOW + 1.25),
+            "X-RateLimit-Reset-After": "1.25",
+            "X-RateLimit-Bucket": "abcd1234",
+        },
+        info(limit=5, remaining=4, reset_after=1.25),
+    ),
+    "reddit": (
+        {"X-Ratelimit-Used": "1", "X-Ratelimit-Remaining": "599.0", "X-Ratelimit-Reset": "422"},
+        info(remaining=599, reset_after=422),
+    ),
+    "ietf draft with a policy list": (
+        {
+            "RateLimit-Limit": "10",
+            "RateLimit-Remaining": "9",
+            "RateLimit-Reset": "1",
+            "RateLimit-Policy": "10;w=1, 1000;w=3600",
+        },
+        info(limit=10, remaining=9, reset_after=1, window=1),
+    ),
+    "ietf structured fields": (
+        {"RateLimit": '"default";r=50;t=30', "RateLimit-Policy": '"default";q=100;w=60'},
+        info(limit=100, remaining=50, reset_after=30, window=60),
+    ),
+    "openai": (
+        {
+            "x-ratelimit-limit-requests": "60",
+            "x-ratelimit-remaining-requests": "59",
+            "x-ratelimit-reset-requests": "1s",
+            "x-ratelimit-limit-tokens": "150000",
+            "x-ratelimit-remaining-tokens": "149984",
+            "x-ratelimit-reset-tokens": "6m0s",
+        },
+        info(
+            limit=60,
+            remaining=59,
+            reset_after=1,
+            tokens=info(limit=150000, remaining=149984, reset_after=360),
+        ),
+    ),
+    "openai milliseconds": (
+        {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "20ms"},
+        info(remaining=0, reset_after=0.02),
+    ),
+    "anthropic": (
+        {
+            "anthropic-ratelimit-requests-limit": "50",
+            "anthropic-ratelimit-requests-remaining": "49",
+            "anthropic-ratelimit-requests-reset": "2023-11-14T22:13:50Z",
+            "anthropic-ratelimit-tokens-limit": "40000",
+            "anthropic-ratelimit-tokens-remaining": "39000",
+            "anthropic-ratelimit-tokens-reset": "2023-11-14T22:14:20+00:00",
+            "retry-after": "5",
+        },
+        info(
+            limit=50,
+            remaining=49,
+            reset_after=30,
+            retry_after=5,
+            tokens=info(limit=40000, remaining=39000, reset_after=60),
+        ),
+    ),
+    "shopify": ({"X-Shopify-Shop-Api-Call-Limit": "32/40"}, info(limit=40, remaining=8)),
+    "retry-after seconds": ({"Retry-After": "120"}, info(retry_after=120)),
+    "retry-after IMF-fixdate": ({"Retry-After": "Tue, 14 Nov 2023 22:14:20 GMT"}, info(retry_after=60)),
+    "retry-after RFC 850": ({"Retry-After": "Tuesday, 14-Nov-23 22:14:20 GMT"}, info(retry_after=60)),
+    "retry-after asctime": ({"Retry-After": "Tue Nov 14 22:14:20 2023"}, info(retry_after=60)),
+    "retry-after date already past": ({"Retry-After": "Tue, 14 Nov 2023 22:00:00 GMT"}, info(retry_after=0)),
+}
+
+
+@pytest.mark.parametrize(("headers", "expected"), list(PROVIDERS.values()), ids=list(PROVIDERS))
+def test_providers(headers: Any, expected: RateLimitInfo) -> None:
+    assert parse_rate_limit_headers(headers, now=NOW) == expected
+
+
+HOSTILE: dict[str, Any] = {
+    "empty": {},
+    "None": None,
+    "not headers at all": 42,
+    "pairs of the wrong shape": [("only-a-name",), 7, ("a", "b", "c")],
+    "negative": {"X-RateLimit-Remaining": "-5", "Retry-After": "-1", "X-RateLimit-Reset": "-30"},
+    "words": {"X-RateLimit-Limit": "lots", "Retry-After": "soon", "RateLimit": "garbage;;;=="},
+    "non-ASCII digits": {"X-RateLimit-Remaining": "٣", "Retry-After": "\uff11\uff10"},  # fullwidth 10
+    "non-ASCII junk": {"RateLimit-Policy": "ü;w=ß", "X-RateLimit-Reset": "∞"},
+    "overflowing": {"X-RateLimit-Reset": "1e999", "Retry-After": "9" * 400},
+    "nan and inf": {"X-RateLimit-Remaining": "nan", "Retry-After": "inf"},
+    "reset in the past": {"X-RateLimit-Reset": str(int(NOW) - 100)},
+    "wrong value types": {"X-RateLimit-Remaining": ["1"], "Retry-After": {"a": 1}},
+    "a bad date": {"Retry-After": "Tue, 31 Feb 2023 25:61:00 GMT"},
+}
+
+
+@pytest.mark.parametrize("headers", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_hostile_headers_never_raise_and_say_nothing(headers: Any) -> None:
+    parsed = parse_rate_limit_headers(headers, now=NOW)
+    assert parsed.remaining is None
+    assert parsed.limit is None
+    assert parsed.reset_after is None
+    # "9"*400 is a number, just an absurd one: it is cut to the cap, never longer.
+    assert parsed.retry_after is None or parsed.retry_after == 3600.0
+
+
+def test_waits_are_capped() -> None:
+    headers = {"Retry-After": "86400", "X-RateLimit-Reset": str(int(NOW) + 86400)}
+    parsed = parse_rate_limit_headers(headers, now=NOW)
+    assert parsed.retry_after == 3600.0
+    assert parsed.reset_after == 3600.0
+    assert parse_rate_limit_headers(headers, now=NOW, cap=30).retry_after == 30.0
+
+
+def test_cap_is_validated() -> None:
+    with pytest.raises(ValueError, match="cap must be a number > 0, got 0"):
+        parse_rate_limit_headers({}, cap=0)
+
+
+def test_names_are_case_insensitive_and_containers_vary() -> None:
+    expected = info(limit=10, remaining=3)
+    assert parse_rate_limit_headers({"x-ratelimit-limit": "10", "X-RATELIMIT-REMAINING": "3"}) == expected
+    assert parse_rate_limit_headers([("X-RateLimit-Limit", "10"), ("X-RateLimit-Remaining", "3")]) == expected
+    assert parse_rate_limit_headers([(b"X-RateLimit-Limit", b"10"), (b"X-RateLimit-Remaining", b"3")]) == expected
+
+
+def test_repeated_headers_take_the_most_conservative_value() -> None:
+    pairs = [
+        ("X-RateLimit-Remaining", "5"),
+        ("x-ratelimit-remaining", "3"),
+        ("Retry-After", "10, 20"),
+        ("X-RateLimit-Reset", "10"),
+        ("X-RateLimit-Reset", "40"),
+    ]
+    assert parse_rate_limit_headers(pairs, now=NOW) == info(remaining=3, reset_after=40, retry_after=20)
+
+
+def test_dialects_together_take_the_most_conservative_reading() -> None:
+    headers = {"X-RateLimit-Remaining": "7", "RateLimit-Remaining": "4", "RateLimit-Reset": "9"}
+    assert parse_rate_limit_headers(headers, now=NOW) == info(remaining=4, reset_after=9)
+
+
+def test_http_client_header_objects() -> None:
+    requests_structures = pytest.importorskip("requests.structures")
+    headers = requests_structures.CaseInsensitiveDict({"X-RateLimit-Remaining": "2", "Retry-After": "3"})
+    assert parse_rate_limit_headers(headers) == info(remaining=2, retry_after=3)
