@@ -1,0 +1,69 @@
+"""The README and docker-compose.yml tell the same story as the code."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return loaded
+
+
+def test_compose_parses_and_names_the_readme_services() -> None:
+    services = compose()["services"]
+    readme = (ROOT / "README.md").read_text()
+    assert set(services) == {"redis", "redis-cluster"}
+    for name in services:
+        assert f"docker compose up -d {name}" in readme or f"--profile cluster up -d {name}" in readme
+    assert services["redis"]["ports"] == ["6379:6379"]
+    assert "redis://127.0.0.1:6379/0" in readme
+    cluster_ports = [p.split(":")[0] for p in services["redis-cluster"]["ports"]]
+    assert cluster_ports == ["7001", "7002", "7003"]
+    assert "127.0.0.1:7001" in readme
+    assert services["redis-cluster"]["profiles"] == ["cluster"]
+    assert "--profile cluster" in readme
+    # One image for both, a real Redis (not a third-party cluster image).
+    assert {s["image"] for s in services.values()} == {"redis:7.2-alpine"}
+
+
+def test_readme_set_up_commands_exist_in_the_makefile() -> None:
+    readme = (ROOT / "README.md").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    first_screen = readme.split("---")[0]
+    commands = re.findall(r"^make (\w+)", first_screen, flags=re.MULTILINE)
+    assert commands == ["demo", "test"]
+    for target in commands:
+        assert re.search(rf"^{target}:", makefile, flags=re.MULTILINE)
+    # CI runs the same test command the README gives.
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_demo_command_runs() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ratelimit", "demo", "--seconds", "0.5", "--threads", "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "the configured limit allows" in result.stdout
+
+
+def test_bad_cli_arguments_exit_non_zero_with_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ratelimit", "demo", "--rate", "-3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "expected a number > 0, got '-3'" in result.stderr
