@@ -30,3 +30,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             terminalreporter.write_line(
                 f"{bench.name:<55} {median * 1e9:>10.0f} ns {median / floor:>6.2f}x {1 / median:>14,.0f}/s"
             )
+    from test_redis import REPORT
+
+    if REPORT:
+        terminalreporter.write_sep("-", "Redis script calls per grant under contention (16 threads, demand >> supply)")
+        for line in REPORT:
+            terminalreporter.write_line(line)

@@ -12,14 +12,20 @@ is to stay within 1 / 0.85 of the empty EVALSHA. Needs the server at ``REDIS_URL
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from ratelimit import Acquirer, LeakyBucket, RedisBackend, SlidingWindow, TokenBucket
+
+#: Lines for the terminal summary (benchmarks/conftest.py prints them).
+REPORT: list[str] = []
 
 URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 HUGE = 1e15
@@ -66,3 +72,41 @@ def test_try_acquire(benchmark: BenchmarkFixture, client: redis.Redis, kind: str
     limiter = LIMITERS[kind](RedisBackend(client), f"bench-{uuid.uuid4().hex[:8]}")
     measure(benchmark, limiter.try_acquire)
     assert limiter.try_acquire() is True
+
+
+def script_calls(client: redis.Redis) -> int:
+    stats: dict[str, Any] = client.info("commandstats")
+    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
+
+
+@pytest.mark.parametrize("kind", list(LIMITERS))
+def test_commands_per_grant_under_contention(client: redis.Redis, kind: str) -> None:
+    """16 threads demanding about 10x what the limiter supplies: still one call per grant."""
+    rate, threads, seconds = 200.0, 16, 1.0
+    backend = RedisBackend(client)
+    name = f"contention-{uuid.uuid4().hex[:8]}"
+    makers: dict[str, Callable[[], Acquirer]] = {
+        "token_bucket": lambda: TokenBucket(10, rate, backend=backend, name=name),
+        "leaky_bucket": lambda: LeakyBucket(1_000, rate, backend=backend, name=name),
+        "sliding_window": lambda: SlidingWindow(20, 20 / rate, backend=backend, name=name),
+        "sliding_window_approx": lambda: SlidingWindow(20, 20 / rate, approximate=True, backend=backend, name=name),
+    }
+    limiter = makers[kind]()
+    grants = [0] * threads
+    stop = time.monotonic() + seconds
+
+    def work(i: int) -> None:
+        while time.monotonic() < stop:
+            limiter.acquire()
+            grants[i] += 1
+
+    before = script_calls(client)
+    pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    calls = script_calls(client) - before
+    total = sum(grants)
+    REPORT.append(f"{kind:<24} {total:>6} grants  {calls:>6} script calls  {calls / total:.3f} per grant")
+    assert calls == total
