@@ -49,17 +49,7 @@ if op == 'reserve' then
     if admit > admit_at then admit_at = admit end
     if grant > at then at = grant end
   end
-  local wait
-  if admit_at - now > EPSILON then
-    wait = now - admit_at
-  else
-    wait = at - now
-    if wait <= EPSILON then
-      wait = 0.0
-    elseif wait > max_wait + EPSILON then
-      wait = -wait
-    end
-  end
+  local wait = decide(admit_at, at, now, max_wait)
   if wait < 0 then
     save_all(true)
     return {fmt(wait), fmt(now + wait)}

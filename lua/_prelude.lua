@@ -16,6 +16,16 @@ local function clock(arg)
   return tonumber(arg)
 end
 
+-- The decision of step() in ratelimit/_algorithm.py, from a plan's admit and grant
+-- times: the signed wait (>= 0 granted after it; < 0 refused, -wait was needed).
+local function decide(admit_at, at, now, max_wait)
+  if admit_at - now > EPSILON then return now - admit_at end
+  local wait = at - now
+  if wait <= EPSILON then return 0.0 end
+  if wait > max_wait + EPSILON then return -wait end
+  return wait
+end
+
 local function fmt(x)
   return string.format('%.17g', x)
 end

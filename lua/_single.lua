@@ -32,18 +32,8 @@ if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
   local admit_at, at = ALG.plan(self, state, now, tokens)
-  local wait
-  if admit_at - now > EPSILON then
-    wait = now - admit_at
-  else
-    wait = at - now
-    if wait <= EPSILON then
-      wait = 0.0
-    elseif wait > max_wait + EPSILON then
-      wait = -wait
-    end
-    if wait >= 0 then state = ALG.commit(self, state, now, tokens, at) end
-  end
+  local wait = decide(admit_at, at, now, max_wait)
+  if wait >= 0 then state = ALG.commit(self, state, now, tokens, at) end
   if wait >= 0 or dirty(state) then ALG.save(self, state, now) end
   return {fmt(wait), fmt(now + wait)}
 elseif op == 'refund' then

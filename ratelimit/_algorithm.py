@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["EPSILON", "Algorithm", "step", "step_all"]
+__all__ = ["EPSILON", "Algorithm", "decide", "step", "step_all"]
 
 # Float arithmetic on times near 1.7e9 (Redis TIME) is exact to ~2.4e-7 s, and sums of
 # emission intervals pick up rounding: a grant due "now" may compute as 1e-16 s away.
@@ -93,6 +93,22 @@ class Algorithm(Protocol[S]):
         ...
 
 
+def decide(admit_at: float, at: float, now: float, max_wait: float) -> float:
+    """The signed wait for a plan: ``>= 0`` granted after it, ``< 0`` refused.
+
+    A refusal's magnitude is the wait the grant would have needed. (``decide`` in
+    ``lua/_prelude.lua`` is the same function.)
+    """
+    if admit_at - now > EPSILON:
+        return now - admit_at
+    wait = at - now
+    if wait <= EPSILON:
+        return 0.0
+    if wait > max_wait + EPSILON:
+        return -wait
+    return wait
+
+
 def step(alg: Algorithm[S], state: S, now: float, tokens: float, max_wait: float) -> tuple[S, float]:
     """Decide one request and, if granted, record it.
 
@@ -102,13 +118,9 @@ def step(alg: Algorithm[S], state: S, now: float, tokens: float, max_wait: float
     because this sits on the hot path of every acquire.
     """
     admit_at, at = alg.plan(state, now, tokens)
-    if admit_at - now > EPSILON:
-        return state, now - admit_at
-    wait = at - now
-    if wait <= EPSILON:
-        return alg.commit(state, now, tokens, at), 0.0
-    if wait > max_wait + EPSILON:
-        return state, -wait
+    wait = decide(admit_at, at, now, max_wait)
+    if wait < 0:
+        return state, wait
     return alg.commit(state, now, tokens, at), wait
 
 
@@ -130,11 +142,7 @@ def step_all(
         admit, grant = alg.plan(state, now, n)
         admit_at = max(admit_at, admit)
         at = max(at, grant)
-    if admit_at - now > EPSILON:
-        return list(states), now - admit_at
-    wait = at - now
-    if wait <= EPSILON:
-        wait = 0.0
-    elif wait > max_wait + EPSILON:
-        return list(states), -wait
+    wait = decide(admit_at, at, now, max_wait)
+    if wait < 0:
+        return list(states), wait
     return [alg.commit(state, now, n, at) for alg, state, n in zip(algs, states, tokens, strict=True)], wait

@@ -10,72 +10,17 @@ needs several reservations pending at the same instant (many workers), it swaps 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from ratelimit import AcquireTimeout, ManualClock, RateLimitError, TokenBucket
 
-L = TypeVar("L")
+from held import held, held_clock
+
 Make = Callable[..., Any]
-
-
-class HeldClock:
-    """The test's time, but sleeping never moves it: as if each sleeper were another worker.
-
-    ``sleep`` only records. ``sleep_async`` records, then parks the task until
-    :meth:`release` (or until it is cancelled), so a test can cancel a task mid-sleep.
-    """
-
-    def __init__(self, base: ManualClock) -> None:
-        self.base = base
-        self.sleeps: list[float] = []
-        self._gate = asyncio.Event()
-        self._parked = asyncio.Event()
-
-    def now(self) -> float:
-        return self.base.now()
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-
-    async def sleep_async(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self._parked.set()
-        await self._gate.wait()
-
-    def release(self) -> None:
-        """Let every parked sleeper go (time does not move)."""
-        self._gate.set()
-
-    async def start(self, coro: Coroutine[Any, Any, float]) -> asyncio.Task[float]:
-        """Run ``coro`` in a task until it is parked in a sleep or done: its reservation is made."""
-        self._parked.clear()
-        task = asyncio.create_task(coro)
-        parked = asyncio.create_task(self._parked.wait())
-        await asyncio.wait({task, parked}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
-        parked.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await parked
-        return task
-
-
-def held(cls: Callable[..., L]) -> Callable[..., L]:
-    """For ``make``: build ``cls`` on a :class:`HeldClock` over the fixture's clock."""
-
-    def build(*args: Any, clock: ManualClock, **kwargs: Any) -> L:
-        return cls(*args, clock=HeldClock(clock), **kwargs)
-
-    return build
-
-
-def held_clock(limiter: TokenBucket) -> HeldClock:
-    clock = limiter.clock
-    assert isinstance(clock, HeldClock)
-    return clock
 
 
 # -- burst and sustained rate ---------------------------------------------------------
