@@ -116,10 +116,12 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def make(backend: Backend, clock: ManualClock) -> Callable[..., Any]:
-    """``make(TokenBucket, 3, 1)``: a limiter on the current store, with ``clock``."""
+    """``make(TokenBucket, 3, 1)``: a limiter on the current store, with ``clock``
+    (unless the test passes a ``clock`` or ``name`` of its own)."""
 
     def build(cls: Callable[..., L], *args: Any, **kwargs: Any) -> L:
         kwargs.setdefault("name", unique_name())
-        return cls(*args, backend=backend, clock=clock, **kwargs)
+        kwargs.setdefault("clock", clock)
+        return cls(*args, backend=backend, **kwargs)
 
     return build
