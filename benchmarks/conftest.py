@@ -24,11 +24,17 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         if not floors:
             continue
         floor = min(b.stats.median for b in floors)
-        terminalreporter.write_sep("-", f"{group}: median as a multiple of the floor ({floor * 1e9:.0f} ns)")
+        floor_min = min(b.stats.min for b in floors)
+        terminalreporter.write_sep(
+            "-", f"{group}: as multiples of the floor (median {floor * 1e9:.0f} ns, best {floor_min * 1e9:.0f} ns)"
+        )
+        # The best round is the least disturbed by neighbours; the median, the typical.
+        terminalreporter.write_line(f"{'':<48} {'median':>10} {'x':>7} {'best':>10} {'x':>7} {'median/s':>12}")
         for bench in sorted(benches, key=lambda b: b.stats.median):
-            median = bench.stats.median
+            median, best = bench.stats.median, bench.stats.min
             terminalreporter.write_line(
-                f"{bench.name:<55} {median * 1e9:>10.0f} ns {median / floor:>6.2f}x {1 / median:>14,.0f}/s"
+                f"{bench.name:<48} {median * 1e9:>7.0f} ns {median / floor:>6.2f}x "
+                f"{best * 1e9:>7.0f} ns {best / floor_min:>6.2f}x {1 / median:>12,.0f}"
             )
     from test_redis import REPORT
 
