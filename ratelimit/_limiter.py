@@ -58,6 +58,10 @@ class Acquirer(Protocol):
 
     async def refund_async(self, tokens: float = 1) -> None: ...
 
+    def feedback(self, headers: Any, status: int | None = None) -> RateLimitInfo: ...
+
+    async def feedback_async(self, headers: Any, status: int | None = None) -> RateLimitInfo: ...
+
 
 def _check_name(name: object, backend: Backend) -> str | None:
     if name is None:
