@@ -197,3 +197,26 @@ def test_odd_names_on_a_cluster_with_a_composite(cluster_client: redis.cluster.R
     assert composite.acquire() == 0.0
     assert composite.acquire() == pytest.approx(0.2)
     assert not composite.try_acquire()
+
+
+def test_client_time_source_sends_this_machine_s_clock(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A client clock far from the server's shows which one the script used.
+    monkeypatch.setattr("ratelimit._redis.time.time", lambda: 5_000.0)
+    backend = RedisBackend(redis_client, time_source="client")
+    limiter = TokenBucket(2, 1, backend=backend, name=unique_name())
+    assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
+    stored = redis_client.get(key_for(limiter.name or "", "token_bucket"))
+    assert stored == b"5002"  # the TAT: the client's 5000 plus two 1 s intervals
+
+
+def test_backend_arguments_are_checked(redis_client: redis.Redis) -> None:
+    with pytest.raises(ValueError, match="on_unavailable must be 'raise', 'allow' or 'local', got 'ignore'"):
+        RedisBackend(redis_client, on_unavailable="ignore")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="time_source must be 'server' or 'client', got 'ntp'"):
+        RedisBackend(redis_client, time_source="ntp")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="local_share must be <= 1, got 2"):
+        RedisBackend(redis_client, local_share=2)
+    with pytest.raises(TypeError, match="client must be a redis-py client"):
+        RedisBackend("redis://127.0.0.1")
