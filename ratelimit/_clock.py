@@ -7,6 +7,7 @@ our users') can replace real time by a :class:`ManualClock` and never sleep.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from typing import Protocol, runtime_checkable
@@ -62,6 +63,10 @@ class ManualClock:
     """
 
     def __init__(self, start: float = 0.0) -> None:
+        if isinstance(start, bool) or not isinstance(start, (int, float)):
+            raise TypeError(f"start must be a number, got {type(start).__name__} {start!r}")
+        if not math.isfinite(start):
+            raise ValueError(f"start must be a finite number, got {start!r}")
         self._now = float(start)
         self._lock = threading.Lock()
         self.sleeps: list[float] = []

@@ -83,12 +83,14 @@ class Limiter(Generic[T]):
     _handle: Handle[T]
 
     def __init__(self, *, backend: Backend | None, name: object, clock: Clock | None) -> None:
-        if clock is not None and not isinstance(clock, Clock):
-            raise TypeError(f"clock must provide now(), sleep() and sleep_async(), got {clock!r}")
+        # A class has the methods too (unbound): the protocol check alone would let
+        # `clock=ManualClock` through, to fail at the first acquire.
+        if clock is not None and (isinstance(clock, type) or not isinstance(clock, Clock)):
+            raise TypeError(f"clock must be a clock instance providing now(), sleep() and sleep_async(), got {clock!r}")
         if backend is None:
             backend = MemoryBackend()
-        elif not hasattr(backend, "bind"):
-            raise TypeError(f"backend must be a MemoryBackend or RedisBackend, got {backend!r}")
+        elif isinstance(backend, type) or not hasattr(backend, "bind"):
+            raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
         self._backend = backend
         self._name = _check_name(name, backend)
         self._clock: Clock = clock or SystemClock()
@@ -315,7 +317,9 @@ class _Decorator:
 
     def __call__(self, func: Callable[..., Any], /) -> Callable[..., Any]:
         limiter, tokens, timeout = self._limiter, self._tokens, self._timeout
-        if inspect.iscoroutinefunction(func):
+        # An object whose __call__ is a coroutine function is awaited like one.
+        call = vars(type(func)).get("__call__")
+        if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(call):
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:

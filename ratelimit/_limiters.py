@@ -99,7 +99,7 @@ class TokenBucket(SingleLimiter):
         name: str | None = None,
         clock: Clock | None = None,
     ) -> None:
-        alg = Gcra(_validate.positive("capacity", capacity), _validate.positive("refill_per_sec", refill_per_sec))
+        alg = Gcra(_validate.positive("capacity", capacity), _validate.rate("refill_per_sec", refill_per_sec))
         super().__init__(alg, backend=backend, name=name, clock=clock)
 
     @property
@@ -143,7 +143,7 @@ class LeakyBucket(SingleLimiter):
         name: str | None = None,
         clock: Clock | None = None,
     ) -> None:
-        alg = LeakyQueue(_validate.positive("capacity", capacity), _validate.positive("leak_per_sec", leak_per_sec))
+        alg = LeakyQueue(_validate.positive("capacity", capacity), _validate.rate("leak_per_sec", leak_per_sec))
         super().__init__(alg, backend=backend, name=name, clock=clock)
 
     @property

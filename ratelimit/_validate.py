@@ -10,14 +10,17 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-__all__ = ["duration", "positive", "timeout_seconds", "tokens"]
+__all__ = ["duration", "positive", "rate", "timeout_seconds", "tokens"]
 
 
 def _real(name: str, value: object) -> float:
     # bool is an int, but `capacity=True` is always a mistake.
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be a finite number, got {value!r}") from None
     if math.isnan(result):
         raise ValueError(f"{name} must be a number, got {value!r}")
     return result
@@ -28,6 +31,14 @@ def positive(name: str, value: object) -> float:
     result = _real(name, value)
     if not (0 < result < math.inf):
         raise ValueError(f"{name} must be > 0 and finite, got {value!r}")
+    return result
+
+
+def rate(name: str, value: object) -> float:
+    """A rate > 0 whose interval (1 / rate) is still a finite number of seconds."""
+    result = positive(name, value)
+    if not math.isfinite(1.0 / result) or not math.isfinite(1.0 / result * 1e6):
+        raise ValueError(f"{name} must be > 0 and not so small that its interval overflows, got {value!r}")
     return result
 
 

@@ -1,75 +1,249 @@
-"""Never run: mypy --strict checks that every public call shape types as users expect.
+"""Never run: ``mypy --strict`` checks that every public call shape types as users expect.
 
-pytest does not collect this file (its name does not start with ``test_``); the
-Makefile's mypy run covers it with the rest of tests/.
+pytest does not collect this file (its name does not start with ``test_``), and
+nothing imports it. Annotated assignments pin the types the API returns; a line
+marked ``# type: ignore[...]`` is a call that must NOT type-check, and since strict
+mode warns about unused ignores, mypy fails the day such a call starts to pass.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
+from typing import Any
+
+import fakeredis
 
 from ratelimit import (
     Acquirer,
     AcquireTimeout,
+    BackendStats,
+    BackendUnavailable,
+    Clock,
     Composite,
     LeakyBucket,
     ManualClock,
     MemoryBackend,
+    RateLimitError,
     RateLimitInfo,
     RedisBackend,
     SlidingWindow,
+    SystemClock,
     TokenBucket,
     parse_rate_limit_headers,
 )
 
 
-def shapes() -> None:
-    clock = ManualClock()
-    bucket = TokenBucket(capacity=20, refill_per_sec=1000 / 60, clock=clock)
-    leaky = LeakyBucket(10, 2.5, backend=MemoryBackend(), name="smooth")
-    window = SlidingWindow(100, timedelta(minutes=1), approximate=True)
-    shared = TokenBucket(5, 1, backend=RedisBackend.from_url("redis://127.0.0.1:6379/0"), name="geocode")
-    llm = Composite([TokenBucket(50, 50 / 60), TokenBucket(40_000, 40_000 / 60)], name="llm")
+def constructors() -> None:
+    clock = ManualClock(start=1_000.0)
+    system: Clock = SystemClock()
+    manual: Clock = clock
 
+    bucket = TokenBucket(capacity=20, refill_per_sec=1000 / 60)
+    bucket = TokenBucket(20, 16.5, backend=None, name=None, clock=None)
+    bucket = TokenBucket(capacity=20, refill_per_sec=2, clock=clock)
+    leaky = LeakyBucket(capacity=10, leak_per_sec=2.5, backend=MemoryBackend(), name="smooth", clock=system)
+    window = SlidingWindow(limit=100, window_seconds=60)
+    window = SlidingWindow(limit=100, window_seconds=timedelta(minutes=1), approximate=True, clock=manual)
+    shared = TokenBucket(
+        capacity=20,
+        refill_per_sec=1000 / 60,
+        backend=RedisBackend.from_url("redis://redis:6379/0", on_unavailable="local", socket_timeout=0.2),
+        name="geocode",
+    )
+    wrapped = RedisBackend(fakeredis.FakeRedis(), on_unavailable="allow", local_share=0.5, time_source="client")
+    llm = Composite([TokenBucket(50, 50 / 60), SlidingWindow(40_000, 60)], backend=wrapped, name="llm", clock=clock)
+
+    capacity: float = bucket.capacity
+    refill: float = bucket.refill_per_sec
+    leak: float = leaky.leak_per_sec
+    limit: float = window.limit
+    seconds: float = window.window_seconds
+    approximate: bool = window.approximate
+    name: str | None = shared.name
+    its_clock: Clock = bucket.clock
+    stats: BackendStats = wrapped.stats()
+    failures: int = stats.failures
+
+    # Wrong types are refused by the checker before they reach the run-time checks.
+    TokenBucket(capacity="20", refill_per_sec=1)  # type: ignore[arg-type]
+    TokenBucket(20, 1, name=7)  # type: ignore[arg-type]
+    TokenBucket(20, 1, clock=time_now)  # type: ignore[arg-type]
+    TokenBucket(20, 1, "geocode")  # type: ignore[call-arg, arg-type]
+    SlidingWindow(100, "1m")  # type: ignore[arg-type]
+    SlidingWindow(100, 60, approximate="yes")  # type: ignore[arg-type]
+    Composite(TokenBucket(1, 1))  # type: ignore[arg-type]
+    Composite([TokenBucket(1, 1), "x"])  # type: ignore[list-item]
+    RedisBackend.from_url("redis://redis:6379/0", on_unavailable="ignore")  # type: ignore[arg-type]
+
+    _ = (capacity, refill, leak, limit, seconds, approximate, name, its_clock, failures, llm)
+
+
+def time_now() -> float:
+    return 0.0
+
+
+def acquiring(bucket: TokenBucket, leaky: LeakyBucket, window: SlidingWindow) -> None:
     waited: float = bucket.acquire()
-    waited = bucket.acquire(2, timeout=1.5)
+    waited = bucket.acquire(2)
+    waited = bucket.acquire(tokens=0.5, timeout=1.5)
     waited = leaky.acquire(timeout=timedelta(seconds=3))
-    granted: bool = window.try_acquire()
-    waited = llm.acquire([1, 1_200])
-    waited = llm.acquire(1)
-    bucket.refund(1)
-    info: RateLimitInfo = shared.feedback({"Retry-After": "2"}, status=429)
-    info = parse_rate_limit_headers([("X-RateLimit-Remaining", "3")])
+    waited = window.acquire(1, None)
+    granted: bool = bucket.try_acquire()
+    granted = window.try_acquire(tokens=3)
+    bucket.refund()
+    bucket.refund(0.5)
+
+    bucket.acquire([1, 2])  # type: ignore[arg-type]
+    bucket.acquire(timeout="5")  # type: ignore[arg-type]
+    wrong: str = bucket.acquire()  # type: ignore[assignment]
+    also_wrong: int = bucket.try_acquire(tokens="1")  # type: ignore[arg-type]
+
+    info: RateLimitInfo = bucket.feedback({"Retry-After": "2"}, status=429)
+    info = bucket.feedback([("X-RateLimit-Remaining", "0"), ("X-RateLimit-Reset", "30")])
+    info = parse_rate_limit_headers({"RateLimit": "limit=100, remaining=0, reset=5"})
+    info = parse_rate_limit_headers([("Retry-After", "Wed, 21 Oct 2015 07:28:00 GMT")], now=1_445_412_000.0)
     remaining: float | None = info.remaining
-    sleeps: list[float] = clock.sleeps
+    reset_after: float | None = info.reset_after
+    retry_after: float | None = info.retry_after
+    limit: float | None = info.limit
 
-    interface: Acquirer = bucket
-    interface = llm
+    with bucket:
+        pass
 
-    try:
-        bucket.acquire(timeout=0)
-    except AcquireTimeout as exc:
-        retry_after: float = exc.retry_after
+    _ = (waited, granted, wrong, also_wrong, remaining, reset_after, retry_after, limit)
 
+
+async def acquiring_async(bucket: TokenBucket, llm: Composite) -> None:
+    waited: float = await bucket.acquire_async()
+    waited = await bucket.acquire_async(2, timeout=timedelta(milliseconds=500))
+    granted: bool = await bucket.try_acquire_async()
+    granted = await bucket.try_acquire_async(tokens=2)
+    await bucket.refund_async(1)
+    info: RateLimitInfo = await bucket.feedback_async({"Retry-After": "2"}, status=503)
+
+    waited = await llm.acquire_async([1, 1_200], timeout=5)
+    granted = await llm.try_acquire_async((1, 800))
+    await llm.refund_async([0, 400])
+
+    async with bucket:
+        pass
+    async with llm:
+        pass
+
+    # The async twins must be awaited: their results are coroutines, not numbers.
+    not_awaited: float = bucket.acquire_async()  # type: ignore[assignment]
+    _ = (waited, granted, info, not_awaited)
+
+
+def composite(llm: Composite) -> None:
+    # One number for every member, or one per member.
+    waited: float = llm.acquire()
+    waited = llm.acquire(1)
+    waited = llm.acquire([1, 1_200])
+    waited = llm.acquire((1, 1_200), timeout=2.0)
+    per_member: Sequence[float] = [1.0, 500.0]
+    waited = llm.acquire(per_member)
+    granted: bool = llm.try_acquire([1, 500])
+    llm.refund([0, 400])
+
+    @llm.decorate(tokens=[1, 500])
+    def complete(prompt: str) -> str:
+        return prompt
+
+    text: str = complete("hi")
+    llm.acquire("1, 1200")  # type: ignore[arg-type]
+    _ = (waited, granted, text)
+
+
+def decorators(bucket: TokenBucket, leaky: LeakyBucket) -> None:
     @bucket
     def fetch(url: str, retries: int = 3) -> bytes:
         return url.encode()
 
-    @leaky.decorate(tokens=2)
+    @bucket.decorate(tokens=2, timeout=timedelta(seconds=1))
+    def double(x: int) -> int:
+        return 2 * x
+
+    @leaky
     async def embed(batch: list[str]) -> list[float]:
         return [float(len(text)) for text in batch]
 
+    @leaky.decorate(tokens=5)
+    async def embed_many(batch: list[str], *, model: str = "small") -> dict[str, int]:
+        return {model: len(batch)}
+
+    # The parameters and the return type survive decoration.
     body: bytes = fetch("https://example.invalid", retries=1)
-    _ = (waited, granted, remaining, sleeps, interface, retry_after, body, embed)
+    body = fetch(url="https://example.invalid")
+    x: int = double(1)
+    fetch_again: Callable[[str, int], bytes] = fetch
+    embed_again: Callable[[list[str]], Coroutine[Any, Any, list[float]]] = embed
+
+    fetch(1)  # type: ignore[arg-type]
+    fetch("https://example.invalid", tries=1)  # type: ignore[call-arg]
+    y: str = double(1)  # type: ignore[assignment]
+
+    async def use() -> None:
+        vectors: list[float] = await embed(["a", "b"])
+        counts: dict[str, int] = await embed_many(["a"], model="large")
+        await embed([1, 2])  # type: ignore[list-item]
+        _ = (vectors, counts)
+
+    asyncio.run(use())
+    _ = (body, x, y, fetch_again, embed_again)
 
 
-async def async_shapes(bucket: TokenBucket) -> None:
-    waited: float = await bucket.acquire_async(timeout=1)
-    granted: bool = await bucket.try_acquire_async()
-    info: RateLimitInfo = await bucket.feedback_async({})
-    await bucket.refund_async()
-    async with bucket:
-        pass
-    with bucket:
-        pass
-    _ = (waited, granted, info)
+def interfaces(bucket: TokenBucket, leaky: LeakyBucket, window: SlidingWindow, llm: Composite) -> None:
+    acquirers: list[Acquirer] = [bucket, leaky, window, llm]
+    for limiter in acquirers:
+        waited: float = limiter.acquire(1, timeout=2)
+        granted: bool = limiter.try_acquire()
+        _ = (waited, granted)
+
+    not_an_acquirer: Acquirer = MemoryBackend()  # type: ignore[assignment]
+    _ = not_an_acquirer
+
+
+def clocks() -> None:
+    clock = ManualClock()
+    clock = ManualClock(1_000.0)
+    clock.advance(1.5)
+    clock.set(2_000.0)
+    now: float = clock.now()
+    clock.sleep(0.25)
+    sleeps: list[float] = clock.sleeps
+
+    class MyClock:
+        def now(self) -> float:
+            return 0.0
+
+        def sleep(self, seconds: float) -> None:
+            pass
+
+        async def sleep_async(self, seconds: float) -> None:
+            pass
+
+    mine: Clock = MyClock()
+    TokenBucket(1, 1, clock=MyClock())
+    _ = (now, sleeps, mine)
+
+
+def errors(bucket: TokenBucket) -> None:
+    try:
+        bucket.acquire(timeout=0)
+    except AcquireTimeout as exc:
+        retry_after: float = exc.retry_after
+        as_timeout: TimeoutError = exc
+        as_ours: RateLimitError = exc
+        _ = (retry_after, as_timeout, as_ours)
+    except BackendUnavailable as exc:
+        cause: BaseException | None = exc.__cause__
+        as_root: RateLimitError = exc
+        _ = (cause, as_root)
+
+    made = AcquireTimeout(2.5)
+    made = AcquireTimeout(2.5, "custom message")
+    seconds: float = made.retry_after
+    _ = seconds
