@@ -22,15 +22,24 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import socket
+import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Literal
 
 __all__ = ["FakeProvider", "ProviderStats"]
+
+# A test that moves its clock by 0.1 ten times lands on 0.9999999999999999 of a
+# second; without this slack the token due at 1.0 s (or the next window) would be
+# refused, and the test would depend on float rounding.
+_SLACK = 1e-9
 
 
 @dataclass(frozen=True)
@@ -45,17 +54,71 @@ class ProviderStats:
     served_at: tuple[float, ...]
 
 
+def _whole(name: str, value: object, *, least: int, most: int | None = None, meaning: str) -> int:
+    # bool is an int, but `limit=True` is always a mistake.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < least or (most is not None and value > most):
+        raise ValueError(f"{name} must be {meaning}, got {value!r}")
+    return value
+
+
+def _seconds(name: str, value: object, *, zero_ok: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
+    try:
+        result = float(value)
+    except OverflowError:
+        result = math.inf
+    if not ((result >= 0 if zero_ok else result > 0) and result < math.inf):
+        raise ValueError(f"{name} must be a number of seconds {'>=' if zero_ok else '>'} 0, got {value!r}")
+    return result
+
+
+def _plain(seconds: float) -> str:
+    # `f"{w:g}"` would send 2592000 (30 days) as "2.592e+06", which no header parser
+    # reads as a number of seconds.
+    return str(int(seconds)) if seconds.is_integer() else format(Decimal(repr(seconds)), "f")
+
+
+class _Server(ThreadingHTTPServer):
+    # The default backlog of 5 drops connections under a burst of concurrent
+    # clients, and each dropped SYN costs its client a one-second retransmit: a
+    # benchmark would measure the kernel, not the limiter.
+    request_queue_size = 1024
+
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: object) -> None:
+        # A client that timed out and hung up is its own test's business; its
+        # traceback on stderr would only bury the real failure.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 class FakeProvider:
     """An HTTP server on 127.0.0.1 that rate-limits like a real API.
+
+    Every answer to any path, ``GET`` or ``POST``, carries the rate-limit headers of
+    the chosen dialect and a small JSON body (``{"ok": true}`` or
+    ``{"error": "rate limited"}``). A refusal is a 429 with ``Retry-After`` (whole
+    seconds, rounded up, at least 1).
 
     Args:
         limit: requests allowed per ``window``.
         window: the window, in seconds.
-        mode: ``"fixed_window"`` or ``"token_bucket"``.
+        mode: ``"fixed_window"`` (windows aligned to when the provider was created or
+            last :meth:`reset`) or ``"token_bucket"`` (refilled at ``limit / window``
+            per second; its "reset" is the time until the bucket is full again).
         burst: the bucket's capacity in ``"token_bucket"`` mode (default ``limit``).
-        headers: ``"x-ratelimit"`` or ``"ietf"``.
+        headers: ``"x-ratelimit"`` (Reset as epoch seconds) or ``"ietf"`` (Reset as
+            delay seconds, plus ``RateLimit-Policy``).
         port: the port to listen on (0: any free one).
-        clock: monotonic time for the limit; wall_clock: epoch time for resets.
+        clock: monotonic seconds, which the limit is enforced in.
+        wall_clock: epoch seconds, for ``X-RateLimit-Reset``.
+
+    Raises:
+        TypeError: an argument of the wrong type.
+        ValueError: an argument out of range.
     """
 
     def __init__(
@@ -70,67 +133,98 @@ class FakeProvider:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-            raise ValueError(f"limit must be a whole number > 0, got {limit!r}")
-        if isinstance(window, bool) or not isinstance(window, (int, float)) or not 0 < window < math.inf:
-            raise ValueError(f"window must be a number of seconds > 0, got {window!r}")
+        self.limit = _whole("limit", limit, least=1, meaning="a whole number > 0")
+        self.window = _seconds("window", window, zero_ok=False)
         if mode not in ("fixed_window", "token_bucket"):
             raise ValueError(f"mode must be 'fixed_window' or 'token_bucket', got {mode!r}")
         if headers not in ("x-ratelimit", "ietf"):
             raise ValueError(f"headers must be 'x-ratelimit' or 'ietf', got {headers!r}")
-        if burst is not None and (isinstance(burst, bool) or not isinstance(burst, int) or burst <= 0):
-            raise ValueError(f"burst must be a whole number > 0, got {burst!r}")
-        self.limit = limit
-        self.window = float(window)
+        if burst is not None:
+            _whole("burst", burst, least=1, meaning="a whole number > 0")
+        _whole("port", port, least=0, most=65535, meaning="from 0 to 65535")
+        for name, function in (("clock", clock), ("wall_clock", wall_clock)):
+            if not callable(function):
+                raise TypeError(f"{name} must be a function returning seconds, got {function!r}")
         self.mode = mode
-        self.burst = burst or limit
+        self.burst = limit if burst is None else burst
         self.headers = headers
         self._clock = clock
         self._wall = wall_clock
         self._lock = threading.Lock()
+        # Apart from _lock, so that a slow shutdown never holds up request handling.
+        self._lifecycle = threading.Lock()
         self._requested_port = port
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self.reset()
 
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self) -> FakeProvider:
-        if self._server is not None:
+        """Start serving, in a daemon thread; does nothing if already serving.
+
+        Returns:
+            The provider itself, so that ``provider = FakeProvider(...).start()`` works.
+
+        Raises:
+            OSError: the port could not be bound.
+        """
+        with self._lifecycle:
+            if self._server is not None:
+                return self
+            provider = self
+
+            class Handler(BaseHTTPRequestHandler):
+                def _answer(self) -> None:
+                    self._drain()
+                    status, headers, body = provider._decide()
+                    payload = json.dumps(body).encode()
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+
+                def _drain(self) -> None:
+                    # Closing a socket with an unread body makes the kernel reset the
+                    # connection, and the client loses the answer it was about to read.
+                    try:
+                        left = int(self.headers.get("Content-Length") or 0)
+                    except ValueError:
+                        left = 0
+                    while left > 0:
+                        chunk = self.rfile.read(min(left, 1 << 16))
+                        if not chunk:
+                            break
+                        left -= len(chunk)
+
+                do_GET = do_POST = _answer
+
+                def log_message(self, format: str, *args: object) -> None:
+                    pass  # a test run is no place for an access log
+
+            self._server = _Server(("127.0.0.1", self._requested_port), Handler)
+            # shutdown() waits for the loop to look at its flag, once per poll: the
+            # default half second would make every stop() in a test suite that slow.
+            self._thread = threading.Thread(
+                target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-provider", daemon=True
+            )
+            self._thread.start()
             return self
-        provider = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self) -> None:
-                status, headers, body = provider._decide()
-                payload = json.dumps(body).encode()
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            do_GET = do_POST = _answer
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass  # a test run is no place for an access log
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", self._requested_port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-provider", daemon=True)
-        self._thread.start()
-        return self
 
     def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        """Stop serving and free the port; does nothing if not serving."""
+        with self._lifecycle:
+            server, self._server = self._server, None
+            thread, self._thread = self._thread, None
+            if server is None:
+                return
+            server.shutdown()
+            server.server_close()
+            if thread is not None:
+                thread.join(timeout=5)
 
     def __enter__(self) -> FakeProvider:
         return self.start()
@@ -140,18 +234,25 @@ class FakeProvider:
 
     @property
     def port(self) -> int:
-        if self._server is None:
+        """The port served on.
+
+        Raises:
+            RuntimeError: the provider is not running.
+        """
+        server = self._server
+        if server is None:
             raise RuntimeError("the provider is not running: call start() first")
-        return int(self._server.server_address[1])
+        return int(server.server_address[1])
 
     @property
     def url(self) -> str:
+        """``http://127.0.0.1:PORT/``; any path below it is answered the same way."""
         return f"http://127.0.0.1:{self.port}/"
 
     # -- state ------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Forget everything served and refused, and start the limit afresh."""
+        """Forget everything served, refused, forced and paused, and start the limit afresh."""
         with self._lock:
             self._start = self._clock()
             self._window_index = 0
@@ -160,33 +261,65 @@ class FakeProvider:
             self._refilled_at = self._start
             self._served_at: list[float] = []
             self._refused = 0
-            self._forced: list[tuple[int, float | None]] = []
+            self._forced: deque[tuple[int, float | None]] = deque()
             self._paused_until = -math.inf
 
     def force_status(self, status: int, count: int = 1, retry_after: float | None = None) -> None:
-        """Answer the next ``count`` requests with ``status`` (and ``Retry-After``).
+        """Answer the next ``count`` requests with ``status``, before any other rule.
 
-        Forced answers do not consume the budget; a forced 429 counts as refused.
+        Forced answers do not consume the budget; a forced 429 counts as refused,
+        other forced statuses count as neither served nor refused.
+
+        Args:
+            status: the HTTP status, from 200 to 599 (e.g. 503 or 429).
+            count: how many of the next requests get it.
+            retry_after: seconds for a ``Retry-After`` header (rounded up, at least 1);
+                ``None``: no such header.
+
+        Raises:
+            TypeError: an argument of the wrong type.
+            ValueError: an argument out of range.
         """
+        _whole("status", status, least=200, most=599, meaning="an HTTP status from 200 to 599")
+        _whole("count", count, least=1, meaning="a whole number > 0")
+        if retry_after is not None:
+            _seconds("retry_after", retry_after, zero_ok=True)
         with self._lock:
             self._forced.extend([(status, retry_after)] * count)
 
     def pause(self, seconds: float) -> None:
-        """Refuse everything with 429 and ``Retry-After`` for ``seconds`` from now."""
+        """Refuse everything with 429 and ``Retry-After`` for ``seconds`` from now.
+
+        The rate-limit headers go on telling the budget as it stands, so a paused
+        answer may say ``Remaining: 5``: real providers do that too (GitHub's
+        secondary limits), and a client must obey ``Retry-After`` regardless.
+
+        Args:
+            seconds: how long, on the provider's clock; a pause never shortens an
+                earlier, longer one.
+
+        Raises:
+            TypeError: ``seconds`` is not a number.
+            ValueError: ``seconds`` is negative or not finite.
+        """
+        seconds = _seconds("seconds", seconds, zero_ok=True)
         with self._lock:
             self._paused_until = max(self._paused_until, self._clock() + seconds)
 
     @property
     def served(self) -> int:
+        """Requests answered 200 so far."""
         with self._lock:
             return len(self._served_at)
 
     @property
     def refused(self) -> int:
+        """Requests answered 429 so far (over the limit, paused or forced)."""
         with self._lock:
             return self._refused
 
     def stats(self) -> ProviderStats:
+        """A consistent snapshot of the counters."""
         with self._lock:
             times = list(self._served_at)
             refused = self._refused
@@ -199,13 +332,13 @@ class FakeProvider:
         with self._lock:
             now = self._clock()
             if self._forced:
-                status, retry_after = self._forced.pop(0)
+                status, retry_after = self._forced.popleft()
                 headers = self._headers(now)
                 if retry_after is not None:
                     headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
                 if status == 429:
                     self._refused += 1
-                return status, headers, {"error": f"forced {status}"}
+                return status, headers, {"ok": True} if status < 400 else {"error": f"forced {status}"}
             if now < self._paused_until:
                 self._refused += 1
                 headers = self._headers(now)
@@ -219,9 +352,12 @@ class FakeProvider:
             headers["Retry-After"] = str(max(1, math.ceil(self._retry_after(now))))
             return 429, headers, {"error": "rate limited"}
 
+    def _index(self, now: float) -> int:
+        return math.floor((now - self._start) / self.window + _SLACK)
+
     def _take(self, now: float) -> bool:
         if self.mode == "fixed_window":
-            index = math.floor((now - self._start) / self.window)
+            index = self._index(now)
             if index != self._window_index:
                 self._window_index, self._window_count = index, 0
             if self._window_count >= self.limit:
@@ -231,20 +367,20 @@ class FakeProvider:
         rate = self.limit / self.window
         self._tokens = min(float(self.burst), self._tokens + (now - self._refilled_at) * rate)
         self._refilled_at = now
-        if self._tokens < 1:
+        if self._tokens < 1 - _SLACK:
             return False
-        self._tokens -= 1
+        self._tokens = max(0.0, self._tokens - 1)
         return True
 
     def _remaining_and_reset(self, now: float) -> tuple[int, float]:
         if self.mode == "fixed_window":
-            index = math.floor((now - self._start) / self.window)
+            index = self._index(now)
             used = self._window_count if index == self._window_index else 0
             window_end = self._start + (index + 1) * self.window
-            return self.limit - used, window_end - now
+            return self.limit - used, max(0.0, window_end - now)
         rate = self.limit / self.window
         tokens = min(float(self.burst), self._tokens + (now - self._refilled_at) * rate)
-        return math.floor(tokens), (self.burst - tokens) / rate
+        return math.floor(tokens + _SLACK), max(0.0, (self.burst - tokens) / rate - _SLACK)
 
     def _retry_after(self, now: float) -> float:
         if self.mode == "fixed_window":
@@ -259,7 +395,7 @@ class FakeProvider:
                 "RateLimit-Limit": str(self.limit),
                 "RateLimit-Remaining": str(remaining),
                 "RateLimit-Reset": str(math.ceil(reset)),
-                "RateLimit-Policy": f"{self.limit};w={self.window:g}",
+                "RateLimit-Policy": f"{self.limit};w={_plain(self.window)}",
             }
         return {
             "X-RateLimit-Limit": str(self.limit),
