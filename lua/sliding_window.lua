@@ -105,11 +105,8 @@ function sliding_window.restrict(self, state, now, remaining, untl)
   for i = 1, #all do lasting = lasting + weight(all[i]) end
   local extra = self.limit - remaining - lasting
   if extra <= EPSILON then return state end
-  local seq = redis.call('HINCRBY', self.meta, 'seq', 1)
-  redis.call('ZADD', self.key, fmt(cutoff), seq .. ':' .. fmt(extra))
-  state.total = state.total + extra
-  state.dirty = true
-  return state
+  -- A sorted set files the entry by its score, so recording it is a plain commit.
+  return sliding_window.commit(self, state, now, extra, cutoff)
 end
 
 function sliding_window.peek(self, state, now)
