@@ -11,32 +11,49 @@ sharing the budget, when each call may go.
 
 from __future__ import annotations
 
+from ._backoff import Backoff
+from ._breaker import BreakerStats, CircuitBreaker, Ticket
 from ._clock import Clock, ManualClock, SystemClock
 from ._composite import Composite
-from ._errors import AcquireTimeout, BackendUnavailable, RateLimitError
+from ._errors import AcquireTimeout, BackendUnavailable, CircuitOpen, RateLimitError, RetryError
+from ._events import subscribe
 from ._headers import RateLimitInfo, parse_rate_limit_headers
-from ._limiter import Acquirer
+from ._limiter import Acquirer, LimiterStats
 from ._limiters import LeakyBucket, SlidingWindow, TokenBucket
 from ._memory import MemoryBackend
+from ._outcome import classify
 from ._redis import BackendStats, RedisBackend
+from ._retry import Attempt, Retry, RetryStats
 
 __all__ = [
     "AcquireTimeout",
     "Acquirer",
+    "Attempt",
     "BackendStats",
     "BackendUnavailable",
+    "Backoff",
+    "BreakerStats",
+    "CircuitBreaker",
+    "CircuitOpen",
     "Clock",
     "Composite",
     "LeakyBucket",
+    "LimiterStats",
     "ManualClock",
     "MemoryBackend",
     "RateLimitError",
     "RateLimitInfo",
     "RedisBackend",
+    "Retry",
+    "RetryError",
+    "RetryStats",
     "SlidingWindow",
     "SystemClock",
+    "Ticket",
     "TokenBucket",
+    "classify",
     "parse_rate_limit_headers",
+    "subscribe",
 ]
 
 __version__ = "0.1.0"

@@ -5,7 +5,9 @@ can catch "anything the limiter decided" in one place::
 
     RateLimitError
      ├── AcquireTimeout        (also a TimeoutError)
-     └── BackendUnavailable    (the shared store could not be reached; chains the cause)
+     ├── BackendUnavailable    (the shared store could not be reached; chains the cause)
+     ├── CircuitOpen           (a circuit breaker refused the call without making it)
+     └── RetryError            (a retry runner gave up; carries every attempt)
 
 Bad arguments are not among them: they raise the built-in ``ValueError`` or
 ``TypeError``, naming the argument and the value, at the moment they are passed.
@@ -13,7 +15,13 @@ Bad arguments are not among them: they raise the built-in ``ValueError`` or
 
 from __future__ import annotations
 
-__all__ = ["AcquireTimeout", "BackendUnavailable", "RateLimitError"]
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from ._retry import Attempt
+
+__all__ = ["AcquireTimeout", "BackendUnavailable", "CircuitOpen", "RateLimitError", "RetryError"]
 
 
 class RateLimitError(Exception):
@@ -39,3 +47,49 @@ class BackendUnavailable(RateLimitError):
     The underlying error (a redis-py ``ConnectionError``, ``TimeoutError``, ...) is
     chained as ``__cause__``.
     """
+
+
+class CircuitOpen(RateLimitError):
+    """A circuit breaker is open (or its half-open probes are all taken): the call was
+    not made.
+
+    ``retry_after`` is how long until the breaker lets a probe through, in seconds;
+    ``name`` is the breaker's.
+    """
+
+    def __init__(self, name: str | None, retry_after: float) -> None:
+        self.name = name
+        self.retry_after = retry_after
+        label = f"circuit {name!r}" if name else "the circuit"
+        super().__init__(f"{label} is open: calls fail fast for another {retry_after:.3g} s")
+
+
+class RetryError(RateLimitError):
+    """A retry runner gave up on a call that kept failing transiently.
+
+    Everything a log line or a dead-letter store needs is here:
+
+    * ``attempts``: one :class:`~ratelimit.Attempt` per call made, in order, with its
+      status or exception, the wait before it, and how long it took;
+    * ``reason``: ``"attempts"`` (``max_attempts`` used up) or ``"deadline"`` (the next
+      wait, for backoff or for the limiter, would have crossed the deadline);
+    * ``elapsed``: seconds from the first attempt's start to giving up;
+    * ``result``: the last call's return value (an HTTP response, say), if it returned.
+
+    The last exception, if the last attempt raised, is chained as ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        reason: Literal["attempts", "deadline"],
+        attempts: Sequence[Attempt],
+        elapsed: float,
+        result: object = None,
+    ) -> None:
+        self.reason = reason
+        self.attempts = tuple(attempts)
+        self.elapsed = elapsed
+        self.result = result
+        last = self.attempts[-1].outcome if self.attempts else "no attempt"
+        why = "out of attempts" if reason == "attempts" else "the deadline would have passed"
+        super().__init__(f"gave up after {len(self.attempts)} attempt(s) in {elapsed:.3g} s ({why}); last: {last}")

@@ -9,11 +9,11 @@ in arrival order.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import math
+import threading
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
@@ -22,10 +22,12 @@ from . import _validate
 from ._backend import Backend, Handle
 from ._clock import Clock, SystemClock
 from ._errors import AcquireTimeout
+from ._events import Denied, Emitter, Event, Granted, Paused
 from ._headers import RateLimitInfo, parse_rate_limit_headers
 from ._memory import MemoryBackend
+from ._wrap import wrap
 
-__all__ = ["Acquirer", "Limiter"]
+__all__ = ["Acquirer", "Limiter", "LimiterStats"]
 
 logger = logging.getLogger("ratelimit")
 
@@ -63,6 +65,50 @@ class Acquirer(Protocol):
     async def feedback_async(self, headers: Any, status: int | None = None) -> RateLimitInfo: ...
 
 
+@dataclass(frozen=True)
+class LimiterStats:
+    """Counters of one limiter object since it was made (this process's calls only)."""
+
+    #: Requests granted, and the tokens they took.
+    granted: int
+    tokens: float
+    #: Requests refused (``try_acquire`` said no, ``acquire`` timed out or overflowed).
+    denied: int
+    #: Seconds the granted requests waited in all, and the longest single wait.
+    waited: float
+    max_wait: float
+    #: Responses whose feedback lowered the budget or paused it.
+    restricted: int
+
+
+class _Tally:
+    """The counters behind :class:`LimiterStats`."""
+
+    __slots__ = ("denied", "granted", "lock", "max_wait", "restricted", "tokens", "waited")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.granted = self.denied = self.restricted = 0
+        self.tokens = self.waited = self.max_wait = 0.0
+
+    def grant(self, tokens: Any, wait: float) -> None:
+        with self.lock:
+            self.granted += 1
+            self.tokens += _weight(tokens)
+            if wait > 0:
+                self.waited += wait
+                if wait > self.max_wait:
+                    self.max_wait = wait
+
+    def deny(self) -> None:
+        with self.lock:
+            self.denied += 1
+
+    def snapshot(self) -> LimiterStats:
+        with self.lock:
+            return LimiterStats(self.granted, self.tokens, self.denied, self.waited, self.max_wait, self.restricted)
+
+
 def _check_name(name: object, backend: Backend) -> str | None:
     if name is None:
         if backend.shared:
@@ -78,7 +124,7 @@ def _check_name(name: object, backend: Backend) -> str | None:
 class Limiter(Generic[T]):
     """Shared front of every limiter; ``T`` is what one request's ``tokens`` becomes."""
 
-    __slots__ = ("__weakref__", "_backend", "_clock", "_handle", "_name", "_quick_most")
+    __slots__ = ("__weakref__", "_backend", "_clock", "_events", "_handle", "_name", "_quick_most", "_tally")
 
     _handle: Handle[T]
 
@@ -96,6 +142,8 @@ class Limiter(Generic[T]):
         self._clock: Clock = clock or SystemClock()
         # A plain int up to this many tokens needs no further checks (see _tokens).
         self._quick_most: float = 0
+        self._events = Emitter()
+        self._tally = _Tally()
 
     # -- what subclasses provide --------------------------------------------------
 
@@ -118,12 +166,34 @@ class Limiter(Generic[T]):
     def clock(self) -> Clock:
         return self._clock
 
+    # -- events and counters --------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
+        """Call ``callback(event)`` on this limiter's events (:class:`~ratelimit.events.Granted`,
+        ``Denied``, ``Paused``); returns a function that unsubscribes it."""
+        return self._events.subscribe(callback)
+
+    def stats(self) -> LimiterStats:
+        """A snapshot of this limiter object's counters."""
+        return self._tally.snapshot()
+
+    def _granted(self, tokens: T, wait: float) -> None:
+        self._tally.grant(tokens, wait)
+        if self._events.wants():
+            self._events.emit(Granted(self._name, _weight(tokens), wait))
+
+    def _denied(self, tokens: T, needed: float) -> None:
+        self._tally.deny()
+        if self._events.wants():
+            self._events.emit(Denied(self._name, _weight(tokens), needed))
+
     # -- acquiring ----------------------------------------------------------------
 
     def _reserve(self, tokens: T, timeout: float | timedelta | None) -> tuple[float, float]:
         max_wait = math.inf if timeout is None else _validate.timeout_seconds(timeout)
         wait, at = self._handle.reserve(tokens, max_wait)
         if wait < 0:
+            self._denied(tokens, -wait)
             raise AcquireTimeout(-wait)
         return wait, at
 
@@ -153,13 +223,19 @@ class Limiter(Generic[T]):
             except BaseException:
                 self._give_back(n, at)
                 raise
+        self._granted(n, wait)
         return wait
 
     def try_acquire(self, tokens: float = 1) -> bool:
         """Take ``tokens`` if they can be granted right now; never blocks."""
         # The hottest path of all: the usual argument, a small int, is checked inline.
         n: Any = tokens if tokens.__class__ is int and 0 < tokens <= self._quick_most else self._tokens(tokens)
-        return self._handle.reserve(n, 0.0)[0] >= 0
+        wait = self._handle.reserve(n, 0.0)[0]
+        if wait >= 0:
+            self._granted(n, 0.0)
+            return True
+        self._denied(n, -wait)
+        return False
 
     async def acquire_async(self, tokens: float = 1, timeout: float | timedelta | None = None) -> float:
         """:meth:`acquire` for asyncio: suspends the task, not the thread.
@@ -171,6 +247,7 @@ class Limiter(Generic[T]):
         max_wait = math.inf if timeout is None else _validate.timeout_seconds(timeout)
         wait, at = await self._handle.reserve_async(n, max_wait)
         if wait < 0:
+            self._denied(n, -wait)
             raise AcquireTimeout(-wait)
         if wait > 0:
             try:
@@ -178,12 +255,18 @@ class Limiter(Generic[T]):
             except BaseException:
                 await self._give_back_async(n, at)
                 raise
+        self._granted(n, wait)
         return wait
 
     async def try_acquire_async(self, tokens: float = 1) -> bool:
         """:meth:`try_acquire` for asyncio."""
-        wait, _ = await self._handle.reserve_async(self._tokens(tokens), 0.0)
-        return wait >= 0
+        n = self._tokens(tokens)
+        wait, _ = await self._handle.reserve_async(n, 0.0)
+        if wait >= 0:
+            self._granted(n, 0.0)
+            return True
+        self._denied(n, -wait)
+        return False
 
     # -- listening to the provider -------------------------------------------------
 
@@ -217,6 +300,7 @@ class Limiter(Generic[T]):
         info, change = self._read(headers, status, now)
         if change is not None:
             self._handle.restrict(*change)
+            self._restricted(status, *change)
         return info
 
     async def feedback_async(
@@ -226,7 +310,13 @@ class Limiter(Generic[T]):
         info, change = self._read(headers, status, now)
         if change is not None:
             await self._handle.restrict_async(*change)
+            self._restricted(status, *change)
         return info
+
+    def _restricted(self, status: int | None, remaining: T, seconds: float) -> None:
+        with self._tally.lock:
+            self._tally.restricted += 1
+        self._events.emit(Paused(self._name, status, _weight(remaining), seconds))
 
     # -- giving back --------------------------------------------------------------
 
@@ -301,6 +391,11 @@ class Limiter(Generic[T]):
         return _Decorator(self, tokens, timeout)
 
 
+def _weight(tokens: Any) -> float:
+    # A composite's request is one weight per member; events report the largest.
+    return float(tokens) if tokens.__class__ in (int, float) else float(max(tokens))
+
+
 class _Decorator:
     __slots__ = ("_limiter", "_timeout", "_tokens")
 
@@ -317,20 +412,13 @@ class _Decorator:
 
     def __call__(self, func: Callable[..., Any], /) -> Callable[..., Any]:
         limiter, tokens, timeout = self._limiter, self._tokens, self._timeout
-        # An object whose __call__ is a coroutine function is awaited like one.
-        call = vars(type(func)).get("__call__")
-        if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(call):
 
-            @functools.wraps(func)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                await limiter.acquire_async(tokens, timeout)
-                return await func(*args, **kwargs)
-
-            return async_wrapper
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def run(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
             limiter.acquire(tokens, timeout)
-            return func(*args, **kwargs)
+            return fn(*args, **kwargs)
 
-        return wrapper
+        async def run_async(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+            await limiter.acquire_async(tokens, timeout)
+            return await fn(*args, **kwargs)
+
+        return wrap(func, run, run_async)

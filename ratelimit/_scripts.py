@@ -84,3 +84,9 @@ def group_script() -> Script:
     """The script of a composite: every algorithm, and the group driver."""
     parts = [lua_source("_prelude"), *(lua_source(kind) for kind in ALGORITHMS), lua_source("_group")]
     return Script("group", "\n".join(parts))
+
+
+@cache
+def breaker_script() -> Script:
+    """The script of a shared circuit breaker."""
+    return Script("breaker", "\n".join([lua_source("_prelude"), lua_source("breaker")]))

@@ -47,10 +47,24 @@ PUBLIC = {
     "Clock",
     "ManualClock",
     "SystemClock",
+    "LimiterStats",
     # errors
     "AcquireTimeout",
     "BackendUnavailable",
+    "CircuitOpen",
     "RateLimitError",
+    "RetryError",
+    # retries, backoff and the circuit breaker
+    "Attempt",
+    "Backoff",
+    "BreakerStats",
+    "CircuitBreaker",
+    "Retry",
+    "RetryStats",
+    "Ticket",
+    "classify",
+    # events
+    "subscribe",
     # provider headers
     "RateLimitInfo",
     "parse_rate_limit_headers",

@@ -1,0 +1,225 @@
+"""Events: what limiters, retry runners and breakers tell the outside world.
+
+Each event is a small frozen value. An object's ``subscribe(callback)`` hears that
+object's events; :func:`subscribe` hears every object's. Every event is also logged
+on the ``ratelimit`` logger at a level that fits it (a grant at DEBUG, a retry at
+INFO, giving up or a circuit opening at WARNING), so nothing is needed to see them in
+ordinary logs.
+
+A callback runs in the thread (or task) that caused the event, after the decision and
+outside every lock, so it may be slow without slowing other workers; it should not
+raise, and if it does the error is logged and the call it observed goes on unharmed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+__all__ = [
+    "AttemptFinished",
+    "CallFinished",
+    "Denied",
+    "Emitter",
+    "Event",
+    "GaveUp",
+    "Granted",
+    "Paused",
+    "Rejected",
+    "RetryScheduled",
+    "StateChanged",
+    "subscribe",
+]
+
+logger = logging.getLogger("ratelimit")
+
+Verdict = Literal["ok", "transient", "permanent"]
+BreakerState = Literal["closed", "open", "half_open"]
+
+
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """A limiter granted ``tokens`` after ``wait`` seconds."""
+
+    name: str | None
+    tokens: float
+    wait: float
+
+
+@dataclass(frozen=True, slots=True)
+class Denied:
+    """A limiter refused ``tokens``: ``try_acquire`` said no, or ``acquire`` timed out.
+
+    ``retry_after`` is the wait the grant would have needed.
+    """
+
+    name: str | None
+    tokens: float
+    retry_after: float
+
+
+@dataclass(frozen=True, slots=True)
+class Paused:
+    """Feedback from the provider lowered a limiter's budget.
+
+    ``seconds`` is how long the restriction lasts; ``remaining`` how many tokens it
+    still allows in that time (0: a pause).
+    """
+
+    name: str | None
+    status: int | None
+    remaining: float
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFinished:
+    """A retry runner's call returned or raised. ``status`` is the response's HTTP status
+    when there was one; ``duration`` is the time spent inside the call."""
+
+    name: str | None
+    attempt: int
+    status: int | None
+    error: BaseException | None
+    duration: float
+    verdict: Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class RetryScheduled:
+    """A retry runner will try again after ``delay`` seconds; ``reason`` says why (the
+    failed status or exception, and whether the provider's Retry-After set the delay)."""
+
+    name: str | None
+    attempt: int
+    delay: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class GaveUp:
+    """A retry runner gave up (``reason``: ``"attempts"`` or ``"deadline"``)."""
+
+    name: str | None
+    reason: str
+    attempts: int
+    elapsed: float
+
+
+@dataclass(frozen=True, slots=True)
+class CallFinished:
+    """One call through a retry runner is over, however it ended.
+
+    ``outcome`` is ``"ok"`` (a result the classifier accepted), ``"permanent"`` (a
+    failure not worth retrying, passed to the caller), ``"gave_up"`` or ``"rejected"``
+    (an open circuit). The seconds split the call's life: ``waited`` for the limiter,
+    ``backoff`` asleep between attempts, ``in_calls`` inside the calls themselves.
+    """
+
+    name: str | None
+    outcome: str
+    attempts: int
+    waited: float
+    backoff: float
+    in_calls: float
+
+
+@dataclass(frozen=True, slots=True)
+class StateChanged:
+    """A circuit breaker went from ``previous`` to ``state``."""
+
+    name: str | None
+    previous: BreakerState
+    state: BreakerState
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A circuit breaker failed a call fast; a probe may go in ``retry_after`` seconds."""
+
+    name: str | None
+    retry_after: float
+
+
+Event: TypeAlias = (
+    Granted | Denied | Paused | AttemptFinished | RetryScheduled | GaveUp | CallFinished | StateChanged | Rejected
+)
+Callback: TypeAlias = Callable[[Event], object]
+
+
+def _level(event: Event) -> int:
+    if isinstance(event, GaveUp):
+        return logging.WARNING
+    if isinstance(event, StateChanged):
+        return logging.WARNING if event.state == "open" else logging.INFO
+    if isinstance(event, (Paused, RetryScheduled)):
+        return logging.INFO
+    return logging.DEBUG
+
+
+class _Subscribers:
+    """A list of callbacks that threads can iterate while others change it.
+
+    The tuple is replaced, never mutated, so an emit in flight keeps the list it saw.
+    """
+
+    __slots__ = ("_lock", "callbacks")
+
+    def __init__(self) -> None:
+        self.callbacks: tuple[Callback, ...] = ()
+        self._lock = threading.Lock()
+
+    def add(self, callback: Callback) -> Callable[[], None]:
+        if not callable(callback):
+            raise TypeError(f"callback must be callable with one event, got {callback!r}")
+        with self._lock:
+            self.callbacks = (*self.callbacks, callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                kept = list(self.callbacks)
+                if callback in kept:
+                    kept.remove(callback)
+                self.callbacks = tuple(kept)
+
+        return unsubscribe
+
+
+_everyone = _Subscribers()
+
+
+def subscribe(callback: Callback) -> Callable[[], None]:
+    """Call ``callback(event)`` for every event of every limiter, retry runner and breaker.
+
+    Returns a function that unsubscribes it again.
+    """
+    return _everyone.add(callback)
+
+
+class Emitter:
+    """One object's subscribers, plus the global ones and the log."""
+
+    __slots__ = ("_own",)
+
+    def __init__(self) -> None:
+        self._own = _Subscribers()
+
+    def subscribe(self, callback: Callback) -> Callable[[], None]:
+        return self._own.add(callback)
+
+    def wants(self, level: int = logging.DEBUG) -> bool:
+        """Would an event at ``level`` reach anyone? Lets hot paths skip building it."""
+        return bool(self._own.callbacks or _everyone.callbacks) or logger.isEnabledFor(level)
+
+    def emit(self, event: Event) -> None:
+        level = _level(event)
+        if logger.isEnabledFor(level):
+            logger.log(level, "%s", event)
+        for callback in (*self._own.callbacks, *_everyone.callbacks):
+            try:
+                callback(event)
+            except Exception:
+                logger.exception("an event callback failed on %r", event)
