@@ -147,11 +147,9 @@ elseif op == 'record' then
     redis.call('HSET', key, i, fmt(current), c, 0, f, 0)
   end
   redis.call('HINCRBY', key, c, 1)
-  if ok == '0' then
-    redis.call('HINCRBY', key, f, 1)
-    local calls, failures = window_counts(current)
-    if calls >= min_calls and failures >= threshold * calls - EPSILON then open() end
-  end
+  if ok == '0' then redis.call('HINCRBY', key, f, 1) end
+  local calls, failures = window_counts(current)
+  if calls >= min_calls and failures > 0 and failures >= threshold * calls - EPSILON then open() end
   save()
   return {previous, s.mode}
 elseif op == 'peek' then

@@ -190,13 +190,10 @@ def record(
     state.calls[slot] += 1
     if not ok:
         state.failures[slot] += 1
-        calls = failures = 0
-        for i in range(policy.buckets):
-            if state.index[i] > current - policy.buckets:
-                calls += state.calls[i]
-                failures += state.failures[i]
-        if calls >= policy.min_calls and failures >= policy.failure_threshold * calls - EPSILON:
-            _open(policy, state, now)
+    # A success can trip it too: the one that brings the window up to min_calls.
+    calls, failures = counts(policy, state, now)
+    if calls >= policy.min_calls and failures > 0 and failures >= policy.failure_threshold * calls - EPSILON:
+        _open(policy, state, now)
     return previous, state.mode
 
 
