@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 from ._algorithm import Algorithm
 from ._clock import Clock
+from ._tally import Tally
 
 __all__ = ["Backend", "Handle"]
 
@@ -21,6 +22,10 @@ T_contra = TypeVar("T_contra", contravariant=True)
 
 class Handle(Protocol[T_contra]):
     """One limiter (or one group of limits) bound to its state in a store."""
+
+    #: The owning limiter's counters; each reservation is counted in it, inside the
+    #: store's own serialisation where there is one.
+    tally: Tally | None
 
     def reserve(self, tokens: T_contra, max_wait: float) -> tuple[float, float]:
         """Decide and, if granted, record. Returns ``(signed_wait, at)``.

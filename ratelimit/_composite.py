@@ -58,6 +58,7 @@ class Composite(Limiter[Sequence[float]]):
         self._algs = tuple(member._alg for member in limits)
         self._most = tuple(alg.most for alg in self._algs)
         self._handle = self._backend.bind_group(self._name, self._algs, clock)
+        self._handle.tally = self._tally
 
     def _tokens(self, tokens: object) -> Sequence[float]:
         algs = self._algs

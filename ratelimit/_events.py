@@ -2,9 +2,10 @@
 
 Each event is a small frozen value. An object's ``subscribe(callback)`` hears that
 object's events; :func:`subscribe` hears every object's. Every event is also logged
-on the ``ratelimit`` logger at a level that fits it (a grant at DEBUG, a retry at
-INFO, giving up or a circuit opening at WARNING), so nothing is needed to see them in
-ordinary logs.
+on the ``ratelimit`` logger at a level that fits it (an attempt at DEBUG, a retry or a
+pause at INFO, giving up or a circuit opening at WARNING), so nothing is needed to see
+them in ordinary logs; a limiter's grants and denials, one per request, are left to
+subscribers.
 
 A callback runs in the thread (or task) that caused the event, after the decision and
 outside every lock, so it may be slow without slowing other workers; it should not
@@ -151,19 +152,25 @@ Callback: TypeAlias = Callable[[Event], object]
 
 
 def _level(event: Event) -> int:
+    """The log level of an event; 0 for the per-call ones that are never logged (a
+    limiter's grants and denials: one per request is too many lines, and testing the
+    logger would cost the hot path more than the decision itself)."""
     if isinstance(event, GaveUp):
         return logging.WARNING
     if isinstance(event, StateChanged):
         return logging.WARNING if event.state == "open" else logging.INFO
     if isinstance(event, (Paused, RetryScheduled)):
         return logging.INFO
+    if isinstance(event, (Granted, Denied)):
+        return 0
     return logging.DEBUG
 
 
-class _Subscribers:
+class Subscribers:
     """A list of callbacks that threads can iterate while others change it.
 
-    The tuple is replaced, never mutated, so an emit in flight keeps the list it saw.
+    ``callbacks`` is a tuple that is replaced, never mutated, so an emit in flight
+    keeps the list it saw, and a hot path can test it without a lock.
     """
 
     __slots__ = ("_lock", "callbacks")
@@ -172,7 +179,7 @@ class _Subscribers:
         self.callbacks: tuple[Callback, ...] = ()
         self._lock = threading.Lock()
 
-    def add(self, callback: Callback) -> Callable[[], None]:
+    def subscribe(self, callback: Callback) -> Callable[[], None]:
         if not callable(callback):
             raise TypeError(f"callback must be callable with one event, got {callback!r}")
         with self._lock:
@@ -188,7 +195,8 @@ class _Subscribers:
         return unsubscribe
 
 
-_everyone = _Subscribers()
+#: Everyone's subscribers: they hear every object's events.
+EVERYONE = Subscribers()
 
 
 def subscribe(callback: Callback) -> Callable[[], None]:
@@ -196,29 +204,24 @@ def subscribe(callback: Callback) -> Callable[[], None]:
 
     Returns a function that unsubscribes it again.
     """
-    return _everyone.add(callback)
+    return EVERYONE.subscribe(callback)
 
 
-class Emitter:
-    """One object's subscribers, plus the global ones and the log."""
+class Emitter(Subscribers):
+    """One object's subscribers; :meth:`emit` also reaches everyone's and the log."""
 
-    __slots__ = ("_own",)
+    __slots__ = ()
 
-    def __init__(self) -> None:
-        self._own = _Subscribers()
-
-    def subscribe(self, callback: Callback) -> Callable[[], None]:
-        return self._own.add(callback)
-
-    def wants(self, level: int = logging.DEBUG) -> bool:
-        """Would an event at ``level`` reach anyone? Lets hot paths skip building it."""
-        return bool(self._own.callbacks or _everyone.callbacks) or logger.isEnabledFor(level)
+    def wants(self) -> bool:
+        """Would an event reach a subscriber? Hot paths test this before building one
+        (written out inline where every nanosecond counts)."""
+        return bool(self.callbacks or EVERYONE.callbacks)
 
     def emit(self, event: Event) -> None:
         level = _level(event)
-        if logger.isEnabledFor(level):
+        if level and logger.isEnabledFor(level):
             logger.log(level, "%s", event)
-        for callback in (*self._own.callbacks, *_everyone.callbacks):
+        for callback in (*self.callbacks, *EVERYONE.callbacks):
             try:
                 callback(event)
             except Exception:

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
@@ -22,9 +20,10 @@ from . import _validate
 from ._backend import Backend, Handle
 from ._clock import Clock, SystemClock
 from ._errors import AcquireTimeout
-from ._events import Denied, Emitter, Event, Granted, Paused
+from ._events import EVERYONE, Denied, Emitter, Event, Granted, Paused
 from ._headers import RateLimitInfo, parse_rate_limit_headers
 from ._memory import MemoryBackend
+from ._tally import LimiterStats, Tally
 from ._wrap import wrap
 
 __all__ = ["Acquirer", "Limiter", "LimiterStats"]
@@ -65,50 +64,6 @@ class Acquirer(Protocol):
     async def feedback_async(self, headers: Any, status: int | None = None) -> RateLimitInfo: ...
 
 
-@dataclass(frozen=True)
-class LimiterStats:
-    """Counters of one limiter object since it was made (this process's calls only)."""
-
-    #: Requests granted, and the tokens they took.
-    granted: int
-    tokens: float
-    #: Requests refused (``try_acquire`` said no, ``acquire`` timed out or overflowed).
-    denied: int
-    #: Seconds the granted requests waited in all, and the longest single wait.
-    waited: float
-    max_wait: float
-    #: Responses whose feedback lowered the budget or paused it.
-    restricted: int
-
-
-class _Tally:
-    """The counters behind :class:`LimiterStats`."""
-
-    __slots__ = ("denied", "granted", "lock", "max_wait", "restricted", "tokens", "waited")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.granted = self.denied = self.restricted = 0
-        self.tokens = self.waited = self.max_wait = 0.0
-
-    def grant(self, tokens: Any, wait: float) -> None:
-        with self.lock:
-            self.granted += 1
-            self.tokens += _weight(tokens)
-            if wait > 0:
-                self.waited += wait
-                if wait > self.max_wait:
-                    self.max_wait = wait
-
-    def deny(self) -> None:
-        with self.lock:
-            self.denied += 1
-
-    def snapshot(self) -> LimiterStats:
-        with self.lock:
-            return LimiterStats(self.granted, self.tokens, self.denied, self.waited, self.max_wait, self.restricted)
-
-
 def _check_name(name: object, backend: Backend) -> str | None:
     if name is None:
         if backend.shared:
@@ -143,7 +98,7 @@ class Limiter(Generic[T]):
         # A plain int up to this many tokens needs no further checks (see _tokens).
         self._quick_most: float = 0
         self._events = Emitter()
-        self._tally = _Tally()
+        self._tally = Tally()
 
     # -- what subclasses provide --------------------------------------------------
 
@@ -178,13 +133,11 @@ class Limiter(Generic[T]):
         return self._tally.snapshot()
 
     def _granted(self, tokens: T, wait: float) -> None:
-        self._tally.grant(tokens, wait)
-        if self._events.wants():
+        if self._events.callbacks or EVERYONE.callbacks:
             self._events.emit(Granted(self._name, _weight(tokens), wait))
 
     def _denied(self, tokens: T, needed: float) -> None:
-        self._tally.deny()
-        if self._events.wants():
+        if self._events.callbacks or EVERYONE.callbacks:
             self._events.emit(Denied(self._name, _weight(tokens), needed))
 
     # -- acquiring ----------------------------------------------------------------
@@ -229,7 +182,13 @@ class Limiter(Generic[T]):
     def try_acquire(self, tokens: float = 1) -> bool:
         """Take ``tokens`` if they can be granted right now; never blocks."""
         # The hottest path of all: the usual argument, a small int, is checked inline.
-        n: Any = tokens if tokens.__class__ is int and 0 < tokens <= self._quick_most else self._tokens(tokens)
+        if tokens.__class__ is int and 0 < tokens <= self._quick_most:
+            # The usual argument, a small int, needs no further checks.
+            wait = self._handle.reserve(tokens, 0.0)[0]  # type: ignore[arg-type]
+            if self._events.callbacks or EVERYONE.callbacks:
+                self._events.emit(Granted(self._name, tokens, 0.0) if wait >= 0 else Denied(self._name, tokens, -wait))
+            return wait >= 0
+        n = self._tokens(tokens)
         wait = self._handle.reserve(n, 0.0)[0]
         if wait >= 0:
             self._granted(n, 0.0)
@@ -314,8 +273,9 @@ class Limiter(Generic[T]):
         return info
 
     def _restricted(self, status: int | None, remaining: T, seconds: float) -> None:
-        with self._tally.lock:
-            self._tally.restricted += 1
+        tally = self._tally
+        with tally.lock:
+            tally.restricted += 1
         self._events.emit(Paused(self._name, status, _weight(remaining), seconds))
 
     # -- giving back --------------------------------------------------------------
@@ -336,7 +296,13 @@ class Limiter(Generic[T]):
         """:meth:`refund` for asyncio."""
         await self._handle.refund_async(self._tokens(tokens), None)
 
+    def _cancelled(self) -> None:
+        tally = self._tally
+        with tally.lock:
+            tally.cancelled += 1
+
     def _give_back(self, tokens: T, at: float) -> None:
+        self._cancelled()
         try:
             self._handle.refund(tokens, at)
         except Exception:
@@ -344,6 +310,7 @@ class Limiter(Generic[T]):
             logger.warning("could not give back a cancelled reservation of %r on %r", tokens, self, exc_info=True)
 
     async def _give_back_async(self, tokens: T, at: float) -> None:
+        self._cancelled()
         try:
             await self._handle.refund_async(tokens, at)
         except Exception:

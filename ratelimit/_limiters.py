@@ -29,6 +29,7 @@ class SingleLimiter(Limiter[float]):
         self._alg = alg
         self._most = self._quick_most = alg.most
         self._handle = self._backend.bind(self._name, alg, clock)
+        self._handle.tally = self._tally
 
     def _tokens(self, tokens: object) -> float:
         return _validate.tokens(tokens, self._most, self._alg.most_name)

@@ -14,6 +14,7 @@ from typing import Any
 
 from ._algorithm import Algorithm, step_all
 from ._clock import Clock, SystemClock
+from ._tally import Tally
 
 __all__ = ["MemoryBackend"]
 
@@ -66,9 +67,10 @@ class MemoryBackend:
 class MemoryHandle:
     """One limiter bound to its in-process state."""
 
-    __slots__ = ("_alg", "_now", "_slot", "_step")
+    __slots__ = ("_alg", "_now", "_slot", "_step", "tally")
 
     def __init__(self, alg: Algorithm[Any], slot: _Slot, clock: Clock) -> None:
+        self.tally: Tally | None = None
         self._alg = alg
         self._slot = slot
         self._now = clock.now
@@ -83,6 +85,8 @@ class MemoryHandle:
             # Read inside the lock, so that decisions see time in the order they run.
             now = self._now()
             slot.state, wait = self._step(slot.state, now, tokens, max_wait)
+            if self.tally is not None:
+                self.tally.record(tokens, wait)
         finally:
             slot.lock.release()
         return wait, now + wait
@@ -117,9 +121,10 @@ class MemoryHandle:
 class MemoryGroupHandle:
     """Several limits decided together, all-or-nothing."""
 
-    __slots__ = ("_algs", "_locks", "_now", "_slots")
+    __slots__ = ("_algs", "_locks", "_now", "_slots", "tally")
 
     def __init__(self, algs: Sequence[Algorithm[Any]], slots: Sequence[_Slot], clock: Clock) -> None:
+        self.tally: Tally | None = None
         self._algs = tuple(algs)
         self._slots = tuple(slots)
         self._now = clock.now
@@ -136,6 +141,8 @@ class MemoryGroupHandle:
             states, wait = step_all(self._algs, [s.state for s in self._slots], now, tokens, max_wait)
             for slot, state in zip(self._slots, states, strict=True):
                 slot.state = state
+            if self.tally is not None:
+                self.tally.record(max(tokens), wait)
         finally:
             for lock in reversed(locks):
                 lock.release()

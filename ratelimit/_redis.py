@@ -38,6 +38,7 @@ from ._clock import Clock
 from ._errors import BackendUnavailable
 from ._memory import MemoryBackend
 from ._scripts import Script, group_script, single_script
+from ._tally import Tally
 
 __all__ = ["BackendStats", "RedisBackend", "key_for"]
 
@@ -308,7 +309,7 @@ class _ScriptHandle(Generic[T]):
     Subclasses say only how a request becomes the script's arguments.
     """
 
-    __slots__ = ("_backend", "_keys", "_local", "_now", "_script")
+    __slots__ = ("_backend", "_keys", "_local", "_now", "_script", "tally")
 
     def __init__(
         self,
@@ -318,6 +319,7 @@ class _ScriptHandle(Generic[T]):
         now: Callable[[], str],
         local: Handle[T] | None,
     ) -> None:
+        self.tally: Tally | None = None
         self._backend = backend
         self._script = script
         self._keys = tuple(keys)
@@ -338,19 +340,29 @@ class _ScriptHandle(Generic[T]):
         logger.warning("Redis unreachable; deciding %r locally: %s", self._keys[0], exc)
         return self._local.reserve(tokens, max_wait)
 
+    def _count(self, tokens: T, decision: tuple[float, float]) -> tuple[float, float]:
+        tally = self.tally
+        if tally is not None:
+            weight: Any = tokens
+            with tally.lock:
+                tally.record(weight if weight.__class__ in (int, float) else max(weight), decision[0])
+        return decision
+
     def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
         args = self._args("reserve", tokens, _max_wait(max_wait))
         try:
-            return _reply(self._backend.run(self._script, self._keys, args))
+            decision = _reply(self._backend.run(self._script, self._keys, args))
         except BackendUnavailable as exc:
-            return self._fallback(tokens, max_wait, exc)
+            decision = self._fallback(tokens, max_wait, exc)
+        return self._count(tokens, decision)
 
     async def reserve_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
         args = self._args("reserve", tokens, _max_wait(max_wait))
         try:
-            return _reply(await self._backend.run_async(self._script, self._keys, args))
+            decision = _reply(await self._backend.run_async(self._script, self._keys, args))
         except BackendUnavailable as exc:
-            return self._fallback(tokens, max_wait, exc)
+            decision = self._fallback(tokens, max_wait, exc)
+        return self._count(tokens, decision)
 
     def _unrecorded(self, what: str, exc: BackendUnavailable) -> Handle[T] | None:
         # A refund or a restriction that cannot reach the store: under "raise" that is

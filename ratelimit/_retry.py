@@ -290,8 +290,7 @@ class Retry:
             response = response_of(result, error)
             status = status_of(response)
             attempts.append(Attempt(len(attempts) + 1, slept, waited, status, error, duration, verdict))
-            if self._events.wants():
-                self._events.emit(AttemptFinished(self.name, len(attempts), status, error, duration, verdict))
+            self._events.emit(AttemptFinished(self.name, len(attempts), status, error, duration, verdict))
             headers = headers_of(response)
             if self.limiter is not None and headers is not None:
                 yield ("feedback", headers, status)

@@ -1,0 +1,58 @@
+"""A limiter's counters, kept by the store's handle inside the step it already
+serialises (internal).
+
+The in-process store counts under the lock its decision holds anyway, so counting
+costs the hot path a few attribute updates and no lock of its own. Fields written
+outside a decision (``restricted``, ``cancelled``) have a lock of their own.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+__all__ = ["LimiterStats", "Tally"]
+
+
+@dataclass(frozen=True)
+class LimiterStats:
+    """Counters of one limiter object since it was made (this process's requests only)."""
+
+    #: Requests granted (reserved), and the tokens they took.
+    granted: int
+    tokens: float
+    #: Requests refused (``try_acquire`` said no, ``acquire`` timed out or overflowed).
+    denied: int
+    #: Seconds the granted requests were told to wait in all, and the longest wait.
+    waited: float
+    max_wait: float
+    #: Granted requests whose wait was interrupted, and so given back.
+    cancelled: int
+    #: Responses whose feedback lowered the budget or paused it.
+    restricted: int
+
+
+class Tally:
+    __slots__ = ("cancelled", "denied", "granted", "lock", "max_wait", "restricted", "tokens", "waited")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.granted = self.denied = self.cancelled = self.restricted = 0
+        self.tokens = self.waited = self.max_wait = 0.0
+
+    def record(self, weight: float, wait: float) -> None:
+        """Count one decision; the caller holds the lock that serialises its handle."""
+        if wait >= 0:
+            self.granted += 1
+            self.tokens += weight
+            if wait > 0:
+                self.waited += wait
+                if wait > self.max_wait:
+                    self.max_wait = wait
+        else:
+            self.denied += 1
+
+    def snapshot(self) -> LimiterStats:
+        return LimiterStats(
+            self.granted, self.tokens, self.denied, self.waited, self.max_wait, self.cancelled, self.restricted
+        )
