@@ -16,7 +16,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, NamedTuple, ParamSpec, TypeVar, overload
 
 from ._backend import Backend
 from ._breaker_state import Decision, MemoryStore, Policy, RedisStore
@@ -35,8 +35,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-@dataclass(frozen=True)
-class Ticket:
+class Ticket(NamedTuple):
     """Permission for one call; hand it back to :meth:`CircuitBreaker.record`."""
 
     generation: int
@@ -172,9 +171,9 @@ class CircuitBreaker:
             self._count(2)
             self._events.emit(Rejected(self.name, decision.retry_after))
             raise CircuitOpen(self.name, decision.retry_after)
-        self._count(0)
-        if decision.probe:
-            self._count(1)
+        with self._lock:
+            self._counts[0] += 1
+            self._counts[1] += decision.probe
         return Ticket(decision.generation, decision.probe)
 
     def allow(self) -> Ticket:

@@ -22,7 +22,7 @@ import logging
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import _validate
 from ._clock import Clock
@@ -113,9 +113,9 @@ class State:
     failures: list[int] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class Decision:
-    """The answer to "may this call go?" and what it changed."""
+class Decision(NamedTuple):
+    """The answer to "may this call go?" and what it changed (a tuple: made per call,
+    and a frozen dataclass costs a microsecond to build)."""
 
     admitted: bool
     probe: bool
@@ -190,10 +190,12 @@ def record(
     state.calls[slot] += 1
     if not ok:
         state.failures[slot] += 1
-    # A success can trip it too: the one that brings the window up to min_calls.
-    calls, failures = counts(policy, state, now)
-    if calls >= policy.min_calls and failures > 0 and failures >= policy.failure_threshold * calls - EPSILON:
-        _open(policy, state, now)
+    # A success can trip it too: the one that brings the window up to min_calls. But
+    # with no failure anywhere in the ring (a healthy provider) nothing can trip.
+    if not ok or any(state.failures):
+        calls, failures = counts(policy, state, now)
+        if calls >= policy.min_calls and failures > 0 and failures >= policy.failure_threshold * calls - EPSILON:
+            _open(policy, state, now)
     return previous, state.mode
 
 

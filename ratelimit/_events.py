@@ -217,6 +217,10 @@ class Emitter(Subscribers):
         (written out inline where every nanosecond counts)."""
         return bool(self.callbacks or EVERYONE.callbacks)
 
+    def hears(self, level: int) -> bool:
+        """Would an event logged at ``level`` reach a subscriber or the log?"""
+        return bool(self.callbacks or EVERYONE.callbacks) or logger.isEnabledFor(level)
+
     def emit(self, event: Event) -> None:
         level = _level(event)
         if level and logger.isEnabledFor(level):

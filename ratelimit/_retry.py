@@ -10,6 +10,7 @@ apart.
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import threading
@@ -41,9 +42,9 @@ R = TypeVar("R")
 RETRY_AFTER_JITTER = 0.1
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Attempt:
-    """One call made by a retry runner."""
+    """One call made by a retry runner (treat as read-only)."""
 
     #: 1 for the first call.
     number: int
@@ -89,6 +90,9 @@ class RetryStats:
     backoff: float
     in_calls: float
 
+
+#: Where each way a call can end is counted in Retry._counts.
+OUTCOMES = {"ok": 1, "permanent": 2, "gave_up": 3, "rejected": 4}
 
 # What the policy asks its driver to do, and what it is sent back:
 #   ("allow",)                   -> a breaker ticket          (may raise CircuitOpen)
@@ -201,16 +205,18 @@ class Retry:
         with self._lock:
             return RetryStats(*self._counts, *self._seconds)
 
-    def _finished(self, event: CallFinished) -> None:
-        index = {"ok": 1, "permanent": 2, "gave_up": 3, "rejected": 4}[event.outcome]
+    def _finished(self, outcome: str, attempts: int, spent: list[float]) -> None:
+        index = OUTCOMES[outcome]
         with self._lock:
-            self._counts[0] += 1
-            self._counts[index] += 1
-            self._counts[5] += event.attempts
-            self._seconds[0] += event.waited
-            self._seconds[1] += event.backoff
-            self._seconds[2] += event.in_calls
-        self._events.emit(event)
+            counts, seconds = self._counts, self._seconds
+            counts[0] += 1
+            counts[index] += 1
+            counts[5] += attempts
+            seconds[0] += spent[0]
+            seconds[1] += spent[1]
+            seconds[2] += spent[2]
+        if self._events.hears(logging.DEBUG):
+            self._events.emit(CallFinished(self.name, outcome, attempts, *spent))
 
     # -- the policy -------------------------------------------------------------------
 
@@ -238,7 +244,7 @@ class Retry:
         previous: float | None = None
 
         def finished(outcome: str) -> None:
-            self._finished(CallFinished(self.name, outcome, len(attempts), *spent))
+            self._finished(outcome, len(attempts), spent)
 
         def give_up(reason: Literal["attempts", "deadline"], result: object = None) -> RetryError:
             elapsed = clock.now() - started
@@ -290,7 +296,8 @@ class Retry:
             response = response_of(result, error)
             status = status_of(response)
             attempts.append(Attempt(len(attempts) + 1, slept, waited, status, error, duration, verdict))
-            self._events.emit(AttemptFinished(self.name, len(attempts), status, error, duration, verdict))
+            if self._events.hears(logging.DEBUG):
+                self._events.emit(AttemptFinished(self.name, len(attempts), status, error, duration, verdict))
             headers = headers_of(response)
             if self.limiter is not None and headers is not None:
                 yield ("feedback", headers, status)
