@@ -4,6 +4,7 @@ Retry-After, history, limiter and breaker on every attempt."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import time
@@ -517,3 +518,30 @@ def test_an_interrupted_call_frees_its_probe_slot() -> None:
     assert breaker.state == "half_open"
     assert Retry(breaker=breaker, clock=clock).call(Script(clock, [200])) is not None
     assert breaker.stats().state == "closed"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    capacity=st.integers(1, 5),
+    rate=st.floats(0.5, 20),
+    outcomes=st.lists(st.sampled_from([200, 503, 429, 500]), min_size=1, max_size=40),
+    calls=st.integers(1, 8),
+    seed=st.integers(0, 1000),
+)
+def test_retries_never_push_past_the_limit(
+    capacity: int, rate: float, outcomes: list[int], calls: int, seed: int
+) -> None:
+    clock = ManualClock(1_000.0)
+    limiter = TokenBucket(capacity, rate, clock=clock)
+    retry = Retry(
+        max_attempts=4, limiter=limiter, backoff=Backoff(base=0.01, max_delay=0.5), clock=clock, rng=random.Random(seed)
+    )
+    script = Script(clock, outcomes * calls * 4)
+    for _ in range(calls):
+        with contextlib.suppress(RetryError):
+            retry.call(script)
+    # A token bucket's promise: in any span of t seconds, at most capacity + rate * t.
+    starts = script.started_at
+    for i, first in enumerate(starts):
+        for j in range(i, len(starts)):
+            assert j - i + 1 <= capacity + rate * (starts[j] - first) + 1e-6
