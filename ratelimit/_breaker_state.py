@@ -313,7 +313,12 @@ class RedisStore:
             return self._local.record(generation, probe, ok)
 
     def peek(self) -> tuple[BreakerState, int, int]:
-        return self._peek(self._backend.run(self._script, self._keys, self._args("peek")))
+        try:
+            return self._peek(self._backend.run(self._script, self._keys, self._args("peek")))
+        except BackendUnavailable as exc:
+            if not self._unreachable(exc):
+                raise
+            return self._local.peek()
 
     async def allow_async(self) -> Decision:
         try:
@@ -333,7 +338,12 @@ class RedisStore:
             return self._local.record(generation, probe, ok)
 
     async def peek_async(self) -> tuple[BreakerState, int, int]:
-        return self._peek(await self._backend.run_async(self._script, self._keys, self._args("peek")))
+        try:
+            return self._peek(await self._backend.run_async(self._script, self._keys, self._args("peek")))
+        except BackendUnavailable as exc:
+            if not self._unreachable(exc):
+                raise
+            return self._local.peek()
 
 
 def _ok(ok: bool | None) -> str:

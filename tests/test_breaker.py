@@ -311,6 +311,7 @@ def test_an_unreachable_store_can_fall_back_to_local_state(policy: str, caplog: 
     fail(breaker, 2)
     with pytest.raises(CircuitOpen):
         breaker.allow()
+    assert breaker.state == "open"
     assert "goes on locally" in caplog.text
 
 
