@@ -18,8 +18,13 @@ import fakeredis
 from ratelimit import (
     Acquirer,
     AcquireTimeout,
+    Attempt,
     BackendStats,
     BackendUnavailable,
+    Backoff,
+    BreakerStats,
+    CircuitBreaker,
+    CircuitOpen,
     Clock,
     Composite,
     LeakyBucket,
@@ -28,11 +33,17 @@ from ratelimit import (
     RateLimitError,
     RateLimitInfo,
     RedisBackend,
+    Retry,
+    RetryError,
+    RetryStats,
     SlidingWindow,
     SystemClock,
+    Ticket,
     TokenBucket,
     parse_rate_limit_headers,
+    subscribe,
 )
+from ratelimit.events import Event, Granted
 
 
 def constructors() -> None:
@@ -247,3 +258,61 @@ def errors(bucket: TokenBucket) -> None:
     made = AcquireTimeout(2.5, "custom message")
     seconds: float = made.retry_after
     _ = seconds
+
+
+def retries_and_breakers(bucket: TokenBucket) -> None:
+    breaker = CircuitBreaker(min_calls=5, cooldown=timedelta(seconds=10))
+    retry = Retry(max_attempts=3, deadline=30, backoff=Backoff(jitter="equal"), limiter=bucket, breaker=breaker)
+
+    def fetch(url: str, *, timeout: float = 1.0) -> bytes:
+        return b""
+
+    body: bytes = retry.call(fetch, "https://example.invalid", timeout=2.0)
+    retry.call(fetch, 42)  # type: ignore[arg-type]
+
+    @retry
+    def get(url: str) -> int:
+        return 200
+
+    status: int = get("u")
+
+    @retry
+    async def aget(url: str) -> int:
+        return 200
+
+    pending: Coroutine[Any, Any, int] = aget("u")
+    pending.close()
+
+    async def later() -> None:
+        got: int = await retry.call_async(aget, "u")
+        _ = got
+
+    guarded: int = breaker.call(get, "u")
+    ticket: Ticket = breaker.allow()
+    breaker.record(ticket, None)
+    retry_stats: RetryStats = retry.stats()
+    breaker_stats: BreakerStats = breaker.stats()
+    state: str = breaker.state
+    Backoff(jitter="random")  # type: ignore[arg-type]
+
+    try:
+        retry.call(get, "u")
+    except RetryError as exc:
+        history: tuple[Attempt, ...] = exc.attempts
+        reason: str = exc.reason
+        last: object = exc.result
+        _ = (history, reason, last)
+    except CircuitOpen as exc:
+        wait: float = exc.retry_after
+        _ = wait
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, Granted):
+            waited: float = event.wait
+            _ = waited
+
+    unsubscribe: Callable[[], None] = subscribe(on_event)
+    bucket.subscribe(on_event)
+    retry.subscribe(on_event)
+    breaker.subscribe(on_event)
+    _ = (body, status, later, guarded, retry_stats, breaker_stats, state, unsubscribe)
