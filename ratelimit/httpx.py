@@ -1,0 +1,247 @@
+"""httpx transports that rate-limit, retry and break the circuit on every request.
+
+One line to set up::
+
+    client = httpx.Client(transport=RateLimitTransport(TokenBucket(capacity=20, refill_per_sec=1000 / 60)))
+
+Every request the client sends goes through one :class:`~ratelimit.Retry`: acquire
+from the limiter, send through the wrapped transport, feed the response's headers
+back to the limiter, classify it, back off and try again if it failed transiently
+(honouring ``Retry-After``), with the circuit breaker asked before and told after
+every attempt. When the retries run out the transport raises
+:class:`~ratelimit.RetryError`, whose ``result`` is the last response; a permanent
+failure (a 404, say) is returned as it is, after one attempt.
+
+A response that did not pass the classifier (it will be retried, or it is the failure
+handed back) is read into memory inside the transport, so that its connection goes
+back to the pool at once; the client then gets an unread copy whose body is already
+in memory, and reads it as usual. So the classifier sees every response before its
+body is read: it should judge by status and headers, as the default one does.
+
+A request whose body is a stream (an iterator or generator passed as ``content=``, or
+a multipart upload of a file that cannot seek) cannot be sent twice: it gets exactly
+one attempt, still through the limiter, the feedback and the breaker. If that attempt
+fails transiently the transport raises :class:`~ratelimit.RetryError` (reason
+``"attempts"``). Bytes, ``data=``, ``json=`` and uploads of seekable files are retried.
+
+Needs the ``httpx`` extra: ``pip install 'ratelimit[httpx]'``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import httpx
+
+from ._retry import Retry
+
+if TYPE_CHECKING:
+    from ._breaker import CircuitBreaker
+    from ._limiter import Acquirer
+
+__all__ = ["AsyncRateLimitTransport", "RateLimitTransport"]
+
+try:
+    # httpx keeps its multipart body private; without it (another httpx version) a
+    # multipart upload is simply treated as a stream: one attempt, never a wrong body.
+    from httpx._multipart import FileField, MultipartStream
+except ImportError:  # pragma: no cover - depends on the installed httpx
+    FileField = MultipartStream = None  # type: ignore[assignment,misc]
+
+
+class _Policy:
+    """What the sync and async transports share: everything but the I/O."""
+
+    __slots__ = ("once", "retry")
+
+    def __init__(
+        self, owner: str, limiter: Acquirer | None, retry: Retry | None, breaker: CircuitBreaker | None
+    ) -> None:
+        self.retry = _runner(owner, limiter, retry, breaker)
+        self.once = _one_attempt(self.retry)
+
+    def runner(self, request: httpx.Request) -> Retry:
+        """The retry runner for ``request``: one attempt only if its body cannot be replayed."""
+        return self.retry if _replayable(request.stream) else self.once
+
+    def keeps(self, response: httpx.Response) -> bool:
+        """Whether ``response`` goes to the client untouched, still streaming.
+
+        Anything the classifier does not accept will be retried or handed back as a
+        failure: an error body is usually small, and its connection is wanted for the
+        next attempt.
+        A response already read holds no connection.
+        """
+        return response.is_stream_consumed or self.retry.classify(response, None) == "ok"
+
+
+def _runner(owner: str, limiter: Acquirer | None, retry: Retry | None, breaker: CircuitBreaker | None) -> Retry:
+    if retry is None:
+        return Retry(limiter=limiter, breaker=breaker)
+    if not isinstance(retry, Retry):
+        raise TypeError(f"retry must be a ratelimit.Retry or None, got {retry!r}")
+    beside = [f"{name}={value!r}" for name, value in (("limiter", limiter), ("breaker", breaker)) if value is not None]
+    if beside:
+        raise ValueError(
+            f"{owner}: pass the limiter and breaker to the Retry, not beside it: with retry= the retry's own "
+            f"are used, so {' and '.join(beside)} would be ignored"
+        )
+    return retry
+
+
+def _one_attempt(retry: Retry) -> Retry:
+    """A copy of ``retry`` that makes a single attempt, for bodies that cannot be resent."""
+    once = Retry(
+        max_attempts=1,
+        deadline=retry.deadline,
+        backoff=retry.backoff,
+        classify=retry.classify,
+        limiter=retry.limiter,
+        tokens=retry.tokens,
+        breaker=retry.breaker,
+        name=retry.name,
+        clock=retry.clock,
+    )
+    # The same subscribers and counters as ``retry``: to its owner a streamed request is
+    # one more of its calls, in its events and in its stats().
+    once._events, once._lock, once._counts, once._seconds = retry._events, retry._lock, retry._counts, retry._seconds
+    return once
+
+
+def _replayable(stream: object) -> bool:
+    # content=bytes, data=, json= and a request that has been read are a ByteStream,
+    # which yields the same bytes every time it is iterated.
+    if isinstance(stream, httpx.ByteStream):
+        return True
+    if MultipartStream is not None and isinstance(stream, MultipartStream):
+        # httpx seeks every file back to 0 before sending it, which only works on a
+        # file that really seeks (not a pipe or a socket).
+        return all(_rewinds(field.file) for field in stream.fields if isinstance(field, FileField))
+    return False
+
+
+def _rewinds(file: object) -> bool:
+    if isinstance(file, (str, bytes)):
+        return True
+    seekable = getattr(file, "seekable", None)
+    return callable(seekable) and bool(seekable())
+
+
+def _buffered(response: httpx.Response, raw: bytes, request: httpx.Request) -> httpx.Response:
+    # A fresh response over the raw (still encoded) bytes: the client decodes it, and
+    # times it, exactly as it would a response straight off the network.
+    extensions = {key: value for key, value in response.extensions.items() if key != "network_stream"}
+    return httpx.Response(
+        response.status_code,
+        headers=response.headers,
+        stream=httpx.ByteStream(raw),
+        request=request,
+        extensions=extensions,
+    )
+
+
+class RateLimitTransport(httpx.BaseTransport):
+    """An ``httpx.Client`` transport: limiter, retries and circuit breaker on every request.
+
+    Args:
+        limiter: acquired from before every attempt, first or retry, and fed every
+            response's headers (``None``: no limiter).
+        retry: the retry policy, a :class:`~ratelimit.Retry` carrying its own limiter
+            and breaker; default ``Retry(limiter=limiter, breaker=breaker)``.
+        breaker: a :class:`~ratelimit.CircuitBreaker` every attempt passes through;
+            an open circuit raises :class:`~ratelimit.CircuitOpen` without sending.
+        transport: the transport that does the sending (default
+            ``httpx.HTTPTransport()``; pass your own for ``verify``, ``http2``, proxies
+            or connection limits). Closing this transport closes it.
+
+    Raises:
+        TypeError: an argument of the wrong type.
+        ValueError: ``retry`` given together with ``limiter`` or ``breaker``.
+    """
+
+    def __init__(
+        self,
+        limiter: Acquirer | None = None,
+        *,
+        retry: Retry | None = None,
+        breaker: CircuitBreaker | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if transport is not None and not isinstance(transport, httpx.BaseTransport):
+            raise TypeError(f"transport must be an httpx.BaseTransport or None, got {transport!r}")
+        self._policy = _Policy(type(self).__name__, limiter, retry, breaker)
+        # Made last: an HTTPTransport builds an SSL context, wasted if an argument is bad.
+        self.transport = transport if transport is not None else httpx.HTTPTransport()
+
+    @property
+    def retry(self) -> Retry:
+        """The retry runner every request goes through (for ``stats()`` and ``subscribe()``)."""
+        return self._policy.retry
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(retry={self.retry!r}, transport={self.transport!r})"
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` under the policy; raises :class:`~ratelimit.RetryError` on giving up."""
+        return self._policy.runner(request).call(self._attempt, request)
+
+    def _attempt(self, request: httpx.Request) -> httpx.Response:
+        response = self.transport.handle_request(request)
+        if self._policy.keeps(response):
+            return response
+        try:
+            raw = b"".join(response.iter_raw())
+        finally:
+            response.close()
+        return _buffered(response, raw, request)
+
+    def close(self) -> None:
+        """Close the wrapped transport."""
+        self.transport.close()
+
+
+class AsyncRateLimitTransport(httpx.AsyncBaseTransport):
+    """:class:`RateLimitTransport` for ``httpx.AsyncClient``; ``transport`` defaults to
+    ``httpx.AsyncHTTPTransport()``::
+
+        client = httpx.AsyncClient(transport=AsyncRateLimitTransport(limiter))
+    """
+
+    def __init__(
+        self,
+        limiter: Acquirer | None = None,
+        *,
+        retry: Retry | None = None,
+        breaker: CircuitBreaker | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+            raise TypeError(f"transport must be an httpx.AsyncBaseTransport or None, got {transport!r}")
+        self._policy = _Policy(type(self).__name__, limiter, retry, breaker)
+        self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+
+    @property
+    def retry(self) -> Retry:
+        """The retry runner every request goes through (for ``stats()`` and ``subscribe()``)."""
+        return self._policy.retry
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(retry={self.retry!r}, transport={self.transport!r})"
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` under the policy; raises :class:`~ratelimit.RetryError` on giving up."""
+        return await self._policy.runner(request).call_async(self._attempt, request)
+
+    async def _attempt(self, request: httpx.Request) -> httpx.Response:
+        response = await self.transport.handle_async_request(request)
+        if self._policy.keeps(response):
+            return response
+        try:
+            raw = b"".join([chunk async for chunk in response.aiter_raw()])
+        finally:
+            await response.aclose()
+        return _buffered(response, raw, request)
+
+    async def aclose(self) -> None:
+        """Close the wrapped transport."""
+        await self.transport.aclose()

@@ -1,0 +1,184 @@
+"""A requests adapter that rate-limits, retries and breaks the circuit on every request.
+
+One line to set up::
+
+    http = session(TokenBucket(capacity=20, refill_per_sec=1000 / 60))
+
+or mount :class:`RateLimitAdapter` on a session of your own. Every request sent through
+it goes through one :class:`~ratelimit.Retry`: acquire from the limiter, send, feed
+the response's headers back to the limiter, classify it, back off and try again if it
+failed transiently (honouring ``Retry-After``), with the circuit breaker asked before
+and told after every attempt. When the retries run out the adapter raises
+:class:`~ratelimit.RetryError`, whose ``result`` is the last response; a permanent
+failure (a 404, say) is returned as it is, after one attempt.
+
+A response that did not pass the classifier (it will be retried, or it is the failure
+handed back) has its body read and its connection released inside the adapter; its
+``content`` stays available, with ``stream=True`` too.
+
+A request whose body is a stream (a generator or iterator, or a file whose position
+cannot be told) cannot be sent twice: it gets exactly one attempt, still through the
+limiter, the feedback and the breaker. If that attempt fails transiently the adapter
+raises :class:`~ratelimit.RetryError` (reason ``"attempts"``). Bytes, ``data=``,
+``json=`` and seekable files (rewound before each attempt) are retried.
+
+Needs the ``requests`` extra: ``pip install 'ratelimit[requests]'``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from requests.utils import rewind_body
+
+from ._retry import Retry
+
+if TYPE_CHECKING:
+    from ._breaker import CircuitBreaker
+    from ._limiter import Acquirer
+
+__all__ = ["RateLimitAdapter", "session"]
+
+
+class RateLimitAdapter(HTTPAdapter):
+    """A requests transport adapter: limiter, retries and circuit breaker on every request.
+
+    Args:
+        limiter: acquired from before every attempt, first or retry, and fed every
+            response's headers (``None``: no limiter).
+        retry: the retry policy, a :class:`~ratelimit.Retry` carrying its own limiter
+            and breaker; default ``Retry(limiter=limiter, breaker=breaker)``.
+        breaker: a :class:`~ratelimit.CircuitBreaker` every attempt passes through;
+            an open circuit raises :class:`~ratelimit.CircuitOpen` without sending.
+        adapter_kwargs: passed to ``HTTPAdapter`` (``pool_connections``,
+            ``pool_maxsize``, ``pool_block``). ``max_retries`` may only be 0: urllib3's
+            own retries would go around the limiter.
+
+    Raises:
+        TypeError: an argument of the wrong type.
+        ValueError: ``retry`` given together with ``limiter`` or ``breaker``, or a
+            ``max_retries`` other than 0.
+    """
+
+    def __init__(
+        self,
+        limiter: Acquirer | None = None,
+        *,
+        retry: Retry | None = None,
+        breaker: CircuitBreaker | None = None,
+        **adapter_kwargs: Any,
+    ) -> None:
+        retries = adapter_kwargs.get("max_retries", 0)
+        # None is not "none" to requests: it means urllib3's default of three retries.
+        if isinstance(retries, bool) or retries != 0:
+            raise ValueError(
+                f"max_retries must be 0: retries belong to the Retry, which acquires from the limiter "
+                f"before each one, and urllib3's would not; got max_retries={retries!r}"
+            )
+        self.retry = _runner(type(self).__name__, limiter, retry, breaker)
+        self._once = _one_attempt(self.retry)
+        super().__init__(**adapter_kwargs)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(retry={self.retry!r})"
+
+    def send(
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: float | tuple[float, float] | tuple[float, None] | None = None,
+        verify: bool | str = True,
+        cert: bytes | str | tuple[bytes | str, bytes | str] | None = None,
+        proxies: Mapping[str, str] | None = None,
+    ) -> requests.Response:
+        """Send ``request`` under the policy; raises :class:`~ratelimit.RetryError` on giving up."""
+        rewind = _rewinder(request)
+        runner = self.retry if rewind is not None else self._once
+        return runner.call(self._attempt, request, rewind, stream, timeout, verify, cert, proxies)
+
+    def _attempt(
+        self,
+        request: requests.PreparedRequest,
+        rewind: Callable[[], None] | None,
+        stream: bool,
+        timeout: float | tuple[float, float] | tuple[float, None] | None,
+        verify: bool | str,
+        cert: bytes | str | tuple[bytes | str, bytes | str] | None,
+        proxies: Mapping[str, str] | None,
+    ) -> requests.Response:
+        if rewind is not None:
+            rewind()
+        response = super().send(request, stream, timeout, verify, cert, proxies)
+        if self.retry.classify(response, None) != "ok":
+            # Read, so the body survives for whoever gets this response; closed, so
+            # the connection goes back to the pool before the next attempt needs one.
+            try:
+                response.content  # noqa: B018 - reading is the point
+            finally:
+                response.close()
+        return response
+
+
+def session(
+    limiter: Acquirer | None = None, *, retry: Retry | None = None, breaker: CircuitBreaker | None = None
+) -> requests.Session:
+    """A ``requests.Session`` with a :class:`RateLimitAdapter` mounted for ``http://``
+    and ``https://``; the arguments are the adapter's. Close it when done (or use it
+    in a ``with`` block)."""
+    adapter = RateLimitAdapter(limiter, retry=retry, breaker=breaker)
+    http = requests.Session()
+    http.mount("http://", adapter)
+    http.mount("https://", adapter)
+    return http
+
+
+def _rewinder(request: requests.PreparedRequest) -> Callable[[], None] | None:
+    """What to do before each attempt to resend the body, or ``None`` if it cannot be."""
+    body: object = request.body
+    if body is None or isinstance(body, (bytes, str)):
+        return _nothing
+    # requests records a file body's starting position when it prepares the request
+    # (an int; a sentinel object when tell() failed) and rewinds to it on redirects.
+    if callable(getattr(body, "seek", None)) and isinstance(getattr(request, "_body_position", None), int):
+        return lambda: rewind_body(request)
+    return None
+
+
+def _nothing() -> None:
+    pass
+
+
+def _runner(owner: str, limiter: Acquirer | None, retry: Retry | None, breaker: CircuitBreaker | None) -> Retry:
+    if retry is None:
+        return Retry(limiter=limiter, breaker=breaker)
+    if not isinstance(retry, Retry):
+        raise TypeError(f"retry must be a ratelimit.Retry or None, got {retry!r}")
+    beside = [f"{name}={value!r}" for name, value in (("limiter", limiter), ("breaker", breaker)) if value is not None]
+    if beside:
+        raise ValueError(
+            f"{owner}: pass the limiter and breaker to the Retry, not beside it: with retry= the retry's own "
+            f"are used, so {' and '.join(beside)} would be ignored"
+        )
+    return retry
+
+
+def _one_attempt(retry: Retry) -> Retry:
+    """A copy of ``retry`` that makes a single attempt, for bodies that cannot be resent."""
+    once = Retry(
+        max_attempts=1,
+        deadline=retry.deadline,
+        backoff=retry.backoff,
+        classify=retry.classify,
+        limiter=retry.limiter,
+        tokens=retry.tokens,
+        breaker=retry.breaker,
+        name=retry.name,
+        clock=retry.clock,
+    )
+    # The same subscribers and counters as ``retry``: to its owner a streamed request is
+    # one more of its calls, in its events and in its stats().
+    once._events, once._lock, once._counts, once._seconds = retry._events, retry._lock, retry._counts, retry._seconds
+    return once
