@@ -69,8 +69,7 @@ class _Policy:
 
         Anything the classifier does not accept will be retried or handed back as a
         failure: an error body is usually small, and its connection is wanted for the
-        next attempt.
-        A response already read holds no connection.
+        next attempt. A response already read holds no connection.
         """
         return response.is_stream_consumed or self.retry.classify(response, None) == "ok"
 
