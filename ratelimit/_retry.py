@@ -194,6 +194,30 @@ class Retry:
             f"limiter={self.limiter!r}, breaker={self.breaker!r}, name={self.name!r})"
         )
 
+    def once(self) -> Retry:
+        """This policy cut to a single attempt, for a call that cannot be repeated (a
+        request whose body was a stream). It shares this runner's subscribers and
+        counters: its calls are this runner's calls in events and in :meth:`stats`."""
+        single = Retry(
+            max_attempts=1,
+            deadline=self.deadline,
+            backoff=self.backoff,
+            classify=self.classify,
+            limiter=self.limiter,
+            tokens=self.tokens,
+            breaker=self.breaker,
+            name=self.name,
+            clock=self.clock,
+            rng=self._rng,
+        )
+        single._events, single._lock, single._counts, single._seconds = (
+            self._events,
+            self._lock,
+            self._counts,
+            self._seconds,
+        )
+        return single
+
     # -- events and counters --------------------------------------------------------
 
     def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:

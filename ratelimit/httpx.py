@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from ._http import runner
 from ._retry import Retry
 
 if TYPE_CHECKING:
@@ -57,8 +58,8 @@ class _Policy:
     def __init__(
         self, owner: str, limiter: Acquirer | None, retry: Retry | None, breaker: CircuitBreaker | None
     ) -> None:
-        self.retry = _runner(owner, limiter, retry, breaker)
-        self.once = _one_attempt(self.retry)
+        self.retry = runner(owner, limiter, retry, breaker)
+        self.once = self.retry.once()
 
     def runner(self, request: httpx.Request) -> Retry:
         """The retry runner for ``request``: one attempt only if its body cannot be replayed."""
@@ -72,39 +73,6 @@ class _Policy:
         next attempt. A response already read holds no connection.
         """
         return response.is_stream_consumed or self.retry.classify(response, None) == "ok"
-
-
-def _runner(owner: str, limiter: Acquirer | None, retry: Retry | None, breaker: CircuitBreaker | None) -> Retry:
-    if retry is None:
-        return Retry(limiter=limiter, breaker=breaker)
-    if not isinstance(retry, Retry):
-        raise TypeError(f"retry must be a ratelimit.Retry or None, got {retry!r}")
-    beside = [f"{name}={value!r}" for name, value in (("limiter", limiter), ("breaker", breaker)) if value is not None]
-    if beside:
-        raise ValueError(
-            f"{owner}: pass the limiter and breaker to the Retry, not beside it: with retry= the retry's own "
-            f"are used, so {' and '.join(beside)} would be ignored"
-        )
-    return retry
-
-
-def _one_attempt(retry: Retry) -> Retry:
-    """A copy of ``retry`` that makes a single attempt, for bodies that cannot be resent."""
-    once = Retry(
-        max_attempts=1,
-        deadline=retry.deadline,
-        backoff=retry.backoff,
-        classify=retry.classify,
-        limiter=retry.limiter,
-        tokens=retry.tokens,
-        breaker=retry.breaker,
-        name=retry.name,
-        clock=retry.clock,
-    )
-    # The same subscribers and counters as ``retry``: to its owner a streamed request is
-    # one more of its calls, in its events and in its stats().
-    once._events, once._lock, once._counts, once._seconds = retry._events, retry._lock, retry._counts, retry._seconds
-    return once
 
 
 def _replayable(stream: object) -> bool:

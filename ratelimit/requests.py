@@ -34,6 +34,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from requests.utils import rewind_body
 
+from ._http import runner
 from ._retry import Retry
 
 if TYPE_CHECKING:
@@ -78,8 +79,8 @@ class RateLimitAdapter(HTTPAdapter):
                 f"max_retries must be 0: retries belong to the Retry, which acquires from the limiter "
                 f"before each one, and urllib3's would not; got max_retries={retries!r}"
             )
-        self.retry = _runner(type(self).__name__, limiter, retry, breaker)
-        self._once = _one_attempt(self.retry)
+        self.retry = runner(type(self).__name__, limiter, retry, breaker)
+        self._once = self.retry.once()
         super().__init__(**adapter_kwargs)
 
     def __repr__(self) -> str:
@@ -149,36 +150,3 @@ def _rewinder(request: requests.PreparedRequest) -> Callable[[], None] | None:
 
 def _nothing() -> None:
     pass
-
-
-def _runner(owner: str, limiter: Acquirer | None, retry: Retry | None, breaker: CircuitBreaker | None) -> Retry:
-    if retry is None:
-        return Retry(limiter=limiter, breaker=breaker)
-    if not isinstance(retry, Retry):
-        raise TypeError(f"retry must be a ratelimit.Retry or None, got {retry!r}")
-    beside = [f"{name}={value!r}" for name, value in (("limiter", limiter), ("breaker", breaker)) if value is not None]
-    if beside:
-        raise ValueError(
-            f"{owner}: pass the limiter and breaker to the Retry, not beside it: with retry= the retry's own "
-            f"are used, so {' and '.join(beside)} would be ignored"
-        )
-    return retry
-
-
-def _one_attempt(retry: Retry) -> Retry:
-    """A copy of ``retry`` that makes a single attempt, for bodies that cannot be resent."""
-    once = Retry(
-        max_attempts=1,
-        deadline=retry.deadline,
-        backoff=retry.backoff,
-        classify=retry.classify,
-        limiter=retry.limiter,
-        tokens=retry.tokens,
-        breaker=retry.breaker,
-        name=retry.name,
-        clock=retry.clock,
-    )
-    # The same subscribers and counters as ``retry``: to its owner a streamed request is
-    # one more of its calls, in its events and in its stats().
-    once._events, once._lock, once._counts, once._seconds = retry._events, retry._lock, retry._counts, retry._seconds
-    return once
