@@ -154,3 +154,22 @@ def test_feedback_async(make: Make, clock: ManualClock) -> None:
 def test_status_must_be_an_int(status: Any) -> None:
     with pytest.raises(TypeError, match="status must be an int"):
         TokenBucket(1, 1).feedback({}, status=status)
+
+
+def test_a_503_without_retry_after_is_an_outage_not_a_pause(make: Make) -> None:
+    limiter = make(TokenBucket, 5, 10)
+    # A 503's reset header (an hourly window, say) must not stop every worker until
+    # the reset: only what it says remains counts, as on any response.
+    limiter.feedback({"X-RateLimit-Remaining": "3", "X-RateLimit-Reset-After": "2"}, status=503)
+    assert limiter.acquire() < 2.0
+    other = make(TokenBucket, 5, 10)
+    # With Retry-After it is a refusal, like a 429: a pause.
+    other.feedback({"Retry-After": "2"}, status=503)
+    assert other.acquire() == pytest.approx(2.0)
+
+
+def test_a_429_without_retry_after_pauses_until_the_reset(make: Make) -> None:
+    limiter = make(TokenBucket, 5, 10)
+    limiter.feedback({"X-RateLimit-Remaining": "3", "X-RateLimit-Reset-After": "2"}, status=429)
+    assert not limiter.try_acquire()
+    assert limiter.acquire() == pytest.approx(2.0)
