@@ -91,13 +91,20 @@ class AttemptFinished:
 
 @dataclass(frozen=True, slots=True)
 class RetryScheduled:
-    """A retry runner will try again after ``delay`` seconds; ``reason`` says why (the
-    failed status or exception, and whether the provider's Retry-After set the delay)."""
+    """A retry runner will try again after ``delay`` seconds.
+
+    ``reason`` says why in words, for logs; the same as fields, for metrics: the failed
+    attempt's ``status`` or ``error`` (the exception's class name), and the ``source``
+    of the delay, ``"backoff"`` or ``"retry-after"`` (the provider's).
+    """
 
     name: str | None
     attempt: int
     delay: float
     reason: str
+    status: int | None = None
+    error: str | None = None
+    source: Literal["backoff", "retry-after"] = "backoff"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +112,7 @@ class GaveUp:
     """A retry runner gave up (``reason``: ``"attempts"`` or ``"deadline"``)."""
 
     name: str | None
-    reason: str
+    reason: Literal["attempts", "deadline"]
     attempts: int
     elapsed: float
 
@@ -121,7 +128,7 @@ class CallFinished:
     """
 
     name: str | None
-    outcome: str
+    outcome: Literal["ok", "permanent", "gave_up", "rejected"]
     attempts: int
     waited: float
     backoff: float

@@ -9,6 +9,7 @@ all work without this module importing any of them: an int ``status_code`` (or
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
@@ -62,10 +63,31 @@ def headers_of(response: object) -> Any:
     return getattr(response, "headers", None) if response is not None else None
 
 
+def _bad_certificate(error: BaseException) -> bool:
+    """Is a certificate that failed to verify behind ``error``? Clients wrap it in their
+    own connection errors (requests' ``SSLError`` is a ``ConnectionError``; httpx's
+    ``ConnectError`` chains it), and retrying it only delays the same answer."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return True
+        # urllib3 keeps the cause in .reason, requests in args[0].
+        todo += [current.__cause__, current.__context__, getattr(current, "reason", None)]
+        todo += [arg for arg in current.args if isinstance(arg, BaseException)]
+    return False
+
+
 def _transient_error(error: BaseException) -> bool:
     if isinstance(error, RateLimitError):
         # Our own decisions (an acquire timing out inside the call, say) are not a
         # flaky network; retrying them would only hide the cause.
+        return False
+    if _bad_certificate(error):
         return False
     if isinstance(error, (ConnectionError, TimeoutError)):
         return True
@@ -77,8 +99,9 @@ def classify(result: Any, error: BaseException | None) -> Verdict:
 
     Transient: statuses 408, 429, 500, 502, 503 and 504, and connection and timeout
     errors (the built-in ``ConnectionError`` and ``TimeoutError``, and httpx's,
-    requests', urllib3's and aiohttp's). Permanent: every other error and every other
-    status of 400 or more. Anything else that returned, ``None`` included, is ``"ok"``.
+    requests', urllib3's and aiohttp's), except a certificate that failed to verify.
+    Permanent: every other error and every other status of 400 or more. Anything else
+    that returned, ``None`` included, is ``"ok"``.
     """
     if error is not None:
         status = status_of(getattr(error, "response", None))

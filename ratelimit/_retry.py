@@ -17,10 +17,11 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 from . import _validate
 from ._backoff import Backoff
+from ._breaker import CircuitBreaker, Ticket
 from ._clock import Clock, SystemClock
 from ._errors import AcquireTimeout, CircuitOpen, RetryError
 from ._events import AttemptFinished, CallFinished, Emitter, Event, GaveUp, RetryScheduled, Verdict
@@ -28,9 +29,6 @@ from ._headers import parse_rate_limit_headers
 from ._limiter import Acquirer, logger
 from ._outcome import Classifier, classify, headers_of, response_of, status_of
 from ._wrap import wrap
-
-if TYPE_CHECKING:
-    from ._breaker import CircuitBreaker, Ticket
 
 __all__ = ["Attempt", "Retry", "RetryStats"]
 
@@ -91,8 +89,9 @@ class RetryStats:
     in_calls: float
 
 
+Outcome = Literal["ok", "permanent", "gave_up", "rejected"]
 #: Where each way a call can end is counted in Retry._counts.
-OUTCOMES = {"ok": 1, "permanent": 2, "gave_up": 3, "rejected": 4}
+OUTCOMES: dict[Outcome, int] = {"ok": 1, "permanent": 2, "gave_up": 3, "rejected": 4}
 
 # What the policy asks its driver to do, and what it is sent back:
 #   ("allow",)                   -> a breaker ticket          (may raise CircuitOpen)
@@ -168,7 +167,7 @@ class Retry:
             raise TypeError(f"limiter must be a limiter (TokenBucket, LeakyBucket, ...), got {limiter!r}")
         if limiter is not None:
             _validate.positive("tokens", tokens)
-        if breaker is not None and not hasattr(breaker, "allow"):
+        if breaker is not None and not isinstance(breaker, CircuitBreaker):
             raise TypeError(f"breaker must be a CircuitBreaker, got {breaker!r}")
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {name!r}")
@@ -229,7 +228,7 @@ class Retry:
         with self._lock:
             return RetryStats(*self._counts, *self._seconds)
 
-    def _finished(self, outcome: str, attempts: int, spent: list[float]) -> None:
+    def _finished(self, outcome: Outcome, attempts: int, spent: list[float]) -> None:
         index = OUTCOMES[outcome]
         with self._lock:
             counts, seconds = self._counts, self._seconds
@@ -244,7 +243,9 @@ class Retry:
 
     # -- the policy -------------------------------------------------------------------
 
-    def _delay(self, retry: int, previous: float | None, response: object, status: int | None) -> tuple[float, str]:
+    def _delay(
+        self, retry: int, previous: float | None, response: object, status: int | None
+    ) -> tuple[float, Literal["backoff", "retry-after"]]:
         """The wait before retry ``retry``, and whether the provider chose it."""
         headers = headers_of(response)
         ask: float | None = None
@@ -267,7 +268,7 @@ class Retry:
         slept = 0.0
         previous: float | None = None
 
-        def finished(outcome: str) -> None:
+        def finished(outcome: Outcome) -> None:
             self._finished(outcome, len(attempts), spent)
 
         def give_up(reason: Literal["attempts", "deadline"], result: object = None) -> RetryError:
@@ -346,7 +347,17 @@ class Retry:
             if clock.now() + delay > end:
                 raise give_up("deadline", result) from error
             attempt = attempts[-1]
-            self._events.emit(RetryScheduled(self.name, len(attempts), delay, f"{attempt.outcome}; {source}"))
+            self._events.emit(
+                RetryScheduled(
+                    self.name,
+                    len(attempts),
+                    delay,
+                    f"{attempt.outcome}; {source}",
+                    status,
+                    None if error is None else type(error).__name__,
+                    source,
+                )
+            )
             previous = slept = delay
             spent[1] += delay
             yield ("sleep", delay)

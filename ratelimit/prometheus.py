@@ -66,7 +66,6 @@ _WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 _ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 _NAMESPACE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 # The head of a repr: the class name of an exception ("ConnectError('...')" -> ConnectError).
-_EXCEPTION_NAME = re.compile(r"[A-Za-z_][\w.]*")
 
 
 class PrometheusMetrics:
@@ -166,7 +165,7 @@ class PrometheusMetrics:
             self.responses.labels(name, _status(event)).inc()
             self.attempt_duration.labels(name).observe(event.duration)
         elif isinstance(event, RetryScheduled):
-            self.retries.labels(name, *_reason(event.reason)).inc()
+            self.retries.labels(name, _why(event), event.source).inc()
         elif isinstance(event, GaveUp):
             self.give_ups.labels(name, event.reason).inc()
         elif isinstance(event, CallFinished):
@@ -188,19 +187,8 @@ def _status(event: AttemptFinished) -> str:
     return "error" if event.error is not None else "none"
 
 
-def _reason(reason: str) -> tuple[str, str]:
-    """``("503", "backoff")`` from ``"status 503; backoff"``: labels of few values.
-
-    The retry runner words a reason as ``"<outcome>; <source>"``, the outcome being
-    ``"status N"``, an exception's repr or ``"returned"``; a repr may itself hold
-    ``"; "``, so the source is what follows the last one.
-    """
-    outcome, _, source = reason.rpartition("; ")
-    if not outcome:
-        outcome, source = source, ""
-    if outcome.startswith("status "):
-        return outcome[len("status ") :], source
-    if outcome == "returned":
-        return outcome, source
-    head = _EXCEPTION_NAME.match(outcome)
-    return (head.group() if head else "other"), source
+def _why(event: RetryScheduled) -> str:
+    """The ``reason`` label: the failed status, the exception's class, or "returned"."""
+    if event.status is not None:
+        return str(event.status)
+    return event.error or "returned"

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import math
 import random
+import ssl
 import time
 from collections.abc import Callable, Iterable, Sequence
 from email.utils import formatdate
@@ -301,6 +302,13 @@ def test_the_default_classifier() -> None:
     assert classify(None, ValueError()) == "permanent"
     # Our own decisions are not flaky network: an acquire timing out inside the call.
     assert classify(None, AcquireTimeout(3.0)) == "permanent"
+    # A certificate that does not verify will not verify next time either, however
+    # the client wraps it (requests' SSLError is a ConnectionError; httpx chains it).
+    bad_cert = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    assert classify(None, bad_cert) == "permanent"
+    wrapped = ConnectionError("[SSL] handshake failed")
+    wrapped.__cause__ = bad_cert
+    assert classify(None, wrapped) == "permanent"
 
     class StatusError(Exception):
         def __init__(self, status: int) -> None:
@@ -414,6 +422,7 @@ def test_events_tell_the_story_of_a_call() -> None:
     assert isinstance(scheduled, RetryScheduled)
     assert scheduled.delay == 0.5
     assert scheduled.reason == "status 503; backoff"
+    assert (scheduled.status, scheduled.error, scheduled.source) == (503, None, "backoff")
     gave_up = seen[3]
     assert isinstance(gave_up, GaveUp)
     assert (gave_up.reason, gave_up.attempts) == ("attempts", 2)
