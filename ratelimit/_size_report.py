@@ -46,7 +46,8 @@ def size_text(s: Sizing) -> str:
         f"                  at most {_n(bucket.most_in_window)} grants in any {_n(limit.window)} s"
         f" (the provider allows {_n(limit.count)})",
         f"  leaky bucket    LeakyBucket(capacity={_n(leaky.capacity)}, leak_per_sec={_n(leaky.leak_per_sec)})",
-        f"                  queue: one request per worker; longest wait {_seconds(leaky.longest_wait)}; never bursts",
+        "                  room for one request per worker and the one leaking;"
+        f" longest wait {_seconds(leaky.longest_wait)}; never bursts",
         f"  sliding window  SlidingWindow(limit={_n(window.limit)}, window_seconds={_n(window.window_seconds)})",
     ]
     if s.burst is not None:

@@ -10,10 +10,12 @@ retries never push the provider over its limit), :func:`size` recommends:
   likely counts per window; any interval of length ``window`` then sees at most
   ``capacity + refill * window`` grants, so the burst is paid for out of the
   headroom: ``capacity = max(1, floor(limit * h))`` keeps that sum within ``limit``.
-- **leaky bucket**: ``leak_per_sec`` the same rate, and a queue (``capacity``) of one
-  request per worker: each worker blocks on its own acquire, so no more than that
-  can wait at once; a smaller queue overflows (``AcquireTimeout``), a larger one only
-  allows longer waits. The longest wait is ``capacity / leak_per_sec``.
+- **leaky bucket**: ``leak_per_sec`` the same rate, and room (``capacity``) for one
+  request per worker plus one: each worker blocks on its own acquire, so at most N
+  wait at once, and the request granted last still occupies the bucket while it
+  leaks (for ``1 / leak_per_sec``), when its worker may already be asking again. A
+  smaller bucket overflows (``AcquireTimeout`` at once), a larger one only allows
+  longer waits. The longest wait is ``N / leak_per_sec``.
 - **sliding window**: without a documented burst, ``floor(limit * (1 - h))`` per the
   provider's window (its own terms, less the headroom). With one, a window that
   large would let the whole allowance go at once, far beyond the burst; it becomes
@@ -228,7 +230,7 @@ def size(
         raise ValueError(f"demand must be >= 0, got {demand!r}")
     bucket = token_bucket_size(limit, burst, headroom)
     rate = bucket.refill_per_sec
-    leaky = LeakyBucketSize(float(workers), rate, workers / rate)
+    leaky = LeakyBucketSize(float(workers + 1), rate, workers / rate)
     if burst is not None:
         window = SlidingWindowSize(float(burst), burst / rate)
     else:

