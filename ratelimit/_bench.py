@@ -430,10 +430,18 @@ def _summarize(
 
 
 def sweep_configs(config: BenchConfig) -> list[BenchConfig]:
-    """The settings ``--sweep`` tries: headroom 0 to 15 %, and for buckets a few capacities."""
-    headrooms = (0.0, 0.025, 0.05, 0.1, 0.15)
+    """The settings ``--sweep`` tries.
+
+    Headroom 0 %, 2.5 %, 5 %, 10 % and 15 % at the sized capacity; for a token bucket
+    also, at the configured headroom, the provider's whole burst, half the sized
+    capacity and 1 (a smaller burst is the other way to stay clear of the limit).
+    """
+    runs = [replace(config, headroom=h) for h in (0.0, 0.025, 0.05, 0.1, 0.15)]
     sized = limiter_spec(config).first
-    capacities: list[float | None] = [None]
-    if config.algorithm == "token-bucket" and sized > 1:
-        capacities += sorted({max(1.0, float(int(sized / 2))), 1.0}, reverse=True)
-    return [replace(config, headroom=h, capacity=c) for c in capacities for h in headrooms]
+    if config.algorithm == "token-bucket":
+        others = {max(1.0, float(int(sized / 2))), 1.0}
+        if config.burst is not None:
+            others.add(float(config.burst))
+        for capacity in sorted(others - {sized}, reverse=True):
+            runs.append(replace(config, capacity=capacity))
+    return runs

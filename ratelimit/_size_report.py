@@ -36,7 +36,7 @@ def size_text(s: Sizing) -> str:
         f"  token bucket    TokenBucket(capacity={_n(bucket.capacity)}, refill_per_sec={_n(rate)})",
     ]
     if bucket.capacity_rule == "burst":
-        lines.append("                  capacity: the provider's burst")
+        lines.append("                  capacity: the provider's burst less the headroom")
     else:
         lines.append(
             f"                  capacity: no burst documented, so floor(limit x headroom) = {_n(bucket.capacity)}"
@@ -51,7 +51,7 @@ def size_text(s: Sizing) -> str:
         f"  sliding window  SlidingWindow(limit={_n(window.limit)}, window_seconds={_n(window.window_seconds)})",
     ]
     if s.burst is not None:
-        lines.append(f"                  bursts up to the provider's {_n(s.burst)}, sustained {_n(rate)}/s")
+        lines.append(f"                  bursts up to {_n(window.limit)} (as the bucket), sustained {_n(rate)}/s")
     else:
         lines.append("                  the provider's window, less the headroom (admits the whole limit at once)")
     lines += [
@@ -62,7 +62,9 @@ def size_text(s: Sizing) -> str:
     if static.capacity < 1:
         lines.append(
             f"                  a bucket must hold one whole request: capacity {_n(static.usable_capacity)},"
-            f" so all together they burst {_n(static.total_burst)}, not {_n(bucket.capacity)}"
+            f" so all together they burst {_n(static.total_burst)} (shared: {_n(bucket.capacity)}"
+            + ("" if s.burst is None else f"; the provider allows {_n(s.burst)}")
+            + ")"
         )
     if s.boxes > 1:
         lines.append(f"  per box         refill_per_sec={_n(static.per_box_refill)} on each of {s.boxes} boxes")

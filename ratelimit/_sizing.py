@@ -5,11 +5,17 @@ the provider's rate deliberately left unused, so that network jitter, clock step
 retries never push the provider over its limit), :func:`size` recommends:
 
 - **token bucket**: ``refill_per_sec = limit / window * (1 - h)`` and ``capacity =
-  burst``. Our bucket refills more slowly than the provider's and holds no more, so it
-  never has a token the provider lacks. Without a documented burst the provider most
-  likely counts per window; any interval of length ``window`` then sees at most
-  ``capacity + refill * window`` grants, so the burst is paid for out of the
-  headroom: ``capacity = max(1, floor(limit * h))`` keeps that sum within ``limit``.
+  max(1, floor(burst * (1 - h)))``: the headroom applies to the burst too. Our bucket
+  then refills more slowly than the provider's and holds less, so it never has a
+  token the provider lacks, with room to spare from the first request on. (A bucket
+  of the full burst gains its margin only at ``h * rate`` tokens a second: at the
+  start, when every worker spends the burst at once, one request delayed on the way
+  (a slow connect) and the next one on time reach a provider with no token left.
+  ``ratelimit bench --sweep`` shows those 429s.) Without a documented burst the
+  provider most likely counts per window; any interval of length ``window`` then
+  sees at most ``capacity + refill * window`` grants, so the burst is paid for out
+  of the headroom: ``capacity = max(1, floor(limit * h))`` keeps that sum within
+  ``limit``.
 - **leaky bucket**: ``leak_per_sec`` the same rate, and room (``capacity``) for one
   request per worker plus one: each worker blocks on its own acquire, so at most N
   wait at once, and the request granted last still occupies the bucket while it
@@ -19,8 +25,8 @@ retries never push the provider over its limit), :func:`size` recommends:
 - **sliding window**: without a documented burst, ``floor(limit * (1 - h))`` per the
   provider's window (its own terms, less the headroom). With one, a window that
   large would let the whole allowance go at once, far beyond the burst; it becomes
-  ``limit = burst`` per ``burst / refill`` seconds instead: bursts never above the
-  provider's, the same sustained rate as the token bucket.
+  the token bucket's capacity per ``capacity / refill`` seconds instead: bursts no
+  larger than the bucket's, the same sustained rate.
 - **static split**, for comparison: each worker gets ``refill / N`` and ``capacity /
   N`` of its own. Its throughput is ``refill * busy / N`` with only ``busy`` workers
   busy: the idle workers' shares are stranded. A per-worker capacity below one token
@@ -152,7 +158,7 @@ def token_bucket_size(limit: Rate, burst: float | None, headroom: float) -> Toke
     """The token bucket for ``limit`` and ``burst`` at ``headroom`` (see the module)."""
     refill = limit.per_second * (1 - headroom)
     if burst is not None:
-        capacity, rule = float(burst), "burst"
+        capacity, rule = float(max(1, math.floor(burst * (1 - headroom) + 1e-9))), "burst"
     else:
         capacity, rule = float(max(1, math.floor(limit.count * headroom + 1e-9))), "headroom"
     return TokenBucketSize(capacity, refill, rule, capacity + math.floor(refill * limit.window + 1e-9))
@@ -232,7 +238,7 @@ def size(
     rate = bucket.refill_per_sec
     leaky = LeakyBucketSize(float(workers + 1), rate, workers / rate)
     if burst is not None:
-        window = SlidingWindowSize(float(burst), burst / rate)
+        window = SlidingWindowSize(bucket.capacity, bucket.capacity / rate)
     else:
         window = SlidingWindowSize(float(max(1, math.floor(limit.count * (1 - headroom) + 1e-9))), limit.window)
     share = bucket.capacity / workers

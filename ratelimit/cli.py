@@ -286,7 +286,7 @@ def _parser() -> argparse.ArgumentParser:
         help="recommended limiter settings from a provider's documented limits",
         description="Recommended capacity and rate for each algorithm from the provider's documented limits, "
         "the static per-worker split beside them, and the expected wait at a demand. "
-        "Token bucket: refill = limit x (1 - headroom), capacity = the burst (without one: "
+        "Token bucket: refill = limit x (1 - headroom), capacity = floor(burst x (1 - headroom)) (without one: "
         "floor(limit x headroom), so that no provider window sees more than its limit). "
         "Expected wait (Poisson arrivals at demand L, refill M, capacity C, r = L/M): "
         "Wq x exp(-theta (C - 1) / M) with Wq = r / (2M(1 - r)) and theta solving L(exp(theta/M) - 1) = theta; "

@@ -71,22 +71,23 @@ def test_rates_print_as_written() -> None:
 
 def test_readme_example_30_workers_on_4_boxes_against_1000_per_min_burst_20() -> None:
     s = size(parse_rate("1000/min"), burst=20, workers=30, boxes=4, headroom=0.05)
-    assert s.token_bucket.capacity == 20
+    # The burst less the headroom: floor(20 x 0.95).
+    assert s.token_bucket.capacity == 19
     assert s.token_bucket.capacity_rule == "burst"
     assert s.token_bucket.refill_per_sec == pytest.approx(1000 * 0.95 / 60)  # 15.83/s
-    # 20 at once, then 15.83/s for the rest of the minute: 970 <= 1000.
-    assert s.token_bucket.most_in_window == 970
+    # 19 at once, then 15.83/s for the rest of the minute: 969 <= 1000.
+    assert s.token_bucket.most_in_window == 969
     assert s.leaky_bucket.capacity == 31
     assert s.leaky_bucket.leak_per_sec == pytest.approx(15.8333, rel=1e-4)
     assert s.leaky_bucket.longest_wait == pytest.approx(30 / 15.8333, rel=1e-4)
-    # A window of the burst's length at the same sustained rate: never more than 20 at once.
-    assert s.sliding_window.limit == 20
-    assert s.sliding_window.window_seconds == pytest.approx(20 / 15.8333, rel=1e-4)
-    # The static split: 0.53/s and two thirds of a token each, which no bucket can hold,
-    # so the 30 workers really burst 30 (above the provider's 20).
+    # A window as long as the bucket takes to refill: never more than 19 at once.
+    assert s.sliding_window.limit == 19
+    assert s.sliding_window.window_seconds == pytest.approx(19 / 15.8333, rel=1e-4)
+    # The static split: 0.53/s and 0.63 of a token each, which no bucket can hold, so
+    # the 30 workers really burst 30 (above the provider's 20).
     static = s.static
     assert static.refill_per_sec == pytest.approx(15.8333 / 30, rel=1e-4)
-    assert static.capacity == pytest.approx(20 / 30)
+    assert static.capacity == pytest.approx(19 / 30)
     assert (static.usable_capacity, static.total_burst) == (1, 30)
     assert static.per_box_refill == pytest.approx(15.8333 / 4, rel=1e-4)
     # With one worker busy, the split leaves it 1/30 of the budget; shared, it has all.
@@ -191,11 +192,11 @@ def test_pooling_one_budget_waits_far_less_than_the_static_split() -> None:
 def test_size_prints_the_recommendations(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["size", "--limit", "1000/min", "--burst", "20", "--boxes", "4", "--workers", "30"]) == 0
     out = capsys.readouterr().out
-    assert "TokenBucket(capacity=20, refill_per_sec=15.8333)" in out
+    assert "TokenBucket(capacity=19, refill_per_sec=15.8333)" in out
     assert "LeakyBucket(capacity=31, leak_per_sec=15.8333)" in out
-    assert "SlidingWindow(limit=20, window_seconds=1.26316)" in out
-    assert "at most 970 grants in any 60 s (the provider allows 1000)" in out
-    assert "so all together they burst 30, not 20" in out
+    assert "SlidingWindow(limit=19, window_seconds=1.2)" in out
+    assert "at most 969 grants in any 60 s (the provider allows 1000)" in out
+    assert "so all together they burst 30 (shared: 19; the provider allows 20)" in out
     assert "30 workers on 4 boxes" in out
 
 
