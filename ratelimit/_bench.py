@@ -45,6 +45,8 @@ __all__ = ["BenchConfig", "BenchError", "BenchResult", "limiter_spec", "run_benc
 REPORT_GRACE = 15.0
 #: After being told to stop, how long a worker gets to exit before it is terminated.
 EXIT_GRACE = 3.0
+#: Socket timeouts of workers' connections to the embedded store, seconds.
+EMBEDDED_TIMEOUT = 5.0
 #: How long workers may take to start (import, connect) before the run is abandoned.
 START_TIMEOUT = 60.0
 
@@ -254,6 +256,7 @@ def _run_workers(
     config: BenchConfig,
     spec: LimiterSpec,
     redis_url: str | None,
+    store_timeout: float | None,
     target: str,
     on_start: Callable[[], None],
     progress: Progress | None,
@@ -269,8 +272,8 @@ def _run_workers(
     processes = []
     for index in range(config.processes):
         plan = WorkerPlan(
-            index, spec, redis_url, config.cluster, name, target, config.threads, config.tasks, config.seconds,
-            os.getpid(),
+            index, spec, redis_url, config.cluster, store_timeout, name, target, config.threads, config.tasks,
+            config.seconds, os.getpid(),
         )  # fmt: skip
         args = (plan, ready, start, begin, stop, results, granted, calls_left)
         processes.append(context.Process(target=run_worker, args=args, name=f"ratelimit-bench-{index}", daemon=True))
@@ -369,8 +372,11 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRes
             _probe_target(config.target)
             target = target_name = config.target
         redis_url, backend_name = _backend_for(config, stack)
+        # The embedded server shares this process's GIL with the provider: under load it
+        # can answer more slowly than the 0.5 s a limiter allows a real Redis.
+        store_timeout = EMBEDDED_TIMEOUT if redis_url is not None and config.redis is None else None
         reports, begin, ended, interrupted = _run_workers(
-            config, spec, redis_url, target, provider.reset if provider is not None else lambda: None, progress
+            config, spec, redis_url, store_timeout, target, provider.reset if provider else lambda: None, progress
         )
         stats = None if provider is None else provider.stats()
     calls = [call for report in reports for record in report.calls for call in record]

@@ -66,6 +66,8 @@ class WorkerPlan:
     #: ``None``: in-process state (one process only).
     redis_url: str | None
     cluster: bool
+    #: Socket timeouts for the store, seconds; ``None``: ``RedisBackend.from_url``'s.
+    store_timeout: float | None
     name: str
     target: str
     threads: int
@@ -277,7 +279,12 @@ class _Run:
 def _backend(plan: WorkerPlan) -> tuple[RedisBackend | None, CountingClient | None]:
     if plan.redis_url is None:
         return None, None
-    client = CountingClient(RedisBackend.from_url(plan.redis_url, cluster=plan.cluster).client)
+    options: dict[str, Any] = {}
+    if plan.store_timeout is not None:
+        options = {"socket_timeout": plan.store_timeout, "socket_connect_timeout": plan.store_timeout}
+    client = CountingClient(RedisBackend.from_url(plan.redis_url, cluster=plan.cluster, **options).client)
+    # Connect before the run starts, so that the first grant is not a connection's setup.
+    client.ping()
     return RedisBackend(client), client
 
 
