@@ -26,10 +26,12 @@ def plot(result: BenchResult, path: str) -> None:
     import matplotlib.pyplot as plt
 
     width = result.timeline_width
-    starts = [i * width for i in range(len(result.timeline))]
+    # A step per bin, its last one drawn to the end of the run.
+    edges = [i * width for i in range(len(result.timeline))] + [result.elapsed]
+    rates = [*result.timeline, result.timeline[-1]] if result.timeline else [0.0, 0.0]
     figure, axes = plt.subplots(figsize=(9, 4.5))
     try:
-        axes.step(starts, result.timeline, where="post", label=f"granted (per second, {width:g} s bins)")
+        axes.step(edges, rates, where="post", label=f"granted (per second, {width:g} s bins)")
         axes.axhline(result.provider_rate, color="tab:red", linestyle="--", label="provider's limit")
         axes.axhline(result.configured_rate, color="tab:green", linestyle=":", label="configured rate")
         axes.set_xlabel("seconds since the start")
