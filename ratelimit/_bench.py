@@ -306,7 +306,10 @@ def _await_ready(processes: list[Any], ready: Any) -> None:
     end = time.monotonic() + START_TIMEOUT
     while waiting:
         try:
-            waiting.discard(ready.get(timeout=0.1))
+            index, error = ready.get(timeout=0.1)
+            if error is not None:
+                raise BenchError(error)
+            waiting.discard(index)
         except queue.Empty:
             for index in waiting:
                 code = processes[index].exitcode
@@ -337,9 +340,11 @@ def _collect(
             pass
         if progress is not None:
             progress(time.monotonic() - begin, int(granted.value))
-        for index, process in enumerate(processes):
-            if index not in reports and process.exitcode is not None:
-                raise BenchError(f"worker {index} exited with code {process.exitcode} without a report")
+        dead = [i for i, process in enumerate(processes) if i not in reports and process.exitcode is not None]
+        if dead and wait is None:
+            raise BenchError(f"worker {dead[0]} exited with code {processes[dead[0]].exitcode} without a report")
+        if dead and len(reports) + len(dead) == len(processes):
+            return  # cut short: report what the others did
 
 
 def _backend_for(config: BenchConfig, stack: contextlib.ExitStack) -> tuple[str | None, str]:

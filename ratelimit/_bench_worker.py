@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import redis
+
 from ._errors import AcquireTimeout, RateLimitError
 from ._limiters import LeakyBucket, SingleLimiter, SlidingWindow, TokenBucket
 from ._redis import RedisBackend
@@ -297,12 +299,20 @@ def run_worker(
     the machine shares, so that all workers end the run at the same moment.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    backend, counter = _backend(plan)
+    if hasattr(signal, "pthread_sigmask"):
+        # Blocked by the CLI while it started us (see ratelimit._bench); ignored now.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        backend, counter = _backend(plan)
+    except (RateLimitError, redis.exceptions.RedisError, OSError) as exc:
+        # Reachable when the CLI checked, not now: one line for the CLI to say.
+        ready.put((plan.index, f"worker {plan.index} cannot reach the store at {plan.redis_url}: {exc}"))
+        return
     # A shared backend needs a name; in-process state is private to this process anyway.
     limiter = plan.limiter.build(backend, plan.name if backend is not None else None)
     per_thread = max(1, plan.tasks)
     records: list[list[tuple[float, float, int]]] = [[] for _ in range(plan.threads * per_thread)]
-    ready.put(plan.index)
+    ready.put((plan.index, None))
     start.wait()
     cpu_start = os.times()
     run = _Run(plan, limiter, begin.value, stop, granted, calls_left)

@@ -243,6 +243,19 @@ def test_unreachable_redis_and_refusing_target_fail_fast(capsys: pytest.CaptureF
     assert err == f"ratelimit bench: error: --target http://127.0.0.1:{port}/: cannot connect: Connection refused\n"
 
 
+def test_a_store_lost_after_the_check_is_one_line_from_the_workers(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The CLI's own check passes; the workers then find nothing there.
+    monkeypatch.setattr("ratelimit._bench._probe_redis", lambda url, cluster: None)
+    port = free_port()
+    assert main(["bench", "--redis", f"redis://127.0.0.1:{port}/0", "--seconds", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ratelimit bench: error: worker ")
+    assert f" cannot reach the store at redis://127.0.0.1:{port}/0: " in err
+    assert err.count("\n") == 1
+
+
 def test_python_m_ratelimit_bench_exits_1_without_a_traceback() -> None:
     port = free_port()
     result = subprocess.run(
