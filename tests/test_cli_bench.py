@@ -103,8 +103,10 @@ def _check_the_rate_holds(report: dict[str, Any]) -> None:
     # The provider (a bucket of 10 refilled at 100/s) never saw more than it allows in 1 s.
     assert report["max_in_provider_window"] <= 110
     # One script call per acquire: every grant, and each caller's last acquire, refused
-    # at once because its grant would have come after the end of the run.
-    assert report["round_trips"] == report["acquires"]
+    # at once because its grant would have come after the end of the run; plus, on a
+    # server that has not seen the script yet, one EVAL after a refused EVALSHA in each
+    # process that got there first.
+    assert 0 <= report["round_trips"] - report["acquires"] <= 2
     assert report["acquires"] - report["grants"] <= 8
     assert report["fairness"]["jain"] > 0.95
     assert report["cpu_per_grant_seconds"] > 0
@@ -124,6 +126,14 @@ def test_two_processes_through_the_embedded_store(capsys: pytest.CaptureFixture[
 def test_two_processes_through_a_real_redis(capsys: pytest.CaptureFixture[str], redis_client: redis.Redis) -> None:
     report = _bench_json(capsys, *RUN, "--redis", REDIS_URL)
     assert report["backend"] == f"Redis at {REDIS_URL}"
+    _check_the_rate_holds(report)
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_two_processes_through_a_redis_cluster(capsys: pytest.CaptureFixture[str], redis_cluster: Any) -> None:
+    report = _bench_json(capsys, *RUN, "--redis", redis_cluster.url, "--cluster")
+    assert report["backend"] == f"Redis Cluster at {redis_cluster.url}"
     _check_the_rate_holds(report)
 
 
