@@ -3,9 +3,10 @@
 P worker processes of T threads (or T threads of K asyncio tasks each) acquire from
 one limiter and then call the target, for a number of seconds or calls. The target
 is the package's :class:`~ratelimit.testing.FakeProvider` on loopback unless a URL
-is given. The limiter's state lives in this process for one worker process, in an
-embedded Redis-protocol server (fakeredis's TCP server, running the real Lua
-scripts) for several, or in a real Redis (``--redis``).
+is given. The limiter's state lives in the worker's own memory when there is one
+worker process, in an embedded Redis-protocol server (fakeredis's TCP server,
+running the real Lua scripts, in this process) for several, or in a real Redis
+(``--redis``).
 
 Workers are started with the spawn context, ignore SIGINT and stop when this
 process says so; on Ctrl-C the run is cut short, every worker still reports what it
@@ -39,7 +40,7 @@ from ._scripts import ALGORITHMS, single_script
 from ._sizing import DEFAULT_HEADROOM, size
 from .testing import FakeProvider
 
-__all__ = ["BenchConfig", "BenchError", "BenchResult", "limiter_spec", "run_bench"]
+__all__ = ["DEFAULT_LIMIT", "BenchConfig", "BenchError", "BenchResult", "limiter_spec", "run_bench", "sweep_configs"]
 
 #: After the run's end, how long workers get to report before they are stopped.
 REPORT_GRACE = 15.0

@@ -176,9 +176,10 @@ def bench_command(args: argparse.Namespace) -> int:
         print(f"ratelimit bench: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        # Stopped before any worker was running (or between sweep runs): nothing to report.
+        # Stopped while workers were starting or being stopped (a second Ctrl-C), or
+        # between sweep runs: report the runs that finished, if any.
         if not results:
-            print("ratelimit bench: interrupted before the run started", file=sys.stderr)
+            print("ratelimit bench: interrupted, nothing to report", file=sys.stderr)
             return 130
         results[-1] = replace(results[-1], interrupted=True)
     finally:
