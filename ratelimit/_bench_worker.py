@@ -21,10 +21,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.retry
+from redis.backoff import NoBackoff
 
 from ._errors import AcquireTimeout, RateLimitError
 from ._limiters import LeakyBucket, SingleLimiter, SlidingWindow, TokenBucket
-from ._redis import RedisBackend
+from ._redis import DEFAULT_SOCKET_TIMEOUT, RedisBackend
 
 __all__ = ["CountingClient", "LimiterSpec", "WorkerPlan", "WorkerReport", "run_worker"]
 
@@ -108,20 +112,64 @@ class CountingClient:
         self._lock = threading.Lock()
         self.calls = 0
 
-    def _count(self) -> None:
+    def count(self) -> None:
         with self._lock:
             self.calls += 1
 
     def evalsha(self, *args: Any, **kwargs: Any) -> Any:
-        self._count()
+        self.count()
         return self._client.evalsha(*args, **kwargs)
 
     def eval(self, *args: Any, **kwargs: Any) -> Any:
-        self._count()
+        self.count()
         return self._client.eval(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
+
+
+# asyncio callers get asyncio clients, as RedisBackend.from_url gives its users: the
+# backend tells an asyncio client by its class, so these count by subclassing where
+# the synchronous one is wrapped. Each serves one event loop: no lock of their own.
+
+
+class _CountingAsyncRedis(redis.asyncio.Redis):
+    tally: CountingClient
+
+    def evalsha(self, *args: Any, **kwargs: Any) -> Any:
+        self.tally.count()
+        return super().evalsha(*args, **kwargs)
+
+    def eval(self, *args: Any, **kwargs: Any) -> Any:
+        self.tally.count()
+        return super().eval(*args, **kwargs)
+
+
+class _CountingAsyncCluster(redis.asyncio.cluster.RedisCluster):
+    tally: CountingClient
+
+    def evalsha(self, *args: Any, **kwargs: Any) -> Any:
+        self.tally.count()
+        return super().evalsha(*args, **kwargs)
+
+    def eval(self, *args: Any, **kwargs: Any) -> Any:
+        self.tally.count()
+        return super().eval(*args, **kwargs)
+
+
+def _async_client(plan: WorkerPlan, tally: CountingClient) -> Any:
+    assert plan.redis_url is not None
+    timeout = plan.store_timeout or DEFAULT_SOCKET_TIMEOUT
+    # RedisBackend.from_url's settings: short timeouts, and no retry of a script call.
+    settings: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": redis.asyncio.retry.Retry(NoBackoff(), 0),
+    }
+    kind = _CountingAsyncCluster if plan.cluster else _CountingAsyncRedis
+    client: Any = kind.from_url(plan.redis_url, **settings)
+    client.tally = tally
+    return client
 
 
 class _Target:
@@ -170,10 +218,18 @@ class _Run:
     """The shared state of one worker's callers."""
 
     def __init__(
-        self, plan: WorkerPlan, limiter: SingleLimiter, begin: float, stop: Any, granted: Any, calls_left: Any
+        self,
+        plan: WorkerPlan,
+        limiter: SingleLimiter,
+        tally: CountingClient | None,
+        begin: float,
+        stop: Any,
+        granted: Any,
+        calls_left: Any,
     ) -> None:
         self.plan = plan
         self.limiter = limiter
+        self.tally = tally
         self.target = _Target(plan.target)
         self.stop = stop
         self.granted = granted
@@ -250,12 +306,12 @@ class _Run:
         finally:
             connection.close()
 
-    async def async_caller(self, record: list[tuple[float, float, int]]) -> None:
+    async def async_caller(self, limiter: SingleLimiter, record: list[tuple[float, float, int]]) -> None:
         while (timeout := self.take_call()) is not None:
             asked = time.monotonic()
             while True:
                 try:
-                    await self.limiter.acquire_async(timeout=None if timeout == float("inf") else timeout)
+                    await limiter.acquire_async(timeout=None if timeout == float("inf") else timeout)
                     break
                 except AcquireTimeout as exc:
                     pause = self.refused(exc)
@@ -273,7 +329,17 @@ class _Run:
 
     def async_thread(self, records: list[list[tuple[float, float, int]]]) -> None:
         async def tasks() -> None:
-            await asyncio.gather(*(self.async_caller(record) for record in records))
+            limiter, client = self.limiter, None
+            if self.tally is not None:
+                # An asyncio client belongs to one event loop: one per thread, all of
+                # them on the same shared budget (the limiter's name).
+                client = _async_client(self.plan, self.tally)
+                limiter = self.plan.limiter.build(RedisBackend(client), self.plan.name)
+            try:
+                await asyncio.gather(*(self.async_caller(limiter, record) for record in records))
+            finally:
+                if client is not None:
+                    await client.aclose()
 
         asyncio.run(tasks())
 
@@ -315,7 +381,7 @@ def run_worker(
     ready.put((plan.index, None))
     start.wait()
     cpu_start = os.times()
-    run = _Run(plan, limiter, begin.value, stop, granted, calls_left)
+    run = _Run(plan, limiter, counter, begin.value, stop, granted, calls_left)
     threads = []
     for i in range(plan.threads):
         mine = records[i * per_thread : (i + 1) * per_thread]

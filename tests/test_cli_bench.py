@@ -161,6 +161,19 @@ def test_asyncio_tasks_through_a_sliding_window(capsys: pytest.CaptureFixture[st
 
 
 @pytest.mark.slow
+@pytest.mark.redis
+def test_asyncio_tasks_through_a_real_redis(capsys: pytest.CaptureFixture[str], redis_client: redis.Redis) -> None:
+    argv = ["bench", "--limit", "200/s", "--burst", "5", "--processes", "2", "--threads", "1", "--asyncio-tasks", "3"]
+    report = _bench_json(capsys, *argv, "--calls", "60", "--redis", REDIS_URL)
+    assert report["grants"] == 60
+    assert report["refused_429"] == 0
+    # Counted on each thread's asyncio client: one script call per acquire (and at
+    # most one script load per process on a server new to the script).
+    assert report["acquires"] == 60
+    assert 60 <= report["round_trips"] <= 62
+
+
+@pytest.mark.slow
 def test_429s_are_counted_from_the_targets_answers(capsys: pytest.CaptureFixture[str]) -> None:
     # The target allows 10 per 10 s; the limiter believes in 100/s.
     with FakeProvider(10, 10) as target:
