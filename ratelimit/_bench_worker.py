@@ -201,7 +201,8 @@ class _Target:
     async def call_async(self) -> int:
         # A minimal HTTP/1.0 GET: the standard library has no asyncio HTTP client.
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), CALL_TIMEOUT)
+            connecting = asyncio.open_connection(self.host, self.port, ssl=True if self.https else None)
+            reader, writer = await asyncio.wait_for(connecting, CALL_TIMEOUT)
             try:
                 request = f"GET {self.path} HTTP/1.0\r\nHost: {self.host}:{self.port}\r\n\r\n"
                 writer.write(request.encode("latin-1"))
