@@ -7,6 +7,7 @@ workers wait, so nothing shorter than a few seconds says whether it holds a rate
 from __future__ import annotations
 
 import json
+import re
 import selectors
 import signal
 import subprocess
@@ -147,7 +148,9 @@ def test_the_text_report_of_one_process_bounded_by_calls(capsys: pytest.CaptureF
     assert "granted          60 in " in out
     assert "429s             0 of 60 calls" in out
     assert "round trips      none: in-process state" in out
-    assert "fairness         20 to 20 grants per caller" in out or "fairness         19 to 21" in out
+    # A queue grants in arrival order: three callers share 60 grants about evenly.
+    fewest, most = map(int, re.search(r"fairness +(\d+) to (\d+) grants per caller", out).groups())  # type: ignore[union-attr]
+    assert 15 <= fewest <= 20 <= most <= 25
 
 
 @pytest.mark.slow
