@@ -149,7 +149,9 @@ def test_the_text_report_of_one_process_bounded_by_calls(capsys: pytest.CaptureF
     assert "429s             0 of 60 calls" in out
     assert "round trips      none: in-process state" in out
     # A queue grants in arrival order: three callers share 60 grants about evenly.
-    fewest, most = map(int, re.search(r"fairness +(\d+) to (\d+) grants per caller", out).groups())  # type: ignore[union-attr]
+    shares = re.search(r"fairness +(\d+) to (\d+) grants per caller", out)
+    assert shares is not None
+    fewest, most = map(int, shares.groups())
     assert 15 <= fewest <= 20 <= most <= 25
 
 
