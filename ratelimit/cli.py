@@ -1,22 +1,41 @@
 """The ``ratelimit`` command line.
 
-``ratelimit demo``: several threads share one in-process limiter for a few seconds,
-and the achieved rate is printed against the configured one. (``bench`` and ``size``
-come with the benchmark CLI.)
+- ``ratelimit demo``: several threads share one in-process limiter for a few seconds,
+  and the achieved rate is printed against the configured one.
+- ``ratelimit size``: recommended settings for every algorithm from a provider's
+  documented limits, the static per-worker split beside them, and the expected wait
+  at a given demand (the arithmetic is in ``ratelimit._sizing``).
+- ``ratelimit bench``: worker processes and threads acquire from one limiter, sized
+  as ``size`` would, and call a provider (the built-in fake one by default); reports
+  the achieved rate, 429s, waits, round trips, CPU and fairness (``ratelimit._bench``).
+  ``--sweep`` tries several headrooms and capacities and marks the best.
+
+Bad arguments end the command with one line on stderr and exit code 2; a run that
+cannot start (unreachable Redis or target) with one line and exit code 1; Ctrl-C
+during a bench prints the partial report and exits with 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import NoReturn
 
+from ._bench import DEFAULT_LIMIT, BenchConfig, BenchError, BenchResult, run_bench, sweep_configs
+from ._bench_report import bench_json, bench_text, best, sweep_text
 from ._errors import AcquireTimeout
 from ._limiter import Limiter
 from ._limiters import LeakyBucket, SlidingWindow, TokenBucket
+from ._plot import PLOT_MISSING, can_plot, plot
+from ._rates import Rate, parse_rate
+from ._size_report import size_json, size_text
+from ._sizing import DEFAULT_HEADROOM, size
 
 __all__ = ["main"]
 
@@ -39,6 +58,147 @@ def _positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a whole number > 0, got {text!r}")
     return value
+
+
+def _rate(text: str) -> Rate:
+    try:
+        return parse_rate(text, argument=None)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _headroom(text: str) -> float:
+    # "5%" or "0.05"; a bare "5" is refused rather than guessed (5 % or 500 %?).
+    percent = text.strip().endswith("%")
+    try:
+        value = float(text.strip().rstrip("%")) / (100 if percent else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction or a percentage (0.05 or 5%), got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction from 0 to below 1 (0.05) or a percentage, got {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line: no usage block above them."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _workers(args: argparse.Namespace) -> tuple[int, int]:
+    """(workers in all, boxes) from --workers, --boxes and --workers-per-box."""
+    boxes: int = args.boxes or 1
+    if args.workers_per_box is None:
+        return args.workers or 1, boxes
+    total: int = boxes * args.workers_per_box
+    if args.workers is not None and args.workers != total:
+        raise _UsageError(
+            f"--workers {args.workers} disagrees with --boxes {boxes} x --workers-per-box {args.workers_per_box}"
+        )
+    return total, boxes
+
+
+class _UsageError(Exception):
+    """Arguments that parse one by one but not together."""
+
+
+def size_command(args: argparse.Namespace) -> int:
+    workers, boxes = _workers(args)
+    demand = None if args.demand is None else args.demand.per_second
+    sizing = size(args.limit, args.burst, workers, boxes, args.headroom, demand)
+    print(json.dumps(size_json(sizing), indent=2) if args.json else size_text(sizing))
+    return 0
+
+
+def _bench_config(args: argparse.Namespace) -> BenchConfig:
+    if args.cluster and args.redis is None:
+        raise _UsageError("--cluster needs --redis URL (a node of the cluster)")
+    if args.plot is not None and args.sweep:
+        raise _UsageError("--plot draws one run: leave out --sweep")
+    seconds = args.seconds if args.seconds is not None or args.calls is not None else 5.0
+    return BenchConfig(
+        algorithm=args.algorithm,
+        limit=args.limit,
+        burst=args.burst,
+        headroom=args.headroom,
+        processes=args.processes,
+        threads=args.threads,
+        tasks=args.asyncio_tasks or 0,
+        seconds=seconds,
+        calls=args.calls,
+        redis=args.redis,
+        cluster=args.cluster,
+        target=args.target,
+    )
+
+
+class _Progress:
+    """The progress line on stderr: rewritten in place on a terminal, a line a second otherwise."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.last = -math.inf
+        self.shown = False
+
+    def __call__(self, elapsed: float, grants: int) -> None:
+        if not self.tty and elapsed - self.last < 1:
+            return
+        self.last = elapsed
+        line = f"{elapsed:6.1f} s  {grants} grants  {grants / elapsed if elapsed > 0 else 0:.1f}/s"
+        if self.tty:
+            sys.stderr.write(f"\r{line}\033[K")
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+        self.shown = True
+
+    def done(self) -> None:
+        if self.tty and self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+def bench_command(args: argparse.Namespace) -> int:
+    config = _bench_config(args)
+    if args.plot is not None and not can_plot():
+        raise _UsageError(PLOT_MISSING)
+    progress = _Progress() if args.progress or sys.stderr.isatty() else None
+    configs = sweep_configs(config) if args.sweep else [config]
+    results: list[BenchResult] = []
+    try:
+        for each in configs:
+            result = run_bench(each, progress)
+            results.append(result)
+            if result.interrupted:
+                break
+    except BenchError as exc:
+        print(f"ratelimit bench: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        # Stopped while workers were starting or being stopped (a second Ctrl-C), or
+        # between sweep runs: report the runs that finished, if any.
+        if not results:
+            print("ratelimit bench: interrupted, nothing to report", file=sys.stderr)
+            return 130
+        results[-1] = replace(results[-1], interrupted=True)
+    finally:
+        if progress is not None:
+            progress.done()
+    interrupted = results[-1].interrupted
+    if args.sweep:
+        if args.json:
+            chosen = best(results)
+            print(json.dumps({"runs": [bench_json(r) for r in results], "best": chosen}, indent=2))
+        else:
+            print(sweep_text(results))
+    else:
+        print(json.dumps(bench_json(results[0]), indent=2) if args.json else bench_text(results[0]))
+        if args.plot is not None:
+            plot(results[0], args.plot)
+            if not args.json:
+                print(f"plot             {args.plot}")
+    return 130 if interrupted else 0
 
 
 def _build(algorithm: str, rate: float, burst: float) -> Limiter[float]:
@@ -93,8 +253,26 @@ def demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_provider(command: argparse.ArgumentParser, limit_default: Rate | None) -> None:
+    command.add_argument(
+        "--limit",
+        type=_rate,
+        required=limit_default is None,
+        default=limit_default,
+        help="the provider's documented rate: N/s, N/min, N/hour, N/day (e.g. 1000/min)"
+        + ("" if limit_default is None else f"; default {limit_default}"),
+    )
+    command.add_argument("--burst", type=_positive_float, help="the provider's documented burst, if any")
+    command.add_argument(
+        "--headroom",
+        type=_headroom,
+        default=DEFAULT_HEADROOM,
+        help=f"fraction of the provider's rate left unused, e.g. 0.05 or 5%% (default {DEFAULT_HEADROOM:g})",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ratelimit", description="Rate limiting for API-calling pipelines.")
+    parser = _Parser(prog="ratelimit", description="Rate limiting for API-calling pipelines.")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("demo", help="threads sharing one in-process limiter; prints the achieved rate")
     run.add_argument("--algorithm", choices=["token-bucket", "leaky-bucket", "sliding-window"], default="token-bucket")
@@ -103,11 +281,64 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=_positive_int, default=8, help="worker threads (default 8)")
     run.add_argument("--seconds", type=_positive_float, default=3.0, help="how long to run (default 3)")
     run.set_defaults(func=demo)
+
+    sizing = commands.add_parser(
+        "size",
+        help="recommended limiter settings from a provider's documented limits",
+        description="Recommended capacity and rate for each algorithm from the provider's documented limits, "
+        "the static per-worker split beside them, and the expected wait at a demand. "
+        "Token bucket: refill = limit x (1 - headroom), capacity = floor(burst x (1 - headroom)) (without one: "
+        "floor(limit x headroom), so that no provider window sees more than its limit). "
+        "Expected wait (Poisson arrivals at demand L, refill M, capacity C, r = L/M): "
+        "Wq x exp(-theta (C - 1) / M) with Wq = r / (2M(1 - r)) and theta solving L(exp(theta/M) - 1) = theta; "
+        "at or above the rate the wait grows without bound.",
+    )
+    _add_provider(sizing, None)
+    sizing.add_argument("--workers", type=_positive_int, help="workers sharing the budget, all boxes together")
+    sizing.add_argument("--boxes", type=_positive_int, help="machines the workers run on (default 1)")
+    sizing.add_argument("--workers-per-box", type=_positive_int, help="workers on each box (with --boxes)")
+    sizing.add_argument("--demand", type=_rate, help="requests the workers would send, all together (e.g. 12/s)")
+    sizing.add_argument("--json", action="store_true", help="print JSON (stable keys) instead of text")
+    sizing.set_defaults(func=size_command)
+
+    bench = commands.add_parser(
+        "bench",
+        help="measure a limiter: worker processes x threads acquiring and calling a provider",
+        description="Worker processes x threads (or asyncio tasks) each acquire() from one limiter, sized as "
+        "`ratelimit size` recommends, then call the target; reports the achieved rate against the configured "
+        "and the provider's, 429s, the most calls in any provider window, acquire waits, Redis round trips "
+        "per grant, CPU per grant and fairness across callers. The target defaults to the built-in "
+        "FakeProvider with the same --limit/--burst; the store to in-process state for one process, an "
+        "embedded Redis-protocol server for several.",
+    )
+    bench.add_argument(
+        "--algorithm", choices=["token-bucket", "leaky-bucket", "sliding-window"], default="token-bucket"
+    )
+    _add_provider(bench, DEFAULT_LIMIT)
+    bench.add_argument("--processes", type=_positive_int, default=2, help="worker processes (default 2)")
+    bench.add_argument("--threads", type=_positive_int, default=4, help="threads per process (default 4)")
+    bench.add_argument("--asyncio-tasks", type=_positive_int, help="asyncio tasks per thread (default: none)")
+    bench.add_argument("--seconds", type=_positive_float, help="how long to run (default 5, unless --calls)")
+    bench.add_argument("--calls", type=_positive_int, help="stop after this many calls, all workers together")
+    bench.add_argument("--redis", metavar="URL", help="keep the limiter in this Redis (default: embedded)")
+    bench.add_argument("--cluster", action="store_true", help="--redis names a node of a Redis Cluster")
+    bench.add_argument("--target", metavar="URL", help="call this URL instead of the built-in fake provider")
+    bench.add_argument("--json", action="store_true", help="print JSON (stable keys) instead of text")
+    bench.add_argument("--progress", action="store_true", help="a progress line on stderr even when not a terminal")
+    bench.add_argument("--plot", metavar="FILE.png", help="draw grants per second over time (needs matplotlib)")
+    bench.add_argument(
+        "--sweep", action="store_true", help="try headrooms 0..15%% (and capacities); mark the best setting"
+    )
+    bench.set_defaults(func=bench_command)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ratelimit`` and ``python -m ratelimit``."""
-    args = _parser().parse_args(argv)
-    result: int = args.func(args)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        result: int = args.func(args)
+    except _UsageError as exc:
+        parser.exit(2, f"ratelimit {args.command}: error: {exc}\n")
     return result
