@@ -13,7 +13,7 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 demo: $(BIN)/.installed
-	$(BIN)/python -m ratelimit demo
+	$(BIN)/python -m ratelimit bench
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
