@@ -11,6 +11,8 @@ sharing the budget, when each call may go.
 
 from __future__ import annotations
 
+import logging
+
 from ._backoff import Backoff
 from ._breaker import BreakerStats, CircuitBreaker, Ticket
 from ._clock import Clock, ManualClock, SystemClock
@@ -57,3 +59,7 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# A library's convention: the application decides where log records go. Without a
+# handler of its own, Python's last-resort handler would print our warnings to stderr.
+logging.getLogger("ratelimit").addHandler(logging.NullHandler())
