@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ._headers import RateLimitInfo
 
 __all__ = ["restriction"]
@@ -9,12 +11,36 @@ __all__ = ["restriction"]
 #: Statuses that mean "you went too fast" (503 often carries Retry-After too).
 PUSHBACK = frozenset({429, 503})
 
+#: How far ahead a ``remaining`` is planned, in seconds (see ``_near``).
+HORIZON = 10.0
+
+
+def _near(remaining: float, seconds: float) -> tuple[float, float]:
+    """``remaining`` until ``seconds``, as the share of it due over the near future.
+
+    A limiter keeps "at most R more before T" by placing those R grants as late as
+    they can go and still fit, so an hourly window read whole (GitHub: 4,000 of 5,000
+    left, reset in 58 minutes) would stall every worker for ten minutes while budget
+    remains. Planned over the next ``HORIZON`` seconds instead (or the time one grant
+    takes at the even pace R/T, if longer), the grants are spread at that pace, and
+    every later response plans the next stretch. The share is rounded down, so it
+    never allows more than the provider's own figures; a remaining of 0 is kept whole:
+    a pause until the reset.
+    """
+    if remaining <= 0 or seconds <= HORIZON:
+        return remaining, seconds
+    horizon = max(HORIZON, seconds / remaining)
+    if horizon >= seconds:
+        return remaining, seconds
+    return float(max(1, math.floor(remaining * horizon / seconds))), horizon
+
 
 def restriction(info: RateLimitInfo, status: int | None) -> tuple[float, float] | None:
     """``(remaining, seconds)``: at most ``remaining`` more before ``seconds`` from now.
 
     - ``Retry-After`` on a refusal (or with no status given) pauses: ``(0, retry_after)``.
-    - ``remaining`` with a reset lowers the budget to it until the reset; on a 429 the
+    - ``remaining`` with a reset lowers the budget to it until the reset (planned over
+      the next few seconds when the reset is far: see ``_near``); on a 429 the
       provider has refused us, whatever it claims remains, so that pauses too.
     - A 503 without ``Retry-After`` is an outage rather than a refusal: its reset
       header (often a whole hour's window) does not pause anyone; its ``remaining``
@@ -29,5 +55,5 @@ def restriction(info: RateLimitInfo, status: int | None) -> tuple[float, float] 
         if status == 429:
             return 0.0, info.reset_after
         if info.remaining is not None:
-            return info.remaining, info.reset_after
+            return _near(info.remaining, info.reset_after)
     return None

@@ -173,3 +173,26 @@ def test_a_429_without_retry_after_pauses_until_the_reset(make: Make) -> None:
     limiter.feedback({"X-RateLimit-Remaining": "3", "X-RateLimit-Reset-After": "2"}, status=429)
     assert not limiter.try_acquire()
     assert limiter.acquire() == pytest.approx(2.0)
+
+
+def test_a_far_reset_is_planned_over_the_near_future_not_stalled_for(make: Make, clock: ManualClock) -> None:
+    # GitHub: 5,000 an hour; 4,000 left with 58 minutes to go. Read whole, the 4,000
+    # grants would be placed as late as they fit: a ten-minute stall with budget left.
+    limiter = make(TokenBucket, 20, 5000 / 3600)
+    limiter.feedback({"X-RateLimit-Remaining": "4000", "X-RateLimit-Reset-After": "3480"}, status=200)
+    granted_at = []
+    for _ in range(12):
+        assert limiter.acquire() < 10.0
+        granted_at.append(clock.now() - 1_000.0)
+    # The next ten seconds get their share of the 4,000, rounded down (11), no more.
+    assert all(t <= 10.0 + 1e-9 for t in granted_at[:11])
+    assert granted_at[11] >= 10.0 - 1e-9
+
+
+def test_a_far_reset_with_little_left_spreads_it(make: Make, clock: ManualClock) -> None:
+    # 30 left over 3,000 s: one grant per 100 s, not 30 at once then a 50-minute silence
+    # (nor a 50-minute wait first).
+    limiter = make(TokenBucket, 20, 5)
+    limiter.feedback({"X-RateLimit-Remaining": "30", "X-RateLimit-Reset-After": "3000"}, status=200)
+    assert limiter.acquire() <= 100.0
+    assert not limiter.try_acquire()
