@@ -26,6 +26,9 @@ class Handle(Protocol[T_contra]):
     #: The owning limiter's counters; each reservation is counted in it, inside the
     #: store's own serialisation where there is one.
     tally: Tally | None
+    #: Whether ``reserve_async`` really suspends (a network round trip), so that a
+    #: task can be cancelled while the store decides.
+    suspends: bool
 
     def reserve(self, tokens: T_contra, max_wait: float) -> tuple[float, float]:
         """Decide and, if granted, record. Returns ``(signed_wait, at)``.

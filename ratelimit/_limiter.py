@@ -9,6 +9,8 @@ in arrival order.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import math
 from collections.abc import Callable, Coroutine
@@ -33,6 +35,9 @@ logger = logging.getLogger("ratelimit")
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+
+#: Give-backs of grants that landed after their task was cancelled, still running.
+_GIVING_BACK: set[asyncio.Future[None]] = set()
 
 #: How long a limiter ``name`` may be; Redis keys carry it, and a key is no place for
 #: a novel.
@@ -199,12 +204,14 @@ class Limiter(Generic[T]):
     async def acquire_async(self, tokens: float = 1, timeout: float | timedelta | None = None) -> float:
         """:meth:`acquire` for asyncio: suspends the task, not the thread.
 
-        Cancelling the task while it waits gives the reserved tokens back, so
-        ``asyncio.wait_for(limiter.acquire_async(), 5)`` wastes no budget.
+        Cancelling the task gives the reserved tokens back, so
+        ``asyncio.wait_for(limiter.acquire_async(), 5)`` wastes no budget: while it
+        sleeps, at once; while the store is still deciding (a Redis round trip), as
+        soon as the store's answer lands.
         """
         n = self._tokens(tokens)
         max_wait = math.inf if timeout is None else _validate.timeout_seconds(timeout)
-        wait, at = await self._handle.reserve_async(n, max_wait)
+        wait, at = await self._reserve_async(n, max_wait)
         if wait < 0:
             self._denied(n, -wait)
             raise AcquireTimeout(-wait)
@@ -217,10 +224,33 @@ class Limiter(Generic[T]):
         self._granted(n, wait)
         return wait
 
+    async def _reserve_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
+        handle = self._handle
+        if not handle.suspends:
+            return await handle.reserve_async(tokens, max_wait)
+        # A task cancelled while the store decides must not strand what the store then
+        # grants: the call goes on, shielded, and a grant that lands is given back.
+        call = asyncio.ensure_future(handle.reserve_async(tokens, max_wait))
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            call.add_done_callback(functools.partial(self._landed_unwanted, tokens))
+            raise
+
+    def _landed_unwanted(self, tokens: T, call: asyncio.Future[tuple[float, float]]) -> None:
+        if call.cancelled() or call.exception() is not None:
+            return
+        wait, at = call.result()
+        if wait >= 0:
+            task = asyncio.ensure_future(self._give_back_async(tokens, at))
+            # The loop keeps only weak references to tasks: hold it until it is done.
+            _GIVING_BACK.add(task)
+            task.add_done_callback(_GIVING_BACK.discard)
+
     async def try_acquire_async(self, tokens: float = 1) -> bool:
         """:meth:`try_acquire` for asyncio."""
         n = self._tokens(tokens)
-        wait, _ = await self._handle.reserve_async(n, 0.0)
+        wait, _ = await self._reserve_async(n, 0.0)
         if wait >= 0:
             self._granted(n, 0.0)
             return True

@@ -67,6 +67,8 @@ class MemoryBackend:
 class MemoryHandle:
     """One limiter bound to its in-process state."""
 
+    suspends = False
+
     __slots__ = ("_alg", "_now", "_slot", "_step", "tally")
 
     def __init__(self, alg: Algorithm[Any], slot: _Slot, clock: Clock) -> None:
@@ -120,6 +122,8 @@ class MemoryHandle:
 
 class MemoryGroupHandle:
     """Several limits decided together, all-or-nothing."""
+
+    suspends = False
 
     __slots__ = ("_algs", "_locks", "_now", "_slots", "tally")
 

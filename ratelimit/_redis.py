@@ -311,6 +311,8 @@ class _ScriptHandle(Generic[T]):
 
     __slots__ = ("_backend", "_keys", "_local", "_now", "_script", "tally")
 
+    suspends = True
+
     def __init__(
         self,
         backend: RedisBackend,

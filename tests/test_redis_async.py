@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import fakeredis.aioredis
 import pytest
 import redis.asyncio
 import redis.asyncio.cluster
@@ -70,3 +72,43 @@ def test_asyncio_cluster_client_runs_a_composite(redis_cluster: RedisCluster) ->
         return waits
 
     assert asyncio.run(scenario()) == [0.0, 0.5, 0.5]
+
+
+class GatedClient(fakeredis.aioredis.FakeRedis):
+    """A client whose script calls wait at a gate, as a slow round trip would."""
+
+    gate: asyncio.Event
+    arrived: asyncio.Event
+
+    async def evalsha(self, *args: Any, **kwargs: Any) -> Any:
+        self.arrived.set()
+        await self.gate.wait()
+        return await super().evalsha(*args, **kwargs)
+
+
+@pytest.mark.parametrize("method", ["acquire_async", "try_acquire_async"])
+def test_a_task_cancelled_while_the_store_decides_strands_nothing(method: str) -> None:
+    async def scenario() -> tuple[bool, int]:
+        client = GatedClient()
+        client.gate, client.arrived = asyncio.Event(), asyncio.Event()
+        clock = ManualClock(1_000.0)
+        # One token, and no refill to speak of: a stranded grant would show.
+        limiter = TokenBucket(1, 1e-6, backend=RedisBackend(client), name=unique_name(), clock=clock)
+        task = asyncio.ensure_future(getattr(limiter, method)())
+        await client.arrived.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Only now does the store answer: it granted the token to a task that is gone.
+        client.gate.set()
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if limiter.stats().cancelled:
+                break
+        got = await limiter.try_acquire_async()
+        await client.aclose()
+        return got, limiter.stats().cancelled
+
+    got, cancelled = asyncio.run(scenario())
+    assert got, "the grant that landed after the cancel was given back"
+    assert cancelled == 1
