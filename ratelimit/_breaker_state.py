@@ -18,11 +18,13 @@ a circuit that has moved on since.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from . import _validate
 from ._clock import Clock
@@ -33,6 +35,8 @@ from ._scripts import breaker_script
 __all__ = ["Decision", "MemoryStore", "Policy", "RedisStore", "State", "allow", "record"]
 
 logger = logging.getLogger("ratelimit")
+
+R = TypeVar("R")
 
 EPSILON = 1e-9
 MODES: tuple[BreakerState, ...] = ("closed", "open", "half_open")
@@ -274,11 +278,23 @@ class RedisStore:
     def _args(self, op: str, *extra: str) -> list[str]:
         return [op, self._now(), *self._policy_args, *extra]
 
-    def _unreachable(self, exc: Exception) -> bool:
+    def _or_local(self, exc: BackendUnavailable, local: Callable[[], R]) -> R:
         if self._backend.on_unavailable == "raise":
-            return False
+            raise exc
         logger.warning("Redis unreachable; the circuit breaker %r goes on locally: %s", self._keys[0], exc)
-        return True
+        return local()
+
+    def _call(self, args: list[str], read: Callable[[Any], R], local: Callable[[], R]) -> R:
+        try:
+            return read(self._backend.run(self._script, self._keys, args))
+        except BackendUnavailable as exc:
+            return self._or_local(exc, local)
+
+    async def _call_async(self, args: list[str], read: Callable[[Any], R], local: Callable[[], R]) -> R:
+        try:
+            return read(await self._backend.run_async(self._script, self._keys, args))
+        except BackendUnavailable as exc:
+            return self._or_local(exc, local)
 
     @staticmethod
     def _decision(reply: Any) -> Decision:
@@ -295,55 +311,28 @@ class RedisStore:
     def _peek(reply: Any) -> tuple[BreakerState, int, int]:
         return _mode(reply[0]), int(reply[1]), int(reply[2])
 
+    def _record_args(self, generation: int, probe: bool, ok: bool | None) -> list[str]:
+        return self._args("record", str(generation), "1" if probe else "0", _ok(ok))
+
     def allow(self) -> Decision:
-        try:
-            return self._decision(self._backend.run(self._script, self._keys, self._args("allow")))
-        except BackendUnavailable as exc:
-            if not self._unreachable(exc):
-                raise
-            return self._local.allow()
+        return self._call(self._args("allow"), self._decision, self._local.allow)
 
     def record(self, generation: int, probe: bool, ok: bool | None) -> tuple[BreakerState, BreakerState]:
-        args = self._args("record", str(generation), "1" if probe else "0", _ok(ok))
-        try:
-            return self._transition(self._backend.run(self._script, self._keys, args))
-        except BackendUnavailable as exc:
-            if not self._unreachable(exc):
-                raise
-            return self._local.record(generation, probe, ok)
+        local = functools.partial(self._local.record, generation, probe, ok)
+        return self._call(self._record_args(generation, probe, ok), self._transition, local)
 
     def peek(self) -> tuple[BreakerState, int, int]:
-        try:
-            return self._peek(self._backend.run(self._script, self._keys, self._args("peek")))
-        except BackendUnavailable as exc:
-            if not self._unreachable(exc):
-                raise
-            return self._local.peek()
+        return self._call(self._args("peek"), self._peek, self._local.peek)
 
     async def allow_async(self) -> Decision:
-        try:
-            return self._decision(await self._backend.run_async(self._script, self._keys, self._args("allow")))
-        except BackendUnavailable as exc:
-            if not self._unreachable(exc):
-                raise
-            return self._local.allow()
+        return await self._call_async(self._args("allow"), self._decision, self._local.allow)
 
     async def record_async(self, generation: int, probe: bool, ok: bool | None) -> tuple[BreakerState, BreakerState]:
-        args = self._args("record", str(generation), "1" if probe else "0", _ok(ok))
-        try:
-            return self._transition(await self._backend.run_async(self._script, self._keys, args))
-        except BackendUnavailable as exc:
-            if not self._unreachable(exc):
-                raise
-            return self._local.record(generation, probe, ok)
+        local = functools.partial(self._local.record, generation, probe, ok)
+        return await self._call_async(self._record_args(generation, probe, ok), self._transition, local)
 
     async def peek_async(self) -> tuple[BreakerState, int, int]:
-        try:
-            return self._peek(await self._backend.run_async(self._script, self._keys, self._args("peek")))
-        except BackendUnavailable as exc:
-            if not self._unreachable(exc):
-                raise
-            return self._local.peek()
+        return await self._call_async(self._args("peek"), self._peek, self._local.peek)
 
 
 def _ok(ok: bool | None) -> str:
