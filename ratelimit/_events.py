@@ -219,11 +219,6 @@ class Emitter(Subscribers):
 
     __slots__ = ()
 
-    def wants(self) -> bool:
-        """Would an event reach a subscriber? Hot paths test this before building one
-        (written out inline where every nanosecond counts)."""
-        return bool(self.callbacks or EVERYONE.callbacks)
-
     def hears(self, level: int) -> bool:
         """Would an event logged at ``level`` reach a subscriber or the log?"""
         return bool(self.callbacks or EVERYONE.callbacks) or logger.isEnabledFor(level)

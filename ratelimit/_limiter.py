@@ -25,7 +25,7 @@ from ._errors import AcquireTimeout
 from ._events import EVERYONE, Denied, Emitter, Event, Granted, Paused
 from ._headers import RateLimitInfo, parse_rate_limit_headers
 from ._memory import MemoryBackend
-from ._tally import LimiterStats, Tally
+from ._tally import LimiterStats, Tally, weight
 from ._wrap import wrap
 
 __all__ = ["Acquirer", "Limiter", "LimiterStats"]
@@ -139,11 +139,11 @@ class Limiter(Generic[T]):
 
     def _granted(self, tokens: T, wait: float) -> None:
         if self._events.callbacks or EVERYONE.callbacks:
-            self._events.emit(Granted(self._name, _weight(tokens), wait))
+            self._events.emit(Granted(self._name, weight(tokens), wait))
 
     def _denied(self, tokens: T, needed: float) -> None:
         if self._events.callbacks or EVERYONE.callbacks:
-            self._events.emit(Denied(self._name, _weight(tokens), needed))
+            self._events.emit(Denied(self._name, weight(tokens), needed))
 
     # -- acquiring ----------------------------------------------------------------
 
@@ -303,10 +303,8 @@ class Limiter(Generic[T]):
         return info
 
     def _restricted(self, status: int | None, remaining: T, seconds: float) -> None:
-        tally = self._tally
-        with tally.lock:
-            tally.restricted += 1
-        self._events.emit(Paused(self._name, status, _weight(remaining), seconds))
+        self._tally.count_restricted()
+        self._events.emit(Paused(self._name, status, weight(remaining), seconds))
 
     # -- giving back --------------------------------------------------------------
 
@@ -326,13 +324,8 @@ class Limiter(Generic[T]):
         """:meth:`refund` for asyncio."""
         await self._handle.refund_async(self._tokens(tokens), None)
 
-    def _cancelled(self) -> None:
-        tally = self._tally
-        with tally.lock:
-            tally.cancelled += 1
-
     def _give_back(self, tokens: T, at: float) -> None:
-        self._cancelled()
+        self._tally.count_cancelled()
         try:
             self._handle.refund(tokens, at)
         except Exception:
@@ -340,7 +333,7 @@ class Limiter(Generic[T]):
             logger.warning("could not give back a cancelled reservation of %r on %r", tokens, self, exc_info=True)
 
     async def _give_back_async(self, tokens: T, at: float) -> None:
-        self._cancelled()
+        self._tally.count_cancelled()
         try:
             await self._handle.refund_async(tokens, at)
         except Exception:
@@ -386,11 +379,6 @@ class Limiter(Generic[T]):
         if timeout is not None:
             _validate.timeout_seconds(timeout)
         return _Decorator(self, tokens, timeout)
-
-
-def _weight(tokens: Any) -> float:
-    # A composite's request is one weight per member; events report the largest.
-    return float(tokens) if tokens.__class__ in (int, float) else float(max(tokens))
 
 
 class _Decorator:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ._algorithm import Algorithm, step_all
 from ._clock import Clock, SystemClock
-from ._tally import Tally
+from ._tally import Tally, weight
 
 __all__ = ["MemoryBackend"]
 
@@ -146,7 +146,7 @@ class MemoryGroupHandle:
             for slot, state in zip(self._slots, states, strict=True):
                 slot.state = state
             if self.tally is not None:
-                self.tally.record(max(tokens), wait)
+                self.tally.record(weight(tokens), wait)
         finally:
             for lock in reversed(locks):
                 lock.release()

@@ -38,7 +38,7 @@ from ._clock import Clock
 from ._errors import BackendUnavailable
 from ._memory import MemoryBackend
 from ._scripts import Script, group_script, single_script
-from ._tally import Tally
+from ._tally import Tally, weight
 
 __all__ = ["BackendStats", "RedisBackend", "key_for"]
 
@@ -345,9 +345,8 @@ class _ScriptHandle(Generic[T]):
     def _count(self, tokens: T, decision: tuple[float, float]) -> tuple[float, float]:
         tally = self.tally
         if tally is not None:
-            weight: Any = tokens
             with tally.lock:
-                tally.record(weight if weight.__class__ in (int, float) else max(weight), decision[0])
+                tally.record(weight(tokens), decision[0])
         return decision
 
     def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:

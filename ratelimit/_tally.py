@@ -10,8 +10,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["LimiterStats", "Tally"]
+__all__ = ["LimiterStats", "Tally", "weight"]
+
+
+def weight(tokens: Any) -> float:
+    """One request's weight in counters and events: its tokens, or for a composite
+    (one weight per member) the largest."""
+    return float(tokens) if tokens.__class__ in (int, float) else float(max(tokens))
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,14 @@ class Tally:
                     self.max_wait = wait
         else:
             self.denied += 1
+
+    def count_restricted(self) -> None:
+        with self.lock:
+            self.restricted += 1
+
+    def count_cancelled(self) -> None:
+        with self.lock:
+            self.cancelled += 1
 
     def snapshot(self) -> LimiterStats:
         return LimiterStats(
