@@ -6,11 +6,28 @@ minutes apart on the same machine says how much our code adds.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 FLOOR_PREFIX = "test_floor"
+
+URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[redis.Redis]:
+    """A client of the Redis at ``REDIS_URL``; the Redis benchmarks skip without one."""
+    client = redis.Redis.from_url(URL)
+    try:
+        client.ping()
+    except redis.exceptions.ConnectionError:
+        pytest.skip(f"no Redis at {URL}")
+    yield client
+    client.close()
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -11,11 +11,10 @@ is to stay within 1 / 0.85 of the empty EVALSHA. Needs the server at ``REDIS_URL
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,21 +26,9 @@ from ratelimit import Acquirer, LeakyBucket, RedisBackend, SlidingWindow, TokenB
 #: Lines for the terminal summary (benchmarks/conftest.py prints them).
 REPORT: list[str] = []
 
-URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 HUGE = 1e15
 
 pytestmark = pytest.mark.benchmark(group="redis-try_acquire")
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(URL)
-    try:
-        client.ping()
-    except redis.exceptions.ConnectionError:
-        pytest.skip(f"no Redis at {URL}")
-    yield client
-    client.close()
 
 
 def measure(benchmark: BenchmarkFixture, call: Callable[[], object]) -> None:

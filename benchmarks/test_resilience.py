@@ -11,11 +11,10 @@ Two groups, each with its own floor from the same run:
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -23,7 +22,6 @@ from pytest_benchmark.fixture import BenchmarkFixture
 
 from ratelimit import CircuitBreaker, RedisBackend, Retry, TokenBucket
 
-URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 HUGE = 1e15
 
 _lock = threading.Lock()
@@ -63,17 +61,6 @@ def test_breaker_call(benchmark: BenchmarkFixture) -> None:
 def test_retry_with_limiter_and_breaker(benchmark: BenchmarkFixture) -> None:
     retry = Retry(limiter=TokenBucket(HUGE, HUGE), breaker=CircuitBreaker())
     measure(benchmark, lambda: retry.call(work))
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(URL)
-    try:
-        client.ping()
-    except redis.exceptions.ConnectionError:
-        pytest.skip(f"no Redis at {URL}")
-    yield client
-    client.close()
 
 
 @pytest.mark.benchmark(group="resilience-redis")
