@@ -29,7 +29,7 @@ Needs the ``httpx`` extra: ``pip install 'ratelimit[httpx]'``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import httpx
 
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from ._limiter import Acquirer
 
 __all__ = ["AsyncRateLimitTransport", "RateLimitTransport"]
+
+Sender = TypeVar("Sender", httpx.BaseTransport, httpx.AsyncBaseTransport)
 
 try:
     # httpx keeps its multipart body private; without it (another httpx version) a
@@ -107,7 +109,22 @@ def _buffered(response: httpx.Response, raw: bytes, request: httpx.Request) -> h
     )
 
 
-class RateLimitTransport(httpx.BaseTransport):
+class _Limited(Generic[Sender]):
+    """What both transports show of themselves."""
+
+    _policy: _Policy
+    transport: Sender
+
+    @property
+    def retry(self) -> Retry:
+        """The retry runner every request goes through (for ``stats()`` and ``subscribe()``)."""
+        return self._policy.retry
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(retry={self.retry!r}, transport={self.transport!r})"
+
+
+class RateLimitTransport(_Limited[httpx.BaseTransport], httpx.BaseTransport):
     """An ``httpx.Client`` transport: limiter, retries and circuit breaker on every request.
 
     Args:
@@ -140,14 +157,6 @@ class RateLimitTransport(httpx.BaseTransport):
         # Made last: an HTTPTransport builds an SSL context, wasted if an argument is bad.
         self.transport = transport if transport is not None else httpx.HTTPTransport()
 
-    @property
-    def retry(self) -> Retry:
-        """The retry runner every request goes through (for ``stats()`` and ``subscribe()``)."""
-        return self._policy.retry
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(retry={self.retry!r}, transport={self.transport!r})"
-
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` under the policy; raises :class:`~ratelimit.RetryError` on giving up."""
         return self._policy.runner(request).call(self._attempt, request)
@@ -167,7 +176,7 @@ class RateLimitTransport(httpx.BaseTransport):
         self.transport.close()
 
 
-class AsyncRateLimitTransport(httpx.AsyncBaseTransport):
+class AsyncRateLimitTransport(_Limited[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport):
     """:class:`RateLimitTransport` for ``httpx.AsyncClient``; ``transport`` defaults to
     ``httpx.AsyncHTTPTransport()``::
 
@@ -186,14 +195,6 @@ class AsyncRateLimitTransport(httpx.AsyncBaseTransport):
             raise TypeError(f"transport must be an httpx.AsyncBaseTransport or None, got {transport!r}")
         self._policy = _Policy(type(self).__name__, limiter, retry, breaker)
         self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
-
-    @property
-    def retry(self) -> Retry:
-        """The retry runner every request goes through (for ``stats()`` and ``subscribe()``)."""
-        return self._policy.retry
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(retry={self.retry!r}, transport={self.transport!r})"
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` under the policy; raises :class:`~ratelimit.RetryError` on giving up."""
