@@ -1,18 +1,19 @@
 -- ratelimit: driver for a composite, several limits granted all-or-nothing in one
--- call. Loaded as _prelude.lua + every <algorithm>.lua + this file.
+-- call. Loaded as _prelude.lua + every <algorithm>.lua + _members.lua + this file.
 --
 -- KEYS[i]  member i's base key, ratelimit:{<composite name>}:<i>:<algorithm>: all
 --          members share the composite's hash tag, so this works on Redis Cluster.
 -- ARGV[1]  op: 'reserve' | 'refund' | 'restrict'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
--- ARGV[3]  reserve: max_wait, '' for no limit; refund: the grant time, '' for now;
+-- ARGV[3]  reserve: max_wait, '' for no limit; refund: the grant time ('' for a grant
+--          already made; a time still ahead withdraws that reservation);
 --          restrict: seconds from now until the restriction ends (the members'
 --          "tokens" are then the tokens each still allows)
 -- then for each member i, four values: algorithm, tokens, param1, param2
 --
--- Returns as the single-limiter driver does. Mirrors step_all() in
--- ratelimit/_algorithm.py: every member plans; the grant happens at the latest of
--- their times, or nowhere.
+-- Returns as the single-limiter driver does. Mirrors MemoryGroupHandle in
+-- ratelimit/_memory.py: every member plans; the grant happens at the latest of their
+-- times, or nowhere; the group's holes are kept beside its first member's key.
 
 local ALGORITHMS = {
   token_bucket = token_bucket,
@@ -40,24 +41,13 @@ local function save_all(only_dirty)
   end
 end
 
+local holes = KEYS[1] .. ':holes'
+
 if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[3] ~= '' then max_wait = tonumber(ARGV[3]) end
-  local admit_at, at = now, now
-  for _, m in ipairs(members) do
-    local admit, grant = m.alg.plan(m.self, m.state, now, m.tokens)
-    if admit > admit_at then admit_at = admit end
-    if grant > at then at = grant end
-  end
-  local wait = decide(admit_at, at, now, max_wait)
-  if wait < 0 then
-    save_all(true)
-    return {fmt(wait), fmt(now + wait)}
-  end
-  for _, m in ipairs(members) do
-    m.state = m.alg.commit(m.self, m.state, now, m.tokens, at)
-  end
-  save_all(false)
+  local wait, changed = reserve_members(members, holes, now, max_wait)
+  save_all(not changed)
   return {fmt(wait), fmt(now + wait)}
 elseif op == 'restrict' then
   local untl = now + tonumber(ARGV[3])
@@ -67,11 +57,11 @@ elseif op == 'restrict' then
   save_all(false)
   return {fmt(now)}
 elseif op == 'refund' then
-  local at = now
+  local at = nil
   if ARGV[3] ~= '' then at = tonumber(ARGV[3]) end
-  for _, m in ipairs(members) do
-    m.state = m.alg.refund(m.self, m.state, now, m.tokens, at)
-  end
+  local tokens = {}
+  for i, m in ipairs(members) do tokens[i] = m.tokens end
+  give_back_members(members, holes, now, tokens, at)
   save_all(false)
   return {fmt(now)}
 end

@@ -1,5 +1,5 @@
--- ratelimit: driver for one limiter. Loaded as _prelude.lua + <algorithm>.lua + this
--- file, with ALG bound to the algorithm's table (see ratelimit/_scripts.py).
+-- ratelimit: driver for one limiter. Loaded as _prelude.lua + <algorithm>.lua, ALG
+-- bound to the algorithm's table, _members.lua, then this file (see ratelimit/_scripts.py).
 --
 -- KEYS[1]  the limiter's base key, ratelimit:{<name>}:<algorithm>; every key the
 --          algorithm touches is this one or starts with it, so all share its hash tag.
@@ -7,7 +7,8 @@
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  tokens (reserve, refund); restrict: the tokens still allowed
 -- ARGV[4]  reserve: max_wait in seconds, '' for no limit;
---          refund: the grant time being given back, '' for now;
+--          refund: the grant time being given back ('' for a grant already made);
+--          a time still ahead withdraws that reservation (see _members.lua);
 --          restrict: seconds from now until the restriction ends
 -- ARGV[5], ARGV[6]  the algorithm's two parameters
 --
@@ -16,13 +17,14 @@
 --            time `at`; < 0 refused, nothing recorded, -signed_wait is the wait needed
 --   refund, restrict: {now}
 --   peek:    {remaining_tokens, reset_after, now}
--- Mirrors step() in ratelimit/_algorithm.py.
+-- Mirrors MemoryHandle in ratelimit/_memory.py: the algorithm's step, with holes.
 
 local op = ARGV[1]
 local now = clock(ARGV[2])
 local tokens = tonumber(ARGV[3])
 local self = ALG.new(KEYS[1], tonumber(ARGV[5]), tonumber(ARGV[6]))
-local state = ALG.load(self)
+local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self)}
+local holes = KEYS[1] .. ':holes'
 
 local function dirty(s)
   return type(s) == 'table' and s.dirty
@@ -31,24 +33,22 @@ end
 if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
-  local admit_at, at = ALG.plan(self, state, now, tokens)
-  local wait = decide(admit_at, at, now, max_wait)
-  if wait >= 0 then state = ALG.commit(self, state, now, tokens, at) end
-  if wait >= 0 or dirty(state) then ALG.save(self, state, now) end
+  local wait, changed = reserve_members({member}, holes, now, max_wait)
+  if changed or dirty(member.state) then ALG.save(self, member.state, now) end
   return {fmt(wait), fmt(now + wait)}
 elseif op == 'refund' then
-  local at = now
+  local at = nil
   if ARGV[4] ~= '' then at = tonumber(ARGV[4]) end
-  state = ALG.refund(self, state, now, tokens, at)
-  ALG.save(self, state, now)
+  give_back_members({member}, holes, now, {tokens}, at)
+  ALG.save(self, member.state, now)
   return {fmt(now)}
 elseif op == 'restrict' then
-  state = ALG.restrict(self, state, now, tokens, now + tonumber(ARGV[4]))
-  ALG.save(self, state, now)
+  member.state = ALG.restrict(self, member.state, now, tokens, now + tonumber(ARGV[4]))
+  ALG.save(self, member.state, now)
   return {fmt(now)}
 elseif op == 'peek' then
-  local remaining, reset_after = ALG.peek(self, state, now)
-  if dirty(state) then ALG.save(self, state, now) end
+  local remaining, reset_after = ALG.peek(self, member.state, now)
+  if dirty(member.state) then ALG.save(self, member.state, now) end
   return {fmt(remaining), fmt(reset_after), fmt(now)}
 end
 return redis.error_reply('ratelimit: unknown op ' .. tostring(op))

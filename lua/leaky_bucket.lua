@@ -64,3 +64,15 @@ function leaky_bucket.save(self, state, now)
   if state[1] == -math.huge then return end
   redis.call('SET', self.key, fmt(state[1]) .. ' ' .. fmt(state[2]), 'PX', idle_ms(state[1] - now))
 end
+
+-- See LeakyQueue.tail / LeakyQueue.cancel: the last grant is the one whose tokens
+-- drain last; withdrawn, the queue ends where it started.
+function leaky_bucket.tail(self, state, tokens, at)
+  return at + tokens * self.interval >= state[1] - EPSILON
+end
+
+function leaky_bucket.cancel(self, state, now, tokens, at)
+  local latest = state[2]
+  if latest < at then return {at, latest} end
+  return {at, at}
+end

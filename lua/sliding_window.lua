@@ -130,3 +130,32 @@ function sliding_window.save(self, state, now)
   expire_after(self.key, idle)
   expire_after(self.meta, idle)
 end
+
+-- See WindowLog.tail / WindowLog.cancel: the withdrawn grant is among the newest
+-- entries; take its tokens from the members at the newest time.
+function sliding_window.tail(self, state, tokens, at)
+  local newest = redis.call('ZRANGE', self.key, -1, -1, 'WITHSCORES')
+  return #newest == 0 or at >= tonumber(newest[2]) - EPSILON
+end
+
+function sliding_window.cancel(self, state, now, tokens, at)
+  local newest = redis.call('ZRANGE', self.key, -1, -1, 'WITHSCORES')
+  if #newest == 0 or tonumber(newest[2]) < at - EPSILON then return state end
+  local members = redis.call('ZRANGEBYSCORE', self.key, newest[2], newest[2])
+  local held = 0.0
+  for i = 1, #members do held = held + weight(members[i]) end
+  local taken = tokens
+  if held < taken then taken = held end
+  local left = held - taken
+  state.total = state.total - taken
+  redis.call('ZREM', self.key, unpack(members))
+  if left <= EPSILON then
+    state.total = state.total - left
+  else
+    local seq = redis.call('HINCRBY', self.meta, 'seq', 1)
+    redis.call('ZADD', self.key, newest[2], seq .. ':' .. fmt(left))
+  end
+  if redis.call('ZCARD', self.key) == 0 then state.total = 0.0 end
+  state.dirty = true
+  return state
+end

@@ -118,3 +118,12 @@ function sliding_window_counter.save(self, state, now)
              'current', fmt(state[3]), 'last', fmt(state[4]))
   expire_after(self.key, (state[1] + 2) * self.window - now)
 end
+
+-- See WindowCounter.tail / WindowCounter.cancel.
+function sliding_window_counter.tail(self, state, tokens, at)
+  return at >= state[4] - EPSILON
+end
+
+function sliding_window_counter.cancel(self, state, now, tokens, at)
+  return sliding_window_counter.refund(self, state, now, tokens, at)
+end

@@ -57,3 +57,15 @@ function token_bucket.save(self, state, now)
   if state == -math.huge then return end
   redis.call('SET', self.key, fmt(state), 'PX', idle_ms(state - now))
 end
+
+-- See Gcra.tail / Gcra.cancel: a reservation that waited left the TAT at exactly its
+-- time + tolerance, so it is the last one if nothing pushed the TAT further.
+function token_bucket.tail(self, state, tokens, at)
+  return at >= state - self.tolerance - EPSILON
+end
+
+function token_bucket.cancel(self, state, now, tokens, at)
+  local tat = state - tokens * self.interval
+  if tat > now then return tat end
+  return now
+end

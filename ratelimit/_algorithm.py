@@ -14,6 +14,12 @@ request it answers two questions:
     planned is always safe, which is what lets a composite grant several limits at
     the latest of their times.
 
+``tail(state, tokens, at)`` and ``cancel(state, now, tokens, at) -> state``
+    withdraw a reservation that has not happened yet: ``tail`` says whether it is
+    the last one recorded (nothing was planned behind it), and only then does
+    ``cancel`` roll it back. A reservation withdrawn from the middle of the queue
+    becomes a hole instead (see ``_holes.py``).
+
 The in-process store runs these under a lock; the Lua scripts under ``lua/`` mirror
 the same arithmetic, operation for operation, and the conformance suite pins the two
 together decision by decision.
@@ -24,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["EPSILON", "Algorithm", "decide", "step", "step_all"]
+__all__ = ["EPSILON", "Algorithm", "commit_all", "decide", "plan_all", "step", "step_all"]
 
 # Float arithmetic on times near 1.7e9 (Redis TIME) is exact to ~2.4e-7 s, and sums of
 # emission intervals pick up rounding: a grant due "now" may compute as 1e-16 s away.
@@ -60,6 +66,18 @@ class Algorithm(Protocol[S]):
         sliding windows, which must take the tokens out where they were counted; a
         caller that does not know it passes ``now``.
         """
+        ...
+
+    def tail(self, state: S, tokens: float, at: float) -> bool:
+        """Whether the reservation of ``tokens`` at ``at`` is the last one recorded."""
+        ...
+
+    def cancel(self, state: S, now: float, tokens: float, at: float) -> S:
+        """Roll back the last reservation (``tail`` said so): as if never made."""
+        ...
+
+    def idle_until(self, state: S) -> float:
+        """The time from which ``state`` decides exactly as a new state would."""
         ...
 
     def peek(self, state: S, now: float) -> tuple[float, float]:
@@ -124,6 +142,26 @@ def step(alg: Algorithm[S], state: S, now: float, tokens: float, max_wait: float
     return alg.commit(state, now, tokens, at), wait
 
 
+def plan_all(
+    algs: Sequence[Algorithm[Any]], states: Sequence[Any], now: float, tokens: Sequence[float]
+) -> tuple[float, float]:
+    """The plan of several limits granted together: the latest of their own times."""
+    admit_at = now
+    at = now
+    for alg, state, n in zip(algs, states, tokens, strict=True):
+        admit, grant = alg.plan(state, now, n)
+        admit_at = max(admit_at, admit)
+        at = max(at, grant)
+    return admit_at, at
+
+
+def commit_all(
+    algs: Sequence[Algorithm[Any]], states: Sequence[Any], now: float, tokens: Sequence[float], at: float
+) -> list[Any]:
+    """Record one grant at ``at`` in every limit."""
+    return [alg.commit(state, now, n, at) for alg, state, n in zip(algs, states, tokens, strict=True)]
+
+
 def step_all(
     algs: Sequence[Algorithm[Any]],
     states: Sequence[Any],
@@ -136,13 +174,8 @@ def step_all(
     The grant happens at the latest of the limits' own times; a refusal by any of them
     leaves every state untouched.
     """
-    admit_at = now
-    at = now
-    for alg, state, n in zip(algs, states, tokens, strict=True):
-        admit, grant = alg.plan(state, now, n)
-        admit_at = max(admit_at, admit)
-        at = max(at, grant)
+    admit_at, at = plan_all(algs, states, now, tokens)
     wait = decide(admit_at, at, now, max_wait)
     if wait < 0:
         return list(states), wait
-    return [alg.commit(state, now, n, at) for alg, state, n in zip(algs, states, tokens, strict=True)], wait
+    return commit_all(algs, states, now, tokens, at), wait

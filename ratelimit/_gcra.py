@@ -66,6 +66,17 @@ class Gcra:
         tat = state - tokens * self.interval
         return tat if tat > now else now
 
+    def tail(self, state: float, tokens: float, at: float) -> bool:
+        # A reservation that waited leaves the TAT at exactly its time + tolerance.
+        return at >= state - self.tolerance - EPSILON
+
+    def cancel(self, state: float, now: float, tokens: float, at: float) -> float:
+        tat = state - tokens * self.interval
+        return tat if tat > now else now
+
+    def idle_until(self, state: float) -> float:
+        return state
+
     def restrict(self, state: float, now: float, remaining: float, until: float) -> float:
         # The TAT at which the (remaining + 1)-th grant from now lands exactly on
         # `until`: the first `remaining` may go before it, the rest follow one
@@ -81,7 +92,9 @@ class Gcra:
         return (self.capacity, self.rate)
 
     def slowed(self, share: float) -> Gcra:
-        return Gcra(self.capacity, self.rate * share)
+        # The burst too: N processes that each kept the whole capacity would burst N
+        # times over at the moment they all fell back.
+        return Gcra(self.capacity * share, self.rate * share)
 
     def step(self, state: float, now: float, tokens: float, max_wait: float) -> tuple[float, float]:
         # plan() and commit() inlined, operation for operation: this is every

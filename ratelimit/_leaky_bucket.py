@@ -76,6 +76,20 @@ class LeakyQueue:
         floor = latest if latest > now else now
         return (drained_at if drained_at > floor else floor, latest)
 
+    def tail(self, state: LeakyState, tokens: float, at: float) -> bool:
+        # The last grant in the queue is the one whose tokens drain last.
+        return at + tokens * self.interval >= state[0] - EPSILON
+
+    def cancel(self, state: LeakyState, now: float, tokens: float, at: float) -> LeakyState:
+        # Its start is where the queue now ends. Who started before it is not known,
+        # so `latest` stays no earlier than that: a plain refund then never reaches
+        # back past a grant still queued.
+        latest = state[1]
+        return (at, latest if latest < at else at)
+
+    def idle_until(self, state: LeakyState) -> float:
+        return state[0]
+
     def restrict(self, state: LeakyState, now: float, remaining: float, until: float) -> LeakyState:
         # Drained so that the (remaining + 1)-th grant leaves at `until`; nothing
         # granted before may give back a place that would cut the restriction short.
@@ -93,6 +107,7 @@ class LeakyQueue:
         return (self.capacity, self.rate)
 
     def slowed(self, share: float) -> LeakyQueue:
+        # No burst to share out: the capacity is a queue's length, not a burst.
         return LeakyQueue(self.capacity, self.rate * share)
 
     def step(self, state: LeakyState, now: float, tokens: float, max_wait: float) -> tuple[LeakyState, float]:

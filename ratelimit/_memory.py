@@ -4,29 +4,55 @@ A lock guards each limiter's state for the few microseconds a decision takes; wa
 happens in the caller, after the lock is released, so one sleeping acquire never
 blocks another thread's decision. Nothing here awaits, so the same lock serves
 asyncio tasks too (it is never held across an ``await``).
+
+Named state is kept as a Redis key is: while it matters. Once no limiter object uses a
+name and its state would decide as a new one would (``Algorithm.idle_until``), it is
+dropped, so per-tenant names in a long-running service cost memory only while active.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+import time
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import _holes
 from ._algorithm import Algorithm, step_all
 from ._clock import Clock, SystemClock
 from ._tally import Tally, weight
 
-__all__ = ["MemoryBackend"]
+__all__ = ["SWEEP_SECONDS", "MemoryBackend"]
+
+#: Idle named state is looked for at most this often (wall-clock seconds), and
+#: whenever the number of names has doubled since the last look.
+SWEEP_SECONDS = 10.0
+_SWEEP_SIZE = 1024
+
+#: A slot's key: the limiter's name, its place in a composite (``None`` for a limiter
+#: of its own), and its algorithm.
+_Key = tuple[str, "int | None", str]
+
+
+def _domain(clock: Clock | None) -> Clock | None:
+    """What a slot's times are measured on: real time (``None``), or a test clock."""
+    return None if clock is None or isinstance(clock, SystemClock) else clock
 
 
 class _Slot:
-    """One limiter's state and the lock that serialises decisions on it."""
+    """One limiter's state, the lock that serialises decisions on it, and its holes."""
 
-    __slots__ = ("lock", "state")
+    __slots__ = ("alg", "domain", "holes", "lock", "now", "state", "users")
 
-    def __init__(self, state: Any) -> None:
+    def __init__(self, alg: Algorithm[Any], clock: Clock | None) -> None:
         self.lock = threading.Lock()
-        self.state = state
+        self.alg = alg
+        self.state = alg.new_state()
+        self.holes: list[_holes.Hole] = []
+        self.domain = _domain(clock)
+        self.now: Callable[[], float] = (clock or SystemClock()).now
+        self.users = 0
 
 
 class MemoryBackend:
@@ -34,31 +60,103 @@ class MemoryBackend:
 
     Limiters created without ``backend=`` each get private state of their own. Pass
     one ``MemoryBackend`` to several limiters with the same ``name`` to make them
-    share one budget inside a process (the in-process twin of a Redis key).
+    share one budget inside a process (the in-process twin of a Redis key). A name's
+    state lives while a limiter uses it or its budget is not yet whole again; idle
+    names are dropped (see :meth:`sweep`).
+
+    Limiters sharing a name must keep time on the same clock: real time, or one and
+    the same test clock. Mixing them is refused with ``ValueError``.
     """
 
     shared = False
 
     def __init__(self) -> None:
-        self._slots: dict[tuple[str, str], _Slot] = {}
-        self._lock = threading.Lock()
+        self._slots: dict[_Key, _Slot] = {}
+        # Re-entrant: a limiter collected by the garbage collector in the middle of a
+        # bind releases its names from inside the lock.
+        self._lock = threading.RLock()
+        self._binding = False
+        self._sweep_size = _SWEEP_SIZE
+        self._sweep_time = time.monotonic() + SWEEP_SECONDS
 
-    def _slot(self, name: str | None, alg: Algorithm[Any]) -> _Slot:
+    def _slot(self, name: str | None, member: int | None, alg: Algorithm[Any], clock: Clock | None) -> _Slot:
         if name is None:
-            return _Slot(alg.new_state())
+            return _Slot(alg, clock)
         with self._lock:
-            slot = self._slots.get((name, alg.kind))
-            if slot is None:
-                slot = self._slots[(name, alg.kind)] = _Slot(alg.new_state())
+            self._binding = True
+            try:
+                key = (name, member, alg.kind)
+                slot = self._slots.get(key)
+                if slot is None:
+                    slot = self._slots[key] = _Slot(alg, clock)
+                elif slot.domain is not _domain(clock):
+                    raise ValueError(
+                        f"clock {clock!r} cannot share the budget named {name!r}, which keeps time on "
+                        f"{slot.domain or 'real time'!r}: one budget needs one clock"
+                    )
+                slot.users += 1
+            finally:
+                self._binding = False
+            self._sweep_if_due()
             return slot
 
+    def _release(self, slots: Sequence[_Slot]) -> None:
+        with self._lock:
+            for slot in slots:
+                slot.users -= 1
+            self._sweep_if_due()
+
+    def _watch(self, handle: object, name: str | None, slots: Sequence[_Slot]) -> None:
+        if name is not None:
+            weakref.finalize(handle, self._release, slots)
+
     def bind(self, name: str | None, alg: Algorithm[Any], clock: Clock | None) -> MemoryHandle:
-        return MemoryHandle(alg, self._slot(name, alg), clock or SystemClock())
+        slot = self._slot(name, None, alg, clock)
+        handle = MemoryHandle(alg, slot, clock or SystemClock())
+        self._watch(handle, name, [slot])
+        return handle
 
     def bind_group(self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None) -> MemoryGroupHandle:
-        members = [None if name is None else f"{name}:{i}" for i in range(len(algs))]
-        slots = [self._slot(member, alg) for member, alg in zip(members, algs, strict=True)]
-        return MemoryGroupHandle(algs, slots, clock or SystemClock())
+        slots = [self._slot(name, i, alg, clock) for i, alg in enumerate(algs)]
+        handle = MemoryGroupHandle(algs, slots, clock or SystemClock())
+        self._watch(handle, name, slots)
+        return handle
+
+    # -- dropping idle state ----------------------------------------------------------
+
+    def _sweep_if_due(self) -> None:
+        if self._binding:
+            return
+        if len(self._slots) >= self._sweep_size or time.monotonic() >= self._sweep_time:
+            self.sweep()
+
+    def sweep(self) -> int:
+        """Drop every name no limiter uses whose state is as good as new; return how many.
+
+        Runs by itself when a limiter is made or dropped, at most every
+        ``SWEEP_SECONDS`` and whenever the number of names has doubled; call it to
+        free memory at a moment of your choosing.
+        """
+        dropped = 0
+        with self._lock:
+            for key, slot in list(self._slots.items()):
+                # A slot busy deciding is in use: it is looked at next time.
+                if slot.users > 0 or not slot.lock.acquire(blocking=False):
+                    continue
+                try:
+                    idle = slot.alg.idle_until(slot.state) <= slot.now()
+                finally:
+                    slot.lock.release()
+                if idle:
+                    del self._slots[key]
+                    dropped += 1
+            self._sweep_size = max(_SWEEP_SIZE, 2 * len(self._slots))
+            self._sweep_time = time.monotonic() + SWEEP_SECONDS
+        return dropped
+
+    def __len__(self) -> int:
+        """How many named states are kept."""
+        return len(self._slots)
 
     def __repr__(self) -> str:
         return f"MemoryBackend(<{len(self._slots)} named limiters>)"
@@ -69,11 +167,12 @@ class MemoryHandle:
 
     suspends = False
 
-    __slots__ = ("_alg", "_now", "_slot", "_step", "tally")
+    __slots__ = ("__weakref__", "_alg", "_algs", "_now", "_slot", "_step", "tally")
 
     def __init__(self, alg: Algorithm[Any], slot: _Slot, clock: Clock) -> None:
         self.tally: Tally | None = None
         self._alg = alg
+        self._algs = (alg,)
         self._slot = slot
         self._now = clock.now
         self._step = alg.step
@@ -86,7 +185,11 @@ class MemoryHandle:
         try:
             # Read inside the lock, so that decisions see time in the order they run.
             now = self._now()
-            slot.state, wait = self._step(slot.state, now, tokens, max_wait)
+            if slot.holes:
+                states, wait = _holes.reserve(self._algs, (slot.state,), slot.holes, now, (tokens,), max_wait)
+                slot.state = states[0]
+            else:
+                slot.state, wait = self._step(slot.state, now, tokens, max_wait)
             if self.tally is not None:
                 self.tally.record(tokens, wait)
         finally:
@@ -100,7 +203,7 @@ class MemoryHandle:
         slot = self._slot
         with slot.lock:
             now = self._now()
-            slot.state = self._alg.refund(slot.state, now, tokens, now if at is None else at)
+            slot.state = _holes.give_back(self._algs, (slot.state,), slot.holes, now, (tokens,), at)[0]
 
     async def refund_async(self, tokens: float, at: float | None) -> None:
         self.refund(tokens, at)
@@ -121,11 +224,12 @@ class MemoryHandle:
 
 
 class MemoryGroupHandle:
-    """Several limits decided together, all-or-nothing."""
+    """Several limits decided together, all-or-nothing. The group's holes are kept
+    with its first limit's state."""
 
     suspends = False
 
-    __slots__ = ("_algs", "_locks", "_now", "_slots", "tally")
+    __slots__ = ("__weakref__", "_algs", "_locks", "_now", "_slots", "tally")
 
     def __init__(self, algs: Sequence[Algorithm[Any]], slots: Sequence[_Slot], clock: Clock) -> None:
         self.tally: Tally | None = None
@@ -136,52 +240,53 @@ class MemoryGroupHandle:
         # never deadlock.
         self._locks = tuple(slot.lock for slot in sorted(self._slots, key=id))
 
-    def reserve(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float]:
+    def _locked(self, change: Callable[[float, list[Any], list[_holes.Hole]], list[Any]]) -> float:
+        """Run ``change(now, states, holes) -> states`` with every member locked."""
         locks = self._locks
         for lock in locks:
             lock.acquire()
         try:
             now = self._now()
-            states, wait = step_all(self._algs, [s.state for s in self._slots], now, tokens, max_wait)
+            states = change(now, [slot.state for slot in self._slots], self._slots[0].holes)
             for slot, state in zip(self._slots, states, strict=True):
                 slot.state = state
-            if self.tally is not None:
-                self.tally.record(weight(tokens), wait)
         finally:
             for lock in reversed(locks):
                 lock.release()
+        return now
+
+    def reserve(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float]:
+        wait = 0.0
+
+        def change(now: float, states: list[Any], holes: list[_holes.Hole]) -> list[Any]:
+            nonlocal wait
+            if holes:
+                states, wait = _holes.reserve(self._algs, states, holes, now, tokens, max_wait)
+            else:
+                states, wait = step_all(self._algs, states, now, tokens, max_wait)
+            if self.tally is not None:
+                self.tally.record(weight(tokens), wait)
+            return states
+
+        now = self._locked(change)
         return wait, now + wait
 
     async def reserve_async(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float]:
         return self.reserve(tokens, max_wait)
 
     def refund(self, tokens: Sequence[float], at: float | None) -> None:
-        locks = self._locks
-        for lock in locks:
-            lock.acquire()
-        try:
-            now = self._now()
-            when = now if at is None else at
-            for alg, slot, n in zip(self._algs, self._slots, tokens, strict=True):
-                slot.state = alg.refund(slot.state, now, n, when)
-        finally:
-            for lock in reversed(locks):
-                lock.release()
+        self._locked(lambda now, states, holes: _holes.give_back(self._algs, states, holes, now, tokens, at))
 
     async def refund_async(self, tokens: Sequence[float], at: float | None) -> None:
         self.refund(tokens, at)
 
     def restrict(self, remaining: Sequence[float], seconds: float) -> None:
-        locks = self._locks
-        for lock in locks:
-            lock.acquire()
-        try:
-            now = self._now()
-            for alg, slot, n in zip(self._algs, self._slots, remaining, strict=True):
-                slot.state = alg.restrict(slot.state, now, n, now + seconds)
-        finally:
-            for lock in reversed(locks):
-                lock.release()
+        self._locked(
+            lambda now, states, holes: [
+                alg.restrict(state, now, n, now + seconds)
+                for alg, state, n in zip(self._algs, states, remaining, strict=True)
+            ]
+        )
 
     async def restrict_async(self, remaining: Sequence[float], seconds: float) -> None:
         self.restrict(remaining, seconds)

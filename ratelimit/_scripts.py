@@ -2,8 +2,9 @@
 
 The scripts live as ``.lua`` files in the top-level ``lua/`` folder of the source tree
 and inside the wheel as ``ratelimit/lua/``. A loaded script is composed of pieces: the
-shared prelude, the algorithm's functions, and a driver (one limiter, or a group of
-limits for a composite, which needs every algorithm).
+shared prelude, the algorithm's functions, what one limiter and a group share
+(``_members.lua``), and a driver (one limiter, or a group of limits for a composite,
+which needs every algorithm).
 
 A script is called with EVALSHA; if the server does not know it (first use, after
 ``SCRIPT FLUSH``, a restart or a failover) the same call is repeated as EVAL, which
@@ -75,14 +76,26 @@ def single_script(kind: str) -> Script:
     """The script of one limiter of algorithm ``kind``."""
     if kind not in ALGORITHMS:
         raise ValueError(f"no script for algorithm {kind!r}")
-    source = "\n".join([lua_source("_prelude"), lua_source(kind), f"local ALG = {kind}", lua_source("_single")])
+    parts = [
+        lua_source("_prelude"),
+        lua_source(kind),
+        f"local ALG = {kind}",
+        lua_source("_members"),
+        lua_source("_single"),
+    ]
+    source = "\n".join(parts)
     return Script(kind, source)
 
 
 @cache
 def group_script() -> Script:
     """The script of a composite: every algorithm, and the group driver."""
-    parts = [lua_source("_prelude"), *(lua_source(kind) for kind in ALGORITHMS), lua_source("_group")]
+    parts = [
+        lua_source("_prelude"),
+        *(lua_source(kind) for kind in ALGORITHMS),
+        lua_source("_members"),
+        lua_source("_group"),
+    ]
     return Script("group", "\n".join(parts))
 
 

@@ -120,6 +120,29 @@ class WindowLog:
             state.total = 0.0
         return state
 
+    def tail(self, state: Log, tokens: float, at: float) -> bool:
+        entries = state.entries
+        return not entries or at >= entries[-1][0] - EPSILON
+
+    def cancel(self, state: Log, now: float, tokens: float, at: float) -> Log:
+        # Grants at one time share an entry: the newest, as this one is the last.
+        entries = state.entries
+        if entries and entries[-1][0] >= at - EPSILON:
+            newest = entries[-1]
+            taken = min(tokens, newest[1])
+            newest[1] -= taken
+            state.total -= taken
+            if newest[1] <= EPSILON:
+                state.total -= newest[1]
+                entries.pop()
+            if not entries:
+                state.total = 0.0
+        return state
+
+    def idle_until(self, state: Log) -> float:
+        entries = state.entries
+        return entries[-1][0] + self.window if entries else -math.inf
+
     def restrict(self, state: Log, now: float, remaining: float, until: float) -> Log:
         # One placeholder grant, dated so it counts until exactly `until`, weighing
         # what the log must hold on top of the grants that count until then anyway.
@@ -152,8 +175,9 @@ class WindowLog:
         return (self.limit, self.window)
 
     def slowed(self, share: float) -> WindowLog:
-        # A longer window keeps the largest request grantable, unlike a smaller limit.
-        return WindowLog(self.limit, self.window / share)
+        # A share of the limit in the same window: a longer window would let every
+        # process fall back with the whole limit at once.
+        return WindowLog(self.limit * share, self.window)
 
 
 def window_start(index: float, window: float) -> float:
@@ -230,6 +254,17 @@ class WindowCounter:
             return (index, max(0.0, previous - tokens), current, last)
         return state
 
+    def tail(self, state: CounterState, tokens: float, at: float) -> bool:
+        return at >= state[3] - EPSILON
+
+    def cancel(self, state: CounterState, now: float, tokens: float, at: float) -> CounterState:
+        # Which grant came before is not kept, so `last` stays: the next request is
+        # still planned no earlier than the withdrawn one was.
+        return self.refund(state, now, tokens, at)
+
+    def idle_until(self, state: CounterState) -> float:
+        return (state[0] + 2) * self.window
+
     def restrict(self, state: CounterState, now: float, remaining: float, until: float) -> CounterState:
         # Approximate, as this variant is: a placeholder grant now brings the estimate
         # up to `limit - remaining`, and a pause also holds every grant until `until`.
@@ -262,4 +297,4 @@ class WindowCounter:
         return (self.limit, self.window)
 
     def slowed(self, share: float) -> WindowCounter:
-        return WindowCounter(self.limit, self.window / share)
+        return WindowCounter(self.limit * share, self.window)

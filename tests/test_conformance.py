@@ -1,6 +1,7 @@
 """The Lua scripts against the pure algorithms, decision by decision.
 
-For random sequences of requests (time steps, weights, timeouts, refunds), the same
+For random sequences of requests (time steps, weights, timeouts, refunds, and
+reservations withdrawn from the end or the middle of the queue), the same
 sequence runs through the pure Python step and through the script on each Redis-like
 store, with the time passed in. Every answer (granted or not, the wait, the grant
 time) must be the same: the scripts mirror the Python arithmetic operation for
@@ -19,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratelimit import RedisBackend
-from ratelimit._algorithm import Algorithm, step, step_all
+from ratelimit._algorithm import Algorithm
 from ratelimit._gcra import Gcra
+from ratelimit._holes import Hole, give_back, reserve
 from ratelimit._leaky_bucket import LeakyQueue
 from ratelimit._redis import RedisGroupHandle, RedisHandle, key_for
 from ratelimit._sliding_window import WindowCounter, WindowLog
@@ -45,14 +47,16 @@ class FixedTime:
         return repr(self.value)
 
 
-# (time step, tokens, max_wait, refund?, restriction (remaining, seconds) or None)
-Request = tuple[float, float, float, bool, "tuple[float, float] | None"]
+# (time step, tokens, max_wait, what to give back, restriction (remaining, seconds) or None)
+# What to give back: nothing; this grant (a refund, or withdrawing it while it is the
+# last one queued); or the earliest reservation still ahead (a hole mid-queue).
+Request = tuple[float, float, float, str, "tuple[float, float] | None"]
 requests = st.lists(
     st.tuples(
         st.sampled_from([0.0, 0.0, 0.001, 0.1, 0.25, 0.5, 1.0, 3.0]),
         st.sampled_from([1.0, 1.0, 1.0, 2.0, 3.0]),
         st.sampled_from([0.0, 0.5, 2.0, math.inf]),
-        st.booleans(),
+        st.sampled_from(["keep", "keep", "this", "earliest"]),
         st.one_of(
             st.none(),
             st.none(),
@@ -85,20 +89,35 @@ def test_script_matches_pure_step(
     now = FixedTime()
     now.value = 1_700_000_000.0  # epoch-sized times, as the server's TIME gives
     handle = RedisHandle(RedisBackend(client), alg, key_for(unique_name(), kind), now, None)
-    state = alg.new_state()
-    for dt, tokens, max_wait, refund, restriction in scenario:
+    states: list[Any] = [alg.new_state()]
+    holes: list[Hole] = []
+    pending: list[tuple[float, float]] = []
+    for dt, tokens, max_wait, back, restriction in scenario:
         now.value += dt
         if restriction is not None:
             remaining, seconds = restriction
-            state = alg.restrict(state, now.value, remaining, now.value + seconds)
+            states = [alg.restrict(states[0], now.value, remaining, now.value + seconds)]
             handle.restrict(remaining, seconds)
         n = min(tokens, first)
-        state, wait = step(alg, state, now.value, n, max_wait)
-        expected = (wait, now.value + wait)
-        assert handle.reserve(n, max_wait) == expected
-        if refund and wait >= 0:
-            state = alg.refund(state, now.value, n, now.value + wait)
-            handle.refund(n, now.value + wait)
+        states, wait = reserve([alg], states, holes, now.value, [n], max_wait)
+        assert handle.reserve(n, max_wait) == (wait, now.value + wait)
+        if wait >= 0:
+            pending.append((now.value + wait, n))
+        given = _given_back(back, pending, now.value)
+        if given is not None:
+            at, n = given
+            states = give_back([alg], states, holes, now.value, [n], at)
+            handle.refund(n, at)
+
+
+def _given_back(back: str, pending: list[tuple[float, float]], now: float) -> tuple[float, Any] | None:
+    """The grant a scenario step gives back, taken off ``pending``."""
+    ahead = [i for i, (at, _) in enumerate(pending) if at > now]
+    if back == "this" and pending:
+        return pending.pop()
+    if back == "earliest" and ahead:
+        return pending.pop(ahead[0])
+    return None
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -111,7 +130,9 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
     keys = [key_for(name, alg.kind, i) for i, alg in enumerate(algs)]
     handle = RedisGroupHandle(RedisBackend(client), algs, keys, now, None)
     states = [alg.new_state() for alg in algs]
-    for dt, tokens, max_wait, refund, restriction in scenario:
+    holes: list[Hole] = []
+    pending: list[tuple[float, Any]] = []
+    for dt, tokens, max_wait, back, restriction in scenario:
         now.value += dt
         if restriction is not None:
             remaining, seconds = restriction
@@ -121,10 +142,12 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
             ]
             handle.restrict(left, seconds)
         weights = [min(tokens, alg.most) for alg in algs]
-        states, wait = step_all(algs, states, now.value, weights, max_wait)
+        states, wait = reserve(algs, states, holes, now.value, weights, max_wait)
         assert handle.reserve(weights, max_wait) == (wait, now.value + wait)
-        if refund and wait >= 0:
-            states = [
-                alg.refund(s, now.value, n, now.value + wait) for alg, s, n in zip(algs, states, weights, strict=True)
-            ]
-            handle.refund(weights, now.value + wait)
+        if wait >= 0:
+            pending.append((now.value + wait, weights))
+        given = _given_back(back, pending, now.value)
+        if given is not None:
+            at, back_weights = given
+            states = give_back(algs, states, holes, now.value, back_weights, at)
+            handle.refund(back_weights, at)

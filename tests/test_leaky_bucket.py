@@ -238,11 +238,11 @@ def test_cancelled_acquire_async_gives_its_reservation_back(make: Make, clock: M
     asyncio.run(scenario())
 
 
-def test_cancelling_a_middle_reservation_keeps_the_spacing(make: Make, clock: ManualClock) -> None:
+def test_a_cancelled_middle_reservation_is_taken_at_its_own_time(make: Make, clock: ManualClock) -> None:
     limiter: LeakyBucket = make(held(LeakyBucket), 3, 1)
     held_time = held_clock(limiter)
 
-    async def scenario() -> float:
+    async def scenario() -> tuple[float, float]:
         first = await held_time.start(limiter.acquire_async())  # t=1000
         middle = await held_time.start(limiter.acquire_async())  # t=1001
         last = await held_time.start(limiter.acquire_async())  # t=1002
@@ -251,13 +251,14 @@ def test_cancelling_a_middle_reservation_keeps_the_spacing(make: Make, clock: Ma
         middle.cancel()
         with pytest.raises(asyncio.CancelledError):
             await middle
-        # `last` still goes at t=1002, so the cancelled place cannot be handed on
-        # without putting two grants side by side: it stays taken, and the queue
-        # (3 tokens: the grant leaking now and two places behind it) is still full.
+        # The queue (3 tokens) looks full, but the withdrawn place at t=1001 is free:
+        # the next request takes it, one interval from its neighbours. Then the
+        # queue is full again.
+        taken = await held_time.start(limiter.acquire_async())
         with pytest.raises(AcquireTimeout) as info:
             await limiter.acquire_async()
         held_time.release()
         await last
-        return info.value.retry_after
+        return await taken, info.value.retry_after
 
-    assert asyncio.run(scenario()) == 1.0
+    assert asyncio.run(scenario()) == (1.0, 1.0)

@@ -309,11 +309,11 @@ def test_cancelled_by_wait_for_wastes_nothing(make: Make, clock: ManualClock) ->
     asyncio.run(scenario())
 
 
-def test_cancelling_a_middle_reservation_keeps_the_spacing(make: Make, clock: ManualClock) -> None:
+def test_a_cancelled_middle_reservation_is_taken_at_its_own_time(make: Make, clock: ManualClock) -> None:
     limiter: TokenBucket = make(held(TokenBucket), 1, 1)
     held_time = held_clock(limiter)
 
-    async def scenario() -> float:
+    async def scenario() -> list[float]:
         first = await held_time.start(limiter.acquire_async())  # t=1000
         middle = await held_time.start(limiter.acquire_async())  # t=1001
         last = await held_time.start(limiter.acquire_async())  # t=1002
@@ -322,9 +322,12 @@ def test_cancelling_a_middle_reservation_keeps_the_spacing(make: Make, clock: Ma
         middle.cancel()
         with pytest.raises(asyncio.CancelledError):
             await middle
-        # `last` still goes at t=1002; with capacity 1 the next grant can only be at 1003.
+        # The next request takes the withdrawn place at t=1001: one second from the
+        # grants on either side, as before. The one after it queues behind `last`.
+        taken = await held_time.start(limiter.acquire_async())
+        after = await held_time.start(limiter.acquire_async())
         held_time.release()
         await last
-        return await limiter.acquire_async()
+        return [await taken, await after]
 
-    assert asyncio.run(scenario()) == 3.0  # actually 2.0: at t=1002, with `last`
+    assert asyncio.run(scenario()) == [1.0, 3.0]

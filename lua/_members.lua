@@ -1,0 +1,145 @@
+-- ratelimit: what one limiter and a composite share: deciding a group of limits
+-- together, and reusing the holes that withdrawn reservations leave. Loaded after the
+-- algorithms and before a driver. Mirrors plan_all/commit_all in
+-- ratelimit/_algorithm.py and reserve/give_back in ratelimit/_holes.py.
+--
+-- A member is {alg = <algorithm table>, self = <its instance>, tokens = n, state = s};
+-- one limiter is a group of one.
+--
+-- Holes: a sorted set <KEYS[1]>:holes (the group's hash tag), score = the time the
+-- withdrawn grant was due, member = "<time>|<tokens>,<tokens>,..." with one number
+-- per limit of the group. At most one hole per time (within EPSILON).
+
+local HOLE_SCAN = 16
+
+local function plan_all(members, now)
+  local admit_at, at = now, now
+  for _, m in ipairs(members) do
+    local admit, grant = m.alg.plan(m.self, m.state, now, m.tokens)
+    if admit > admit_at then admit_at = admit end
+    if grant > at then at = grant end
+  end
+  return admit_at, at
+end
+
+local function commit_all(members, now, at)
+  for _, m in ipairs(members) do
+    m.state = m.alg.commit(m.self, m.state, now, m.tokens, at)
+  end
+end
+
+local function hole_tokens(member)
+  local out = {}
+  for piece in string.gmatch(string.match(member, '|(.*)$'), '[^,]+') do
+    out[#out + 1] = tonumber(piece)
+  end
+  return out
+end
+
+local function hole_member(at, tokens)
+  local parts = {}
+  for i, n in ipairs(tokens) do parts[i] = fmt(n) end
+  return fmt(at) .. '|' .. table.concat(parts, ',')
+end
+
+local function hole_fits(have, members)
+  for i, m in ipairs(members) do
+    if have[i] == nil or m.tokens > have[i] + EPSILON then return false end
+  end
+  return true
+end
+
+-- reserve: the earliest of the first HOLE_SCAN holes the request fits in wins when it
+-- comes before the algorithms' own plan (or they would not admit it now). Returns
+-- the signed wait and whether the members' states changed.
+local function reserve_members(members, holes, now, max_wait)
+  local found = redis.call('ZRANGEBYSCORE', holes, fmt(now - EPSILON), '+inf', 'WITHSCORES', 'LIMIT', 0, HOLE_SCAN)
+  local hole = nil
+  if #found > 0 then
+    redis.call('ZREMRANGEBYSCORE', holes, '-inf', '(' .. fmt(now - EPSILON))
+    for i = 1, #found, 2 do
+      local have = hole_tokens(found[i])
+      if hole_fits(have, members) then
+        hole = {member = found[i], at = tonumber(found[i + 1]), have = have}
+        break
+      end
+    end
+  end
+  local admit_at, at = plan_all(members, now)
+  if hole ~= nil and (admit_at - now > EPSILON or hole.at < at) then
+    local wait = decide(now, hole.at, now, max_wait)
+    if wait >= 0 then
+      redis.call('ZREM', holes, hole.member)
+      local rest, empty = {}, true
+      for i, m in ipairs(members) do
+        rest[i] = hole.have[i] - m.tokens
+        if rest[i] > EPSILON then empty = false end
+      end
+      if not empty then redis.call('ZADD', holes, fmt(hole.at), hole_member(hole.at, rest)) end
+    end
+    return wait, false
+  end
+  local wait = decide(admit_at, at, now, max_wait)
+  if wait < 0 then return wait, false end
+  commit_all(members, now, at)
+  return wait, true
+end
+
+local function tail_all(members, tokens, at)
+  for i, m in ipairs(members) do
+    if not m.alg.tail(m.self, m.state, tokens[i], at) then return false end
+  end
+  return true
+end
+
+local function cancel_all(members, now, tokens, at)
+  for i, m in ipairs(members) do
+    m.state = m.alg.cancel(m.self, m.state, now, tokens[i], at)
+  end
+end
+
+local function add_hole(holes, now, at, tokens)
+  local near = redis.call('ZRANGEBYSCORE', holes, fmt(at - EPSILON), fmt(at + EPSILON), 'WITHSCORES', 'LIMIT', 0, 1)
+  if #near > 0 then
+    local have = hole_tokens(near[1])
+    local hole_at = tonumber(near[2])
+    for i = 1, #tokens do have[i] = have[i] + tokens[i] end
+    redis.call('ZREM', holes, near[1])
+    redis.call('ZADD', holes, fmt(hole_at), hole_member(hole_at, have))
+  else
+    redis.call('ZADD', holes, fmt(at), hole_member(at, tokens))
+  end
+  local last = redis.call('ZRANGE', holes, -1, -1, 'WITHSCORES')
+  expire_after(holes, tonumber(last[2]) - now)
+end
+
+-- give back: a plain refund once the grant's time has come (`at` nil or past);
+-- otherwise withdraw the reservation: roll it back if it is the last one (and the
+-- holes that are then at the end), or leave a hole.
+local function give_back_members(members, holes, now, tokens, at)
+  if at == nil or at <= now + EPSILON then
+    local when = at or now
+    for i, m in ipairs(members) do
+      m.state = m.alg.refund(m.self, m.state, now, tokens[i], when)
+    end
+    return
+  end
+  if not tail_all(members, tokens, at) then
+    add_hole(holes, now, at, tokens)
+    return
+  end
+  cancel_all(members, now, tokens, at)
+  while true do
+    local last = redis.call('ZRANGE', holes, -1, -1, 'WITHSCORES')
+    if #last == 0 then return end
+    local hole_at = tonumber(last[2])
+    if hole_at < now - EPSILON then
+      redis.call('DEL', holes)
+      return
+    end
+    local left = hole_tokens(last[1])
+    if not tail_all(members, left, hole_at) then return end
+    redis.call('ZREM', holes, last[1])
+    cancel_all(members, now, left, hole_at)
+  end
+end

@@ -1,0 +1,143 @@
+"""Withdrawn reservations: holes in the queue that later requests may fill.
+
+A reservation is a promise of a grant at time ``at``. When its caller gives up before
+then (a timeout, a cancelled task, Ctrl-C), the promise is withdrawn:
+
+- If it is the last reservation recorded, the algorithm rolls it back
+  (``Algorithm.cancel``), and with it any holes that are now at the end of the queue.
+- Otherwise it cannot be rolled back: the reservations behind it were placed relative
+  to it, and handing its budget to "now" could put a new grant closer to them than the
+  algorithm allows. It becomes a *hole* ``[at, tokens]``, still paid for in the state.
+  A later request that fits in a hole is granted at exactly the hole's time, with no
+  more than its tokens: a moment and a weight the state has already accounted for, so
+  no interval ever sees more than the algorithm allows.
+
+A hole whose time has passed is dropped: granting it later than its slot is not safe
+in general (a token bucket's later grants are spaced from it). A request looks at the
+first ``SCAN`` holes only, so its cost stays bounded however many callers gave up.
+
+Everything here works on a group of limits granted together (a composite); one limiter
+is a group of one. ``tokens`` is one number per limit. Mirrored by ``lua/_members.lua``.
+
+Timeline, ``TokenBucket(1, 10)`` (one grant per 100 ms), four requests at t=0 and the
+third withdrawn at t=0.05::
+
+    t=0     A wait 0, B wait 0.1, C wait 0.2, D wait 0.3
+    t=0.05  C withdrawn: D is behind it, so C's slot at 0.2 becomes a hole
+    t=0.06  E takes the hole: wait 0.14 (goes at 0.2), not 0.34
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import Any
+
+from ._algorithm import EPSILON, Algorithm, commit_all, decide, plan_all
+
+__all__ = ["SCAN", "Hole", "give_back", "reserve"]
+
+#: How many holes a request looks at, earliest first, for one it fits in.
+SCAN = 16
+
+#: ``[at, tokens]``: when the withdrawn grant was due, and its tokens per limit.
+Hole = list[Any]
+
+
+def _fits(have: Sequence[float], want: Sequence[float]) -> bool:
+    return all(w <= h + EPSILON for h, w in zip(have, want, strict=True))
+
+
+def _drop_past(holes: list[Hole], now: float) -> None:
+    cut = now - EPSILON
+    stale = 0
+    while stale < len(holes) and holes[stale][0] < cut:
+        stale += 1
+    if stale:
+        del holes[:stale]
+
+
+def _add(holes: list[Hole], at: float, tokens: Sequence[float]) -> None:
+    # Two withdrawals for one moment are one hole (they were one grant's worth of
+    # budget at one time, whoever held it).
+    i = bisect.bisect_left(holes, at - EPSILON, key=lambda hole: hole[0])
+    if i < len(holes) and holes[i][0] <= at + EPSILON:
+        holes[i][1] = tuple(h + n for h, n in zip(holes[i][1], tokens, strict=True))
+    else:
+        holes.insert(i, [at, tuple(tokens)])
+
+
+def reserve(
+    algs: Sequence[Algorithm[Any]],
+    states: Sequence[Any],
+    holes: list[Hole],
+    now: float,
+    tokens: Sequence[float],
+    max_wait: float,
+) -> tuple[list[Any], float]:
+    """``step_all`` that first offers the request the earliest hole it fits in.
+
+    A hole wins when it comes before the algorithms' own plan (or when they would not
+    even admit the request now: a full leaky queue still has the hole's room).
+    """
+    _drop_past(holes, now)
+    found = None
+    for i in range(min(len(holes), SCAN)):
+        if _fits(holes[i][1], tokens):
+            found = i
+            break
+    admit_at, at = plan_all(algs, states, now, tokens)
+    if found is not None:
+        hole_at, left = holes[found]
+        if admit_at - now > EPSILON or hole_at < at:
+            wait = decide(now, hole_at, now, max_wait)
+            if wait >= 0:
+                rest = tuple(h - n for h, n in zip(left, tokens, strict=True))
+                if all(r <= EPSILON for r in rest):
+                    del holes[found]
+                else:
+                    holes[found][1] = rest
+            return list(states), wait
+    wait = decide(admit_at, at, now, max_wait)
+    if wait < 0:
+        return list(states), wait
+    return commit_all(algs, states, now, tokens, at), wait
+
+
+def _tail(algs: Sequence[Algorithm[Any]], states: Sequence[Any], tokens: Sequence[float], at: float) -> bool:
+    return all(alg.tail(state, n, at) for alg, state, n in zip(algs, states, tokens, strict=True))
+
+
+def _cancel(
+    algs: Sequence[Algorithm[Any]], states: Sequence[Any], now: float, tokens: Sequence[float], at: float
+) -> list[Any]:
+    return [alg.cancel(state, now, n, at) for alg, state, n in zip(algs, states, tokens, strict=True)]
+
+
+def give_back(
+    algs: Sequence[Algorithm[Any]],
+    states: Sequence[Any],
+    holes: list[Hole],
+    now: float,
+    tokens: Sequence[float],
+    at: float | None,
+) -> list[Any]:
+    """Give back a grant: a plain refund once its time has come (``at`` past or
+    ``None``), otherwise the withdrawal of a reservation (see the module docstring)."""
+    if at is None or at <= now + EPSILON:
+        when = now if at is None else at
+        return [alg.refund(state, now, n, when) for alg, state, n in zip(algs, states, tokens, strict=True)]
+    if not _tail(algs, states, tokens, at):
+        _add(holes, at, tokens)
+        return list(states)
+    states = _cancel(algs, states, now, tokens, at)
+    while holes:
+        hole_at, left = holes[-1]
+        if hole_at < now - EPSILON:
+            holes.clear()  # sorted: every hole is past
+            break
+        if not _tail(algs, states, left, hole_at):
+            break
+        holes.pop()
+        states = _cancel(algs, states, now, left, hole_at)
+    return states
