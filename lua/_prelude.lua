@@ -31,11 +31,18 @@ local function fmt(x)
 end
 
 -- Keys vanish once idle: at the moment their state would be "fresh" anyway, plus a
--- margin, so that TTLs never cut short a state that still matters.
+-- margin, so that TTLs never cut short a state that still matters. The milliseconds
+-- go to Redis as text: Lua writes a number of 1e14 or more in exponent form, which
+-- PX and PEXPIRE refuse, so the TTL is capped at 1e13 ms (317 years; the limiters
+-- refuse configurations whose state matters longer, see ratelimit/_validate.py, so
+-- only a queue of reservations piled that far ahead is cut short) and written out.
+local MAX_IDLE_MS = 1e13
+
 local function idle_ms(seconds)
   local ms = math.ceil((seconds + 1) * 1000)
   if ms < 1000 then ms = 1000 end
-  return ms
+  if not (ms < MAX_IDLE_MS) then ms = MAX_IDLE_MS end
+  return string.format('%d', ms)
 end
 
 local function expire_after(key, seconds)

@@ -14,6 +14,9 @@ from typing import Protocol, runtime_checkable
 
 __all__ = ["Clock", "ManualClock", "SystemClock"]
 
+#: The longest single ``time.sleep`` a :class:`SystemClock` makes (about 11.6 days).
+_LONGEST_SLEEP = 1e6
+
 
 @runtime_checkable
 class Clock(Protocol):
@@ -37,10 +40,17 @@ class SystemClock:
 
     __slots__ = ()
 
-    # Bound as attributes rather than wrapped in methods: the hot path then pays one
-    # C call instead of a Python frame plus a C call.
+    # Bound as an attribute rather than wrapped in a method: the hot path then pays
+    # one C call instead of a Python frame plus a C call.
     now = staticmethod(time.monotonic)
-    sleep = staticmethod(time.sleep)
+
+    def sleep(self, seconds: float) -> None:
+        # time.sleep refuses waits past the platform's time_t; a queue of reservations
+        # can pile up further than that, so a long wait is slept in pieces.
+        while seconds > _LONGEST_SLEEP:
+            time.sleep(_LONGEST_SLEEP)
+            seconds -= _LONGEST_SLEEP
+        time.sleep(seconds)
 
     async def sleep_async(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

@@ -78,6 +78,11 @@ def _check_name(name: object, backend: Backend) -> str | None:
         raise TypeError(f"name must be a str, got {type(name).__name__} {name!r}")
     if not name or len(name) > MAX_NAME_LENGTH:
         raise ValueError(f"name must be 1 to {MAX_NAME_LENGTH} characters, got {name!r}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # A lone surrogate: Redis keys are bytes, and it has none.
+        raise ValueError(f"name must be text UTF-8 can encode, got {name!r}: {exc.reason}") from None
     return name
 
 

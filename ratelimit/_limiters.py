@@ -19,6 +19,12 @@ from ._sliding_window import WindowCounter, WindowLog
 __all__ = ["LeakyBucket", "SingleLimiter", "SlidingWindow", "TokenBucket"]
 
 
+def _bounded(name: str, value: object, capacity: float, rate: float) -> None:
+    # Both the time to fill the bucket and one token's interval: with capacity < 1 the
+    # interval is the longer.
+    _validate.horizon(name, value, max(capacity, 1.0) / rate, "one token's interval or a full refill take")
+
+
 class SingleLimiter(Limiter[float]):
     """A limiter with one algorithm; ``tokens`` is one number."""
 
@@ -101,6 +107,7 @@ class TokenBucket(SingleLimiter):
         clock: Clock | None = None,
     ) -> None:
         alg = Gcra(_validate.positive("capacity", capacity), _validate.rate("refill_per_sec", refill_per_sec))
+        _bounded("refill_per_sec", refill_per_sec, alg.capacity, alg.rate)
         super().__init__(alg, backend=backend, name=name, clock=clock)
 
     @property
@@ -145,6 +152,7 @@ class LeakyBucket(SingleLimiter):
         clock: Clock | None = None,
     ) -> None:
         alg = LeakyQueue(_validate.positive("capacity", capacity), _validate.rate("leak_per_sec", leak_per_sec))
+        _bounded("leak_per_sec", leak_per_sec, alg.capacity, alg.rate)
         super().__init__(alg, backend=backend, name=name, clock=clock)
 
     @property
@@ -193,6 +201,7 @@ class SlidingWindow(SingleLimiter):
         if not isinstance(approximate, bool):
             raise TypeError(f"approximate must be a bool, got {approximate!r}")
         checked = (_validate.positive("limit", limit), _validate.duration("window_seconds", window_seconds))
+        _validate.horizon("window_seconds", window_seconds, checked[1], "the window")
         alg: Algorithm[Any] = WindowCounter(*checked) if approximate else WindowLog(*checked)
         super().__init__(alg, backend=backend, name=name, clock=clock)
 

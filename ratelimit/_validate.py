@@ -10,7 +10,12 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-__all__ = ["duration", "positive", "rate", "timeout_seconds", "tokens"]
+__all__ = ["MAX_HORIZON", "duration", "horizon", "positive", "rate", "timeout_seconds", "tokens"]
+
+#: The longest a limiter's state may matter, in seconds (about 31.7 years): the time to
+#: refill a bucket, one interval, a window. Every store keeps state that long (Redis
+#: key expiries, sleeps), and no real provider's quota spans more.
+MAX_HORIZON = 1e9
 
 
 def _real(name: str, value: object) -> float:
@@ -40,6 +45,15 @@ def rate(name: str, value: object) -> float:
     if not math.isfinite(1.0 / result) or not math.isfinite(1.0 / result * 1e6):
         raise ValueError(f"{name} must be > 0 and not so small that its interval overflows, got {value!r}")
     return result
+
+
+def horizon(name: str, value: object, seconds: float, what: str) -> None:
+    """Refuse a configuration whose state would matter longer than :data:`MAX_HORIZON`."""
+    if not seconds <= MAX_HORIZON:
+        raise ValueError(
+            f"{name}={value!r} makes {what} {seconds:g} s; the most any store keeps state for is "
+            f"{MAX_HORIZON:g} s (about 31 years)"
+        )
 
 
 def duration(name: str, value: object) -> float:
