@@ -26,7 +26,7 @@ from ._events import BreakerState, Emitter, Event, Rejected, StateChanged
 from ._limiter import _check_name
 from ._memory import MemoryBackend
 from ._outcome import classify, status_of
-from ._redis import RedisBackend, key_for
+from ._redis import RedisBackend
 from ._wrap import wrap
 
 __all__ = ["BreakerStats", "CircuitBreaker", "Ticket"]
@@ -116,7 +116,7 @@ class CircuitBreaker:
         self._store: MemoryStore | RedisStore = local
         if isinstance(backend, RedisBackend):
             assert self.name is not None
-            self._store = RedisStore(backend, key_for(self.name, "breaker"), self.policy, clock, local)
+            self._store = RedisStore(backend, backend.key(self.name, "breaker", clock=clock), self.policy, clock, local)
         self._events = Emitter()
         self._lock = threading.Lock()
         # allowed, probes, rejected, successes, failures, opened

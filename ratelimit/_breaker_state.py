@@ -271,7 +271,7 @@ class RedisStore:
         self._backend = backend
         self._keys = (key,)
         self._policy_args = policy.args()
-        self._now = backend._now_source(clock)
+        self._now = backend.now_source(clock)
         self._script = breaker_script()
         self._local = local
 

@@ -8,7 +8,15 @@ Keys: ``ratelimit:{<name>}:<algorithm>`` (a composite's members:
 ``ratelimit:{<name>}:<i>:<algorithm>``). The braces are a hash tag: all of one
 limiter's keys live in one Cluster slot, which multi-key scripts need. Inside the tag
 only ``{``, ``}`` and ``%`` are escaped (``%7B``, ``%7D``, ``%25``), so an operator
-finds a limiter's keys by its name. Every key expires once idle.
+finds a limiter's keys by its name. Every key expires once idle. A limiter on an
+injected test clock keeps its state under ``ratelimit:{<name>}:injected:...``: its
+times are not the server's, and must never meet a real budget's.
+
+Concurrency: one process may have thousands of callers on one backend. At most
+``pool_size`` script calls are in flight at once (per event loop for asyncio); the
+rest wait their turn, which is not a failure. When a call finds the store unreachable,
+the callers that were waiting behind it fail at once instead of each waiting for its
+own timeout.
 """
 
 from __future__ import annotations
@@ -18,9 +26,11 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from types import TracebackType
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import redis
 import redis.asyncio
@@ -34,7 +44,7 @@ from redis.retry import Retry
 from . import _validate
 from ._algorithm import Algorithm
 from ._backend import Handle
-from ._clock import Clock
+from ._clock import Clock, SystemClock
 from ._errors import BackendUnavailable
 from ._memory import MemoryBackend
 from ._scripts import Script, group_script, single_script
@@ -46,6 +56,18 @@ logger = logging.getLogger("ratelimit")
 
 OnUnavailable = Literal["raise", "allow", "local"]
 T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class _Local(Protocol[T_contra]):
+    """What a handle falls back on when the store is unreachable."""
+
+    def reserve(self, tokens: T_contra, max_wait: float) -> tuple[float, float]: ...
+
+    def refund(self, tokens: T_contra, at: float | None) -> None: ...
+
+    def restrict(self, remaining: T_contra, seconds: float) -> None: ...
+
 
 #: Errors that mean "the store cannot be reached", as opposed to a bug in a script.
 UNAVAILABLE: tuple[type[BaseException], ...] = (
@@ -63,20 +85,42 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
 DEFAULT_SOCKET_TIMEOUT = 0.5
 DEFAULT_CONNECT_TIMEOUT = 0.5
 
+#: Script calls in flight at once per backend (per event loop for asyncio). Redis runs
+#: one script at a time and a client process is bound by its own CPU long before this:
+#: more connections only queue inside the server (see the README's figures).
+DEFAULT_POOL_SIZE = 16
+
+#: How long a call waits for a connection that other code sharing the client's pool
+#: holds, before it is reported as unavailable.
+POOL_WAIT_SECONDS = 30.0
+
 
 def _escape(name: str) -> str:
     return name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
 
 
-def key_for(name: str, kind: str, member: int | None = None) -> str:
-    """The Redis key of limiter ``name`` (``member`` of a composite) of algorithm ``kind``."""
-    middle = "" if member is None else f"{member}:"
+def key_for(name: str, kind: str, member: int | None = None, *, injected: bool = False) -> str:
+    """The Redis key of limiter ``name`` (``member`` of a composite) of algorithm ``kind``;
+    ``injected`` for a limiter on a test clock."""
+    middle = ("injected:" if injected else "") + ("" if member is None else f"{member}:")
     return f"ratelimit:{{{_escape(name)}}}:{middle}{kind}"
 
 
 def _num(value: float) -> str:
     # repr() is the shortest text that reads back as the same double, in Lua too.
     return repr(float(value))
+
+
+def _injected(clock: Clock | None) -> bool:
+    """Whether ``clock`` is a test clock, whose time the store must use instead of its own."""
+    return clock is not None and not isinstance(clock, SystemClock)
+
+
+def _pool_limit(client: Any) -> int | None:
+    """The most connections ``client``'s pool will open, where it says."""
+    pool = getattr(client, "connection_pool", None)
+    limit = getattr(pool, "max_connections", None) if pool is not None else getattr(client, "max_connections", None)
+    return limit if isinstance(limit, int) and limit > 0 else None
 
 
 @dataclass(frozen=True)
@@ -91,28 +135,56 @@ class BackendStats:
     fell_back: int
 
 
+class _Loop:
+    """What a backend keeps per event loop: its client and its turn-taking."""
+
+    __slots__ = ("client", "closer", "gate")
+
+    def __init__(self, client: Any, gate: asyncio.Semaphore) -> None:
+        self.client = client
+        self.gate = gate
+        self.closer: AsyncGenerator[None, None] | None = None
+
+
+async def _close_with_loop(client: Any) -> AsyncGenerator[None, None]:
+    # An async generator parked at its yield: when the loop shuts down (asyncio.run
+    # does), the loop finalises it, and the client's connections close in their own
+    # loop instead of leaking transports into a closed one.
+    try:
+        yield
+    finally:
+        await client.aclose()
+
+
 class RedisBackend:
     """Limiter state in Redis, shared by every process that uses the same keys.
 
     Args:
         client: a ``redis.Redis``, ``redis.asyncio.Redis`` or ``redis.cluster.RedisCluster``
             (Valkey speaks the same). A synchronous client also serves the ``_async``
-            methods, from a worker thread; an asyncio client serves only them.
+            methods, from a worker thread; an asyncio client serves only them, on one
+            event loop (use :meth:`from_url` to serve several).
         on_unavailable: what an acquire does when the store cannot be reached:
             ``"raise"`` (default) raises :class:`BackendUnavailable`; ``"allow"``
             grants and logs a warning (fail open); ``"local"`` decides with an
-            in-process limiter of the same algorithm whose rate is scaled by
-            ``local_share`` (give each process its share of the budget).
+            in-process limiter of the same algorithm at ``local_share`` of its rate
+            and burst (give each process its share of the budget).
         local_share: the fraction of the configured limits each process keeps for
             itself when falling back locally (0 < share <= 1).
         time_source: ``"server"`` (default) reads the server's clock inside the
             script; ``"client"`` sends this machine's ``time.time()`` instead, for
             managed services that refuse ``TIME`` in scripts (keep the workers'
             clocks in sync, e.g. with NTP).
+        pool_size: the most script calls this backend has in flight at once (per
+            event loop for asyncio); more callers wait their turn. Capped by the
+            client's own pool size.
 
     The client's own timeouts and retries apply; :meth:`from_url` sets ones that
     suit a limiter (see ``DEFAULT_SOCKET_TIMEOUT``). Do not give it a client that
     retries commands after a timeout: a script call is not idempotent.
+
+    Use it as a context manager (``with`` or ``async with``), or call :meth:`close` /
+    :meth:`aclose`, to release its connections.
     """
 
     shared = True
@@ -124,6 +196,7 @@ class RedisBackend:
         on_unavailable: OnUnavailable = "raise",
         local_share: float = 1.0,
         time_source: Literal["server", "client"] = "server",
+        pool_size: int = DEFAULT_POOL_SIZE,
     ) -> None:
         if not hasattr(client, "evalsha"):
             raise TypeError(
@@ -136,6 +209,10 @@ class RedisBackend:
         share = _validate.positive("local_share", local_share)
         if share > 1:
             raise ValueError(f"local_share must be <= 1, got {local_share!r}")
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int):
+            raise TypeError(f"pool_size must be an int, got {type(pool_size).__name__} {pool_size!r}")
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be >= 1, got {pool_size!r}")
         # evalsha itself is a plain method on both kinds of client; the class tells.
         self._is_async = isinstance(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster))
         self._sync_client = None if self._is_async else client
@@ -144,6 +221,9 @@ class RedisBackend:
         self.on_unavailable: OnUnavailable = on_unavailable
         self.local_share = share
         self.time_source = time_source
+        self.pool_size = min(pool_size, _pool_limit(client) or pool_size)
+        self._gate = threading.BoundedSemaphore(self.pool_size)
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Loop] = weakref.WeakKeyDictionary()
         self._local = MemoryBackend()
         self._lock = threading.Lock()
         self._failures = self._failed_open = self._fell_back = 0
@@ -157,39 +237,43 @@ class RedisBackend:
         on_unavailable: OnUnavailable = "raise",
         local_share: float = 1.0,
         time_source: Literal["server", "client"] = "server",
+        pool_size: int = DEFAULT_POOL_SIZE,
         **options: Any,
     ) -> RedisBackend:
         """A backend on ``url`` (``redis://``, ``rediss://``, ``unix://``).
 
-        Makes a synchronous client now and an asyncio one on first async use, both
-        with limiter-friendly defaults: ``socket_timeout`` and
-        ``socket_connect_timeout`` of 0.5 s and no retries. ``options`` go to the
-        redis-py client and override those defaults. ``cluster=True`` uses a
-        Redis Cluster client (``url`` names any one node).
+        Makes a synchronous client now and an asyncio one for each event loop that
+        uses it (closed when that loop shuts down), all with limiter-friendly
+        defaults: ``socket_timeout`` and ``socket_connect_timeout`` of 0.5 s, no
+        retries, and a pool of ``pool_size`` connections. ``options`` go to the
+        redis-py client and override those defaults. ``cluster=True`` uses a Redis
+        Cluster client (``url`` names any one node).
         """
         if not isinstance(url, str) or not url:
             raise TypeError(f"url must be a non-empty str, got {url!r}")
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
         settings: dict[str, Any] = {
             "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
             "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT,
+            "max_connections": pool_size,
         }
         settings.update(options)
-        if cluster:
-            settings.setdefault("retry", Retry(NoBackoff(), 0))
-            sync_client: Any = redis.cluster.RedisCluster.from_url(url, **settings)
+        settings.setdefault("retry", Retry(NoBackoff(), 0))
+        sync_class: Any = redis.cluster.RedisCluster if cluster else redis.Redis
+        async_class: Any = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis
+        sync_client = sync_class.from_url(url, **settings)
 
-            def make_async() -> Any:
-                async_settings = dict(settings, retry=redis.asyncio.retry.Retry(NoBackoff(), 0))
-                return redis.asyncio.cluster.RedisCluster.from_url(url, **async_settings)
-        else:
-            settings.setdefault("retry", Retry(NoBackoff(), 0))
-            sync_client = redis.Redis.from_url(url, **settings)
+        def make_async() -> Any:
+            return async_class.from_url(url, **dict(settings, retry=redis.asyncio.retry.Retry(NoBackoff(), 0)))
 
-            def make_async() -> Any:
-                async_settings = dict(settings, retry=redis.asyncio.retry.Retry(NoBackoff(), 0))
-                return redis.asyncio.Redis.from_url(url, **async_settings)
-
-        backend = cls(sync_client, on_unavailable=on_unavailable, local_share=local_share, time_source=time_source)
+        backend = cls(
+            sync_client,
+            on_unavailable=on_unavailable,
+            local_share=local_share,
+            time_source=time_source,
+            pool_size=pool_size,
+        )
         backend._async_factory = make_async
         return backend
 
@@ -200,23 +284,65 @@ class RedisBackend:
         """The synchronous client (``None`` if this backend wraps an asyncio client)."""
         return self._sync_client
 
-    def _async(self) -> Any:
-        if self._async_client is None and self._async_factory is not None:
-            with self._lock:
-                if self._async_client is None:
-                    self._async_client = self._async_factory()
-        return self._async_client
+    async def _loop(self) -> _Loop:
+        loop = asyncio.get_running_loop()
+        state = self._loops.get(loop)
+        if state is not None:
+            return state
+        made = self._async_factory() if self._async_factory is not None else None
+        with self._lock:
+            state = self._loops.get(loop)
+            if state is None:
+                state = _Loop(made or self._async_client, asyncio.Semaphore(self.pool_size))
+                self._loops[loop] = state
+                made, closer = None, state
+            else:
+                closer = None
+        if closer is not None and self._async_factory is not None:
+            closer.closer = _close_with_loop(closer.client)
+            await closer.closer.__anext__()
+        if made is not None:  # another task of this loop got there first
+            await made.aclose()
+        return state
 
     def close(self) -> None:
-        """Close the synchronous client's connections."""
+        """Close the synchronous client's connections, and forget the asyncio clients
+        of event loops that have closed."""
         if self._sync_client is not None:
             self._sync_client.close()
+        with self._lock:
+            for loop in [loop for loop in self._loops if loop.is_closed()]:
+                del self._loops[loop]
 
     async def aclose(self) -> None:
-        """Close the asyncio client's connections (and the synchronous ones)."""
-        if self._async_client is not None:
-            await self._async_client.aclose()
+        """Close the running event loop's asyncio client (and the synchronous one).
+
+        Clients of other event loops close when their loop shuts down.
+        """
+        with self._lock:
+            state = self._loops.pop(asyncio.get_running_loop(), None)
+        if state is not None and state.client is not None:
+            if state.closer is not None:
+                await state.closer.aclose()  # closes the client it guards
+            else:
+                await state.client.aclose()
         self.close()
+
+    def __enter__(self) -> RedisBackend:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> RedisBackend:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
     # -- running scripts ----------------------------------------------------------
 
@@ -225,26 +351,75 @@ class RedisBackend:
             self._failures += 1
         return BackendUnavailable(f"the Redis store could not be reached: {exc!r}")
 
+    def _outage_seen(self, failures: int) -> BackendUnavailable | None:
+        # A call that waited its turn while another found the store unreachable fails
+        # at once: each waiter timing out on its own would take pool_size at a time.
+        if self._failures == failures:
+            return None
+        with self._lock:
+            self._failures += 1
+        return BackendUnavailable("the Redis store could not be reached (a call ahead of this one failed)")
+
+    def _pool_full(self, started: float) -> float:
+        # The client's pool is shared with other code and full: busy, not down.
+        waited = time.monotonic() - started
+        if waited > POOL_WAIT_SECONDS:
+            raise self._unavailable(
+                redis.exceptions.MaxConnectionsError(f"the client's connection pool stayed full for {waited:.0f} s")
+            )
+        return min(0.05, 0.001 + waited / 10)
+
     def run(self, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
         client = self._sync_client
         if client is None:
             raise TypeError("this RedisBackend wraps an asyncio client: use the _async methods")
+        gate = self._gate
+        failures = self._failures
+        if not gate.acquire(blocking=False):
+            gate.acquire()
+            if (outage := self._outage_seen(failures)) is not None:
+                gate.release()
+                raise outage
         try:
-            return script(client, keys, args)
-        except UNAVAILABLE as exc:
-            raise self._unavailable(exc) from exc
+            started = time.monotonic()
+            while True:
+                try:
+                    return script(client, keys, args)
+                except redis.exceptions.MaxConnectionsError:
+                    time.sleep(self._pool_full(started))
+                except UNAVAILABLE as exc:
+                    raise self._unavailable(exc) from exc
+        finally:
+            gate.release()
 
     async def run_async(self, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
-        client = self._async()
+        if self._sync_client is not None and self._async_factory is None:
+            # A synchronous client only: keep the event loop free while it blocks.
+            return await asyncio.to_thread(self.run, script, keys, args)
+        state = await self._loop()
+        gate = state.gate
+        failures = self._failures
+        if gate.locked():
+            await gate.acquire()
+            if (outage := self._outage_seen(failures)) is not None:
+                gate.release()
+                raise outage
+        else:
+            await gate.acquire()
         try:
-            if client is None:
-                # A synchronous client only: keep the event loop free while it blocks.
-                return await asyncio.to_thread(script, self._sync_client, keys, args)
-            return await script.call_async(client, keys, args)
-        except UNAVAILABLE as exc:
-            raise self._unavailable(exc) from exc
+            started = time.monotonic()
+            while True:
+                try:
+                    return await script.call_async(state.client, keys, args)
+                except redis.exceptions.MaxConnectionsError:
+                    await asyncio.sleep(self._pool_full(started))
+                except UNAVAILABLE as exc:
+                    raise self._unavailable(exc) from exc
+        finally:
+            gate.release()
 
-    def _count(self, policy: OnUnavailable) -> None:
+    def count_fallback(self, policy: OnUnavailable) -> None:
+        """Count one decision made without the store, under ``policy``."""
         with self._lock:
             if policy == "allow":
                 self._failed_open += 1
@@ -258,30 +433,36 @@ class RedisBackend:
 
     # -- binding limiters ---------------------------------------------------------
 
-    def _now_source(self, clock: Clock | None) -> Callable[[], str]:
-        if clock is not None:
-            # An injected clock is the time, for the store as for the sleeps (tests).
+    def now_source(self, clock: Clock | None) -> Callable[[], str]:
+        """What a script is told the time is: ``""`` (the server reads its own clock),
+        this machine's epoch time (``time_source="client"``), or an injected test clock's."""
+        if clock is not None and _injected(clock):
             now = clock.now
             return lambda: _num(now())
         if self.time_source == "client":
             return lambda: _num(time.time())
         return lambda: ""
 
+    def key(self, name: str, kind: str, member: int | None = None, *, clock: Clock | None = None) -> str:
+        """The key of limiter ``name``'s state of algorithm ``kind`` on this store."""
+        return key_for(name, kind, member, injected=_injected(clock))
+
     def bind(self, name: str | None, alg: Algorithm[Any], clock: Clock | None) -> RedisHandle:
         assert name is not None  # the front requires a name for a shared backend
         local = None
         if self.on_unavailable == "local":
-            # The fallback keeps the algorithm but only this process's share of the rate.
-            local = self._local.bind(None, alg.slowed(self.local_share), clock)
-        return RedisHandle(self, alg, key_for(name, alg.kind), self._now_source(clock), local)
+            # The fallback keeps the algorithm but only this process's share of it.
+            local = _Share(self._local.bind(None, alg.slowed(self.local_share), clock), alg.slowed(self.local_share))
+        return RedisHandle(self, alg, self.key(name, alg.kind, clock=clock), self.now_source(clock), local)
 
     def bind_group(self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None) -> RedisGroupHandle:
         assert name is not None
-        keys = [key_for(name, alg.kind, i) for i, alg in enumerate(algs)]
+        keys = [self.key(name, alg.kind, i, clock=clock) for i, alg in enumerate(algs)]
         local = None
         if self.on_unavailable == "local":
-            local = self._local.bind_group(None, [alg.slowed(self.local_share) for alg in algs], clock)
-        return RedisGroupHandle(self, algs, keys, self._now_source(clock), local)
+            slowed = [alg.slowed(self.local_share) for alg in algs]
+            local = _GroupShare(self._local.bind_group(None, slowed, clock), slowed)
+        return RedisGroupHandle(self, algs, keys, self.now_source(clock), local)
 
     def __repr__(self) -> str:
         client = self._sync_client or self._async_client
@@ -289,6 +470,48 @@ class RedisBackend:
         where = getattr(pool, "connection_kwargs", {}) if pool is not None else {}
         target = f"{where.get('host', '?')}:{where.get('port', '?')}" if where else type(client).__name__
         return f"RedisBackend({target}, on_unavailable={self.on_unavailable!r})"
+
+
+class _Share:
+    """The local fallback of one limiter: a request heavier than this process's share
+    of the largest request counts as that share (it could never be granted otherwise)."""
+
+    __slots__ = ("_handle", "_most")
+
+    def __init__(self, handle: Handle[float], alg: Algorithm[Any]) -> None:
+        self._handle = handle
+        self._most = alg.most
+
+    def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
+        return self._handle.reserve(min(tokens, self._most), max_wait)
+
+    def refund(self, tokens: float, at: float | None) -> None:
+        self._handle.refund(min(tokens, self._most), at)
+
+    def restrict(self, remaining: float, seconds: float) -> None:
+        self._handle.restrict(remaining, seconds)
+
+
+class _GroupShare:
+    """:class:`_Share` for a composite's limits."""
+
+    __slots__ = ("_handle", "_most")
+
+    def __init__(self, handle: Handle[Sequence[float]], algs: Sequence[Algorithm[Any]]) -> None:
+        self._handle = handle
+        self._most = [alg.most for alg in algs]
+
+    def _clamp(self, tokens: Sequence[float]) -> list[float]:
+        return [min(n, most) for n, most in zip(tokens, self._most, strict=True)]
+
+    def reserve(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float]:
+        return self._handle.reserve(self._clamp(tokens), max_wait)
+
+    def refund(self, tokens: Sequence[float], at: float | None) -> None:
+        self._handle.refund(self._clamp(tokens), at)
+
+    def restrict(self, remaining: Sequence[float], seconds: float) -> None:
+        self._handle.restrict(remaining, seconds)
 
 
 def _reply(reply: Sequence[bytes | str]) -> tuple[float, float]:
@@ -319,7 +542,7 @@ class _ScriptHandle(Generic[T]):
         script: Script,
         keys: Sequence[str],
         now: Callable[[], str],
-        local: Handle[T] | None,
+        local: _Local[T] | None,
     ) -> None:
         self.tally: Tally | None = None
         self._backend = backend
@@ -335,7 +558,7 @@ class _ScriptHandle(Generic[T]):
         policy = self._backend.on_unavailable
         if policy == "raise":
             raise exc
-        self._backend._count(policy)
+        self._backend.count_fallback(policy)
         if self._local is None:
             logger.warning("Redis unreachable; granting %r without it (fail open): %s", self._keys[0], exc)
             return 0.0, math.nan
@@ -365,7 +588,7 @@ class _ScriptHandle(Generic[T]):
             decision = self._fallback(tokens, max_wait, exc)
         return self._count(tokens, decision)
 
-    def _unrecorded(self, what: str, exc: BackendUnavailable) -> Handle[T] | None:
+    def _unrecorded(self, what: str, exc: BackendUnavailable) -> _Local[T] | None:
         # A refund or a restriction that cannot reach the store: under "raise" that is
         # an error like any other; otherwise it goes to the local fallback, if any,
         # and is otherwise lost, which is said in the log.
@@ -410,7 +633,7 @@ class RedisHandle(_ScriptHandle[float]):
     __slots__ = ("_params",)
 
     def __init__(
-        self, backend: RedisBackend, alg: Algorithm[Any], key: str, now: Callable[[], str], local: Handle[float] | None
+        self, backend: RedisBackend, alg: Algorithm[Any], key: str, now: Callable[[], str], local: _Local[float] | None
     ) -> None:
         super().__init__(backend, single_script(alg.kind), [key], now, local)
         self._params = tuple(_num(p) for p in alg.params())
@@ -435,7 +658,7 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
         algs: Sequence[Algorithm[Any]],
         keys: Sequence[str],
         now: Callable[[], str],
-        local: Handle[Sequence[float]] | None,
+        local: _Local[Sequence[float]] | None,
     ) -> None:
         super().__init__(backend, group_script(), keys, now, local)
         self._members = tuple((alg.kind, tuple(_num(p) for p in alg.params())) for alg in algs)

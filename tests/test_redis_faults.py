@@ -74,12 +74,45 @@ def test_fail_open_grants_counts_and_warns(server: RedisServer, caplog: pytest.L
 def test_local_fallback_decides_with_this_process_share(server: RedisServer) -> None:
     clock = ManualClock(1_000.0)
     backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=0.5)
-    limiter = TokenBucket(2, 10, backend=backend, name="fallback", clock=clock)
+    limiter = TokenBucket(4, 10, backend=backend, name="fallback", clock=clock)
     server.stop()
-    # Capacity is kept, the rate halves: 2 at once, then one every 0.2 s.
+    # Half the burst and half the rate: 2 at once, then one every 0.2 s.
     assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
     assert limiter.acquire() == pytest.approx(0.2)
     assert backend.stats().fell_back == 4
+
+
+def test_processes_falling_back_together_keep_the_shared_burst(server: RedisServer) -> None:
+    # Four processes at local_share=0.25 of TokenBucket(20, 200): at the moment they
+    # all fall back, together they burst 4 x 5 = 20, the shared capacity (not 4 x 20).
+    clock = ManualClock(1_000.0)
+    limiters = [
+        TokenBucket(
+            20,
+            200,
+            backend=RedisBackend.from_url(server.url, on_unavailable="local", local_share=0.25),
+            name="shared",
+            clock=clock,
+        )
+        for _ in range(4)
+    ]
+    server.stop()
+    assert sum(limiter.try_acquire() for limiter in limiters for _ in range(20)) == 20
+
+
+@pytest.mark.parametrize("approximate", [False, True])
+def test_a_window_falls_back_to_its_share_and_still_grants_the_largest_request(
+    server: RedisServer, approximate: bool
+) -> None:
+    clock = ManualClock(1_000.0)
+    backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=0.25)
+    window = SlidingWindow(8, 10, approximate=approximate, backend=backend, name="window", clock=clock)
+    server.stop()
+    assert [window.try_acquire() for _ in range(3)] == [True, True, False]
+    clock.advance(20)  # the approximate window still weighs the one before
+    # Heavier than this process's share (2 of 8): counts as the whole share.
+    assert window.try_acquire(8)
+    assert not window.try_acquire()
 
 
 def test_async_path_raises_quickly_on_a_dead_server(server: RedisServer) -> None:
@@ -146,7 +179,8 @@ def test_key_deleted_mid_run_starts_a_fresh_budget(redis_client: redis.Redis) ->
     name = unique_name()
     limiter = TokenBucket(2, 1, backend=RedisBackend(redis_client), name=name, clock=clock)
     assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
-    redis_client.delete(key_for(name, "token_bucket"))
+    # On a test clock the state is kept apart from any real budget of that name.
+    redis_client.delete(key_for(name, "token_bucket", injected=True))
     assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
 
 
