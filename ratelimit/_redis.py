@@ -24,10 +24,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import sys
 import threading
 import time
 import weakref
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Literal, Protocol, TypeVar
@@ -156,6 +157,45 @@ async def _close_with_loop(client: Any) -> AsyncGenerator[None, None]:
         await client.aclose()
 
 
+#: A deadline whose timer fires this late (as a share of the deadline) found the event
+#: loop busy: the reply may have arrived unread, so the call is given more time, up to
+#: _MOST_EXTENSIONS times the deadline in all.
+_LATE_SHARE = 0.1
+_MOST_EXTENSIONS = 20
+
+
+async def _within(call: Awaitable[T], seconds: float) -> T:
+    """``await call``, cancelled with ``redis.exceptions.TimeoutError`` once ``seconds``
+    have passed while the event loop was free to take its reply."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    started = loop.time()
+    expired = False
+    timer: asyncio.TimerHandle
+
+    def check(due: float) -> None:
+        nonlocal timer, expired
+        now = loop.time()
+        if now - due > seconds * _LATE_SHARE and now - started < seconds * _MOST_EXTENSIONS:
+            timer = loop.call_at(now + seconds / 2, check, now + seconds / 2)
+            return
+        expired = True
+        task.cancel()
+
+    timer = loop.call_at(started + seconds, check, started + seconds)
+    try:
+        return await call
+    except asyncio.CancelledError:
+        if not expired:
+            raise
+        if sys.version_info >= (3, 11):
+            task.uncancel()
+        raise redis.exceptions.TimeoutError(f"no reply from Redis within {seconds:g} s") from None
+    finally:
+        timer.cancel()
+
+
 class RedisBackend:
     """Limiter state in Redis, shared by every process that uses the same keys.
 
@@ -218,6 +258,7 @@ class RedisBackend:
         self._sync_client = None if self._is_async else client
         self._async_client = client if self._is_async else None
         self._async_factory: Callable[[], Any] | None = None
+        self._deadline: float | None = None
         self.on_unavailable: OnUnavailable = on_unavailable
         self.local_share = share
         self.time_source = time_source
@@ -263,9 +304,17 @@ class RedisBackend:
         sync_class: Any = redis.cluster.RedisCluster if cluster else redis.Redis
         async_class: Any = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis
         sync_client = sync_class.from_url(url, **settings)
+        # An event loop busy with thousands of tasks reads a reply late; a socket
+        # timeout would take that for a dead server. The asyncio clients get none of
+        # their own: each call has a deadline that allows for the loop's lateness.
+        limits = [settings["socket_timeout"], settings["socket_connect_timeout"]]
+        deadline = max((t for t in limits if isinstance(t, (int, float))), default=None)
+        async_settings = dict(
+            settings, retry=redis.asyncio.retry.Retry(NoBackoff(), 0), socket_timeout=None, socket_connect_timeout=None
+        )
 
         def make_async() -> Any:
-            return async_class.from_url(url, **dict(settings, retry=redis.asyncio.retry.Retry(NoBackoff(), 0)))
+            return async_class.from_url(url, **async_settings)
 
         backend = cls(
             sync_client,
@@ -275,6 +324,7 @@ class RedisBackend:
             pool_size=pool_size,
         )
         backend._async_factory = make_async
+        backend._deadline = deadline
         return backend
 
     # -- clients ------------------------------------------------------------------
@@ -410,7 +460,8 @@ class RedisBackend:
             started = time.monotonic()
             while True:
                 try:
-                    return await script.call_async(state.client, keys, args)
+                    call = script.call_async(state.client, keys, args)
+                    return await (call if self._deadline is None else _within(call, self._deadline))
                 except redis.exceptions.MaxConnectionsError:
                     await asyncio.sleep(self._pool_full(started))
                 except UNAVAILABLE as exc:

@@ -1,0 +1,238 @@
+"""Thousands of callers in one process on one limiter through Redis.
+
+A busy client is not an unreachable store: callers beyond the backend's pool wait
+their turn and get exact answers. Each test here reproduces a defect seen before:
+1,000 asyncio tasks on ``TokenBucket(10, 1)`` under ``on_unavailable="allow"`` were
+granted 910, and 150 threads 28, because redis-py's pool (100 connections) raised
+``MaxConnectionsError`` and the backend took it for "Redis is down".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from ratelimit import AcquireTimeout, BackendUnavailable, Composite, RedisBackend, SlidingWindow, TokenBucket
+
+from conftest import REDIS_URL, unique_name
+
+pytestmark = pytest.mark.redis
+
+#: Capacity is the whole budget: the refill is too slow to add a token during a test.
+CAPACITY = 10
+SLOW = 1e-6
+
+
+def _clients_named(redis_client: redis.Redis, name: str) -> int:
+    listing: list[dict[str, Any]] = redis_client.client_list()
+    return sum(1 for client in listing if client.get("name") == name)
+
+
+@pytest.mark.parametrize("policy", ["raise", "allow"])
+def test_ten_thousand_tasks_get_exact_answers(redis_client: redis.Redis, policy: str) -> None:
+    tag = unique_name("conn")
+    backend = RedisBackend.from_url(REDIS_URL, on_unavailable=policy, client_name=tag)  # type: ignore[arg-type]
+    limiter = TokenBucket(CAPACITY, SLOW, backend=backend, name=unique_name())
+    most_connections = 0
+
+    async def scenario() -> list[bool]:
+        nonlocal most_connections
+
+        async def watch() -> None:
+            nonlocal most_connections
+            while True:
+                most_connections = max(most_connections, _clients_named(redis_client, tag))
+                await asyncio.sleep(0.01)
+
+        watcher = asyncio.create_task(watch())
+        granted = await asyncio.gather(*(limiter.try_acquire_async() for _ in range(10_000)))
+        watcher.cancel()
+        await backend.aclose()
+        return granted
+
+    granted = asyncio.run(scenario())
+    assert sum(granted) == CAPACITY
+    assert backend.stats().failures == 0
+    # The connections a process needs do not grow with its callers.
+    assert most_connections <= backend.pool_size
+
+
+def test_ten_thousand_waiting_acquires_with_timeouts(redis_client: redis.Redis) -> None:
+    backend = RedisBackend.from_url(REDIS_URL)
+    limiter = TokenBucket(CAPACITY, SLOW, backend=backend, name=unique_name())
+
+    async def one() -> float | None:
+        try:
+            return await limiter.acquire_async(timeout=1)
+        except AcquireTimeout as exc:
+            return -exc.retry_after
+
+    async def scenario() -> list[float | None]:
+        waits = await asyncio.gather(*(one() for _ in range(10_000)))
+        await backend.aclose()
+        return waits
+
+    waits = [w for w in asyncio.run(scenario()) if w is not None]
+    assert sum(1 for w in waits if w >= 0) == CAPACITY
+    # Every refusal says how long its grant needed: a full refill's worth or more.
+    assert all(w < -(1 / SLOW) * 0.99 for w in waits if w < 0)
+    assert backend.stats().failures == 0
+
+
+def test_two_hundred_threads_get_exact_answers(redis_client: redis.Redis) -> None:
+    backend = RedisBackend.from_url(REDIS_URL, on_unavailable="allow")
+    limiter = TokenBucket(CAPACITY, SLOW, backend=backend, name=unique_name())
+    start = threading.Barrier(200)
+    granted: list[bool] = []
+
+    def worker() -> None:
+        start.wait()
+        for _ in range(5):
+            granted.append(limiter.try_acquire())
+
+    threads = [threading.Thread(target=worker) for _ in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(granted) == 1_000
+    assert sum(granted) == CAPACITY
+    assert backend.stats().failures == 0
+    backend.close()
+
+
+def test_a_composite_and_a_window_under_a_thousand_tasks(redis_client: redis.Redis) -> None:
+    backend = RedisBackend.from_url(REDIS_URL, on_unavailable="allow")
+    composite = Composite([TokenBucket(CAPACITY, SLOW), SlidingWindow(50, 3600)], backend=backend, name=unique_name())
+    window = SlidingWindow(CAPACITY, 3600, backend=backend, name=unique_name())
+
+    async def scenario() -> tuple[int, int]:
+        a = await asyncio.gather(*(composite.try_acquire_async() for _ in range(1_000)))
+        b = await asyncio.gather(*(window.try_acquire_async() for _ in range(1_000)))
+        await backend.aclose()
+        return sum(a), sum(b)
+
+    assert asyncio.run(scenario()) == (CAPACITY, CAPACITY)
+    assert backend.stats().failures == 0
+
+
+def test_a_client_with_a_small_pool_is_never_asked_for_more(redis_client: redis.Redis) -> None:
+    # Given a client of its own whose pool holds 4 connections, the backend keeps to 4.
+    client = redis.Redis.from_url(REDIS_URL, max_connections=4)
+    backend = RedisBackend(client, on_unavailable="allow")
+    assert backend.pool_size == 4
+    limiter = TokenBucket(CAPACITY, SLOW, backend=backend, name=unique_name())
+    granted: list[bool] = []
+    threads = [threading.Thread(target=lambda: granted.append(limiter.try_acquire())) for _ in range(64)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(granted) == CAPACITY
+    assert backend.stats().failures == 0
+    client.close()
+
+
+def test_a_pool_full_because_of_other_code_is_waited_out(redis_client: redis.Redis) -> None:
+    client = redis.Redis.from_url(REDIS_URL, max_connections=2)
+    backend = RedisBackend(client, on_unavailable="allow")
+    limiter = TokenBucket(CAPACITY, SLOW, backend=backend, name=unique_name())
+    # Other code sharing the client holds every connection for a moment.
+    held = [client.connection_pool.get_connection() for _ in range(2)]
+
+    def release() -> None:
+        for connection in held:
+            client.connection_pool.release(connection)
+
+    releaser = threading.Timer(0.2, release)
+    releaser.start()
+    assert limiter.try_acquire()  # waited for a connection instead of failing open
+    releaser.join()
+    assert backend.stats().failures == 0
+    client.close()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A listener that accepts connections and never answers: a hung Redis."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(256)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    listener.close()
+
+
+def test_callers_queued_behind_a_hung_server_fail_together(silent_server: int) -> None:
+    # 100 threads, 2 connections, a server that never answers: the first two time
+    # out (0.5 s each); the 98 queued behind them fail at once, not 49 timeouts later.
+    backend = RedisBackend.from_url(f"redis://127.0.0.1:{silent_server}/0", pool_size=2)
+    limiter = TokenBucket(CAPACITY, SLOW, backend=backend, name="hung")
+    errors: list[BaseException] = []
+    start = threading.Barrier(100)
+
+    def worker() -> None:
+        start.wait()
+        try:
+            limiter.try_acquire()
+        except BackendUnavailable as exc:
+            errors.append(exc)
+
+    began = time.monotonic()
+    threads = [threading.Thread(target=worker) for _ in range(100)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - began
+    assert len(errors) == 100
+    # Serially that would be 50 x 0.5 s; generous for a loaded machine.
+    assert elapsed < 10
+    backend.close()
+
+
+def test_asyncio_callers_queued_behind_a_hung_server_fail_together(silent_server: int) -> None:
+    backend = RedisBackend.from_url(f"redis://127.0.0.1:{silent_server}/0", pool_size=2)
+    limiter = TokenBucket(CAPACITY, SLOW, backend=backend, name="hung")
+
+    async def scenario() -> list[BaseException | bool]:
+        results = await asyncio.gather(*(limiter.try_acquire_async() for _ in range(1_000)), return_exceptions=True)
+        await backend.aclose()
+        return results
+
+    began = time.monotonic()
+    results = asyncio.run(scenario())
+    assert all(isinstance(r, BackendUnavailable) for r in results)
+    assert time.monotonic() - began < 10  # serially: 500 x 0.5 s
+
+
+def test_pool_size_is_checked() -> None:
+    with pytest.raises(ValueError, match="pool_size must be >= 1, got 0"):
+        RedisBackend(redis.Redis(), pool_size=0)
+    with pytest.raises(TypeError, match=r"pool_size must be an int, got float 2\.5"):
+        RedisBackend(redis.Redis(), pool_size=2.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="pool_size must be an int >= 1, got -3"):
+        RedisBackend.from_url(REDIS_URL, pool_size=-3)
