@@ -9,6 +9,7 @@ last reservation queued could give its place back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -80,15 +81,15 @@ def test_what_stays_granted_never_exceeds_the_limit(kind: str, ops: list[tuple[s
         if op == "advance":
             now += a
         elif op == "reserve":
-            tokens = [min(a, alg.most) for alg in algs]
-            states, wait = reserve(algs, states, holes, now, tokens, b)
+            weights = [min(a, alg.most) for alg in algs]
+            states, wait = reserve(algs, states, holes, now, weights, b)
             if wait >= 0:
-                granted.append((now + wait, tokens))
+                granted.append((now + wait, weights))
         else:
             ahead = [i for i, (at, _) in enumerate(granted) if at > now]
             if ahead:
-                at, tokens = granted.pop(ahead[int(a) % len(ahead)])
-                states = give_back(algs, states, holes, now, tokens, at)
+                at, back = granted.pop(ahead[int(a) % len(ahead)])
+                states = give_back(algs, states, holes, now, back, at)
         # What is still granted (made or promised) is what the limit allows.
         assert _replays(algs, granted)
 
@@ -201,14 +202,12 @@ def test_wait_for_wastes_nothing_in_real_time(store: str, cls: type[Any], reques
         request.getfixturevalue("redis_client")
     backend = MemoryBackend() if store == "memory" else RedisBackend.from_url(REDIS_URL)
     capacity = 1 if cls is TokenBucket else 60
-    limiter = cls(capacity, 10, backend=backend, name=unique_name())
+    limiter: TokenBucket | LeakyBucket = cls(capacity, 10, backend=backend, name=unique_name())
 
     async def scenario() -> float:
         async def one() -> None:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(limiter.acquire_async(), 0.5)
-            except TimeoutError:
-                pass
 
         await asyncio.gather(*(one() for _ in range(60)))
         try:
