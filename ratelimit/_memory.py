@@ -150,6 +150,9 @@ class MemoryBackend:
                 if idle:
                     del self._slots[key]
                     dropped += 1
+            if dropped > len(self._slots):
+                # A dict keeps its table at its largest size: copy it to let that go.
+                self._slots = dict(self._slots)
             self._sweep_size = max(_SWEEP_SIZE, 2 * len(self._slots))
             self._sweep_time = time.monotonic() + SWEEP_SECONDS
         return dropped

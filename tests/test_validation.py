@@ -33,6 +33,10 @@ from ratelimit import (
 from ratelimit._algorithm import Algorithm
 from ratelimit._limiter import MAX_NAME_LENGTH, Limiter
 from ratelimit._memory import MemoryGroupHandle, MemoryHandle
+from ratelimit._redis import key_for
+
+from conftest import unique_name
+from held import HeldClock
 
 
 def bad(value: object) -> Any:
@@ -673,3 +677,49 @@ def test_a_real_timeout_is_caught_by_each_of_its_bases(caught_as: type[Exception
     retry_after: float = caught.value.retry_after
     assert retry_after == pytest.approx(0.25)
     assert clock.sleeps == []  # raised at once, without sleeping
+
+
+# -- what every store can keep ----------------------------------------------------------
+# Before, these validated and then failed: in Redis the key expiry reached 1e14 ms,
+# which Lua writes as "1e+17" and PX refuses; in memory time.sleep overflowed.
+
+BEYOND_EVERY_STORE: list[tuple[str, Build]] = [
+    ("refill_per_sec", lambda v: TokenBucket(1, v)),
+    ("refill_per_sec", lambda v: TokenBucket(2e9 * v, v)),  # 2e9 s to refill
+    ("leak_per_sec", lambda v: LeakyBucket(1, v)),
+    ("window_seconds", lambda v: SlidingWindow(1, 1 / v)),
+    ("window_seconds", lambda v: SlidingWindow(1, timedelta(seconds=min(1 / v, 1e13)))),
+]
+
+
+@pytest.mark.parametrize(("argument", "build"), BEYOND_EVERY_STORE)
+@pytest.mark.parametrize("rate", [1e-300, 1e-15, 1e-10, 9.9e-10])
+def test_a_state_that_would_matter_for_decades_is_refused(argument: str, build: Build, rate: float) -> None:
+    with pytest.raises(ValueError, match=rf"^{argument}=.* the most any store keeps state for is 1e\+09 s"):
+        build(rate)
+
+
+@pytest.mark.parametrize("redis_store", ["fakeredis", "redis"])
+def test_the_longest_accepted_limiter_works_in_redis(redis_store: str, request: pytest.FixtureRequest) -> None:
+    client = fakeredis.FakeRedis() if redis_store == "fakeredis" else request.getfixturevalue("redis_client")
+    clock = HeldClock(ManualClock(1_000.0))  # sleeps do not move time: the queue piles up
+    limiter = TokenBucket(1, 1e-9, backend=RedisBackend(client), name=unique_name(), clock=clock)
+    waits = [limiter.acquire() for _ in range(30)]  # the last is 29e9 s (900 years) ahead
+    assert waits[-1] == pytest.approx(29e9)
+    ttl = client.pttl(key_for(limiter.name or "", "token_bucket", injected=True))
+    assert 1e12 < ttl <= 1e13  # capped, and written as a whole number Redis accepts
+
+
+def test_a_system_clock_sleeps_a_long_wait_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr("ratelimit._clock.time.sleep", slept.append)
+    SystemClock().sleep(2.5e6)
+    assert slept == [1e6, 1e6, 5e5]
+
+
+@pytest.mark.parametrize("name", ["\ud800", "tenant-\udfff", "a\ud83dz"])
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_name_utf_8_cannot_encode_is_refused_at_construction(name: str, shared: bool) -> None:
+    backend = RedisBackend(fakeredis.FakeRedis()) if shared else MemoryBackend()
+    with pytest.raises(ValueError, match="name must be text UTF-8 can encode"):
+        TokenBucket(1, 1, backend=backend, name=name)

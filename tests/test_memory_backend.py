@@ -1,0 +1,105 @@
+"""The in-process store keeps a name's state while it matters, and only then.
+
+Before: 100,000 per-tenant names kept 156 MB (RSS) after everything was idle, and a
+composite named ``"x"`` shared state with a ``TokenBucket`` named ``"x:0"``.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import tracemalloc
+
+import pytest
+
+from ratelimit import Composite, LeakyBucket, ManualClock, MemoryBackend, SlidingWindow, TokenBucket
+from ratelimit._memory import SWEEP_SECONDS
+
+
+def _use_and_drop(backend: MemoryBackend, clock: ManualClock, name: str) -> None:
+    TokenBucket(5, 1, backend=backend, name=name, clock=clock).try_acquire()
+
+
+def test_thousands_of_idle_names_are_dropped() -> None:
+    backend = MemoryBackend()
+    clock = ManualClock()
+    tracemalloc.start()
+    try:
+        for i in range(5_000):
+            _use_and_drop(backend, clock, f"tenant-{i}")
+        gc.collect()
+        busy, _ = tracemalloc.get_traced_memory()
+        clock.advance(10)  # every bucket is full again
+        backend.sweep()
+        gc.collect()
+        idle, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(backend) == 0
+    # Before, all of it stayed (32 MB for 100,000 names).
+    assert idle < busy / 20
+
+
+def test_state_that_still_matters_outlives_its_limiter() -> None:
+    backend = MemoryBackend()
+    clock = ManualClock()
+    limiter = TokenBucket(2, 1, backend=backend, name="tenant", clock=clock)
+    assert limiter.try_acquire()
+    assert limiter.try_acquire()
+    del limiter
+    gc.collect()
+    assert backend.sweep() == 0  # the bucket is not full again yet
+    again = TokenBucket(2, 1, backend=backend, name="tenant", clock=clock)
+    assert not again.try_acquire()  # not a second burst
+    clock.advance(2)
+    assert again.try_acquire()
+
+
+def test_a_name_in_use_is_kept_and_shared() -> None:
+    backend = MemoryBackend()
+    clock = ManualClock()
+    first = SlidingWindow(1, 10, backend=backend, name="busy", clock=clock)
+    clock.advance(100)
+    assert backend.sweep() == 0  # idle, but a limiter holds it
+    assert first.try_acquire()
+    second = SlidingWindow(1, 10, backend=backend, name="busy", clock=clock)
+    assert not second.try_acquire()
+
+
+def test_idle_names_are_dropped_without_being_asked() -> None:
+    # Every limiter made or dropped looks, once the number of names has doubled.
+    backend = MemoryBackend()
+    clock = ManualClock()
+    most = 0
+    for i in range(10_000):
+        _use_and_drop(backend, clock, f"tenant-{i}")
+        clock.advance(0.01)  # each bucket is whole again 0.2 s after its use
+        most = max(most, len(backend))
+    assert most <= 2_048
+
+
+def test_idle_names_are_looked_for_every_few_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = MemoryBackend()
+    clock = ManualClock()
+    for i in range(100):
+        _use_and_drop(backend, clock, f"tenant-{i}")
+    clock.advance(10)
+    assert len(backend) == 100
+    wall = time.monotonic() + SWEEP_SECONDS + 1
+    monkeypatch.setattr("ratelimit._memory.time.monotonic", lambda: wall)
+    _use_and_drop(backend, clock, "one-more")
+    assert len(backend) == 1  # only the one just used
+
+
+def test_a_composite_s_members_never_collide_with_another_limiter_s_name() -> None:
+    backend = MemoryBackend()
+    clock = ManualClock()
+    composite = Composite([TokenBucket(1, 1), LeakyBucket(1, 1)], backend=backend, name="x", clock=clock)
+    bucket = TokenBucket(1, 1, backend=backend, name="x:0", clock=clock)
+    queue = LeakyBucket(1, 1, backend=backend, name="x:1", clock=clock)
+    assert composite.try_acquire()
+    assert bucket.try_acquire()  # it shared the composite's state before
+    assert queue.try_acquire()
+    # Two composites of one name do share, as two limiters of one name do.
+    twin = Composite([TokenBucket(1, 1), LeakyBucket(1, 1)], backend=backend, name="x", clock=clock)
+    assert not twin.try_acquire()
