@@ -53,10 +53,19 @@ end
 -- comes before the algorithms' own plan (or they would not admit it now). Returns
 -- the signed wait and whether the members' states changed.
 local function reserve_members(members, holes, now, max_wait)
-  local found = redis.call('ZRANGEBYSCORE', holes, fmt(now - EPSILON), '+inf', 'WITHSCORES', 'LIMIT', 0, HOLE_SCAN)
+  -- The common path has no holes at all: EXISTS is the cheapest way to learn it
+  -- (about 0.5 us in a ~20 us script). Read by rank, then drop past holes (they sort
+  -- first) only if there are any.
+  local found = {}
+  if redis.call('EXISTS', holes) == 1 then
+    found = redis.call('ZRANGE', holes, 0, HOLE_SCAN - 1, 'WITHSCORES')
+  end
   local hole = nil
-  if #found > 0 then
+  if #found > 0 and tonumber(found[2]) < now - EPSILON then
     redis.call('ZREMRANGEBYSCORE', holes, '-inf', '(' .. fmt(now - EPSILON))
+    found = redis.call('ZRANGE', holes, 0, HOLE_SCAN - 1, 'WITHSCORES')
+  end
+  if #found > 0 then
     for i = 1, #found, 2 do
       local have = hole_tokens(found[i])
       if hole_fits(have, members) then
