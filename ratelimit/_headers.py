@@ -21,10 +21,20 @@ Garbage never raises: a malformed field comes back as ``None``, a wait is never
 negative and never longer than ``cap`` seconds (an hour unless told otherwise). Where
 a header is repeated, the most conservative value wins (the lowest limit and
 remaining, the latest reset).
+
+Headers come from servers, so from anyone: every parse here runs in linear time and
+looks at a bounded amount of text, whatever it is sent. Only the first 1,024 header
+pairs are looked at, 16 repeats of one name, 16 comma-separated pieces of one value
+(or items of a structured-field list) and 16 parameters of one item; a value longer
+than 1,024 characters is dropped whole, before it is stripped or split. Each kind of
+field then has a cap of its own, checked before any regular expression or scanner
+sees it: 32 characters for a number or a duration, 40 for an HTTP-date or an RFC 3339
+time. Anything over a cap is garbage: ``None``, as any other malformed value.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import time
@@ -40,6 +50,40 @@ DEFAULT_CAP = 3600.0
 
 _EPOCH_SECONDS = 1e9
 _EPOCH_MILLISECONDS = 1e12
+
+# -- bounds on what a server can make us read (STYLE.md, practice 13) -------------------
+# Each figure is well above the longest value that can mean something, and small enough
+# that a hostile response costs microseconds: everything past it is never looked at.
+
+#: Header pairs looked at. http.client refuses a response with more than 100 headers and
+#: h11 one whose header block passes 16 KiB: a response with more is not a real one.
+_MAX_HEADERS = 1024
+#: A longer header name is none of ours: the longest we read,
+#: ``anthropic-ratelimit-requests-remaining``, has 38 characters.
+_MAX_NAME = 64
+#: Values kept for one header name: a provider repeats one at most a few times.
+_MAX_REPEATS = 16
+#: A longer value is dropped whole, before it is stripped or split. The longest that
+#: can mean something is a structured-field list of a few policies
+#: (``"default";q=100;w=60;pk=:...:``), each under a hundred characters.
+_MAX_VALUE = 1024
+#: Comma-separated pieces of one value, or items of a structured-field list, looked at:
+#: providers announce one to three policies.
+_MAX_ITEMS = 16
+#: Parameters of one structured-field item looked at (the drafts define q, w, qu, pk).
+_MAX_PARAMS = 16
+#: A number: epoch milliseconds with a fraction (``1700000000000.123456``) has 20
+#: characters, and a float holds 17 significant digits, so nothing longer means more.
+_MAX_NUMBER = 32
+#: A duration: OpenAI's are Go's ``time.Duration`` strings, the longest of which,
+#: ``2562047h47m16.854775807s``, has 24 characters.
+_MAX_DURATION = 32
+#: An HTTP-date: IMF-fixdate has 29 characters, asctime 24, and RFC 850's longest
+#: (``Wednesday, 09-Nov-94 08:49:37 GMT``) 33.
+_MAX_HTTP_DATE = 40
+#: An RFC 3339 time with nanoseconds and an offset (``2023-11-14T22:13:50.123456789+00:00``)
+#: has 35 characters.
+_MAX_RFC3339 = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,46 +144,103 @@ def _collect(headers: Any) -> dict[str, list[str]]:
         pairs = headers
     fields: dict[str, list[str]] = {}
     try:
-        for pair in pairs:
+        for pair in itertools.islice(pairs, _MAX_HEADERS):
             try:
                 name, value = pair
             except (TypeError, ValueError):
                 continue
+            # Lengths first: nothing longer than a cap is decoded, stripped or lowered.
+            if not isinstance(name, (str, bytes)) or len(name) > _MAX_NAME:
+                continue
             if isinstance(name, bytes):
                 name = name.decode("latin-1")
-            if isinstance(value, bytes):
-                value = value.decode("latin-1")
-            if isinstance(name, str) and isinstance(value, str):
-                fields.setdefault(name.strip().lower(), []).append(value.strip())
-            elif isinstance(name, str) and isinstance(value, (int, float)) and not isinstance(value, bool):
-                fields.setdefault(name.strip().lower(), []).append(str(value))
+            text = _text(value)
+            if text is None:
+                continue
+            values = fields.setdefault(name.strip().lower(), [])
+            if len(values) < _MAX_REPEATS:
+                values.append(text)
     except TypeError:
         return {}
     return fields
 
 
+def _text(value: Any) -> str | None:
+    """A header's value as stripped text, or ``None`` if it is too long or no text."""
+    if isinstance(value, (str, bytes)):
+        if len(value) > _MAX_VALUE:
+            return None
+        return (value.decode("latin-1") if isinstance(value, bytes) else value).strip()
+    if isinstance(value, int) and not isinstance(value, bool):
+        # An int past 128 bits (39 digits) is longer than any number read here, and
+        # printing a huge one takes quadratic time (and raises past 4,300 digits).
+        return str(value) if value.bit_length() <= 128 else None
+    if isinstance(value, float):
+        return str(value)
+    return None
+
+
+def _pieces(text: str, separator: str, most: int = _MAX_ITEMS) -> list[str]:
+    """The first ``most`` pieces of ``text`` between ``separator``; the rest is never split."""
+    return text.split(separator, most)[:most]
+
+
+_NUMBER = re.compile(r"\+?[0-9]+(\.[0-9]+)?")
+
+
 def _number(text: str) -> float | None:
     """A finite, non-negative decimal, or ``None``."""
     text = text.strip()
-    if not re.fullmatch(r"\+?[0-9]+(\.[0-9]+)?", text):
+    if len(text) > _MAX_NUMBER or not _NUMBER.fullmatch(text):
         return None
     value = float(text)
     return value if math.isfinite(value) else None
 
 
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)")
+_DIGITS = frozenset("0123456789")  # ASCII only, as in _NUMBER: str.isdigit() takes any script's
+_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 
 def _duration(text: str) -> float | None:
     """``6m0s``, ``1h2m3.5s``, ``20ms``, or a bare number of seconds."""
     text = text.strip()
+    if len(text) > _MAX_DURATION:
+        return None
     plain = _number(text)
     if plain is not None:
         return plain
-    if not text or _DURATION_PART.sub("", text) != "":
+    return _scan_duration(text)
+
+
+def _scan_duration(text: str) -> float | None:
+    """Parts ``<digits>[.<digits>](h|m|s|ms)``, one after the other, read in one pass.
+
+    A hand-written scanner: the regular expression it replaces backtracked over every
+    start of a long run of digits, quadratic time.
+    """
+    total, i, end = 0.0, 0, len(text)
+    if not text:
         return None
-    scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-    return sum(float(amount) * scale[unit] for amount, unit in _DURATION_PART.findall(text))
+    while i < end:
+        start = i
+        while i < end and text[i] in _DIGITS:
+            i += 1
+        if i == start:
+            return None
+        if i < end and text[i] == ".":
+            i += 1
+            fraction = i
+            while i < end and text[i] in _DIGITS:
+                i += 1
+            if i == fraction:
+                return None
+        amount = float(text[start:i])
+        unit = "ms" if text.startswith("ms", i) else text[i : i + 1]
+        if unit not in _UNITS:
+            return None
+        i += len(unit)
+        total += amount * _UNITS[unit]
+    return total
 
 
 _MONTHS = {
@@ -153,6 +254,8 @@ _ASCTIME = re.compile(r"[A-Za-z]{3} ([A-Za-z]{3}) +(\d{1,2}) (\d{2}):(\d{2}):(\d
 def _http_date(text: str, now: float) -> float | None:
     """An HTTP-date (RFC 9110 section 5.6.7) as epoch seconds."""
     text = text.strip()
+    if len(text) > _MAX_HTTP_DATE:
+        return None
     try:
         if match := _IMF_FIXDATE.fullmatch(text):
             day, month, year, hour, minute, second = match.groups()
@@ -178,8 +281,12 @@ def _http_date(text: str, now: float) -> float | None:
 
 
 def _rfc3339(text: str) -> float | None:
+    """An RFC 3339 time (``2023-11-14T22:13:50Z``) as epoch seconds."""
+    text = text.strip()
+    if len(text) > _MAX_RFC3339:
+        return None
     try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         return None
     if moment.tzinfo is None:
@@ -190,7 +297,7 @@ def _rfc3339(text: str) -> float | None:
 def _parameters(text: str) -> list[tuple[str | None, dict[str, str]]]:
     """Items of a structured-field list, ``"name";k=v;k=v, ...``, loosely."""
     items: list[tuple[str | None, dict[str, str]]] = []
-    for part in text.split(","):
+    for part in _pieces(text, ","):
         part = part.strip()
         if not part:
             continue
@@ -203,7 +310,7 @@ def _parameters(text: str) -> list[tuple[str | None, dict[str, str]]]:
             params[key.strip().lower()] = value.strip().strip('"')
         elif head:
             name = head.strip('"')
-        for param in rest.split(";"):
+        for param in _pieces(rest, ";", _MAX_PARAMS):
             key, _, value = param.partition("=")
             if key.strip():
                 params[key.strip().lower()] = value.strip().strip('"')
@@ -226,7 +333,7 @@ class _Reader:
         for name in names:
             for value in self.fields.get(name, []):
                 # A repeated header may arrive folded into one, comma-separated.
-                found.extend(piece for piece in value.split(",") if piece.strip())
+                found.extend(piece for piece in _pieces(value, ",") if piece.strip())
         return found
 
     def least(self, *names: str) -> float | None:
@@ -279,7 +386,7 @@ class _Reader:
                 # A date already past means "now": no wait, but the header was valid.
                 waits.append(max(0.0, moment - self.now))
                 continue
-            waits.extend(n for n in map(_number, text.split(",")) if n is not None)
+            waits.extend(n for n in map(_number, _pieces(text, ",")) if n is not None)
         return self.wait(max(waits)) if waits else None
 
     def x_ratelimit(self) -> RateLimitInfo:
