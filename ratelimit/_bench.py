@@ -36,6 +36,7 @@ import redis
 from ._bench_stats import allowed, jain, most_in_window, percentile, timeline
 from ._bench_worker import NO_ANSWER, LimiterSpec, WorkerPlan, WorkerReport, run_worker
 from ._rates import Rate
+from ._redact import redact_url, scrub, url_secrets
 from ._scripts import ALGORITHMS, single_script
 from ._sizing import DEFAULT_HEADROOM, size
 from .testing import FakeProvider
@@ -165,12 +166,13 @@ def _probe_target(url: str) -> None:
     # A connection only, not a request: a real provider's budget is not ours to spend.
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BenchError(f"--target must be an http:// or https:// URL, got {url!r}")
+        raise BenchError(f"--target must be an http:// or https:// URL, got {redact_url(url)!r}")
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         socket.create_connection((parts.hostname, port), timeout=5).close()
     except OSError as exc:
-        raise BenchError(f"--target {url}: cannot connect: {exc.strerror or exc}") from None
+        reason = scrub(str(exc.strerror or exc), url_secrets(url))
+        raise BenchError(f"--target {redact_url(url)}: cannot connect: {reason}") from None
 
 
 def _probe_redis(url: str, cluster: bool) -> None:
@@ -184,7 +186,8 @@ def _probe_redis(url: str, cluster: bool) -> None:
         finally:
             client.close()
     except (redis.exceptions.RedisError, OSError, ValueError) as exc:
-        raise BenchError(f"--redis {url}: cannot connect: {exc}") from None
+        # redis-py's messages name the host, not the password; scrubbed all the same.
+        raise BenchError(f"--redis {redact_url(url)}: cannot connect: {scrub(str(exc), url_secrets(url))}") from None
 
 
 @contextlib.contextmanager
@@ -352,7 +355,7 @@ def _backend_for(config: BenchConfig, stack: contextlib.ExitStack) -> tuple[str 
     if config.redis is not None:
         _probe_redis(config.redis, config.cluster)
         kind = "Redis Cluster" if config.cluster else "Redis"
-        return config.redis, f"{kind} at {config.redis}"
+        return config.redis, f"{kind} at {redact_url(config.redis)}"
     if config.processes == 1:
         return None, "in-process memory (one process)"
     url = stack.enter_context(_embedded_redis())
@@ -376,7 +379,7 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRes
             )
         else:
             _probe_target(config.target)
-            target = target_name = config.target
+            target, target_name = config.target, redact_url(config.target)
         redis_url, backend_name = _backend_for(config, stack)
         # The embedded server shares this process's GIL with the provider: under load it
         # can answer more slowly than the 0.5 s a limiter allows a real Redis.

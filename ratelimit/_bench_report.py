@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._bench import BenchResult
+from ._redact import redact_url
 
 __all__ = ["bench_json", "bench_text", "sweep_text"]
 
@@ -92,9 +93,9 @@ def bench_json(r: BenchResult) -> dict[str, Any]:
             "callers": c.callers,
             "seconds": c.seconds,
             "calls": c.calls,
-            "redis": c.redis,
+            "redis": None if c.redis is None else redact_url(c.redis),
             "cluster": c.cluster,
-            "target": c.target,
+            "target": None if c.target is None else redact_url(c.target),
         },
         "limiter": {"algorithm": r.limiter.algorithm, names[0]: r.limiter.first, names[1]: r.limiter.second},
         "backend": r.backend,

@@ -28,6 +28,7 @@ from redis.backoff import NoBackoff
 
 from ._errors import AcquireTimeout, RateLimitError
 from ._limiters import LeakyBucket, SingleLimiter, SlidingWindow, TokenBucket
+from ._redact import redact_url, scrub, url_secrets
 from ._redis import DEFAULT_SOCKET_TIMEOUT, RedisBackend
 
 __all__ = ["CountingClient", "LimiterSpec", "WorkerPlan", "WorkerReport", "run_worker"]
@@ -82,6 +83,11 @@ class WorkerPlan:
     #: How long the run lasts from ``begin``; ``None`` for a run bounded by calls only.
     seconds: float | None
     parent: int
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What the URLs hold that no message may show (see ``ratelimit._redact``)."""
+        return url_secrets(self.redis_url or "") + url_secrets(self.target)
 
 
 @dataclass
@@ -259,7 +265,7 @@ class _Run:
         with self._lock:
             self.unfinished += 1
             if exc is not None and len(self.errors) < 5:
-                self.errors.append(f"{type(exc).__name__}: {exc}")
+                self.errors.append(scrub(f"{type(exc).__name__}: {exc}", self.plan.secrets))
 
     def count(self) -> None:
         with self.granted.get_lock():
@@ -373,7 +379,8 @@ def run_worker(
         backend, counter = _backend(plan)
     except (RateLimitError, redis.exceptions.RedisError, OSError) as exc:
         # Reachable when the CLI checked, not now: one line for the CLI to say.
-        ready.put((plan.index, f"worker {plan.index} cannot reach the store at {plan.redis_url}: {exc}"))
+        store = redact_url(plan.redis_url or "")
+        ready.put((plan.index, scrub(f"worker {plan.index} cannot reach the store at {store}: {exc}", plan.secrets)))
         return
     # A shared backend needs a name; in-process state is private to this process anyway.
     limiter = plan.limiter.build(backend, plan.name if backend is not None else None)

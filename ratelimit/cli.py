@@ -13,6 +13,11 @@
 Bad arguments end the command with one line on stderr and exit code 2; a run that
 cannot start (unreachable Redis or target) with one line and exit code 1; Ctrl-C
 during a bench prints the partial report and exits with 130.
+
+Nothing printed shows a secret: a URL's password (or lone user name, often a token)
+and secret query parameters are shown as ``***`` wherever the URL appears, and every
+error text is scrubbed of the secrets the command line holds, in case it quotes a URL
+(``ratelimit._redact``).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ._bench import DEFAULT_LIMIT, BenchConfig, BenchError, BenchResult, run_bench, sweep_configs
 from ._bench_report import bench_json, bench_text, best, sweep_text
@@ -34,6 +39,7 @@ from ._limiter import Limiter
 from ._limiters import LeakyBucket, SlidingWindow, TokenBucket
 from ._plot import PLOT_MISSING, can_plot, plot
 from ._rates import Rate, parse_rate
+from ._redact import scrub, url_secrets
 from ._size_report import size_json, size_text
 from ._sizing import DEFAULT_HEADROOM, size
 
@@ -80,10 +86,34 @@ def _headroom(text: str) -> float:
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line: no usage block above them."""
+    """An argument parser whose errors are one line: no usage block above them.
+
+    Its messages may quote an argument (``unrecognized arguments: --redis URL``):
+    ``secrets`` are scrubbed from them.
+    """
+
+    def __init__(self, *args: Any, secrets: Sequence[str] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.secrets = tuple(secrets)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, scrub(f"{self.prog}: error: {message}\n", self.secrets))
+
+
+def _argv_secrets(argv: Sequence[str]) -> tuple[str, ...]:
+    """The secrets of every argument that may be a URL with credentials (holding ``@`` or ``://``)."""
+    found: list[str] = []
+    for argument in argv:
+        value = argument.partition("=")[2] if argument.startswith("--") else argument
+        if "@" in value or "://" in value:
+            found.extend(url_secrets(value))
+    return tuple(found)
+
+
+def _secrets(args: argparse.Namespace) -> tuple[str, ...]:
+    """The secrets of the URLs a command was given."""
+    urls = [getattr(args, name, None) for name in ("redis", "target")]
+    return tuple(secret for url in urls if url is not None for secret in url_secrets(url))
 
 
 def _workers(args: argparse.Namespace) -> tuple[int, int]:
@@ -173,7 +203,8 @@ def bench_command(args: argparse.Namespace) -> int:
             if result.interrupted:
                 break
     except BenchError as exc:
-        print(f"ratelimit bench: error: {exc}", file=sys.stderr)
+        # Messages name URLs redacted already; this is the guard for any that quotes one.
+        print(scrub(f"ratelimit bench: error: {exc}", _secrets(args)), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         # Stopped while workers were starting or being stopped (a second Ctrl-C), or
@@ -186,6 +217,8 @@ def bench_command(args: argparse.Namespace) -> int:
         if progress is not None:
             progress.done()
     interrupted = results[-1].interrupted
+    secrets = _secrets(args)
+    results = [replace(r, errors=tuple(scrub(error, secrets) for error in r.errors)) for r in results]
     if args.sweep:
         if args.json:
             chosen = best(results)
@@ -271,10 +304,12 @@ def _add_provider(command: argparse.ArgumentParser, limit_default: Rate | None) 
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="ratelimit", description="Rate limiting for API-calling pipelines.")
+def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
+    parser = _Parser(prog="ratelimit", description="Rate limiting for API-calling pipelines.", secrets=secrets)
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("demo", help="threads sharing one in-process limiter; prints the achieved rate")
+    run = commands.add_parser(
+        "demo", help="threads sharing one in-process limiter; prints the achieved rate", secrets=secrets
+    )
     run.add_argument("--algorithm", choices=["token-bucket", "leaky-bucket", "sliding-window"], default="token-bucket")
     run.add_argument("--rate", type=_positive_float, default=50.0, help="grants per second (default 50)")
     run.add_argument("--burst", type=_positive_float, default=10.0, help="capacity / window limit (default 10)")
@@ -284,6 +319,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sizing = commands.add_parser(
         "size",
+        secrets=secrets,
         help="recommended limiter settings from a provider's documented limits",
         description="Recommended capacity and rate for each algorithm from the provider's documented limits, "
         "the static per-worker split beside them, and the expected wait at a demand. "
@@ -303,6 +339,7 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser(
         "bench",
+        secrets=secrets,
         help="measure a limiter: worker processes x threads acquiring and calling a provider",
         description="Worker processes x threads (or asyncio tasks) each acquire() from one limiter, sized as "
         "`ratelimit size` recommends, then call the target; reports the achieved rate against the configured "
@@ -335,10 +372,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ratelimit`` and ``python -m ratelimit``."""
-    parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser(_argv_secrets(argv))
     args = parser.parse_args(argv)
     try:
         result: int = args.func(args)
     except _UsageError as exc:
-        parser.exit(2, f"ratelimit {args.command}: error: {exc}\n")
+        parser.exit(2, scrub(f"ratelimit {args.command}: error: {exc}\n", _secrets(args)))
     return result
