@@ -29,14 +29,25 @@ local probe_timeout = tonumber(ARGV[9])
 
 local CLOSED, OPEN, HALF_OPEN = 0, 1, 2
 
+-- A field read back: its number, or `default` when it is missing or not a finite
+-- number of the right kind (the hash evicted, or edited by hand). State that cannot
+-- be read is lost, as if the key had expired: never an error, never a breaker stuck.
+local function field(value, default, integer)
+  local x = tonumber(value)
+  if x == nil or x ~= x or x == math.huge or x == -math.huge then return default end
+  if integer and x ~= math.floor(x) then return default end
+  return x
+end
+
 local raw = redis.call('HMGET', key, 'mode', 'opened_at', 'gen', 'probes', 'probe_at')
 local s = {
-  mode = tonumber(raw[1]) or CLOSED,
-  opened_at = tonumber(raw[2]) or 0,
-  gen = tonumber(raw[3]) or 0,
-  probes = tonumber(raw[4]) or 0,
-  probe_at = tonumber(raw[5]) or 0,
+  mode = field(raw[1], CLOSED, true),
+  opened_at = field(raw[2], 0),
+  gen = field(raw[3], 0, true),
+  probes = field(raw[4], 0, true),
+  probe_at = field(raw[5], 0),
 }
+if s.mode ~= OPEN and s.mode ~= HALF_OPEN then s.mode = CLOSED end
 local changed = {}
 local cleared = false
 
@@ -80,10 +91,10 @@ local function window_counts(current)
   local calls, failures = 0, 0
   for slot = 0, buckets - 1 do
     local got = redis.call('HMGET', key, 'i' .. slot, 'c' .. slot, 'f' .. slot)
-    local index = tonumber(got[1])
+    local index = field(got[1], nil, true)
     if index and index > current - buckets and index <= current then
-      calls = calls + tonumber(got[2])
-      failures = failures + tonumber(got[3])
+      calls = calls + field(got[2], 0, true)
+      failures = failures + field(got[3], 0, true)
     end
   end
   return calls, failures
@@ -143,11 +154,15 @@ elseif op == 'record' then
   local current = current_bucket()
   local slot = current % buckets
   local i, c, f = 'i' .. slot, 'c' .. slot, 'f' .. slot
-  if tonumber(redis.call('HGET', key, i)) ~= current then
-    redis.call('HSET', key, i, fmt(current), c, 0, f, 0)
+  -- Counted here rather than with HINCRBY, which fails on a count it cannot read.
+  local got = redis.call('HMGET', key, i, c, f)
+  local slot_calls, slot_failures = 0, 0
+  if field(got[1], nil, true) == current then
+    slot_calls, slot_failures = field(got[2], 0, true), field(got[3], 0, true)
   end
-  redis.call('HINCRBY', key, c, 1)
-  if ok == '0' then redis.call('HINCRBY', key, f, 1) end
+  slot_calls = slot_calls + 1
+  if ok == '0' then slot_failures = slot_failures + 1 end
+  redis.call('HSET', key, i, fmt(current), c, fmt(slot_calls), f, fmt(slot_failures))
   local calls, failures = window_counts(current)
   if calls >= min_calls and failures > 0 and failures >= threshold * calls - EPSILON then open() end
   save()

@@ -12,11 +12,18 @@ end
 
 function leaky_bucket.nparams() return 2 end
 
+-- A missing key (expired, evicted) or one that is not two finite numbers is an
+-- empty bucket: lost grants are forgotten, never an error or a queue stuck for ever.
 function leaky_bucket.load(self)
   local value = redis.call('GET', self.key)
   if not value then return {-math.huge, -math.huge} end
   local drained, latest = string.match(value, '^(%S+) (%S+)$')
-  return {tonumber(drained), tonumber(latest)}
+  drained, latest = tonumber(drained), tonumber(latest)
+  if drained == nil or latest == nil or drained ~= drained or latest ~= latest
+      or drained == math.huge or latest == math.huge then
+    return {-math.huge, -math.huge}
+  end
+  return {drained, latest}
 end
 
 function leaky_bucket.plan(self, state, now, tokens)
@@ -75,4 +82,13 @@ function leaky_bucket.cancel(self, state, now, tokens, at)
   local latest = state[2]
   if latest < at then return {at, latest} end
   return {at, at}
+end
+
+-- See LeakyQueue.latest / LeakyQueue.next_free: a grant leaks for tokens / rate.
+function leaky_bucket.latest(self, state)
+  return state[2]
+end
+
+function leaky_bucket.next_free(self, at, tokens)
+  return at + tokens * self.interval
 end

@@ -7,6 +7,11 @@
 -- Params: limit (tokens per window), window (seconds).
 -- Only the load/prune touches the whole set when grants must age out first; the
 -- common path reads the total and the newest entry.
+--
+-- The two keys can be lost one without the other (an evicting maxmemory-policy, a
+-- DEL): load checks that they agree, for one O(1) ZCARD, and mends them (see load).
+-- Losing a key only ever loses grants; it never errs or counts fewer grants than the
+-- remaining members hold.
 
 local sliding_window = {}
 
@@ -16,12 +21,41 @@ end
 
 function sliding_window.nparams() return 2 end
 
+-- A member that is not "<seq>:<tokens>" (not ours) weighs nothing.
 local function weight(member)
-  return tonumber(string.match(member, ':(.*)$'))
+  return tonumber(string.match(member, ':(.*)$')) or 0.0
 end
 
+-- The meta rebuilt from the members, when it is gone or garbled while they are not:
+-- total is their sum, seq the highest one taken, so a new member never reuses the
+-- name of an old one (ZADD would move that grant instead of adding this one).
+local function rebuild(self)
+  local all = redis.call('ZRANGE', self.key, 0, -1)
+  local total, seq = 0.0, 0
+  for i = 1, #all do
+    total = total + weight(all[i])
+    local taken = tonumber(string.match(all[i], '^(%d+):'))
+    if taken ~= nil and taken > seq then seq = taken end
+  end
+  redis.call('HSET', self.meta, 'seq', fmt(seq))
+  return {total = total, dirty = true}
+end
+
+-- The common path is one HMGET and one ZCARD. No member left (fresh, expired, or the
+-- set lost) means no grant to count, whatever a surviving meta says: it is deleted
+-- and the total is 0. Members left but no readable total or seq: rebuild.
 function sliding_window.load(self)
-  return {total = tonumber(redis.call('HGET', self.meta, 'total')) or 0.0}
+  local meta = redis.call('HMGET', self.meta, 'total', 'seq')
+  if redis.call('ZCARD', self.key) == 0 then
+    if meta[1] or meta[2] then redis.call('DEL', self.meta) end
+    return {total = 0.0}
+  end
+  local total, seq = tonumber(meta[1]), tonumber(meta[2])
+  if total == nil or total ~= total or total == math.huge or total == -math.huge
+      or seq == nil or seq ~= math.floor(seq) then
+    return rebuild(self)
+  end
+  return {total = total}
 end
 
 -- Forget grants at or before `cutoff`, oldest first, as the Python prune does.
@@ -57,7 +91,15 @@ function sliding_window.plan(self, state, now, tokens)
       return now, latest(now, tonumber(all[i + 1]) + self.window, last)
     end
   end
-  return redis.error_reply('ratelimit: log total out of step with its entries')
+  -- Ran off the end (see WindowLog.plan): rounding left the total above the sum of
+  -- the entries. The entries are the truth: the total becomes their sum, taken just
+  -- now in the same order as Python takes it, and the request waits until the whole
+  -- log has aged out, which is always enough.
+  state.total = aged
+  state.dirty = true
+  local whole = last + self.window
+  if now > whole then whole = now end
+  return now, whole
 end
 
 function sliding_window.commit(self, state, now, tokens, at)
@@ -90,7 +132,7 @@ function sliding_window.refund(self, state, now, tokens, at)
       state.dirty = true
     end
   end
-  take(redis.call('ZRANGEBYSCORE', self.key, fmt(at), fmt(at)))
+  if at < now then take(redis.call('ZRANGEBYSCORE', self.key, fmt(at), fmt(at))) end
   take(redis.call('ZRANGEBYSCORE', self.key, '-inf', fmt(now)))
   if redis.call('ZCARD', self.key) == 0 then state.total = 0.0 end
   return state
@@ -158,4 +200,15 @@ function sliding_window.cancel(self, state, now, tokens, at)
   if redis.call('ZCARD', self.key) == 0 then state.total = 0.0 end
   state.dirty = true
   return state
+end
+
+-- See WindowLog.latest / WindowLog.next_free.
+function sliding_window.latest(self, state)
+  local newest = redis.call('ZRANGE', self.key, -1, -1, 'WITHSCORES')
+  if #newest == 0 then return -math.huge end
+  return tonumber(newest[2])
+end
+
+function sliding_window.next_free(self, at, tokens)
+  return at
 end

@@ -14,10 +14,21 @@ end
 
 function sliding_window_counter.nparams() return 2 end
 
+-- A field read back: its number, or `default` when it is missing or not a finite
+-- number (a hash edited by hand or by another program).
+local function counter_field(value, default)
+  local x = tonumber(value)
+  if x == nil or x ~= x or x == math.huge or x == -math.huge then return default end
+  return x
+end
+
+-- Without a readable index nothing can be placed in time: a fresh state. A count
+-- that cannot be read counts nothing: only what was lost is forgotten.
 function sliding_window_counter.load(self)
   local v = redis.call('HMGET', self.key, 'index', 'previous', 'current', 'last')
-  if not v[1] then return {-math.huge, 0.0, 0.0, -math.huge} end
-  return {tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4])}
+  local index = counter_field(v[1], nil)
+  if index == nil then return {-math.huge, 0.0, 0.0, -math.huge} end
+  return {index, counter_field(v[2], 0.0), counter_field(v[3], 0.0), counter_field(v[4], -math.huge)}
 end
 
 -- The first time whose window index is `index` (see window_start in Python).
@@ -126,4 +137,13 @@ end
 
 function sliding_window_counter.cancel(self, state, now, tokens, at)
   return sliding_window_counter.refund(self, state, now, tokens, at)
+end
+
+-- See WindowCounter.latest / WindowCounter.next_free.
+function sliding_window_counter.latest(self, state)
+  return state[4]
+end
+
+function sliding_window_counter.next_free(self, at, tokens)
+  return at
 end

@@ -12,8 +12,12 @@ end
 
 function token_bucket.nparams() return 2 end
 
+-- A missing key (expired, evicted) or one that does not hold a finite number is a
+-- fresh bucket: lost grants are forgotten, never an error or a bucket stuck for ever.
 function token_bucket.load(self)
-  return tonumber(redis.call('GET', self.key)) or -math.huge
+  local tat = tonumber(redis.call('GET', self.key))
+  if tat == nil or tat ~= tat or tat == math.huge then return -math.huge end
+  return tat
 end
 
 function token_bucket.plan(self, state, now, tokens)
@@ -68,4 +72,13 @@ function token_bucket.cancel(self, state, now, tokens, at)
   local tat = state - tokens * self.interval
   if tat > now then return tat end
   return now
+end
+
+-- See Gcra.latest / Gcra.next_free.
+function token_bucket.latest(self, state)
+  return state - self.tolerance
+end
+
+function token_bucket.next_free(self, at, tokens)
+  return at
 end

@@ -281,7 +281,7 @@ class RedisStore:
     def _or_local(self, exc: BackendUnavailable, local: Callable[[], R]) -> R:
         if self._backend.on_unavailable == "raise":
             raise exc
-        logger.warning("Redis unreachable; the circuit breaker %r goes on locally: %s", self._keys[0], exc)
+        logger.warning("Redis unavailable; the circuit breaker %r goes on locally: %s", self._keys[0], exc)
         return local()
 
     def _call(self, args: list[str], read: Callable[[Any], R], local: Callable[[], R]) -> R:

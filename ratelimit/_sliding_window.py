@@ -82,7 +82,13 @@ class WindowLog:
             aged += weight
             if aged >= excess - EPSILON:
                 return now, max(now, at + self.window, last)
-        raise AssertionError("unreachable: tokens <= limit, so the whole log can age out")
+        # Ran off the end: rounding of fractional weights and refunds has left the
+        # total above the sum of its entries. The entries are the truth: the total
+        # becomes their sum (the one just taken: left to right, as the Lua twin takes
+        # it), and the request waits until the whole log has aged out, which is
+        # always enough.
+        state.total = aged
+        return now, max(now, last + self.window)
 
     def commit(self, state: Log, now: float, tokens: float, at: float) -> Log:
         entries = state.entries
@@ -96,8 +102,9 @@ class WindowLog:
     def refund(self, state: Log, now: float, tokens: float, at: float) -> Log:
         state.prune(now - self.window)
         entries = state.entries
-        # A reservation given back before its time is removed where it stands.
-        for entry in reversed(entries):
+        # A grant named by its time (``at`` before now) is taken out where it stands. A
+        # refund at now names none: the grant standing at now may be another caller's.
+        for entry in reversed(entries if at < now else ()):
             if entry[0] <= at:
                 if entry[0] == at:
                     taken = min(tokens, entry[1])
@@ -138,6 +145,13 @@ class WindowLog:
             if not entries:
                 state.total = 0.0
         return state
+
+    def latest(self, state: Log) -> float:
+        entries = state.entries
+        return entries[-1][0] if entries else -math.inf
+
+    def next_free(self, at: float, tokens: float) -> float:
+        return at
 
     def idle_until(self, state: Log) -> float:
         entries = state.entries
@@ -261,6 +275,12 @@ class WindowCounter:
         # Which grant came before is not kept, so `last` stays: the next request is
         # still planned no earlier than the withdrawn one was.
         return self.refund(state, now, tokens, at)
+
+    def latest(self, state: CounterState) -> float:
+        return state[3]
+
+    def next_free(self, at: float, tokens: float) -> float:
+        return at
 
     def idle_until(self, state: CounterState) -> float:
         return (state[0] + 2) * self.window

@@ -66,10 +66,24 @@ def _wait(check: Callable[[], object], what: str, deadline: float, log: Path | N
 
 
 class RedisServer:
-    """One ``redis-server`` process on loopback; restartable on the same port."""
+    """One ``redis-server`` process on loopback; restartable on the same port.
 
-    def __init__(self, port: int | None = None, *extra: str) -> None:
+    ``maxmemory`` (``"4mb"``, or bytes) and ``maxmemory_policy`` (``"noeviction"``,
+    ``"allkeys-lru"``, ...) make a server that fills up, or evicts.
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        *extra: str,
+        maxmemory: str | int | None = None,
+        maxmemory_policy: str | None = None,
+    ) -> None:
         self.port = port or free_port(cluster="--cluster-enabled" in extra)
+        if maxmemory is not None:
+            extra = (*extra, "--maxmemory", str(maxmemory))
+        if maxmemory_policy is not None:
+            extra = (*extra, "--maxmemory-policy", maxmemory_policy)
         self.extra = extra
         self.dir = Path(tempfile.mkdtemp(prefix=f"ratelimit-redis-{self.port}-"))
         self.log = self.dir / "redis.log"

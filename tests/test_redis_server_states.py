@@ -1,0 +1,572 @@
+"""Redis in the states a production server gets into: keys evicted, memory full, busy.
+
+Private ``redis-server`` processes on free loopback ports (``servers.py``), and
+fakeredis where the real Lua is enough; time is a :class:`ManualClock`.
+
+- **Lost keys.** An evicting ``maxmemory-policy`` (or anyone's ``DEL``) takes keys one
+  at a time: a sliding window's sorted set without its meta hash, or the other way
+  round. Every algorithm, and a composite, has its keys deleted one subset at a time:
+  no call may fail, and the state may only forget what was lost, never grant more than
+  what remains allows. Then the same under real eviction, and with garbage values.
+- **A full server.** ``maxmemory`` reached under ``noeviction`` refuses every write
+  with ``OOM``: that is the store being unavailable, so ``on_unavailable`` decides.
+- **A busy server**, a replica, a replica without its master: the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+import fakeredis
+import pytest
+import redis
+
+from ratelimit import (
+    BackendUnavailable,
+    CircuitBreaker,
+    Composite,
+    LeakyBucket,
+    ManualClock,
+    MemoryBackend,
+    RedisBackend,
+    SlidingWindow,
+    TokenBucket,
+)
+from ratelimit._backend import Backend
+
+from conftest import unavailable, unique_name
+from servers import RedisServer, free_port
+
+pytestmark = pytest.mark.redis
+
+Limiter = Any  # a SingleLimiter or a Composite: try_acquire, refund, feedback
+Build = Callable[[Backend, str, ManualClock], Limiter]
+
+
+def _server(*extra: str, **options: Any) -> RedisServer:
+    if shutil.which("redis-server") is None:
+        unavailable("redis-server is not installed")
+    server = RedisServer(None, *extra, **options)
+    try:
+        server.start()
+    except RuntimeError as exc:  # pragma: no cover - environment trouble
+        server.cleanup()
+        unavailable(f"could not start a private redis-server: {exc}")
+    return server
+
+
+@pytest.fixture(scope="module")
+def plain_server() -> Iterator[RedisServer]:
+    server = _server()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(params=["fakeredis", "redis"])
+def client(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
+    if request.param == "fakeredis":
+        yield fakeredis.FakeRedis()
+        return
+    server: RedisServer = request.getfixturevalue("plain_server")
+    real = redis.Redis.from_url(server.url, socket_timeout=5)
+    yield real
+    real.close()
+
+
+def keys_of(client: redis.Redis, name: str) -> list[str]:
+    """Every key of limiter ``name`` (all share its hash tag)."""
+    found = cast("list[bytes]", client.keys(f"ratelimit:{{{name}}}:*"))
+    return sorted(k.decode() for k in found)
+
+
+def burst(limiter: Limiter) -> int:
+    """How many unit grants the limiter gives at once, now."""
+    granted = 0
+    while granted < 100 and limiter.try_acquire():
+        granted += 1
+    return granted
+
+
+def window_key(client: redis.Redis, name: str) -> tuple[str, str]:
+    """A sliding window's sorted set and meta hash."""
+    keys = keys_of(client, name)
+    zset = next(k for k in keys if client.type(k) == b"zset")
+    meta = next(k for k in keys if client.type(k) == b"hash")
+    assert meta == zset + ":meta"
+    return zset, meta
+
+
+def assert_window_state_consistent(client: redis.Redis, name: str) -> None:
+    """total is the sum of the members' tokens; seq is at least every member's number."""
+    zset, meta = window_key(client, name)
+    found = cast("list[bytes]", client.zrange(zset, 0, -1))
+    members = [m.decode() for m in found]
+    total, seq = client.hmget(meta, "total", "seq")
+    assert total is not None
+    assert seq is not None
+    assert float(total) == pytest.approx(sum(float(m.split(":")[1]) for m in members), abs=1e-9)
+    assert int(seq) >= max(int(m.split(":")[0]) for m in members)
+
+
+# -- a sliding window loses one of its two keys ----------------------------------------
+
+
+def test_a_lost_meta_is_rebuilt_from_the_grants_that_remain(client: redis.Redis) -> None:
+    # Before: the total read 0 with the set full, and the window granted its limit again.
+    clock = ManualClock(1_000.0)
+    name = unique_name("evict")
+    limiter = SlidingWindow(3, 10, backend=RedisBackend(client), name=name, clock=clock)
+    assert burst(limiter) == 3
+    _, meta = window_key(client, name)
+    client.delete(meta)
+    assert burst(limiter) == 0
+    clock.advance(10)
+    assert burst(limiter) == 3
+    assert_window_state_consistent(client, name)
+
+
+def test_a_rebuilt_seq_never_moves_an_old_grant(client: redis.Redis) -> None:
+    # Members are named "<seq>:<tokens>". Before, seq restarted at 1 with the meta
+    # lost, and ZADD of "1:1" moved the grant of t=1000 to t=1006 instead of adding one.
+    clock = ManualClock(1_000.0)
+    name = unique_name("evict")
+    limiter = SlidingWindow(3, 10, backend=RedisBackend(client), name=name, clock=clock)
+    assert limiter.try_acquire()
+    clock.advance(5)
+    assert limiter.try_acquire()
+    zset, meta = window_key(client, name)
+    client.delete(meta)
+    clock.advance(1)  # t=1006
+    assert limiter.try_acquire()
+    assert client.zcard(zset) == 3
+    clock.advance(0.5)
+    assert not limiter.try_acquire()  # 1000, 1005, 1006 all count until 1010
+    clock.advance(3.5)  # t=1010: the grant of t=1000 ages out, exactly then
+    assert [limiter.try_acquire(), limiter.try_acquire()] == [True, False]
+    assert_window_state_consistent(client, name)
+
+
+def test_a_lost_set_is_a_fresh_window_not_an_error(client: redis.Redis) -> None:
+    # Before: a Lua error ("attempt to perform arithmetic on ... a table value") on
+    # every call until the meta expired, whatever on_unavailable said.
+    clock = ManualClock(1_000.0)
+    name = unique_name("evict")
+    limiter = SlidingWindow(3, 10, backend=RedisBackend(client), name=name, clock=clock)
+    assert burst(limiter) == 3
+    zset, _ = window_key(client, name)
+    client.delete(zset)
+    assert burst(limiter) == 3
+    assert_window_state_consistent(client, name)
+
+
+def test_a_garbled_total_or_member_is_mended_not_an_error(client: redis.Redis) -> None:
+    clock = ManualClock(1_000.0)
+    name = unique_name("garbage")
+    limiter = SlidingWindow(3, 10, backend=RedisBackend(client), name=name, clock=clock)
+    assert burst(limiter) == 3
+    zset, meta = window_key(client, name)
+    client.hset(meta, "total", "not a number")
+    assert burst(limiter) == 0  # rebuilt: three grants still count
+    client.zadd(zset, {"junk": 1_001.0})  # not ours: weighs nothing, and ages out
+    clock.advance(10)
+    assert burst(limiter) == 3
+    # A meta left alone, even one HINCRBY could not count on, describes nothing.
+    client.delete(zset)
+    client.hset(meta, "seq", "junk")
+    assert burst(limiter) == 3
+    assert_window_state_consistent(client, name)
+
+
+# -- every algorithm, and a composite: each subset of keys lost --------------------------
+
+SPECS: dict[str, Build] = {
+    "token_bucket": lambda b, n, c: TokenBucket(3, 1, backend=b, name=n, clock=c),
+    "leaky_bucket": lambda b, n, c: LeakyBucket(3, 1, backend=b, name=n, clock=c),
+    "sliding_window": lambda b, n, c: SlidingWindow(3, 10, backend=b, name=n, clock=c),
+    "sliding_window_counter": lambda b, n, c: SlidingWindow(3, 10, approximate=True, backend=b, name=n, clock=c),
+    "composite": lambda b, n, c: Composite(
+        [TokenBucket(3, 1), SlidingWindow(3, 10), SlidingWindow(3, 10, approximate=True)],
+        backend=b,
+        name=n,
+        clock=c,
+    ),
+}
+#: How many keys each spec keeps once it has granted (a window's set and meta).
+KEY_COUNTS = {"token_bucket": 1, "leaky_bucket": 1, "sliding_window": 2, "sliding_window_counter": 1, "composite": 4}
+CASES = [
+    pytest.param(spec, subset, id=f"{spec}-lose-{'+'.join(map(str, subset))}")
+    for spec, count in KEY_COUNTS.items()
+    for size in range(1, count + 1)
+    for subset in itertools.combinations(range(count), size)
+]
+
+
+def _primaries(keys: list[str]) -> list[str]:
+    """The keys that hold a member's state itself; a window's meta belongs to its set."""
+    return [k for k in keys if not k.endswith(":meta")]
+
+
+@pytest.mark.parametrize(("spec", "subset"), CASES)
+def test_losing_any_subset_of_keys_only_forgets_what_was_lost(
+    client: redis.Redis, spec: str, subset: tuple[int, ...]
+) -> None:
+    clock = ManualClock(1_000.0)
+    name = unique_name("lose")
+    limiter = SPECS[spec](RedisBackend(client), name, clock)
+    fresh = burst(SPECS[spec](MemoryBackend(), name, ManualClock(1_000.0)))
+    assert burst(limiter) == fresh
+    keys = keys_of(client, name)
+    assert len(keys) == KEY_COUNTS[spec], keys
+    lost = [keys[i] for i in subset]
+    client.delete(*lost)
+
+    # A member forgets its grants only when its own state is gone (a window's set):
+    # the grants that remain elsewhere still hold the whole limiter back.
+    every_member_lost = all(k in lost for k in _primaries(keys))
+    assert burst(limiter) == (fresh if every_member_lost else 0)
+
+    # Every other operation works on the mended state too.
+    limiter.refund(1)
+    limiter.feedback({"Retry-After": "1"}, status=429)
+    clock.advance(100)
+    assert burst(limiter) == fresh
+
+
+# -- every other script: values it cannot read -----------------------------------------
+
+
+@pytest.mark.parametrize("value", ["garbage", "inf", "nan", "1 x", "x 1", "inf inf"])
+@pytest.mark.parametrize("spec", ["token_bucket", "leaky_bucket"])
+def test_a_value_that_is_not_the_state_is_a_fresh_one(client: redis.Redis, spec: str, value: str) -> None:
+    # Before: a leaky bucket's "x 1" was a Lua error; a token bucket's "inf" refused
+    # for ever (a key someone else wrote may have no TTL).
+    clock = ManualClock(1_000.0)
+    name = unique_name("garbage")
+    limiter = SPECS[spec](RedisBackend(client), name, clock)
+    fresh = burst(limiter)
+    (key,) = keys_of(client, name)
+    client.set(key, value)
+    assert burst(limiter) == fresh
+    limiter.refund(1)
+    limiter.feedback({"Retry-After": "1"}, status=429)
+
+
+@pytest.mark.parametrize(("field", "value"), [("current", None), ("previous", "x"), ("last", "nan"), ("index", "?")])
+def test_a_counter_field_it_cannot_read_counts_nothing(client: redis.Redis, field: str, value: str | None) -> None:
+    # Before: tonumber(nil) went into arithmetic, a Lua error on every call.
+    clock = ManualClock(1_000.0)
+    name = unique_name("garbage")
+    limiter = SPECS["sliding_window_counter"](RedisBackend(client), name, clock)
+    assert burst(limiter) == 3
+    (key,) = keys_of(client, name)
+    if value is None:
+        client.hdel(key, field)
+    else:
+        client.hset(key, field, value)
+    lost_count = field in ("current", "index")
+    assert burst(limiter) == (3 if lost_count else 0)
+    clock.advance(30)
+    assert burst(limiter) == 3
+
+
+def _breaker(client: redis.Redis, clock: ManualClock, name: str) -> CircuitBreaker:
+    return CircuitBreaker(min_calls=2, window=60, buckets=10, backend=RedisBackend(client), name=name, clock=clock)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("mode", "7"), ("mode", "x"), ("gen", "1.5"), ("opened_at", "inf"), ("c6", "junk"), ("f6", None), ("i6", None)],
+)
+def test_a_breaker_field_it_cannot_read_is_lost_state_not_an_error(
+    client: redis.Redis, field: str, value: str | None
+) -> None:
+    # Before: mode "7" raised IndexError in the client, a count that was not an
+    # integer failed HINCRBY, a missing count went into arithmetic.
+    clock = ManualClock(1_000.0)  # bucket 166 of 6 s: slot 6
+    name = unique_name("breaker")
+    breaker = _breaker(client, clock, name)
+    breaker.record(breaker.allow(), True)
+    (key,) = keys_of(client, name)
+    if value is None:
+        client.hdel(key, field)
+    else:
+        client.hset(key, field, value)
+    breaker.record(breaker.allow(), True)
+    assert breaker.stats().state == "closed"
+    # And it still counts: failures open it (after one or two, as the garbled field
+    # counted one call or none).
+    for _ in range(2):
+        if breaker.state == "closed":
+            breaker.record(breaker.allow(), False)
+    assert breaker.state == "open"
+
+
+def test_a_lost_breaker_hash_is_a_closed_breaker(client: redis.Redis) -> None:
+    clock = ManualClock(1_000.0)
+    name = unique_name("breaker")
+    breaker = _breaker(client, clock, name)
+    for _ in range(2):
+        breaker.record(breaker.allow(), False)
+    assert breaker.state == "open"
+    client.delete(*keys_of(client, name))
+    assert breaker.stats().state == "closed"
+    breaker.record(breaker.allow(), True)
+
+
+# -- real eviction ----------------------------------------------------------------------
+
+FILLER = b"x" * (256 * 1024)
+
+
+def snapshot(client: redis.Redis, zset: str, meta: str) -> tuple[list[bytes], Any, Any]:
+    """A window's members, total and seq, read in one transaction: no eviction between."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.zrange(zset, 0, -1)
+        pipe.hmget(meta, "total", "seq")
+        members, (total, seq) = pipe.execute()
+    return members, total, seq
+
+
+@pytest.mark.parametrize("policy", ["allkeys-random", "allkeys-lru"])
+def test_real_eviction_never_errs_and_never_leaves_a_window_inconsistent(policy: str) -> None:
+    # A 4 MB server holds a dozen 256 KB fillers; each new one evicts a key, the
+    # limiters' among them: 45 to 90 of the 300 calls find one of the window's two
+    # keys without the other. Before, 19 to 41 calls raised raw Lua errors, and 84 to
+    # 143 left the total out of step with the set.
+    server = _server(maxmemory="4mb", maxmemory_policy=policy)
+    try:
+        client = redis.Redis.from_url(server.url, socket_timeout=5)
+        clock = ManualClock(1_000.0)
+        backend = RedisBackend(client)
+        name = unique_name("evict")
+        window = SlidingWindow(5, 10, backend=backend, name=name, clock=clock)
+        others: list[Limiter] = [
+            Composite([TokenBucket(5, 0.5), SlidingWindow(5, 10)], backend=backend, name=unique_name(), clock=clock),
+            LeakyBucket(5, 1, backend=backend, name=unique_name(), clock=clock),
+            SlidingWindow(5, 10, approximate=True, backend=backend, name=unique_name(), clock=clock),
+        ]
+        assert window.try_acquire()
+        zset, meta = window_key(client, name)
+        alone = 0
+        for i in range(300):
+            client.set(f"filler:{i}", FILLER)
+            members, total, seq = snapshot(client, zset, meta)
+            alone += bool(members) != (total is not None)
+            window.try_acquire()
+            for limiter in others:
+                limiter.try_acquire()
+            members, total, seq = snapshot(client, zset, meta)
+            if members and total is not None:
+                # Both keys there: they agree (eviction takes whole keys, never a field).
+                assert float(total) == pytest.approx(sum(float(m.split(b":")[1]) for m in members), abs=1e-9)
+                assert int(seq) >= max(int(m.split(b":")[0]) for m in members)
+            clock.advance(0.5)
+        assert client.info("stats")["evicted_keys"] > 0
+        assert alone > 0, "no call found a window's key alone: the scenario did not exercise eviction"
+        client.close()
+    finally:
+        server.cleanup()
+
+
+def test_volatile_policies_evict_the_limiters_first() -> None:
+    # Every limiter key has a TTL; data without one is never evicted under volatile-*.
+    # On a server full of such data, each write evicts the limiter's own state: here a
+    # window of 5 grants 37 or 38 of 40 calls made 0.5 s apart, 20 in one window.
+    server = _server(maxmemory="4mb", maxmemory_policy="volatile-lru")
+    try:
+        client = redis.Redis.from_url(server.url, socket_timeout=5)
+        clock = ManualClock(1_000.0)
+        limiter = SlidingWindow(5, 10, backend=RedisBackend(client), name=unique_name(), clock=clock)
+        granted: list[float] = []
+        for i in range(40):
+            with contextlib.suppress(redis.exceptions.OutOfMemoryError):
+                client.set(f"filler:{i}", FILLER)  # full of data that cannot be evicted
+            with contextlib.suppress(redis.exceptions.OutOfMemoryError, BackendUnavailable):
+                if limiter.try_acquire():
+                    granted.append(clock.now())
+            clock.advance(0.5)
+        assert client.info("stats")["evicted_keys"] > 0
+        most = max(sum(1 for t in granted if x <= t < x + 10) for x in granted)
+        assert most > 5, f"the limiter's state survived: at most {most} grants in a window"
+        client.close()
+    finally:
+        server.cleanup()
+
+
+# -- a full server: noeviction at maxmemory -------------------------------------------
+
+
+@pytest.fixture
+def full_server() -> Iterator[RedisServer]:
+    """A server whose data is well over ``maxmemory``, under ``noeviction``: every
+    write that could grow memory is refused with OOM, reads still work."""
+    server = _server(maxmemory_policy="noeviction")
+    client = redis.Redis.from_url(server.url)
+    for i in range(8):
+        client.set(f"filler:{i}", FILLER)
+    used = int(client.info("memory")["used_memory"])
+    client.config_set("maxmemory", used // 2)
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        client.set("one-more", "x")
+    client.close()
+    yield server
+    server.cleanup()
+
+
+FULL_SPECS = ["token_bucket", "leaky_bucket", "sliding_window", "sliding_window_counter", "composite"]
+
+
+@pytest.mark.parametrize("spec", FULL_SPECS)
+def test_a_full_server_raises_backend_unavailable_chaining_the_oom(full_server: RedisServer, spec: str) -> None:
+    backend = RedisBackend.from_url(full_server.url)
+    limiter = SPECS[spec](backend, unique_name("full"), ManualClock(1_000.0))
+    with pytest.raises(BackendUnavailable) as caught:
+        limiter.try_acquire()
+    assert isinstance(caught.value.__cause__, redis.exceptions.OutOfMemoryError)
+    assert backend.stats().failures == 1
+    backend.close()
+
+
+@pytest.mark.parametrize("spec", FULL_SPECS)
+def test_a_full_server_fails_open_with_a_warning(
+    full_server: RedisServer, spec: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = RedisBackend.from_url(full_server.url, on_unavailable="allow")
+    limiter = SPECS[spec](backend, unique_name("full"), ManualClock(1_000.0))
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        assert [limiter.try_acquire() for _ in range(5)] == [True] * 5
+    assert "fail open" in caplog.text
+    assert backend.stats().failed_open == 5
+    backend.close()
+
+
+def test_a_full_server_decides_locally(full_server: RedisServer) -> None:
+    backend = RedisBackend.from_url(full_server.url, on_unavailable="local")
+    limiter = TokenBucket(3, 1, backend=backend, name=unique_name("full"), clock=ManualClock(1_000.0))
+    assert burst(limiter) == 3
+    assert backend.stats().fell_back == 4
+    backend.close()
+
+
+def test_a_full_server_on_the_async_path(full_server: RedisServer) -> None:
+    backend = RedisBackend.from_url(full_server.url)
+    limiter = SlidingWindow(3, 10, backend=backend, name=unique_name("full"), clock=ManualClock(1_000.0))
+
+    async def scenario() -> BaseException | None:
+        try:
+            with pytest.raises(BackendUnavailable) as caught:
+                await limiter.acquire_async()
+            return caught.value.__cause__
+        finally:
+            await backend.aclose()
+
+    assert isinstance(asyncio.run(scenario()), redis.exceptions.OutOfMemoryError)
+
+
+@pytest.mark.parametrize("policy", ["raise", "allow", "local"])
+def test_a_full_server_and_the_shared_breaker(
+    full_server: RedisServer, policy: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Asking (closed) only reads, so it works; recording an outcome writes.
+    backend = RedisBackend.from_url(full_server.url, on_unavailable=policy)
+    breaker = CircuitBreaker(min_calls=1, backend=backend, name=unique_name("full"), clock=ManualClock(1_000.0))
+    ticket = breaker.allow()
+    if policy == "raise":
+        with pytest.raises(BackendUnavailable) as caught:
+            breaker.record(ticket, False)
+        assert isinstance(caught.value.__cause__, redis.exceptions.OutOfMemoryError)
+    else:
+        with caplog.at_level(logging.WARNING, logger="ratelimit"):
+            breaker.record(ticket, False)
+        assert "goes on locally" in caplog.text
+    backend.close()
+
+
+def test_once_memory_is_freed_the_limiter_works_again(full_server: RedisServer) -> None:
+    backend = RedisBackend.from_url(full_server.url)
+    limiter = TokenBucket(3, 1, backend=backend, name=unique_name("full"), clock=ManualClock(1_000.0))
+    with pytest.raises(BackendUnavailable):
+        limiter.try_acquire()
+    admin = redis.Redis.from_url(full_server.url)
+    admin.flushall()
+    admin.close()
+    assert burst(limiter) == 3
+    backend.close()
+
+
+# -- busy, read-only, master down -------------------------------------------------------
+
+
+def test_a_server_busy_with_a_long_script_is_unavailable() -> None:
+    # BUSY arrives as a plain ResponseError: before, it reached the caller raw.
+    server = _server("--lua-time-limit", "50")
+    hog = redis.Redis.from_url(server.url, socket_timeout=30)
+    admin = redis.Redis.from_url(server.url, socket_timeout=5)
+    ended: list[BaseException] = []
+
+    def run_forever() -> None:
+        try:
+            hog.eval("while true do end", 0)
+        except redis.exceptions.RedisError as exc:
+            ended.append(exc)
+
+    thread = threading.Thread(target=run_forever, daemon=True)
+    thread.start()
+    try:
+        for _ in range(200):
+            try:
+                admin.ping()
+            except redis.exceptions.ResponseError as exc:
+                if str(exc).startswith("BUSY"):
+                    break
+            time.sleep(0.025)  # polling the server's state, not passing time
+        else:
+            raise AssertionError("the server never reported BUSY")
+        clock = ManualClock(1_000.0)
+        raising = RedisBackend.from_url(server.url)
+        with pytest.raises(BackendUnavailable) as caught:
+            TokenBucket(3, 1, backend=raising, name=unique_name(), clock=clock).try_acquire()
+        assert str(caught.value.__cause__).startswith("BUSY")
+        opening = RedisBackend.from_url(server.url, on_unavailable="allow")
+        assert TokenBucket(3, 1, backend=opening, name=unique_name(), clock=clock).try_acquire()
+        raising.close()
+        opening.close()
+    finally:
+        admin.script_kill()
+        thread.join(timeout=10)
+        hog.close()
+        admin.close()
+        server.cleanup()
+    assert ended, "the script was killed"
+
+
+@pytest.mark.parametrize(
+    ("stale", "expected"),
+    [("yes", redis.exceptions.ReadOnlyError), ("no", redis.exceptions.MasterDownError)],
+    ids=["replica", "replica-without-master"],
+)
+def test_a_replica_is_unavailable(stale: str, expected: type[BaseException]) -> None:
+    # A replica of a master that does not answer: it serves reads (or, with
+    # replica-serve-stale-data no, nothing) and refuses writes.
+    server = _server("--replicaof", "127.0.0.1", str(free_port()))
+    try:
+        # Set once it answers: without stale data it would not even answer PING.
+        admin = redis.Redis.from_url(server.url)
+        admin.config_set("replica-serve-stale-data", stale)
+        admin.close()
+        backend = RedisBackend.from_url(server.url)
+        limiter = TokenBucket(3, 1, backend=backend, name=unique_name(), clock=ManualClock(1_000.0))
+        with pytest.raises(BackendUnavailable) as caught:
+            limiter.try_acquire()
+        assert isinstance(caught.value.__cause__, expected)
+        backend.close()
+    finally:
+        server.cleanup()
