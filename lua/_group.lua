@@ -51,6 +51,11 @@ if op == 'reserve' then
   return {fmt(wait), fmt(now + wait)}
 elseif op == 'restrict' then
   local untl = now + tonumber(ARGV[3])
+  local paused = true
+  for _, m in ipairs(members) do
+    if m.tokens > EPSILON then paused = false end
+  end
+  if paused then pause(holes, now, untl) end
   for _, m in ipairs(members) do
     m.state = m.alg.restrict(m.self, m.state, now, m.tokens, untl)
   end

@@ -44,6 +44,7 @@ elseif op == 'refund' then
   return {fmt(now)}
 elseif op == 'restrict' then
   member.state = ALG.restrict(self, member.state, now, tokens, now + tonumber(ARGV[4]))
+  if tokens <= EPSILON then pause(holes, now, now + tonumber(ARGV[4])) end
   ALG.save(self, member.state, now)
   return {fmt(now)}
 elseif op == 'peek' then

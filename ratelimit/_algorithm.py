@@ -76,6 +76,17 @@ class Algorithm(Protocol[S]):
         """Roll back the last reservation (``tail`` said so): as if never made."""
         ...
 
+    def latest(self, state: S) -> float:
+        """The time of the latest grant recorded: exact for a grant this limit planned
+        itself, no later than the truth for one another limit of a group delayed."""
+        ...
+
+    def next_free(self, at: float, tokens: float) -> float:
+        """Where the rest of a hole stands once ``tokens`` of it are granted at ``at``:
+        ``at`` where tokens granted at one moment are interchangeable, later for a
+        queue whose grants take time to leave."""
+        ...
+
     def idle_until(self, state: S) -> float:
         """The time from which ``state`` decides exactly as a new state would."""
         ...

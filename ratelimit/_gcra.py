@@ -74,6 +74,12 @@ class Gcra:
         tat = state - tokens * self.interval
         return tat if tat > now else now
 
+    def latest(self, state: float) -> float:
+        return state - self.tolerance
+
+    def next_free(self, at: float, tokens: float) -> float:
+        return at
+
     def idle_until(self, state: float) -> float:
         return state
 

@@ -16,6 +16,10 @@ A hole whose time has passed is dropped: granting it later than its slot is not 
 in general (a token bucket's later grants are spaced from it). A request looks at the
 first ``SCAN`` holes only, so its cost stays bounded however many callers gave up.
 
+A provider's pause (a restriction to nothing more until ``until``) drops the holes
+before its end, and until then a place withdrawn before the end is lost and a refund
+frees nothing: no request that was not already promised goes out during a pause.
+
 Everything here works on a group of limits granted together (a composite); one limiter
 is a group of one. ``tokens`` is one number per limit. Mirrored by ``lua/_members.lua``.
 
@@ -30,12 +34,13 @@ third withdrawn at t=0.05::
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from ._algorithm import EPSILON, Algorithm, commit_all, decide, plan_all
 
-__all__ = ["SCAN", "Hole", "give_back", "reserve"]
+__all__ = ["SCAN", "Hole", "Holes", "give_back", "pause", "reserve"]
 
 #: How many holes a request looks at, earliest first, for one it fits in.
 SCAN = 16
@@ -44,8 +49,23 @@ SCAN = 16
 Hole = list[Any]
 
 
+class Holes:
+    """One limiter's (or composite's) holes, earliest first, and the end of the
+    latest pause."""
+
+    __slots__ = ("items", "paused_until")
+
+    def __init__(self) -> None:
+        self.items: list[Hole] = []
+        self.paused_until = -math.inf
+
+    def __repr__(self) -> str:
+        return f"Holes({self.items!r}, paused_until={self.paused_until!r})"
+
+
 def _fits(have: Sequence[float], want: Sequence[float]) -> bool:
-    return all(w <= h + EPSILON for h, w in zip(have, want, strict=True))
+    # A hole of another shape belongs to another composite of the same name.
+    return len(have) == len(want) and all(w <= h + EPSILON for h, w in zip(have, want, strict=True))
 
 
 def _drop_past(holes: list[Hole], now: float) -> None:
@@ -67,10 +87,34 @@ def _add(holes: list[Hole], at: float, tokens: Sequence[float]) -> None:
         holes.insert(i, [at, tuple(tokens)])
 
 
+def pause(holes: Holes, until: float) -> None:
+    """A provider's pause until ``until``: a hole before then would be a request that
+    was not promised going out during it. Forget them, and take no more until then."""
+    items = holes.items
+    keep = bisect.bisect_left(items, until, key=lambda hole: hole[0])
+    if keep:
+        del items[:keep]
+    if until > holes.paused_until:
+        holes.paused_until = until
+
+
+def _take(algs: Sequence[Algorithm[Any]], holes: list[Hole], i: int, tokens: Sequence[float]) -> None:
+    """Grant ``tokens`` of hole ``i`` at its time; keep what is left where it still fits."""
+    at, have = holes.pop(i)
+    rest = tuple(h - n for h, n in zip(have, tokens, strict=True))
+    if all(r <= EPSILON for r in rest):
+        return
+    # In a queue the rest starts when this grant has left; where the limits of a
+    # composite disagree on that, the rest is given up rather than misplaced.
+    moved = {alg.next_free(at, n) for alg, n in zip(algs, tokens, strict=True)}
+    if len(moved) == 1:
+        _add(holes, moved.pop(), rest)
+
+
 def reserve(
     algs: Sequence[Algorithm[Any]],
     states: Sequence[Any],
-    holes: list[Hole],
+    holes: Holes,
     now: float,
     tokens: Sequence[float],
     max_wait: float,
@@ -80,28 +124,46 @@ def reserve(
     A hole wins when it comes before the algorithms' own plan (or when they would not
     even admit the request now: a full leaky queue still has the hole's room).
     """
-    _drop_past(holes, now)
+    items = holes.items
+    _drop_past(items, now)
     found = None
-    for i in range(min(len(holes), SCAN)):
-        if _fits(holes[i][1], tokens):
+    for i in range(min(len(items), SCAN)):
+        if _fits(items[i][1], tokens):
             found = i
             break
     admit_at, at = plan_all(algs, states, now, tokens)
+    if found is not None and items[found][0] > _latest(algs, states) + EPSILON:
+        # Every hole is before a grant still reserved. Not so here: the state was
+        # lost (a Redis key evicted) and the holes with it are void; so is the pause,
+        # which was the state's.
+        items.clear()
+        holes.paused_until = -math.inf
+        found = None
     if found is not None:
-        hole_at, left = holes[found]
+        hole_at = items[found][0]
         if admit_at - now > EPSILON or hole_at < at:
             wait = decide(now, hole_at, now, max_wait)
             if wait >= 0:
-                rest = tuple(h - n for h, n in zip(left, tokens, strict=True))
-                if all(r <= EPSILON for r in rest):
-                    del holes[found]
-                else:
-                    holes[found][1] = rest
+                _take(algs, items, found, tokens)
             return list(states), wait
     wait = decide(admit_at, at, now, max_wait)
     if wait < 0:
         return list(states), wait
     return commit_all(algs, states, now, tokens, at), wait
+
+
+def _latest(algs: Sequence[Algorithm[Any]], states: Sequence[Any]) -> float:
+    # In a composite a grant's time is set by the slowest limit, and a token bucket
+    # does not see a grant another limit delayed past its own plan. The group does:
+    # the limit that set the latest grant's time knows it exactly.
+    return max(alg.latest(state) for alg, state in zip(algs, states, strict=True))
+
+
+def _reserved_after(algs: Sequence[Algorithm[Any]], states: Sequence[Any], now: float, when: float) -> bool:
+    # While a grant is still ahead, giving tokens back to now could put a new grant
+    # beside it, so nothing is given back.
+    latest = _latest(algs, states)
+    return latest > now and when < latest - EPSILON
 
 
 def _tail(algs: Sequence[Algorithm[Any]], states: Sequence[Any], tokens: Sequence[float], at: float) -> bool:
@@ -117,7 +179,7 @@ def _cancel(
 def give_back(
     algs: Sequence[Algorithm[Any]],
     states: Sequence[Any],
-    holes: list[Hole],
+    holes: Holes,
     now: float,
     tokens: Sequence[float],
     at: float | None,
@@ -126,18 +188,23 @@ def give_back(
     ``None``), otherwise the withdrawal of a reservation (see the module docstring)."""
     if at is None or at <= now + EPSILON:
         when = now if at is None else at
+        if now < holes.paused_until or (len(algs) > 1 and _reserved_after(algs, states, now, when)):
+            return list(states)
         return [alg.refund(state, now, n, when) for alg, state, n in zip(algs, states, tokens, strict=True)]
+    if at < holes.paused_until:
+        return list(states)  # its place is inside a pause: lost
+    items = holes.items
     if not _tail(algs, states, tokens, at):
-        _add(holes, at, tokens)
+        _add(items, at, tokens)
         return list(states)
     states = _cancel(algs, states, now, tokens, at)
-    while holes:
-        hole_at, left = holes[-1]
+    while items:
+        hole_at, left = items[-1]
         if hole_at < now - EPSILON:
-            holes.clear()  # sorted: every hole is past
+            items.clear()  # sorted: every hole is past
             break
         if not _tail(algs, states, left, hole_at):
             break
-        holes.pop()
+        items.pop()
         states = _cancel(algs, states, now, left, hole_at)
     return states

@@ -87,6 +87,13 @@ class LeakyQueue:
         latest = state[1]
         return (at, latest if latest < at else at)
 
+    def latest(self, state: LeakyState) -> float:
+        return state[1]
+
+    def next_free(self, at: float, tokens: float) -> float:
+        # A grant leaks for tokens / rate: the rest of the hole starts when it is out.
+        return at + tokens * self.interval
+
     def idle_until(self, state: LeakyState) -> float:
         return state[0]
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _holes
-from ._algorithm import Algorithm, step_all
+from ._algorithm import EPSILON, Algorithm, step_all
 from ._clock import Clock, SystemClock
 from ._tally import Tally, weight
 
@@ -49,7 +49,7 @@ class _Slot:
         self.lock = threading.Lock()
         self.alg = alg
         self.state = alg.new_state()
-        self.holes: list[_holes.Hole] = []
+        self.holes = _holes.Holes()
         self.domain = _domain(clock)
         self.now: Callable[[], float] = (clock or SystemClock()).now
         self.users = 0
@@ -76,6 +76,7 @@ class MemoryBackend:
         # bind releases its names from inside the lock.
         self._lock = threading.RLock()
         self._binding = False
+        self._sweeping = False
         self._sweep_size = _SWEEP_SIZE
         self._sweep_time = time.monotonic() + SWEEP_SECONDS
 
@@ -125,7 +126,7 @@ class MemoryBackend:
     # -- dropping idle state ----------------------------------------------------------
 
     def _sweep_if_due(self) -> None:
-        if self._binding:
+        if self._binding or self._sweeping:
             return
         if len(self._slots) >= self._sweep_size or time.monotonic() >= self._sweep_time:
             self.sweep()
@@ -139,22 +140,33 @@ class MemoryBackend:
         """
         dropped = 0
         with self._lock:
-            for key, slot in list(self._slots.items()):
-                # A slot busy deciding is in use: it is looked at next time.
-                if slot.users > 0 or not slot.lock.acquire(blocking=False):
-                    continue
-                try:
-                    idle = slot.alg.idle_until(slot.state) <= slot.now()
-                finally:
-                    slot.lock.release()
-                if idle:
-                    del self._slots[key]
-                    dropped += 1
-            if dropped > len(self._slots):
-                # A dict keeps its table at its largest size: copy it to let that go.
-                self._slots = dict(self._slots)
+            # A limiter collected in the middle of a sweep would start another.
+            if self._sweeping:
+                return 0
+            self._sweeping = True
+            try:
+                dropped = self._drop_idle()
+            finally:
+                self._sweeping = False
             self._sweep_size = max(_SWEEP_SIZE, 2 * len(self._slots))
             self._sweep_time = time.monotonic() + SWEEP_SECONDS
+        return dropped
+
+    def _drop_idle(self) -> int:
+        dropped = 0
+        for key, slot in list(self._slots.items()):
+            # A slot busy deciding is in use: it is looked at next time.
+            if slot.users > 0 or not slot.lock.acquire(blocking=False):
+                continue
+            try:
+                idle = slot.alg.idle_until(slot.state) <= slot.now()
+            finally:
+                slot.lock.release()
+            if idle and self._slots.pop(key, None) is not None:
+                dropped += 1
+        if dropped > len(self._slots):
+            # A dict keeps its table at its largest size: copy it to let that go.
+            self._slots = dict(self._slots)
         return dropped
 
     def __len__(self) -> int:
@@ -188,7 +200,7 @@ class MemoryHandle:
         try:
             # Read inside the lock, so that decisions see time in the order they run.
             now = self._now()
-            if slot.holes:
+            if slot.holes.items:
                 states, wait = _holes.reserve(self._algs, (slot.state,), slot.holes, now, (tokens,), max_wait)
                 slot.state = states[0]
             else:
@@ -216,6 +228,8 @@ class MemoryHandle:
         with slot.lock:
             now = self._now()
             slot.state = self._alg.restrict(slot.state, now, remaining, now + seconds)
+            if remaining <= EPSILON:
+                _holes.pause(slot.holes, now + seconds)
 
     async def restrict_async(self, remaining: float, seconds: float) -> None:
         self.restrict(remaining, seconds)
@@ -243,7 +257,7 @@ class MemoryGroupHandle:
         # never deadlock.
         self._locks = tuple(slot.lock for slot in sorted(self._slots, key=id))
 
-    def _locked(self, change: Callable[[float, list[Any], list[_holes.Hole]], list[Any]]) -> float:
+    def _locked(self, change: Callable[[float, list[Any], _holes.Holes], list[Any]]) -> float:
         """Run ``change(now, states, holes) -> states`` with every member locked."""
         locks = self._locks
         for lock in locks:
@@ -261,9 +275,9 @@ class MemoryGroupHandle:
     def reserve(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float]:
         wait = 0.0
 
-        def change(now: float, states: list[Any], holes: list[_holes.Hole]) -> list[Any]:
+        def change(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
             nonlocal wait
-            if holes:
+            if holes.items:
                 states, wait = _holes.reserve(self._algs, states, holes, now, tokens, max_wait)
             else:
                 states, wait = step_all(self._algs, states, now, tokens, max_wait)
@@ -284,12 +298,15 @@ class MemoryGroupHandle:
         self.refund(tokens, at)
 
     def restrict(self, remaining: Sequence[float], seconds: float) -> None:
-        self._locked(
-            lambda now, states, holes: [
+        def change(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
+            if all(n <= EPSILON for n in remaining):
+                _holes.pause(holes, now + seconds)
+            return [
                 alg.restrict(state, now, n, now + seconds)
                 for alg, state, n in zip(self._algs, states, remaining, strict=True)
             ]
-        )
+
+        self._locked(change)
 
     async def restrict_async(self, remaining: Sequence[float], seconds: float) -> None:
         self.restrict(remaining, seconds)

@@ -14,7 +14,7 @@ times are not the server's, and must never meet a real budget's.
 
 Concurrency: one process may have thousands of callers on one backend. At most
 ``pool_size`` script calls are in flight at once (per event loop for asyncio); the
-rest wait their turn, which is not a failure. When a call finds the store unreachable,
+rest wait their turn, which is not a failure. When a call finds the store unavailable,
 the callers that were waiting behind it fail at once instead of each waiting for its
 own timeout.
 """
@@ -27,7 +27,6 @@ import math
 import sys
 import threading
 import time
-import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -48,6 +47,7 @@ from ._backend import Handle
 from ._clock import Clock, SystemClock
 from ._errors import BackendUnavailable
 from ._memory import MemoryBackend
+from ._redis_errors import STORE_ERRORS, is_unavailable
 from ._scripts import Script, group_script, single_script
 from ._tally import Tally, weight
 
@@ -61,7 +61,7 @@ T_contra = TypeVar("T_contra", contravariant=True)
 
 
 class _Local(Protocol[T_contra]):
-    """What a handle falls back on when the store is unreachable."""
+    """What a handle falls back on when the store is unavailable."""
 
     def reserve(self, tokens: T_contra, max_wait: float) -> tuple[float, float]: ...
 
@@ -69,16 +69,6 @@ class _Local(Protocol[T_contra]):
 
     def restrict(self, remaining: T_contra, seconds: float) -> None: ...
 
-
-#: Errors that mean "the store cannot be reached", as opposed to a bug in a script.
-UNAVAILABLE: tuple[type[BaseException], ...] = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.ClusterDownError,
-    redis.exceptions.TryAgainError,
-    redis.exceptions.ReadOnlyError,
-    OSError,
-)
 
 #: Defaults for clients made by :meth:`RedisBackend.from_url`: a dead server costs an
 #: acquire at most about half a second, and a script call is never retried (it is not
@@ -147,13 +137,14 @@ class _Loop:
         self.closer: AsyncGenerator[None, None] | None = None
 
 
-async def _close_with_loop(client: Any) -> AsyncGenerator[None, None]:
+async def _close_with_loop(client: Any, forget: Callable[[], None]) -> AsyncGenerator[None, None]:
     # An async generator parked at its yield: when the loop shuts down (asyncio.run
     # does), the loop finalises it, and the client's connections close in their own
     # loop instead of leaking transports into a closed one.
     try:
         yield
     finally:
+        forget()
         await client.aclose()
 
 
@@ -264,10 +255,14 @@ class RedisBackend:
         self.time_source = time_source
         self.pool_size = min(pool_size, _pool_limit(client) or pool_size)
         self._gate = threading.BoundedSemaphore(self.pool_size)
-        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Loop] = weakref.WeakKeyDictionary()
+        # Not weakly keyed: each entry's client and gate refer to their loop. An entry
+        # goes when its loop shuts down (see _close_with_loop), or once found closed.
+        self._loops: dict[asyncio.AbstractEventLoop, _Loop] = {}
         self._local = MemoryBackend()
         self._lock = threading.Lock()
         self._failures = self._failed_open = self._fell_back = 0
+        # Failures of calls that reached for the store (not of waiters failed behind them).
+        self._outages = 0
 
     @classmethod
     def from_url(
@@ -341,6 +336,7 @@ class RedisBackend:
             return state
         made = self._async_factory() if self._async_factory is not None else None
         with self._lock:
+            self._forget_closed_loops()
             state = self._loops.get(loop)
             if state is None:
                 state = _Loop(made or self._async_client, asyncio.Semaphore(self.pool_size))
@@ -349,11 +345,23 @@ class RedisBackend:
             else:
                 closer = None
         if closer is not None and self._async_factory is not None:
-            closer.closer = _close_with_loop(closer.client)
+            closer.closer = _close_with_loop(closer.client, lambda: self._forget(loop, closer))
             await closer.closer.__anext__()
         if made is not None:  # another task of this loop got there first
             await made.aclose()
         return state
+
+    def _forget(self, loop: asyncio.AbstractEventLoop, state: _Loop) -> None:
+        with self._lock:
+            if self._loops.get(loop) is state:
+                del self._loops[loop]
+
+    def _forget_closed_loops(self) -> None:
+        # A loop closed without shutting down its async generators never closed its
+        # client: dropping it lets the garbage collector close the sockets (with a
+        # ResourceWarning, which is the loop's owner's to hear).
+        for loop in [loop for loop in self._loops if loop.is_closed()]:
+            del self._loops[loop]
 
     def close(self) -> None:
         """Close the synchronous client's connections, and forget the asyncio clients
@@ -361,8 +369,7 @@ class RedisBackend:
         if self._sync_client is not None:
             self._sync_client.close()
         with self._lock:
-            for loop in [loop for loop in self._loops if loop.is_closed()]:
-                del self._loops[loop]
+            self._forget_closed_loops()
 
     async def aclose(self) -> None:
         """Close the running event loop's asyncio client (and the synchronous one).
@@ -399,16 +406,20 @@ class RedisBackend:
     def _unavailable(self, exc: BaseException) -> BackendUnavailable:
         with self._lock:
             self._failures += 1
-        return BackendUnavailable(f"the Redis store could not be reached: {exc!r}")
+            self._outages += 1
+        return BackendUnavailable(f"the Redis store is unavailable: {exc!r}")
 
-    def _outage_seen(self, failures: int) -> BackendUnavailable | None:
-        # A call that waited its turn while another found the store unreachable fails
-        # at once: each waiter timing out on its own would take pool_size at a time.
-        if self._failures == failures:
+    def _outage_seen(self, outages: int) -> BackendUnavailable | None:
+        # A call that waited its turn while a call ahead of it found the store
+        # unavailable fails at once: each waiter timing out on its own would take
+        # pool_size at a time. Only calls that reached for the store count: a waiter
+        # failed this way must not fail the ones behind it, or a queue that never
+        # empties would never try the store again.
+        if self._outages == outages:
             return None
         with self._lock:
             self._failures += 1
-        return BackendUnavailable("the Redis store could not be reached (a call ahead of this one failed)")
+        return BackendUnavailable("the Redis store is unavailable (a call ahead of this one failed)")
 
     def _pool_full(self, started: float) -> float:
         # The client's pool is shared with other code and full: busy, not down.
@@ -424,10 +435,10 @@ class RedisBackend:
         if client is None:
             raise TypeError("this RedisBackend wraps an asyncio client: use the _async methods")
         gate = self._gate
-        failures = self._failures
+        outages = self._outages
         if not gate.acquire(blocking=False):
             gate.acquire()
-            if (outage := self._outage_seen(failures)) is not None:
+            if (outage := self._outage_seen(outages)) is not None:
                 gate.release()
                 raise outage
         try:
@@ -437,7 +448,9 @@ class RedisBackend:
                     return script(client, keys, args)
                 except redis.exceptions.MaxConnectionsError:
                     time.sleep(self._pool_full(started))
-                except UNAVAILABLE as exc:
+                except STORE_ERRORS as exc:
+                    if not is_unavailable(exc):
+                        raise  # a bug (in a script, in the deployment): not for the failure policy
                     raise self._unavailable(exc) from exc
         finally:
             gate.release()
@@ -448,10 +461,10 @@ class RedisBackend:
             return await asyncio.to_thread(self.run, script, keys, args)
         state = await self._loop()
         gate = state.gate
-        failures = self._failures
+        outages = self._outages
         if gate.locked():
             await gate.acquire()
-            if (outage := self._outage_seen(failures)) is not None:
+            if (outage := self._outage_seen(outages)) is not None:
                 gate.release()
                 raise outage
         else:
@@ -464,7 +477,9 @@ class RedisBackend:
                     return await (call if self._deadline is None else _within(call, self._deadline))
                 except redis.exceptions.MaxConnectionsError:
                     await asyncio.sleep(self._pool_full(started))
-                except UNAVAILABLE as exc:
+                except STORE_ERRORS as exc:
+                    if not is_unavailable(exc):
+                        raise  # a bug (in a script, in the deployment): not for the failure policy
                     raise self._unavailable(exc) from exc
         finally:
             gate.release()
@@ -611,9 +626,9 @@ class _ScriptHandle(Generic[T]):
             raise exc
         self._backend.count_fallback(policy)
         if self._local is None:
-            logger.warning("Redis unreachable; granting %r without it (fail open): %s", self._keys[0], exc)
+            logger.warning("Redis unavailable; granting %r without it (fail open): %s", self._keys[0], exc)
             return 0.0, math.nan
-        logger.warning("Redis unreachable; deciding %r locally: %s", self._keys[0], exc)
+        logger.warning("Redis unavailable; deciding %r locally: %s", self._keys[0], exc)
         return self._local.reserve(tokens, max_wait)
 
     def _count(self, tokens: T, decision: tuple[float, float]) -> tuple[float, float]:
@@ -646,7 +661,7 @@ class _ScriptHandle(Generic[T]):
         if self._backend.on_unavailable == "raise":
             raise exc
         if self._local is None:
-            logger.warning("Redis unreachable; the %s on %r is lost: %s", what, self._keys[0], exc)
+            logger.warning("Redis unavailable; the %s on %r is lost: %s", what, self._keys[0], exc)
         return self._local
 
     def refund(self, tokens: T, at: float | None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,7 +31,7 @@ from ratelimit import (
 )
 from ratelimit._algorithm import Algorithm, step_all
 from ratelimit._gcra import Gcra
-from ratelimit._holes import Hole, give_back, reserve
+from ratelimit._holes import Holes, give_back, pause, reserve
 from ratelimit._leaky_bucket import LeakyQueue
 from ratelimit._sliding_window import WindowLog
 
@@ -46,6 +47,7 @@ LIMITS: dict[str, Callable[[], list[Algorithm[Any]]]] = {
     "leaky_bucket": lambda: [LeakyQueue(4.0, 2.0)],
     "sliding_window": lambda: [WindowLog(3.0, 1.5)],
     "composite": lambda: [Gcra(2.0, 4.0), WindowLog(5.0, 2.0)],
+    "composite_with_a_queue": lambda: [LeakyQueue(4.0, 2.0), Gcra(3.0, 1.0)],
 }
 
 operations = st.lists(
@@ -53,6 +55,10 @@ operations = st.lists(
         st.tuples(st.just("reserve"), st.sampled_from([1.0, 1.0, 2.0, 0.5]), st.sampled_from([0.0, 1.0, 1e9])),
         st.tuples(st.just("withdraw"), st.integers(0, 30), st.just(0.0)),
         st.tuples(st.just("advance"), st.sampled_from([0.01, 0.1, 0.25, 0.5, 1.0]), st.just(0.0)),
+        # A grant already made used fewer tokens than it took: refund part of it.
+        st.tuples(st.just("refund"), st.integers(0, 30), st.sampled_from([0.5, 1.0])),
+        # The provider says: nothing more for this long.
+        st.tuples(st.just("pause"), st.sampled_from([0.3, 1.0, 2.5]), st.just(0.0)),
     ),
     max_size=80,
 )
@@ -74,9 +80,10 @@ def _replays(algs: Sequence[Algorithm[Any]], grants: list[tuple[float, Sequence[
 def test_what_stays_granted_never_exceeds_the_limit(kind: str, ops: list[tuple[str, float, float]]) -> None:
     algs = LIMITS[kind]()
     states = [alg.new_state() for alg in algs]
-    holes: list[Hole] = []
+    holes = Holes()
     now = 1_000.0
     granted: list[tuple[float, Sequence[float]]] = []
+    paused_until = -math.inf
     for op, a, b in ops:
         if op == "advance":
             now += a
@@ -85,11 +92,31 @@ def test_what_stays_granted_never_exceeds_the_limit(kind: str, ops: list[tuple[s
             states, wait = reserve(algs, states, holes, now, weights, b)
             if wait >= 0:
                 granted.append((now + wait, weights))
-        else:
+                # Nothing new before a pause ends (a weight below one token may land up
+                # to an interval early: see the README's note on pauses).
+                if a >= 1:
+                    assert now + wait >= paused_until - 1e-9
+        elif op == "withdraw":
             ahead = [i for i, (at, _) in enumerate(granted) if at > now]
             if ahead:
                 at, back = granted.pop(ahead[int(a) % len(ahead)])
                 states = give_back(algs, states, holes, now, back, at)
+        elif op == "refund":
+            made = [i for i, (at, _) in enumerate(granted) if at <= now]
+            # refund(tokens) does not say which grant it is for. A window takes it from
+            # its oldest grants, which is never less than the truth; a bucket cannot
+            # tell whether the grant's cost was already absorbed by a refill to
+            # capacity, nor a queue whose grant it shortens (see the CHANGELOG).
+            if made and all(isinstance(alg, WindowLog) for alg in algs):
+                i = made[int(a) % len(made)]
+                at, had = granted[i]
+                back = [min(b, n) for n in had]
+                states = give_back(algs, states, holes, now, back, None)
+                granted[i] = (at, [n - r for n, r in zip(had, back, strict=True)])
+        else:
+            paused_until = max(paused_until, now + a)
+            states = [alg.restrict(state, now, 0.0, now + a) for alg, state in zip(algs, states, strict=True)]
+            pause(holes, now + a)
         # What is still granted (made or promised) is what the limit allows.
         assert _replays(algs, granted)
 
@@ -100,7 +127,7 @@ def test_withdrawing_every_reservation_restores_the_state() -> None:
         shuffle = random.Random(seed)
         algs: list[Algorithm[Any]] = [Gcra(1.0, 10.0)]
         states = [algs[0].new_state()]
-        holes: list[Hole] = []
+        holes = Holes()
         reservations = []
         for _ in range(60):
             states, wait = reserve(algs, states, holes, 1_000.0, [1.0], 1e9)
@@ -109,7 +136,7 @@ def test_withdrawing_every_reservation_restores_the_state() -> None:
         shuffle.shuffle(withdrawn)
         for at in withdrawn:
             states = give_back(algs, states, holes, 1_000.0, [1.0], at)
-        assert holes == []
+        assert holes.items == []
         assert states[0] == pytest.approx(1_000.5)  # five grants' worth, as before
 
 
@@ -219,3 +246,87 @@ def test_wait_for_wastes_nothing_in_real_time(store: str, cls: type[Any], reques
     # Was a 5.3 s retry_after: now the next place is at most one interval away
     # (generous for a loaded machine).
     assert asyncio.run(scenario()) <= 0.3
+
+
+# -- found by trying to break it ------------------------------------------------------
+
+
+def test_a_hole_in_a_queue_is_used_one_grant_after_another(make: Make, clock: ManualClock) -> None:
+    # A withdrawn 5-token grant left a hole that five 1-token requests all took at
+    # the same instant: a burst of five from a limiter that promises none.
+    limiter = make(held(LeakyBucket), 10, 1)
+    held_time = held_clock(limiter)
+
+    async def scenario() -> list[float]:
+        first = await held_time.start(limiter.acquire_async())  # t=1000
+        heavy = await held_time.start(limiter.acquire_async(5))  # t=1001, leaks until 1006
+        behind = await held_time.start(limiter.acquire_async())  # t=1006
+        heavy.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await heavy
+        newcomers = [await held_time.start(limiter.acquire_async()) for _ in range(6)]
+        held_time.release()
+        await first, await behind
+        return [await task for task in newcomers]
+
+    # One a second through the hole, then behind the queue's end.
+    assert asyncio.run(scenario()) == pytest.approx([1.0, 2.0, 3.0, 4.0, 5.0, 7.0])
+
+
+def test_a_refund_in_a_composite_sees_a_grant_another_limit_delayed(make: Make, clock: ManualClock) -> None:
+    # The grant at t=1000.5 was set by the queue; the bucket alone thought nothing was
+    # pending and took the refund, and then granted 4 tokens within 0.5 s (3.5 allowed).
+    limiter = make(held(Composite), [LeakyBucket(4, 2), TokenBucket(3, 1)])
+    held_time = held_clock(limiter)
+
+    async def scenario() -> list[bool]:
+        assert await limiter.acquire_async([2, 1]) == 0.0  # t=1000, the queue busy until 1001
+        pending = await held_time.start(limiter.acquire_async([2, 1]))  # at t=1001
+        await limiter.refund_async([2, 1])
+        answers = [await limiter.try_acquire_async([0.5, 1]) for _ in range(3)]
+        pending.cancel()
+        return answers
+
+    granted = asyncio.run(scenario())
+    assert granted.count(True) <= 1  # the bucket had 1 token left, and keeps it
+
+
+@pytest.mark.parametrize("kind", list(SCENARIOS))
+def test_a_hole_is_not_a_way_through_a_pause(make: Make, clock: ManualClock, kind: str) -> None:
+    cls, args, kwargs = SCENARIOS[kind]()
+    limiter = make(held(cls), *args, **kwargs)
+    held_time = held_clock(limiter)
+
+    async def scenario() -> float:
+        tasks = [await held_time.start(limiter.acquire_async()) for _ in range(3)]
+        await limiter.feedback_async({"Retry-After": "10"}, status=429)
+        tasks[1].cancel()  # its place, before the pause ends, must not be handed on
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[1]
+        try:
+            newcomer = await held_time.start(limiter.acquire_async())
+        finally:
+            held_time.release()
+        return await newcomer
+
+    # Goes after the pause; or, for a queue whose pause reads as full, is refused.
+    try:
+        assert asyncio.run(scenario()) >= 10.0
+    except AcquireTimeout:
+        assert kind == "leaky_bucket"
+
+
+def test_a_refund_in_a_window_takes_from_the_oldest_grant(make: Make, clock: ManualClock) -> None:
+    # SlidingWindow(3, 1.5): grants at 1000 and 2 x 1000.5, one reserved for 1001.5.
+    # A refund of 0.5 at 1000.5 used to come out of the grants standing at 1000.5
+    # (another caller's), which let 3.5 tokens into (1000, 1001.5].
+    limiter = make(held(SlidingWindow), 3, 1.5)
+    assert limiter.try_acquire()
+    clock.advance(0.5)
+    assert limiter.try_acquire()
+    assert limiter.try_acquire()
+    assert limiter.acquire(timeout=1) == pytest.approx(1.0)  # reserved for 1001.5
+    limiter.refund(0.5)  # still at 1000.5
+    with pytest.raises(AcquireTimeout) as info:
+        limiter.acquire(0.5, timeout=1)
+    assert info.value.retry_after == pytest.approx(1.5)  # at 1002, when 1000.5 ages out

@@ -236,3 +236,43 @@ def test_pool_size_is_checked() -> None:
         RedisBackend(redis.Redis(), pool_size=2.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="pool_size must be an int >= 1, got -3"):
         RedisBackend.from_url(REDIS_URL, pool_size=-3)
+
+
+def test_after_a_stall_the_next_calls_reach_the_server_again(redis_client: redis.Redis) -> None:
+    # Found by trying: 2,000 tasks retrying on a backend, Redis stalled once for
+    # 0.7 s. Every waiter failed fast counted as a failure itself and failed the ones
+    # behind it, so with a queue that never emptied nothing reached the server again.
+    # The server here is private: CLIENT PAUSE stops every client of a server.
+    from servers import RedisServer
+
+    with RedisServer() as server:
+        admin = redis.Redis.from_url(server.url)
+        backend = RedisBackend.from_url(server.url)
+        limiter = TokenBucket(1e6, 1e6, backend=backend, name="stalled")
+        answered_after: list[float] = []
+
+        async def scenario() -> None:
+            began = time.monotonic()
+            stop = False
+
+            async def worker() -> None:
+                while not stop:
+                    try:
+                        await limiter.try_acquire_async()
+                        answered_after.append(time.monotonic() - began)
+                    except BackendUnavailable:
+                        await asyncio.sleep(0.01)
+
+            workers = [asyncio.create_task(worker()) for _ in range(2_000)]
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(admin.execute_command, "CLIENT", "PAUSE", "700", "ALL")
+            await asyncio.sleep(3.0)
+            stop = True
+            await asyncio.gather(*workers)
+            await backend.aclose()
+
+        asyncio.run(scenario())
+        admin.close()
+    # Answers resumed within a generous second of the stall ending (at about 1.2 s).
+    assert any(t > 2.2 for t in answered_after)
+    assert sum(1 for t in answered_after if t > 2.2) > 1_000

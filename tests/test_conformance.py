@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from ratelimit import RedisBackend
 from ratelimit._algorithm import Algorithm
 from ratelimit._gcra import Gcra
-from ratelimit._holes import Hole, give_back, reserve
+from ratelimit._holes import Holes, give_back, pause, reserve
 from ratelimit._leaky_bucket import LeakyQueue
 from ratelimit._redis import RedisGroupHandle, RedisHandle, key_for
 from ratelimit._sliding_window import WindowCounter, WindowLog
@@ -90,13 +90,15 @@ def test_script_matches_pure_step(
     now.value = 1_700_000_000.0  # epoch-sized times, as the server's TIME gives
     handle = RedisHandle(RedisBackend(client), alg, key_for(unique_name(), kind), now, None)
     states: list[Any] = [alg.new_state()]
-    holes: list[Hole] = []
+    holes = Holes()
     pending: list[tuple[float, float]] = []
     for dt, tokens, max_wait, back, restriction in scenario:
         now.value += dt
         if restriction is not None:
             remaining, seconds = restriction
             states = [alg.restrict(states[0], now.value, remaining, now.value + seconds)]
+            if remaining == 0:
+                pause(holes, now.value + seconds)
             handle.restrict(remaining, seconds)
         n = min(tokens, first)
         states, wait = reserve([alg], states, holes, now.value, [n], max_wait)
@@ -130,7 +132,7 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
     keys = [key_for(name, alg.kind, i) for i, alg in enumerate(algs)]
     handle = RedisGroupHandle(RedisBackend(client), algs, keys, now, None)
     states = [alg.new_state() for alg in algs]
-    holes: list[Hole] = []
+    holes = Holes()
     pending: list[tuple[float, Any]] = []
     for dt, tokens, max_wait, back, restriction in scenario:
         now.value += dt
@@ -140,6 +142,8 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
             states = [
                 alg.restrict(s, now.value, remaining, now.value + seconds) for alg, s in zip(algs, states, strict=True)
             ]
+            if remaining == 0:
+                pause(holes, now.value + seconds)
             handle.restrict(left, seconds)
         weights = [min(tokens, alg.most) for alg in algs]
         states, wait = reserve(algs, states, holes, now.value, weights, max_wait)

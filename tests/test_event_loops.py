@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import warnings
 
 import pytest
 import redis
@@ -155,3 +156,26 @@ def test_limiters_sharing_a_name_in_memory_must_share_a_clock() -> None:
     # Real time is one clock, however it is spelt.
     SlidingWindow(1, 1, backend=backend, name="real")
     SlidingWindow(1, 1, backend=backend, name="real", clock=SystemClock())
+
+
+def test_a_backend_forgets_event_loops_that_are_gone(redis_client: redis.Redis) -> None:
+    # Found by trying: every asyncio.run() left an entry (its loop, client and gate)
+    # for good, and loops closed without shutting down their async generators kept a
+    # pool of connections each until backend.close().
+    tag = unique_name("forget")
+    backend = RedisBackend.from_url(REDIS_URL, client_name=tag)
+    limiter = TokenBucket(1e6, 1e6, backend=backend, name=unique_name())
+    for _ in range(20):
+        assert asyncio.run(limiter.try_acquire_async())
+    assert len(backend._loops) == 0
+    with warnings.catch_warnings():
+        # Those loops' transports are closed by the garbage collector, which says so.
+        warnings.simplefilter("ignore", ResourceWarning)
+        for _ in range(5):
+            loop = asyncio.new_event_loop()
+            assert loop.run_until_complete(limiter.try_acquire_async())
+            loop.close()  # without shutdown_asyncgens
+        assert asyncio.run(limiter.try_acquire_async())  # a new loop forgets the closed ones
+        assert len(backend._loops) == 0
+        gc.collect()
+    assert _connections(redis_client, tag) == 0

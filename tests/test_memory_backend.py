@@ -103,3 +103,36 @@ def test_a_composite_s_members_never_collide_with_another_limiter_s_name() -> No
     # Two composites of one name do share, as two limiters of one name do.
     twin = Composite([TokenBucket(1, 1), LeakyBucket(1, 1)], backend=backend, name="x", clock=clock)
     assert not twin.try_acquire()
+
+
+def test_a_limiter_collected_during_a_sweep_does_not_break_it() -> None:
+    # Found by trying: a limiter's finaliser, run by the garbage collector in the
+    # middle of a sweep, started a second sweep that deleted entries from under the
+    # first (KeyError). A clock that collects garbage when read makes it happen here.
+    class CollectingClock(ManualClock):
+        armed = False
+
+        def now(self) -> float:
+            if self.armed:
+                self.armed = False
+                gc.collect()
+            return super().now()
+
+    clock = CollectingClock(100.0)
+    backend = MemoryBackend()
+    gc.disable()
+    try:
+        for i in range(5):
+            TokenBucket(5, 5, backend=backend, name=f"idle-{i}", clock=clock)
+        for i in range(5):
+            limiter = TokenBucket(5, 5, backend=backend, name=f"cycle-{i}", clock=clock)
+            cycle: list[object] = [limiter]
+            cycle.append(cycle)  # garbage only the collector frees
+        del limiter, cycle
+        backend._sweep_size = 0  # the finaliser's own sweep is due, as after the names doubled
+        clock.armed = True
+        dropped = backend.sweep()  # raised KeyError
+    finally:
+        gc.enable()
+    assert dropped + backend.sweep() == 10
+    assert len(backend) == 0
