@@ -22,13 +22,14 @@ own timeout.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import math
 import queue
 import sys
 import threading
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Literal, Protocol, TypeVar
@@ -127,14 +128,56 @@ class BackendStats:
     fell_back: int
 
 
+class _Turns:
+    """Turns to call the store on one event loop, first come first served.
+
+    ``asyncio.Semaphore`` would do, but costs an awaited coroutine on every call even
+    when a turn is free; here a free turn is taken without awaiting anything.
+    """
+
+    __slots__ = ("free", "waiting")
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+        self.waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def take_now(self) -> bool:
+        if self.free > 0 and not self.waiting:
+            self.free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        turn = asyncio.get_running_loop().create_future()
+        self.waiting.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.give()  # handed a turn as it was cancelled: pass it on
+            elif turn in self.waiting:  # give() may have dropped it already
+                self.waiting.remove(turn)
+            raise
+
+    def give(self) -> None:
+        while self.waiting:
+            turn = self.waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.free += 1
+
+
 class _Loop:
-    """What a backend keeps per event loop: its client and its turn-taking."""
+    """What a backend keeps per event loop: its client, its turn-taking, and the
+    deadlines of its calls (``watch``, for clients without a socket timeout)."""
 
-    __slots__ = ("client", "closer", "gate")
+    __slots__ = ("client", "closer", "gate", "watch")
 
-    def __init__(self, client: Any, gate: asyncio.Semaphore) -> None:
+    def __init__(self, client: Any, gate: _Turns, watch: _Watch | None) -> None:
         self.client = client
         self.gate = gate
+        self.watch = watch
         self.closer: AsyncGenerator[None, None] | None = None
 
 
@@ -149,43 +192,68 @@ async def _close_with_loop(client: Any, forget: Callable[[], None]) -> AsyncGene
         await client.aclose()
 
 
-#: A deadline whose timer fires this late (as a share of the deadline) found the event
-#: loop busy: the reply may have arrived unread, so the call is given more time, up to
+#: The watch ticks this often (as a share of the deadline); a tick this late (as a share
+#: of the deadline) found the event loop busy, and the lateness is not charged to the
+#: calls in flight: their replies may have arrived unread. Never more than
 #: _MOST_EXTENSIONS times the deadline in all.
+_TICK_SHARE = 0.25
 _LATE_SHARE = 0.1
 _MOST_EXTENSIONS = 20
 
 
-async def _within(call: Awaitable[T], seconds: float) -> T:
-    """``await call``, cancelled with ``redis.exceptions.TimeoutError`` once ``seconds``
-    have passed while the event loop was free to take its reply."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    started = loop.time()
-    expired = False
-    timer: asyncio.TimerHandle
+class _Watch:
+    """The deadline of every script call in flight on one event loop, kept by one timer.
 
-    def check(due: float) -> None:
-        nonlocal timer, expired
-        now = loop.time()
-        if now - due > seconds * _LATE_SHARE and now - started < seconds * _MOST_EXTENSIONS:
-            timer = loop.call_at(now + seconds / 2, check, now + seconds / 2)
-            return
-        expired = True
-        task.cancel()
+    A call is cancelled (and reported as ``redis.exceptions.TimeoutError``) once
+    ``seconds`` have passed while the loop was free to take its reply. A timer per
+    call would cost more than the rest of the call's client side; this one ticks only
+    while calls are in flight.
+    """
 
-    timer = loop.call_at(started + seconds, check, started + seconds)
-    try:
-        return await call
-    except asyncio.CancelledError:
-        if not expired:
-            raise
+    __slots__ = ("busy", "calls", "expired", "loop", "seconds", "timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        self.loop = loop
+        self.seconds = seconds
+        #: Each call's task: when it started, and ``busy`` then.
+        self.calls: dict[asyncio.Task[Any], tuple[float, float]] = {}
+        self.expired: set[asyncio.Task[Any]] = set()
+        #: Seconds the loop has been too busy to keep time, in all.
+        self.busy = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+
+    def start(self, task: asyncio.Task[Any]) -> None:
+        self.calls[task] = (self.loop.time(), self.busy)
+        if self.timer is None:
+            self._arm()
+
+    def _arm(self) -> None:
+        due = self.loop.time() + self.seconds * _TICK_SHARE
+        self.timer = self.loop.call_at(due, self._tick, due)
+
+    def _tick(self, due: float) -> None:
+        now = self.loop.time()
+        late = now - due
+        if late > self.seconds * _LATE_SHARE:
+            self.busy += late
+        for task, (began, busy) in list(self.calls.items()):
+            waited = now - began
+            if waited - (self.busy - busy) > self.seconds or waited > self.seconds * _MOST_EXTENSIONS:
+                del self.calls[task]
+                self.expired.add(task)
+                task.cancel()
+        self.timer = None
+        if self.calls:
+            self._arm()
+
+    def timed_out(self, task: asyncio.Task[Any]) -> bool:
+        """Whether ``task`` was cancelled by this watch (and forget it)."""
+        if task not in self.expired:
+            return False
+        self.expired.discard(task)
         if sys.version_info >= (3, 11):
             task.uncancel()
-        raise redis.exceptions.TimeoutError(f"no reply from Redis within {seconds:g} s") from None
-    finally:
-        timer.cancel()
+        return True
 
 
 class RedisBackend:
@@ -334,17 +402,15 @@ class RedisBackend:
         """The synchronous client (``None`` if this backend wraps an asyncio client)."""
         return self._sync_client
 
-    async def _loop(self) -> _Loop:
-        loop = asyncio.get_running_loop()
-        state = self._loops.get(loop)
-        if state is not None:
-            return state
+    async def _attach(self, loop: asyncio.AbstractEventLoop) -> _Loop:
+        """This backend's state for ``loop``, made on its first call there."""
         made = self._async_factory() if self._async_factory is not None else None
         with self._lock:
             self._forget_closed_loops()
             state = self._loops.get(loop)
             if state is None:
-                state = _Loop(made or self._async_client, asyncio.Semaphore(self.pool_size))
+                watch = None if self._deadline is None else _Watch(loop, self._deadline)
+                state = _Loop(made or self._async_client, _Turns(self.pool_size), watch)
                 self._loops[loop] = state
                 made, closer = None, state
             else:
@@ -467,22 +533,29 @@ class RedisBackend:
         if self._sync_client is not None and self._async_factory is None:
             # A synchronous client only: keep the event loop free while it blocks.
             return await asyncio.to_thread(self.run, script, keys, args)
-        state = await self._loop()
+        loop = asyncio.get_running_loop()
+        state = self._loops.get(loop) or await self._attach(loop)
         gate = state.gate
-        outages = self._outages
-        if gate.locked():
-            await gate.acquire()
+        if not gate.take_now():
+            outages = self._outages
+            await gate.take()
             if (outage := self._outage_seen(outages)) is not None:
-                gate.release()
+                gate.give()
                 raise outage
-        else:
-            await gate.acquire()
+        watch = state.watch
+        task = asyncio.current_task()
+        if watch is not None and task is not None:
+            watch.start(task)
         try:
             started = None
             while True:
                 try:
-                    call = script.call_async(state.client, keys, args)
-                    return await (call if self._deadline is None else _within(call, self._deadline))
+                    return await script.call_async(state.client, keys, args)
+                except asyncio.CancelledError:
+                    if watch is None or task is None or not watch.timed_out(task):
+                        raise
+                    error = redis.exceptions.TimeoutError(f"no reply from Redis within {watch.seconds:g} s")
+                    raise self._unavailable(error) from error
                 except redis.exceptions.MaxConnectionsError:
                     started = started or time.monotonic()
                     await asyncio.sleep(self._pool_full(started))
@@ -491,7 +564,9 @@ class RedisBackend:
                         raise  # a bug (in a script, in the deployment): not for the failure policy
                     raise self._unavailable(exc) from exc
         finally:
-            gate.release()
+            if watch is not None and task is not None:
+                watch.calls.pop(task, None)
+            gate.give()
 
     def count_fallback(self, policy: OnUnavailable) -> None:
         """Count one decision made without the store, under ``policy``."""

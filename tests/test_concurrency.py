@@ -276,3 +276,25 @@ def test_after_a_stall_the_next_calls_reach_the_server_again(redis_client: redis
     # Answers resumed within a generous second of the stall ending (at about 1.2 s).
     assert any(t > 2.2 for t in answered_after)
     assert sum(1 for t in answered_after if t > 2.2) > 1_000
+
+
+def test_tasks_cancelled_while_waiting_for_a_turn_leave_every_turn_usable(redis_client: redis.Redis) -> None:
+    # 2,000 tasks queue for 2 turns; half are cancelled while they wait (or just as
+    # a turn is handed to them). The rest, and everyone after, still get answers.
+    backend = RedisBackend.from_url(REDIS_URL, pool_size=2)
+    limiter = TokenBucket(1e6, 1e6, backend=backend, name=unique_name())
+
+    async def scenario() -> tuple[int, int]:
+        tasks = [asyncio.create_task(limiter.try_acquire_async()) for _ in range(2_000)]
+        await asyncio.sleep(0)
+        for task in tasks[1::2]:
+            task.cancel()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        after = await asyncio.gather(*(limiter.try_acquire_async() for _ in range(100)))
+        await backend.aclose()
+        return sum(1 for r in done if r is True), sum(after)
+
+    answered, after = asyncio.run(scenario())
+    assert answered >= 1_000
+    assert after == 100
+    assert backend.stats().failures == 0
