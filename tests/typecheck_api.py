@@ -91,6 +91,23 @@ def constructors() -> None:
     _ = (capacity, refill, leak, limit, seconds, approximate, name, its_clock, failures, llm)
 
 
+def backends() -> None:
+    with RedisBackend.from_url("redis://redis:6379/0", pool_size=32) as backend:
+        in_flight: int = backend.pool_size
+        TokenBucket(20, 1000 / 60, backend=backend, name="geocode").acquire()
+    memory = MemoryBackend()
+    dropped: int = memory.sweep()
+    names: int = len(memory)
+    RedisBackend.from_url("redis://redis:6379/0", pool_size="16")  # type: ignore[arg-type]
+    _ = (in_flight, dropped, names)
+
+
+async def backends_async() -> None:
+    async with RedisBackend.from_url("redis://redis:6379/0") as backend:
+        await TokenBucket(20, 1000 / 60, backend=backend, name="geocode").acquire_async()
+    await backend.aclose()
+
+
 def time_now() -> float:
     return 0.0
 
