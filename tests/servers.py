@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,7 @@ from types import TracebackType
 
 import redis
 
-__all__ = ["RedisCluster", "RedisServer", "free_port"]
+__all__ = ["RedisCluster", "RedisServer", "SilentServer", "free_port"]
 
 HOST = "127.0.0.1"
 
@@ -197,3 +198,39 @@ class RedisCluster:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
+
+
+class SilentServer:
+    """A listener on loopback that accepts connections and never answers: a hung Redis,
+    the worst kind of dead server."""
+
+    def __init__(self, backlog: int = 256) -> None:
+        self._listener = socket.socket()
+        self._listener.bind((HOST, 0))
+        self._listener.listen(backlog)
+        self._accepted: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self._listener.getsockname()[1]}/0"
+
+    def _accept(self) -> None:
+        self._listener.settimeout(0.05)
+        while not self._stop.is_set():
+            try:
+                self._accepted.append(self._listener.accept()[0])
+            except OSError:
+                continue
+
+    def __enter__(self) -> SilentServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join()
+        for conn in self._accepted:
+            conn.close()
+        self._listener.close()

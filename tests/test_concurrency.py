@@ -10,7 +10,6 @@ granted 910, and 150 threads 28, because redis-py's pool (100 connections) raise
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import redis
 from ratelimit import AcquireTimeout, BackendUnavailable, Composite, RedisBackend, SlidingWindow, TokenBucket
 
 from conftest import REDIS_URL, unique_name
+from servers import RedisServer, SilentServer
 
 pytestmark = pytest.mark.redis
 
@@ -160,36 +160,15 @@ def test_a_pool_full_because_of_other_code_is_waited_out(redis_client: redis.Red
 
 
 @pytest.fixture
-def silent_server() -> Iterator[int]:
-    """A listener that accepts connections and never answers: a hung Redis."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(256)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.05)
-        while not stop.is_set():
-            try:
-                accepted.append(listener.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield listener.getsockname()[1]
-    stop.set()
-    thread.join()
-    for conn in accepted:
-        conn.close()
-    listener.close()
+def silent_server() -> Iterator[str]:
+    with SilentServer() as silent:
+        yield silent.url
 
 
-def test_callers_queued_behind_a_hung_server_fail_together(silent_server: int) -> None:
+def test_callers_queued_behind_a_hung_server_fail_together(silent_server: str) -> None:
     # 100 threads, 2 connections, a server that never answers: the first two time
     # out (0.5 s each); the 98 queued behind them fail at once, not 49 timeouts later.
-    backend = RedisBackend.from_url(f"redis://127.0.0.1:{silent_server}/0", pool_size=2)
+    backend = RedisBackend.from_url(silent_server, pool_size=2)
     limiter = TokenBucket(CAPACITY, SLOW, backend=backend, name="hung")
     errors: list[BaseException] = []
     start = threading.Barrier(100)
@@ -214,8 +193,8 @@ def test_callers_queued_behind_a_hung_server_fail_together(silent_server: int) -
     backend.close()
 
 
-def test_asyncio_callers_queued_behind_a_hung_server_fail_together(silent_server: int) -> None:
-    backend = RedisBackend.from_url(f"redis://127.0.0.1:{silent_server}/0", pool_size=2)
+def test_asyncio_callers_queued_behind_a_hung_server_fail_together(silent_server: str) -> None:
+    backend = RedisBackend.from_url(silent_server, pool_size=2)
     limiter = TokenBucket(CAPACITY, SLOW, backend=backend, name="hung")
 
     async def scenario() -> list[BaseException | bool]:
@@ -243,8 +222,6 @@ def test_after_a_stall_the_next_calls_reach_the_server_again(redis_client: redis
     # 0.7 s. Every waiter failed fast counted as a failure itself and failed the ones
     # behind it, so with a queue that never emptied nothing reached the server again.
     # The server here is private: CLIENT PAUSE stops every client of a server.
-    from servers import RedisServer
-
     with RedisServer() as server:
         admin = redis.Redis.from_url(server.url)
         backend = RedisBackend.from_url(server.url)

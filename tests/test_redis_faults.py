@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
-import threading
 import time
 from collections.abc import Iterator
 
@@ -30,7 +28,7 @@ from ratelimit import (
 from ratelimit._redis import key_for
 
 from conftest import unique_name
-from servers import RedisServer
+from servers import RedisServer, SilentServer
 
 pytestmark = pytest.mark.redis
 
@@ -132,36 +130,12 @@ def test_async_path_raises_quickly_on_a_dead_server(server: RedisServer) -> None
 
 
 def test_a_server_that_never_answers_times_out_instead_of_hanging() -> None:
-    # A listener that accepts and then says nothing: the worst kind of dead server.
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                accepted.append(listener.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        port = listener.getsockname()[1]
-        limiter = TokenBucket(5, 1, backend=RedisBackend.from_url(f"redis://127.0.0.1:{port}/0"), name="mute")
+    with SilentServer() as silent:
+        limiter = TokenBucket(5, 1, backend=RedisBackend.from_url(silent.url), name="mute")
         started = time.monotonic()
         with pytest.raises(BackendUnavailable):
             limiter.acquire()
         assert time.monotonic() - started < GIVES_UP_WITHIN
-    finally:
-        stop.set()
-        thread.join()
-        for conn in accepted:
-            conn.close()
-        listener.close()
 
 
 def test_script_flush_mid_run_reloads_transparently(redis_client: redis.Redis) -> None:
