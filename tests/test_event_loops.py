@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import time
 import warnings
 
 import pytest
@@ -33,8 +34,15 @@ from conftest import REDIS_URL, unique_name
 pytestmark = pytest.mark.redis
 
 
-def _connections(redis_client: redis.Redis, tag: str) -> int:
-    return sum(1 for client in redis_client.client_list() if client.get("name") == tag)
+def _connections(redis_client: redis.Redis, tag: str, settled_at: int | None = None) -> int:
+    """Connections named ``tag``; with ``settled_at``, waits (at most 2 s) for the count
+    to reach it: the server notices a closed socket on its next turn, not at once."""
+    deadline = time.monotonic() + 2
+    while True:
+        count = sum(1 for client in redis_client.client_list() if client.get("name") == tag)
+        if settled_at is None or count == settled_at or time.monotonic() > deadline:
+            return count
+        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("policy", ["raise", "allow"])
@@ -48,7 +56,7 @@ def test_one_backend_serves_one_event_loop_after_another(redis_client: redis.Red
     # Each loop's client closed with its loop: no connection left open, and no
     # unclosed transport for the garbage collector to warn about (warnings are errors).
     gc.collect()
-    assert _connections(redis_client, tag) == 0
+    assert _connections(redis_client, tag, settled_at=0) == 0
 
 
 def test_event_loops_in_several_threads_at_once(redis_client: redis.Redis) -> None:
@@ -86,13 +94,13 @@ def test_context_managers_release_the_connections(redis_client: redis.Redis) -> 
     with RedisBackend.from_url(REDIS_URL, client_name=tag) as backend:
         assert TokenBucket(1, 1, backend=backend, name=unique_name()).try_acquire()
         assert _connections(redis_client, tag) == 1
-    assert _connections(redis_client, tag) == 0
+    assert _connections(redis_client, tag, settled_at=0) == 0
 
     async def scenario() -> int:
         async with RedisBackend.from_url(REDIS_URL, client_name=tag) as backend:
             assert await TokenBucket(1, 1, backend=backend, name=unique_name()).try_acquire_async()
             during = _connections(redis_client, tag)
-        assert _connections(redis_client, tag) == 0
+        assert _connections(redis_client, tag, settled_at=0) == 0
         return during
 
     assert asyncio.run(scenario()) == 1
@@ -178,4 +186,4 @@ def test_a_backend_forgets_event_loops_that_are_gone(redis_client: redis.Redis) 
         assert asyncio.run(limiter.try_acquire_async())  # a new loop forgets the closed ones
         assert len(backend._loops) == 0
         gc.collect()
-    assert _connections(redis_client, tag) == 0
+    assert _connections(redis_client, tag, settled_at=0) == 0
