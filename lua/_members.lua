@@ -100,19 +100,22 @@ local function reserve_members(members, holes, now, max_wait)
   -- The common path has no holes at all: EXISTS is the cheapest way to learn it
   -- (about 0.5 us in a ~20 us script). Read by rank, then drop past holes (they sort
   -- first) only if there are any.
+  -- One entry more than the scan: the pause, if any, is among them and is no hole.
   local found = {}
   if redis.call('EXISTS', holes) == 1 then
-    found = redis.call('ZRANGE', holes, 0, HOLE_SCAN - 1, 'WITHSCORES')
+    found = redis.call('ZRANGE', holes, 0, HOLE_SCAN, 'WITHSCORES')
   end
   local hole = nil
   if #found > 0 and tonumber(found[2]) < now - EPSILON then
     redis.call('ZREMRANGEBYSCORE', holes, '-inf', '(' .. fmt(now - EPSILON))
-    found = redis.call('ZRANGE', holes, 0, HOLE_SCAN - 1, 'WITHSCORES')
+    found = redis.call('ZRANGE', holes, 0, HOLE_SCAN, 'WITHSCORES')
   end
-  if #found > 0 then
-    for i = 1, #found, 2 do
-      local have = {}
-      if found[i] ~= 'pause' then have = hole_tokens(found[i]) end
+  local scanned = 0
+  for i = 1, #found, 2 do
+    if found[i] ~= 'pause' then
+      scanned = scanned + 1
+      if scanned > HOLE_SCAN then break end
+      local have = hole_tokens(found[i])
       if hole_fits(have, members) then
         hole = {member = found[i], at = tonumber(found[i + 1]), have = have}
         break
@@ -197,15 +200,21 @@ local function give_back_members(members, holes, now, tokens, at)
   cancel_all(members, now, tokens, at)
   while true do
     local member, hole_at = last_hole(holes)
-    if member == nil then return end
+    if member == nil then break end
     if hole_at < now - EPSILON then
       -- sorted: every hole is past (and so is any pause before them)
       redis.call('ZREMRANGEBYSCORE', holes, '-inf', fmt(hole_at))
-      return
+      break
     end
     local left = hole_tokens(member)
-    if not tail_all(members, left, hole_at) then return end
+    if not tail_all(members, left, hole_at) then break end
     redis.call('ZREM', holes, member)
     cancel_all(members, now, left, hole_at)
+  end
+  if paused > now then
+    -- See give_back in _holes.py: rolled back, the state must hold the pause itself.
+    for _, m in ipairs(members) do
+      m.state = m.alg.restrict(m.self, m.state, now, 0.0, paused)
+    end
   end
 end

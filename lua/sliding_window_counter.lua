@@ -127,7 +127,10 @@ function sliding_window_counter.save(self, state, now)
   if state[1] == -math.huge then return end
   redis.call('HSET', self.key, 'index', fmt(state[1]), 'previous', fmt(state[2]),
              'current', fmt(state[3]), 'last', fmt(state[4]))
-  expire_after(self.key, (state[1] + 2) * self.window - now)
+  -- A pause is held in `last`, which can reach past the counted windows.
+  local fresh = (state[1] + 2) * self.window
+  if state[4] > fresh then fresh = state[4] end
+  expire_after(self.key, fresh - now)
 end
 
 -- See WindowCounter.tail / WindowCounter.cancel.

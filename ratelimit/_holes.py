@@ -207,4 +207,8 @@ def give_back(
             break
         items.pop()
         states = _cancel(algs, states, now, left, hole_at)
+    if holes.paused_until > now:
+        # The withdrawn grants may be what made the state stricter than the pause, and
+        # it was left alone then: rolled back, it must hold the pause on its own.
+        states = [alg.restrict(state, now, 0.0, holes.paused_until) for alg, state in zip(algs, states, strict=True)]
     return states

@@ -192,12 +192,13 @@ async def _close_with_loop(client: Any, forget: Callable[[], None]) -> AsyncGene
         await client.aclose()
 
 
-#: The watch ticks this often (as a share of the deadline); a tick this late (as a share
-#: of the deadline) found the event loop busy, and the lateness is not charged to the
-#: calls in flight: their replies may have arrived unread. Never more than
-#: _MOST_EXTENSIONS times the deadline in all.
+#: The watch ticks this often (as a share of the deadline). A tick this late (as a share
+#: of the deadline) found the event loop busy, and the whole time since the tick before
+#: is not charged to the calls in flight: how much of it the loop was free cannot be
+#: told, and their replies may have arrived unread. Never more than _MOST_EXTENSIONS
+#: times the deadline in all.
 _TICK_SHARE = 0.25
-_LATE_SHARE = 0.1
+_LATE_SHARE = 0.02
 _MOST_EXTENSIONS = 20
 
 
@@ -210,7 +211,7 @@ class _Watch:
     while calls are in flight.
     """
 
-    __slots__ = ("busy", "calls", "expired", "loop", "seconds", "timer")
+    __slots__ = ("busy", "calls", "expired", "loop", "seconds", "ticked", "timer")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
         self.loop = loop
@@ -220,6 +221,7 @@ class _Watch:
         self.expired: set[asyncio.Task[Any]] = set()
         #: Seconds the loop has been too busy to keep time, in all.
         self.busy = 0.0
+        self.ticked = 0.0
         self.timer: asyncio.TimerHandle | None = None
 
     def start(self, task: asyncio.Task[Any]) -> None:
@@ -228,14 +230,14 @@ class _Watch:
             self._arm()
 
     def _arm(self) -> None:
-        due = self.loop.time() + self.seconds * _TICK_SHARE
+        self.ticked = self.loop.time()
+        due = self.ticked + self.seconds * _TICK_SHARE
         self.timer = self.loop.call_at(due, self._tick, due)
 
     def _tick(self, due: float) -> None:
         now = self.loop.time()
-        late = now - due
-        if late > self.seconds * _LATE_SHARE:
-            self.busy += late
+        if now - due > self.seconds * _LATE_SHARE:
+            self.busy += now - self.ticked
         for task, (began, busy) in list(self.calls.items()):
             waited = now - began
             if waited - (self.busy - busy) > self.seconds or waited > self.seconds * _MOST_EXTENSIONS:
@@ -247,13 +249,12 @@ class _Watch:
             self._arm()
 
     def timed_out(self, task: asyncio.Task[Any]) -> bool:
-        """Whether ``task`` was cancelled by this watch (and forget it)."""
+        """Whether ``task`` was cancelled by this watch alone (and forget it). Cancelled
+        by someone else as well, the cancellation is theirs to see."""
         if task not in self.expired:
             return False
         self.expired.discard(task)
-        if sys.version_info >= (3, 11):
-            task.uncancel()
-        return True
+        return not (sys.version_info >= (3, 11) and task.uncancel() > 0)
 
 
 class RedisBackend:

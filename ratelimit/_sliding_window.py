@@ -283,7 +283,9 @@ class WindowCounter:
         return at
 
     def idle_until(self, state: CounterState) -> float:
-        return (state[0] + 2) * self.window
+        # A pause is held in `last`, which can reach past the counted windows.
+        fresh = (state[0] + 2) * self.window
+        return fresh if fresh > state[3] else state[3]
 
     def restrict(self, state: CounterState, now: float, remaining: float, until: float) -> CounterState:
         # Approximate, as this variant is: a placeholder grant now brings the estimate

@@ -330,3 +330,44 @@ def test_a_refund_in_a_window_takes_from_the_oldest_grant(make: Make, clock: Man
     with pytest.raises(AcquireTimeout) as info:
         limiter.acquire(0.5, timeout=1)
     assert info.value.retry_after == pytest.approx(1.5)  # at 1002, when 1000.5 ages out
+
+
+@pytest.mark.parametrize("cls", [TokenBucket, SlidingWindow])
+def test_withdrawing_after_a_pause_does_not_undo_it(make: Make, clock: ManualClock, cls: type[Any]) -> None:
+    # Found by trying: the waiter behind the pause was what made the state stricter
+    # than the pause; withdrawn (its wait_for timing out), the rolled-back state let
+    # a request out at t+1, inside a 4 s pause.
+    limiter = make(held(cls), 5, 1 if cls is TokenBucket else 5)
+    held_time = held_clock(limiter)
+
+    async def scenario() -> float:
+        for _ in range(5):
+            assert await limiter.try_acquire_async()
+        heavy = await held_time.start(limiter.acquire_async(5))
+        await limiter.feedback_async({"Retry-After": "4"}, status=429)
+        heavy.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await heavy
+        newcomer = await held_time.start(limiter.acquire_async())
+        held_time.release()
+        return await newcomer
+
+    assert asyncio.run(scenario()) >= 4.0
+
+
+def test_an_approximate_window_keeps_a_pause_longer_than_its_windows(make: Make, clock: ManualClock) -> None:
+    # Found by trying: the state's expiry (and idleness in memory) counted only its
+    # windows, so a 30 s pause on a 1 s window was forgotten after about 3 s.
+    limiter = make(SlidingWindow, 2, 1, approximate=True)
+    assert limiter.try_acquire()
+    assert limiter.try_acquire()
+    limiter.feedback({"Retry-After": "30"}, status=429)
+    clock.advance(3.5)
+    backend = limiter.backend
+    if isinstance(backend, MemoryBackend):
+        backend.sweep()
+    assert not limiter.try_acquire()
+    again = SlidingWindow(2, 1, approximate=True, backend=backend, name=limiter.name, clock=clock)
+    assert not again.try_acquire()
+    clock.advance(27)
+    assert again.try_acquire()

@@ -275,3 +275,68 @@ def test_tasks_cancelled_while_waiting_for_a_turn_leave_every_turn_usable(redis_
     assert answered >= 1_000
     assert after == 100
     assert backend.stats().failures == 0
+
+
+def test_a_cpu_busy_event_loop_is_not_an_unavailable_server(redis_client: redis.Redis) -> None:
+    # Found by trying: 500 tasks on a loop whose other work took 45-200 ms between
+    # turns got "no reply" errors from a healthy server, each failing the queue behind
+    # it: a tick that ran late was charged all but its lateness.
+    backend = RedisBackend.from_url(REDIS_URL)
+    limiter = TokenBucket(1e6, 1e6, backend=backend, name=unique_name())
+    answered = 0
+
+    async def scenario() -> None:
+        nonlocal answered
+        stop = False
+
+        async def worker() -> None:
+            nonlocal answered
+            while not stop:
+                await limiter.acquire_async()
+                answered += 1
+
+        async def hog() -> None:
+            while not stop:
+                time.sleep(0.01)  # noqa: ASYNC251 -- CPU work that does not yield: 0.2 s per turn of 20
+                await asyncio.sleep(0)
+
+        tasks = [asyncio.create_task(worker()) for _ in range(500)]
+        tasks += [asyncio.create_task(hog()) for _ in range(20)]
+        await asyncio.sleep(3)
+        stop = True
+        await asyncio.gather(*tasks)
+        await backend.aclose()
+
+    asyncio.run(scenario())
+    assert answered > 0
+    assert backend.stats().failures == 0
+
+
+def test_a_cancellation_that_meets_a_deadline_is_not_swallowed() -> None:
+    # Found by trying: cancelled by its owner in the same turn as its call timed out,
+    # a task saw BackendUnavailable and kept its cancellation pending for ever.
+    from ratelimit._redis import _Watch
+
+    async def scenario() -> str:
+        loop = asyncio.get_running_loop()
+        watch = _Watch(loop, 0.5)
+        forever: asyncio.Future[None] = loop.create_future()
+
+        async def call() -> str:
+            task = asyncio.current_task()
+            assert task is not None
+            watch.start(task)
+            try:
+                await forever
+            except asyncio.CancelledError:
+                return "timed out" if watch.timed_out(task) else "cancelled"
+            return "answered"
+
+        task = asyncio.create_task(call())
+        await asyncio.sleep(0)
+        watch.calls[task] = (loop.time() - 1, watch.busy)  # its deadline has passed
+        watch._tick(loop.time())  # on time: the watch cancels it
+        task.cancel()  # and so does its owner, in the same turn
+        return await task
+
+    assert asyncio.run(scenario()) == "cancelled"
