@@ -111,8 +111,9 @@ def _check_the_rate_holds(report: dict[str, Any]) -> None:
     # One script call per acquire: every grant, and each caller's last acquire, refused
     # at once because its grant would have come after the end of the run; plus, on a
     # server that has not seen the script yet, one EVAL after a refused EVALSHA in each
-    # process that got there first.
-    assert 0 <= report["round_trips"] - report["acquires"] <= 2
+    # thread whose first call went out before any load had landed (2 processes x 4
+    # threads at most; 4 were seen on a fresh Cluster, before and after issue 10).
+    assert 0 <= report["round_trips"] - report["acquires"] <= 2 * 4
     assert report["acquires"] - report["grants"] <= 8
     assert report["fairness"]["jain"] > 0.95
     assert report["cpu_per_grant_seconds"] > 0
