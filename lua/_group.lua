@@ -13,7 +13,8 @@
 --
 -- Returns as the single-limiter driver does. Mirrors MemoryGroupHandle in
 -- ratelimit/_memory.py: every member plans; the grant happens at the latest of their
--- times, or nowhere; the group's holes are kept beside its first member's key.
+-- times, or nowhere; the group's holes are kept beside its first member's key, at
+-- <KEYS[1]>:holes:<algorithm>,<algorithm>,... (one set per list of algorithms).
 
 local ALGORITHMS = {
   token_bucket = token_bucket,
@@ -41,7 +42,11 @@ local function save_all(only_dirty)
   end
 end
 
-local holes = KEYS[1] .. ':holes'
+-- Composites of one name share their limits' states; a hole, though, is paid for by
+-- every limit of the composite that left it: one set of holes per list of algorithms.
+local kinds = {}
+for i = 1, #KEYS do kinds[i] = ARGV[4 + (i - 1) * 4] end
+local holes = KEYS[1] .. ':holes:' .. table.concat(kinds, ',')
 
 if op == 'reserve' then
   local max_wait = math.huge

@@ -41,15 +41,17 @@ def _domain(clock: Clock | None) -> Clock | None:
 
 
 class _Slot:
-    """One limiter's state, the lock that serialises decisions on it, and its holes."""
+    """One limiter's state, the lock that serialises decisions on it, and its holes
+    (for a composite's first limit: the composite's, one set per list of algorithms)."""
 
-    __slots__ = ("alg", "domain", "holes", "lock", "now", "state", "users")
+    __slots__ = ("alg", "domain", "group_holes", "holes", "lock", "now", "state", "users")
 
     def __init__(self, alg: Algorithm[Any], clock: Clock | None) -> None:
         self.lock = threading.Lock()
         self.alg = alg
         self.state = alg.new_state()
         self.holes = _holes.Holes()
+        self.group_holes: dict[tuple[str, ...], _holes.Holes] = {}
         self.domain = _domain(clock)
         self.now: Callable[[], float] = (clock or SystemClock()).now
         self.users = 0
@@ -242,17 +244,21 @@ class MemoryHandle:
 
 class MemoryGroupHandle:
     """Several limits decided together, all-or-nothing. The group's holes are kept
-    with its first limit's state."""
+    with its first limit's state, apart for each list of algorithms."""
 
     suspends = False
 
-    __slots__ = ("__weakref__", "_algs", "_locks", "_now", "_slots", "tally")
+    __slots__ = ("__weakref__", "_algs", "_holes", "_locks", "_now", "_slots", "tally")
 
     def __init__(self, algs: Sequence[Algorithm[Any]], slots: Sequence[_Slot], clock: Clock) -> None:
         self.tally: Tally | None = None
         self._algs = tuple(algs)
         self._slots = tuple(slots)
         self._now = clock.now
+        # Composites of one name share their limits' states; a hole, though, is paid
+        # for by every limit of the composite that left it, so only one made of the
+        # same algorithms may take it.
+        self._holes = self._slots[0].group_holes.setdefault(tuple(alg.kind for alg in algs), _holes.Holes())
         # One global order (by identity) so that two composites over shared slots
         # never deadlock.
         self._locks = tuple(slot.lock for slot in sorted(self._slots, key=id))
@@ -264,7 +270,7 @@ class MemoryGroupHandle:
             lock.acquire()
         try:
             now = self._now()
-            states = change(now, [slot.state for slot in self._slots], self._slots[0].holes)
+            states = change(now, [slot.state for slot in self._slots], self._holes)
             for slot, state in zip(self._slots, states, strict=True):
                 slot.state = state
         finally:

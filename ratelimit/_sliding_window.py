@@ -132,18 +132,25 @@ class WindowLog:
         return not entries or at >= entries[-1][0] - EPSILON
 
     def cancel(self, state: Log, now: float, tokens: float, at: float) -> Log:
-        # Grants at one time share an entry: the newest, as this one is the last.
+        # The withdrawn grant is among the entries at the newest time (a restriction's
+        # placeholder may stand there too): take its tokens from them together and
+        # keep what is left as one entry, as the script does with its members.
         entries = state.entries
-        if entries and entries[-1][0] >= at - EPSILON:
-            newest = entries[-1]
-            taken = min(tokens, newest[1])
-            newest[1] -= taken
-            state.total -= taken
-            if newest[1] <= EPSILON:
-                state.total -= newest[1]
-                entries.pop()
-            if not entries:
-                state.total = 0.0
+        if not entries or entries[-1][0] < at - EPSILON:
+            return state
+        newest = entries[-1][0]
+        held = 0.0
+        while entries and entries[-1][0] == newest:
+            held += entries.pop()[1]
+        taken = min(tokens, held)
+        left = held - taken
+        state.total -= taken
+        if left <= EPSILON:
+            state.total -= left
+        else:
+            entries.append([newest, left])
+        if not entries:
+            state.total = 0.0
         return state
 
     def latest(self, state: Log) -> float:

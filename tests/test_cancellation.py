@@ -371,3 +371,32 @@ def test_an_approximate_window_keeps_a_pause_longer_than_its_windows(make: Make,
     assert not again.try_acquire()
     clock.advance(27)
     assert again.try_acquire()
+
+
+def test_a_hole_is_only_for_a_composite_of_the_same_algorithms(make: Make, clock: ManualClock) -> None:
+    # Found by trying: two composites of one name share their first limit's state, and
+    # a place A gave up was taken by B, whose queue had never paid for it: B's grants
+    # came 1 s apart where LeakyBucket(1, 0.5) needs 2 s.
+    name = unique_name()
+    a = make(held(Composite), [TokenBucket(1, 1), SlidingWindow(10, 1)], name=name)
+    b = make(Composite, [TokenBucket(1, 1), LeakyBucket(1, 0.5)], name=name, clock=a.clock)
+    held_time = held_clock(a)
+
+    async def scenario() -> tuple[float, float]:
+        first = await b.acquire_async()  # t=1000, on B's queue
+        given_up = await held_time.start(a.acquire_async())  # t=1001
+        behind = await held_time.start(a.acquire_async())  # t=1002
+        given_up.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await given_up
+        attempt = await held_time.start(b.acquire_async(timeout=1.5))
+        held_time.release()
+        await behind
+        try:
+            return first, -(await attempt)  # granted (the withdrawn place): negative
+        except AcquireTimeout as exc:
+            return first, exc.retry_after
+
+    first, needed = asyncio.run(scenario())
+    assert first == 0.0
+    assert needed >= 2.0  # refused: B's queue has room at t=1002, not the place at t=1001
