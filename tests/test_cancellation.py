@@ -106,7 +106,8 @@ def test_what_stays_granted_never_exceeds_the_limit(kind: str, ops: list[tuple[s
             # refund(tokens) does not say which grant it is for. A window takes it from
             # its oldest grants, which is never less than the truth; a bucket cannot
             # tell whether the grant's cost was already absorbed by a refill to
-            # capacity, nor a queue whose grant it shortens (see the CHANGELOG).
+            # capacity, nor a queue whose grant it shortens: that needs refunds that name
+            # their grant.
             if made and all(isinstance(alg, WindowLog) for alg in algs):
                 i = made[int(a) % len(made)]
                 at, had = granted[i]
