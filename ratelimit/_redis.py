@@ -603,7 +603,9 @@ class RedisBackend:
         local = None
         if self.on_unavailable == "local":
             # The fallback keeps the algorithm but only this process's share of it.
-            local = _Share(self._local.bind(None, alg.slowed(self.local_share), clock), alg.slowed(self.local_share))
+            share = alg.slowed(self.local_share)
+            most = share.most
+            local = _Share(self._local.bind(None, share, clock), lambda n: min(n, most))
         return RedisHandle(self, alg, self.key(name, alg.kind, clock=clock), self.now_source(clock), local)
 
     def bind_group(self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None) -> RedisGroupHandle:
@@ -612,7 +614,12 @@ class RedisBackend:
         local = None
         if self.on_unavailable == "local":
             slowed = [alg.slowed(self.local_share) for alg in algs]
-            local = _GroupShare(self._local.bind_group(None, slowed, clock), slowed)
+            mosts = [alg.most for alg in slowed]
+
+            def clamp(tokens: Sequence[float]) -> Sequence[float]:
+                return [min(n, most) for n, most in zip(tokens, mosts, strict=True)]
+
+            local = _Share(self._local.bind_group(None, slowed, clock), clamp)
         return RedisGroupHandle(self, algs, keys, self.now_source(clock), local)
 
     def __repr__(self) -> str:
@@ -623,45 +630,24 @@ class RedisBackend:
         return f"RedisBackend({target}, on_unavailable={self.on_unavailable!r})"
 
 
-class _Share:
-    """The local fallback of one limiter: a request heavier than this process's share
-    of the largest request counts as that share (it could never be granted otherwise)."""
+class _Share(Generic[T]):
+    """The local fallback of one limiter or a composite: a request heavier than this
+    process's share of the largest request counts as that share (it could never be
+    granted otherwise); ``clamp`` says how, for one weight or one per limit."""
 
-    __slots__ = ("_handle", "_most")
+    __slots__ = ("_clamp", "_handle")
 
-    def __init__(self, handle: Handle[float], alg: Algorithm[Any]) -> None:
+    def __init__(self, handle: Handle[T], clamp: Callable[[T], T]) -> None:
         self._handle = handle
-        self._most = alg.most
+        self._clamp = clamp
 
-    def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
-        return self._handle.reserve(min(tokens, self._most), max_wait)
-
-    def refund(self, tokens: float, at: float | None) -> None:
-        self._handle.refund(min(tokens, self._most), at)
-
-    def restrict(self, remaining: float, seconds: float) -> None:
-        self._handle.restrict(remaining, seconds)
-
-
-class _GroupShare:
-    """:class:`_Share` for a composite's limits."""
-
-    __slots__ = ("_handle", "_most")
-
-    def __init__(self, handle: Handle[Sequence[float]], algs: Sequence[Algorithm[Any]]) -> None:
-        self._handle = handle
-        self._most = [alg.most for alg in algs]
-
-    def _clamp(self, tokens: Sequence[float]) -> list[float]:
-        return [min(n, most) for n, most in zip(tokens, self._most, strict=True)]
-
-    def reserve(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float]:
+    def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
         return self._handle.reserve(self._clamp(tokens), max_wait)
 
-    def refund(self, tokens: Sequence[float], at: float | None) -> None:
+    def refund(self, tokens: T, at: float | None) -> None:
         self._handle.refund(self._clamp(tokens), at)
 
-    def restrict(self, remaining: Sequence[float], seconds: float) -> None:
+    def restrict(self, remaining: T, seconds: float) -> None:
         self._handle.restrict(remaining, seconds)
 
 
