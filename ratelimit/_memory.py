@@ -77,8 +77,9 @@ class MemoryBackend:
         # Re-entrant: a limiter collected by the garbage collector in the middle of a
         # bind releases its names from inside the lock.
         self._lock = threading.RLock()
-        self._binding = False
-        self._sweeping = False
+        # Set while a bind or a sweep works on the names: a sweep started then (by a
+        # limiter collected meanwhile) would change them under its feet.
+        self._busy = False
         self._sweep_size = _SWEEP_SIZE
         self._sweep_time = time.monotonic() + SWEEP_SECONDS
 
@@ -86,7 +87,7 @@ class MemoryBackend:
         if name is None:
             return _Slot(alg, clock)
         with self._lock:
-            self._binding = True
+            self._busy = True
             try:
                 key = (name, member, alg.kind)
                 slot = self._slots.get(key)
@@ -99,7 +100,7 @@ class MemoryBackend:
                     )
                 slot.users += 1
             finally:
-                self._binding = False
+                self._busy = False
             self._sweep_if_due()
             return slot
 
@@ -128,7 +129,7 @@ class MemoryBackend:
     # -- dropping idle state ----------------------------------------------------------
 
     def _sweep_if_due(self) -> None:
-        if self._binding or self._sweeping:
+        if self._busy:
             return
         if len(self._slots) >= self._sweep_size or time.monotonic() >= self._sweep_time:
             self.sweep()
@@ -142,14 +143,13 @@ class MemoryBackend:
         """
         dropped = 0
         with self._lock:
-            # A limiter collected in the middle of a sweep would start another.
-            if self._sweeping:
+            if self._busy:
                 return 0
-            self._sweeping = True
+            self._busy = True
             try:
                 dropped = self._drop_idle()
             finally:
-                self._sweeping = False
+                self._busy = False
             self._sweep_size = max(_SWEEP_SIZE, 2 * len(self._slots))
             self._sweep_time = time.monotonic() + SWEEP_SECONDS
         return dropped
