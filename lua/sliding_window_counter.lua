@@ -1,5 +1,5 @@
 -- ratelimit: approximate sliding window, two counters. Mirrors
--- ratelimit/_sliding_window.py (WindowCounter).
+-- ratelimit/_window_counter.py (WindowCounter).
 --
 -- State: hash <base> with index (newest window holding grants, floor(t / window)),
 -- previous and current (tokens granted in the window before it and in it), last

@@ -14,7 +14,8 @@ from ._gcra import Gcra
 from ._headers import RateLimitInfo
 from ._leaky_bucket import LeakyQueue
 from ._limiter import Limiter, logger
-from ._sliding_window import WindowCounter, WindowLog
+from ._sliding_window import WindowLog
+from ._window_counter import WindowCounter
 
 __all__ = ["LeakyBucket", "SingleLimiter", "SlidingWindow", "TokenBucket"]
 
@@ -174,7 +175,7 @@ class SlidingWindow(SingleLimiter):
     ``limit``. ``approximate=True`` keeps two counters instead (O(1) memory): it never
     exceeds ``limit`` within one aligned window, but across a window edge it can let
     up to ``2 * limit`` into one sliding interval in the worst case (see the module
-    ``ratelimit._sliding_window`` for the arithmetic). Timeline for ``limit=2,
+    ``ratelimit._window_counter`` for the arithmetic). Timeline for ``limit=2,
     window_seconds=10``::
 
         t=0 wait 0, t=4 wait 0, t=5 wait 5 (goes at t=10, when the t=0 grant ages out)

@@ -25,7 +25,8 @@ from ratelimit._gcra import Gcra
 from ratelimit._holes import Holes, give_back, pause, reserve
 from ratelimit._leaky_bucket import LeakyQueue
 from ratelimit._redis import RedisGroupHandle, RedisHandle, key_for
-from ratelimit._sliding_window import WindowCounter, WindowLog
+from ratelimit._sliding_window import WindowLog
+from ratelimit._window_counter import WindowCounter
 
 from conftest import unique_name
 

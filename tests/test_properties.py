@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from ratelimit._algorithm import EPSILON, Algorithm, step, step_all
 from ratelimit._gcra import Gcra
 from ratelimit._leaky_bucket import LeakyQueue
-from ratelimit._sliding_window import WindowCounter, WindowLog
+from ratelimit._sliding_window import WindowLog
+from ratelimit._window_counter import WindowCounter
 
 START = 1_000.0
 INF = math.inf
