@@ -103,6 +103,12 @@ class Algorithm(Protocol[S]):
         """The same limit at ``share`` (0 < share <= 1) of the rate, same largest request."""
         ...
 
+    def guarded(self, seconds: float) -> Algorithm[S]:
+        """The same promise kept for requests that leave up to ``seconds`` after their
+        grant: each grant occupies ``seconds`` more (see ``_guard.py``). Raises
+        ``ValueError`` naming ``guard`` if that leaves nothing to grant."""
+        ...
+
     def restrict(self, state: S, now: float, remaining: float, until: float) -> S:
         """At most ``remaining`` more tokens before ``until``, then the configured rate.
 

@@ -55,7 +55,7 @@ class Composite(Limiter[Sequence[float]]):
             if not isinstance(member, SingleLimiter):
                 raise TypeError(f"limits[{i}] must be a TokenBucket, LeakyBucket or SlidingWindow, got {member!r}")
         super().__init__(backend=backend, name=name, clock=clock)
-        self._algs = tuple(member._alg for member in limits)
+        self._algs = tuple(member.algorithm_for(clock) for member in limits)
         self._most = tuple(alg.most for alg in self._algs)
         self._handle = self._backend.bind_group(self._name, self._algs, clock)
         self._handle.tally = self._tally

@@ -102,6 +102,17 @@ class Gcra:
         # times over at the moment they all fell back.
         return Gcra(self.capacity * share, self.rate * share)
 
+    def guarded(self, seconds: float) -> Gcra:
+        # The burst tolerance is time: a request may leave `seconds` late only if the
+        # bucket keeps that much of it back.
+        kept = self.capacity - seconds * self.rate
+        if not kept > EPSILON:
+            raise ValueError(
+                f"guard={seconds!r} keeps back {seconds * self.rate:g} tokens at {self.rate:g}/s, "
+                f"all of capacity={self.capacity:g}"
+            )
+        return Gcra(kept, self.rate)
+
     def step(self, state: float, now: float, tokens: float, max_wait: float) -> tuple[float, float]:
         # plan() and commit() inlined, operation for operation: this is every
         # in-process acquire, and two calls and a tuple cost more than the arithmetic.

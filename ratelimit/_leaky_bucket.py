@@ -117,6 +117,10 @@ class LeakyQueue:
         # No burst to share out: the capacity is a queue's length, not a burst.
         return LeakyQueue(self.capacity, self.rate * share)
 
+    def guarded(self, seconds: float) -> LeakyQueue:
+        # No burst to keep back: a grant's interval is all it occupies.
+        return LeakyQueue(self.capacity, 1.0 / (1.0 / self.rate + seconds))
+
     def step(self, state: LeakyState, now: float, tokens: float, max_wait: float) -> tuple[LeakyState, float]:
         # plan() and commit() inlined, operation for operation (see Gcra.step).
         drained_at = state[0]

@@ -11,6 +11,7 @@ from ._backend import Backend
 from ._clock import Clock
 from ._feedback import restriction
 from ._gcra import Gcra
+from ._guard import DEFAULT_GUARD, guard_seconds
 from ._headers import RateLimitInfo
 from ._leaky_bucket import LeakyQueue
 from ._limiter import Limiter, logger
@@ -29,14 +30,40 @@ def _bounded(name: str, value: object, capacity: float, rate: float) -> None:
 class SingleLimiter(Limiter[float]):
     """A limiter with one algorithm; ``tokens`` is one number."""
 
-    __slots__ = ("_alg", "_most")
+    __slots__ = ("_alg", "_configured", "_given_guard", "_guard", "_most")
 
-    def __init__(self, alg: Algorithm[Any], *, backend: Backend | None, name: object, clock: Clock | None) -> None:
+    #: Seconds: the guard on real time when none is given (see ``ratelimit._guard``).
+    default_guard = 0.0
+
+    def __init__(
+        self,
+        alg: Algorithm[Any],
+        *,
+        guard: object,
+        backend: Backend | None,
+        name: object,
+        clock: Clock | None,
+    ) -> None:
+        self._configured = alg
+        self._given_guard = guard
+        # What the stores decide by: the configured limit with each grant widened by
+        # the guard (see _guard.py). The properties report what the user configured.
+        self._alg = self.algorithm_for(clock)
+        self._guard = self.guard_for(clock)
         super().__init__(backend=backend, name=name, clock=clock)
-        self._alg = alg
-        self._most = self._quick_most = alg.most
-        self._handle = self._backend.bind(self._name, alg, clock)
+        self._most = self._quick_most = self._alg.most
+        self._handle = self._backend.bind(self._name, self._alg, clock)
         self._handle.tally = self._tally
+
+    def guard_for(self, clock: Clock | None) -> float:
+        """The guard in force when decisions keep time on ``clock``."""
+        return guard_seconds(self._given_guard, clock, self.default_guard)
+
+    def algorithm_for(self, clock: Clock | None) -> Algorithm[Any]:
+        """What decides for this limit on ``clock`` (a composite's may not be the
+        member's own): the configured algorithm, widened by the guard."""
+        guard = self.guard_for(clock)
+        return self._configured.guarded(guard) if guard > 0 else self._configured
 
     def _tokens(self, tokens: object) -> float:
         return _validate.tokens(tokens, self._most, self._alg.most_name)
@@ -63,8 +90,13 @@ class SingleLimiter(Limiter[float]):
             )
 
     @property
+    def guard(self) -> float:
+        """Seconds a request may leave after its grant with the limit still kept."""
+        return self._guard
+
+    @property
     def sustained_rate(self) -> float:
-        """Tokens per second this limiter grants in the long run."""
+        """Tokens per second this limiter grants in the long run (its guard included)."""
         first, second = self._alg.params()
         if isinstance(self._alg, (WindowLog, WindowCounter)):
             return first / second
@@ -75,7 +107,8 @@ class SingleLimiter(Limiter[float]):
 
     def __repr__(self) -> str:
         where = "" if self._name is None else f", name={self._name!r}, backend={self._backend!r}"
-        return f"{type(self).__name__}({self._describe()}{where})"
+        guard = f", guard={self._guard:g}" if self._guard else ""
+        return f"{type(self).__name__}({self._describe()}{guard}{where})"
 
 
 class TokenBucket(SingleLimiter):
@@ -94,6 +127,9 @@ class TokenBucket(SingleLimiter):
         backend: where the state lives; ``None`` for private in-process state.
         name: the shared budget's name; required with a shared backend.
         clock: time source and sleeper; tests pass a :class:`ManualClock`.
+        guard: seconds a request may leave after its grant with the limit still
+            kept as the provider sees it; here ``guard * refill_per_sec`` tokens of
+            the capacity are kept back. Default 0 (see ``ratelimit size``).
     """
 
     __slots__ = ()
@@ -106,18 +142,19 @@ class TokenBucket(SingleLimiter):
         backend: Backend | None = None,
         name: str | None = None,
         clock: Clock | None = None,
+        guard: float | None = None,
     ) -> None:
         alg = Gcra(_validate.positive("capacity", capacity), _validate.rate("refill_per_sec", refill_per_sec))
         _bounded("refill_per_sec", refill_per_sec, alg.capacity, alg.rate)
-        super().__init__(alg, backend=backend, name=name, clock=clock)
+        super().__init__(alg, guard=guard, backend=backend, name=name, clock=clock)
 
     @property
     def capacity(self) -> float:
-        return self._most
+        return self._configured.params()[0]
 
     @property
     def refill_per_sec(self) -> float:
-        return self._alg.params()[1]
+        return self._configured.params()[1]
 
     def _describe(self) -> str:
         return f"capacity={self.capacity:g}, refill_per_sec={self.refill_per_sec:g}"
@@ -139,6 +176,9 @@ class LeakyBucket(SingleLimiter):
         capacity: the most tokens queued, in tokens (> 0).
         leak_per_sec: tokens let through per second (> 0).
         backend, name, clock: as for :class:`TokenBucket`.
+        guard: seconds a request may leave after its grant with the spacing still
+            kept as the provider sees it: each token's interval grows by ``guard``.
+            Default 0.
     """
 
     __slots__ = ()
@@ -151,18 +191,20 @@ class LeakyBucket(SingleLimiter):
         backend: Backend | None = None,
         name: str | None = None,
         clock: Clock | None = None,
+        guard: float | None = None,
     ) -> None:
         alg = LeakyQueue(_validate.positive("capacity", capacity), _validate.rate("leak_per_sec", leak_per_sec))
         _bounded("leak_per_sec", leak_per_sec, alg.capacity, alg.rate)
-        super().__init__(alg, backend=backend, name=name, clock=clock)
+        _bounded("guard", guard, alg.capacity, 1.0 / (1.0 / alg.rate + guard_seconds(guard, clock, 0.0)))
+        super().__init__(alg, guard=guard, backend=backend, name=name, clock=clock)
 
     @property
     def capacity(self) -> float:
-        return self._most
+        return self._configured.params()[0]
 
     @property
     def leak_per_sec(self) -> float:
-        return self._alg.params()[1]
+        return self._configured.params()[1]
 
     def _describe(self) -> str:
         return f"capacity={self.capacity:g}, leak_per_sec={self.leak_per_sec:g}"
@@ -185,9 +227,14 @@ class SlidingWindow(SingleLimiter):
         window_seconds: the window's length, seconds or ``timedelta`` (> 0).
         approximate: use the O(1) two-window counter instead of the exact log.
         backend, name, clock: as for :class:`TokenBucket`.
+        guard: seconds a request may leave after its grant with the limit still
+            kept as the provider sees it: a grant counts for ``window_seconds +
+            guard``. Default :attr:`default_guard` on real time, 0 on an
+            injected clock.
     """
 
     __slots__ = ()
+    default_guard = DEFAULT_GUARD
 
     def __init__(
         self,
@@ -198,25 +245,26 @@ class SlidingWindow(SingleLimiter):
         backend: Backend | None = None,
         name: str | None = None,
         clock: Clock | None = None,
+        guard: float | None = None,
     ) -> None:
         if not isinstance(approximate, bool):
             raise TypeError(f"approximate must be a bool, got {approximate!r}")
         checked = (_validate.positive("limit", limit), _validate.duration("window_seconds", window_seconds))
         _validate.horizon("window_seconds", window_seconds, checked[1], "the window")
         alg: Algorithm[Any] = WindowCounter(*checked) if approximate else WindowLog(*checked)
-        super().__init__(alg, backend=backend, name=name, clock=clock)
+        super().__init__(alg, guard=guard, backend=backend, name=name, clock=clock)
 
     @property
     def limit(self) -> float:
-        return self._most
+        return self._configured.most
 
     @property
     def window_seconds(self) -> float:
-        return self._alg.params()[1]
+        return self._configured.params()[1]
 
     @property
     def approximate(self) -> bool:
-        return isinstance(self._alg, WindowCounter)
+        return isinstance(self._configured, WindowCounter)
 
     def _describe(self) -> str:
         extra = ", approximate=True" if self.approximate else ""

@@ -184,6 +184,9 @@ class WindowLog:
     def params(self) -> tuple[float, ...]:
         return (self.limit, self.window)
 
+    def guarded(self, seconds: float) -> WindowLog:
+        return WindowLog(self.limit, self.window + seconds)
+
     def slowed(self, share: float) -> WindowLog:
         # A share of the limit in the same window: a longer window would let every
         # process fall back with the whole limit at once.

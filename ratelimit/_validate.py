@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-__all__ = ["MAX_HORIZON", "duration", "horizon", "positive", "rate", "timeout_seconds", "tokens"]
+__all__ = ["MAX_HORIZON", "duration", "horizon", "positive", "rate", "real", "timeout_seconds", "tokens"]
 
 #: The longest a limiter's state may matter, in seconds (about 31.7 years): the time to
 #: refill a bucket, one interval, a window. Every store keeps state that long (Redis
@@ -18,7 +18,7 @@ __all__ = ["MAX_HORIZON", "duration", "horizon", "positive", "rate", "timeout_se
 MAX_HORIZON = 1e9
 
 
-def _real(name: str, value: object) -> float:
+def real(name: str, value: object) -> float:
     # bool is an int, but `capacity=True` is always a mistake.
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
@@ -33,7 +33,7 @@ def _real(name: str, value: object) -> float:
 
 def positive(name: str, value: object) -> float:
     """A finite number > 0 (capacities, rates, limits)."""
-    result = _real(name, value)
+    result = real(name, value)
     if not (0 < result < math.inf):
         raise ValueError(f"{name} must be > 0 and finite, got {value!r}")
     return result
@@ -69,7 +69,7 @@ def timeout_seconds(value: object) -> float:
         return math.inf
     if isinstance(value, timedelta):
         value = value.total_seconds()
-    result = _real("timeout", value)
+    result = real("timeout", value)
     if result < 0:
         raise ValueError(f"timeout must be >= 0 or None, got {value!r}")
     return result
@@ -77,7 +77,7 @@ def timeout_seconds(value: object) -> float:
 
 def tokens(value: object, most: float, most_name: str) -> float:
     """A request's weight: > 0 and never more than the limiter can ever grant at once."""
-    result = _real("tokens", value)
+    result = real("tokens", value)
     if not result > 0:
         raise ValueError(f"tokens must be > 0, got {value!r}")
     if result > most:

@@ -144,5 +144,8 @@ class WindowCounter:
     def params(self) -> tuple[float, ...]:
         return (self.limit, self.window)
 
+    def guarded(self, seconds: float) -> WindowCounter:
+        return WindowCounter(self.limit, self.window + seconds)
+
     def slowed(self, share: float) -> WindowCounter:
         return WindowCounter(self.limit * share, self.window)
