@@ -1,214 +1,300 @@
--- ratelimit: exact sliding-window log. Mirrors ratelimit/_sliding_window.py (WindowLog).
+-- ratelimit: exact sliding-window log. Mirrors ratelimit/_sliding_window.py (WindowLog),
+-- operation for operation.
 --
 -- State, two keys sharing the limiter's hash tag:
---   <base>        sorted set: one member per grant, score = grant time (future-dated
---                 for reservations), member = "<seq>:<tokens>"
---   <base>:meta   hash: total (tokens in the set), seq (member counter)
+--   <base>        sorted set, one member per grant time: score = the time (future-dated
+--                 for reservations), member = "<sum>|<weight>", where sum is the running
+--                 sum of the weights up to and including this entry. The tokens counted
+--                 are the newest sum less the base (the oldest entry's sum less its
+--                 weight); the entry where enough has aged out is found by a search on
+--                 the sums: O(log n) calls, each O(log n), whatever the limit.
+--   <base>:caps   string "<until> <left> ...": restrictions, at most `left` more tokens
+--                 before `until` (see WindowLog.restrict). Absent almost always.
 -- Params: limit (tokens per window), window (seconds).
--- Only the load/prune touches the whole set when grants must age out first; the
--- common path reads the total and the newest entry.
 --
--- The two keys can be lost one without the other (an evicting maxmemory-policy, a
--- DEL): load checks that they agree, for one O(1) ZCARD, and mends them (see load).
--- Losing a key only ever loses grants; it never errs or counts fewer grants than the
--- remaining members hold.
+-- Losing a key (an evicting maxmemory-policy, a DEL) only loses grants or caps: the
+-- set holds everything the count needs, so no second key can disagree with it. A set
+-- whose oldest or newest member is not "<sum>|<weight>" (hand-edited, or written by an
+-- older version of this script) is dropped whole rather than misread.
 
 local sliding_window = {}
 
-function sliding_window.new(base, limit, window)
-  return {key = base, meta = base .. ':meta', limit = limit, window = window}
-end
+do
+  local REBASE = 4294967296.0  -- 2^32, as REBASE in Python
+  local MAX_CAPS = 8
 
-function sliding_window.nparams() return 2 end
-
--- A member that is not "<seq>:<tokens>" (not ours) weighs nothing.
-local function weight(member)
-  return tonumber(string.match(member, ':(.*)$')) or 0.0
-end
-
--- The meta rebuilt from the members, when it is gone or garbled while they are not:
--- total is their sum, seq the highest one taken, so a new member never reuses the
--- name of an old one (ZADD would move that grant instead of adding this one).
-local function rebuild(self)
-  local all = redis.call('ZRANGE', self.key, 0, -1)
-  local total, seq = 0.0, 0
-  for i = 1, #all do
-    total = total + weight(all[i])
-    local taken = tonumber(string.match(all[i], '^(%d+):'))
-    if taken ~= nil and taken > seq then seq = taken end
+  function sliding_window.new(base, limit, window)
+    return {key = base, caps = base .. ':caps', limit = limit, window = window}
   end
-  redis.call('HSET', self.meta, 'seq', fmt(seq))
-  return {total = total, dirty = true}
-end
 
--- The common path is one HMGET and one ZCARD. No member left (fresh, expired, or the
--- set lost) means no grant to count, whatever a surviving meta says: it is deleted
--- and the total is 0. Members left but no readable total or seq: rebuild.
-function sliding_window.load(self)
-  local meta = redis.call('HMGET', self.meta, 'total', 'seq')
-  if redis.call('ZCARD', self.key) == 0 then
-    if meta[1] or meta[2] then redis.call('DEL', self.meta) end
-    return {total = 0.0}
-  end
-  local total, seq = tonumber(meta[1]), tonumber(meta[2])
-  if total == nil or total ~= total or total == math.huge or total == -math.huge
-      or seq == nil or seq ~= math.floor(seq) then
-    return rebuild(self)
-  end
-  return {total = total}
-end
+  function sliding_window.nparams() return 2 end
 
--- Forget grants at or before `cutoff`, oldest first, as the Python prune does.
-local function prune(self, state, cutoff)
-  local old = redis.call('ZRANGEBYSCORE', self.key, '-inf', fmt(cutoff))
-  if #old == 0 then return end
-  for i = 1, #old do
-    state.total = state.total - weight(old[i])
+  -- {time, sum, weight, member} of the entry at `rank` (negative from the newest), or
+  -- nil: none, or not one of ours.
+  local function entry(self, rank)
+    local got = redis.call('ZRANGE', self.key, rank, rank, 'WITHSCORES')
+    if #got == 0 then return nil end
+    local s, w = string.match(got[1], '^([^|]+)|(.+)$')
+    s, w = tonumber(s), tonumber(w)
+    if s == nil or w == nil then return nil end
+    return {tonumber(got[2]), s, w, got[1]}
   end
-  redis.call('ZREMRANGEBYSCORE', self.key, '-inf', fmt(cutoff))
-  if redis.call('ZCARD', self.key) == 0 then state.total = 0.0 end
-  state.dirty = true
-end
 
-function sliding_window.plan(self, state, now, tokens)
-  prune(self, state, now - self.window)
-  local newest = redis.call('ZRANGE', self.key, -1, -1, 'WITHSCORES')
-  local last = now
-  if #newest > 0 then last = tonumber(newest[2]) end
-  local excess = state.total + tokens - self.limit
-  local function latest(a, b, c)
-    local m = a
-    if b > m then m = b end
-    if c ~= nil and c > m then m = c end
-    return m
+  local function sum_at(self, rank)
+    local got = redis.call('ZRANGE', self.key, rank, rank)
+    return tonumber(string.match(got[1] or '', '^([^|]+)|'))
   end
-  if excess <= EPSILON then return now, latest(now, last) end
-  local all = redis.call('ZRANGE', self.key, 0, -1, 'WITHSCORES')
-  local aged = 0.0
-  for i = 1, #all, 2 do
-    aged = aged + weight(all[i])
-    if aged >= excess - EPSILON then
-      return now, latest(now, tonumber(all[i + 1]) + self.window, last)
+
+  local function member(s, w)
+    return fmt(s) .. '|' .. fmt(w)
+  end
+
+  function sliding_window.load(self)
+    local n = redis.call('ZCARD', self.key)
+    if n > 0 and (entry(self, 0) == nil or entry(self, -1) == nil) then
+      redis.call('DEL', self.key, self.key .. ':meta')
     end
-  end
-  -- Ran off the end (see WindowLog.plan): rounding left the total above the sum of
-  -- the entries. The entries are the truth: the total becomes their sum, taken just
-  -- now in the same order as Python takes it, and the request waits until the whole
-  -- log has aged out, which is always enough.
-  state.total = aged
-  state.dirty = true
-  local whole = last + self.window
-  if now > whole then whole = now end
-  return now, whole
-end
-
-function sliding_window.commit(self, state, now, tokens, at)
-  local seq = redis.call('HINCRBY', self.meta, 'seq', 1)
-  redis.call('ZADD', self.key, fmt(at), seq .. ':' .. fmt(tokens))
-  state.total = state.total + tokens
-  state.dirty = true
-  return state
-end
-
--- Take `tokens` out of the members scored exactly `at` (a reservation given back),
--- then out of the oldest grants at or before `now`.
-function sliding_window.refund(self, state, now, tokens, at)
-  prune(self, state, now - self.window)
-  local function take(members)
-    for i = 1, #members do
-      if tokens <= 0 then return end
-      local member = members[i]
-      local w = weight(member)
-      local taken = w
-      if tokens < taken then taken = tokens end
-      local score = redis.call('ZSCORE', self.key, member)
-      redis.call('ZREM', self.key, member)
-      if w - taken > EPSILON then
-        local seq = redis.call('HINCRBY', self.meta, 'seq', 1)
-        redis.call('ZADD', self.key, score, seq .. ':' .. fmt(w - taken))
+    local caps = {}
+    local raw = redis.call('GET', self.caps)
+    if raw then
+      local xs = {}
+      for x in string.gmatch(raw, '%S+') do xs[#xs + 1] = tonumber(x) end
+      for i = 1, #xs - 1, 2 do
+        if xs[i] ~= nil and xs[i + 1] ~= nil then caps[#caps + 1] = {xs[i], xs[i + 1]} end
       end
-      state.total = state.total - taken
-      tokens = tokens - taken
+      table.sort(caps, function(a, b)
+        if a[1] ~= b[1] then return a[1] < b[1] end
+        return a[2] < b[2]
+      end)
+    end
+    return {caps = caps}
+  end
+
+  -- Only a write when there is something to forget: a script's first write is
+  -- where a server at maxmemory refuses it (OOM), and that must be the grant's.
+  local function prune(self, state, cutoff)
+    local oldest = redis.call('ZRANGE', self.key, 0, 0, 'WITHSCORES')
+    if #oldest > 0 and tonumber(oldest[2]) <= cutoff then
+      redis.call('ZREMRANGEBYSCORE', self.key, '-inf', fmt(cutoff))
       state.dirty = true
     end
   end
-  if at < now then take(redis.call('ZRANGEBYSCORE', self.key, fmt(at), fmt(at))) end
-  take(redis.call('ZRANGEBYSCORE', self.key, '-inf', fmt(now)))
-  if redis.call('ZCARD', self.key) == 0 then state.total = 0.0 end
-  return state
-end
 
--- One placeholder grant counting until exactly `untl` (see WindowLog.restrict).
-function sliding_window.restrict(self, state, now, remaining, untl)
-  prune(self, state, now - self.window)
-  local cutoff = untl - self.window
-  local lasting = 0.0
-  local all = redis.call('ZRANGEBYSCORE', self.key, '(' .. fmt(cutoff), '+inf')
-  for i = 1, #all do lasting = lasting + weight(all[i]) end
-  local extra = self.limit - remaining - lasting
-  if extra <= EPSILON then return state end
-  -- A sorted set files the entry by its score, so recording it is a plain commit.
-  return sliding_window.commit(self, state, now, extra, cutoff)
-end
-
-function sliding_window.peek(self, state, now)
-  prune(self, state, now - self.window)
-  local newest = redis.call('ZRANGE', self.key, -1, -1, 'WITHSCORES')
-  if #newest == 0 then return self.limit, 0.0 end
-  local remaining = self.limit - state.total
-  if remaining < 0 then remaining = 0.0 end
-  return remaining, tonumber(newest[2]) + self.window - now
-end
-
-function sliding_window.save(self, state, now)
-  if not state.dirty then return end
-  local newest = redis.call('ZRANGE', self.key, -1, -1, 'WITHSCORES')
-  if #newest == 0 then
-    redis.call('DEL', self.key, self.meta)
-    return
+  local function prune_caps(state, now)
+    local caps = state.caps
+    if #caps == 0 or caps[1][1] > now then return end
+    local kept = {}
+    for _, cap in ipairs(caps) do
+      if cap[1] > now then kept[#kept + 1] = cap end
+    end
+    state.caps = kept
+    state.caps_dirty = true
   end
-  redis.call('HSET', self.meta, 'total', fmt(state.total))
-  local idle = tonumber(newest[2]) + self.window - now
-  expire_after(self.key, idle)
-  expire_after(self.meta, idle)
-end
 
--- See WindowLog.tail / WindowLog.cancel: the withdrawn grant is among the newest
--- entries; take its tokens from the members at the newest time.
-function sliding_window.tail(self, state, tokens, at)
-  local newest = redis.call('ZRANGE', self.key, -1, -1, 'WITHSCORES')
-  return #newest == 0 or at >= tonumber(newest[2]) - EPSILON
-end
-
-function sliding_window.cancel(self, state, now, tokens, at)
-  local newest = redis.call('ZRANGE', self.key, -1, -1, 'WITHSCORES')
-  if #newest == 0 or tonumber(newest[2]) < at - EPSILON then return state end
-  local members = redis.call('ZRANGEBYSCORE', self.key, newest[2], newest[2])
-  local held = 0.0
-  for i = 1, #members do held = held + weight(members[i]) end
-  local taken = tokens
-  if held < taken then taken = held end
-  local left = held - taken
-  state.total = state.total - taken
-  redis.call('ZREM', self.key, unpack(members))
-  if left <= EPSILON then
-    state.total = state.total - left
-  else
-    local seq = redis.call('HINCRBY', self.meta, 'seq', 1)
-    redis.call('ZADD', self.key, newest[2], seq .. ':' .. fmt(left))
+  -- The first rank whose sum reaches `target`, given that the newest (rank n - 1,
+  -- sum `above`) does and the base `below` does not. Interpolation first: with equal
+  -- weights it lands on the answer at once; a step that does not halve the range is
+  -- followed by a bisection, which bounds the calls at twice log2(n).
+  local function search(self, n, below, above, target)
+    local lo, hi = 0, n - 1
+    local bisect = false
+    while lo < hi do
+      local width = hi - lo
+      local rank
+      if bisect then
+        rank = lo + math.floor(width / 2)
+      else
+        rank = lo + math.floor((target - below) / (above - below) * (width + 1))
+        if rank > hi - 1 then rank = hi - 1 end
+        if rank < lo then rank = lo end
+      end
+      local s = sum_at(self, rank)
+      if s == nil then return nil end
+      if s >= target then hi, above = rank, s else lo, below = rank + 1, s end
+      bisect = not bisect and 2 * (hi - lo) > width
+    end
+    return lo
   end
-  if redis.call('ZCARD', self.key) == 0 then state.total = 0.0 end
-  state.dirty = true
-  return state
-end
 
--- See WindowLog.latest / WindowLog.next_free.
-function sliding_window.latest(self, state)
-  local newest = redis.call('ZRANGE', self.key, -1, -1, 'WITHSCORES')
-  if #newest == 0 then return -math.huge end
-  return tonumber(newest[2])
-end
+  local function capped(caps, at, tokens)
+    for _, cap in ipairs(caps) do
+      if at < cap[1] and tokens > cap[2] + EPSILON then at = cap[1] end
+    end
+    return at
+  end
 
-function sliding_window.next_free(self, at, tokens)
-  return at
+  function sliding_window.plan(self, state, now, tokens)
+    prune_caps(state, now)
+    prune(self, state, now - self.window)
+    local at = now
+    local first, last = entry(self, 0), entry(self, -1)
+    if last ~= nil then
+      local base = first[2] - first[3]
+      local excess = last[2] - base + tokens - self.limit
+      if last[1] > now then at = last[1] end
+      if excess > EPSILON then
+        local n = redis.call('ZCARD', self.key)
+        local rank = search(self, n, base, last[2], base + excess - EPSILON)
+        local found = rank and entry(self, rank)
+        if not found then
+          -- A member that is not ours, in the middle: the set is dropped whole.
+          redis.call('DEL', self.key)
+          at = now
+        elseif found[1] + self.window > at then
+          at = found[1] + self.window
+        end
+      end
+    end
+    if #state.caps > 0 then at = capped(state.caps, at, tokens) end
+    return now, at
+  end
+
+  local function rebase(self)
+    local first = entry(self, 0)
+    local base = first[2] - first[3]
+    local all = redis.call('ZRANGE', self.key, 0, -1, 'WITHSCORES')
+    redis.call('DEL', self.key)
+    for i = 1, #all, 2 do
+      local s, w = string.match(all[i], '^([^|]+)|(.+)$')
+      redis.call('ZADD', self.key, all[i + 1], member(tonumber(s) - base, tonumber(w)))
+    end
+  end
+
+  function sliding_window.commit(self, state, now, tokens, at)
+    local last = entry(self, -1)
+    if last == nil then
+      redis.call('ZADD', self.key, fmt(at), member(tokens, tokens))
+    else
+      local total = last[2] + tokens
+      if at <= last[1] then
+        -- One entry per time (see WindowLog.commit).
+        redis.call('ZREM', self.key, last[4])
+        redis.call('ZADD', self.key, fmt(last[1]), member(total, last[3] + tokens))
+      else
+        redis.call('ZADD', self.key, fmt(at), member(total, tokens))
+      end
+      local first = entry(self, 0)
+      if first[2] - first[3] > REBASE then rebase(self) end
+    end
+    for _, cap in ipairs(state.caps) do
+      if at < cap[1] then
+        cap[2] = cap[2] - tokens
+        state.caps_dirty = true
+      end
+    end
+    state.dirty = true
+    return state
+  end
+
+  -- From the oldest grants already made (see WindowLog.refund).
+  function sliding_window.refund(self, state, now, tokens, at)
+    prune(self, state, now - self.window)
+    while tokens > 0 do
+      local first = entry(self, 0)
+      if first == nil or first[1] > now then break end
+      redis.call('ZREM', self.key, first[4])
+      state.dirty = true
+      if first[3] - tokens > EPSILON then
+        redis.call('ZADD', self.key, fmt(first[1]), member(first[2], first[3] - tokens))
+        break
+      end
+      tokens = tokens - first[3]
+    end
+    return state
+  end
+
+  function sliding_window.tail(self, state, tokens, at)
+    local last = entry(self, -1)
+    return last == nil or at >= last[1] - EPSILON
+  end
+
+  function sliding_window.cancel(self, state, now, tokens, at)
+    local last = entry(self, -1)
+    if last == nil or last[1] < at - EPSILON then return state end
+    local prev = last[2] - last[3]
+    if redis.call('ZCARD', self.key) > 1 then prev = entry(self, -2)[2] end
+    redis.call('ZREM', self.key, last[4])
+    if not (last[3] - tokens <= EPSILON or last[2] - tokens <= prev) then
+      redis.call('ZADD', self.key, fmt(last[1]), member(last[2] - tokens, last[3] - tokens))
+    end
+    state.dirty = true
+    return state
+  end
+
+  function sliding_window.latest(self, state)
+    local last = entry(self, -1)
+    if last == nil then return -math.huge end
+    return last[1]
+  end
+
+  function sliding_window.next_free(self, at, tokens)
+    return at
+  end
+
+  function sliding_window.restrict(self, state, now, remaining, untl)
+    prune_caps(state, now)
+    local caps = state.caps
+    for _, cap in ipairs(caps) do
+      if cap[1] >= untl and cap[2] <= remaining then return state end
+    end
+    local kept = {}
+    for _, cap in ipairs(caps) do
+      if not (cap[1] <= untl and cap[2] >= remaining) then kept[#kept + 1] = cap end
+    end
+    kept[#kept + 1] = {untl, remaining}
+    table.sort(kept, function(a, b)
+      if a[1] ~= b[1] then return a[1] < b[1] end
+      return a[2] < b[2]
+    end)
+    while #kept > MAX_CAPS do
+      local left = kept[1][2]
+      if kept[2][2] < left then left = kept[2][2] end
+      table.remove(kept, 1)
+      kept[1] = {kept[1][1], left}
+    end
+    state.caps = kept
+    state.caps_dirty = true
+    return state
+  end
+
+  function sliding_window.peek(self, state, now)
+    prune(self, state, now - self.window)
+    local remaining, reset = self.limit, -math.huge
+    local first, last = entry(self, 0), entry(self, -1)
+    if last ~= nil then
+      remaining = self.limit - (last[2] - (first[2] - first[3]))
+      reset = last[1] + self.window - now
+    end
+    if remaining < 0 then remaining = 0.0 end
+    for _, cap in ipairs(state.caps) do
+      if cap[1] > now then
+        local left = cap[2]
+        if left < 0 then left = 0.0 end
+        if left < remaining then remaining = left end
+        if cap[1] - now > reset then reset = cap[1] - now end
+      end
+    end
+    if reset < 0 then reset = 0.0 end
+    return remaining, reset
+  end
+
+  function sliding_window.save(self, state, now)
+    if state.caps_dirty then
+      local parts, longest = {}, -math.huge
+      for _, cap in ipairs(state.caps) do
+        if cap[1] > now then
+          parts[#parts + 1] = fmt(cap[1]) .. ' ' .. fmt(cap[2])
+          if cap[1] > longest then longest = cap[1] end
+        end
+      end
+      if #parts == 0 then
+        redis.call('DEL', self.caps)
+      else
+        redis.call('SET', self.caps, table.concat(parts, ' '), 'PX', idle_ms(longest - now))
+      end
+    end
+    if not state.dirty then return end
+    local last = entry(self, -1)
+    if last ~= nil then expire_after(self.key, last[1] + self.window - now) end
+  end
 end

@@ -3,8 +3,20 @@
 A grant counts against the limit while ``now < time + window``, so in ANY interval
 ``[a, a + window)`` at most ``limit`` tokens are granted. A request that does not fit
 is planned at the moment enough old grants have aged out, and recorded there (a
-future-dated entry): the next request is planned behind it, in arrival order. Memory
-is one entry per grant in the window, at most ``limit`` entries for unit requests.
+future-dated entry): the next request is planned behind it, in arrival order.
+
+**Cost.** Each entry keeps its time, its weight and the running sum of the weights up
+to and including it. The tokens counted are the newest sum less the *base* (the first
+entry's sum less its weight), and the moment a request fits is the time of the first
+entry whose sum reaches ``base + excess``: a binary search, O(log n) whatever the
+limit, and no total to keep in step with the entries. Grants are recorded in time
+order (reservations are FIFO), so sums and times rise together. Memory is one entry
+per grant time in the window: at most ``limit`` entries for unit requests.
+
+**Restrictions** (``restrict``: at most ``remaining`` more before ``until``) are kept
+beside the log as *caps*, ``[until, left]``, not as entries, so the log is only ever
+appended to at its end and consumed from its start.
+
 Mirrored by ``lua/sliding_window.lua``. The O(1) approximate variant is
 ``_window_counter.py``.
 """
@@ -12,31 +24,84 @@ Mirrored by ``lua/sliding_window.lua``. The O(1) approximate variant is
 from __future__ import annotations
 
 import math
-from collections import deque
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
-from ._algorithm import EPSILON, step
+from ._algorithm import EPSILON
 
-__all__ = ["Log", "WindowLog"]
+__all__ = ["REBASE", "Log", "WindowLog"]
+
+#: Running sums are rebased to start from zero once the base passes this: below it a
+#: sum's rounding (one ulp, 2**-20 here) stays far under any weight worth counting,
+#: and integral weights are exact. A log that empties starts from zero anyway.
+REBASE = 2.0**32
+
+#: The most caps kept; past it the two earliest merge into one stricter cap.
+MAX_CAPS = 8
 
 
 class Log:
-    """The exact log's state: grants oldest first, and their total."""
+    """The exact log's state: parallel lists of entries, oldest first from ``head``
+    (entries before it are pruned, dropped in batches), and the caps."""
 
-    __slots__ = ("entries", "total")
+    __slots__ = ("caps", "head", "sums", "times", "weights")
 
     def __init__(self) -> None:
-        self.entries: deque[list[float]] = deque()
-        self.total = 0.0
+        self.times: list[float] = []
+        self.sums: list[float] = []
+        self.weights: list[float] = []
+        self.head = 0
+        self.caps: list[list[float]] = []
+
+    def __len__(self) -> int:
+        return len(self.times) - self.head
+
+    def base(self) -> float:
+        head = self.head
+        return self.sums[head] - self.weights[head]
+
+    def total(self) -> float:
+        """The tokens the entries hold."""
+        if len(self.times) == self.head:
+            return 0.0
+        return self.sums[-1] - self.base()
 
     def prune(self, cutoff: float) -> None:
-        """Forget grants at or before ``cutoff``: they no longer count anywhere ahead."""
-        entries = self.entries
-        while entries and entries[0][0] <= cutoff:
-            self.total -= entries.popleft()[1]
-        if not entries:
-            # Subtraction of float weights drifts; an empty log is exactly zero.
-            self.total = 0.0
+        """Forget entries at or before ``cutoff``: they no longer count anywhere ahead."""
+        times = self.times
+        head = bisect_right(times, cutoff, self.head)
+        if head == len(times):
+            self.clear()
+        elif head > 64 and 2 * head > len(times):
+            del times[:head], self.sums[:head], self.weights[:head]
+            self.head = 0
+        else:
+            self.head = head
+
+    def clear(self) -> None:
+        self.times.clear()
+        self.sums.clear()
+        self.weights.clear()
+        self.head = 0
+
+    def drop_newest(self) -> None:
+        self.times.pop()
+        self.sums.pop()
+        self.weights.pop()
+        if len(self.times) == self.head:
+            self.clear()
+
+    def rebase(self) -> None:
+        base = self.base()
+        self.sums[self.head :] = [s - base for s in self.sums[self.head :]]
+
+
+def _capped(caps: list[list[float]], at: float, tokens: float) -> float:
+    """The earliest time from ``at`` on that every cap lets ``tokens`` through."""
+    for until, left in caps:  # sorted by `until`: a cap passed moves `at` past it
+        if at < until and tokens > left + EPSILON:
+            at = until
+    return at
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +113,6 @@ class WindowLog:
 
     kind = "sliding_window"
     most_name = "limit"
-    step = step
 
     @property
     def most(self) -> float:
@@ -58,128 +122,173 @@ class WindowLog:
         return Log()
 
     def plan(self, state: Log, now: float, tokens: float) -> tuple[float, float]:
-        entries = state.entries
+        times = state.times
+        if state.caps and state.caps[0][0] <= now:
+            state.caps = [cap for cap in state.caps if cap[0] > now]
         # Pruning changes nothing the log means, so planning may do it.
-        if entries and entries[0][0] <= now - self.window:
+        if len(times) > state.head and times[state.head] <= now - self.window:
             state.prune(now - self.window)
-        last = entries[-1][0] if entries else now
-        excess = state.total + tokens - self.limit
-        if excess <= EPSILON:
-            return now, max(now, last)
-        aged = 0.0
-        for at, weight in entries:
-            aged += weight
-            if aged >= excess - EPSILON:
-                return now, max(now, at + self.window, last)
-        # Ran off the end: rounding of fractional weights and refunds has left the
-        # total above the sum of its entries. The entries are the truth: the total
-        # becomes their sum (the one just taken: left to right, as the Lua twin takes
-        # it), and the request waits until the whole log has aged out, which is
-        # always enough.
-        state.total = aged
-        return now, max(now, last + self.window)
+        if len(times) == state.head:
+            at = now
+        else:
+            last = times[-1]
+            base = state.base()
+            excess = state.sums[-1] - base + tokens - self.limit
+            at = last if last > now else now
+            if excess > EPSILON:
+                # The first entry whose sum reaches base + excess: once it ages out,
+                # enough has. (Rounding can put the target an ulp past the newest sum,
+                # when the request needs the whole log gone: then it is the newest.)
+                index = bisect_left(state.sums, base + excess - EPSILON, state.head)
+                first = times[index if index < len(times) else -1] + self.window
+                if first > at:
+                    at = first
+        if state.caps:
+            at = _capped(state.caps, at, tokens)
+        return now, at
 
     def commit(self, state: Log, now: float, tokens: float, at: float) -> Log:
-        entries = state.entries
-        if entries and entries[-1][0] == at:
-            entries[-1][1] += tokens
+        times, sums = state.times, state.sums
+        if len(times) == state.head:
+            times.append(at)
+            sums.append(tokens)
+            state.weights.append(tokens)
         else:
-            entries.append([at, tokens])
-        state.total += tokens
+            total = sums[-1] + tokens
+            if at <= times[-1]:
+                # One entry per time (never earlier than the newest: FIFO).
+                sums[-1] = total
+                state.weights[-1] += tokens
+            elif total == sums[-1] and tokens == state.weights[-1]:
+                # The same sum and weight as the newest (a weight too small for the sum
+                # to change): the script's sorted set holds them as one member, which
+                # moves to the later time. So does this entry.
+                times[-1] = at
+            else:
+                times.append(at)
+                sums.append(total)
+                state.weights.append(tokens)
+            if state.base() > REBASE:
+                state.rebase()
+        if state.caps:
+            for cap in state.caps:
+                if at < cap[0]:
+                    cap[1] -= tokens
         return state
 
+    def step(self, state: Log, now: float, tokens: float, max_wait: float) -> tuple[Log, float]:
+        # The usual case inlined (an empty log, or one with room and nothing to wait
+        # for): plan(), decide() and commit() as one, operation for operation.
+        times = state.times
+        head = state.head
+        if not state.caps and len(times) > head:
+            if times[head] > now - self.window:
+                sums = state.sums
+                last = times[-1]
+                if last <= now and sums[-1] - (sums[head] - state.weights[head]) + tokens - self.limit <= EPSILON:
+                    total = sums[-1] + tokens
+                    if last == now:
+                        sums[-1] = total
+                        state.weights[-1] += tokens
+                    elif total == sums[-1] and tokens == state.weights[-1]:
+                        times[-1] = now
+                    else:
+                        times.append(now)
+                        sums.append(total)
+                        state.weights.append(tokens)
+                    if sums[head] - state.weights[head] > REBASE:
+                        state.rebase()
+                    return state, 0.0
+        elif not state.caps:
+            times.append(now)
+            state.sums.append(tokens)
+            state.weights.append(tokens)
+            return state, 0.0
+        admit_at, at = self.plan(state, now, tokens)
+        wait = at - now
+        if wait <= EPSILON:
+            wait = 0.0
+        elif wait > max_wait + EPSILON:
+            return state, -wait
+        return self.commit(state, now, tokens, at), wait
+
     def refund(self, state: Log, now: float, tokens: float, at: float) -> Log:
+        # A refund names no entry: the tokens come from the OLDEST grants already made.
+        # The caller's own grant is at least as recent, so this frees capacity no
+        # earlier than removing its own entry would. (Taking from newer entries could
+        # let a later window overfill.)
         state.prune(now - self.window)
-        entries = state.entries
-        # A grant named by its time (``at`` before now) is taken out where it stands. A
-        # refund at now names none: the grant standing at now may be another caller's.
-        for entry in reversed(entries if at < now else ()):
-            if entry[0] <= at:
-                if entry[0] == at:
-                    taken = min(tokens, entry[1])
-                    entry[1] -= taken
-                    state.total -= taken
-                    tokens -= taken
+        times, weights = state.times, state.weights
+        while tokens > 0 and len(times) > state.head and times[state.head] <= now:
+            head = state.head
+            if weights[head] - tokens > EPSILON:
+                weights[head] -= tokens
                 break
-        # The rest comes from the OLDEST grants already made: the caller's own grant is
-        # at least as recent, so this frees capacity no earlier than removing its own
-        # entry would. (Taking from newer entries could let a later window overfill.)
-        for entry in entries:
-            if tokens <= 0 or entry[0] > now:
-                break
-            taken = min(tokens, entry[1])
-            entry[1] -= taken
-            state.total -= taken
-            tokens -= taken
-        state.entries = deque(entry for entry in entries if entry[1] > EPSILON)
-        if not state.entries:
-            state.total = 0.0
+            tokens -= weights[head]
+            state.head = head + 1
+            if state.head == len(times):
+                state.clear()
         return state
 
     def tail(self, state: Log, tokens: float, at: float) -> bool:
-        entries = state.entries
-        return not entries or at >= entries[-1][0] - EPSILON
+        return len(state.times) == state.head or at >= state.times[-1] - EPSILON
 
     def cancel(self, state: Log, now: float, tokens: float, at: float) -> Log:
-        # The withdrawn grant is among the entries at the newest time (a restriction's
-        # placeholder may stand there too): take its tokens from them together and
-        # keep what is left as one entry, as the script does with its members.
-        entries = state.entries
-        if not entries or entries[-1][0] < at - EPSILON:
+        # The withdrawn grant is in the newest entry (one entry per time).
+        times = state.times
+        if len(times) == state.head or times[-1] < at - EPSILON:
             return state
-        newest = entries[-1][0]
-        held = 0.0
-        while entries and entries[-1][0] == newest:
-            held += entries.pop()[1]
-        taken = min(tokens, held)
-        left = held - taken
-        state.total -= taken
-        if left <= EPSILON:
-            state.total -= left
+        weights, sums = state.weights, state.sums
+        # What the entry before it reaches: the sums must keep rising, or a search
+        # could stop at the wrong entry (and a weight lost to rounding is no weight).
+        prev = sums[-2] if len(times) - state.head > 1 else sums[-1] - weights[-1]
+        if weights[-1] - tokens <= EPSILON or sums[-1] - tokens <= prev:
+            state.drop_newest()
         else:
-            entries.append([newest, left])
-        if not entries:
-            state.total = 0.0
+            weights[-1] -= tokens
+            sums[-1] -= tokens
         return state
 
     def latest(self, state: Log) -> float:
-        entries = state.entries
-        return entries[-1][0] if entries else -math.inf
+        times = state.times
+        return times[-1] if len(times) > state.head else -math.inf
 
     def next_free(self, at: float, tokens: float) -> float:
         return at
 
     def idle_until(self, state: Log) -> float:
-        entries = state.entries
-        return entries[-1][0] + self.window if entries else -math.inf
+        times = state.times
+        idle = times[-1] + self.window if len(times) > state.head else -math.inf
+        for until, _ in state.caps:
+            idle = until if until > idle else idle
+        return idle
 
     def restrict(self, state: Log, now: float, remaining: float, until: float) -> Log:
-        # One placeholder grant, dated so it counts until exactly `until`, weighing
-        # what the log must hold on top of the grants that count until then anyway.
-        # Grants that age out before `until` are already counted at full weight until
-        # they do, so at no moment before `until` is more than `remaining` grantable.
-        state.prune(now - self.window)
-        cutoff = until - self.window
-        lasting = 0.0
-        for at, weight in state.entries:
-            if at > cutoff:
-                lasting += weight
-        extra = self.limit - remaining - lasting
-        if extra <= EPSILON:
+        caps = [cap for cap in state.caps if cap[0] > now]
+        # Only ever stricter: a cap that ends no earlier and leaves no more already
+        # says it all; one that ends no later and leaves no less says nothing more.
+        if any(u >= until and left <= remaining for u, left in caps):
+            state.caps = caps
             return state
-        entries = state.entries
-        index = len(entries)
-        while index > 0 and entries[index - 1][0] > cutoff:
-            index -= 1
-        entries.insert(index, [cutoff, extra])
-        state.total += extra
+        caps = [cap for cap in caps if not (cap[0] <= until and cap[1] >= remaining)]
+        caps.append([until, remaining])
+        caps.sort()
+        while len(caps) > MAX_CAPS:
+            # Merged into one that ends with the later and leaves the lesser: stricter.
+            first, second = caps[0], caps[1]
+            caps[0:2] = [[second[0], min(first[1], second[1])]]
+        state.caps = caps
         return state
 
     def peek(self, state: Log, now: float) -> tuple[float, float]:
         state.prune(now - self.window)
-        if not state.entries:
-            return self.limit, 0.0
-        return max(0.0, self.limit - state.total), state.entries[-1][0] + self.window - now
+        remaining = max(0.0, self.limit - state.total())
+        reset = self.latest(state) + self.window - now
+        for until, left in state.caps:
+            if until > now:
+                remaining = min(remaining, max(0.0, left))
+                reset = max(reset, until - now)
+        return remaining, max(0.0, reset)
 
     def params(self) -> tuple[float, ...]:
         return (self.limit, self.window)

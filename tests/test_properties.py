@@ -114,9 +114,9 @@ def run(
 def recorded_at(alg: Algorithm[Any], state: Any) -> float | None:
     """The time a sliding window recorded its latest grant at (grants are FIFO)."""
     if isinstance(alg, WindowLog):
-        return float(state.entries[-1][0])
+        return float(alg.latest(state))
     if isinstance(alg, WindowCounter):
-        return float(state[3])
+        return float(alg.latest(state))
     return None
 
 

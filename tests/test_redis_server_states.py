@@ -4,8 +4,8 @@ Private ``redis-server`` processes on free loopback ports (``servers.py``), and
 fakeredis where the real Lua is enough; time is a :class:`ManualClock`.
 
 - **Lost keys.** An evicting ``maxmemory-policy`` (or anyone's ``DEL``) takes keys one
-  at a time: a sliding window's sorted set without its meta hash, or the other way
-  round. Every algorithm, and a composite, has its keys deleted one subset at a time:
+  at a time: a sliding window's sorted set, or the caps beside it, or a composite's
+  members one by one. Every algorithm, and a composite, has its keys deleted one subset at a time:
   no call may fail, and the state may only forget what was lost, never grant more than
   what remains allows. Then the same under real eviction, and with garbage values.
 - **A full server.** ``maxmemory`` reached under ``noeviction`` refuses every write
@@ -95,93 +95,76 @@ def burst(limiter: Limiter) -> int:
     return granted
 
 
-def window_key(client: redis.Redis, name: str) -> tuple[str, str]:
-    """A sliding window's sorted set and meta hash."""
-    keys = keys_of(client, name)
-    zset = next(k for k in keys if client.type(k) == b"zset")
-    meta = next(k for k in keys if client.type(k) == b"hash")
-    assert meta == zset + ":meta"
-    return zset, meta
+def window_key(client: redis.Redis, name: str) -> str:
+    """A sliding window's sorted set."""
+    return next(k for k in keys_of(client, name) if client.type(k) == b"zset" and not k.endswith(":holes"))
+
+
+def entries(members: list[bytes]) -> list[tuple[float, float]]:
+    """``(sum, weight)`` of each member, oldest first."""
+    return [(float(s), float(w)) for s, w in (m.split(b"|") for m in members)]
+
+
+def assert_sums_consistent(members: list[bytes]) -> None:
+    """Each entry's sum is the one before it plus its weight, so the sums rise."""
+    found = entries(members)
+    for (before, _), (after, weight) in itertools.pairwise(found):
+        assert after == pytest.approx(before + weight, rel=1e-12, abs=1e-9)
 
 
 def assert_window_state_consistent(client: redis.Redis, name: str) -> None:
-    """total is the sum of the members' tokens; seq is at least every member's number."""
-    zset, meta = window_key(client, name)
-    found = cast("list[bytes]", client.zrange(zset, 0, -1))
-    members = [m.decode() for m in found]
-    total, seq = client.hmget(meta, "total", "seq")
-    assert total is not None
-    assert seq is not None
-    assert float(total) == pytest.approx(sum(float(m.split(":")[1]) for m in members), abs=1e-9)
-    assert int(seq) >= max(int(m.split(":")[0]) for m in members)
+    assert_sums_consistent(cast("list[bytes]", client.zrange(window_key(client, name), 0, -1)))
 
 
-# -- a sliding window loses one of its two keys ----------------------------------------
-
-
-def test_a_lost_meta_is_rebuilt_from_the_grants_that_remain(client: redis.Redis) -> None:
-    # Before: the total read 0 with the set full, and the window granted its limit again.
-    clock = ManualClock(1_000.0)
-    name = unique_name("evict")
-    limiter = SlidingWindow(3, 10, backend=RedisBackend(client), name=name, clock=clock)
-    assert burst(limiter) == 3
-    _, meta = window_key(client, name)
-    client.delete(meta)
-    assert burst(limiter) == 0
-    clock.advance(10)
-    assert burst(limiter) == 3
-    assert_window_state_consistent(client, name)
-
-
-def test_a_rebuilt_seq_never_moves_an_old_grant(client: redis.Redis) -> None:
-    # Members are named "<seq>:<tokens>". Before, seq restarted at 1 with the meta
-    # lost, and ZADD of "1:1" moved the grant of t=1000 to t=1006 instead of adding one.
-    clock = ManualClock(1_000.0)
-    name = unique_name("evict")
-    limiter = SlidingWindow(3, 10, backend=RedisBackend(client), name=name, clock=clock)
-    assert limiter.try_acquire()
-    clock.advance(5)
-    assert limiter.try_acquire()
-    zset, meta = window_key(client, name)
-    client.delete(meta)
-    clock.advance(1)  # t=1006
-    assert limiter.try_acquire()
-    assert client.zcard(zset) == 3
-    clock.advance(0.5)
-    assert not limiter.try_acquire()  # 1000, 1005, 1006 all count until 1010
-    clock.advance(3.5)  # t=1010: the grant of t=1000 ages out, exactly then
-    assert [limiter.try_acquire(), limiter.try_acquire()] == [True, False]
-    assert_window_state_consistent(client, name)
+# -- a sliding window loses its set, its caps, or gets members not its own ---------------
 
 
 def test_a_lost_set_is_a_fresh_window_not_an_error(client: redis.Redis) -> None:
-    # Before: a Lua error ("attempt to perform arithmetic on ... a table value") on
-    # every call until the meta expired, whatever on_unavailable said.
     clock = ManualClock(1_000.0)
     name = unique_name("evict")
     limiter = SlidingWindow(3, 10, backend=RedisBackend(client), name=name, clock=clock)
     assert burst(limiter) == 3
-    zset, _ = window_key(client, name)
-    client.delete(zset)
+    client.delete(window_key(client, name))
     assert burst(limiter) == 3
     assert_window_state_consistent(client, name)
 
 
-def test_a_garbled_total_or_member_is_mended_not_an_error(client: redis.Redis) -> None:
+def test_lost_caps_lift_only_the_restriction(client: redis.Redis) -> None:
+    # A provider's "1 left for the next 10 s" is kept beside the log; losing it loses
+    # that restriction, never a grant.
+    clock = ManualClock(1_000.0)
+    name = unique_name("evict")
+    limiter = SlidingWindow(5, 10, backend=RedisBackend(client), name=name, clock=clock)
+    assert limiter.try_acquire()
+    assert limiter.try_acquire()
+    limiter.feedback({"X-RateLimit-Remaining": "1", "X-RateLimit-Reset-After": "10"})
+    caps = [k for k in keys_of(client, name) if k.endswith(":caps")]
+    assert len(caps) == 1
+    assert client.pttl(caps[0]) > 0  # it goes once over
+    client.delete(*caps)
+    assert burst(limiter) == 3  # the log's own room: 5 less the 2 granted
+
+
+@pytest.mark.parametrize("where", ["oldest", "middle", "newest"])
+def test_a_member_not_its_own_drops_the_set_not_an_error(client: redis.Redis, where: str) -> None:
+    # Members are "<sum>|<weight>": one written by hand or by an older version of the
+    # script ("<seq>:<tokens>") cannot be counted, so the set is dropped whole rather
+    # than misread.
     clock = ManualClock(1_000.0)
     name = unique_name("garbage")
-    limiter = SlidingWindow(3, 10, backend=RedisBackend(client), name=name, clock=clock)
-    assert burst(limiter) == 3
-    zset, meta = window_key(client, name)
-    client.hset(meta, "total", "not a number")
-    assert burst(limiter) == 0  # rebuilt: three grants still count
-    client.zadd(zset, {"junk": 1_001.0})  # not ours: weighs nothing, and ages out
+    limiter = SlidingWindow(100, 10, backend=RedisBackend(client), name=name, clock=clock)
+    for _ in range(40):
+        assert limiter.try_acquire()
+        clock.advance(0.01)
+    zset = window_key(client, name)
+    score = {"oldest": 999.0, "middle": 1_000.105, "newest": 1_000.5}[where]
+    client.zadd(zset, {"7:1": score})
+    granted = burst(limiter)
+    # Dropped when read (the ends are read on every call) or when the search for the
+    # moment enough has aged out reads it (the middle, once the window is full).
+    assert granted in (60, 100) if where == "middle" else granted == 100
     clock.advance(10)
-    assert burst(limiter) == 3
-    # A meta left alone, even one HINCRBY could not count on, describes nothing.
-    client.delete(zset)
-    client.hset(meta, "seq", "junk")
-    assert burst(limiter) == 3
+    assert burst(limiter) == 100
     assert_window_state_consistent(client, name)
 
 
@@ -199,19 +182,14 @@ SPECS: dict[str, Build] = {
         clock=c,
     ),
 }
-#: How many keys each spec keeps once it has granted (a window's set and meta).
-KEY_COUNTS = {"token_bucket": 1, "leaky_bucket": 1, "sliding_window": 2, "sliding_window_counter": 1, "composite": 4}
+#: How many keys each spec keeps once it has granted.
+KEY_COUNTS = {"token_bucket": 1, "leaky_bucket": 1, "sliding_window": 1, "sliding_window_counter": 1, "composite": 3}
 CASES = [
     pytest.param(spec, subset, id=f"{spec}-lose-{'+'.join(map(str, subset))}")
     for spec, count in KEY_COUNTS.items()
     for size in range(1, count + 1)
     for subset in itertools.combinations(range(count), size)
 ]
-
-
-def _primaries(keys: list[str]) -> list[str]:
-    """The keys that hold a member's state itself; a window's meta belongs to its set."""
-    return [k for k in keys if not k.endswith(":meta")]
 
 
 @pytest.mark.parametrize(("spec", "subset"), CASES)
@@ -228,9 +206,9 @@ def test_losing_any_subset_of_keys_only_forgets_what_was_lost(
     lost = [keys[i] for i in subset]
     client.delete(*lost)
 
-    # A member forgets its grants only when its own state is gone (a window's set):
-    # the grants that remain elsewhere still hold the whole limiter back.
-    every_member_lost = all(k in lost for k in _primaries(keys))
+    # A member forgets its grants only when its own state is gone: the grants that
+    # remain elsewhere still hold the whole limiter back.
+    every_member_lost = all(k in lost for k in keys)
     assert burst(limiter) == (fresh if every_member_lost else 0)
 
     # Every other operation works on the mended state too.
@@ -326,21 +304,11 @@ def test_a_lost_breaker_hash_is_a_closed_breaker(client: redis.Redis) -> None:
 FILLER = b"x" * (256 * 1024)
 
 
-def snapshot(client: redis.Redis, zset: str, meta: str) -> tuple[list[bytes], Any, Any]:
-    """A window's members, total and seq, read in one transaction: no eviction between."""
-    with client.pipeline(transaction=True) as pipe:
-        pipe.zrange(zset, 0, -1)
-        pipe.hmget(meta, "total", "seq")
-        members, (total, seq) = pipe.execute()
-    return members, total, seq
-
-
 @pytest.mark.parametrize("policy", ["allkeys-random", "allkeys-lru"])
 def test_real_eviction_never_errs_and_never_leaves_a_window_inconsistent(policy: str) -> None:
     # A 4 MB server holds a dozen 256 KB fillers; each new one evicts a key, the
-    # limiters' among them: 45 to 90 of the 300 calls find one of the window's two
-    # keys without the other. Before, 19 to 41 calls raised raw Lua errors, and 84 to
-    # 143 left the total out of step with the set.
+    # limiters' among them. The window's whole state is one sorted set, so eviction
+    # takes all of it or none: whenever it is there, its sums agree with its weights.
     server = _server(maxmemory="4mb", maxmemory_policy=policy)
     try:
         client = redis.Redis.from_url(server.url, socket_timeout=5)
@@ -354,23 +322,19 @@ def test_real_eviction_never_errs_and_never_leaves_a_window_inconsistent(policy:
             SlidingWindow(5, 10, approximate=True, backend=backend, name=unique_name(), clock=clock),
         ]
         assert window.try_acquire()
-        zset, meta = window_key(client, name)
-        alone = 0
+        zset = window_key(client, name)
+        lost = 0
         for i in range(300):
+            had = client.exists(zset)
             client.set(f"filler:{i}", FILLER)
-            members, total, seq = snapshot(client, zset, meta)
-            alone += bool(members) != (total is not None)
+            lost += had and not client.exists(zset)
             window.try_acquire()
             for limiter in others:
                 limiter.try_acquire()
-            members, total, seq = snapshot(client, zset, meta)
-            if members and total is not None:
-                # Both keys there: they agree (eviction takes whole keys, never a field).
-                assert float(total) == pytest.approx(sum(float(m.split(b":")[1]) for m in members), abs=1e-9)
-                assert int(seq) >= max(int(m.split(b":")[0]) for m in members)
+            assert_sums_consistent(cast("list[bytes]", client.zrange(zset, 0, -1)))
             clock.advance(0.5)
         assert client.info("stats")["evicted_keys"] > 0
-        assert alone > 0, "no call found a window's key alone: the scenario did not exercise eviction"
+        assert lost > 0, "the window's set was never evicted: the scenario did not exercise eviction"
         client.close()
     finally:
         server.cleanup()
