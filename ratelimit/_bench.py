@@ -38,7 +38,7 @@ from ._bench_worker import NO_ANSWER, LimiterSpec, WorkerPlan, WorkerReport, run
 from ._rates import Rate
 from ._redact import redact_url, scrub, url_secrets
 from ._scripts import ALGORITHMS, single_script
-from ._sizing import DEFAULT_HEADROOM, size
+from ._sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
 from .testing import FakeProvider
 
 __all__ = ["DEFAULT_LIMIT", "BenchConfig", "BenchError", "BenchResult", "limiter_spec", "run_bench", "sweep_configs"]
@@ -67,6 +67,13 @@ class BenchConfig:
     limit: Rate = DEFAULT_LIMIT
     burst: float | None = None
     headroom: float = DEFAULT_HEADROOM
+    #: Seconds of send jitter the sized limiter allows for (``ratelimit size --guard``).
+    guard: float = DEFAULT_GUARD
+    #: The built-in provider without a burst: ``False`` counts fixed windows, ``True``
+    #: any sliding window (a strict sliding log).
+    strict: bool = False
+    #: A sliding window's approximate (two-counter) variant.
+    approximate: bool = False
     #: Overrides the sized capacity (the sweep tries several).
     capacity: float | None = None
     processes: int = 2
@@ -128,7 +135,7 @@ class BenchResult:
 
 def limiter_spec(config: BenchConfig) -> LimiterSpec:
     """The limiter ``ratelimit size`` recommends for this configuration."""
-    sizing = size(config.limit, config.burst, config.callers, 1, config.headroom)
+    sizing = size(config.limit, config.burst, config.callers, 1, config.headroom, guard=config.guard)
     if config.algorithm == "token-bucket":
         bucket = sizing.token_bucket
         return LimiterSpec("token-bucket", config.capacity or bucket.capacity, bucket.refill_per_sec)
@@ -137,9 +144,10 @@ def limiter_spec(config: BenchConfig) -> LimiterSpec:
         return LimiterSpec("leaky-bucket", config.capacity or leaky.capacity, leaky.leak_per_sec)
     window = sizing.sliding_window
     if config.capacity is not None:
-        # The same sustained rate with a different limit per window.
-        return LimiterSpec("sliding-window", config.capacity, config.capacity * window.window_seconds / window.limit)
-    return LimiterSpec("sliding-window", window.limit, window.window_seconds)
+        # The same limit per second of window with a different limit per window.
+        seconds = config.capacity * window.window_seconds / window.limit
+        return LimiterSpec("sliding-window", config.capacity, seconds, window.guard, config.approximate)
+    return LimiterSpec("sliding-window", window.limit, window.window_seconds, window.guard, config.approximate)
 
 
 # -- what the workers talk to ----------------------------------------------------------
@@ -155,7 +163,7 @@ def _whole(name: str, value: float) -> int:
 def _provider(config: BenchConfig) -> Iterator[FakeProvider]:
     limit = _whole("--limit count", config.limit.count)
     if config.burst is None:
-        provider = FakeProvider(limit, config.limit.window)
+        provider = FakeProvider(limit, config.limit.window, mode="sliding_log" if config.strict else "fixed_window")
     else:
         provider = FakeProvider(limit, config.limit.window, mode="token_bucket", burst=_whole("--burst", config.burst))
     with provider:
@@ -375,7 +383,9 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRes
             provider = stack.enter_context(_provider(config))
             target = provider.url
             target_name = f"built-in FakeProvider ({config.limit}" + (
-                f", burst {config.burst:g})" if config.burst is not None else ", fixed windows)"
+                f", burst {config.burst:g})"
+                if config.burst is not None
+                else (", any sliding window)" if config.strict else ", fixed windows)")
             )
         else:
             _probe_target(config.target)
@@ -447,11 +457,15 @@ def _summarize(
 def sweep_configs(config: BenchConfig) -> list[BenchConfig]:
     """The settings ``--sweep`` tries.
 
-    Headroom 0 %, 2.5 %, 5 %, 10 % and 15 % at the sized capacity; for a token bucket
-    also, at the configured headroom, the provider's whole burst, half the sized
-    capacity and 1 (a smaller burst is the other way to stay clear of the limit).
+    Headroom 0 %, 2.5 %, 5 %, 10 % and 15 % at the configured guard and the sized
+    capacity; then, at the configured headroom, no guard (if one is configured: what
+    send jitter costs without the margin); for a token bucket also the provider's
+    whole burst, half the sized capacity and 1 (a smaller burst is the other way to
+    stay clear of the limit).
     """
     runs = [replace(config, headroom=h) for h in (0.0, 0.025, 0.05, 0.1, 0.15)]
+    if config.guard > 0:
+        runs.append(replace(config, guard=0.0))
     sized = limiter_spec(config).first
     if config.algorithm == "token-bucket":
         others = {max(1.0, float(int(sized / 2))), 1.0}

@@ -36,7 +36,7 @@ def bench_text(r: BenchResult) -> str:
     lines = [
         f"ratelimit bench: {callers} ({c.callers} callers)" + (" -- INTERRUPTED, partial report" * r.interrupted),
         f"  limiter        {r.limiter.describe()}",
-        f"                 sized from {c.limit}{burst}, headroom {c.headroom:.3g}",
+        f"                 sized from {c.limit}{burst}, headroom {c.headroom:.3g}, guard {c.guard:g} s",
         f"  store          {r.backend}",
         f"  target         {r.target}",
         "",
@@ -87,6 +87,8 @@ def bench_json(r: BenchResult) -> dict[str, Any]:
             "window_seconds": c.limit.window,
             "burst": c.burst,
             "headroom": c.headroom,
+            "guard_seconds": c.guard,
+            "strict_provider": c.strict,
             "processes": c.processes,
             "threads": c.threads,
             "asyncio_tasks": c.tasks,
@@ -97,7 +99,12 @@ def bench_json(r: BenchResult) -> dict[str, Any]:
             "cluster": c.cluster,
             "target": None if c.target is None else redact_url(c.target),
         },
-        "limiter": {"algorithm": r.limiter.algorithm, names[0]: r.limiter.first, names[1]: r.limiter.second},
+        "limiter": {
+            "algorithm": r.limiter.algorithm,
+            names[0]: r.limiter.first,
+            names[1]: r.limiter.second,
+            "guard": r.limiter.guard,
+        },
         "backend": r.backend,
         "target": r.target,
         "interrupted": r.interrupted,
@@ -139,17 +146,18 @@ def sweep_text(results: Sequence[BenchResult]) -> str:
     chosen = best(results)
     names = _PARAMS[results[0].limiter.algorithm] if results else ("", "")
     lines = [
-        f"  {'headroom':>8}  {names[0]:>14}  {names[1]:>14}  {'granted':>7}  {'rate/s':>7}  {'429s':>5}"
+        f"  {'headroom':>8}  {'guard':>8}  {names[0]:>14}  {names[1]:>14}  {'granted':>7}  {'rate/s':>7}  {'429s':>5}"
         f"  {'max/window':>10}  {'p99 wait':>9}",
     ]
     for i, r in enumerate(results):
         mark = "*" if i == chosen else " "
         lines.append(
-            f"{mark} {r.config.headroom:>8.1%}  {r.limiter.first:>14.6g}  {r.limiter.second:>14.6g}  {r.grants:>7}"
-            f"  {r.achieved_rate:>7.1f}  {r.refused:>5}  {r.most_in_window:>10}  {_ms(r.wait[2]):>9}"
+            f"{mark} {r.config.headroom:>8.1%}  {_ms(r.config.guard):>8}  {r.limiter.first:>14.6g}"
+            f"  {r.limiter.second:>14.6g}  {r.grants:>7}  {r.achieved_rate:>7.1f}  {r.refused:>5}"
+            f"  {r.most_in_window:>10}  {_ms(r.wait[2]):>9}"
         )
     if chosen is None:
-        lines.append("no setting ran without 429s: more headroom, or a smaller capacity")
+        lines.append("no setting ran without 429s: more headroom, a larger guard, or a smaller capacity")
     else:
         r = results[chosen]
         lines.append(f"* best: the highest throughput with zero 429s: {r.limiter.describe()}")

@@ -44,18 +44,25 @@ NO_ANSWER = 0
 
 @dataclass(frozen=True)
 class LimiterSpec:
-    """Which limiter, and its two numbers (as in each constructor's order)."""
+    """Which limiter, its two numbers (as in each constructor's order) and its guard."""
 
     algorithm: str
     first: float
     second: float
+    #: Passed as ``guard=`` (seconds; ``ratelimit size`` folds the buckets' into their
+    #: numbers and gives windows theirs).
+    guard: float = 0.0
+    #: A sliding window's O(1) two-counter variant.
+    approximate: bool = False
 
     def build(self, backend: RedisBackend | None, name: str | None) -> SingleLimiter:
         if self.algorithm == "token-bucket":
-            return TokenBucket(self.first, self.second, backend=backend, name=name)
+            return TokenBucket(self.first, self.second, backend=backend, name=name, guard=self.guard)
         if self.algorithm == "leaky-bucket":
-            return LeakyBucket(self.first, self.second, backend=backend, name=name)
-        return SlidingWindow(self.first, self.second, backend=backend, name=name)
+            return LeakyBucket(self.first, self.second, backend=backend, name=name, guard=self.guard)
+        return SlidingWindow(
+            self.first, self.second, approximate=self.approximate, backend=backend, name=name, guard=self.guard
+        )
 
     def describe(self) -> str:
         return repr(self.build(None, None))
@@ -63,7 +70,7 @@ class LimiterSpec:
     @property
     def rate(self) -> float:
         """The sustained grants per second."""
-        return self.first / self.second if self.algorithm == "sliding-window" else self.second
+        return self.build(None, None).sustained_rate
 
 
 @dataclass(frozen=True)

@@ -105,11 +105,14 @@ class Gcra:
     def guarded(self, seconds: float) -> Gcra:
         # The burst tolerance is time: a request may leave `seconds` late only if the
         # bucket keeps that much of it back.
+        # A bucket of one token or more must still hold a whole one: less would refuse
+        # every unit request, for ever.
         kept = self.capacity - seconds * self.rate
-        if not kept > EPSILON:
+        if kept < min(1.0, self.capacity) - EPSILON or not kept > EPSILON:
             raise ValueError(
-                f"guard={seconds!r} keeps back {seconds * self.rate:g} tokens at {self.rate:g}/s, "
-                f"all of capacity={self.capacity:g}"
+                f"guard={seconds!r} keeps back {seconds * self.rate:g} tokens at {self.rate:g}/s, leaving "
+                f"{max(kept, 0.0):g} of capacity={self.capacity:g}: less than one request; lower the guard or "
+                f"raise the capacity"
             )
         return Gcra(kept, self.rate)
 

@@ -31,29 +31,50 @@ def size_text(s: Sizing) -> str:
     lines = [
         f"provider        {limit} ({_n(limit.per_second)}/s), {burst}; {where}",
         f"headroom        {s.headroom:.3g} ({s.headroom * 100:.3g}% of the rate left unused): {_n(rate)}/s",
+        f"guard           {_seconds(s.guard)}: requests may leave up to that late after their grant"
+        " (send jitter) and still keep the provider's limit",
         "",
         "shared limiter (one budget for every worker, e.g. through Redis)",
         f"  token bucket    TokenBucket(capacity={_n(bucket.capacity)}, refill_per_sec={_n(rate)})",
     ]
-    if bucket.capacity_rule == "burst":
-        lines.append("                  capacity: the provider's burst less the headroom")
+    if bucket.rate_cut:
+        lines.append(
+            f"                  refill cut below the headroom's so that one token and the guard fit the provider's"
+            f" {'burst' if s.burst is not None else 'window'}"
+        )
+    elif bucket.capacity_rule == "burst":
+        lines.append(
+            f"                  capacity: the provider's burst less the headroom or the guard's"
+            f" {_n(bucket.guard_tokens)} tokens (refill x guard), whichever is more"
+        )
     else:
         lines.append(
-            f"                  capacity: no burst documented, so floor(limit x headroom) = {_n(bucket.capacity)}"
-            ", paid for by the headroom"
+            "                  capacity: no burst documented, so limit - refill x (window + guard)"
+            f" = {_n(bucket.capacity)}: the headroom pays for the burst and the guard"
         )
     lines += [
-        f"                  at most {_n(bucket.most_in_window)} grants in any {_n(limit.window)} s"
-        f" (the provider allows {_n(limit.count)})",
+        f"                  at most {_n(bucket.most_in_window)} requests in any {_n(limit.window)} s"
+        f" (the provider allows {_n(limit.count)}), sends up to {_seconds(s.guard)} late included",
         f"  leaky bucket    LeakyBucket(capacity={_n(leaky.capacity)}, leak_per_sec={_n(leaky.leak_per_sec)})",
         "                  room for one request per worker and the one leaking;"
         f" longest wait {_seconds(leaky.longest_wait)}; never bursts",
-        f"  sliding window  SlidingWindow(limit={_n(window.limit)}, window_seconds={_n(window.window_seconds)})",
     ]
+    if leaky.rate_cut:
+        lines.append(f"                  leak cut below the headroom's rate: the guard's {_seconds(s.guard)} must fit")
+    lines.append(
+        f"  sliding window  SlidingWindow(limit={_n(window.limit)}, window_seconds={_n(window.window_seconds)}"
+        f", guard={_n(window.guard)})"
+    )
     if s.burst is not None:
-        lines.append(f"                  bursts up to {_n(window.limit)} (as the bucket), sustained {_n(rate)}/s")
+        lines.append(
+            f"                  bursts up to {_n(window.limit)}, sustained {_n(window.per_second)}/s"
+            " (the guard widens each window: it costs rate, not burst)"
+        )
     else:
-        lines.append("                  the provider's window, less the headroom (admits the whole limit at once)")
+        lines.append(
+            "                  the provider's window, less the headroom (admits the whole limit at once);"
+            " each grant counts for window + guard"
+        )
     lines += [
         "",
         f"static split (each of {s.workers} workers limited on its own, for comparison)",
@@ -111,18 +132,28 @@ def size_json(s: Sizing) -> dict[str, Any]:
         "workers": s.workers,
         "boxes": s.boxes,
         "headroom": s.headroom,
+        "guard_seconds": s.guard,
         "token_bucket": {
             "capacity": bucket.capacity,
             "refill_per_sec": bucket.refill_per_sec,
             "capacity_rule": bucket.capacity_rule,
             "most_in_provider_window": bucket.most_in_window,
+            "guard_tokens": bucket.guard_tokens,
+            "rate_cut": bucket.rate_cut,
         },
         "leaky_bucket": {
             "capacity": leaky.capacity,
             "leak_per_sec": leaky.leak_per_sec,
             "longest_wait_seconds": leaky.longest_wait,
+            "most_in_provider_window": leaky.most_in_window,
+            "rate_cut": leaky.rate_cut,
         },
-        "sliding_window": {"limit": window.limit, "window_seconds": window.window_seconds},
+        "sliding_window": {
+            "limit": window.limit,
+            "window_seconds": window.window_seconds,
+            "guard": window.guard,
+            "per_second": window.per_second,
+        },
         "static_split": {
             "per_worker": {"capacity": static.capacity, "refill_per_sec": static.refill_per_sec},
             "usable_capacity": static.usable_capacity,

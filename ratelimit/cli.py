@@ -8,7 +8,7 @@
 - ``ratelimit bench``: worker processes and threads acquire from one limiter, sized
   as ``size`` would, and call a provider (the built-in fake one by default); reports
   the achieved rate, 429s, waits, round trips, CPU and fairness (``ratelimit._bench``).
-  ``--sweep`` tries several headrooms and capacities and marks the best.
+  ``--sweep`` tries several headrooms, no guard, and capacities, and marks the best.
 
 Bad arguments end the command with one line on stderr and exit code 2; a run that
 cannot start (unreachable Redis or target) with one line and exit code 1; Ctrl-C
@@ -41,7 +41,7 @@ from ._plot import PLOT_MISSING, can_plot, plot
 from ._rates import Rate, parse_rate
 from ._redact import scrub, url_secrets
 from ._size_report import size_json, size_text
-from ._sizing import DEFAULT_HEADROOM, size
+from ._sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
 
 __all__ = ["main"]
 
@@ -82,6 +82,23 @@ def _headroom(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a fraction or a percentage (0.05 or 5%), got {text!r}") from None
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"expected a fraction from 0 to below 1 (0.05) or a percentage, got {text!r}")
+    return value
+
+
+def _guard(text: str) -> float:
+    # "0.02", "0.02s" or "20ms": a bare number is seconds, as every duration here.
+    stripped = text.strip().lower()
+    scale = 1.0
+    if stripped.endswith("ms"):
+        stripped, scale = stripped[:-2], 1e-3
+    elif stripped.endswith("s"):
+        stripped = stripped[:-1]
+    try:
+        value = float(stripped) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds (0.02, 0.02s or 20ms), got {text!r}") from None
+    if not 0 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"expected seconds from 0 to 60, got {text!r}")
     return value
 
 
@@ -136,7 +153,7 @@ class _UsageError(Exception):
 def size_command(args: argparse.Namespace) -> int:
     workers, boxes = _workers(args)
     demand = None if args.demand is None else args.demand.per_second
-    sizing = size(args.limit, args.burst, workers, boxes, args.headroom, demand)
+    sizing = size(args.limit, args.burst, workers, boxes, args.headroom, demand, args.guard)
     print(json.dumps(size_json(sizing), indent=2) if args.json else size_text(sizing))
     return 0
 
@@ -152,6 +169,8 @@ def _bench_config(args: argparse.Namespace) -> BenchConfig:
         limit=args.limit,
         burst=args.burst,
         headroom=args.headroom,
+        guard=args.guard,
+        strict=args.strict_provider,
         processes=args.processes,
         threads=args.threads,
         tasks=args.asyncio_tasks or 0,
@@ -302,6 +321,13 @@ def _add_provider(command: argparse.ArgumentParser, limit_default: Rate | None) 
         default=DEFAULT_HEADROOM,
         help=f"fraction of the provider's rate left unused, e.g. 0.05 or 5%% (default {DEFAULT_HEADROOM:g})",
     )
+    command.add_argument(
+        "--guard",
+        type=_guard,
+        default=DEFAULT_GUARD,
+        help="how late a request may leave after its grant (send jitter) with the provider's limit still kept: "
+        f"seconds, or e.g. 20ms (default {DEFAULT_GUARD:g} s, measured by benchmarks/jitter.py)",
+    )
 
 
 def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -323,8 +349,10 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
         help="recommended limiter settings from a provider's documented limits",
         description="Recommended capacity and rate for each algorithm from the provider's documented limits, "
         "the static per-worker split beside them, and the expected wait at a demand. "
-        "Token bucket: refill = limit x (1 - headroom), capacity = floor(burst x (1 - headroom)) (without one: "
-        "floor(limit x headroom), so that no provider window sees more than its limit). "
+        "Every recommendation keeps the provider's limit for requests that leave up to --guard late. "
+        "Token bucket: refill = limit x (1 - headroom), capacity = floor(burst - max(burst x headroom, "
+        "refill x guard)) (without a burst: limit - refill x (window + guard), so that no provider window sees "
+        "more than its limit); the derivations are in `ratelimit._sizing`. "
         "Expected wait (Poisson arrivals at demand L, refill M, capacity C, r = L/M): "
         "Wq x exp(-theta (C - 1) / M) with Wq = r / (2M(1 - r)) and theta solving L(exp(theta/M) - 1) = theta; "
         "at or above the rate the wait grows without bound.",
@@ -360,11 +388,18 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
     bench.add_argument("--redis", metavar="URL", help="keep the limiter in this Redis (default: embedded)")
     bench.add_argument("--cluster", action="store_true", help="--redis names a node of a Redis Cluster")
     bench.add_argument("--target", metavar="URL", help="call this URL instead of the built-in fake provider")
+    bench.add_argument(
+        "--strict-provider",
+        action="store_true",
+        help="without --burst, the built-in provider allows --limit in ANY sliding window, not per fixed window",
+    )
     bench.add_argument("--json", action="store_true", help="print JSON (stable keys) instead of text")
     bench.add_argument("--progress", action="store_true", help="a progress line on stderr even when not a terminal")
     bench.add_argument("--plot", metavar="FILE.png", help="draw grants per second over time (needs matplotlib)")
     bench.add_argument(
-        "--sweep", action="store_true", help="try headrooms 0..15%% (and capacities); mark the best setting"
+        "--sweep",
+        action="store_true",
+        help="try headrooms 0..15%%, no guard, and capacities; mark the best setting",
     )
     bench.set_defaults(func=bench_command)
     return parser

@@ -8,13 +8,15 @@ loopback that answers every request with rate-limit headers, refuses with 429 an
         run_my_pipeline(base_url=provider.url)
         assert provider.stats().refused == 0
 
-Two ways of limiting: ``"fixed_window"`` (at most ``limit`` per window, windows
-aligned to the provider's start) and ``"token_bucket"`` (``burst`` at once, refilled at
-``limit / window`` per second). Two dialects of headers: ``"x-ratelimit"``
-(``X-RateLimit-Limit/Remaining/Reset``, Reset as epoch seconds rounded up, as GitHub
-sends it) and ``"ietf"`` (``RateLimit-Limit/Remaining/Reset`` as delay seconds and
-``RateLimit-Policy``). Faults on demand: :meth:`FakeProvider.force_status` and
-:meth:`FakeProvider.pause`.
+Three ways of limiting: ``"fixed_window"`` (at most ``limit`` per window, windows
+aligned to the provider's start), ``"sliding_log"`` (at most ``limit`` in ANY interval
+of ``window``: the strictest reading of "N per window", under which a request that
+leaves a few milliseconds after its grant can already be one too many) and
+``"token_bucket"`` (``burst`` at once, refilled at ``limit / window`` per second).
+Two dialects of headers: ``"x-ratelimit"`` (``X-RateLimit-Limit/Remaining/Reset``,
+Reset as epoch seconds rounded up, as GitHub sends it) and ``"ietf"``
+(``RateLimit-Limit/Remaining/Reset`` as delay seconds and ``RateLimit-Policy``).
+Faults on demand: :meth:`FakeProvider.force_status` and :meth:`FakeProvider.pause`.
 """
 
 from __future__ import annotations
@@ -107,8 +109,11 @@ class FakeProvider:
         limit: requests allowed per ``window``.
         window: the window, in seconds.
         mode: ``"fixed_window"`` (windows aligned to when the provider was created or
-            last :meth:`reset`) or ``"token_bucket"`` (refilled at ``limit / window``
-            per second; its "reset" is the time until the bucket is full again).
+            last :meth:`reset`), ``"sliding_log"`` (a request is refused when
+            ``limit`` were served in the ``window`` seconds before it, both ends
+            included; its "reset" is when the oldest of them ages out) or
+            ``"token_bucket"`` (refilled at ``limit / window`` per second; its
+            "reset" is the time until the bucket is full again).
         burst: the bucket's capacity in ``"token_bucket"`` mode (default ``limit``).
         headers: ``"x-ratelimit"`` (Reset as epoch seconds) or ``"ietf"`` (Reset as
             delay seconds, plus ``RateLimit-Policy``).
@@ -126,7 +131,7 @@ class FakeProvider:
         limit: int,
         window: float,
         *,
-        mode: Literal["fixed_window", "token_bucket"] = "fixed_window",
+        mode: Literal["fixed_window", "sliding_log", "token_bucket"] = "fixed_window",
         burst: int | None = None,
         headers: Literal["x-ratelimit", "ietf"] = "x-ratelimit",
         port: int = 0,
@@ -135,8 +140,8 @@ class FakeProvider:
     ) -> None:
         self.limit = _whole("limit", limit, least=1, meaning="a whole number > 0")
         self.window = _seconds("window", window, zero_ok=False)
-        if mode not in ("fixed_window", "token_bucket"):
-            raise ValueError(f"mode must be 'fixed_window' or 'token_bucket', got {mode!r}")
+        if mode not in ("fixed_window", "sliding_log", "token_bucket"):
+            raise ValueError(f"mode must be 'fixed_window', 'sliding_log' or 'token_bucket', got {mode!r}")
         if headers not in ("x-ratelimit", "ietf"):
             raise ValueError(f"headers must be 'x-ratelimit' or 'ietf', got {headers!r}")
         if burst is not None:
@@ -355,7 +360,13 @@ class FakeProvider:
     def _index(self, now: float) -> int:
         return math.floor((now - self._start) / self.window + _SLACK)
 
+    def _in_log(self, now: float) -> int:
+        """Requests served in ``[now - window, now]``: the sliding log's count."""
+        return len(self._served_at) - bisect.bisect_left(self._served_at, now - self.window - _SLACK)
+
     def _take(self, now: float) -> bool:
+        if self.mode == "sliding_log":
+            return self._in_log(now) < self.limit
         if self.mode == "fixed_window":
             index = self._index(now)
             if index != self._window_index:
@@ -373,6 +384,13 @@ class FakeProvider:
         return True
 
     def _remaining_and_reset(self, now: float) -> tuple[int, float]:
+        if self.mode == "sliding_log":
+            used = self._in_log(now)
+            if used == 0:
+                return self.limit, 0.0
+            # Room again once the oldest request that fills the log ages out.
+            oldest = self._served_at[len(self._served_at) - min(used, self.limit)]
+            return max(0, self.limit - used), max(0.0, oldest + self.window - now)
         if self.mode == "fixed_window":
             index = self._index(now)
             used = self._window_count if index == self._window_index else 0
@@ -383,7 +401,7 @@ class FakeProvider:
         return math.floor(tokens + _SLACK), max(0.0, (self.burst - tokens) / rate - _SLACK)
 
     def _retry_after(self, now: float) -> float:
-        if self.mode == "fixed_window":
+        if self.mode in ("fixed_window", "sliding_log"):
             return self._remaining_and_reset(now)[1]
         rate = self.limit / self.window
         return (1 - self._tokens) / rate

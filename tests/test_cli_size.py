@@ -113,6 +113,41 @@ def test_without_a_burst_the_capacity_is_paid_for_by_the_headroom() -> None:
             assert bucket.most_in_window <= parse_rate(limit).count, (limit, headroom)
 
 
+def test_the_guard_becomes_part_of_the_headroom_without_a_burst() -> None:
+    # 200/s at 5 %: 190/s; a window sees the burst plus 190 x (1 + guard) tokens.
+    rate = parse_rate("200/s")
+    assert [size(rate, guard=g).token_bucket.capacity for g in (0, 0.02, 0.05)] == [10, 7, 1]
+    assert size(rate, guard=0.05).token_bucket.most_in_window == 200  # 1 + fit(190 x 1.05 = 199.5)
+    # 20 per 0.1 s: the headroom's 190/s and a 50 ms guard leave no token: the rate is cut.
+    short = size(Rate(20, 0.1), guard=0.05)
+    assert (short.token_bucket.capacity, short.token_bucket.rate_cut) == (1, True)
+    assert short.token_bucket.refill_per_sec == pytest.approx(19.999 / 0.15)
+    assert short.leaky_bucket.leak_per_sec == pytest.approx(19.999 / 0.15)
+    assert short.leaky_bucket.most_in_window == 20
+    # A window counts each grant for window + guard, and passes the guard on.
+    window = size(rate, guard=0.05).sliding_window
+    assert (window.limit, window.window_seconds, window.guard) == (190, 1, 0.05)
+    assert window.per_second == pytest.approx(190 / 1.05)
+
+
+def test_with_a_burst_the_guard_comes_out_of_the_bursts_margin() -> None:
+    rate = parse_rate("100/s")
+    # The margin is the larger of headroom x burst (0.5) and refill x guard.
+    assert [size(rate, burst=10, guard=g).token_bucket.capacity for g in (0, 0.005, 0.02, 0.05)] == [9, 9, 8, 5]
+    # A burst that cannot hold one token and the guard: one token, the rate cut to
+    # the faster of (burst - 1) / guard and a spacing of 1 / rate + guard.
+    tight = size(rate, burst=3, guard=0.05)
+    assert tight.token_bucket.capacity == 1
+    assert tight.token_bucket.refill_per_sec == pytest.approx(40.0)
+    assert tight.leaky_bucket.leak_per_sec == pytest.approx(40.0)
+    one = size(rate, burst=1, guard=0.05).token_bucket
+    assert one.refill_per_sec == pytest.approx(1 / (0.01 + 0.05))
+    # The window for a burst keeps its size; the guard costs it rate, never burst.
+    window = size(rate, burst=10, guard=0.05).sliding_window
+    assert (window.limit, window.guard) == (9, 0.05)
+    assert window.window_seconds == pytest.approx(9 / 95)
+
+
 def test_size_rejects_out_of_range_arguments() -> None:
     rate = parse_rate("10/s")
     with pytest.raises(ValueError, match="workers and boxes must be >= 1, got 0"):
@@ -121,6 +156,8 @@ def test_size_rejects_out_of_range_arguments() -> None:
         size(rate, headroom=1)
     with pytest.raises(ValueError, match="burst must be > 0, got -1"):
         size(rate, burst=-1)
+    with pytest.raises(ValueError, match="guard must be seconds >= 0"):
+        size(rate, guard=-0.1)
 
 
 def test_demand_at_or_above_the_rate_waits_without_bound() -> None:
@@ -194,8 +231,9 @@ def test_size_prints_the_recommendations(capsys: pytest.CaptureFixture[str]) -> 
     out = capsys.readouterr().out
     assert "TokenBucket(capacity=19, refill_per_sec=15.8333)" in out
     assert "LeakyBucket(capacity=31, leak_per_sec=15.8333)" in out
-    assert "SlidingWindow(limit=19, window_seconds=1.2)" in out
-    assert "at most 969 grants in any 60 s (the provider allows 1000)" in out
+    assert "SlidingWindow(limit=19, window_seconds=1.2, guard=0.05)" in out
+    assert "at most 969 requests in any 60 s (the provider allows 1000), sends up to 50 ms late included" in out
+    assert "guard           50 ms: requests may leave up to that late after their grant" in out
     assert "so all together they burst 30 (shared: 19; the provider allows 20)" in out
     assert "30 workers on 4 boxes" in out
 
@@ -209,6 +247,7 @@ def test_size_json_has_stable_keys(capsys: pytest.CaptureFixture[str]) -> None:
         "workers",
         "boxes",
         "headroom",
+        "guard_seconds",
         "token_bucket",
         "leaky_bucket",
         "sliding_window",
@@ -217,6 +256,8 @@ def test_size_json_has_stable_keys(capsys: pytest.CaptureFixture[str]) -> None:
     ]
     assert report["workers"] == 32
     assert report["headroom"] == 0.1
+    assert report["guard_seconds"] == 0.05
+    assert report["sliding_window"]["guard"] == 0.05
     assert report["token_bucket"]["refill_per_sec"] == pytest.approx(15.0)
     assert report["provider"] == {
         "limit": 1000,
@@ -226,6 +267,18 @@ def test_size_json_has_stable_keys(capsys: pytest.CaptureFixture[str]) -> None:
     }
     assert set(report["demand"]) == {"per_second", "utilisation", "bounded", "backlog_growth_per_sec", "wait_seconds"}
     assert report["demand"]["bounded"] is True
+
+
+def test_the_guard_option_takes_seconds_or_milliseconds(capsys: pytest.CaptureFixture[str]) -> None:
+    for given in ("0.02", "0.02s", "20ms", "20 ms"):
+        assert main(["size", "--limit", "200/s", "--guard", given, "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["guard_seconds"] == pytest.approx(0.02), given
+        assert report["token_bucket"]["capacity"] == 7
+    assert main(["size", "--limit", "200/s", "--guard", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "TokenBucket(capacity=10, refill_per_sec=190)" in out
+    assert "SlidingWindow(limit=190, window_seconds=1, guard=0)" in out
 
 
 def test_an_unbounded_wait_is_said_in_text_and_null_in_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -248,6 +301,8 @@ def test_an_unbounded_wait_is_said_in_text_and_null_in_json(capsys: pytest.Captu
         (["--limit", "10/s", "--headroom", "lots"], "argument --headroom: expected a fraction or a percentage"),
         (["--limit", "10/s", "--burst", "0"], "argument --burst: expected a number > 0, got '0'"),
         (["--limit", "10/s", "--demand", "fast"], "argument --demand: expected a rate like"),
+        (["--limit", "10/s", "--guard", "soon"], "argument --guard: expected seconds (0.02, 0.02s or 20ms)"),
+        (["--limit", "10/s", "--guard=-5ms"], "argument --guard: expected seconds from 0 to 60, got '-5ms'"),
         (
             ["--limit", "10/s", "--workers", "5", "--boxes", "2", "--workers-per-box", "3"],
             "--workers 5 disagrees with --boxes 2 x --workers-per-box 3",

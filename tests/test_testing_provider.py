@@ -360,7 +360,7 @@ def test_the_server_thread_is_a_daemon() -> None:
         ({"limit": 1, "window": math.nan}, ValueError, "window must be a number of seconds > 0, got nan"),
         ({"limit": 1, "window": math.inf}, ValueError, "window must be a number of seconds > 0, got inf"),
         ({"limit": 1, "window": "1"}, TypeError, "window must be a number of seconds, got str '1'"),
-        ({"limit": 1, "window": 1, "mode": "leaky"}, ValueError, "mode must be 'fixed_window' or 'token_bucket'"),
+        ({"limit": 1, "window": 1, "mode": "leaky"}, ValueError, "mode must be 'fixed_window', 'sliding_log' or"),
         ({"limit": 1, "window": 1, "headers": "x"}, ValueError, "headers must be 'x-ratelimit' or 'ietf', got 'x'"),
         ({"limit": 1, "window": 1, "burst": 0}, ValueError, "burst must be a whole number > 0, got 0"),
         ({"limit": 1, "window": 1, "burst": 2.5}, TypeError, "burst must be an int, got float 2.5"),
