@@ -72,7 +72,8 @@ class Log:
         head = bisect_right(times, cutoff, self.head)
         if head == len(times):
             self.clear()
-        elif head > 64 and 2 * head > len(times):
+        elif head > 1024 and 2 * head > len(times):
+            # In batches: moving the entries that stay costs as much as those gone.
             del times[:head], self.sums[:head], self.weights[:head]
             self.head = 0
         else:
@@ -177,34 +178,47 @@ class WindowLog:
         return state
 
     def step(self, state: Log, now: float, tokens: float, max_wait: float) -> tuple[Log, float]:
-        # The usual case inlined (an empty log, or one with room and nothing to wait
-        # for): plan(), decide() and commit() as one, operation for operation.
-        times = state.times
-        head = state.head
-        if not state.caps and len(times) > head:
-            if times[head] > now - self.window:
-                sums = state.sums
-                last = times[-1]
-                if last <= now and sums[-1] - (sums[head] - state.weights[head]) + tokens - self.limit <= EPSILON:
-                    total = sums[-1] + tokens
+        # The usual case inlined (no caps, room now, nothing reserved ahead): plan(),
+        # decide() and commit() as one, operation for operation.
+        if not state.caps:
+            times = state.times
+            head = state.head
+            cutoff = now - self.window
+            if len(times) == head or times[-1] <= cutoff:
+                # Empty, or all of it aged out: the sums start again from zero, as they
+                # do when plan() prunes the whole log.
+                if len(times) != head:
+                    state.clear()
+                times.append(now)
+                state.sums.append(tokens)
+                state.weights.append(tokens)
+                return state, 0.0
+            if times[head] <= cutoff:
+                head = bisect_right(times, cutoff, head)
+                if head > 1024 and 2 * head > len(times):
+                    state.prune(cutoff)
+                    head = 0
+                else:
+                    state.head = head
+            last = times[-1]
+            if last <= now:
+                sums, weights = state.sums, state.weights
+                newest = sums[-1]
+                if newest - (sums[head] - weights[head]) + tokens - self.limit <= EPSILON:
+                    total = newest + tokens
                     if last == now:
                         sums[-1] = total
-                        state.weights[-1] += tokens
-                    elif total == sums[-1] and tokens == state.weights[-1]:
+                        weights[-1] += tokens
+                    elif total == newest and tokens == weights[-1]:
                         times[-1] = now
                     else:
                         times.append(now)
                         sums.append(total)
-                        state.weights.append(tokens)
-                    if sums[head] - state.weights[head] > REBASE:
+                        weights.append(tokens)
+                    if sums[head] - weights[head] > REBASE:
                         state.rebase()
                     return state, 0.0
-        elif not state.caps:
-            times.append(now)
-            state.sums.append(tokens)
-            state.weights.append(tokens)
-            return state, 0.0
-        admit_at, at = self.plan(state, now, tokens)
+        _, at = self.plan(state, now, tokens)
         wait = at - now
         if wait <= EPSILON:
             wait = 0.0

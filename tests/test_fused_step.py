@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from ratelimit._algorithm import Algorithm, step
 from ratelimit._gcra import Gcra
 from ratelimit._leaky_bucket import LeakyQueue
+from ratelimit._sliding_window import Log, WindowLog
 
 times = st.floats(min_value=0.0, max_value=2e9, allow_nan=False)
 deltas = st.floats(min_value=-50.0, max_value=50.0, allow_nan=False)
@@ -37,3 +38,46 @@ def test_fused_step_is_plan_then_commit(
         state = (state, state - alg.interval)
     tokens = capacity * fraction
     assert alg.step(state, now, tokens, max_wait) == step(alg, state, now, tokens, max_wait)
+
+
+def _pruned(alg: WindowLog, state: Log, now: float) -> tuple[list[float], list[float], list[float], list[list[float]]]:
+    state.prune(now - alg.window)
+    head = state.head
+    return state.times[head:], state.sums[head:], state.weights[head:], state.caps
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    limit=st.sampled_from([1.0, 3.0, 64.0, 1e10]),
+    window=st.sampled_from([1e-3, 0.5, 10.0]),
+    ops=st.lists(
+        st.tuples(
+            st.floats(min_value=0.0, max_value=2.0),  # time step
+            st.floats(min_value=0.01, max_value=1.0),  # share of the limit
+            waits,
+            st.sampled_from(["", "", "", "refund", "cancel", "restrict"]),
+        ),
+        min_size=1,
+        max_size=150,
+    ),
+)
+def test_the_logs_fused_step_decides_as_plan_then_commit(
+    limit: float, window: float, ops: list[tuple[float, float, float, str]]
+) -> None:
+    # The decisions, and the log once pruned, must be the same as plan() then commit().
+    alg = WindowLog(limit, window)
+    fused, plain = alg.new_state(), alg.new_state()
+    now = 1_000.0
+    for dt, share, max_wait, extra in ops:
+        now += dt
+        tokens = max(1.0, limit * share) if limit > 1 else limit * share
+        fused, wait = alg.step(fused, now, tokens, max_wait)
+        plain, expected = step(alg, plain, now, tokens, max_wait)
+        assert wait == expected
+        if extra == "refund":
+            fused, plain = (alg.refund(s, now, tokens / 2, now) for s in (fused, plain))
+        elif extra == "cancel" and wait > 0:
+            fused, plain = (alg.cancel(s, now, tokens, now + wait) for s in (fused, plain))
+        elif extra == "restrict":
+            fused, plain = (alg.restrict(s, now, limit * share, now + dt) for s in (fused, plain))
+        assert _pruned(alg, fused, now) == _pruned(alg, plain, now)

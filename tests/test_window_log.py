@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any
+from typing import Any, cast
 
 import fakeredis
 import pytest
@@ -103,8 +103,8 @@ def test_sums_are_rebased_and_decide_as_the_pure_log(client: redis.Redis) -> Non
     # About 3e11 tokens went through: without rebasing the sums would be that large.
     assert state.base() < REBASE
     assert state.sums[-1] < REBASE + 3 * alg.limit
-    ((newest, _),) = client.zrange(key, -1, -1, withscores=True)
-    assert float(newest.split(b"|")[0]) == state.sums[-1]
+    newest = cast("list[tuple[bytes, float]]", client.zrange(key, -1, -1, withscores=True))
+    assert float(newest[0][0].split(b"|")[0]) == state.sums[-1]
 
 
 def test_a_cap_restricts_without_entering_the_log() -> None:
