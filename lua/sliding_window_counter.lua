@@ -1,152 +1,329 @@
--- ratelimit: approximate sliding window, two counters. Mirrors
--- ratelimit/_window_counter.py (WindowCounter).
+-- ratelimit: approximate sliding window, sub-window counts. Mirrors
+-- ratelimit/_window_counter.py (WindowCounter) operation for operation; the proof of
+-- its bound (never more than `limit` in any window) is in that module's docstring.
 --
--- State: hash <base> with index (newest window holding grants, floor(t / window)),
--- previous and current (tokens granted in the window before it and in it), last
--- (the latest grant time, for FIFO).
--- Params: limit (tokens per window), window (seconds).
+-- State: hash <base> with
+--   last    the latest grant recorded (or the end of a pause), seconds; its sub-window
+--           floor(last / width) is the newest one counted
+--   total   the tokens counted, the sum of the c<i>
+--   c<i>    the tokens of the counted sub-window whose index is i modulo subs + 1
+--           (i = 0 .. subs); a missing field is an empty sub-window
+-- Params: limit (tokens per window), window (seconds). A window is cut into subs = 20
+-- sub-windows of width = window / subs (fewer below 20 microseconds, see SHORTEST).
+--
+-- Read with one HMGET of every field; written with one HSET of last, total and the
+-- sub-windows that changed (an HDEL for those that emptied). Fields written by an older
+-- version (index, previous, current) are ignored and expire with the key.
 
 local sliding_window_counter = {}
 
-function sliding_window_counter.new(base, limit, window)
-  return {key = base, limit = limit, window = window}
-end
+do
+  local SUBWINDOWS = 20
+  local SHORTEST = 1e-6
+  -- Written out: building 'c' .. i at every call costs more than the HMGET itself.
+  local FIELDS = {'last', 'total', 'c0', 'c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7', 'c8', 'c9',
+                  'c10', 'c11', 'c12', 'c13', 'c14', 'c15', 'c16', 'c17', 'c18', 'c19', 'c20'}
 
-function sliding_window_counter.nparams() return 2 end
-
--- A field read back: its number, or `default` when it is missing or not a finite
--- number (a hash edited by hand or by another program).
-local function counter_field(value, default)
-  local x = tonumber(value)
-  if x == nil or x ~= x or x == math.huge or x == -math.huge then return default end
-  return x
-end
-
--- Without a readable index nothing can be placed in time: a fresh state. A count
--- that cannot be read counts nothing: only what was lost is forgotten.
-function sliding_window_counter.load(self)
-  local v = redis.call('HMGET', self.key, 'index', 'previous', 'current', 'last')
-  local index = counter_field(v[1], nil)
-  if index == nil then return {-math.huge, 0.0, 0.0, -math.huge} end
-  return {index, counter_field(v[2], 0.0), counter_field(v[3], 0.0), counter_field(v[4], -math.huge)}
-end
-
--- The first time whose window index is `index` (see window_start in Python).
-local function window_start(index, window)
-  local t = index * window
-  while math.floor(t / window) < index do
-    t = t + math.abs(t) * 4.5e-16 + 5e-324
+  function sliding_window_counter.new(base, limit, window)
+    local subs = math.floor(window / SHORTEST)
+    if subs > SUBWINDOWS then subs = SUBWINDOWS end
+    if subs < 1 then subs = 1 end
+    return {key = base, limit = limit, window = window, subs = subs, ring = subs + 1,
+            width = window / subs}
   end
-  return t
-end
 
-function sliding_window_counter.plan(self, state, now, tokens)
-  local index, previous, current, last = state[1], state[2], state[3], state[4]
-  local start = now
-  if last > now then start = last end
-  local k = math.floor(start / self.window)
-  if k >= index + 2 then return now, start end
-  if k == index + 1 then previous, current = current, 0.0 end
-  if current + tokens - self.limit > EPSILON then
-    k = k + 1
-    start = window_start(k, self.window)
-    previous, current = current, 0.0
+  function sliding_window_counter.nparams() return 2 end
+
+  -- The place of sub-window s in `counts` (Python's s % ring, 1-based). fmod is exact
+  -- where Lua's % (a - floor(a / b) * b) is not, for the large s of epoch times.
+  local function slot(self, s)
+    local i = math.fmod(s, self.ring)
+    if i < 0 then i = i + self.ring end
+    return i + 1
   end
-  local room = self.limit - tokens - current
-  if previous - room <= EPSILON then return now, start end
-  local fraction = 1.0 - room / previous
-  local t = k * self.window + fraction * self.window
-  if start > t then return now, start end
-  return now, t
-end
 
-function sliding_window_counter.commit(self, state, now, tokens, at)
-  local index, previous, current, last = state[1], state[2], state[3], state[4]
-  local k = math.floor(at / self.window)
-  if k == index then
-    local latest = last
-    if at > last then latest = at end
-    return {index, previous, current + tokens, latest}
+  -- The first time whose sub-window index is `index` (see window_start in Python).
+  local function window_start(index, width)
+    local t = index * width
+    while math.floor(t / width) < index do
+      t = t + math.abs(t) * 4.5e-16 + 5e-324
+    end
+    return t
   end
-  if k == index + 1 then return {k, current, tokens, at} end
-  return {k, 0.0, tokens, at}
-end
 
-function sliding_window_counter.refund(self, state, now, tokens, at)
-  local index, previous, current, last = state[1], state[2], state[3], state[4]
-  local k = math.floor(at / self.window)
-  if k == index or k == index + 1 then
-    local left = current - tokens
-    if left < 0 then left = 0.0 end
-    return {index, previous, left, last}
+  -- A field read back: its number, or `default` when it is missing or not a finite
+  -- number (a hash edited by hand or by another program).
+  local function counter_field(value, default)
+    local x = tonumber(value)
+    if x == nil or x ~= x or x == math.huge or x == -math.huge then return default end
+    return x
   end
-  if k == index - 1 then
-    local left = previous - tokens
-    if left < 0 then left = 0.0 end
-    return {index, left, current, last}
+
+  local function fresh(self)
+    local counts = {}
+    for i = 1, self.ring do counts[i] = 0.0 end
+    return {index = -math.huge, slot = 1, total = 0.0, last = -math.huge, counts = counts, touched = {}}
   end
-  return state
-end
 
-function sliding_window_counter.peek(self, state, now)
-  local index, previous, current = state[1], state[2], state[3]
-  local k = math.floor(now / self.window)
-  if k >= index + 2 then return self.limit, 0.0 end
-  local fraction = now / self.window - k
-  local used
-  if k == index + 1 then
-    used = current * (1.0 - fraction)
-  elseif k == index then
-    used = current + previous * (1.0 - fraction)
-  else
-    used = self.limit
+  -- Nothing that can be read is forgotten: a count that cannot be read is still in
+  -- the total; a total that cannot be read is the sum of the counts; counts with no
+  -- readable `last` cannot be placed in time, and are settled (see settle) as all
+  -- granted at the first `now` this call sees.
+  function sliding_window_counter.load(self)
+    local v = redis.call('HMGET', self.key, unpack(FIELDS, 1, self.ring + 2))
+    local state = fresh(self)
+    local counts, sum = state.counts, 0.0
+    for i = 1, self.ring do
+      local c = counter_field(v[i + 2], 0.0)
+      if c < 0 then c = 0.0 end
+      counts[i] = c
+      sum = sum + c
+    end
+    local total = counter_field(v[2], nil)
+    if total == nil or total < 0 then total = sum end
+    state.total = total
+    local last = counter_field(v[1], nil)
+    if last == nil then
+      if total > 0 then state.unplaced = true end
+      return state
+    end
+    state.last = last
+    state.index = math.floor(last / self.width)
+    state.slot = slot(self, state.index)
+    return state
   end
-  local remaining = self.limit - used
-  if remaining < 0 then remaining = 0.0 end
-  return remaining, (index + 2) * self.window - now
-end
 
--- Approximate (see WindowCounter.restrict).
-function sliding_window_counter.restrict(self, state, now, remaining, untl)
-  local grantable = sliding_window_counter.peek(self, state, now)
-  local extra = grantable - remaining
-  if extra > EPSILON then
-    local start = now
-    if state[4] > now then start = state[4] end
-    state = sliding_window_counter.commit(self, state, now, extra, start)
+  local function settle(self, state, now)
+    if not state.unplaced then return end
+    state.unplaced = nil
+    for i = 1, self.ring do
+      state.counts[i] = 0.0
+      state.touched[i] = true
+    end
+    state.index = math.floor(now / self.width)
+    state.slot = slot(self, state.index)
+    state.counts[state.slot] = state.total
+    state.last = now
+    state.dirty = true  -- saved even if this call's request is refused
   end
-  if remaining <= EPSILON then
-    local last = state[4]
-    if untl > last then last = untl end
-    state = {state[1], state[2], state[3], last}
+
+  -- See WindowCounter._advance.
+  local function advance(self, state, k)
+    local counts, touched = state.counts, state.touched
+    if k - state.index > self.subs then
+      for i = 1, self.ring do
+        counts[i] = 0.0
+        touched[i] = true
+      end
+      state.total = 0.0
+    else
+      local total = state.total
+      for s = state.index + 1, k do
+        local i = slot(self, s)
+        total = total - counts[i]
+        counts[i] = 0.0
+        touched[i] = true
+      end
+      if total > 0.0 then state.total = total else state.total = 0.0 end
+    end
+    state.index = k
+    state.slot = slot(self, k)
   end
-  return state
-end
 
-function sliding_window_counter.save(self, state, now)
-  if state[1] == -math.huge then return end
-  redis.call('HSET', self.key, 'index', fmt(state[1]), 'previous', fmt(state[2]),
-             'current', fmt(state[3]), 'last', fmt(state[4]))
-  -- A pause is held in `last`, which can reach past the counted windows.
-  local fresh = (state[1] + 2) * self.window
-  if state[4] > fresh then fresh = state[4] end
-  expire_after(self.key, fresh - now)
-end
+  local function hold(self, state, untl)
+    local k = math.floor(untl / self.width)
+    if k > state.index then advance(self, state, k) end
+    if untl > state.last then state.last = untl end
+    return state
+  end
 
--- See WindowCounter.tail / WindowCounter.cancel.
-function sliding_window_counter.tail(self, state, tokens, at)
-  return at >= state[4] - EPSILON
-end
+  local function take(self, state, s, tokens)
+    local i = slot(self, s)
+    local c = state.counts[i]
+    state.touched[i] = true
+    if c > tokens then
+      state.counts[i] = c - tokens
+      state.total = state.total - tokens
+      return 0.0
+    end
+    state.counts[i] = 0.0
+    state.total = state.total - c
+    return tokens - c
+  end
 
-function sliding_window_counter.cancel(self, state, now, tokens, at)
-  return sliding_window_counter.refund(self, state, now, tokens, at)
-end
+  local function idle_until(self, state)
+    if state.index == -math.huge then return state.last end
+    local t = window_start(state.index + self.ring, self.width)
+    if state.last > t then return state.last end
+    return t
+  end
 
--- See WindowCounter.latest / WindowCounter.next_free.
-function sliding_window_counter.latest(self, state)
-  return state[4]
-end
+  function sliding_window_counter.plan(self, state, now, tokens)
+    settle(self, state, now)
+    local last = state.last
+    local t = now
+    if last > now then t = last end
+    local k = math.floor(t / self.width)
+    local index = state.index
+    local m = self.subs
+    if k - index > m then return now, t end
+    local counts = state.counts
+    local used = state.total
+    local s = index - m
+    while s < k - m do
+      used = used - counts[slot(self, s)]
+      s = s + 1
+    end
+    if used + tokens - self.limit <= EPSILON then return now, t end
+    while s <= index do
+      used = used - counts[slot(self, s)]
+      s = s + 1
+      if used + tokens - self.limit <= EPSILON then break end
+    end
+    return now, window_start(s + m, self.width)
+  end
 
-function sliding_window_counter.next_free(self, at, tokens)
-  return at
+  function sliding_window_counter.commit(self, state, now, tokens, at)
+    settle(self, state, now)
+    local k = math.floor(at / self.width)
+    local index = state.index
+    local i
+    if k > index then
+      advance(self, state, k)
+      state.last = at
+      i = state.slot
+    else
+      if at > state.last then state.last = at end
+      if k == index then
+        i = state.slot
+      else
+        local oldest = index - self.subs
+        if k > oldest then i = slot(self, k) else i = slot(self, oldest) end
+      end
+    end
+    state.counts[i] = state.counts[i] + tokens
+    state.touched[i] = true
+    state.total = state.total + tokens
+    return state
+  end
+
+  function sliding_window_counter.refund(self, state, now, tokens, at)
+    settle(self, state, now)
+    local top = state.index
+    if top == -math.huge then return state end
+    local current = math.floor(now / self.width)
+    local oldest = current - self.subs
+    if oldest < top - self.subs then oldest = top - self.subs end
+    if at == now then
+      if top > current then return state end
+      local s = oldest
+      while s <= top and tokens > 0.0 do
+        tokens = take(self, state, s, tokens)
+        s = s + 1
+      end
+    else
+      local s = math.floor(at / self.width)
+      if s > top then s = top end
+      while s >= oldest and tokens > 0.0 do
+        tokens = take(self, state, s, tokens)
+        s = s - 1
+      end
+    end
+    if not (state.total > 0.0) then state.total = 0.0 end
+    return state
+  end
+
+  function sliding_window_counter.restrict(self, state, now, remaining, untl)
+    settle(self, state, now)
+    local last = state.last
+    local t0 = now
+    if last > now then t0 = last end
+    if untl <= t0 then return state end
+    if remaining <= EPSILON then return hold(self, state, untl) end
+    local ring, width = self.ring, self.width
+    local first_k = math.floor(t0 / width)
+    local end_k = math.floor(untl / width)
+    local blocks = math.floor((end_k - first_k) / ring) + 1
+    local needed = math.ceil(remaining / self.limit)
+    if blocks <= needed then
+      local start = end_k - blocks * ring + 1
+      local index = state.index
+      local held = 0.0
+      local s = start
+      if not (start > index - self.subs) then s = index - self.subs end
+      while s <= index do
+        held = held + state.counts[slot(self, s)]
+        s = s + 1
+      end
+      local extra = blocks * self.limit - remaining - held
+      if extra > EPSILON then return sliding_window_counter.commit(self, state, now, extra, t0) end
+      return state
+    end
+    local begin = window_start(end_k - needed * ring + 1, width)
+    local extra = needed * self.limit - remaining
+    if extra > EPSILON then return sliding_window_counter.commit(self, state, now, extra, begin) end
+    return hold(self, state, begin)
+  end
+
+  function sliding_window_counter.peek(self, state, now)
+    settle(self, state, now)
+    local idle = idle_until(self, state)
+    local reset = 0.0
+    if idle > now then reset = idle - now end
+    if state.last - now > EPSILON then return 0.0, reset end
+    local k = math.floor(now / self.width)
+    local index = state.index
+    local m = self.subs
+    if k - index > m then return self.limit, reset end
+    local used = state.total
+    local s = index - m
+    while s < k - m do
+      used = used - state.counts[slot(self, s)]
+      s = s + 1
+    end
+    local remaining = self.limit - used
+    if not (remaining > 0.0) then remaining = 0.0 end
+    return remaining, reset
+  end
+
+  function sliding_window_counter.save(self, state, now)
+    settle(self, state, now)
+    if state.last == -math.huge then return end
+    local set = {'last', fmt(state.last), 'total', fmt(state.total)}
+    local gone = {}
+    for i = 1, self.ring do
+      if state.touched[i] then
+        if state.counts[i] > 0 then
+          set[#set + 1] = FIELDS[i + 2]
+          set[#set + 1] = fmt(state.counts[i])
+        else
+          gone[#gone + 1] = FIELDS[i + 2]
+        end
+      end
+    end
+    -- HSET first: on a server out of memory under noeviction it is refused before
+    -- anything was written (a script that has written is let through).
+    redis.call('HSET', self.key, unpack(set))
+    if #gone > 0 then redis.call('HDEL', self.key, unpack(gone)) end
+    -- A pause is held in `last`, which can reach past the counted sub-windows.
+    expire_after(self.key, idle_until(self, state) - now)
+  end
+
+  -- See WindowCounter.tail / WindowCounter.cancel.
+  function sliding_window_counter.tail(self, state, tokens, at)
+    return at >= state.last - EPSILON
+  end
+
+  function sliding_window_counter.cancel(self, state, now, tokens, at)
+    return sliding_window_counter.refund(self, state, now, tokens, at)
+  end
+
+  -- See WindowCounter.latest / WindowCounter.next_free.
+  function sliding_window_counter.latest(self, state)
+    return state.last
+  end
+
+  function sliding_window_counter.next_free(self, at, tokens)
+    return at
+  end
 end

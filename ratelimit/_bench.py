@@ -72,7 +72,7 @@ class BenchConfig:
     #: The built-in provider without a burst: ``False`` counts fixed windows, ``True``
     #: any sliding window (a strict sliding log).
     strict: bool = False
-    #: A sliding window's approximate (two-counter) variant.
+    #: A sliding window's approximate (sub-window counter) variant.
     approximate: bool = False
     #: Overrides the sized capacity (the sweep tries several).
     capacity: float | None = None

@@ -52,7 +52,7 @@ class LimiterSpec:
     #: Passed as ``guard=`` (seconds; ``ratelimit size`` folds the buckets' into their
     #: numbers and gives windows theirs).
     guard: float = 0.0
-    #: A sliding window's O(1) two-counter variant.
+    #: A sliding window's O(1) sub-window counter variant.
     approximate: bool = False
 
     def build(self, backend: RedisBackend | None, name: str | None) -> SingleLimiter:

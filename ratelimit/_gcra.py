@@ -43,6 +43,10 @@ class Gcra:
     def most(self) -> float:
         return self.capacity
 
+    @property
+    def sustained_rate(self) -> float:
+        return self.rate
+
     def new_state(self) -> float:
         return -math.inf
 

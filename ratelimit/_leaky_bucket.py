@@ -50,6 +50,10 @@ class LeakyQueue:
     def most(self) -> float:
         return self.capacity
 
+    @property
+    def sustained_rate(self) -> float:
+        return self.rate
+
     def new_state(self) -> LeakyState:
         return (-math.inf, -math.inf)
 

@@ -119,6 +119,10 @@ class WindowLog:
     def most(self) -> float:
         return self.limit
 
+    @property
+    def sustained_rate(self) -> float:
+        return self.limit / self.window
+
     def new_state(self) -> Log:
         return Log()
 

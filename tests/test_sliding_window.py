@@ -2,8 +2,8 @@
 
 Every limiter is built with ``make`` (so it runs on every store of the backend matrix)
 on the test's :class:`ManualClock`, 1000.0 at the start; a blocking sleep moves it.
-1000 is a multiple of the 10 s windows used here, so the approximate counter's aligned
-windows are [1000, 1010), [1010, 1020), ... Where several reservations must be pending
+1000 is a multiple of the 0.5 s sub-windows the approximate counter cuts a 10 s window
+into: [1000, 1000.5), [1000.5, 1001), ... Where several reservations must be pending
 at one instant (many workers), a :class:`HeldClock` reads the same time but its sleeps
 do not move it.
 """
@@ -131,9 +131,12 @@ def test_tokens_above_limit_raise_value_error(make: Make, approximate: bool) -> 
 
 
 # -- the approximate counter ----------------------------------------------------------
+# It counts aligned sub-windows of window / 20 = 0.5 s: a grant at t=1000 counts in
+# sub-window [1000, 1000.5) and is counted by every decision up to t=1010.5, one
+# sub-window past its window: never early, at most half a second late.
 
 
-def test_approximate_limit_within_an_aligned_window(make: Make, clock: ManualClock) -> None:
+def test_approximate_limit_within_a_window(make: Make, clock: ManualClock) -> None:
     limiter: SlidingWindow = make(SlidingWindow, 3, 10, approximate=True)
     assert limiter.approximate
     assert [limiter.try_acquire() for _ in range(4)] == [True, True, True, False]
@@ -141,18 +144,28 @@ def test_approximate_limit_within_an_aligned_window(make: Make, clock: ManualClo
     assert not limiter.try_acquire()
 
 
-def test_approximate_weighs_the_previous_window(make: Make, clock: ManualClock) -> None:
-    # Windows are aligned on multiples of 10 s: [1000, 1010), [1010, 1020), ...
+def test_approximate_counts_a_grant_for_its_window_and_at_most_one_sub_window_more(
+    make: Make, clock: ManualClock
+) -> None:
     limiter: SlidingWindow = make(SlidingWindow, 2, 10, approximate=True)
-    assert [limiter.try_acquire() for _ in range(2)] == [True, True]
-    clock.advance(10)  # t=1010: estimate 2 * (1 - 0) + 0 = 2
+    assert [limiter.try_acquire() for _ in range(2)] == [True, True]  # sub-window [1000, 1000.5)
+    clock.advance(10)  # t=1010: still counted, it is the oldest of the 21 sub-windows
     assert not limiter.try_acquire()
-    clock.advance(4.75)  # t=1014.75: 2 * 0.525 = 1.05, no room for 1 more
+    clock.advance(0.25)
     assert not limiter.try_acquire()
-    clock.advance(0.25)  # t=1015: 2 * 0.5 = 1, room for exactly 1
+    clock.advance(0.25)  # t=1010.5: a new sub-window, the t=1000 grants are out
+    assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
+
+
+def test_approximate_counts_every_sub_window_of_the_span(make: Make, clock: ManualClock) -> None:
+    limiter: SlidingWindow = make(SlidingWindow, 2, 10, approximate=True)
+    assert limiter.try_acquire()  # t=1000
+    clock.advance(4.2)
+    assert limiter.try_acquire()  # t=1004.2, sub-window [1004, 1004.5)
+    clock.advance(6.3)  # t=1010.5: the first is out, the second still counts
     assert limiter.try_acquire()
     assert not limiter.try_acquire()
-    clock.advance(5)  # t=1020: 1 * (1 - 0) = 1
+    clock.advance(4)  # t=1014.5: the t=1004.2 grant is out too
     assert limiter.try_acquire()
     assert not limiter.try_acquire()
 
@@ -160,31 +173,34 @@ def test_approximate_weighs_the_previous_window(make: Make, clock: ManualClock) 
 def test_approximate_waits(make: Make, clock: ManualClock) -> None:
     limiter: SlidingWindow = make(SlidingWindow, 2, 10, approximate=True)
     waits = [limiter.acquire() for _ in range(5)]
-    # t=1015 (previous window's 2 weigh 1 by then), t=1020, t=1030.
-    assert waits == [0.0, 0.0, 15.0, 5.0, 10.0]
-    assert clock.now() == 1_030.0
+    # The third goes at t=1010.5, when sub-window [1000, 1000.5) is no longer counted;
+    # the fourth with it; the fifth when theirs is not, at t=1021.
+    assert waits == [0.0, 0.0, 10.5, 0.0, 10.5]
+    assert clock.now() == 1_021.0
 
 
 def test_approximate_reservations_are_fifo(make: Make, clock: ManualClock) -> None:
     limiter: SlidingWindow = make(held(SlidingWindow), 4, 10, approximate=True)
-    waits = [limiter.acquire() for _ in range(7)]
-    # The next window spreads its grants as the previous one's weight fades.
-    assert waits == [0.0, 0.0, 0.0, 0.0, 12.5, 15.0, 17.5]
-    assert waits == sorted(waits)
+    waits = [limiter.acquire() for _ in range(10)]
+    assert waits == [0.0] * 4 + [10.5] * 4 + [21.0] * 2
 
 
-def test_approximate_can_exceed_the_limit_in_a_sliding_interval(make: Make, clock: ManualClock) -> None:
-    # The documented trade-off: grants crowded at the end of one aligned window are
-    # assumed spread over it. The exact log refuses what the counter lets in.
+def test_approximate_never_exceeds_the_limit_in_a_sliding_interval(make: Make, clock: ManualClock) -> None:
+    # Grants crowded at the end of a window (the two-counter estimate let a third in
+    # at t=1015 here): the counter holds them at least as long as the exact log.
     exact: SlidingWindow = make(SlidingWindow, 2, 10)
     counter: SlidingWindow = make(SlidingWindow, 2, 10, approximate=True)
-    clock.advance(9.5)  # t=1009.5
+    clock.advance(9.75)  # t=1009.75
     assert [exact.try_acquire() for _ in range(2)] == [True, True]
     assert [counter.try_acquire() for _ in range(2)] == [True, True]
-    clock.advance(5.5)  # t=1015: previous window's 2 weigh 2 * 0.5 = 1
-    assert not exact.try_acquire()  # both t=1009.5 grants count until t=1019.5
-    assert counter.try_acquire()  # 3 grants in [1009.5, 1019.5), never more than limit per aligned window
+    clock.advance(9.875)  # t=1019.625
+    assert not exact.try_acquire()
     assert not counter.try_acquire()
+    clock.advance(0.125)  # t=1019.75: the exact log lets two in, the counter at t=1020
+    assert exact.try_acquire()
+    assert not counter.try_acquire()
+    clock.advance(0.25)
+    assert counter.try_acquire()
 
 
 def test_approximate_a_timed_out_request_consumes_nothing(make: Make, clock: ManualClock) -> None:
@@ -192,9 +208,9 @@ def test_approximate_a_timed_out_request_consumes_nothing(make: Make, clock: Man
     assert [limiter.acquire() for _ in range(2)] == [0.0, 0.0]
     with pytest.raises(AcquireTimeout) as info:
         limiter.acquire(timeout=10)
-    assert info.value.retry_after == 15.0
+    assert info.value.retry_after == 10.5
     assert clock.sleeps == []
-    assert limiter.acquire(timeout=15) == 15.0
+    assert limiter.acquire(timeout=10.5) == 10.5
 
 
 # -- refund ---------------------------------------------------------------------------
@@ -237,15 +253,16 @@ def test_refund_after_the_window_gives_nothing_extra(make: Make, clock: ManualCl
 
 
 def test_approximate_refund_just_after_a_window_edge(make: Make, clock: ManualClock) -> None:
-    # Refund within window_seconds of the grant is the documented contract; the exact
-    # log honours it here, the counter ignores it because t=1010 starts a new window.
+    # Refund within window_seconds of the grant is the documented contract: a refund
+    # names no grant, so the counter takes it from the oldest sub-window still counted.
     limiter: SlidingWindow = make(SlidingWindow, 2, 10, approximate=True)
     clock.advance(9)  # t=1009
     assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
-    clock.advance(1)  # t=1010: the estimate is 2 * (1 - 0) = 2
+    clock.advance(1)  # t=1010: both still count
     assert not limiter.try_acquire()
     limiter.refund()  # one of the two t=1009 grants was not used
     assert limiter.try_acquire()
+    assert not limiter.try_acquire()
 
 
 def test_exact_refund_just_after_a_window_edge(make: Make, clock: ManualClock) -> None:
@@ -264,8 +281,9 @@ def test_exact_refund_just_after_a_window_edge(make: Make, clock: ManualClock) -
 def test_async_twins(make: Make, clock: ManualClock, approximate: bool) -> None:
     limiter: SlidingWindow = make(SlidingWindow, 2, 10, approximate=approximate)
     # The exact log: the third goes at t=1010, when the first two age out, leaving one
-    # place. The counter: at t=1015, when the previous window's two weigh one, leaving none.
-    third, places = (15.0, 0) if approximate else (10.0, 1)
+    # place. The counter: at t=1010.5, when the sub-window of the first two is no longer
+    # counted, leaving one too.
+    third, places = (10.5, 1) if approximate else (10.0, 1)
 
     async def scenario() -> None:
         assert [await limiter.acquire_async() for _ in range(3)] == [0.0, 0.0, third]
@@ -283,7 +301,7 @@ def test_async_twins(make: Make, clock: ManualClock, approximate: bool) -> None:
 def test_cancelled_acquire_async_gives_its_reservation_back(make: Make, clock: ManualClock, approximate: bool) -> None:
     limiter: SlidingWindow = make(held(SlidingWindow), 2, 10, approximate=approximate)
     held_time = held_clock(limiter)
-    wait = 15.0 if approximate else 10.0
+    wait = 10.5 if approximate else 10.0
 
     async def scenario() -> None:
         assert [await limiter.acquire_async() for _ in range(2)] == [0.0, 0.0]

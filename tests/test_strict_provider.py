@@ -134,7 +134,6 @@ def test_sized_limiters_draw_no_429_from_a_strict_sliding_log(algorithm: str, re
 
 @pytest.mark.slow
 @pytest.mark.redis
-@pytest.mark.skip(reason="enable once the approximate window's rewrite (_window_counter.py) has landed")
 def test_the_approximate_window_sized_as_recommended_draws_no_429(redis_client: redis.Redis) -> None:
     limit = CASES["sliding-window"]
     with StrictProvider(int(limit.count), limit.window) as provider:
