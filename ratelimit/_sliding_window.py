@@ -198,7 +198,11 @@ class WindowLog:
                 state.weights.append(tokens)
                 return state, 0.0
             if times[head] <= cutoff:
-                head = bisect_right(times, cutoff, head)
+                # Usually one entry has aged out since the last call: step over it
+                # before paying for a search.
+                head += 1
+                if times[head] <= cutoff:
+                    head = bisect_right(times, cutoff, head)
                 if head > 1024 and 2 * head > len(times):
                     state.prune(cutoff)
                     head = 0
@@ -208,7 +212,8 @@ class WindowLog:
             if last <= now:
                 sums, weights = state.sums, state.weights
                 newest = sums[-1]
-                if newest - (sums[head] - weights[head]) + tokens - self.limit <= EPSILON:
+                base = sums[head] - weights[head]
+                if newest - base + tokens - self.limit <= EPSILON:
                     total = newest + tokens
                     if last == now:
                         sums[-1] = total
@@ -219,7 +224,7 @@ class WindowLog:
                         times.append(now)
                         sums.append(total)
                         weights.append(tokens)
-                    if sums[head] - weights[head] > REBASE:
+                    if base > REBASE:
                         state.rebase()
                     return state, 0.0
         _, at = self.plan(state, now, tokens)
