@@ -21,6 +21,7 @@ local sliding_window = {}
 
 do
   local REBASE = 4294967296.0  -- 2^32, as REBASE in Python
+  local REBASE_SPAN = 1024.0
   local MAX_CAPS = 8
 
   function sliding_window.new(base, limit, window)
@@ -149,9 +150,11 @@ do
     return now, at
   end
 
-  local function rebase(self)
-    local first = entry(self, 0)
+  -- See Log.rebase_if_due.
+  local function rebase_if_due(self)
+    local first, last = entry(self, 0), entry(self, -1)
     local base = first[2] - first[3]
+    if not (base > REBASE and base > REBASE_SPAN * (last[2] - base)) then return end
     local all = redis.call('ZRANGE', self.key, 0, -1, 'WITHSCORES')
     redis.call('DEL', self.key)
     for i = 1, #all, 2 do
@@ -161,20 +164,22 @@ do
   end
 
   function sliding_window.commit(self, state, now, tokens, at)
+    if not (tokens > 0) then return state end
     local last = entry(self, -1)
     if last == nil then
       redis.call('ZADD', self.key, fmt(at), member(tokens, tokens))
     else
       local total = last[2] + tokens
-      if at <= last[1] then
-        -- One entry per time (see WindowLog.commit).
+      if at <= last[1] or total == last[2] then
+        -- One entry per time, sums that rise strictly (see WindowLog.commit).
+        local t = last[1]
+        if at > t then t = at end
         redis.call('ZREM', self.key, last[4])
-        redis.call('ZADD', self.key, fmt(last[1]), member(total, last[3] + tokens))
+        redis.call('ZADD', self.key, fmt(t), member(total, last[3] + tokens))
       else
         redis.call('ZADD', self.key, fmt(at), member(total, tokens))
       end
-      local first = entry(self, 0)
-      if first[2] - first[3] > REBASE then rebase(self) end
+      rebase_if_due(self)
     end
     for _, cap in ipairs(state.caps) do
       if at < cap[1] then
@@ -186,20 +191,28 @@ do
     return state
   end
 
-  -- From the oldest grants already made (see WindowLog.refund).
+  -- From the oldest grants already made, found by a search on the sums (see
+  -- WindowLog.refund).
   function sliding_window.refund(self, state, now, tokens, at)
     prune(self, state, now - self.window)
-    while tokens > 0 do
-      local first = entry(self, 0)
-      if first == nil or first[1] > now then break end
-      redis.call('ZREM', self.key, first[4])
-      state.dirty = true
-      if first[3] - tokens > EPSILON then
-        redis.call('ZADD', self.key, fmt(first[1]), member(first[2], first[3] - tokens))
-        break
-      end
-      tokens = tokens - first[3]
+    local first, last = entry(self, 0), entry(self, -1)
+    if first == nil or first[1] > now then return state end
+    local base = first[2] - first[3]
+    local target = base + tokens
+    local made = redis.call('ZCOUNT', self.key, '-inf', fmt(now))
+    local used = made
+    if last[2] >= target + EPSILON then
+      used = search(self, redis.call('ZCARD', self.key), base, last[2], target + EPSILON)
     end
+    state.dirty = true
+    if used == nil or used >= made then
+      redis.call('ZREMRANGEBYRANK', self.key, 0, made - 1)
+      return state
+    end
+    if used > 0 then redis.call('ZREMRANGEBYRANK', self.key, 0, used - 1) end
+    local kept = entry(self, 0)
+    redis.call('ZREM', self.key, kept[4])
+    redis.call('ZADD', self.key, fmt(kept[1]), member(kept[2], kept[2] - target))
     return state
   end
 

@@ -31,10 +31,15 @@ from ._algorithm import EPSILON
 
 __all__ = ["REBASE", "Log", "WindowLog"]
 
-#: Running sums are rebased to start from zero once the base passes this: below it a
-#: sum's rounding (one ulp, 2**-20 here) stays far under any weight worth counting,
-#: and integral weights are exact. A log that empties starts from zero anyway.
+#: Running sums are rebased to start from zero once the base passes this and
+#: :data:`REBASE_SPAN` times the tokens the log holds: below both, a sum's rounding
+#: (an ulp of the base, at most 2**-20 of a token or 2**-42 of the log's content)
+#: stays far under anything worth counting, and integral weights are exact. A rebase
+#: rewrites every entry, so it comes once per REBASE tokens at the least, or once
+#: per REBASE_SPAN windows' worth: a thousandth of a rewrite per grant at most. A
+#: log that empties starts from zero anyway.
 REBASE = 2.0**32
+REBASE_SPAN = 1024.0
 
 #: The most caps kept; past it the two earliest merge into one stricter cap.
 MAX_CAPS = 8
@@ -92,9 +97,11 @@ class Log:
         if len(self.times) == self.head:
             self.clear()
 
-    def rebase(self) -> None:
+    def rebase_if_due(self) -> None:
+        """Start the sums from zero again (see :data:`REBASE`)."""
         base = self.base()
-        self.sums[self.head :] = [s - base for s in self.sums[self.head :]]
+        if base > REBASE and base > REBASE_SPAN * (self.sums[-1] - base):
+            self.sums[self.head :] = [s - base for s in self.sums[self.head :]]
 
 
 def _capped(caps: list[list[float]], at: float, tokens: float) -> float:
@@ -154,27 +161,27 @@ class WindowLog:
 
     def commit(self, state: Log, now: float, tokens: float, at: float) -> Log:
         times, sums = state.times, state.sums
+        if not tokens > 0:
+            return state  # nothing to count (a composite's member charged nothing)
         if len(times) == state.head:
             times.append(at)
             sums.append(tokens)
             state.weights.append(tokens)
         else:
             total = sums[-1] + tokens
-            if at <= times[-1]:
-                # One entry per time (never earlier than the newest: FIFO).
+            if at <= times[-1] or total == sums[-1]:
+                # One entry per time (never earlier than the newest: FIFO), and sums
+                # that rise strictly, so no two members of the script's sorted set are
+                # alike: a weight too small to move the sum joins the newest entry,
+                # which moves to its time (counted longer, never less).
+                times[-1] = at if at > times[-1] else times[-1]
                 sums[-1] = total
                 state.weights[-1] += tokens
-            elif total == sums[-1] and tokens == state.weights[-1]:
-                # The same sum and weight as the newest (a weight too small for the sum
-                # to change): the script's sorted set holds them as one member, which
-                # moves to the later time. So does this entry.
-                times[-1] = at
             else:
                 times.append(at)
                 sums.append(total)
                 state.weights.append(tokens)
-            if state.base() > REBASE:
-                state.rebase()
+            state.rebase_if_due()
         if state.caps:
             for cap in state.caps:
                 if at < cap[0]:
@@ -193,9 +200,10 @@ class WindowLog:
                 # do when plan() prunes the whole log.
                 if len(times) != head:
                     state.clear()
-                times.append(now)
-                state.sums.append(tokens)
-                state.weights.append(tokens)
+                if tokens > 0:
+                    times.append(now)
+                    state.sums.append(tokens)
+                    state.weights.append(tokens)
                 return state, 0.0
             if times[head] <= cutoff:
                 # Usually one entry has aged out since the last call: step over it
@@ -215,17 +223,17 @@ class WindowLog:
                 base = sums[head] - weights[head]
                 if newest - base + tokens - self.limit <= EPSILON:
                     total = newest + tokens
-                    if last == now:
-                        sums[-1] = total
-                        weights[-1] += tokens
-                    elif total == newest and tokens == weights[-1]:
-                        times[-1] = now
+                    if last == now or total == newest:
+                        if tokens > 0:
+                            times[-1] = now
+                            sums[-1] = total
+                            weights[-1] += tokens
                     else:
                         times.append(now)
                         sums.append(total)
                         weights.append(tokens)
                     if base > REBASE:
-                        state.rebase()
+                        state.rebase_if_due()
                     return state, 0.0
         _, at = self.plan(state, now, tokens)
         wait = at - now
@@ -237,20 +245,27 @@ class WindowLog:
 
     def refund(self, state: Log, now: float, tokens: float, at: float) -> Log:
         # A refund names no entry: the tokens come from the OLDEST grants already made.
-        # The caller's own grant is at least as recent, so this frees capacity no
-        # earlier than removing its own entry would. (Taking from newer entries could
-        # let a later window overfill.)
+        # While the caller's own grant is in the log it is at least as recent, so this
+        # frees capacity no earlier than removing its own entry would. (Taking from
+        # newer entries could let a later window overfill. A grant that has aged out
+        # has nothing left to give back, but a refund cannot say so: refund within
+        # the window.) The entries used up are found by a search on the sums, as a
+        # plan's are: a refund costs O(log n) whatever it gives back.
         state.prune(now - self.window)
-        times, weights = state.times, state.weights
-        while tokens > 0 and len(times) > state.head and times[state.head] <= now:
-            head = state.head
-            if weights[head] - tokens > EPSILON:
-                weights[head] -= tokens
-                break
-            tokens -= weights[head]
-            state.head = head + 1
-            if state.head == len(times):
+        times, sums, weights = state.times, state.sums, state.weights
+        head = state.head
+        if len(times) == head or times[head] > now:
+            return state
+        target = state.base() + tokens
+        made = bisect_right(times, now, head)  # only grants already made
+        used = bisect_left(sums, target + EPSILON, head)
+        if used >= made:
+            state.head = made
+            if made == len(times):
                 state.clear()
+            return state
+        state.head = used
+        weights[used] = sums[used] - target
         return state
 
     def tail(self, state: Log, tokens: float, at: float) -> bool:
