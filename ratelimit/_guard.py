@@ -22,6 +22,7 @@ injected clock no request ever leaves late, so the default there is 0.
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 
 from ._clock import Clock, SystemClock
 from ._validate import MAX_HORIZON, real
@@ -50,9 +51,12 @@ DEFAULT_GUARD = 0.05
 
 
 def guard_seconds(value: object, clock: Clock | None, default: float) -> float:
-    """``guard`` as given, or ``default`` on real time (``None``): seconds >= 0."""
+    """``guard`` as given (seconds or a ``timedelta``), or ``default`` on real time
+    (``None``): seconds >= 0."""
     if value is None:
         return default if clock is None or isinstance(clock, SystemClock) else 0.0
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
     result = real("guard", value)
     if not 0.0 <= result <= MAX_HORIZON or not math.isfinite(result):
         raise ValueError(f"guard must be seconds >= 0 and at most {MAX_HORIZON:g}, got {value!r}")

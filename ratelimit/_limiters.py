@@ -30,7 +30,7 @@ def _bounded(name: str, value: object, capacity: float, rate: float) -> None:
 class SingleLimiter(Limiter[float]):
     """A limiter with one algorithm; ``tokens`` is one number."""
 
-    __slots__ = ("_alg", "_configured", "_given_guard", "_guard", "_most")
+    __slots__ = ("_alg", "_configured", "_given_guard", "_guard", "_most", "_most_name")
 
     #: Seconds: the guard on real time when none is given (see ``ratelimit._guard``).
     default_guard = 0.0
@@ -52,6 +52,9 @@ class SingleLimiter(Limiter[float]):
         self._guard = self.guard_for(clock)
         super().__init__(backend=backend, name=name, clock=clock)
         self._most = self._quick_most = self._alg.most
+        self._most_name = self._alg.most_name
+        if self._most < self._configured.most:
+            self._most_name = f"{self._alg.most_name} less what guard={self._guard:g} keeps back"
         self._handle = self._backend.bind(self._name, self._alg, clock)
         self._handle.tally = self._tally
 
@@ -66,7 +69,7 @@ class SingleLimiter(Limiter[float]):
         return self._configured.guarded(guard) if guard > 0 else self._configured
 
     def _tokens(self, tokens: object) -> float:
-        return _validate.tokens(tokens, self._most, self._alg.most_name)
+        return _validate.tokens(tokens, self._most, self._most_name)
 
     def _restriction(self, info: RateLimitInfo, status: int | None) -> tuple[float, float] | None:
         self._check_policy(info)
@@ -104,7 +107,10 @@ class SingleLimiter(Limiter[float]):
 
     def __repr__(self) -> str:
         where = "" if self._name is None else f", name={self._name!r}, backend={self._backend!r}"
-        guard = f", guard={self._guard:g}" if self._guard else ""
+        # Any guard in force, and a zero one where the default would not be zero: the
+        # repr says what decides, and builds the same limiter again.
+        usual = guard_seconds(None, self._clock, self.default_guard)
+        guard = f", guard={self._guard:g}" if self._guard or usual else ""
         return f"{type(self).__name__}({self._describe()}{guard}{where})"
 
 
@@ -139,7 +145,7 @@ class TokenBucket(SingleLimiter):
         backend: Backend | None = None,
         name: str | None = None,
         clock: Clock | None = None,
-        guard: float | None = None,
+        guard: float | timedelta | None = None,
     ) -> None:
         alg = Gcra(_validate.positive("capacity", capacity), _validate.rate("refill_per_sec", refill_per_sec))
         _bounded("refill_per_sec", refill_per_sec, alg.capacity, alg.rate)
@@ -188,7 +194,7 @@ class LeakyBucket(SingleLimiter):
         backend: Backend | None = None,
         name: str | None = None,
         clock: Clock | None = None,
-        guard: float | None = None,
+        guard: float | timedelta | None = None,
     ) -> None:
         alg = LeakyQueue(_validate.positive("capacity", capacity), _validate.rate("leak_per_sec", leak_per_sec))
         _bounded("leak_per_sec", leak_per_sec, alg.capacity, alg.rate)
@@ -244,12 +250,15 @@ class SlidingWindow(SingleLimiter):
         backend: Backend | None = None,
         name: str | None = None,
         clock: Clock | None = None,
-        guard: float | None = None,
+        guard: float | timedelta | None = None,
     ) -> None:
         if not isinstance(approximate, bool):
             raise TypeError(f"approximate must be a bool, got {approximate!r}")
         checked = (_validate.positive("limit", limit), _validate.duration("window_seconds", window_seconds))
         _validate.horizon("window_seconds", window_seconds, checked[1], "the window")
+        if guard is not None:
+            seconds = guard_seconds(guard, clock, DEFAULT_GUARD)
+            _validate.horizon("guard", guard, checked[1] + seconds, "the window with its guard")
         alg: Algorithm[Any] = WindowCounter(*checked) if approximate else WindowLog(*checked)
         super().__init__(alg, guard=guard, backend=backend, name=name, clock=clock)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any
 
 from ._sizing import Sizing
@@ -12,6 +13,25 @@ __all__ = ["size_json", "size_text"]
 
 def _n(value: float) -> str:
     return f"{value:.6g}"
+
+
+def _rounded(value: float, rounding: str) -> str:
+    """``value`` to six significant digits, rounded one way: a rate copied from a
+    constructor line must not exceed the one computed, nor a window fall short of it."""
+    if not math.isfinite(value) or value == 0:
+        return _n(value)
+    exact = Decimal(repr(value))
+    return _n(float(exact.quantize(Decimal(1).scaleb(exact.adjusted() - 5), rounding=rounding)))
+
+
+def _most(value: float) -> str:
+    """A rate, a capacity or a limit to copy: never above the one computed."""
+    return _rounded(value, ROUND_FLOOR)
+
+
+def _least(value: float) -> str:
+    """A window or a guard to copy: never below the one computed."""
+    return _rounded(value, ROUND_CEILING)
 
 
 def _seconds(value: float) -> str:
@@ -35,7 +55,7 @@ def size_text(s: Sizing) -> str:
         " (send jitter) and still keep the provider's limit",
         "",
         "shared limiter (one budget for every worker, e.g. through Redis)",
-        f"  token bucket    TokenBucket(capacity={_n(bucket.capacity)}, refill_per_sec={_n(rate)})",
+        f"  token bucket    TokenBucket(capacity={_most(bucket.capacity)}, refill_per_sec={_most(rate)})",
     ]
     if bucket.rate_cut:
         lines.append(
@@ -55,15 +75,15 @@ def size_text(s: Sizing) -> str:
     lines += [
         f"                  at most {_n(bucket.most_in_window)} requests in any {_n(limit.window)} s"
         f" (the provider allows {_n(limit.count)}), sends up to {_seconds(s.guard)} late included",
-        f"  leaky bucket    LeakyBucket(capacity={_n(leaky.capacity)}, leak_per_sec={_n(leaky.leak_per_sec)})",
+        f"  leaky bucket    LeakyBucket(capacity={_most(leaky.capacity)}, leak_per_sec={_most(leaky.leak_per_sec)})",
         "                  room for one request per worker and the one leaking;"
         f" longest wait {_seconds(leaky.longest_wait)}; never bursts",
     ]
     if leaky.rate_cut:
         lines.append(f"                  leak cut below the headroom's rate: the guard's {_seconds(s.guard)} must fit")
     lines.append(
-        f"  sliding window  SlidingWindow(limit={_n(window.limit)}, window_seconds={_n(window.window_seconds)}"
-        f", guard={_n(window.guard)})"
+        f"  sliding window  SlidingWindow(limit={_most(window.limit)}, window_seconds={_least(window.window_seconds)}"
+        f", guard={_least(window.guard)})"
     )
     if s.burst is not None:
         lines.append(
@@ -78,7 +98,8 @@ def size_text(s: Sizing) -> str:
     lines += [
         "",
         f"static split (each of {s.workers} workers limited on its own, for comparison)",
-        f"  per worker      TokenBucket(capacity={_n(static.capacity)}, refill_per_sec={_n(static.refill_per_sec)})",
+        f"  per worker      TokenBucket(capacity={_most(static.capacity)},"
+        f" refill_per_sec={_most(static.refill_per_sec)})",
     ]
     if static.capacity < 1:
         lines.append(

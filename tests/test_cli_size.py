@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import subprocess
 import sys
 
@@ -333,3 +334,27 @@ def test_python_m_ratelimit_size_exits_non_zero_without_a_traceback() -> None:
         "expected N/s, N/min, N/hour or N/day (e.g. 1000/min)\n"
     )
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "rho", "guard"),
+    [
+        # headroom at its default: the rate is cut to the one-token rule and sits on
+        # the provider's limit exactly; the printed 6 digits round it up.
+        (["--limit", "10/s", "--burst", "1", "--guard", "0.5"], 10.0, 0.5),
+        (["--limit", "5/0.1s", "--burst", "1", "--guard", "0.5"], 50.0, 0.5),
+        # no headroom: the printed refill is above the provider's rate.
+        (["--limit", "1/day", "--burst", "1", "--headroom", "0", "--guard", "0"], 1 / 86400, 0.0),
+    ],
+)
+def test_the_printed_constructor_lines_keep_the_providers_limit(
+    capsys: pytest.CaptureFixture[str], argv: list[str], rho: float, guard: float
+) -> None:
+    """Against a provider of burst 1 at rho, one-token grants must be 1/rho + guard
+    apart. The lines printed to copy are rounded to 6 significant digits, and were
+    rounded up (`--limit 10/s --burst 1 --guard 0.5` printed leak_per_sec=1.66667:
+    grants 0.5999988 s apart, < 0.6); rates now round down."""
+    assert main(["size", *argv]) == 0
+    out = capsys.readouterr().out
+    for kind, rate in re.findall(r"(TokenBucket|LeakyBucket)\([^)]*(?:refill|leak)_per_sec=([0-9.e+-]+)\)", out)[:2]:
+        assert 1 / float(rate) >= 1 / rho + guard, f"{kind} at {rate}/s: {1 / float(rate)!r} s apart"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from ratelimit._clock import SystemClock
 from ratelimit._guard import DEFAULT_GUARD
 from ratelimit._rates import Rate
 from ratelimit._sizing import size
+from ratelimit._validate import MAX_HORIZON
 
 LIMITERS: list[tuple[type[Any], tuple[float, float]]] = [
     (TokenBucket, (50, 10)),
@@ -63,7 +65,10 @@ def test_a_token_bucket_guard_that_leaves_less_than_one_request_is_refused() -> 
 
 def test_zero_is_no_guard() -> None:
     assert SlidingWindow(5, 10, guard=0).guard == 0.0
-    assert repr(SlidingWindow(5, 10, guard=0.0)) == "SlidingWindow(limit=5, window_seconds=10)"
+    # On real time, where the default is not zero, the repr says so.
+    assert repr(SlidingWindow(5, 10, guard=0.0)) == "SlidingWindow(limit=5, window_seconds=10, guard=0)"
+    assert repr(SlidingWindow(5, 10, guard=0.0, clock=ManualClock())) == "SlidingWindow(limit=5, window_seconds=10)"
+    assert repr(TokenBucket(5, 10, guard=0)) == "TokenBucket(capacity=5, refill_per_sec=10)"
 
 
 # -- what a guard does to decisions ------------------------------------------------------
@@ -207,3 +212,27 @@ def test_sized_limiters_keep_the_limit_for_sends_up_to_the_guard_late(limit: Rat
         clock = ManualClock(1_000.0)
         limiter = make_one(clock)
         assert _most_in_span(_grant_times(limiter, clock, count), span) <= limit.count, limiter
+
+
+def test_guard_takes_a_timedelta_like_every_other_duration() -> None:
+    limiter = SlidingWindow(10, timedelta(seconds=1), guard=timedelta(milliseconds=50))
+    assert limiter.guard == 0.05
+
+
+def test_a_window_and_its_guard_together_stay_within_the_horizon() -> None:
+    # A window counts a grant for window + guard: both together are held to the
+    # horizon, as a leaky bucket's interval and its guard are.
+    with pytest.raises(ValueError, match=r"^guard=1000000000\.0 makes the window with its guard 2e\+09 s"):
+        SlidingWindow(1, MAX_HORIZON, guard=MAX_HORIZON)
+
+
+def test_a_request_the_guarded_bucket_can_never_hold_names_the_guard() -> None:
+    # With 5 of its 20 tokens kept back, a bucket can never hold 20: such a request
+    # would wait for ever, so it is refused at once, and the message says why.
+    limiter = TokenBucket(20, 100, guard=0.05)
+    assert limiter.capacity == 20
+    assert limiter.try_acquire(15)
+    with pytest.raises(
+        ValueError, match=r"^tokens must be <= capacity less what guard=0\.05 keeps back \(15\), got 20"
+    ):
+        limiter.try_acquire(20)
