@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  the limiter's base key, ratelimit:{<name>}:<algorithm>; every key the
 --          algorithm touches is this one or starts with it, so all share its hash tag.
--- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'peek'
+-- ARGV[1]  op: 'reserve' | 'refund' | 'restrict'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  tokens (reserve, refund); restrict: the tokens still allowed
 -- ARGV[4]  reserve: max_wait in seconds, '' for no limit;
@@ -16,7 +16,6 @@
 --   reserve: {signed_wait, at}: signed_wait >= 0 granted after that wait, at store
 --            time `at`; < 0 refused, nothing recorded, -signed_wait is the wait needed
 --   refund, restrict: {now}
---   peek:    {remaining_tokens, reset_after, now}
 -- Mirrors MemoryHandle in ratelimit/_memory.py: the algorithm's step, with holes.
 
 local op = ARGV[1]
@@ -47,9 +46,5 @@ elseif op == 'restrict' then
   if tokens <= EPSILON then pause(holes, now, now + tonumber(ARGV[4])) end
   ALG.save(self, member.state, now)
   return {fmt(now)}
-elseif op == 'peek' then
-  local remaining, reset_after = ALG.peek(self, member.state, now)
-  if dirty(member.state) then ALG.save(self, member.state, now) end
-  return {fmt(remaining), fmt(reset_after), fmt(now)}
 end
 return redis.error_reply('ratelimit: unknown op ' .. tostring(op))

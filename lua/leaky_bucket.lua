@@ -10,8 +10,6 @@ function leaky_bucket.new(base, capacity, rate)
   return {key = base, capacity = capacity, rate = rate, interval = 1.0 / rate}
 end
 
-function leaky_bucket.nparams() return 2 end
-
 -- A missing key (expired, evicted) or one that is not two finite numbers is an
 -- empty bucket: lost grants are forgotten, never an error or a queue stuck for ever.
 function leaky_bucket.load(self)
@@ -59,12 +57,6 @@ function leaky_bucket.restrict(self, state, now, remaining, untl)
   if drained >= target then return state end
   if target > latest then return {target, target} end
   return {target, latest}
-end
-
-function leaky_bucket.peek(self, state, now)
-  local drained = now
-  if state[1] > now then drained = state[1] end
-  return self.capacity - (drained - now) * self.rate, drained - now
 end
 
 function leaky_bucket.save(self, state, now)

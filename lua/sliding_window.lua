@@ -28,8 +28,6 @@ do
     return {key = base, caps = base .. ':caps', limit = limit, window = window}
   end
 
-  function sliding_window.nparams() return 2 end
-
   -- {time, sum, weight, member} of the entry at `rank` (negative from the newest), or
   -- nil: none, or not one of ours.
   local function entry(self, rank)
@@ -268,27 +266,6 @@ do
     state.caps = kept
     state.caps_dirty = true
     return state
-  end
-
-  function sliding_window.peek(self, state, now)
-    prune(self, state, now - self.window)
-    local remaining, reset = self.limit, -math.huge
-    local first, last = entry(self, 0), entry(self, -1)
-    if last ~= nil then
-      remaining = self.limit - (last[2] - (first[2] - first[3]))
-      reset = last[1] + self.window - now
-    end
-    if remaining < 0 then remaining = 0.0 end
-    for _, cap in ipairs(state.caps) do
-      if cap[1] > now then
-        local left = cap[2]
-        if left < 0 then left = 0.0 end
-        if left < remaining then remaining = left end
-        if cap[1] - now > reset then reset = cap[1] - now end
-      end
-    end
-    if reset < 0 then reset = 0.0 end
-    return remaining, reset
   end
 
   function sliding_window.save(self, state, now)

@@ -32,8 +32,6 @@ do
             width = window / subs}
   end
 
-  function sliding_window_counter.nparams() return 2 end
-
   -- The place of sub-window s in `counts` (Python's s % ring, 1-based). fmod is exact
   -- where Lua's % (a - floor(a / b) * b) is not, for the large s of epoch times.
   local function slot(self, s)
@@ -263,27 +261,6 @@ do
     local extra = needed * self.limit - remaining
     if extra > EPSILON then return sliding_window_counter.commit(self, state, now, extra, begin) end
     return hold(self, state, begin)
-  end
-
-  function sliding_window_counter.peek(self, state, now)
-    settle(self, state, now)
-    local idle = idle_until(self, state)
-    local reset = 0.0
-    if idle > now then reset = idle - now end
-    if state.last - now > EPSILON then return 0.0, reset end
-    local k = math.floor(now / self.width)
-    local index = state.index
-    local m = self.subs
-    if k - index > m then return self.limit, reset end
-    local used = state.total
-    local s = index - m
-    while s < k - m do
-      used = used - state.counts[slot(self, s)]
-      s = s + 1
-    end
-    local remaining = self.limit - used
-    if not (remaining > 0.0) then remaining = 0.0 end
-    return remaining, reset
   end
 
   function sliding_window_counter.save(self, state, now)

@@ -10,8 +10,6 @@ function token_bucket.new(base, capacity, rate)
           interval = 1.0 / rate, tolerance = capacity / rate}
 end
 
-function token_bucket.nparams() return 2 end
-
 -- A missing key (expired, evicted) or one that does not hold a finite number is a
 -- fresh bucket: lost grants are forgotten, never an error or a bucket stuck for ever.
 function token_bucket.load(self)
@@ -47,14 +45,6 @@ function token_bucket.restrict(self, state, now, remaining, untl)
   local tat = untl + self.tolerance - (remaining + 1.0) * self.interval
   if state > tat then return state end
   return tat
-end
-
-function token_bucket.peek(self, state, now)
-  local tat = now
-  if state > now then tat = state end
-  local remaining = (now + self.tolerance - tat) / self.interval
-  if remaining < 0 then remaining = 0 end
-  return remaining, tat - now
 end
 
 function token_bucket.save(self, state, now)

@@ -96,10 +96,6 @@ class Algorithm(Protocol[S]):
         """The time from which ``state`` decides exactly as a new state would."""
         ...
 
-    def peek(self, state: S, now: float) -> tuple[float, float]:
-        """``(remaining, reset_after)``: tokens grantable at once, seconds until full."""
-        ...
-
     def params(self) -> tuple[float, ...]:
         """The numbers the Lua script takes, in its ARGV order."""
         ...

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 from . import _validate
+from ._algorithm import EPSILON
 from ._clock import Clock
 from ._errors import BackendUnavailable
 from ._events import BreakerState
@@ -38,7 +39,6 @@ logger = logging.getLogger("ratelimit")
 
 R = TypeVar("R")
 
-EPSILON = 1e-9
 MODES: tuple[BreakerState, ...] = ("closed", "open", "half_open")
 
 
@@ -89,10 +89,6 @@ class Policy:
             self.probe_timeout,
         )
         return [repr(float(x)) for x in numbers]
-
-    def idle_seconds(self) -> float:
-        """How long the state matters once nothing happens: then the key may expire."""
-        return self.window + self.cooldown + self.probe_timeout
 
 
 def _whole(name: str, value: object, most: int | None = None) -> int:

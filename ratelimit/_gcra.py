@@ -94,10 +94,6 @@ class Gcra:
         tat = until + self.tolerance - (remaining + 1.0) * self.interval
         return state if state > tat else tat
 
-    def peek(self, state: float, now: float) -> tuple[float, float]:
-        tat = max(state, now)
-        return max(0.0, (now + self.tolerance - tat) / self.interval), tat - now
-
     def params(self) -> tuple[float, ...]:
         return (self.capacity, self.rate)
 

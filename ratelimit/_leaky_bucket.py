@@ -110,10 +110,6 @@ class LeakyQueue:
             return state
         return (target, target if target > latest else latest)
 
-    def peek(self, state: LeakyState, now: float) -> tuple[float, float]:
-        drained_at = max(state[0], now)
-        return self.capacity - (drained_at - now) * self.rate, drained_at - now
-
     def params(self) -> tuple[float, ...]:
         return (self.capacity, self.rate)
 

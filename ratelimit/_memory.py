@@ -250,11 +250,6 @@ class MemoryHandle:
     async def restrict_async(self, remaining: float, seconds: float) -> None:
         self.restrict(remaining, seconds)
 
-    def peek(self) -> tuple[float, float]:
-        slot = self._slot
-        with slot.lock:
-            return self._alg.peek(slot.state, self._now())
-
 
 class MemoryGroupHandle:
     """Several limits decided together, all-or-nothing. The group's holes are kept

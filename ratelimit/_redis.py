@@ -778,11 +778,6 @@ class RedisHandle(_ScriptHandle[float]):
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
         return [op, self._now(), _num(tokens), extra, *self._params]
 
-    def peek(self) -> tuple[float, float]:
-        """``(remaining, reset_after)`` as the store sees it now."""
-        reply = self._backend.run(self._script, self._keys, self._args("peek", 1, ""))
-        return float(reply[0]), float(reply[1])
-
 
 class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
     """A composite: ``ARGV = [op, now, extra]`` then ``kind, tokens, *params`` per member."""

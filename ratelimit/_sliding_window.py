@@ -318,16 +318,6 @@ class WindowLog:
         state.caps = caps
         return state
 
-    def peek(self, state: Log, now: float) -> tuple[float, float]:
-        state.prune(now - self.window)
-        remaining = max(0.0, self.limit - state.total())
-        reset = self.latest(state) + self.window - now
-        for until, left in state.caps:
-            if until > now:
-                remaining = min(remaining, max(0.0, left))
-                reset = max(reset, until - now)
-        return remaining, max(0.0, reset)
-
     def params(self) -> tuple[float, ...]:
         return (self.limit, self.window)
 

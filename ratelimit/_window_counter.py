@@ -360,24 +360,6 @@ class WindowCounter:
             return self.commit(state, now, extra, begin)
         return self._hold(state, begin)
 
-    def peek(self, state: CounterState, now: float) -> tuple[float, float]:
-        idle = self.idle_until(state)
-        reset = idle - now if idle > now else 0.0
-        if state.last - now > EPSILON:
-            return 0.0, reset  # behind a reservation or a pause: nothing at once
-        k = floor(now / self.width)
-        index = state.index
-        m = self.subs
-        if k - index > m:
-            return self.limit, reset
-        used = state.total
-        s = int(index) - m
-        while s < k - m:
-            used -= state.counts[s % self.ring]
-            s += 1
-        remaining = self.limit - used
-        return (remaining if remaining > 0.0 else 0.0), reset
-
     def params(self) -> tuple[float, ...]:
         return (self.limit, self.window)
 
