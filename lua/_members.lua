@@ -1,7 +1,7 @@
 -- ratelimit: what one limiter and a composite share: deciding a group of limits
 -- together, and reusing the holes that withdrawn reservations leave. Loaded after the
 -- algorithms and before a driver. Mirrors plan_all/commit_all in
--- ratelimit/_algorithm.py and reserve/give_back in ratelimit/_holes.py.
+-- ratelimit/_algorithms/algorithm.py and reserve/give_back in ratelimit/_algorithms/holes.py.
 --
 -- A member is {alg = <algorithm table>, self = <its instance>, tokens = n, state = s};
 -- one limiter is a group of one.
@@ -86,7 +86,7 @@ local function take_hole(members, holes, now, hole)
   if not empty and agree then add_hole(holes, now, moved, rest) end
 end
 
--- See _latest in _holes.py: the limit that set the latest grant knows it exactly.
+-- See _latest in holes.py: the limit that set the latest grant knows it exactly.
 local function group_latest(members)
   local latest = -math.huge
   for _, m in ipairs(members) do
@@ -154,7 +154,7 @@ local function cancel_all(members, now, tokens, at)
 end
 
 -- A provider's pause until `untl`: forget the holes before it, and take no more
--- until then (see pause in _holes.py).
+-- until then (see pause in holes.py).
 local function pause(holes, now, untl)
   redis.call('ZREMRANGEBYSCORE', holes, '-inf', '(' .. fmt(untl))
   local before = tonumber(redis.call('ZSCORE', holes, 'pause'))
@@ -212,7 +212,7 @@ local function give_back_members(members, holes, now, tokens, at)
     cancel_all(members, now, left, hole_at)
   end
   if paused > now then
-    -- See give_back in _holes.py: rolled back, the state must hold the pause itself.
+    -- See give_back in holes.py: rolled back, the state must hold the pause itself.
     for _, m in ipairs(members) do
       m.state = m.alg.restrict(m.self, m.state, now, 0.0, paused)
     end

@@ -16,7 +16,7 @@ local function clock(arg)
   return tonumber(arg)
 end
 
--- The decision of step() in ratelimit/_algorithm.py, from a plan's admit and grant
+-- The decision of step() in ratelimit/_algorithms/algorithm.py, from a plan's admit and grant
 -- times: the signed wait (>= 0 granted after it; < 0 refused, -wait was needed).
 local function decide(admit_at, at, now, max_wait)
   if admit_at - now > EPSILON then return now - admit_at end

@@ -1,4 +1,4 @@
--- ratelimit: leaky bucket as a queue. Mirrors ratelimit/_leaky_bucket.py.
+-- ratelimit: leaky bucket as a queue. Mirrors ratelimit/_algorithms/leaky_bucket.py.
 --
 -- State: one string key <base> holding "<drained_at> <latest>": when the bucket will
 -- have drained, and when the latest grant started leaking.

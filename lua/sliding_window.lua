@@ -1,4 +1,4 @@
--- ratelimit: exact sliding-window log. Mirrors ratelimit/_sliding_window.py (WindowLog),
+-- ratelimit: exact sliding-window log. Mirrors ratelimit/_algorithms/sliding_window.py (WindowLog),
 -- operation for operation.
 --
 -- State, two keys sharing the limiter's hash tag:

@@ -1,5 +1,5 @@
 -- ratelimit: approximate sliding window, sub-window counts. Mirrors
--- ratelimit/_window_counter.py (WindowCounter) operation for operation; the proof of
+-- ratelimit/_algorithms/sliding_window_counter.py (WindowCounter) operation for operation; the proof of
 -- its bound (never more than `limit` in any window) is in that module's docstring.
 --
 -- State: hash <base> with

@@ -1,4 +1,4 @@
--- ratelimit: token bucket as GCRA. Mirrors ratelimit/_gcra.py operation for operation.
+-- ratelimit: token bucket as GCRA. Mirrors ratelimit/_algorithms/token_bucket.py operation for operation.
 --
 -- State: one string key <base> holding the theoretical arrival time (TAT, seconds).
 -- Params (ARGV, after the driver's own): capacity, rate (tokens per second).

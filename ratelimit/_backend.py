@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
-from ._algorithm import Algorithm
+from ._algorithms.algorithm import Algorithm
 from ._clock import Clock
 from ._tally import Tally
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 from . import _validate
-from ._algorithm import EPSILON
+from ._algorithms.algorithm import EPSILON
 from ._clock import Clock
 from ._errors import BackendUnavailable
 from ._events import BreakerState

@@ -6,17 +6,17 @@ from datetime import timedelta
 from typing import Any
 
 from . import _validate
-from ._algorithm import Algorithm
+from ._algorithms.algorithm import Algorithm
+from ._algorithms.leaky_bucket import LeakyQueue
+from ._algorithms.sliding_window import WindowLog
+from ._algorithms.sliding_window_counter import WindowCounter
+from ._algorithms.token_bucket import Gcra
 from ._backend import Backend
 from ._clock import Clock
 from ._feedback import restriction
-from ._gcra import Gcra
 from ._guard import DEFAULT_GUARD, guard_seconds
 from ._headers import RateLimitInfo
-from ._leaky_bucket import LeakyQueue
 from ._limiter import Limiter, logger
-from ._sliding_window import WindowLog
-from ._window_counter import WindowCounter
 
 __all__ = ["LeakyBucket", "SingleLimiter", "SlidingWindow", "TokenBucket"]
 
@@ -220,9 +220,10 @@ class SlidingWindow(SingleLimiter):
     ``limit``. ``approximate=True`` keeps the counts of 21 aligned sub-windows of
     ``window_seconds / 20`` instead (O(1) memory, whatever the limit) and keeps the
     same promise: never more than ``limit`` in any interval of ``window_seconds``, for
-    any sequence of calls (the proof is in ``ratelimit._window_counter``). The cost is
-    throughput: a grant counts for up to one sub-window longer than its window, so
-    under saturation it grants at least 20/21 (95.2 %) of what the exact log does.
+    any sequence of calls (the proof is in
+    ``ratelimit._algorithms.sliding_window_counter``). The cost is throughput: a grant
+    counts for up to one sub-window longer than its window, so under saturation it
+    grants at least 20/21 (95.2 %) of what the exact log does.
     Timeline for ``limit=2, window_seconds=10``::
 
         t=0 wait 0, t=4 wait 0, t=5 wait 5 (goes at t=10, when the t=0 grant ages out)

@@ -18,8 +18,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _holes
-from ._algorithm import EPSILON, Algorithm, step_all
+from ._algorithms import holes as _holes
+from ._algorithms.algorithm import EPSILON, Algorithm, step_all
 from ._clock import Clock, SystemClock
 from ._tally import Tally, weight
 

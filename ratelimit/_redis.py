@@ -44,7 +44,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from . import _validate
-from ._algorithm import Algorithm
+from ._algorithms.algorithm import Algorithm
 from ._backend import Handle
 from ._clock import Clock, SystemClock
 from ._errors import BackendUnavailable

@@ -29,11 +29,11 @@ from ratelimit import (
     SlidingWindow,
     TokenBucket,
 )
-from ratelimit._algorithm import Algorithm, step_all
-from ratelimit._gcra import Gcra
-from ratelimit._holes import Holes, give_back, pause, reserve
-from ratelimit._leaky_bucket import LeakyQueue
-from ratelimit._sliding_window import WindowLog
+from ratelimit._algorithms.algorithm import Algorithm, step_all
+from ratelimit._algorithms.holes import Holes, give_back, pause, reserve
+from ratelimit._algorithms.leaky_bucket import LeakyQueue
+from ratelimit._algorithms.sliding_window import WindowLog
+from ratelimit._algorithms.token_bucket import Gcra
 
 from conftest import REDIS_URL, unique_name
 from held import held, held_clock

@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratelimit import RedisBackend
-from ratelimit._algorithm import Algorithm
-from ratelimit._gcra import Gcra
-from ratelimit._holes import Holes, give_back, pause, reserve
-from ratelimit._leaky_bucket import LeakyQueue
+from ratelimit._algorithms.algorithm import Algorithm
+from ratelimit._algorithms.holes import Holes, give_back, pause, reserve
+from ratelimit._algorithms.leaky_bucket import LeakyQueue
+from ratelimit._algorithms.sliding_window import WindowLog
+from ratelimit._algorithms.sliding_window_counter import WindowCounter
+from ratelimit._algorithms.token_bucket import Gcra
 from ratelimit._redis import RedisGroupHandle, RedisHandle, key_for
-from ratelimit._sliding_window import WindowLog
-from ratelimit._window_counter import WindowCounter
 
 from conftest import unique_name
 

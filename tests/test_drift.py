@@ -28,10 +28,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratelimit import AcquireTimeout, ManualClock, MemoryBackend, RedisBackend, SlidingWindow
-from ratelimit._algorithm import step
+from ratelimit._algorithms.algorithm import step
+from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._backend import Backend
 from ratelimit._redis import RedisHandle, key_for
-from ratelimit._sliding_window import WindowLog
 
 from conftest import unique_name
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit._algorithm import Algorithm, step
-from ratelimit._gcra import Gcra
-from ratelimit._leaky_bucket import LeakyQueue
-from ratelimit._sliding_window import Log, WindowLog
+from ratelimit._algorithms.algorithm import Algorithm, step
+from ratelimit._algorithms.leaky_bucket import LeakyQueue
+from ratelimit._algorithms.sliding_window import Log, WindowLog
+from ratelimit._algorithms.token_bucket import Gcra
 
 times = st.floats(min_value=0.0, max_value=2e9, allow_nan=False)
 deltas = st.floats(min_value=-50.0, max_value=50.0, allow_nan=False)

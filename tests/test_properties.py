@@ -1,7 +1,7 @@
 """Property tests on the pure algorithms: the bounds each one promises, for any traffic.
 
 Random sequences of requests (a time step >= 0, a weight, a longest acceptable wait)
-run through :func:`ratelimit._algorithm.step`; every grant is collected as ``(grant
+run through :func:`ratelimit._algorithms.algorithm.step`; every grant is collected as ``(grant
 time, tokens)`` with ``grant time = now + wait``, and the grants are checked against
 the limit the algorithm stands for. Here reaching into the algorithms is the point:
 these are the pure state transitions that every store mirrors.
@@ -19,11 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit._algorithm import EPSILON, Algorithm, step, step_all
-from ratelimit._gcra import Gcra
-from ratelimit._leaky_bucket import LeakyQueue
-from ratelimit._sliding_window import WindowLog
-from ratelimit._window_counter import CounterState, WindowCounter
+from ratelimit._algorithms.algorithm import EPSILON, Algorithm, step, step_all
+from ratelimit._algorithms.leaky_bucket import LeakyQueue
+from ratelimit._algorithms.sliding_window import WindowLog
+from ratelimit._algorithms.sliding_window_counter import CounterState, WindowCounter
+from ratelimit._algorithms.token_bucket import Gcra
 
 START = 1_000.0
 INF = math.inf

@@ -30,7 +30,7 @@ from ratelimit import (
     SystemClock,
     TokenBucket,
 )
-from ratelimit._algorithm import Algorithm
+from ratelimit._algorithms.algorithm import Algorithm
 from ratelimit._limiter import MAX_NAME_LENGTH, Limiter
 from ratelimit._memory import MemoryGroupHandle, MemoryHandle
 from ratelimit._redis import key_for

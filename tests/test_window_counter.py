@@ -2,7 +2,7 @@
 
 - For any sequence of acquires, refunds, withdrawals and restrictions, no interval of
   ``window`` holds more than ``limit`` of what is still granted (the proof is in
-  ``ratelimit/_window_counter.py``), and a restriction is kept.
+  ``ratelimit/_algorithms/sliding_window_counter.py``), and a restriction is kept.
 - The cost: no grant is later than the exact log with a window of ``window + window /
   m`` would make it, so saturated it grants at least ``m / (m + 1)`` of the exact log.
 - Many callers saturating it (the issue that brought it here: the two-counter estimate
@@ -33,11 +33,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratelimit import AcquireTimeout, ManualClock, RedisBackend, SlidingWindow
-from ratelimit._algorithm import EPSILON, step
-from ratelimit._holes import Holes, give_back, pause, reserve
+from ratelimit._algorithms.algorithm import EPSILON, step
+from ratelimit._algorithms.holes import Holes, give_back, pause, reserve
+from ratelimit._algorithms.sliding_window import WindowLog
+from ratelimit._algorithms.sliding_window_counter import SUBWINDOWS, WindowCounter
 from ratelimit._redis import RedisHandle, key_for
-from ratelimit._sliding_window import WindowLog
-from ratelimit._window_counter import SUBWINDOWS, WindowCounter
 
 from conftest import REDIS_URL, unique_name
 from held import held, held_clock

@@ -2,7 +2,7 @@
 
 The log keeps, per grant time, the running sum of the weights up to it; the count is
 the newest sum less the base, and the moment a request fits is found by a search on
-the sums (see ``ratelimit/_sliding_window.py``). These tests pin what that design
+the sums (see ``ratelimit/_algorithms/sliding_window.py``). These tests pin what that design
 promises beyond the conformance suite: the Redis calls a decision makes do not grow
 with the limit, the sums are rebased long before they lose precision, and feedback's
 caps restrict without entering the log.
@@ -19,9 +19,9 @@ import pytest
 import redis
 
 from ratelimit import ManualClock, RedisBackend, SlidingWindow
-from ratelimit._algorithm import step
+from ratelimit._algorithms.algorithm import step
+from ratelimit._algorithms.sliding_window import MAX_CAPS, REBASE, REBASE_SPAN, WindowLog
 from ratelimit._redis import RedisHandle, key_for
-from ratelimit._sliding_window import MAX_CAPS, REBASE, REBASE_SPAN, WindowLog
 
 from conftest import unique_name
 

@@ -38,7 +38,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ._algorithm import EPSILON, Algorithm, commit_all, decide, plan_all
+from .algorithm import EPSILON, Algorithm, commit_all, decide, plan_all
 
 __all__ = ["SCAN", "Hole", "Holes", "give_back", "pause", "reserve"]
 

@@ -18,7 +18,7 @@ beside the log as *caps*, ``[until, left]``, not as entries, so the log is only 
 appended to at its end and consumed from its start.
 
 Mirrored by ``lua/sliding_window.lua``. The O(1) approximate variant is
-``_window_counter.py``.
+``sliding_window_counter.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
-from ._algorithm import EPSILON
+from .algorithm import EPSILON
 
 __all__ = ["REBASE", "Log", "WindowLog"]
 

@@ -18,7 +18,7 @@ request it answers two questions:
     withdraw a reservation that has not happened yet: ``tail`` says whether it is
     the last one recorded (nothing was planned behind it), and only then does
     ``cancel`` roll it back. A reservation withdrawn from the middle of the queue
-    becomes a hole instead (see ``_holes.py``).
+    becomes a hole instead (see ``holes.py``).
 
 The in-process store runs these under a lock; the Lua scripts under ``lua/`` mirror
 the same arithmetic, operation for operation, and the conformance suite pins the two

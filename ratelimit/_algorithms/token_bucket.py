@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ._algorithm import EPSILON
+from .algorithm import EPSILON
 
 __all__ = ["Gcra"]
 

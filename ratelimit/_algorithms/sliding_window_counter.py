@@ -21,7 +21,7 @@ counted, and each lies at or after ``a > t* - window``, so in a sub-window ``>= 
 this:
 
 - a reservation withdrawn from the middle of the queue stays counted; whoever takes
-  the hole goes at its exact time with no more than its tokens (``_holes.py``): the
+  the hole goes at its exact time with no more than its tokens (``holes.py``): the
   grant the state already paid for;
 - ``cancel`` takes the last reservation's tokens out of its sub-window and keeps
   ``last``: nothing planned behind it, so nothing was placed relative to it;
@@ -56,7 +56,7 @@ import math
 from dataclasses import dataclass, field
 from math import ceil, floor
 
-from ._algorithm import EPSILON, step
+from .algorithm import EPSILON, step
 
 __all__ = ["SHORTEST", "SUBWINDOWS", "CounterState", "WindowCounter", "window_start"]
 
