@@ -48,7 +48,7 @@ from urllib.parse import parse_qs, urlsplit
 import redis
 
 from ratelimit import AcquireTimeout, RedisBackend, TokenBucket
-from ratelimit._bench_stats import percentile
+from ratelimit._cli.bench_stats import percentile
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 

@@ -4,10 +4,10 @@
   and the achieved rate is printed against the configured one.
 - ``ratelimit size``: recommended settings for every algorithm from a provider's
   documented limits, the static per-worker split beside them, and the expected wait
-  at a given demand (the arithmetic is in ``ratelimit._sizing``).
+  at a given demand (the arithmetic is in ``ratelimit._cli.sizing``).
 - ``ratelimit bench``: worker processes and threads acquire from one limiter, sized
   as ``size`` would, and call a provider (the built-in fake one by default); reports
-  the achieved rate, 429s, waits, round trips, CPU and fairness (``ratelimit._bench``).
+  the achieved rate, 429s, waits, round trips, CPU and fairness (``ratelimit._cli.bench``).
   ``--sweep`` tries several headrooms, no guard, and capacities, and marks the best.
 
 Bad arguments end the command with one line on stderr and exit code 2; a run that
@@ -17,7 +17,7 @@ during a bench prints the partial report and exits with 130.
 Nothing printed shows a secret: a URL's password (or lone user name, often a token)
 and secret query parameters are shown as ``***`` wherever the URL appears, and every
 error text is scrubbed of the secrets the command line holds, in case it quotes a URL
-(``ratelimit._redact``).
+(``ratelimit._cli.redact``).
 """
 
 from __future__ import annotations
@@ -32,16 +32,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
 
-from ._bench import DEFAULT_LIMIT, BenchConfig, BenchError, BenchResult, run_bench, sweep_configs
-from ._bench_report import bench_json, bench_text, best, sweep_text
+from ._cli.bench import DEFAULT_LIMIT, BenchConfig, BenchError, BenchResult, run_bench, sweep_configs
+from ._cli.bench_report import bench_json, bench_text, best, sweep_text
+from ._cli.plot import PLOT_MISSING, can_plot, plot
+from ._cli.rates import Rate, parse_rate
+from ._cli.redact import scrub, url_secrets
+from ._cli.size_report import size_json, size_text
+from ._cli.sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
 from ._errors import AcquireTimeout
 from ._limiter import Limiter
 from ._limiters import LeakyBucket, SlidingWindow, TokenBucket
-from ._plot import PLOT_MISSING, can_plot, plot
-from ._rates import Rate, parse_rate
-from ._redact import scrub, url_secrets
-from ._size_report import size_json, size_text
-from ._sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
 
 __all__ = ["main"]
 
@@ -352,7 +352,7 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
         "Every recommendation keeps the provider's limit for requests that leave up to --guard late. "
         "Token bucket: refill = limit x (1 - headroom), capacity = floor(burst - max(burst x headroom, "
         "refill x guard)) (without a burst: limit - refill x (window + guard), so that no provider window sees "
-        "more than its limit); the derivations are in `ratelimit._sizing`. "
+        "more than its limit); the derivations are in `ratelimit._cli.sizing`. "
         "Expected wait (Poisson arrivals at demand L, refill M, capacity C, r = L/M): "
         "Wq x exp(-theta (C - 1) / M) with Wq = r / (2M(1 - r)) and theta solving L(exp(theta/M) - 1) = theta; "
         "at or above the rate the wait grows without bound.",

@@ -21,9 +21,9 @@ import pytest
 import redis
 
 from ratelimit import ManualClock, RedisBackend, TokenBucket
-from ratelimit._bench_stats import allowed, jain, most_in_window, percentile, timeline
-from ratelimit._bench_worker import CountingClient
-from ratelimit._plot import can_plot
+from ratelimit._cli.bench_stats import allowed, jain, most_in_window, percentile, timeline
+from ratelimit._cli.bench_worker import CountingClient
+from ratelimit._cli.plot import can_plot
 from ratelimit.cli import main
 from ratelimit.testing import FakeProvider
 
@@ -301,7 +301,7 @@ def test_a_store_lost_after_the_check_is_one_line_from_the_workers(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The CLI's own check passes; the workers then find nothing there.
-    monkeypatch.setattr("ratelimit._bench._probe_redis", lambda url, cluster: None)
+    monkeypatch.setattr("ratelimit._cli.bench._probe_redis", lambda url, cluster: None)
     port = free_port()
     assert main(["bench", "--redis", f"redis://127.0.0.1:{port}/0", "--seconds", "1"]) == 1
     err = capsys.readouterr().err

@@ -1,6 +1,6 @@
 """The command line never prints a secret: not in errors, reports, JSON, progress or plots.
 
-``ratelimit._redact`` is unit-tested on many URL shapes; then the CLI is run, in this
+``ratelimit._cli.redact`` is unit-tested on many URL shapes; then the CLI is run, in this
 process and as ``python -m ratelimit``, with credentials in ``--redis`` and
 ``--target`` URLs (unreachable ones, a real target, the real Redis), and nothing it
 writes may hold the password.
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import redis
 
-from ratelimit._redact import REDACTED, redact_url, scrub, url_secrets
+from ratelimit._cli.redact import REDACTED, redact_url, scrub, url_secrets
 from ratelimit.cli import main
 from ratelimit.testing import FakeProvider
 
@@ -176,7 +176,7 @@ def test_a_store_lost_after_the_check_is_named_without_its_password(
     monkeypatch: pytest.MonkeyPatch, port: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The CLI's own check passes; the worker then finds nothing there and says so.
-    monkeypatch.setattr("ratelimit._bench._probe_redis", lambda url, cluster: None)
+    monkeypatch.setattr("ratelimit._cli.bench._probe_redis", lambda url, cluster: None)
     url = f"redis://:{SECRET}@127.0.0.1:{port}/0"
     code, out, err = _run(capsys, "bench", "--redis", url, "--processes", "1", "--threads", "1", "--seconds", "0.5")
     assert code == 1

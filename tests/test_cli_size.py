@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from ratelimit import LeakyBucket, TokenBucket
-from ratelimit._rates import Rate, parse_rate
-from ratelimit._sizing import expected_wait, md1_wait, size
+from ratelimit._cli.rates import Rate, parse_rate
+from ratelimit._cli.sizing import expected_wait, md1_wait, size
 from ratelimit.cli import main
 
 # -- rates ---------------------------------------------------------------------------

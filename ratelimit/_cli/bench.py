@@ -33,13 +33,13 @@ from urllib.parse import urlsplit
 
 import redis
 
-from ._bench_stats import allowed, jain, most_in_window, percentile, timeline
-from ._bench_worker import NO_ANSWER, LimiterSpec, WorkerPlan, WorkerReport, run_worker
-from ._rates import Rate
-from ._redact import redact_url, scrub, url_secrets
-from ._scripts import ALGORITHMS, single_script
-from ._sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
-from .testing import FakeProvider
+from .._scripts import ALGORITHMS, single_script
+from ..testing import FakeProvider
+from .bench_stats import allowed, jain, most_in_window, percentile, timeline
+from .bench_worker import NO_ANSWER, LimiterSpec, WorkerPlan, WorkerReport, run_worker
+from .rates import Rate
+from .redact import redact_url, scrub, url_secrets
+from .sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
 
 __all__ = ["DEFAULT_LIMIT", "BenchConfig", "BenchError", "BenchResult", "limiter_spec", "run_bench", "sweep_configs"]
 

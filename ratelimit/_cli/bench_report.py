@@ -1,4 +1,4 @@
-"""``ratelimit bench``'s output: a :class:`~ratelimit._bench.BenchResult` as text or JSON."""
+"""``ratelimit bench``'s output: a :class:`~ratelimit._cli.bench.BenchResult` as text or JSON."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ._bench import BenchResult
-from ._redact import redact_url
+from .bench import BenchResult
+from .redact import redact_url
 
 __all__ = ["bench_json", "bench_text", "sweep_text"]
 

@@ -1,4 +1,4 @@
-"""``ratelimit size``'s output: a :class:`~ratelimit._sizing.Sizing` as text or JSON."""
+"""``ratelimit size``'s output: a :class:`~ratelimit._cli.sizing.Sizing` as text or JSON."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any
 
-from ._sizing import Sizing
+from .sizing import Sizing
 
 __all__ = ["size_json", "size_text"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from ._bench import BenchResult
+from .bench import BenchResult
 
 __all__ = ["PLOT_MISSING", "can_plot", "plot"]
 

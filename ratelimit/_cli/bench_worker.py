@@ -1,6 +1,6 @@
 """One ``ratelimit bench`` worker process: threads (or asyncio tasks) that acquire, then call.
 
-Started by :mod:`ratelimit._bench` with the spawn context, so everything it is given
+Started by :mod:`ratelimit._cli.bench` with the spawn context, so everything it is given
 is plain picklable data. It ignores SIGINT: the CLI decides when the run stops (and
 must still collect what every worker did), and tells it through the ``stop`` event.
 Its callers record, for every grant, when it came, how long the acquire took and
@@ -26,10 +26,10 @@ import redis.asyncio.cluster
 import redis.asyncio.retry
 from redis.backoff import NoBackoff
 
-from ._errors import AcquireTimeout, RateLimitError
-from ._limiters import LeakyBucket, SingleLimiter, SlidingWindow, TokenBucket
-from ._redact import redact_url, scrub, url_secrets
-from ._redis import DEFAULT_SOCKET_TIMEOUT, RedisBackend
+from .._errors import AcquireTimeout, RateLimitError
+from .._limiters import LeakyBucket, SingleLimiter, SlidingWindow, TokenBucket
+from .._redis import DEFAULT_SOCKET_TIMEOUT, RedisBackend
+from .redact import redact_url, scrub, url_secrets
 
 __all__ = ["CountingClient", "LimiterSpec", "WorkerPlan", "WorkerReport", "run_worker"]
 
@@ -93,7 +93,7 @@ class WorkerPlan:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """What the URLs hold that no message may show (see ``ratelimit._redact``)."""
+        """What the URLs hold that no message may show (see ``ratelimit._cli.redact``)."""
         return url_secrets(self.redis_url or "") + url_secrets(self.target)
 
 
@@ -380,7 +380,7 @@ def run_worker(
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
-        # Blocked by the CLI while it started us (see ratelimit._bench); ignored now.
+        # Blocked by the CLI while it started us (see ratelimit._cli.bench); ignored now.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     try:
         backend, counter = _backend(plan)

@@ -91,8 +91,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ._guard import DEFAULT_GUARD, guard_seconds
-from ._rates import Rate
+from .._guard import DEFAULT_GUARD, guard_seconds
+from .rates import Rate
 
 __all__ = [
     "DEFAULT_GUARD",
