@@ -4,7 +4,7 @@ A limiter decides a grant for a moment ``at`` and tells its caller to sleep unti
 then; the request leaves when the caller wakes and gets a core back, which on a
 loaded machine is some milliseconds late, and not evenly: a strict provider sees
 one late batch and the next punctual one closer together than they were granted.
-``guard=`` (``ratelimit._guard``) is the margin against that; this script measures
+``guard=`` (``ratelimit._limiting.guard``) is the margin against that; this script measures
 what it must cover.
 
 P processes of T threads (default 4 x 4) saturate one shared limiter (a token bucket

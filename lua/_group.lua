@@ -12,7 +12,7 @@
 -- then for each member i, four values: algorithm, tokens, param1, param2
 --
 -- Returns as the single-limiter driver does. Mirrors MemoryGroupHandle in
--- ratelimit/_memory.py: every member plans; the grant happens at the latest of their
+-- ratelimit/_stores/memory.py: every member plans; the grant happens at the latest of their
 -- times, or nowhere; the group's holes are kept beside its first member's key, at
 -- <KEYS[1]>:holes:<algorithm>,<algorithm>,... (one set per list of algorithms).
 

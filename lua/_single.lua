@@ -1,5 +1,5 @@
 -- ratelimit: driver for one limiter. Loaded as _prelude.lua + <algorithm>.lua, ALG
--- bound to the algorithm's table, _members.lua, then this file (see ratelimit/_scripts.py).
+-- bound to the algorithm's table, _members.lua, then this file (see ratelimit/_stores/scripts.py).
 --
 -- KEYS[1]  the limiter's base key, ratelimit:{<name>}:<algorithm>; every key the
 --          algorithm touches is this one or starts with it, so all share its hash tag.
@@ -16,7 +16,7 @@
 --   reserve: {signed_wait, at}: signed_wait >= 0 granted after that wait, at store
 --            time `at`; < 0 refused, nothing recorded, -signed_wait is the wait needed
 --   refund, restrict: {now}
--- Mirrors MemoryHandle in ratelimit/_memory.py: the algorithm's step, with holes.
+-- Mirrors MemoryHandle in ratelimit/_stores/memory.py: the algorithm's step, with holes.
 
 local op = ARGV[1]
 local now = clock(ARGV[2])

@@ -1,5 +1,5 @@
 -- ratelimit: a circuit breaker shared by every process. Loaded after _prelude.lua.
--- Mirrors allow() and record() in ratelimit/_breaker_state.py, line for line.
+-- Mirrors allow() and record() in ratelimit/_resilience/breaker_state.py, line for line.
 --
 -- KEYS[1]  the breaker's hash, ratelimit:{<name>}:breaker. Fields: mode (0 closed,
 --          1 open, 2 half-open), opened_at, gen, probes, probe_at, and per bucket slot

@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import logging
 
-from ._backoff import Backoff
-from ._breaker import BreakerStats, CircuitBreaker, Ticket
 from ._clock import Clock, ManualClock, SystemClock
-from ._composite import Composite
 from ._errors import AcquireTimeout, BackendUnavailable, CircuitOpen, RateLimitError, RetryError
-from ._events import subscribe
+from ._events import Attempt, subscribe
 from ._headers import RateLimitInfo, parse_rate_limit_headers
-from ._limiter import Acquirer, LimiterStats
-from ._limiters import LeakyBucket, SlidingWindow, TokenBucket
-from ._memory import MemoryBackend
-from ._outcome import classify
-from ._redis import BackendStats, RedisBackend
-from ._retry import Attempt, Retry, RetryStats
+from ._limiting.composite import Composite
+from ._limiting.front import Acquirer, LimiterStats
+from ._limiting.limiters import LeakyBucket, SlidingWindow, TokenBucket
+from ._resilience.backoff import Backoff
+from ._resilience.breaker import BreakerStats, CircuitBreaker, Ticket
+from ._resilience.outcome import classify
+from ._resilience.retry import Retry, RetryStats
+from ._stores.memory import MemoryBackend
+from ._stores.redis import BackendStats, RedisBackend
 
 __all__ = [
     "AcquireTimeout",

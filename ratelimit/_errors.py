@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from ._retry import Attempt
+    from ._events import Attempt
 
 __all__ = ["AcquireTimeout", "BackendUnavailable", "CircuitOpen", "RateLimitError", "RetryError"]
 

@@ -232,3 +232,30 @@ class Emitter(Subscribers):
                 callback(event)
             except Exception:
                 logger.exception("an event callback failed on %r", event)
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One call made by a retry runner (treat as read-only)."""
+
+    #: 1 for the first call.
+    number: int
+    #: Seconds asleep in backoff just before this attempt.
+    backoff: float
+    #: Seconds the limiter made this attempt wait.
+    waited: float
+    #: The response's HTTP status, if the call returned (or raised) a response.
+    status: int | None
+    #: What the call raised, if it raised.
+    error: BaseException | None
+    #: Seconds spent inside the call.
+    duration: float
+    #: The classifier's verdict.
+    verdict: Verdict
+
+    @property
+    def outcome(self) -> str:
+        """``"status 503"``, ``"ConnectionError('refused')"`` or ``"returned"``: for logs."""
+        if self.error is not None:
+            return repr(self.error)
+        return f"status {self.status}" if self.status is not None else "returned"

@@ -10,7 +10,18 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-__all__ = ["MAX_HORIZON", "duration", "horizon", "positive", "rate", "real", "timeout_seconds", "tokens"]
+__all__ = [
+    "MAX_HORIZON",
+    "MAX_NAME_LENGTH",
+    "duration",
+    "horizon",
+    "name",
+    "positive",
+    "rate",
+    "real",
+    "timeout_seconds",
+    "tokens",
+]
 
 #: The longest a limiter's state may matter, in seconds (about 31.7 years): the time to
 #: refill a bucket, one interval, a window. Every store keeps state that long (Redis
@@ -54,6 +65,29 @@ def horizon(name: str, value: object, seconds: float, what: str) -> None:
             f"{name}={value!r} makes {what} {seconds:g} s; the most any store keeps state for is "
             f"{MAX_HORIZON:g} s (about 31 years)"
         )
+
+
+#: The longest name a limiter or breaker may have: it goes into every key.
+MAX_NAME_LENGTH = 200
+
+
+def name(value: object, backend: object, *, shared: bool) -> str | None:
+    """A limiter's or breaker's ``name``: required with a ``shared`` backend, text of 1
+    to :data:`MAX_NAME_LENGTH` characters that UTF-8 can encode (a Redis key is bytes)."""
+    if value is None:
+        if shared:
+            raise ValueError(f"name is required with a shared backend ({backend!r}): it names the shared budget")
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"name must be a str, got {type(value).__name__} {value!r}")
+    if not value or len(value) > MAX_NAME_LENGTH:
+        raise ValueError(f"name must be 1 to {MAX_NAME_LENGTH} characters, got {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # A lone surrogate: Redis keys are bytes, and it has none.
+        raise ValueError(f"name must be text UTF-8 can encode, got {value!r}: {exc.reason}") from None
+    return value
 
 
 def duration(name: str, value: object) -> float:

@@ -40,8 +40,8 @@ from ._cli.redact import scrub, url_secrets
 from ._cli.size_report import size_json, size_text
 from ._cli.sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
 from ._errors import AcquireTimeout
-from ._limiter import Limiter
-from ._limiters import LeakyBucket, SlidingWindow, TokenBucket
+from ._limiting.front import Limiter
+from ._limiting.limiters import LeakyBucket, SlidingWindow, TokenBucket
 
 __all__ = ["main"]
 

@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import httpx
 
-from ._http import runner
-from ._retry import Retry
+from ._resilience.http import runner
+from ._resilience.retry import Retry
 
 if TYPE_CHECKING:
-    from ._breaker import CircuitBreaker
-    from ._limiter import Acquirer
+    from ._limiting.front import Acquirer
+    from ._resilience.breaker import CircuitBreaker
 
 __all__ = ["AsyncRateLimitTransport", "RateLimitTransport"]
 

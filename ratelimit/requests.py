@@ -34,12 +34,12 @@ import requests
 from requests.adapters import HTTPAdapter
 from requests.utils import rewind_body
 
-from ._http import runner
-from ._retry import Retry
+from ._resilience.http import runner
+from ._resilience.retry import Retry
 
 if TYPE_CHECKING:
-    from ._breaker import CircuitBreaker
-    from ._limiter import Acquirer
+    from ._limiting.front import Acquirer
+    from ._resilience.breaker import CircuitBreaker
 
 __all__ = ["RateLimitAdapter", "session"]
 

@@ -28,7 +28,7 @@ import redis
 import redis.cluster
 
 from ratelimit import ManualClock, MemoryBackend, RedisBackend
-from ratelimit._backend import Backend
+from ratelimit._stores.store import Backend
 
 L = TypeVar("L")
 

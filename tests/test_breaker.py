@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratelimit import BackendUnavailable, CircuitBreaker, CircuitOpen, ManualClock, RedisBackend, Ticket
-from ratelimit._breaker_state import MemoryStore, Policy, RedisStore
-from ratelimit._redis import key_for
+from ratelimit._resilience.breaker_state import MemoryStore, Policy, RedisStore
+from ratelimit._stores.redis import key_for
 from ratelimit.events import Event, Rejected, StateChanged
 
 from conftest import REDIS_URL, unique_name

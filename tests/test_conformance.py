@@ -26,7 +26,7 @@ from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import WindowCounter
 from ratelimit._algorithms.token_bucket import Gcra
-from ratelimit._redis import RedisGroupHandle, RedisHandle, key_for
+from ratelimit._stores.redis import RedisGroupHandle, RedisHandle, key_for
 
 from conftest import unique_name
 

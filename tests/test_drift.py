@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from ratelimit import AcquireTimeout, ManualClock, MemoryBackend, RedisBackend, SlidingWindow
 from ratelimit._algorithms.algorithm import step
 from ratelimit._algorithms.sliding_window import WindowLog
-from ratelimit._backend import Backend
-from ratelimit._redis import RedisHandle, key_for
+from ratelimit._stores.redis import RedisHandle, key_for
+from ratelimit._stores.store import Backend
 
 from conftest import unique_name
 

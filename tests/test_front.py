@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ratelimit import AcquireTimeout, Composite, LeakyBucket, ManualClock, SlidingWindow, TokenBucket
-from ratelimit._limiter import Limiter
+from ratelimit._limiting.front import Limiter
 
 Make = Callable[..., Any]
 

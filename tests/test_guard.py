@@ -18,7 +18,7 @@ from ratelimit import AcquireTimeout, Composite, LeakyBucket, ManualClock, Slidi
 from ratelimit._cli.rates import Rate
 from ratelimit._cli.sizing import size
 from ratelimit._clock import SystemClock
-from ratelimit._guard import DEFAULT_GUARD
+from ratelimit._limiting.guard import DEFAULT_GUARD
 from ratelimit._validate import MAX_HORIZON
 
 LIMITERS: list[tuple[type[Any], tuple[float, float]]] = [

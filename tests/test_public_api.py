@@ -29,7 +29,7 @@ from ratelimit import (
     TokenBucket,
     parse_rate_limit_headers,
 )
-from ratelimit._backend import Backend
+from ratelimit._stores.store import Backend
 
 # Everything ratelimit/__init__.py re-exports on purpose.
 PUBLIC = {

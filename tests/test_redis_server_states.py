@@ -40,7 +40,7 @@ from ratelimit import (
     SlidingWindow,
     TokenBucket,
 )
-from ratelimit._backend import Backend
+from ratelimit._stores.store import Backend
 
 from conftest import unavailable, unique_name
 from servers import RedisServer, free_port

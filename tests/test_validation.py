@@ -31,9 +31,10 @@ from ratelimit import (
     TokenBucket,
 )
 from ratelimit._algorithms.algorithm import Algorithm
-from ratelimit._limiter import MAX_NAME_LENGTH, Limiter
-from ratelimit._memory import MemoryGroupHandle, MemoryHandle
-from ratelimit._redis import key_for
+from ratelimit._limiting.front import Limiter
+from ratelimit._stores.memory import MemoryGroupHandle, MemoryHandle
+from ratelimit._stores.redis import key_for
+from ratelimit._validate import MAX_NAME_LENGTH
 
 from conftest import unique_name
 from held import HeldClock

@@ -37,7 +37,7 @@ from ratelimit._algorithms.algorithm import EPSILON, step
 from ratelimit._algorithms.holes import Holes, give_back, pause, reserve
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import SUBWINDOWS, WindowCounter
-from ratelimit._redis import RedisHandle, key_for
+from ratelimit._stores.redis import RedisHandle, key_for
 
 from conftest import REDIS_URL, unique_name
 from held import held, held_clock

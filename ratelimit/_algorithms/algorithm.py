@@ -106,7 +106,7 @@ class Algorithm(Protocol[S]):
 
     def guarded(self, seconds: float) -> Algorithm[S]:
         """The same promise kept for requests that leave up to ``seconds`` after their
-        grant: each grant occupies ``seconds`` more (see ``_guard.py``). Raises
+        grant: each grant occupies ``seconds`` more (see ``guard.py``). Raises
         ``ValueError`` naming ``guard`` if that leaves nothing to grant."""
         ...
 

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from .._scripts import ALGORITHMS, single_script
+from .._stores.scripts import ALGORITHMS, single_script
 from ..testing import FakeProvider
 from .bench_stats import allowed, jain, most_in_window, percentile, timeline
 from .bench_worker import NO_ANSWER, LimiterSpec, WorkerPlan, WorkerReport, run_worker

@@ -27,8 +27,8 @@ import redis.asyncio.retry
 from redis.backoff import NoBackoff
 
 from .._errors import AcquireTimeout, RateLimitError
-from .._limiters import LeakyBucket, SingleLimiter, SlidingWindow, TokenBucket
-from .._redis import DEFAULT_SOCKET_TIMEOUT, RedisBackend
+from .._limiting.limiters import LeakyBucket, SingleLimiter, SlidingWindow, TokenBucket
+from .._stores.redis import DEFAULT_SOCKET_TIMEOUT, RedisBackend
 from .redact import redact_url, scrub, url_secrets
 
 __all__ = ["CountingClient", "LimiterSpec", "WorkerPlan", "WorkerReport", "run_worker"]

@@ -3,7 +3,7 @@
 Given "1,000 requests/min, burst 20", N workers, a headroom ``h`` (the fraction of
 the provider's rate deliberately left unused, so that network jitter, clock steps and
 retries never push the provider over its limit) and a guard ``g`` (how late a request
-may leave after its grant, see ``ratelimit._guard``), :func:`size` recommends settings
+may leave after its grant, see ``ratelimit._limiting.guard``), :func:`size` recommends settings
 that keep the provider's limit for sends up to ``g`` late.
 
 Notation: the provider allows ``L`` per window ``T`` (``rho = L / T``), or with a
@@ -91,7 +91,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .._guard import DEFAULT_GUARD, guard_seconds
+from .._limiting.guard import DEFAULT_GUARD, guard_seconds
 from .rates import Rate
 
 __all__ = [
@@ -343,7 +343,7 @@ def size(
         headroom: the fraction of the provider's rate left unused, from 0 to below 1.
         demand: requests per second the workers would like to send, all together.
         guard: seconds a request may leave after its grant with every
-            recommendation still keeping the provider's limit (``ratelimit._guard``).
+            recommendation still keeping the provider's limit (``ratelimit._limiting.guard``).
 
     Raises:
         ValueError: an argument out of range.

@@ -26,12 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
-from . import _validate
-from ._algorithms.algorithm import EPSILON
-from ._clock import Clock
-from ._errors import BackendUnavailable
-from ._events import BreakerState
-from ._scripts import breaker_script
+from .. import _validate
+from .._algorithms.algorithm import EPSILON
+from .._clock import Clock
+from .._errors import BackendUnavailable
+from .._events import BreakerState
+from .._stores.scripts import breaker_script
 
 __all__ = ["Decision", "MemoryStore", "Policy", "RedisStore", "State", "allow", "record"]
 

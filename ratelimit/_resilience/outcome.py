@@ -13,8 +13,8 @@ import ssl
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
-from ._errors import RateLimitError
-from ._events import Verdict
+from .._errors import RateLimitError
+from .._events import Verdict
 
 __all__ = ["TRANSIENT_STATUSES", "Classifier", "classify", "headers_of", "status_of"]
 

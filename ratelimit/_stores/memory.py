@@ -18,10 +18,10 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._algorithms import holes as _holes
-from ._algorithms.algorithm import EPSILON, Algorithm, step_all
-from ._clock import Clock, SystemClock
-from ._tally import Tally, weight
+from .._algorithms import holes as _holes
+from .._algorithms.algorithm import EPSILON, Algorithm, step_all
+from .._clock import Clock, SystemClock
+from .tally import Tally, weight
 
 __all__ = ["SWEEP_SECONDS", "MemoryBackend"]
 

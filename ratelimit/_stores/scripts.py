@@ -33,7 +33,7 @@ def _lua_dir() -> Path:
     if packaged.is_dir():
         return Path(str(packaged))
     # A source checkout (or editable install): the top-level lua/ beside the package.
-    source = Path(__file__).resolve().parent.parent / "lua"
+    source = Path(__file__).resolve().parents[2] / "lua"
     if source.is_dir():
         return source
     raise FileNotFoundError(f"ratelimit's Lua scripts are missing: looked in {packaged} and {source}")

@@ -19,18 +19,20 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
-from . import _validate
-from ._backoff import Backoff
-from ._breaker import CircuitBreaker, Ticket
-from ._clock import Clock, SystemClock
-from ._errors import AcquireTimeout, CircuitOpen, RetryError
-from ._events import AttemptFinished, CallFinished, Emitter, Event, GaveUp, RetryScheduled, Verdict
-from ._headers import parse_rate_limit_headers
-from ._limiter import Acquirer, logger
-from ._outcome import Classifier, classify, headers_of, response_of, status_of
-from ._wrap import wrap
+from .. import _validate
+from .._clock import Clock, SystemClock
+from .._errors import AcquireTimeout, CircuitOpen, RetryError
+from .._events import Attempt, AttemptFinished, CallFinished, Emitter, Event, GaveUp, RetryScheduled
+from .._headers import parse_rate_limit_headers
+from .._limiting.front import Acquirer
+from .._wrap import wrap
+from .backoff import Backoff
+from .breaker import CircuitBreaker, Ticket
+from .outcome import Classifier, classify, headers_of, response_of, status_of
 
-__all__ = ["Attempt", "Retry", "RetryStats"]
+logger = logging.getLogger("ratelimit")
+
+__all__ = ["Retry", "RetryStats"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -38,33 +40,6 @@ R = TypeVar("R")
 #: Retry-After is honoured with a little upward jitter (up to this fraction of it), so
 #: the workers the provider pushed back together do not return in the same instant.
 RETRY_AFTER_JITTER = 0.1
-
-
-@dataclass(slots=True)
-class Attempt:
-    """One call made by a retry runner (treat as read-only)."""
-
-    #: 1 for the first call.
-    number: int
-    #: Seconds asleep in backoff just before this attempt.
-    backoff: float
-    #: Seconds the limiter made this attempt wait.
-    waited: float
-    #: The response's HTTP status, if the call returned (or raised) a response.
-    status: int | None
-    #: What the call raised, if it raised.
-    error: BaseException | None
-    #: Seconds spent inside the call.
-    duration: float
-    #: The classifier's verdict.
-    verdict: Verdict
-
-    @property
-    def outcome(self) -> str:
-        """``"status 503"``, ``"ConnectionError('refused')"`` or ``"returned"``: for logs."""
-        if self.error is not None:
-            return repr(self.error)
-        return f"status {self.status}" if self.status is not None else "returned"
 
 
 @dataclass(frozen=True)

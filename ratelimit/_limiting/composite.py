@@ -6,13 +6,13 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from . import _validate
-from ._backend import Backend
-from ._clock import Clock
-from ._feedback import restriction
-from ._headers import RateLimitInfo
-from ._limiter import Limiter, _Decorator
-from ._limiters import SingleLimiter
+from .. import _validate
+from .._clock import Clock
+from .._headers import RateLimitInfo
+from .._stores.store import Backend
+from .feedback import restriction
+from .front import Limiter, _Decorator
+from .limiters import SingleLimiter
 
 __all__ = ["Composite"]
 

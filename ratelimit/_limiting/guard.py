@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-from ._clock import Clock, SystemClock
-from ._validate import MAX_HORIZON, real
+from .._clock import Clock, SystemClock
+from .._validate import MAX_HORIZON, real
 
 __all__ = ["DEFAULT_GUARD", "guard_seconds"]
 

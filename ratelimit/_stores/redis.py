@@ -43,15 +43,15 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from . import _validate
-from ._algorithms.algorithm import Algorithm
-from ._backend import Handle
-from ._clock import Clock, SystemClock
-from ._errors import BackendUnavailable
-from ._memory import MemoryBackend
-from ._redis_errors import STORE_ERRORS, is_unavailable
-from ._scripts import Script, group_script, single_script
-from ._tally import Tally, weight
+from .. import _validate
+from .._algorithms.algorithm import Algorithm
+from .._clock import Clock, SystemClock
+from .._errors import BackendUnavailable
+from .memory import MemoryBackend
+from .redis_errors import STORE_ERRORS, is_unavailable
+from .scripts import Script, group_script, single_script
+from .store import Handle
+from .tally import Tally, weight
 
 __all__ = ["BackendStats", "RedisBackend", "key_for"]
 

@@ -72,7 +72,7 @@ script`` (no code inside)
 anything else               ``ResponseError``, ...           unknown: surfaced, not guessed at
 ==========================  ===============================  ===================================
 
-``NOSCRIPT`` never gets here: :class:`~ratelimit._scripts.Script` reloads the script.
+``NOSCRIPT`` never gets here: :class:`~ratelimit._stores.scripts.Script` reloads the script.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from . import _validate
+from .. import _validate
 
 __all__ = ["Backoff", "Jitter"]
 

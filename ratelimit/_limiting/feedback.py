@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ._headers import RateLimitInfo
+from .._headers import RateLimitInfo
 
 __all__ = ["restriction"]
 

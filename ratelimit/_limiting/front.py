@@ -18,15 +18,15 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
 
-from . import _validate
-from ._backend import Backend, Handle
-from ._clock import Clock, SystemClock
-from ._errors import AcquireTimeout
-from ._events import EVERYONE, Denied, Emitter, Event, Granted, Paused
-from ._headers import RateLimitInfo, parse_rate_limit_headers
-from ._memory import MemoryBackend
-from ._tally import LimiterStats, Tally, weight
-from ._wrap import wrap
+from .. import _validate
+from .._clock import Clock, SystemClock
+from .._errors import AcquireTimeout
+from .._events import EVERYONE, Denied, Emitter, Event, Granted, Paused
+from .._headers import RateLimitInfo, parse_rate_limit_headers
+from .._stores.memory import MemoryBackend
+from .._stores.store import Backend, Handle
+from .._stores.tally import LimiterStats, Tally, weight
+from .._wrap import wrap
 
 __all__ = ["Acquirer", "Limiter", "LimiterStats"]
 
@@ -41,7 +41,6 @@ _GIVING_BACK: set[asyncio.Future[None]] = set()
 
 #: How long a limiter ``name`` may be; Redis keys carry it, and a key is no place for
 #: a novel.
-MAX_NAME_LENGTH = 200
 
 
 @runtime_checkable
@@ -69,23 +68,6 @@ class Acquirer(Protocol):
     async def feedback_async(self, headers: Any, status: int | None = None) -> RateLimitInfo: ...
 
 
-def _check_name(name: object, backend: Backend) -> str | None:
-    if name is None:
-        if backend.shared:
-            raise ValueError(f"name is required with a shared backend ({backend!r}): it names the shared budget")
-        return None
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a str, got {type(name).__name__} {name!r}")
-    if not name or len(name) > MAX_NAME_LENGTH:
-        raise ValueError(f"name must be 1 to {MAX_NAME_LENGTH} characters, got {name!r}")
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        # A lone surrogate: Redis keys are bytes, and it has none.
-        raise ValueError(f"name must be text UTF-8 can encode, got {name!r}: {exc.reason}") from None
-    return name
-
-
 class Limiter(Generic[T]):
     """Shared front of every limiter; ``T`` is what one request's ``tokens`` becomes."""
 
@@ -103,7 +85,7 @@ class Limiter(Generic[T]):
         elif isinstance(backend, type) or not hasattr(backend, "bind"):
             raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
         self._backend = backend
-        self._name = _check_name(name, backend)
+        self._name = _validate.name(name, backend, shared=backend.shared)
         self._clock: Clock = clock or SystemClock()
         # A plain int up to this many tokens needs no further checks (see _tokens).
         self._quick_most: float = 0

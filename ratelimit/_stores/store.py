@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
-from ._algorithms.algorithm import Algorithm
-from ._clock import Clock
-from ._tally import Tally
+from .._algorithms.algorithm import Algorithm
+from .._clock import Clock
+from .tally import Tally
 
 __all__ = ["Backend", "Handle"]
 

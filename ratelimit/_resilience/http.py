@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._retry import Retry
+from .retry import Retry
 
 if TYPE_CHECKING:
-    from ._breaker import CircuitBreaker
-    from ._limiter import Acquirer
+    from .._limiting.front import Acquirer
+    from .breaker import CircuitBreaker
 
 __all__ = ["runner"]
 

@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NamedTuple, ParamSpec, TypeVar, overload
 
-from ._backend import Backend
-from ._breaker_state import Decision, MemoryStore, Policy, RedisStore
-from ._clock import Clock, SystemClock
-from ._errors import CircuitOpen
-from ._events import BreakerState, Emitter, Event, Rejected, StateChanged
-from ._limiter import _check_name
-from ._memory import MemoryBackend
-from ._outcome import classify, status_of
-from ._redis import RedisBackend
-from ._wrap import wrap
+from .. import _validate
+from .._clock import Clock, SystemClock
+from .._errors import CircuitOpen
+from .._events import BreakerState, Emitter, Event, Rejected, StateChanged
+from .._stores.memory import MemoryBackend
+from .._stores.redis import RedisBackend
+from .._stores.store import Backend
+from .._wrap import wrap
+from .breaker_state import Decision, MemoryStore, Policy, RedisStore
+from .outcome import classify, status_of
 
 __all__ = ["BreakerStats", "CircuitBreaker", "Ticket"]
 
@@ -109,7 +109,7 @@ class CircuitBreaker:
             backend = MemoryBackend()
         elif not isinstance(backend, (MemoryBackend, RedisBackend)):
             raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
-        self.name = _check_name(name, backend)
+        self.name = _validate.name(name, backend, shared=backend.shared)
         self.clock: Clock = clock or SystemClock()
         self.backend = backend
         local = MemoryStore(self.policy, self.clock)

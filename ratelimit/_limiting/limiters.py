@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
-from . import _validate
-from ._algorithms.algorithm import Algorithm
-from ._algorithms.leaky_bucket import LeakyQueue
-from ._algorithms.sliding_window import WindowLog
-from ._algorithms.sliding_window_counter import WindowCounter
-from ._algorithms.token_bucket import Gcra
-from ._backend import Backend
-from ._clock import Clock
-from ._feedback import restriction
-from ._guard import DEFAULT_GUARD, guard_seconds
-from ._headers import RateLimitInfo
-from ._limiter import Limiter, logger
+from .. import _validate
+from .._algorithms.algorithm import Algorithm
+from .._algorithms.leaky_bucket import LeakyQueue
+from .._algorithms.sliding_window import WindowLog
+from .._algorithms.sliding_window_counter import WindowCounter
+from .._algorithms.token_bucket import Gcra
+from .._clock import Clock
+from .._headers import RateLimitInfo
+from .._stores.store import Backend
+from .feedback import restriction
+from .front import Limiter
+from .guard import DEFAULT_GUARD, guard_seconds
+
+logger = logging.getLogger("ratelimit")
 
 __all__ = ["LeakyBucket", "SingleLimiter", "SlidingWindow", "TokenBucket"]
 
@@ -32,7 +35,7 @@ class SingleLimiter(Limiter[float]):
 
     __slots__ = ("_alg", "_configured", "_given_guard", "_guard", "_most", "_most_name")
 
-    #: Seconds: the guard on real time when none is given (see ``ratelimit._guard``).
+    #: Seconds: the guard on real time when none is given (see ``ratelimit._limiting.guard``).
     default_guard = 0.0
 
     def __init__(
@@ -47,7 +50,7 @@ class SingleLimiter(Limiter[float]):
         self._configured = alg
         self._given_guard = guard
         # What the stores decide by: the configured limit with each grant widened by
-        # the guard (see _guard.py). The properties report what the user configured.
+        # the guard (see guard.py). The properties report what the user configured.
         self._alg = self.algorithm_for(clock)
         self._guard = self.guard_for(clock)
         super().__init__(backend=backend, name=name, clock=clock)
