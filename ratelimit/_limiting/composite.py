@@ -11,7 +11,7 @@ from .._clock import Clock
 from .._headers import RateLimitInfo
 from .._stores.store import Backend
 from .feedback import restriction
-from .front import Limiter, _Decorator
+from .front import Decorator, Limiter
 from .limiters import SingleLimiter
 
 __all__ = ["Composite"]
@@ -92,4 +92,4 @@ class Composite(Limiter[Sequence[float]]):
 
         async def refund_async(self, tokens: Tokens = 1) -> None: ...
 
-        def decorate(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> _Decorator: ...
+        def decorate(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> Decorator: ...

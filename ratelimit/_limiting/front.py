@@ -28,7 +28,7 @@ from .._stores.store import Backend, Handle
 from .._stores.tally import LimiterStats, Tally, weight
 from .._wrap import wrap
 
-__all__ = ["Acquirer", "Limiter", "LimiterStats"]
+__all__ = ["Acquirer", "Decorator", "Limiter", "LimiterStats"]
 
 logger = logging.getLogger("ratelimit")
 
@@ -354,7 +354,7 @@ class Limiter(Generic[T]):
         """Use the limiter as a decorator: one token per call (see :meth:`decorate`)."""
         return self.decorate()(func)
 
-    def decorate(self, tokens: float = 1, timeout: float | timedelta | None = None) -> _Decorator:
+    def decorate(self, tokens: float = 1, timeout: float | timedelta | None = None) -> Decorator:
         """A decorator that acquires ``tokens`` before every call of the function.
 
         Works on plain and ``async def`` functions alike::
@@ -365,10 +365,13 @@ class Limiter(Generic[T]):
         self._tokens(tokens)
         if timeout is not None:
             _validate.timeout_seconds(timeout)
-        return _Decorator(self, tokens, timeout)
+        return Decorator(self, tokens, timeout)
 
 
-class _Decorator:
+class Decorator:
+    """What ``limiter.decorate(tokens=..., timeout=...)`` returns: applied to a
+    function, it acquires before each call."""
+
     __slots__ = ("_limiter", "_timeout", "_tokens")
 
     def __init__(self, limiter: Limiter[Any], tokens: float, timeout: float | timedelta | None) -> None:
