@@ -47,20 +47,20 @@ def test_readme_set_up_commands_exist_in_the_makefile() -> None:
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
-def test_the_demo_command_runs() -> None:
+def test_a_short_bench_runs_as_a_command() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "ratelimit", "demo", "--seconds", "0.5", "--threads", "3"],
+        [sys.executable, "-m", "ratelimit", "bench", "--seconds", "0.5", "--threads", "3"],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
-    assert "the configured limit allows" in result.stdout
+    assert "ratelimit bench: 2 processes x 3 threads (6 callers)" in result.stdout
 
 
 def test_bad_cli_arguments_exit_non_zero_with_one_line() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "ratelimit", "demo", "--rate", "-3"],
+        [sys.executable, "-m", "ratelimit", "bench", "--seconds", "-3"],
         capture_output=True,
         text=True,
         timeout=60,

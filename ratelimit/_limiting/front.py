@@ -13,6 +13,7 @@ import asyncio
 import functools
 import logging
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from types import TracebackType
@@ -68,7 +69,7 @@ class Acquirer(Protocol):
     async def feedback_async(self, headers: Any, status: int | None = None) -> RateLimitInfo: ...
 
 
-class Limiter(Generic[T]):
+class Limiter(ABC, Generic[T]):
     """Shared front of every limiter; ``T`` is what one request's ``tokens`` becomes."""
 
     __slots__ = ("__weakref__", "_backend", "_clock", "_events", "_handle", "_name", "_quick_most", "_tally")
@@ -94,9 +95,9 @@ class Limiter(Generic[T]):
 
     # -- what subclasses provide --------------------------------------------------
 
+    @abstractmethod
     def _tokens(self, tokens: object) -> T:
         """Validate one request's ``tokens``; raise ``ValueError``/``TypeError``."""
-        raise NotImplementedError
 
     # -- properties ---------------------------------------------------------------
 
@@ -246,9 +247,9 @@ class Limiter(Generic[T]):
 
     # -- listening to the provider -------------------------------------------------
 
+    @abstractmethod
     def _restriction(self, info: RateLimitInfo, status: int | None) -> tuple[T, float] | None:
         """What to tell the store, in this limiter's terms (``None``: nothing)."""
-        raise NotImplementedError
 
     def _read(
         self, headers: Any, status: int | None, now: float | None

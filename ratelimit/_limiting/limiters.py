@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from abc import abstractmethod
 from datetime import timedelta
 from typing import Any
 
@@ -105,8 +106,9 @@ class SingleLimiter(Limiter[float]):
         """Tokens per second this limiter grants in the long run (its guard included)."""
         return self._alg.sustained_rate
 
+    @abstractmethod
     def _describe(self) -> str:
-        raise NotImplementedError
+        """The constructor's arguments, as the repr shows them."""
 
     def __repr__(self) -> str:
         where = "" if self._name is None else f", name={self._name!r}, backend={self._backend!r}"

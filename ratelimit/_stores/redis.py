@@ -29,6 +29,7 @@ import queue
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -663,7 +664,7 @@ def _max_wait(max_wait: float) -> str:
     return "" if max_wait == math.inf else _num(max_wait)
 
 
-class _ScriptHandle(Generic[T]):
+class _ScriptHandle(ABC, Generic[T]):
     """A limiter (or a composite's limits) bound to its keys: each call, one script call.
 
     Subclasses say only how a request becomes the script's arguments.
@@ -688,8 +689,9 @@ class _ScriptHandle(Generic[T]):
         self._now = now
         self._local = local
 
+    @abstractmethod
     def _args(self, op: str, tokens: T, extra: str) -> list[str]:
-        raise NotImplementedError
+        """The script's arguments for ``op`` on ``tokens``."""
 
     def _fallback(self, tokens: T, max_wait: float, exc: BackendUnavailable) -> tuple[float, float]:
         policy = self._backend.on_unavailable
