@@ -15,7 +15,7 @@ from typing import Any
 
 import fakeredis
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratelimit import BackendUnavailable, CircuitBreaker, CircuitOpen, ManualClock, RedisBackend, Ticket
@@ -364,15 +364,36 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=120, deadline=None)
-@given(ops=OPS, min_calls=st.integers(1, 5), probes=st.integers(1, 3), threshold=st.sampled_from([0.25, 0.5, 1.0]))
+@pytest.fixture(params=["fakeredis", "redis", "cluster"])
+def machine_client(request: pytest.FixtureRequest) -> Any:
+    if request.param == "fakeredis":
+        return fakeredis.FakeRedis()
+    return request.getfixturevalue("redis_client" if request.param == "redis" else "cluster_client")
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ops=OPS,
+    min_calls=st.integers(1, 5),
+    probes=st.integers(1, 3),
+    threshold=st.sampled_from([0.25, 0.5, 1.0]),
+    shape=st.sampled_from([(10.0, 5, 6.0, 9.0), (1.0, 1, 0.5, 2.0), (60.0, 12, 30.0, 5.0), (3.0, 7, 2.5, 0.75)]),
+)
 def test_the_lua_machine_makes_the_same_decisions(
-    ops: list[tuple[Any, ...]], min_calls: int, probes: int, threshold: float
+    machine_client: Any,
+    ops: list[tuple[Any, ...]],
+    min_calls: int,
+    probes: int,
+    threshold: float,
+    shape: tuple[float, int, float, float],
 ) -> None:
-    policy = Policy.checked(threshold, min_calls, 10.0, 5, 6.0, probes, 9.0)
+    # On fakeredis, a real server and a real Cluster, with windows, bucket counts,
+    # cooldowns and probe timeouts of several shapes.
+    window, buckets, cooldown, probe_timeout = shape
+    policy = Policy.checked(threshold, min_calls, window, buckets, cooldown, probes, probe_timeout)
     clock = ManualClock(1_000.0)
     memory = MemoryStore(policy, clock)
-    backend = RedisBackend(fakeredis.FakeRedis())
+    backend = RedisBackend(machine_client)
     shared = RedisStore(backend, key_for(unique_name(), "breaker"), policy, clock, MemoryStore(policy, clock))
     tickets: list[tuple[int, bool]] = []
     for op in ops:
