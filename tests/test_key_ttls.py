@@ -39,7 +39,7 @@ LIMITERS: dict[str, Build] = {
 
 def ttls(client: redis.Redis, name: str) -> dict[str, int]:
     keys = cast("list[bytes]", client.keys(f"ratelimit:{{{name}}}:*"))
-    return {key.decode(): int(cast("int", client.pttl(key))) for key in keys}
+    return {key.decode(): int(client.pttl(key)) for key in keys}
 
 
 def promised_ms(seconds: float) -> int:
