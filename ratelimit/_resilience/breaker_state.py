@@ -275,10 +275,10 @@ class RedisStore:
         return [op, self._now(), *self._policy_args, *extra]
 
     def _or_local(self, exc: BackendUnavailable, local: Callable[[], R]) -> R:
-        if self._backend.on_unavailable == "raise":
-            raise exc
-        logger.warning("Redis unavailable; the circuit breaker %r goes on locally: %s", self._keys[0], exc)
-        return local()
+        # Under "allow" as under "local": a breaker has no grant to make without state.
+        says = "Redis unavailable; the circuit breaker %r goes on locally: %s"
+        result: R = self._backend.without_store(exc, self._keys[0], local=local, otherwise=local, says=(says, says))
+        return result
 
     def _call(self, args: list[str], read: Callable[[Any], R], local: Callable[[], R]) -> R:
         try:

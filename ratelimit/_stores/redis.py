@@ -58,6 +58,8 @@ __all__ = ["BackendStats", "RedisBackend", "key_for"]
 
 logger = logging.getLogger("ratelimit")
 
+R = TypeVar("R")
+
 OnUnavailable = Literal["raise", "allow", "local"]
 T = TypeVar("T")
 T_contra = TypeVar("T_contra", contravariant=True)
@@ -570,13 +572,38 @@ class RedisBackend:
                 watch.calls.pop(task, None)
             gate.give()
 
-    def count_fallback(self, policy: OnUnavailable) -> None:
-        """Count one decision made without the store, under ``policy``."""
-        with self._lock:
-            if policy == "allow":
-                self._failed_open += 1
-            else:
-                self._fell_back += 1
+    def without_store(
+        self,
+        exc: BackendUnavailable,
+        key: str,
+        *,
+        local: Callable[[], R] | None,
+        otherwise: Callable[[], R],
+        says: tuple[str, str],
+        decision: bool = False,
+    ) -> R:
+        """What an operation on ``key`` does when the store cannot be reached: the one
+        place ``on_unavailable`` is read, for limiters and breakers alike.
+
+        ``"raise"`` raises ``exc``; otherwise the operation runs on the ``local``
+        fallback when there is one, and ``otherwise`` when not (a grant without the
+        store, or the operation lost). ``says`` is the warning logged in each case
+        (``%r`` the key, ``%s`` the error; empty for none). A ``decision`` is counted
+        in :meth:`stats`.
+        """
+        policy = self.on_unavailable
+        if policy == "raise":
+            raise exc
+        if decision:
+            with self._lock:
+                if policy == "allow":
+                    self._failed_open += 1
+                else:
+                    self._fell_back += 1
+        message, run = (says[0], local) if local is not None else (says[1], otherwise)
+        if message:
+            logger.warning(message, key, exc)
+        return run()
 
     def stats(self) -> BackendStats:
         """How often the store could not be reached, and what was done instead."""
@@ -694,15 +721,18 @@ class _ScriptHandle(ABC, Generic[T]):
         """The script's arguments for ``op`` on ``tokens``."""
 
     def _fallback(self, tokens: T, max_wait: float, exc: BackendUnavailable) -> tuple[float, float]:
-        policy = self._backend.on_unavailable
-        if policy == "raise":
-            raise exc
-        self._backend.count_fallback(policy)
-        if self._local is None:
-            logger.warning("Redis unavailable; granting %r without it (fail open): %s", self._keys[0], exc)
-            return 0.0, math.nan
-        logger.warning("Redis unavailable; deciding %r locally: %s", self._keys[0], exc)
-        return self._local.reserve(tokens, max_wait)
+        local = self._local
+        return self._backend.without_store(
+            exc,
+            self._keys[0],
+            local=None if local is None else lambda: local.reserve(tokens, max_wait),
+            otherwise=lambda: (0.0, math.nan),
+            says=(
+                "Redis unavailable; deciding %r locally: %s",
+                "Redis unavailable; granting %r without it (fail open): %s",
+            ),
+            decision=True,
+        )
 
     def _count(self, tokens: T, decision: tuple[float, float]) -> tuple[float, float]:
         tally = self.tally
@@ -727,43 +757,41 @@ class _ScriptHandle(ABC, Generic[T]):
             decision = self._fallback(tokens, max_wait, exc)
         return self._count(tokens, decision)
 
-    def _unrecorded(self, what: str, exc: BackendUnavailable) -> _Local[T] | None:
-        # A refund or a restriction that cannot reach the store: under "raise" that is
-        # an error like any other; otherwise it goes to the local fallback, if any,
-        # and is otherwise lost, which is said in the log.
-        if self._backend.on_unavailable == "raise":
-            raise exc
-        if self._local is None:
-            logger.warning("Redis unavailable; the %s on %r is lost: %s", what, self._keys[0], exc)
-        return self._local
+    def _unrecorded(self, what: str, exc: BackendUnavailable, local: Callable[[_Local[T]], None]) -> None:
+        # A refund or a restriction that cannot reach the store: on the local fallback
+        # if there is one, and otherwise lost, which is said in the log.
+        fallback = self._local
+        self._backend.without_store(
+            exc,
+            self._keys[0],
+            local=None if fallback is None else lambda: local(fallback),
+            otherwise=lambda: None,
+            says=("", f"Redis unavailable; the {what} on %r is lost: %s"),
+        )
 
     def refund(self, tokens: T, at: float | None) -> None:
         try:
             self._backend.run(self._script, self._keys, self._args("refund", tokens, _at(at)))
         except BackendUnavailable as exc:
-            if (local := self._unrecorded("refund", exc)) is not None:
-                local.refund(tokens, None)
+            self._unrecorded("refund", exc, lambda local: local.refund(tokens, None))
 
     async def refund_async(self, tokens: T, at: float | None) -> None:
         try:
             await self._backend.run_async(self._script, self._keys, self._args("refund", tokens, _at(at)))
         except BackendUnavailable as exc:
-            if (local := self._unrecorded("refund", exc)) is not None:
-                local.refund(tokens, None)
+            self._unrecorded("refund", exc, lambda local: local.refund(tokens, None))
 
     def restrict(self, remaining: T, seconds: float) -> None:
         try:
             self._backend.run(self._script, self._keys, self._args("restrict", remaining, _num(seconds)))
         except BackendUnavailable as exc:
-            if (local := self._unrecorded("restriction", exc)) is not None:
-                local.restrict(remaining, seconds)
+            self._unrecorded("restriction", exc, lambda local: local.restrict(remaining, seconds))
 
     async def restrict_async(self, remaining: T, seconds: float) -> None:
         try:
             await self._backend.run_async(self._script, self._keys, self._args("restrict", remaining, _num(seconds)))
         except BackendUnavailable as exc:
-            if (local := self._unrecorded("restriction", exc)) is not None:
-                local.restrict(remaining, seconds)
+            self._unrecorded("restriction", exc, lambda local: local.restrict(remaining, seconds))
 
 
 class RedisHandle(_ScriptHandle[float]):
