@@ -236,3 +236,13 @@ def test_a_request_the_guarded_bucket_can_never_hold_names_the_guard() -> None:
         ValueError, match=r"^tokens must be <= capacity less what guard=0\.05 keeps back \(15\), got 20"
     ):
         limiter.try_acquire(20)
+
+
+def test_a_composite_names_the_guard_of_a_member_that_keeps_tokens_back() -> None:
+    limiter = Composite([TokenBucket(20, 100, guard=0.05), SlidingWindow(50, 1)], clock=ManualClock())
+    assert limiter.try_acquire(15)
+    needed = r"^tokens must be <= capacity less what guard=0\.05 keeps back \(15\), got 20"
+    with pytest.raises(ValueError, match=needed):
+        limiter.try_acquire(20)
+    with pytest.raises(ValueError, match=r"^tokens must be <= limit \(50\), got 51"):
+        limiter.try_acquire([1, 51])

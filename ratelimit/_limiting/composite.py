@@ -37,7 +37,7 @@ class Composite(Limiter[Sequence[float]]):
     ``tokens`` is one number charged to every member, or one number per member.
     """
 
-    __slots__ = ("_algs", "_most")
+    __slots__ = ("_algs", "_most", "_names")
 
     def __init__(
         self,
@@ -57,16 +57,17 @@ class Composite(Limiter[Sequence[float]]):
         super().__init__(backend=backend, name=name, clock=clock)
         self._algs = tuple(member.algorithm_for(clock) for member in limits)
         self._most = tuple(alg.most for alg in self._algs)
+        self._names = tuple(member.most_name_for(clock) for member in limits)
         self._handle = self._backend.bind_group(self._name, self._algs, clock)
         self._handle.tally = self._tally
 
     def _tokens(self, tokens: object) -> Sequence[float]:
-        algs = self._algs
+        limits = tuple(zip(self._most, self._names, strict=True))
         if isinstance(tokens, Sequence) and not isinstance(tokens, (str, bytes)):
-            if len(tokens) != len(algs):
-                raise ValueError(f"tokens must give one number per limit ({len(algs)}), got {tokens!r}")
-            return tuple(_validate.tokens(n, alg.most, alg.most_name) for n, alg in zip(tokens, algs, strict=True))
-        return tuple(_validate.tokens(tokens, alg.most, alg.most_name) for alg in algs)
+            if len(tokens) != len(limits):
+                raise ValueError(f"tokens must give one number per limit ({len(limits)}), got {tokens!r}")
+            return tuple(_validate.tokens(n, most, name) for n, (most, name) in zip(tokens, limits, strict=True))
+        return tuple(_validate.tokens(tokens, most, name) for most, name in limits)
 
     def _restriction(self, info: RateLimitInfo, status: int | None) -> tuple[Sequence[float], float] | None:
         # The members count in different units (requests, tokens), and one response's

@@ -56,15 +56,21 @@ class SingleLimiter(Limiter[float]):
         self._guard = self.guard_for(clock)
         super().__init__(backend=backend, name=name, clock=clock)
         self._most = self._quick_most = self._alg.most
-        self._most_name = self._alg.most_name
-        if self._most < self._configured.most:
-            self._most_name = f"{self._alg.most_name} less what guard={self._guard:g} keeps back"
+        self._most_name = self.most_name_for(clock)
         self._handle = self._backend.bind(self._name, self._alg, clock)
         self._handle.tally = self._tally
 
     def guard_for(self, clock: Clock | None) -> float:
         """The guard in force when decisions keep time on ``clock``."""
         return guard_seconds(self._given_guard, clock, self.default_guard)
+
+    def most_name_for(self, clock: Clock | None) -> str:
+        """What the largest request on ``clock`` is called in an error: the argument
+        that sets it, and the guard when that keeps part of it back."""
+        alg = self.algorithm_for(clock)
+        if alg.most < self._configured.most:
+            return f"{alg.most_name} less what guard={self.guard_for(clock):g} keeps back"
+        return alg.most_name
 
     def algorithm_for(self, clock: Clock | None) -> Algorithm[Any]:
         """What decides for this limit on ``clock`` (a composite's may not be the
