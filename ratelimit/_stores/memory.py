@@ -211,18 +211,8 @@ class MemoryHandle:
                 slot.state = states[0]
             else:
                 slot.state, wait = self._step(slot.state, now, tokens, max_wait)
-            tally = self.tally
-            if tally is not None:
-                # Tally.record, inlined: a call costs as much as the counting.
-                if wait >= 0:
-                    tally.granted += 1
-                    tally.tokens += tokens
-                    if wait > 0:
-                        tally.waited += wait
-                        if wait > tally.max_wait:
-                            tally.max_wait = wait
-                else:
-                    tally.denied += 1
+            if self.tally is not None:
+                self.tally.record(tokens, wait)
         finally:
             lock.release()
         return wait, now + wait
