@@ -209,7 +209,7 @@ class LeakyBucket(SingleLimiter):
     ) -> None:
         alg = LeakyQueue(_validate.positive("capacity", capacity), _validate.rate("leak_per_sec", leak_per_sec))
         _bounded("leak_per_sec", leak_per_sec, alg.capacity, alg.rate)
-        _bounded("guard", guard, alg.capacity, 1.0 / (1.0 / alg.rate + guard_seconds(guard, clock, 0.0)))
+        _bounded("guard", guard, alg.capacity, alg.guarded(guard_seconds(guard, clock, 0.0)).rate)
         super().__init__(alg, guard=guard, backend=backend, name=name, clock=clock)
 
     @property
