@@ -29,13 +29,17 @@ do
   end
 
   -- {time, sum, weight, member} of the entry at `rank` (negative from the newest), or
-  -- nil: none, or not one of ours.
+  -- nil: none. A member not of ours drops the set (see the top of this file), which
+  -- then reads as empty: found where it is read, at no cost to a set without one.
   local function entry(self, rank)
     local got = redis.call('ZRANGE', self.key, rank, rank, 'WITHSCORES')
     if #got == 0 then return nil end
     local s, w = string.match(got[1], '^([^|]+)|(.+)$')
     s, w = tonumber(s), tonumber(w)
-    if s == nil or w == nil then return nil end
+    if s == nil or w == nil then
+      redis.call('DEL', self.key, self.key .. ':meta')
+      return nil
+    end
     return {tonumber(got[2]), s, w, got[1]}
   end
 
@@ -49,10 +53,6 @@ do
   end
 
   function sliding_window.load(self)
-    local n = redis.call('ZCARD', self.key)
-    if n > 0 and (entry(self, 0) == nil or entry(self, -1) == nil) then
-      redis.call('DEL', self.key, self.key .. ':meta')
-    end
     local caps = {}
     local raw = redis.call('GET', self.caps)
     if raw then
@@ -151,6 +151,7 @@ do
   -- See Log.rebase_if_due.
   local function rebase_if_due(self)
     local first, last = entry(self, 0), entry(self, -1)
+    if first == nil or last == nil then return end
     local base = first[2] - first[3]
     if not (base > REBASE and base > REBASE_SPAN * (last[2] - base)) then return end
     local all = redis.call('ZRANGE', self.key, 0, -1, 'WITHSCORES')
@@ -177,7 +178,8 @@ do
       else
         redis.call('ZADD', self.key, fmt(at), member(total, tokens))
       end
-      rebase_if_due(self)
+      -- The base is below the newest sum: only then is it worth reading.
+      if total > REBASE then rebase_if_due(self) end
     end
     for _, cap in ipairs(state.caps) do
       if at < cap[1] then
@@ -194,7 +196,7 @@ do
   function sliding_window.refund(self, state, now, tokens, at)
     prune(self, state, now - self.window)
     local first, last = entry(self, 0), entry(self, -1)
-    if first == nil or first[1] > now then return state end
+    if first == nil or last == nil or first[1] > now then return state end
     local base = first[2] - first[3]
     local target = base + tokens
     local made = redis.call('ZCOUNT', self.key, '-inf', fmt(now))
@@ -223,7 +225,11 @@ do
     local last = entry(self, -1)
     if last == nil or last[1] < at - EPSILON then return state end
     local prev = last[2] - last[3]
-    if redis.call('ZCARD', self.key) > 1 then prev = entry(self, -2)[2] end
+    if redis.call('ZCARD', self.key) > 1 then
+      local before = entry(self, -2)
+      if before == nil then return state end  -- not ours: the set is gone
+      prev = before[2]
+    end
     redis.call('ZREM', self.key, last[4])
     if not (last[3] - tokens <= EPSILON or last[2] - tokens <= prev) then
       redis.call('ZADD', self.key, fmt(last[1]), member(last[2] - tokens, last[3] - tokens))
