@@ -18,6 +18,7 @@ from ._errors import AcquireTimeout, BackendUnavailable, CircuitOpen, RateLimitE
 from ._events import Attempt, subscribe
 from ._headers import RateLimitInfo, parse_rate_limit_headers
 from ._limiting.composite import Composite
+from ._limiting.concurrency import ConcurrencyLimit, Hold, Lease
 from ._limiting.front import Acquirer, LimiterStats
 from ._limiting.limiters import LeakyBucket, SlidingWindow, TokenBucket
 from ._resilience.backoff import Backoff
@@ -39,7 +40,10 @@ __all__ = [
     "CircuitOpen",
     "Clock",
     "Composite",
+    "ConcurrencyLimit",
+    "Hold",
     "LeakyBucket",
+    "Lease",
     "LimiterStats",
     "ManualClock",
     "MemoryBackend",

@@ -39,6 +39,10 @@ PUBLIC = {
     "LeakyBucket",
     "SlidingWindow",
     "TokenBucket",
+    # requests in flight
+    "ConcurrencyLimit",
+    "Hold",
+    "Lease",
     # where their state lives
     "BackendStats",
     "MemoryBackend",

@@ -22,7 +22,15 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-__all__ = ["ALGORITHMS", "Script", "group_script", "lua_source", "single_script"]
+__all__ = [
+    "ALGORITHMS",
+    "Script",
+    "breaker_script",
+    "concurrency_script",
+    "group_script",
+    "lua_source",
+    "single_script",
+]
 
 #: Every algorithm kind that has a script, in a fixed order.
 ALGORITHMS = ("token_bucket", "leaky_bucket", "sliding_window", "sliding_window_counter")
@@ -103,3 +111,9 @@ def group_script() -> Script:
 def breaker_script() -> Script:
     """The script of a shared circuit breaker."""
     return Script("breaker", "\n".join([lua_source("_prelude"), lua_source("breaker")]))
+
+
+@cache
+def concurrency_script() -> Script:
+    """The script of a shared semaphore (``ConcurrencyLimit``)."""
+    return Script("concurrency", "\n".join([lua_source("_prelude"), lua_source("concurrency")]))

@@ -1,0 +1,382 @@
+"""ConcurrencyLimit: at most N requests in flight, shared like every limiter.
+
+A holder takes a slot and keeps it until it releases it. Shared through Redis, each
+slot is a lease that a heartbeat thread renews while its holder lives, so a process
+killed with SIGKILL frees its slots within ``lease_seconds`` and a live holder keeps
+its slot however long it takes. Waiters queue in arrival order across processes, and
+the release that frees a slot hands it to the head of the queue and tells that waiter
+(see ``_stores/wakeups.py``): a take and a release are one script call each, and
+waiting costs no polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+import threading
+import time
+import weakref
+from datetime import timedelta
+from types import TracebackType
+
+from .. import _validate
+from .._algorithms.semaphore import HELD, QUEUED
+from .._clock import Clock, SystemClock
+from .._errors import AcquireTimeout
+from .._stores.memory import MemoryBackend
+from .._stores.redis import RedisBackend
+from .._stores.store import Backend
+from .._stores.wakeups import Waiting, process_id
+from .concurrency_state import RedisSlots, SlotStore, memory_slots
+
+__all__ = ["ConcurrencyLimit", "Hold", "Lease"]
+
+logger = logging.getLogger("ratelimit")
+
+#: Lease ids are ``<process>:<n>``, never reused within a process.
+_numbers = itertools.count(1)
+
+#: The longest a waiter sleeps between looks at the store when no wake-up is expected
+#: to be lost (in-process); only bounds how long one wait call blocks.
+_LONG_WAIT = 3600.0
+
+
+class Lease:
+    """One held slot. :meth:`release` frees it (once: later calls do nothing); used as
+    a context manager, leaving the block releases it. A lease dropped without a
+    release frees its slot when it is garbage-collected."""
+
+    __slots__ = ("__weakref__", "_done", "_limit", "name")
+
+    def __init__(self, limit: ConcurrencyLimit, name: str) -> None:
+        self._limit = limit
+        self.name = name
+        self._done = weakref.finalize(self, _release_quietly, weakref.ref(limit), name)
+        # Not at interpreter exit: a store that is down then would hold the exit up,
+        # and a shared slot frees itself when its lease runs out.
+        self._done.atexit = False
+
+    @property
+    def released(self) -> bool:
+        return not self._done.alive
+
+    def release(self) -> None:
+        """Free the slot for the next waiter; a second call does nothing."""
+        # detach() hands the release to exactly one caller, whatever the threads.
+        if self._done.detach() is not None:
+            self._limit._release(self.name)
+
+    async def release_async(self) -> None:
+        """:meth:`release` for asyncio."""
+        if self._done.detach() is not None:
+            await self._limit._release_async(self.name)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    async def __aenter__(self) -> Lease:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.release_async()
+
+    def __repr__(self) -> str:
+        return f"Lease({self.name!r}, released={self.released})"
+
+
+class Hold:
+    """What :meth:`ConcurrencyLimit.hold` returns: ``with`` or ``async with`` it to hold
+    one slot for the block."""
+
+    __slots__ = ("_lease", "_limit", "_timeout")
+
+    def __init__(self, limit: ConcurrencyLimit, timeout: float | timedelta | None) -> None:
+        self._limit = limit
+        self._timeout = timeout
+        self._lease: Lease | None = None
+
+    def __enter__(self) -> Lease:
+        self._lease = self._limit.take(self._timeout)
+        return self._lease
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._lease is not None:
+            self._lease.release()
+
+    async def __aenter__(self) -> Lease:
+        self._lease = await self._limit.take_async(self._timeout)
+        return self._lease
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._lease is not None:
+            await self._lease.release_async()
+
+
+class _Heartbeat:
+    """Renews the leases one limit holds, all in one call, every ``check_every``
+    seconds, from a daemon thread that runs only while something is held."""
+
+    def __init__(self, store: SlotStore) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._names: set[str] = set()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def add(self, name: str) -> None:
+        if self._store.check_every == math.inf:
+            return
+        with self._lock:
+            self._names.add(name)
+            if self._thread is None:
+                self._stop.clear()
+                self._thread = threading.Thread(target=self._run, name="ratelimit-leases", daemon=True)
+                self._thread.start()
+
+    def discard(self, name: str) -> None:
+        with self._lock:
+            self._names.discard(name)
+            if not self._names and self._thread is not None:
+                self._thread = None
+                self._stop.set()
+
+    def _run(self) -> None:
+        stop = self._stop
+        while not stop.wait(self._store.check_every):
+            with self._lock:
+                names = sorted(self._names)
+            if not names:
+                continue
+            try:
+                _, lost = self._store.renew(names)
+            except Exception:
+                logger.warning(
+                    "could not renew %d lease(s); retrying in %.3g s",
+                    len(names),
+                    self._store.check_every,
+                    exc_info=True,
+                )
+                continue
+            if lost:
+                # Only an outage longer than the lease (or a clock jump) gets here: the
+                # store has given these slots to others, so the limit may be exceeded
+                # until they are released.
+                logger.warning("leases %s ran out while held: their slots may be given to others", lost)
+                with self._lock:
+                    self._names.difference_update(lost)
+
+
+class ConcurrencyLimit:
+    """At most ``max_in_flight`` holders at once, shared like every limiter.
+
+    For a provider that caps requests in flight (GitHub's 100 concurrent requests, an
+    inference API's concurrency limit)::
+
+        in_flight = ConcurrencyLimit(100, backend=RedisBackend.from_url(url), name="github")
+        with in_flight.hold():
+            response = client.get(url)
+
+    Args:
+        max_in_flight: the most slots held at once, an int >= 1.
+        lease_seconds: how long a slot outlives a holder that dies without releasing
+            it (killed, frozen, cut off from Redis). A live holder's lease is renewed
+            every ``lease_seconds / 3`` by a thread, so it keeps its slot however long
+            it holds it. In-process slots need no lease: a holder cannot die without
+            its process.
+        backend: where the slots live; in-process by default, or a
+            :class:`~ratelimit.RedisBackend` to share them across processes.
+        name: the shared limit's name (required with a shared backend).
+        clock: the clock the store's leases run on (tests).
+
+    Waiters are served in arrival order, across processes; a release hands its slot
+    straight to the first of them. Cancelling a waiting task, or a timeout, leaves
+    nothing held.
+    """
+
+    __slots__ = ("__weakref__", "_backend", "_beat", "_clock", "_lease", "_most", "_name", "_store")
+
+    def __init__(
+        self,
+        max_in_flight: int,
+        *,
+        lease_seconds: float | timedelta = 30,
+        backend: Backend | None = None,
+        name: str | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
+            raise TypeError(f"max_in_flight must be an int, got {type(max_in_flight).__name__} {max_in_flight!r}")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight!r}")
+        self._lease = _validate.duration("lease_seconds", lease_seconds)
+        if clock is not None and (isinstance(clock, type) or not isinstance(clock, Clock)):
+            raise TypeError(f"clock must be a clock instance providing now(), sleep() and sleep_async(), got {clock!r}")
+        if backend is None:
+            backend = MemoryBackend()
+        elif isinstance(backend, type) or not hasattr(backend, "bind"):
+            raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
+        self._most = max_in_flight
+        self._backend = backend
+        self._name = _validate.name(name, backend, shared=backend.shared)
+        self._clock: Clock = clock or SystemClock()
+        self._store: SlotStore
+        if isinstance(backend, MemoryBackend):
+            self._store = memory_slots(backend, self._name, max_in_flight, self._clock)
+        elif isinstance(backend, RedisBackend):
+            assert self._name is not None
+            key = backend.key(self._name, "concurrency", clock=clock)
+            self._store = RedisSlots(backend, key, max_in_flight, self._lease, clock)
+        else:
+            raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
+        self._beat = _Heartbeat(self._store)
+
+    @property
+    def max_in_flight(self) -> int:
+        return self._most
+
+    @property
+    def lease_seconds(self) -> float:
+        return self._lease
+
+    @property
+    def name(self) -> str | None:
+        return self._name
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def __repr__(self) -> str:
+        return f"ConcurrencyLimit({self._most}, name={self._name!r}, backend={self._backend!r})"
+
+    # -- holding ------------------------------------------------------------------
+
+    def hold(self, timeout: float | timedelta | None = None) -> Hold:
+        """Hold one slot for a ``with`` (or ``async with``) block.
+
+        Args:
+            timeout: the longest wait for a slot, in seconds (or a ``timedelta``);
+                ``None`` waits as long as needed, ``0`` takes a slot only if one is
+                free now.
+
+        Raises:
+            AcquireTimeout: no slot within ``timeout``; nothing is held. Its
+                ``retry_after`` is the time waited: how long a slot will take to
+                free is not known in advance.
+        """
+        if timeout is not None:
+            _validate.timeout_seconds(timeout)
+        return Hold(self, timeout)
+
+    def _new_lease(self, name: str) -> Lease:
+        self._beat.add(name)
+        return Lease(self, name)
+
+    def take(self, timeout: float | timedelta | None = None) -> Lease:
+        """Take one slot and return its :class:`Lease`; release it when done (or use
+        :meth:`hold`). Waits as :meth:`hold` says."""
+        limit = _validate.timeout_seconds(timeout)
+        name = f"{process_id()}:{next(_numbers)}"
+        if limit == 0:
+            if self._store.take(name, None) == HELD:
+                return self._new_lease(name)
+            raise self._timed_out(0.0)
+        waiting = Waiting()
+        outcome = self._store.take(name, waiting)
+        if outcome == HELD:
+            return self._new_lease(name)
+        started = time.monotonic()
+        try:
+            while outcome == QUEUED:
+                left = limit - (time.monotonic() - started)
+                if left <= 0:
+                    break
+                if waiting.wait(min(left, self._store.check_every, _LONG_WAIT)):
+                    return self._new_lease(name)
+                held, lost = self._store.renew([name])
+                if held:
+                    return self._new_lease(name)
+                if lost:  # its place ran out (an outage longer than the lease): queue again
+                    outcome = self._store.take(name, waiting)
+        except BaseException:
+            self._store.release(name)
+            raise
+        if outcome == HELD:
+            return self._new_lease(name)
+        # Timed out: withdraw, which also frees a slot granted at the last moment.
+        self._store.release(name)
+        raise self._timed_out(time.monotonic() - started)
+
+    async def take_async(self, timeout: float | timedelta | None = None) -> Lease:
+        """:meth:`take` for asyncio: suspends the task, not the thread. Cancelling it
+        while it waits leaves nothing held."""
+        limit = _validate.timeout_seconds(timeout)
+        name = f"{process_id()}:{next(_numbers)}"
+        store = self._store
+        if limit == 0:
+            if await store.take_async(name, None) == HELD:
+                return self._new_lease(name)
+            raise self._timed_out(0.0)
+        waiting = Waiting(loop=asyncio.get_running_loop())
+        started = time.monotonic()
+        try:
+            outcome = await store.take_async(name, waiting)
+            while outcome == QUEUED:
+                left = limit - (time.monotonic() - started)
+                if left <= 0:
+                    break
+                if await waiting.wait_async(min(left, store.check_every, _LONG_WAIT)):
+                    return self._new_lease(name)
+                held, lost = await store.renew_async([name])
+                if held:
+                    return self._new_lease(name)
+                if lost:
+                    outcome = await store.take_async(name, waiting)
+        except BaseException:
+            # Cancelled or failed at any await, granted or not: nothing stays held.
+            await asyncio.shield(store.release_async(name))
+            raise
+        if outcome == HELD:
+            return self._new_lease(name)
+        await store.release_async(name)
+        raise self._timed_out(time.monotonic() - started)
+
+    def _timed_out(self, waited: float) -> AcquireTimeout:
+        return AcquireTimeout(
+            waited, f"no slot of max_in_flight={self._most} came free within the timeout ({waited:.3g} s waited)"
+        )
+
+    def _release(self, name: str) -> None:
+        self._beat.discard(name)
+        self._store.release(name)
+
+    async def _release_async(self, name: str) -> None:
+        self._beat.discard(name)
+        await self._store.release_async(name)
+
+
+def _release_quietly(ref: weakref.ref[ConcurrencyLimit], name: str) -> None:
+    limit = ref()
+    if limit is None:
+        return
+    try:
+        limit._release(name)
+    except Exception:
+        logger.warning("could not free the slot of a dropped lease %s", name, exc_info=True)

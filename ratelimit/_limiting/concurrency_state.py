@@ -1,0 +1,293 @@
+"""Where a ConcurrencyLimit's slots are kept: in this process, or in Redis.
+
+Both stores run the transitions of ``_algorithms/semaphore.py`` (Redis through its
+twin, ``lua/concurrency.lua``) and wake the waiters a transition promotes: in
+process directly, across processes by a message from the script (see
+``_stores/wakeups.py``). Every transition is one call: a take, a release, a renewal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import weakref
+from typing import Any, Protocol
+
+from .._algorithms.semaphore import FULL, HELD, QUEUED, Semaphore
+from .._clock import Clock, SystemClock
+from .._errors import BackendUnavailable
+from .._stores.memory import MemoryBackend
+from .._stores.scripts import concurrency_script
+from .._stores.wakeups import CHANNEL_PREFIX, Waiting, listener_for
+
+__all__ = ["MemorySlots", "RedisSlots", "SlotStore", "memory_slots"]
+
+logger = logging.getLogger("ratelimit")
+
+
+class SlotStore(Protocol):
+    """What the front needs of a store of slots."""
+
+    #: How often a waiter looks for itself in the store in case its wake-up was lost,
+    #: and a holder's lease is renewed (seconds; ``inf``: never needed).
+    check_every: float
+
+    def take(self, name: str, waiting: Waiting | None) -> str: ...
+
+    async def take_async(self, name: str, waiting: Waiting | None) -> str: ...
+
+    def release(self, name: str) -> None: ...
+
+    async def release_async(self, name: str) -> None: ...
+
+    def renew(self, names: list[str]) -> tuple[list[str], list[str]]: ...
+
+    async def renew_async(self, names: list[str]) -> tuple[list[str], list[str]]: ...
+
+
+class MemorySlots:
+    """Slots in this process. A holder cannot die without its process, so leases
+    never run out here; a waiter is woken by the release that hands it the slot."""
+
+    check_every = math.inf
+
+    def __init__(self, most: int, clock: Clock) -> None:
+        self._sem = Semaphore(most, math.inf)
+        self._now = clock.now
+        self._lock = threading.Lock()
+        self._state = self._sem.new_state()
+        self._waiting: dict[str, Waiting] = {}
+
+    @property
+    def held(self) -> int:
+        """How many slots are held now."""
+        return len(self._state.holders)
+
+    @property
+    def queued(self) -> int:
+        """How many callers wait for a slot now."""
+        return len(self._state.waiters)
+
+    def _wake(self, promoted: list[str]) -> None:
+        # Outside the lock: waking an asyncio waiter schedules a callback, which must
+        # not run into this lock from another thread's loop.
+        for name in promoted:
+            waiting = self._waiting.pop(name, None)
+            if waiting is not None:
+                waiting.wake()
+
+    def take(self, name: str, waiting: Waiting | None) -> str:
+        with self._lock:
+            outcome, promoted = self._sem.take(self._state, self._now(), name, waiting is not None)
+            if outcome == QUEUED and waiting is not None:
+                self._waiting[name] = waiting
+            woken = [(p, self._waiting.pop(p)) for p in promoted if p in self._waiting]
+        for _, waiting_one in woken:
+            waiting_one.wake()
+        return outcome
+
+    async def take_async(self, name: str, waiting: Waiting | None) -> str:
+        return self.take(name, waiting)
+
+    def release(self, name: str) -> None:
+        with self._lock:
+            promoted = self._sem.release(self._state, self._now(), name)
+            self._waiting.pop(name, None)
+            woken = [self._waiting.pop(p) for p in promoted if p in self._waiting]
+        for waiting in woken:
+            waiting.wake()
+
+    async def release_async(self, name: str) -> None:
+        self.release(name)
+
+    def renew(self, names: list[str]) -> tuple[list[str], list[str]]:
+        with self._lock:
+            held, lost, promoted = self._sem.renew(self._state, self._now(), names)
+            woken = [self._waiting.pop(p) for p in promoted if p in self._waiting]
+        for waiting in woken:
+            waiting.wake()
+        return held, lost
+
+    async def renew_async(self, names: list[str]) -> tuple[list[str], list[str]]:
+        return self.renew(names)
+
+
+#: The in-process slots of each named ConcurrencyLimit, per MemoryBackend: limits that
+#: share a backend and a name share their slots, as long as one of them lives.
+_named: weakref.WeakKeyDictionary[MemoryBackend, weakref.WeakValueDictionary[str, MemorySlots]] = (
+    weakref.WeakKeyDictionary()
+)
+_named_lock = threading.Lock()
+
+
+def memory_slots(backend: MemoryBackend, name: str | None, most: int, clock: Clock) -> MemorySlots:
+    """The slots of ``name`` on ``backend`` (private ones for no name)."""
+    if name is None:
+        return MemorySlots(most, clock)
+    with _named_lock:
+        named = _named.setdefault(backend, weakref.WeakValueDictionary())
+        slots = named.get(name)
+        if slots is None:
+            slots = named[name] = MemorySlots(most, clock)
+        elif slots._sem.most != most:
+            raise ValueError(
+                f"max_in_flight={most} differs from the {slots._sem.most} of the limit already named {name!r} "
+                f"on this backend: one limit needs one size"
+            )
+        return slots
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class RedisSlots:
+    """Slots in Redis, shared by every process; each transition is one script call.
+
+    When Redis cannot be reached the backend's ``on_unavailable`` decides: ``"raise"``
+    raises :class:`~ratelimit.BackendUnavailable`; ``"allow"`` grants a slot the
+    store never hears of; ``"local"`` takes it from this process's own share,
+    ``max(1, floor(max_in_flight * local_share))`` slots. A slot is released where it
+    was taken.
+    """
+
+    def __init__(self, backend: Any, key: str, most: int, lease: float, clock: Clock | None) -> None:
+        client = backend.client
+        if client is None:
+            raise TypeError(
+                "ConcurrencyLimit needs a RedisBackend with a synchronous client, which listens for wake-ups "
+                "and renews leases from a thread: make it with RedisBackend.from_url(...) "
+                "or RedisBackend(redis.Redis(...))"
+            )
+        self._backend = backend
+        self._keys = (key,)
+        self._now = backend.now_source(clock)
+        self._script = concurrency_script()
+        self._params = (str(most), repr(float(lease)), CHANNEL_PREFIX)
+        self._listener = listener_for(client)
+        self.check_every = lease / 3
+        self._local: MemorySlots | None = None
+        if backend.on_unavailable == "local":
+            self._local = MemorySlots(max(1, math.floor(most * backend.local_share)), clock or SystemClock())
+        # Leases granted without the store: where each must be released.
+        self._elsewhere: dict[str, MemorySlots | None] = {}
+
+    def _args(self, op: str, *extra: str) -> list[str]:
+        return [op, self._now(), *self._params, *extra]
+
+    def _fallback(self, exc: BackendUnavailable, name: str, waiting: Waiting | None) -> str:
+        self._listener.forget(name)
+        local = self._local
+
+        def there() -> str:
+            assert local is not None
+            outcome = local.take(name, waiting)
+            if outcome != FULL:
+                self._elsewhere[name] = local
+            return outcome
+
+        def nowhere() -> str:
+            self._elsewhere[name] = None
+            return HELD
+
+        outcome: str = self._backend.without_store(
+            exc,
+            self._keys[0],
+            local=None if local is None else there,
+            otherwise=nowhere,
+            says=(
+                "Redis unavailable; taking a slot of %r from this process's share: %s",
+                "Redis unavailable; taking a slot of %r without it (fail open): %s",
+            ),
+            decision=True,
+        )
+        return outcome
+
+    def _taken(self, reply: Any, name: str) -> str:
+        outcome = _text(reply[0])
+        if outcome not in (HELD, QUEUED, FULL):
+            raise ValueError(f"unexpected reply from the concurrency script: {reply!r}")
+        if outcome != QUEUED:
+            self._listener.forget(name)
+        return outcome
+
+    def take(self, name: str, waiting: Waiting | None) -> str:
+        if waiting is not None:
+            self._listener.expect(name, waiting)
+        try:
+            reply = self._backend.run(self._script, self._keys, self._args("take", name, "1" if waiting else ""))
+        except BackendUnavailable as exc:
+            return self._fallback(exc, name, waiting)
+        except BaseException:
+            self._listener.forget(name)
+            raise
+        return self._taken(reply, name)
+
+    async def take_async(self, name: str, waiting: Waiting | None) -> str:
+        if waiting is not None:
+            # Subscribing blocks, once per idle period: not on the event loop.
+            await asyncio.to_thread(self._listener.expect, name, waiting)
+        try:
+            reply = await self._backend.run_async(
+                self._script, self._keys, self._args("take", name, "1" if waiting else "")
+            )
+        except BackendUnavailable as exc:
+            return self._fallback(exc, name, waiting)
+        except BaseException:
+            self._listener.forget(name)
+            raise
+        return self._taken(reply, name)
+
+    def _lost_release(self, exc: BackendUnavailable) -> None:
+        # The lease runs out on its own within lease_seconds: the slot is late, not lost.
+        self._backend.without_store(
+            exc,
+            self._keys[0],
+            local=None,
+            otherwise=lambda: None,
+            says=("", "Redis unavailable; a slot of %r frees when its lease runs out: %s"),
+        )
+
+    def release(self, name: str) -> None:
+        self._listener.forget(name)
+        if name in self._elsewhere:
+            local = self._elsewhere.pop(name)
+            if local is not None:
+                local.release(name)
+            return
+        try:
+            self._backend.run(self._script, self._keys, self._args("release", name))
+        except BackendUnavailable as exc:
+            self._lost_release(exc)
+
+    async def release_async(self, name: str) -> None:
+        self._listener.forget(name)
+        if name in self._elsewhere:
+            local = self._elsewhere.pop(name)
+            if local is not None:
+                local.release(name)
+            return
+        try:
+            await self._backend.run_async(self._script, self._keys, self._args("release", name))
+        except BackendUnavailable as exc:
+            self._lost_release(exc)
+
+    @staticmethod
+    def _renewed(reply: Any) -> tuple[list[str], list[str]]:
+        names = [_text(x) for x in reply]
+        split = names.index("|")
+        return names[:split], names[split + 1 :]
+
+    def renew(self, names: list[str]) -> tuple[list[str], list[str]]:
+        here = [n for n in names if n not in self._elsewhere]
+        if not here:
+            return [], []
+        return self._renewed(self._backend.run(self._script, self._keys, self._args("renew", *here)))
+
+    async def renew_async(self, names: list[str]) -> tuple[list[str], list[str]]:
+        here = [n for n in names if n not in self._elsewhere]
+        if not here:
+            return [], []
+        return self._renewed(await self._backend.run_async(self._script, self._keys, self._args("renew", *here)))

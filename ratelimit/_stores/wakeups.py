@@ -1,0 +1,211 @@
+"""Being told of a grant instead of asking for it: waiters and their wake-ups.
+
+A caller waiting for a slot of a shared semaphore is woken by whoever frees one: the
+script that releases a slot hands it to the head of the queue and publishes that
+waiter's id on its process's channel, ``ratelimit:wake:<process>``. One listener per
+backend and process, a thread on its own connection, reads the channel and wakes the
+waiter. A grant therefore costs the waiter no round trip at all, and nobody polls.
+
+A message can be lost (a reconnect at the wrong moment): a waiter also looks for
+itself in the store now and then (see ``ConcurrencyLimit``), so a lost message costs
+time, never a slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import uuid
+import weakref
+from typing import Any
+
+__all__ = ["CHANNEL_PREFIX", "Listener", "Waiting", "listener_for", "process_id"]
+
+logger = logging.getLogger("ratelimit")
+
+#: A process's channel is this prefix and its id.
+CHANNEL_PREFIX = "ratelimit:wake:"
+
+#: A listener with nobody to wake stops after this long (seconds), closing its
+#: connection; the next waiter starts another.
+IDLE_SECONDS = 10.0
+
+_process = uuid.uuid4().hex[:16]
+
+
+def _new_process() -> None:
+    # A forked child must not answer to its parent's name (nor inherit its listeners,
+    # whose threads did not survive the fork).
+    global _process
+    _process = uuid.uuid4().hex[:16]
+    _listeners.clear()
+
+
+os.register_at_fork(after_in_child=_new_process)
+
+
+def process_id() -> str:
+    """This process's id: the prefix of every lease id it makes, and its channel."""
+    return _process
+
+
+class Waiting:
+    """One waiter's wake-up, for a thread or for an asyncio task; ``wake`` may be
+    called from any thread, any number of times."""
+
+    __slots__ = ("_event", "_future", "_loop")
+
+    def __init__(self, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
+        self._event: threading.Event | None = None
+        self._future: asyncio.Future[None] | None = None
+        if loop is None:
+            self._event = threading.Event()
+        else:
+            self._future = loop.create_future()
+
+    def wake(self) -> None:
+        if self._event is not None:
+            self._event.set()
+        elif self._loop is not None and not self._loop.is_closed():
+            # The loop may close meanwhile: then nobody is left to wake.
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._settle)
+
+    def _settle(self) -> None:
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
+    @property
+    def woken(self) -> bool:
+        if self._event is not None:
+            return self._event.is_set()
+        return self._future is not None and self._future.done()
+
+    def wait(self, seconds: float) -> bool:
+        """Block up to ``seconds`` (a thread's waiter); whether it was woken."""
+        assert self._event is not None
+        return self._event.wait(seconds)
+
+    async def wait_async(self, seconds: float) -> bool:
+        """Suspend up to ``seconds`` (a task's waiter); whether it was woken."""
+        assert self._future is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(self._future), seconds)
+        except asyncio.TimeoutError:
+            return self._future.done()
+        return True
+
+
+class Listener:
+    """The wake-ups of one process on one Redis client: a thread on a pub/sub
+    connection of its own, started by the first waiter and stopped once idle."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._channel = CHANNEL_PREFIX + _process
+        self._lock = threading.Lock()
+        self._waiting: dict[str, Waiting] = {}
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+
+    @property
+    def channel(self) -> str:
+        return self._channel
+
+    def expect(self, name: str, waiting: Waiting) -> None:
+        """Wake ``waiting`` when ``name`` is published; subscribed before this returns,
+        so a grant made by the very next script call is heard."""
+        with self._lock:
+            self._waiting[name] = waiting
+            if self._thread is None or not self._thread.is_alive():
+                self._ready.clear()
+                self._thread = threading.Thread(target=self._run, name="ratelimit-wakeups", daemon=True)
+                self._thread.start()
+        # Subscribing takes a round trip, once per idle period; without waiting for it
+        # the message of a release racing the take would be missed.
+        self._ready.wait(5.0)
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._waiting.pop(name, None)
+
+    def wake(self, name: str) -> None:
+        with self._lock:
+            waiting = self._waiting.pop(name, None)
+        if waiting is not None:
+            waiting.wake()
+
+    def _run(self) -> None:
+        idle = 0.0
+        pubsub = None
+        try:
+            while True:
+                if pubsub is None:
+                    try:
+                        pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+                        pubsub.subscribe(self._channel)
+                        # The subscription is confirmed by its first reply.
+                        pubsub.get_message(timeout=1.0)
+                    except Exception:
+                        logger.warning(
+                            "ratelimit: cannot listen for wake-ups; waiters will look for themselves", exc_info=True
+                        )
+                        pubsub = self._drop(pubsub)
+                        self._ready.set()
+                        if self._idle_stop(1.0):
+                            return
+                        continue
+                    self._ready.set()
+                try:
+                    message = pubsub.get_message(timeout=1.0)
+                except Exception:
+                    logger.warning("ratelimit: lost the wake-up connection; reconnecting", exc_info=True)
+                    pubsub = self._drop(pubsub)
+                    continue
+                if message is None:
+                    idle += 1.0
+                    if idle >= IDLE_SECONDS and self._idle_stop(0.0):
+                        return
+                    continue
+                idle = 0.0
+                data = message.get("data")
+                if isinstance(data, bytes):
+                    data = data.decode("utf-8", "replace")
+                if isinstance(data, str):
+                    self.wake(data)
+        finally:
+            self._drop(pubsub)
+
+    def _idle_stop(self, pause: float) -> bool:
+        """Stop (returning True) if nobody waits; ``pause`` first, to not spin."""
+        if pause:
+            threading.Event().wait(pause)
+        with self._lock:
+            if self._waiting:
+                return False
+            self._thread = None
+            return True
+
+    @staticmethod
+    def _drop(pubsub: Any) -> None:
+        if pubsub is not None:
+            # Closing a broken connection: nothing more to do if that fails too.
+            with contextlib.suppress(Exception):
+                pubsub.close()
+
+
+_listeners: weakref.WeakKeyDictionary[Any, Listener] = weakref.WeakKeyDictionary()
+_listeners_lock = threading.Lock()
+
+
+def listener_for(client: Any) -> Listener:
+    """The listener of ``client`` in this process."""
+    with _listeners_lock:
+        listener = _listeners.get(client)
+        if listener is None:
+            listener = _listeners[client] = Listener(client)
+        return listener
