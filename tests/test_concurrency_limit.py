@@ -19,7 +19,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit import AcquireTimeout, BackendUnavailable, ConcurrencyLimit, ManualClock, MemoryBackend, RedisBackend
+from ratelimit import (
+    AcquireTimeout,
+    BackendUnavailable,
+    Composite,
+    ConcurrencyLimit,
+    ManualClock,
+    MemoryBackend,
+    RedisBackend,
+    TokenBucket,
+)
 from ratelimit._algorithms.semaphore import FULL, HELD, QUEUED, Semaphore
 from ratelimit._stores.scripts import concurrency_script
 from ratelimit._stores.wakeups import CHANNEL_PREFIX
@@ -457,3 +466,47 @@ def test_unavailable_store_follows_the_policy() -> None:
     c.release()
     local.take(timeout=0).release()
     d.release()
+
+
+# -- with rate limits -----------------------------------------------------------------
+
+
+def test_composite_holds_a_slot_and_takes_the_rate_all_or_nothing(make: Callable[..., Any], clock: ManualClock) -> None:
+    both: Composite = make(Composite, [TokenBucket(2, 1), ConcurrencyLimit(1)])
+    with pytest.raises(TypeError, match="hold"):
+        both.acquire()
+    # The slot is taken: a second request times out, and takes no rate token.
+    with both.hold(), pytest.raises(AcquireTimeout), both.hold(timeout=0):
+        pass
+    with both.hold(timeout=0):
+        pass  # the second of two tokens: the failed attempt above took none
+    # The slot is free, the bucket empty: all or nothing gives the slot back.
+    with pytest.raises(AcquireTimeout), both.hold(timeout=0.5):
+        pass
+    clock.advance(1)
+    with both.hold(timeout=0):
+        pass
+
+
+def test_composite_hold_async_gives_everything_back_when_cancelled(
+    make: Callable[..., Any], clock: ManualClock
+) -> None:
+    both: Composite = make(Composite, [TokenBucket(1, 1), ConcurrencyLimit(1)])
+
+    async def main() -> None:
+        async with both.hold():
+            waiter = asyncio.ensure_future(both.hold().__aenter__())
+            await asyncio.sleep(0.05)
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+        clock.advance(1)
+        async with both.hold(timeout=0):
+            pass
+
+    asyncio.run(main())
+
+
+def test_a_composite_needs_a_rate_limit() -> None:
+    with pytest.raises(ValueError, match="at least one rate limit"):
+        Composite([ConcurrencyLimit(2)])

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import timedelta
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 from .. import _validate
 from .._clock import Clock
 from .._headers import RateLimitInfo
 from .._stores.store import Backend
+from .concurrency import ConcurrencyLimit, Lease, rebound
 from .feedback import restriction
 from .front import Decorator, Limiter
 from .limiters import SingleLimiter
 
-__all__ = ["Composite"]
+__all__ = ["Composite", "CompositeHold"]
 
 Tokens = float | Sequence[float]
 
@@ -35,13 +38,24 @@ class Composite(Limiter[Sequence[float]]):
     call).
 
     ``tokens`` is one number charged to every member, or one number per member.
+
+    With a :class:`~ratelimit.ConcurrencyLimit` among the members, the composite
+    holds a slot for the length of each request as well, and is used with
+    :meth:`hold` only::
+
+        github = Composite([TokenBucket(80, 5_000 / 3600), ConcurrencyLimit(100)], backend=..., name="github")
+        with github.hold():
+            response = client.get(url)
+
+    ``tokens`` then gives one number per rate limit (each ConcurrencyLimit member
+    holds one slot).
     """
 
-    __slots__ = ("_algs", "_most", "_names")
+    __slots__ = ("_algs", "_most", "_names", "_slots")
 
     def __init__(
         self,
-        limits: Sequence[SingleLimiter],
+        limits: Sequence[SingleLimiter | ConcurrencyLimit],
         *,
         backend: Backend | None = None,
         name: str | None = None,
@@ -52,12 +66,27 @@ class Composite(Limiter[Sequence[float]]):
         if not limits:
             raise ValueError("limits must name at least one limiter, got an empty sequence")
         for i, member in enumerate(limits):
-            if not isinstance(member, SingleLimiter):
-                raise TypeError(f"limits[{i}] must be a TokenBucket, LeakyBucket or SlidingWindow, got {member!r}")
+            if not isinstance(member, (SingleLimiter, ConcurrencyLimit)):
+                raise TypeError(
+                    f"limits[{i}] must be a TokenBucket, LeakyBucket, SlidingWindow or ConcurrencyLimit, got {member!r}"
+                )
+        rates = [member for member in limits if isinstance(member, SingleLimiter)]
+        if not rates:
+            raise ValueError(
+                "limits must hold at least one rate limit (TokenBucket, LeakyBucket, SlidingWindow): "
+                "a ConcurrencyLimit alone is held with its own hold()"
+            )
         super().__init__(backend=backend, name=name, clock=clock)
-        self._algs = tuple(member.algorithm_for(clock) for member in limits)
+        self._algs = tuple(member.algorithm_for(clock) for member in rates)
         self._most = tuple(alg.most for alg in self._algs)
-        self._names = tuple(member.most_name_for(clock) for member in limits)
+        self._names = tuple(member.most_name_for(clock) for member in rates)
+        # Slots are kept as the rate limits are: under the composite's own name, each
+        # at its place in the list.
+        self._slots = tuple(
+            rebound(member, backend=self._backend, name=self._name, member=i, clock=clock)
+            for i, member in enumerate(limits)
+            if isinstance(member, ConcurrencyLimit)
+        )
         self._handle = self._backend.bind_group(self._name, self._algs, clock)
         self._handle.tally = self._tally
 
@@ -68,6 +97,43 @@ class Composite(Limiter[Sequence[float]]):
                 raise ValueError(f"tokens must give one number per limit ({len(limits)}), got {tokens!r}")
             return tuple(_validate.tokens(n, most, name) for n, (most, name) in zip(tokens, limits, strict=True))
         return tuple(_validate.tokens(tokens, most, name) for most, name in limits)
+
+    def _no_slots(self) -> None:
+        if self._slots:
+            raise TypeError(
+                "this Composite holds ConcurrencyLimit slots, which must be freed after the request: "
+                "use `with composite.hold(...)` (or `async with`) instead of acquire"
+            )
+
+    def acquire(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> float:
+        self._no_slots()
+        return super().acquire(tokens, timeout)  # type: ignore[arg-type]
+
+    def try_acquire(self, tokens: Tokens = 1) -> bool:
+        self._no_slots()
+        return super().try_acquire(tokens)  # type: ignore[arg-type]
+
+    async def acquire_async(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> float:
+        self._no_slots()
+        return await super().acquire_async(tokens, timeout)  # type: ignore[arg-type]
+
+    async def try_acquire_async(self, tokens: Tokens = 1) -> bool:
+        self._no_slots()
+        return await super().try_acquire_async(tokens)  # type: ignore[arg-type]
+
+    def hold(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> CompositeHold:
+        """Hold a slot of every ConcurrencyLimit member and take ``tokens`` from every
+        rate limit, for a ``with`` (or ``async with``) block; all or nothing.
+
+        The slots come first, in arrival order, and then the rate limits' grant, so
+        the request goes out when both allow it. A ``timeout`` covers the whole wait;
+        if it runs out (or the wait is cancelled) whatever was taken is given back.
+        Without ConcurrencyLimit members this is ``acquire`` for the block.
+        """
+        self._tokens(tokens)
+        if timeout is not None:
+            _validate.timeout_seconds(timeout)
+        return CompositeHold(self, tokens, timeout)
 
     def _restriction(self, info: RateLimitInfo, status: int | None) -> tuple[Sequence[float], float] | None:
         # The members count in different units (requests, tokens), and one response's
@@ -81,16 +147,69 @@ class Composite(Limiter[Sequence[float]]):
         # The same methods as every limiter, typed to take one weight per member too.
         # At run time they are the inherited ones, which validate through _tokens.
 
-        def acquire(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> float: ...
-
-        def try_acquire(self, tokens: Tokens = 1) -> bool: ...
-
-        async def acquire_async(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> float: ...
-
-        async def try_acquire_async(self, tokens: Tokens = 1) -> bool: ...
-
         def refund(self, tokens: Tokens = 1) -> None: ...
 
         async def refund_async(self, tokens: Tokens = 1) -> None: ...
 
         def decorate(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> Decorator: ...
+
+
+class CompositeHold:
+    """What :meth:`Composite.hold` returns: ``with`` or ``async with`` it."""
+
+    __slots__ = ("_leases", "_limit", "_timeout", "_tokens")
+
+    def __init__(self, limit: Composite, tokens: Tokens, timeout: float | timedelta | None) -> None:
+        self._limit = limit
+        self._tokens = tokens
+        self._timeout = timeout
+        self._leases: list[Lease] = []
+
+    def _left(self, started: float) -> float | None:
+        if self._timeout is None:
+            return None
+        return max(0.0, _validate.timeout_seconds(self._timeout) - (time.monotonic() - started))
+
+    def __enter__(self) -> CompositeHold:
+        started = time.monotonic()
+        limit = self._limit
+        try:
+            for slot in limit._slots:
+                self._leases.append(slot.take(self._left(started)))
+            Limiter.acquire(limit, self._tokens, self._left(started))  # type: ignore[arg-type]
+        except BaseException:
+            self.release()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    async def __aenter__(self) -> CompositeHold:
+        started = time.monotonic()
+        limit = self._limit
+        try:
+            for slot in limit._slots:
+                self._leases.append(await slot.take_async(self._left(started)))
+            await Limiter.acquire_async(limit, self._tokens, self._left(started))  # type: ignore[arg-type]
+        except BaseException:
+            await self.release_async()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.release_async()
+
+    def release(self) -> None:
+        """Free the slots held (once; the rate limits' tokens stay spent)."""
+        while self._leases:
+            self._leases.pop().release()
+
+    async def release_async(self) -> None:
+        """:meth:`release` for asyncio."""
+        while self._leases:
+            await self._leases.pop().release_async()

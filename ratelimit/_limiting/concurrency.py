@@ -31,7 +31,7 @@ from .._stores.store import Backend
 from .._stores.wakeups import Waiting, process_id
 from .concurrency_state import RedisSlots, SlotStore, memory_slots
 
-__all__ = ["ConcurrencyLimit", "Hold", "Lease"]
+__all__ = ["ConcurrencyLimit", "Hold", "Lease", "rebound"]
 
 logger = logging.getLogger("ratelimit")
 
@@ -229,16 +229,19 @@ class ConcurrencyLimit:
         elif isinstance(backend, type) or not hasattr(backend, "bind"):
             raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
         self._most = max_in_flight
+        self._bind(backend, _validate.name(name, backend, shared=backend.shared), None, clock)
+
+    def _bind(self, backend: Backend, name: str | None, member: int | None, clock: Clock | None) -> None:
         self._backend = backend
-        self._name = _validate.name(name, backend, shared=backend.shared)
+        self._name = name
         self._clock: Clock = clock or SystemClock()
         self._store: SlotStore
         if isinstance(backend, MemoryBackend):
-            self._store = memory_slots(backend, self._name, max_in_flight, self._clock)
+            self._store = memory_slots(backend, name, self._most, self._clock, member)
         elif isinstance(backend, RedisBackend):
-            assert self._name is not None
-            key = backend.key(self._name, "concurrency", clock=clock)
-            self._store = RedisSlots(backend, key, max_in_flight, self._lease, clock)
+            assert name is not None
+            key = backend.key(name, "concurrency", member, clock=clock)
+            self._store = RedisSlots(backend, key, self._most, self._lease, clock)
         else:
             raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
         self._beat = _Heartbeat(self._store)
@@ -370,6 +373,18 @@ class ConcurrencyLimit:
     async def _release_async(self, name: str) -> None:
         self._beat.discard(name)
         await self._store.release_async(name)
+
+
+def rebound(
+    limit: ConcurrencyLimit, *, backend: Backend, name: str | None, member: int, clock: Clock | None
+) -> ConcurrencyLimit:
+    """``limit``'s size and lease, kept as ``member`` of a composite under the
+    composite's own ``backend`` and ``name``."""
+    copy = ConcurrencyLimit.__new__(ConcurrencyLimit)
+    copy._most = limit.max_in_flight
+    copy._lease = limit.lease_seconds
+    copy._bind(backend, name, member, clock)
+    return copy
 
 
 def _release_quietly(ref: weakref.ref[ConcurrencyLimit], name: str) -> None:

@@ -116,21 +116,24 @@ class MemorySlots:
 
 #: The in-process slots of each named ConcurrencyLimit, per MemoryBackend: limits that
 #: share a backend and a name share their slots, as long as one of them lives.
-_named: weakref.WeakKeyDictionary[MemoryBackend, weakref.WeakValueDictionary[str, MemorySlots]] = (
+_named: weakref.WeakKeyDictionary[MemoryBackend, weakref.WeakValueDictionary[tuple[str, int | None], MemorySlots]] = (
     weakref.WeakKeyDictionary()
 )
 _named_lock = threading.Lock()
 
 
-def memory_slots(backend: MemoryBackend, name: str | None, most: int, clock: Clock) -> MemorySlots:
-    """The slots of ``name`` on ``backend`` (private ones for no name)."""
+def memory_slots(
+    backend: MemoryBackend, name: str | None, most: int, clock: Clock, member: int | None = None
+) -> MemorySlots:
+    """The slots of ``name`` (``member`` of a composite) on ``backend``; private ones
+    for no name."""
     if name is None:
         return MemorySlots(most, clock)
     with _named_lock:
         named = _named.setdefault(backend, weakref.WeakValueDictionary())
-        slots = named.get(name)
+        slots = named.get((name, member))
         if slots is None:
-            slots = named[name] = MemorySlots(most, clock)
+            slots = named[(name, member)] = MemorySlots(most, clock)
         elif slots._sem.most != most:
             raise ValueError(
                 f"max_in_flight={most} differs from the {slots._sem.most} of the limit already named {name!r} "
