@@ -29,10 +29,12 @@ Needs the ``httpx`` extra: ``pip install 'ratelimit[httpx]'``.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import httpx
 
+from ._limiting.concurrency import ConcurrencyLimit, Lease
 from ._resilience.http import runner
 from ._resilience.retry import Retry
 
@@ -55,13 +57,21 @@ except ImportError:  # pragma: no cover - depends on the installed httpx
 class _Policy:
     """What the sync and async transports share: everything but the I/O."""
 
-    __slots__ = ("once", "retry")
+    __slots__ = ("concurrency", "once", "retry")
 
     def __init__(
-        self, owner: str, limiter: Acquirer | None, retry: Retry | None, breaker: CircuitBreaker | None
+        self,
+        owner: str,
+        limiter: Acquirer | None,
+        retry: Retry | None,
+        breaker: CircuitBreaker | None,
+        concurrency: ConcurrencyLimit | None,
     ) -> None:
+        if concurrency is not None and not isinstance(concurrency, ConcurrencyLimit):
+            raise TypeError(f"concurrency must be a ratelimit.ConcurrencyLimit or None, got {concurrency!r}")
         self.retry = runner(owner, limiter, retry, breaker)
         self.once = self.retry.once()
+        self.concurrency = concurrency
 
     def runner(self, request: httpx.Request) -> Retry:
         """The retry runner for ``request``: one attempt only if its body cannot be replayed."""
@@ -109,6 +119,41 @@ def _buffered(response: httpx.Response, raw: bytes, request: httpx.Request) -> h
     )
 
 
+class _SlotStream(httpx.SyncByteStream):
+    """A response body that frees its request's slot when it is closed."""
+
+    def __init__(self, stream: httpx.SyncByteStream, lease: Lease) -> None:
+        self._stream = stream
+        self._lease = lease
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._stream
+
+    def close(self) -> None:
+        try:
+            self._stream.close()
+        finally:
+            self._lease.release()
+
+
+class _AsyncSlotStream(httpx.AsyncByteStream):
+    """:class:`_SlotStream` for asyncio."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, lease: Lease) -> None:
+        self._stream = stream
+        self._lease = lease
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._stream.aclose()
+        finally:
+            await self._lease.release_async()
+
+
 class _Limited(Generic[Sender]):
     """What both transports show of themselves."""
 
@@ -134,6 +179,9 @@ class RateLimitTransport(_Limited[httpx.BaseTransport], httpx.BaseTransport):
             and breaker; default ``Retry(limiter=limiter, breaker=breaker)``.
         breaker: a :class:`~ratelimit.CircuitBreaker` every attempt passes through;
             an open circuit raises :class:`~ratelimit.CircuitOpen` without sending.
+        concurrency: a :class:`~ratelimit.ConcurrencyLimit` each attempt holds a
+            slot of, from just before it is sent (after the limiter's grant) until
+            its response is closed: read in full, or, streamed, closed by you.
         transport: the transport that does the sending (default
             ``httpx.HTTPTransport()``; pass your own for ``verify``, ``http2``, proxies
             or connection limits). Closing this transport closes it.
@@ -149,11 +197,12 @@ class RateLimitTransport(_Limited[httpx.BaseTransport], httpx.BaseTransport):
         *,
         retry: Retry | None = None,
         breaker: CircuitBreaker | None = None,
+        concurrency: ConcurrencyLimit | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.BaseTransport):
             raise TypeError(f"transport must be an httpx.BaseTransport or None, got {transport!r}")
-        self._policy = _Policy(type(self).__name__, limiter, retry, breaker)
+        self._policy = _Policy(type(self).__name__, limiter, retry, breaker, concurrency)
         # Made last: an HTTPTransport builds an SSL context, wasted if an argument is bad.
         self.transport = transport if transport is not None else httpx.HTTPTransport()
 
@@ -162,6 +211,22 @@ class RateLimitTransport(_Limited[httpx.BaseTransport], httpx.BaseTransport):
         return self._policy.runner(request).call(self._attempt, request)
 
     def _attempt(self, request: httpx.Request) -> httpx.Response:
+        concurrency = self._policy.concurrency
+        if concurrency is None:
+            return self._send(request)
+        lease = concurrency.take()
+        try:
+            response = self._send(request)
+        except BaseException:
+            lease.release()
+            raise
+        if response.is_stream_consumed:
+            lease.release()
+        else:
+            response.stream = _SlotStream(response.stream, lease)  # type: ignore[arg-type]
+        return response
+
+    def _send(self, request: httpx.Request) -> httpx.Response:
         response = self.transport.handle_request(request)
         if self._policy.keeps(response):
             return response
@@ -189,11 +254,12 @@ class AsyncRateLimitTransport(_Limited[httpx.AsyncBaseTransport], httpx.AsyncBas
         *,
         retry: Retry | None = None,
         breaker: CircuitBreaker | None = None,
+        concurrency: ConcurrencyLimit | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             raise TypeError(f"transport must be an httpx.AsyncBaseTransport or None, got {transport!r}")
-        self._policy = _Policy(type(self).__name__, limiter, retry, breaker)
+        self._policy = _Policy(type(self).__name__, limiter, retry, breaker, concurrency)
         self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -201,6 +267,22 @@ class AsyncRateLimitTransport(_Limited[httpx.AsyncBaseTransport], httpx.AsyncBas
         return await self._policy.runner(request).call_async(self._attempt, request)
 
     async def _attempt(self, request: httpx.Request) -> httpx.Response:
+        concurrency = self._policy.concurrency
+        if concurrency is None:
+            return await self._send(request)
+        lease = await concurrency.take_async()
+        try:
+            response = await self._send(request)
+        except BaseException:
+            await lease.release_async()
+            raise
+        if response.is_stream_consumed:
+            await lease.release_async()
+        else:
+            response.stream = _AsyncSlotStream(response.stream, lease)  # type: ignore[arg-type]
+        return response
+
+    async def _send(self, request: httpx.Request) -> httpx.Response:
         response = await self.transport.handle_async_request(request)
         if self._policy.keeps(response):
             return response

@@ -34,6 +34,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from requests.utils import rewind_body
 
+from ._limiting.concurrency import ConcurrencyLimit
 from ._resilience.http import runner
 from ._resilience.retry import Retry
 
@@ -54,6 +55,10 @@ class RateLimitAdapter(HTTPAdapter):
             and breaker; default ``Retry(limiter=limiter, breaker=breaker)``.
         breaker: a :class:`~ratelimit.CircuitBreaker` every attempt passes through;
             an open circuit raises :class:`~ratelimit.CircuitOpen` without sending.
+        concurrency: a :class:`~ratelimit.ConcurrencyLimit` each attempt holds a
+            slot of, from just before it is sent (after the limiter's grant) until
+            its body is read: at once unless ``stream=True``, and then until you
+            close the response (or it is garbage-collected).
         adapter_kwargs: passed to ``HTTPAdapter`` (``pool_connections``,
             ``pool_maxsize``, ``pool_block``). ``max_retries`` may only be 0: urllib3's
             own retries would go around the limiter.
@@ -70,8 +75,12 @@ class RateLimitAdapter(HTTPAdapter):
         *,
         retry: Retry | None = None,
         breaker: CircuitBreaker | None = None,
+        concurrency: ConcurrencyLimit | None = None,
         **adapter_kwargs: Any,
     ) -> None:
+        if concurrency is not None and not isinstance(concurrency, ConcurrencyLimit):
+            raise TypeError(f"concurrency must be a ratelimit.ConcurrencyLimit or None, got {concurrency!r}")
+        self.concurrency = concurrency
         retries = adapter_kwargs.get("max_retries", 0)
         # None is not "none" to requests: it means urllib3's default of three retries.
         if isinstance(retries, bool) or retries != 0:
@@ -112,6 +121,40 @@ class RateLimitAdapter(HTTPAdapter):
     ) -> requests.Response:
         if rewind is not None:
             rewind()
+        if self.concurrency is None:
+            return self._send(request, stream, timeout, verify, cert, proxies)
+        lease = self.concurrency.take()
+        try:
+            response = self._send(request, stream, timeout, verify, cert, proxies)
+            if not stream:
+                # requests reads the body after the adapter returns: read it inside the slot.
+                response.content  # noqa: B018 - reading is the point
+        except BaseException:
+            lease.release()
+            raise
+        if not stream:
+            lease.release()
+            return response
+        close = response.close
+
+        def close_and_free() -> None:
+            try:
+                close()
+            finally:
+                lease.release()
+
+        response.close = close_and_free  # type: ignore[method-assign]
+        return response
+
+    def _send(
+        self,
+        request: requests.PreparedRequest,
+        stream: bool,
+        timeout: float | tuple[float, float] | tuple[float, None] | None,
+        verify: bool | str,
+        cert: bytes | str | tuple[bytes | str, bytes | str] | None,
+        proxies: Mapping[str, str] | None,
+    ) -> requests.Response:
         response = super().send(request, stream, timeout, verify, cert, proxies)
         if self.retry.classify(response, None) != "ok":
             # Read, so the body survives for whoever gets this response; closed, so
@@ -124,12 +167,16 @@ class RateLimitAdapter(HTTPAdapter):
 
 
 def session(
-    limiter: Acquirer | None = None, *, retry: Retry | None = None, breaker: CircuitBreaker | None = None
+    limiter: Acquirer | None = None,
+    *,
+    retry: Retry | None = None,
+    breaker: CircuitBreaker | None = None,
+    concurrency: ConcurrencyLimit | None = None,
 ) -> requests.Session:
     """A ``requests.Session`` with a :class:`RateLimitAdapter` mounted for ``http://``
     and ``https://``; the arguments are the adapter's. Close it when done (or use it
     in a ``with`` block)."""
-    adapter = RateLimitAdapter(limiter, retry=retry, breaker=breaker)
+    adapter = RateLimitAdapter(limiter, retry=retry, breaker=breaker, concurrency=concurrency)
     http = requests.Session()
     http.mount("http://", adapter)
     http.mount("https://", adapter)

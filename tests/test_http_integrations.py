@@ -15,7 +15,16 @@ import pytest
 import requests
 import urllib3
 
-from ratelimit import Backoff, CircuitBreaker, CircuitOpen, Retry, RetryError, TokenBucket
+from ratelimit import (
+    AcquireTimeout,
+    Backoff,
+    CircuitBreaker,
+    CircuitOpen,
+    ConcurrencyLimit,
+    Retry,
+    RetryError,
+    TokenBucket,
+)
 from ratelimit.httpx import AsyncRateLimitTransport, RateLimitTransport
 from ratelimit.requests import RateLimitAdapter, session
 from ratelimit.testing import FakeProvider
@@ -464,3 +473,91 @@ def test_threads_share_one_transport_safely(provider: FakeProvider) -> None:
 
     assert seen == [200] * 8
     assert retry.stats().attempts == 16
+
+
+# -- requests in flight -------------------------------------------------------------------
+
+
+def _counting_handler() -> tuple[Callable[[httpx.Request], httpx.Response], list[int]]:
+    """A handler that reports the most requests it had in hand at once."""
+    inside = [0, 0]  # now, most
+    lock = threading.Lock()
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        with lock:
+            inside[0] += 1
+            inside[1] = max(inside[1], inside[0])
+        time.sleep(0.005)
+        with lock:
+            inside[0] -= 1
+        return httpx.Response(200, content=b"ok")
+
+    return handle, inside
+
+
+def test_httpx_holds_one_slot_per_request_until_the_response_is_read() -> None:
+    handle, inside = _counting_handler()
+    slots = ConcurrencyLimit(2)
+    transport = RateLimitTransport(concurrency=slots, transport=httpx.MockTransport(handle))
+    with httpx.Client(transport=transport) as client:
+        statuses = _burst(40, 8, lambda: client.get("http://api.test/").status_code)
+    assert statuses == [200] * 40
+    assert inside[1] <= 2
+    slots.take(timeout=0).release()
+    slots.take(timeout=0).release()
+
+
+def test_httpx_keeps_the_slot_of_a_streamed_body_until_it_is_closed() -> None:
+    slots = ConcurrencyLimit(1)
+    transport = RateLimitTransport(
+        concurrency=slots,
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, content=iter([b"x" * 5_000, b"x" * 5_000]))),
+    )
+    with httpx.Client(transport=transport) as client:
+        with client.stream("GET", "http://api.test/") as response:
+            assert response.status_code == 200
+            with pytest.raises(AcquireTimeout):
+                slots.take(timeout=0)  # the body is still open
+            assert len(response.read()) == 10_000
+        slots.take(timeout=0).release()  # closed: free again
+        client.get("http://api.test/")
+        slots.take(timeout=0).release()
+
+
+def test_httpx_async_frees_slots_of_read_and_streamed_responses() -> None:
+    slots = ConcurrencyLimit(1)
+
+    async def scenario() -> None:
+        async def body() -> AsyncIterator[bytes]:
+            yield b"y" * 1000
+
+        inner = httpx.MockTransport(lambda r: httpx.Response(200, content=body()))
+        async with httpx.AsyncClient(transport=AsyncRateLimitTransport(concurrency=slots, transport=inner)) as client:
+            assert (await client.get("http://api.test/")).status_code == 200
+            (await slots.take_async(timeout=0)).release()
+            async with client.stream("GET", "http://api.test/") as response:
+                with pytest.raises(AcquireTimeout):
+                    await slots.take_async(timeout=0)
+                await response.aread()
+            (await slots.take_async(timeout=0)).release()
+
+    asyncio.run(scenario())
+
+
+def test_requests_frees_the_slot_once_the_body_is_read_or_the_stream_closed(provider: FakeProvider) -> None:
+    slots = ConcurrencyLimit(1)
+    with session(concurrency=slots) as http:
+        assert http.get(provider.url).status_code == 200
+        slots.take(timeout=0).release()
+        streamed = http.get(provider.url, stream=True)
+        with pytest.raises(AcquireTimeout):
+            slots.take(timeout=0)
+        streamed.close()
+        slots.take(timeout=0).release()
+
+
+def test_integrations_refuse_a_concurrency_that_is_not_a_concurrency_limit() -> None:
+    with pytest.raises(TypeError, match="concurrency"):
+        RateLimitTransport(concurrency=TokenBucket(1, 1))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="concurrency"):
+        RateLimitAdapter(concurrency=TokenBucket(1, 1))  # type: ignore[arg-type]
