@@ -60,13 +60,15 @@ class Semaphore:
     def expire(self, state: Slots, now: float) -> list[str]:
         """Drop leases that ran out, then hand freed slots to waiters; returns the ids
         of the waiters who now hold a slot."""
-        if self.lease != math.inf:
-            # Only leases that can run out are looked through (a scan: the Lua twin
-            # keeps them in sorted sets instead).
-            for name in [name for name, until in state.holders.items() if until <= now]:
-                del state.holders[name]
-            for name in [name for name, until in state.waiters.items() if until <= now]:
-                del state.waiters[name]
+        if self.lease == math.inf:
+            # Nothing runs out, so nothing was freed since the last transition, which
+            # promoted whoever it could.
+            return []
+        # A scan: fine for the in-process twin; the Lua keeps sorted sets instead.
+        for name in [name for name, until in state.holders.items() if until <= now]:
+            del state.holders[name]
+        for name in [name for name, until in state.waiters.items() if until <= now]:
+            del state.waiters[name]
         return self._promote(state, now)
 
     def _promote(self, state: Slots, now: float) -> list[str]:
@@ -100,7 +102,9 @@ class Semaphore:
         promoted = self.expire(state, now)
         state.holders.pop(name, None)
         state.waiters.pop(name, None)
-        return promoted + self._promote(state, now)
+        if state.waiters:
+            promoted += self._promote(state, now)
+        return promoted
 
     def renew(self, state: Slots, now: float, names: list[str]) -> tuple[list[str], list[str], list[str]]:
         """Extend the leases of ``names``. Returns ``(held, lost, promoted)``: which of

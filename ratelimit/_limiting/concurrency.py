@@ -17,7 +17,6 @@ import logging
 import math
 import threading
 import time
-import weakref
 from datetime import timedelta
 from types import TracebackType
 
@@ -48,30 +47,35 @@ class Lease:
     a context manager, leaving the block releases it. A lease dropped without a
     release frees its slot when it is garbage-collected."""
 
-    __slots__ = ("__weakref__", "_done", "_limit", "name")
+    __slots__ = ("_limit", "name")
 
     def __init__(self, limit: ConcurrencyLimit, name: str) -> None:
         self._limit = limit
         self.name = name
-        self._done = weakref.finalize(self, _release_quietly, weakref.ref(limit), name)
-        # Not at interpreter exit: a store that is down then would hold the exit up,
-        # and a shared slot frees itself when its lease runs out.
-        self._done.atexit = False
 
     @property
     def released(self) -> bool:
-        return not self._done.alive
+        return self.name not in self._limit._live
 
     def release(self) -> None:
         """Free the slot for the next waiter; a second call does nothing."""
-        # detach() hands the release to exactly one caller, whatever the threads.
-        if self._done.detach() is not None:
+        # dict.pop is atomic: exactly one caller gets the release, whatever the threads.
+        if self._limit._live.pop(self.name, None) is not None:
             self._limit._release(self.name)
 
     async def release_async(self) -> None:
         """:meth:`release` for asyncio."""
-        if self._done.detach() is not None:
+        if self._limit._live.pop(self.name, None) is not None:
             await self._limit._release_async(self.name)
+
+    def __del__(self) -> None:
+        # Dropped while held: free the slot, quietly (this may run in any thread, or
+        # while the interpreter shuts down).
+        try:
+            if self._limit._live.pop(self.name, None) is not None:
+                self._limit._release(self.name)
+        except Exception:
+            logger.warning("could not free the slot of a dropped lease %s", self.name, exc_info=True)
 
     def __enter__(self) -> Lease:
         return self
@@ -206,7 +210,7 @@ class ConcurrencyLimit:
     nothing held.
     """
 
-    __slots__ = ("__weakref__", "_backend", "_beat", "_clock", "_lease", "_most", "_name", "_store")
+    __slots__ = ("__weakref__", "_backend", "_beat", "_clock", "_lease", "_live", "_most", "_name", "_store")
 
     def __init__(
         self,
@@ -245,6 +249,8 @@ class ConcurrencyLimit:
         else:
             raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
         self._beat = _Heartbeat(self._store)
+        #: The leases taken here and not yet released.
+        self._live: dict[str, bool] = {}
 
     @property
     def max_in_flight(self) -> int:
@@ -290,6 +296,7 @@ class ConcurrencyLimit:
 
     def _new_lease(self, name: str) -> Lease:
         self._beat.add(name)
+        self._live[name] = True
         return Lease(self, name)
 
     def take(self, timeout: float | timedelta | None = None) -> Lease:
@@ -301,6 +308,10 @@ class ConcurrencyLimit:
             if self._store.take(name, None) == HELD:
                 return self._new_lease(name)
             raise self._timed_out(0.0)
+        # In process a first try costs nothing, and spares making a waiter; through
+        # Redis it would cost a round trip, so the take queues at once if it must.
+        if self._store.check_every == math.inf and self._store.take(name, None) == HELD:
+            return self._new_lease(name)
         waiting = Waiting()
         outcome = self._store.take(name, waiting)
         if outcome == HELD:
@@ -385,13 +396,3 @@ def rebound(
     copy._lease = limit.lease_seconds
     copy._bind(backend, name, member, clock)
     return copy
-
-
-def _release_quietly(ref: weakref.ref[ConcurrencyLimit], name: str) -> None:
-    limit = ref()
-    if limit is None:
-        return
-    try:
-        limit._release(name)
-    except Exception:
-        logger.warning("could not free the slot of a dropped lease %s", name, exc_info=True)

@@ -13,6 +13,7 @@ time, never a slot.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import contextlib
 import logging
@@ -56,20 +57,29 @@ class Waiting:
     """One waiter's wake-up, for a thread or for an asyncio task; ``wake`` may be
     called from any thread, any number of times."""
 
-    __slots__ = ("_event", "_future", "_loop")
+    __slots__ = ("_future", "_lock", "_loop", "woken")
 
     def __init__(self, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._loop = loop
-        self._event: threading.Event | None = None
+        self.woken = False
+        # A thread waits on a lock held from the start, released by the waker: a
+        # one-shot signal at a tenth of a threading.Event's cost to make.
+        self._lock: Any = None
         self._future: asyncio.Future[None] | None = None
         if loop is None:
-            self._event = threading.Event()
+            self._lock = _thread.allocate_lock()
+            self._lock.acquire()
         else:
             self._future = loop.create_future()
 
     def wake(self) -> None:
-        if self._event is not None:
-            self._event.set()
+        if self.woken:
+            return
+        self.woken = True
+        if self._lock is not None:
+            # Two wakers racing past the check: the second release finds it released.
+            with contextlib.suppress(RuntimeError):
+                self._lock.release()
         elif self._loop is not None and not self._loop.is_closed():
             # The loop may close meanwhile: then nobody is left to wake.
             with contextlib.suppress(RuntimeError):
@@ -79,16 +89,13 @@ class Waiting:
         if self._future is not None and not self._future.done():
             self._future.set_result(None)
 
-    @property
-    def woken(self) -> bool:
-        if self._event is not None:
-            return self._event.is_set()
-        return self._future is not None and self._future.done()
-
     def wait(self, seconds: float) -> bool:
         """Block up to ``seconds`` (a thread's waiter); whether it was woken."""
-        assert self._event is not None
-        return self._event.wait(seconds)
+        assert self._lock is not None
+        if self._lock.acquire(timeout=seconds):
+            self._lock.release()  # woken: stays woken for any later look
+            return True
+        return self.woken
 
     async def wait_async(self, seconds: float) -> bool:
         """Suspend up to ``seconds`` (a task's waiter); whether it was woken."""
