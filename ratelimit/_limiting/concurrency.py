@@ -131,14 +131,14 @@ class Hold:
 
 class _Heartbeat:
     """Renews the leases one limit holds, all in one call, every ``check_every``
-    seconds, from a daemon thread that runs only while something is held."""
+    seconds, from a daemon thread that runs while something is held (and stops at
+    the first beat that finds nothing to renew)."""
 
     def __init__(self, store: SlotStore) -> None:
         self._store = store
         self._lock = threading.Lock()
         self._names: set[str] = set()
         self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
 
     def add(self, name: str) -> None:
         if self._store.check_every == math.inf:
@@ -146,24 +146,24 @@ class _Heartbeat:
         with self._lock:
             self._names.add(name)
             if self._thread is None:
-                self._stop.clear()
                 self._thread = threading.Thread(target=self._run, name="ratelimit-leases", daemon=True)
                 self._thread.start()
 
     def discard(self, name: str) -> None:
+        # The thread is left to stop by itself: a limit that holds and releases in a
+        # loop would otherwise start one per hold.
         with self._lock:
             self._names.discard(name)
-            if not self._names and self._thread is not None:
-                self._thread = None
-                self._stop.set()
 
     def _run(self) -> None:
-        stop = self._stop
-        while not stop.wait(self._store.check_every):
+        pause = threading.Event()
+        while True:
+            pause.wait(self._store.check_every)
             with self._lock:
+                if not self._names:
+                    self._thread = None
+                    return
                 names = sorted(self._names)
-            if not names:
-                continue
             try:
                 _, lost = self._store.renew(names)
             except Exception:
