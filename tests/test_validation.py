@@ -462,8 +462,10 @@ BAD_COMPOSITE_TOKENS: list[tuple[Any, type[Exception], str]] = [
     ([1], ValueError, r"tokens must give one number per limit \(2\)"),
     ((1,), ValueError, r"tokens must give one number per limit \(2\)"),
     ([1, 1, 1], ValueError, r"tokens must give one number per limit \(2\)"),
-    ([1, 0], ValueError, "tokens must be > 0"),
-    ([-1, 1], ValueError, "tokens must be > 0"),
+    ([0, 0], ValueError, "tokens must give at least one limit more than 0"),
+    ((0.0, 0), ValueError, "tokens must give at least one limit more than 0"),
+    ([-1, 1], ValueError, "tokens must be >= 0"),
+    ([1, -0.001], ValueError, "tokens must be >= 0"),
     ([1, math.nan], ValueError, "tokens must be a number"),
     ([11, 1], ValueError, r"tokens must be <= capacity \(10\).*could never be granted"),
     ([1, 21], ValueError, r"tokens must be <= limit \(20\).*could never be granted"),
@@ -490,8 +492,9 @@ def test_composite_tokens_per_member_are_checked(
     assert_untouched(limiter)
 
 
-@pytest.mark.parametrize("tokens", [[10, 20], (1, 1), [0.5, 20.0], [10, 1]], ids=repr)
+@pytest.mark.parametrize("tokens", [[10, 20], (1, 1), [0.5, 20.0], [10, 1], [0, 20], (10, 0.0)], ids=repr)
 def test_composite_accepts_one_number_per_member(tokens: Sequence[float]) -> None:
+    # A member may be given 0 (the request does not weigh on it) while another is not.
     assert make_composite().try_acquire(tokens)
 
 

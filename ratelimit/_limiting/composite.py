@@ -34,7 +34,9 @@ class Composite(Limiter[Sequence[float]]):
     ``backend`` and ``name`` (in Redis, all in one hash slot, decided by one script
     call).
 
-    ``tokens`` is one number charged to every member, or one number per member.
+    ``tokens`` is one number charged to every member, or one number per member; a
+    member may be given 0 (the request does not weigh on it: it still waits its turn
+    there, and takes nothing) as long as one is given more.
     """
 
     __slots__ = ("_algs", "_most", "_names")
@@ -61,13 +63,21 @@ class Composite(Limiter[Sequence[float]]):
         self._handle = self._backend.bind_group(self._name, self._algs, clock)
         self._handle.tally = self._tally
 
-    def _tokens(self, tokens: object) -> Sequence[float]:
+    def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False) -> Sequence[float]:
         limits = tuple(zip(self._most, self._names, strict=True))
-        if isinstance(tokens, Sequence) and not isinstance(tokens, (str, bytes)):
-            if len(tokens) != len(limits):
-                raise ValueError(f"tokens must give one number per limit ({len(limits)}), got {tokens!r}")
-            return tuple(_validate.tokens(n, most, name) for n, (most, name) in zip(tokens, limits, strict=True))
-        return tuple(_validate.tokens(tokens, most, name) for most, name in limits)
+        if not isinstance(tokens, Sequence) or isinstance(tokens, (str, bytes)):
+            return tuple(_validate.tokens(tokens, most, most_name, name, zero=zero) for most, most_name in limits)
+        if len(tokens) != len(limits):
+            raise ValueError(f"{name} must give one number per limit ({len(limits)}), got {tokens!r}")
+        # Each member may be given 0 (an LLM call's cost: no request, 800 tokens), but
+        # not every one: a request of nothing at all is as meaningless as tokens=0.
+        checked = tuple(
+            _validate.tokens(n, most, most_name, name, zero=True)
+            for n, (most, most_name) in zip(tokens, limits, strict=True)
+        )
+        if not zero and not any(n > 0 for n in checked):
+            raise ValueError(f"{name} must give at least one limit more than 0, got {tokens!r}")
+        return checked
 
     def _restriction(self, info: RateLimitInfo, status: int | None) -> tuple[Sequence[float], float] | None:
         # The members count in different units (requests, tokens), and one response's

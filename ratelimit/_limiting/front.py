@@ -96,8 +96,9 @@ class Limiter(ABC, Generic[T]):
     # -- what subclasses provide --------------------------------------------------
 
     @abstractmethod
-    def _tokens(self, tokens: object) -> T:
-        """Validate one request's ``tokens``; raise ``ValueError``/``TypeError``."""
+    def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False) -> T:
+        """Validate one request's ``tokens`` (an argument called ``name``); raise
+        ``ValueError``/``TypeError``. ``zero``: nothing at all is a valid cost."""
 
     # -- properties ---------------------------------------------------------------
 
