@@ -36,7 +36,11 @@ class Composite(Limiter[Sequence[float]]):
 
     ``tokens`` is one number charged to every member, or one number per member; a
     member may be given 0 (the request does not weigh on it: it still waits its turn
-    there, and takes nothing) as long as one is given more.
+    there, and takes nothing) as long as one is given more. A request's cost known
+    only after the call is settled member by member (:meth:`settle`)::
+
+        llm.acquire([1, 1_200])     # the estimate
+        llm.settle([1, 1_200], [1, 950])   # the real cost: 250 tokens given back
     """
 
     __slots__ = ("_algs", "_most", "_names")
@@ -79,6 +83,13 @@ class Composite(Limiter[Sequence[float]]):
             raise ValueError(f"{name} must give at least one limit more than 0, got {tokens!r}")
         return checked
 
+    def _difference(
+        self, estimate: Sequence[float], actual: Sequence[float]
+    ) -> tuple[Sequence[float] | None, Sequence[float] | None]:
+        back = tuple(e - a if e > a else 0.0 for e, a in zip(estimate, actual, strict=True))
+        more = tuple(a - e if a > e else 0.0 for e, a in zip(estimate, actual, strict=True))
+        return (back if any(back) else None), (more if any(more) else None)
+
     def _restriction(self, info: RateLimitInfo, status: int | None) -> tuple[Sequence[float], float] | None:
         # The members count in different units (requests, tokens), and one response's
         # `remaining` speaks of one of them; a pause, though, holds for all.
@@ -102,5 +113,13 @@ class Composite(Limiter[Sequence[float]]):
         def refund(self, tokens: Tokens = 1) -> None: ...
 
         async def refund_async(self, tokens: Tokens = 1) -> None: ...
+
+        def charge(self, tokens: Tokens) -> None: ...
+
+        async def charge_async(self, tokens: Tokens) -> None: ...
+
+        def settle(self, estimate: Tokens, actual: Tokens) -> None: ...
+
+        async def settle_async(self, estimate: Tokens, actual: Tokens) -> None: ...
 
         def decorate(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> Decorator: ...
