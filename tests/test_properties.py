@@ -490,8 +490,8 @@ def run_with_charges(
         else:
             state, wait = step(alg, state, now, tokens, max_wait)
             if wait >= 0:
-                at = recorded_at(alg, state)
-                records.append([now + wait if at is None else at, tokens])
+                logged = recorded_at(alg, state)
+                records.append([now + wait if logged is None else logged, tokens])
                 counts[0] += 1
                 check(records, state, now)
     return counts[0], counts[1]
