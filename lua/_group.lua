@@ -3,12 +3,13 @@
 --
 -- KEYS[i]  member i's base key, ratelimit:{<composite name>}:<i>:<algorithm>: all
 --          members share the composite's hash tag, so this works on Redis Cluster.
--- ARGV[1]  op: 'reserve' | 'refund' | 'restrict'
+-- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  reserve: max_wait, '' for no limit; refund: the grant time ('' for a grant
 --          already made; a time still ahead withdraws that reservation);
 --          restrict: seconds from now until the restriction ends (the members'
---          "tokens" are then the tokens each still allows)
+--          "tokens" are then the tokens each still allows); charge: ''
+--          (a member's tokens may be 0: nothing is recorded in it)
 -- then for each member i, four values: algorithm, tokens, param1, param2
 --
 -- Returns as the single-limiter driver does. Mirrors MemoryGroupHandle in
@@ -64,6 +65,10 @@ elseif op == 'restrict' then
   for _, m in ipairs(members) do
     m.state = m.alg.restrict(m.self, m.state, now, m.tokens, untl)
   end
+  save_all(false)
+  return {fmt(now)}
+elseif op == 'charge' then
+  charge_members(members, now)
   save_all(false)
   return {fmt(now)}
 elseif op == 'refund' then

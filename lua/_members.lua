@@ -1,7 +1,7 @@
 -- ratelimit: what one limiter and a composite share: deciding a group of limits
--- together, and reusing the holes that withdrawn reservations leave. Loaded after the
--- algorithms and before a driver. Mirrors plan_all/commit_all in
--- ratelimit/_algorithms/algorithm.py and reserve/give_back in ratelimit/_algorithms/holes.py.
+-- together, charging them, and reusing the holes that withdrawn reservations leave.
+-- Loaded after the algorithms and before a driver. Mirrors plan_all/commit_all/charge_all
+-- in ratelimit/_algorithms/algorithm.py and reserve/give_back in ratelimit/_algorithms/holes.py.
 --
 -- A member is {alg = <algorithm table>, self = <its instance>, tokens = n, state = s};
 -- one limiter is a group of one.
@@ -94,6 +94,15 @@ local function group_latest(members)
     if t > latest then latest = t end
   end
   return latest
+end
+
+-- charge: the members' tokens taken whatever the budget, at the latest grant any of
+-- them recorded if that is still ahead, else now (see charge_all in algorithm.py).
+-- The holes are left alone.
+local function charge_members(members, now)
+  local at = group_latest(members)
+  if not (at > now) then at = now end
+  commit_all(members, now, at)
 end
 
 local function reserve_members(members, holes, now, max_wait)

@@ -3,19 +3,19 @@
 --
 -- KEYS[1]  the limiter's base key, ratelimit:{<name>}:<algorithm>; every key the
 --          algorithm touches is this one or starts with it, so all share its hash tag.
--- ARGV[1]  op: 'reserve' | 'refund' | 'restrict'
+-- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
--- ARGV[3]  tokens (reserve, refund); restrict: the tokens still allowed
+-- ARGV[3]  tokens (reserve, refund, charge); restrict: the tokens still allowed
 -- ARGV[4]  reserve: max_wait in seconds, '' for no limit;
 --          refund: the grant time being given back ('' for a grant already made);
 --          a time still ahead withdraws that reservation (see _members.lua);
---          restrict: seconds from now until the restriction ends
+--          restrict: seconds from now until the restriction ends; charge: ''
 -- ARGV[5], ARGV[6]  the algorithm's two parameters
 --
 -- Returns, as strings (seconds, %.17g):
 --   reserve: {signed_wait, at}: signed_wait >= 0 granted after that wait, at store
 --            time `at`; < 0 refused, nothing recorded, -signed_wait is the wait needed
---   refund, restrict: {now}
+--   refund, restrict, charge: {now}
 -- Mirrors MemoryHandle in ratelimit/_stores/memory.py: the algorithm's step, with holes.
 
 local op = ARGV[1]
@@ -39,6 +39,10 @@ elseif op == 'refund' then
   local at = nil
   if ARGV[4] ~= '' then at = tonumber(ARGV[4]) end
   give_back_members({member}, holes, now, {tokens}, at)
+  ALG.save(self, member.state, now)
+  return {fmt(now)}
+elseif op == 'charge' then
+  charge_members({member}, now)
   ALG.save(self, member.state, now)
   return {fmt(now)}
 elseif op == 'restrict' then

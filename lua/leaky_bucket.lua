@@ -35,6 +35,7 @@ function leaky_bucket.plan(self, state, now, tokens)
 end
 
 function leaky_bucket.commit(self, state, now, tokens, at)
+  if not (tokens > 0) then return state end
   local start = at
   if state[1] > at then start = state[1] end
   return {start + tokens * self.interval, start}
@@ -43,7 +44,7 @@ end
 -- See LeakyQueue.refund: only the latest grant gives its place back.
 function leaky_bucket.refund(self, state, now, tokens, at)
   local drained, latest = state[1], state[2]
-  if at < latest - EPSILON then return state end
+  if at < latest - EPSILON or not (tokens > 0) then return state end
   drained = drained - tokens * self.interval
   local floor = now
   if latest > now then floor = latest end
@@ -71,6 +72,7 @@ function leaky_bucket.tail(self, state, tokens, at)
 end
 
 function leaky_bucket.cancel(self, state, now, tokens, at)
+  if not (tokens > 0) then return state end
   local latest = state[2]
   if latest < at then return {at, latest} end
   return {at, at}

@@ -194,6 +194,7 @@ do
   -- From the oldest grants already made, found by a search on the sums (see
   -- WindowLog.refund).
   function sliding_window.refund(self, state, now, tokens, at)
+    if not (tokens > 0) then return state end
     prune(self, state, now - self.window)
     local first, last = entry(self, 0), entry(self, -1)
     if first == nil or last == nil or first[1] > now then return state end
@@ -223,7 +224,7 @@ do
 
   function sliding_window.cancel(self, state, now, tokens, at)
     local last = entry(self, -1)
-    if last == nil or last[1] < at - EPSILON then return state end
+    if last == nil or last[1] < at - EPSILON or not (tokens > 0) then return state end
     local prev = last[2] - last[3]
     if redis.call('ZCARD', self.key) > 1 then
       local before = entry(self, -2)

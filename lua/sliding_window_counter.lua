@@ -182,6 +182,7 @@ do
   end
 
   function sliding_window_counter.commit(self, state, now, tokens, at)
+    if not (tokens > 0) then return state end
     settle(self, state, now)
     local k = math.floor(at / self.width)
     local index = state.index
@@ -208,7 +209,7 @@ do
   function sliding_window_counter.refund(self, state, now, tokens, at)
     settle(self, state, now)
     local top = state.index
-    if top == -math.huge then return state end
+    if top == -math.huge or not (tokens > 0) then return state end
     local current = math.floor(now / self.width)
     local oldest = current - self.subs
     if oldest < top - self.subs then oldest = top - self.subs end

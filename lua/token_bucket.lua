@@ -27,6 +27,7 @@ function token_bucket.plan(self, state, now, tokens)
 end
 
 function token_bucket.commit(self, state, now, tokens, at)
+  if not (tokens > 0) then return state end
   local base = at
   if state > at then base = state end
   return base + tokens * self.interval
@@ -34,6 +35,7 @@ end
 
 -- See Gcra.refund: only the latest reservation rolls back while others are pending.
 function token_bucket.refund(self, state, now, tokens, at)
+  if not (tokens > 0) then return state end
   local latest = state - self.tolerance
   if latest > now and at < latest - EPSILON then return state end
   local tat = state - tokens * self.interval
@@ -59,6 +61,7 @@ function token_bucket.tail(self, state, tokens, at)
 end
 
 function token_bucket.cancel(self, state, now, tokens, at)
+  if not (tokens > 0) then return state end
   local tat = state - tokens * self.interval
   if tat > now then return tat end
   return now

@@ -109,13 +109,14 @@ def timeout_seconds(value: object) -> float:
     return result
 
 
-def tokens(value: object, most: float, most_name: str) -> float:
-    """A request's weight: > 0 and never more than the limiter can ever grant at once."""
-    result = real("tokens", value)
-    if not result > 0:
-        raise ValueError(f"tokens must be > 0, got {value!r}")
+def tokens(value: object, most: float, most_name: str, name: str = "tokens", *, zero: bool = False) -> float:
+    """A request's weight (or a cost, called ``name``): > 0, or >= 0 where ``zero`` is
+    allowed, and never more than the limiter can ever grant at once."""
+    result = real(name, value)
+    if not (result >= 0 if zero else result > 0):
+        raise ValueError(f"{name} must be {'>=' if zero else '>'} 0, got {value!r}")
     if result > most:
         raise ValueError(
-            f"tokens must be <= {most_name} ({most:g}), got {value!r}: such a request could never be granted"
+            f"{name} must be <= {most_name} ({most:g}), got {value!r}: such a request could never be granted"
         )
     return result

@@ -139,9 +139,18 @@ def test_weights_are_validated_per_member(make: Make) -> None:
         limiter.try_acquire(4)  # fits the window, never the bucket
     with pytest.raises(ValueError, match="limit"):
         limiter.try_acquire([1, 6])
-    with pytest.raises(ValueError, match="tokens"):
-        limiter.try_acquire([1, 0])
+    with pytest.raises(ValueError, match="at least one limit more than 0"):
+        limiter.try_acquire([0, 0])
+    with pytest.raises(ValueError, match="tokens must be >= 0"):
+        limiter.try_acquire([1, -1])
     assert limiter.try_acquire([3, 5])
+
+
+def test_a_member_given_0_is_left_out(make: Make, clock: ManualClock) -> None:
+    limiter: Composite = make(Composite, [TokenBucket(1, 1), TokenBucket(10, 1)])
+    assert limiter.try_acquire([0, 5])
+    assert limiter.try_acquire([1, 5])  # the first member was untouched
+    assert not limiter.try_acquire([1, 0])
 
 
 def test_members_keep_their_own_state(make: Make, clock: ManualClock) -> None:

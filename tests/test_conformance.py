@@ -1,7 +1,8 @@
 """The Lua scripts against the pure algorithms, decision by decision.
 
-For random sequences of requests (time steps, weights, timeouts, refunds, and
-reservations withdrawn from the end or the middle of the queue), the same
+For random sequences of requests (time steps, weights, timeouts, refunds, charges
+into debt, pauses and other restrictions, and reservations withdrawn from the end or
+the middle of the queue; for a composite, members given 0), the same
 sequence runs through the pure Python step and through the script on each Redis-like
 store, with the time passed in. Every answer (granted or not, the wait, the grant
 time) must be the same: the scripts mirror the Python arithmetic operation for
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratelimit import RedisBackend
-from ratelimit._algorithms.algorithm import Algorithm
+from ratelimit._algorithms.algorithm import Algorithm, charge_all
 from ratelimit._algorithms.holes import Holes, give_back, pause, reserve
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.sliding_window import WindowLog
@@ -48,10 +49,12 @@ class FixedTime:
         return repr(self.value)
 
 
-# (time step, tokens, max_wait, what to give back, restriction (remaining, seconds) or None)
+# (time step, tokens, max_wait, what to give back, restriction (remaining, seconds) or
+# None, tokens charged after the request (0: none), which members of a composite are
+# given 0 (a bit mask; ignored when it would zero them all, and by a single limiter))
 # What to give back: nothing; this grant (a refund, or withdrawing it while it is the
 # last one queued); or the earliest reservation still ahead (a hole mid-queue).
-Request = tuple[float, float, float, str, "tuple[float, float] | None"]
+Request = tuple[float, float, float, str, "tuple[float, float] | None", float, int]
 requests = st.lists(
     st.tuples(
         st.sampled_from([0.0, 0.0, 0.001, 0.1, 0.25, 0.5, 1.0, 3.0]),
@@ -64,6 +67,8 @@ requests = st.lists(
             st.none(),
             st.tuples(st.sampled_from([0.0, 1.0, 2.0, 50.0]), st.sampled_from([0.5, 2.0, 30.0])),
         ),
+        st.sampled_from([0.0, 0.0, 0.0, 0.0, 0.5, 1.0, 2.0, 5.0]),
+        st.sampled_from([0, 0, 0, 0, 1, 2, 4, 8, 5, 10, 3, 12, 7]),
     ),
     min_size=1,
     max_size=40,
@@ -93,7 +98,7 @@ def test_script_matches_pure_step(
     states: list[Any] = [alg.new_state()]
     holes = Holes()
     pending: list[tuple[float, float]] = []
-    for dt, tokens, max_wait, back, restriction in scenario:
+    for dt, tokens, max_wait, back, restriction, charged, _ in scenario:
         now.value += dt
         if restriction is not None:
             remaining, seconds = restriction
@@ -106,6 +111,9 @@ def test_script_matches_pure_step(
         assert handle.reserve(n, max_wait) == (wait, now.value + wait)
         if wait >= 0:
             pending.append((now.value + wait, n))
+        if charged:
+            states = charge_all([alg], states, now.value, [min(charged, first)])
+            handle.charge(min(charged, first))
         given = _given_back(back, pending, now.value)
         if given is not None:
             at, n = given
@@ -135,7 +143,7 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
     states = [alg.new_state() for alg in algs]
     holes = Holes()
     pending: list[tuple[float, Any]] = []
-    for dt, tokens, max_wait, back, restriction in scenario:
+    for dt, tokens, max_wait, back, restriction, charged, zeros in scenario:
         now.value += dt
         if restriction is not None:
             remaining, seconds = restriction
@@ -146,13 +154,25 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
             if remaining == 0:
                 pause(holes, now.value + seconds)
             handle.restrict(left, seconds)
-        weights = [min(tokens, alg.most) for alg in algs]
+        weights = _weights(algs, tokens, zeros)
         states, wait = reserve(algs, states, holes, now.value, weights, max_wait)
         assert handle.reserve(weights, max_wait) == (wait, now.value + wait)
         if wait >= 0:
             pending.append((now.value + wait, weights))
+        if charged:
+            # The LLM case among others: no request, some tokens.
+            costs = _weights(algs, charged, zeros >> 1)
+            states = charge_all(algs, states, now.value, costs)
+            handle.charge(costs)
         given = _given_back(back, pending, now.value)
         if given is not None:
             at, back_weights = given
             states = give_back(algs, states, holes, now.value, back_weights, at)
             handle.refund(back_weights, at)
+
+
+def _weights(algs: list[Algorithm[Any]], tokens: float, zeros: int) -> list[float]:
+    """``tokens`` for every member (at most its largest request), 0 for those whose
+    bit is set in ``zeros`` unless that is all of them."""
+    weights = [0.0 if zeros >> i & 1 else min(tokens, alg.most) for i, alg in enumerate(algs)]
+    return weights if any(weights) else [min(tokens, alg.most) for alg in algs]

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from ratelimit import Composite, LeakyBucket, ManualClock, RedisBackend, SlidingWindow, TokenBucket
-from ratelimit._algorithms.algorithm import step
+from ratelimit._algorithms.algorithm import charge, step
 from ratelimit._limiting.limiters import SingleLimiter
 
 from conftest import unique_name
@@ -68,6 +68,20 @@ def test_the_state_key_expires_when_the_state_is_fresh_again(redis_client: redis
     found = ttls(redis_client, name)
     assert list(found) == [RedisBackend(redis_client).key(name, kind, clock=clock)]
     assert_within(next(iter(found.values())), alg.idle_until(state) - decided)
+
+
+@pytest.mark.parametrize("kind", list(LIMITERS))
+def test_a_charge_into_debt_keeps_the_key_until_the_debt_is_waited_off(redis_client: redis.Redis, kind: str) -> None:
+    clock = ManualClock(1_000.0)
+    name = unique_name("ttl-charge")
+    limiter = LIMITERS[kind](RedisBackend(redis_client), name, clock)
+    alg: Any = limiter.algorithm_for(clock)
+    state = alg.new_state()
+    for tokens in (3.0, 3.0):  # a second charge on top of the first: in debt
+        state = charge(alg, state, clock.now(), tokens)
+        limiter.charge(tokens)
+    (found,) = ttls(redis_client, name).values()
+    assert_within(found, alg.idle_until(state) - clock.now())
 
 
 def test_a_windows_caps_expire_with_the_restriction(redis_client: redis.Redis) -> None:

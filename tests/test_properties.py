@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit._algorithms.algorithm import EPSILON, Algorithm, step, step_all
+from ratelimit._algorithms.algorithm import EPSILON, Algorithm, charge, step, step_all
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import CounterState, WindowCounter
@@ -434,3 +434,180 @@ def test_a_composite_of_one_decides_like_its_member(alg: Algorithm[Any], request
         now += dt
         states, wait = step_all([alg], states, now, [weight_of(alg, weight)], max_wait)
         assert wait == expected.wait
+
+
+# -- charges: debt that later grants wait off --------------------------------------------
+#
+# A charge is never refused, so it may take a limit over; what must hold is that every
+# *grant* still keeps the limit with the charges counted. Steps are acquires (waiting up
+# to a max_wait: 0 is try_acquire), charges and refunds, at times that only move on.
+# Grants and charges are *records* ``[time, tokens]`` in the order they were decided; a
+# refund of ``k`` at ``now`` (``refund(k)``, naming no grant) is modelled as taking ``k``
+# off the newest records already made (time <= now), and is at most what those hold
+# within the last window for a sliding window (refund within ``window_seconds``, as the
+# README says). The algorithms take refunds elsewhere (a window from its oldest grants,
+# a bucket from its state): never less strict than this model, which is what the
+# properties below show, each checked at the moment every grant is decided, on the
+# records as they stand then.
+
+Step = tuple[float, str, float, float]  # (time step, "acquire" | "charge" | "refund", weight, max_wait)
+charge_steps = st.lists(
+    st.tuples(time_steps, st.sampled_from(["acquire", "acquire", "acquire", "charge", "refund"]), weights, max_waits),
+    min_size=1,
+    max_size=40,
+)
+
+
+def run_with_charges(
+    alg: Algorithm[Any], steps: Sequence[Step], check: Callable[[list[list[float]], Any, float], None]
+) -> tuple[int, int]:
+    """Drive ``alg`` through ``steps``; ``check(records, state, now)`` after every grant,
+    the grant last in ``records``. Returns how many grants and charges there were."""
+    state = alg.new_state()
+    now = START
+    records: list[list[float]] = []
+    counts = [0, 0]
+    span = getattr(alg, "window", INF)
+    for dt, kind, weight, max_wait in steps:
+        now += dt
+        tokens = weight_of(alg, weight)
+        if kind == "charge":
+            before = alg.latest(state)
+            state = charge(alg, state, now, tokens)
+            # A queue's charge starts where the queue ends; any other, at its own time.
+            at = alg.latest(state) if isinstance(alg, LeakyQueue) else max(now, before)
+            records.append([at, tokens])
+            counts[1] += 1
+        elif kind == "refund":
+            made = [r for r in records if r[0] <= now + EPSILON and r[0] > now - span]
+            back = min(tokens, sum(r[1] for r in made))
+            if back > 0:
+                state = alg.refund(state, now, back, now)
+                for record in reversed(made):
+                    took = min(back, record[1])
+                    record[1] -= took
+                    back -= took
+        else:
+            state, wait = step(alg, state, now, tokens, max_wait)
+            if wait >= 0:
+                logged = recorded_at(alg, state)
+                records.append([now + wait if logged is None else logged, tokens])
+                counts[0] += 1
+                check(records, state, now)
+    return counts[0], counts[1]
+
+
+@SETTINGS
+@given(capacity=sizes, rate=rates, steps=charge_steps)
+def test_token_bucket_grants_keep_the_bound_counting_charges(capacity: float, rate: float, steps: list[Step]) -> None:
+    """For every grant at ``t`` and every ``s <= t``: the tokens of the records decided up
+    to it (grants and charges) with times in ``[s, t]`` are at most
+    ``capacity + rate * (t - s)``.
+
+    Why: the TAT is at least the GCRA recursion ``max(TAT, at) + n / rate`` run over the
+    records (a charge is that step at ``max(now, latest)``; a refund lowers it to
+    ``max(TAT - k / rate, now)``, never below the recursion over the records with ``k``
+    taken off the newest made ones), and a grant at ``t`` needs ``t >= TAT + n / rate -
+    capacity / rate``: the recursion over ``[s, t]`` then adds up to at most
+    ``t + capacity / rate - s``."""
+
+    def bound(records: list[list[float]], state: float, now: float) -> None:
+        t = records[-1][0]
+        for s, _ in records:
+            inside = sum(n for at, n in records if s <= at <= t)
+            assert inside <= capacity + rate * (t - s) + 1e-6, (s, t, inside)
+
+    run_with_charges(Gcra(capacity, rate), steps, bound)
+
+
+@SETTINGS
+@given(capacity=sizes, rate=rates, steps=charge_steps)
+def test_leaky_bucket_grants_wait_for_everything_poured_before(capacity: float, rate: float, steps: list[Step]) -> None:
+    """A grant at ``t`` comes no sooner than every record before it has leaked: for each
+    earlier record at ``a``, ``t - a >= (its tokens and those of every record after it)
+    / rate``; and a grant never leaves more than ``capacity`` queued.
+
+    Why: the time the bucket drains is at least ``max(drained, at) + n / rate`` run over
+    the records (a charge pours in behind the queue; a refund only drains it sooner by
+    what the newest made records gave back), and a grant starts when it has drained."""
+
+    def spaced(records: list[list[float]], state: tuple[float, float], now: float) -> None:
+        t = records[-1][0]
+        for i in range(len(records) - 1):
+            behind = sum(n for _, n in records[i:-1])
+            assert t - records[i][0] >= behind / rate - 1e-6, (i, records)
+        assert (max(state[0], now) - now) * rate <= capacity + 1e-6
+
+    run_with_charges(LeakyQueue(capacity, rate), steps, spaced)
+
+
+@SETTINGS
+@given(limit=sizes, window=windows, steps=charge_steps)
+def test_exact_window_grants_keep_the_limit_counting_charges(limit: float, window: float, steps: list[Step]) -> None:
+    """For every grant at ``t``: the tokens of the records decided up to it (grants and
+    charges) with times in ``(t - window, t]`` are at most ``limit``.
+
+    Why: a grant is planned where the log's entries in ``(t - window, t]`` leave room
+    for it, and the log holds every record (charges appended in time order) but for
+    refunds, which it takes from its oldest grants already made: from any span ending
+    at ``t >= now`` that frees no more than taking them off the newest made ones."""
+
+    def bound(records: list[list[float]], state: Any, now: float) -> None:
+        t = records[-1][0]
+        inside = sum(n for at, n in records if t - window + 1e-9 < at <= t)
+        assert inside <= limit + 1e-9, (t, inside, records)
+
+    run_with_charges(WindowLog(limit, window), steps, bound)
+
+
+@SETTINGS
+@given(limit=sizes, window=windows, steps=charge_steps)
+def test_approximate_window_grants_keep_the_limit_counting_charges(
+    limit: float, window: float, steps: list[Step]
+) -> None:
+    """For every grant at ``t``: the tokens of the records decided up to it with times in
+    the ``m + 1`` sub-windows ending with ``t``'s (so in ``(t - window, t]`` too) are at
+    most ``limit``.
+
+    Why: a decision counts those sub-windows; a charge is counted in the sub-window of
+    ``max(now, last)``, like a grant; and a refund takes tokens from the oldest counted
+    sub-windows, so from every sub-window on the counts stay at least the records'."""
+    alg = WindowCounter(limit, window)
+
+    def bound(records: list[list[float]], state: CounterState, now: float) -> None:
+        k = math.floor(records[-1][0] / alg.width)
+        inside = sum(n for at, n in records if k - alg.subs <= math.floor(at / alg.width) <= k)
+        assert inside <= limit + 1e-9, (k, inside, records)
+
+    run_with_charges(alg, steps, bound)
+
+
+@SETTINGS
+@given(alg=algorithms(), steps=charge_steps)
+def test_grants_and_charges_stay_in_time_order(alg: Algorithm[Any], steps: list[Step]) -> None:
+    # Every record, grant or charge, at or after the one decided before it (refunds
+    # never move a record), so a window's log is only ever appended to.
+    def ordered(records: list[list[float]], state: Any, now: float) -> None:
+        times = [at for at, _ in records]
+        assert all(b >= a - EPSILON for a, b in itertools.pairwise(times)), times
+
+    grants, _ = run_with_charges(alg, [*steps, (0.0, "acquire", 0.0, INF)], ordered)
+    assert grants >= 1 or isinstance(alg, LeakyQueue)  # only a queue refuses a patient request
+
+
+@SETTINGS
+@given(alg=algorithms(), requests=request_lists)
+def test_nothing_given_records_nothing(alg: Algorithm[Any], requests: list[Request]) -> None:
+    # A composite's member given 0: commit, refund and cancel leave it deciding as it did.
+    state = alg.new_state()
+    now = START
+    for dt, weight, max_wait in requests:
+        now += dt
+        state, _ = step(alg, state, now, weight_of(alg, weight), max_wait)
+    latest = alg.latest(state)
+    before = [alg.plan(state, now, weight_of(alg, w)) for w in (0.0, 0.5, 1.0)], alg.idle_until(state)
+    state = alg.commit(state, now, 0.0, max(now, latest) + 1.0)
+    state = alg.refund(state, now, 0.0, now)
+    state = alg.cancel(state, now, 0.0, latest)
+    assert ([alg.plan(state, now, weight_of(alg, w)) for w in (0.0, 0.5, 1.0)], alg.idle_until(state)) == before
+    assert alg.latest(state) == latest

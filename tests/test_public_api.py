@@ -159,7 +159,17 @@ ACQUIRER_METHODS = [
 
 
 def test_the_acquirer_protocol_has_the_contract_methods() -> None:
-    assert set(ACQUIRER_METHODS) >= {"acquire", "try_acquire", "acquire_async", "try_acquire_async", "feedback"}
+    assert set(ACQUIRER_METHODS) >= {
+        "acquire",
+        "try_acquire",
+        "acquire_async",
+        "try_acquire_async",
+        "feedback",
+        "charge",
+        "charge_async",
+        "settle",
+        "settle_async",
+    }
 
 
 def _compatible(promised: inspect.Signature, actual: inspect.Signature) -> list[str]:
@@ -243,6 +253,8 @@ CONTRACT: list[tuple[str, Callable[..., Any], list[tuple[str, Any, Any]]]] = [
         [("tokens", P.POSITIONAL_OR_KEYWORD, 1), ("timeout", P.POSITIONAL_OR_KEYWORD, None)],
     ),
     ("try_acquire_async", TokenBucket.try_acquire_async, [("tokens", P.POSITIONAL_OR_KEYWORD, 1)]),
+    ("charge", TokenBucket.charge, [("tokens", P.POSITIONAL_OR_KEYWORD, REQUIRED)]),
+    ("charge_async", TokenBucket.charge_async, [("tokens", P.POSITIONAL_OR_KEYWORD, REQUIRED)]),
     (
         "feedback",
         TokenBucket.feedback,

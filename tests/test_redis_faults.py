@@ -113,6 +113,67 @@ def test_a_window_falls_back_to_its_share_and_still_grants_the_largest_request(
     assert not window.try_acquire()
 
 
+# -- a charge with the store down: as a refund, it follows on_unavailable -------------
+
+
+def test_a_charge_raises_backend_unavailable_by_default(server: RedisServer) -> None:
+    backend = RedisBackend.from_url(server.url)
+    limiter = TokenBucket(5, 1, backend=backend, name="charge-down", clock=ManualClock(1_000.0))
+    server.stop()
+    with pytest.raises(BackendUnavailable) as caught:
+        limiter.charge(2)
+    assert isinstance(caught.value.__cause__, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError))
+    with pytest.raises(BackendUnavailable):
+        limiter.settle(1, 3)
+    assert limiter.stats().charged == 0
+
+
+def test_a_charge_without_the_store_is_lost_with_a_warning_when_failing_open(
+    server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = RedisBackend.from_url(server.url, on_unavailable="allow")
+    limiter = Composite([TokenBucket(5, 1), TokenBucket(100, 1)], backend=backend, name="charge-open")
+    server.stop()
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        limiter.charge([0, 50])
+    assert "the charge on" in caplog.text
+    assert "is lost" in caplog.text
+    # Lost, not granted: a charge is no decision.
+    assert backend.stats().failed_open == 0
+
+
+def test_a_charge_without_the_store_goes_to_the_local_fallback(server: RedisServer) -> None:
+    clock = ManualClock(1_000.0)
+    backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=0.5)
+    limiter = TokenBucket(4, 10, backend=backend, name="charge-local", clock=clock)
+    server.stop()
+    # This process's share: 2 at once, one every 0.2 s. The charge takes them both.
+    limiter.charge(2)
+    assert not limiter.try_acquire()
+    assert limiter.acquire() == pytest.approx(0.2)
+
+
+def test_a_charge_on_the_async_path_follows_the_policy_too(server: RedisServer) -> None:
+    clock = ManualClock(1_000.0)
+    raising_backend = RedisBackend.from_url(server.url)
+    raising = TokenBucket(5, 1, backend=raising_backend, name="charge-async", clock=clock)
+    local_backend = RedisBackend.from_url(server.url, on_unavailable="local")
+    local = SlidingWindow(3, 10, backend=local_backend, name="charge-async-local", clock=clock)
+    server.stop()
+
+    async def scenario() -> bool:
+        with pytest.raises(BackendUnavailable):
+            await raising.charge_async(1)
+        await local.settle_async(1, 3)  # estimate 1 (not acquired here), actual 3: 2 charged locally
+        granted = await local.try_acquire_async()
+        await raising_backend.aclose()
+        await local_backend.aclose()
+        return granted
+
+    assert asyncio.run(scenario())  # 2 of 3 charged: one left
+    assert not local.try_acquire()
+
+
 def test_async_path_raises_quickly_on_a_dead_server(server: RedisServer) -> None:
     backend = RedisBackend.from_url(server.url)
     limiter = TokenBucket(5, 1, backend=backend, name="async-down")

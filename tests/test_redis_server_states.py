@@ -213,6 +213,7 @@ def test_losing_any_subset_of_keys_only_forgets_what_was_lost(
 
     # Every other operation works on the mended state too.
     limiter.refund(1)
+    limiter.charge(1)
     limiter.feedback({"Retry-After": "1"}, status=429)
     clock.advance(100)
     assert burst(limiter) == fresh
@@ -234,6 +235,7 @@ def test_a_value_that_is_not_the_state_is_a_fresh_one(client: redis.Redis, spec:
     client.set(key, value)
     assert burst(limiter) == fresh
     limiter.refund(1)
+    limiter.charge(1)
     limiter.feedback({"Retry-After": "1"}, status=429)
 
 

@@ -386,6 +386,8 @@ TOKEN_CALLS: list[tuple[str, Call]] = [
     ("try_acquire_async", lambda lim, n: _run(lim.try_acquire_async(n))),
     ("refund", lambda lim, n: lim.refund(n)),
     ("refund_async", lambda lim, n: _run(lim.refund_async(n))),
+    ("charge", lambda lim, n: lim.charge(n)),
+    ("charge_async", lambda lim, n: _run(lim.charge_async(n))),
     ("decorate", lambda lim, n: lim.decorate(tokens=n)),
 ]
 
@@ -462,8 +464,10 @@ BAD_COMPOSITE_TOKENS: list[tuple[Any, type[Exception], str]] = [
     ([1], ValueError, r"tokens must give one number per limit \(2\)"),
     ((1,), ValueError, r"tokens must give one number per limit \(2\)"),
     ([1, 1, 1], ValueError, r"tokens must give one number per limit \(2\)"),
-    ([1, 0], ValueError, "tokens must be > 0"),
-    ([-1, 1], ValueError, "tokens must be > 0"),
+    ([0, 0], ValueError, "tokens must give at least one limit more than 0"),
+    ((0.0, 0), ValueError, "tokens must give at least one limit more than 0"),
+    ([-1, 1], ValueError, "tokens must be >= 0"),
+    ([1, -0.001], ValueError, "tokens must be >= 0"),
     ([1, math.nan], ValueError, "tokens must be a number"),
     ([11, 1], ValueError, r"tokens must be <= capacity \(10\).*could never be granted"),
     ([1, 21], ValueError, r"tokens must be <= limit \(20\).*could never be granted"),
@@ -490,9 +494,86 @@ def test_composite_tokens_per_member_are_checked(
     assert_untouched(limiter)
 
 
-@pytest.mark.parametrize("tokens", [[10, 20], (1, 1), [0.5, 20.0], [10, 1]], ids=repr)
+@pytest.mark.parametrize("tokens", [[10, 20], (1, 1), [0.5, 20.0], [10, 1], [0, 20], (10, 0.0)], ids=repr)
 def test_composite_accepts_one_number_per_member(tokens: Sequence[float]) -> None:
+    # A member may be given 0 (the request does not weigh on it) while another is not.
     assert make_composite().try_acquire(tokens)
+
+
+SETTLE_CALLS: list[tuple[str, Callable[[Limiter[Any], Any, Any], object]]] = [
+    ("settle", lambda lim, estimate, actual: lim.settle(estimate, actual)),
+    ("settle_async", lambda lim, estimate, actual: _run(lim.settle_async(estimate, actual))),
+]
+
+BAD_ESTIMATES: list[tuple[Any, type[Exception], str]] = [
+    (0, ValueError, "estimate must be > 0"),
+    (-1, ValueError, "estimate must be > 0"),
+    (math.nan, ValueError, "estimate must be a number"),
+    (11, ValueError, r"estimate must be <= .* \(10\).*could never be granted"),
+    ("1", TypeError, "estimate must be a number"),
+    (None, TypeError, "estimate must be a number"),
+]
+BAD_ACTUALS: list[tuple[Any, type[Exception], str]] = [
+    (-1, ValueError, "actual must be >= 0"),
+    (-0.001, ValueError, "actual must be >= 0"),
+    (math.nan, ValueError, "actual must be a number"),
+    (11, ValueError, r"actual must be <= .* \(10\)"),
+    (math.inf, ValueError, r"actual must be <= .* \(10\)"),
+    (True, TypeError, "actual must be a number"),
+    (None, TypeError, "actual must be a number"),
+]
+
+
+@pytest.mark.parametrize(("value", "error", "message"), BAD_ESTIMATES, ids=[repr(t[0]) for t in BAD_ESTIMATES])
+@pytest.mark.parametrize(("method", "call"), SETTLE_CALLS, ids=[c[0] for c in SETTLE_CALLS])
+@pytest.mark.parametrize("make", LIMITERS, ids=LIMITER_CLASS_IDS)
+def test_settle_refuses_a_bad_estimate_by_name(
+    make: Callable[[], Limiter[Any]], method: str, call: Any, value: Any, error: type[Exception], message: str
+) -> None:
+    limiter = make()
+    with pytest.raises(error, match=message) as caught:
+        call(limiter, value, 1)
+    assert_names(caught.value, "estimate", value)
+    assert_untouched(limiter)
+
+
+@pytest.mark.parametrize(("value", "error", "message"), BAD_ACTUALS, ids=[repr(t[0]) for t in BAD_ACTUALS])
+@pytest.mark.parametrize(("method", "call"), SETTLE_CALLS, ids=[c[0] for c in SETTLE_CALLS])
+@pytest.mark.parametrize("make", LIMITERS, ids=LIMITER_CLASS_IDS)
+def test_settle_refuses_a_bad_actual_by_name(
+    make: Callable[[], Limiter[Any]], method: str, call: Any, value: Any, error: type[Exception], message: str
+) -> None:
+    limiter = make()
+    with pytest.raises(error, match=message) as caught:
+        call(limiter, 1, value)
+    assert_names(caught.value, "actual", value)
+    assert_untouched(limiter)
+
+
+@pytest.mark.parametrize(
+    ("estimate", "actual", "message"),
+    [
+        ([0, 0], [1, 1], "estimate must give at least one limit more than 0"),
+        ([1, -1], [1, 1], "estimate must be >= 0"),
+        ([1, 1], [1, -1], "actual must be >= 0"),
+        ([1, 1], [1], r"actual must give one number per limit \(2\)"),
+        ([1], [1, 1], r"estimate must give one number per limit \(2\)"),
+        ([1, 1], [1, 21], r"actual must be <= limit \(20\)"),
+    ],
+    ids=repr,
+)
+def test_composite_settle_checks_each_member_by_name(estimate: Any, actual: Any, message: str) -> None:
+    limiter = make_composite()
+    with pytest.raises(ValueError, match=message):
+        limiter.settle(estimate, actual)
+    assert_untouched(limiter)
+
+
+def test_composite_settle_takes_zero_members_and_zero_actuals() -> None:
+    limiter = make_composite()
+    limiter.settle([0, 5], [0, 0])  # nothing used: everything given back
+    limiter.settle([1, 0], [0, 0])
+    assert_untouched(limiter)
 
 
 TIMEOUT_CALLS: list[tuple[str, Call]] = [

@@ -122,6 +122,13 @@ def acquiring(bucket: TokenBucket, leaky: LeakyBucket, window: SlidingWindow) ->
     granted = window.try_acquire(tokens=3)
     bucket.refund()
     bucket.refund(0.5)
+    bucket.charge(3)
+    bucket.settle(5, 7.5)
+    bucket.settle(estimate=5, actual=0)
+    window.charge(tokens=2)
+    charged: float = window.stats().charged
+    bucket.charge()  # type: ignore[call-arg]
+    bucket.charge([1, 2])  # type: ignore[arg-type]
 
     bucket.acquire([1, 2])  # type: ignore[arg-type]
     bucket.acquire(timeout="5")  # type: ignore[arg-type]
@@ -140,7 +147,7 @@ def acquiring(bucket: TokenBucket, leaky: LeakyBucket, window: SlidingWindow) ->
     with bucket:
         pass
 
-    _ = (waited, granted, wrong, also_wrong, remaining, reset_after, retry_after, limit)
+    _ = (waited, granted, wrong, also_wrong, remaining, reset_after, retry_after, limit, charged)
 
 
 async def acquiring_async(bucket: TokenBucket, llm: Composite) -> None:
@@ -149,11 +156,15 @@ async def acquiring_async(bucket: TokenBucket, llm: Composite) -> None:
     granted: bool = await bucket.try_acquire_async()
     granted = await bucket.try_acquire_async(tokens=2)
     await bucket.refund_async(1)
+    await bucket.charge_async(2)
+    await bucket.settle_async(2, 1)
     info: RateLimitInfo = await bucket.feedback_async({"Retry-After": "2"}, status=503)
 
     waited = await llm.acquire_async([1, 1_200], timeout=5)
     granted = await llm.try_acquire_async((1, 800))
     await llm.refund_async([0, 400])
+    await llm.charge_async([0, 800])
+    await llm.settle_async([1, 1_200], [1, 950])
 
     async with bucket:
         pass
@@ -175,6 +186,10 @@ def composite(llm: Composite) -> None:
     waited = llm.acquire(per_member)
     granted: bool = llm.try_acquire([1, 500])
     llm.refund([0, 400])
+    llm.charge([0, 800])
+    llm.charge(1)
+    llm.settle([1, 1_200], (1, 1_500))
+    llm.settle([1, 1_200], 0)
 
     @llm.decorate(tokens=[1, 500])
     def complete(prompt: str) -> str:
@@ -228,6 +243,8 @@ def interfaces(bucket: TokenBucket, leaky: LeakyBucket, window: SlidingWindow, l
     for limiter in acquirers:
         waited: float = limiter.acquire(1, timeout=2)
         granted: bool = limiter.try_acquire()
+        limiter.charge(1)
+        limiter.settle(1, 2)
         _ = (waited, granted)
 
     not_an_acquirer: Acquirer = MemoryBackend()  # type: ignore[assignment]

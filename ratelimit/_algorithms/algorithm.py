@@ -14,6 +14,10 @@ request it answers two questions:
     planned is always safe, which is what lets a composite grant several limits at
     the latest of their times.
 
+``charge(alg, state, now, tokens)`` (a function here, not a method)
+    record tokens taken whatever the budget: a grant that no plan allowed, placed
+    behind every reservation (see :func:`charge`).
+
 ``tail(state, tokens, at)`` and ``cancel(state, now, tokens, at) -> state``
     withdraw a reservation that has not happened yet: ``tail`` says whether it is
     the last one recorded (nothing was planned behind it), and only then does
@@ -30,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["EPSILON", "Algorithm", "commit_all", "decide", "plan_all", "step", "step_all"]
+__all__ = ["EPSILON", "Algorithm", "charge", "charge_all", "commit_all", "decide", "plan_all", "step", "step_all"]
 
 # Float arithmetic on times near 1.7e9 (Redis TIME) is exact to ~2.4e-7 s, and sums of
 # emission intervals pick up rounding: a grant due "now" may compute as 1e-16 s away.
@@ -62,7 +66,10 @@ class Algorithm(Protocol[S]):
 
     def plan(self, state: S, now: float, tokens: float) -> tuple[float, float]: ...
 
-    def commit(self, state: S, now: float, tokens: float, at: float) -> S: ...
+    def commit(self, state: S, now: float, tokens: float, at: float) -> S:
+        """Record ``tokens`` granted at ``at``; ``tokens == 0`` records nothing (a
+        composite's member that a request does not weigh on)."""
+        ...
 
     def refund(self, state: S, now: float, tokens: float, at: float) -> S:
         """Give back ``tokens`` of the grant made (or reserved) for time ``at``.
@@ -121,7 +128,9 @@ class Algorithm(Protocol[S]):
         ...
 
     def step(self, state: S, now: float, tokens: float, max_wait: float) -> tuple[S, float]:
-        """Exactly :func:`step` (``plan`` then ``commit``), as a method.
+        """Exactly :func:`step` (``plan`` then ``commit``), as a method, for a request
+        of ``tokens > 0`` (a 0 is only ever a composite's member, decided through
+        ``commit``).
 
         An algorithm may fuse the two for speed (the in-process hot path calls this);
         the property tests pin every override to :func:`step`.
@@ -197,3 +206,31 @@ def step_all(
     if wait < 0:
         return list(states), wait
     return commit_all(algs, states, now, tokens, at), wait
+
+
+def charge_all(algs: Sequence[Algorithm[Any]], states: Sequence[Any], now: float, tokens: Sequence[float]) -> list[Any]:
+    """Record ``tokens`` as taken now, in every limit, whatever the budget left.
+
+    A charge never waits and is never refused: the tokens were spent already (a call
+    whose cost was known only once it was made). Taking them into debt is what the
+    limits are for: later requests are planned behind the charge and wait it off.
+
+    It is recorded at the latest grant any of the limits has recorded, when that is
+    still ahead, and otherwise now: reservations already promised keep their times
+    (they were told when to go), grants stay in time order in every limit (a window's
+    log is only ever appended to), and a limit restricted by feedback counts the charge
+    against what it still allows. Holes are left alone: each is a grant already paid
+    for in the state, and stays one. A limit given 0 tokens records nothing.
+    """
+    at = now
+    for alg, state in zip(algs, states, strict=True):
+        latest = alg.latest(state)
+        if latest > at:
+            at = latest
+    return commit_all(algs, states, now, tokens, at)
+
+
+def charge(alg: Algorithm[S], state: S, now: float, tokens: float) -> S:
+    """:func:`charge_all` for one limit."""
+    latest = alg.latest(state)
+    return alg.commit(state, now, tokens, latest if latest > now else now)

@@ -15,6 +15,9 @@ Timeline, ``capacity=3, rate=1/s``, four requests at t=0::
     t=0  granted, wait 2   (bucket: 3, full)
     t=0  refused, room at t=1
 
+A charge (``algorithm.charge``) pours its tokens in behind everything queued, even
+into a full bucket: requests then overflow until it has drained below ``capacity``.
+
 Mirrored by ``lua/leaky_bucket.lua``.
 """
 
@@ -66,6 +69,8 @@ class LeakyQueue:
         return now, start
 
     def commit(self, state: LeakyState, now: float, tokens: float, at: float) -> LeakyState:
+        if not tokens > 0:
+            return state  # nothing poured in (a composite's member)
         drained_at = state[0]
         start = drained_at if drained_at > at else at
         return (start + tokens * self.interval, start)
@@ -74,7 +79,7 @@ class LeakyQueue:
         # Only the grant at the end of the queue can give its slot back: those behind
         # any other are already told when to go, and would end up side by side.
         drained_at, latest = state
-        if at < latest - EPSILON:
+        if at < latest - EPSILON or not tokens > 0:
             return state
         drained_at -= tokens * self.interval
         floor = latest if latest > now else now
@@ -87,7 +92,9 @@ class LeakyQueue:
     def cancel(self, state: LeakyState, now: float, tokens: float, at: float) -> LeakyState:
         # Its start is where the queue now ends. Who started before it is not known,
         # so `latest` stays no earlier than that: a plain refund then never reaches
-        # back past a grant still queued.
+        # back past a grant still queued. A grant of nothing poured nothing in.
+        if not tokens > 0:
+            return state
         latest = state[1]
         return (at, latest if latest < at else at)
 

@@ -13,6 +13,10 @@ limit, and no total to keep in step with the entries. Grants are recorded in tim
 order (reservations are FIFO), so sums and times rise together. Memory is one entry
 per grant time in the window: at most ``limit`` entries for unit requests.
 
+**Charges** (``algorithm.charge``) are appended like grants, at the newest entry's time
+or now, whichever is later; they are never refused, so the log may hold more than
+``limit``, and the next request is planned for when enough of it has aged out.
+
 **Restrictions** (``restrict``: at most ``remaining`` more before ``until``) are kept
 beside the log as *caps*, ``[until, left]``, not as entries, so the log is only ever
 appended to at its end and consumed from its start.
@@ -251,6 +255,8 @@ class WindowLog:
         # has nothing left to give back, but a refund cannot say so: refund within
         # the window.) The entries used up are found by a search on the sums, as a
         # plan's are: a refund costs O(log n) whatever it gives back.
+        if not tokens > 0:
+            return state
         state.prune(now - self.window)
         times, sums, weights = state.times, state.sums, state.weights
         head = state.head
@@ -274,7 +280,7 @@ class WindowLog:
     def cancel(self, state: Log, now: float, tokens: float, at: float) -> Log:
         # The withdrawn grant is in the newest entry (one entry per time).
         times = state.times
-        if len(times) == state.head or times[-1] < at - EPSILON:
+        if len(times) == state.head or times[-1] < at - EPSILON or not tokens > 0:
             return state
         weights, sums = state.weights, state.sums
         # What the entry before it reaches: the sums must keep rising, or a search

@@ -34,6 +34,11 @@ this:
   as a token bucket's does);
 - ``restrict`` adds placeholder grants (counted like real ones) and may hold ``last``;
   a pause only moves ``last``, and every later grant waits for it.
+- a charge (``algorithm.charge``) is recorded like a grant, at ``max(now, last)``: in
+  time order too, and counted by every later decision. It is never refused, so a span
+  whose latest entry is a charge may hold more than ``limit`` (the debt); one whose
+  latest entry is a grant still holds at most ``limit``, charges made before that
+  grant included.
 
 **The cost.** A decision counts a span of up to ``window + g``: under saturation the
 grants come in bursts of ``limit`` every ``window + g``, ``m / (m + 1)`` of the exact
@@ -230,6 +235,8 @@ class WindowCounter:
         return now, window_start(s + m, self.width)
 
     def commit(self, state: CounterState, now: float, tokens: float, at: float) -> CounterState:
+        if not tokens > 0:
+            return state  # nothing counted (a composite's member)
         k = floor(at / self.width)
         index = state.index
         if k > index:
@@ -271,7 +278,7 @@ class WindowCounter:
 
     def refund(self, state: CounterState, now: float, tokens: float, at: float) -> CounterState:
         index = state.index
-        if index == -math.inf:
+        if index == -math.inf or not tokens > 0:
             return state
         top = int(index)
         current = floor(now / self.width)

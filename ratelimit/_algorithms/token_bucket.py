@@ -10,7 +10,9 @@ interval ``T = 1 / refill_per_sec`` and a burst tolerance ``tau = capacity * T``
 
 A waiting request therefore *reserves* its place by pushing the TAT forward, and the
 next one is planned behind it: grants come out in arrival order, ``T`` apart once the
-burst is spent. Mirrored by ``lua/token_bucket.lua``.
+burst is spent. A charge of ``n`` (``algorithm.charge``) moves the TAT to
+``max(TAT, now) + n*T`` whatever it was: past ``now + tau`` the bucket is in debt, and
+the next request waits it off. Mirrored by ``lua/token_bucket.lua``.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class Gcra:
         return now, at if at > now else now
 
     def commit(self, state: float, now: float, tokens: float, at: float) -> float:
+        if not tokens > 0:
+            return state  # nothing taken from this limit (a composite's member)
         return (state if state > at else at) + tokens * self.interval
 
     def refund(self, state: float, now: float, tokens: float, at: float) -> float:
@@ -64,6 +68,8 @@ class Gcra:
         # them at fixed times: giving some back could only put a new grant beside one
         # of them. Only the latest reservation can be rolled back (a cancelled waiter
         # at the end of the line), and with none pending the tokens return to now.
+        if not tokens > 0:
+            return state
         latest = state - self.tolerance
         if latest > now and at < latest - EPSILON:
             return state
@@ -75,6 +81,8 @@ class Gcra:
         return at >= state - self.tolerance - EPSILON
 
     def cancel(self, state: float, now: float, tokens: float, at: float) -> float:
+        if not tokens > 0:
+            return state
         tat = state - tokens * self.interval
         return tat if tat > now else now
 

@@ -37,7 +37,13 @@ class Composite(Limiter[Sequence[float]]):
     ``backend`` and ``name`` (in Redis, all in one hash slot, decided by one script
     call).
 
-    ``tokens`` is one number charged to every member, or one number per member.
+    ``tokens`` is one number charged to every member, or one number per member; a
+    member may be given 0 (the request does not weigh on it: it still waits its turn
+    there, and takes nothing) as long as one is given more. A request's cost known
+    only after the call is settled member by member (:meth:`settle`)::
+
+        llm.acquire([1, 1_200])     # the estimate
+        llm.settle([1, 1_200], [1, 950])   # the real cost: 250 tokens given back
 
     With a :class:`~ratelimit.ConcurrencyLimit` among the members, the composite
     holds a slot for the length of each request as well, and is used with
@@ -90,13 +96,28 @@ class Composite(Limiter[Sequence[float]]):
         self._handle = self._backend.bind_group(self._name, self._algs, clock)
         self._handle.tally = self._tally
 
-    def _tokens(self, tokens: object) -> Sequence[float]:
+    def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False) -> Sequence[float]:
         limits = tuple(zip(self._most, self._names, strict=True))
-        if isinstance(tokens, Sequence) and not isinstance(tokens, (str, bytes)):
-            if len(tokens) != len(limits):
-                raise ValueError(f"tokens must give one number per limit ({len(limits)}), got {tokens!r}")
-            return tuple(_validate.tokens(n, most, name) for n, (most, name) in zip(tokens, limits, strict=True))
-        return tuple(_validate.tokens(tokens, most, name) for most, name in limits)
+        if not isinstance(tokens, Sequence) or isinstance(tokens, (str, bytes)):
+            return tuple(_validate.tokens(tokens, most, most_name, name, zero=zero) for most, most_name in limits)
+        if len(tokens) != len(limits):
+            raise ValueError(f"{name} must give one number per limit ({len(limits)}), got {tokens!r}")
+        # Each member may be given 0 (an LLM call's cost: no request, 800 tokens), but
+        # not every one: a request of nothing at all is as meaningless as tokens=0.
+        checked = tuple(
+            _validate.tokens(n, most, most_name, name, zero=True)
+            for n, (most, most_name) in zip(tokens, limits, strict=True)
+        )
+        if not zero and not any(n > 0 for n in checked):
+            raise ValueError(f"{name} must give at least one limit more than 0, got {tokens!r}")
+        return checked
+
+    def _difference(
+        self, estimate: Sequence[float], actual: Sequence[float]
+    ) -> tuple[Sequence[float] | None, Sequence[float] | None]:
+        back = tuple(e - a if e > a else 0.0 for e, a in zip(estimate, actual, strict=True))
+        more = tuple(a - e if a > e else 0.0 for e, a in zip(estimate, actual, strict=True))
+        return (back if any(back) else None), (more if any(more) else None)
 
     def _no_slots(self) -> None:
         if self._slots:
@@ -150,6 +171,14 @@ class Composite(Limiter[Sequence[float]]):
         def refund(self, tokens: Tokens = 1) -> None: ...
 
         async def refund_async(self, tokens: Tokens = 1) -> None: ...
+
+        def charge(self, tokens: Tokens) -> None: ...
+
+        async def charge_async(self, tokens: Tokens) -> None: ...
+
+        def settle(self, estimate: Tokens, actual: Tokens) -> None: ...
+
+        async def settle_async(self, estimate: Tokens, actual: Tokens) -> None: ...
 
         def decorate(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> Decorator: ...
 

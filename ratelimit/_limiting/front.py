@@ -49,7 +49,9 @@ class Acquirer(Protocol):
     """The interface every limiter implements; program against this.
 
     ``acquire`` blocks until granted and returns the wait it was given; ``try_acquire``
-    never blocks. The ``_async`` twins have the same semantics for asyncio.
+    never blocks; ``charge`` takes tokens without asking, and ``settle`` squares a
+    grant's estimate with what the call really cost. The ``_async`` twins have the
+    same semantics for asyncio.
     """
 
     def acquire(self, tokens: float = 1, timeout: float | timedelta | None = None) -> float: ...
@@ -63,6 +65,14 @@ class Acquirer(Protocol):
     def refund(self, tokens: float = 1) -> None: ...
 
     async def refund_async(self, tokens: float = 1) -> None: ...
+
+    def charge(self, tokens: float) -> None: ...
+
+    async def charge_async(self, tokens: float) -> None: ...
+
+    def settle(self, estimate: float, actual: float) -> None: ...
+
+    async def settle_async(self, estimate: float, actual: float) -> None: ...
 
     def feedback(self, headers: Any, status: int | None = None) -> RateLimitInfo: ...
 
@@ -96,8 +106,14 @@ class Limiter(ABC, Generic[T]):
     # -- what subclasses provide --------------------------------------------------
 
     @abstractmethod
-    def _tokens(self, tokens: object) -> T:
-        """Validate one request's ``tokens``; raise ``ValueError``/``TypeError``."""
+    def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False) -> T:
+        """Validate one request's ``tokens`` (an argument called ``name``); raise
+        ``ValueError``/``TypeError``. ``zero``: nothing at all is a valid cost."""
+
+    @abstractmethod
+    def _difference(self, estimate: T, actual: T) -> tuple[T | None, T | None]:
+        """What settling ``estimate`` against ``actual`` gives back and what it
+        charges (``None``: nothing)."""
 
     # -- properties ---------------------------------------------------------------
 
@@ -311,6 +327,77 @@ class Limiter(ABC, Generic[T]):
     async def refund_async(self, tokens: float = 1) -> None:
         """:meth:`refund` for asyncio."""
         await self._handle.refund_async(self._tokens(tokens), None)
+
+    # -- costs known after the call ------------------------------------------------
+
+    def charge(self, tokens: float) -> None:
+        """Take ``tokens`` now, without waiting, into debt if need be.
+
+        For a cost learnt only after the call was made (an LLM's output tokens, a
+        query's rows), which no acquire could have asked for in advance. A charge is
+        never refused and never waits: the tokens were spent already. The limiter
+        records them behind every grant already promised, and the requests that come
+        after wait the debt off: an emptied ``TokenBucket(10, 1)`` charged 5 makes
+        the next acquire wait 5 s longer; a full leaky bucket overflows until it has
+        drained them. With :meth:`refund` it squares an estimate with the real cost
+        (:meth:`settle` does both).
+
+        Args:
+            tokens: the cost, as a request's weight: > 0 and no more than the limiter
+                could ever grant at once.
+
+        Raises:
+            ValueError: ``tokens`` out of range.
+            BackendUnavailable: the store cannot be reached and the backend says to
+                raise (``on_unavailable="local"`` charges the local fallback;
+                ``"allow"`` loses the charge, with a warning in the log).
+        """
+        n = self._tokens(tokens)
+        self._handle.charge(n)
+        self._tally.count_charged(weight(n))
+
+    async def charge_async(self, tokens: float) -> None:
+        """:meth:`charge` for asyncio."""
+        n = self._tokens(tokens)
+        await self._handle.charge_async(n)
+        self._tally.count_charged(weight(n))
+
+    def settle(self, estimate: float, actual: float) -> None:
+        """Square a grant of ``estimate`` with what the call really cost, ``actual``.
+
+        Acquire the estimate before the call (so that the limiter can make it wait),
+        then settle once the cost is known: a call that used less gives
+        ``estimate - actual`` back as :meth:`refund` would; one that used more is
+        charged ``actual - estimate`` as :meth:`charge` would, without waiting; equal
+        changes nothing. ``actual=0`` (nothing used, the call not made) gives the
+        whole estimate back.
+
+        Args:
+            estimate: the tokens acquired for the call, as for :meth:`acquire`.
+            actual: the tokens the call used: >= 0 and no more than the limiter could
+                ever grant at once.
+
+        Raises:
+            ValueError: ``estimate`` or ``actual`` out of range.
+            BackendUnavailable: as for :meth:`charge`.
+        """
+        back, more = self._difference(self._tokens(estimate, "estimate"), self._tokens(actual, "actual", zero=True))
+        # Refund first: a charge may land behind reservations, and a refund while
+        # reservations are ahead frees nothing.
+        if back is not None:
+            self._handle.refund(back, None)
+        if more is not None:
+            self._handle.charge(more)
+            self._tally.count_charged(weight(more))
+
+    async def settle_async(self, estimate: float, actual: float) -> None:
+        """:meth:`settle` for asyncio."""
+        back, more = self._difference(self._tokens(estimate, "estimate"), self._tokens(actual, "actual", zero=True))
+        if back is not None:
+            await self._handle.refund_async(back, None)
+        if more is not None:
+            await self._handle.charge_async(more)
+            self._tally.count_charged(weight(more))
 
     def _give_back(self, tokens: T, at: float) -> None:
         self._tally.count_cancelled()

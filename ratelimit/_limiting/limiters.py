@@ -78,8 +78,15 @@ class SingleLimiter(Limiter[float]):
         guard = self.guard_for(clock)
         return self._configured.guarded(guard) if guard > 0 else self._configured
 
-    def _tokens(self, tokens: object) -> float:
-        return _validate.tokens(tokens, self._most, self._most_name)
+    def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False) -> float:
+        return _validate.tokens(tokens, self._most, self._most_name, name, zero=zero)
+
+    def _difference(self, estimate: float, actual: float) -> tuple[float | None, float | None]:
+        if actual < estimate:
+            return estimate - actual, None
+        if actual > estimate:
+            return None, actual - estimate
+        return None, None
 
     def _restriction(self, info: RateLimitInfo, status: int | None) -> tuple[float, float] | None:
         self._check_policy(info)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._algorithms import holes as _holes
-from .._algorithms.algorithm import EPSILON, Algorithm, step_all
+from .._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, step_all
 from .._clock import Clock, SystemClock
 from .tally import Tally, weight
 
@@ -229,6 +229,14 @@ class MemoryHandle:
     async def refund_async(self, tokens: float, at: float | None) -> None:
         self.refund(tokens, at)
 
+    def charge(self, tokens: float) -> None:
+        slot = self._slot
+        with slot.lock:
+            slot.state = charge(self._alg, slot.state, self._now(), tokens)
+
+    async def charge_async(self, tokens: float) -> None:
+        self.charge(tokens)
+
     def restrict(self, remaining: float, seconds: float) -> None:
         slot = self._slot
         with slot.lock:
@@ -301,6 +309,12 @@ class MemoryGroupHandle:
 
     async def refund_async(self, tokens: Sequence[float], at: float | None) -> None:
         self.refund(tokens, at)
+
+    def charge(self, tokens: Sequence[float]) -> None:
+        self._locked(lambda now, states, holes: charge_all(self._algs, states, now, tokens))
+
+    async def charge_async(self, tokens: Sequence[float]) -> None:
+        self.charge(tokens)
 
     def restrict(self, remaining: Sequence[float], seconds: float) -> None:
         def change(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:

@@ -72,6 +72,8 @@ class _Local(Protocol[T_contra]):
 
     def refund(self, tokens: T_contra, at: float | None) -> None: ...
 
+    def charge(self, tokens: T_contra) -> None: ...
+
     def restrict(self, remaining: T_contra, seconds: float) -> None: ...
 
 
@@ -661,7 +663,8 @@ class RedisBackend:
 class _Share(Generic[T]):
     """The local fallback of one limiter or a composite: a request heavier than this
     process's share of the largest request counts as that share (it could never be
-    granted otherwise); ``clamp`` says how, for one weight or one per limit."""
+    granted otherwise), and so do its refund and any charge, which stay in proportion;
+    ``clamp`` says how, for one weight or one per limit."""
 
     __slots__ = ("_clamp", "_handle")
 
@@ -674,6 +677,9 @@ class _Share(Generic[T]):
 
     def refund(self, tokens: T, at: float | None) -> None:
         self._handle.refund(self._clamp(tokens), at)
+
+    def charge(self, tokens: T) -> None:
+        self._handle.charge(self._clamp(tokens))
 
     def restrict(self, remaining: T, seconds: float) -> None:
         self._handle.restrict(remaining, seconds)
@@ -780,6 +786,20 @@ class _ScriptHandle(ABC, Generic[T]):
             await self._backend.run_async(self._script, self._keys, self._args("refund", tokens, _at(at)))
         except BackendUnavailable as exc:
             self._unrecorded("refund", exc, lambda local: local.refund(tokens, None))
+
+    def charge(self, tokens: T) -> None:
+        # Like a refund, a charge lost with the store is said in the log: a call that
+        # was made and cost more than reserved goes uncounted by the shared budget.
+        try:
+            self._backend.run(self._script, self._keys, self._args("charge", tokens, ""))
+        except BackendUnavailable as exc:
+            self._unrecorded("charge", exc, lambda local: local.charge(tokens))
+
+    async def charge_async(self, tokens: T) -> None:
+        try:
+            await self._backend.run_async(self._script, self._keys, self._args("charge", tokens, ""))
+        except BackendUnavailable as exc:
+            self._unrecorded("charge", exc, lambda local: local.charge(tokens))
 
     def restrict(self, remaining: T, seconds: float) -> None:
         try:

@@ -3,7 +3,7 @@ serialises (internal).
 
 The in-process store counts under the lock its decision holds anyway, so counting
 costs the hot path a few attribute updates and no lock of its own. Fields written
-outside a decision (``restricted``, ``cancelled``) have a lock of their own.
+outside a decision (``restricted``, ``cancelled``, ``charged``) have a lock of their own.
 """
 
 from __future__ import annotations
@@ -37,15 +37,18 @@ class LimiterStats:
     cancelled: int
     #: Responses whose feedback lowered the budget or paused it.
     restricted: int
+    #: Tokens taken by ``charge`` (and by ``settle`` where a call cost more than its
+    #: estimate), without waiting; a composite counts its largest weight, as in ``tokens``.
+    charged: float
 
 
 class Tally:
-    __slots__ = ("cancelled", "denied", "granted", "lock", "max_wait", "restricted", "tokens", "waited")
+    __slots__ = ("cancelled", "charged", "denied", "granted", "lock", "max_wait", "restricted", "tokens", "waited")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.granted = self.denied = self.cancelled = self.restricted = 0
-        self.tokens = self.waited = self.max_wait = 0.0
+        self.tokens = self.waited = self.max_wait = self.charged = 0.0
 
     def record(self, weight: float, wait: float) -> None:
         """Count one decision; the caller holds the lock that serialises its handle."""
@@ -67,7 +70,18 @@ class Tally:
         with self.lock:
             self.cancelled += 1
 
+    def count_charged(self, weight: float) -> None:
+        with self.lock:
+            self.charged += weight
+
     def snapshot(self) -> LimiterStats:
         return LimiterStats(
-            self.granted, self.tokens, self.denied, self.waited, self.max_wait, self.cancelled, self.restricted
+            self.granted,
+            self.tokens,
+            self.denied,
+            self.waited,
+            self.max_wait,
+            self.cancelled,
+            self.restricted,
+            self.charged,
         )
