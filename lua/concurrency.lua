@@ -6,19 +6,20 @@
 --          <KEYS[1]>:queue   waiters, score = arrival number (their order)
 --          <KEYS[1]>:expiry  waiters, score = when their place runs out
 --          <KEYS[1]>:seq     the last arrival number handed out
--- ARGV[1]  op: 'take' | 'release' | 'renew'
+-- ARGV[1]  op: 'take' | 'release' | 'renew' | 'keep'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  the most holders at once
 -- ARGV[4]  lease, seconds
 -- ARGV[5]  the channel prefix: a promoted waiter <process>:<n> is told on
 --          <prefix><process>
 -- ARGV[6..]  take: id, '1' to queue when no slot is free ('' to refuse);
---            release: id; renew: ids
+--            release: id; renew, keep: ids
 --
 -- Returns:
 --   take:    {outcome}          'held' | 'queued' | 'full'
 --   release: {}
 --   renew:   {held ids..., '|', lost ids...}
+--   keep:    {ids put back...}
 -- Every waiter promoted by the call (a release, or a lease that ran out) is told
 -- with PUBLISH, in the same atomic step: the one round trip of the release is the
 -- waiter's grant.
@@ -45,9 +46,12 @@ local function promote()
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if head == nil then return end
     redis.call('ZREM', queue, head)
-    -- A place whose expiry is gone (evicted) is a place lost, not a grant.
-    if redis.call('ZREM', expiry, head) == 1 then
-      redis.call('ZADD', holders, now + lease, head)
+    -- A place whose expiry is gone (evicted) is a place lost, not a grant. The
+    -- place's expiry becomes the lease's (see Semaphore._promote).
+    local untl = redis.call('ZSCORE', expiry, head)
+    if untl then
+      redis.call('ZREM', expiry, head)
+      redis.call('ZADD', holders, untl, head)
       tell(head)
       free = free - 1
     end
@@ -66,9 +70,11 @@ local function expire()
 end
 
 -- Every key lives a lease past the last write: by then every lease in it has run out.
+-- Never shortened: a caller with a shorter lease must not cut the life of another's.
 local function keep()
+  local ms = tonumber(idle_ms(lease))
   for _, key in ipairs({holders, queue, expiry, seq}) do
-    expire_after(key, lease)
+    if redis.call('PTTL', key) < ms then expire_after(key, lease) end
   end
 end
 
@@ -108,9 +114,12 @@ elseif op == 'renew' then
     if redis.call('ZSCORE', holders, name) then
       redis.call('ZADD', holders, now + lease, name)
       held[#held + 1] = name
-    elseif redis.call('ZSCORE', expiry, name) then
+    elseif redis.call('ZSCORE', queue, name) and redis.call('ZSCORE', expiry, name) then
       redis.call('ZADD', expiry, now + lease, name)
     else
+      -- Half a place (one of its keys evicted) is no place: the waiter queues anew.
+      redis.call('ZREM', queue, name)
+      redis.call('ZREM', expiry, name)
       lost[#lost + 1] = name
     end
   end
@@ -118,5 +127,16 @@ elseif op == 'renew' then
   held[#held + 1] = '|'
   for _, name in ipairs(lost) do held[#held + 1] = name end
   return held
+elseif op == 'keep' then
+  local lost = {}
+  for i = 6, #ARGV do
+    local name = ARGV[i]
+    if not redis.call('ZSCORE', holders, name) then lost[#lost + 1] = name end
+    redis.call('ZREM', queue, name)
+    redis.call('ZREM', expiry, name)
+    redis.call('ZADD', holders, now + lease, name)
+  end
+  keep()
+  return lost
 end
 return redis.error_reply('ratelimit: unknown op ' .. tostring(op))

@@ -122,17 +122,18 @@ class RateLimitAdapter(HTTPAdapter):
         if rewind is not None:
             rewind()
         if self.concurrency is None:
-            return self._send(request, stream, timeout, verify, cert, proxies)
+            return self._send(request, stream, timeout, verify, cert, proxies)[0]
         lease = self.concurrency.take()
         try:
-            response = self._send(request, stream, timeout, verify, cert, proxies)
-            if not stream:
+            response, read = self._send(request, stream, timeout, verify, cert, proxies)
+            if not read and not stream:
                 # requests reads the body after the adapter returns: read it inside the slot.
                 response.content  # noqa: B018 - reading is the point
+                read = True
         except BaseException:
             lease.release()
             raise
-        if not stream:
+        if read:
             lease.release()
             return response
         close = response.close
@@ -154,7 +155,8 @@ class RateLimitAdapter(HTTPAdapter):
         verify: bool | str,
         cert: bytes | str | tuple[bytes | str, bytes | str] | None,
         proxies: Mapping[str, str] | None,
-    ) -> requests.Response:
+    ) -> tuple[requests.Response, bool]:
+        """Send once; also says whether the body has been read (and the connection freed)."""
         response = super().send(request, stream, timeout, verify, cert, proxies)
         if self.retry.classify(response, None) != "ok":
             # Read, so the body survives for whoever gets this response; closed, so
@@ -163,7 +165,8 @@ class RateLimitAdapter(HTTPAdapter):
                 response.content  # noqa: B018 - reading is the point
             finally:
                 response.close()
-        return response
+            return response, True
+        return response, False
 
 
 def session(

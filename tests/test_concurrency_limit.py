@@ -55,6 +55,7 @@ ops = st.lists(
         st.tuples(st.just("take"), st.integers(0, 9), st.booleans()),
         st.tuples(st.just("release"), st.integers(0, 9), st.just(False)),
         st.tuples(st.just("renew"), st.integers(0, 9), st.just(False)),
+        st.tuples(st.just("keep"), st.integers(0, 9), st.just(False)),
         st.tuples(st.just("time"), st.integers(0, 40), st.just(False)),
     ),
     max_size=60,
@@ -81,12 +82,16 @@ def test_semaphore_never_over_and_first_come_first_served(steps: list[tuple[str,
             promoted = sem.release(state, now, name)
         elif op == "renew":
             promoted = sem.renew(state, now, [name])[2]
+        elif op == "keep":
+            promoted = sem.keep(state, now, [name])[1]
+            arrived.pop(name, None)
         else:
             now += n / 4
         served += [arrived.pop(p) for p in promoted]
         for gone in [p for p in arrived if p not in state.waiters]:
             del arrived[gone]  # ran out, or withdrawn
-        assert len(state.holders) <= most
+        # Only the heartbeat may put a held lease back past the limit (it is held).
+        assert len(state.holders) <= most or any(o == "keep" for o, _, _ in steps[: i + 1])
         assert not set(state.holders) & set(state.waiters)
     # Every waiter handed a slot arrived after the one handed a slot before it.
     assert served == sorted(served)
@@ -159,6 +164,9 @@ def test_lua_twin_decides_as_the_semaphore(
             held, lost, _ = sem.renew(state, now, [name])
             reply = [x.decode() for x in script(client, [key], [*args, name])]
             assert reply == [*held, "|", *lost]
+        elif op == "keep":
+            lost_held, _ = sem.keep(state, now, [name])
+            assert [x.decode() for x in script(client, [key], [*args, name])] == lost_held
         else:
             now += n / 4
     if pubsub is not None:
@@ -316,6 +324,10 @@ def test_validation() -> None:
         ConcurrencyLimit(0)
     with pytest.raises(ValueError, match="lease_seconds"):
         ConcurrencyLimit(1, lease_seconds=-1)
+    with pytest.raises(ValueError, match="lease_seconds must be between 1 and"):
+        ConcurrencyLimit(1, lease_seconds=0.01)
+    with pytest.raises(ValueError, match="lease_seconds must be between 1 and"):
+        ConcurrencyLimit(1, lease_seconds=1e10)
     with pytest.raises(ValueError, match="name is required"):
         ConcurrencyLimit(1, backend=RedisBackend(fakeredis.FakeRedis()))
     with pytest.raises(ValueError, match="timeout"):
@@ -359,9 +371,9 @@ def test_an_unrenewed_lease_runs_out_on_the_store_clock(store: str, request: pyt
 
 
 def test_a_live_holder_keeps_its_slot_past_the_lease(redis_client: Any) -> None:
-    limit = ConcurrencyLimit(1, lease_seconds=0.3, backend=RedisBackend(redis_client), name=unique_name())
+    limit = ConcurrencyLimit(1, lease_seconds=1, backend=RedisBackend(redis_client), name=unique_name())
     with limit.hold():
-        deadline = time.monotonic() + 1.2  # four leases long
+        deadline = time.monotonic() + 2.5  # two and a half leases long
         while time.monotonic() < deadline:
             with pytest.raises(AcquireTimeout):
                 limit.take(timeout=0)
@@ -502,3 +514,205 @@ def test_composite_hold_async_gives_everything_back_when_cancelled(
 def test_a_composite_needs_a_rate_limit() -> None:
     with pytest.raises(ValueError, match="at least one rate limit"):
         Composite([ConcurrencyLimit(2)])
+
+
+# -- what an adversary found -------------------------------------------------------------
+
+
+def test_a_waiter_handed_a_slot_holds_it_only_as_long_as_its_place_would_last() -> None:
+    sem = Semaphore(1, 10.0)
+    state = sem.new_state()
+    sem.take(state, 0, "a:1", True)
+    sem.take(state, 0, "b:1", True)  # place until 10; b then dies
+    assert sem.release(state, 8, "a:1") == ["b:1"]
+    assert state.holders["b:1"] == 10.0  # not 18: a dead waiter blocks one lease at most
+
+
+def test_a_shared_hold_gives_each_task_and_thread_a_slot_of_its_own(make: Callable[..., Any]) -> None:
+    limit: ConcurrencyLimit = make(ConcurrencyLimit, 2)
+    gate = limit.hold()
+
+    async def main() -> int:
+        inside = most = 0
+
+        async def one(g: Any) -> None:
+            nonlocal inside, most
+            async with g:
+                inside += 1
+                most = max(most, inside)
+                await asyncio.sleep(0.002)
+                inside -= 1
+
+        await asyncio.gather(*(one(gate) for _ in range(30)), *(one(limit) for _ in range(30)))
+        return most
+
+    assert asyncio.run(main()) == 2
+    # As a semaphore, re-entered by one thread: two slots.
+    with limit, limit, pytest.raises(AcquireTimeout):
+        limit.take(timeout=0)
+    limit.take(timeout=0).release()
+
+
+def test_a_lease_dropped_in_a_reference_cycle_is_freed_without_deadlock(make: Callable[..., Any]) -> None:
+    import gc
+
+    limit: ConcurrencyLimit = make(ConcurrencyLimit, 1)
+
+    class Cycle:
+        pass
+
+    c = Cycle()
+    c.me = c  # type: ignore[attr-defined]
+    c.lease = limit.take()  # type: ignore[attr-defined]
+    del c
+    gc.collect()  # the lease's __del__ runs here: it may not take any lock
+    limit.take(timeout=1).release()
+
+
+def test_cancelling_tasks_anywhere_leaves_nothing_held_in_redis(redis_client: Any) -> None:
+    import random
+
+    limit = ConcurrencyLimit(4, backend=RedisBackend.from_url(REDIS_URL), name=unique_name("cancel"))
+    key = limit.backend.key(limit.name, "concurrency")  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        async def one() -> None:
+            async with limit.hold():
+                await asyncio.sleep(0.001)
+
+        tasks = [asyncio.ensure_future(one()) for _ in range(600)]
+        rng = random.Random(7)
+        while not all(t.done() for t in tasks):
+            rng.choice(tasks).cancel()
+            await asyncio.sleep(rng.random() / 500)
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())
+    assert redis_client.zcard(key) == 0
+    assert redis_client.zcard(key + ":queue") == 0
+
+
+def test_a_waiter_whose_queue_key_was_evicted_queues_again(redis_client: Any) -> None:
+    limit = ConcurrencyLimit(1, lease_seconds=1, backend=RedisBackend(redis_client), name=unique_name("evict"))
+    key = limit.backend.key(limit.name, "concurrency")  # type: ignore[attr-defined]
+    holder = limit.take()
+    got: list[float] = []
+
+    def wait() -> None:
+        with limit.hold(timeout=5):
+            got.append(time.monotonic())
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while not redis_client.zcard(key + ":queue") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    redis_client.delete(key + ":queue")
+    holder.release()
+    released = time.monotonic()
+    waiter.join(10)
+    assert got, "the waiter was stranded"
+    assert got[0] - released < 1.5  # found at its next look, a third of a lease later
+
+
+def test_the_heartbeat_puts_back_a_held_lease_the_store_lost(redis_client: Any) -> None:
+    limit = ConcurrencyLimit(1, lease_seconds=1, backend=RedisBackend(redis_client), name=unique_name("lost"))
+    key = limit.backend.key(limit.name, "concurrency")  # type: ignore[attr-defined]
+    with limit.hold():
+        redis_client.delete(key)  # a restart without persistence, a failover
+        time.sleep(0.6)  # a beat (every third of a lease) later
+        with pytest.raises(AcquireTimeout):
+            limit.take(timeout=0)
+
+
+def test_a_shorter_lease_never_cuts_the_life_of_a_longer_ones_keys(redis_client: Any) -> None:
+    name = unique_name("ttl")
+    long = ConcurrencyLimit(1, lease_seconds=60, backend=RedisBackend(redis_client), name=name)
+    short = ConcurrencyLimit(1, lease_seconds=1, backend=RedisBackend(redis_client), name=name)
+    with long.hold():
+        with pytest.raises(AcquireTimeout):
+            short.take(timeout=0)
+        assert redis_client.pttl(long.backend.key(name, "concurrency")) > 30_000  # type: ignore[attr-defined]
+
+
+class _Flaky:
+    """fakeredis whose scripts fail as an unreachable server's would, once ``down``."""
+
+    def __init__(self) -> None:
+        import redis
+
+        self.inner = fakeredis.FakeRedis()
+        self.down = False
+        self._error = redis.exceptions.ConnectionError("down")
+
+    def evalsha(self, *args: Any) -> Any:
+        if self.down:
+            raise self._error
+        return self.inner.evalsha(*args)
+
+    def eval(self, *args: Any) -> Any:
+        if self.down:
+            raise self._error
+        return self.inner.eval(*args)
+
+    def pubsub(self, **kwargs: Any) -> Any:
+        return self.inner.pubsub(**kwargs)  # type: ignore[no-untyped-call]
+
+
+def test_a_waiter_follows_the_failure_policy_when_redis_goes_down() -> None:
+    client: Any = _Flaky()
+    limit = ConcurrencyLimit(
+        1, lease_seconds=1, backend=RedisBackend(client, on_unavailable="allow"), name=unique_name("down")
+    )
+    holder = limit.take()
+    got: list[bool] = []
+    waiter = threading.Thread(target=lambda: got.append(limit.take(timeout=5) is not None))
+    waiter.start()
+    time.sleep(0.1)
+    client.down = True
+    waiter.join(10)
+    assert got == [True]  # failed open at its next look, as an acquire would
+    client.down = False
+    holder.release()
+
+
+def test_requests_streamed_retry_does_not_wait_on_its_own_slot() -> None:
+    from ratelimit import Backoff, Retry
+    from ratelimit.requests import session
+    from ratelimit.testing import FakeProvider
+
+    slots = ConcurrencyLimit(1)
+    retry = Retry(max_attempts=3, backoff=Backoff(base=0.01, max_delay=0.02))
+    with FakeProvider(1000, 1.0) as provider, session(retry=retry, concurrency=slots) as http:
+        provider.force_status(503, count=1)
+        response = http.get(provider.url, stream=True, timeout=5)
+        assert response.status_code == 200
+        response.close()
+    slots.take(timeout=0).release()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() with threads running, on purpose
+def test_a_forked_child_renews_its_own_leases(redis_client: Any) -> None:
+    name = unique_name("fork")
+    limit = ConcurrencyLimit(1, lease_seconds=1, backend=RedisBackend.from_url(REDIS_URL), name=name)
+    limit.take().release()  # the parent's heartbeat thread is running at the fork
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            with limit.hold(timeout=5):
+                time.sleep(2.5)  # two and a half leases: renewed by the child's own heartbeat
+            code = 0
+        finally:
+            os._exit(code)
+    try:
+        other = ConcurrencyLimit(1, lease_seconds=1, backend=RedisBackend(redis_client), name=name)
+        time.sleep(0.5)
+        deadline = time.monotonic() + 1.8
+        while time.monotonic() < deadline:
+            with pytest.raises(AcquireTimeout):
+                other.take(timeout=0)
+            time.sleep(0.1)
+    finally:
+        _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0

@@ -74,8 +74,11 @@ class Semaphore:
     def _promote(self, state: Slots, now: float) -> list[str]:
         promoted: list[str] = []
         while state.waiters and len(state.holders) < self.most:
-            name, _ = state.waiters.popitem(last=False)
-            state.holders[name] = now + self.lease
+            # The waiter's place becomes its lease, expiring when the place would have:
+            # a waiter that died in the queue holds the slot no longer than its place
+            # would have lasted (a live one is renewed within a third of a lease).
+            name, until = state.waiters.popitem(last=False)
+            state.holders[name] = until
             promoted.append(name)
         return promoted
 
@@ -122,3 +125,16 @@ class Semaphore:
             else:
                 lost.append(name)
         return held, lost, promoted
+
+    def keep(self, state: Slots, now: float, names: list[str]) -> tuple[list[str], list[str]]:
+        """The heartbeat of live holders: extend the leases of ``names``, putting back
+        any the store has lost (a restart, a failover, an outage past the lease),
+        since their holders still hold them. Returns ``(lost, promoted)``: which had
+        to be put back, and whom expiry promoted."""
+        promoted = self.expire(state, now)
+        lost = [name for name in names if name not in state.holders]
+        until = now + self.lease
+        for name in names:
+            state.waiters.pop(name, None)
+            state.holders[name] = until
+        return lost, promoted

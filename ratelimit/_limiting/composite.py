@@ -12,7 +12,7 @@ from .. import _validate
 from .._clock import Clock
 from .._headers import RateLimitInfo
 from .._stores.store import Backend
-from .concurrency import ConcurrencyLimit, Lease, rebound
+from .concurrency import ConcurrencyLimit, Lease, entrant, rebound
 from .feedback import restriction
 from .front import Decorator, Limiter
 from .limiters import SingleLimiter
@@ -184,61 +184,70 @@ class Composite(Limiter[Sequence[float]]):
 
 
 class CompositeHold:
-    """What :meth:`Composite.hold` returns: ``with`` or ``async with`` it."""
+    """What :meth:`Composite.hold` returns: ``with`` or ``async with`` it. It may be
+    shared: each thread or task entering it holds slots of its own."""
 
-    __slots__ = ("_leases", "_limit", "_timeout", "_tokens")
+    __slots__ = ("_held", "_limit", "_timeout", "_tokens")
 
     def __init__(self, limit: Composite, tokens: Tokens, timeout: float | timedelta | None) -> None:
         self._limit = limit
         self._tokens = tokens
         self._timeout = timeout
-        self._leases: list[Lease] = []
+        self._held: dict[object, list[list[Lease]]] = {}
 
     def _left(self, started: float) -> float | None:
         if self._timeout is None:
             return None
         return max(0.0, _validate.timeout_seconds(self._timeout) - (time.monotonic() - started))
 
+    def _leaving(self) -> list[Lease]:
+        key = entrant()
+        stack = self._held.get(key)
+        if not stack:
+            return []
+        leases = stack.pop()
+        if not stack:
+            del self._held[key]
+        return leases
+
     def __enter__(self) -> CompositeHold:
         started = time.monotonic()
         limit = self._limit
+        leases: list[Lease] = []
         try:
             for slot in limit._slots:
-                self._leases.append(slot.take(self._left(started)))
+                leases.append(slot.take(self._left(started)))
             Limiter.acquire(limit, self._tokens, self._left(started))  # type: ignore[arg-type]
         except BaseException:
-            self.release()
+            for lease in leases:
+                lease.release()
             raise
+        self._held.setdefault(entrant(), []).append(leases)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.release()
+        for lease in self._leaving():
+            lease.release()
 
     async def __aenter__(self) -> CompositeHold:
         started = time.monotonic()
         limit = self._limit
+        leases: list[Lease] = []
         try:
             for slot in limit._slots:
-                self._leases.append(await slot.take_async(self._left(started)))
+                leases.append(await slot.take_async(self._left(started)))
             await Limiter.acquire_async(limit, self._tokens, self._left(started))  # type: ignore[arg-type]
         except BaseException:
-            await self.release_async()
+            for lease in leases:
+                await lease.release_async()
             raise
+        self._held.setdefault(entrant(), []).append(leases)
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self.release_async()
-
-    def release(self) -> None:
-        """Free the slots held (once; the rate limits' tokens stay spent)."""
-        while self._leases:
-            self._leases.pop().release()
-
-    async def release_async(self) -> None:
-        """:meth:`release` for asyncio."""
-        while self._leases:
-            await self._leases.pop().release_async()
+        for lease in self._leaving():
+            await lease.release_async()

@@ -12,11 +12,15 @@ waiting costs no polling.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import math
+import os
+import queue
 import threading
 import time
+import weakref
 from datetime import timedelta
 from types import TracebackType
 
@@ -28,14 +32,19 @@ from .._stores.memory import MemoryBackend
 from .._stores.redis import RedisBackend
 from .._stores.store import Backend
 from .._stores.wakeups import Waiting, process_id
-from .concurrency_state import RedisSlots, SlotStore, memory_slots
+from .concurrency_state import LOST, RedisSlots, SlotStore, memory_slots
 
-__all__ = ["ConcurrencyLimit", "Hold", "Lease", "rebound"]
+__all__ = ["ConcurrencyLimit", "Hold", "Lease", "entrant", "rebound"]
 
 logger = logging.getLogger("ratelimit")
 
 #: Lease ids are ``<process>:<n>``, never reused within a process.
 _numbers = itertools.count(1)
+
+#: The shortest lease: renewals every third of it must get through calls that may
+#: each take a socket timeout (0.5 s). The longest: a year, past which a timer overflows.
+MIN_LEASE = 1.0
+MAX_LEASE = 366 * 86400.0
 
 #: The longest a waiter sleeps between looks at the store when no wake-up is expected
 #: to be lost (in-process); only bounds how long one wait call blocks.
@@ -64,18 +73,17 @@ class Lease:
             self._limit._release(self.name)
 
     async def release_async(self) -> None:
-        """:meth:`release` for asyncio."""
+        """:meth:`release` for asyncio. Cancelling the caller does not stop it: the
+        slot is freed all the same."""
         if self._limit._live.pop(self.name, None) is not None:
-            await self._limit._release_async(self.name)
+            await asyncio.shield(self._limit._release_async(self.name))
 
     def __del__(self) -> None:
-        # Dropped while held: free the slot, quietly (this may run in any thread, or
-        # while the interpreter shuts down).
-        try:
-            if self._limit._live.pop(self.name, None) is not None:
-                self._limit._release(self.name)
-        except Exception:
-            logger.warning("could not free the slot of a dropped lease %s", self.name, exc_info=True)
+        # Dropped while held. The garbage collector may run this inside any code,
+        # even code holding the store's lock: it only posts the name (a SimpleQueue is
+        # safe here), and the limit's next call or heartbeat frees the slot.
+        if self._limit._live.pop(self.name, None) is not None:
+            self._limit._dropped.put(self.name)
 
     def __enter__(self) -> Lease:
         return self
@@ -97,53 +105,86 @@ class Lease:
         return f"Lease({self.name!r}, released={self.released})"
 
 
+def entrant() -> object:
+    """Who is entering a block: the asyncio task, or else the thread."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
+    return task if task is not None else threading.get_ident()
+
+
 class Hold:
     """What :meth:`ConcurrencyLimit.hold` returns: ``with`` or ``async with`` it to hold
-    one slot for the block."""
+    one slot for the block. One ``Hold`` may be shared, as a semaphore is: each thread
+    or task that enters it holds a slot of its own."""
 
-    __slots__ = ("_lease", "_limit", "_timeout")
+    __slots__ = ("_leases", "_limit", "_timeout")
 
     def __init__(self, limit: ConcurrencyLimit, timeout: float | timedelta | None) -> None:
         self._limit = limit
         self._timeout = timeout
-        self._lease: Lease | None = None
+        self._leases: dict[object, list[Lease]] = {}
+
+    def _entered(self, lease: Lease) -> Lease:
+        self._leases.setdefault(entrant(), []).append(lease)
+        return lease
+
+    def _leaving(self) -> Lease | None:
+        key = entrant()
+        stack = self._leases.get(key)
+        if not stack:
+            return None
+        lease = stack.pop()
+        if not stack:
+            del self._leases[key]
+        return lease
 
     def __enter__(self) -> Lease:
-        self._lease = self._limit.take(self._timeout)
-        return self._lease
+        return self._entered(self._limit.take(self._timeout))
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._lease is not None:
-            self._lease.release()
+        lease = self._leaving()
+        if lease is not None:
+            lease.release()
 
     async def __aenter__(self) -> Lease:
-        self._lease = await self._limit.take_async(self._timeout)
-        return self._lease
+        return self._entered(await self._limit.take_async(self._timeout))
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._lease is not None:
-            await self._lease.release_async()
+        lease = self._leaving()
+        if lease is not None:
+            await lease.release_async()
 
 
 class _Heartbeat:
     """Renews the leases one limit holds, all in one call, every ``check_every``
     seconds, from a daemon thread that runs while something is held (and stops at
-    the first beat that finds nothing to renew)."""
+    the first beat that finds nothing to renew). Each beat also frees the slots of
+    leases dropped unreleased."""
 
-    def __init__(self, store: SlotStore) -> None:
+    def __init__(self, limit: ConcurrencyLimit, store: SlotStore) -> None:
+        self._limit = weakref.ref(limit)
         self._store = store
         self._lock = threading.Lock()
         self._names: set[str] = set()
         self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
 
     def add(self, name: str) -> None:
         if self._store.check_every == math.inf:
             return
         with self._lock:
+            if self._pid != os.getpid():
+                # A forked child: the parent's thread did not come along, and the
+                # parent's leases are the parent's to renew.
+                self._pid = os.getpid()
+                self._names = set()
+                self._thread = None
             self._names.add(name)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ratelimit-leases", daemon=True)
@@ -159,13 +200,17 @@ class _Heartbeat:
         pause = threading.Event()
         while True:
             pause.wait(self._store.check_every)
+            limit = self._limit()
+            if limit is not None:
+                limit._drain()
+            del limit
             with self._lock:
                 if not self._names:
                     self._thread = None
                     return
                 names = sorted(self._names)
             try:
-                _, lost = self._store.renew(names)
+                lost = self._store.keep(names)
             except Exception:
                 logger.warning(
                     "could not renew %d lease(s); retrying in %.3g s",
@@ -175,12 +220,10 @@ class _Heartbeat:
                 )
                 continue
             if lost:
-                # Only an outage longer than the lease (or a clock jump) gets here: the
-                # store has given these slots to others, so the limit may be exceeded
-                # until they are released.
-                logger.warning("leases %s ran out while held: their slots may be given to others", lost)
-                with self._lock:
-                    self._names.difference_update(lost)
+                # The store had lost them (a restart, a failover, an outage longer
+                # than the lease) while they were held: they are back, but others may
+                # have been given their slots meanwhile.
+                logger.warning("leases %s were lost by the store while held, and put back", lost)
 
 
 class ConcurrencyLimit:
@@ -210,7 +253,19 @@ class ConcurrencyLimit:
     nothing held.
     """
 
-    __slots__ = ("__weakref__", "_backend", "_beat", "_clock", "_lease", "_live", "_most", "_name", "_store")
+    __slots__ = (
+        "__weakref__",
+        "_backend",
+        "_beat",
+        "_clock",
+        "_dropped",
+        "_lease",
+        "_live",
+        "_most",
+        "_name",
+        "_shared",
+        "_store",
+    )
 
     def __init__(
         self,
@@ -226,6 +281,11 @@ class ConcurrencyLimit:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight!r}")
         self._lease = _validate.duration("lease_seconds", lease_seconds)
+        if not MIN_LEASE <= self._lease <= MAX_LEASE:
+            raise ValueError(
+                f"lease_seconds must be between {MIN_LEASE:g} and {MAX_LEASE:g}, got {lease_seconds!r}: a lease is "
+                f"renewed every third of it, through calls that may take a socket timeout (0.5 s) each"
+            )
         if clock is not None and (isinstance(clock, type) or not isinstance(clock, Clock)):
             raise TypeError(f"clock must be a clock instance providing now(), sleep() and sleep_async(), got {clock!r}")
         if backend is None:
@@ -248,9 +308,11 @@ class ConcurrencyLimit:
             self._store = RedisSlots(backend, key, self._most, self._lease, clock)
         else:
             raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
-        self._beat = _Heartbeat(self._store)
-        #: The leases taken here and not yet released.
+        self._beat = _Heartbeat(self, self._store)
+        #: The leases taken here and not yet released, and those dropped unreleased.
         self._live: dict[str, bool] = {}
+        self._dropped: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._shared = Hold(self, None)
 
     @property
     def max_in_flight(self) -> int:
@@ -294,83 +356,121 @@ class ConcurrencyLimit:
             _validate.timeout_seconds(timeout)
         return Hold(self, timeout)
 
-    def _new_lease(self, name: str) -> Lease:
-        self._beat.add(name)
-        self._live[name] = True
-        return Lease(self, name)
-
     def take(self, timeout: float | timedelta | None = None) -> Lease:
         """Take one slot and return its :class:`Lease`; release it when done (or use
         :meth:`hold`). Waits as :meth:`hold` says."""
         limit = _validate.timeout_seconds(timeout)
+        self._drain()
+        store = self._store
         name = f"{process_id()}:{next(_numbers)}"
-        if limit == 0:
-            if self._store.take(name, None) == HELD:
-                return self._new_lease(name)
-            raise self._timed_out(0.0)
-        # In process a first try costs nothing, and spares making a waiter; through
-        # Redis it would cost a round trip, so the take queues at once if it must.
-        if self._store.check_every == math.inf and self._store.take(name, None) == HELD:
-            return self._new_lease(name)
-        waiting = Waiting()
-        outcome = self._store.take(name, waiting)
-        if outcome == HELD:
-            return self._new_lease(name)
         started = time.monotonic()
         try:
+            # In process a first try costs nothing, and spares making a waiter; through
+            # Redis it would cost a round trip, so the take queues at once if it must.
+            if limit == 0 or store.check_every == math.inf:
+                outcome = store.take(name, None)
+                if outcome == HELD or limit == 0:
+                    return self._granted(name, outcome, started)
+            waiting = Waiting()
+            outcome = store.take(name, waiting)
             while outcome == QUEUED:
                 left = limit - (time.monotonic() - started)
                 if left <= 0:
                     break
-                if waiting.wait(min(left, self._store.check_every, _LONG_WAIT)):
-                    return self._new_lease(name)
-                held, lost = self._store.renew([name])
-                if held:
-                    return self._new_lease(name)
-                if lost:  # its place ran out (an outage longer than the lease): queue again
-                    outcome = self._store.take(name, waiting)
+                if waiting.wait(min(left, store.check_every, _LONG_WAIT)):
+                    outcome = HELD
+                else:
+                    outcome = store.check(name, waiting)
+                    if outcome == LOST:  # its place is gone (an outage, eviction): queue again
+                        outcome = store.take(name, waiting)
         except BaseException:
-            self._store.release(name)
+            # Interrupted or failed, at any point: whatever the store recorded goes.
+            with contextlib.suppress(Exception):
+                store.release(name)
             raise
-        if outcome == HELD:
-            return self._new_lease(name)
-        # Timed out: withdraw, which also frees a slot granted at the last moment.
-        self._store.release(name)
-        raise self._timed_out(time.monotonic() - started)
+        if outcome != HELD:
+            # Timed out: withdraw, which also frees a slot granted at the last moment.
+            store.release(name)
+        return self._granted(name, outcome, started)
 
     async def take_async(self, timeout: float | timedelta | None = None) -> Lease:
         """:meth:`take` for asyncio: suspends the task, not the thread. Cancelling it
         while it waits leaves nothing held."""
         limit = _validate.timeout_seconds(timeout)
-        name = f"{process_id()}:{next(_numbers)}"
+        await self._drain_async()
         store = self._store
-        if limit == 0:
-            if await store.take_async(name, None) == HELD:
-                return self._new_lease(name)
-            raise self._timed_out(0.0)
-        waiting = Waiting(loop=asyncio.get_running_loop())
+        name = f"{process_id()}:{next(_numbers)}"
         started = time.monotonic()
         try:
+            if limit == 0 or store.check_every == math.inf:
+                outcome = await store.take_async(name, None)
+                if outcome == HELD or limit == 0:
+                    return self._granted(name, outcome, started)
+            waiting = Waiting(loop=asyncio.get_running_loop())
             outcome = await store.take_async(name, waiting)
             while outcome == QUEUED:
                 left = limit - (time.monotonic() - started)
                 if left <= 0:
                     break
                 if await waiting.wait_async(min(left, store.check_every, _LONG_WAIT)):
-                    return self._new_lease(name)
-                held, lost = await store.renew_async([name])
-                if held:
-                    return self._new_lease(name)
-                if lost:
-                    outcome = await store.take_async(name, waiting)
+                    outcome = HELD
+                else:
+                    outcome = await store.check_async(name, waiting)
+                    if outcome == LOST:
+                        outcome = await store.take_async(name, waiting)
+            if outcome != HELD:
+                await asyncio.shield(store.release_async(name))
         except BaseException:
             # Cancelled or failed at any await, granted or not: nothing stays held.
-            await asyncio.shield(store.release_async(name))
+            with contextlib.suppress(Exception):
+                await asyncio.shield(store.release_async(name))
             raise
-        if outcome == HELD:
-            return self._new_lease(name)
-        await store.release_async(name)
-        raise self._timed_out(time.monotonic() - started)
+        return self._granted(name, outcome, started)
+
+    def _granted(self, name: str, outcome: str, started: float) -> Lease:
+        if outcome != HELD:
+            raise self._timed_out(time.monotonic() - started)
+        self._beat.add(name)
+        self._live[name] = True
+        return Lease(self, name)
+
+    def _drain(self) -> None:
+        """Free the slots of leases dropped unreleased (see ``Lease.__del__``)."""
+        while not self._dropped.empty():
+            try:
+                name = self._dropped.get_nowait()
+            except queue.Empty:
+                return
+            with contextlib.suppress(Exception):
+                self._release(name)
+
+    async def _drain_async(self) -> None:
+        while not self._dropped.empty():
+            try:
+                name = self._dropped.get_nowait()
+            except queue.Empty:
+                return
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._release_async(name))
+
+    # -- as a semaphore ----------------------------------------------------------------
+
+    def __enter__(self) -> Lease:
+        """``with limit:`` holds one slot for the block, waiting as long as needed."""
+        return self._shared.__enter__()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._shared.__exit__(exc_type, exc, tb)
+
+    async def __aenter__(self) -> Lease:
+        return await self._shared.__aenter__()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._shared.__aexit__(exc_type, exc, tb)
 
     def _timed_out(self, waited: float) -> AcquireTimeout:
         return AcquireTimeout(

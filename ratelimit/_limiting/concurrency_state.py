@@ -20,9 +20,12 @@ from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
 from .._stores.memory import MemoryBackend
 from .._stores.scripts import concurrency_script
-from .._stores.wakeups import CHANNEL_PREFIX, Waiting, listener_for
+from .._stores.wakeups import CHANNEL_PREFIX, Listener, Waiting, listener_for
 
-__all__ = ["MemorySlots", "RedisSlots", "SlotStore", "memory_slots"]
+__all__ = ["LOST", "MemorySlots", "RedisSlots", "SlotStore", "memory_slots"]
+
+#: What a waiter's check finds when its place is gone.
+LOST = "lost"
 
 logger = logging.getLogger("ratelimit")
 
@@ -42,9 +45,17 @@ class SlotStore(Protocol):
 
     async def release_async(self, name: str) -> None: ...
 
-    def renew(self, names: list[str]) -> tuple[list[str], list[str]]: ...
+    def check(self, name: str, waiting: Waiting) -> str:
+        """A waiter's look at its place, renewing it: ``HELD`` (its wake-up was lost),
+        ``QUEUED``, or ``LOST`` (its place is gone: it must queue anew)."""
+        ...
 
-    async def renew_async(self, names: list[str]) -> tuple[list[str], list[str]]: ...
+    async def check_async(self, name: str, waiting: Waiting) -> str: ...
+
+    def keep(self, names: list[str]) -> list[str]:
+        """The heartbeat: renew these held leases, putting back any the store lost;
+        returns those."""
+        ...
 
 
 class MemorySlots:
@@ -102,16 +113,18 @@ class MemorySlots:
     async def release_async(self, name: str) -> None:
         self.release(name)
 
-    def renew(self, names: list[str]) -> tuple[list[str], list[str]]:
+    def check(self, name: str, waiting: Waiting) -> str:
+        # Wake-ups in process are never lost, and places never run out.
         with self._lock:
-            held, lost, promoted = self._sem.renew(self._state, self._now(), names)
-            woken = [self._waiting.pop(p) for p in promoted if p in self._waiting]
-        for waiting in woken:
-            waiting.wake()
-        return held, lost
+            if name in self._state.holders:
+                return HELD
+            return QUEUED if name in self._state.waiters else LOST
 
-    async def renew_async(self, names: list[str]) -> tuple[list[str], list[str]]:
-        return self.renew(names)
+    async def check_async(self, name: str, waiting: Waiting) -> str:
+        return self.check(name, waiting)
+
+    def keep(self, names: list[str]) -> list[str]:
+        return []
 
 
 #: The in-process slots of each named ConcurrencyLimit, per MemoryBackend: limits that
@@ -169,13 +182,18 @@ class RedisSlots:
         self._now = backend.now_source(clock)
         self._script = concurrency_script()
         self._params = (str(most), repr(float(lease)), CHANNEL_PREFIX)
-        self._listener = listener_for(client)
+        self._client = client
         self.check_every = lease / 3
         self._local: MemorySlots | None = None
         if backend.on_unavailable == "local":
             self._local = MemorySlots(max(1, math.floor(most * backend.local_share)), clock or SystemClock())
         # Leases granted without the store: where each must be released.
         self._elsewhere: dict[str, MemorySlots | None] = {}
+
+    @property
+    def _listener(self) -> Listener:
+        # Looked up at each use: a forked child has a listener (and a channel) of its own.
+        return listener_for(self._client)
 
     def _args(self, op: str, *extra: str) -> list[str]:
         return [op, self._now(), *self._params, *extra]
@@ -277,20 +295,29 @@ class RedisSlots:
         except BackendUnavailable as exc:
             self._lost_release(exc)
 
-    @staticmethod
-    def _renewed(reply: Any) -> tuple[list[str], list[str]]:
-        names = [_text(x) for x in reply]
-        split = names.index("|")
-        return names[:split], names[split + 1 :]
+    def _checked(self, reply: Any, name: str) -> str:
+        held = [_text(x) for x in reply]
+        if name in held[: held.index("|")]:
+            self._listener.forget(name)
+            return HELD
+        return LOST if name in held else QUEUED
 
-    def renew(self, names: list[str]) -> tuple[list[str], list[str]]:
+    def check(self, name: str, waiting: Waiting) -> str:
+        try:
+            reply = self._backend.run(self._script, self._keys, self._args("renew", name))
+        except BackendUnavailable as exc:
+            return self._fallback(exc, name, waiting)
+        return self._checked(reply, name)
+
+    async def check_async(self, name: str, waiting: Waiting) -> str:
+        try:
+            reply = await self._backend.run_async(self._script, self._keys, self._args("renew", name))
+        except BackendUnavailable as exc:
+            return self._fallback(exc, name, waiting)
+        return self._checked(reply, name)
+
+    def keep(self, names: list[str]) -> list[str]:
         here = [n for n in names if n not in self._elsewhere]
         if not here:
-            return [], []
-        return self._renewed(self._backend.run(self._script, self._keys, self._args("renew", *here)))
-
-    async def renew_async(self, names: list[str]) -> tuple[list[str], list[str]]:
-        here = [n for n in names if n not in self._elsewhere]
-        if not here:
-            return [], []
-        return self._renewed(await self._backend.run_async(self._script, self._keys, self._args("renew", *here)))
+            return []
+        return [_text(x) for x in self._backend.run(self._script, self._keys, self._args("keep", *here))]
