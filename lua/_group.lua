@@ -68,7 +68,7 @@ elseif op == 'restrict' then
   save_all(false)
   return {fmt(now)}
 elseif op == 'charge' then
-  charge_members(members, now)
+  charge_members(members, holes, now)
   save_all(false)
   return {fmt(now)}
 elseif op == 'refund' then

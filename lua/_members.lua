@@ -98,11 +98,16 @@ end
 
 -- charge: the members' tokens taken whatever the budget, at the latest grant any of
 -- them recorded if that is still ahead, else now (see charge_all in algorithm.py).
--- The holes are left alone.
-local function charge_members(members, now)
+-- The holes are void, the pause kept (see void in holes.py).
+local function charge_members(members, holes, now)
   local at = group_latest(members)
   if not (at > now) then at = now end
   commit_all(members, now, at)
+  local paused = redis.call('ZSCORE', holes, 'pause')
+  if redis.call('DEL', holes) == 1 and paused then
+    redis.call('ZADD', holes, paused, 'pause')
+    expire_after(holes, tonumber(paused) - now)
+  end
 end
 
 local function reserve_members(members, holes, now, max_wait)

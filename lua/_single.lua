@@ -42,7 +42,7 @@ elseif op == 'refund' then
   ALG.save(self, member.state, now)
   return {fmt(now)}
 elseif op == 'charge' then
-  charge_members({member}, now)
+  charge_members({member}, holes, now)
   ALG.save(self, member.state, now)
   return {fmt(now)}
 elseif op == 'restrict' then

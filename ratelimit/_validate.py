@@ -115,6 +115,8 @@ def tokens(value: object, most: float, most_name: str, name: str = "tokens", *, 
     result = real(name, value)
     if not (result >= 0 if zero else result > 0):
         raise ValueError(f"{name} must be {'>=' if zero else '>'} 0, got {value!r}")
+    if result == math.inf and most == math.inf:
+        raise ValueError(f"{name} must be finite, got {value!r}")
     if result > most:
         raise ValueError(
             f"{name} must be <= {most_name} ({most:g}), got {value!r}: such a request could never be granted"

@@ -118,7 +118,7 @@ def test_a_charge_counts_against_a_lowered_remaining(make: Make, clock: ManualCl
 # -- withdrawn reservations ----------------------------------------------------------------
 
 
-def test_a_charge_leaves_the_holes_of_withdrawn_reservations_alone(make: Make, clock: ManualClock) -> None:
+def test_a_charge_voids_the_holes_of_withdrawn_reservations(make: Make, clock: ManualClock) -> None:
     bucket: TokenBucket = make(held(TokenBucket), 1, 10)
     held_time = held_clock(bucket)
 
@@ -132,8 +132,10 @@ def test_a_charge_leaves_the_holes_of_withdrawn_reservations_alone(make: Make, c
         held_time.release()
         return [await task for task in later]
 
-    # The first newcomer takes the hole; the next goes after the charge, at 0.5.
-    assert asyncio.run(scenario()) == pytest.approx([0.2, 0.5])
+    # Taking the hole at 0.2 would put the newcomer ahead of the debt: with the grants
+    # at 0.1 and 0.3 and the charge, [0.1, 0.3] would hold 4 where 3 fit. Both go
+    # after the charge instead.
+    assert asyncio.run(scenario()) == pytest.approx([0.5, 0.6])
 
 
 # -- settle ---------------------------------------------------------------------------------
@@ -212,3 +214,20 @@ def test_the_async_twins_charge_and_settle(make: Make, clock: ManualClock) -> No
 
     assert asyncio.run(scenario()) == 1.0
     assert bucket.stats().charged == 5
+
+
+# -- costs beyond the largest request ------------------------------------------------------
+
+
+def test_a_real_cost_beyond_the_largest_request_is_charged_as_a_longer_debt(make: Make) -> None:
+    bucket: TokenBucket = make(TokenBucket, 1000, 1000 / 60)
+    bucket.acquire(800)
+    bucket.settle(800, 1500)  # the call cost more than the bucket holds: 500 tokens of debt
+    with pytest.raises(AcquireTimeout) as caught:
+        bucket.acquire(timeout=0)
+    assert caught.value.retry_after == pytest.approx(501 / (1000 / 60))
+    window: SlidingWindow = make(SlidingWindow, 10, 60)
+    window.charge(25)  # one entry heavier than the limit: nothing until it ages out
+    with pytest.raises(AcquireTimeout) as caught:
+        window.acquire(timeout=0)
+    assert caught.value.retry_after == pytest.approx(60)

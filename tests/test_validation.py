@@ -433,6 +433,17 @@ def test_bad_tokens_are_refused_and_consume_nothing(
     message: str,
 ) -> None:
     limiter = make()
+    if method.startswith("charge") and "never be granted" in message:
+        # A cost already spent is what it is, more than the largest request included;
+        # only an infinite one is refused.
+        if tokens == math.inf:
+            with pytest.raises(ValueError, match="tokens must be finite"):
+                call(limiter, tokens)
+            assert_untouched(limiter)
+        else:
+            call(limiter, tokens)
+            assert not limiter.try_acquire(1)  # into debt
+        return
     with pytest.raises(error, match=message) as caught:
         call(limiter, tokens)
     assert_names(caught.value, "tokens", tokens)
@@ -486,6 +497,10 @@ def test_composite_tokens_per_member_are_checked(
     method: str, call: Call, tokens: Any, error: type[Exception], message: str
 ) -> None:
     limiter = make_composite()
+    if method.startswith("charge") and "never be granted" in message:
+        call(limiter, tokens)  # a cost already spent may exceed the largest request
+        assert not limiter.try_acquire([1, 1])
+        return
     with pytest.raises(error, match=message) as caught:
         call(limiter, tokens)
     assert "tokens" in str(caught.value)
@@ -517,8 +532,7 @@ BAD_ACTUALS: list[tuple[Any, type[Exception], str]] = [
     (-1, ValueError, "actual must be >= 0"),
     (-0.001, ValueError, "actual must be >= 0"),
     (math.nan, ValueError, "actual must be a number"),
-    (11, ValueError, r"actual must be <= .* \(10\)"),
-    (math.inf, ValueError, r"actual must be <= .* \(10\)"),
+    (math.inf, ValueError, "actual must be finite"),
     (True, TypeError, "actual must be a number"),
     (None, TypeError, "actual must be a number"),
 ]
@@ -558,7 +572,7 @@ def test_settle_refuses_a_bad_actual_by_name(
         ([1, 1], [1, -1], "actual must be >= 0"),
         ([1, 1], [1], r"actual must give one number per limit \(2\)"),
         ([1], [1, 1], r"estimate must give one number per limit \(2\)"),
-        ([1, 1], [1, 21], r"actual must be <= limit \(20\)"),
+        ([1, 1], [1, math.inf], "actual must be finite"),
     ],
     ids=repr,
 )

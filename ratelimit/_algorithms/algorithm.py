@@ -219,8 +219,9 @@ def charge_all(algs: Sequence[Algorithm[Any]], states: Sequence[Any], now: float
     still ahead, and otherwise now: reservations already promised keep their times
     (they were told when to go), grants stay in time order in every limit (a window's
     log is only ever appended to), and a limit restricted by feedback counts the charge
-    against what it still allows. Holes are left alone: each is a grant already paid
-    for in the state, and stays one. A limit given 0 tokens records nothing.
+    against what it still allows. The stores void the holes (``holes.void``): a
+    request taking one would go ahead of the debt. A limit given 0 tokens records
+    nothing.
     """
     at = now
     for alg, state in zip(algs, states, strict=True):

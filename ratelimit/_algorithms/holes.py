@@ -40,7 +40,7 @@ from typing import Any
 
 from .algorithm import EPSILON, Algorithm, commit_all, decide, plan_all
 
-__all__ = ["SCAN", "Hole", "Holes", "give_back", "pause", "reserve"]
+__all__ = ["SCAN", "Hole", "Holes", "give_back", "pause", "reserve", "void"]
 
 #: How many holes a request looks at, earliest first, for one it fits in.
 SCAN = 16
@@ -85,6 +85,15 @@ def _add(holes: list[Hole], at: float, tokens: Sequence[float]) -> None:
         holes[i][1] = tuple(h + n for h, n in zip(holes[i][1], tokens, strict=True))
     else:
         holes.insert(i, [at, tuple(tokens)])
+
+
+def void(holes: Holes) -> None:
+    """A charge was recorded: the holes are void. Each was a withdrawn grant's budget,
+    placed before the latest grant; the charge lands behind that grant, and a request
+    taking a hole would go ahead of the debt (an interval holding the charge, the
+    hole's grant and the grants around it would then hold more than the limit). The
+    pause, if any, stays."""
+    holes.items.clear()
 
 
 def pause(holes: Holes, until: float) -> None:

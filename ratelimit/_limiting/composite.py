@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -96,8 +97,11 @@ class Composite(Limiter[Sequence[float]]):
         self._handle = self._backend.bind_group(self._name, self._algs, clock)
         self._handle.tally = self._tally
 
-    def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False) -> Sequence[float]:
-        limits = tuple(zip(self._most, self._names, strict=True))
+    def _tokens(
+        self, tokens: object, name: str = "tokens", *, zero: bool = False, cost: bool = False
+    ) -> Sequence[float]:
+        mosts = (math.inf,) * len(self._most) if cost else self._most
+        limits = tuple(zip(mosts, self._names, strict=True))
         if not isinstance(tokens, Sequence) or isinstance(tokens, (str, bytes)):
             return tuple(_validate.tokens(tokens, most, most_name, name, zero=zero) for most, most_name in limits)
         if len(tokens) != len(limits):

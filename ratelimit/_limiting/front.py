@@ -106,9 +106,10 @@ class Limiter(ABC, Generic[T]):
     # -- what subclasses provide --------------------------------------------------
 
     @abstractmethod
-    def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False) -> T:
+    def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False, cost: bool = False) -> T:
         """Validate one request's ``tokens`` (an argument called ``name``); raise
-        ``ValueError``/``TypeError``. ``zero``: nothing at all is a valid cost."""
+        ``ValueError``/``TypeError``. ``zero``: nothing at all is a valid cost.
+        ``cost``: tokens already spent, which may exceed the largest request."""
 
     @abstractmethod
     def _difference(self, estimate: T, actual: T) -> tuple[T | None, T | None]:
@@ -343,8 +344,9 @@ class Limiter(ABC, Generic[T]):
         (:meth:`settle` does both).
 
         Args:
-            tokens: the cost, as a request's weight: > 0 and no more than the limiter
-                could ever grant at once.
+            tokens: the cost: > 0, and finite. It may be more than the limiter could
+                ever grant at once (a call's real cost is what it is): the debt is
+                then longer than a full refill.
 
         Raises:
             ValueError: ``tokens`` out of range.
@@ -352,15 +354,24 @@ class Limiter(ABC, Generic[T]):
                 raise (``on_unavailable="local"`` charges the local fallback;
                 ``"allow"`` loses the charge, with a warning in the log).
         """
-        n = self._tokens(tokens)
+        n = self._tokens(tokens, cost=True)
         self._handle.charge(n)
         self._tally.count_charged(weight(n))
 
     async def charge_async(self, tokens: float) -> None:
-        """:meth:`charge` for asyncio."""
-        n = self._tokens(tokens)
-        await self._handle.charge_async(n)
+        """:meth:`charge` for asyncio. Cancelling the caller does not stop it: the
+        tokens were spent, and are recorded all the same."""
+        n = self._tokens(tokens, cost=True)
+        await self._settled(self._handle.charge_async(n))
         self._tally.count_charged(weight(n))
+
+    async def _settled(self, call: Coroutine[Any, Any, None]) -> None:
+        # A record of what was spent must not be lost to a cancellation that lands
+        # while the store writes it.
+        if self._handle.suspends:
+            await asyncio.shield(call)
+        else:
+            await call
 
     def settle(self, estimate: float, actual: float) -> None:
         """Square a grant of ``estimate`` with what the call really cost, ``actual``.
@@ -374,14 +385,16 @@ class Limiter(ABC, Generic[T]):
 
         Args:
             estimate: the tokens acquired for the call, as for :meth:`acquire`.
-            actual: the tokens the call used: >= 0 and no more than the limiter could
-                ever grant at once.
+            actual: the tokens the call used: >= 0, and finite (more than the
+                largest request is a charge into a longer debt).
 
         Raises:
             ValueError: ``estimate`` or ``actual`` out of range.
             BackendUnavailable: as for :meth:`charge`.
         """
-        back, more = self._difference(self._tokens(estimate, "estimate"), self._tokens(actual, "actual", zero=True))
+        back, more = self._difference(
+            self._tokens(estimate, "estimate"), self._tokens(actual, "actual", zero=True, cost=True)
+        )
         # Refund first: a charge may land behind reservations, and a refund while
         # reservations are ahead frees nothing.
         if back is not None:
@@ -391,12 +404,15 @@ class Limiter(ABC, Generic[T]):
             self._tally.count_charged(weight(more))
 
     async def settle_async(self, estimate: float, actual: float) -> None:
-        """:meth:`settle` for asyncio."""
-        back, more = self._difference(self._tokens(estimate, "estimate"), self._tokens(actual, "actual", zero=True))
+        """:meth:`settle` for asyncio; like :meth:`charge_async`, not stopped by a
+        cancellation."""
+        back, more = self._difference(
+            self._tokens(estimate, "estimate"), self._tokens(actual, "actual", zero=True, cost=True)
+        )
         if back is not None:
-            await self._handle.refund_async(back, None)
+            await self._settled(self._handle.refund_async(back, None))
         if more is not None:
-            await self._handle.charge_async(more)
+            await self._settled(self._handle.charge_async(more))
             self._tally.count_charged(weight(more))
 
     def _give_back(self, tokens: T, at: float) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from abc import abstractmethod
 from datetime import timedelta
 from typing import Any
@@ -78,8 +79,8 @@ class SingleLimiter(Limiter[float]):
         guard = self.guard_for(clock)
         return self._configured.guarded(guard) if guard > 0 else self._configured
 
-    def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False) -> float:
-        return _validate.tokens(tokens, self._most, self._most_name, name, zero=zero)
+    def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False, cost: bool = False) -> float:
+        return _validate.tokens(tokens, math.inf if cost else self._most, self._most_name, name, zero=zero)
 
     def _difference(self, estimate: float, actual: float) -> tuple[float | None, float | None]:
         if actual < estimate:

@@ -233,6 +233,7 @@ class MemoryHandle:
         slot = self._slot
         with slot.lock:
             slot.state = charge(self._alg, slot.state, self._now(), tokens)
+            _holes.void(slot.holes)
 
     async def charge_async(self, tokens: float) -> None:
         self.charge(tokens)
@@ -311,7 +312,11 @@ class MemoryGroupHandle:
         self.refund(tokens, at)
 
     def charge(self, tokens: Sequence[float]) -> None:
-        self._locked(lambda now, states, holes: charge_all(self._algs, states, now, tokens))
+        def change(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
+            _holes.void(holes)
+            return charge_all(self._algs, states, now, tokens)
+
+        self._locked(change)
 
     async def charge_async(self, tokens: Sequence[float]) -> None:
         self.charge(tokens)

@@ -679,7 +679,9 @@ class _Share(Generic[T]):
         self._handle.refund(self._clamp(tokens), at)
 
     def charge(self, tokens: T) -> None:
-        self._handle.charge(self._clamp(tokens))
+        # Not clamped: spent tokens are a debt of any size, and a smaller one would
+        # let this process spend more than its share.
+        self._handle.charge(tokens)
 
     def restrict(self, remaining: T, seconds: float) -> None:
         self._handle.restrict(remaining, seconds)
