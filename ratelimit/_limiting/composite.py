@@ -54,6 +54,11 @@ class Composite(Limiter[Sequence[float]]):
         for i, member in enumerate(limits):
             if not isinstance(member, SingleLimiter):
                 raise TypeError(f"limits[{i}] must be a TokenBucket, LeakyBucket or SlidingWindow, got {member!r}")
+            if member.low_share is not None:
+                raise ValueError(
+                    f"limits[{i}] has low_share={member.low_share:g}: a composite does not take priorities "
+                    f"(build its members without low_share)"
+                )
         super().__init__(backend=backend, name=name, clock=clock)
         self._algs = tuple(member.algorithm_for(clock) for member in limits)
         self._most = tuple(alg.most for alg in self._algs)
