@@ -63,6 +63,22 @@ def test_a_high_request_goes_ahead_of_queued_low_ones(make: Make, clock: ManualC
     assert limiter.low.acquire() == pytest.approx(23 / 8)
 
 
+def test_the_readmes_timeline(make: Make, clock: ManualClock) -> None:
+    lanes = make(held(TokenBucket), 4, 4, low_share=0.5, borrow=False)
+    one = make(held(TokenBucket), 4, 4)
+    start = clock.now()
+    low = [lanes.low.acquire() for _ in range(6)]
+    alone = [one.acquire() for _ in range(6)]
+    clock.advance(0.1)
+    high = [0.1 + lanes.acquire() for _ in range(3)]
+    behind = [0.1 + one.acquire() for _ in range(3)]
+    assert clock.now() == start + 0.1
+    assert low == pytest.approx([0, 0, 0.5, 1.0, 1.5, 2.0])
+    assert high == pytest.approx([0.1, 0.1, 0.6])
+    assert alone == pytest.approx([0, 0, 0, 0, 0.25, 0.5])
+    assert behind == pytest.approx([0.75, 1.0, 1.25])
+
+
 def test_in_one_queue_the_same_person_waits_behind_the_batch(make: Make, clock: ManualClock) -> None:
     # The same traffic without priorities: what the lanes are for.
     limiter = make(held(TokenBucket), 10, 10)
