@@ -144,6 +144,9 @@ class MemoryBackend:
         """Both lanes of a budget with priorities, in one slot under one lock: the
         handle that acquires at high priority, and the one at low."""
         slot = self._slot(name, None, lanes, clock)
+        if name is not None:
+            with self._lock:
+                slot.users += 1  # one use for each handle: each releases its own
         handles = (
             MemoryLaneHandle(lanes, slot, clock or SystemClock(), _lanes.HIGH, keep),
             MemoryLaneHandle(lanes, slot, clock or SystemClock(), _lanes.LOW, keep),
