@@ -366,10 +366,10 @@ def test_both_priorities_together_never_exceed_the_limit(
                     assert lane == LOW  # a hard cap
                 granted.append([LaneTime(now + wait, lane), n])
         elif op == "withdraw":
-            ahead = [g for g in granted if g[0] > now]
+            ahead = [i for i, g in enumerate(granted) if g[0] > now]
             if ahead:
-                grant = ahead[int(a) % len(ahead)]
-                granted.remove(grant)
+                # By place: a LaneTime equals any float of its time, whatever its lane.
+                grant = granted.pop(ahead[int(a) % len(ahead)])
                 give_back(lanes, state, grant[0].lane, now, grant[1], grant[0])
         elif op == "refund":
             # As in test_cancellation: a refund names no grant, and only a window can
