@@ -52,9 +52,6 @@ local function hole_fits(have, members)
   return true
 end
 
--- reserve: the earliest of the first HOLE_SCAN holes the request fits in wins when it
--- comes before the algorithms' own plan (or they would not admit it now). Returns
--- the signed wait and whether the members' states changed.
 local function add_hole(holes, now, at, tokens)
   local near = redis.call('ZRANGEBYSCORE', holes, fmt(at - EPSILON), fmt(at + EPSILON), 'WITHSCORES', 'LIMIT', 0, 2)
   if near[1] == 'pause' then table.remove(near, 1); table.remove(near, 1) end
@@ -110,7 +107,11 @@ local function charge_members(members, holes, now)
   end
 end
 
-local function reserve_members(members, holes, now, max_wait)
+-- See plan in holes.py: the plan of the members with the earliest of the first
+-- HOLE_SCAN holes the request fits in, which wins when it comes before the
+-- algorithms' own plan (or they would not admit it now). Returns admit_at, at, and
+-- the hole to take (nil: the algorithms' own plan).
+local function plan_members(members, holes, now)
   -- The common path has no holes at all: EXISTS is the cheapest way to learn it
   -- (about 0.5 us in a ~20 us script). Read by rank, then drop past holes (they sort
   -- first) only if there are any.
@@ -144,14 +145,27 @@ local function reserve_members(members, holes, now, max_wait)
     hole = nil
   end
   if hole ~= nil and (admit_at - now > EPSILON or hole.at < at) then
-    local wait = decide(now, hole.at, now, max_wait)
-    if wait >= 0 then take_hole(members, holes, now, hole) end
-    return wait, false
+    return now, hole.at, hole
   end
+  return admit_at, at, nil
+end
+
+-- See settle in holes.py: decide what plan_members planned and, if granted, record
+-- it. Returns the signed wait and whether the members' states changed.
+local function settle_members(members, holes, now, admit_at, at, hole, max_wait)
   local wait = decide(admit_at, at, now, max_wait)
   if wait < 0 then return wait, false end
+  if hole ~= nil then
+    take_hole(members, holes, now, hole)
+    return wait, false
+  end
   commit_all(members, now, at)
   return wait, true
+end
+
+local function reserve_members(members, holes, now, max_wait)
+  local admit_at, at, hole = plan_members(members, holes, now)
+  return settle_members(members, holes, now, admit_at, at, hole, max_wait)
 end
 
 local function tail_all(members, tokens, at)

@@ -23,11 +23,15 @@ from hypothesis import strategies as st
 from ratelimit import RedisBackend
 from ratelimit._algorithms.algorithm import Algorithm, charge_all
 from ratelimit._algorithms.holes import Holes, give_back, pause, reserve, void
+from ratelimit._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime
+from ratelimit._algorithms.lanes import give_back as give_back_lane
+from ratelimit._algorithms.lanes import reserve as reserve_lane
+from ratelimit._algorithms.lanes import restrict as restrict_lanes
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import WindowCounter
 from ratelimit._algorithms.token_bucket import Gcra
-from ratelimit._stores.redis import RedisGroupHandle, RedisHandle, key_for
+from ratelimit._stores.redis import RedisGroupHandle, RedisHandle, RedisLaneHandle, key_for
 
 from conftest import unique_name
 
@@ -178,3 +182,81 @@ def _weights(algs: list[Algorithm[Any]], tokens: float, zeros: int) -> list[floa
     bit is set in ``zeros`` unless that is all of them."""
     weights = [0.0 if zeros >> i & 1 else min(tokens, alg.most) for i, alg in enumerate(algs)]
     return weights if any(weights) else [min(tokens, alg.most) for alg in algs]
+
+
+# -- priorities: two lanes of one algorithm, decided by one script call ------------
+
+# (time step, tokens, max_wait, low priority, what to give back, restriction or None,
+# how many alike). What to give back, besides the choices above: "refund", a plain
+# refund (no grant named) of this grant's tokens from the caller's own priority. Runs
+# of alike requests fill a lane, which is when the other one matters.
+LaneRequest = tuple[float, float, float, bool, str, "tuple[float, float] | None", int]
+lane_requests = st.lists(
+    st.tuples(
+        st.sampled_from([0.0, 0.0, 0.0, 0.001, 0.1, 0.25, 0.5, 1.0, 3.0]),
+        st.sampled_from([1.0, 1.0, 1.0, 2.0, 3.0]),
+        st.sampled_from([0.0, 0.5, 2.0, math.inf, math.inf]),
+        st.booleans(),
+        st.sampled_from(["keep", "keep", "keep", "this", "earliest", "refund"]),
+        st.one_of(
+            st.none(),
+            st.none(),
+            st.none(),
+            st.none(),
+            st.tuples(st.sampled_from([0.0, 1.0, 2.0, 5.0, 50.0]), st.sampled_from([0.5, 2.0, 30.0])),
+        ),
+        st.sampled_from([1, 1, 1, 4]),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+LANE_ALGORITHMS: dict[str, Any] = {
+    "token_bucket": Gcra(6.0, 2.0),
+    "sliding_window": WindowLog(7.0, 3.0),
+    "sliding_window_counter": WindowCounter(6.0, 2.0),
+}
+
+
+@pytest.mark.parametrize("kind", list(LANE_ALGORITHMS))
+@pytest.mark.parametrize(("low_share", "keep"), [(0.5, None), (0.7, 1.0), (0.4, 0.0)])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenario=lane_requests)
+def test_lanes_script_matches_pure_lanes(
+    client: redis.Redis, kind: str, low_share: float, keep: float | None, scenario: list[LaneRequest]
+) -> None:
+    lanes = Lanes.of(LANE_ALGORITHMS[kind], low_share)
+    now = FixedTime()
+    now.value = 1_700_000_000.0
+    name = unique_name()
+    keys = [key_for(name, kind, lane=lane) for lane in LANES]
+    backend = RedisBackend(client)
+    handles = [RedisLaneHandle(backend, lanes, keys, now, None, lane, keep) for lane in (HIGH, LOW)]
+    state = lanes.new_state()
+    pending: list[tuple[float, float]] = []
+    for dt, tokens, max_wait, low, back, restriction, alike in scenario:
+        now.value += dt
+        priority = LOW if low else HIGH
+        if restriction is not None:
+            remaining, seconds = restriction
+            restrict_lanes(lanes, state, now.value, remaining, now.value + seconds)
+            handles[priority].restrict(remaining, seconds)
+        n = min(tokens, (lanes.low if low else lanes.high).most)
+        for _ in range(alike):
+            wait, lane = reserve_lane(lanes, state, now.value, n, max_wait, low, keep)
+            got = handles[priority].reserve(n, max_wait)
+            assert got == (wait, now.value + wait)
+            assert isinstance(got[1], LaneTime)
+            assert got[1].lane == lane
+            if wait >= 0:
+                pending.append((got[1], n))
+        if back == "refund" and wait >= 0:
+            give_back_lane(lanes, state, priority, now.value, n, None)
+            handles[priority].refund(n, None)
+            continue
+        given = _given_back(back, pending, now.value)
+        if given is not None:
+            at, n = given
+            assert isinstance(at, LaneTime)
+            give_back_lane(lanes, state, at.lane, now.value, n, at)
+            handles[priority].refund(n, at)

@@ -136,3 +136,26 @@ def test_a_limiter_collected_during_a_sweep_does_not_break_it() -> None:
         gc.enable()
     assert dropped + backend.sweep() == 10
     assert len(backend) == 0
+
+
+def test_a_budget_with_priorities_is_kept_while_either_limiter_uses_it() -> None:
+    # Each limiter binds two handles (one per priority) to one slot: dropping one
+    # limiter once let the slot go while another still used it, and the next limiter
+    # of that name got a budget of its own.
+    backend = MemoryBackend()
+    clock = ManualClock()
+    first = TokenBucket(10, 10, low_share=0.5, backend=backend, name="tenant", clock=clock)
+    second = TokenBucket(10, 10, low_share=0.5, backend=backend, name="tenant", clock=clock)
+    del first
+    gc.collect()
+    clock.advance(100)
+    assert backend.sweep() == 0
+    third = TokenBucket(10, 10, low_share=0.5, backend=backend, name="tenant", clock=clock)
+    assert second.try_acquire(5)
+    assert third.low.try_acquire(5)
+    assert not third.try_acquire()
+    assert not second.low.try_acquire()
+    del second, third
+    gc.collect()
+    clock.advance(100)
+    assert backend.sweep() == 1

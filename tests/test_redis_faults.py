@@ -80,6 +80,19 @@ def test_local_fallback_decides_with_this_process_share(server: RedisServer) -> 
     assert backend.stats().fell_back == 4
 
 
+def test_a_budget_with_priorities_falls_back_to_its_share_with_both_priorities(server: RedisServer) -> None:
+    clock = ManualClock(1_000.0)
+    backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=0.5)
+    # Lanes of TokenBucket(20, 10) at low_share=0.8: high 4 and 2/s, low 16 and 8/s;
+    # half of each here.
+    limiter = TokenBucket(20, 10, low_share=0.8, backend=backend, name="fallback-lanes", clock=clock)
+    server.stop()
+    # 8 from the low lane, then one borrowed from the high lane (2, leaving 1).
+    assert [limiter.low.try_acquire() for _ in range(10)] == [True] * 9 + [False]
+    assert [limiter.try_acquire() for _ in range(2)] == [True, False]
+    assert backend.stats().fell_back == 12
+
+
 def test_processes_falling_back_together_keep_the_shared_burst(server: RedisServer) -> None:
     # Four processes at local_share=0.25 of TokenBucket(20, 200): at the moment they
     # all fall back, together they burst 4 x 5 = 20, the shared capacity (not 4 x 20).

@@ -68,3 +68,52 @@ def test_four_processes_of_four_threads_share_one_budget(redis_client: redis.Red
     assert abs(achieved - rate) / rate < 0.05, achieved
     # Exactly one script call per acquire call, granted or timed out: no polling.
     assert calls == sum(r["calls"] for r in results)
+
+
+PRIORITY_WORKER = Path(__file__).with_name("priority_worker.py")
+
+
+def test_a_person_goes_ahead_of_three_processes_of_batch_work(redis_client: redis.Redis) -> None:
+    # TokenBucket(10, 100) at low_share=0.8: the high lane holds 2 tokens and 20/s, one
+    # grant per 50 ms. Three processes of lows saturate the budget; one process of
+    # highs asks 10 times a second.
+    capacity, rate, low_share, seconds = 10, 100.0, 0.8, 3.0
+    high_interval = 1 / (rate * (1 - low_share))
+    name = unique_name("priorities")
+
+    def start(priority: str, threads: int, gap: float) -> subprocess.Popen[str]:
+        args = [REDIS_URL, name, str(capacity), str(rate), str(low_share), priority, str(threads), str(seconds)]
+        return subprocess.Popen(
+            [sys.executable, str(PRIORITY_WORKER), *args, str(gap)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    procs = [start("low", 10, 0.0) for _ in range(3)] + [start("high", 2, 0.2)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out)["grants"])
+    lows = [grant for result in results[:3] for grant in result]
+    highs = results[3]
+    assert len(highs) >= 20
+    # The store never made a person wait more than one high-lane interval, although
+    # the lows' queue reached far ahead: their own waits say how far.
+    assert max(wait for _, wait, _ in highs) <= high_interval + 1e-6
+    assert max(wait for _, wait, _ in lows) > 5 * high_interval
+    # What the person saw, the round trip included (a loaded machine's sleeps are late).
+    took = sorted(t for _, _, t in highs)
+    assert took[len(took) // 2] < high_interval + 0.05
+    # Together: never more than the budget, and the lows keep the rest of it busy. The
+    # planned times are the calls' start plus the store's wait: within a round trip
+    # of the store's own, which one grant of slack covers.
+    grants = sorted(t for t, _, _ in lows + highs)
+    assert max_in_any_window(grants, 1.0) <= capacity + rate + 1
+    # While every process runs (they start and stop a little apart), the budget is
+    # kept busy: the 1 token held ready for a person is all that idles.
+    begin = max(min(t for t, _, _ in result) for result in results)
+    end = min(max(t for t, _, _ in result) for result in results)
+    busy = sum(begin <= t <= end for t in grants) / (end - begin)
+    assert busy > 0.95 * rate, busy

@@ -251,6 +251,16 @@ def interfaces(bucket: TokenBucket, leaky: LeakyBucket, window: SlidingWindow, l
     _ = not_an_acquirer
 
 
+def priorities() -> None:
+    shared = TokenBucket(20, 10, low_share=0.8)
+    window = SlidingWindow(100, 60, low_share=0.5, borrow=False)
+    batch: Acquirer = shared.low
+    waited: float = shared.low.acquire(2, timeout=timedelta(seconds=1))
+    share: float | None = window.low_share
+    _ = (batch, waited, share, TokenBucket(20, 10, low_share=0.8, high_reserve=2))
+    LeakyBucket(5, 1, low_share=0.5)  # type: ignore[call-arg]
+
+
 def clocks() -> None:
     clock = ManualClock()
     clock = ManualClock(1_000.0)

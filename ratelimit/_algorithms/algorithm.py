@@ -31,10 +31,22 @@ together decision by decision.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["EPSILON", "Algorithm", "charge", "charge_all", "commit_all", "decide", "plan_all", "step", "step_all"]
+__all__ = [
+    "EPSILON",
+    "Algorithm",
+    "charge",
+    "charge_all",
+    "commit_all",
+    "decide",
+    "low_part",
+    "plan_all",
+    "step",
+    "step_all",
+]
 
 # Float arithmetic on times near 1.7e9 (Redis TIME) is exact to ~2.4e-7 s, and sums of
 # emission intervals pick up rounding: a grant due "now" may compute as 1e-16 s away.
@@ -111,6 +123,14 @@ class Algorithm(Protocol[S]):
         """The same limit at ``share`` (0 < share <= 1) of the rate, same largest request."""
         ...
 
+    def split(self, low_share: float) -> tuple[Algorithm[S], Algorithm[S]]:
+        """The limit as two lanes, ``(high, low)``, whose grants together never exceed
+        it (see ``lanes.py``). The low lane holds ``low_share`` of the rate and of the
+        largest request, rounded down to whole tokens (:func:`low_part`); the high lane
+        the rest. Raises ``ValueError`` naming ``low_share`` where that leaves a lane no
+        whole token, or where two lanes cannot keep the algorithm's promise."""
+        ...
+
     def guarded(self, seconds: float) -> Algorithm[S]:
         """The same promise kept for requests that leave up to ``seconds`` after their
         grant: each grant occupies ``seconds`` more (see ``guard.py``). Raises
@@ -136,6 +156,20 @@ class Algorithm(Protocol[S]):
         the property tests pin every override to :func:`step`.
         """
         ...
+
+
+def low_part(most: float, low_share: float, most_name: str) -> float:
+    """The low lane's share of a largest request ``most``: ``low_share`` of it, rounded
+    down to whole tokens, so that unit requests waste none of it. Both lanes must keep
+    at least one whole token, or one of them could never grant a unit request."""
+    low = float(math.floor(most * low_share + EPSILON))
+    if low < 1.0 or most - low < 1.0:
+        raise ValueError(
+            f"low_share={low_share!r} splits {most_name}={most:g} into {low:g} for low priority and "
+            f"{most - low:g} for high priority: each must hold at least one whole token (raise {most_name}, "
+            f"or pick a share that leaves one to each)"
+        )
+    return low
 
 
 def decide(admit_at: float, at: float, now: float, max_wait: float) -> float:

@@ -40,7 +40,7 @@ from typing import Any
 
 from .algorithm import EPSILON, Algorithm, commit_all, decide, plan_all
 
-__all__ = ["SCAN", "Hole", "Holes", "give_back", "pause", "reserve", "void"]
+__all__ = ["SCAN", "Hole", "Holes", "Planned", "give_back", "pause", "plan", "reserve", "settle", "void"]
 
 #: How many holes a request looks at, earliest first, for one it fits in.
 SCAN = 16
@@ -120,18 +120,19 @@ def _take(algs: Sequence[Algorithm[Any]], holes: list[Hole], i: int, tokens: Seq
         _add(holes, moved.pop(), rest)
 
 
-def reserve(
-    algs: Sequence[Algorithm[Any]],
-    states: Sequence[Any],
-    holes: Holes,
-    now: float,
-    tokens: Sequence[float],
-    max_wait: float,
-) -> tuple[list[Any], float]:
-    """``step_all`` that first offers the request the earliest hole it fits in.
+#: A plan with holes: ``(admit_at, at, hole)``, ``hole`` the index of the hole the
+#: request would take (``None``: the algorithms' own plan).
+Planned = tuple[float, float, "int | None"]
+
+
+def plan(
+    algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes, now: float, tokens: Sequence[float]
+) -> Planned:
+    """``plan_all`` that first offers the request the earliest hole it fits in.
 
     A hole wins when it comes before the algorithms' own plan (or when they would not
-    even admit the request now: a full leaky queue still has the hole's room).
+    even admit the request now: a full leaky queue still has the hole's room). Drops
+    holes that are past or void, which changes nothing they mean.
     """
     items = holes.items
     _drop_past(items, now)
@@ -151,14 +152,42 @@ def reserve(
     if found is not None:
         hole_at = items[found][0]
         if admit_at - now > EPSILON or hole_at < at:
-            wait = decide(now, hole_at, now, max_wait)
-            if wait >= 0:
-                _take(algs, items, found, tokens)
-            return list(states), wait
+            return now, hole_at, found
+    return admit_at, at, None
+
+
+def settle(
+    algs: Sequence[Algorithm[Any]],
+    states: Sequence[Any],
+    holes: Holes,
+    now: float,
+    tokens: Sequence[float],
+    planned: Planned,
+    max_wait: float,
+) -> tuple[list[Any], float]:
+    """Decide the request :func:`plan` planned and, if granted, record it (in the hole
+    it takes, or in the states)."""
+    admit_at, at, found = planned
     wait = decide(admit_at, at, now, max_wait)
     if wait < 0:
         return list(states), wait
+    if found is not None:
+        _take(algs, holes.items, found, tokens)
+        return list(states), wait
     return commit_all(algs, states, now, tokens, at), wait
+
+
+def reserve(
+    algs: Sequence[Algorithm[Any]],
+    states: Sequence[Any],
+    holes: Holes,
+    now: float,
+    tokens: Sequence[float],
+    max_wait: float,
+) -> tuple[list[Any], float]:
+    """``step_all`` that first offers the request the earliest hole it fits in: :func:`plan`
+    then :func:`settle`."""
+    return settle(algs, states, holes, now, tokens, plan(algs, states, holes, now, tokens), max_wait)
 
 
 def _latest(algs: Sequence[Algorithm[Any]], states: Sequence[Any]) -> float:

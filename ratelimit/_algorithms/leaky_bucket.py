@@ -124,6 +124,12 @@ class LeakyQueue:
         # No burst to share out: the capacity is a queue's length, not a burst.
         return LeakyQueue(self.capacity, self.rate * share)
 
+    def split(self, low_share: float) -> tuple[LeakyQueue, LeakyQueue]:
+        raise ValueError(
+            f"low_share={low_share!r}: a leaky bucket spaces every grant 1/leak_per_sec apart, and two lanes "
+            f"deciding apart cannot keep that spacing; use a TokenBucket for priorities"
+        )
+
     def guarded(self, seconds: float) -> LeakyQueue:
         # No burst to keep back: a grant's interval is all it occupies.
         return LeakyQueue(self.capacity, 1.0 / (1.0 / self.rate + seconds))

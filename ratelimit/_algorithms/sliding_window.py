@@ -31,7 +31,7 @@ import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
-from .algorithm import EPSILON
+from .algorithm import EPSILON, low_part
 
 __all__ = ["REBASE", "Log", "WindowLog"]
 
@@ -326,6 +326,11 @@ class WindowLog:
 
     def params(self) -> tuple[float, ...]:
         return (self.limit, self.window)
+
+    def split(self, low_share: float) -> tuple[WindowLog, WindowLog]:
+        # Over any interval of the window: (L - l) + l = L.
+        low = low_part(self.limit, low_share, "limit")
+        return WindowLog(self.limit - low, self.window), WindowLog(low, self.window)
 
     def guarded(self, seconds: float) -> WindowLog:
         return WindowLog(self.limit, self.window + seconds)

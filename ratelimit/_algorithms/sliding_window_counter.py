@@ -61,7 +61,7 @@ import math
 from dataclasses import dataclass, field
 from math import ceil, floor
 
-from .algorithm import EPSILON, step
+from .algorithm import EPSILON, low_part, step
 
 __all__ = ["SHORTEST", "SUBWINDOWS", "CounterState", "WindowCounter", "window_start"]
 
@@ -369,6 +369,11 @@ class WindowCounter:
 
     def params(self) -> tuple[float, ...]:
         return (self.limit, self.window)
+
+    def split(self, low_share: float) -> tuple[WindowCounter, WindowCounter]:
+        # Over any interval of the window: (L - l) + l = L.
+        low = low_part(self.limit, low_share, "limit")
+        return WindowCounter(self.limit - low, self.window), WindowCounter(low, self.window)
 
     def guarded(self, seconds: float) -> WindowCounter:
         return WindowCounter(self.limit, self.window + seconds)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .algorithm import EPSILON
+from .algorithm import EPSILON, low_part
 
 __all__ = ["Gcra"]
 
@@ -109,6 +109,13 @@ class Gcra:
         # The burst too: N processes that each kept the whole capacity would burst N
         # times over at the moment they all fell back.
         return Gcra(self.capacity * share, self.rate * share)
+
+    def split(self, low_share: float) -> tuple[Gcra, Gcra]:
+        # The arrival curves add up: (C - c) + (R - r)t + c + rt = C + Rt, so the two
+        # lanes together never grant more than the bucket would.
+        low = low_part(self.capacity, low_share, "capacity")
+        rate = self.rate * low_share
+        return Gcra(self.capacity - low, self.rate - rate), Gcra(low, rate)
 
     def guarded(self, seconds: float) -> Gcra:
         # The burst tolerance is time: a request may leave `seconds` late only if the

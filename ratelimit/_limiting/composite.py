@@ -77,6 +77,11 @@ class Composite(Limiter[Sequence[float]]):
                 raise TypeError(
                     f"limits[{i}] must be a TokenBucket, LeakyBucket, SlidingWindow or ConcurrencyLimit, got {member!r}"
                 )
+            if isinstance(member, SingleLimiter) and member.low_share is not None:
+                raise ValueError(
+                    f"limits[{i}] has low_share={member.low_share:g}: a composite does not take priorities "
+                    f"(build its members without low_share)"
+                )
         rates = [member for member in limits if isinstance(member, SingleLimiter)]
         if not rates:
             raise ValueError(

@@ -196,13 +196,25 @@ class _Heartbeat:
         with self._lock:
             self._names.discard(name)
 
+    def _orphaned(self) -> None:
+        with self._lock:
+            names, self._names = sorted(self._names), set()
+            self._thread = None
+        for name in names:
+            with contextlib.suppress(Exception):
+                self._store.release(name)
+
     def _run(self) -> None:
         pause = threading.Event()
         while True:
             pause.wait(self._store.check_every)
             limit = self._limit()
-            if limit is not None:
-                limit._drain()
+            if limit is None:
+                # The limit is gone, so every lease of it was dropped unreleased (a
+                # lease keeps its limit alive): free their slots, and stop.
+                self._orphaned()
+                return
+            limit._drain()
             del limit
             with self._lock:
                 if not self._names:

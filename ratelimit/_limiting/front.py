@@ -29,7 +29,7 @@ from .._stores.store import Backend, Handle
 from .._stores.tally import LimiterStats, Tally, weight
 from .._wrap import wrap
 
-__all__ = ["Acquirer", "Decorator", "Limiter", "LimiterStats"]
+__all__ = ["Acquirer", "Decorator", "Limiter", "LimiterStats", "difference"]
 
 logger = logging.getLogger("ratelimit")
 
@@ -470,6 +470,15 @@ class Limiter(ABC, Generic[T]):
         if timeout is not None:
             _validate.timeout_seconds(timeout)
         return Decorator(self, tokens, timeout)
+
+
+def difference(estimate: float, actual: float) -> tuple[float | None, float | None]:
+    """What settling ``estimate`` against ``actual`` gives back and charges (one weight)."""
+    if actual < estimate:
+        return estimate - actual, None
+    if actual > estimate:
+        return None, actual - estimate
+    return None, None
 
 
 class Decorator:

@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import _validate
 from .._algorithms.algorithm import Algorithm
+from .._algorithms.lanes import Lanes
 from .._algorithms.leaky_bucket import LeakyQueue
 from .._algorithms.sliding_window import WindowLog
 from .._algorithms.sliding_window_counter import WindowCounter
@@ -18,8 +19,9 @@ from .._clock import Clock
 from .._headers import RateLimitInfo
 from .._stores.store import Backend
 from .feedback import restriction
-from .front import Limiter
+from .front import Limiter, difference
 from .guard import DEFAULT_GUARD, guard_seconds
+from .priority import LowPriority, priorities
 
 logger = logging.getLogger("ratelimit")
 
@@ -35,7 +37,7 @@ def _bounded(name: str, value: object, capacity: float, rate: float) -> None:
 class SingleLimiter(Limiter[float]):
     """A limiter with one algorithm; ``tokens`` is one number."""
 
-    __slots__ = ("_alg", "_configured", "_given_guard", "_guard", "_most", "_most_name")
+    __slots__ = ("_alg", "_configured", "_given_guard", "_guard", "_low", "_most", "_most_name", "_priorities")
 
     #: Seconds: the guard on real time when none is given (see ``ratelimit._limiting.guard``).
     default_guard = 0.0
@@ -48,6 +50,9 @@ class SingleLimiter(Limiter[float]):
         backend: Backend | None,
         name: object,
         clock: Clock | None,
+        low_share: object = None,
+        borrow: object = None,
+        high_reserve: object = None,
     ) -> None:
         self._configured = alg
         self._given_guard = guard
@@ -55,11 +60,53 @@ class SingleLimiter(Limiter[float]):
         # the guard (see guard.py). The properties report what the user configured.
         self._alg = self.algorithm_for(clock)
         self._guard = self.guard_for(clock)
+        self._priorities = priorities(low_share, borrow, high_reserve)
         super().__init__(backend=backend, name=name, clock=clock)
-        self._most = self._quick_most = self._alg.most
         self._most_name = self.most_name_for(clock)
-        self._handle = self._backend.bind(self._name, self._alg, clock)
+        self._low: LowPriority | None = None
+        if self._priorities is None:
+            self._most = self._quick_most = self._alg.most
+            self._handle = self._backend.bind(self._name, self._alg, clock)
+        else:
+            # Two lanes of the limit (see ratelimit._algorithms.lanes): this limiter
+            # acquires at high priority, its `low` view at low priority.
+            share, keep = self._priorities
+            lanes = Lanes.of(self._alg, share)
+            high, low = self._backend.bind_lanes(self._name, lanes, clock, keep)
+            self._most = self._quick_most = lanes.high.most
+            self._most_name = f"the high-priority share of {self._most_name}"
+            self._handle = high
+            self._low = LowPriority(
+                handle=low,
+                most=lanes.low.most,
+                most_name=f"the low-priority share of {self.most_name_for(clock)}",
+                restriction=self._restriction,
+                describe=self.__repr__,
+                backend=self._backend,
+                name=self._name,
+                clock=self._clock,
+            )
         self._handle.tally = self._tally
+
+    @property
+    def low(self) -> LowPriority:
+        """This budget acquired at low priority (a limiter built with ``low_share``).
+
+        The limiter itself acquires at high priority: a high request waits behind at
+        most the high-priority grants already reserved, never behind queued low ones.
+        See the README's "Priorities" section.
+        """
+        if self._low is None:
+            raise AttributeError(
+                f"{self!r} has no low priority: build it with low_share=... (a TokenBucket or SlidingWindow) "
+                f"to acquire at two priorities"
+            )
+        return self._low
+
+    @property
+    def low_share(self) -> float | None:
+        """The low priority's share of the budget (``None``: no priorities)."""
+        return None if self._priorities is None else self._priorities[0]
 
     def guard_for(self, clock: Clock | None) -> float:
         """The guard in force when decisions keep time on ``clock``."""
@@ -83,11 +130,7 @@ class SingleLimiter(Limiter[float]):
         return _validate.tokens(tokens, math.inf if cost else self._most, self._most_name, name, zero=zero)
 
     def _difference(self, estimate: float, actual: float) -> tuple[float | None, float | None]:
-        if actual < estimate:
-            return estimate - actual, None
-        if actual > estimate:
-            return None, actual - estimate
-        return None, None
+        return difference(estimate, actual)
 
     def _restriction(self, info: RateLimitInfo, status: int | None) -> tuple[float, float] | None:
         self._check_policy(info)
@@ -130,7 +173,11 @@ class SingleLimiter(Limiter[float]):
         # repr says what decides, and builds the same limiter again.
         usual = guard_seconds(None, self._clock, self.default_guard)
         guard = f", guard={self._guard:g}" if self._guard or usual else ""
-        return f"{type(self).__name__}({self._describe()}{guard}{where})"
+        lanes = ""
+        if self._priorities is not None:
+            share, keep = self._priorities
+            lanes = f", low_share={share:g}" + (", borrow=False" if keep is None else f", high_reserve={keep:g}")
+        return f"{type(self).__name__}({self._describe()}{guard}{lanes}{where})"
 
 
 class TokenBucket(SingleLimiter):
@@ -152,6 +199,16 @@ class TokenBucket(SingleLimiter):
         guard: seconds a request may leave after its grant with the limit still
             kept as the provider sees it; here ``guard * refill_per_sec`` tokens of
             the capacity are kept back. Default 0 (see ``ratelimit size``).
+        low_share: give the budget two priorities (0 < share < 1): the limiter
+            acquires at high priority and ``limiter.low`` at low priority, which
+            holds this share of the rate and of the capacity (rounded down to whole
+            tokens; the high priority keeps the rest, and each must keep at least
+            one). A high request never waits behind queued low ones. ``None``
+            (default): one priority.
+        borrow: whether low requests may use high-priority capacity that is idle
+            (default ``True``); ``False`` caps them at ``low_share``.
+        high_reserve: the tokens of high-priority capacity a borrowing low request
+            must leave ready for a high one (default 1).
     """
 
     __slots__ = ()
@@ -165,10 +222,22 @@ class TokenBucket(SingleLimiter):
         name: str | None = None,
         clock: Clock | None = None,
         guard: float | timedelta | None = None,
+        low_share: float | None = None,
+        borrow: bool | None = None,
+        high_reserve: float | None = None,
     ) -> None:
         alg = Gcra(_validate.positive("capacity", capacity), _validate.rate("refill_per_sec", refill_per_sec))
         _bounded("refill_per_sec", refill_per_sec, alg.capacity, alg.rate)
-        super().__init__(alg, guard=guard, backend=backend, name=name, clock=clock)
+        super().__init__(
+            alg,
+            guard=guard,
+            backend=backend,
+            name=name,
+            clock=clock,
+            low_share=low_share,
+            borrow=borrow,
+            high_reserve=high_reserve,
+        )
 
     @property
     def capacity(self) -> float:
@@ -201,6 +270,10 @@ class LeakyBucket(SingleLimiter):
         guard: seconds a request may leave after its grant with the spacing still
             kept as the provider sees it: each token's interval grows by ``guard``.
             Default 0.
+
+    A leaky bucket takes no ``low_share`` (a ``TypeError``, as for any argument it
+    does not have): it promises even spacing, which two lanes deciding apart cannot
+    keep. Use a :class:`TokenBucket` for priorities.
     """
 
     __slots__ = ()
@@ -256,6 +329,9 @@ class SlidingWindow(SingleLimiter):
             kept as the provider sees it: a grant counts for ``window_seconds +
             guard``. Default :attr:`default_guard` on real time, 0 on an
             injected clock.
+        low_share, borrow, high_reserve: two priorities, as for
+            :class:`TokenBucket`; the low priority holds ``low_share`` of the limit,
+            rounded down to whole tokens, in the same window.
     """
 
     __slots__ = ()
@@ -271,6 +347,9 @@ class SlidingWindow(SingleLimiter):
         name: str | None = None,
         clock: Clock | None = None,
         guard: float | timedelta | None = None,
+        low_share: float | None = None,
+        borrow: bool | None = None,
+        high_reserve: float | None = None,
     ) -> None:
         if not isinstance(approximate, bool):
             raise TypeError(f"approximate must be a bool, got {approximate!r}")
@@ -280,7 +359,16 @@ class SlidingWindow(SingleLimiter):
             seconds = guard_seconds(guard, clock, DEFAULT_GUARD)
             _validate.horizon("guard", guard, checked[1] + seconds, "the window with its guard")
         alg: Algorithm[Any] = WindowCounter(*checked) if approximate else WindowLog(*checked)
-        super().__init__(alg, guard=guard, backend=backend, name=name, clock=clock)
+        super().__init__(
+            alg,
+            guard=guard,
+            backend=backend,
+            name=name,
+            clock=clock,
+            low_share=low_share,
+            borrow=borrow,
+            high_reserve=high_reserve,
+        )
 
     @property
     def limit(self) -> float:

@@ -16,14 +16,15 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from .._algorithms import holes as _holes
+from .._algorithms import lanes as _lanes
 from .._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, step_all
 from .._clock import Clock, SystemClock
 from .tally import Tally, weight
 
-__all__ = ["SWEEP_SECONDS", "MemoryBackend"]
+__all__ = ["SWEEP_SECONDS", "MemoryBackend", "MemoryLaneHandle"]
 
 #: Idle named state is looked for at most this often (wall-clock seconds), and
 #: whenever the number of names has doubled since the last look.
@@ -33,6 +34,17 @@ _SWEEP_SIZE = 1024
 #: A slot's key: the limiter's name, its place in a composite (``None`` for a limiter
 #: of its own), and its algorithm.
 _Key = tuple[str, "int | None", str]
+
+
+class _Kept(Protocol):
+    """What a slot keeps the state of: an algorithm, or both lanes of one (``Lanes``)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def new_state(self) -> Any: ...
+
+    def idle_until(self, state: Any) -> float: ...
 
 
 def _domain(clock: Clock | None) -> Clock | None:
@@ -46,7 +58,7 @@ class _Slot:
 
     __slots__ = ("alg", "domain", "group_holes", "holes", "lock", "now", "state", "users")
 
-    def __init__(self, alg: Algorithm[Any], clock: Clock | None) -> None:
+    def __init__(self, alg: _Kept, clock: Clock | None) -> None:
         self.lock = threading.Lock()
         self.alg = alg
         self.state = alg.new_state()
@@ -83,7 +95,7 @@ class MemoryBackend:
         self._sweep_size = _SWEEP_SIZE
         self._sweep_time = time.monotonic() + SWEEP_SECONDS
 
-    def _slot(self, name: str | None, member: int | None, alg: Algorithm[Any], clock: Clock | None) -> _Slot:
+    def _slot(self, name: str | None, member: int | None, alg: _Kept, clock: Clock | None) -> _Slot:
         if name is None:
             return _Slot(alg, clock)
         with self._lock:
@@ -125,6 +137,23 @@ class MemoryBackend:
         handle = MemoryGroupHandle(algs, slots, clock or SystemClock())
         self._watch(handle, name, slots)
         return handle
+
+    def bind_lanes(
+        self, name: str | None, lanes: _lanes.Lanes, clock: Clock | None, keep: float | None
+    ) -> tuple[MemoryLaneHandle, MemoryLaneHandle]:
+        """Both lanes of a budget with priorities, in one slot under one lock: the
+        handle that acquires at high priority, and the one at low."""
+        slot = self._slot(name, None, lanes, clock)
+        if name is not None:
+            with self._lock:
+                slot.users += 1  # one use for each handle: each releases its own
+        handles = (
+            MemoryLaneHandle(lanes, slot, clock or SystemClock(), _lanes.HIGH, keep),
+            MemoryLaneHandle(lanes, slot, clock or SystemClock(), _lanes.LOW, keep),
+        )
+        for handle in handles:
+            self._watch(handle, name, [slot])
+        return handles
 
     # -- dropping idle state ----------------------------------------------------------
 
@@ -333,4 +362,62 @@ class MemoryGroupHandle:
         self._locked(change)
 
     async def restrict_async(self, remaining: Sequence[float], seconds: float) -> None:
+        self.restrict(remaining, seconds)
+
+
+class MemoryLaneHandle:
+    """One priority of a budget with two lanes (see ``lanes.py``); the other priority's
+    handle shares the slot, its lock and both lanes' state."""
+
+    suspends = False
+
+    __slots__ = ("__weakref__", "_keep", "_lane", "_lanes", "_now", "_slot", "tally")
+
+    def __init__(self, lanes: _lanes.Lanes, slot: _Slot, clock: Clock, lane: int, keep: float | None) -> None:
+        self.tally: Tally | None = None
+        self._lanes = lanes
+        self._slot = slot
+        self._now = clock.now
+        self._lane = lane
+        self._keep = keep
+
+    def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
+        slot = self._slot
+        with slot.lock:
+            now = self._now()
+            low = self._lane == _lanes.LOW
+            wait, lane = _lanes.reserve(self._lanes, slot.state, now, tokens, max_wait, low, self._keep)
+            if self.tally is not None:
+                self.tally.record(tokens, wait)
+        return wait, _lanes.LaneTime(now + wait, lane)
+
+    async def reserve_async(self, tokens: float, max_wait: float) -> tuple[float, float]:
+        return self.reserve(tokens, max_wait)
+
+    def refund(self, tokens: float, at: float | None) -> None:
+        # A reservation goes back to the lane it was taken from; a plain refund to
+        # this priority's own lane.
+        lane = at.lane if isinstance(at, _lanes.LaneTime) else self._lane
+        slot = self._slot
+        with slot.lock:
+            _lanes.give_back(self._lanes, slot.state, lane, self._now(), tokens, at)
+
+    async def refund_async(self, tokens: float, at: float | None) -> None:
+        self.refund(tokens, at)
+
+    def charge(self, tokens: float) -> None:
+        slot = self._slot
+        with slot.lock:
+            _lanes.charge(self._lanes, slot.state, self._lane, self._now(), tokens)
+
+    async def charge_async(self, tokens: float) -> None:
+        self.charge(tokens)
+
+    def restrict(self, remaining: float, seconds: float) -> None:
+        slot = self._slot
+        with slot.lock:
+            now = self._now()
+            _lanes.restrict(self._lanes, slot.state, now, remaining, now + seconds)
+
+    async def restrict_async(self, remaining: float, seconds: float) -> None:
         self.restrict(remaining, seconds)

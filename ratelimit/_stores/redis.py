@@ -5,7 +5,8 @@ reservation and returns the wait, atomically, with the server's clock. So each
 ``acquire`` is exactly one round trip, however many workers contend.
 
 Keys: ``ratelimit:{<name>}:<algorithm>`` (a composite's members:
-``ratelimit:{<name>}:<i>:<algorithm>``). The braces are a hash tag: all of one
+``ratelimit:{<name>}:<i>:<algorithm>``; the lanes of a budget with priorities:
+``ratelimit:{<name>}:hi:<algorithm>`` and ``...:lo:<algorithm>``). The braces are a hash tag: all of one
 limiter's keys live in one Cluster slot, which multi-key scripts need. Inside the tag
 only ``{``, ``}`` and ``%`` are escaped (``%7B``, ``%7D``, ``%25``), so an operator
 finds a limiter's keys by its name. Every key expires once idle. A limiter on an
@@ -46,15 +47,16 @@ from redis.retry import Retry
 
 from .. import _validate
 from .._algorithms.algorithm import Algorithm
+from .._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime
 from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
 from .memory import MemoryBackend
 from .redis_errors import STORE_ERRORS, is_unavailable
-from .scripts import Script, group_script, single_script
+from .scripts import Script, group_script, lanes_script, single_script
 from .store import Handle
 from .tally import Tally, weight
 
-__all__ = ["BackendStats", "RedisBackend", "key_for"]
+__all__ = ["BackendStats", "RedisBackend", "RedisLaneHandle", "key_for"]
 
 logger = logging.getLogger("ratelimit")
 
@@ -97,10 +99,13 @@ def _escape(name: str) -> str:
     return name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
 
 
-def key_for(name: str, kind: str, member: int | None = None, *, injected: bool = False) -> str:
-    """The Redis key of limiter ``name`` (``member`` of a composite) of algorithm ``kind``;
-    ``injected`` for a limiter on a test clock."""
+def key_for(name: str, kind: str, member: int | None = None, *, injected: bool = False, lane: str | None = None) -> str:
+    """The Redis key of limiter ``name`` (``member`` of a composite, or ``lane`` of a
+    budget with priorities) of algorithm ``kind``; ``injected`` for a limiter on a test
+    clock."""
     middle = ("injected:" if injected else "") + ("" if member is None else f"{member}:")
+    if lane is not None:
+        middle += f"{lane}:"
     return f"ratelimit:{{{_escape(name)}}}:{middle}{kind}"
 
 
@@ -624,9 +629,11 @@ class RedisBackend:
             return lambda: _num(time.time())
         return lambda: ""
 
-    def key(self, name: str, kind: str, member: int | None = None, *, clock: Clock | None = None) -> str:
+    def key(
+        self, name: str, kind: str, member: int | None = None, *, clock: Clock | None = None, lane: str | None = None
+    ) -> str:
         """The key of limiter ``name``'s state of algorithm ``kind`` on this store."""
-        return key_for(name, kind, member, injected=_injected(clock))
+        return key_for(name, kind, member, injected=_injected(clock), lane=lane)
 
     def bind(self, name: str | None, alg: Algorithm[Any], clock: Clock | None) -> RedisHandle:
         assert name is not None  # the front requires a name for a shared backend
@@ -651,6 +658,28 @@ class RedisBackend:
 
             local = _Share(self._local.bind_group(None, slowed, clock), clamp)
         return RedisGroupHandle(self, algs, keys, self.now_source(clock), local)
+
+    def bind_lanes(
+        self, name: str | None, lanes: Lanes, clock: Clock | None, keep: float | None
+    ) -> tuple[RedisLaneHandle, RedisLaneHandle]:
+        """Both lanes of a budget with priorities, decided by one script call: the
+        handle that acquires at high priority, and the one at low."""
+        assert name is not None
+        keys = [self.key(name, lanes.high.kind, clock=clock, lane=lane) for lane in LANES]
+        local: tuple[_Local[float] | None, _Local[float] | None] = (None, None)
+        if self.on_unavailable == "local":
+            slowed = Lanes(lanes.high.slowed(self.local_share), lanes.low.slowed(self.local_share), lanes.low_share)
+            bound = self._local.bind_lanes(None, slowed, clock, keep)
+            mosts = (slowed.high.most, slowed.low.most)
+            local = (
+                _Share(bound[HIGH], lambda n: min(n, mosts[HIGH])),
+                _Share(bound[LOW], lambda n: min(n, mosts[LOW])),
+            )
+        now = self.now_source(clock)
+        return (
+            RedisLaneHandle(self, lanes, keys, now, local[HIGH], HIGH, keep),
+            RedisLaneHandle(self, lanes, keys, now, local[LOW], LOW, keep),
+        )
 
     def __repr__(self) -> str:
         client = self._sync_client or self._async_client
@@ -728,6 +757,14 @@ class _ScriptHandle(ABC, Generic[T]):
     def _args(self, op: str, tokens: T, extra: str) -> list[str]:
         """The script's arguments for ``op`` on ``tokens``."""
 
+    def _decision(self, reply: Sequence[bytes | str]) -> tuple[float, float]:
+        """A reservation's reply as ``(signed_wait, at)``."""
+        return _reply(reply)
+
+    def _refund_args(self, tokens: T, at: float | None) -> list[str]:
+        """The script's arguments to give back ``tokens`` of the grant at ``at``."""
+        return self._args("refund", tokens, _at(at))
+
     def _fallback(self, tokens: T, max_wait: float, exc: BackendUnavailable) -> tuple[float, float]:
         local = self._local
         return self._backend.without_store(
@@ -752,7 +789,7 @@ class _ScriptHandle(ABC, Generic[T]):
     def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
         args = self._args("reserve", tokens, _max_wait(max_wait))
         try:
-            decision = _reply(self._backend.run(self._script, self._keys, args))
+            decision = self._decision(self._backend.run(self._script, self._keys, args))
         except BackendUnavailable as exc:
             decision = self._fallback(tokens, max_wait, exc)
         return self._count(tokens, decision)
@@ -760,7 +797,7 @@ class _ScriptHandle(ABC, Generic[T]):
     async def reserve_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
         args = self._args("reserve", tokens, _max_wait(max_wait))
         try:
-            decision = _reply(await self._backend.run_async(self._script, self._keys, args))
+            decision = self._decision(await self._backend.run_async(self._script, self._keys, args))
         except BackendUnavailable as exc:
             decision = self._fallback(tokens, max_wait, exc)
         return self._count(tokens, decision)
@@ -779,13 +816,13 @@ class _ScriptHandle(ABC, Generic[T]):
 
     def refund(self, tokens: T, at: float | None) -> None:
         try:
-            self._backend.run(self._script, self._keys, self._args("refund", tokens, _at(at)))
+            self._backend.run(self._script, self._keys, self._refund_args(tokens, at))
         except BackendUnavailable as exc:
             self._unrecorded("refund", exc, lambda local: local.refund(tokens, None))
 
     async def refund_async(self, tokens: T, at: float | None) -> None:
         try:
-            await self._backend.run_async(self._script, self._keys, self._args("refund", tokens, _at(at)))
+            await self._backend.run_async(self._script, self._keys, self._refund_args(tokens, at))
         except BackendUnavailable as exc:
             self._unrecorded("refund", exc, lambda local: local.refund(tokens, None))
 
@@ -852,3 +889,42 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
         for (kind, params), n in zip(self._members, tokens, strict=True):
             args += [kind, _num(n), *params]
         return args
+
+
+class RedisLaneHandle(_ScriptHandle[float]):
+    """One priority of a budget with two lanes: ``KEYS = [high, low]``, ``ARGV = [op,
+    now, tokens, extra, lane, keep, low_share]`` then each lane's largest request and
+    parameters (see ``lua/_lanes.lua``)."""
+
+    __slots__ = ("_lane", "_tail")
+
+    def __init__(
+        self,
+        backend: RedisBackend,
+        lanes: Lanes,
+        keys: Sequence[str],
+        now: Callable[[], str],
+        local: _Local[float] | None,
+        lane: int,
+        keep: float | None,
+    ) -> None:
+        super().__init__(backend, lanes_script(lanes.high.kind), keys, now, local)
+        self._lane = lane
+        self._tail = (
+            "" if keep is None else _num(keep),
+            _num(lanes.low_share),
+            *(_num(x) for alg in (lanes.high, lanes.low) for x in (alg.most, *alg.params())),
+        )
+
+    def _args(self, op: str, tokens: float, extra: str) -> list[str]:
+        return [op, self._now(), _num(tokens), extra, LANES[self._lane], *self._tail]
+
+    def _decision(self, reply: Sequence[bytes | str]) -> tuple[float, float]:
+        lane = reply[2]
+        return float(reply[0]), LaneTime(float(reply[1]), LOW if lane in (b"lo", "lo") else HIGH)
+
+    def _refund_args(self, tokens: float, at: float | None) -> list[str]:
+        # A reservation goes back to the lane it was taken from; a plain refund to this
+        # priority's own lane.
+        lane = at.lane if isinstance(at, LaneTime) else self._lane
+        return ["refund", self._now(), _num(tokens), _at(at), LANES[lane], *self._tail]

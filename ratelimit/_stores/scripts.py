@@ -3,8 +3,8 @@
 The scripts live as ``.lua`` files in the top-level ``lua/`` folder of the source tree
 and inside the wheel as ``ratelimit/lua/``. A loaded script is composed of pieces: the
 shared prelude, the algorithm's functions, what one limiter and a group share
-(``_members.lua``), and a driver (one limiter, or a group of limits for a composite,
-which needs every algorithm).
+(``_members.lua``), and a driver (one limiter; the two lanes of a budget with
+priorities; or a group of limits for a composite, which needs every algorithm).
 
 A script is called with EVALSHA; if the server does not know it (first use, after
 ``SCRIPT FLUSH``, a restart or a failover) the same call is repeated as EVAL, which
@@ -28,6 +28,7 @@ __all__ = [
     "breaker_script",
     "concurrency_script",
     "group_script",
+    "lanes_script",
     "lua_source",
     "single_script",
 ]
@@ -93,6 +94,21 @@ def single_script(kind: str) -> Script:
     ]
     source = "\n".join(parts)
     return Script(kind, source)
+
+
+@cache
+def lanes_script(kind: str) -> Script:
+    """The script of a budget with priorities: two lanes of algorithm ``kind``."""
+    if kind not in ALGORITHMS:
+        raise ValueError(f"no script for algorithm {kind!r}")
+    parts = [
+        lua_source("_prelude"),
+        lua_source(kind),
+        f"local ALG = {kind}",
+        lua_source("_members"),
+        lua_source("_lanes"),
+    ]
+    return Script(f"{kind}:lanes", "\n".join(parts))
 
 
 @cache

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
 from .._algorithms.algorithm import Algorithm
+from .._algorithms.lanes import Lanes
 from .._clock import Clock
 from .tally import Tally
 
@@ -35,6 +36,8 @@ class Handle(Protocol[T_contra]):
 
         ``signed_wait >= 0``: granted, proceed after that many seconds, at store time
         ``at``. ``< 0``: refused, nothing recorded; the grant needed ``-signed_wait``.
+        ``at`` is what ``refund`` takes back to withdraw the reservation; a handle may
+        return a float that carries more (a lane's ``LaneTime``).
         """
         ...
 
@@ -70,3 +73,11 @@ class Backend(Protocol):
     def bind_group(
         self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None
     ) -> Handle[Sequence[float]]: ...
+
+    def bind_lanes(
+        self, name: str | None, lanes: Lanes, clock: Clock | None, keep: float | None
+    ) -> tuple[Handle[float], Handle[float]]:
+        """A budget with priorities (see ``lanes.py``): the handles that acquire at high
+        and at low priority, on one state. ``keep``: the high lane's tokens a low
+        request borrowing it must leave (``None``: lows never borrow)."""
+        ...

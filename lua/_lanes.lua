@@ -1,0 +1,139 @@
+-- ratelimit: driver for a budget with priorities, two lanes of one algorithm decided
+-- in one call. Loaded as _prelude.lua + <algorithm>.lua, ALG bound to the algorithm's
+-- table, _members.lua, then this file (see ratelimit/_stores/scripts.py).
+--
+-- KEYS[1]  the high lane's base key, ratelimit:{<name>}:hi:<algorithm>
+-- KEYS[2]  the low lane's base key, ratelimit:{<name>}:lo:<algorithm>
+--          (one hash tag: one Cluster slot). Each lane's holes: <base>:holes.
+-- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge'
+-- ARGV[2]  now, seconds; '' reads the server's TIME
+-- ARGV[3]  tokens (reserve, refund, charge); restrict: the tokens still allowed, both lanes
+-- ARGV[4]  reserve: max_wait in seconds, '' for no limit; refund: the grant time
+--          being given back ('' for a grant already made); restrict: seconds from
+--          now until the restriction ends
+-- ARGV[5]  reserve: the request's priority; refund: the lane to give back to;
+--          charge: the caller's priority's lane ('hi' | 'lo')
+-- ARGV[6]  keep: the high lane's tokens a borrowing low request must leave; '' for
+--          lows that never borrow
+-- ARGV[7]  low_share, to split a restriction's tokens as the limit was split
+-- ARGV[8..10]   the high lane: its largest request (Algorithm.most), its two parameters
+-- ARGV[11..13]  the low lane: the same
+--
+-- Returns, as strings (seconds, %.17g):
+--   reserve: {signed_wait, at, lane}: as the single driver's, and the lane taken
+--            ('hi' | 'lo'; for a refusal, the one it would have queued in)
+--   refund, restrict, charge: {now}
+-- Mirrors ratelimit/_algorithms/lanes.py operation for operation.
+
+local HIGH, LOW = 1, 2
+local NAMES = {'hi', 'lo'}
+
+local op = ARGV[1]
+local now = clock(ARGV[2])
+local tokens = tonumber(ARGV[3])
+local lanes = {}
+for i = 1, 2 do
+  local j = 5 + 3 * i
+  local self = ALG.new(KEYS[i], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]))
+  lanes[i] = {
+    member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self)},
+    holes = KEYS[i] .. ':holes',
+    most = tonumber(ARGV[j]),
+    changed = false,
+  }
+end
+
+local function save(lane, only_dirty)
+  local m = lanes[lane].member
+  if not only_dirty or lanes[lane].changed or (type(m.state) == 'table' and m.state.dirty) then
+    ALG.save(m.self, m.state, now)
+  end
+end
+
+local function plan_lane(lane)
+  local admit_at, at, hole = plan_members({lanes[lane].member}, lanes[lane].holes, now)
+  return {admit_at, at, hole}
+end
+
+-- See _now and _when in lanes.py.
+local function grants_now(planned)
+  return decide(planned[1], planned[2], now, 0.0) >= 0
+end
+
+local function plan_when(planned)
+  if planned[1] > planned[2] then return planned[1] end
+  return planned[2]
+end
+
+local function settle(lane, planned, max_wait)
+  local l = lanes[lane]
+  local wait, changed = settle_members({l.member}, l.holes, now, planned[1], planned[2], planned[3], max_wait)
+  l.changed = changed
+  return wait, lane
+end
+
+-- See reserve in lanes.py.
+local function reserve(max_wait, low, keep)
+  if low then
+    local planned = plan_lane(LOW)
+    local high = lanes[HIGH].member
+    if not grants_now(planned) and keep ~= nil and tokens + keep <= lanes[HIGH].most + EPSILON then
+      local admit_at, at = ALG.plan(high.self, high.state, now, tokens + keep)
+      if decide(admit_at, at, now, 0.0) >= 0 then
+        high.state = ALG.commit(high.self, high.state, now, tokens, at)
+        lanes[HIGH].changed = true
+        return 0.0, HIGH
+      end
+    end
+    return settle(LOW, planned, max_wait)
+  end
+  local planned = plan_lane(HIGH)
+  if not grants_now(planned) and tokens <= lanes[LOW].most + EPSILON then
+    local other = plan_lane(LOW)
+    if grants_now(other) or plan_when(other) < plan_when(planned) then
+      return settle(LOW, other, max_wait)
+    end
+  end
+  return settle(HIGH, planned, max_wait)
+end
+
+if op == 'reserve' then
+  local max_wait = math.huge
+  if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
+  local keep = nil
+  if ARGV[6] ~= '' then keep = tonumber(ARGV[6]) end
+  local wait, lane = reserve(max_wait, ARGV[5] == 'lo', keep)
+  save(HIGH, true)
+  save(LOW, true)
+  return {fmt(wait), fmt(now + wait), NAMES[lane]}
+elseif op == 'refund' then
+  local lane = HIGH
+  if ARGV[5] == 'lo' then lane = LOW end
+  local at = nil
+  if ARGV[4] ~= '' then at = tonumber(ARGV[4]) end
+  local l = lanes[lane]
+  give_back_members({l.member}, l.holes, now, {tokens}, at)
+  save(lane, false)
+  return {fmt(now)}
+elseif op == 'charge' then
+  -- See charge in lanes.py: into the caller's own lane, whose holes are then void.
+  local lane = HIGH
+  if ARGV[5] == 'lo' then lane = LOW end
+  local l = lanes[lane]
+  charge_members({l.member}, l.holes, now)
+  save(lane, false)
+  return {fmt(now)}
+elseif op == 'restrict' then
+  -- See shares and restrict in lanes.py.
+  local untl = now + tonumber(ARGV[4])
+  local low_part = math.floor(tokens * tonumber(ARGV[7]) + EPSILON)
+  local parts = {tokens - low_part, low_part}
+  for lane = 1, 2 do
+    local m = lanes[lane].member
+    m.state = ALG.restrict(m.self, m.state, now, parts[lane], untl)
+    if parts[lane] <= EPSILON then pause(lanes[lane].holes, now, untl) end
+    save(lane, false)
+  end
+  return {fmt(now)}
+end
+return redis.error_reply('ratelimit: unknown op ' .. tostring(op))

@@ -1,0 +1,209 @@
+"""Priorities on one budget: a high lane and a low lane, and which one a request takes.
+
+An acquire reserves a fixed time, and a promised time cannot be moved: a person's
+request planned behind a queue of batch reservations would wait for all of them. So a
+budget with priorities keeps two states of its algorithm (``Algorithm.split``): a
+*high lane* and a *low lane* holding ``low_share`` of the limit. Every grant is
+recorded in exactly one lane, and the two lanes' limits add up to the configured one
+(a token bucket's arrival curves add up; two windows' limits add up in any interval),
+so together they never grant more than the limit allows, whoever asks.
+
+A **high** request goes
+
+1. in the high lane if it grants now;
+2. else in the low lane if *that* grants now (low priority is idle: its share is
+   free);
+3. else it queues in whichever lane grants it earlier (the high lane on a tie).
+
+The high lane holds only high requests and low ones granted at once (see 4), so a high
+request waits behind at most the grants already reserved there, never behind queued
+low ones.
+
+A **low** request goes
+
+4. in the low lane if it grants now;
+5. else, when lows may borrow, in the high lane if that would grant ``tokens +
+   keep`` now: idle high capacity is used, but ``keep`` tokens of it stay ready for a
+   person;
+6. else it queues in the low lane only. Without borrowing the low share is a hard cap.
+
+Timeline, ``TokenBucket(4, 4)`` with ``low_share=0.5`` and no borrowing (each lane: a
+burst of 2 and 2 tokens a second, one grant per 0.5 s once its burst is spent); six
+low requests at t=0, then three high ones at t=0.1. Grant times::
+
+    two lanes   low:   L1 0    L2 0    L3 0.5   L4 1.0   L5 1.5   L6 2.0
+                high:  H1 0.1  H2 0.1  H3 0.6
+    one queue          L1-L4 0, L5 0.25, L6 0.5, H1 0.75, H2 1.0, H3 1.25
+
+Holes (withdrawn reservations, ``holes.py``) are kept per lane, and a grant given
+back goes to the lane it was taken from: a reserved time carries its lane
+(:class:`LaneTime`). Mirrored by ``lua/_lanes.lua``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from . import holes as _holes
+from .algorithm import EPSILON, Algorithm, decide
+from .algorithm import charge as _charge
+
+__all__ = [
+    "HIGH",
+    "LANES",
+    "LOW",
+    "LaneState",
+    "LaneTime",
+    "Lanes",
+    "charge",
+    "give_back",
+    "reserve",
+    "restrict",
+    "shares",
+]
+
+#: The lanes' indices, and their names in keys and scripts.
+HIGH = 0
+LOW = 1
+LANES = ("hi", "lo")
+
+
+class LaneTime(float):
+    """A reserved grant's time that also says which lane it was taken from, so that
+    withdrawing it gives it back there. It is the time, to anything that reads it."""
+
+    __slots__ = ("lane",)
+
+    lane: int
+
+    def __new__(cls, at: float, lane: int) -> LaneTime:
+        self = super().__new__(cls, at)
+        self.lane = lane
+        return self
+
+    def __repr__(self) -> str:
+        return f"LaneTime({float(self)!r}, {LANES[self.lane]!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Lanes:
+    """A limit split in two lanes (``Algorithm.split``); ``low_share`` is what split it,
+    kept to split a provider's ``remaining`` alike."""
+
+    high: Algorithm[Any]
+    low: Algorithm[Any]
+    low_share: float
+
+    @classmethod
+    def of(cls, alg: Algorithm[Any], low_share: float) -> Lanes:
+        high, low = alg.split(low_share)
+        return cls(high, low, low_share)
+
+    @property
+    def kind(self) -> str:
+        """Names the state in an in-process store: never the unsplit algorithm's."""
+        return f"{self.high.kind}:lanes"
+
+    def new_state(self) -> LaneState:
+        return LaneState(self.high.new_state(), self.low.new_state())
+
+    def idle_until(self, state: LaneState) -> float:
+        high = self.high.idle_until(state.states[HIGH])
+        low = self.low.idle_until(state.states[LOW])
+        return high if high > low else low
+
+
+class LaneState:
+    """Both lanes' states and holes, indexed by lane."""
+
+    __slots__ = ("holes", "states")
+
+    def __init__(self, high: Any, low: Any) -> None:
+        self.states: list[Any] = [high, low]
+        self.holes = (_holes.Holes(), _holes.Holes())
+
+    def __repr__(self) -> str:
+        return f"LaneState(high={self.states[HIGH]!r}, low={self.states[LOW]!r}, holes={self.holes!r})"
+
+
+def _now(planned: _holes.Planned, now: float) -> bool:
+    """Whether a plan grants now."""
+    return decide(planned[0], planned[1], now, 0.0) >= 0
+
+
+def _when(planned: _holes.Planned) -> float:
+    admit_at, at, _ = planned
+    return admit_at if admit_at > at else at
+
+
+def _settle(
+    lanes: Lanes, state: LaneState, lane: int, now: float, tokens: float, planned: _holes.Planned, max_wait: float
+) -> tuple[float, int]:
+    alg = lanes.high if lane == HIGH else lanes.low
+    states, wait = _holes.settle((alg,), (state.states[lane],), state.holes[lane], now, (tokens,), planned, max_wait)
+    state.states[lane] = states[0]
+    return wait, lane
+
+
+def reserve(
+    lanes: Lanes, state: LaneState, now: float, tokens: float, max_wait: float, low: bool, keep: float | None
+) -> tuple[float, int]:
+    """Decide a request of high priority (or ``low``) and record it in the lane it
+    takes (see the module docstring). ``keep``: what a low request borrowing the high
+    lane must leave of it; ``None``, lows never borrow. Returns ``(signed wait, lane)``:
+    a refusal's lane is the one it would have queued in."""
+    high, low_alg = lanes.high, lanes.low
+    states, holes = state.states, state.holes
+    if low:
+        planned = _holes.plan((low_alg,), (states[LOW],), holes[LOW], now, (tokens,))
+        if not _now(planned, now) and keep is not None and tokens + keep <= high.most + EPSILON:
+            admit_at, at = high.plan(states[HIGH], now, tokens + keep)
+            if decide(admit_at, at, now, 0.0) >= 0:
+                # Granted now, so nothing is reserved in the high lane ahead of it.
+                states[HIGH] = high.commit(states[HIGH], now, tokens, at)
+                return 0.0, HIGH
+        return _settle(lanes, state, LOW, now, tokens, planned, max_wait)
+    planned = _holes.plan((high,), (states[HIGH],), holes[HIGH], now, (tokens,))
+    if not _now(planned, now) and tokens <= low_alg.most + EPSILON:
+        other = _holes.plan((low_alg,), (states[LOW],), holes[LOW], now, (tokens,))
+        if _now(other, now) or _when(other) < _when(planned):
+            return _settle(lanes, state, LOW, now, tokens, other, max_wait)
+    return _settle(lanes, state, HIGH, now, tokens, planned, max_wait)
+
+
+def give_back(lanes: Lanes, state: LaneState, lane: int, now: float, tokens: float, at: float | None) -> None:
+    """``holes.give_back`` in ``lane``: where the grant was taken (or, for a plain refund,
+    the caller's own lane)."""
+    alg = lanes.high if lane == HIGH else lanes.low
+    back = _holes.give_back((alg,), (state.states[lane],), state.holes[lane], now, (tokens,), at)
+    state.states[lane] = back[0]
+
+
+def shares(lanes: Lanes, remaining: float) -> tuple[float, float]:
+    """A provider's ``remaining`` split between the lanes as the limit was: the low lane's
+    part rounded down to whole tokens, the high lane the rest. Together exactly
+    ``remaining``: people get the last token."""
+    low = float(math.floor(remaining * lanes.low_share + EPSILON))
+    return remaining - low, low
+
+
+def charge(lanes: Lanes, state: LaneState, lane: int, now: float, tokens: float) -> None:
+    """``algorithm.charge`` in ``lane`` (the caller's priority's: a cost is charged
+    where its caller draws from), whose holes are then void (``holes.void``). Every
+    grant and charge is in exactly one lane, so the two still add up to the limit."""
+    alg = lanes.high if lane == HIGH else lanes.low
+    state.states[lane] = _charge(alg, state.states[lane], now, tokens)
+    _holes.void(state.holes[lane])
+
+
+def restrict(lanes: Lanes, state: LaneState, now: float, remaining: float, until: float) -> None:
+    """``Algorithm.restrict`` for both lanes, ``remaining`` split by :func:`shares`. A lane
+    left nothing is paused, as a single limiter is by a pause (``holes.pause``)."""
+    parts = shares(lanes, remaining)
+    for lane, alg in ((HIGH, lanes.high), (LOW, lanes.low)):
+        part = parts[lane]
+        state.states[lane] = alg.restrict(state.states[lane], now, part, until)
+        if part <= EPSILON:
+            _holes.pause(state.holes[lane], until)
