@@ -7,12 +7,13 @@
 --          (one hash tag: one Cluster slot). Each lane's holes: <base>:holes.
 -- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
--- ARGV[3]  tokens (reserve, refund, charge); restrict: the tokens still allowed, both lanes
+-- ARGV[3]  tokens (reserve, refund); charge: the high lane's part; restrict: the
+--          tokens still allowed, both lanes
 -- ARGV[4]  reserve: max_wait in seconds, '' for no limit; refund: the grant time
 --          being given back ('' for a grant already made); restrict: seconds from
---          now until the restriction ends
+--          now until the restriction ends; charge: the low lane's part
 -- ARGV[5]  reserve: the request's priority; refund: the lane to give back to;
---          charge: the caller's priority's lane ('hi' | 'lo')
+--          charge: unused ('hi' | 'lo')
 -- ARGV[6]  keep: the high lane's tokens a borrowing low request must leave; '' for
 --          lows that never borrow
 -- ARGV[7]  low_share, to split a restriction's tokens as the limit was split
@@ -116,12 +117,17 @@ elseif op == 'refund' then
   save(lane, false)
   return {fmt(now)}
 elseif op == 'charge' then
-  -- See charge in lanes.py: into the caller's own lane, whose holes are then void.
-  local lane = HIGH
-  if ARGV[5] == 'lo' then lane = LOW end
-  local l = lanes[lane]
-  charge_members({l.member}, l.holes, now)
-  save(lane, false)
+  -- See charge in lanes.py: ARGV[3] and ARGV[4] are the high and the low lane's parts
+  -- (split as the lanes' rates are); each lane charged has its holes voided.
+  local parts = {tonumber(ARGV[3]), tonumber(ARGV[4])}
+  for lane = 1, 2 do
+    if parts[lane] > 0 then
+      local l = lanes[lane]
+      l.member.tokens = parts[lane]
+      charge_members({l.member}, l.holes, now)
+      save(lane, false)
+    end
+  end
   return {fmt(now)}
 elseif op == 'restrict' then
   -- See shares and restrict in lanes.py.

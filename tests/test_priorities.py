@@ -387,16 +387,25 @@ def test_both_priorities_together_never_exceed_the_limit(
         assert _replays(configured, [(float(at), n) for at, n in granted if n > 0])
 
 
-def test_a_charge_goes_into_the_callers_own_lane(make: Make, clock: ManualClock) -> None:
+def test_a_charge_is_split_between_the_lanes_as_their_rates_are(make: Make, clock: ManualClock) -> None:
     budget: TokenBucket = make(TokenBucket, 10, 2, low_share=0.5, borrow=False)  # lanes of 5 at 1/s
     budget.low.acquire()
-    budget.low.settle(1, 9)  # the batch call cost 9: its lane of 5 is 4 tokens in debt
-    assert not budget.low.try_acquire()
-    assert budget.try_acquire(5)  # a person's lane is whole
-    budget.charge(2)  # and a person's cost is a person's lane's debt
-    with pytest.raises(AcquireTimeout) as high:
-        budget.acquire(timeout=0)
-    assert high.value.retry_after == pytest.approx(3.0)
-    with pytest.raises(AcquireTimeout) as low:
-        budget.low.acquire(timeout=0)
-    assert low.value.retry_after == pytest.approx(5.0)
+    budget.low.settle(1, 9)  # the batch call cost 9: 8 more, 4 from each lane
+    assert not budget.low.try_acquire()  # 5 - 1 - 4
+    assert budget.try_acquire()  # 5 - 4: a person's lane pays its share of the debt
+    assert not budget.try_acquire()
+    budget.charge(10)  # 5 more from each: both lanes wait it off together, as one limit
+    for view in (budget, budget.low):
+        with pytest.raises(AcquireTimeout) as caught:
+            view.acquire(timeout=0)
+        assert caught.value.retry_after == pytest.approx(6.0)
+
+
+def test_a_settle_gives_back_to_the_lane_the_callers_grant_came_from(make: Make, clock: ManualClock) -> None:
+    budget: TokenBucket = make(TokenBucket, 4, 2, low_share=0.5, borrow=False)  # lanes of 2 at 1/s
+    assert budget.try_acquire(2)  # the high lane, emptied
+    budget.acquire()  # served from the idle low lane
+    budget.settle(1, 0)  # not used after all: back to the low lane it came from
+    assert budget.low.try_acquire(2)
+    # Sent to the high lane, it would have let a fifth token go at this instant.
+    assert not budget.try_acquire()

@@ -371,7 +371,7 @@ class MemoryLaneHandle:
 
     suspends = False
 
-    __slots__ = ("__weakref__", "_keep", "_lane", "_lanes", "_now", "_slot", "tally")
+    __slots__ = ("__weakref__", "_keep", "_lane", "_lanes", "_last", "_now", "_slot", "tally")
 
     def __init__(self, lanes: _lanes.Lanes, slot: _Slot, clock: Clock, lane: int, keep: float | None) -> None:
         self.tally: Tally | None = None
@@ -380,6 +380,7 @@ class MemoryLaneHandle:
         self._now = clock.now
         self._lane = lane
         self._keep = keep
+        self._last = _lanes.LastLane(lane)
 
     def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
         slot = self._slot
@@ -389,15 +390,17 @@ class MemoryLaneHandle:
             wait, lane = _lanes.reserve(self._lanes, slot.state, now, tokens, max_wait, low, self._keep)
             if self.tally is not None:
                 self.tally.record(tokens, wait)
+        if wait >= 0:
+            self._last.saw(lane)
         return wait, _lanes.LaneTime(now + wait, lane)
 
     async def reserve_async(self, tokens: float, max_wait: float) -> tuple[float, float]:
         return self.reserve(tokens, max_wait)
 
     def refund(self, tokens: float, at: float | None) -> None:
-        # A reservation goes back to the lane it was taken from; a plain refund to
-        # this priority's own lane.
-        lane = at.lane if isinstance(at, _lanes.LaneTime) else self._lane
+        # A reservation goes back to the lane it was taken from; a plain refund to the
+        # lane of this caller's latest grant (see LastLane).
+        lane = at.lane if isinstance(at, _lanes.LaneTime) else self._last.lane()
         slot = self._slot
         with slot.lock:
             _lanes.give_back(self._lanes, slot.state, lane, self._now(), tokens, at)
@@ -408,7 +411,7 @@ class MemoryLaneHandle:
     def charge(self, tokens: float) -> None:
         slot = self._slot
         with slot.lock:
-            _lanes.charge(self._lanes, slot.state, self._lane, self._now(), tokens)
+            _lanes.charge(self._lanes, slot.state, self._now(), tokens)
 
     async def charge_async(self, tokens: float) -> None:
         self.charge(tokens)

@@ -47,7 +47,7 @@ from redis.retry import Retry
 
 from .. import _validate
 from .._algorithms.algorithm import Algorithm
-from .._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime
+from .._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime, LastLane, charge_parts
 from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
 from .memory import MemoryBackend
@@ -896,7 +896,7 @@ class RedisLaneHandle(_ScriptHandle[float]):
     now, tokens, extra, lane, keep, low_share]`` then each lane's largest request and
     parameters (see ``lua/_lanes.lua``)."""
 
-    __slots__ = ("_lane", "_tail")
+    __slots__ = ("_lane", "_lanes", "_last", "_tail")
 
     def __init__(
         self,
@@ -910,6 +910,8 @@ class RedisLaneHandle(_ScriptHandle[float]):
     ) -> None:
         super().__init__(backend, lanes_script(lanes.high.kind), keys, now, local)
         self._lane = lane
+        self._lanes = lanes
+        self._last = LastLane(lane)
         self._tail = (
             "" if keep is None else _num(keep),
             _num(lanes.low_share),
@@ -917,14 +919,21 @@ class RedisLaneHandle(_ScriptHandle[float]):
         )
 
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
+        if op == "charge":
+            # Both lanes' parts, split here once for both stores (see charge_parts).
+            high, low = charge_parts(self._lanes, tokens)
+            return [op, self._now(), _num(high), _num(low), LANES[self._lane], *self._tail]
         return [op, self._now(), _num(tokens), extra, LANES[self._lane], *self._tail]
 
     def _decision(self, reply: Sequence[bytes | str]) -> tuple[float, float]:
-        lane = reply[2]
-        return float(reply[0]), LaneTime(float(reply[1]), LOW if lane in (b"lo", "lo") else HIGH)
+        lane = LOW if reply[2] in (b"lo", "lo") else HIGH
+        wait = float(reply[0])
+        if wait >= 0:
+            self._last.saw(lane)
+        return wait, LaneTime(float(reply[1]), lane)
 
     def _refund_args(self, tokens: float, at: float | None) -> list[str]:
-        # A reservation goes back to the lane it was taken from; a plain refund to this
-        # priority's own lane.
-        lane = at.lane if isinstance(at, LaneTime) else self._lane
+        # A reservation goes back to the lane it was taken from; a plain refund to the
+        # lane of this caller's latest grant (see LastLane).
+        lane = at.lane if isinstance(at, LaneTime) else self._last.lane()
         return ["refund", self._now(), _num(tokens), _at(at), LANES[lane], *self._tail]
