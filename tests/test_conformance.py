@@ -254,6 +254,8 @@ def test_lanes_script_matches_pure_lanes(
     handles = [RedisLaneHandle(backend, lanes, keys, now, None, lane, keep) for lane in (HIGH, LOW)]
     state = lanes.new_state()
     pending: list[tuple[float, float]] = []
+    # The lane of each priority's latest grant: where its plain refunds go (LastLane).
+    last = [HIGH, LOW]
     for dt, tokens, max_wait, low, back, restriction, alike in scenario:
         now.value += dt
         priority = LOW if low else HIGH
@@ -270,8 +272,9 @@ def test_lanes_script_matches_pure_lanes(
             assert got[1].lane == lane
             if wait >= 0:
                 pending.append((got[1], n))
+                last[priority] = lane
         if back == "refund" and wait >= 0:
-            give_back_lane(lanes, state, priority, now.value, n, None)
+            give_back_lane(lanes, state, last[priority], now.value, n, None)
             handles[priority].refund(n, None)
             continue
         given = _given_back(back, pending, now.value)
