@@ -42,6 +42,7 @@ __all__ = [
     "charge_all",
     "commit_all",
     "decide",
+    "latest_all",
     "low_part",
     "plan_all",
     "step",
@@ -242,6 +243,13 @@ def step_all(
     return commit_all(algs, states, now, tokens, at), wait
 
 
+def latest_all(algs: Sequence[Algorithm[Any]], states: Sequence[Any]) -> float:
+    """The latest grant any of the limits recorded. In a composite a grant's time is set
+    by the slowest limit, and a token bucket does not see a grant another limit delayed
+    past its own plan; the limit that set it knows it exactly."""
+    return max(alg.latest(state) for alg, state in zip(algs, states, strict=True))
+
+
 def charge_all(algs: Sequence[Algorithm[Any]], states: Sequence[Any], now: float, tokens: Sequence[float]) -> list[Any]:
     """Record ``tokens`` as taken now, in every limit, whatever the budget left.
 
@@ -257,12 +265,8 @@ def charge_all(algs: Sequence[Algorithm[Any]], states: Sequence[Any], now: float
     request taking one would go ahead of the debt. A limit given 0 tokens records
     nothing.
     """
-    at = now
-    for alg, state in zip(algs, states, strict=True):
-        latest = alg.latest(state)
-        if latest > at:
-            at = latest
-    return commit_all(algs, states, now, tokens, at)
+    latest = latest_all(algs, states)
+    return commit_all(algs, states, now, tokens, latest if latest > now else now)
 
 
 def charge(alg: Algorithm[S], state: S, now: float, tokens: float) -> S:

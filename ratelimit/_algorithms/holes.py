@@ -38,7 +38,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .algorithm import EPSILON, Algorithm, commit_all, decide, plan_all
+from .algorithm import EPSILON, Algorithm, commit_all, decide, latest_all, plan_all
 
 __all__ = ["SCAN", "Hole", "Holes", "Planned", "give_back", "pause", "plan", "reserve", "settle", "void"]
 
@@ -142,7 +142,7 @@ def plan(
             found = i
             break
     admit_at, at = plan_all(algs, states, now, tokens)
-    if found is not None and items[found][0] > _latest(algs, states) + EPSILON:
+    if found is not None and items[found][0] > latest_all(algs, states) + EPSILON:
         # Every hole is before a grant still reserved. Not so here: the state was
         # lost (a Redis key evicted) and the holes with it are void; so is the pause,
         # which was the state's.
@@ -190,17 +190,10 @@ def reserve(
     return settle(algs, states, holes, now, tokens, plan(algs, states, holes, now, tokens), max_wait)
 
 
-def _latest(algs: Sequence[Algorithm[Any]], states: Sequence[Any]) -> float:
-    # In a composite a grant's time is set by the slowest limit, and a token bucket
-    # does not see a grant another limit delayed past its own plan. The group does:
-    # the limit that set the latest grant's time knows it exactly.
-    return max(alg.latest(state) for alg, state in zip(algs, states, strict=True))
-
-
 def _reserved_after(algs: Sequence[Algorithm[Any]], states: Sequence[Any], now: float, when: float) -> bool:
     # While a grant is still ahead, giving tokens back to now could put a new grant
     # beside it, so nothing is given back.
-    latest = _latest(algs, states)
+    latest = latest_all(algs, states)
     return latest > now and when < latest - EPSILON
 
 

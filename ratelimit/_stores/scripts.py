@@ -80,9 +80,8 @@ class Script:
         return f"Script({self.name!r}, sha={self.sha[:12]})"
 
 
-@cache
-def single_script(kind: str) -> Script:
-    """The script of one limiter of algorithm ``kind``."""
+def _driven(kind: str, driver: str, name: str) -> Script:
+    """Algorithm ``kind`` bound to ``ALG`` and run by ``lua/<driver>.lua``."""
     if kind not in ALGORITHMS:
         raise ValueError(f"no script for algorithm {kind!r}")
     parts = [
@@ -90,25 +89,21 @@ def single_script(kind: str) -> Script:
         lua_source(kind),
         f"local ALG = {kind}",
         lua_source("_members"),
-        lua_source("_single"),
+        lua_source(driver),
     ]
-    source = "\n".join(parts)
-    return Script(kind, source)
+    return Script(name, "\n".join(parts))
+
+
+@cache
+def single_script(kind: str) -> Script:
+    """The script of one limiter of algorithm ``kind``."""
+    return _driven(kind, "_single", kind)
 
 
 @cache
 def lanes_script(kind: str) -> Script:
     """The script of a budget with priorities: two lanes of algorithm ``kind``."""
-    if kind not in ALGORITHMS:
-        raise ValueError(f"no script for algorithm {kind!r}")
-    parts = [
-        lua_source("_prelude"),
-        lua_source(kind),
-        f"local ALG = {kind}",
-        lua_source("_members"),
-        lua_source("_lanes"),
-    ]
-    return Script(f"{kind}:lanes", "\n".join(parts))
+    return _driven(kind, "_lanes", f"{kind}:lanes")
 
 
 @cache
