@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -209,8 +210,7 @@ class CompositeHold:
             return None
         return max(0.0, _validate.timeout_seconds(self._timeout) - (time.monotonic() - started))
 
-    def _leaving(self) -> list[Lease]:
-        key = entrant()
+    def _leaving(self, key: object) -> list[Lease]:
         stack = self._held.get(key)
         if not stack:
             return []
@@ -231,13 +231,13 @@ class CompositeHold:
             for lease in leases:
                 lease.release()
             raise
-        self._held.setdefault(entrant(), []).append(leases)
+        self._held.setdefault(threading.get_ident(), []).append(leases)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        for lease in self._leaving():
+        for lease in self._leaving(threading.get_ident()):
             lease.release()
 
     async def __aenter__(self) -> CompositeHold:
@@ -258,5 +258,5 @@ class CompositeHold:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        for lease in self._leaving():
+        for lease in self._leaving(entrant()):
             await lease.release_async()

@@ -33,6 +33,7 @@ from .._stores.redis import RedisBackend
 from .._stores.store import Backend
 from .._stores.wakeups import Waiting, process_id
 from .concurrency_state import LOST, RedisSlots, SlotStore, memory_slots
+from .front import placed
 
 __all__ = ["ConcurrencyLimit", "Hold", "Lease", "entrant", "rebound"]
 
@@ -106,11 +107,8 @@ class Lease:
 
 
 def entrant() -> object:
-    """Who is entering a block: the asyncio task, or else the thread."""
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:
-        task = None
+    """Who is entering a block from a coroutine: its task (else its thread)."""
+    task = asyncio.current_task()
     return task if task is not None else threading.get_ident()
 
 
@@ -126,12 +124,11 @@ class Hold:
         self._timeout = timeout
         self._leases: dict[object, list[Lease]] = {}
 
-    def _entered(self, lease: Lease) -> Lease:
-        self._leases.setdefault(entrant(), []).append(lease)
+    def _entered(self, key: object, lease: Lease) -> Lease:
+        self._leases.setdefault(key, []).append(lease)
         return lease
 
-    def _leaving(self) -> Lease | None:
-        key = entrant()
+    def _leaving(self, key: object) -> Lease | None:
         stack = self._leases.get(key)
         if not stack:
             return None
@@ -141,22 +138,23 @@ class Hold:
         return lease
 
     def __enter__(self) -> Lease:
-        return self._entered(self._limit.take(self._timeout))
+        # A `with` block runs in one thread from enter to exit.
+        return self._entered(threading.get_ident(), self._limit.take(self._timeout))
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        lease = self._leaving()
+        lease = self._leaving(threading.get_ident())
         if lease is not None:
             lease.release()
 
     async def __aenter__(self) -> Lease:
-        return self._entered(await self._limit.take_async(self._timeout))
+        return self._entered(entrant(), await self._limit.take_async(self._timeout))
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        lease = self._leaving()
+        lease = self._leaving(entrant())
         if lease is not None:
             await lease.release_async()
 
@@ -191,6 +189,8 @@ class _Heartbeat:
                 self._thread.start()
 
     def discard(self, name: str) -> None:
+        if self._store.check_every == math.inf:
+            return  # nothing was added (see add)
         # The thread is left to stop by itself: a limit that holds and releases in a
         # loop would otherwise start one per hold.
         with self._lock:
@@ -298,14 +298,9 @@ class ConcurrencyLimit:
                 f"lease_seconds must be between {MIN_LEASE:g} and {MAX_LEASE:g}, got {lease_seconds!r}: a lease is "
                 f"renewed every third of it, through calls that may take a socket timeout (0.5 s) each"
             )
-        if clock is not None and (isinstance(clock, type) or not isinstance(clock, Clock)):
-            raise TypeError(f"clock must be a clock instance providing now(), sleep() and sleep_async(), got {clock!r}")
-        if backend is None:
-            backend = MemoryBackend()
-        elif isinstance(backend, type) or not hasattr(backend, "bind"):
-            raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
         self._most = max_in_flight
-        self._bind(backend, _validate.name(name, backend, shared=backend.shared), None, clock)
+        store, checked, _ = placed(backend, name, clock)
+        self._bind(store, checked, None, clock)
 
     def _bind(self, backend: Backend, name: str | None, member: int | None, clock: Clock | None) -> None:
         self._backend = backend

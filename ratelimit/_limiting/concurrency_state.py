@@ -271,12 +271,19 @@ class RedisSlots:
             says=("", "Redis unavailable; a slot of %r frees when its lease runs out: %s"),
         )
 
-    def release(self, name: str) -> None:
+    def _released_elsewhere(self, name: str) -> bool:
+        """Forget ``name``'s wake-up; free its slot where it was taken without the store
+        (a local one, or none at all), saying whether it was."""
         self._listener.forget(name)
-        if name in self._elsewhere:
-            local = self._elsewhere.pop(name)
-            if local is not None:
-                local.release(name)
+        if name not in self._elsewhere:
+            return False
+        local = self._elsewhere.pop(name)
+        if local is not None:
+            local.release(name)
+        return True
+
+    def release(self, name: str) -> None:
+        if self._released_elsewhere(name):
             return
         try:
             self._backend.run(self._script, self._keys, self._args("release", name))
@@ -284,11 +291,7 @@ class RedisSlots:
             self._lost_release(exc)
 
     async def release_async(self, name: str) -> None:
-        self._listener.forget(name)
-        if name in self._elsewhere:
-            local = self._elsewhere.pop(name)
-            if local is not None:
-                local.release(name)
+        if self._released_elsewhere(name):
             return
         try:
             await self._backend.run_async(self._script, self._keys, self._args("release", name))

@@ -29,7 +29,7 @@ from .._stores.store import Backend, Handle
 from .._stores.tally import LimiterStats, Tally, weight
 from .._wrap import wrap
 
-__all__ = ["Acquirer", "Decorator", "Limiter", "LimiterStats", "difference"]
+__all__ = ["Acquirer", "Decorator", "Limiter", "LimiterStats", "difference", "placed"]
 
 logger = logging.getLogger("ratelimit")
 
@@ -79,6 +79,21 @@ class Acquirer(Protocol):
     async def feedback_async(self, headers: Any, status: int | None = None) -> RateLimitInfo: ...
 
 
+def placed(backend: object, name: object, clock: object) -> tuple[Backend, str | None, Clock]:
+    """Where a limit keeps its state and its time, checked: ``(backend, name, clock)``,
+    with the in-process store and real time for ``None``."""
+    # A class has the methods too (unbound): the protocol check alone would let
+    # `clock=ManualClock` through, to fail at the first acquire.
+    if clock is not None and (isinstance(clock, type) or not isinstance(clock, Clock)):
+        raise TypeError(f"clock must be a clock instance providing now(), sleep() and sleep_async(), got {clock!r}")
+    if backend is None:
+        backend = MemoryBackend()
+    elif isinstance(backend, type) or not hasattr(backend, "bind"):
+        raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
+    store: Backend = backend  # type: ignore[assignment]
+    return store, _validate.name(name, store, shared=store.shared), clock or SystemClock()
+
+
 class Limiter(ABC, Generic[T]):
     """Shared front of every limiter; ``T`` is what one request's ``tokens`` becomes."""
 
@@ -87,17 +102,7 @@ class Limiter(ABC, Generic[T]):
     _handle: Handle[T]
 
     def __init__(self, *, backend: Backend | None, name: object, clock: Clock | None) -> None:
-        # A class has the methods too (unbound): the protocol check alone would let
-        # `clock=ManualClock` through, to fail at the first acquire.
-        if clock is not None and (isinstance(clock, type) or not isinstance(clock, Clock)):
-            raise TypeError(f"clock must be a clock instance providing now(), sleep() and sleep_async(), got {clock!r}")
-        if backend is None:
-            backend = MemoryBackend()
-        elif isinstance(backend, type) or not hasattr(backend, "bind"):
-            raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
-        self._backend = backend
-        self._name = _validate.name(name, backend, shared=backend.shared)
-        self._clock: Clock = clock or SystemClock()
+        self._backend, self._name, self._clock = placed(backend, name, clock)
         # A plain int up to this many tokens needs no further checks (see _tokens).
         self._quick_most: float = 0
         self._events = Emitter()
