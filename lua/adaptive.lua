@@ -53,7 +53,7 @@ do
     if decided == nil or at == nil then
       if now < state.fresh + QUIET then return state end
       decided = now
-    elseif at <= state.fresh + EPSILON then
+    elseif at < state.fresh - EPSILON then
       return state
     end
     local when = now

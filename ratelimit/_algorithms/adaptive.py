@@ -123,8 +123,9 @@ class Cubic:
         (both ``None``: unknown).
 
         Cuts the rate to ``decrease`` times the rate the request was decided at. A
-        request that went before the last cut's reservations had all gone was sent at
-        the old rate: its refusal is that cut's congestion event and changes nothing.
+        request that went before the pace was free of the reservations made before the
+        last cut was sent at the old rate: its refusal is that cut's congestion event
+        and changes nothing.
         (With its time unknown, the refusal is taken for the old one's until
         :data:`QUIET` seconds after they have all gone.)
         """
@@ -132,7 +133,7 @@ class Cubic:
             if now < state.fresh + QUIET:
                 return state
             decided = now
-        elif at <= state.fresh + EPSILON:
+        elif at < state.fresh - EPSILON:
             return state
         peak = self.rate(state, decided if decided < now else now)
         fresh = state.tat if state.tat > now else now
