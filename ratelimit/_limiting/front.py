@@ -315,6 +315,9 @@ class Limiter(ABC, Generic[T]):
         reset) pauses every worker until then, after which grants resume at the
         configured rate, in order, without a burst. A reset already past, garbage
         headers or a higher ``remaining`` change nothing; waits are capped at an hour.
+        On a limiter built with ``adaptive=``, a throttle (a 429, or a 503 with
+        ``Retry-After``) also cuts the learned rate, once per congestion event (see
+        :class:`~ratelimit.Adaptive`).
 
         Args:
             headers: the response's headers (any mapping, or ``(name, value)`` pairs).
