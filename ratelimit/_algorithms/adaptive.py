@@ -149,17 +149,14 @@ class Cubic:
     def commit(self, state: Pace, now: float, tokens: float, at: float) -> Pace:
         if not tokens > 0:
             return state
-        cut_at = state.cut_at
-        idle = now - state.seen - IDLE
-        if idle > 0 and cut_at != -math.inf:
+        tat, last, peak, cut_at, fresh, seen = state
+        if cut_at != -math.inf and now - seen > IDLE:
             # Growth counts only time in use: a budget left alone does not drift up
             # to where nobody has tried it.
-            cut_at += idle
-            state = state._replace(cut_at=cut_at)
-        rate = self.rate(state, now)
-        tat = (state.tat if state.tat > at else at) + tokens / rate
-        last = state.last if state.last > at else at
-        return Pace(tat, last, state.peak, cut_at, state.fresh, now)
+            cut_at += now - seen - IDLE
+            state = Pace(tat, last, peak, cut_at, fresh, seen)
+        tat = (tat if tat > at else at) + tokens / self.rate(state, now)
+        return Pace(tat, last if last > at else at, peak, cut_at, fresh, now)
 
     def refund(self, state: Pace, now: float, tokens: float, at: float) -> Pace:
         # As Gcra.refund: only the latest reservation, or a grant with none pending,
