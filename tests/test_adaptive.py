@@ -18,6 +18,7 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
 from ratelimit import (
     Adaptive,
@@ -35,7 +36,9 @@ from ratelimit._algorithms.adaptive import IDLE, QUIET, Cubic, Pace
 from ratelimit._algorithms.algorithm import step_all
 from ratelimit._algorithms.token_bucket import Gcra
 from ratelimit._stores.store import Backend
+from ratelimit.events import Throttled
 from ratelimit.httpx import RateLimitTransport
+from ratelimit.prometheus import PrometheusMetrics
 
 from conftest import unique_name
 
@@ -311,6 +314,20 @@ def test_the_httpx_transport_drives_it_with_no_code_from_the_user() -> None:
     # retry runner in the caller's own thread: one cut.
     assert limiter.stats().throttled == 1
     assert limiter.adaptive_rate() == pytest.approx(70.0, rel=0.02)
+
+
+def test_each_refusal_fed_back_is_an_event_and_a_metric() -> None:
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    limiter = TokenBucket(1, CEILING, adaptive=Adaptive(), name="learner")
+    seen: list[object] = []
+    limiter.subscribe(seen.append)
+    limiter.subscribe(metrics)
+    limiter.acquire()
+    limiter.feedback({}, status=429)
+    limiter.feedback({}, status=200)
+    assert [e for e in seen if isinstance(e, Throttled)] == [Throttled("learner", 429)]
+    assert registry.get_sample_value("ratelimit_feedback_throttles_total", {"name": "learner"}) == 1.0
 
 
 # -- what it refuses ------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload, runtime
 from .. import _validate
 from .._clock import Clock, SystemClock
 from .._errors import AcquireTimeout
-from .._events import EVERYONE, Denied, Emitter, Event, Granted, Paused
+from .._events import EVERYONE, Denied, Emitter, Event, Granted, Paused, Throttled
 from .._headers import RateLimitInfo, parse_rate_limit_headers
 from .._stores.memory import MemoryBackend
 from .._stores.store import Backend, Handle, Pacing
@@ -331,7 +331,7 @@ class Limiter(ABC, Generic[T]):
             self._handle.restrict(*change)
             self._restricted(status, *change)
         if self._pacing is not None and throttled(info, status):
-            self._pacing.throttle(*self._refused())
+            self._pacing.throttle(*self._refused(status))
         return info
 
     async def feedback_async(
@@ -343,12 +343,13 @@ class Limiter(ABC, Generic[T]):
             await self._handle.restrict_async(*change)
             self._restricted(status, *change)
         if self._pacing is not None and throttled(info, status):
-            await self._pacing.throttle_async(*self._refused())
+            await self._pacing.throttle_async(*self._refused(status))
         return info
 
-    def _refused(self) -> tuple[float | None, float | None]:
+    def _refused(self, status: int | None) -> tuple[float | None, float | None]:
         # The refused request is the caller's own latest grant (see LastGrant).
         self._tally.count_throttled()
+        self._events.emit(Throttled(self._name, status))
         return (None, None) if self._last_grant is None else self._last_grant.get()
 
     def _restricted(self, status: int | None, remaining: T, seconds: float) -> None:
