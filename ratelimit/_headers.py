@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
+
+from ._header_values import duration, http_date, number, parameters, pieces, rfc3339
 
 __all__ = ["DEFAULT_CAP", "RateLimitInfo", "parse_rate_limit_headers"]
 
@@ -67,23 +67,6 @@ _MAX_REPEATS = 16
 #: can mean something is a structured-field list of a few policies
 #: (``"default";q=100;w=60;pk=:...:``), each under a hundred characters.
 _MAX_VALUE = 1024
-#: Comma-separated pieces of one value, or items of a structured-field list, looked at:
-#: providers announce one to three policies.
-_MAX_ITEMS = 16
-#: Parameters of one structured-field item looked at (the drafts define q, w, qu, pk).
-_MAX_PARAMS = 16
-#: A number: epoch milliseconds with a fraction (``1700000000000.123456``) has 20
-#: characters, and a float holds 17 significant digits, so nothing longer means more.
-_MAX_NUMBER = 32
-#: A duration: OpenAI's are Go's ``time.Duration`` strings, the longest of which,
-#: ``2562047h47m16.854775807s``, has 24 characters.
-_MAX_DURATION = 32
-#: An HTTP-date: IMF-fixdate has 29 characters, asctime 24, and RFC 850's longest
-#: (``Wednesday, 09-Nov-94 08:49:37 GMT``) 33.
-_MAX_HTTP_DATE = 40
-#: An RFC 3339 time with nanoseconds and an offset (``2023-11-14T22:13:50.123456789+00:00``)
-#: has 35 characters.
-_MAX_RFC3339 = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,144 +163,6 @@ def _text(value: Any) -> str | None:
     return None
 
 
-def _pieces(text: str, separator: str, most: int = _MAX_ITEMS) -> list[str]:
-    """The first ``most`` pieces of ``text`` between ``separator``; the rest is never split."""
-    return text.split(separator, most)[:most]
-
-
-_NUMBER = re.compile(r"\+?[0-9]+(\.[0-9]+)?")
-
-
-def _number(text: str) -> float | None:
-    """A finite, non-negative decimal, or ``None``."""
-    text = text.strip()
-    if len(text) > _MAX_NUMBER or not _NUMBER.fullmatch(text):
-        return None
-    value = float(text)
-    return value if math.isfinite(value) else None
-
-
-_DIGITS = frozenset("0123456789")  # ASCII only, as in _NUMBER: str.isdigit() takes any script's
-_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
-def _duration(text: str) -> float | None:
-    """``6m0s``, ``1h2m3.5s``, ``20ms``, or a bare number of seconds."""
-    text = text.strip()
-    if len(text) > _MAX_DURATION:
-        return None
-    plain = _number(text)
-    if plain is not None:
-        return plain
-    return _scan_duration(text)
-
-
-def _scan_duration(text: str) -> float | None:
-    """Parts ``<digits>[.<digits>](h|m|s|ms)``, one after the other, read in one pass.
-
-    A hand-written scanner: the regular expression it replaces backtracked over every
-    start of a long run of digits, quadratic time.
-    """
-    total, i, end = 0.0, 0, len(text)
-    if not text:
-        return None
-    while i < end:
-        start = i
-        while i < end and text[i] in _DIGITS:
-            i += 1
-        if i == start:
-            return None
-        if i < end and text[i] == ".":
-            i += 1
-            fraction = i
-            while i < end and text[i] in _DIGITS:
-                i += 1
-            if i == fraction:
-                return None
-        amount = float(text[start:i])
-        unit = "ms" if text.startswith("ms", i) else text[i : i + 1]
-        if unit not in _UNITS:
-            return None
-        i += len(unit)
-        total += amount * _UNITS[unit]
-    return total
-
-
-_MONTHS = {
-    m: i for i, m in enumerate(["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)
-}
-_IMF_FIXDATE = re.compile(r"[A-Za-z]{3}, (\d{2}) ([A-Za-z]{3}) (\d{4}) (\d{2}):(\d{2}):(\d{2}) GMT")
-_RFC850 = re.compile(r"[A-Za-z]+, (\d{2})-([A-Za-z]{3})-(\d{2}) (\d{2}):(\d{2}):(\d{2}) GMT")
-_ASCTIME = re.compile(r"[A-Za-z]{3} ([A-Za-z]{3}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})")
-
-
-def _http_date(text: str, now: float) -> float | None:
-    """An HTTP-date (RFC 9110 section 5.6.7) as epoch seconds."""
-    text = text.strip()
-    if len(text) > _MAX_HTTP_DATE:
-        return None
-    try:
-        if match := _IMF_FIXDATE.fullmatch(text):
-            day, month, year, hour, minute, second = match.groups()
-        elif match := _RFC850.fullmatch(text):
-            day, month, short_year, hour, minute, second = match.groups()
-            # RFC 9110: a two-digit year more than 50 years ahead is in the past century.
-            this_year = datetime.fromtimestamp(now, timezone.utc).year
-            year_number = 2000 + int(short_year)
-            if year_number > this_year + 50:
-                year_number -= 100
-            year = str(year_number)
-        elif match := _ASCTIME.fullmatch(text):
-            month, day, hour, minute, second, year = match.groups()
-        else:
-            return None
-        month_number = _MONTHS.get(month.lower())
-        if month_number is None:
-            return None
-        moment = datetime(int(year), month_number, int(day), int(hour), int(minute), int(second), tzinfo=timezone.utc)
-    except (ValueError, OverflowError):
-        return None
-    return moment.timestamp()
-
-
-def _rfc3339(text: str) -> float | None:
-    """An RFC 3339 time (``2023-11-14T22:13:50Z``) as epoch seconds."""
-    text = text.strip()
-    if len(text) > _MAX_RFC3339:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        return None
-    return moment.timestamp()
-
-
-def _parameters(text: str) -> list[tuple[str | None, dict[str, str]]]:
-    """Items of a structured-field list, ``"name";k=v;k=v, ...``, loosely."""
-    items: list[tuple[str | None, dict[str, str]]] = []
-    for part in _pieces(text, ","):
-        part = part.strip()
-        if not part:
-            continue
-        head, _, rest = part.partition(";")
-        head = head.strip()
-        params: dict[str, str] = {}
-        name: str | None = None
-        if "=" in head:  # the older draft: "limit=100, remaining=50" or a bare "k=v"
-            key, _, value = head.partition("=")
-            params[key.strip().lower()] = value.strip().strip('"')
-        elif head:
-            name = head.strip('"')
-        for param in _pieces(rest, ";", _MAX_PARAMS):
-            key, _, value = param.partition("=")
-            if key.strip():
-                params[key.strip().lower()] = value.strip().strip('"')
-        items.append((name, params))
-    return items
-
-
 class _Reader:
     """One parse: the fields, the time, the cap, and the rules for each dialect."""
 
@@ -333,11 +178,11 @@ class _Reader:
         for name in names:
             for value in self.fields.get(name, []):
                 # A repeated header may arrive folded into one, comma-separated.
-                found.extend(piece for piece in _pieces(value, ",") if piece.strip())
+                found.extend(piece for piece in pieces(value, ",") if piece.strip())
         return found
 
     def least(self, *names: str) -> float | None:
-        numbers = [n for n in map(_number, self.values(*names)) if n is not None]
+        numbers = [n for n in map(number, self.values(*names)) if n is not None]
         return min(numbers) if numbers else None
 
     def wait(self, seconds: float | None) -> float | None:
@@ -350,7 +195,7 @@ class _Reader:
         """The latest of the resets named, with the epoch / delay heuristic."""
         delays = []
         for text in self.values(*names):
-            value = _number(text)
+            value = number(text)
             if value is None:
                 continue
             if value > _EPOCH_MILLISECONDS:
@@ -381,12 +226,12 @@ class _Reader:
         for text in self.fields.get("retry-after", []):
             # An HTTP-date holds a comma itself, so try the whole value as one first;
             # otherwise it may be repeated values folded together ("10, 20").
-            moment = _http_date(text, self.now)
+            moment = http_date(text, self.now)
             if moment is not None:
                 # A date already past means "now": no wait, but the header was valid.
                 waits.append(max(0.0, moment - self.now))
                 continue
-            waits.extend(n for n in map(_number, _pieces(text, ",")) if n is not None)
+            waits.extend(n for n in map(number, pieces(text, ",")) if n is not None)
         return self.wait(max(waits)) if waits else None
 
     def x_ratelimit(self) -> RateLimitInfo:
@@ -408,28 +253,28 @@ class _Reader:
         remaining = self.least("ratelimit-remaining")
         reset = self.wait(self.least("ratelimit-reset"))
         window = None
-        policies = [item for text in self.fields.get("ratelimit-policy", []) for item in _parameters(text)]
+        policies = [item for text in self.fields.get("ratelimit-policy", []) for item in parameters(text)]
         for name, params in policies:
             # Draft 6/7 writes the quota first ("10;w=1"); the structured form as q=.
-            quota = _number(name) if name is not None else None
+            quota = number(name) if name is not None else None
             if quota is None:
-                quota = _number(params.get("q", ""))
+                quota = number(params.get("q", ""))
             if quota is None:
                 continue
             # With several policies, the one whose quota is the announced limit.
             if limit is None or quota == limit:
                 limit = quota
-                window = _number(params.get("w", ""))
+                window = number(params.get("w", ""))
                 break
         for text in self.fields.get("ratelimit", []):
-            for _, params in _parameters(text):
-                remaining = _low(remaining, _number(params.get("r", params.get("remaining", ""))))
-                reset = _high(reset, self.wait(_number(params.get("t", params.get("reset", "")))))
-                limit = _low(limit, _number(params.get("limit", "")))
+            for _, params in parameters(text):
+                remaining = _low(remaining, number(params.get("r", params.get("remaining", ""))))
+                reset = _high(reset, self.wait(number(params.get("t", params.get("reset", "")))))
+                limit = _low(limit, number(params.get("limit", "")))
         return RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, window=window)
 
     def openai(self, kind: str) -> RateLimitInfo:
-        resets = [d for d in map(_duration, self.values(f"x-ratelimit-reset-{kind}")) if d is not None]
+        resets = [d for d in map(duration, self.values(f"x-ratelimit-reset-{kind}")) if d is not None]
         return RateLimitInfo(
             limit=self.least(f"x-ratelimit-limit-{kind}"),
             remaining=self.least(f"x-ratelimit-remaining-{kind}"),
@@ -437,7 +282,7 @@ class _Reader:
         )
 
     def anthropic(self, kind: str) -> RateLimitInfo:
-        moments = [m for m in map(_rfc3339, self.values(f"anthropic-ratelimit-{kind}-reset")) if m is not None]
+        moments = [m for m in map(rfc3339, self.values(f"anthropic-ratelimit-{kind}-reset")) if m is not None]
         return RateLimitInfo(
             limit=self.least(f"anthropic-ratelimit-{kind}-limit"),
             remaining=self.least(f"anthropic-ratelimit-{kind}-remaining"),
@@ -447,7 +292,7 @@ class _Reader:
     def shopify(self) -> RateLimitInfo:
         for text in self.fields.get("x-shopify-shop-api-call-limit", []):
             used, _, limit = text.partition("/")
-            used_n, limit_n = _number(used), _number(limit)
+            used_n, limit_n = number(used), number(limit)
             if used_n is not None and limit_n is not None and limit_n > 0:
                 return RateLimitInfo(limit=limit_n, remaining=max(0.0, limit_n - used_n))
         return RateLimitInfo()

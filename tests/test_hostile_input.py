@@ -21,17 +21,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratelimit import RateLimitInfo, TokenBucket, parse_rate_limit_headers
+from ratelimit import _header_values as values_module
 from ratelimit import _headers as headers_module
-from ratelimit._headers import (
-    _MAX_DURATION,
-    _MAX_HEADERS,
-    _MAX_HTTP_DATE,
-    _MAX_ITEMS,
-    _MAX_NUMBER,
-    _MAX_REPEATS,
-    _MAX_RFC3339,
-    _MAX_VALUE,
-)
+from ratelimit._header_values import MAX_DURATION, MAX_HTTP_DATE, MAX_ITEMS, MAX_NUMBER, MAX_RFC3339
+from ratelimit._headers import _MAX_HEADERS, _MAX_REPEATS, _MAX_VALUE
 
 NOW = 1_700_000_000.0
 
@@ -91,7 +84,7 @@ def _says_nothing(parsed: RateLimitInfo) -> None:
 # -- spies: what the expensive steps are given ------------------------------------------
 
 #: The longest text any step that could cost more than a glance may be handed.
-LONGEST = max(_MAX_NUMBER, _MAX_DURATION, _MAX_HTTP_DATE, _MAX_RFC3339)
+LONGEST = max(MAX_NUMBER, MAX_DURATION, MAX_HTTP_DATE, MAX_RFC3339)
 
 #: Where the text is among the arguments of each method of a compiled pattern.
 _TEXT_ARGUMENT = {"fullmatch": 0, "match": 0, "search": 0, "findall": 0, "finditer": 0, "split": 0, "sub": 1, "subn": 1}
@@ -99,8 +92,8 @@ _TEXT_ARGUMENT = {"fullmatch": 0, "match": 0, "search": 0, "findall": 0, "findit
 
 #: The most such steps one parse may take, whatever it is sent: each kept repeat of a
 #: header is read a few times (once per dialect that knows its name), each time at most
-#: _MAX_ITEMS pieces, each parsed a few ways.
-MOST_STEPS = 8 * _MAX_REPEATS * _MAX_ITEMS
+#: MAX_ITEMS pieces, each parsed a few ways.
+MOST_STEPS = 8 * _MAX_REPEATS * MAX_ITEMS
 
 
 def _check(kind: str, text: str, seen: list[tuple[str, int]]) -> None:
@@ -138,17 +131,19 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """``(kind, length)`` of every text given to a regular expression, the duration
     scanner or ``fromisoformat``; one longer than every cap fails the test at once."""
     calls: list[tuple[str, int]] = []
-    for name, value in list(vars(headers_module).items()):
-        if isinstance(value, re.Pattern):
-            monkeypatch.setattr(headers_module, name, _Spy(name, value, calls))
-    monkeypatch.setattr(headers_module, "re", _Spy("re", re, calls, skip=1))
-    scan = headers_module._scan_duration
+    for module in (headers_module, values_module):
+        for name, value in list(vars(module).items()):
+            if isinstance(value, re.Pattern):
+                monkeypatch.setattr(module, name, _Spy(name, value, calls))
+        if hasattr(module, "re"):
+            monkeypatch.setattr(module, "re", _Spy("re", re, calls, skip=1))
+    scan = values_module._scan_duration
 
     def scan_duration(text: str) -> float | None:
         _check("_scan_duration", text, calls)
         return scan(text)
 
-    monkeypatch.setattr(headers_module, "_scan_duration", scan_duration)
+    monkeypatch.setattr(values_module, "_scan_duration", scan_duration)
 
     class SpyDatetime(datetime):
         @classmethod
@@ -156,7 +151,7 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
             _check("fromisoformat", text, calls)
             return datetime.fromisoformat(text)
 
-    monkeypatch.setattr(headers_module, "datetime", SpyDatetime)
+    monkeypatch.setattr(values_module, "datetime", SpyDatetime)
     return calls
 
 
@@ -197,7 +192,7 @@ def test_the_reported_header_is_refused_at_once(seen: list[tuple[str, int]]) -> 
 
 
 @pytest.mark.usefixtures("seen")
-@pytest.mark.parametrize("size", [_MAX_NUMBER + 1, _MAX_VALUE, _MAX_VALUE + 1, 64 * 1024])
+@pytest.mark.parametrize("size", [MAX_NUMBER + 1, _MAX_VALUE, _MAX_VALUE + 1, 64 * 1024])
 def test_numbers_past_the_cap_are_garbage_never_a_huge_wait(size: int) -> None:
     headers = {"Retry-After": "1" * size, "X-RateLimit-Reset-After": "0" * (size - 1) + "5"}
     _says_nothing(parse_rate_limit_headers(headers, now=NOW))
@@ -206,8 +201,8 @@ def test_numbers_past_the_cap_are_garbage_never_a_huge_wait(size: int) -> None:
 @pytest.mark.usefixtures("seen")
 def test_values_at_the_caps_are_still_read() -> None:
     headers = {
-        "X-RateLimit-Remaining": "0" * (_MAX_NUMBER - 1) + "7",
-        "x-ratelimit-reset-requests": "0" * (_MAX_DURATION - 2) + "5s",
+        "X-RateLimit-Remaining": "0" * (MAX_NUMBER - 1) + "7",
+        "x-ratelimit-reset-requests": "0" * (MAX_DURATION - 2) + "5s",
         # Leading and trailing blanks are not part of the value.
         "Retry-After": " " * 100 + "9" + " " * 100,
     }
