@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timezone
+from typing import TypeAlias
 
 __all__ = [
     "MAX_DURATION",
@@ -19,6 +20,7 @@ __all__ = [
     "MAX_NUMBER",
     "MAX_PARAMS",
     "MAX_RFC3339",
+    "Item",
     "duration",
     "http_date",
     "number",
@@ -164,9 +166,14 @@ def rfc3339(text: str) -> float | None:
     return moment.timestamp()
 
 
-def parameters(text: str) -> list[tuple[str | None, dict[str, str]]]:
+#: One item of a structured-field list: its name (``None`` for a bare ``k=v``) and
+#: its parameters, keys lower-cased.
+Item: TypeAlias = tuple[str | None, dict[str, str]]
+
+
+def parameters(text: str) -> list[Item]:
     """Items of a structured-field list, ``"name";k=v;k=v, ...``, loosely."""
-    items: list[tuple[str | None, dict[str, str]]] = []
+    items: list[Item] = []
     for part in pieces(text, ","):
         part = part.strip()
         if not part:

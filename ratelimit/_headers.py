@@ -11,7 +11,9 @@ Providers say the same four things in a dozen dialects. Understood, by header na
   delay.
 - The IETF drafts: ``RateLimit-Limit / -Remaining / -Reset`` with
   ``RateLimit-Policy: 10;w=1``; and the structured-field form
-  ``RateLimit: "default";r=50;t=30`` with ``RateLimit-Policy: "default";q=100;w=60``.
+  ``RateLimit: "default";r=50;t=30`` with ``RateLimit-Policy: "default";q=100;w=60``,
+  one item per policy. An item takes its limit and window from the policy of its
+  name; an item naming no policy has neither (another policy's are not its own).
 - OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` with durations
   such as ``6m0s`` or ``20ms``; Anthropic's ``anthropic-ratelimit-{requests,tokens}-*``
   with RFC 3339 resets; Shopify's ``X-Shopify-Shop-Api-Call-Limit: 32/40``.
@@ -20,7 +22,25 @@ Providers say the same four things in a dozen dialects. Understood, by header na
 Garbage never raises: a malformed field comes back as ``None``, a wait is never
 negative and never longer than ``cap`` seconds (an hour unless told otherwise). Where
 a header is repeated, the most conservative value wins (the lowest limit and
-remaining, the latest reset).
+remaining, the latest reset), and so it does between dialects; a limit always keeps
+its own window, never another reading's.
+
+Where one dialect reports several budgets at once (the items of a ``RateLimit``
+list), the result is the *binding* one, whole: its limit, remaining, reset and window
+together, never a field of one and a field of another. Binding means it runs out
+first:
+
+1. a spent budget (remaining 0, its reset not due now) binds, since nothing may go
+   until it refills; of several, the one with the latest reset;
+2. otherwise the lowest pace binds: ``remaining / seconds``, the most one may send per
+   second and still have that budget last until it refills, with ``seconds`` the
+   reset, or the window when no reset is given (a window's budget refills within one
+   window, so the pace is never overstated). A tie goes to the longer time;
+3. a budget with no time at all, or refilling now, binds only when none has one.
+
+So ``"default";r=50;t=30, "daily";r=1000;t=3600`` reads as the daily policy: 1,000
+over an hour is 0.28 a second against the default's 1.7, and at the default's pace
+the day's budget would be gone in ten minutes.
 
 Headers come from servers, so from anyone: every parse here runs in linear time and
 looks at a bounded amount of text, whatever it is sent. Only the first 1,024 header
@@ -38,10 +58,10 @@ import itertools
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ._header_values import duration, http_date, number, parameters, pieces, rfc3339
+from ._header_values import Item, duration, http_date, number, parameters, pieces, rfc3339
 
 __all__ = ["DEFAULT_CAP", "RateLimitInfo", "parse_rate_limit_headers"]
 
@@ -249,29 +269,65 @@ class _Reader:
         return RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset)
 
     def ietf(self) -> RateLimitInfo:
-        limit = self.least("ratelimit-limit")
-        remaining = self.least("ratelimit-remaining")
-        reset = self.wait(self.least("ratelimit-reset"))
-        window = None
         policies = [item for text in self.fields.get("ratelimit-policy", []) for item in parameters(text)]
+        items = [item for text in self.fields.get("ratelimit", []) for item in parameters(text)]
+        listed = self.ietf_list(items, policies)
+        # A malformed RateLimit list is ignored, as the drafts ask: as if never sent.
+        return _merge(self.ietf_fields(policies, announced=listed == RateLimitInfo()), listed)
+
+    def ietf_fields(self, policies: list[Item], announced: bool) -> RateLimitInfo:
+        """Drafts up to 6: ``RateLimit-Limit / -Remaining / -Reset`` and a policy list.
+
+        The window is that of the policy whose quota is the announced limit; with no
+        limit and no usable ``RateLimit`` list, the first policy is the one announced.
+        """
+        limit = self.least("ratelimit-limit")
+        window = None
         for name, params in policies:
-            # Draft 6/7 writes the quota first ("10;w=1"); the structured form as q=.
-            quota = number(name) if name is not None else None
-            if quota is None:
-                quota = number(params.get("q", ""))
-            if quota is None:
-                continue
-            # With several policies, the one whose quota is the announced limit.
-            if limit is None or quota == limit:
-                limit = quota
-                window = number(params.get("w", ""))
+            quota = _quota(name, params)
+            if quota is not None and (quota == limit or (limit is None and announced)):
+                limit, window = quota, number(params.get("w", ""))
                 break
-        for text in self.fields.get("ratelimit", []):
-            for _, params in parameters(text):
-                remaining = _low(remaining, number(params.get("r", params.get("remaining", ""))))
-                reset = _high(reset, self.wait(number(params.get("t", params.get("reset", "")))))
-                limit = _low(limit, number(params.get("limit", "")))
-        return RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, window=window)
+        return RateLimitInfo(
+            limit=limit,
+            remaining=self.least("ratelimit-remaining"),
+            reset_after=self.wait(self.least("ratelimit-reset")),
+            window=window,
+        )
+
+    def ietf_list(self, items: list[Item], policies: list[Item]) -> RateLimitInfo:
+        """The ``RateLimit`` list: one service limit per named policy; the binding one.
+
+        Each item ``"name";r=..;t=..`` is read with the ``RateLimit-Policy`` item of the
+        same name, for its quota (the limit) and window. An item naming no policy keeps
+        its remaining and reset, with no limit and no window: another policy's are not
+        its own. An item without ``r`` is malformed and ignored. The older dictionary
+        form (``limit=100, remaining=50, reset=30``) is one reading, whose window is
+        that of the policy with its limit for quota.
+        """
+        named: dict[str, tuple[float, float | None]] = {}
+        for name, params in policies:
+            quota = number(params.get("q", ""))
+            if name is not None and quota is not None:
+                named.setdefault(name, (quota, number(params.get("w", ""))))
+        readings = []
+        loose = RateLimitInfo()
+        for name, params in items:
+            remaining = number(params.get("r", params.get("remaining", "")))
+            reset = self.wait(number(params.get("t", params.get("reset", ""))))
+            if name is None:
+                loose = _merge(loose, RateLimitInfo(number(params.get("limit", "")), remaining, reset))
+            elif remaining is not None:
+                limit, window = named.get(name, (None, None))
+                readings.append(RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, window=window))
+        if loose != RateLimitInfo():
+            window = None
+            for policy, params in policies:
+                if loose.limit is not None and _quota(policy, params) == loose.limit:
+                    window = number(params.get("w", ""))
+                    break
+            readings.append(replace(loose, window=window))
+        return _binding(readings)
 
     def openai(self, kind: str) -> RateLimitInfo:
         resets = [d for d in map(duration, self.values(f"x-ratelimit-reset-{kind}")) if d is not None]
@@ -306,13 +362,75 @@ def _high(x: float | None, y: float | None) -> float | None:
     return y if x is None else x if y is None else max(x, y)
 
 
+def _quota(name: str | None, params: dict[str, str]) -> float | None:
+    """A policy item's quota: written first in draft 6 (``10;w=1``), as ``q=`` later."""
+    quota = number(name) if name is not None else None
+    return quota if quota is not None else number(params.get("q", ""))
+
+
+def _limit_and_window(a: RateLimitInfo, b: RateLimitInfo) -> tuple[float | None, float | None]:
+    """The lower limit with its own window: both from one reading, never one of each.
+
+    On equal limits, the longer window known (the slower rate). With no limit at all,
+    a window still says how long a budget lasts: the first one given.
+    """
+    if a.limit is None and b.limit is None:
+        return None, a.window if a.window is not None else b.window
+    if b.limit is None or (a.limit is not None and a.limit < b.limit):
+        return a.limit, a.window
+    if a.limit is None or b.limit < a.limit:
+        return b.limit, b.window
+    return a.limit, _high(a.window, b.window)
+
+
 def _merge(a: RateLimitInfo, b: RateLimitInfo) -> RateLimitInfo:
-    """Two readings of one response: the most conservative of each field."""
-    low, high = _low, _high
+    """Two readings of one response: the most conservative of each field.
+
+    The lowest remaining, the latest reset and ``Retry-After``, the lowest limit with
+    its own window (see ``_limit_and_window``).
+    """
+    limit, window = _limit_and_window(a, b)
     return RateLimitInfo(
-        limit=low(a.limit, b.limit),
-        remaining=low(a.remaining, b.remaining),
-        reset_after=high(a.reset_after, b.reset_after),
-        retry_after=high(a.retry_after, b.retry_after),
-        window=a.window if a.window is not None else b.window,
+        limit=limit,
+        remaining=_low(a.remaining, b.remaining),
+        reset_after=_high(a.reset_after, b.reset_after),
+        retry_after=_high(a.retry_after, b.retry_after),
+        window=window,
     )
+
+
+def _binding(readings: list[RateLimitInfo]) -> RateLimitInfo:
+    """Of several budgets one response reports, the one that runs out first, whole.
+
+    Each reading is one budget, and its limit, remaining, reset and window stay
+    together. Most binding first:
+
+    1. a spent budget (``remaining`` 0, its reset not due now): nothing may go until it
+       refills, so of several, the one with the latest reset (an unknown reset last);
+    2. then the lowest pace, ``remaining / seconds``: the most a client may send per
+       second and still have that budget last until it refills. ``seconds`` is the
+       reset, or the window when no reset is given (a window's budget refills within
+       one window, so the pace is never overstated). On a tie, the longer time;
+    3. last, a budget with no time at all, or refilling now: the fewest remaining.
+
+    A reading without ``remaining`` tells nothing of running out: such readings are
+    merged field by field, and only when no reading has a ``remaining``.
+    """
+    counted = [reading for reading in readings if reading.remaining is not None]
+    if counted:
+        return min(counted, key=_pressure)
+    merged = RateLimitInfo()
+    for reading in readings:
+        merged = _merge(merged, reading)
+    return merged
+
+
+def _pressure(reading: RateLimitInfo) -> tuple[int, float, float]:
+    """How soon one budget runs out, as ``_binding`` orders them: lower is sooner."""
+    remaining, reset = reading.remaining or 0.0, reading.reset_after
+    if remaining <= 0 and reset != 0:
+        return 0, -reset if reset is not None else math.inf, 0.0
+    seconds = reset if reset is not None else reading.window
+    if seconds:
+        return 1, remaining / seconds, -seconds
+    return 2, remaining, 0.0

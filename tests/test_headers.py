@@ -125,6 +125,123 @@ def test_providers(headers: Any, expected: RateLimitInfo) -> None:
     assert parse_rate_limit_headers(headers, now=NOW) == expected
 
 
+# -- several budgets in one response: the binding one, whole ------------------------------
+# The RateLimit list of draft-ietf-httpapi-ratelimit-headers (drafts 8 to 10): one item
+# per policy, named like its RateLimit-Policy item. Policy shapes from draft 10's own
+# examples ("permin"/"perhr", "burst"/"daily", "pk" partition keys).
+
+DAILY_AND_MINUTE = '"default";q=100;w=60, "daily";q=5000;w=86400'
+
+IETF_LISTS: dict[str, tuple[Any, RateLimitInfo]] = {
+    "the daily policy runs out first: its pace is 0.28/s against 1.7/s": (
+        {"RateLimit": '"default";r=50;t=30, "daily";r=1000;t=3600', "RateLimit-Policy": DAILY_AND_MINUTE},
+        info(limit=5000, remaining=1000, reset_after=3600, window=86400),
+    ),
+    "a spent policy binds, whatever the others' pace": (
+        {"RateLimit": '"default";r=0;t=30, "daily";r=10;t=3600', "RateLimit-Policy": DAILY_AND_MINUTE},
+        info(limit=100, remaining=0, reset_after=30, window=60),
+    ),
+    "of two spent policies, the later reset": (
+        {"RateLimit": '"default";r=0;t=30, "daily";r=0;t=3000', "RateLimit-Policy": DAILY_AND_MINUTE},
+        info(limit=5000, remaining=0, reset_after=3000, window=86400),
+    ),
+    "a pace tie goes to the longer time": (
+        {
+            "RateLimit": '"permin";r=10;t=20,"perhr";r=900;t=1800',
+            "RateLimit-Policy": '"permin";q=50;w=60,"perhr";q=1000;w=3600',
+        },
+        info(limit=1000, remaining=900, reset_after=1800, window=3600),
+    ),
+    "a list split over two fields": (
+        [
+            ("RateLimit", '"default";r=50;t=30'),
+            ("RateLimit", '"daily";r=1000;t=3600'),
+            ("RateLimit-Policy", '"default";q=100;w=60'),
+            ("RateLimit-Policy", '"daily";q=5000;w=86400'),
+        ],
+        info(limit=5000, remaining=1000, reset_after=3600, window=86400),
+    ),
+    "the first policy binds when it is the slower": (
+        {"RateLimit": '"default";r=5;t=30, "daily";r=4000;t=3600', "RateLimit-Policy": DAILY_AND_MINUTE},
+        info(limit=100, remaining=5, reset_after=30, window=60),
+    ),
+    "no reset: the window bounds the time": (
+        {"RateLimit": '"default";r=50;t=30, "daily";r=100', "RateLimit-Policy": DAILY_AND_MINUTE},
+        info(limit=5000, remaining=100, window=86400),
+    ),
+    "refilling now is not spent": (
+        {"RateLimit": '"default";r=0;t=0, "daily";r=10;t=10', "RateLimit-Policy": DAILY_AND_MINUTE},
+        info(limit=5000, remaining=10, reset_after=10, window=86400),
+    ),
+    "an item naming no policy: its own remaining and reset, no borrowed limit": (
+        {"RateLimit": '"burst";r=5;t=2', "RateLimit-Policy": '"default";q=100;w=60'},
+        info(remaining=5, reset_after=2),
+    ),
+    "an item naming no policy binds on its pace all the same": (
+        {"RateLimit": '"default";r=50;t=30, "hourly";r=3;t=600', "RateLimit-Policy": '"default";q=100;w=60'},
+        info(remaining=3, reset_after=600),
+    ),
+    "no policy field at all": ({"RateLimit": '"default";r=50;t=30'}, info(remaining=50, reset_after=30)),
+    "a partition key and no reset (draft 10)": (
+        {
+            "RateLimit": '"default";r=999;pk=:dHJpYWwxMjEzMjM=:',
+            "RateLimit-Policy": '"default";q=1000;pk=:dHJpYWwxMjEzMjM=:',
+        },
+        info(limit=1000, remaining=999),
+    ),
+    "the older dictionary form is one reading": (
+        {"RateLimit": "limit=100, remaining=50, reset=30", "RateLimit-Policy": "100;w=60, 10000;w=86400"},
+        info(limit=100, remaining=50, reset_after=30, window=60),
+    ),
+    # garbage: an item whose r is not a number is malformed, and ignored; with nothing
+    # left of the list, the policies say what the drafts before it did: the first one.
+    "r missing": ({"RateLimit": '"default";t=30', "RateLimit-Policy": DAILY_AND_MINUTE}, info(limit=100, window=60)),
+    "r negative": ({"RateLimit": '"default";r=-5;t=30'}, info()),
+    "r 1e400": (
+        {"RateLimit": '"default";r=1e400;t=30', "RateLimit-Policy": DAILY_AND_MINUTE},
+        info(limit=100, window=60),
+    ),
+    "r and t NaN and inf": ({"RateLimit": '"default";r=NaN;t=inf'}, info()),
+    "r in Arabic-Indic digits": ({"RateLimit": '"default";r=\u0663;t=30'}, info()),
+    "r huge": ({"RateLimit": f'"default";r={"9" * 400};t=30'}, info()),
+    "garbage items beside a good one": (
+        {"RateLimit": '"default";r=x;t=30, "daily";r=10;t=-3, ;;;, "", =', "RateLimit-Policy": DAILY_AND_MINUTE},
+        info(limit=5000, remaining=10, window=86400),
+    ),
+    "t negative is no reset": (
+        {"RateLimit": '"default";r=50;t=-1', "RateLimit-Policy": DAILY_AND_MINUTE},
+        info(limit=100, remaining=50, window=60),
+    ),
+    "t of a year is cut to the cap": ({"RateLimit": '"default";r=0;t=31536000'}, info(remaining=0, reset_after=3600)),
+    "a policy's q is not a number": (
+        {"RateLimit": '"default";r=50;t=30', "RateLimit-Policy": '"default";q=lots;w=60'},
+        info(remaining=50, reset_after=30),
+    ),
+    "thousands of items in one value: dropped whole": (
+        {"RateLimit": ", ".join(f'"p{i}";r={i};t=1' for i in range(5000))},
+        info(),
+    ),
+    "a thousand fields of one item: the first 16 looked at": (
+        [("RateLimit", f'"p{i}";r={i + 1};t=1') for i in range(1000)],
+        info(remaining=1, reset_after=1),
+    ),
+}
+
+
+@pytest.mark.parametrize(("headers", "expected"), list(IETF_LISTS.values()), ids=list(IETF_LISTS))
+def test_ietf_lists_of_policies(headers: Any, expected: RateLimitInfo) -> None:
+    assert parse_rate_limit_headers(headers, now=NOW) == expected
+
+
+def test_a_limit_keeps_its_own_window_across_dialects() -> None:
+    # X-RateLimit-Limit is the lower limit, and says no window: the IETF policy's
+    # window belongs to its own quota, not to another dialect's limit.
+    headers = {"X-RateLimit-Limit": "10", "RateLimit-Limit": "100", "RateLimit-Policy": "100;w=60"}
+    assert parse_rate_limit_headers(headers, now=NOW) == info(limit=10)
+    headers["X-RateLimit-Limit"] = "1000"
+    assert parse_rate_limit_headers(headers, now=NOW) == info(limit=100, window=60)
+
+
 HOSTILE: dict[str, Any] = {
     "empty": {},
     "None": None,
