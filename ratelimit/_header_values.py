@@ -153,7 +153,12 @@ def http_date(text: str, now: float) -> float | None:
 
 
 def rfc3339(text: str) -> float | None:
-    """An RFC 3339 time (``2023-11-14T22:13:50Z``) as epoch seconds."""
+    """An RFC 3339 time (``2023-11-14T22:13:50Z``) as epoch seconds.
+
+    As loose as ``datetime.fromisoformat``: seconds may be left out (``22:13Z``), and
+    Python 3.11 takes ISO 8601's other forms too. A time without an offset is ``None``:
+    it could be any zone's.
+    """
     text = text.strip()
     if len(text) > MAX_RFC3339:
         return None

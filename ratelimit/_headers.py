@@ -8,7 +8,10 @@ Providers say the same four things in a dozen dialects. Understood, by header na
   (Discord), float values (Reddit). ``Reset`` may be epoch seconds, epoch milliseconds
   or a delay in seconds: a value above 10^12 is read as epoch milliseconds, above 10^9
   as epoch seconds (no provider announces a delay of 31 years), anything else as a
-  delay.
+  delay. It may also be an ISO 8601 time with an offset or ``Z``, seconds optional
+  (Jira Cloud: ``2024-01-10T12:00Z``); one without an offset is garbage. Jira's
+  ``X-RateLimit-NearLimit`` and ``RateLimit-Reason`` say nothing countable and are
+  not read.
 - The IETF drafts: ``RateLimit-Limit / -Remaining / -Reset`` with
   ``RateLimit-Policy: 10;w=1``; and the structured-field form
   ``RateLimit: "default";r=50;t=30`` with ``RateLimit-Policy: "default";q=100;w=60``,
@@ -212,11 +215,15 @@ class _Reader:
         return min(seconds, self.cap)
 
     def reset(self, *names: str) -> float | None:
-        """The latest of the resets named, with the epoch / delay heuristic."""
+        """The latest of the resets named: a number with the epoch / delay heuristic,
+        or an ISO 8601 time with its offset (Jira Cloud's ``2024-01-10T12:00Z``)."""
         delays = []
         for text in self.values(*names):
             value = number(text)
             if value is None:
+                moment = rfc3339(text)
+                if moment is not None:
+                    delays.append(moment - self.now)
                 continue
             if value > _EPOCH_MILLISECONDS:
                 value = value / 1000.0 - self.now

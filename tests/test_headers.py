@@ -242,6 +242,69 @@ def test_a_limit_keeps_its_own_window_across_dialects() -> None:
     assert parse_rate_limit_headers(headers, now=NOW) == info(limit=100, window=60)
 
 
+# -- Jira Cloud: X-RateLimit-Reset as an ISO 8601 time ------------------------------------
+# Atlassian documents the reset as "yyyy-MM-ddTHH:mmZ" (the request's time plus
+# Retry-After); captures also show seconds. NearLimit and RateLimit-Reason are
+# informational. NOW is 2023-11-14T22:13:20Z.
+
+JIRA: dict[str, tuple[Any, RateLimitInfo]] = {
+    "a 429 with the documented minute format": (
+        {
+            "Retry-After": "100",
+            "X-RateLimit-Limit": "100",
+            "X-RateLimit-Remaining": "0",
+            "X-RateLimit-Reset": "2023-11-14T22:15Z",
+            "X-RateLimit-NearLimit": "true",
+            "RateLimit-Reason": "jira-burst-based",
+        },
+        info(limit=100, remaining=0, reset_after=100, retry_after=100),
+    ),
+    "the quota's reset with seconds": (
+        {
+            "X-RateLimit-Limit": "100000",
+            "X-RateLimit-Remaining": "0",
+            "X-RateLimit-Reset": "2023-11-14T22:44:00Z",
+            "RateLimit-Reason": "jira-quota-global-based",
+            "Retry-After": "1840",
+        },
+        info(limit=100000, remaining=0, reset_after=1840, retry_after=1840),
+    ),
+    "an offset instead of Z": ({"X-RateLimit-Reset": "2023-11-14T23:15+01:00"}, info(reset_after=100)),
+    "milliseconds": ({"X-RateLimit-Reset": "2023-11-14T22:14:20.500Z"}, info(reset_after=60.5)),
+    "near the limit, no reset (a capture beside the beta quota headers)": (
+        {
+            "X-Ratelimit-Limit": "350",
+            "X-Ratelimit-Remaining": "349",
+            "X-Beta-Ratelimit-Reason": "jira-quota-tenant-based",
+            "X-Beta-Ratelimit-Nearlimit": "true",
+        },
+        info(limit=350, remaining=349),
+    ),
+    "informational headers alone say nothing": (
+        {"X-RateLimit-NearLimit": "true", "RateLimit-Reason": "jira-per-issue-on-write"},
+        info(),
+    ),
+    "a reset already past is no wait": ({"X-RateLimit-Reset": "2023-11-14T22:00Z"}, info()),
+    "a reset a year away is cut to the cap": ({"X-RateLimit-Reset": "2024-11-14T22:00Z"}, info(reset_after=3600)),
+    "the latest of a repeated reset, ISO beside a delay": (
+        [("X-RateLimit-Reset", "2023-11-14T22:15Z"), ("X-RateLimit-Reset", "30")],
+        info(reset_after=100),
+    ),
+    # garbage
+    "no offset: any zone's time": ({"X-RateLimit-Reset": "2023-11-14T22:15"}, info()),
+    "a date alone": ({"X-RateLimit-Reset": "2023-11-14"}, info()),
+    "an impossible time": ({"X-RateLimit-Reset": "2023-13-40T25:61Z"}, info()),
+    "non-ASCII digits": ({"X-RateLimit-Reset": "\u0662\u0660\u0662\u0663-11-14T22:15Z"}, info()),
+    "a time then digits": ({"X-RateLimit-Reset": "2023-11-14T22:15Z" + "9" * 400}, info()),
+    "NearLimit garbage": ({"X-RateLimit-NearLimit": "9" * 400, "RateLimit-Reason": "\x00" * 50}, info()),
+}
+
+
+@pytest.mark.parametrize(("headers", "expected"), list(JIRA.values()), ids=list(JIRA))
+def test_jira(headers: Any, expected: RateLimitInfo) -> None:
+    assert parse_rate_limit_headers(headers, now=NOW) == expected
+
+
 HOSTILE: dict[str, Any] = {
     "empty": {},
     "None": None,
