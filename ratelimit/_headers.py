@@ -20,6 +20,12 @@ Providers say the same four things in a dozen dialects. Understood, by header na
 - OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` with durations
   such as ``6m0s`` or ``20ms``; Anthropic's ``anthropic-ratelimit-{requests,tokens}-*``
   with RFC 3339 resets; Shopify's ``X-Shopify-Shop-Api-Call-Limit: 32/40``.
+- HubSpot's ``X-HubSpot-RateLimit-Max / -Remaining`` per
+  ``-Interval-Milliseconds`` (``window`` in seconds), ``-Secondly / -Secondly-Remaining``
+  (a one-second window) and ``-Daily / -Daily-Remaining``. HubSpot sends no reset, so
+  ``reset_after`` stays ``None``. The day is reported only once it is spent
+  (``-Daily-Remaining: 0``, ``window`` 86400): it then binds, reset unknown (midnight
+  in the account's time zone); until then the interval is what paces a client.
 - ``Retry-After`` as delay-seconds or an HTTP-date (IMF-fixdate, RFC 850, asctime).
 
 Garbage never raises: a malformed field comes back as ``None``, a wait is never
@@ -236,7 +242,8 @@ class _Reader:
 
     def read(self) -> RateLimitInfo:
         primary = self.x_ratelimit()
-        for other in (self.ietf(), self.openai("requests"), self.anthropic("requests"), self.shopify()):
+        others = (self.ietf(), self.openai("requests"), self.anthropic("requests"), self.shopify(), self.hubspot())
+        for other in others:
             primary = _merge(primary, other)
         tokens = _merge(self.openai("tokens"), self.anthropic("tokens"))
         return RateLimitInfo(
@@ -359,6 +366,30 @@ class _Reader:
             if used_n is not None and limit_n is not None and limit_n > 0:
                 return RateLimitInfo(limit=limit_n, remaining=max(0.0, limit_n - used_n))
         return RateLimitInfo()
+
+    def hubspot(self) -> RateLimitInfo:
+        """HubSpot: ``-Max`` per ``-Interval-Milliseconds``, ``-Secondly``, ``-Daily``.
+
+        No reset is sent, and none is made up: the interval is a rolling window (its
+        budget comes back call by call) and the day ends at midnight in the account's
+        time zone. ``window`` is the interval in seconds (1 for ``-Secondly``). The day
+        counts only once it is spent (``-Daily-Remaining: 0``): then nothing may go
+        whatever the interval allows, and it binds, with an unknown reset. Before that
+        its pace over a whole day (how many seconds are left of the account's day is
+        unknown) would say nothing the interval does not.
+        """
+
+        def least(suffix: str) -> float | None:
+            return self.least(f"x-hubspot-ratelimit-{suffix}")
+
+        interval = least("interval-milliseconds")
+        readings = [
+            RateLimitInfo(least("max"), least("remaining"), window=interval / 1000.0 if interval else None),
+            RateLimitInfo(least("secondly"), least("secondly-remaining"), window=1.0),
+        ]
+        if least("daily-remaining") == 0:
+            readings.append(RateLimitInfo(least("daily"), 0.0, window=86400.0))
+        return _binding([r for r in readings if r.limit is not None or r.remaining is not None])
 
 
 def _low(x: float | None, y: float | None) -> float | None:

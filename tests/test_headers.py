@@ -305,6 +305,105 @@ def test_jira(headers: Any, expected: RateLimitInfo) -> None:
     assert parse_rate_limit_headers(headers, now=NOW) == expected
 
 
+# -- HubSpot -------------------------------------------------------------------------------
+# Names from HubSpot's changelog (2018: Daily, Secondly; the ten-second interval since)
+# and captures of private and OAuth apps (OAuth apps get no daily headers).
+
+
+def hubspot(**fields: Any) -> dict[str, Any]:
+    names = {
+        "daily": "Daily",
+        "daily_remaining": "Daily-Remaining",
+        "interval": "Interval-Milliseconds",
+        "max": "Max",
+        "remaining": "Remaining",
+        "secondly": "Secondly",
+        "secondly_remaining": "Secondly-Remaining",
+    }
+    return {f"X-HubSpot-RateLimit-{names[key]}": value for key, value in fields.items()}
+
+
+HUBSPOT: dict[str, tuple[Any, RateLimitInfo]] = {
+    "an OAuth app: the ten-second interval, no day": (
+        hubspot(max="100", remaining="95", interval="10000"),
+        info(limit=100, remaining=95, window=10),
+    ),
+    "a private app, the day far from spent": (
+        hubspot(daily="250000", daily_remaining="249812", interval="10000", max="100", remaining="87"),
+        info(limit=100, remaining=87, window=10),
+    ),
+    "a Professional plan's 150 per interval": (
+        hubspot(max="150", remaining="149", interval="10000"),
+        info(limit=150, remaining=149, window=10),
+    ),
+    "the second binds when less of it is left (9/s against 9.8/s)": (
+        hubspot(
+            daily="1000000",
+            daily_remaining="998547",
+            interval="10000",
+            max="100",
+            remaining="98",
+            secondly="10",
+            secondly_remaining="9",
+        ),
+        info(limit=10, remaining=9, window=1),
+    ),
+    "an interval and a second both fresh: the tie goes to the interval": (
+        hubspot(interval="10000", max="100", remaining="100", secondly="10", secondly_remaining="10"),
+        info(limit=100, remaining=100, window=10),
+    ),
+    "a 429 at the interval's end": (
+        {
+            "Retry-After": "10",
+            **hubspot(daily="500000", daily_remaining="487200", interval="10000", max="100", remaining="0"),
+        },
+        info(limit=100, remaining=0, retry_after=10, window=10),
+    ),
+    "the day spent binds, reset unknown": (
+        hubspot(daily="250000", daily_remaining="0", interval="10000", max="100", remaining="42"),
+        info(limit=250000, remaining=0, window=86400),
+    ),
+    "the interval alone says nothing": (hubspot(interval="10000"), info()),
+    # garbage
+    "an interval of 0 ms is no window": (
+        hubspot(interval="0", max="100", remaining="5"),
+        info(limit=100, remaining=5),
+    ),
+    "an interval of 1e400, NaN, negative or in other digits": (
+        [
+            *hubspot(interval="1e400").items(),
+            *hubspot(interval="NaN").items(),
+            *hubspot(interval="-10000").items(),
+            *hubspot(interval="\uff11\uff10\uff10\uff10\uff10").items(),
+            *hubspot(max="100", remaining="5").items(),
+        ],
+        info(limit=100, remaining=5),
+    ),
+    "a huge interval is a long window, still finite": (
+        hubspot(interval="9" * 32, max="100", remaining="5"),
+        info(limit=100, remaining=5, window=float("9" * 32) / 1000),
+    ),
+    "a huge or negative max": (hubspot(max="9" * 400, remaining="-5", interval="10000"), info()),
+    "a garbled day is not a spent one": (
+        hubspot(daily="lots", daily_remaining="none", max="100", remaining="7", interval="10000"),
+        info(limit=100, remaining=7, window=10),
+    ),
+    "a day spent, written +0": (
+        hubspot(daily_remaining="+0", max="100", remaining="7", interval="10000"),
+        info(remaining=0, window=86400),
+    ),
+    "a thousand repeats: the first 16 looked at": (
+        [("X-HubSpot-RateLimit-Remaining", str(999 - i)) for i in range(1000)],
+        info(remaining=984),
+    ),
+}
+
+
+@pytest.mark.parametrize(("headers", "expected"), list(HUBSPOT.values()), ids=list(HUBSPOT))
+def test_hubspot(headers: Any, expected: RateLimitInfo) -> None:
+    assert parse_rate_limit_headers(headers, now=NOW) == expected
+
+
 HOSTILE: dict[str, Any] = {
     "empty": {},
     "None": None,
