@@ -26,6 +26,10 @@ Providers say the same four things in a dozen dialects. Understood, by header na
   ``reset_after`` stays ``None``. The day is reported only once it is spent
   (``-Daily-Remaining: 0``, ``window`` 86400): it then binds, reset unknown (midnight
   in the account's time zone); until then the interval is what paces a client.
+- Salesforce's ``Sforce-Limit-Info: api-usage=18/5000`` (used of the limit over a
+  rolling 24 hours: ``window`` 86400, no reset) and a connected app's
+  ``per-app-api-usage=17/250(appName=...)``, the binding one; items separated by
+  ``;`` or ``,``, in any case and spacing.
 - ``Retry-After`` as delay-seconds or an HTTP-date (IMF-fixdate, RFC 850, asctime).
 
 Garbage never raises: a malformed field comes back as ``None``, a wait is never
@@ -241,10 +245,17 @@ class _Reader:
     # -- dialects -----------------------------------------------------------------
 
     def read(self) -> RateLimitInfo:
-        primary = self.x_ratelimit()
-        others = (self.ietf(), self.openai("requests"), self.anthropic("requests"), self.shopify(), self.hubspot())
-        for other in others:
-            primary = _merge(primary, other)
+        primary = RateLimitInfo()
+        for reading in (
+            self.x_ratelimit(),
+            self.ietf(),
+            self.openai("requests"),
+            self.anthropic("requests"),
+            self.shopify(),
+            self.hubspot(),
+            self.salesforce(),
+        ):
+            primary = _merge(primary, reading)
         tokens = _merge(self.openai("tokens"), self.anthropic("tokens"))
         return RateLimitInfo(
             limit=primary.limit,
@@ -390,6 +401,29 @@ class _Reader:
         if least("daily-remaining") == 0:
             readings.append(RateLimitInfo(least("daily"), 0.0, window=86400.0))
         return _binding([r for r in readings if r.limit is not None or r.remaining is not None])
+
+    def salesforce(self) -> RateLimitInfo:
+        """Salesforce's ``Sforce-Limit-Info: api-usage=18/5000``: used of the limit.
+
+        ``api-usage`` counts the org's calls over a rolling 24 hours (so ``window`` is
+        86400 and there is no reset: calls age out one by one). ``per-app-api-usage``
+        (``17/250(appName=...)``) is a connected app's quota of that allocation, read
+        over the same 24 hours; the binding one of the two is kept. Items may be
+        separated by ``;`` (as Salesforce documents) or ``,``; others (``api-bursts``,
+        the days the org may exceed its limit) are not budgets and are skipped. Usage
+        past the limit (allowed on such a day) leaves 0.
+        """
+        readings = []
+        for text in self.fields.get("sforce-limit-info", []):
+            for item in pieces(text.replace(",", ";"), ";"):
+                key, _, usage = item.partition("=")
+                if key.strip().lower() not in ("api-usage", "per-app-api-usage"):
+                    continue
+                used, _, limit = usage.partition("(")[0].partition("/")
+                used_n, limit_n = number(used), number(limit)
+                if used_n is not None and limit_n is not None and limit_n > 0:
+                    readings.append(RateLimitInfo(limit_n, max(0.0, limit_n - used_n), window=86400.0))
+        return _binding(readings)
 
 
 def _low(x: float | None, y: float | None) -> float | None:

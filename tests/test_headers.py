@@ -404,6 +404,70 @@ def test_hubspot(headers: Any, expected: RateLimitInfo) -> None:
     assert parse_rate_limit_headers(headers, now=NOW) == expected
 
 
+# -- Salesforce ----------------------------------------------------------------------------
+# Sforce-Limit-Info as the REST API Developer Guide shows it across releases: the
+# org's api-usage, a connected app's per-app-api-usage (a pilot), api-bursts.
+
+SALESFORCE: dict[str, tuple[Any, RateLimitInfo]] = {
+    "the guide's example": (
+        {"Sforce-Limit-Info": "api-usage=18/5000"},
+        info(limit=5000, remaining=4982, window=86400),
+    ),
+    "a connected app's quota binds: 233 left against 4,975": (
+        {"Sforce-Limit-Info": "api-usage=25/5000; per-app-api-usage=17/250(appName=sample-connected-app)"},
+        info(limit=250, remaining=233, window=86400),
+    ),
+    "api-bursts is not a budget": (
+        {"Sforce-Limit-Info": "api-usage=10018/100000; api-bursts=1/750"},
+        info(limit=100000, remaining=89982, window=86400),
+    ),
+    "past the limit on a burst day: nothing left": (
+        {"Sforce-Limit-Info": "api-usage=110018/100000; api-bursts=1/750"},
+        info(limit=100000, remaining=0, window=86400),
+    ),
+    "at the limit": ({"Sforce-Limit-Info": "api-usage=5000/5000"}, info(limit=5000, remaining=0, window=86400)),
+    "commas, spaces and capitals": (
+        {"sforce-limit-info": "API-Usage = 25 / 5000 , Per-App-Api-Usage=240/250(appName=x)"},
+        info(limit=250, remaining=10, window=86400),
+    ),
+    "a repeated header: the fewest left": (
+        [("Sforce-Limit-Info", "api-usage=18/5000"), ("Sforce-Limit-Info", "api-usage=40/5000")],
+        info(limit=5000, remaining=4960, window=86400),
+    ),
+    "with the REST API's other headers": (
+        {"Sforce-Limit-Info": "api-usage=4/15000", "Content-Type": "application/json;charset=UTF-8"},
+        info(limit=15000, remaining=14996, window=86400),
+    ),
+    # garbage
+    "nothing either side of the slash": ({"Sforce-Limit-Info": "api-usage=/"}, info()),
+    "no key": ({"Sforce-Limit-Info": "=18/0"}, info()),
+    "a limit of 0": ({"Sforce-Limit-Info": "api-usage=18/0"}, info()),
+    "no limit": ({"Sforce-Limit-Info": "api-usage=18"}, info()),
+    "no usage": ({"Sforce-Limit-Info": "api-usage=/5000"}, info()),
+    "two slashes": ({"Sforce-Limit-Info": "api-usage=18/5000/7"}, info()),
+    "1e400": ({"Sforce-Limit-Info": "api-usage=1e400/5000"}, info()),
+    "negative": ({"Sforce-Limit-Info": "api-usage=-3/5000"}, info()),
+    "NaN and inf": ({"Sforce-Limit-Info": "api-usage=NaN/inf"}, info()),
+    "Arabic-Indic digits": ({"Sforce-Limit-Info": "api-usage=\u0661\u0668/\u0665\u0660\u0660\u0660"}, info()),
+    "a limit past the number cap": ({"Sforce-Limit-Info": f"api-usage=18/{'9' * 400}"}, info()),
+    "the largest numbers that fit: still finite": (
+        {"Sforce-Limit-Info": f"api-usage={'9' * 32}/{'9' * 32}"},
+        info(limit=float("9" * 32), remaining=0, window=86400),
+    ),
+    "an unknown item only": ({"Sforce-Limit-Info": "api-bursts=1/750"}, info()),
+    "a good item after 16 others is never looked at": (
+        {"Sforce-Limit-Info": "; ".join(["api-bursts=1/750"] * 16 + ["api-usage=18/5000"])},
+        info(),
+    ),
+    "thousands of items: dropped whole": ({"Sforce-Limit-Info": "; ".join(["api-usage=1/2"] * 2000)}, info()),
+}
+
+
+@pytest.mark.parametrize(("headers", "expected"), list(SALESFORCE.values()), ids=list(SALESFORCE))
+def test_salesforce(headers: Any, expected: RateLimitInfo) -> None:
+    assert parse_rate_limit_headers(headers, now=NOW) == expected
+
+
 HOSTILE: dict[str, Any] = {
     "empty": {},
     "None": None,
