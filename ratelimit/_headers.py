@@ -35,12 +35,13 @@ Providers say the same four things in a dozen dialects. Understood, by header na
 Garbage never raises: a malformed field comes back as ``None``, a wait is never
 negative and never longer than ``cap`` seconds (an hour unless told otherwise). Where
 a header is repeated, the most conservative value wins (the lowest limit and
-remaining, the latest reset), and so it does between dialects; a limit always keeps
-its own window, never another reading's.
+remaining, the latest reset).
 
-Where one dialect reports several budgets at once (the items of a ``RateLimit``
-list), the result is the *binding* one, whole: its limit, remaining, reset and window
-together, never a field of one and a field of another. Binding means it runs out
+One response may report several budgets: the items of a ``RateLimit`` list, HubSpot's
+interval and second, Salesforce's org and app, or one budget in two dialects. Each
+reading that has a remaining and a time (a reset, or a window) is a budget, and the
+result is the *binding* one, whole: its limit, remaining, reset and window together,
+never a field of one budget beside a field of another. Binding means it runs out
 first:
 
 1. a spent budget (remaining 0, its reset not due now) binds, since nothing may go
@@ -49,11 +50,14 @@ first:
    second and still have that budget last until it refills, with ``seconds`` the
    reset, or the window when no reset is given (a window's budget refills within one
    window, so the pace is never overstated). A tie goes to the longer time;
-3. a budget with no time at all, or refilling now, binds only when none has one.
+3. a budget refilling now (a reset of 0) binds only when no other does.
 
 So ``"default";r=50;t=30, "daily";r=1000;t=3600`` reads as the daily policy: 1,000
 over an hour is 0.28 a second against the default's 1.7, and at the default's pace
-the day's budget would be gone in ten minutes.
+the day's budget would be gone in ten minutes. A reading with no remaining or no time
+cannot be paced against the others; it is merged into the binding budget field by
+field, most conservatively (a lower remaining still caps what may go), and a limit
+always keeps its own window.
 
 Headers come from servers, so from anyone: every parse here runs in linear time and
 looks at a bounded amount of text, whatever it is sent. Only the first 1,024 header
@@ -245,18 +249,18 @@ class _Reader:
     # -- dialects -----------------------------------------------------------------
 
     def read(self) -> RateLimitInfo:
-        primary = RateLimitInfo()
-        for reading in (
-            self.x_ratelimit(),
-            self.ietf(),
-            self.openai("requests"),
-            self.anthropic("requests"),
-            self.shopify(),
-            self.hubspot(),
-            self.salesforce(),
-        ):
-            primary = _merge(primary, reading)
-        tokens = _merge(self.openai("tokens"), self.anthropic("tokens"))
+        primary = _binding(
+            [
+                self.x_ratelimit(),
+                self.ietf(),
+                self.openai("requests"),
+                self.anthropic("requests"),
+                self.shopify(),
+                self.hubspot(),
+                self.salesforce(),
+            ]
+        )
+        tokens = _binding([self.openai("tokens"), self.anthropic("tokens")])
         return RateLimitInfo(
             limit=primary.limit,
             remaining=primary.remaining,
@@ -298,7 +302,7 @@ class _Reader:
         items = [item for text in self.fields.get("ratelimit", []) for item in parameters(text)]
         listed = self.ietf_list(items, policies)
         # A malformed RateLimit list is ignored, as the drafts ask: as if never sent.
-        return _merge(self.ietf_fields(policies, announced=listed == RateLimitInfo()), listed)
+        return _binding([self.ietf_fields(policies, announced=listed == RateLimitInfo()), listed])
 
     def ietf_fields(self, policies: list[Item], announced: bool) -> RateLimitInfo:
         """Drafts up to 6: ``RateLimit-Limit / -Remaining / -Reset`` and a policy list.
@@ -471,38 +475,43 @@ def _merge(a: RateLimitInfo, b: RateLimitInfo) -> RateLimitInfo:
     )
 
 
-def _binding(readings: list[RateLimitInfo]) -> RateLimitInfo:
-    """Of several budgets one response reports, the one that runs out first, whole.
+def _binding(readings: Iterable[RateLimitInfo]) -> RateLimitInfo:
+    """Several readings of one response as one: the binding budget, lowered by the rest.
 
-    Each reading is one budget, and its limit, remaining, reset and window stay
-    together. Most binding first:
+    A reading with a ``remaining`` and a time (a reset, or a window) is a *budget*, and
+    budgets are compared whole: the one that runs out first is kept, with its own
+    limit, reset and window. Most binding first:
 
     1. a spent budget (``remaining`` 0, its reset not due now): nothing may go until it
        refills, so of several, the one with the latest reset (an unknown reset last);
     2. then the lowest pace, ``remaining / seconds``: the most a client may send per
        second and still have that budget last until it refills. ``seconds`` is the
        reset, or the window when no reset is given (a window's budget refills within
-       one window, so the pace is never overstated). On a tie, the longer time;
-    3. last, a budget with no time at all, or refilling now: the fewest remaining.
+       one window, so the pace is never overstated). On a tie, the longer time, then
+       the reading that says more (a limit, a window);
+    3. last, a budget refilling now (a reset of 0).
 
-    A reading without ``remaining`` tells nothing of running out: such readings are
-    merged field by field, and only when no reading has a ``remaining``.
+    A reading without a ``remaining``, or without any time, cannot be paced against
+    the others. It is merged into the binding budget field by field, most
+    conservatively (``_merge``): a lower ``remaining`` with no time still caps what
+    may go before the binding budget's reset.
     """
-    counted = [reading for reading in readings if reading.remaining is not None]
-    if counted:
-        return min(counted, key=_pressure)
-    merged = RateLimitInfo()
+    readings = list(readings)
+    budgets = [r for r in readings if r.remaining is not None and (r.reset_after is not None or r.window is not None)]
+    combined = min(budgets, key=_pressure) if budgets else RateLimitInfo()
     for reading in readings:
-        merged = _merge(merged, reading)
-    return merged
+        if reading not in budgets:
+            combined = _merge(combined, reading)
+    return combined
 
 
-def _pressure(reading: RateLimitInfo) -> tuple[int, float, float]:
+def _pressure(budget: RateLimitInfo) -> tuple[int, float, float, int]:
     """How soon one budget runs out, as ``_binding`` orders them: lower is sooner."""
-    remaining, reset = reading.remaining or 0.0, reading.reset_after
+    remaining, reset = budget.remaining or 0.0, budget.reset_after
+    says = -sum(field is not None for field in (budget.limit, budget.window))
     if remaining <= 0 and reset != 0:
-        return 0, -reset if reset is not None else math.inf, 0.0
-    seconds = reset if reset is not None else reading.window
-    if seconds:
-        return 1, remaining / seconds, -seconds
-    return 2, remaining, 0.0
+        return 0, -reset if reset is not None else math.inf, 0.0, says
+    seconds = reset if reset is not None else budget.window or 0.0
+    if seconds > 0:
+        return 1, remaining / seconds, -seconds, says
+    return 2, remaining, 0.0, says

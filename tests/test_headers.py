@@ -182,6 +182,13 @@ IETF_LISTS: dict[str, tuple[Any, RateLimitInfo]] = {
         info(remaining=3, reset_after=600),
     ),
     "no policy field at all": ({"RateLimit": '"default";r=50;t=30'}, info(remaining=50, reset_after=30)),
+    "a budget with no time cannot be paced, but caps what remains": (
+        {
+            "RateLimit": '"trial";r=3, "burst";r=50;t=10',
+            "RateLimit-Policy": '"trial";q=1000, "burst";q=100;w=60',
+        },
+        info(limit=100, remaining=3, reset_after=10, window=60),
+    ),
     "a partition key and no reset (draft 10)": (
         {
             "RateLimit": '"default";r=999;pk=:dHJpYWwxMjEzMjM=:',
@@ -231,6 +238,20 @@ IETF_LISTS: dict[str, tuple[Any, RateLimitInfo]] = {
 @pytest.mark.parametrize(("headers", "expected"), list(IETF_LISTS.values()), ids=list(IETF_LISTS))
 def test_ietf_lists_of_policies(headers: Any, expected: RateLimitInfo) -> None:
     assert parse_rate_limit_headers(headers, now=NOW) == expected
+
+
+def test_budgets_in_two_dialects_the_binding_one_whole() -> None:
+    # 4,000 left for 58 minutes (1.1/s) binds over 9 left for a second (9/s); read field
+    # by field, they would have made 9 for the whole 58 minutes.
+    headers = {
+        "X-RateLimit-Limit": "5000",
+        "X-RateLimit-Remaining": "4000",
+        "X-RateLimit-Reset-After": "3480",
+        "RateLimit-Limit": "10",
+        "RateLimit-Remaining": "9",
+        "RateLimit-Reset": "1",
+    }
+    assert parse_rate_limit_headers(headers, now=NOW) == info(limit=5000, remaining=4000, reset_after=3480)
 
 
 def test_a_limit_keeps_its_own_window_across_dialects() -> None:
