@@ -30,6 +30,10 @@ Providers say the same four things in a dozen dialects. Understood, by header na
   rolling 24 hours: ``window`` 86400, no reset) and a connected app's
   ``per-app-api-usage=17/250(appName=...)``, the binding one; items separated by
   ``;`` or ``,``, in any case and spacing.
+- Zendesk's account budget, a bare ``X-Rate-Limit: 700`` per minute (``window`` 60)
+  with ``X-Rate-Limit-Remaining`` and ``ratelimit-reset``, and an endpoint's own
+  ``Zendesk-RateLimit-<endpoint>: total=100; remaining=99; resets=41`` (no window: its
+  interval is not in the header), the binding one of them all.
 - ``Retry-After`` as delay-seconds or an HTTP-date (IMF-fixdate, RFC 850, asctime).
 
 Garbage never raises: a malformed field comes back as ``None``, a wait is never
@@ -38,11 +42,11 @@ a header is repeated, the most conservative value wins (the lowest limit and
 remaining, the latest reset).
 
 One response may report several budgets: the items of a ``RateLimit`` list, HubSpot's
-interval and second, Salesforce's org and app, or one budget in two dialects. Each
-reading that has a remaining and a time (a reset, or a window) is a budget, and the
-result is the *binding* one, whole: its limit, remaining, reset and window together,
-never a field of one budget beside a field of another. Binding means it runs out
-first:
+interval and second, Salesforce's org and app, Zendesk's account and endpoints, or
+one budget in two dialects. Each reading that has a remaining and a time (a reset, or
+a window) is a budget, and the result is the *binding* one, whole: its limit,
+remaining, reset and window together, never a field of one budget beside a field of
+another. Binding means it runs out first:
 
 1. a spent budget (remaining 0, its reset not due now) binds, since nothing may go
    until it refills; of several, the one with the latest reset;
@@ -258,6 +262,7 @@ class _Reader:
                 self.shopify(),
                 self.hubspot(),
                 self.salesforce(),
+                self.zendesk(),
             ]
         )
         tokens = _binding([self.openai("tokens"), self.anthropic("tokens")])
@@ -427,6 +432,32 @@ class _Reader:
                 used_n, limit_n = number(used), number(limit)
                 if used_n is not None and limit_n is not None and limit_n > 0:
                     readings.append(RateLimitInfo(limit_n, max(0.0, limit_n - used_n), window=86400.0))
+        return _binding(readings)
+
+    def zendesk(self) -> RateLimitInfo:
+        """Zendesk: the account's budget per minute, and endpoints' budgets of their own.
+
+        A bare ``X-Rate-Limit: 700`` is the account's limit per minute (``window`` 60);
+        its remaining is ``X-Rate-Limit-Remaining`` (or ``ratelimit-remaining``) and
+        its reset ``ratelimit-reset``, which Zendesk sends beside it. An endpoint with a
+        limit of its own adds ``Zendesk-RateLimit-<endpoint>: total=100; remaining=99;
+        resets=41``, ``resets`` in seconds; its interval is in Zendesk's documentation,
+        not in the header, so it has no window. An item without a remaining is
+        malformed and skipped. The binding budget of them all is kept.
+        """
+        readings = []
+        account = self.least("x-rate-limit")
+        if account:
+            remaining = _low(self.least("x-rate-limit-remaining"), self.least("ratelimit-remaining"))
+            readings.append(RateLimitInfo(account, remaining, self.wait(self.least("ratelimit-reset")), window=60.0))
+        for name, texts in self.fields.items():
+            if not name.startswith("zendesk-ratelimit-"):
+                continue
+            for _, params in (item for text in texts for item in parameters(text)):
+                remaining = number(params.get("remaining", ""))
+                if remaining is not None:
+                    total = number(params.get("total", "")) or None
+                    readings.append(RateLimitInfo(total, remaining, self.wait(number(params.get("resets", "")))))
         return _binding(readings)
 
 

@@ -489,6 +489,105 @@ def test_salesforce(headers: Any, expected: RateLimitInfo) -> None:
     assert parse_rate_limit_headers(headers, now=NOW) == expected
 
 
+# -- Zendesk -------------------------------------------------------------------------------
+# The account's headers and the endpoints' Zendesk-RateLimit-* as Zendesk's rate-limit
+# pages and a list-endpoint capture show them.
+
+ZENDESK_ACCOUNT = {
+    "x-rate-limit": "700",
+    "ratelimit-limit": "700",
+    "x-rate-limit-remaining": "699",
+    "ratelimit-remaining": "699",
+    "ratelimit-reset": "41",
+}
+
+ZENDESK: dict[str, tuple[Any, RateLimitInfo]] = {
+    "the account's budget per minute": (
+        {"X-Rate-Limit": "700", "X-Rate-Limit-Remaining": "699"},
+        info(limit=700, remaining=699, window=60),
+    ),
+    "the account in both dialects is one budget, window and reset": (
+        ZENDESK_ACCOUNT,
+        info(limit=700, remaining=699, reset_after=41, window=60),
+    ),
+    "a list endpoint's own limit binds (the docs' example)": (
+        {**ZENDESK_ACCOUNT, "zendesk-ratelimit-tickets-index": "total=100; remaining=99; resets=41"},
+        info(limit=100, remaining=99, reset_after=41),
+    ),
+    "two endpoints beside the account: the fastest to run out": (
+        {
+            "x-rate-limit": "400",
+            "ratelimit-remaining": "384",
+            "ratelimit-reset": "50",
+            "zendesk-ratelimit-tickets-index": "total=20000; remaining=19999; resets=42",
+            "zendesk-ratelimit-incremental-exports": "total=10; remaining=9; resets=2",
+        },
+        info(limit=10, remaining=9, reset_after=2),
+    ),
+    "the account nearly spent binds over an endpoint": (
+        {
+            "X-Rate-Limit": "700",
+            "X-Rate-Limit-Remaining": "3",
+            "ratelimit-reset": "20",
+            "Zendesk-RateLimit-tickets-index": "total=100; remaining=99; resets=20",
+        },
+        info(limit=700, remaining=3, reset_after=20, window=60),
+    ),
+    "a spent endpoint, refused": (
+        {
+            "Retry-After": "41",
+            "X-Rate-Limit": "700",
+            "X-Rate-Limit-Remaining": "650",
+            "Zendesk-RateLimit-tickets-index": "total=100; remaining=0; resets=41",
+        },
+        info(limit=100, remaining=0, reset_after=41, retry_after=41),
+    ),
+    "an endpoint's ten-minute limit": (
+        {"Zendesk-RateLimit-tickets-update": "total=30; remaining=29; resets=540"},
+        info(limit=30, remaining=29, reset_after=540),
+    ),
+    "parameters in another order and case": (
+        {"ZENDESK-RATELIMIT-CREATE-UPDATE-USER": "Resets=12;Remaining=4;Total=5"},
+        info(limit=5, remaining=4, reset_after=12),
+    ),
+    # garbage
+    "empty parameters": ({"Zendesk-RateLimit-tickets-index": "total=; remaining=; resets="}, info()),
+    "a negative remaining": ({"Zendesk-RateLimit-tickets-index": "total=100; remaining=-1; resets=10"}, info()),
+    "remaining NaN, or in other digits": (
+        [
+            ("Zendesk-RateLimit-a", "total=100; remaining=NaN; resets=10"),
+            ("Zendesk-RateLimit-b", "total=100; remaining=\u0669\u0669; resets=10"),
+        ],
+        info(),
+    ),
+    "a total of 1e400 or 0 is no limit": (
+        [
+            ("Zendesk-RateLimit-a", "total=1e400; remaining=50; resets=10"),
+            ("Zendesk-RateLimit-b", "total=0; remaining=5; resets=10"),
+        ],
+        info(remaining=5, reset_after=10),
+    ),
+    "resets of a year are cut to the cap": (
+        {"Zendesk-RateLimit-a": "total=100; remaining=0; resets=31536000"},
+        info(limit=100, remaining=0, reset_after=3600),
+    ),
+    "an account limit of 0 or words is none": (
+        [("X-Rate-Limit", "0"), ("X-Rate-Limit", "lots"), ("X-Rate-Limit-Remaining", "5")],
+        info(remaining=5),
+    ),
+    "thousands of endpoint headers: the first 1,024 pairs looked at": (
+        [(f"zendesk-ratelimit-e{i}", f"total=100; remaining={2000 - i}; resets=60") for i in range(2000)],
+        info(limit=100, remaining=977, reset_after=60),
+    ),
+    "a value of semicolons: dropped whole": ({"zendesk-ratelimit-a": "remaining=1" + ";" * 2000}, info()),
+}
+
+
+@pytest.mark.parametrize(("headers", "expected"), list(ZENDESK.values()), ids=list(ZENDESK))
+def test_zendesk(headers: Any, expected: RateLimitInfo) -> None:
+    assert parse_rate_limit_headers(headers, now=NOW) == expected
+
+
 HOSTILE: dict[str, Any] = {
     "empty": {},
     "None": None,
