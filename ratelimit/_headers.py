@@ -99,8 +99,9 @@ _EPOCH_MILLISECONDS = 1e12
 #: Header pairs looked at. http.client refuses a response with more than 100 headers and
 #: h11 one whose header block passes 16 KiB: a response with more is not a real one.
 _MAX_HEADERS = 1024
-#: A longer header name is none of ours: the longest we read,
-#: ``anthropic-ratelimit-requests-remaining``, has 38 characters.
+#: A longer header name is none of ours: the longest we read by name,
+#: ``x-hubspot-ratelimit-interval-milliseconds``, has 41 characters, and Zendesk's
+#: longest documented endpoint, ``zendesk-ratelimit-tickets-index-deep-pagination``, 47.
 _MAX_NAME = 64
 #: Values kept for one header name: a provider repeats one at most a few times.
 _MAX_REPEATS = 16
@@ -407,8 +408,9 @@ class _Reader:
             RateLimitInfo(least("max"), least("remaining"), window=interval / 1000.0 if interval else None),
             RateLimitInfo(least("secondly"), least("secondly-remaining"), window=1.0),
         ]
-        if least("daily-remaining") == 0:
-            readings.append(RateLimitInfo(least("daily"), 0.0, window=86400.0))
+        daily, daily_remaining = least("daily"), least("daily-remaining")
+        if daily_remaining == 0:
+            readings.append(RateLimitInfo(daily, 0.0, window=86400.0))
         return _binding([r for r in readings if r.limit is not None or r.remaining is not None])
 
     def salesforce(self) -> RateLimitInfo:
@@ -443,17 +445,20 @@ class _Reader:
         limit of its own adds ``Zendesk-RateLimit-<endpoint>: total=100; remaining=99;
         resets=41``, ``resets`` in seconds; its interval is in Zendesk's documentation,
         not in the header, so it has no window. An item without a remaining is
-        malformed and skipped. The binding budget of them all is kept.
+        malformed and skipped; the first 16 such values are looked at, whatever their
+        endpoints. The binding budget of them all is kept.
         """
         readings = []
         account = self.least("x-rate-limit")
         if account:
             remaining = _low(self.least("x-rate-limit-remaining"), self.least("ratelimit-remaining"))
             readings.append(RateLimitInfo(account, remaining, self.wait(self.least("ratelimit-reset")), window=60.0))
-        for name, texts in self.fields.items():
-            if not name.startswith("zendesk-ratelimit-"):
-                continue
-            for _, params in (item for text in texts for item in parameters(text)):
+        # Read by prefix, so not bounded by the repeats of one name: as many values in all.
+        endpoints = (
+            text for name, texts in self.fields.items() if name.startswith("zendesk-ratelimit-") for text in texts
+        )
+        for text in itertools.islice(endpoints, _MAX_REPEATS):
+            for _, params in parameters(text):
                 remaining = number(params.get("remaining", ""))
                 if remaining is not None:
                     total = number(params.get("total", "")) or None

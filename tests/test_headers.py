@@ -575,9 +575,9 @@ ZENDESK: dict[str, tuple[Any, RateLimitInfo]] = {
         [("X-Rate-Limit", "0"), ("X-Rate-Limit", "lots"), ("X-Rate-Limit-Remaining", "5")],
         info(remaining=5),
     ),
-    "thousands of endpoint headers: the first 1,024 pairs looked at": (
+    "thousands of endpoint headers: the first 16 looked at": (
         [(f"zendesk-ratelimit-e{i}", f"total=100; remaining={2000 - i}; resets=60") for i in range(2000)],
-        info(limit=100, remaining=977, reset_after=60),
+        info(limit=100, remaining=1985, reset_after=60),
     ),
     "a value of semicolons: dropped whole": ({"zendesk-ratelimit-a": "remaining=1" + ";" * 2000}, info()),
 }

@@ -47,6 +47,14 @@ NAMES = [
         for field in ("limit", "remaining", "reset")
     ),
     "x-shopify-shop-api-call-limit",
+    *(
+        f"x-hubspot-ratelimit-{field}"
+        for field in ("max", "remaining", "interval-milliseconds", "secondly", "secondly-remaining", "daily")
+    ),
+    "x-hubspot-ratelimit-daily-remaining",
+    "sforce-limit-info",
+    "x-rate-limit",
+    "zendesk-ratelimit-tickets-index",
     "retry-after",
 ]
 
@@ -233,11 +241,21 @@ def test_only_so_many_headers_are_looked_at() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_repeats_and_list_items_are_bounded(name: str, seen: list[tuple[str, int]]) -> None:
-    # 100,000 repeats of a value holding as many pieces as fit under the value cap.
-    value = ",".join(["1;r=1;t=1;q=1;w=1"] * 60)[:_MAX_VALUE]
+    # 100,000 repeats of a value holding as many pieces as fit under the value cap, in
+    # the IETF drafts' grammar and Salesforce's.
+    value = ",".join(["1;r=1;t=1;q=1;w=1", "api-usage=1/2"] * 60)[:_MAX_VALUE]
     parsed = parse_rate_limit_headers([(name, value)] * 100_000, now=NOW)
     for field in (parsed.reset_after, parsed.retry_after):
         assert field is None or 0 <= field <= 3600
+    assert 0 < len(seen) <= MOST_STEPS
+
+
+def test_headers_read_by_prefix_are_bounded_in_all(seen: list[tuple[str, int]]) -> None:
+    # Zendesk names each endpoint's header after it: a thousand distinct names are not
+    # repeats of one, and must not each get their own 16 values.
+    value = ",".join(["total=1; remaining=1; resets=1"] * 40)[:_MAX_VALUE]
+    parsed = parse_rate_limit_headers([(f"zendesk-ratelimit-e{i}", value) for i in range(_MAX_HEADERS)], now=NOW)
+    assert (parsed.remaining, parsed.reset_after) == (1, 1)
     assert 0 < len(seen) <= MOST_STEPS
 
 
@@ -255,7 +273,21 @@ values = st.one_of(
     st.binary(),
     st.integers(),
     st.floats(),
-    st.sampled_from(["6m0s", "20ms", "1h2m3.5s", '"default";r=50;t=30', "10;w=1", "32/40"]),
+    st.sampled_from(
+        [
+            "6m0s",
+            "20ms",
+            "1h2m3.5s",
+            '"default";r=50;t=30',
+            '"a";r=0;t=5, "b";r=9;t=0',
+            "10;w=1",
+            "32/40",
+            "0",
+            "api-usage=18/5000; per-app-api-usage=17/250(appName=x)",
+            "total=100; remaining=99; resets=41",
+            "2024-01-10T12:00Z",
+        ]
+    ),
 )
 
 
