@@ -351,7 +351,8 @@ class _Reader:
             remaining = number(params.get("r", params.get("remaining", "")))
             reset = self.wait(number(params.get("t", params.get("reset", ""))))
             if name is None:
-                loose = _merge(loose, RateLimitInfo(number(params.get("limit", "")), remaining, reset))
+                piece = RateLimitInfo(limit=number(params.get("limit", "")), remaining=remaining, reset_after=reset)
+                loose = _merge(loose, piece)
             elif remaining is not None:
                 limit, window = named.get(name, (None, None))
                 readings.append(RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, window=window))
@@ -405,12 +406,14 @@ class _Reader:
 
         interval = least("interval-milliseconds")
         readings = [
-            RateLimitInfo(least("max"), least("remaining"), window=interval / 1000.0 if interval else None),
-            RateLimitInfo(least("secondly"), least("secondly-remaining"), window=1.0),
+            RateLimitInfo(
+                limit=least("max"), remaining=least("remaining"), window=interval / 1000.0 if interval else None
+            ),
+            RateLimitInfo(limit=least("secondly"), remaining=least("secondly-remaining"), window=1.0),
         ]
         daily, daily_remaining = least("daily"), least("daily-remaining")
         if daily_remaining == 0:
-            readings.append(RateLimitInfo(daily, 0.0, window=86400.0))
+            readings.append(RateLimitInfo(limit=daily, remaining=0.0, window=86400.0))
         return _binding([r for r in readings if r.limit is not None or r.remaining is not None])
 
     def salesforce(self) -> RateLimitInfo:
@@ -433,7 +436,7 @@ class _Reader:
                 used, _, limit = usage.partition("(")[0].partition("/")
                 used_n, limit_n = number(used), number(limit)
                 if used_n is not None and limit_n is not None and limit_n > 0:
-                    readings.append(RateLimitInfo(limit_n, max(0.0, limit_n - used_n), window=86400.0))
+                    readings.append(RateLimitInfo(limit=limit_n, remaining=max(0.0, limit_n - used_n), window=86400.0))
         return _binding(readings)
 
     def zendesk(self) -> RateLimitInfo:
@@ -452,7 +455,8 @@ class _Reader:
         account = self.least("x-rate-limit")
         if account:
             remaining = _low(self.least("x-rate-limit-remaining"), self.least("ratelimit-remaining"))
-            readings.append(RateLimitInfo(account, remaining, self.wait(self.least("ratelimit-reset")), window=60.0))
+            reset = self.wait(self.least("ratelimit-reset"))
+            readings.append(RateLimitInfo(limit=account, remaining=remaining, reset_after=reset, window=60.0))
         # Read by prefix, so not bounded by the repeats of one name: as many values in all.
         endpoints = (
             text for name, texts in self.fields.items() if name.startswith("zendesk-ratelimit-") for text in texts
@@ -462,7 +466,8 @@ class _Reader:
                 remaining = number(params.get("remaining", ""))
                 if remaining is not None:
                     total = number(params.get("total", "")) or None
-                    readings.append(RateLimitInfo(total, remaining, self.wait(number(params.get("resets", "")))))
+                    reset = self.wait(number(params.get("resets", "")))
+                    readings.append(RateLimitInfo(limit=total, remaining=remaining, reset_after=reset))
         return _binding(readings)
 
 
@@ -532,12 +537,14 @@ def _binding(readings: Iterable[RateLimitInfo]) -> RateLimitInfo:
     conservatively (``_merge``): a lower ``remaining`` with no time still caps what
     may go before the binding budget's reset.
     """
-    readings = list(readings)
-    budgets = [r for r in readings if r.remaining is not None and (r.reset_after is not None or r.window is not None)]
-    combined = min(budgets, key=_pressure) if budgets else RateLimitInfo()
+    budgets: list[RateLimitInfo] = []
+    others: list[RateLimitInfo] = []
     for reading in readings:
-        if reading not in budgets:
-            combined = _merge(combined, reading)
+        timed = reading.reset_after is not None or reading.window is not None
+        (budgets if reading.remaining is not None and timed else others).append(reading)
+    combined = min(budgets, key=_pressure) if budgets else RateLimitInfo()
+    for other in others:
+        combined = _merge(combined, other)
     return combined
 
 
