@@ -350,7 +350,7 @@ class Limiter(ABC, Generic[T]):
         # The refused request is the caller's own latest grant (see LastGrant).
         self._tally.count_throttled()
         self._events.emit(Throttled(self._name, status))
-        return (None, None) if self._last_grant is None else self._last_grant.get()
+        return (None, None) if self._last_grant is None else self._last_grant.take()
 
     def _restricted(self, status: int | None, remaining: T, seconds: float) -> None:
         self._tally.count_restricted()
