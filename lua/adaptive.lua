@@ -14,6 +14,7 @@ local adaptive = {arity = 5}
 
 do
   local QUIET = 1.0
+  local GRACE = 0.25
   local IDLE = 1.0
   local MEMORY = 600.0
 
@@ -66,7 +67,7 @@ do
     if decided == nil or at == nil then
       if now < state.fresh + QUIET then return state end
       decided = now
-    elseif at < state.fresh - EPSILON then
+    elseif at < state.fresh + GRACE then
       return state
     end
     local when = now

@@ -32,7 +32,7 @@ from ratelimit import (
     SlidingWindow,
     TokenBucket,
 )
-from ratelimit._algorithms.adaptive import IDLE, QUIET, Cubic, Pace
+from ratelimit._algorithms.adaptive import GRACE, IDLE, QUIET, Cubic, Pace
 from ratelimit._algorithms.algorithm import step_all
 from ratelimit._algorithms.token_bucket import Gcra
 from ratelimit._stores.store import Backend
@@ -104,10 +104,15 @@ def test_refusals_of_requests_sent_before_the_cut_are_one_congestion_event() -> 
     state = alg.throttle(state, now + 0.05, now, now + 0.01)
     state = alg.throttle(state, now + 0.05, now, now + 0.02)
     assert state == once
-    # ... but a request decided after the cut and refused is news: the rate cuts again.
+    # So does one sent just after them, into the provider's state they left...
     state, _ = alg.step(state, now + 0.03, 1.0, math.inf)
     state = alg.throttle(state, now + 0.05, now + 0.03, state.last)
-    assert alg.rate(state, now + 0.05) == pytest.approx(0.7 * alg.rate(once, now + 0.03))
+    assert state.peak == once.peak
+    # ... but a request granted past that grace and refused is news: the rate cuts again.
+    later = now + 0.03 + GRACE
+    state, _ = alg.step(state, later, 1.0, math.inf)
+    state = alg.throttle(state, later + 0.02, later, state.last)
+    assert alg.rate(state, later + 0.02) == pytest.approx(0.7 * alg.rate(once, later))
 
 
 def test_a_refusal_whose_grant_is_unknown_waits_out_a_quiet_spell() -> None:

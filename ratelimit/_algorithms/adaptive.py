@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 from .algorithm import EPSILON, step
 
-__all__ = ["IDLE", "MEMORY", "QUIET", "Cubic", "Pace"]
+__all__ = ["GRACE", "IDLE", "MEMORY", "QUIET", "Cubic", "Pace"]
 
 #: Seconds without a decision or a grant after which the growth curve's clock stops
 #: (or two intervals at the floor, if longer).
@@ -48,6 +48,10 @@ IDLE = 1.0
 #: Seconds a throttle whose request's grant time is unknown is taken for the same
 #: congestion event as the last cut, once the reservations made before it have gone.
 QUIET = 1.0
+#: Seconds after the reservations made before a cut have gone during which refusals
+#: still count as that cut's: a provider whose budget they emptied refuses a request
+#: that arrives a little early (send jitter) even at a rate now under its limit.
+GRACE = 0.25
 #: Seconds the learned rate is remembered once nobody uses the budget.
 MEMORY = 600.0
 
@@ -140,7 +144,8 @@ class Cubic:
 
         Cuts the rate to ``decrease`` times the rate the request was decided at. A
         request that went before the pace was free of the reservations made before the
-        last cut was sent at the old rate: its refusal is that cut's congestion event
+        last cut (or within :data:`GRACE` of it) was sent at the old rate or into the
+        provider's state the old rate left: its refusal is that cut's congestion event
         and changes nothing.
         (With its time unknown, the refusal is taken for the old one's until
         :data:`QUIET` seconds after they have all gone.)
@@ -149,7 +154,7 @@ class Cubic:
             if now < state.fresh + QUIET:
                 return state
             decided = now
-        elif at < state.fresh - EPSILON:
+        elif at < state.fresh + GRACE:
             return state
         peak = self.rate(state, decided if decided < now else now)
         fresh = state.tat if state.tat > now else now
