@@ -4,7 +4,8 @@ Started by :mod:`ratelimit._cli.bench` with the spawn context, so everything it 
 is plain picklable data. It ignores SIGINT: the CLI decides when the run stops (and
 must still collect what every worker did), and tells it through the ``stop`` event.
 Its callers record, for every grant, when it came, how long the acquire took and
-the target's answer; the process sends these back when the run ends or it is
+the target's answer (and, with ``feedback``, hand each answer to
+``limiter.feedback``); the process sends these back when the run ends or it is
 stopped, without waiting for callers still asleep on a reservation.
 """
 
@@ -40,6 +41,9 @@ CALL_TIMEOUT = 10.0
 
 #: A status recorded for a call that got no HTTP answer (refused, reset, timed out).
 NO_ANSWER = 0
+
+#: An answer's status and headers (none for ``NO_ANSWER``).
+Answer = tuple[int, list[tuple[str, str]]]
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ class WorkerPlan:
     #: How long the run lasts from ``begin``; ``None`` for a run bounded by calls only.
     seconds: float | None
     parent: int
+    #: Hand every answer to ``limiter.feedback`` (``--adaptive``).
+    feedback: bool = False
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -111,6 +117,8 @@ class WorkerReport:
     #: Script calls sent to Redis (``None`` with in-process state).
     round_trips: int | None
     errors: list[str] = field(default_factory=list)
+    #: ``(seconds from the start, learned rate per second)`` samples (``--adaptive``).
+    learned: list[tuple[float, float]] = field(default_factory=list)
 
 
 class CountingClient:
@@ -200,18 +208,25 @@ class _Target:
         return kind(self.host, self.port, timeout=CALL_TIMEOUT)
 
     def call(self, connection: http.client.HTTPConnection) -> int:
+        return self.answer(connection)[0]
+
+    def answer(self, connection: http.client.HTTPConnection) -> Answer:
+        """The status and headers of a ``GET`` (``NO_ANSWER`` and none if it got no answer)."""
         try:
             connection.request("GET", self.path)
             response = connection.getresponse()
             response.read()
             if response.will_close:
                 connection.close()
-            return response.status
+            return response.status, response.getheaders()
         except (OSError, http.client.HTTPException):
             connection.close()
-            return NO_ANSWER
+            return NO_ANSWER, []
 
     async def call_async(self) -> int:
+        return (await self.answer_async())[0]
+
+    async def answer_async(self) -> Answer:
         # A minimal HTTP/1.0 GET: the standard library has no asyncio HTTP client.
         try:
             connecting = asyncio.open_connection(self.host, self.port, ssl=True if self.https else None)
@@ -223,9 +238,11 @@ class _Target:
                 answer = await asyncio.wait_for(reader.read(), CALL_TIMEOUT)
             finally:
                 writer.close()
-            return int(answer.split(b" ", 2)[1])
+            head = answer.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+            headers = [(name.strip(), value.strip()) for name, _, value in (line.partition(":") for line in head[1:])]
+            return int(head[0].split(" ", 2)[1]), headers
         except (OSError, asyncio.TimeoutError, ValueError, IndexError):
-            return NO_ANSWER
+            return NO_ANSWER, []
 
 
 class _Run:
@@ -278,6 +295,12 @@ class _Run:
         with self.granted.get_lock():
             self.granted.value += 1
 
+    def told(self, exc: RateLimitError) -> None:
+        """A feedback that failed (the store unreachable): noted, and the run goes on."""
+        with self._lock:
+            if len(self.errors) < 5:
+                self.errors.append(scrub(f"feedback: {type(exc).__name__}: {exc}", self.plan.secrets))
+
     def left(self) -> float:
         """Seconds until the run's end (``inf`` for a run bounded by calls only)."""
         return float("inf") if self.deadline is None else self.deadline - time.monotonic()
@@ -314,9 +337,14 @@ class _Run:
                         self.failed(exc)
                         return
                 granted = time.monotonic()
-                status = self.target.call(connection)
+                status, headers = self.target.answer(connection)
                 record.append((granted, granted - asked, status))
                 self.count()
+                if self.plan.feedback and status != NO_ANSWER:
+                    try:
+                        self.limiter.feedback(headers, status)
+                    except RateLimitError as exc:
+                        self.told(exc)
         finally:
             connection.close()
 
@@ -337,9 +365,14 @@ class _Run:
                     self.failed(exc)
                     return
             granted = time.monotonic()
-            status = await self.target.call_async()
+            status, headers = await self.target.answer_async()
             record.append((granted, granted - asked, status))
             self.count()
+            if self.plan.feedback and status != NO_ANSWER:
+                try:
+                    await limiter.feedback_async(headers, status)
+                except RateLimitError as exc:
+                    self.told(exc)
 
     def async_thread(self, records: list[list[tuple[float, float, int]]]) -> None:
         async def tasks() -> None:
