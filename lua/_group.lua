@@ -3,14 +3,15 @@
 --
 -- KEYS[i]  member i's base key, ratelimit:{<composite name>}:<i>:<algorithm>: all
 --          members share the composite's hash tag, so this works on Redis Cluster.
--- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge'
+-- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'throttle' | 'rate'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  reserve: max_wait, '' for no limit; refund: the grant time ('' for a grant
 --          already made; a time still ahead withdraws that reservation);
 --          restrict: seconds from now until the restriction ends (the members'
 --          "tokens" are then the tokens each still allows); charge: ''
 --          (a member's tokens may be 0: nothing is recorded in it)
--- then for each member i, four values: algorithm, tokens, param1, param2
+-- then for each member i: algorithm, tokens, and the algorithm's parameters (two; the
+-- adaptive pace's table says how many it takes in `arity`)
 --
 -- Returns as the single-limiter driver does. Mirrors MemoryGroupHandle in
 -- ratelimit/_stores/memory.py: every member plans; the grant happens at the latest of their
@@ -22,17 +23,24 @@ local ALGORITHMS = {
   leaky_bucket = leaky_bucket,
   sliding_window = sliding_window,
   sliding_window_counter = sliding_window_counter,
+  adaptive = adaptive,
 }
 
 local op = ARGV[1]
 local now = clock(ARGV[2])
 local members = {}
+local kinds = {}
+local j = 4
 for i = 1, #KEYS do
-  local j = 4 + (i - 1) * 4
   local alg = ALGORITHMS[ARGV[j]]
   if alg == nil then return redis.error_reply('ratelimit: unknown algorithm ' .. tostring(ARGV[j])) end
-  local self = alg.new(KEYS[i], tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]))
+  local arity = alg.arity or 2
+  local params = {}
+  for k = 1, arity do params[k] = tonumber(ARGV[j + 1 + k]) end
+  local self = alg.new(KEYS[i], unpack(params))
   members[i] = {alg = alg, self = self, tokens = tonumber(ARGV[j + 1]), state = alg.load(self)}
+  kinds[i] = ARGV[j]
+  j = j + 2 + arity
 end
 
 local function save_all(only_dirty)
@@ -45,8 +53,6 @@ end
 
 -- Composites of one name share their limits' states; a hole, though, is paid for by
 -- every limit of the composite that left it: one set of holes per list of algorithms.
-local kinds = {}
-for i = 1, #KEYS do kinds[i] = ARGV[4 + (i - 1) * 4] end
 local holes = KEYS[1] .. ':holes:' .. table.concat(kinds, ',')
 
 if op == 'reserve' then
@@ -71,6 +77,21 @@ elseif op == 'charge' then
   charge_members(members, holes, now)
   save_all(false)
   return {fmt(now)}
+elseif op == 'throttle' then
+  -- ARGV[3]: "<decided> <at>" of the refused request, or '' when unknown.
+  local decided, at = string.match(ARGV[3], '^(%S+) (%S+)$')
+  for _, m in ipairs(members) do
+    if m.alg.throttle ~= nil then
+      m.state = m.alg.throttle(m.self, m.state, now, tonumber(decided), tonumber(at))
+      m.alg.save(m.self, m.state, now)
+    end
+  end
+  return {fmt(now)}
+elseif op == 'rate' then
+  for _, m in ipairs(members) do
+    if m.alg.rate ~= nil then return {fmt(m.alg.rate(m.self, m.state, now))} end
+  end
+  return redis.error_reply('ratelimit: no learned rate in this group')
 elseif op == 'refund' then
   local at = nil
   if ARGV[3] ~= '' then at = tonumber(ARGV[3]) end

@@ -17,6 +17,7 @@ from ._clock import Clock, ManualClock, SystemClock
 from ._errors import AcquireTimeout, BackendUnavailable, CircuitOpen, RateLimitError, RetryError
 from ._events import Attempt, subscribe
 from ._headers import RateLimitInfo, parse_rate_limit_headers
+from ._limiting.adaptive import Adaptive
 from ._limiting.composite import Composite
 from ._limiting.concurrency import ConcurrencyLimit, Hold, Lease
 from ._limiting.front import Acquirer, LimiterStats
@@ -31,6 +32,7 @@ from ._stores.redis import BackendStats, RedisBackend
 __all__ = [
     "AcquireTimeout",
     "Acquirer",
+    "Adaptive",
     "Attempt",
     "BackendStats",
     "BackendUnavailable",

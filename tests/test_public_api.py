@@ -35,6 +35,7 @@ from ratelimit._stores.store import Backend
 PUBLIC = {
     # the limiters and the interface they share
     "Acquirer",
+    "Adaptive",
     "Composite",
     "LeakyBucket",
     "SlidingWindow",

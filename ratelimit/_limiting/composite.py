@@ -83,6 +83,11 @@ class Composite(Limiter[Sequence[float]]):
                     f"limits[{i}] has low_share={member.low_share:g}: a composite does not take priorities "
                     f"(build its members without low_share)"
                 )
+            if isinstance(member, SingleLimiter) and member.adaptive is not None:
+                raise ValueError(
+                    f"limits[{i}] has adaptive={member.adaptive!r}: a composite does not learn its members' rates "
+                    f"yet (build its members without adaptive, or use the adaptive limiter on its own)"
+                )
         rates = [member for member in limits if isinstance(member, SingleLimiter)]
         if not rates:
             raise ValueError(

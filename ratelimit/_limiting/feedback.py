@@ -6,7 +6,7 @@ import math
 
 from .._headers import RateLimitInfo
 
-__all__ = ["restriction"]
+__all__ = ["restriction", "throttled"]
 
 #: Statuses that mean "you went too fast" (503 often carries Retry-After too).
 PUSHBACK = frozenset({429, 503})
@@ -57,3 +57,12 @@ def restriction(info: RateLimitInfo, status: int | None) -> tuple[float, float] 
         if info.remaining is not None:
             return _near(info.remaining, info.reset_after)
     return None
+
+
+def throttled(info: RateLimitInfo, status: int | None) -> bool:
+    """Whether a response is the provider refusing us for going too fast, which cuts a
+    learned rate (``adaptive=``): any 429, and a 503 that says when to come back (a
+    503 without ``Retry-After`` is an outage, not a throttle). For a throttle that
+    comes in another form (a gRPC ``RESOURCE_EXHAUSTED``, an SDK's "SlowDown"), feed
+    back ``status=429``."""
+    return status == 429 or (status == 503 and info.retry_after is not None)

@@ -25,9 +25,11 @@ from .._errors import AcquireTimeout
 from .._events import EVERYONE, Denied, Emitter, Event, Granted, Paused
 from .._headers import RateLimitInfo, parse_rate_limit_headers
 from .._stores.memory import MemoryBackend
-from .._stores.store import Backend, Handle
+from .._stores.store import Backend, Handle, Pacing
 from .._stores.tally import LimiterStats, Tally, weight
 from .._wrap import wrap
+from .adaptive import LastGrant
+from .feedback import throttled
 
 __all__ = ["Acquirer", "Decorator", "Limiter", "LimiterStats", "difference", "placed"]
 
@@ -97,7 +99,18 @@ def placed(backend: object, name: object, clock: object) -> tuple[Backend, str |
 class Limiter(ABC, Generic[T]):
     """Shared front of every limiter; ``T`` is what one request's ``tokens`` becomes."""
 
-    __slots__ = ("__weakref__", "_backend", "_clock", "_events", "_handle", "_name", "_quick_most", "_tally")
+    __slots__ = (
+        "__weakref__",
+        "_backend",
+        "_clock",
+        "_events",
+        "_handle",
+        "_last_grant",
+        "_name",
+        "_pacing",
+        "_quick_most",
+        "_tally",
+    )
 
     _handle: Handle[T]
 
@@ -107,6 +120,10 @@ class Limiter(ABC, Generic[T]):
         self._quick_most: float = 0
         self._events = Emitter()
         self._tally = Tally()
+        # A learned pace (adaptive=) and each caller's latest grant, which tells its
+        # refusals apart; None for the rest, whose hot paths then skip both.
+        self._pacing: Pacing | None = None
+        self._last_grant: LastGrant | None = None
 
     # -- what subclasses provide --------------------------------------------------
 
@@ -185,6 +202,8 @@ class Limiter(ABC, Generic[T]):
         """
         n = self._tokens(tokens)
         wait, at = self._reserve(n, timeout)
+        if self._last_grant is not None:
+            self._last_grant.saw(wait, at)
         if wait > 0:
             try:
                 self._clock.sleep(wait)
@@ -204,8 +223,10 @@ class Limiter(ABC, Generic[T]):
                 self._events.emit(Granted(self._name, tokens, 0.0) if wait >= 0 else Denied(self._name, tokens, -wait))
             return wait >= 0
         n = self._tokens(tokens)
-        wait = self._handle.reserve(n, 0.0)[0]
+        wait, at = self._handle.reserve(n, 0.0)
         if wait >= 0:
+            if self._last_grant is not None:
+                self._last_grant.saw(wait, at)
             self._granted(n, 0.0)
             return True
         self._denied(n, -wait)
@@ -225,6 +246,8 @@ class Limiter(ABC, Generic[T]):
         if wait < 0:
             self._denied(n, -wait)
             raise AcquireTimeout(-wait)
+        if self._last_grant is not None:
+            self._last_grant.saw(wait, at)
         if wait > 0:
             try:
                 await self._clock.sleep_async(wait)
@@ -260,8 +283,10 @@ class Limiter(ABC, Generic[T]):
     async def try_acquire_async(self, tokens: float = 1) -> bool:
         """:meth:`try_acquire` for asyncio."""
         n = self._tokens(tokens)
-        wait, _ = await self._reserve_async(n, 0.0)
+        wait, at = await self._reserve_async(n, 0.0)
         if wait >= 0:
+            if self._last_grant is not None:
+                self._last_grant.saw(wait, at)
             self._granted(n, 0.0)
             return True
         self._denied(n, -wait)
@@ -290,6 +315,9 @@ class Limiter(ABC, Generic[T]):
         reset) pauses every worker until then, after which grants resume at the
         configured rate, in order, without a burst. A reset already past, garbage
         headers or a higher ``remaining`` change nothing; waits are capped at an hour.
+        On a limiter built with ``adaptive=``, a throttle (a 429, or a 503 with
+        ``Retry-After``) also cuts the learned rate, once per congestion event (see
+        :class:`~ratelimit.Adaptive`).
 
         Args:
             headers: the response's headers (any mapping, or ``(name, value)`` pairs).
@@ -300,6 +328,8 @@ class Limiter(ABC, Generic[T]):
         if change is not None:
             self._handle.restrict(*change)
             self._restricted(status, *change)
+        if self._pacing is not None and throttled(info, status):
+            self._pacing.throttle(*self._refused())
         return info
 
     async def feedback_async(
@@ -310,7 +340,14 @@ class Limiter(ABC, Generic[T]):
         if change is not None:
             await self._handle.restrict_async(*change)
             self._restricted(status, *change)
+        if self._pacing is not None and throttled(info, status):
+            await self._pacing.throttle_async(*self._refused())
         return info
+
+    def _refused(self) -> tuple[float | None, float | None]:
+        # The refused request is the caller's own latest grant (see LastGrant).
+        self._tally.count_throttled()
+        return (None, None) if self._last_grant is None else self._last_grant.get()
 
     def _restricted(self, status: int | None, remaining: T, seconds: float) -> None:
         self._tally.count_restricted()

@@ -18,6 +18,8 @@ from .._algorithms.token_bucket import Gcra
 from .._clock import Clock
 from .._headers import RateLimitInfo
 from .._stores.store import Backend
+from .adaptive import Adaptive, LastGrant, Paced
+from .adaptive import adaptive as learned
 from .feedback import restriction
 from .front import Limiter, difference
 from .guard import DEFAULT_GUARD, guard_seconds
@@ -37,7 +39,17 @@ def _bounded(name: str, value: object, capacity: float, rate: float) -> None:
 class SingleLimiter(Limiter[float]):
     """A limiter with one algorithm; ``tokens`` is one number."""
 
-    __slots__ = ("_alg", "_configured", "_given_guard", "_guard", "_low", "_most", "_most_name", "_priorities")
+    __slots__ = (
+        "_adaptive",
+        "_alg",
+        "_configured",
+        "_given_guard",
+        "_guard",
+        "_low",
+        "_most",
+        "_most_name",
+        "_priorities",
+    )
 
     #: Seconds: the guard on real time when none is given (see ``ratelimit._limiting.guard``).
     default_guard = 0.0
@@ -53,6 +65,7 @@ class SingleLimiter(Limiter[float]):
         low_share: object = None,
         borrow: object = None,
         high_reserve: object = None,
+        adaptive: object = None,
     ) -> None:
         self._configured = alg
         self._given_guard = guard
@@ -61,10 +74,25 @@ class SingleLimiter(Limiter[float]):
         self._alg = self.algorithm_for(clock)
         self._guard = self.guard_for(clock)
         self._priorities = priorities(low_share, borrow, high_reserve)
+        self._adaptive = learned(adaptive)
+        if self._adaptive is not None and self._priorities is not None:
+            raise ValueError(
+                f"adaptive={self._adaptive!r} with low_share={low_share!r}: a learned rate and two priorities "
+                f"do not combine yet; drop one"
+            )
         super().__init__(backend=backend, name=name, clock=clock)
         self._most_name = self.most_name_for(clock)
         self._low: LowPriority | None = None
-        if self._priorities is None:
+        if self._adaptive is not None:
+            # A group of two: this limit at the configured rate (the ceiling), and the
+            # learned pace beside it (see ratelimit._limiting.adaptive).
+            pace = self._adaptive.pace(self._alg)
+            paced = Paced(self._backend.bind_group(self._name, [self._alg, pace], clock))
+            self._most = self._alg.most
+            self._handle = paced
+            self._pacing = paced.pacing
+            self._last_grant = LastGrant()
+        elif self._priorities is None:
             self._most = self._quick_most = self._alg.most
             self._handle = self._backend.bind(self._name, self._alg, clock)
         else:
@@ -102,6 +130,16 @@ class SingleLimiter(Limiter[float]):
                 f"to acquire at two priorities"
             )
         return self._low
+
+    @property
+    def adaptive(self) -> Adaptive | None:
+        """How this limiter learns its rate (``None``: it keeps the configured one)."""
+        return self._adaptive
+
+    def adaptive_rate(self) -> float | None:
+        """The rate learned so far, shared by every worker on this budget, in tokens per
+        second (``None`` without ``adaptive=``). One call to the store."""
+        return None if self._pacing is None else self._pacing.rate()
 
     @property
     def low_share(self) -> float | None:
@@ -177,7 +215,8 @@ class SingleLimiter(Limiter[float]):
         if self._priorities is not None:
             share, keep = self._priorities
             lanes = f", low_share={share:g}" + (", borrow=False" if keep is None else f", high_reserve={keep:g}")
-        return f"{type(self).__name__}({self._describe()}{guard}{lanes}{where})"
+        learn = "" if self._adaptive is None else f", adaptive={self._adaptive!r}"
+        return f"{type(self).__name__}({self._describe()}{guard}{lanes}{learn}{where})"
 
 
 class TokenBucket(SingleLimiter):
@@ -209,6 +248,9 @@ class TokenBucket(SingleLimiter):
             (default ``True``); ``False`` caps them at ``low_share``.
         high_reserve: the tokens of high-priority capacity a borrowing low request
             must leave ready for a high one (default 1).
+        adaptive: learn the rate from the provider's refusals (an :class:`Adaptive`):
+            ``refill_per_sec`` is then the ceiling, and every worker sharing the
+            budget learns one rate below it. ``None`` (default): the configured rate.
     """
 
     __slots__ = ()
@@ -225,6 +267,7 @@ class TokenBucket(SingleLimiter):
         low_share: float | None = None,
         borrow: bool | None = None,
         high_reserve: float | None = None,
+        adaptive: Adaptive | None = None,
     ) -> None:
         alg = Gcra(_validate.positive("capacity", capacity), _validate.rate("refill_per_sec", refill_per_sec))
         _bounded("refill_per_sec", refill_per_sec, alg.capacity, alg.rate)
@@ -237,6 +280,7 @@ class TokenBucket(SingleLimiter):
             low_share=low_share,
             borrow=borrow,
             high_reserve=high_reserve,
+            adaptive=adaptive,
         )
 
     @property
@@ -270,6 +314,8 @@ class LeakyBucket(SingleLimiter):
         guard: seconds a request may leave after its grant with the spacing still
             kept as the provider sees it: each token's interval grows by ``guard``.
             Default 0.
+        adaptive: learn the rate from the provider's refusals, as for
+            :class:`TokenBucket`; ``leak_per_sec`` is the ceiling.
 
     A leaky bucket takes no ``low_share`` (a ``TypeError``, as for any argument it
     does not have): it promises even spacing, which two lanes deciding apart cannot
@@ -287,11 +333,12 @@ class LeakyBucket(SingleLimiter):
         name: str | None = None,
         clock: Clock | None = None,
         guard: float | timedelta | None = None,
+        adaptive: Adaptive | None = None,
     ) -> None:
         alg = LeakyQueue(_validate.positive("capacity", capacity), _validate.rate("leak_per_sec", leak_per_sec))
         _bounded("leak_per_sec", leak_per_sec, alg.capacity, alg.rate)
         _bounded("guard", guard, alg.capacity, alg.guarded(guard_seconds(guard, clock, 0.0)).rate)
-        super().__init__(alg, guard=guard, backend=backend, name=name, clock=clock)
+        super().__init__(alg, guard=guard, backend=backend, name=name, clock=clock, adaptive=adaptive)
 
     @property
     def capacity(self) -> float:
@@ -332,6 +379,8 @@ class SlidingWindow(SingleLimiter):
         low_share, borrow, high_reserve: two priorities, as for
             :class:`TokenBucket`; the low priority holds ``low_share`` of the limit,
             rounded down to whole tokens, in the same window.
+        adaptive: learn the rate from the provider's refusals, as for
+            :class:`TokenBucket`; ``limit / window_seconds`` is the ceiling.
     """
 
     __slots__ = ()
@@ -350,6 +399,7 @@ class SlidingWindow(SingleLimiter):
         low_share: float | None = None,
         borrow: bool | None = None,
         high_reserve: float | None = None,
+        adaptive: Adaptive | None = None,
     ) -> None:
         if not isinstance(approximate, bool):
             raise TypeError(f"approximate must be a bool, got {approximate!r}")
@@ -368,6 +418,7 @@ class SlidingWindow(SingleLimiter):
             low_share=low_share,
             borrow=borrow,
             high_reserve=high_reserve,
+            adaptive=adaptive,
         )
 
     @property

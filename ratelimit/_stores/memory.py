@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from .._algorithms import holes as _holes
 from .._algorithms import lanes as _lanes
+from .._algorithms.adaptive import Cubic
 from .._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, step_all
 from .._clock import Clock, SystemClock
 from .tally import Tally, weight
@@ -349,6 +350,33 @@ class MemoryGroupHandle:
 
     async def charge_async(self, tokens: Sequence[float]) -> None:
         self.charge(tokens)
+
+    def throttle(self, decided: float | None, at: float | None) -> None:
+        """A refusal of the request decided at ``decided`` to go at ``at`` (see
+        ``adaptive.Cubic.throttle``): the learned pace among the members cuts its rate."""
+
+        def change(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
+            return [
+                alg.throttle(state, now, decided, at) if isinstance(alg, Cubic) else state
+                for alg, state in zip(self._algs, states, strict=True)
+            ]
+
+        self._locked(change)
+
+    async def throttle_async(self, decided: float | None, at: float | None) -> None:
+        self.throttle(decided, at)
+
+    def rate(self) -> float:
+        """The learned pace's rate now."""
+        rate = 0.0
+
+        def change(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
+            nonlocal rate
+            rate = next(alg.rate(s, now) for alg, s in zip(self._algs, states, strict=True) if isinstance(alg, Cubic))
+            return states
+
+        self._locked(change)
+        return rate
 
     def restrict(self, remaining: Sequence[float], seconds: float) -> None:
         def change(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:

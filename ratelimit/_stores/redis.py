@@ -53,7 +53,7 @@ from .._errors import BackendUnavailable
 from .memory import MemoryBackend
 from .redis_errors import STORE_ERRORS, is_unavailable
 from .scripts import Script, group_script, lanes_script, single_script
-from .store import Handle
+from .store import Handle, Pacing
 from .tally import Tally, weight
 
 __all__ = ["BackendStats", "RedisBackend", "RedisLaneHandle", "key_for"]
@@ -716,6 +716,13 @@ class _Share(Generic[T]):
         self._handle.restrict(remaining, seconds)
 
 
+def _throttle(local: object, decided: float | None, at: float | None) -> None:
+    # A composite's fallback is a group too: its pace learns on its own meanwhile.
+    handle = local._handle if isinstance(local, _Share) else local
+    if isinstance(handle, Pacing):
+        handle.throttle(decided, at)
+
+
 def _reply(reply: Sequence[bytes | str]) -> tuple[float, float]:
     return float(reply[0]), float(reply[1])
 
@@ -889,6 +896,30 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
         for (kind, params), n in zip(self._members, tokens, strict=True):
             args += [kind, _num(n), *params]
         return args
+
+    # -- a learned pace among the members (``adaptive=``, see _algorithms/adaptive.py) --
+
+    def _throttle_args(self, decided: float | None, at: float | None) -> list[str]:
+        known = "" if decided is None or at is None else f"{_num(decided)} {_num(at)}"
+        return self._args("throttle", [0.0] * len(self._members), known)
+
+    def throttle(self, decided: float | None, at: float | None) -> None:
+        """A refusal of the request decided at store time ``decided`` to go at ``at``."""
+        try:
+            self._backend.run(self._script, self._keys, self._throttle_args(decided, at))
+        except BackendUnavailable as exc:
+            self._unrecorded("throttle", exc, lambda local: _throttle(local, decided, at))
+
+    async def throttle_async(self, decided: float | None, at: float | None) -> None:
+        try:
+            await self._backend.run_async(self._script, self._keys, self._throttle_args(decided, at))
+        except BackendUnavailable as exc:
+            self._unrecorded("throttle", exc, lambda local: _throttle(local, decided, at))
+
+    def rate(self) -> float:
+        """The learned pace's rate now."""
+        reply = self._backend.run(self._script, self._keys, self._args("rate", [0.0] * len(self._members), ""))
+        return float(reply[0])
 
 
 class RedisLaneHandle(_ScriptHandle[float]):

@@ -35,6 +35,8 @@ __all__ = [
 
 #: Every algorithm kind that has a script, in a fixed order.
 ALGORITHMS = ("token_bucket", "leaky_bucket", "sliding_window", "sliding_window_counter")
+#: What only ever decides as a member of a group: the learned pace of ``adaptive=``.
+GROUP_ONLY = ("adaptive",)
 
 
 def _lua_dir() -> Path:
@@ -111,7 +113,7 @@ def group_script() -> Script:
     """The script of a composite: every algorithm, and the group driver."""
     parts = [
         lua_source("_prelude"),
-        *(lua_source(kind) for kind in ALGORITHMS),
+        *(lua_source(kind) for kind in ALGORITHMS + GROUP_ONLY),
         lua_source("_members"),
         lua_source("_group"),
     ]

@@ -9,14 +9,14 @@ cancellation) is written once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .._algorithms.algorithm import Algorithm
 from .._algorithms.lanes import Lanes
 from .._clock import Clock
 from .tally import Tally
 
-__all__ = ["Backend", "Handle"]
+__all__ = ["Backend", "Handle", "Pacing"]
 
 T_contra = TypeVar("T_contra", contravariant=True)
 
@@ -60,6 +60,23 @@ class Handle(Protocol[T_contra]):
         ...
 
     async def restrict_async(self, remaining: T_contra, seconds: float) -> None: ...
+
+
+@runtime_checkable
+class Pacing(Protocol):
+    """A group handle whose members include a learned pace (``adaptive=``; see
+    ``_algorithms/adaptive.py``)."""
+
+    def throttle(self, decided: float | None, at: float | None) -> None:
+        """The provider refused the request decided at store time ``decided`` to go at
+        ``at`` (``None``: unknown): the pace cuts its rate, once per congestion event."""
+        ...
+
+    async def throttle_async(self, decided: float | None, at: float | None) -> None: ...
+
+    def rate(self) -> float:
+        """The learned rate now, tokens per second."""
+        ...
 
 
 class Backend(Protocol):

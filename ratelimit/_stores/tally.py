@@ -40,14 +40,28 @@ class LimiterStats:
     #: Tokens taken by ``charge`` (and by ``settle`` where a call cost more than its
     #: estimate), without waiting; a composite counts its largest weight, as in ``tokens``.
     charged: float
+    #: Refusals fed back to a learned rate (``adaptive=``); the shared store counts one
+    #: cut per congestion event, however many of these it was told of.
+    throttled: int = 0
 
 
 class Tally:
-    __slots__ = ("cancelled", "charged", "denied", "granted", "lock", "max_wait", "restricted", "tokens", "waited")
+    __slots__ = (
+        "cancelled",
+        "charged",
+        "denied",
+        "granted",
+        "lock",
+        "max_wait",
+        "restricted",
+        "throttled",
+        "tokens",
+        "waited",
+    )
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.granted = self.denied = self.cancelled = self.restricted = 0
+        self.granted = self.denied = self.cancelled = self.restricted = self.throttled = 0
         self.tokens = self.waited = self.max_wait = self.charged = 0.0
 
     def record(self, weight: float, wait: float) -> None:
@@ -65,6 +79,10 @@ class Tally:
     def count_restricted(self) -> None:
         with self.lock:
             self.restricted += 1
+
+    def count_throttled(self) -> None:
+        with self.lock:
+            self.throttled += 1
 
     def count_cancelled(self) -> None:
         with self.lock:
@@ -84,4 +102,5 @@ class Tally:
             self.cancelled,
             self.restricted,
             self.charged,
+            self.throttled,
         )
