@@ -7,7 +7,9 @@ builds a timeline whose answer can be counted by hand.
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from ratelimit._cli.bench import (
     drop_plan,
     hidden_burst,
     limiter_spec,
+    run_bench,
 )
 from ratelimit._cli.bench_adaptive import (
     GOAL_REFUSED,
@@ -27,7 +30,9 @@ from ratelimit._cli.bench_adaptive import (
     stretch,
     time_to_reach,
 )
+from ratelimit._cli.bench_report import bench_json, bench_text
 from ratelimit._cli.bench_worker import LimiterSpec, _Target
+from ratelimit._cli.plot import can_plot, plot
 from ratelimit._cli.rates import Rate
 from ratelimit.testing import FakeProvider
 
@@ -84,17 +89,24 @@ def _after_a_drop(buckets: list[tuple[int, int]], drop: float = 10.0) -> tuple[l
     return sorted(served), sorted(refused)
 
 
-def test_back_under_is_the_end_of_the_last_second_over_two_percent() -> None:
+def test_back_under_is_the_start_of_two_clean_seconds_in_a_row() -> None:
     # Over, over, exactly 2 % (not over), over, clean, clean.
     served, refused = _after_a_drop([(60, 30), (60, 5), (49, 1), (50, 2), (60, 0), (60, 0)])
     assert back_under(served, refused, 10.0, 16.0) == 4.0
     # A partial second at the end is left out, whatever it holds.
     assert back_under(served, [*refused, 16.1, 16.2], 10.0, 16.5) == 4.0
     assert back_under(served, [], 10.0, 16.0) == 0.0
-    # Still over in the last whole second: not back under at all.
+    # Never two clean seconds in a row: not back under at all.
     assert back_under(served, refused, 10.0, 14.0) is None
     assert back_under(served, refused, 10.0, 10.9) is None
     assert GOAL_REFUSED == 0.02
+
+
+def test_a_later_probe_is_not_the_drop_s_doing() -> None:
+    # Over for a second, then clean, then the few 429s of a probe above the new limit
+    # (3 of 63: over 2 %), as a learning limiter draws every few seconds.
+    served, refused = _after_a_drop([(60, 10), (60, 0), (60, 0), (60, 3), (60, 0)])
+    assert back_under(served, refused, 10.0, 15.0) == 1.0
 
 
 # -- a whole run -----------------------------------------------------------------------
@@ -161,7 +173,8 @@ def test_the_adaptive_defaults() -> None:
     assert hidden_burst(config) == 5  # 5 % of a second's worth of 100/s
     assert adaptive_ceiling(config) == 200
     assert drop_plan(config) == (Rate(60, 1), 10.0)
-    assert limiter_spec(config) == LimiterSpec("token-bucket", 1.0, 200.0)
+    assert limiter_spec(config) == LimiterSpec("token-bucket", 1.0, 200.0, adaptive_floor=1.0)
+    assert limiter_spec(config).describe() == "TokenBucket(capacity=1, refill_per_sec=200, adaptive=Adaptive(floor=1))"
     assert drop_plan(replace(config, drop=False)) is None
     custom = replace(config, burst=3, ceiling=150.0, drop_to=Rate(30, 1), drop_at=4.0)
     assert (hidden_burst(custom), adaptive_ceiling(custom), drop_plan(custom)) == (3, 150, (Rate(30, 1), 4.0))
@@ -198,3 +211,45 @@ def test_the_workers_read_each_answers_headers_sync_and_async() -> None:
         status, headers = asyncio.run(target.answer_async())
         assert status == 429
         assert not any("ratelimit" in name.lower() or name.lower() == "retry-after" for name, _ in headers)
+
+
+# -- a real run ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_real_run_learns_the_hidden_limit_and_follows_its_drop(tmp_path: Path) -> None:
+    # 100/s hidden, 60/s from 4 s; two processes through the embedded store, so the
+    # learned rate is shared as in production, and sampled on a limiter of its own.
+    # Bounds are loose: 8 s is two short stretches, on a machine busy with others.
+    config = BenchConfig(adaptive=True, seconds=8.0, drop_at=4.0, processes=2, threads=2)
+    result = run_bench(config)
+    assert result.adaptive is not None
+    report = bench_json(result)["adaptive"]
+    assert result.errors == ()
+    assert (report["hidden_limit_per_sec"], report["hidden_burst"], report["ceiling_per_sec"]) == (100, 5, 200)
+    assert report["drop_at_seconds"] == pytest.approx(4.0, abs=0.1)
+    assert report["drop_to_per_sec"] == 60
+    # 90/s within the 4 s before the drop (seen from 1.0 to 2.6 s: how deep the first
+    # cuts from the ceiling go decides it).
+    assert report["reached_90_seconds"] is not None
+    # Learned, shared, and below the ceiling it started from; lower after the drop.
+    learned = [(x["seconds"], x["per_sec"]) for x in report["learned"]]
+    assert len(learned) > 40  # every 100 ms for 8 s, give or take a busy machine
+    assert all(1 <= rate <= 200 for _, rate in learned)
+    before = [rate for t, rate in learned if 2 <= t < 4]
+    after = [rate for t, rate in learned if t >= 6]
+    assert 60 < sum(before) / len(before) < 130
+    assert 30 < sum(after) / len(after) < 80
+    # Few 429s: the first cuts at the start and at the drop, then a probe now and then.
+    assert report["refused_share"] < 0.1
+    served_before = sum(report["timeline"]["served_per_sec"][4:8]) * 0.5  # 2 s to 4 s
+    assert served_before >= 0.7 * 100 * 2
+    # The text report marks each goal, and the plot draws.
+    text = bench_text(result)
+    assert text.startswith("ratelimit bench --adaptive: 2 processes x 2 threads (4 callers)")
+    assert "adaptive=Adaptive(floor=1)" in text
+    assert re.search(r"^before drop +\d+\.\d\d to 4\.\d\d s: .* \[(PASS|FAIL)\]", text, re.MULTILINE)
+    assert re.search(r"^goals +(PASS|FAIL) steady throughput", text, re.MULTILINE)
+    if can_plot():
+        plot(result, str(tmp_path / "adaptive.png"))
+        assert (tmp_path / "adaptive.png").read_bytes().startswith(b"\x89PNG")

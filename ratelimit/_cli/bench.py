@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from .._stores.scripts import ALGORITHMS, single_script
+from .._stores.scripts import ALGORITHMS, group_script, single_script
 from ..testing import FakeProvider
 from .bench_adaptive import AdaptiveStats, adaptive_stats
 from .bench_stats import allowed, jain, most_in_window, percentile, timeline
@@ -228,11 +228,12 @@ class BenchResult:
 def limiter_spec(config: BenchConfig) -> LimiterSpec:
     """The limiter ``ratelimit size`` recommends for this configuration.
 
-    With ``adaptive``: a token bucket of ``ADAPTIVE_CAPACITY`` up to the ceiling,
-    sized from nothing (its user does not know the limit).
+    With ``adaptive``: a token bucket of ``ADAPTIVE_CAPACITY`` refilled at the
+    ceiling, learning its rate down to the floor: sized from nothing, as its user
+    does not know the limit.
     """
     if config.adaptive:
-        return LimiterSpec("token-bucket", ADAPTIVE_CAPACITY, adaptive_ceiling(config))
+        return LimiterSpec("token-bucket", ADAPTIVE_CAPACITY, adaptive_ceiling(config), adaptive_floor=config.floor)
     sizing = size(config.limit, config.burst, config.callers, 1, config.headroom, guard=config.guard)
     if config.algorithm == "token-bucket":
         bucket = sizing.token_bucket
@@ -342,11 +343,12 @@ def _embedded_redis() -> Iterator[str]:
     try:
         # fakeredis's server hangs up on a connection after any error reply, NOSCRIPT
         # included, so the EVAL that follows a first EVALSHA would find it closed:
-        # load every script before any worker asks.
+        # load every script before any worker asks (the group's decides for an
+        # adaptive limiter: its own algorithm and the learned pace).
         client = redis.Redis.from_url(url, socket_timeout=5)
         try:
-            for kind in ALGORITHMS:
-                client.script_load(single_script(kind).source)
+            for script in [*(single_script(kind) for kind in ALGORITHMS), group_script()]:
+                client.script_load(script.source)
         finally:
             client.close()
         yield url

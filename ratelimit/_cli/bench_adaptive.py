@@ -15,10 +15,16 @@ The definitions, as the report prints them:
   saw (refused / (served + refused)).
 - **back under**: after the drop, the run is cut in whole ``WIDTH`` buckets from the
   drop on; one is *over* when more than ``CLEAN`` (2 %) of its requests were
-  refused. Back under is the end of the last bucket over, in seconds after the drop
-  (0 if none was), provided a clean bucket follows it: ``None`` when even the last
-  whole bucket of the run is over. (The provider never serves above its limit: the
-  429s are what tell a client that sends too fast.)
+  refused. Back under is the start of the first ``HOLD`` buckets in a row that are
+  not over, in seconds after the drop (0 if the first ones already are not);
+  ``None`` if no such run comes before the end. (The provider never serves above
+  its limit: the 429s are what tell a client that sends too fast.)
+
+  Not "the end of the last bucket over": a limiter that learns keeps probing above
+  the rate it last saw refused, and in steady state each probe draws a few 429s,
+  which at 60/s is already more than 2 % of a second's requests. Those belong to
+  the steady state (the stretch after the drop counts them); back under measures the
+  answer to the drop.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ __all__ = [
     "GOAL_BACK_UNDER",
     "GOAL_REFUSED",
     "GOAL_THROUGHPUT",
+    "HOLD",
     "REACHED",
     "SETTLE",
     "WIDTH",
@@ -54,6 +61,8 @@ REACHED = 0.9
 SETTLE = 1.0
 #: A bucket with a larger share of 429s than this is still over the limit.
 CLEAN = 0.02
+#: Buckets in a row, none over, that make a limiter back under a lowered limit.
+HOLD = 2
 
 #: Goals: the steady throughput at least this share of the limit ...
 GOAL_THROUGHPUT = 0.9
@@ -131,26 +140,25 @@ def back_under(
     end: float,
     clean: float = CLEAN,
     width: float = WIDTH,
+    hold: int = HOLD,
 ) -> float | None:
-    """Seconds from ``drop`` to the end of the last whole ``width`` bucket over ``clean``.
+    """Seconds from ``drop`` to the first ``hold`` whole ``width`` buckets in a row with
+    at most ``clean`` of their requests refused.
 
     Buckets are ``[drop + k x width, drop + (k + 1) x width)`` up to ``end`` (a last
-    partial one is left out). 0 if no bucket was over; ``None`` if the last whole
-    bucket still was, or if there is no whole bucket.
+    partial one is left out; one without requests is clean). ``None`` if no such run
+    comes before the end.
     """
     buckets = math.floor((end - drop) / width + _EPSILON)
-    if buckets <= 0:
-        return None
-    last_over = -1
+    run = 0
     for k in range(buckets):
         low, high = drop + k * width, drop + (k + 1) * width
         bad = count_between(refused, low, high)
         seen = bad + count_between(served, low, high)
-        if seen and bad / seen > clean:
-            last_over = k
-    if last_over == buckets - 1:
-        return None
-    return (last_over + 1) * width
+        run = 0 if seen and bad / seen > clean else run + 1
+        if run == hold:
+            return (k + 1 - hold) * width
+    return None
 
 
 @dataclass(frozen=True)

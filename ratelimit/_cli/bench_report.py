@@ -13,7 +13,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from .bench import AdaptiveRun, BenchResult
-from .bench_adaptive import GOAL_BACK_UNDER, GOAL_REFUSED, GOAL_THROUGHPUT, REACHED, SETTLE, WIDTH, Stretch
+from .bench_adaptive import (
+    CLEAN,
+    GOAL_BACK_UNDER,
+    GOAL_REFUSED,
+    GOAL_THROUGHPUT,
+    HOLD,
+    REACHED,
+    SETTLE,
+    WIDTH,
+    Stretch,
+)
 from .redact import redact_url
 
 __all__ = ["bench_json", "bench_text", "sweep_text"]
@@ -130,7 +140,10 @@ def _adaptive_text(r: BenchResult, a: AdaptiveRun) -> str:
             back = f"not by the end of the run [{_mark(False)}]"
         else:
             back = f"within {s.back_under:g} s of the drop [{_mark(s.back_under_ok)}]"
-        lines.append(f"back under       {back} (after it, no {WIDTH:g} s with over {GOAL_REFUSED:.0%} 429s)")
+        lines.append(
+            f"back under       {back} (the first {HOLD * WIDTH:g} s in a row with <= {CLEAN:.0%} 429s"
+            f" in each {WIDTH:g} s)"
+        )
         lines.append("after drop       " + (_stretch_text(after[0]) if after else "none (never back under)"))
     lines.append(
         f"429s in all      {s.refused} of {s.served + s.refused} requests ({_ratio(s.refused, s.served + s.refused)})"
@@ -255,6 +268,8 @@ def _adaptive_json(a: AdaptiveRun) -> dict[str, Any]:
             "bucket_seconds": WIDTH,
             "reached_share": REACHED,
             "settle_seconds": SETTLE,
+            "clean_share": CLEAN,
+            "hold_buckets": HOLD,
             "goal_throughput_share": GOAL_THROUGHPUT,
             "goal_refused_share": GOAL_REFUSED,
             "goal_back_under_seconds": GOAL_BACK_UNDER,
