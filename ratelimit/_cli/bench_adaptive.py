@@ -10,7 +10,8 @@ The definitions, as the report prints them:
   holds at least ``REACHED`` (90 %) of the limit's worth, before any drop.
 - **steady stretches**: ``before the drop`` runs from ``reached + SETTLE`` to the
   drop (to the end without one); ``after the drop`` from ``drop + back under +
-  SETTLE`` to the end. In each: the throughput as a share of the limit in force
+  SETTLE`` to the end; one shorter than ``SHORTEST`` (2 s) is no steady state and
+  is left out. In each: the throughput as a share of the limit in force
   (served / (limit x seconds)) and the 429s as a share of the requests the provider
   saw (refused / (served + refused)).
 - **back under**: after the drop, the run is cut in whole ``WIDTH`` buckets from the
@@ -42,6 +43,7 @@ __all__ = [
     "HOLD",
     "REACHED",
     "SETTLE",
+    "SHORTEST",
     "WIDTH",
     "AdaptiveStats",
     "Stretch",
@@ -59,6 +61,8 @@ REACHED = 0.9
 #: Seconds left out after reaching the limit (or getting back under it) before a
 #: steady stretch starts: the approach is not the steady state.
 SETTLE = 1.0
+#: A steady stretch shorter than this says nothing: left out.
+SHORTEST = 2.0
 #: A bucket with a larger share of 429s than this is still over the limit.
 CLEAN = 0.02
 #: Buckets in a row, none over, that make a limiter back under a lowered limit.
@@ -221,13 +225,13 @@ def adaptive_stats(
     first_end = seconds if drop_at is None else drop_at
     reached = time_to_reach(served, REACHED * limit, 0.0, first_end)
     stretches = []
-    if reached is not None and reached + SETTLE < first_end:
+    if reached is not None and first_end - (reached + SETTLE) >= SHORTEST:
         name = "steady" if drop_at is None else "before the drop"
         stretches.append(stretch(name, served, refused, reached + SETTLE, first_end, limit))
     back = None
     if drop_at is not None and new_limit is not None:
         back = back_under(served, refused, drop_at, seconds)
-        if back is not None and drop_at + back + SETTLE < seconds:
+        if back is not None and seconds - (drop_at + back + SETTLE) >= SHORTEST:
             stretches.append(stretch("after the drop", served, refused, drop_at + back + SETTLE, seconds, new_limit))
     return AdaptiveStats(
         seconds=seconds,

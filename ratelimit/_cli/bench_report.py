@@ -21,6 +21,7 @@ from .bench_adaptive import (
     HOLD,
     REACHED,
     SETTLE,
+    SHORTEST,
     WIDTH,
     Stretch,
 )
@@ -134,7 +135,11 @@ def _adaptive_text(r: BenchResult, a: AdaptiveRun) -> str:
     before = [x for x in s.stretches if x.name != "after the drop"]
     after = [x for x in s.stretches if x.name == "after the drop"]
     first = "steady" if s.drop_at is None else "before drop"
-    lines.append(f"{first:<17}" + (_stretch_text(before[0]) if before else "none (the limit was never reached)"))
+    short = f"none (shorter than {SHORTEST:g} s: run longer)"
+    if before:
+        lines.append(f"{first:<17}" + _stretch_text(before[0]))
+    else:
+        lines.append(f"{first:<17}" + (short if s.reached is not None else "none (the limit was never reached)"))
     if s.drop_at is not None:
         if s.back_under is None:
             back = f"not by the end of the run [{_mark(False)}]"
@@ -144,7 +149,10 @@ def _adaptive_text(r: BenchResult, a: AdaptiveRun) -> str:
             f"back under       {back} (the first {HOLD * WIDTH:g} s in a row with <= {CLEAN:.0%} 429s"
             f" in each {WIDTH:g} s)"
         )
-        lines.append("after drop       " + (_stretch_text(after[0]) if after else "none (never back under)"))
+        if after:
+            lines.append("after drop       " + _stretch_text(after[0]))
+        else:
+            lines.append("after drop       " + (short if s.back_under is not None else "none (never back under)"))
     lines.append(
         f"429s in all      {s.refused} of {s.served + s.refused} requests ({_ratio(s.refused, s.served + s.refused)})"
         + (f"; no answer: {r.no_answer}" if r.no_answer else "")
@@ -268,6 +276,7 @@ def _adaptive_json(a: AdaptiveRun) -> dict[str, Any]:
             "bucket_seconds": WIDTH,
             "reached_share": REACHED,
             "settle_seconds": SETTLE,
+            "shortest_stretch_seconds": SHORTEST,
             "clean_share": CLEAN,
             "hold_buckets": HOLD,
             "goal_throughput_share": GOAL_THROUGHPUT,
