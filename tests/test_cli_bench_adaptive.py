@@ -255,7 +255,8 @@ def test_a_real_run_learns_the_hidden_limit_and_follows_its_drop(tmp_path: Path)
     stretch_line = r"^before drop +(\d+\.\d\d to 4\.\d\d s: .* \[(PASS|FAIL)\]|none \(shorter than 2 s: run longer\))$"
     assert re.search(stretch_line, text, re.MULTILINE)
     assert re.search(r"^back under +(within \d s of the drop \[(PASS|FAIL)\]|not by the end)", text, re.MULTILINE)
-    assert re.search(r"^goals +(PASS|FAIL) steady throughput", text, re.MULTILINE)
+    assert re.search(r"^goals +(PASS|FAIL)  steady throughput", text, re.MULTILINE)
+    assert re.search(r"^ {17}(PASS|FAIL)  back under a lowered limit within 5 s$", text, re.MULTILINE)
     if can_plot():
         plot(result, str(tmp_path / "adaptive.png"))
         assert (tmp_path / "adaptive.png").read_bytes().startswith(b"\x89PNG")

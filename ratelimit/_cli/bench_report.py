@@ -163,10 +163,11 @@ def _adaptive_text(r: BenchResult, a: AdaptiveRun) -> str:
     ]
     if s.drop_at is not None:
         goals.append((s.back_under_ok, f"back under a lowered limit within {GOAL_BACK_UNDER:g} s"))
-    lines.append("goals            " + "; ".join(f"{_mark(ok)} {text}" for ok, text in goals))
+    for i, (ok, text) in enumerate(goals):
+        lines.append(("goals" if i == 0 else "").ljust(17) + f"{_mark(ok)}  {text}")
     lines.append(
-        f"                 steady: from {SETTLE:g} s after reaching {REACHED:.0%} to the drop,"
-        f" and from {SETTLE:g} s after back under to the end"
+        f"                 (steady: from {SETTLE:g} s after reaching {REACHED:.0%} to the drop,"
+        f" and from {SETTLE:g} s after back under to the end)"
     )
     if a.learned:
         rates = [rate for _, rate in a.learned]
