@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from ratelimit import Acquirer, LeakyBucket, SlidingWindow, TokenBucket
+from ratelimit import Acquirer, Adaptive, LeakyBucket, SlidingWindow, TokenBucket
 
 # Limits so large that no call is ever refused: this measures the decision, not waiting.
 HUGE = 1e15
@@ -29,6 +29,8 @@ LIMITERS: dict[str, Callable[[], Acquirer]] = {
     # microsecond apart as long (at a real API's pace it holds a few entries).
     "sliding_window": lambda: SlidingWindow(HUGE, 0.001, guard=0),
     "sliding_window_approx": lambda: SlidingWindow(HUGE, 1.0, approximate=True, guard=0),
+    # A learned rate beside the bucket (a group of two): what adaptive= costs.
+    "token_bucket_adaptive": lambda: TokenBucket(HUGE, HUGE, adaptive=Adaptive()),
 }
 
 

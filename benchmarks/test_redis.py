@@ -21,7 +21,7 @@ import pytest
 import redis
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from ratelimit import Acquirer, LeakyBucket, RedisBackend, SlidingWindow, TokenBucket
+from ratelimit import Acquirer, Adaptive, LeakyBucket, RedisBackend, SlidingWindow, TokenBucket
 
 #: Lines for the terminal summary (benchmarks/conftest.py prints them).
 REPORT: list[str] = []
@@ -51,6 +51,7 @@ LIMITERS: dict[str, Callable[[RedisBackend, str], Acquirer]] = {
     "leaky_bucket": lambda b, n: LeakyBucket(HUGE, HUGE, backend=b, name=n),
     "sliding_window": lambda b, n: SlidingWindow(HUGE, 0.001, backend=b, name=n),
     "sliding_window_approx": lambda b, n: SlidingWindow(HUGE, 1.0, approximate=True, backend=b, name=n),
+    "token_bucket_adaptive": lambda b, n: TokenBucket(HUGE, HUGE, adaptive=Adaptive(), backend=b, name=n),
 }
 
 
@@ -77,6 +78,7 @@ def test_commands_per_grant_under_contention(client: redis.Redis, kind: str) -> 
         "leaky_bucket": lambda: LeakyBucket(1_000, rate, backend=backend, name=name),
         "sliding_window": lambda: SlidingWindow(20, 20 / rate, backend=backend, name=name),
         "sliding_window_approx": lambda: SlidingWindow(20, 20 / rate, approximate=True, backend=backend, name=name),
+        "token_bucket_adaptive": lambda: TokenBucket(10, rate, adaptive=Adaptive(), backend=backend, name=name),
     }
     limiter = makers[kind]()
     grants = [0] * threads

@@ -13,12 +13,15 @@
 local adaptive = {arity = 5}
 
 do
-  local QUIET = 0.5
+  local QUIET = 1.0
   local IDLE = 1.0
   local MEMORY = 600.0
 
   function adaptive.new(base, most, floor, ceiling, decrease, recover)
-    return {key = base, most = most, floor = floor, ceiling = ceiling, decrease = decrease, recover = recover}
+    local idle = IDLE
+    if 2.0 / floor > idle then idle = 2.0 / floor end
+    return {key = base, most = most, floor = floor, ceiling = ceiling, decrease = decrease, recover = recover,
+            idle = idle}
   end
 
   local function num(v, default)
@@ -38,10 +41,20 @@ do
             fresh = state.fresh, seen = state.seen}
   end
 
+  -- See Cubic.start: the last cut, moved on by the time since spent idle.
+  local function start(self, state, now)
+    local used = state.last
+    if state.seen > used then used = state.seen end
+    local idle = now - used - self.idle
+    if idle > 0 and state.cut_at ~= -math.huge then return state.cut_at + idle end
+    return state.cut_at
+  end
+
   function adaptive.rate(self, state, now)
-    if state.cut_at == -math.huge then return self.ceiling end
+    local cut_at = start(self, state, now)
+    if cut_at == -math.huge then return self.ceiling end
     local x = -1.0
-    if now > state.cut_at then x = (now - state.cut_at) / self.recover - 1.0 end
+    if now > cut_at then x = (now - cut_at) / self.recover - 1.0 end
     local rate = state.peak * (1.0 + (1.0 - self.decrease) * x * x * x)
     if rate < self.floor then return self.floor end
     if rate > self.ceiling then return self.ceiling end
@@ -79,11 +92,8 @@ do
   function adaptive.commit(self, state, now, tokens, at)
     if not (tokens > 0) then return state end
     local out = copy(state)
-    local idle = now - state.seen - IDLE
-    if idle > 0 and state.cut_at ~= -math.huge then
-      out.cut_at = state.cut_at + idle
-    end
-    local rate = adaptive.rate(self, out, now)
+    out.cut_at = start(self, state, now)
+    local rate = adaptive.rate(self, state, now)
     local base = at
     if state.tat > at then base = state.tat end
     out.tat = base + tokens / rate
@@ -103,7 +113,7 @@ do
   end
 
   function adaptive.cancel(self, state, now, tokens, at)
-    if not (tokens > 0) then return state end
+    if not (tokens > 0) or state.seen == -math.huge then return state end
     local out = copy(state)
     out.tat = state.tat - tokens / self.ceiling
     if not (out.tat > now) then out.tat = now end

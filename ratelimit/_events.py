@@ -77,6 +77,16 @@ class Paused:
 
 
 @dataclass(frozen=True, slots=True)
+class Throttled:
+    """A provider refused a request of a limiter that learns its rate (``adaptive=``)
+    and it was fed back. ``status`` is the response's. The store cuts the shared rate
+    once per congestion event, so several of these may stand for one cut."""
+
+    name: str | None
+    status: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class AttemptFinished:
     """A retry runner's call returned or raised. ``status`` is the response's HTTP status
     when there was one; ``duration`` is the time spent inside the call."""
@@ -153,7 +163,16 @@ class Rejected:
 
 
 Event: TypeAlias = (
-    Granted | Denied | Paused | AttemptFinished | RetryScheduled | GaveUp | CallFinished | StateChanged | Rejected
+    Granted
+    | Denied
+    | Paused
+    | Throttled
+    | AttemptFinished
+    | RetryScheduled
+    | GaveUp
+    | CallFinished
+    | StateChanged
+    | Rejected
 )
 Callback: TypeAlias = Callable[[Event], object]
 
@@ -166,7 +185,7 @@ def _level(event: Event) -> int:
         return logging.WARNING
     if isinstance(event, StateChanged):
         return logging.WARNING if event.state == "open" else logging.INFO
-    if isinstance(event, (Paused, RetryScheduled)):
+    if isinstance(event, (Paused, Throttled, RetryScheduled)):
         return logging.INFO
     if isinstance(event, (Granted, Denied)):
         return 0

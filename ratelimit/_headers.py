@@ -8,19 +8,60 @@ Providers say the same four things in a dozen dialects. Understood, by header na
   (Discord), float values (Reddit). ``Reset`` may be epoch seconds, epoch milliseconds
   or a delay in seconds: a value above 10^12 is read as epoch milliseconds, above 10^9
   as epoch seconds (no provider announces a delay of 31 years), anything else as a
-  delay.
+  delay. It may also be an ISO 8601 time with an offset or ``Z``, seconds optional
+  (Jira Cloud: ``2024-01-10T12:00Z``); one without an offset is garbage. Jira's
+  ``X-RateLimit-NearLimit`` and ``RateLimit-Reason`` say nothing countable and are
+  not read.
 - The IETF drafts: ``RateLimit-Limit / -Remaining / -Reset`` with
   ``RateLimit-Policy: 10;w=1``; and the structured-field form
-  ``RateLimit: "default";r=50;t=30`` with ``RateLimit-Policy: "default";q=100;w=60``.
+  ``RateLimit: "default";r=50;t=30`` with ``RateLimit-Policy: "default";q=100;w=60``,
+  one item per policy. An item takes its limit and window from the policy of its
+  name; an item naming no policy has neither (another policy's are not its own).
 - OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` with durations
   such as ``6m0s`` or ``20ms``; Anthropic's ``anthropic-ratelimit-{requests,tokens}-*``
   with RFC 3339 resets; Shopify's ``X-Shopify-Shop-Api-Call-Limit: 32/40``.
+- HubSpot's ``X-HubSpot-RateLimit-Max / -Remaining`` per
+  ``-Interval-Milliseconds`` (``window`` in seconds), ``-Secondly / -Secondly-Remaining``
+  (a one-second window) and ``-Daily / -Daily-Remaining``. HubSpot sends no reset, so
+  ``reset_after`` stays ``None``. The day is reported only once it is spent
+  (``-Daily-Remaining: 0``, ``window`` 86400): it then binds, reset unknown (midnight
+  in the account's time zone); until then the interval is what paces a client.
+- Salesforce's ``Sforce-Limit-Info: api-usage=18/5000`` (used of the limit over a
+  rolling 24 hours: ``window`` 86400, no reset) and a connected app's
+  ``per-app-api-usage=17/250(appName=...)``, the binding one; items separated by
+  ``;`` or ``,``, in any case and spacing.
+- Zendesk's account budget, a bare ``X-Rate-Limit: 700`` per minute (``window`` 60)
+  with ``X-Rate-Limit-Remaining`` and ``ratelimit-reset``, and an endpoint's own
+  ``Zendesk-RateLimit-<endpoint>: total=100; remaining=99; resets=41`` (no window: its
+  interval is not in the header), the binding one of them all.
 - ``Retry-After`` as delay-seconds or an HTTP-date (IMF-fixdate, RFC 850, asctime).
 
 Garbage never raises: a malformed field comes back as ``None``, a wait is never
 negative and never longer than ``cap`` seconds (an hour unless told otherwise). Where
 a header is repeated, the most conservative value wins (the lowest limit and
 remaining, the latest reset).
+
+One response may report several budgets: the items of a ``RateLimit`` list, HubSpot's
+interval and second, Salesforce's org and app, Zendesk's account and endpoints, or
+one budget in two dialects. Each reading that has a remaining and a time (a reset, or
+a window) is a budget, and the result is the *binding* one, whole: its limit,
+remaining, reset and window together, never a field of one budget beside a field of
+another. Binding means it runs out first:
+
+1. a spent budget (remaining 0, its reset not due now) binds, since nothing may go
+   until it refills; of several, the one with the latest reset;
+2. otherwise the lowest pace binds: ``remaining / seconds``, the most one may send per
+   second and still have that budget last until it refills, with ``seconds`` the
+   reset, or the window when no reset is given (a window's budget refills within one
+   window, so the pace is never overstated). A tie goes to the longer time;
+3. a budget refilling now (a reset of 0) binds only when no other does.
+
+So ``"default";r=50;t=30, "daily";r=1000;t=3600`` reads as the daily policy: 1,000
+over an hour is 0.28 a second against the default's 1.7, and at the default's pace
+the day's budget would be gone in ten minutes. A reading with no remaining or no time
+cannot be paced against the others; it is merged into the binding budget field by
+field, most conservatively (a lower remaining still caps what may go), and a limit
+always keeps its own window.
 
 Headers come from servers, so from anyone: every parse here runs in linear time and
 looks at a bounded amount of text, whatever it is sent. Only the first 1,024 header
@@ -36,12 +77,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass, replace
 from typing import Any
+
+from ._header_values import Item, duration, http_date, number, parameters, pieces, rfc3339
 
 __all__ = ["DEFAULT_CAP", "RateLimitInfo", "parse_rate_limit_headers"]
 
@@ -58,8 +99,9 @@ _EPOCH_MILLISECONDS = 1e12
 #: Header pairs looked at. http.client refuses a response with more than 100 headers and
 #: h11 one whose header block passes 16 KiB: a response with more is not a real one.
 _MAX_HEADERS = 1024
-#: A longer header name is none of ours: the longest we read,
-#: ``anthropic-ratelimit-requests-remaining``, has 38 characters.
+#: A longer header name is none of ours: the longest we read by name,
+#: ``x-hubspot-ratelimit-interval-milliseconds``, has 41 characters, and Zendesk's
+#: longest documented endpoint, ``zendesk-ratelimit-tickets-index-deep-pagination``, 47.
 _MAX_NAME = 64
 #: Values kept for one header name: a provider repeats one at most a few times.
 _MAX_REPEATS = 16
@@ -67,23 +109,6 @@ _MAX_REPEATS = 16
 #: can mean something is a structured-field list of a few policies
 #: (``"default";q=100;w=60;pk=:...:``), each under a hundred characters.
 _MAX_VALUE = 1024
-#: Comma-separated pieces of one value, or items of a structured-field list, looked at:
-#: providers announce one to three policies.
-_MAX_ITEMS = 16
-#: Parameters of one structured-field item looked at (the drafts define q, w, qu, pk).
-_MAX_PARAMS = 16
-#: A number: epoch milliseconds with a fraction (``1700000000000.123456``) has 20
-#: characters, and a float holds 17 significant digits, so nothing longer means more.
-_MAX_NUMBER = 32
-#: A duration: OpenAI's are Go's ``time.Duration`` strings, the longest of which,
-#: ``2562047h47m16.854775807s``, has 24 characters.
-_MAX_DURATION = 32
-#: An HTTP-date: IMF-fixdate has 29 characters, asctime 24, and RFC 850's longest
-#: (``Wednesday, 09-Nov-94 08:49:37 GMT``) 33.
-_MAX_HTTP_DATE = 40
-#: An RFC 3339 time with nanoseconds and an offset (``2023-11-14T22:13:50.123456789+00:00``)
-#: has 35 characters.
-_MAX_RFC3339 = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,144 +205,6 @@ def _text(value: Any) -> str | None:
     return None
 
 
-def _pieces(text: str, separator: str, most: int = _MAX_ITEMS) -> list[str]:
-    """The first ``most`` pieces of ``text`` between ``separator``; the rest is never split."""
-    return text.split(separator, most)[:most]
-
-
-_NUMBER = re.compile(r"\+?[0-9]+(\.[0-9]+)?")
-
-
-def _number(text: str) -> float | None:
-    """A finite, non-negative decimal, or ``None``."""
-    text = text.strip()
-    if len(text) > _MAX_NUMBER or not _NUMBER.fullmatch(text):
-        return None
-    value = float(text)
-    return value if math.isfinite(value) else None
-
-
-_DIGITS = frozenset("0123456789")  # ASCII only, as in _NUMBER: str.isdigit() takes any script's
-_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
-def _duration(text: str) -> float | None:
-    """``6m0s``, ``1h2m3.5s``, ``20ms``, or a bare number of seconds."""
-    text = text.strip()
-    if len(text) > _MAX_DURATION:
-        return None
-    plain = _number(text)
-    if plain is not None:
-        return plain
-    return _scan_duration(text)
-
-
-def _scan_duration(text: str) -> float | None:
-    """Parts ``<digits>[.<digits>](h|m|s|ms)``, one after the other, read in one pass.
-
-    A hand-written scanner: the regular expression it replaces backtracked over every
-    start of a long run of digits, quadratic time.
-    """
-    total, i, end = 0.0, 0, len(text)
-    if not text:
-        return None
-    while i < end:
-        start = i
-        while i < end and text[i] in _DIGITS:
-            i += 1
-        if i == start:
-            return None
-        if i < end and text[i] == ".":
-            i += 1
-            fraction = i
-            while i < end and text[i] in _DIGITS:
-                i += 1
-            if i == fraction:
-                return None
-        amount = float(text[start:i])
-        unit = "ms" if text.startswith("ms", i) else text[i : i + 1]
-        if unit not in _UNITS:
-            return None
-        i += len(unit)
-        total += amount * _UNITS[unit]
-    return total
-
-
-_MONTHS = {
-    m: i for i, m in enumerate(["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)
-}
-_IMF_FIXDATE = re.compile(r"[A-Za-z]{3}, (\d{2}) ([A-Za-z]{3}) (\d{4}) (\d{2}):(\d{2}):(\d{2}) GMT")
-_RFC850 = re.compile(r"[A-Za-z]+, (\d{2})-([A-Za-z]{3})-(\d{2}) (\d{2}):(\d{2}):(\d{2}) GMT")
-_ASCTIME = re.compile(r"[A-Za-z]{3} ([A-Za-z]{3}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})")
-
-
-def _http_date(text: str, now: float) -> float | None:
-    """An HTTP-date (RFC 9110 section 5.6.7) as epoch seconds."""
-    text = text.strip()
-    if len(text) > _MAX_HTTP_DATE:
-        return None
-    try:
-        if match := _IMF_FIXDATE.fullmatch(text):
-            day, month, year, hour, minute, second = match.groups()
-        elif match := _RFC850.fullmatch(text):
-            day, month, short_year, hour, minute, second = match.groups()
-            # RFC 9110: a two-digit year more than 50 years ahead is in the past century.
-            this_year = datetime.fromtimestamp(now, timezone.utc).year
-            year_number = 2000 + int(short_year)
-            if year_number > this_year + 50:
-                year_number -= 100
-            year = str(year_number)
-        elif match := _ASCTIME.fullmatch(text):
-            month, day, hour, minute, second, year = match.groups()
-        else:
-            return None
-        month_number = _MONTHS.get(month.lower())
-        if month_number is None:
-            return None
-        moment = datetime(int(year), month_number, int(day), int(hour), int(minute), int(second), tzinfo=timezone.utc)
-    except (ValueError, OverflowError):
-        return None
-    return moment.timestamp()
-
-
-def _rfc3339(text: str) -> float | None:
-    """An RFC 3339 time (``2023-11-14T22:13:50Z``) as epoch seconds."""
-    text = text.strip()
-    if len(text) > _MAX_RFC3339:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        return None
-    return moment.timestamp()
-
-
-def _parameters(text: str) -> list[tuple[str | None, dict[str, str]]]:
-    """Items of a structured-field list, ``"name";k=v;k=v, ...``, loosely."""
-    items: list[tuple[str | None, dict[str, str]]] = []
-    for part in _pieces(text, ","):
-        part = part.strip()
-        if not part:
-            continue
-        head, _, rest = part.partition(";")
-        head = head.strip()
-        params: dict[str, str] = {}
-        name: str | None = None
-        if "=" in head:  # the older draft: "limit=100, remaining=50" or a bare "k=v"
-            key, _, value = head.partition("=")
-            params[key.strip().lower()] = value.strip().strip('"')
-        elif head:
-            name = head.strip('"')
-        for param in _pieces(rest, ";", _MAX_PARAMS):
-            key, _, value = param.partition("=")
-            if key.strip():
-                params[key.strip().lower()] = value.strip().strip('"')
-        items.append((name, params))
-    return items
-
-
 class _Reader:
     """One parse: the fields, the time, the cap, and the rules for each dialect."""
 
@@ -333,11 +220,11 @@ class _Reader:
         for name in names:
             for value in self.fields.get(name, []):
                 # A repeated header may arrive folded into one, comma-separated.
-                found.extend(piece for piece in _pieces(value, ",") if piece.strip())
+                found.extend(piece for piece in pieces(value, ",") if piece.strip())
         return found
 
     def least(self, *names: str) -> float | None:
-        numbers = [n for n in map(_number, self.values(*names)) if n is not None]
+        numbers = [n for n in map(number, self.values(*names)) if n is not None]
         return min(numbers) if numbers else None
 
     def wait(self, seconds: float | None) -> float | None:
@@ -347,11 +234,15 @@ class _Reader:
         return min(seconds, self.cap)
 
     def reset(self, *names: str) -> float | None:
-        """The latest of the resets named, with the epoch / delay heuristic."""
+        """The latest of the resets named: a number with the epoch / delay heuristic,
+        or an ISO 8601 time with its offset (Jira Cloud's ``2024-01-10T12:00Z``)."""
         delays = []
         for text in self.values(*names):
-            value = _number(text)
+            value = number(text)
             if value is None:
+                moment = rfc3339(text)
+                if moment is not None:
+                    delays.append(moment - self.now)
                 continue
             if value > _EPOCH_MILLISECONDS:
                 value = value / 1000.0 - self.now
@@ -363,10 +254,19 @@ class _Reader:
     # -- dialects -----------------------------------------------------------------
 
     def read(self) -> RateLimitInfo:
-        primary = self.x_ratelimit()
-        for other in (self.ietf(), self.openai("requests"), self.anthropic("requests"), self.shopify()):
-            primary = _merge(primary, other)
-        tokens = _merge(self.openai("tokens"), self.anthropic("tokens"))
+        primary = _binding(
+            [
+                self.x_ratelimit(),
+                self.ietf(),
+                self.openai("requests"),
+                self.anthropic("requests"),
+                self.shopify(),
+                self.hubspot(),
+                self.salesforce(),
+                self.zendesk(),
+            ]
+        )
+        tokens = _binding([self.openai("tokens"), self.anthropic("tokens")])
         return RateLimitInfo(
             limit=primary.limit,
             remaining=primary.remaining,
@@ -381,12 +281,12 @@ class _Reader:
         for text in self.fields.get("retry-after", []):
             # An HTTP-date holds a comma itself, so try the whole value as one first;
             # otherwise it may be repeated values folded together ("10, 20").
-            moment = _http_date(text, self.now)
+            moment = http_date(text, self.now)
             if moment is not None:
                 # A date already past means "now": no wait, but the header was valid.
                 waits.append(max(0.0, moment - self.now))
                 continue
-            waits.extend(n for n in map(_number, _pieces(text, ",")) if n is not None)
+            waits.extend(n for n in map(number, pieces(text, ",")) if n is not None)
         return self.wait(max(waits)) if waits else None
 
     def x_ratelimit(self) -> RateLimitInfo:
@@ -404,32 +304,69 @@ class _Reader:
         return RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset)
 
     def ietf(self) -> RateLimitInfo:
+        policies = [item for text in self.fields.get("ratelimit-policy", []) for item in parameters(text)]
+        items = [item for text in self.fields.get("ratelimit", []) for item in parameters(text)]
+        listed = self.ietf_list(items, policies)
+        # A malformed RateLimit list is ignored, as the drafts ask: as if never sent.
+        return _binding([self.ietf_fields(policies, announced=listed == RateLimitInfo()), listed])
+
+    def ietf_fields(self, policies: list[Item], announced: bool) -> RateLimitInfo:
+        """Drafts up to 6: ``RateLimit-Limit / -Remaining / -Reset`` and a policy list.
+
+        The window is that of the policy whose quota is the announced limit; with no
+        limit and no usable ``RateLimit`` list, the first policy is the one announced.
+        """
         limit = self.least("ratelimit-limit")
-        remaining = self.least("ratelimit-remaining")
-        reset = self.wait(self.least("ratelimit-reset"))
         window = None
-        policies = [item for text in self.fields.get("ratelimit-policy", []) for item in _parameters(text)]
         for name, params in policies:
-            # Draft 6/7 writes the quota first ("10;w=1"); the structured form as q=.
-            quota = _number(name) if name is not None else None
-            if quota is None:
-                quota = _number(params.get("q", ""))
-            if quota is None:
-                continue
-            # With several policies, the one whose quota is the announced limit.
-            if limit is None or quota == limit:
-                limit = quota
-                window = _number(params.get("w", ""))
+            quota = _quota(name, params)
+            if quota is not None and (quota == limit or (limit is None and announced)):
+                limit, window = quota, number(params.get("w", ""))
                 break
-        for text in self.fields.get("ratelimit", []):
-            for _, params in _parameters(text):
-                remaining = _low(remaining, _number(params.get("r", params.get("remaining", ""))))
-                reset = _high(reset, self.wait(_number(params.get("t", params.get("reset", "")))))
-                limit = _low(limit, _number(params.get("limit", "")))
-        return RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, window=window)
+        return RateLimitInfo(
+            limit=limit,
+            remaining=self.least("ratelimit-remaining"),
+            reset_after=self.wait(self.least("ratelimit-reset")),
+            window=window,
+        )
+
+    def ietf_list(self, items: list[Item], policies: list[Item]) -> RateLimitInfo:
+        """The ``RateLimit`` list: one service limit per named policy; the binding one.
+
+        Each item ``"name";r=..;t=..`` is read with the ``RateLimit-Policy`` item of the
+        same name, for its quota (the limit) and window. An item naming no policy keeps
+        its remaining and reset, with no limit and no window: another policy's are not
+        its own. An item without ``r`` is malformed and ignored. The older dictionary
+        form (``limit=100, remaining=50, reset=30``) is one reading, whose window is
+        that of the policy with its limit for quota.
+        """
+        named: dict[str, tuple[float, float | None]] = {}
+        for name, params in policies:
+            quota = number(params.get("q", ""))
+            if name is not None and quota is not None:
+                named.setdefault(name, (quota, number(params.get("w", ""))))
+        readings = []
+        loose = RateLimitInfo()
+        for name, params in items:
+            remaining = number(params.get("r", params.get("remaining", "")))
+            reset = self.wait(number(params.get("t", params.get("reset", ""))))
+            if name is None:
+                piece = RateLimitInfo(limit=number(params.get("limit", "")), remaining=remaining, reset_after=reset)
+                loose = _merge(loose, piece)
+            elif remaining is not None:
+                limit, window = named.get(name, (None, None))
+                readings.append(RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, window=window))
+        if loose != RateLimitInfo():
+            window = None
+            for policy, params in policies:
+                if loose.limit is not None and _quota(policy, params) == loose.limit:
+                    window = number(params.get("w", ""))
+                    break
+            readings.append(replace(loose, window=window))
+        return _binding(readings)
 
     def openai(self, kind: str) -> RateLimitInfo:
-        resets = [d for d in map(_duration, self.values(f"x-ratelimit-reset-{kind}")) if d is not None]
+        resets = [d for d in map(duration, self.values(f"x-ratelimit-reset-{kind}")) if d is not None]
         return RateLimitInfo(
             limit=self.least(f"x-ratelimit-limit-{kind}"),
             remaining=self.least(f"x-ratelimit-remaining-{kind}"),
@@ -437,7 +374,7 @@ class _Reader:
         )
 
     def anthropic(self, kind: str) -> RateLimitInfo:
-        moments = [m for m in map(_rfc3339, self.values(f"anthropic-ratelimit-{kind}-reset")) if m is not None]
+        moments = [m for m in map(rfc3339, self.values(f"anthropic-ratelimit-{kind}-reset")) if m is not None]
         return RateLimitInfo(
             limit=self.least(f"anthropic-ratelimit-{kind}-limit"),
             remaining=self.least(f"anthropic-ratelimit-{kind}-remaining"),
@@ -447,10 +384,91 @@ class _Reader:
     def shopify(self) -> RateLimitInfo:
         for text in self.fields.get("x-shopify-shop-api-call-limit", []):
             used, _, limit = text.partition("/")
-            used_n, limit_n = _number(used), _number(limit)
+            used_n, limit_n = number(used), number(limit)
             if used_n is not None and limit_n is not None and limit_n > 0:
                 return RateLimitInfo(limit=limit_n, remaining=max(0.0, limit_n - used_n))
         return RateLimitInfo()
+
+    def hubspot(self) -> RateLimitInfo:
+        """HubSpot: ``-Max`` per ``-Interval-Milliseconds``, ``-Secondly``, ``-Daily``.
+
+        No reset is sent, and none is made up: the interval is a rolling window (its
+        budget comes back call by call) and the day ends at midnight in the account's
+        time zone. ``window`` is the interval in seconds (1 for ``-Secondly``). The day
+        counts only once it is spent (``-Daily-Remaining: 0``): then nothing may go
+        whatever the interval allows, and it binds, with an unknown reset. Before that
+        its pace over a whole day (how many seconds are left of the account's day is
+        unknown) would say nothing the interval does not.
+        """
+
+        def least(suffix: str) -> float | None:
+            return self.least(f"x-hubspot-ratelimit-{suffix}")
+
+        interval = least("interval-milliseconds")
+        readings = [
+            RateLimitInfo(
+                limit=least("max"), remaining=least("remaining"), window=interval / 1000.0 if interval else None
+            ),
+            RateLimitInfo(limit=least("secondly"), remaining=least("secondly-remaining"), window=1.0),
+        ]
+        daily, daily_remaining = least("daily"), least("daily-remaining")
+        if daily_remaining == 0:
+            readings.append(RateLimitInfo(limit=daily, remaining=0.0, window=86400.0))
+        return _binding([r for r in readings if r.limit is not None or r.remaining is not None])
+
+    def salesforce(self) -> RateLimitInfo:
+        """Salesforce's ``Sforce-Limit-Info: api-usage=18/5000``: used of the limit.
+
+        ``api-usage`` counts the org's calls over a rolling 24 hours (so ``window`` is
+        86400 and there is no reset: calls age out one by one). ``per-app-api-usage``
+        (``17/250(appName=...)``) is a connected app's quota of that allocation, read
+        over the same 24 hours; the binding one of the two is kept. Items may be
+        separated by ``;`` (as Salesforce documents) or ``,``; others (``api-bursts``,
+        the days the org may exceed its limit) are not budgets and are skipped. Usage
+        past the limit (allowed on such a day) leaves 0.
+        """
+        readings = []
+        for text in self.fields.get("sforce-limit-info", []):
+            for item in pieces(text.replace(",", ";"), ";"):
+                key, _, usage = item.partition("=")
+                if key.strip().lower() not in ("api-usage", "per-app-api-usage"):
+                    continue
+                used, _, limit = usage.partition("(")[0].partition("/")
+                used_n, limit_n = number(used), number(limit)
+                if used_n is not None and limit_n is not None and limit_n > 0:
+                    readings.append(RateLimitInfo(limit=limit_n, remaining=max(0.0, limit_n - used_n), window=86400.0))
+        return _binding(readings)
+
+    def zendesk(self) -> RateLimitInfo:
+        """Zendesk: the account's budget per minute, and endpoints' budgets of their own.
+
+        A bare ``X-Rate-Limit: 700`` is the account's limit per minute (``window`` 60);
+        its remaining is ``X-Rate-Limit-Remaining`` (or ``ratelimit-remaining``) and
+        its reset ``ratelimit-reset``, which Zendesk sends beside it. An endpoint with a
+        limit of its own adds ``Zendesk-RateLimit-<endpoint>: total=100; remaining=99;
+        resets=41``, ``resets`` in seconds; its interval is in Zendesk's documentation,
+        not in the header, so it has no window. An item without a remaining is
+        malformed and skipped; the first 16 such values are looked at, whatever their
+        endpoints. The binding budget of them all is kept.
+        """
+        readings = []
+        account = self.least("x-rate-limit")
+        if account:
+            remaining = _low(self.least("x-rate-limit-remaining"), self.least("ratelimit-remaining"))
+            reset = self.wait(self.least("ratelimit-reset"))
+            readings.append(RateLimitInfo(limit=account, remaining=remaining, reset_after=reset, window=60.0))
+        # Read by prefix, so not bounded by the repeats of one name: as many values in all.
+        endpoints = (
+            text for name, texts in self.fields.items() if name.startswith("zendesk-ratelimit-") for text in texts
+        )
+        for text in itertools.islice(endpoints, _MAX_REPEATS):
+            for _, params in parameters(text):
+                remaining = number(params.get("remaining", ""))
+                if remaining is not None:
+                    total = number(params.get("total", "")) or None
+                    reset = self.wait(number(params.get("resets", "")))
+                    readings.append(RateLimitInfo(limit=total, remaining=remaining, reset_after=reset))
+        return _binding(readings)
 
 
 def _low(x: float | None, y: float | None) -> float | None:
@@ -461,13 +479,82 @@ def _high(x: float | None, y: float | None) -> float | None:
     return y if x is None else x if y is None else max(x, y)
 
 
+def _quota(name: str | None, params: dict[str, str]) -> float | None:
+    """A policy item's quota: written first in draft 6 (``10;w=1``), as ``q=`` later."""
+    quota = number(name) if name is not None else None
+    return quota if quota is not None else number(params.get("q", ""))
+
+
+def _limit_and_window(a: RateLimitInfo, b: RateLimitInfo) -> tuple[float | None, float | None]:
+    """The lower limit with its own window: both from one reading, never one of each.
+
+    On equal limits, the longer window known (the slower rate). With no limit at all,
+    a window still says how long a budget lasts: the first one given.
+    """
+    if a.limit is None and b.limit is None:
+        return None, a.window if a.window is not None else b.window
+    if b.limit is None or (a.limit is not None and a.limit < b.limit):
+        return a.limit, a.window
+    if a.limit is None or b.limit < a.limit:
+        return b.limit, b.window
+    return a.limit, _high(a.window, b.window)
+
+
 def _merge(a: RateLimitInfo, b: RateLimitInfo) -> RateLimitInfo:
-    """Two readings of one response: the most conservative of each field."""
-    low, high = _low, _high
+    """Two readings of one response: the most conservative of each field.
+
+    The lowest remaining, the latest reset and ``Retry-After``, the lowest limit with
+    its own window (see ``_limit_and_window``).
+    """
+    limit, window = _limit_and_window(a, b)
     return RateLimitInfo(
-        limit=low(a.limit, b.limit),
-        remaining=low(a.remaining, b.remaining),
-        reset_after=high(a.reset_after, b.reset_after),
-        retry_after=high(a.retry_after, b.retry_after),
-        window=a.window if a.window is not None else b.window,
+        limit=limit,
+        remaining=_low(a.remaining, b.remaining),
+        reset_after=_high(a.reset_after, b.reset_after),
+        retry_after=_high(a.retry_after, b.retry_after),
+        window=window,
     )
+
+
+def _binding(readings: Iterable[RateLimitInfo]) -> RateLimitInfo:
+    """Several readings of one response as one: the binding budget, lowered by the rest.
+
+    A reading with a ``remaining`` and a time (a reset, or a window) is a *budget*, and
+    budgets are compared whole: the one that runs out first is kept, with its own
+    limit, reset and window. Most binding first:
+
+    1. a spent budget (``remaining`` 0, its reset not due now): nothing may go until it
+       refills, so of several, the one with the latest reset (an unknown reset last);
+    2. then the lowest pace, ``remaining / seconds``: the most a client may send per
+       second and still have that budget last until it refills. ``seconds`` is the
+       reset, or the window when no reset is given (a window's budget refills within
+       one window, so the pace is never overstated). On a tie, the longer time, then
+       the reading that says more (a limit, a window);
+    3. last, a budget refilling now (a reset of 0).
+
+    A reading without a ``remaining``, or without any time, cannot be paced against
+    the others. It is merged into the binding budget field by field, most
+    conservatively (``_merge``): a lower ``remaining`` with no time still caps what
+    may go before the binding budget's reset.
+    """
+    budgets: list[RateLimitInfo] = []
+    others: list[RateLimitInfo] = []
+    for reading in readings:
+        timed = reading.reset_after is not None or reading.window is not None
+        (budgets if reading.remaining is not None and timed else others).append(reading)
+    combined = min(budgets, key=_pressure) if budgets else RateLimitInfo()
+    for other in others:
+        combined = _merge(combined, other)
+    return combined
+
+
+def _pressure(budget: RateLimitInfo) -> tuple[int, float, float, int]:
+    """How soon one budget runs out, as ``_binding`` orders them: lower is sooner."""
+    remaining, reset = budget.remaining or 0.0, budget.reset_after
+    says = -sum(field is not None for field in (budget.limit, budget.window))
+    if remaining <= 0 and reset != 0:
+        return 0, -reset if reset is not None else math.inf, 0.0, says
+    seconds = reset if reset is not None else budget.window or 0.0
+    if seconds > 0:
+        return 1, remaining / seconds, -seconds, says
+    return 2, remaining, 0.0, says

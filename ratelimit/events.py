@@ -19,6 +19,7 @@ from ._events import (
     Rejected,
     RetryScheduled,
     StateChanged,
+    Throttled,
     subscribe,
 )
 
@@ -33,5 +34,6 @@ __all__ = [
     "Rejected",
     "RetryScheduled",
     "StateChanged",
+    "Throttled",
     "subscribe",
 ]

@@ -53,6 +53,7 @@ from ._events import (
     Rejected,
     RetryScheduled,
     StateChanged,
+    Throttled,
     subscribe,
 )
 
@@ -119,6 +120,9 @@ class PrometheusMetrics:
         self.pause_seconds = histogram(
             "feedback_pause_seconds", "How long each restriction from feedback lasts.", _WAIT_BUCKETS
         )
+        self.throttles = counter(
+            "feedback_throttles", "Refusals fed back to a limiter that learns its rate (adaptive=)."
+        )
         self.calls = counter("calls", "Calls through a retry runner, by how they ended.", "outcome")
         self.attempts = histogram("call_attempts", "Attempts each call through a retry runner made.", _ATTEMPT_BUCKETS)
         self.limiter_wait = counter("limiter_wait_seconds", "Seconds retried calls spent waiting for the limiter.")
@@ -161,6 +165,8 @@ class PrometheusMetrics:
         elif isinstance(event, Paused):
             self.pauses.labels(name).inc()
             self.pause_seconds.labels(name).observe(event.seconds)
+        elif isinstance(event, Throttled):
+            self.throttles.labels(name).inc()
         elif isinstance(event, AttemptFinished):
             self.responses.labels(name, _status(event)).inc()
             self.attempt_duration.labels(name).observe(event.duration)

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
 from ratelimit import (
     Adaptive,
@@ -35,7 +36,9 @@ from ratelimit._algorithms.adaptive import IDLE, QUIET, Cubic, Pace
 from ratelimit._algorithms.algorithm import step_all
 from ratelimit._algorithms.token_bucket import Gcra
 from ratelimit._stores.store import Backend
+from ratelimit.events import Throttled
 from ratelimit.httpx import RateLimitTransport
+from ratelimit.prometheus import PrometheusMetrics
 
 from conftest import unique_name
 
@@ -72,9 +75,11 @@ def test_the_rate_grows_back_along_the_cubic_curve() -> None:
     # peak * (1 + 0.3 * (t/6 - 1)^3): fast at first, flat near the old rate, then probing.
     expected = {0.0: 70.0, 1.5: 100 * (1 - 0.3 * 0.75**3), 3.0: 96.25, 6.0: 100.0, 9.0: 100 * (1 + 0.3 * 0.125)}
     for after, rate in expected.items():
-        assert alg.rate(state, 1_000.0 + after) == pytest.approx(rate, rel=1e-12), after
+        # In use all along (a decision at every point): the curve's clock runs.
+        busy = state._replace(seen=1_000.0 + after)
+        assert alg.rate(busy, 1_000.0 + after) == pytest.approx(rate, rel=1e-12), after
     # ... and never above the ceiling, however long it grows.
-    assert alg.rate(state, 1_000.0 + 60) == 200.0
+    assert alg.rate(state._replace(seen=1_060.0), 1_060.0) == 200.0
 
 
 def test_the_rate_never_goes_below_the_floor() -> None:
@@ -110,6 +115,7 @@ def test_a_refusal_whose_grant_is_unknown_waits_out_a_quiet_spell() -> None:
     state = alg.throttle(alg.new_state(), now, None, None)
     assert alg.rate(state, now) == pytest.approx(70.0)
     assert alg.throttle(state, now + QUIET - 0.01, None, None) == state
+    assert QUIET == 1.0
     assert alg.rate(alg.throttle(state, now + QUIET, None, None), now + QUIET) < 70.0
 
 
@@ -120,7 +126,8 @@ def test_an_idle_budget_does_not_grow_unseen() -> None:
     # An hour without a grant: the curve's clock stopped after IDLE seconds.
     later = now + 3_600.0
     state, _ = alg.step(state, later, 1.0, math.inf)
-    assert alg.rate(state, later) == pytest.approx(alg.rate(cut_at(alg, now, 100.0), now + IDLE), rel=1e-9)
+    assert alg.idle == max(IDLE, 2 / alg.floor)
+    assert alg.rate(state, later) == pytest.approx(alg.rate(cut_at(alg, now, 100.0), now + alg.idle), rel=1e-9)
 
 
 def test_a_clock_behind_the_cut_reads_the_cut_rate_not_less() -> None:
@@ -313,6 +320,20 @@ def test_the_httpx_transport_drives_it_with_no_code_from_the_user() -> None:
     assert limiter.adaptive_rate() == pytest.approx(70.0, rel=0.02)
 
 
+def test_each_refusal_fed_back_is_an_event_and_a_metric() -> None:
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    limiter = TokenBucket(1, CEILING, adaptive=Adaptive(), name="learner")
+    seen: list[object] = []
+    limiter.subscribe(seen.append)
+    limiter.subscribe(metrics)
+    limiter.acquire()
+    limiter.feedback({}, status=429)
+    limiter.feedback({}, status=200)
+    assert [e for e in seen if isinstance(e, Throttled)] == [Throttled("learner", 429)]
+    assert registry.get_sample_value("ratelimit_feedback_throttles_total", {"name": "learner"}) == 1.0
+
+
 # -- what it refuses ------------------------------------------------------------------
 
 
@@ -383,3 +404,62 @@ def test_ten_thousand_tasks_with_cancellations_and_refusals_stay_within_the_limi
     for i in range(0, len(granted), 97):
         j = min(len(granted) - 1, i + 500)
         assert j - i + 1 <= 5 + CEILING * (granted[j] - granted[i]) + 1e-6
+
+
+# -- what an adversary found ----------------------------------------------------------
+
+
+def test_a_grant_is_read_once_so_a_stale_one_never_hides_later_refusals(clock: ManualClock) -> None:
+    """On Python 3.11 ``asyncio.wait_for`` acquires in a task of its own: the caller's
+    context never sees those grants. Its one old grant must not make every later
+    refusal look like the first congestion event's."""
+    limiter = TokenBucket(1, CEILING, adaptive=Adaptive(), clock=clock)
+
+    async def main() -> None:
+        await limiter.acquire_async()
+        await limiter.feedback_async({}, status=429)  # 100 -> 70
+        for _ in range(200):
+            await asyncio.ensure_future(limiter.acquire_async())  # its grant stays in that task
+            await limiter.feedback_async({}, status=429)
+            clock.advance(0.05)
+
+    asyncio.run(main())
+    rate = limiter.adaptive_rate()
+    assert rate is not None
+    # Unknown grants: one cut per quiet second once the old reservations have gone.
+    assert 1.0 <= rate < 40.0  # before: back at the ceiling, 100
+
+
+def test_a_pace_never_used_gives_nothing_back() -> None:
+    alg = cubic()
+    assert alg.cancel(alg.new_state(), 1_000.0, 1.0, 1_000.0) == alg.new_state()
+    assert alg.refund(alg.new_state(), 1_000.0, 1.0, 1_000.0) == alg.new_state()
+
+
+def test_the_curve_grows_while_reservations_drain_though_nobody_decides() -> None:
+    alg, now = cubic(), 1_000.0
+    state = cut_at(alg, now, 100.0)
+    for _ in range(210):  # three seconds of reservations at 70/s and more
+        state, _ = alg.step(state, now, 1.0, math.inf)
+    assert state.last > now + 2.9
+    # Three seconds on, no decision since: still in use (grants going), so growing.
+    assert alg.rate(state, now + 3.0) == pytest.approx(96.25)
+
+
+def test_a_slow_floor_counts_its_own_gaps_as_use() -> None:
+    alg = cubic(floor=0.2)
+    assert alg.idle == 10.0  # two intervals at the floor
+
+
+def test_the_learned_rate_falls_back_on_the_local_share_while_redis_is_down() -> None:
+    from servers import free_port
+
+    down = RedisBackend.from_url(f"redis://127.0.0.1:{free_port()}/0", on_unavailable="local", local_share=0.5)
+    limiter = TokenBucket(1, CEILING, adaptive=Adaptive(), backend=down, name=unique_name("down"))
+    assert limiter.adaptive_rate() == pytest.approx(CEILING * 0.5)
+
+
+def test_a_floor_whose_interval_no_store_could_keep_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"floor=1e-300 makes one token's interval at the floor"):
+        Adaptive(floor=1e-300)
+    assert "decrease=0.9999999999999999" in repr(Adaptive(decrease=0.9999999999999999))

@@ -79,6 +79,21 @@ def test_remaining_zero_with_a_reset_pauses(make: Make, clock: ManualClock) -> N
     assert limiter.acquire() == 4.0
 
 
+def test_of_several_policies_the_binding_one_paces_whole(make: Make, clock: ManualClock) -> None:
+    # 1,000 of the day left for an hour binds (0.28/s) over 50 a minute for 30 s (1.7/s).
+    # Its 1,000 over 3,600 s give 2 for the next 10 s, placed as late as they fit at the
+    # configured 0.2 s apart; the minute's 50 over the day's hour, a mix of the two,
+    # would have allowed one per 72 s.
+    limiter = make(TokenBucket, 20, 5)
+    headers = {
+        "RateLimit": '"minute";r=50;t=30, "daily";r=1000;t=3600',
+        "RateLimit-Policy": '"minute";q=100;w=60, "daily";q=5000;w=86400',
+    }
+    info = limiter.feedback(headers, status=200)
+    assert (info.limit, info.remaining, info.reset_after, info.window) == (5000, 1000, 3600, 86400)
+    assert [limiter.acquire() for _ in range(3)] == pytest.approx([9.6, 0.2, 0.2])
+
+
 def test_a_success_with_a_retry_after_does_not_pause(make: Make, clock: ManualClock) -> None:
     limiter = make(TokenBucket, 1, 1)
     limiter.feedback({"Retry-After": "30"}, status=200)

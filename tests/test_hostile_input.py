@@ -21,17 +21,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratelimit import RateLimitInfo, TokenBucket, parse_rate_limit_headers
+from ratelimit import _header_values as values_module
 from ratelimit import _headers as headers_module
-from ratelimit._headers import (
-    _MAX_DURATION,
-    _MAX_HEADERS,
-    _MAX_HTTP_DATE,
-    _MAX_ITEMS,
-    _MAX_NUMBER,
-    _MAX_REPEATS,
-    _MAX_RFC3339,
-    _MAX_VALUE,
-)
+from ratelimit._header_values import MAX_DURATION, MAX_HTTP_DATE, MAX_ITEMS, MAX_NUMBER, MAX_RFC3339
+from ratelimit._headers import _MAX_HEADERS, _MAX_REPEATS, _MAX_VALUE
 
 NOW = 1_700_000_000.0
 
@@ -54,6 +47,14 @@ NAMES = [
         for field in ("limit", "remaining", "reset")
     ),
     "x-shopify-shop-api-call-limit",
+    *(
+        f"x-hubspot-ratelimit-{field}"
+        for field in ("max", "remaining", "interval-milliseconds", "secondly", "secondly-remaining", "daily")
+    ),
+    "x-hubspot-ratelimit-daily-remaining",
+    "sforce-limit-info",
+    "x-rate-limit",
+    "zendesk-ratelimit-tickets-index",
     "retry-after",
 ]
 
@@ -91,7 +92,7 @@ def _says_nothing(parsed: RateLimitInfo) -> None:
 # -- spies: what the expensive steps are given ------------------------------------------
 
 #: The longest text any step that could cost more than a glance may be handed.
-LONGEST = max(_MAX_NUMBER, _MAX_DURATION, _MAX_HTTP_DATE, _MAX_RFC3339)
+LONGEST = max(MAX_NUMBER, MAX_DURATION, MAX_HTTP_DATE, MAX_RFC3339)
 
 #: Where the text is among the arguments of each method of a compiled pattern.
 _TEXT_ARGUMENT = {"fullmatch": 0, "match": 0, "search": 0, "findall": 0, "finditer": 0, "split": 0, "sub": 1, "subn": 1}
@@ -99,8 +100,8 @@ _TEXT_ARGUMENT = {"fullmatch": 0, "match": 0, "search": 0, "findall": 0, "findit
 
 #: The most such steps one parse may take, whatever it is sent: each kept repeat of a
 #: header is read a few times (once per dialect that knows its name), each time at most
-#: _MAX_ITEMS pieces, each parsed a few ways.
-MOST_STEPS = 8 * _MAX_REPEATS * _MAX_ITEMS
+#: MAX_ITEMS pieces, each parsed a few ways.
+MOST_STEPS = 8 * _MAX_REPEATS * MAX_ITEMS
 
 
 def _check(kind: str, text: str, seen: list[tuple[str, int]]) -> None:
@@ -138,17 +139,19 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """``(kind, length)`` of every text given to a regular expression, the duration
     scanner or ``fromisoformat``; one longer than every cap fails the test at once."""
     calls: list[tuple[str, int]] = []
-    for name, value in list(vars(headers_module).items()):
-        if isinstance(value, re.Pattern):
-            monkeypatch.setattr(headers_module, name, _Spy(name, value, calls))
-    monkeypatch.setattr(headers_module, "re", _Spy("re", re, calls, skip=1))
-    scan = headers_module._scan_duration
+    for module in (headers_module, values_module):
+        for name, value in list(vars(module).items()):
+            if isinstance(value, re.Pattern):
+                monkeypatch.setattr(module, name, _Spy(name, value, calls))
+        if hasattr(module, "re"):
+            monkeypatch.setattr(module, "re", _Spy("re", re, calls, skip=1))
+    scan = values_module._scan_duration
 
     def scan_duration(text: str) -> float | None:
         _check("_scan_duration", text, calls)
         return scan(text)
 
-    monkeypatch.setattr(headers_module, "_scan_duration", scan_duration)
+    monkeypatch.setattr(values_module, "_scan_duration", scan_duration)
 
     class SpyDatetime(datetime):
         @classmethod
@@ -156,7 +159,7 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
             _check("fromisoformat", text, calls)
             return datetime.fromisoformat(text)
 
-    monkeypatch.setattr(headers_module, "datetime", SpyDatetime)
+    monkeypatch.setattr(values_module, "datetime", SpyDatetime)
     return calls
 
 
@@ -197,7 +200,7 @@ def test_the_reported_header_is_refused_at_once(seen: list[tuple[str, int]]) -> 
 
 
 @pytest.mark.usefixtures("seen")
-@pytest.mark.parametrize("size", [_MAX_NUMBER + 1, _MAX_VALUE, _MAX_VALUE + 1, 64 * 1024])
+@pytest.mark.parametrize("size", [MAX_NUMBER + 1, _MAX_VALUE, _MAX_VALUE + 1, 64 * 1024])
 def test_numbers_past_the_cap_are_garbage_never_a_huge_wait(size: int) -> None:
     headers = {"Retry-After": "1" * size, "X-RateLimit-Reset-After": "0" * (size - 1) + "5"}
     _says_nothing(parse_rate_limit_headers(headers, now=NOW))
@@ -206,8 +209,8 @@ def test_numbers_past_the_cap_are_garbage_never_a_huge_wait(size: int) -> None:
 @pytest.mark.usefixtures("seen")
 def test_values_at_the_caps_are_still_read() -> None:
     headers = {
-        "X-RateLimit-Remaining": "0" * (_MAX_NUMBER - 1) + "7",
-        "x-ratelimit-reset-requests": "0" * (_MAX_DURATION - 2) + "5s",
+        "X-RateLimit-Remaining": "0" * (MAX_NUMBER - 1) + "7",
+        "x-ratelimit-reset-requests": "0" * (MAX_DURATION - 2) + "5s",
         # Leading and trailing blanks are not part of the value.
         "Retry-After": " " * 100 + "9" + " " * 100,
     }
@@ -238,11 +241,21 @@ def test_only_so_many_headers_are_looked_at() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_repeats_and_list_items_are_bounded(name: str, seen: list[tuple[str, int]]) -> None:
-    # 100,000 repeats of a value holding as many pieces as fit under the value cap.
-    value = ",".join(["1;r=1;t=1;q=1;w=1"] * 60)[:_MAX_VALUE]
+    # 100,000 repeats of a value holding as many pieces as fit under the value cap, in
+    # the IETF drafts' grammar and Salesforce's.
+    value = ",".join(["1;r=1;t=1;q=1;w=1", "api-usage=1/2"] * 60)[:_MAX_VALUE]
     parsed = parse_rate_limit_headers([(name, value)] * 100_000, now=NOW)
     for field in (parsed.reset_after, parsed.retry_after):
         assert field is None or 0 <= field <= 3600
+    assert 0 < len(seen) <= MOST_STEPS
+
+
+def test_headers_read_by_prefix_are_bounded_in_all(seen: list[tuple[str, int]]) -> None:
+    # Zendesk names each endpoint's header after it: a thousand distinct names are not
+    # repeats of one, and must not each get their own 16 values.
+    value = ",".join(["total=1; remaining=1; resets=1"] * 40)[:_MAX_VALUE]
+    parsed = parse_rate_limit_headers([(f"zendesk-ratelimit-e{i}", value) for i in range(_MAX_HEADERS)], now=NOW)
+    assert (parsed.remaining, parsed.reset_after) == (1, 1)
     assert 0 < len(seen) <= MOST_STEPS
 
 
@@ -260,7 +273,21 @@ values = st.one_of(
     st.binary(),
     st.integers(),
     st.floats(),
-    st.sampled_from(["6m0s", "20ms", "1h2m3.5s", '"default";r=50;t=30', "10;w=1", "32/40"]),
+    st.sampled_from(
+        [
+            "6m0s",
+            "20ms",
+            "1h2m3.5s",
+            '"default";r=50;t=30',
+            '"a";r=0;t=5, "b";r=9;t=0',
+            "10;w=1",
+            "32/40",
+            "0",
+            "api-usage=18/5000; per-app-api-usage=17/250(appName=x)",
+            "total=100; remaining=99; resets=41",
+            "2024-01-10T12:00Z",
+        ]
+    ),
 )
 
 

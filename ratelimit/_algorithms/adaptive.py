@@ -16,15 +16,16 @@ The rate at time ``now`` is a function of the state, evaluated when needed:
   a while, then probes beyond, faster and faster. Growth is a function of time, not
   of how many responses came back, so a fleet grows as one client whatever its size,
   and no success needs a write: successes show only as the absence of a cut.
-- **Never far above what was sent** (as the AWS SDKs' adaptive mode): the rate is at
-  most twice the measured send rate (an exponentially weighted count of grants, time
-  constant :data:`TAU`), or the last rate known safe (``decrease * peak``) if higher.
-  A budget used lightly, or not at all, does not drift up to the ceiling unseen; a
-  new one starts at ``floor`` and doubles about every ``TAU * ln 2`` while busy.
-- **Decrease: multiplicative.** A throttle sets ``peak`` to the rate being sent (the
-  lower of the rate and the measured one) and ``cut_at`` to now. Throttles for
-  requests granted before the last cut are the same congestion event and change
-  nothing, so N workers that all see a 429 for one overshoot cut once.
+- **Only time in use counts.** The curve's clock stops while the budget is idle
+  (no decision and no grant for ``idle`` seconds: :data:`IDLE`, or two intervals at
+  the floor if longer), so an unused budget does not drift up to where nobody has
+  tried it. A new pace starts at the ceiling: until the first refusal nothing says
+  the limit is lower.
+- **Decrease: multiplicative.** A throttle sets ``peak`` to the rate the refused
+  request was decided at and ``cut_at`` to now. Throttles for requests that went
+  before the pace was free of the reservations made before the last cut are the same
+  congestion event and change nothing, so N workers that all see a 429 for one
+  overshoot cut once.
 - Always within ``[floor, ceiling]``.
 
 The pace itself is GCRA whose interval is ``1 / rate``, with a burst of the
@@ -41,11 +42,12 @@ from .algorithm import EPSILON, step
 
 __all__ = ["IDLE", "MEMORY", "QUIET", "Cubic", "Pace"]
 
-#: Seconds without a grant after which the growth curve's clock stops.
+#: Seconds without a decision or a grant after which the growth curve's clock stops
+#: (or two intervals at the floor, if longer).
 IDLE = 1.0
 #: Seconds a throttle whose request's grant time is unknown is taken for the same
-#: congestion event as the last cut.
-QUIET = 0.5
+#: congestion event as the last cut, once the reservations made before it have gone.
+QUIET = 1.0
 #: Seconds the learned rate is remembered once nobody uses the budget.
 MEMORY = 600.0
 
@@ -74,7 +76,7 @@ _NEW = Pace(-math.inf, -math.inf, 0.0, -math.inf, -math.inf, -math.inf)
 class Cubic:
     """A pace between ``floor`` and ``ceiling`` tokens per second, learned by CUBIC."""
 
-    __slots__ = ("ceiling", "decrease", "floor", "most", "recover")
+    __slots__ = ("ceiling", "decrease", "floor", "idle", "most", "recover")
 
     kind = "adaptive"
     most_name = "capacity"
@@ -85,6 +87,9 @@ class Cubic:
         self.ceiling = ceiling
         self.decrease = decrease
         self.recover = recover
+        # Below a rate of a grant a second, the gaps of steady use are longer than
+        # IDLE: they must not stop the clock.
+        self.idle = max(IDLE, 2.0 / floor)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Cubic) and self.params() == other.params()
@@ -104,13 +109,24 @@ class Cubic:
 
     # -- the learned rate ------------------------------------------------------------
 
+    def start(self, state: Pace, now: float) -> float:
+        """Where the growth curve starts at ``now``: the last cut, moved on by the time
+        since spent idle (no decision and no grant)."""
+        cut_at = state.cut_at
+        used = state.seen if state.seen > state.last else state.last
+        idle = now - used - self.idle
+        if idle > 0 and cut_at != -math.inf:
+            return cut_at + idle
+        return cut_at
+
     def rate(self, state: Pace, now: float) -> float:
         """The learned rate at ``now``: the ceiling until the first cut, then CUBIC's curve."""
-        if state.cut_at == -math.inf:
+        cut_at = self.start(state, now)
+        if cut_at == -math.inf:
             return self.ceiling
         # Clocks of several clients may disagree by a little: a time before the
         # cut counts as the cut's own.
-        x = (now - state.cut_at) / self.recover - 1.0 if now > state.cut_at else -1.0
+        x = (now - cut_at) / self.recover - 1.0 if now > cut_at else -1.0
         rate = state.peak * (1.0 + (1.0 - self.decrease) * x * x * x)
         if rate < self.floor:
             return self.floor
@@ -149,17 +165,10 @@ class Cubic:
     def commit(self, state: Pace, now: float, tokens: float, at: float) -> Pace:
         if not tokens > 0:
             return state
-        cut_at = state.cut_at
-        idle = now - state.seen - IDLE
-        if idle > 0 and cut_at != -math.inf:
-            # Growth counts only time in use: a budget left alone does not drift up
-            # to where nobody has tried it.
-            cut_at += idle
-            state = state._replace(cut_at=cut_at)
-        rate = self.rate(state, now)
-        tat = (state.tat if state.tat > at else at) + tokens / rate
-        last = state.last if state.last > at else at
-        return Pace(tat, last, state.peak, cut_at, state.fresh, now)
+        tat, last, peak, _, fresh, _ = state
+        cut_at = self.start(state, now)
+        tat = (tat if tat > at else at) + tokens / self.rate(state, now)
+        return Pace(tat, last if last > at else at, peak, cut_at, fresh, now)
 
     def refund(self, state: Pace, now: float, tokens: float, at: float) -> Pace:
         # As Gcra.refund: only the latest reservation, or a grant with none pending,
@@ -174,8 +183,8 @@ class Cubic:
         return at >= state.last - EPSILON
 
     def cancel(self, state: Pace, now: float, tokens: float, at: float) -> Pace:
-        if not tokens > 0:
-            return state
+        if not tokens > 0 or state.seen == -math.inf:
+            return state  # a pace never used has nothing to give back
         tat = state.tat - tokens / self.ceiling
         return state._replace(tat=tat if tat > now else now)
 

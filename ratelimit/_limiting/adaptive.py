@@ -51,6 +51,7 @@ class Adaptive:
         self, floor: float = 1.0, ceiling: float | None = None, *, decrease: float = 0.7, recover: float = 6.0
     ) -> None:
         self.floor = _validate.rate("floor", floor)
+        _validate.horizon("floor", floor, 1.0 / self.floor, "one token's interval at the floor")
         self.ceiling = None if ceiling is None else _validate.rate("ceiling", ceiling)
         if self.ceiling is not None and self.floor > self.ceiling:
             raise ValueError(f"floor={floor!r} is above ceiling={ceiling!r}: the floor must be the lower")
@@ -77,8 +78,8 @@ class Adaptive:
 
     def __repr__(self) -> str:
         ceiling = "" if self.ceiling is None else f", ceiling={self.ceiling:g}"
-        extra = "" if self.decrease == 0.7 else f", decrease={self.decrease:g}"
-        extra += "" if self.recover == 6.0 else f", recover={self.recover:g}"
+        extra = "" if self.decrease == 0.7 else f", decrease={self.decrease!r}"
+        extra += "" if self.recover == 6.0 else f", recover={self.recover!r}"
         return f"Adaptive(floor={self.floor:g}{ceiling}{extra})"
 
     def __eq__(self, other: object) -> bool:
@@ -119,9 +120,16 @@ class LastGrant:
         if not math.isnan(at):  # a grant made without the store (fail open) has no time
             self._var.set((at - wait, at))
 
-    def get(self) -> tuple[float | None, float | None]:
+    def take(self) -> tuple[float | None, float | None]:
+        """The caller's latest grant, forgotten once read: one refusal per grant. A
+        caller whose grants were made in other tasks (``asyncio.wait_for`` on Python
+        3.11 runs the acquire in a task of its own) then reads "unknown" rather than an
+        older grant of its own, which would make every refusal look like an old one."""
         last = self._var.get()
-        return (None, None) if last is None else last
+        if last is None:
+            return None, None
+        self._var.set(None)
+        return last
 
 
 class Paced:

@@ -22,7 +22,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload, runtime
 from .. import _validate
 from .._clock import Clock, SystemClock
 from .._errors import AcquireTimeout
-from .._events import EVERYONE, Denied, Emitter, Event, Granted, Paused
+from .._events import EVERYONE, Denied, Emitter, Event, Granted, Paused, Throttled
 from .._headers import RateLimitInfo, parse_rate_limit_headers
 from .._stores.memory import MemoryBackend
 from .._stores.store import Backend, Handle, Pacing
@@ -218,7 +218,9 @@ class Limiter(ABC, Generic[T]):
         # The hottest path of all: the usual argument, a small int, is checked inline.
         if tokens.__class__ is int and 0 < tokens <= self._quick_most:
             # The usual argument, a small int, needs no further checks.
-            wait = self._handle.reserve(tokens, 0.0)[0]  # type: ignore[arg-type]
+            wait, at = self._handle.reserve(tokens, 0.0)  # type: ignore[arg-type]
+            if self._last_grant is not None and wait >= 0:
+                self._last_grant.saw(wait, at)
             if self._events.callbacks or EVERYONE.callbacks:
                 self._events.emit(Granted(self._name, tokens, 0.0) if wait >= 0 else Denied(self._name, tokens, -wait))
             return wait >= 0
@@ -329,7 +331,7 @@ class Limiter(ABC, Generic[T]):
             self._handle.restrict(*change)
             self._restricted(status, *change)
         if self._pacing is not None and throttled(info, status):
-            self._pacing.throttle(*self._refused())
+            self._pacing.throttle(*self._refused(status))
         return info
 
     async def feedback_async(
@@ -341,13 +343,14 @@ class Limiter(ABC, Generic[T]):
             await self._handle.restrict_async(*change)
             self._restricted(status, *change)
         if self._pacing is not None and throttled(info, status):
-            await self._pacing.throttle_async(*self._refused())
+            await self._pacing.throttle_async(*self._refused(status))
         return info
 
-    def _refused(self) -> tuple[float | None, float | None]:
+    def _refused(self, status: int | None) -> tuple[float | None, float | None]:
         # The refused request is the caller's own latest grant (see LastGrant).
         self._tally.count_throttled()
-        return (None, None) if self._last_grant is None else self._last_grant.get()
+        self._events.emit(Throttled(self._name, status))
+        return (None, None) if self._last_grant is None else self._last_grant.take()
 
     def _restricted(self, status: int | None, remaining: T, seconds: float) -> None:
         self._tally.count_restricted()

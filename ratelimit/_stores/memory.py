@@ -317,19 +317,27 @@ class MemoryGroupHandle:
         return now
 
     def reserve(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float]:
-        wait = 0.0
-
-        def change(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
-            nonlocal wait
+        # _locked inlined: this is every acquire of a composite or an adaptive limiter.
+        locks = self._locks
+        for lock in locks:
+            lock.acquire()
+        try:
+            now = self._now()
+            slots = self._slots
+            states = [slot.state for slot in slots]
+            holes = self._holes
             if holes.items:
                 states, wait = _holes.reserve(self._algs, states, holes, now, tokens, max_wait)
             else:
                 states, wait = step_all(self._algs, states, now, tokens, max_wait)
+            if wait >= 0:
+                for slot, state in zip(slots, states, strict=True):
+                    slot.state = state
             if self.tally is not None:
                 self.tally.record(weight(tokens), wait)
-            return states
-
-        now = self._locked(change)
+        finally:
+            for lock in reversed(locks):
+                lock.release()
         return wait, now + wait
 
     async def reserve_async(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float]:

@@ -917,8 +917,15 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
             self._unrecorded("throttle", exc, lambda local: _throttle(local, decided, at))
 
     def rate(self) -> float:
-        """The learned pace's rate now."""
-        reply = self._backend.run(self._script, self._keys, self._args("rate", [0.0] * len(self._members), ""))
+        """The learned pace's rate now; this process's own with the local fallback
+        while the store is unavailable (otherwise ``BackendUnavailable``)."""
+        try:
+            reply = self._backend.run(self._script, self._keys, self._args("rate", [0.0] * len(self._members), ""))
+        except BackendUnavailable:
+            local = self._local._handle if isinstance(self._local, _Share) else None
+            if isinstance(local, Pacing):
+                return local.rate()
+            raise
         return float(reply[0])
 
 
