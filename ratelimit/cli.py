@@ -7,6 +7,8 @@
   as ``size`` would, and call a provider (the built-in fake one by default); reports
   the achieved rate, 429s, waits, round trips, CPU and fairness (``ratelimit._cli.bench``).
   ``--sweep`` tries several headrooms, no guard, and capacities, and marks the best.
+  ``--adaptive`` hides the provider's limit (and lowers it mid-run) and measures how
+  an adaptive limiter finds and follows it.
 
 Bad arguments end the command with one line on stderr and exit code 2; a run that
 cannot start (unreachable Redis or target) with one line and exit code 1; Ctrl-C
@@ -28,7 +30,17 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
 
-from ._cli.bench import DEFAULT_LIMIT, BenchConfig, BenchError, BenchResult, run_bench, sweep_configs
+from ._cli.bench import (
+    ADAPTIVE_BURST_SHARE,
+    ADAPTIVE_DROP_SHARE,
+    ADAPTIVE_SECONDS,
+    DEFAULT_LIMIT,
+    BenchConfig,
+    BenchError,
+    BenchResult,
+    run_bench,
+    sweep_configs,
+)
 from ._cli.bench_report import bench_json, bench_text, best, sweep_text
 from ._cli.plot import PLOT_MISSING, can_plot, plot
 from ._cli.rates import Rate, parse_rate
@@ -78,7 +90,7 @@ def _headroom(text: str) -> float:
     return value
 
 
-def _guard(text: str) -> float:
+def _duration(text: str) -> float:
     # "0.02", "0.02s" or "20ms": a bare number is seconds, as every duration here.
     stripped = text.strip().lower()
     scale = 1.0
@@ -151,18 +163,59 @@ def size_command(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What --adaptive runs without, and why.
+_NOT_ADAPTIVE = {
+    "sweep": ("--sweep", "runs one setting"),
+    "target": ("--target", "needs the built-in provider, whose limit it hides and lowers"),
+    "calls": ("--calls", "runs for --seconds"),
+    "strict_provider": ("--strict-provider", "hides a token bucket"),
+    "headroom": ("--headroom", "sizes nothing"),
+    "guard": ("--guard", "sizes nothing"),
+}
+
+#: What only --adaptive takes.
+_ADAPTIVE_ONLY = {"ceiling": "--ceiling", "floor": "--floor", "drop_to": "--drop-to", "drop_at": "--drop-at"}
+
+
+def _check_adaptive(args: argparse.Namespace) -> float | None:
+    """The run's seconds, once --adaptive and the options beside it agree."""
+    if not args.adaptive:
+        given = [flag for name, flag in _ADAPTIVE_ONLY.items() if getattr(args, name) is not None]
+        if args.no_drop:
+            given.append("--no-drop")
+        if given:
+            raise _UsageError(f"{given[0]} needs --adaptive")
+        return args.seconds if args.seconds is not None or args.calls is not None else 5.0
+    for name, (flag, why) in _NOT_ADAPTIVE.items():
+        if getattr(args, name) not in (None, False):
+            raise _UsageError(f"--adaptive {why}: leave out {flag}")
+    if args.algorithm != "token-bucket":
+        raise _UsageError("--adaptive learns with a token bucket: leave out --algorithm")
+    seconds: float = ADAPTIVE_SECONDS if args.seconds is None else args.seconds
+    if args.no_drop and (args.drop_to is not None or args.drop_at is not None):
+        raise _UsageError("--no-drop keeps the limit: leave out --drop-to and --drop-at")
+    if args.drop_at is not None and args.drop_at >= seconds:
+        raise _UsageError(f"--drop-at {args.drop_at:g} must come before the end of the run (--seconds {seconds:g})")
+    if args.drop_to is not None and args.drop_to.per_second >= args.limit.per_second:
+        raise _UsageError(f"--drop-to {args.drop_to} must be below --limit {args.limit}")
+    ceiling = 2 * args.limit.per_second if args.ceiling is None else args.ceiling.per_second
+    if args.floor is not None and args.floor.per_second >= ceiling:
+        raise _UsageError(f"--floor {args.floor} must be below the ceiling ({ceiling:g}/s)")
+    return seconds
+
+
 def _bench_config(args: argparse.Namespace) -> BenchConfig:
     if args.cluster and args.redis is None:
         raise _UsageError("--cluster needs --redis URL (a node of the cluster)")
     if args.plot is not None and args.sweep:
         raise _UsageError("--plot draws one run: leave out --sweep")
-    seconds = args.seconds if args.seconds is not None or args.calls is not None else 5.0
+    seconds = _check_adaptive(args)
     return BenchConfig(
         algorithm=args.algorithm,
         limit=args.limit,
         burst=args.burst,
-        headroom=args.headroom,
-        guard=args.guard,
+        headroom=DEFAULT_HEADROOM if args.headroom is None else args.headroom,
+        guard=DEFAULT_GUARD if args.guard is None else args.guard,
         strict=args.strict_provider,
         processes=args.processes,
         threads=args.threads,
@@ -172,6 +225,13 @@ def _bench_config(args: argparse.Namespace) -> BenchConfig:
         redis=args.redis,
         cluster=args.cluster,
         target=args.target,
+        latency=args.latency,
+        adaptive=args.adaptive,
+        ceiling=None if args.ceiling is None else args.ceiling.per_second,
+        floor=1.0 if args.floor is None else args.floor.per_second,
+        drop=not args.no_drop,
+        drop_to=args.drop_to,
+        drop_at=args.drop_at,
     )
 
 
@@ -264,7 +324,7 @@ def _add_provider(command: argparse.ArgumentParser, limit_default: Rate | None) 
     )
     command.add_argument(
         "--guard",
-        type=_guard,
+        type=_duration,
         default=DEFAULT_GUARD,
         help="how late a request may leave after its grant (send jitter) with the provider's limit still kept: "
         f"seconds, or e.g. 20ms (default {DEFAULT_GUARD:g} s, measured by benchmarks/jitter.py)",
@@ -315,7 +375,11 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
     bench.add_argument("--processes", type=_positive_int, default=2, help="worker processes (default 2)")
     bench.add_argument("--threads", type=_positive_int, default=4, help="threads per process (default 4)")
     bench.add_argument("--asyncio-tasks", type=_positive_int, help="asyncio tasks per thread (default: none)")
-    bench.add_argument("--seconds", type=_positive_float, help="how long to run (default 5, unless --calls)")
+    bench.add_argument(
+        "--seconds",
+        type=_positive_float,
+        help=f"how long to run (default 5, unless --calls; {ADAPTIVE_SECONDS:g} with --adaptive)",
+    )
     bench.add_argument("--calls", type=_positive_int, help="stop after this many calls, all workers together")
     bench.add_argument("--redis", metavar="URL", help="keep the limiter in this Redis (default: embedded)")
     bench.add_argument("--cluster", action="store_true", help="--redis names a node of a Redis Cluster")
@@ -333,7 +397,41 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
         action="store_true",
         help="try headrooms 0..15%%, no guard, and capacities; mark the best setting",
     )
-    bench.set_defaults(func=bench_command)
+    bench.add_argument(
+        "--latency",
+        type=_duration,
+        default=0.0,
+        metavar="SECONDS",
+        help="the built-in provider holds each answer back this long (seconds, or e.g. 20ms): requests in flight "
+        "(default 0)",
+    )
+    adaptive = bench.add_argument_group(
+        "adaptive",
+        "--adaptive: the built-in provider enforces --limit as a hidden token bucket (no rate-limit headers, "
+        f"bare 429s; burst --burst, default {ADAPTIVE_BURST_SHARE * 100:g}% of a second's worth) and lowers it "
+        "mid-run; the workers' TokenBucket(1, ceiling, adaptive=Adaptive(floor)) learns the rate from the "
+        "429s they feed back. Reports the time to reach 90% of the limit, the steady throughput and 429s, "
+        "and how soon the limiter is back under the lowered limit, each against its goal.",
+    )
+    adaptive.add_argument("--adaptive", action="store_true", help="learn a hidden limit (see above)")
+    adaptive.add_argument(
+        "--ceiling", type=_rate, help="the adaptive limiter's ceiling (default: twice --limit, which it is not told)"
+    )
+    adaptive.add_argument("--floor", type=_rate, help="the adaptive limiter's floor (default 1/s)")
+    adaptive.add_argument(
+        "--drop-to",
+        type=_rate,
+        metavar="RATE",
+        help=f"the hidden limit drops to this rate (default {ADAPTIVE_DROP_SHARE * 100:g}%% of --limit)",
+    )
+    adaptive.add_argument(
+        "--drop-at",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="... this many seconds into the run (default: half of it)",
+    )
+    adaptive.add_argument("--no-drop", action="store_true", help="keep the hidden limit for the whole run")
+    bench.set_defaults(func=bench_command, headroom=None, guard=None)
     return parser
 
 

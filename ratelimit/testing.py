@@ -15,8 +15,13 @@ leaves a few milliseconds after its grant can already be one too many) and
 ``"token_bucket"`` (``burst`` at once, refilled at ``limit / window`` per second).
 Two dialects of headers: ``"x-ratelimit"`` (``X-RateLimit-Limit/Remaining/Reset``,
 Reset as epoch seconds rounded up, as GitHub sends it) and ``"ietf"``
-(``RateLimit-Limit/Remaining/Reset`` as delay seconds and ``RateLimit-Policy``).
-Faults on demand: :meth:`FakeProvider.force_status` and :meth:`FakeProvider.pause`.
+(``RateLimit-Limit/Remaining/Reset`` as delay seconds and ``RateLimit-Policy``); or
+``"none"``: a hidden limit, as providers that publish nothing enforce it, with no
+rate-limit header on any answer and no ``Retry-After`` on its 429s (a bare 429 is
+all a client learns).
+Faults on demand: :meth:`FakeProvider.force_status` and :meth:`FakeProvider.pause`;
+a limit that changes during a run: :meth:`FakeProvider.set_limit`; requests in
+flight: ``latency``.
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ class ProviderStats:
     max_in_window: int
     #: Monotonic times (the provider's clock) of every served request.
     served_at: tuple[float, ...]
+    #: Monotonic times of every 429 the limit itself caused (not those of a pause or
+    #: :meth:`FakeProvider.force_status`, which ``refused`` counts as well).
+    refused_at: tuple[float, ...] = ()
 
 
 def _whole(name: str, value: object, *, least: int, most: int | None = None, meaning: str) -> int:
@@ -75,6 +83,16 @@ def _seconds(name: str, value: object, *, zero_ok: bool) -> float:
     if not ((result >= 0 if zero_ok else result > 0) and result < math.inf):
         raise ValueError(f"{name} must be a number of seconds {'>=' if zero_ok else '>'} 0, got {value!r}")
     return result
+
+
+def _limits(limit: object, window: object, burst: object) -> tuple[int, float, int | None]:
+    """The constructor's and :meth:`FakeProvider.set_limit`'s checks, in one place."""
+    checked = None if burst is None else _whole("burst", burst, least=1, meaning="a whole number > 0")
+    return (
+        _whole("limit", limit, least=1, meaning="a whole number > 0"),
+        _seconds("window", window, zero_ok=False),
+        checked,
+    )
 
 
 def _plain(seconds: float) -> str:
@@ -103,7 +121,7 @@ class FakeProvider:
     Every answer to any path, ``GET`` or ``POST``, carries the rate-limit headers of
     the chosen dialect and a small JSON body (``{"ok": true}`` or
     ``{"error": "rate limited"}``). A refusal is a 429 with ``Retry-After`` (whole
-    seconds, rounded up, at least 1).
+    seconds, rounded up, at least 1), except with ``headers="none"``.
 
     Args:
         limit: requests allowed per ``window``.
@@ -115,9 +133,15 @@ class FakeProvider:
             ``"token_bucket"`` (refilled at ``limit / window`` per second; its
             "reset" is the time until the bucket is full again).
         burst: the bucket's capacity in ``"token_bucket"`` mode (default ``limit``).
-        headers: ``"x-ratelimit"`` (Reset as epoch seconds) or ``"ietf"`` (Reset as
-            delay seconds, plus ``RateLimit-Policy``).
+        headers: ``"x-ratelimit"`` (Reset as epoch seconds), ``"ietf"`` (Reset as
+            delay seconds, plus ``RateLimit-Policy``) or ``"none"`` (a hidden limit:
+            no rate-limit header at all, and no ``Retry-After`` on a 429 of the
+            limit or of a :meth:`pause`; only :meth:`force_status` with an explicit
+            ``retry_after`` still sends one).
         port: the port to listen on (0: any free one).
+        latency: seconds each answer is held back after the decision, to model
+            requests in flight (the decision's time is the one enforced and
+            recorded); slept for real, whatever ``clock`` is.
         clock: monotonic seconds, which the limit is enforced in.
         wall_clock: epoch seconds, for ``X-RateLimit-Reset``.
 
@@ -133,24 +157,25 @@ class FakeProvider:
         *,
         mode: Literal["fixed_window", "sliding_log", "token_bucket"] = "fixed_window",
         burst: int | None = None,
-        headers: Literal["x-ratelimit", "ietf"] = "x-ratelimit",
+        headers: Literal["x-ratelimit", "ietf", "none"] = "x-ratelimit",
         port: int = 0,
+        latency: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        self.limit = _whole("limit", limit, least=1, meaning="a whole number > 0")
-        self.window = _seconds("window", window, zero_ok=False)
+        self.limit, self.window, burst = _limits(limit, window, burst)
         if mode not in ("fixed_window", "sliding_log", "token_bucket"):
             raise ValueError(f"mode must be 'fixed_window', 'sliding_log' or 'token_bucket', got {mode!r}")
-        if headers not in ("x-ratelimit", "ietf"):
-            raise ValueError(f"headers must be 'x-ratelimit' or 'ietf', got {headers!r}")
-        if burst is not None:
-            _whole("burst", burst, least=1, meaning="a whole number > 0")
+        if headers not in ("x-ratelimit", "ietf", "none"):
+            raise ValueError(f"headers must be 'x-ratelimit', 'ietf' or 'none', got {headers!r}")
         _whole("port", port, least=0, most=65535, meaning="from 0 to 65535")
+        self.latency = _seconds("latency", latency, zero_ok=True)
         for name, function in (("clock", clock), ("wall_clock", wall_clock)):
             if not callable(function):
                 raise TypeError(f"{name} must be a function returning seconds, got {function!r}")
         self.mode = mode
+        # A burst given stays when set_limit() changes the limit; one left out follows it.
+        self._burst_given = burst
         self.burst = limit if burst is None else burst
         self.headers = headers
         self._clock = clock
@@ -183,6 +208,8 @@ class FakeProvider:
                 def _answer(self) -> None:
                     self._drain()
                     status, headers, body = provider._decide()
+                    if provider.latency > 0:
+                        time.sleep(provider.latency)
                     payload = json.dumps(body).encode()
                     self.send_response(status)
                     for name, value in headers.items():
@@ -257,7 +284,10 @@ class FakeProvider:
     # -- state ------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Forget everything served, refused, forced and paused, and start the limit afresh."""
+        """Forget everything served, refused, forced and paused, and start the limit afresh.
+
+        The limit itself stays as constructed or last :meth:`set_limit`.
+        """
         with self._lock:
             self._start = self._clock()
             self._window_index = 0
@@ -265,9 +295,49 @@ class FakeProvider:
             self._tokens = float(self.burst)
             self._refilled_at = self._start
             self._served_at: list[float] = []
+            self._refused_at: list[float] = []
             self._refused = 0
             self._forced: deque[tuple[int, float | None]] = deque()
             self._paused_until = -math.inf
+
+    def set_limit(self, limit: int, window: float | None = None, *, burst: int | None = None) -> None:
+        """Enforce a new limit from the next request on, as a provider may during a run.
+
+        Nothing served so far is forgotten: a fixed window keeps its count (and its
+        start; with a new ``window`` it ends that long after its start), a sliding
+        log its log, and a token bucket its tokens, refilled at the old rate up to
+        now and then clamped to the new ``burst``, so that the change is smooth.
+        Safe to call from any thread while serving.
+
+        Args:
+            limit: requests allowed per ``window`` from now on.
+            window: the new window, in seconds; ``None``: unchanged.
+            burst: the bucket's new capacity in ``"token_bucket"`` mode; ``None``:
+                the burst given to the constructor (or the last call) if any,
+                otherwise the new ``limit``, as the constructor's default.
+
+        Raises:
+            TypeError: an argument of the wrong type.
+            ValueError: an argument out of range.
+        """
+        limit, new_window, burst = _limits(limit, self.window if window is None else window, burst)
+        with self._lock:
+            now = self._clock()
+            if self.mode == "token_bucket":
+                self._refill(now)
+            elif self.mode == "fixed_window" and new_window != self.window:
+                # The running window keeps its start and count; windows after it
+                # follow the new length.
+                index = self._index(now)
+                if index != self._window_index:
+                    self._window_index, self._window_count = index, 0
+                self._start += index * self.window
+                self._window_index = 0
+            if burst is not None:
+                self._burst_given = burst
+            self.limit, self.window = limit, new_window
+            self.burst = limit if self._burst_given is None else self._burst_given
+            self._tokens = min(self._tokens, float(self.burst))
 
     def force_status(self, status: int, count: int = 1, retry_after: float | None = None) -> None:
         """Answer the next ``count`` requests with ``status``, before any other rule.
@@ -294,6 +364,8 @@ class FakeProvider:
 
     def pause(self, seconds: float) -> None:
         """Refuse everything with 429 and ``Retry-After`` for ``seconds`` from now.
+
+        With ``headers="none"`` the 429s carry no ``Retry-After``: the limit is hidden.
 
         The rate-limit headers go on telling the budget as it stands, so a paused
         answer may say ``Remaining: 5``: real providers do that too (GitHub's
@@ -327,9 +399,11 @@ class FakeProvider:
         """A consistent snapshot of the counters."""
         with self._lock:
             times = list(self._served_at)
+            refused_at = tuple(self._refused_at)
             refused = self._refused
-        most = max((bisect.bisect_left(times, t + self.window) - i for i, t in enumerate(times)), default=0)
-        return ProviderStats(len(times), refused, most, tuple(times))
+            window = self.window
+        most = max((bisect.bisect_left(times, t + window) - i for i, t in enumerate(times)), default=0)
+        return ProviderStats(len(times), refused, most, tuple(times), refused_at)
 
     # -- the limit ------------------------------------------------------------------
 
@@ -346,16 +420,19 @@ class FakeProvider:
                 return status, headers, {"ok": True} if status < 400 else {"error": f"forced {status}"}
             if now < self._paused_until:
                 self._refused += 1
-                headers = self._headers(now)
-                headers["Retry-After"] = str(max(1, math.ceil(self._paused_until - now)))
-                return 429, headers, {"error": "rate limited"}
+                return 429, self._refusal(now, self._paused_until - now), {"error": "rate limited"}
             if self._take(now):
                 self._served_at.append(now)
                 return 200, self._headers(now), {"ok": True}
             self._refused += 1
-            headers = self._headers(now)
-            headers["Retry-After"] = str(max(1, math.ceil(self._retry_after(now))))
-            return 429, headers, {"error": "rate limited"}
+            self._refused_at.append(now)
+            return 429, self._refusal(now, self._retry_after(now)), {"error": "rate limited"}
+
+    def _refusal(self, now: float, retry_after: float) -> dict[str, str]:
+        headers = self._headers(now)
+        if self.headers != "none":
+            headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
+        return headers
 
     def _index(self, now: float) -> int:
         return math.floor((now - self._start) / self.window + _SLACK)
@@ -375,13 +452,16 @@ class FakeProvider:
                 return False
             self._window_count += 1
             return True
-        rate = self.limit / self.window
-        self._tokens = min(float(self.burst), self._tokens + (now - self._refilled_at) * rate)
-        self._refilled_at = now
+        self._refill(now)
         if self._tokens < 1 - _SLACK:
             return False
         self._tokens = max(0.0, self._tokens - 1)
         return True
+
+    def _refill(self, now: float) -> None:
+        rate = self.limit / self.window
+        self._tokens = min(float(self.burst), self._tokens + (now - self._refilled_at) * rate)
+        self._refilled_at = now
 
     def _remaining_and_reset(self, now: float) -> tuple[int, float]:
         if self.mode == "sliding_log":
@@ -407,6 +487,8 @@ class FakeProvider:
         return (1 - self._tokens) / rate
 
     def _headers(self, now: float) -> dict[str, str]:
+        if self.headers == "none":
+            return {}
         remaining, reset = self._remaining_and_reset(now)
         if self.headers == "ietf":
             return {

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import threading
+import time
 import urllib.error
 import urllib.request
 from typing import Literal
@@ -54,12 +55,13 @@ def serve(
     limit: int,
     window: float,
     *,
-    mode: Literal["fixed_window", "token_bucket"] = "fixed_window",
+    mode: Literal["fixed_window", "sliding_log", "token_bucket"] = "fixed_window",
     burst: int | None = None,
-    headers: Literal["x-ratelimit", "ietf"] = "x-ratelimit",
+    headers: Literal["x-ratelimit", "ietf", "none"] = "x-ratelimit",
+    latency: float = 0.0,
 ) -> FakeProvider:
     return FakeProvider(
-        limit, window, mode=mode, burst=burst, headers=headers, clock=t.monotonic, wall_clock=t.wall
+        limit, window, mode=mode, burst=burst, headers=headers, latency=latency, clock=t.monotonic, wall_clock=t.wall
     ).start()
 
 
@@ -187,6 +189,198 @@ def test_both_header_styles_parse_as_the_documented_numbers(
     assert info.reset_after == pytest.approx(expected_reset)
 
 
+# The headers any HTTP/1.0 answer of the standard library's server carries.
+PLAIN = {"Server", "Date", "Content-Type", "Content-Length"}
+
+
+@pytest.mark.parametrize("mode", ["fixed_window", "sliding_log", "token_bucket"])
+def test_a_hidden_limit_sends_no_rate_limit_header_and_no_retry_after(
+    t: FakeTime, mode: Literal["fixed_window", "sliding_log", "token_bucket"]
+) -> None:
+    with serve(t, 2, 10, mode=mode, headers="none") as provider:
+        answers = [call(provider.url) for _ in range(3)]
+    assert [a.status for a in answers] == [200, 200, 429]
+    assert [a.body for a in answers] == [{"ok": True}] * 2 + [{"error": "rate limited"}]
+    for answer in answers:
+        assert set(answer.headers) == PLAIN, answer.headers
+        info = parse_rate_limit_headers(answer.headers, now=t.wall())
+        assert (info.limit, info.remaining, info.reset_after, info.retry_after) == (None, None, None, None)
+
+
+def test_a_hidden_limit_hides_a_pause_too_but_not_an_explicit_forced_retry_after(t: FakeTime) -> None:
+    with serve(t, 5, 10, headers="none") as provider:
+        provider.pause(3)
+        paused = call(provider.url)
+        t.now += 3
+        provider.force_status(429, retry_after=2)
+        forced = call(provider.url)
+    assert (paused.status, set(paused.headers)) == (429, PLAIN)
+    # Asked for in so many words: a test of a client's Retry-After handling still gets it.
+    assert (forced.status, forced.headers["Retry-After"]) == (429, "2")
+    assert set(forced.headers) == PLAIN | {"Retry-After"}
+
+
+def test_the_none_dialect_is_described_like_the_others() -> None:
+    provider = FakeProvider(5, 1, headers="none")
+    assert provider.headers == "none"
+
+
+# -- a limit that changes ------------------------------------------------------------
+
+
+def test_a_limit_lowered_mid_run_refuses_at_the_new_rate(t: FakeTime) -> None:
+    # 10 a second with no burst to speak of; a client sending every 100 ms fits.
+    with serve(t, 10, 1, mode="token_bucket", burst=1, headers="none") as provider:
+        statuses = []
+        for i in range(40):
+            t.now = 100 + i / 10  # from a whole number each time: no drift
+            if i == 20:
+                provider.set_limit(5)
+                assert (provider.limit, provider.window, provider.burst) == (5, 1.0, 1)
+            statuses.append(call(provider.url).status)
+        stats = provider.stats()
+    assert statuses[:20] == [200] * 20
+    # Half of them from then on: one token every 200 ms.
+    assert statuses[20:] == [200, 429] * 10
+    assert stats.refused_at == pytest.approx([100 + i / 10 for i in range(21, 40, 2)])
+    assert (stats.served, stats.refused) == (30, 10)
+
+
+def test_a_token_bucket_keeps_its_tokens_across_a_change(t: FakeTime) -> None:
+    with serve(t, 10, 1, mode="token_bucket", burst=4) as provider:
+        assert [call(provider.url).status for _ in range(4)] == [200] * 4
+        t.now += 0.2  # two tokens back at the old rate
+        provider.set_limit(5)
+        assert provider.burst == 4  # a burst given stays
+        assert [call(provider.url).status for _ in range(3)] == [200, 200, 429]
+        t.now += 0.2  # one token at the new rate
+        assert [call(provider.url).status for _ in range(2)] == [200, 429]
+
+
+def test_a_token_bucket_is_clamped_to_a_smaller_burst(t: FakeTime) -> None:
+    with serve(t, 10, 1, mode="token_bucket") as provider:
+        provider.set_limit(3)  # the burst was the limit and follows it
+        assert provider.burst == 3
+        assert [call(provider.url).status for _ in range(4)] == [200] * 3 + [429]
+        provider.set_limit(3, burst=1)
+        t.now += 10  # full again: one token
+        assert [call(provider.url).status for _ in range(2)] == [200, 429]
+        provider.set_limit(20)  # the burst given last time stays
+        assert provider.burst == 1
+
+
+def test_a_fixed_window_keeps_its_count_under_a_new_limit(t: FakeTime) -> None:
+    with serve(t, 5, 10) as provider:
+        assert [call(provider.url).status for _ in range(3)] == [200] * 3
+        provider.set_limit(3)
+        refused = call(provider.url)
+        assert (refused.status, refused.headers["X-RateLimit-Limit"]) == (429, "3")
+        assert refused.headers["Retry-After"] == "10"
+        provider.set_limit(4)
+        assert [call(provider.url).status for _ in range(2)] == [200, 429]
+
+
+def test_a_fixed_window_of_a_new_length_keeps_its_start(t: FakeTime) -> None:
+    with serve(t, 3, 10) as provider:
+        assert [call(provider.url).status for _ in range(2)] == [200] * 2
+        t.now = 101.0
+        provider.set_limit(3, 2)  # the running window [100, 102) keeps its two
+        answer = call(provider.url)
+        assert (answer.status, answer.headers["X-RateLimit-Reset"]) == (200, "1700000103")  # EPOCH + 102, up
+        t.now = 101.9
+        assert call(provider.url).status == 429
+        t.now = 102.0
+        assert call(provider.url).status == 200
+
+
+def test_a_fixed_window_already_over_at_its_new_length_starts_afresh(t: FakeTime) -> None:
+    with serve(t, 2, 10) as provider:
+        assert [call(provider.url).status for _ in range(3)] == [200, 200, 429]
+        t.now = 105.0
+        provider.set_limit(2, 2)  # [100, 102) is over: 105 is in [104, 106)
+        assert [call(provider.url).status for _ in range(3)] == [200, 200, 429]
+        t.now = 106.0
+        assert call(provider.url).status == 200
+
+
+def test_a_sliding_log_counts_its_log_against_the_new_limit(t: FakeTime) -> None:
+    with serve(t, 3, 1, mode="sliding_log") as provider:
+        for now in (100.0, 100.1, 100.2):
+            t.now = now
+            assert call(provider.url).status == 200
+        t.now = 100.5
+        provider.set_limit(2)
+        assert call(provider.url).status == 429  # three in the last second
+        t.now = 101.15  # [100.15, 101.15] holds 100.2 alone
+        assert [call(provider.url).status for _ in range(2)] == [200, 429]
+
+
+def test_reset_keeps_the_limit_last_set(t: FakeTime) -> None:
+    with serve(t, 5, 10) as provider:
+        provider.set_limit(1)
+        provider.reset()
+        assert [call(provider.url).status for _ in range(2)] == [200, 429]
+
+
+def test_set_limit_is_thread_safe(t: FakeTime) -> None:
+    with serve(t, 1000, 1, mode="token_bucket", burst=50) as provider:
+
+        def changer() -> None:
+            for limit in range(1, 200):
+                provider.set_limit(limit, burst=limit % 7 + 1)
+
+        def client() -> None:
+            for _ in range(20):
+                assert call(provider.url).status in (200, 429)
+
+        threads = [threading.Thread(target=changer)] + [threading.Thread(target=client) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        stats = provider.stats()
+    assert (provider.limit, provider.burst) == (199, 199 % 7 + 1)
+    assert stats.served + stats.refused == 80
+    assert len(stats.refused_at) == stats.refused
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "message"),
+    [
+        ((0,), {}, ValueError, "limit must be a whole number > 0, got 0"),
+        (("3",), {}, TypeError, "limit must be an int, got str '3'"),
+        ((3, 0), {}, ValueError, "window must be a number of seconds > 0, got 0"),
+        ((3, math.inf), {}, ValueError, "window must be a number of seconds > 0, got inf"),
+        ((3, "1"), {}, TypeError, "window must be a number of seconds, got str '1'"),
+        ((3,), {"burst": 0}, ValueError, "burst must be a whole number > 0, got 0"),
+        ((3,), {"burst": 2.5}, TypeError, "burst must be an int, got float 2.5"),
+    ],
+)
+def test_bad_set_limit_arguments_change_nothing(
+    args: tuple[object, ...], kwargs: dict[str, object], error: type[Exception], message: str
+) -> None:
+    provider = FakeProvider(5, 2, mode="token_bucket", burst=3)
+    with pytest.raises(error, match="^" + message):
+        provider.set_limit(*args, **kwargs)  # type: ignore[arg-type]
+    assert (provider.limit, provider.window, provider.burst) == (5, 2.0, 3)
+
+
+# -- latency -------------------------------------------------------------------------
+
+
+def test_latency_holds_the_answer_back_after_the_decision(t: FakeTime) -> None:
+    with serve(t, 1, 10, latency=0.2) as provider:
+        assert provider.latency == 0.2
+        began = time.monotonic()
+        answers = [call(provider.url) for _ in range(2)]
+        took = time.monotonic() - began
+        stats = provider.stats()
+    assert [a.status for a in answers] == [200, 429]
+    assert took >= 0.4  # both answers held, the refusal too
+    # What is enforced and recorded is the decision's time, on the provider's clock.
+    assert (stats.served_at, stats.refused_at) == ((100.0,), (100.0,))
+
+
 # -- any path, any body --------------------------------------------------------------
 
 
@@ -210,7 +404,7 @@ def test_a_large_post_body_is_read_before_the_answer(t: FakeTime) -> None:
 
 def test_counters_and_the_busiest_window(t: FakeTime) -> None:
     with serve(t, 3, 10) as provider:
-        assert provider.stats() == ProviderStats(served=0, refused=0, max_in_window=0, served_at=())
+        assert provider.stats() == ProviderStats(served=0, refused=0, max_in_window=0, served_at=(), refused_at=())
         # Three at the end of one window and three at the start of the next: six
         # within two seconds, which is what a fixed window allows and a sliding one would not.
         for now in (108.0, 108.5, 109.0, 109.5, 110.0, 110.5, 111.0, 111.5):
@@ -219,7 +413,11 @@ def test_counters_and_the_busiest_window(t: FakeTime) -> None:
         stats = provider.stats()
     assert (provider.served, provider.refused) == (6, 2)
     assert stats == ProviderStats(
-        served=6, refused=2, max_in_window=6, served_at=(108.0, 108.5, 109.0, 110.0, 110.5, 111.0)
+        served=6,
+        refused=2,
+        max_in_window=6,
+        served_at=(108.0, 108.5, 109.0, 110.0, 110.5, 111.0),
+        refused_at=(109.5, 111.5),
     )
     with pytest.raises(dataclasses.FrozenInstanceError):
         stats.served = 0  # type: ignore[misc]
@@ -296,6 +494,7 @@ def test_forced_429_counts_as_refused_and_retry_after_is_optional(t: FakeTime) -
         assert (failed.status, failed.headers["Retry-After"]) == (500, "1")  # at least 1
         assert (provider.served, provider.refused) == (0, 1)
         assert call(provider.url).headers["X-RateLimit-Remaining"] == "4"
+        assert provider.stats().refused_at == ()  # a forced 429 is not the limit's
 
 
 def test_pause_refuses_everything_until_it_ends(t: FakeTime) -> None:
@@ -312,6 +511,7 @@ def test_pause_refuses_everything_until_it_ends(t: FakeTime) -> None:
         t.now += 0.1
         assert call(provider.url).status == 200
         assert (provider.served, provider.refused) == (1, 3)
+        assert provider.stats().refused_at == ()  # nor is a pause's
 
 
 # -- lifecycle -----------------------------------------------------------------------
@@ -361,13 +561,15 @@ def test_the_server_thread_is_a_daemon() -> None:
         ({"limit": 1, "window": math.inf}, ValueError, "window must be a number of seconds > 0, got inf"),
         ({"limit": 1, "window": "1"}, TypeError, "window must be a number of seconds, got str '1'"),
         ({"limit": 1, "window": 1, "mode": "leaky"}, ValueError, "mode must be 'fixed_window', 'sliding_log' or"),
-        ({"limit": 1, "window": 1, "headers": "x"}, ValueError, "headers must be 'x-ratelimit' or 'ietf', got 'x'"),
+        ({"limit": 1, "window": 1, "headers": "x"}, ValueError, "headers must be 'x-ratelimit', 'ietf' or 'none', got"),
         ({"limit": 1, "window": 1, "burst": 0}, ValueError, "burst must be a whole number > 0, got 0"),
         ({"limit": 1, "window": 1, "burst": 2.5}, TypeError, "burst must be an int, got float 2.5"),
         ({"limit": 1, "window": 1, "port": 70_000}, ValueError, "port must be from 0 to 65535, got 70000"),
         ({"limit": 1, "window": 1, "port": "80"}, TypeError, "port must be an int, got str '80'"),
         ({"limit": 1, "window": 1, "clock": 5.0}, TypeError, "clock must be a function returning seconds, got 5.0"),
         ({"limit": 1, "window": 1, "wall_clock": None}, TypeError, "wall_clock must be a function"),
+        ({"limit": 1, "window": 1, "latency": -0.5}, ValueError, "latency must be a number of seconds >= 0, got -0.5"),
+        ({"limit": 1, "window": 1, "latency": "1"}, TypeError, "latency must be a number of seconds, got str '1'"),
     ],
 )
 def test_bad_constructor_arguments(kwargs: dict[str, object], error: type[Exception], message: str) -> None:

@@ -8,6 +8,13 @@ worker process, in an embedded Redis-protocol server (fakeredis's TCP server,
 running the real Lua scripts, in this process) for several, or in a real Redis
 (``--redis``).
 
+With ``adaptive`` (``--adaptive``) the run asks another question: can a limiter that
+is told no limit find one? The built-in provider then enforces a *hidden* token
+bucket (no rate-limit header, bare 429s), the workers' limiter starts from a
+ceiling above it and learns the rate from the 429s they feed back, and the provider
+lowers its limit halfway through; :mod:`ratelimit._cli.bench_adaptive` measures
+how fast and how cleanly the limiter followed.
+
 Workers are started with the spawn context, ignore SIGINT and stop when this
 process says so; on Ctrl-C the run is cut short, every worker still reports what it
 did, and whatever has not exited within a few seconds is terminated, so no worker
@@ -28,20 +35,38 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import redis
 
-from .._stores.scripts import ALGORITHMS, single_script
+from .._stores.scripts import ALGORITHMS, group_script, single_script
 from ..testing import FakeProvider
+from .bench_adaptive import AdaptiveStats, adaptive_stats
 from .bench_stats import allowed, jain, most_in_window, percentile, timeline
 from .bench_worker import NO_ANSWER, LimiterSpec, WorkerPlan, WorkerReport, run_worker
 from .rates import Rate
 from .redact import redact_url, scrub, url_secrets
 from .sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
 
-__all__ = ["DEFAULT_LIMIT", "BenchConfig", "BenchError", "BenchResult", "limiter_spec", "run_bench", "sweep_configs"]
+__all__ = [
+    "ADAPTIVE_BIN",
+    "ADAPTIVE_BURST_SHARE",
+    "ADAPTIVE_CAPACITY",
+    "ADAPTIVE_DROP_SHARE",
+    "ADAPTIVE_SECONDS",
+    "DEFAULT_LIMIT",
+    "AdaptiveRun",
+    "BenchConfig",
+    "BenchError",
+    "BenchResult",
+    "adaptive_ceiling",
+    "drop_plan",
+    "hidden_burst",
+    "limiter_spec",
+    "run_bench",
+    "sweep_configs",
+]
 
 #: After the run's end, how long workers get to report before they are stopped.
 REPORT_GRACE = 15.0
@@ -59,6 +84,20 @@ class BenchError(Exception):
 
 #: The provider ``ratelimit bench`` assumes without ``--limit``.
 DEFAULT_LIMIT = Rate(100, 1)
+
+#: ``--adaptive``'s hidden bucket holds this share of a second's worth of its rate
+#: (at least 1) unless ``--burst`` says otherwise: 5 at 100/s, small enough that
+#: sending faster than the limit is refused within a few dozen milliseconds.
+ADAPTIVE_BURST_SHARE = 0.05
+#: ``--adaptive``'s provider drops to this share of its limit (rounded) by default.
+ADAPTIVE_DROP_SHARE = 0.6
+#: The adaptive limiter's capacity: one, so that its grants are evenly spaced (who
+#: does not know the limit does not know the burst either).
+ADAPTIVE_CAPACITY = 1.0
+#: How long an adaptive run lasts without ``--seconds``.
+ADAPTIVE_SECONDS = 20.0
+#: The bins of the adaptive timelines (served and refused per second), seconds.
+ADAPTIVE_BIN = 0.5
 
 
 @dataclass(frozen=True)
@@ -85,10 +124,61 @@ class BenchConfig:
     redis: str | None = None
     cluster: bool = False
     target: str | None = None
+    #: Seconds the built-in provider holds each answer back (requests in flight).
+    latency: float = 0.0
+    #: A hidden limit the workers' limiter learns from the 429s (``--adaptive``).
+    adaptive: bool = False
+    #: The adaptive limiter's ceiling, per second; ``None``: twice the hidden limit.
+    ceiling: float | None = None
+    #: The adaptive limiter's floor, per second.
+    floor: float = 1.0
+    #: Whether the hidden limit drops during the run, to what and when (seconds from
+    #: the start); ``None``: ``ADAPTIVE_DROP_SHARE`` of it, at half the run.
+    drop: bool = True
+    drop_to: Rate | None = None
+    drop_at: float | None = None
 
     @property
     def callers(self) -> int:
         return self.processes * self.threads * max(1, self.tasks)
+
+
+def hidden_burst(config: BenchConfig) -> float:
+    """The adaptive run's hidden bucket: ``--burst``, or a small share of a second's worth."""
+    if config.burst is not None:
+        return config.burst
+    return float(max(1, round(ADAPTIVE_BURST_SHARE * config.limit.per_second)))
+
+
+def adaptive_ceiling(config: BenchConfig) -> float:
+    """The adaptive limiter's ceiling, per second: ``--ceiling`` or twice the hidden limit."""
+    return config.ceiling if config.ceiling is not None else 2 * config.limit.per_second
+
+
+def drop_plan(config: BenchConfig) -> tuple[Rate, float] | None:
+    """What the hidden limit drops to and when (seconds from the start); ``None``: no drop."""
+    if not config.drop:
+        return None
+    to = config.drop_to or Rate(float(max(1, round(ADAPTIVE_DROP_SHARE * config.limit.count))), config.limit.window)
+    at = config.drop_at if config.drop_at is not None else (config.seconds or ADAPTIVE_SECONDS) / 2
+    return to, at
+
+
+@dataclass(frozen=True)
+class AdaptiveRun:
+    """What an adaptive run adds to its result: the measures and the timelines."""
+
+    stats: AdaptiveStats
+    #: The hidden bucket's capacity, and the adaptive limiter's ceiling and floor.
+    burst: float
+    ceiling: float
+    floor: float
+    #: Served and refused (429s of the limit) per second, in ``bin_seconds`` bins.
+    served: tuple[float, ...]
+    refused: tuple[float, ...]
+    bin_seconds: float
+    #: ``(seconds from the start, learned rate per second)``, sampled as the run went.
+    learned: tuple[tuple[float, float], ...]
 
 
 @dataclass(frozen=True)
@@ -123,6 +213,8 @@ class BenchResult:
     timeline: tuple[float, ...]
     timeline_width: float
     errors: tuple[str, ...]
+    #: ``--adaptive`` only.
+    adaptive: AdaptiveRun | None = None
 
     @property
     def achieved_rate(self) -> float:
@@ -134,7 +226,14 @@ class BenchResult:
 
 
 def limiter_spec(config: BenchConfig) -> LimiterSpec:
-    """The limiter ``ratelimit size`` recommends for this configuration."""
+    """The limiter ``ratelimit size`` recommends for this configuration.
+
+    With ``adaptive``: a token bucket of ``ADAPTIVE_CAPACITY`` refilled at the
+    ceiling, learning its rate down to the floor: sized from nothing, as its user
+    does not know the limit.
+    """
+    if config.adaptive:
+        return LimiterSpec("token-bucket", ADAPTIVE_CAPACITY, adaptive_ceiling(config), adaptive_floor=config.floor)
     sizing = size(config.limit, config.burst, config.callers, 1, config.headroom, guard=config.guard)
     if config.algorithm == "token-bucket":
         bucket = sizing.token_bucket
@@ -162,12 +261,41 @@ def _whole(name: str, value: float) -> int:
 @contextlib.contextmanager
 def _provider(config: BenchConfig) -> Iterator[FakeProvider]:
     limit = _whole("--limit count", config.limit.count)
-    if config.burst is None:
-        provider = FakeProvider(limit, config.limit.window, mode="sliding_log" if config.strict else "fixed_window")
+    window, latency = config.limit.window, config.latency
+    if config.adaptive:
+        drop = drop_plan(config)
+        if drop is not None:
+            _whole("--drop-to count", drop[0].count)
+        burst = _whole("--burst", hidden_burst(config))
+        provider = FakeProvider(limit, window, mode="token_bucket", burst=burst, headers="none", latency=latency)
+    elif config.burst is None:
+        mode: Literal["sliding_log", "fixed_window"] = "sliding_log" if config.strict else "fixed_window"
+        provider = FakeProvider(limit, window, mode=mode, latency=latency)
     else:
-        provider = FakeProvider(limit, config.limit.window, mode="token_bucket", burst=_whole("--burst", config.burst))
+        burst = _whole("--burst", config.burst)
+        provider = FakeProvider(limit, window, mode="token_bucket", burst=burst, latency=latency)
     with provider:
         yield provider
+
+
+class _Drop:
+    """Lowers the provider's limit ``at`` seconds after it is started, and notes when."""
+
+    def __init__(self, provider: FakeProvider, to: Rate, at: float) -> None:
+        self.provider, self.to = provider, to
+        self.done_at: float | None = None
+        self._timer = threading.Timer(at, self._fire)
+        self._timer.daemon = True
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.provider.set_limit(int(self.to.count), self.to.window)
+        self.done_at = time.monotonic()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 def _probe_target(url: str) -> None:
@@ -215,11 +343,12 @@ def _embedded_redis() -> Iterator[str]:
     try:
         # fakeredis's server hangs up on a connection after any error reply, NOSCRIPT
         # included, so the EVAL that follows a first EVALSHA would find it closed:
-        # load every script before any worker asks.
+        # load every script before any worker asks (the group's decides for an
+        # adaptive limiter: its own algorithm and the learned pace).
         client = redis.Redis.from_url(url, socket_timeout=5)
         try:
-            for kind in ALGORITHMS:
-                client.script_load(single_script(kind).source)
+            for script in [*(single_script(kind) for kind in ALGORITHMS), group_script()]:
+                client.script_load(script.source)
         finally:
             client.close()
         yield url
@@ -285,7 +414,7 @@ def _run_workers(
     for index in range(config.processes):
         plan = WorkerPlan(
             index, spec, redis_url, config.cluster, store_timeout, name, target, config.threads, config.tasks,
-            config.seconds, os.getpid(),
+            config.seconds, os.getpid(), feedback=config.adaptive,
         )  # fmt: skip
         args = (plan, ready, start, begin, stop, results, granted, calls_left)
         processes.append(context.Process(target=run_worker, args=args, name=f"ratelimit-bench-{index}", daemon=True))
@@ -379,14 +508,17 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRes
     spec = limiter_spec(config)
     with contextlib.ExitStack() as stack:
         provider: FakeProvider | None = None
+        drop: _Drop | None = None
+        on_start = _then()  # nothing to do for a target of the user's
         if config.target is None:
             provider = stack.enter_context(_provider(config))
-            target = provider.url
-            target_name = f"built-in FakeProvider ({config.limit}" + (
-                f", burst {config.burst:g})"
-                if config.burst is not None
-                else (", any sliding window)" if config.strict else ", fixed windows)")
-            )
+            target, target_name = provider.url, _provider_name(config)
+            on_start = provider.reset
+            plan = drop_plan(config) if config.adaptive else None
+            if plan is not None:
+                drop = _Drop(provider, *plan)
+                stack.callback(drop.cancel)
+                on_start = _then(provider.reset, drop.start)
         else:
             _probe_target(config.target)
             target, target_name = config.target, redact_url(config.target)
@@ -395,8 +527,10 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRes
         # can answer more slowly than the 0.5 s a limiter allows a real Redis.
         store_timeout = EMBEDDED_TIMEOUT if redis_url is not None and config.redis is None else None
         reports, begin, ended, interrupted = _run_workers(
-            config, spec, redis_url, store_timeout, target, provider.reset if provider else lambda: None, progress
+            config, spec, redis_url, store_timeout, target, on_start, progress
         )
+        if drop is not None:
+            drop.cancel()  # a run cut short before the drop: none after the report either
         stats = None if provider is None else provider.stats()
     calls = [call for report in reports for record in report.calls for call in record]
     if interrupted:
@@ -408,7 +542,56 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRes
             elapsed = min(elapsed, config.seconds)
     else:
         elapsed = config.seconds or ended - begin
-    return _summarize(config, spec, backend_name, target_name, reports, begin, elapsed, interrupted, stats)
+    result = _summarize(config, spec, backend_name, target_name, reports, begin, elapsed, interrupted, stats)
+    if config.adaptive and stats is not None:
+        dropped = None if drop is None or drop.done_at is None else drop.done_at - begin
+        result = replace(result, adaptive=_adaptive(config, stats, begin, elapsed, dropped, reports))
+    return result
+
+
+def _then(*steps: Callable[[], None]) -> Callable[[], None]:
+    def run() -> None:
+        for step in steps:
+            step()
+
+    return run
+
+
+def _provider_name(config: BenchConfig) -> str:
+    if config.adaptive:
+        name = f"built-in FakeProvider (hidden: {config.limit}, burst {hidden_burst(config):g}, no rate-limit headers"
+        plan = drop_plan(config)
+        if plan is not None:
+            name += f"; drops to {plan[0]} at {plan[1]:g} s"
+    elif config.burst is not None:
+        name = f"built-in FakeProvider ({config.limit}, burst {config.burst:g}"
+    else:
+        name = f"built-in FakeProvider ({config.limit}, " + ("any sliding window" if config.strict else "fixed windows")
+    if config.latency:
+        name += f", answers {config.latency * 1000:g} ms late"
+    return name + ")"
+
+
+def _adaptive(
+    config: BenchConfig, stats: Any, begin: float, elapsed: float, dropped: float | None, reports: list[WorkerReport]
+) -> AdaptiveRun:
+    """The adaptive measures, from the provider's timeline (moved to seconds from ``begin``)."""
+    served = [t - begin for t in stats.served_at]
+    refused = [t - begin for t in stats.refused_at]
+    plan = drop_plan(config)
+    new_limit = None if plan is None else plan[0].per_second
+    measured = adaptive_stats(served, refused, elapsed, config.limit.per_second, dropped, new_limit)
+    learned = sorted(sample for report in reports for sample in report.learned)
+    return AdaptiveRun(
+        stats=measured,
+        burst=hidden_burst(config),
+        ceiling=adaptive_ceiling(config),
+        floor=config.floor,
+        served=tuple(timeline(served, 0.0, elapsed, ADAPTIVE_BIN)),
+        refused=tuple(timeline(refused, 0.0, elapsed, ADAPTIVE_BIN)),
+        bin_seconds=ADAPTIVE_BIN,
+        learned=tuple(learned),
+    )
 
 
 def _summarize(

@@ -4,7 +4,9 @@ Started by :mod:`ratelimit._cli.bench` with the spawn context, so everything it 
 is plain picklable data. It ignores SIGINT: the CLI decides when the run stops (and
 must still collect what every worker did), and tells it through the ``stop`` event.
 Its callers record, for every grant, when it came, how long the acquire took and
-the target's answer; the process sends these back when the run ends or it is
+the target's answer (and, with ``feedback``, hand each answer to
+``limiter.feedback``); worker 0 of an adaptive run also samples the learned rate.
+The process sends these back when the run ends or it is
 stopped, without waiting for callers still asleep on a reservation.
 """
 
@@ -27,6 +29,7 @@ import redis.asyncio.retry
 from redis.backoff import NoBackoff
 
 from .._errors import AcquireTimeout, RateLimitError
+from .._limiting.adaptive import Adaptive
 from .._limiting.limiters import LeakyBucket, SingleLimiter, SlidingWindow, TokenBucket
 from .._stores.redis import DEFAULT_SOCKET_TIMEOUT, RedisBackend
 from .redact import redact_url, scrub, url_secrets
@@ -41,6 +44,12 @@ CALL_TIMEOUT = 10.0
 #: A status recorded for a call that got no HTTP answer (refused, reset, timed out).
 NO_ANSWER = 0
 
+#: An answer's status and headers (none for ``NO_ANSWER``).
+Answer = tuple[int, list[tuple[str, str]]]
+
+#: How often worker 0 of an adaptive run reads the learned rate, seconds.
+SAMPLE_EVERY = 0.1
+
 
 @dataclass(frozen=True)
 class LimiterSpec:
@@ -54,10 +63,14 @@ class LimiterSpec:
     guard: float = 0.0
     #: A sliding window's O(1) sub-window counter variant.
     approximate: bool = False
+    #: Learn the rate below ``second`` (a token bucket's ceiling) down to this floor,
+    #: per second; ``None``: keep the configured rate.
+    adaptive_floor: float | None = None
 
     def build(self, backend: RedisBackend | None, name: str | None) -> SingleLimiter:
         if self.algorithm == "token-bucket":
-            return TokenBucket(self.first, self.second, backend=backend, name=name, guard=self.guard)
+            learn = None if self.adaptive_floor is None else Adaptive(floor=self.adaptive_floor)
+            return TokenBucket(self.first, self.second, backend=backend, name=name, guard=self.guard, adaptive=learn)
         if self.algorithm == "leaky-bucket":
             return LeakyBucket(self.first, self.second, backend=backend, name=name, guard=self.guard)
         return SlidingWindow(
@@ -90,6 +103,8 @@ class WorkerPlan:
     #: How long the run lasts from ``begin``; ``None`` for a run bounded by calls only.
     seconds: float | None
     parent: int
+    #: Hand every answer to ``limiter.feedback`` (``--adaptive``).
+    feedback: bool = False
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -111,6 +126,8 @@ class WorkerReport:
     #: Script calls sent to Redis (``None`` with in-process state).
     round_trips: int | None
     errors: list[str] = field(default_factory=list)
+    #: ``(seconds from the start, learned rate per second)`` samples (``--adaptive``).
+    learned: list[tuple[float, float]] = field(default_factory=list)
 
 
 class CountingClient:
@@ -200,18 +217,25 @@ class _Target:
         return kind(self.host, self.port, timeout=CALL_TIMEOUT)
 
     def call(self, connection: http.client.HTTPConnection) -> int:
+        return self.answer(connection)[0]
+
+    def answer(self, connection: http.client.HTTPConnection) -> Answer:
+        """The status and headers of a ``GET`` (``NO_ANSWER`` and none if it got no answer)."""
         try:
             connection.request("GET", self.path)
             response = connection.getresponse()
             response.read()
             if response.will_close:
                 connection.close()
-            return response.status
+            return response.status, response.getheaders()
         except (OSError, http.client.HTTPException):
             connection.close()
-            return NO_ANSWER
+            return NO_ANSWER, []
 
     async def call_async(self) -> int:
+        return (await self.answer_async())[0]
+
+    async def answer_async(self) -> Answer:
         # A minimal HTTP/1.0 GET: the standard library has no asyncio HTTP client.
         try:
             connecting = asyncio.open_connection(self.host, self.port, ssl=True if self.https else None)
@@ -223,9 +247,11 @@ class _Target:
                 answer = await asyncio.wait_for(reader.read(), CALL_TIMEOUT)
             finally:
                 writer.close()
-            return int(answer.split(b" ", 2)[1])
+            head = answer.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+            headers = [(name.strip(), value.strip()) for name, _, value in (line.partition(":") for line in head[1:])]
+            return int(head[0].split(" ", 2)[1]), headers
         except (OSError, asyncio.TimeoutError, ValueError, IndexError):
-            return NO_ANSWER
+            return NO_ANSWER, []
 
 
 class _Run:
@@ -278,6 +304,12 @@ class _Run:
         with self.granted.get_lock():
             self.granted.value += 1
 
+    def told(self, exc: RateLimitError) -> None:
+        """A feedback that failed (the store unreachable): noted, and the run goes on."""
+        with self._lock:
+            if len(self.errors) < 5:
+                self.errors.append(scrub(f"feedback: {type(exc).__name__}: {exc}", self.plan.secrets))
+
     def left(self) -> float:
         """Seconds until the run's end (``inf`` for a run bounded by calls only)."""
         return float("inf") if self.deadline is None else self.deadline - time.monotonic()
@@ -314,9 +346,14 @@ class _Run:
                         self.failed(exc)
                         return
                 granted = time.monotonic()
-                status = self.target.call(connection)
+                status, headers = self.target.answer(connection)
                 record.append((granted, granted - asked, status))
                 self.count()
+                if self.plan.feedback and status != NO_ANSWER:
+                    try:
+                        self.limiter.feedback(headers, status)
+                    except RateLimitError as exc:
+                        self.told(exc)
         finally:
             connection.close()
 
@@ -337,9 +374,14 @@ class _Run:
                     self.failed(exc)
                     return
             granted = time.monotonic()
-            status = await self.target.call_async()
+            status, headers = await self.target.answer_async()
             record.append((granted, granted - asked, status))
             self.count()
+            if self.plan.feedback and status != NO_ANSWER:
+                try:
+                    await limiter.feedback_async(headers, status)
+                except RateLimitError as exc:
+                    self.told(exc)
 
     def async_thread(self, records: list[list[tuple[float, float, int]]]) -> None:
         async def tasks() -> None:
@@ -358,16 +400,47 @@ class _Run:
         asyncio.run(tasks())
 
 
-def _backend(plan: WorkerPlan) -> tuple[RedisBackend | None, CountingClient | None]:
-    if plan.redis_url is None:
-        return None, None
+def _plain_backend(plan: WorkerPlan) -> RedisBackend:
+    assert plan.redis_url is not None
     options: dict[str, Any] = {}
     if plan.store_timeout is not None:
         options = {"socket_timeout": plan.store_timeout, "socket_connect_timeout": plan.store_timeout}
-    client = CountingClient(RedisBackend.from_url(plan.redis_url, cluster=plan.cluster, **options).client)
+    return RedisBackend.from_url(plan.redis_url, cluster=plan.cluster, **options)
+
+
+def _backend(plan: WorkerPlan) -> tuple[RedisBackend | None, CountingClient | None]:
+    if plan.redis_url is None:
+        return None, None
+    client = CountingClient(_plain_backend(plan).client)
     # Connect before the run starts, so that the first grant is not a connection's setup.
     client.ping()
     return RedisBackend(client), client
+
+
+def _sampler(plan: WorkerPlan, limiter: SingleLimiter) -> SingleLimiter:
+    """What reads the learned rate: on a shared store, a limiter of the same name whose
+    calls are not counted among the callers' round trips; in process, the callers' own."""
+    if plan.redis_url is None:
+        return limiter
+    return plan.limiter.build(_plain_backend(plan), plan.name)
+
+
+def _sample(limiter: SingleLimiter, begin: float, done: threading.Event, into: list[Any]) -> None:
+    """Read the learned rate every ``SAMPLE_EVERY`` seconds until ``done``.
+
+    ``done`` is this process's own event: a thread asleep in the shared ``stop``
+    event's ``wait`` when its process exits leaves that event's condition counting
+    a sleeper that never wakes, and the CLI's ``stop.set()`` then waits for it forever.
+    """
+    while True:
+        try:
+            rate = limiter.adaptive_rate()
+        except RateLimitError:
+            rate = None  # the store did not answer this time: a gap in the line
+        if rate is not None:
+            into.append((time.monotonic() - begin, rate))
+        if done.wait(SAMPLE_EVERY):
+            return
 
 
 def run_worker(
@@ -393,10 +466,18 @@ def run_worker(
     limiter = plan.limiter.build(backend, plan.name if backend is not None else None)
     per_thread = max(1, plan.tasks)
     records: list[list[tuple[float, float, int]]] = [[] for _ in range(plan.threads * per_thread)]
+    watch = _sampler(plan, limiter) if plan.index == 0 and plan.limiter.adaptive_floor is not None else None
     ready.put((plan.index, None))
     start.wait()
     cpu_start = os.times()
     run = _Run(plan, limiter, counter, begin.value, stop, granted, calls_left)
+    learned: list[tuple[float, float]] = []
+    sampled = threading.Event()
+    sampler = None
+    if watch is not None:
+        args = (watch, begin.value, sampled, learned)
+        sampler = threading.Thread(target=_sample, args=args, name="learned-rate", daemon=True)
+        sampler.start()
     threads = []
     for i in range(plan.threads):
         mine = records[i * per_thread : (i + 1) * per_thread]
@@ -411,6 +492,9 @@ def run_worker(
     while any(thread.is_alive() for thread in threads):
         if stop.wait(0.1) or os.getppid() != plan.parent:
             break
+    sampled.set()
+    if sampler is not None:
+        sampler.join(timeout=CALL_TIMEOUT)  # at most one store call away
     cpu_end = os.times()
     cpu = (cpu_end.user - cpu_start.user) + (cpu_end.system - cpu_start.system)
     calls = [list(record) for record in records]
@@ -423,5 +507,6 @@ def run_worker(
             cpu=cpu,
             round_trips=None if counter is None else counter.calls,
             errors=list(run.errors),
+            learned=list(learned),
         )
     )
