@@ -260,3 +260,19 @@ def test_a_real_run_learns_the_hidden_limit_and_follows_its_drop(tmp_path: Path)
     if can_plot():
         plot(result, str(tmp_path / "adaptive.png"))
         assert (tmp_path / "adaptive.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_four_processes_sharing_one_learned_rate_draw_no_more_429s_than_one() -> None:
+    """The fleet learns as one client: the same callers, split over four processes
+    sharing the budget through a store, are refused about as often as in one process
+    (same seconds, same hidden limit; a little slack for a machine busy with others)."""
+
+    def refused(processes: int, threads: int) -> int:
+        result = run_bench(BenchConfig(adaptive=True, seconds=6.0, drop_at=3.0, processes=processes, threads=threads))
+        assert result.errors == ()
+        count = bench_json(result)["adaptive"]["refused_429"]
+        assert isinstance(count, int)
+        return count
+
+    alone, fleet = refused(1, 4), refused(4, 1)
+    assert fleet <= 1.5 * alone + 5, (fleet, alone)
