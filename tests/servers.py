@@ -145,11 +145,18 @@ class RedisServer:
 
 
 class RedisCluster:
-    """Three masters (no replicas) joined into one Redis Cluster on loopback."""
+    """Masters (three by default, no replicas) joined into one Redis Cluster on loopback.
 
-    def __init__(self) -> None:
+    ``redis-cli --cluster create`` wants three masters at least; fewer (the scaling
+    benchmark's one and two) are joined by hand: each takes an even range of the
+    16384 slots and meets the first.
+    """
+
+    def __init__(self, masters: int = 3) -> None:
+        if masters < 1:
+            raise ValueError(f"masters must be >= 1, got {masters!r}")
         options = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
-        self.nodes = [RedisServer(None, *options) for _ in range(3)]
+        self.nodes = [RedisServer(None, *options) for _ in range(masters)]
 
     @property
     def ports(self) -> list[int]:
@@ -166,14 +173,22 @@ class RedisCluster:
     def start(self) -> None:
         for node in self.nodes:
             node.start()
-        create = ["redis-cli", "--cluster", "create", *(f"{HOST}:{p}" for p in self.ports)]
-        subprocess.run(
-            [*create, "--cluster-replicas", "0", "--cluster-yes"],
-            check=True,
-            capture_output=True,
-            timeout=30,
-        )
         clients = [redis.Redis(host=HOST, port=p, socket_timeout=1) for p in self.ports]
+        if len(self.nodes) >= 3:
+            create = ["redis-cli", "--cluster", "create", *(f"{HOST}:{p}" for p in self.ports)]
+            subprocess.run(
+                [*create, "--cluster-replicas", "0", "--cluster-yes"],
+                check=True,
+                capture_output=True,
+                timeout=30,
+            )
+        else:
+            share = 16384 // len(clients)
+            for i, client in enumerate(clients):
+                last = 16383 if i == len(clients) - 1 else (i + 1) * share - 1
+                client.execute_command("CLUSTER", "ADDSLOTSRANGE", i * share, last)
+                if i:
+                    clients[0].execute_command("CLUSTER", "MEET", HOST, self.ports[i])
 
         def ready() -> bool:
             infos = [client.cluster("INFO") for client in clients]
