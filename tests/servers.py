@@ -1,4 +1,5 @@
-"""Private Redis servers for tests: one to kill mid-test, or a three-master Cluster.
+"""Private Redis servers for tests: one to kill mid-test, a three-master Cluster, or a
+master with a replica watched by three sentinels.
 
 Started from the ``redis-server`` binary on free loopback ports, in temporary
 folders, keeping nothing on disk but the cluster's node files; stopped by pid. Every
@@ -8,8 +9,11 @@ hanging it.
 
 from __future__ import annotations
 
+import functools
+import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -18,10 +22,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import redis
 
-__all__ = ["RedisCluster", "RedisServer", "SilentServer", "free_port"]
+__all__ = ["RedisCluster", "RedisSentinelSet", "RedisServer", "SilentServer", "free_port"]
 
 HOST = "127.0.0.1"
 
@@ -209,6 +214,150 @@ class RedisCluster:
 
     def __enter__(self) -> RedisCluster:
         self.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class RedisSentinelSet:
+    """One master, one replica (``--replicaof``) and three sentinels watching them as
+    ``service``, all on loopback, quick to fail over (``down_after_ms`` of silence,
+    quorum 2).
+
+    :meth:`start` returns once every sentinel knows the master, the replica and the
+    two other sentinels: a failover can then be elected. :meth:`kill_master` SIGKILLs
+    the master's process; :meth:`wait_for_failover` returns the new master's port.
+    """
+
+    def __init__(self, service: str = "mymaster", down_after_ms: int = 1000, failover_timeout_ms: int = 3000) -> None:
+        self.service = service
+        self.down_after_ms = down_after_ms
+        self.failover_timeout_ms = failover_timeout_ms
+        self.master = RedisServer()
+        self.replica = RedisServer(None, "--replicaof", HOST, str(self.master.port))
+        self.sentinel_ports = [free_port() for _ in range(3)]
+        self.dir = Path(tempfile.mkdtemp(prefix="ratelimit-sentinels-"))
+        self.sentinels: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        """The ``redis+sentinel://`` URL of the service."""
+        hosts = ",".join(f"{HOST}:{port}" for port in self.sentinel_ports)
+        return f"redis+sentinel://{hosts}/{self.service}/0"
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """``(host, port)`` of each sentinel, as ``redis.sentinel.Sentinel`` takes them."""
+        return [(HOST, port) for port in self.sentinel_ports]
+
+    def _ask(self, port: int, *command: str) -> object:
+        client: Any = redis.Redis(
+            host=HOST, port=port, socket_timeout=1, socket_connect_timeout=1, decode_responses=True
+        )
+        try:
+            return client.execute_command(*command)
+        finally:
+            client.close()
+
+    def master_port(self, sentinel: int = 0) -> int | None:
+        """The master's port as sentinel ``sentinel`` names it now."""
+        reply = self._ask(self.sentinel_ports[sentinel], "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
+        return int(reply[1]) if isinstance(reply, (list, tuple)) and len(reply) == 2 else None
+
+    def _start_sentinel(self, port: int) -> None:
+        folder = self.dir / str(port)
+        folder.mkdir()
+        config = folder / "sentinel.conf"
+        config.write_text(
+            f"port {port}\n"
+            f"bind {HOST}\n"
+            f"dir {folder}\n"
+            f"logfile {folder / 'sentinel.log'}\n"
+            f"sentinel monitor {self.service} {HOST} {self.master.port} 2\n"
+            f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}\n"
+            f"sentinel failover-timeout {self.service} {self.failover_timeout_ms}\n"
+            f"sentinel parallel-syncs {self.service} 1\n"
+        )
+        command = ["redis-server", str(config), "--sentinel"]
+        self.sentinels.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def start(self) -> None:
+        self.master.start()
+        self.replica.start()
+        replica = redis.Redis(host=HOST, port=self.replica.port, socket_timeout=1, decode_responses=True)
+        try:
+            _wait(
+                lambda: replica.info("replication").get("master_link_status") == "up",
+                "the replica in sync with the master",
+                10.0,
+                self.replica.log,
+            )
+        finally:
+            replica.close()
+        for port in self.sentinel_ports:
+            self._start_sentinel(port)
+
+        def ready(port: int) -> bool:
+            # redis-py parses these replies: a dict for the master, a list of them for replicas.
+            state = self._ask(port, "SENTINEL", "MASTER", self.service)
+            replicas = self._ask(port, "SENTINEL", "REPLICAS", self.service)
+            others = state.get("num-other-sentinels", 0) if isinstance(state, dict) else 0
+            return int(others) == 2 and isinstance(replicas, list) and len(replicas) == 1
+
+        for port in self.sentinel_ports:
+            log = self.dir / str(port) / "sentinel.log"
+            _wait(functools.partial(ready, port), f"sentinel {port} knowing the master, replica and peers", 20.0, log)
+
+    def kill_master(self) -> None:
+        """SIGKILL the master: no goodbye to its clients, its replica or the sentinels."""
+        pid = self.master.pid
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            assert self.master.process is not None
+            self.master.process.wait(timeout=5)
+
+    def wait_for_failover(self, deadline: float = 20.0) -> int:
+        """Wait until every sentinel names the replica as the master; its port."""
+        new = self.replica.port
+        _wait(
+            lambda: all(self.master_port(i) == new for i in range(len(self.sentinel_ports))),
+            "the sentinels promoting the replica",
+            deadline,
+            self.dir / str(self.sentinel_ports[0]) / "sentinel.log",
+        )
+        promoted = redis.Redis(host=HOST, port=new, socket_timeout=1, decode_responses=True)
+        try:
+            _wait(
+                lambda: promoted.info("replication").get("role") == "master",
+                "the replica taking the master's role",
+                10.0,
+            )
+        finally:
+            promoted.close()
+        return new
+
+    def stop(self) -> None:
+        for process in self.sentinels:
+            if process.poll() is None:
+                process.terminate()
+        for process in self.sentinels:
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+        self.sentinels = []
+        self.master.cleanup()
+        self.replica.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisSentinelSet:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis.asyncio.sentinel
 import redis.exceptions
+import redis.sentinel
 from redis._parsers.base import BaseParser
 
 from ratelimit._stores.redis_errors import STORE_ERRORS, error_code, is_unavailable
@@ -95,6 +97,24 @@ def test_redis_py_classes_of_the_replies() -> None:
     ids=lambda e: type(e).__name__,
 )
 def test_no_answer_at_all_is_unavailable(exc: BaseException) -> None:
+    assert is_unavailable(exc)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        # No sentinel names a master that is up: between a master's death and its
+        # replica's promotion, or with every sentinel unreachable.
+        redis.sentinel.MasterNotFoundError("No master found for 'mymaster'"),
+        redis.asyncio.sentinel.MasterNotFoundError("No master found for 'mymaster'"),
+        # What a Sentinel-managed connection makes of READONLY from a demoted master.
+        redis.exceptions.ConnectionError("The previous master is now a slave"),
+        # The same reply on a plain client still pointed at the old master.
+        parsed("READONLY You can't write against a read only replica. script: 5d8a, on @user_script:40."),
+    ],
+    ids=["MasterNotFoundError", "async MasterNotFoundError", "demoted master", "READONLY"],
+)
+def test_what_a_failover_raises_is_unavailable(exc: BaseException) -> None:
     assert is_unavailable(exc)
 
 

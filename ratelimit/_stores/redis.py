@@ -40,8 +40,10 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.asyncio.retry
+import redis.asyncio.sentinel
 import redis.cluster
 import redis.exceptions
+import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -53,6 +55,7 @@ from .._errors import BackendUnavailable
 from .memory import MemoryBackend
 from .redis_errors import STORE_ERRORS, is_unavailable
 from .scripts import Script, group_script, lanes_script, single_script
+from .sentinel import SentinelURL, is_sentinel_url, parse_sentinel_url, shown
 from .store import Handle, Pacing
 from .tally import Tally, weight
 
@@ -124,6 +127,52 @@ def _pool_limit(client: Any) -> int | None:
     pool = getattr(client, "connection_pool", None)
     limit = getattr(pool, "max_connections", None) if pool is not None else getattr(client, "max_connections", None)
     return limit if isinstance(limit, int) and limit > 0 else None
+
+
+class _SentinelMaster(redis.Redis):
+    """The master's client made from a Sentinel URL: closing it closes the clients of
+    the sentinels it asks as well (redis-py leaves those to the caller)."""
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            manager = getattr(self.connection_pool, "sentinel_manager", None)
+            if manager is not None:
+                manager.close()
+
+
+class _AsyncSentinelMaster(redis.asyncio.Redis):
+    """:class:`_SentinelMaster` for asyncio."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        try:
+            await super().aclose(close_connection_pool)
+        finally:
+            manager = getattr(self.connection_pool, "sentinel_manager", None)
+            if manager is not None:
+                await manager.aclose()
+
+
+def _sentinel_master(
+    found: SentinelURL, settings: dict[str, Any], *, asynchronous: bool, sentinel_timeouts: dict[str, Any] | None = None
+) -> Any:
+    """A client of the master that ``found``'s sentinels name, which asks them again
+    (and so follows a failover) whenever it opens a connection.
+
+    ``settings`` go to the master's connections; the sentinels are asked with the
+    socket timeouts of ``sentinel_timeouts`` (``settings`` when not given), never
+    retried, with the credentials the URL gives for them.
+    """
+    timeouts = settings if sentinel_timeouts is None else sentinel_timeouts
+    asking: dict[str, Any] = {name: timeouts[name] for name in ("socket_timeout", "socket_connect_timeout")}
+    asking.update(found.sentinel_settings())
+    # redis-py's sync Sentinel is untyped: held as Any, as any client is here.
+    make: Any = redis.asyncio.sentinel.Sentinel if asynchronous else redis.sentinel.Sentinel
+    asking["retry"] = redis.asyncio.retry.Retry(NoBackoff(), 0) if asynchronous else Retry(NoBackoff(), 0)
+    sentinel = make(list(found.sentinels), sentinel_kwargs=asking)
+    master_class = _AsyncSentinelMaster if asynchronous else _SentinelMaster
+    return sentinel.master_for(found.service, redis_class=master_class, **settings)
 
 
 @dataclass(frozen=True)
@@ -360,7 +409,8 @@ class RedisBackend:
         pool_size: int = DEFAULT_POOL_SIZE,
         **options: Any,
     ) -> RedisBackend:
-        """A backend on ``url`` (``redis://``, ``rediss://``, ``unix://``).
+        """A backend on ``url`` (``redis://``, ``rediss://``, ``unix://``, or
+        ``redis+sentinel://`` for a master found through Redis Sentinel).
 
         Makes a synchronous client now and an asyncio one for each event loop that
         uses it (closed when that loop shuts down), all with limiter-friendly
@@ -368,6 +418,14 @@ class RedisBackend:
         retries, and a pool of ``pool_size`` connections. ``options`` go to the
         redis-py client and override those defaults. ``cluster=True`` uses a Redis
         Cluster client (``url`` names any one node).
+
+        ``redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]``
+        asks the sentinels at ``host:port`` (26379 by default) where the master of
+        ``service`` is, and again after each failover; ``user`` and ``password`` are
+        the master's. Options in the query: ``socket_timeout``,
+        ``socket_connect_timeout``, ``sentinel_username``, ``sentinel_password``
+        (see :mod:`ratelimit._stores.sentinel`). A malformed URL raises ``ValueError``
+        naming the part, with its passwords shown as ``***``.
         """
         if not isinstance(url, str) or not url:
             raise TypeError(f"url must be a non-empty str, got {url!r}")
@@ -380,9 +438,20 @@ class RedisBackend:
         }
         settings.update(options)
         settings.setdefault("retry", Retry(NoBackoff(), 0))
+        found: SentinelURL | None = None
+        if is_sentinel_url(url):
+            found = parse_sentinel_url(url)
+            if cluster:
+                raise ValueError(f"cluster=True does not go with a Redis Sentinel URL ({shown(url)})")
+            # As redis-py's own from_url does, what the URL says wins over the options.
+            settings.update(found.timeouts)
+            settings.update(found.master_settings())
         sync_class: Any = redis.cluster.RedisCluster if cluster else redis.Redis
         async_class: Any = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis
-        sync_client = sync_class.from_url(url, **settings)
+        if found is not None:
+            sync_client = _sentinel_master(found, settings, asynchronous=False)
+        else:
+            sync_client = sync_class.from_url(url, **settings)
         # An event loop busy with thousands of tasks reads a reply late; a socket
         # timeout would take that for a dead server. The asyncio clients get none of
         # their own: each call has a deadline that allows for the loop's lateness.
@@ -393,6 +462,8 @@ class RedisBackend:
         )
 
         def make_async() -> Any:
+            if found is not None:
+                return _sentinel_master(found, async_settings, asynchronous=True, sentinel_timeouts=settings)
             return async_class.from_url(url, **async_settings)
 
         backend = cls(
@@ -686,6 +757,9 @@ class RedisBackend:
         pool = getattr(client, "connection_pool", None)
         where = getattr(pool, "connection_kwargs", {}) if pool is not None else {}
         target = f"{where.get('host', '?')}:{where.get('port', '?')}" if where else type(client).__name__
+        service = getattr(pool, "service_name", None)
+        if isinstance(service, str):  # a master found through Sentinel: no fixed address
+            target = f"sentinel service {service}"
         return f"RedisBackend({target}, on_unavailable={self.on_unavailable!r})"
 
 

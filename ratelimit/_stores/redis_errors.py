@@ -32,6 +32,12 @@ clients reached``
 ``READONLY``                ``ReadOnlyError``                a replica: a failover under way, or
                                                              an address that still names the old
                                                              master
+(Sentinel names no master)  ``MasterNotFoundError``          no sentinel names a master that is
+                            (a ``ConnectionError``)          up: a failover under way, or no
+                                                             sentinel reachable
+(demoted master)            ``ConnectionError``              a Sentinel-managed client met
+                                                             ``READONLY`` on its master: redis-py
+                                                             drops the connection, asks again
 ``MASTERDOWN``              ``MasterDownError``              a replica that lost its master and
                                                              serves no stale data
 ``CLUSTERDOWN``             ``ClusterDownError``             a hash slot is not served
@@ -71,6 +77,10 @@ script`` (no code inside)
                                                              connection instead
 anything else               ``ResponseError``, ...           unknown: surfaced, not guessed at
 ==========================  ===============================  ===================================
+
+Two Sentinel mistakes cannot be told from an outage, since redis-py raises
+``MasterNotFoundError`` for them too: a service name the sentinels do not know, and
+wrong credentials for the sentinels. Both look like a failover that never ends.
 
 ``NOSCRIPT`` never gets here: :class:`~ratelimit._stores.scripts.Script` reloads the script.
 """
