@@ -191,9 +191,9 @@ class RedisCluster:
             share = 16384 // len(clients)
             for i, client in enumerate(clients):
                 last = 16383 if i == len(clients) - 1 else (i + 1) * share - 1
-                client.execute_command("CLUSTER", "ADDSLOTSRANGE", i * share, last)
+                client.cluster("ADDSLOTSRANGE", str(i * share), str(last))
                 if i:
-                    clients[0].execute_command("CLUSTER", "MEET", HOST, self.ports[i])
+                    clients[0].cluster("MEET", HOST, str(self.ports[i]))
 
         def ready() -> bool:
             infos = [client.cluster("INFO") for client in clients]
