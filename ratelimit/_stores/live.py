@@ -59,7 +59,8 @@ class LiveCount:
     """This process's heartbeat in the set of live processes, and the count it saw.
 
     ``run`` calls ``lua/live.lua`` with its arguments (``op, process, ttl, now``) on
-    the set, ``now`` says what the script is told the time is (``""``: the server's).
+    the set, ``now`` says what the script is told the time is (``""``: the server's);
+    ``ttl`` is :data:`LIVE_TTL` unless given.
     """
 
     def __init__(
@@ -67,16 +68,18 @@ class LiveCount:
         run: Callable[[Sequence[str]], Any],
         now: Callable[[], str],
         *,
-        ttl: float = LIVE_TTL,
+        ttl: float | None = None,
     ) -> None:
         self._run = run
         self._now = now
-        self.ttl = ttl
+        self.ttl = LIVE_TTL if ttl is None else ttl
         #: Seconds between beats.
-        self.every = ttl / 3
+        self.every = self.ttl / 3
         self._lock = threading.Lock()
-        #: The process this count and thread are for; ``None`` until started.
-        self._member: str | None = None
+        #: The process the thread beats for (``None`` until started), and the one
+        #: that saw the count: a forked child is neither until it starts.
+        self._beating: str | None = None
+        self._counted: str | None = None
         self._count: int | None = None
         self._stopped = threading.Event()
         _counts.add(self)
@@ -85,7 +88,7 @@ class LiveCount:
     def count(self) -> int | None:
         """The live processes the last beat of this process counted (itself
         included); ``None`` if it never counted."""
-        return self._count if self._member == process_id() else None
+        return self._count if self._counted == process_id() else None
 
     def share(self) -> float:
         """The share of the budget this process keeps without Redis: ``1 / count``, or
@@ -100,14 +103,13 @@ class LiveCount:
         own, and whose parent's thread did not come along) starts beating at its
         first, and never uses the count its parent saw.
         """
-        if self._member == process_id():
+        if self._beating == process_id():
             return
         with self._lock:
             me = process_id()
-            if self._member == me or self._stopped.is_set():
+            if self._beating == me or self._stopped.is_set():
                 return
-            self._member = me
-            self._count = None
+            self._beating = me
             thread = threading.Thread(
                 target=_beating, args=(weakref.ref(self), self._stopped, me), name="ratelimit-live", daemon=True
             )
@@ -121,8 +123,7 @@ class LiveCount:
         me = process_id()
         count = int(self._run(self._args("beat", me)))
         with self._lock:
-            if self._member == me:
-                self._count = count
+            self._count, self._counted = count, me
         return count
 
     def stop(self) -> None:
@@ -132,7 +133,7 @@ class LiveCount:
             if self._stopped.is_set():
                 return
             self._stopped.set()
-            member = self._member
+            member = self._beating
         if member is not None and member == process_id():
             with contextlib.suppress(Exception):
                 self._run(self._args("leave", member))
