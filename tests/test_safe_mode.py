@@ -20,6 +20,7 @@ import fakeredis
 import pytest
 import redis
 import redis.asyncio
+import redis.cluster
 
 from ratelimit import Composite, ManualClock, RedisBackend, SlidingWindow, TokenBucket
 from ratelimit._stores import live as live_module
@@ -125,6 +126,19 @@ def test_a_beat_is_one_script_on_one_key_for_a_cluster() -> None:
     assert LIVE_KEY == "ratelimit:live"
     assert not LIVE_KEY.startswith("ratelimit:{")  # never a limiter's key
     assert "ZREMRANGEBYSCORE" in live_script().source
+
+
+@pytest.mark.cluster
+def test_the_beat_runs_on_a_cluster(cluster_client: redis.cluster.RedisCluster) -> None:
+    key = f"{LIVE_KEY}:{unique_name()}"
+
+    def run(args: Sequence[str]) -> Any:
+        return live_script()(cluster_client, (key,), args)
+
+    me = LiveCount(run, lambda: "")
+    assert me.beat() == 1
+    run(["beat", "other", "15.0", ""])
+    assert me.beat() == 2
 
 
 # -- the fallback at 1/N ---------------------------------------------------------------
