@@ -87,6 +87,7 @@ def constructors() -> None:
     Composite(TokenBucket(1, 1))  # type: ignore[arg-type]
     Composite([TokenBucket(1, 1), "x"])  # type: ignore[list-item]
     RedisBackend.from_url("redis://redis:6379/0", on_unavailable="ignore")  # type: ignore[arg-type]
+    RedisBackend.from_url("redis://redis:6379/0", local_share="sometimes")  # type: ignore[arg-type]
 
     _ = (capacity, refill, leak, limit, seconds, approximate, name, its_clock, failures, llm)
 
@@ -95,11 +96,14 @@ def backends() -> None:
     with RedisBackend.from_url("redis://redis:6379/0", pool_size=32) as backend:
         in_flight: int = backend.pool_size
         TokenBucket(20, 1000 / 60, backend=backend, name="geocode").acquire()
+    safe = RedisBackend.from_url("redis://redis:6379/0", on_unavailable="local", local_share="auto")
+    live: int | None = safe.live_processes
+    share: float = safe.fallback_share()
     memory = MemoryBackend()
     dropped: int = memory.sweep()
     names: int = len(memory)
     RedisBackend.from_url("redis://redis:6379/0", pool_size="16")  # type: ignore[arg-type]
-    _ = (in_flight, dropped, names)
+    _ = (in_flight, dropped, names, live, share)
 
 
 async def backends_async() -> None:

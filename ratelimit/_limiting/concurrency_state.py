@@ -165,7 +165,9 @@ class RedisSlots:
     When Redis cannot be reached the backend's ``on_unavailable`` decides: ``"raise"``
     raises :class:`~ratelimit.BackendUnavailable`; ``"allow"`` grants a slot the
     store never hears of; ``"local"`` takes it from this process's own share,
-    ``max(1, floor(max_in_flight * local_share))`` slots. A slot is released where it
+    ``max(1, floor(max_in_flight * share))`` slots, ``share`` the backend's
+    ``fallback_share()`` when the limit is made (``local_share``; with ``"auto"``, one
+    over the live processes counted by then). A slot is released where it
     was taken.
     """
 
@@ -186,7 +188,7 @@ class RedisSlots:
         self.check_every = lease / 3
         self._local: MemorySlots | None = None
         if backend.on_unavailable == "local":
-            self._local = MemorySlots(max(1, math.floor(most * backend.local_share)), clock or SystemClock())
+            self._local = MemorySlots(max(1, math.floor(most * backend.fallback_share())), clock or SystemClock())
         # Leases granted without the store: where each must be released.
         self._elsewhere: dict[str, MemorySlots | None] = {}
 

@@ -52,9 +52,10 @@ from .._algorithms.algorithm import Algorithm
 from .._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime, LastLane, charge_parts
 from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
+from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
 from .memory import MemoryBackend
 from .redis_errors import STORE_ERRORS, is_unavailable
-from .scripts import Script, group_script, lanes_script, single_script
+from .scripts import Script, group_script, lanes_script, live_script, single_script
 from .sentinel import SentinelURL, is_sentinel_url, parse_sentinel_url, shown
 from .store import Handle, Pacing
 from .tally import Tally, weight
@@ -66,6 +67,8 @@ logger = logging.getLogger("ratelimit")
 R = TypeVar("R")
 
 OnUnavailable = Literal["raise", "allow", "local"]
+#: A fixed share of the budget, or ``"auto"``: one over the live processes last counted.
+LocalShare = float | Literal["auto"]
 T = TypeVar("T")
 T_contra = TypeVar("T_contra", contravariant=True)
 
@@ -110,6 +113,18 @@ def key_for(name: str, kind: str, member: int | None = None, *, injected: bool =
     if lane is not None:
         middle += f"{lane}:"
     return f"ratelimit:{{{_escape(name)}}}:{middle}{kind}"
+
+
+def _local_share(value: object) -> LocalShare:
+    """``local_share`` checked: ``"auto"``, or a fraction 0 < share <= 1."""
+    if isinstance(value, str):
+        if value == "auto":
+            return "auto"
+        raise TypeError(f"local_share must be a number (0 < share <= 1) or 'auto', got {value!r}")
+    share = _validate.positive("local_share", value)
+    if share > 1:
+        raise ValueError(f"local_share must be <= 1, got {value!r}")
+    return share
 
 
 def _num(value: float) -> str:
@@ -330,7 +345,10 @@ class RedisBackend:
             in-process limiter of the same algorithm at ``local_share`` of its rate
             and burst (give each process its share of the budget).
         local_share: the fraction of the configured limits each process keeps for
-            itself when falling back locally (0 < share <= 1).
+            itself when falling back locally (0 < share <= 1); or ``"auto"`` (the
+            safe mode): ``1 / N``, N the live processes last counted while Redis
+            answered (see ``live.py``; :data:`~.live.UNCOUNTED_SHARE` before the first
+            count). ``"auto"`` needs a synchronous client, which beats from a thread.
         time_source: ``"server"`` (default) reads the server's clock inside the
             script; ``"client"`` sends this machine's ``time.time()`` instead, for
             managed services that refuse ``TIME`` in scripts (keep the workers'
@@ -354,7 +372,7 @@ class RedisBackend:
         client: Any,
         *,
         on_unavailable: OnUnavailable = "raise",
-        local_share: float = 1.0,
+        local_share: LocalShare = 1.0,
         time_source: Literal["server", "client"] = "server",
         pool_size: int = DEFAULT_POOL_SIZE,
     ) -> None:
@@ -366,9 +384,7 @@ class RedisBackend:
             raise ValueError(f"on_unavailable must be 'raise', 'allow' or 'local', got {on_unavailable!r}")
         if time_source not in ("server", "client"):
             raise ValueError(f"time_source must be 'server' or 'client', got {time_source!r}")
-        share = _validate.positive("local_share", local_share)
-        if share > 1:
-            raise ValueError(f"local_share must be <= 1, got {local_share!r}")
+        share = _local_share(local_share)
         if isinstance(pool_size, bool) or not isinstance(pool_size, int):
             raise TypeError(f"pool_size must be an int, got {type(pool_size).__name__} {pool_size!r}")
         if pool_size < 1:
@@ -376,11 +392,19 @@ class RedisBackend:
         # evalsha itself is a plain method on both kinds of client; the class tells.
         self._is_async = isinstance(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster))
         self._sync_client = None if self._is_async else client
+        if share == "auto" and self._sync_client is None:
+            raise TypeError(
+                "local_share='auto' needs a synchronous client, which counts the live processes from a thread: "
+                "make the backend with RedisBackend.from_url(...) or RedisBackend(redis.Redis(...))"
+            )
         self._async_client = client if self._is_async else None
         self._async_factory: Callable[[], Any] | None = None
         self._deadline: float | None = None
         self.on_unavailable: OnUnavailable = on_unavailable
-        self.local_share = share
+        #: As configured: a fraction, or ``"auto"`` (see :meth:`fallback_share`).
+        self.local_share: LocalShare = share
+        #: The heartbeat of ``"auto"``, made when the first limiter binds.
+        self._live: LiveCount | None = None
         self.time_source = time_source
         self.pool_size = min(pool_size, _pool_limit(client) or pool_size)
         # Turns to call the store, taken and given back: a C queue costs a fraction of
@@ -404,7 +428,7 @@ class RedisBackend:
         *,
         cluster: bool = False,
         on_unavailable: OnUnavailable = "raise",
-        local_share: float = 1.0,
+        local_share: LocalShare = 1.0,
         time_source: Literal["server", "client"] = "server",
         pool_size: int = DEFAULT_POOL_SIZE,
         **options: Any,
@@ -518,7 +542,11 @@ class RedisBackend:
 
     def close(self) -> None:
         """Close the synchronous client's connections, and forget the asyncio clients
-        of event loops that have closed."""
+        of event loops that have closed. With ``local_share="auto"``, stop beating and
+        leave the live processes first."""
+        live = self._live
+        if live is not None:
+            live.stop()
         if self._sync_client is not None:
             self._sync_client.close()
         with self._lock:
@@ -587,6 +615,8 @@ class RedisBackend:
         client = self._sync_client
         if client is None:
             raise TypeError("this RedisBackend wraps an asyncio client: use the _async methods")
+        if self._live is not None:
+            self._live.start()  # nothing, unless this is a forked child's first call
         turns = self._turns
         try:
             turns.get_nowait()
@@ -615,6 +645,8 @@ class RedisBackend:
         if self._sync_client is not None and self._async_factory is None:
             # A synchronous client only: keep the event loop free while it blocks.
             return await asyncio.to_thread(self.run, script, keys, args)
+        if self._live is not None:
+            self._live.start()  # nothing, unless this is a forked child's first call
         loop = asyncio.get_running_loop()
         state = self._loops.get(loop) or await self._attach(loop)
         gate = state.gate
@@ -706,29 +738,95 @@ class RedisBackend:
         """The key of limiter ``name``'s state of algorithm ``kind`` on this store."""
         return key_for(name, kind, member, injected=_injected(clock), lane=lane)
 
+    def fallback_share(self) -> float:
+        """The share of each limit a local fallback takes if Redis fails now:
+        ``local_share``, or with ``"auto"`` one over the live processes last counted
+        (:data:`~.live.UNCOUNTED_SHARE` if none were)."""
+        share = self.local_share
+        if share != "auto":
+            return share
+        live = self._live
+        return live.share() if live is not None else UNCOUNTED_SHARE
+
+    @property
+    def live_processes(self) -> int | None:
+        """With ``local_share="auto"``: the live processes this process last counted,
+        itself included (``None`` before its first count, or without ``"auto"``)."""
+        live = self._live
+        return None if live is None else live.count
+
+    def _counting(self) -> LiveCount:
+        """The heartbeat of ``"auto"``, beating from the first limiter bound."""
+        with self._lock:
+            live = self._live
+            if live is None:
+                script, keys, now = live_script(), (LIVE_KEY,), self.now_source(None)
+                live = self._live = LiveCount(lambda args: self.run(script, keys, args), now)
+        live.start()
+        return live
+
+    def _fallback_of(
+        self, build: Callable[[float], Sequence[_Local[Any]]], width: int = 1
+    ) -> Sequence[_Local[Any]] | None:
+        """The ``width`` local fallbacks of one bind (one, or one per lane), as
+        ``build`` makes them at a share; ``None`` without ``on_unavailable="local"``.
+
+        A fixed share builds them now. ``"auto"`` builds them at the first failure,
+        at the share of the live processes counted by then, and again whenever that
+        count has changed (see :class:`_Rebuilt`).
+        """
+        if self.on_unavailable != "local":
+            return None
+        share = self.local_share
+        if share != "auto":
+            return build(share)
+        rebuilt = _Rebuilt(self._counting(), build)
+        return [_AutoShare(rebuilt, i) for i in range(width)]
+
+    def _single_local(self, alg: Algorithm[Any], clock: Clock | None, share: float) -> _Share[float]:
+        # The fallback keeps the algorithm but only this process's share of it.
+        slowed = alg.slowed(share)
+        most = slowed.most
+        return _Share(self._local.bind(None, slowed, clock), lambda n: min(n, most))
+
+    def _group_local(
+        self, algs: Sequence[Algorithm[Any]], clock: Clock | None, share: float
+    ) -> _Share[Sequence[float]]:
+        slowed = [alg.slowed(share) for alg in algs]
+        mosts = [alg.most for alg in slowed]
+
+        def clamp(tokens: Sequence[float]) -> Sequence[float]:
+            return [min(n, most) for n, most in zip(tokens, mosts, strict=True)]
+
+        return _Share(self._local.bind_group(None, slowed, clock), clamp)
+
+    def _lanes_local(
+        self, lanes: Lanes, clock: Clock | None, keep: float | None, share: float
+    ) -> tuple[_Share[float], _Share[float]]:
+        slowed = Lanes(lanes.high.slowed(share), lanes.low.slowed(share), lanes.low_share)
+        bound = self._local.bind_lanes(None, slowed, clock, keep)
+        mosts = (slowed.high.most, slowed.low.most)
+        return (
+            _Share(bound[HIGH], lambda n: min(n, mosts[HIGH])),
+            _Share(bound[LOW], lambda n: min(n, mosts[LOW])),
+        )
+
     def bind(self, name: str | None, alg: Algorithm[Any], clock: Clock | None) -> RedisHandle:
         assert name is not None  # the front requires a name for a shared backend
-        local = None
-        if self.on_unavailable == "local":
-            # The fallback keeps the algorithm but only this process's share of it.
-            share = alg.slowed(self.local_share)
-            most = share.most
-            local = _Share(self._local.bind(None, share, clock), lambda n: min(n, most))
-        return RedisHandle(self, alg, self.key(name, alg.kind, clock=clock), self.now_source(clock), local)
+        local = self._fallback_of(lambda share: [self._single_local(alg, clock, share)])
+        return RedisHandle(
+            self,
+            alg,
+            self.key(name, alg.kind, clock=clock),
+            self.now_source(clock),
+            None if local is None else local[0],
+        )
 
     def bind_group(self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None) -> RedisGroupHandle:
         assert name is not None
         keys = [self.key(name, alg.kind, i, clock=clock) for i, alg in enumerate(algs)]
-        local = None
-        if self.on_unavailable == "local":
-            slowed = [alg.slowed(self.local_share) for alg in algs]
-            mosts = [alg.most for alg in slowed]
-
-            def clamp(tokens: Sequence[float]) -> Sequence[float]:
-                return [min(n, most) for n, most in zip(tokens, mosts, strict=True)]
-
-            local = _Share(self._local.bind_group(None, slowed, clock), clamp)
-        return RedisGroupHandle(self, algs, keys, self.now_source(clock), local)
+        local = self._fallback_of(lambda share: [self._group_local(algs, clock, share)])
+        return RedisGroupHandle(self, algs, keys, self.now_source(clock), None if local is None else local[0])
 
     def bind_lanes(
         self, name: str | None, lanes: Lanes, clock: Clock | None, keep: float | None
@@ -737,19 +835,12 @@ class RedisBackend:
         handle that acquires at high priority, and the one at low."""
         assert name is not None
         keys = [self.key(name, lanes.high.kind, clock=clock, lane=lane) for lane in LANES]
-        local: tuple[_Local[float] | None, _Local[float] | None] = (None, None)
-        if self.on_unavailable == "local":
-            slowed = Lanes(lanes.high.slowed(self.local_share), lanes.low.slowed(self.local_share), lanes.low_share)
-            bound = self._local.bind_lanes(None, slowed, clock, keep)
-            mosts = (slowed.high.most, slowed.low.most)
-            local = (
-                _Share(bound[HIGH], lambda n: min(n, mosts[HIGH])),
-                _Share(bound[LOW], lambda n: min(n, mosts[LOW])),
-            )
+        local = self._fallback_of(lambda share: self._lanes_local(lanes, clock, keep, share), width=2)
+        high, low = (None, None) if local is None else (local[HIGH], local[LOW])
         now = self.now_source(clock)
         return (
-            RedisLaneHandle(self, lanes, keys, now, local[HIGH], HIGH, keep),
-            RedisLaneHandle(self, lanes, keys, now, local[LOW], LOW, keep),
+            RedisLaneHandle(self, lanes, keys, now, high, HIGH, keep),
+            RedisLaneHandle(self, lanes, keys, now, low, LOW, keep),
         )
 
     def __repr__(self) -> str:
@@ -790,9 +881,76 @@ class _Share(Generic[T]):
         self._handle.restrict(remaining, seconds)
 
 
+class _Rebuilt:
+    """The local fallbacks of one bind under ``local_share="auto"``.
+
+    Built at the first failure, at the share of the live processes counted by then;
+    built again, with fresh state, when a later failure finds another share. The count
+    changes only while Redis answers, so the fallbacks keep their state through an
+    outage; only a count that changed between two outages costs a fresh local state
+    (a full burst of the new share, as the first failure had).
+    """
+
+    __slots__ = ("_build", "_live", "_locals", "_lock", "_share")
+
+    def __init__(self, live: LiveCount, build: Callable[[float], Sequence[_Local[Any]]]) -> None:
+        self._live = live
+        self._build = build
+        self._lock = threading.Lock()
+        self._share: float | None = None
+        self._locals: Sequence[_Local[Any]] = ()
+
+    @property
+    def share(self) -> float | None:
+        """The share the fallbacks were last built at (``None``: never built)."""
+        return self._share
+
+    def get(self, index: int) -> _Local[Any]:
+        share = self._live.share()
+        with self._lock:
+            if share != self._share:
+                self._locals = self._build(share)
+                self._share = share
+            return self._locals[index]
+
+
+class _AutoShare(Generic[T]):
+    """One of the local fallbacks a :class:`_Rebuilt` keeps at the current share."""
+
+    __slots__ = ("_index", "rebuilt")
+
+    def __init__(self, rebuilt: _Rebuilt, index: int) -> None:
+        self.rebuilt = rebuilt
+        self._index = index
+
+    def current(self) -> _Local[T]:
+        """The fallback at the share of the live processes last counted."""
+        local: _Local[T] = self.rebuilt.get(self._index)
+        return local
+
+    def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
+        return self.current().reserve(tokens, max_wait)
+
+    def refund(self, tokens: T, at: float | None) -> None:
+        self.current().refund(tokens, at)
+
+    def charge(self, tokens: T) -> None:
+        self.current().charge(tokens)
+
+    def restrict(self, remaining: T, seconds: float) -> None:
+        self.current().restrict(remaining, seconds)
+
+
+def _inner(local: object) -> object:
+    """The memory handle under a fallback's share."""
+    if isinstance(local, _AutoShare):
+        local = local.current()
+    return local._handle if isinstance(local, _Share) else local
+
+
 def _throttle(local: object, decided: float | None, at: float | None) -> None:
     # A composite's fallback is a group too: its pace learns on its own meanwhile.
-    handle = local._handle if isinstance(local, _Share) else local
+    handle = _inner(local)
     if isinstance(handle, Pacing):
         handle.throttle(decided, at)
 
@@ -996,7 +1154,7 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
         try:
             reply = self._backend.run(self._script, self._keys, self._args("rate", [0.0] * len(self._members), ""))
         except BackendUnavailable:
-            local = self._local._handle if isinstance(self._local, _Share) else None
+            local = _inner(self._local) if self._local is not None else None
             if isinstance(local, Pacing):
                 return local.rate()
             raise

@@ -29,6 +29,7 @@ __all__ = [
     "concurrency_script",
     "group_script",
     "lanes_script",
+    "live_script",
     "lua_source",
     "single_script",
 ]
@@ -130,3 +131,9 @@ def breaker_script() -> Script:
 def concurrency_script() -> Script:
     """The script of a shared semaphore (``ConcurrencyLimit``)."""
     return Script("concurrency", "\n".join([lua_source("_prelude"), lua_source("concurrency")]))
+
+
+@cache
+def live_script() -> Script:
+    """The script of the safe mode's heartbeat: the live processes (``live.py``)."""
+    return Script("live", "\n".join([lua_source("_prelude"), lua_source("live")]))
