@@ -17,7 +17,7 @@ during a bench prints the partial report and exits with 130.
 Nothing printed shows a secret: a URL's password (or lone user name, often a token)
 and secret query parameters are shown as ``***`` wherever the URL appears, and every
 error text is scrubbed of the secrets the command line holds, in case it quotes a URL
-(``ratelimit._cli.redact``).
+(``ratelimit._redact``).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from ._cli.bench import (
 from ._cli.bench_report import bench_json, bench_text, best, sweep_text
 from ._cli.plot import PLOT_MISSING, can_plot, plot
 from ._cli.rates import Rate, parse_rate
-from ._cli.redact import scrub, url_secrets
 from ._cli.size_report import size_json, size_text
 from ._cli.sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
+from ._redact import scrub, url_secrets
 
 __all__ = ["main"]
 

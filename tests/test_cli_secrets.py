@@ -1,6 +1,6 @@
 """The command line never prints a secret: not in errors, reports, JSON, progress or plots.
 
-``ratelimit._cli.redact`` is unit-tested on many URL shapes; then the CLI is run, in this
+``ratelimit._redact`` is unit-tested on many URL shapes; then the CLI is run, in this
 process and as ``python -m ratelimit``, with credentials in ``--redis`` and
 ``--target`` URLs (unreachable ones, a real target, the real Redis), and nothing it
 writes may hold the password.
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import redis
 
-from ratelimit._cli.redact import REDACTED, redact_url, scrub, url_secrets
+from ratelimit._redact import REDACTED, redact_url, scrub, url_secrets
 from ratelimit.cli import main
 from ratelimit.testing import FakeProvider
 

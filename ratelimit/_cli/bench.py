@@ -40,13 +40,13 @@ from urllib.parse import urlsplit
 
 import redis
 
+from .._redact import redact_url, scrub, url_secrets
 from .._stores.scripts import ALGORITHMS, group_script, single_script
 from ..testing import FakeProvider
 from .bench_adaptive import AdaptiveStats, adaptive_stats
 from .bench_stats import allowed, jain, most_in_window, percentile, timeline
 from .bench_worker import NO_ANSWER, LimiterSpec, WorkerPlan, WorkerReport, run_worker
 from .rates import Rate
-from .redact import redact_url, scrub, url_secrets
 from .sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
 
 __all__ = [

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from .._redact import redact_url
 from .bench import AdaptiveRun, BenchResult
 from .bench_adaptive import (
     CLEAN,
@@ -25,7 +26,6 @@ from .bench_adaptive import (
     WIDTH,
     Stretch,
 )
-from .redact import redact_url
 
 __all__ = ["bench_json", "bench_text", "sweep_text"]
 

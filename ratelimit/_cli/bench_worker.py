@@ -31,8 +31,8 @@ from redis.backoff import NoBackoff
 from .._errors import AcquireTimeout, RateLimitError
 from .._limiting.adaptive import Adaptive
 from .._limiting.limiters import LeakyBucket, SingleLimiter, SlidingWindow, TokenBucket
+from .._redact import redact_url, scrub, url_secrets
 from .._stores.redis import DEFAULT_SOCKET_TIMEOUT, RedisBackend
-from .redact import redact_url, scrub, url_secrets
 
 __all__ = ["CountingClient", "LimiterSpec", "WorkerPlan", "WorkerReport", "run_worker"]
 

@@ -52,11 +52,12 @@ from .._algorithms.algorithm import Algorithm
 from .._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime, LastLane, charge_parts
 from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
+from .._redact import redact_url
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
 from .memory import MemoryBackend
 from .redis_errors import STORE_ERRORS, is_unavailable
 from .scripts import Script, group_script, lanes_script, live_script, single_script
-from .sentinel import SentinelURL, is_sentinel_url, parse_sentinel_url, shown
+from .sentinel import SentinelURL, is_sentinel_url, parse_sentinel_url
 from .store import Handle, Pacing
 from .tally import Tally, weight
 
@@ -466,7 +467,7 @@ class RedisBackend:
         if is_sentinel_url(url):
             found = parse_sentinel_url(url)
             if cluster:
-                raise ValueError(f"cluster=True does not go with a Redis Sentinel URL ({shown(url)})")
+                raise ValueError(f"cluster=True does not go with a Redis Sentinel URL ({redact_url(url)})")
             # As redis-py's own from_url does, what the URL says wins over the options.
             settings.update(found.timeouts)
             settings.update(found.master_settings())

@@ -25,9 +25,10 @@ its passwords as ``***``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from urllib.parse import unquote
+
+from .._redact import redact_url
 
 __all__ = ["DEFAULT_SENTINEL_PORT", "SCHEME", "SentinelURL", "is_sentinel_url", "parse_sentinel_url"]
 
@@ -39,8 +40,6 @@ DEFAULT_SENTINEL_PORT = 26379
 _TIMEOUTS = ("socket_timeout", "socket_connect_timeout")
 _SENTINEL_CREDENTIALS = ("sentinel_username", "sentinel_password")
 _OPTIONS = _TIMEOUTS + _SENTINEL_CREDENTIALS
-_HIDDEN = "***"
-_PASSWORD_IN_QUERY = re.compile(r"((?:^|[?&])[^=&#]*pass(?:word)?=)([^&#]*)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -83,27 +82,8 @@ def is_sentinel_url(url: str) -> bool:
     return url.split("://", 1)[0].lower() == SCHEME if "://" in url else False
 
 
-def shown(url: str) -> str:
-    """``url`` as an error message may quote it: every password replaced by ``***``
-    (the user info's, and any option whose name holds ``pass``)."""
-    head, sep, rest = url.partition("://")
-    if not sep:
-        head, rest = "", url
-    authority_end = len(rest)
-    for mark in "/?#":
-        found = rest.find(mark)
-        if found != -1:
-            authority_end = min(authority_end, found)
-    userinfo, at, hosts = rest[:authority_end].rpartition("@")
-    if at:
-        user, colon, _ = userinfo.partition(":")
-        userinfo = f"{user}:{_HIDDEN}" if colon else userinfo
-    tail = _PASSWORD_IN_QUERY.sub(lambda m: m.group(1) + (_HIDDEN if m.group(2) else ""), rest[authority_end:])
-    return f"{head}{sep}{userinfo}{at}{hosts}{tail}"
-
-
 def _bad(url: str, what: str) -> ValueError:
-    return ValueError(f"bad Redis Sentinel URL {shown(url)}: {what}")
+    return ValueError(f"bad Redis Sentinel URL {redact_url(url)}: {what}")
 
 
 def _sentinel(url: str, text: str) -> tuple[str, int]:

@@ -1,4 +1,4 @@
-"""Keeping secrets out of what the command line prints: URLs shown with ``***`` for them.
+"""Keeping secrets out of what is printed: URLs shown with ``***`` for their secrets.
 
 A Redis or target URL may carry credentials: the user info before ``@``
 (``redis://:password@host``, ``http://user:password@host``, a token alone as in
