@@ -193,15 +193,15 @@ def waited(limiter: TokenBucket, tokens: float) -> float:
         return -getattr(exc, "retry_after", 1.0)
 
 
-def test_memory_and_lua_decide_alike(backend: Backend) -> None:
+@pytest.mark.parametrize("floor", [2.0, 0.5])  # 0.5: the idle threshold is two intervals at the floor
+def test_memory_and_lua_decide_alike(backend: Backend, floor: float) -> None:
     """The Python rule and its Lua twin, decision for decision, on a random history."""
     rng = random.Random(14)
     twin_clock, clock = ManualClock(start=1_000.0), ManualClock(start=1_000.0)
     name = unique_name("adaptive")
-    ours = TokenBucket(3, 50, adaptive=Adaptive(floor=2, recover=2), backend=backend, name=name, clock=clock)
-    model = TokenBucket(
-        3, 50, adaptive=Adaptive(floor=2, recover=2), backend=MemoryBackend(), name=name, clock=twin_clock
-    )
+    learn = Adaptive(floor=floor, recover=2)
+    ours = TokenBucket(3, 50, adaptive=learn, backend=backend, name=name, clock=clock)
+    model = TokenBucket(3, 50, adaptive=learn, backend=MemoryBackend(), name=name, clock=twin_clock)
     for _ in range(300):
         op = rng.random()
         if op < 0.5:
@@ -215,8 +215,12 @@ def test_memory_and_lua_decide_alike(backend: Backend) -> None:
         elif op < 0.8:
             ours.refund(1)
             model.refund(1)
+        elif op < 0.83:
+            cost = rng.choice([1, 4, 9])
+            ours.charge(cost)
+            model.charge(cost)
         else:
-            step = rng.choice([0.001, 0.01, 0.1, 0.7, 3.0])
+            step = rng.choice([0.001, 0.01, 0.1, 0.7, 3.0, 7.0])
             clock.advance(step)
             twin_clock.advance(step)
         assert ours.adaptive_rate() == model.adaptive_rate()

@@ -36,6 +36,7 @@ promised keep their times when the rate changes. Mirrored by ``lua/adaptive.lua`
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .algorithm import EPSILON, step
@@ -77,32 +78,24 @@ class Pace(NamedTuple):
 _NEW = Pace(-math.inf, -math.inf, 0.0, -math.inf, -math.inf, -math.inf)
 
 
+@dataclass(frozen=True, slots=True)
 class Cubic:
     """A pace between ``floor`` and ``ceiling`` tokens per second, learned by CUBIC."""
 
-    __slots__ = ("ceiling", "decrease", "floor", "idle", "most", "recover")
+    most: float
+    floor: float
+    ceiling: float
+    decrease: float
+    recover: float
+    #: Seconds without use after which the curve's clock stops: below a rate of a
+    #: grant a second, the gaps of steady use are longer than IDLE and must not.
+    idle: float = field(init=False, repr=False, compare=False)
 
     kind = "adaptive"
     most_name = "capacity"
 
-    def __init__(self, most: float, floor: float, ceiling: float, decrease: float, recover: float) -> None:
-        self.most = most
-        self.floor = floor
-        self.ceiling = ceiling
-        self.decrease = decrease
-        self.recover = recover
-        # Below a rate of a grant a second, the gaps of steady use are longer than
-        # IDLE: they must not stop the clock.
-        self.idle = max(IDLE, 2.0 / floor)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Cubic) and self.params() == other.params()
-
-    def __hash__(self) -> int:
-        return hash(self.params())
-
-    def __repr__(self) -> str:
-        return "Cubic(most={:g}, floor={:g}, ceiling={:g}, decrease={:g}, recover={:g})".format(*self.params())
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "idle", max(IDLE, 2.0 / self.floor))
 
     @property
     def sustained_rate(self) -> float:
