@@ -218,9 +218,7 @@ class Limiter(ABC, Generic[T]):
         # The hottest path of all: the usual argument, a small int, is checked inline.
         if tokens.__class__ is int and 0 < tokens <= self._quick_most:
             # The usual argument, a small int, needs no further checks.
-            wait, at = self._handle.reserve(tokens, 0.0)  # type: ignore[arg-type]
-            if self._last_grant is not None and wait >= 0:
-                self._last_grant.saw(wait, at)
+            wait = self._handle.reserve(tokens, 0.0)[0]  # type: ignore[arg-type]
             if self._events.callbacks or EVERYONE.callbacks:
                 self._events.emit(Granted(self._name, tokens, 0.0) if wait >= 0 else Denied(self._name, tokens, -wait))
             return wait >= 0

@@ -88,7 +88,9 @@ class SingleLimiter(Limiter[float]):
             # learned pace beside it (see ratelimit._limiting.adaptive).
             pace = self._adaptive.pace(self._alg)
             paced = Paced(self._backend.bind_group(self._name, [self._alg, pace], clock))
-            self._most = self._quick_most = self._alg.most
+            # No quick path (_quick_most stays 0): every grant is remembered for
+            # feedback, which the plain limiters' hottest path need not check.
+            self._most = self._alg.most
             self._handle = paced
             self._pacing = paced.pacing
             self._last_grant = LastGrant()
