@@ -249,12 +249,12 @@ def test_a_client_from_master_for_works_as_it_is(sentinels: RedisSentinelSet) ->
 
 class Driver:
     """Acquires in a loop on a thread of its own until told to stop, each outcome kept
-    with the time its call began: ``True``/``False``, or the exception raised."""
+    with the times its call began and ended: ``True``/``False``, or the exception raised."""
 
     def __init__(self, backend: RedisBackend, asynchronous: bool) -> None:
         self.backend = backend
         self.limiter = TokenBucket(1_000_000, 1_000_000, backend=backend, name=unique_name("failover"))
-        self.outcomes: list[tuple[float, bool | BaseException]] = []
+        self.outcomes: list[tuple[float, float, bool | BaseException]] = []
         self.stopping = threading.Event()
         target = self._run_async if asynchronous else self._run
         self.thread = threading.Thread(target=target, daemon=True)
@@ -266,7 +266,7 @@ class Driver:
                 outcome: bool | BaseException = self.limiter.try_acquire()
             except Exception as exc:
                 outcome = exc
-            self.outcomes.append((began, outcome))
+            self.outcomes.append((began, time.monotonic(), outcome))
             time.sleep(0.005)
         self.backend.close()
 
@@ -278,7 +278,7 @@ class Driver:
                     outcome: bool | BaseException = await self.limiter.try_acquire_async()
                 except Exception as exc:
                     outcome = exc
-                self.outcomes.append((began, outcome))
+                self.outcomes.append((began, time.monotonic(), outcome))
                 await asyncio.sleep(0.005)
             await self.backend.aclose()
 
@@ -342,18 +342,19 @@ def test_acquires_carry_on_through_a_failover(sentinels: RedisSentinelSet) -> No
     )
 
     for driver in (raising, raising_async):
-        during = [outcome for began, outcome in driver.outcomes if killed <= began < failed_over]
-        after = [outcome for began, outcome in driver.outcomes if began >= failed_over]
+        during = [outcome for began, _, outcome in driver.outcomes if killed <= began < failed_over]
+        after = [outcome for began, _, outcome in driver.outcomes if began >= failed_over]
         errors = [outcome for outcome in during if isinstance(outcome, BaseException)]
         assert errors, "the switch went unnoticed: no call failed while no master was known"
         assert all(isinstance(error, BackendUnavailable) for error in errors), errors
         assert len(after) >= 10
         assert all(outcome is True for outcome in after), after[:5]
-        assert all(outcome is True for began, outcome in driver.outcomes if began < killed)
+        # Every call over before the kill succeeded (one in flight at the kill may not have).
+        assert all(outcome is True for _, ended, outcome in driver.outcomes if ended < killed)
 
     # The local fallback grants all along: no error, and some grants decided locally.
-    assert all(outcome is True for _, outcome in local.outcomes)
-    assert any(killed <= began < failed_over for began, _ in local.outcomes)
+    assert all(outcome is True for _, _, outcome in local.outcomes)
+    assert any(killed <= began < failed_over for began, _, _ in local.outcomes)
     assert local.backend.stats().fell_back > 0
 
     assert not spent.try_acquire()  # the replicated state survived the failover
