@@ -69,7 +69,9 @@ def script_calls(client: redis.Redis) -> int:
 
 @pytest.mark.parametrize("kind", list(LIMITERS))
 def test_commands_per_grant_under_contention(client: redis.Redis, kind: str) -> None:
-    """16 threads demanding about 10x what the limiter supplies: still one call per grant."""
+    """16 threads demanding about 10x what the limiter supplies: at most one call per
+    grant, and fewer where the threads share a round (coalescing; not the adaptive
+    limiter's group of two, which is not coalesced yet)."""
     rate, threads, seconds = 200.0, 16, 1.0
     backend = RedisBackend(client)
     name = f"contention-{uuid.uuid4().hex[:8]}"
@@ -98,4 +100,4 @@ def test_commands_per_grant_under_contention(client: redis.Redis, kind: str) -> 
     calls = script_calls(client) - before
     total = sum(grants)
     REPORT.append(f"{kind:<24} {total:>6} grants  {calls:>6} script calls  {calls / total:.3f} per grant")
-    assert calls == total
+    assert calls <= total

@@ -108,12 +108,13 @@ def _check_the_rate_holds(report: dict[str, Any]) -> None:
     assert report["achieved_per_sec"] == pytest.approx(385 / 4, rel=0.05)
     # The provider (a bucket of 10 refilled at 100/s) never saw more than it allows in 1 s.
     assert report["max_in_provider_window"] <= 110
-    # One script call per acquire: every grant, and each caller's last acquire, refused
-    # at once because its grant would have come after the end of the run; plus, on a
-    # server that has not seen the script yet, one EVAL after a refused EVALSHA in each
-    # thread whose first call went out before any load had landed (2 processes x 4
-    # threads at most; 4 were seen on a fresh Cluster, before and after issue 10).
-    assert 0 <= report["round_trips"] - report["acquires"] <= 2 * 4
+    # At most one script call per acquire (every grant, and each caller's last acquire,
+    # refused at once because its grant would have come after the end of the run), and
+    # fewer where a process's threads shared a round (issue 15's coalescing); plus, on
+    # a server that has not seen the script yet, one EVAL after a refused EVALSHA in
+    # each thread whose first call went out before any load had landed (2 processes x
+    # 4 threads at most; 4 were seen on a fresh Cluster, before and after issue 10).
+    assert 0 < report["round_trips"] <= report["acquires"] + 2 * 4
     assert report["acquires"] - report["grants"] <= 8
     assert report["fairness"]["jain"] > 0.95
     assert report["cpu_per_grant_seconds"] > 0
@@ -184,10 +185,11 @@ def test_asyncio_tasks_through_a_real_redis(capsys: pytest.CaptureFixture[str], 
     report = _bench_json(capsys, *argv, "--calls", "60", "--redis", REDIS_URL)
     assert report["grants"] == 60
     assert report["refused_429"] == 0
-    # Counted on each thread's asyncio client: one script call per acquire (and at
-    # most one script load per process on a server new to the script).
+    # Counted on each thread's asyncio client: at most one script call per acquire,
+    # fewer where the tasks shared a round (and at most one script load per process
+    # on a server new to the script).
     assert report["acquires"] == 60
-    assert 60 <= report["round_trips"] <= 62
+    assert 0 < report["round_trips"] <= 62
 
 
 @pytest.mark.slow

@@ -66,8 +66,9 @@ def test_four_processes_of_four_threads_share_one_budget(redis_client: redis.Red
     assert span > seconds - 1.5, (started, grants[0], grants[-1])
     achieved = (len(grants) - capacity) / span
     assert abs(achieved - rate) / rate < 0.05, achieved
-    # Exactly one script call per acquire call, granted or timed out: no polling.
-    assert calls == sum(r["calls"] for r in results)
+    # At most one script call per acquire call, granted or timed out: no polling; and
+    # fewer where a process's threads shared a round (coalescing, issue 15).
+    assert 0 < calls <= sum(r["calls"] for r in results)
 
 
 PRIORITY_WORKER = Path(__file__).with_name("priority_worker.py")

@@ -88,6 +88,11 @@ class Composite(Limiter[Sequence[float]]):
                     f"limits[{i}] has adaptive={member.adaptive!r}: a composite does not learn its members' rates "
                     f"yet (build its members without adaptive, or use the adaptive limiter on its own)"
                 )
+            if isinstance(member, SingleLimiter) and member.lease is not None:
+                raise ValueError(
+                    f"limits[{i}] has lease={member.lease:g}: a composite decides its limits together in the "
+                    f"store and does not lease yet (build its members without lease)"
+                )
         rates = [member for member in limits if isinstance(member, SingleLimiter)]
         if not rates:
             raise ValueError(

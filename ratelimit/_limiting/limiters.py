@@ -36,6 +36,21 @@ def _bounded(name: str, value: object, capacity: float, rate: float) -> None:
     _validate.horizon(name, value, max(capacity, 1.0) / rate, "one token's interval or a full refill take")
 
 
+#: The longest lease: a lease is a few rounds' worth of a busy process's demand, and
+#: every second of it is kept back from the budget (see ``algorithm_for``).
+MAX_LEASE_SECONDS = 60.0
+
+
+def _lease_seconds(value: object) -> float | None:
+    """``lease`` checked: ``None``, or seconds (or a ``timedelta``) > 0 and at most a minute."""
+    if value is None:
+        return None
+    seconds = _validate.duration("lease", value)
+    if seconds > MAX_LEASE_SECONDS:
+        raise ValueError(f"lease must be seconds > 0 and at most {MAX_LEASE_SECONDS:g}, got {value!r}")
+    return seconds
+
+
 class SingleLimiter(Limiter[float]):
     """A limiter with one algorithm; ``tokens`` is one number."""
 
@@ -45,6 +60,8 @@ class SingleLimiter(Limiter[float]):
         "_configured",
         "_given_guard",
         "_guard",
+        "_lease",
+        "_leased",
         "_low",
         "_most",
         "_most_name",
@@ -66,9 +83,14 @@ class SingleLimiter(Limiter[float]):
         borrow: object = None,
         high_reserve: object = None,
         adaptive: object = None,
+        lease: object = None,
     ) -> None:
         self._configured = alg
         self._given_guard = guard
+        self._lease = _lease_seconds(lease)
+        # In force only on a budget shared beyond this process: in process, every
+        # decision is local already and there is nothing to lease.
+        self._leased = self._lease if getattr(backend, "shared", False) is True else None
         # What the stores decide by: the configured limit with each grant widened by
         # the guard (see guard.py). The properties report what the user configured.
         self._alg = self.algorithm_for(clock)
@@ -79,6 +101,11 @@ class SingleLimiter(Limiter[float]):
             raise ValueError(
                 f"adaptive={self._adaptive!r} with low_share={low_share!r}: a learned rate and two priorities "
                 f"do not combine yet; drop one"
+            )
+        if self._lease is not None and (self._adaptive is not None or self._priorities is not None):
+            what = f"adaptive={self._adaptive!r}" if self._adaptive is not None else f"low_share={low_share!r}"
+            raise ValueError(
+                f"lease={lease!r} with {what}: a lease and {what.split('=')[0]} do not combine yet; drop one"
             )
         super().__init__(backend=backend, name=name, clock=clock)
         self._most_name = self.most_name_for(clock)
@@ -96,7 +123,11 @@ class SingleLimiter(Limiter[float]):
             self._last_grant = LastGrant()
         elif self._priorities is None:
             self._most = self._quick_most = self._alg.most
-            self._handle = self._backend.bind(self._name, self._alg, clock)
+            self._handle = (
+                self._backend.bind(self._name, self._alg, clock)
+                if self._leased is None
+                else self._backend.bind(self._name, self._alg, clock, lease=self._leased)
+            )
         else:
             # Two lanes of the limit (see ratelimit._algorithms.lanes): this limiter
             # acquires at high priority, its `low` view at low priority.
@@ -144,6 +175,12 @@ class SingleLimiter(Limiter[float]):
         return None if self._pacing is None else self._pacing.rate()
 
     @property
+    def lease(self) -> float | None:
+        """Seconds of the leases this limiter spends locally (``None``: it asks the store
+        for every grant). See the README's "Leases" section."""
+        return self._lease
+
+    @property
     def low_share(self) -> float | None:
         """The low priority's share of the budget (``None``: no priorities)."""
         return None if self._priorities is None else self._priorities[0]
@@ -162,9 +199,18 @@ class SingleLimiter(Limiter[float]):
 
     def algorithm_for(self, clock: Clock | None) -> Algorithm[Any]:
         """What decides for this limit on ``clock`` (a composite's may not be the
-        member's own): the configured algorithm, widened by the guard."""
+        member's own): the configured algorithm, widened by the guard, and by a
+        lease's seconds (a leased token may be sent that long after its grant)."""
         guard = self.guard_for(clock)
-        return self._configured.guarded(guard) if guard > 0 else self._configured
+        if self._leased is None:
+            return self._configured.guarded(guard) if guard > 0 else self._configured
+        try:
+            return self._configured.guarded(guard + self._leased)
+        except ValueError as exc:
+            raise ValueError(
+                f"lease={self._leased:g} (a leased token may go that long after its grant, on top of "
+                f"guard={guard:g}): {exc}"
+            ) from None
 
     def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False, cost: bool = False) -> float:
         return _validate.tokens(tokens, math.inf if cost else self._most, self._most_name, name, zero=zero)
@@ -218,7 +264,8 @@ class SingleLimiter(Limiter[float]):
             share, keep = self._priorities
             lanes = f", low_share={share:g}" + (", borrow=False" if keep is None else f", high_reserve={keep:g}")
         learn = "" if self._adaptive is None else f", adaptive={self._adaptive!r}"
-        return f"{type(self).__name__}({self._describe()}{guard}{lanes}{learn}{where})"
+        leased = "" if self._lease is None else f", lease={self._lease:g}"
+        return f"{type(self).__name__}({self._describe()}{guard}{lanes}{learn}{leased}{where})"
 
 
 class TokenBucket(SingleLimiter):
@@ -253,6 +300,12 @@ class TokenBucket(SingleLimiter):
         adaptive: learn the rate from the provider's refusals (an :class:`Adaptive`):
             ``refill_per_sec`` is then the ceiling, and every worker sharing the
             budget learns one rate below it. ``None`` (default): the configured rate.
+        lease: on a shared backend, seconds (<= 60) of a *lease*: each process takes
+            a batch of the budget, sized to its demand, in one script call and grants
+            from it locally for that long (see the README's "Leases"). The fleet still
+            never exceeds the limit: ``lease * refill_per_sec`` tokens of the capacity
+            are kept back, as a guard of that many seconds would. ``None`` (default):
+            every grant asks the store. In process it changes nothing.
     """
 
     __slots__ = ()
@@ -270,6 +323,7 @@ class TokenBucket(SingleLimiter):
         borrow: bool | None = None,
         high_reserve: float | None = None,
         adaptive: Adaptive | None = None,
+        lease: float | timedelta | None = None,
     ) -> None:
         alg = Gcra(_validate.positive("capacity", capacity), _validate.rate("refill_per_sec", refill_per_sec))
         _bounded("refill_per_sec", refill_per_sec, alg.capacity, alg.rate)
@@ -283,6 +337,7 @@ class TokenBucket(SingleLimiter):
             borrow=borrow,
             high_reserve=high_reserve,
             adaptive=adaptive,
+            lease=lease,
         )
 
     @property
@@ -321,7 +376,8 @@ class LeakyBucket(SingleLimiter):
 
     A leaky bucket takes no ``low_share`` (a ``TypeError``, as for any argument it
     does not have): it promises even spacing, which two lanes deciding apart cannot
-    keep. Use a :class:`TokenBucket` for priorities.
+    keep. Use a :class:`TokenBucket` for priorities. Nor ``lease``: a lease hands a
+    batch out at once, which is no spacing at all.
     """
 
     __slots__ = ()
@@ -383,6 +439,9 @@ class SlidingWindow(SingleLimiter):
             rounded down to whole tokens, in the same window.
         adaptive: learn the rate from the provider's refusals, as for
             :class:`TokenBucket`; ``limit / window_seconds`` is the ceiling.
+        lease: spend the shared budget locally in leases of that many seconds, as
+            for :class:`TokenBucket`; each grant then counts for ``window_seconds +
+            guard + lease``.
     """
 
     __slots__ = ()
@@ -402,6 +461,7 @@ class SlidingWindow(SingleLimiter):
         borrow: bool | None = None,
         high_reserve: float | None = None,
         adaptive: Adaptive | None = None,
+        lease: float | timedelta | None = None,
     ) -> None:
         if not isinstance(approximate, bool):
             raise TypeError(f"approximate must be a bool, got {approximate!r}")
@@ -421,6 +481,7 @@ class SlidingWindow(SingleLimiter):
             borrow=borrow,
             high_reserve=high_reserve,
             adaptive=adaptive,
+            lease=lease,
         )
 
     @property

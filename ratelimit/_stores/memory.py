@@ -127,7 +127,10 @@ class MemoryBackend:
         if name is not None:
             weakref.finalize(handle, self._release, slots)
 
-    def bind(self, name: str | None, alg: Algorithm[Any], clock: Clock | None) -> MemoryHandle:
+    def bind(
+        self, name: str | None, alg: Algorithm[Any], clock: Clock | None, *, lease: float | None = None
+    ) -> MemoryHandle:
+        # Every decision here is already made in this process: there is nothing to lease.
         slot = self._slot(name, None, alg, clock)
         handle = MemoryHandle(alg, slot, clock or SystemClock())
         self._watch(handle, name, [slot])

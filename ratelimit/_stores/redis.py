@@ -30,6 +30,7 @@ import queue
 import sys
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ from .._redact import redact_url
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
 from .memory import MemoryBackend
 from .redis_errors import STORE_ERRORS, is_unavailable
+from .rounds import Round, RoundReply, Rounds
 from .scripts import Script, group_script, lanes_script, live_script, single_script
 from .sentinel import SentinelURL, is_sentinel_url, parse_sentinel_url
 from .store import Handle, Pacing
@@ -357,6 +359,10 @@ class RedisBackend:
         pool_size: the most script calls this backend has in flight at once (per
             event loop for asyncio); more callers wait their turn. Capped by the
             client's own pool size.
+        coalesce: whether the concurrent acquires of one limiter in this process
+            share one script call per round (default ``True``; see ``rounds.py``):
+            each still gets its own exact wait, and a limiter needs one connection
+            per event loop (and one for its threads), however many callers it has.
 
     The client's own timeouts and retries apply; :meth:`from_url` sets ones that
     suit a limiter (see ``DEFAULT_SOCKET_TIMEOUT``). Do not give it a client that
@@ -376,6 +382,7 @@ class RedisBackend:
         local_share: LocalShare = 1.0,
         time_source: Literal["server", "client"] = "server",
         pool_size: int = DEFAULT_POOL_SIZE,
+        coalesce: bool = True,
     ) -> None:
         if not hasattr(client, "evalsha"):
             raise TypeError(
@@ -390,6 +397,11 @@ class RedisBackend:
             raise TypeError(f"pool_size must be an int, got {type(pool_size).__name__} {pool_size!r}")
         if pool_size < 1:
             raise ValueError(f"pool_size must be >= 1, got {pool_size!r}")
+        if not isinstance(coalesce, bool):
+            raise TypeError(f"coalesce must be a bool, got {coalesce!r}")
+        self.coalesce = coalesce
+        # Handles spending a lease, whose rests go back at close.
+        self._leasing: weakref.WeakSet[RedisHandle] = weakref.WeakSet()
         # evalsha itself is a plain method on both kinds of client; the class tells.
         self._is_async = isinstance(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster))
         self._sync_client = None if self._is_async else client
@@ -432,6 +444,7 @@ class RedisBackend:
         local_share: LocalShare = 1.0,
         time_source: Literal["server", "client"] = "server",
         pool_size: int = DEFAULT_POOL_SIZE,
+        coalesce: bool = True,
         **options: Any,
     ) -> RedisBackend:
         """A backend on ``url`` (``redis://``, ``rediss://``, ``unix://``, or
@@ -497,6 +510,7 @@ class RedisBackend:
             local_share=local_share,
             time_source=time_source,
             pool_size=pool_size,
+            coalesce=coalesce,
         )
         backend._async_factory = make_async
         backend._deadline = deadline
@@ -549,6 +563,8 @@ class RedisBackend:
         if live is not None:
             live.stop()
         if self._sync_client is not None:
+            for handle in list(self._leasing):
+                handle.give_back_lease()
             self._sync_client.close()
         with self._lock:
             self._forget_closed_loops()
@@ -558,6 +574,9 @@ class RedisBackend:
 
         Clients of other event loops close when their loop shuts down.
         """
+        if self._sync_client is None:
+            for handle in list(self._leasing):
+                await handle.give_back_lease_async()
         with self._lock:
             state = self._loops.pop(asyncio.get_running_loop(), None)
         if state is not None and state.client is not None:
@@ -641,6 +660,11 @@ class RedisBackend:
                     raise self._unavailable(exc) from exc
         finally:
             turns.put(None)
+
+    @property
+    def threaded(self) -> bool:
+        """Whether asyncio callers are served by the synchronous client, from threads."""
+        return self._sync_client is not None and self._async_factory is None
 
     async def run_async(self, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
         if self._sync_client is not None and self._async_factory is None:
@@ -812,16 +836,25 @@ class RedisBackend:
             _Share(bound[LOW], lambda n: min(n, mosts[LOW])),
         )
 
-    def bind(self, name: str | None, alg: Algorithm[Any], clock: Clock | None) -> RedisHandle:
+    def bind(
+        self, name: str | None, alg: Algorithm[Any], clock: Clock | None, *, lease: float | None = None
+    ) -> RedisHandle:
+        """One limiter; ``lease``: the seconds of a lease it spends here (see
+        ``rounds.py``), which its algorithm's guard must already include."""
         assert name is not None  # the front requires a name for a shared backend
         local = self._fallback_of(lambda share: [self._single_local(alg, clock, share)])
-        return RedisHandle(
+        handle = RedisHandle(
             self,
             alg,
             self.key(name, alg.kind, clock=clock),
             self.now_source(clock),
             None if local is None else local[0],
         )
+        if lease is not None or self.coalesce:
+            handle.rounds = Rounds(handle.decide, handle.decide_async, (clock or SystemClock()).now, lease, alg.most)
+            if lease is not None:
+                self._leasing.add(handle)
+        return handle
 
     def bind_group(self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None) -> RedisGroupHandle:
         assert name is not None
@@ -1094,18 +1127,100 @@ class _ScriptHandle(ABC, Generic[T]):
 
 
 class RedisHandle(_ScriptHandle[float]):
-    """One limiter: ``KEYS = [base]``, ``ARGV = [op, now, tokens, extra, *params]``."""
+    """One limiter: ``KEYS = [base]``, ``ARGV = [op, now, tokens, extra, *params]``.
 
-    __slots__ = ("_params",)
+    With ``rounds`` (coalescing, a lease: see ``rounds.py``) its reserves are decided
+    in rounds, ``ARGV = ['batch', now, give_back, give_back_at, *params, want, least,
+    tokens, max_wait, ...]`` for more than one request or a lease.
+    """
+
+    __slots__ = ("__weakref__", "_params", "rounds")
 
     def __init__(
         self, backend: RedisBackend, alg: Algorithm[Any], key: str, now: Callable[[], str], local: _Local[float] | None
     ) -> None:
         super().__init__(backend, single_script(alg.kind), [key], now, local)
         self._params = tuple(_num(p) for p in alg.params())
+        self.rounds: Rounds | None = None
 
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
         return [op, self._now(), _num(tokens), extra, *self._params]
+
+    # -- rounds -----------------------------------------------------------------------
+
+    def _round_args(self, rnd: Round) -> list[str]:
+        if rnd.give_back is None and not rnd.want and len(rnd.asks) == 1:
+            ask = rnd.asks[0]
+            return self._args("reserve", ask.tokens, _max_wait(ask.max_wait))
+        back = ("", "") if rnd.give_back is None else (_num(rnd.give_back[0]), _at(rnd.give_back[1]))
+        args = ["batch", self._now(), *back, *self._params, _num(rnd.want), _num(rnd.least)]
+        for ask in rnd.asks:
+            args += [_num(ask.tokens), _max_wait(ask.max_wait)]
+        return args
+
+    @staticmethod
+    def _round_reply(rnd: Round, args: Sequence[str], reply: Sequence[bytes | str]) -> RoundReply:
+        if args[0] == "reserve":
+            return RoundReply([_reply(reply)], 0.0, math.nan)
+        n = len(rnd.asks)
+        decisions = [(float(reply[2 * i]), float(reply[2 * i + 1])) for i in range(n)]
+        return RoundReply(decisions, float(reply[2 * n]), float(reply[2 * n + 1]))
+
+    def decide(self, rnd: Round) -> RoundReply:
+        """Make one round's call (``Rounds``' I/O, for threads)."""
+        args = self._round_args(rnd)
+        return self._round_reply(rnd, args, self._backend.run(self._script, self._keys, args))
+
+    async def decide_async(self, rnd: Round) -> RoundReply:
+        """Make one round's call on the running event loop."""
+        args = self._round_args(rnd)
+        return self._round_reply(rnd, args, await self._backend.run_async(self._script, self._keys, args))
+
+    def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
+        rounds = self.rounds
+        if rounds is None:
+            return super().reserve(tokens, max_wait)
+        try:
+            decision = rounds.reserve(tokens, max_wait)
+        except BackendUnavailable as exc:
+            decision = self._fallback(tokens, max_wait, exc)
+        return self._count(tokens, decision)
+
+    async def reserve_async(self, tokens: float, max_wait: float) -> tuple[float, float]:
+        rounds = self.rounds
+        if rounds is None:
+            return await super().reserve_async(tokens, max_wait)
+        if self._backend.threaded:
+            # A synchronous client serves this loop from threads: their rounds.
+            return await asyncio.to_thread(self.reserve, tokens, max_wait)
+        try:
+            decision = await rounds.reserve_async(tokens, max_wait)
+        except BackendUnavailable as exc:
+            decision = self._fallback(tokens, max_wait, exc)
+        return self._count(tokens, decision)
+
+    def restrict(self, remaining: float, seconds: float) -> None:
+        # The provider says how much more may go: what is left of a lease is not
+        # the process's to spend any more.
+        if self.rounds is not None:
+            self.rounds.void()
+        super().restrict(remaining, seconds)
+
+    async def restrict_async(self, remaining: float, seconds: float) -> None:
+        if self.rounds is not None:
+            self.rounds.void()
+        await super().restrict_async(remaining, seconds)
+
+    def give_back_lease(self) -> None:
+        """Give back what is left of this handle's leases (the backend closing)."""
+        if self.rounds is not None:
+            for tokens, at in self.rounds.take_voids():
+                self.refund(tokens, at)
+
+    async def give_back_lease_async(self) -> None:
+        if self.rounds is not None:
+            for tokens, at in self.rounds.take_voids():
+                await self.refund_async(tokens, at)
 
 
 class RedisGroupHandle(_ScriptHandle[Sequence[float]]):

@@ -85,7 +85,12 @@ class Backend(Protocol):
     #: True when the state is shared beyond this process, which makes ``name`` required.
     shared: bool
 
-    def bind(self, name: str | None, alg: Algorithm[Any], clock: Clock | None) -> Handle[float]: ...
+    def bind(
+        self, name: str | None, alg: Algorithm[Any], clock: Clock | None, *, lease: float | None = None
+    ) -> Handle[float]:
+        """One limiter. ``lease``: spend the shared budget here in leases of that many
+        seconds (a store shared beyond this process; ``alg``'s guard includes them)."""
+        ...
 
     def bind_group(
         self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None

@@ -1,0 +1,362 @@
+"""One script call per round for a limiter's concurrent acquires, and leases.
+
+**Coalescing.** A process with a thousand tasks on one shared limiter would otherwise
+make a thousand script calls, each on its own connection. Here the callers of one
+limiter in one process (its threads, or the tasks of one event loop) take turns in
+*rounds*: while a round's call is in flight, newcomers queue; when it lands, the first
+of them leads the next round, which carries every request queued by then in one
+call. The script decides them one after the other in arrival order (``batch`` in
+``lua/_single.lua``), exactly as separate calls would, so each caller still gets its
+own exact wait. A caller alone makes the same single call as before.
+
+**Leasing** (``lease=`` on a limiter). A round may also take a *lease*: a batch of the
+shared budget, granted like any request but spent here, by callers that then make no
+call at all, until ``seconds`` after the round was sent. What is left then goes back
+with the next round (or at ``close``). The size follows this process's demand: the
+tokens it was asked for per second, measured between rounds (older measures fading
+over ``seconds``), times ``seconds``; an idle process asks for none. A lease is only
+taken when every request of its round went at once: a queue means the budget has no
+slack to hand out, and the callers go through the store one by one, in its order, as
+without leasing.
+
+Why the fleet never exceeds the limit: every leased token is granted by the shared
+algorithm like any other, and is sent at most ``seconds`` after that grant. The
+limiter adds ``seconds`` to its guard (see ``_limiting/guard.py``), which keeps the
+limit for requests that leave that late: a token bucket keeps ``seconds x rate``
+tokens of its capacity back, a window counts each grant ``seconds`` longer.
+
+In arrival order within a process: a request that does not fit what is left of the
+lease voids the rest (it goes back with the round that carries the request), so no
+later caller can take tokens here ahead of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+import threading
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from .._errors import BackendUnavailable
+
+__all__ = ["Ask", "Round", "RoundReply", "Rounds"]
+
+
+class Ask:
+    """One caller's request in a round: its outcome, and how to wake it."""
+
+    __slots__ = ("error", "lead", "max_wait", "result", "tokens", "waker")
+
+    def __init__(self, tokens: float, max_wait: float, waker: threading.Event | asyncio.Future[None] | None) -> None:
+        self.tokens = tokens
+        self.max_wait = max_wait
+        self.waker = waker
+        self.result: tuple[float, float] | None = None
+        self.error: BaseException | None = None
+        #: Promoted to run the next round.
+        self.lead = False
+
+    def wake(self) -> None:
+        waker = self.waker
+        if isinstance(waker, threading.Event):
+            waker.set()
+        elif waker is not None and not waker.done():
+            waker.set_result(None)
+
+    def outcome(self) -> tuple[float, float]:
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """What one call carries: the requests, a lease's rest given back, a lease asked."""
+
+    asks: list[Ask]
+    #: ``(tokens, at)`` of an ended lease going back, or ``None``.
+    give_back: tuple[float, float] | None
+    #: Tokens of lease wanted (0: none), and the least worth taking.
+    want: float
+    least: float
+    #: Local time the call was sent: a lease taken by it ends ``seconds`` later.
+    sent: float
+
+
+@dataclass(frozen=True, slots=True)
+class RoundReply:
+    #: ``(signed_wait, at)`` per request, in order.
+    decisions: list[tuple[float, float]]
+    #: Tokens leased, and the store time they were granted at.
+    leased: float
+    at: float
+
+
+class _Queue:
+    """The callers of one thread world (this process's threads, or one event loop)."""
+
+    __slots__ = ("busy", "waiting")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.waiting: collections.deque[Ask] = collections.deque()
+
+
+class Rounds:
+    """The acquires of one bound limiter in this process (see the module's doc).
+
+    ``decide`` / ``decide_async`` make a round's call; ``now`` is the limiter's clock;
+    ``lease`` the seconds of a lease (``None``: coalescing only); ``most`` the largest
+    grant the limit makes, which caps a lease.
+    """
+
+    __slots__ = (
+        "_asked",
+        "_decide",
+        "_decide_async",
+        "_lock",
+        "_loops",
+        "_now",
+        "_opened",
+        "_pool",
+        "_pool_at",
+        "_rate",
+        "_threads",
+        "_until",
+        "_voids",
+        "lease",
+        "most",
+    )
+
+    def __init__(
+        self,
+        decide: Callable[[Round], RoundReply],
+        decide_async: Callable[[Round], Awaitable[RoundReply]],
+        now: Callable[[], float],
+        lease: float | None,
+        most: float,
+    ) -> None:
+        self._decide = decide
+        self._decide_async = decide_async
+        self._now = now
+        self.lease = lease
+        self.most = most
+        self._lock = threading.Lock()
+        self._threads = _Queue()
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = weakref.WeakKeyDictionary()
+        # The lease being spent: tokens left, the store time they were granted at, and
+        # the local time after which none may be spent.
+        self._pool = 0.0
+        self._pool_at = math.nan
+        self._until = -math.inf
+        # Rests of leases to give back, one per round.
+        self._voids: list[tuple[float, float]] = []
+        # Demand: tokens asked since the last round was opened, and the rate measured.
+        self._asked = 0.0
+        self._opened: float | None = None
+        self._rate: float | None = None
+
+    # -- what is here ---------------------------------------------------------------
+
+    @property
+    def leased(self) -> float:
+        """Tokens of the current lease still to spend (0 once it has ended)."""
+        with self._lock:
+            return self._pool if self._now() < self._until else 0.0
+
+    def _from_pool(self, tokens: float, queue: _Queue) -> tuple[float, float] | None:
+        """A grant from the lease, or ``None`` (the rest then voided: see the module)."""
+        pool = self._pool
+        if not pool > 0:
+            return None
+        if queue.busy:
+            return None  # callers queued here are ahead: the lease is not theirs to skip
+        if tokens <= pool + 1e-9 and self._now() < self._until:
+            self._pool = pool - tokens if tokens < pool else 0.0
+            return 0.0, self._pool_at
+        self._void()
+        return None
+
+    def _void(self) -> None:
+        if self._pool > 0:
+            self._voids.append((self._pool, self._pool_at))
+        self._pool = 0.0
+        self._until = -math.inf
+
+    def void(self) -> None:
+        """End the lease now (a provider's pause; the rest goes back with the next round)."""
+        with self._lock:
+            self._void()
+
+    def take_voids(self) -> list[tuple[float, float]]:
+        """Every rest not yet given back, and the current lease's (at ``close``)."""
+        with self._lock:
+            self._void()
+            voids, self._voids = self._voids, []
+            return voids
+
+    # -- a round --------------------------------------------------------------------
+
+    def _open(self, asks: list[Ask]) -> Round:
+        now = self._now()
+        want = least = 0.0
+        if self.lease is not None:
+            asked, self._asked = self._asked, 0.0
+            if self._opened is not None and now > self._opened:
+                # The demand since the last round, against the estimate before it,
+                # which counts less the longer ago it was measured (by the lease's
+                # length): after a pause, the pause is the demand.
+                sample = asked / (now - self._opened)
+                kept = 0.0 if self._rate is None else math.exp(-(now - self._opened) / self.lease)
+                self._rate = sample * (1 - kept) + (self._rate or 0.0) * kept
+            demand = sum(ask.tokens for ask in asks) if self._rate is None else self._rate * self.lease
+            least = min(ask.tokens for ask in asks)
+            want = float(math.ceil(min(demand, self.most)))
+            if want > self.most:
+                want = math.floor(self.most)
+            if want < least:
+                want = 0.0
+        self._opened = now
+        give_back = self._voids.pop(0) if self._voids else None
+        return Round(asks, give_back, want, least, now)
+
+    def _close(self, rnd: Round, reply: RoundReply, queue: _Queue) -> None:
+        for ask, decision in zip(rnd.asks, reply.decisions, strict=True):
+            ask.result = decision
+            ask.wake()
+        if reply.leased > 0 and self.lease is not None:
+            self._void()  # a lease taken by another thread world meanwhile
+            self._pool, self._pool_at, self._until = reply.leased, reply.at, rnd.sent + self.lease
+        # Those who queued while the call was out are served from the new lease, in
+        # order, as far as it goes.
+        while queue.waiting:
+            head = queue.waiting[0]
+            got = self._from_pool(head.tokens, _IDLE)
+            if got is None:
+                break
+            queue.waiting.popleft()
+            head.result = got
+            head.wake()
+
+    def _fail(self, rnd: Round, exc: BaseException) -> None:
+        # A rest given back by the failed call is lost with it: the budget is the
+        # poorer for it, never the richer.
+        error = (
+            exc if isinstance(exc, Exception) else BackendUnavailable(f"the call carrying this request failed: {exc!r}")
+        )
+        for ask in rnd.asks:
+            ask.error = error
+            ask.wake()
+
+    def _hand_over(self, queue: _Queue) -> None:
+        if queue.waiting:
+            head = queue.waiting[0]
+            head.lead = True
+            head.wake()
+        else:
+            queue.busy = False
+
+    def _lead_next(self, ask: Ask, queue: _Queue) -> Round:
+        # Promoted: this caller carries every request queued by now, its own first.
+        asks = list(queue.waiting)
+        queue.waiting.clear()
+        assert asks[0] is ask
+        return self._open(asks)
+
+    # -- threads --------------------------------------------------------------------
+
+    def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
+        """Decide ``tokens`` for a thread: from the lease, or in a round."""
+        queue = self._threads
+        with self._lock:
+            self._asked += tokens
+            got = self._from_pool(tokens, queue)
+            if got is not None:
+                return got
+            if queue.busy:
+                ask = Ask(tokens, max_wait, threading.Event())
+                queue.waiting.append(ask)
+                rnd = None
+            else:
+                queue.busy = True
+                ask = Ask(tokens, max_wait, None)
+                rnd = self._open([ask])
+        if rnd is None:
+            assert isinstance(ask.waker, threading.Event)
+            ask.waker.wait()
+            if not ask.lead:
+                return ask.outcome()
+            with self._lock:
+                rnd = self._lead_next(ask, queue)
+        try:
+            reply = self._decide(rnd)
+        except BaseException as exc:
+            with self._lock:
+                self._fail(rnd, exc)
+                self._hand_over(queue)
+            raise
+        with self._lock:
+            self._close(rnd, reply, queue)
+            self._hand_over(queue)
+        return ask.outcome()
+
+    # -- one event loop's tasks -----------------------------------------------------
+
+    async def reserve_async(self, tokens: float, max_wait: float) -> tuple[float, float]:
+        """Decide ``tokens`` for a task of the running loop: from the lease, or in a round."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            queue = self._loops.get(loop)
+            if queue is None:
+                queue = self._loops[loop] = _Queue()
+            self._asked += tokens
+            got = self._from_pool(tokens, queue)
+            if got is not None:
+                return got
+            if queue.busy:
+                ask = Ask(tokens, max_wait, loop.create_future())
+                queue.waiting.append(ask)
+                rnd = None
+            else:
+                queue.busy = True
+                ask = Ask(tokens, max_wait, None)
+                rnd = self._open([ask])
+        if rnd is None:
+            assert isinstance(ask.waker, asyncio.Future)
+            try:
+                await ask.waker
+            except asyncio.CancelledError:
+                with self._lock:
+                    self._abandon(ask, queue)
+                raise
+            if not ask.lead:
+                return ask.outcome()
+            with self._lock:
+                rnd = self._lead_next(ask, queue)
+        try:
+            reply = await self._decide_async(rnd)
+        except BaseException as exc:
+            with self._lock:
+                self._fail(rnd, exc)
+                self._hand_over(queue)
+            raise
+        with self._lock:
+            self._close(rnd, reply, queue)
+            self._hand_over(queue)
+        return ask.outcome()
+
+    def _abandon(self, ask: Ask, queue: _Queue) -> None:
+        # A waiter cancelled before its round (the event loop shutting down): out of
+        # the queue, and if it had been promoted, the next one leads instead.
+        if ask in queue.waiting:
+            queue.waiting.remove(ask)
+            if ask.lead:
+                self._hand_over(queue)
+
+
+#: A queue with nobody in it, for serving the waiters of a round just closed.
+_IDLE = _Queue()
