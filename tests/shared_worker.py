@@ -1,7 +1,11 @@
 """A worker process for the multi-process tests: threads acquiring from one Redis budget.
 
-Run as ``python shared_worker.py URL NAME CAPACITY RATE THREADS SECONDS``. Prints one
-JSON object: the wall-clock time of every grant and the number of acquire calls made.
+Run as ``python shared_worker.py URL NAME CAPACITY RATE THREADS SECONDS [LEASE]``.
+Prints one JSON object: the wall-clock time of every grant and the number of acquire
+calls made. With ``LEASE`` (seconds) the limiter leases, with a guard of 0.05 s for
+send jitter, and each thread calls ``try_acquire`` as fast as it can, pausing 1 ms
+after a refusal: the hardest case for a lease's bound, a budget emptied the moment
+it refills.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from ratelimit import AcquireTimeout, RedisBackend, TokenBucket
 
 def main() -> None:
     url, name, capacity, rate, threads, seconds = sys.argv[1:7]
+    lease = float(sys.argv[7]) if len(sys.argv) > 7 else None
     backend = RedisBackend.from_url(url)
-    limiter = TokenBucket(float(capacity), float(rate), backend=backend, name=name)
+    guard = None if lease is None else 0.05
+    limiter = TokenBucket(float(capacity), float(rate), backend=backend, name=name, lease=lease, guard=guard)
     stop = time.time() + float(seconds)
     grants: list[float] = []
     calls = [0]
@@ -30,10 +36,15 @@ def main() -> None:
                 return
             with lock:
                 calls[0] += 1
-            try:
-                limiter.acquire(timeout=left)
-            except AcquireTimeout:
-                return
+            if lease is not None:
+                if not limiter.try_acquire():
+                    time.sleep(0.001)
+                    continue
+            else:
+                try:
+                    limiter.acquire(timeout=left)
+                except AcquireTimeout:
+                    return
             now = time.time()
             with lock:
                 grants.append(now)
@@ -43,6 +54,7 @@ def main() -> None:
         worker.start()
     for worker in workers:
         worker.join()
+    backend.close()  # gives back what is left of a lease
     print(json.dumps({"grants": grants, "calls": calls[0]}))
 
 

@@ -71,6 +71,44 @@ def test_four_processes_of_four_threads_share_one_budget(redis_client: redis.Red
     assert 0 < calls <= sum(r["calls"] for r in results)
 
 
+def test_four_leasing_processes_never_exceed_the_bucket(redis_client: redis.Redis) -> None:
+    # Leases of 50 ms and a guard of 50 ms for send jitter keep (0.05 + 0.05) x 400 =
+    # 40 tokens of the 60 back; what the fleet sends must still fit the bucket as
+    # configured, 60 + 400 in any second.
+    capacity, rate, seconds, processes, lease = 60, 400.0, 3.0, 4, 0.05
+    name = unique_name("leased")
+    warm = [sys.executable, str(WORKER), REDIS_URL, unique_name("warm"), "200", "1000", "1", "0.01", str(lease)]
+    subprocess.run(warm, check=True, capture_output=True, timeout=30)
+    before = script_calls(redis_client)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), REDIS_URL, name, str(capacity), str(rate), "4", str(seconds), str(lease)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(processes)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out))
+    calls = script_calls(redis_client) - before
+    grants = sorted(t for r in results for t in r["grants"])
+    assert all(r["grants"] for r in results), "every process got some grants"
+    # Sends are timestamped after the call returns: one grant of slack for that, as
+    # for the plain bucket above.
+    assert max_in_any_window(grants, 1.0) <= capacity + rate + 1
+    # The lease takes nothing from the rate: a sustained 400/s within 10 %.
+    span = grants[-1] - grants[0]
+    achieved = (len(grants) - capacity) / span
+    assert abs(achieved - rate) / rate < 0.1, achieved
+    # Never more than one script call per attempt (a refused try costs one: the budget
+    # is emptied the moment it refills, so there is rarely slack to lease here).
+    assert 0 < calls <= sum(r["calls"] for r in results)
+
+
 PRIORITY_WORKER = Path(__file__).with_name("priority_worker.py")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import time
 from typing import Any
 
 import fakeredis
@@ -420,3 +421,112 @@ def test_in_process_a_lease_changes_nothing() -> None:
     assert limiter.lease == 0.5
     assert limiter._most == 10
     assert MemoryBackend.shared is False
+
+
+def within_window(times: list[float], limit: float, window: float) -> bool:
+    """Whether grants at ``times`` (one token each) keep at most ``limit`` in any
+    interval of ``window`` seconds (a grant at ``t`` counts until ``t + window``)."""
+    times = sorted(times)
+    return all(sum(1 for u in times[i:] if u < t + window - 1e-9) <= limit for i, t in enumerate(times))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(0, 2), st.sampled_from([0.0, 0.001, 0.02, 0.1, 0.4])),
+        min_size=1,
+        max_size=120,
+    ),
+    approximate=st.booleans(),
+)
+def test_three_leasing_processes_never_exceed_the_window(steps: list[tuple[int, float]], approximate: bool) -> None:
+    clock = ManualClock(start=1_000.0)
+    shared = fakeredis.FakeServer()
+    name = unique_name("window")
+    limit, window = 6.0, 1.0
+    limiters = [
+        SlidingWindow(
+            limit,
+            window,
+            approximate=approximate,
+            backend=RedisBackend(fakeredis.FakeRedis(server=shared)),
+            name=name,
+            clock=clock,
+            lease=0.2,
+        )
+        for _ in range(3)
+    ]
+    sent: list[float] = []
+    for who, later in steps:
+        clock.advance(later)
+        if limiters[who].try_acquire():
+            sent.append(clock.now())
+    assert within_window(sent, limit, window)
+
+
+def test_asyncio_tasks_spend_the_lease_without_a_call_each() -> None:
+    async def main() -> None:
+        clock = ManualClock(start=1_000.0)
+        backend = RedisBackend(fakeredis.FakeAsyncRedis())
+        calls = Calls(backend)
+        limiter = TokenBucket(10_000, 1_000, backend=backend, name=unique_name(), clock=clock, lease=1.0)
+        for _ in range(20):
+            assert await limiter.try_acquire_async()
+            clock.advance(0.01)
+        many = await asyncio.gather(*(limiter.try_acquire_async() for _ in range(500)))
+        assert all(many)
+        assert calls.calls < 20
+        assert limiter.stats().granted == 520
+
+    asyncio.run(main())
+
+
+def test_a_synchronous_client_serves_asyncio_callers_from_the_threads_rounds() -> None:
+    async def main() -> None:
+        clock = ManualClock(start=1_000.0)
+        backend = RedisBackend(fakeredis.FakeRedis())
+        assert backend.threaded
+        calls = Calls(backend)
+        limiter = TokenBucket(10_000, 1_000, backend=backend, name=unique_name(), clock=clock, lease=1.0)
+        for _ in range(50):
+            assert await limiter.try_acquire_async()
+            clock.advance(0.01)
+        assert calls.calls < 10
+
+    asyncio.run(main())
+
+
+def test_feedback_ends_the_lease() -> None:
+    clock = ManualClock(start=1_000.0)
+    backend = RedisBackend(fakeredis.FakeRedis())
+    limiter = TokenBucket(100, 10, backend=backend, name=unique_name(), clock=clock, lease=1.0)
+    limiter.try_acquire()
+    clock.advance(0.1)
+    limiter.try_acquire()
+    limiter.try_acquire()
+    assert rounds_of(limiter).leased > 0
+    limiter.feedback({"Retry-After": "5"}, status=429)
+    assert rounds_of(limiter).leased == 0
+    assert not limiter.try_acquire()  # the pause holds for the lease's rest too
+
+
+def test_the_rest_of_a_lease_goes_back_when_it_ends(redis_client: redis.Redis) -> None:
+    # On real time, a thread gives the rest back at the lease's end, with no acquire
+    # to carry it.
+    backend = RedisBackend(redis_client)
+    name = unique_name("ends")
+    limiter = TokenBucket(1_000, 0.001, backend=backend, name=name, lease=0.2)
+    for _ in range(200):
+        limiter.try_acquire()
+    left = rounds_of(limiter).leased
+    assert left > 0
+    other = TokenBucket(1_000 - 0.2 * 0.001, 0.001, backend=RedisBackend(redis_client), name=name)
+    spent = 200 + left
+    assert not other.try_acquire(1_000 - spent + 5)
+    deadline = time.monotonic() + 5
+    while rounds_of(limiter)._voids or rounds_of(limiter)._pool:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert other.try_acquire(1_000 - 0.2 * 0.001 - 200 - 1)
+    backend.close()

@@ -160,6 +160,9 @@ class Paced:
     def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
         return self._group.reserve((tokens, tokens), max_wait)
 
+    def reserve_here(self, tokens: float, max_wait: float) -> None:
+        return None  # a group decides in the store
+
     async def reserve_async(self, tokens: float, max_wait: float) -> tuple[float, float]:
         return await self._group.reserve_async((tokens, tokens), max_wait)
 

@@ -261,6 +261,9 @@ class Limiter(ABC, Generic[T]):
         handle = self._handle
         if not handle.suspends:
             return await handle.reserve_async(tokens, max_wait)
+        here = handle.reserve_here(tokens, max_wait)
+        if here is not None:
+            return here
         # A task cancelled while the store decides must not strand what the store then
         # grants: the call goes on, shielded, and a grant that lands is given back.
         call = asyncio.ensure_future(handle.reserve_async(tokens, max_wait))

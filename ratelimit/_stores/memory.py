@@ -250,6 +250,9 @@ class MemoryHandle:
             lock.release()
         return wait, now + wait
 
+    def reserve_here(self, tokens: float, max_wait: float) -> None:
+        return None  # never asked: nothing here suspends
+
     async def reserve_async(self, tokens: float, max_wait: float) -> tuple[float, float]:
         return self.reserve(tokens, max_wait)
 
@@ -343,6 +346,9 @@ class MemoryGroupHandle:
                 lock.release()
         return wait, now + wait
 
+    def reserve_here(self, tokens: Sequence[float], max_wait: float) -> None:
+        return None  # never asked: nothing here suspends
+
     async def reserve_async(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float]:
         return self.reserve(tokens, max_wait)
 
@@ -432,6 +438,9 @@ class MemoryLaneHandle:
         if wait >= 0:
             self._last.saw(lane)
         return wait, _lanes.LaneTime(now + wait, lane)
+
+    def reserve_here(self, tokens: float, max_wait: float) -> None:
+        return None  # never asked: nothing here suspends
 
     async def reserve_async(self, tokens: float, max_wait: float) -> tuple[float, float]:
         return self.reserve(tokens, max_wait)

@@ -54,6 +54,7 @@ from .._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime, LastLane, cha
 from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
 from .._redact import redact_url
+from .lease_returns import LeaseReturns
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
 from .memory import MemoryBackend
 from .redis_errors import STORE_ERRORS, is_unavailable
@@ -400,7 +401,8 @@ class RedisBackend:
         if not isinstance(coalesce, bool):
             raise TypeError(f"coalesce must be a bool, got {coalesce!r}")
         self.coalesce = coalesce
-        # Handles spending a lease, whose rests go back at close.
+        # Handles spending a lease, whose rests go back at close, and as each lease
+        # ends (from a thread that needs the synchronous client).
         self._leasing: weakref.WeakSet[RedisHandle] = weakref.WeakSet()
         # evalsha itself is a plain method on both kinds of client; the class tells.
         self._is_async = isinstance(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster))
@@ -411,6 +413,7 @@ class RedisBackend:
                 "make the backend with RedisBackend.from_url(...) or RedisBackend(redis.Redis(...))"
             )
         self._async_client = client if self._is_async else None
+        self._returns = None if self._sync_client is None else LeaseReturns()
         self._async_factory: Callable[[], Any] | None = None
         self._deadline: float | None = None
         self.on_unavailable: OnUnavailable = on_unavailable
@@ -562,6 +565,8 @@ class RedisBackend:
         live = self._live
         if live is not None:
             live.stop()
+        if self._returns is not None:
+            self._returns.stop()
         if self._sync_client is not None:
             for handle in list(self._leasing):
                 handle.give_back_lease()
@@ -851,9 +856,14 @@ class RedisBackend:
             None if local is None else local[0],
         )
         if lease is not None or self.coalesce:
-            handle.rounds = Rounds(handle.decide, handle.decide_async, (clock or SystemClock()).now, lease, alg.most)
+            rounds = handle.rounds = Rounds(
+                handle.decide, handle.decide_async, (clock or SystemClock()).now, lease, alg.most
+            )
             if lease is not None:
                 self._leasing.add(handle)
+                if self._returns is not None and not _injected(clock):
+                    returns, give_back = self._returns, handle.give_back_ended
+                    rounds.on_lease = lambda seconds: returns.watch(seconds, give_back)
         return handle
 
     def bind_group(self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None) -> RedisGroupHandle:
@@ -1067,6 +1077,9 @@ class _ScriptHandle(ABC, Generic[T]):
             decision = self._fallback(tokens, max_wait, exc)
         return self._count(tokens, decision)
 
+    def reserve_here(self, tokens: T, max_wait: float) -> tuple[float, float] | None:
+        return None
+
     async def reserve_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
         args = self._args("reserve", tokens, _max_wait(max_wait))
         try:
@@ -1186,6 +1199,13 @@ class RedisHandle(_ScriptHandle[float]):
             decision = self._fallback(tokens, max_wait, exc)
         return self._count(tokens, decision)
 
+    def reserve_here(self, tokens: float, max_wait: float) -> tuple[float, float] | None:
+        rounds = self.rounds
+        if rounds is None or rounds.lease is None:
+            return None
+        got = rounds.reserve_here(tokens, threads=self._backend.threaded)
+        return None if got is None else self._count(tokens, got)
+
     async def reserve_async(self, tokens: float, max_wait: float) -> tuple[float, float]:
         rounds = self.rounds
         if rounds is None:
@@ -1210,6 +1230,12 @@ class RedisHandle(_ScriptHandle[float]):
         if self.rounds is not None:
             self.rounds.void()
         await super().restrict_async(remaining, seconds)
+
+    def give_back_ended(self) -> None:
+        """Give back the rest of a lease that has ended (``lease_returns.py``)."""
+        if self.rounds is not None:
+            for tokens, at in self.rounds.take_ended():
+                self.refund(tokens, at)
 
     def give_back_lease(self) -> None:
         """Give back what is left of this handle's leases (the backend closing)."""

@@ -130,6 +130,7 @@ class Rounds:
         "_voids",
         "lease",
         "most",
+        "on_lease",
     )
 
     def __init__(
@@ -159,6 +160,8 @@ class Rounds:
         self._asked = 0.0
         self._opened: float | None = None
         self._rate: float | None = None
+        #: Told the seconds a new lease has to run (see ``lease_returns.py``).
+        self.on_lease: Callable[[float], None] | None = None
 
     # -- what is here ---------------------------------------------------------------
 
@@ -191,6 +194,28 @@ class Rounds:
         """End the lease now (a provider's pause; the rest goes back with the next round)."""
         with self._lock:
             self._void()
+
+    def reserve_here(self, tokens: float, *, threads: bool) -> tuple[float, float] | None:
+        """A grant from the lease for a task of the running event loop (or, with
+        ``threads``, one served by the threads' rounds), made without awaiting;
+        ``None``: it needs a round (``reserve_async``)."""
+        if not self._pool > 0:
+            return None
+        with self._lock:
+            queue = self._threads if threads else self._loops.get(asyncio.get_running_loop(), _IDLE)
+            got = self._from_pool(tokens, queue)
+            if got is not None:
+                self._asked += tokens
+            return got
+
+    def take_ended(self) -> list[tuple[float, float]]:
+        """The rests to give back now: the current lease's if it has ended, and any
+        voided one no round has carried yet."""
+        with self._lock:
+            if self._pool > 0 and self._now() >= self._until:
+                self._void()
+            voids, self._voids = self._voids, []
+            return voids
 
     def take_voids(self) -> list[tuple[float, float]]:
         """Every rest not yet given back, and the current lease's (at ``close``)."""
@@ -231,6 +256,8 @@ class Rounds:
         if reply.leased > 0 and self.lease is not None:
             self._void()  # a lease taken by another thread world meanwhile
             self._pool, self._pool_at, self._until = reply.leased, reply.at, rnd.sent + self.lease
+            if self.on_lease is not None:
+                self.on_lease(self._until - self._now())
         # Those who queued while the call was out are served from the new lease, in
         # order, as far as it goes.
         while queue.waiting:

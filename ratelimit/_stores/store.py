@@ -43,6 +43,12 @@ class Handle(Protocol[T_contra]):
 
     async def reserve_async(self, tokens: T_contra, max_wait: float) -> tuple[float, float]: ...
 
+    def reserve_here(self, tokens: T_contra, max_wait: float) -> tuple[float, float] | None:
+        """A grant this process can make without the store (from a lease), as
+        ``reserve`` would return it; ``None``: ask the store. Lets a suspending
+        handle's asyncio callers skip the round trip's cancellation guard."""
+        ...
+
     def refund(self, tokens: T_contra, at: float | None) -> None:
         """Give back tokens of the grant at store time ``at`` (``None``: one already made)."""
         ...
