@@ -48,7 +48,7 @@ __all__ = ["Ask", "Round", "RoundReply", "Rounds"]
 class Ask:
     """One caller's request in a round: its outcome, and how to wake it."""
 
-    __slots__ = ("error", "lead", "max_wait", "result", "tokens", "waker")
+    __slots__ = ("error", "lead", "max_wait", "result", "round", "tokens", "waker")
 
     def __init__(self, tokens: float, max_wait: float, waker: threading.Event | asyncio.Future[None] | None) -> None:
         self.tokens = tokens
@@ -58,6 +58,8 @@ class Ask:
         self.error: BaseException | None = None
         #: Promoted to run the next round.
         self.lead = False
+        #: The round this caller leads, from its arrival.
+        self.round: Round | None = None
 
     def wake(self) -> None:
         waker = self.waker
@@ -294,64 +296,76 @@ class Rounds:
         assert asks[0] is ask
         return self._open(asks)
 
-    # -- threads --------------------------------------------------------------------
+    # -- a caller's way through: the same for threads and tasks, but for the waits ------
+
+    def _arrive(
+        self, tokens: float, max_wait: float, queue: _Queue, waker: Callable[[], threading.Event | asyncio.Future[None]]
+    ) -> tuple[float, float] | Ask:
+        """A grant from the lease; or this caller's ask, queued behind a round in
+        flight, or (``ask.round`` set) leading a round of its own now."""
+        with self._lock:
+            self._asked += tokens
+            got = self._from_pool(tokens, queue)
+            if got is not None:
+                return got
+            if queue.busy:
+                ask = Ask(tokens, max_wait, waker())
+                queue.waiting.append(ask)
+            else:
+                queue.busy = True
+                ask = Ask(tokens, max_wait, None)
+                ask.round = self._open([ask])
+            return ask
+
+    def _woken(self, ask: Ask, queue: _Queue) -> Round | None:
+        """After a queued ask was woken: the round it now leads, or ``None`` (its
+        outcome has come)."""
+        if not ask.lead:
+            return None
+        with self._lock:
+            return self._lead_next(ask, queue)
+
+    def _finish(self, rnd: Round, queue: _Queue, reply: RoundReply | None, exc: BaseException | None) -> None:
+        with self._lock:
+            if reply is not None:
+                self._close(rnd, reply, queue)
+            else:
+                assert exc is not None
+                self._fail(rnd, exc)
+            self._hand_over(queue)
 
     def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
         """Decide ``tokens`` for a thread: from the lease, or in a round."""
         queue = self._threads
-        with self._lock:
-            self._asked += tokens
-            got = self._from_pool(tokens, queue)
-            if got is not None:
-                return got
-            if queue.busy:
-                ask = Ask(tokens, max_wait, threading.Event())
-                queue.waiting.append(ask)
-                rnd = None
-            else:
-                queue.busy = True
-                ask = Ask(tokens, max_wait, None)
-                rnd = self._open([ask])
+        ask = self._arrive(tokens, max_wait, queue, threading.Event)
+        if not isinstance(ask, Ask):
+            return ask
+        rnd = ask.round
         if rnd is None:
             assert isinstance(ask.waker, threading.Event)
             ask.waker.wait()
-            if not ask.lead:
+            rnd = self._woken(ask, queue)
+            if rnd is None:
                 return ask.outcome()
-            with self._lock:
-                rnd = self._lead_next(ask, queue)
         try:
             reply = self._decide(rnd)
         except BaseException as exc:
-            with self._lock:
-                self._fail(rnd, exc)
-                self._hand_over(queue)
+            self._finish(rnd, queue, None, exc)
             raise
-        with self._lock:
-            self._close(rnd, reply, queue)
-            self._hand_over(queue)
+        self._finish(rnd, queue, reply, None)
         return ask.outcome()
-
-    # -- one event loop's tasks -----------------------------------------------------
 
     async def reserve_async(self, tokens: float, max_wait: float) -> tuple[float, float]:
         """Decide ``tokens`` for a task of the running loop: from the lease, or in a round."""
         loop = asyncio.get_running_loop()
-        with self._lock:
-            queue = self._loops.get(loop)
-            if queue is None:
-                queue = self._loops[loop] = _Queue()
-            self._asked += tokens
-            got = self._from_pool(tokens, queue)
-            if got is not None:
-                return got
-            if queue.busy:
-                ask = Ask(tokens, max_wait, loop.create_future())
-                queue.waiting.append(ask)
-                rnd = None
-            else:
-                queue.busy = True
-                ask = Ask(tokens, max_wait, None)
-                rnd = self._open([ask])
+        queue = self._loops.get(loop)
+        if queue is None:
+            with self._lock:
+                queue = self._loops.setdefault(loop, _Queue())
+        ask = self._arrive(tokens, max_wait, queue, loop.create_future)
+        if not isinstance(ask, Ask):
+            return ask
+        rnd = ask.round
         if rnd is None:
             assert isinstance(ask.waker, asyncio.Future)
             try:
@@ -360,20 +374,15 @@ class Rounds:
                 with self._lock:
                     self._abandon(ask, queue)
                 raise
-            if not ask.lead:
+            rnd = self._woken(ask, queue)
+            if rnd is None:
                 return ask.outcome()
-            with self._lock:
-                rnd = self._lead_next(ask, queue)
         try:
             reply = await self._decide_async(rnd)
         except BaseException as exc:
-            with self._lock:
-                self._fail(rnd, exc)
-                self._hand_over(queue)
+            self._finish(rnd, queue, None, exc)
             raise
-        with self._lock:
-            self._close(rnd, reply, queue)
-            self._hand_over(queue)
+        self._finish(rnd, queue, reply, None)
         return ask.outcome()
 
     def _abandon(self, ask: Ask, queue: _Queue) -> None:
