@@ -6,7 +6,6 @@ import bisect
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +29,19 @@ def max_in_any_window(times: list[float], width: float) -> int:
     return max(bisect.bisect_left(times, t + width) - i for i, t in enumerate(times))
 
 
-def test_four_processes_of_four_threads_share_one_budget(redis_client: redis.Redis) -> None:
-    capacity, rate, seconds, processes = 20, 200.0, 3.0, 4
+def run_fleet(
+    client: redis.Redis, processes: int, capacity: float, rate: float, seconds: float, *lease: str
+) -> tuple[list[dict[str, Any]], int]:
+    """``processes`` workers of 4 threads on one new budget: what each printed, and
+    the script calls they made in all."""
     name = unique_name("shared")
     # Load the script first, so that no NOSCRIPT retry muddies the command count.
-    warm = [sys.executable, str(WORKER), REDIS_URL, unique_name("warm"), "1", "1000", "1", "0.01"]
+    warm = [sys.executable, str(WORKER), REDIS_URL, unique_name("warm"), "200", "1000", "1", "0.01", *lease]
     subprocess.run(warm, check=True, capture_output=True, timeout=30)
-    before = script_calls(redis_client)
-
-    started = time.time()
+    before = script_calls(client)
     procs = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), REDIS_URL, name, str(capacity), str(rate), "4", str(seconds)],
+            [sys.executable, str(WORKER), REDIS_URL, name, str(capacity), str(rate), "4", str(seconds), *lease],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -53,17 +53,21 @@ def test_four_processes_of_four_threads_share_one_budget(redis_client: redis.Red
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         results.append(json.loads(out))
-    calls = script_calls(redis_client) - before
-
-    grants = sorted(t for r in results for t in r["grants"])
     assert all(r["grants"] for r in results), "every process got some grants"
+    return results, script_calls(client) - before
+
+
+def test_four_processes_of_four_threads_share_one_budget(redis_client: redis.Redis) -> None:
+    capacity, rate, seconds = 20, 200.0, 3.0
+    results, calls = run_fleet(redis_client, 4, capacity, rate, seconds)
+    grants = sorted(t for r in results for t in r["grants"])
     # The bucket allows `capacity + rate * 1` in any second. Grants are timestamped after
     # the sleep returns, so a late wake-up can push one grant a little closer to the
     # next; one grant of slack covers that jitter.
     assert max_in_any_window(grants, 1.0) <= capacity + rate + 1
     # The sustained rate, after the free burst, is the configured one within 5 %.
     span = grants[-1] - grants[0]
-    assert span > seconds - 1.5, (started, grants[0], grants[-1])
+    assert span > seconds - 1.5, (grants[0], grants[-1])
     achieved = (len(grants) - capacity) / span
     assert abs(achieved - rate) / rate < 0.05, achieved
     # At most one script call per acquire call, granted or timed out: no polling; and
@@ -75,28 +79,9 @@ def test_four_leasing_processes_never_exceed_the_bucket(redis_client: redis.Redi
     # Leases of 50 ms and a guard of 50 ms for send jitter keep (0.05 + 0.05) x 400 =
     # 40 tokens of the 60 back; what the fleet sends must still fit the bucket as
     # configured, 60 + 400 in any second.
-    capacity, rate, seconds, processes, lease = 60, 400.0, 3.0, 4, 0.05
-    name = unique_name("leased")
-    warm = [sys.executable, str(WORKER), REDIS_URL, unique_name("warm"), "200", "1000", "1", "0.01", str(lease)]
-    subprocess.run(warm, check=True, capture_output=True, timeout=30)
-    before = script_calls(redis_client)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), REDIS_URL, name, str(capacity), str(rate), "4", str(seconds), str(lease)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(processes)
-    ]
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err
-        results.append(json.loads(out))
-    calls = script_calls(redis_client) - before
+    capacity, rate = 60, 400.0
+    results, calls = run_fleet(redis_client, 4, capacity, rate, 3.0, "0.05")
     grants = sorted(t for r in results for t in r["grants"])
-    assert all(r["grants"] for r in results), "every process got some grants"
     # Sends are timestamped after the call returns: one grant of slack for that, as
     # for the plain bucket above.
     assert max_in_any_window(grants, 1.0) <= capacity + rate + 1

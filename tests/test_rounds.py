@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import threading
 import time
+import warnings
 from typing import Any
 
 import fakeredis
@@ -530,3 +532,23 @@ def test_the_rest_of_a_lease_goes_back_when_it_ends(redis_client: redis.Redis) -
     time.sleep(0.05)
     assert other.try_acquire(1_000 - 0.2 * 0.001 - 200 - 1)
     backend.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+def test_a_forked_child_does_not_spend_its_parents_lease(redis_client: redis.Redis) -> None:
+    backend = RedisBackend(redis_client)
+    limiter = TokenBucket(1_000, 0.001, backend=backend, name=unique_name("fork"), lease=30.0)
+    for _ in range(50):
+        limiter.try_acquire()
+    assert rounds_of(limiter).leased > 0
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        # Python 3.12 warns of forking a process with threads (the lease's returns).
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: what is leased here now?
+        os.write(write, repr(rounds_of(limiter).leased).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert float(os.read(read, 100)) == 0.0
+    assert rounds_of(limiter).leased > 0  # the parent's own is untouched

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import math
+import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
@@ -117,6 +118,7 @@ class Rounds:
     """
 
     __slots__ = (
+        "__weakref__",
         "_asked",
         "_decide",
         "_decide_async",
@@ -164,6 +166,17 @@ class Rounds:
         self._rate: float | None = None
         #: Told the seconds a new lease has to run (see ``lease_returns.py``).
         self.on_lease: Callable[[float], None] | None = None
+        _EVERY.add(self)
+
+    def _forked(self) -> None:
+        # In a forked child: the lease is the parent's to spend (the child spending it
+        # too would grant it twice), and the callers queued were the parent's threads.
+        self._lock = threading.Lock()
+        self._threads = _Queue()
+        self._loops = weakref.WeakKeyDictionary()
+        self._pool, self._pool_at, self._until = 0.0, math.nan, -math.inf
+        self._voids = []
+        self._asked, self._opened, self._rate = 0.0, None, None
 
     # -- what is here ---------------------------------------------------------------
 
@@ -396,3 +409,15 @@ class Rounds:
 
 #: A queue with nobody in it, for serving the waiters of a round just closed.
 _IDLE = _Queue()
+
+#: Every ``Rounds`` of this process, for a forked child to forget their leases.
+_EVERY: weakref.WeakSet[Rounds] = weakref.WeakSet()
+
+
+def _forget_leases_in_child() -> None:
+    for rounds in list(_EVERY):
+        rounds._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_leases_in_child)
