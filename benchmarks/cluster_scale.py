@@ -10,7 +10,9 @@ loopback in a temporary folder. ``--processes`` worker processes then run for
 - **many**: ``try_acquire`` on one of ``--limiters`` token buckets picked at random
   (their keys spread over every master's slots);
 - **hot**: ``try_acquire`` on one token bucket that every process shares (one key:
-  one master's one thread, whatever the cluster's size).
+  one master's one thread, whatever the cluster's size);
+- **leased**: the same hot bucket with ``lease=0.05``: each process spends a batch of
+  it locally between script calls (see the README's "Hot limiters").
 
 Printed: acquires per second in all, and as a share of the floor::
 
@@ -64,7 +66,8 @@ def _work(ports: list[int], mode: str, names: list[str], seconds: float, start: 
             count += 1
     else:
         backend = RedisBackend(client)
-        limiters = [TokenBucket(HUGE, HUGE, backend=backend, name=name) for name in names]
+        lease = 0.05 if mode == "leased" else None
+        limiters = [TokenBucket(HUGE, HUGE, backend=backend, name=name, lease=lease) for name in names]
         while time.time() < start:
             time.sleep(0.001)
         stop = start + seconds
@@ -98,8 +101,12 @@ def main() -> None:
     run = uuid.uuid4().hex[:6]
     many = [f"scale-{run}-{i}" for i in range(args.limiters)]
     hot = [f"scale-{run}-hot"]
+    leased = [f"scale-{run}-leased"]
     print(f"{args.processes} processes x {args.seconds:g} s; {args.limiters} limiters for 'many'")
-    print(f"{'masters':>7}  {'floor/s':>9}  {'many/s':>9} {'of floor':>8}  {'hot/s':>9} {'of floor':>8}")
+    print(
+        f"{'masters':>7}  {'floor/s':>9}  {'many/s':>9} {'of floor':>8}  {'hot/s':>9} {'of floor':>8}  "
+        f"{'leased/s':>10} {'of floor':>8}"
+    )
     for masters in args.masters:
         with ClusterProcesses(masters) as cluster:
             ports = cluster.ports
@@ -109,9 +116,10 @@ def main() -> None:
             floor = _run(ports, "floor", many, args.processes, args.seconds)
             spread = _run(ports, "many", many, args.processes, args.seconds)
             single = _run(ports, "hot", hot, args.processes, args.seconds)
+            local = _run(ports, "leased", leased, args.processes, args.seconds)
             print(
                 f"{masters:>7}  {floor:>9,.0f}  {spread:>9,.0f} {spread / floor:>8.2f}  "
-                f"{single:>9,.0f} {single / floor:>8.2f}",
+                f"{single:>9,.0f} {single / floor:>8.2f}  {local:>10,.0f} {local / floor:>8.2f}",
                 flush=True,
             )
 
