@@ -32,7 +32,7 @@ from ratelimit import (
     TokenBucket,
 )
 from ratelimit._stores.redis import RedisHandle
-from ratelimit._stores.rounds import Ask, Round, Rounds
+from ratelimit._stores.rounds import MOST_PER_ROUND, Ask, Round, Rounds
 
 from conftest import unique_name
 
@@ -552,3 +552,24 @@ def test_a_forked_child_does_not_spend_its_parents_lease(redis_client: redis.Red
     os.waitpid(pid, 0)
     assert float(os.read(read, 100)) == 0.0
     assert rounds_of(limiter).leased > 0  # the parent's own is untouched
+
+
+def test_a_round_carries_at_most_its_share_of_a_crowd(redis_client: redis.Redis) -> None:
+    # One script holds Redis for everyone: 2,000 tasks go in rounds of at most
+    # MOST_PER_ROUND, each still in arrival order with its exact wait.
+    async def main() -> list[float]:
+        backend = RedisBackend.from_url("redis://127.0.0.1:6379")
+        calls = Calls(backend)
+        clock = ManualClock(start=1_000.0)
+        limiter = TokenBucket(10, 100, backend=backend, name=unique_name(), clock=clock)
+        calls.watch(limiter)
+        handle = limiter._handle
+        waits = await asyncio.gather(*(handle.reserve_async(1.0, math.inf) for _ in range(2_000)))
+        await backend.aclose()
+        assert max(calls.rounds) == MOST_PER_ROUND
+        assert sum(calls.rounds) == 2_000
+        assert len(calls.rounds) <= 2 + 2_000 // MOST_PER_ROUND
+        return [wait for wait, _ in waits]
+
+    waits = asyncio.run(main())
+    assert waits == pytest.approx([max(0, i - 9) / 100 for i in range(2_000)], abs=1e-6)

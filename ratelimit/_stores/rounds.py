@@ -43,7 +43,13 @@ from dataclasses import dataclass
 
 from .._errors import BackendUnavailable
 
-__all__ = ["Ask", "Round", "RoundReply", "Rounds"]
+__all__ = ["MOST_PER_ROUND", "Ask", "Round", "RoundReply", "Rounds"]
+
+
+#: The most requests one round carries. Redis runs one script at a time: a round of
+#: 10,000 token-bucket requests held the server for 74 ms here (7 us each), one of
+#: 512 holds it for about 4 ms, and the callers behind go in the next round.
+MOST_PER_ROUND = 512
 
 
 class Ask:
@@ -303,9 +309,10 @@ class Rounds:
             queue.busy = False
 
     def _lead_next(self, ask: Ask, queue: _Queue) -> Round:
-        # Promoted: this caller carries every request queued by now, its own first.
-        asks = list(queue.waiting)
-        queue.waiting.clear()
+        # Promoted: this caller carries the requests queued by now, its own first, up
+        # to a round's most; the rest wait for the next.
+        waiting = queue.waiting
+        asks = [waiting.popleft() for _ in range(min(len(waiting), MOST_PER_ROUND))]
         assert asks[0] is ask
         return self._open(asks)
 
