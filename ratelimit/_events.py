@@ -43,23 +43,30 @@ BreakerState = Literal["closed", "open", "half_open"]
 
 @dataclass(frozen=True, slots=True)
 class Granted:
-    """A limiter granted ``tokens`` after ``wait`` seconds."""
+    """A limiter granted ``tokens`` after ``wait`` seconds.
+
+    ``shadow``: the limiter is in shadow mode, and ``wait`` is what the caller would
+    have waited (it went at once).
+    """
 
     name: str | None
     tokens: float
     wait: float
+    shadow: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Denied:
     """A limiter refused ``tokens``: ``try_acquire`` said no, or ``acquire`` timed out.
 
-    ``retry_after`` is the wait the grant would have needed.
+    ``retry_after`` is the wait the grant would have needed. ``shadow``: the limiter is
+    in shadow mode, and the caller went all the same.
     """
 
     name: str | None
     tokens: float
     retry_after: float
+    shadow: bool = False
 
 
 @dataclass(frozen=True, slots=True)

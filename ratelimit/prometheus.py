@@ -14,8 +14,12 @@ metric                                      type       labels (besides ``name``)
 ``ratelimit_grants_total``                  counter
 ``ratelimit_denials_total``                 counter
 ``ratelimit_acquire_wait_seconds``          histogram
+``ratelimit_shadow_grants_total``           counter    (a limiter in shadow mode: what
+``ratelimit_shadow_denials_total``          counter    it would have granted, refused,
+``ratelimit_shadow_wait_seconds``           histogram  and made callers wait)
 ``ratelimit_feedback_pauses_total``         counter
 ``ratelimit_feedback_pause_seconds``        histogram
+``ratelimit_feedback_throttles_total``      counter
 ``ratelimit_calls_total``                   counter    ``outcome``: ok, permanent,
                                                        gave_up, rejected
 ``ratelimit_call_attempts``                 histogram
@@ -116,6 +120,14 @@ class PrometheusMetrics:
         self.grants = counter("grants", "Requests a limiter granted.")
         self.denials = counter("denials", "Requests a limiter refused (try_acquire said no, acquire timed out).")
         self.acquire_wait = histogram("acquire_wait_seconds", "Seconds each granted request waited.", _WAIT_BUCKETS)
+        # A limiter in shadow mode counts apart: its callers did not wait nor stop.
+        self.shadow_grants = counter("shadow_grants", "Requests a limiter in shadow mode would have granted.")
+        self.shadow_denials = counter("shadow_denials", "Requests a limiter in shadow mode would have refused.")
+        self.shadow_wait = histogram(
+            "shadow_wait_seconds",
+            "Seconds a limiter in shadow mode would have made each granted request wait.",
+            _WAIT_BUCKETS,
+        )
         self.pauses = counter("feedback_pauses", "Times a provider's response paused or lowered a limiter's budget.")
         self.pause_seconds = histogram(
             "feedback_pause_seconds", "How long each restriction from feedback lasts.", _WAIT_BUCKETS
@@ -158,10 +170,14 @@ class PrometheusMetrics:
         """Count one event; events of kinds it does not know are ignored."""
         name = getattr(event, "name", None) or ""
         if isinstance(event, Granted):
-            self.grants.labels(name).inc()
-            self.acquire_wait.labels(name).observe(event.wait)
+            if event.shadow:
+                self.shadow_grants.labels(name).inc()
+                self.shadow_wait.labels(name).observe(event.wait)
+            else:
+                self.grants.labels(name).inc()
+                self.acquire_wait.labels(name).observe(event.wait)
         elif isinstance(event, Denied):
-            self.denials.labels(name).inc()
+            (self.shadow_denials if event.shadow else self.denials).labels(name).inc()
         elif isinstance(event, Paused):
             self.pauses.labels(name).inc()
             self.pause_seconds.labels(name).observe(event.seconds)

@@ -109,6 +109,7 @@ class Limiter(ABC, Generic[T]):
         "_name",
         "_pacing",
         "_quick_most",
+        "_shadow",
         "_tally",
     )
 
@@ -118,6 +119,8 @@ class Limiter(ABC, Generic[T]):
         self._backend, self._name, self._clock = placed(backend, name, clock)
         # A plain int up to this many tokens needs no further checks (see _tokens).
         self._quick_most: float = 0
+        # Shadow mode (see _shadowed): decide and record, but never wait or refuse.
+        self._shadow = False
         self._events = Emitter()
         self._tally = Tally()
         # A learned pace (adaptive=) and each caller's latest grant, which tells its
@@ -164,6 +167,22 @@ class Limiter(ABC, Generic[T]):
         """A snapshot of this limiter object's counters."""
         return self._tally.snapshot()
 
+    @property
+    def shadow(self) -> bool:
+        """Whether this limiter is in shadow mode: it decides and records every request
+        as usual, and counts what it would have done (``stats()``, events, metrics),
+        but never makes a caller wait nor refuses one."""
+        return self._shadow
+
+    def _shadowed(self, tokens: T, wait: float, at: float) -> None:
+        # The decision stands in the store (a grant is recorded as usual, a refusal
+        # records nothing) and in the counters; only the caller does not follow it.
+        if wait >= 0 and self._last_grant is not None:
+            self._last_grant.saw(wait, at)
+        if self._events.callbacks or EVERYONE.callbacks:
+            w = weight(tokens)
+            self._events.emit(Granted(self._name, w, wait, True) if wait >= 0 else Denied(self._name, w, -wait, True))
+
     def _granted(self, tokens: T, wait: float) -> None:
         if self._events.callbacks or EVERYONE.callbacks:
             self._events.emit(Granted(self._name, weight(tokens), wait))
@@ -175,8 +194,7 @@ class Limiter(ABC, Generic[T]):
     # -- acquiring ----------------------------------------------------------------
 
     def _reserve(self, tokens: T, timeout: float | timedelta | None) -> tuple[float, float]:
-        max_wait = math.inf if timeout is None else _validate.timeout_seconds(timeout)
-        wait, at = self._handle.reserve(tokens, max_wait)
+        wait, at = self._handle.reserve(tokens, _max_wait(timeout))
         if wait < 0:
             self._denied(tokens, -wait)
             raise AcquireTimeout(-wait)
@@ -201,6 +219,9 @@ class Limiter(ABC, Generic[T]):
         the reserved tokens are given back before the exception propagates.
         """
         n = self._tokens(tokens)
+        if self._shadow:
+            self._shadowed(n, *self._handle.reserve(n, _max_wait(timeout)))
+            return 0.0
         wait, at = self._reserve(n, timeout)
         if self._last_grant is not None:
             self._last_grant.saw(wait, at)
@@ -224,6 +245,9 @@ class Limiter(ABC, Generic[T]):
             return wait >= 0
         n = self._tokens(tokens)
         wait, at = self._handle.reserve(n, 0.0)
+        if self._shadow:
+            self._shadowed(n, wait, at)
+            return True
         if wait >= 0:
             if self._last_grant is not None:
                 self._last_grant.saw(wait, at)
@@ -241,8 +265,10 @@ class Limiter(ABC, Generic[T]):
         soon as the store's answer lands.
         """
         n = self._tokens(tokens)
-        max_wait = math.inf if timeout is None else _validate.timeout_seconds(timeout)
-        wait, at = await self._reserve_async(n, max_wait)
+        wait, at = await self._reserve_async(n, _max_wait(timeout))
+        if self._shadow:
+            self._shadowed(n, wait, at)
+            return 0.0
         if wait < 0:
             self._denied(n, -wait)
             raise AcquireTimeout(-wait)
@@ -287,6 +313,9 @@ class Limiter(ABC, Generic[T]):
         """:meth:`try_acquire` for asyncio."""
         n = self._tokens(tokens)
         wait, at = await self._reserve_async(n, 0.0)
+        if self._shadow:
+            self._shadowed(n, wait, at)
+            return True
         if wait >= 0:
             if self._last_grant is not None:
                 self._last_grant.saw(wait, at)
@@ -516,6 +545,10 @@ class Limiter(ABC, Generic[T]):
         if timeout is not None:
             _validate.timeout_seconds(timeout)
         return Decorator(self, tokens, timeout)
+
+
+def _max_wait(timeout: float | timedelta | None) -> float:
+    return math.inf if timeout is None else _validate.timeout_seconds(timeout)
 
 
 def difference(estimate: float, actual: float) -> tuple[float | None, float | None]:

@@ -84,7 +84,10 @@ class SingleLimiter(Limiter[float]):
         high_reserve: object = None,
         adaptive: object = None,
         lease: object = None,
+        shadow: object = False,
     ) -> None:
+        if not isinstance(shadow, bool):
+            raise TypeError(f"shadow must be a bool, got {type(shadow).__name__} {shadow!r}")
         self._configured = alg
         self._given_guard = guard
         self._lease = _lease_seconds(lease)
@@ -148,6 +151,11 @@ class SingleLimiter(Limiter[float]):
                 clock=self._clock,
             )
         self._handle.tally = self._tally
+        if shadow:
+            # Every request takes the checked path, where the shadow's decision is
+            # counted as one it would have made.
+            self._shadow = True
+            self._quick_most = 0
 
     @property
     def low(self) -> LowPriority:
@@ -265,7 +273,8 @@ class SingleLimiter(Limiter[float]):
             lanes = f", low_share={share:g}" + (", borrow=False" if keep is None else f", high_reserve={keep:g}")
         learn = "" if self._adaptive is None else f", adaptive={self._adaptive!r}"
         leased = "" if self._lease is None else f", lease={self._lease:g}"
-        return f"{type(self).__name__}({self._describe()}{guard}{lanes}{learn}{leased}{where})"
+        shadow = ", shadow=True" if self._shadow else ""
+        return f"{type(self).__name__}({self._describe()}{guard}{lanes}{learn}{leased}{shadow}{where})"
 
 
 class TokenBucket(SingleLimiter):
@@ -306,6 +315,11 @@ class TokenBucket(SingleLimiter):
             never exceeds the limit: ``lease * refill_per_sec`` tokens of the capacity
             are kept back, as a guard of that many seconds would. ``None`` (default):
             every grant asks the store. In process it changes nothing.
+        shadow: decide and record every request as usual, but never make a caller
+            wait nor refuse one: ``acquire`` returns 0 at once and ``try_acquire``
+            ``True``. ``stats()``, the ``Granted``/``Denied`` events (``shadow=True``)
+            and the Prometheus ``shadow_*`` metrics count what the limit would have
+            done, to roll a new limit out safely. Default ``False``.
     """
 
     __slots__ = ()
@@ -324,6 +338,7 @@ class TokenBucket(SingleLimiter):
         high_reserve: float | None = None,
         adaptive: Adaptive | None = None,
         lease: float | timedelta | None = None,
+        shadow: bool = False,
     ) -> None:
         alg = Gcra(_validate.positive("capacity", capacity), _validate.rate("refill_per_sec", refill_per_sec))
         _bounded("refill_per_sec", refill_per_sec, alg.capacity, alg.rate)
@@ -338,6 +353,7 @@ class TokenBucket(SingleLimiter):
             high_reserve=high_reserve,
             adaptive=adaptive,
             lease=lease,
+            shadow=shadow,
         )
 
     @property
@@ -373,6 +389,7 @@ class LeakyBucket(SingleLimiter):
             Default 0.
         adaptive: learn the rate from the provider's refusals, as for
             :class:`TokenBucket`; ``leak_per_sec`` is the ceiling.
+        shadow: decide and count, but never wait nor refuse, as for :class:`TokenBucket`.
 
     A leaky bucket takes no ``low_share`` (a ``TypeError``, as for any argument it
     does not have): it promises even spacing, which two lanes deciding apart cannot
@@ -392,11 +409,12 @@ class LeakyBucket(SingleLimiter):
         clock: Clock | None = None,
         guard: float | timedelta | None = None,
         adaptive: Adaptive | None = None,
+        shadow: bool = False,
     ) -> None:
         alg = LeakyQueue(_validate.positive("capacity", capacity), _validate.rate("leak_per_sec", leak_per_sec))
         _bounded("leak_per_sec", leak_per_sec, alg.capacity, alg.rate)
         _bounded("guard", guard, alg.capacity, alg.guarded(guard_seconds(guard, clock, 0.0)).rate)
-        super().__init__(alg, guard=guard, backend=backend, name=name, clock=clock, adaptive=adaptive)
+        super().__init__(alg, guard=guard, backend=backend, name=name, clock=clock, adaptive=adaptive, shadow=shadow)
 
     @property
     def capacity(self) -> float:
@@ -442,6 +460,7 @@ class SlidingWindow(SingleLimiter):
         lease: spend the shared budget locally in leases of that many seconds, as
             for :class:`TokenBucket`; each grant then counts for ``window_seconds +
             guard + lease``.
+        shadow: decide and count, but never wait nor refuse, as for :class:`TokenBucket`.
     """
 
     __slots__ = ()
@@ -462,6 +481,7 @@ class SlidingWindow(SingleLimiter):
         high_reserve: float | None = None,
         adaptive: Adaptive | None = None,
         lease: float | timedelta | None = None,
+        shadow: bool = False,
     ) -> None:
         if not isinstance(approximate, bool):
             raise TypeError(f"approximate must be a bool, got {approximate!r}")
@@ -482,6 +502,7 @@ class SlidingWindow(SingleLimiter):
             high_reserve=high_reserve,
             adaptive=adaptive,
             lease=lease,
+            shadow=shadow,
         )
 
     @property
