@@ -149,3 +149,12 @@ def test_shadow_must_be_a_bool() -> None:
         TokenBucket(1, 1, shadow="yes")  # type: ignore[arg-type]
     assert not TokenBucket(1, 1).shadow
     assert math.isfinite(TokenBucket(1, 1, shadow=True).capacity)
+
+
+def test_the_low_priority_of_a_shadow_is_a_shadow_too(clock: ManualClock) -> None:
+    limiter = TokenBucket(4, 1, clock=clock, low_share=0.5, shadow=True)
+    assert limiter.low.shadow
+    assert [limiter.low.acquire() for _ in range(4)] == [0.0] * 4
+    assert limiter.low.try_acquire()
+    assert clock.sleeps == []
+    assert limiter.low.stats().denied == 1

@@ -149,6 +149,7 @@ class SingleLimiter(Limiter[float]):
                 backend=self._backend,
                 name=self._name,
                 clock=self._clock,
+                shadow=shadow,
             )
         self._handle.tally = self._tally
         if shadow:

@@ -74,11 +74,15 @@ class LowPriority(Limiter[float]):
         backend: Backend,
         name: str | None,
         clock: Clock,
+        shadow: bool = False,
     ) -> None:
         super().__init__(backend=backend, name=name, clock=clock)
         self._handle = handle
         self._handle.tally = self._tally
         self._most = self._quick_most = most
+        if shadow:  # as the limiter it is the low priority of
+            self._shadow = True
+            self._quick_most = 0
         self._most_name = most_name
         self._restrict = restriction
         self._describe = describe
