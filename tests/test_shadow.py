@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from ratelimit import AcquireTimeout, LeakyBucket, ManualClock, SlidingWindow, TokenBucket
+from ratelimit import AcquireTimeout, Composite, ConcurrencyLimit, LeakyBucket, ManualClock, SlidingWindow, TokenBucket
 from ratelimit.events import Denied, Event, Granted
 from ratelimit.prometheus import PrometheusMetrics
 
@@ -158,3 +158,18 @@ def test_the_low_priority_of_a_shadow_is_a_shadow_too(clock: ManualClock) -> Non
     assert limiter.low.try_acquire()
     assert clock.sleeps == []
     assert limiter.low.stats().denied == 1
+
+
+def test_a_composite_can_be_a_shadow(make: Callable[..., Any], clock: ManualClock) -> None:
+    llm = make(Composite, [TokenBucket(2, 1), TokenBucket(100, 10)], shadow=True)
+    assert llm.shadow
+    assert [llm.acquire([1, 30]) for _ in range(4)] == [0.0] * 4  # would have waited 0, 0, 1 and 2 s
+    assert llm.try_acquire([1, 1])
+    assert clock.sleeps == []
+    stats = llm.stats()
+    assert (stats.granted, stats.denied) == (4, 1)
+    assert stats.max_wait == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="shadow=True with a ConcurrencyLimit"):
+        Composite([TokenBucket(2, 1), ConcurrencyLimit(3)], shadow=True)
+    with pytest.raises(TypeError, match="shadow must be a bool"):
+        Composite([TokenBucket(2, 1)], shadow=1)  # type: ignore[arg-type]

@@ -37,7 +37,8 @@ class Composite(Limiter[Sequence[float]]):
     refusal (timeout, full queue) by any one of them charges none. The members
     describe the limits: the composite keeps its own state for them, under its own
     ``backend`` and ``name`` (in Redis, all in one hash slot, decided by one script
-    call).
+    call). ``shadow=True`` decides and counts but never holds a caller, as a single
+    limiter's does (see :class:`~ratelimit.TokenBucket`).
 
     ``tokens`` is one number charged to every member, or one number per member; a
     member may be given 0 (the request does not weigh on it: it still waits its turn
@@ -49,7 +50,7 @@ class Composite(Limiter[Sequence[float]]):
 
     With a :class:`~ratelimit.ConcurrencyLimit` among the members, the composite
     holds a slot for the length of each request as well, and is used with
-    :meth:`hold` only::
+    :meth:`hold` only (and cannot be a shadow)::
 
         github = Composite([TokenBucket(80, 5_000 / 3600), ConcurrencyLimit(100)], backend=..., name="github")
         with github.hold():
@@ -68,7 +69,10 @@ class Composite(Limiter[Sequence[float]]):
         backend: Backend | None = None,
         name: str | None = None,
         clock: Clock | None = None,
+        shadow: bool = False,
     ) -> None:
+        if not isinstance(shadow, bool):
+            raise TypeError(f"shadow must be a bool, got {type(shadow).__name__} {shadow!r}")
         if isinstance(limits, (str, bytes)) or not isinstance(limits, Sequence):
             raise TypeError(f"limits must be a sequence of limiters, got {limits!r}")
         if not limits:
@@ -110,8 +114,14 @@ class Composite(Limiter[Sequence[float]]):
             for i, member in enumerate(limits)
             if isinstance(member, ConcurrencyLimit)
         )
+        if shadow and self._slots:
+            raise ValueError(
+                "shadow=True with a ConcurrencyLimit among the limits: a shadow never holds a caller, and a slot "
+                "is nothing but holding; shadow the rate limits alone"
+            )
         self._handle = self._backend.bind_group(self._name, self._algs, clock)
         self._handle.tally = self._tally
+        self._shadow = shadow
 
     def _tokens(
         self, tokens: object, name: str = "tokens", *, zero: bool = False, cost: bool = False
