@@ -3,7 +3,7 @@
 --
 -- KEYS[i]  member i's base key, ratelimit:{<composite name>}:<i>:<algorithm>: all
 --          members share the composite's hash tag, so this works on Redis Cluster.
--- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'throttle' | 'rate'
+-- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'throttle' | 'rate' | 'batch'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  reserve: max_wait, '' for no limit; refund: the grant time ('' for a grant
 --          already made; a time still ahead withdraws that reservation);
@@ -13,7 +13,12 @@
 -- then for each member i: algorithm, tokens, and the algorithm's parameters (two; the
 -- adaptive pace's table says how many it takes in `arity`)
 --
--- Returns as the single-limiter driver does. Mirrors MemoryGroupHandle in
+-- batch (one process's concurrent acquires in one call; see ratelimit/_stores/rounds.py):
+-- the members' own tokens are 0; after the members, each request's max_wait ('' no
+-- limit) and one weight per member, in arrival order. Returns {signed_wait, at} per
+-- request, then {0, now} (a group takes no lease), as _single.lua's batch does.
+--
+-- Otherwise returns as the single-limiter driver does. Mirrors MemoryGroupHandle in
 -- ratelimit/_stores/memory.py: every member plans; the grant happens at the latest of their
 -- times, or nowhere; the group's holes are kept beside its first member's key, at
 -- <KEYS[1]>:holes:<algorithm>,<algorithm>,... (one set per list of algorithms).
@@ -61,6 +66,26 @@ if op == 'reserve' then
   local wait, changed = reserve_members(members, holes, now, max_wait)
   save_all(not changed)
   return {fmt(wait), fmt(now + wait)}
+elseif op == 'batch' then
+  -- The requests' own reserves, one after the other, as separate calls in this
+  -- order would decide them.
+  local changed = false
+  local out = {}
+  local k = j
+  while k <= #ARGV do
+    local max_wait = math.huge
+    if ARGV[k] ~= '' then max_wait = tonumber(ARGV[k]) end
+    for i, m in ipairs(members) do m.tokens = tonumber(ARGV[k + i]) end
+    local wait, moved = reserve_members(members, holes, now, max_wait)
+    if moved then changed = true end
+    out[#out + 1] = fmt(wait)
+    out[#out + 1] = fmt(now + wait)
+    k = k + 1 + #members
+  end
+  save_all(not changed)
+  out[#out + 1] = '0'
+  out[#out + 1] = fmt(now)
+  return out
 elseif op == 'restrict' then
   local untl = now + tonumber(ARGV[3])
   local paused = true

@@ -194,7 +194,7 @@ do
   -- From the oldest grants already made, found by a search on the sums (see
   -- WindowLog.refund).
   function sliding_window.refund(self, state, now, tokens, at)
-    if not (tokens > 0) then return state end
+    if not (tokens > 0) or at <= now - self.window then return state end
     prune(self, state, now - self.window)
     local first, last = entry(self, 0), entry(self, -1)
     if first == nil or last == nil or first[1] > now then return state end

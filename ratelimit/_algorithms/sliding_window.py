@@ -255,8 +255,8 @@ class WindowLog:
         # has nothing left to give back, but a refund cannot say so: refund within
         # the window.) The entries used up are found by a search on the sums, as a
         # plan's are: a refund costs O(log n) whatever it gives back.
-        if not tokens > 0:
-            return state
+        if not tokens > 0 or at <= now - self.window:
+            return state  # nothing, or a grant named by its time that has aged out
         state.prune(now - self.window)
         times, sums, weights = state.times, state.sums, state.weights
         head = state.head

@@ -870,7 +870,10 @@ class RedisBackend:
         assert name is not None
         keys = [self.key(name, alg.kind, i, clock=clock) for i, alg in enumerate(algs)]
         local = self._fallback_of(lambda share: [self._group_local(algs, clock, share)])
-        return RedisGroupHandle(self, algs, keys, self.now_source(clock), None if local is None else local[0])
+        handle = RedisGroupHandle(self, algs, keys, self.now_source(clock), None if local is None else local[0])
+        if self.coalesce:
+            handle.rounds = Rounds(handle.decide, handle.decide_async, (clock or SystemClock()).now, None, math.inf)
+        return handle
 
     def bind_lanes(
         self, name: str | None, lanes: Lanes, clock: Clock | None, keep: float | None
@@ -1017,7 +1020,7 @@ class _ScriptHandle(ABC, Generic[T]):
     Subclasses say only how a request becomes the script's arguments.
     """
 
-    __slots__ = ("_backend", "_keys", "_local", "_now", "_script", "tally")
+    __slots__ = ("_backend", "_keys", "_local", "_now", "_script", "rounds", "tally")
 
     suspends = True
 
@@ -1035,10 +1038,43 @@ class _ScriptHandle(ABC, Generic[T]):
         self._keys = tuple(keys)
         self._now = now
         self._local = local
+        #: Coalescing and leases (``rounds.py``); ``None``: one call per reserve.
+        self.rounds: Rounds | None = None
 
     @abstractmethod
     def _args(self, op: str, tokens: T, extra: str) -> list[str]:
         """The script's arguments for ``op`` on ``tokens``."""
+
+    # -- rounds (see rounds.py) -------------------------------------------------------
+
+    def _batch_args(self, rnd: Round) -> list[str]:
+        """The script's arguments for a round of several requests (or a lease)."""
+        raise NotImplementedError(f"{type(self).__name__} is not decided in rounds")
+
+    def _round_args(self, rnd: Round) -> list[str]:
+        if rnd.give_back is None and not rnd.want and len(rnd.asks) == 1:
+            ask = rnd.asks[0]
+            request: T = ask.request  # type: ignore[assignment]
+            return self._args("reserve", request, _max_wait(ask.max_wait))
+        return self._batch_args(rnd)
+
+    @staticmethod
+    def _round_reply(rnd: Round, args: Sequence[str], reply: Sequence[bytes | str]) -> RoundReply:
+        if args[0] == "reserve":
+            return RoundReply([_reply(reply)], 0.0, math.nan)
+        n = len(rnd.asks)
+        decisions = [(float(reply[2 * i]), float(reply[2 * i + 1])) for i in range(n)]
+        return RoundReply(decisions, float(reply[2 * n]), float(reply[2 * n + 1]))
+
+    def decide(self, rnd: Round) -> RoundReply:
+        """Make one round's call (``Rounds``' I/O, for threads)."""
+        args = self._round_args(rnd)
+        return self._round_reply(rnd, args, self._backend.run(self._script, self._keys, args))
+
+    async def decide_async(self, rnd: Round) -> RoundReply:
+        """Make one round's call on the running event loop."""
+        args = self._round_args(rnd)
+        return self._round_reply(rnd, args, await self._backend.run_async(self._script, self._keys, args))
 
     def _decision(self, reply: Sequence[bytes | str]) -> tuple[float, float]:
         """A reservation's reply as ``(signed_wait, at)``."""
@@ -1070,9 +1106,13 @@ class _ScriptHandle(ABC, Generic[T]):
         return decision
 
     def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
-        args = self._args("reserve", tokens, _max_wait(max_wait))
+        rounds = self.rounds
         try:
-            decision = self._decision(self._backend.run(self._script, self._keys, args))
+            if rounds is not None:
+                decision = rounds.reserve(weight(tokens), max_wait, tokens)
+            else:
+                args = self._args("reserve", tokens, _max_wait(max_wait))
+                decision = self._decision(self._backend.run(self._script, self._keys, args))
         except BackendUnavailable as exc:
             decision = self._fallback(tokens, max_wait, exc)
         return self._count(tokens, decision)
@@ -1081,9 +1121,16 @@ class _ScriptHandle(ABC, Generic[T]):
         return None
 
     async def reserve_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
-        args = self._args("reserve", tokens, _max_wait(max_wait))
+        rounds = self.rounds
+        if rounds is not None and self._backend.threaded:
+            # A synchronous client serves this loop from threads: their rounds.
+            return await asyncio.to_thread(self.reserve, tokens, max_wait)
         try:
-            decision = self._decision(await self._backend.run_async(self._script, self._keys, args))
+            if rounds is not None:
+                decision = await rounds.reserve_async(weight(tokens), max_wait, tokens)
+            else:
+                args = self._args("reserve", tokens, _max_wait(max_wait))
+                decision = self._decision(await self._backend.run_async(self._script, self._keys, args))
         except BackendUnavailable as exc:
             decision = self._fallback(tokens, max_wait, exc)
         return self._count(tokens, decision)
@@ -1147,57 +1194,23 @@ class RedisHandle(_ScriptHandle[float]):
     tokens, max_wait, ...]`` for more than one request or a lease.
     """
 
-    __slots__ = ("__weakref__", "_params", "rounds")
+    __slots__ = ("__weakref__", "_params")
 
     def __init__(
         self, backend: RedisBackend, alg: Algorithm[Any], key: str, now: Callable[[], str], local: _Local[float] | None
     ) -> None:
         super().__init__(backend, single_script(alg.kind), [key], now, local)
         self._params = tuple(_num(p) for p in alg.params())
-        self.rounds: Rounds | None = None
 
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
         return [op, self._now(), _num(tokens), extra, *self._params]
 
-    # -- rounds -----------------------------------------------------------------------
-
-    def _round_args(self, rnd: Round) -> list[str]:
-        if rnd.give_back is None and not rnd.want and len(rnd.asks) == 1:
-            ask = rnd.asks[0]
-            return self._args("reserve", ask.tokens, _max_wait(ask.max_wait))
+    def _batch_args(self, rnd: Round) -> list[str]:
         back = ("", "") if rnd.give_back is None else (_num(rnd.give_back[0]), _at(rnd.give_back[1]))
         args = ["batch", self._now(), *back, *self._params, _num(rnd.want), _num(rnd.least)]
         for ask in rnd.asks:
             args += [_num(ask.tokens), _max_wait(ask.max_wait)]
         return args
-
-    @staticmethod
-    def _round_reply(rnd: Round, args: Sequence[str], reply: Sequence[bytes | str]) -> RoundReply:
-        if args[0] == "reserve":
-            return RoundReply([_reply(reply)], 0.0, math.nan)
-        n = len(rnd.asks)
-        decisions = [(float(reply[2 * i]), float(reply[2 * i + 1])) for i in range(n)]
-        return RoundReply(decisions, float(reply[2 * n]), float(reply[2 * n + 1]))
-
-    def decide(self, rnd: Round) -> RoundReply:
-        """Make one round's call (``Rounds``' I/O, for threads)."""
-        args = self._round_args(rnd)
-        return self._round_reply(rnd, args, self._backend.run(self._script, self._keys, args))
-
-    async def decide_async(self, rnd: Round) -> RoundReply:
-        """Make one round's call on the running event loop."""
-        args = self._round_args(rnd)
-        return self._round_reply(rnd, args, await self._backend.run_async(self._script, self._keys, args))
-
-    def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
-        rounds = self.rounds
-        if rounds is None:
-            return super().reserve(tokens, max_wait)
-        try:
-            decision = rounds.reserve(tokens, max_wait)
-        except BackendUnavailable as exc:
-            decision = self._fallback(tokens, max_wait, exc)
-        return self._count(tokens, decision)
 
     def reserve_here(self, tokens: float, max_wait: float) -> tuple[float, float] | None:
         rounds = self.rounds
@@ -1205,19 +1218,6 @@ class RedisHandle(_ScriptHandle[float]):
             return None
         got = rounds.reserve_here(tokens, threads=self._backend.threaded)
         return None if got is None else self._count(tokens, got)
-
-    async def reserve_async(self, tokens: float, max_wait: float) -> tuple[float, float]:
-        rounds = self.rounds
-        if rounds is None:
-            return await super().reserve_async(tokens, max_wait)
-        if self._backend.threaded:
-            # A synchronous client serves this loop from threads: their rounds.
-            return await asyncio.to_thread(self.reserve, tokens, max_wait)
-        try:
-            decision = await rounds.reserve_async(tokens, max_wait)
-        except BackendUnavailable as exc:
-            decision = self._fallback(tokens, max_wait, exc)
-        return self._count(tokens, decision)
 
     def restrict(self, remaining: float, seconds: float) -> None:
         # The provider says how much more may go: what is left of a lease is not
@@ -1269,6 +1269,15 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
         args = [op, self._now(), extra]
         for (kind, params), n in zip(self._members, tokens, strict=True):
             args += [kind, _num(n), *params]
+        return args
+
+    def _batch_args(self, rnd: Round) -> list[str]:
+        # The members with no tokens of their own, then each request: its max_wait
+        # and one weight per member (see lua/_group.lua). A group takes no lease.
+        args = self._args("batch", [0.0] * len(self._members), "")
+        for ask in rnd.asks:
+            request: Sequence[float] = ask.request  # type: ignore[assignment]
+            args += [_max_wait(ask.max_wait), *(_num(n) for n in request)]
         return args
 
     # -- a learned pace among the members (``adaptive=``, see _algorithms/adaptive.py) --

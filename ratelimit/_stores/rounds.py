@@ -55,10 +55,19 @@ MOST_PER_ROUND = 512
 class Ask:
     """One caller's request in a round: its outcome, and how to wake it."""
 
-    __slots__ = ("error", "lead", "max_wait", "result", "round", "tokens", "waker")
+    __slots__ = ("error", "lead", "max_wait", "request", "result", "round", "tokens", "waker")
 
-    def __init__(self, tokens: float, max_wait: float, waker: threading.Event | asyncio.Future[None] | None) -> None:
+    def __init__(
+        self,
+        tokens: float,
+        max_wait: float,
+        waker: threading.Event | asyncio.Future[None] | None,
+        request: object = None,
+    ) -> None:
+        #: The request's weight, and what the store is asked (a composite's one weight
+        #: per limit; the weight itself for one limit).
         self.tokens = tokens
+        self.request: object = tokens if request is None else request
         self.max_wait = max_wait
         self.waker = waker
         self.result: tuple[float, float] | None = None
@@ -319,7 +328,12 @@ class Rounds:
     # -- a caller's way through: the same for threads and tasks, but for the waits ------
 
     def _arrive(
-        self, tokens: float, max_wait: float, queue: _Queue, waker: Callable[[], threading.Event | asyncio.Future[None]]
+        self,
+        tokens: float,
+        max_wait: float,
+        queue: _Queue,
+        waker: Callable[[], threading.Event | asyncio.Future[None]],
+        request: object,
     ) -> tuple[float, float] | Ask:
         """A grant from the lease; or this caller's ask, queued behind a round in
         flight, or (``ask.round`` set) leading a round of its own now."""
@@ -329,11 +343,11 @@ class Rounds:
             if got is not None:
                 return got
             if queue.busy:
-                ask = Ask(tokens, max_wait, waker())
+                ask = Ask(tokens, max_wait, waker(), request)
                 queue.waiting.append(ask)
             else:
                 queue.busy = True
-                ask = Ask(tokens, max_wait, None)
+                ask = Ask(tokens, max_wait, None, request)
                 ask.round = self._open([ask])
             return ask
 
@@ -354,10 +368,11 @@ class Rounds:
                 self._fail(rnd, exc)
             self._hand_over(queue)
 
-    def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
-        """Decide ``tokens`` for a thread: from the lease, or in a round."""
+    def reserve(self, tokens: float, max_wait: float, request: object = None) -> tuple[float, float]:
+        """Decide ``tokens`` (``request``, if the store is asked otherwise) for a
+        thread: from the lease, or in a round."""
         queue = self._threads
-        ask = self._arrive(tokens, max_wait, queue, threading.Event)
+        ask = self._arrive(tokens, max_wait, queue, threading.Event, request)
         if not isinstance(ask, Ask):
             return ask
         rnd = ask.round
@@ -375,14 +390,15 @@ class Rounds:
         self._finish(rnd, queue, reply, None)
         return ask.outcome()
 
-    async def reserve_async(self, tokens: float, max_wait: float) -> tuple[float, float]:
-        """Decide ``tokens`` for a task of the running loop: from the lease, or in a round."""
+    async def reserve_async(self, tokens: float, max_wait: float, request: object = None) -> tuple[float, float]:
+        """Decide ``tokens`` (or ``request``) for a task of the running loop: from the
+        lease, or in a round."""
         loop = asyncio.get_running_loop()
         queue = self._loops.get(loop)
         if queue is None:
             with self._lock:
                 queue = self._loops.setdefault(loop, _Queue())
-        ask = self._arrive(tokens, max_wait, queue, loop.create_future)
+        ask = self._arrive(tokens, max_wait, queue, loop.create_future, request)
         if not isinstance(ask, Ask):
             return ask
         rnd = ask.round
