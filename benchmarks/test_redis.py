@@ -70,8 +70,7 @@ def script_calls(client: redis.Redis) -> int:
 @pytest.mark.parametrize("kind", list(LIMITERS))
 def test_commands_per_grant_under_contention(client: redis.Redis, kind: str) -> None:
     """16 threads demanding about 10x what the limiter supplies: at most one call per
-    grant, and fewer where the threads share a round (coalescing; not the adaptive
-    limiter's group of two, which is not coalesced yet)."""
+    grant, and fewer where the threads share a round (coalescing)."""
     rate, threads, seconds = 200.0, 16, 1.0
     backend = RedisBackend(client)
     name = f"contention-{uuid.uuid4().hex[:8]}"
