@@ -3,32 +3,120 @@
 --
 -- KEYS[1]  the limiter's base key, ratelimit:{<name>}:<algorithm>; every key the
 --          algorithm touches is this one or starts with it, so all share its hash tag.
--- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch'
+-- KEYS[2]  optional: the limit as changed at run time (`ratelimit set`), a hash
+--          ratelimit:{<name>}:config with `rate` and/or `burst` (and `until`, the
+--          store time it ends); read by every call, so a change holds from the next
+--          decision on, in every process. Written by the 'configure' op only, which
+--          moves the saved state to the new limit (see `switch`)
+-- KEYS[3]  optional: what the code says, a hash ratelimit:{<name>}:code written when
+--          missing (kind, the two parameters, slack), read by `ratelimit inspect`
+-- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch' | 'peek' | 'configure'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  tokens (reserve, refund, charge); restrict: the tokens still allowed
 -- ARGV[4]  reserve: max_wait in seconds, '' for no limit;
 --          refund: the grant time being given back ('' for a grant already made);
 --          a time still ahead withdraws that reservation (see _members.lua);
 --          restrict: seconds from now until the restriction ends; charge: ''
--- ARGV[5], ARGV[6]  the algorithm's two parameters
+-- ARGV[5], ARGV[6]  the algorithm's two parameters, as the code configured them
+-- ARGV[7]  the seconds of guard (and lease) they already keep back ('0' none)
 --
 -- batch (one process's concurrent acquires in one call, and its lease; see
 -- ratelimit/_stores/rounds.py): ARGV[3], ARGV[4] the tokens of an ended lease given
--- back and its grant time ('' none); ARGV[7] the lease wanted, in tokens ('0' none);
--- ARGV[8] the smallest lease worth taking; ARGV[9], ARGV[10], ... each request's
+-- back and its grant time ('' none); ARGV[8] the lease wanted, in tokens ('0' none);
+-- ARGV[9] the smallest lease worth taking; ARGV[10], ARGV[11], ... each request's
 -- tokens and max_wait ('' no limit), in arrival order.
 --
 -- Returns, as strings (seconds, %.17g):
 --   reserve: {signed_wait, at}: signed_wait >= 0 granted after that wait, at store
 --            time `at`; < 0 refused, nothing recorded, -signed_wait is the wait needed
---   refund, restrict, charge: {now}
+--   refund, restrict, charge, configure: {now}
 --   batch: {signed_wait, at} per request, then {lease tokens granted, at}
+--   peek (read only, `ratelimit inspect`): {the two parameters in force, the most
+--            tokens one request could take now, the wait for one token, the latest
+--            grant promised, the end of a pause ('' none), now}
 -- Mirrors MemoryHandle in ratelimit/_stores/memory.py: the algorithm's step, with holes.
+
+-- What a run-time change may set, as MIN_SET and MAX_SET in ratelimit/_stores/config.py:
+-- a value outside (hand-written, garbled) is ignored, never a stuck or exploding limit.
+local function valid(text)
+  local x = tonumber(text)
+  if x and x >= 1e-6 and x <= 1e12 then return x end
+  return nil
+end
+-- How long what the code says stays readable once no process has decided (a day).
+local CODE_KEPT_MS = '86400000'
 
 local op = ARGV[1]
 local now = clock(ARGV[2])
 local tokens = tonumber(ARGV[3])
-local self = ALG.new(KEYS[1], tonumber(ARGV[5]), tonumber(ARGV[6]))
+local code1, code2, slack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+
+-- The parameters in force under a change {rate, burst} (nil: the code's).
+local function effective(change)
+  if change == nil then return code1, code2 end
+  return ALG.configured(code1, code2, slack, change.rate, change.burst)
+end
+
+-- Move the saved state from one limit to another: the tokens owed keep their count
+-- (a bucket's backlog is kept in time, which a new rate would otherwise rescale).
+local function switch(from, to)
+  if not ALG.rescale then return end
+  local before = ALG.new(KEYS[1], effective(from))
+  local after = ALG.new(KEYS[1], effective(to))
+  ALG.save(after, ALG.rescale(before, after, ALG.load(before), now), now)
+end
+
+local change = nil
+if KEYS[2] then
+  local set = redis.call('HMGET', KEYS[2], 'rate', 'burst', 'until')
+  local rate, burst = valid(set[1]), valid(set[2])
+  if rate or burst then
+    change = {rate = rate, burst = burst}
+    -- A change set for a while ends here, at the first decision after its end, so
+    -- that the state moves back to the code's limit atomically with it.
+    local untl = tonumber(set[3])
+    if untl and now >= untl and op ~= 'configure' then
+      if op ~= 'peek' then
+        switch(change, nil)
+        redis.call('DEL', KEYS[2])
+      end
+      change = nil
+    end
+  end
+end
+if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('HSET', KEYS[3], 'kind', KIND, 'p1', ARGV[5], 'p2', ARGV[6], 'slack', ARGV[7])
+  redis.call('PEXPIRE', KEYS[3], CODE_KEPT_MS)
+end
+
+if op == 'configure' then
+  -- ARGV[3], ARGV[4]: the new rate and burst ('' keeps the code's; both '': back to
+  -- the code); ARGV[8]: the seconds it lasts ('' until reset).
+  local rate, burst = valid(ARGV[3]), valid(ARGV[4])
+  local to = nil
+  if rate or burst then to = {rate = rate, burst = burst} end
+  switch(change, to)
+  redis.call('DEL', KEYS[2])
+  if to then
+    redis.call('HSET', KEYS[2], 'rate', ARGV[3], 'burst', ARGV[4])
+    if ARGV[8] ~= '' then
+      local seconds = tonumber(ARGV[8])
+      redis.call('HSET', KEYS[2], 'until', fmt(now + seconds))
+      -- Kept a day past its end: the first decision after it moves the state back.
+      expire_after(KEYS[2], seconds + 86400)
+    end
+  end
+  return {fmt(now)}
+end
+
+local p1, p2 = effective(change)
+local self = ALG.new(KEYS[1], p1, p2)
+-- A request the limit as changed could never hold (the code checked it against its
+-- own): refused for ever (an AcquireTimeout whose retry_after is infinite), as a
+-- bucket must not grant more at once than its capacity.
+local function too_big(t)
+  return t > p1 + EPSILON
+end
 local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self)}
 local holes = KEYS[1] .. ':holes'
 
@@ -39,6 +127,7 @@ end
 if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
+  if too_big(tokens) then return {fmt(-math.huge), fmt(now)} end
   local wait, changed = reserve_members({member}, holes, now, max_wait)
   if changed or dirty(member.state) then ALG.save(self, member.state, now) end
   return {fmt(wait), fmt(now + wait)}
@@ -53,19 +142,20 @@ elseif op == 'batch' then
     changed = true
   end
   local out = {}
-  local slack = true
-  for i = 9, #ARGV, 2 do
+  local room = true
+  for i = 10, #ARGV, 2 do
     member.tokens = tonumber(ARGV[i])
     local max_wait = math.huge
     if ARGV[i + 1] ~= '' then max_wait = tonumber(ARGV[i + 1]) end
-    local wait, moved = reserve_members({member}, holes, now, max_wait)
+    local wait, moved = -math.huge, false
+    if not too_big(member.tokens) then wait, moved = reserve_members({member}, holes, now, max_wait) end
     if moved then changed = true end
-    if wait ~= 0 then slack = false end
+    if wait ~= 0 then room = false end
     out[#out + 1] = fmt(wait)
     out[#out + 1] = fmt(now + wait)
   end
-  local want, least, got = tonumber(ARGV[7]), tonumber(ARGV[8]), 0
-  while slack and want >= least and want > 0 do
+  local want, least, got = tonumber(ARGV[8]), tonumber(ARGV[9]), 0
+  while room and want >= least and want > 0 do
     member.tokens = want
     local wait, moved = reserve_members({member}, holes, now, 0)
     if wait >= 0 then
@@ -89,6 +179,26 @@ elseif op == 'charge' then
   charge_members({member}, holes, now)
   ALG.save(self, member.state, now)
   return {fmt(now)}
+elseif op == 'peek' then
+  -- The largest request that would go now, by bisection on the plan (which changes
+  -- nothing saved): holes are left out, they only ever add to it.
+  local function goes(t)
+    local admit_at, at = ALG.plan(self, member.state, now, t)
+    return admit_at - now <= EPSILON and at - now <= EPSILON
+  end
+  local low, high = 0.0, p1
+  if goes(high) then low = high else
+    for _ = 1, 60 do
+      local mid = (low + high) / 2
+      if goes(mid) then low = mid else high = mid end
+    end
+  end
+  local admit_at, at = ALG.plan(self, member.state, now, 1.0)
+  if admit_at > at then at = admit_at end
+  local paused = redis.call('ZSCORE', holes, 'pause')
+  if paused and tonumber(paused) <= now then paused = false end
+  return {fmt(p1), fmt(p2), fmt(low), fmt(math.max(at - now, 0.0)),
+          fmt(ALG.latest(self, member.state)), paused or '', fmt(now)}
 elseif op == 'restrict' then
   member.state = ALG.restrict(self, member.state, now, tokens, now + tonumber(ARGV[4]))
   if tokens <= EPSILON then pause(holes, now, now + tonumber(ARGV[4])) end

@@ -10,6 +10,21 @@ function leaky_bucket.new(base, capacity, rate)
   return {key = base, capacity = capacity, rate = rate, interval = 1.0 / rate}
 end
 
+-- See LeakyQueue.configured.
+function leaky_bucket.configured(capacity, rate, slack, new_rate, burst)
+  local leak = rate
+  if new_rate ~= nil then
+    if slack > 0 then leak = 1.0 / (1.0 / new_rate + slack) else leak = new_rate end
+  end
+  return burst or capacity, leak
+end
+
+-- See token_bucket.rescale: the queue keeps its tokens, and leaks at the new rate.
+function leaky_bucket.rescale(old, new, state, now)
+  if not (state[1] > now) then return state end
+  return {now + (state[1] - now) * old.rate * new.interval, state[2]}
+end
+
 -- A missing key (expired, evicted) or one that is not two finite numbers is an
 -- empty bucket: lost grants are forgotten, never an error or a queue stuck for ever.
 function leaky_bucket.load(self)

@@ -24,6 +24,12 @@ do
   local REBASE_SPAN = 1024.0
   local MAX_CAPS = 8
 
+  -- See WindowLog.configured: the window keeps its length; a burst does not apply.
+  function sliding_window.configured(limit, window, slack, new_rate, burst)
+    if new_rate == nil then return limit, window end
+    return new_rate * (window - slack), window
+  end
+
   function sliding_window.new(base, limit, window)
     return {key = base, caps = base .. ':caps', limit = limit, window = window}
   end

@@ -24,6 +24,12 @@ do
   local FIELDS = {'last', 'total', 'c0', 'c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7', 'c8', 'c9',
                   'c10', 'c11', 'c12', 'c13', 'c14', 'c15', 'c16', 'c17', 'c18', 'c19', 'c20'}
 
+  -- See WindowCounter.configured: the window keeps its length; a burst does not apply.
+  function sliding_window_counter.configured(limit, window, slack, new_rate, burst)
+    if new_rate == nil then return limit, window end
+    return new_rate * (window - slack), window
+  end
+
   function sliding_window_counter.new(base, limit, window)
     local subs = math.floor(window / SHORTEST)
     if subs > SUBWINDOWS then subs = SUBWINDOWS end

@@ -10,6 +10,25 @@ function token_bucket.new(base, capacity, rate)
           interval = 1.0 / rate, tolerance = capacity / rate}
 end
 
+-- See Gcra.configured: the limit as changed at run time (nil keeps the code's value).
+function token_bucket.configured(capacity, rate, slack, new_rate, burst)
+  local refill = new_rate or rate
+  local cap = burst
+  if cap == nil then cap = capacity + slack * rate end
+  local kept = cap - slack * refill
+  local least = 1.0
+  if cap < 1.0 then least = cap end
+  if kept > least then return kept, refill end
+  return least, refill
+end
+
+-- A change of limit at run time (ratelimit/_stores/config.py): the tokens still
+-- owed keep their count, and refill at the new rate. A bucket already full stays full.
+function token_bucket.rescale(old, new, state, now)
+  if not (state > now) then return state end
+  return now + (state - now) * old.rate * new.interval
+end
+
 -- A missing key (expired, evicted) or one that does not hold a finite number is a
 -- fresh bucket: lost grants are forgotten, never an error or a bucket stuck for ever.
 function token_bucket.load(self)

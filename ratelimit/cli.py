@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
 
+import redis.exceptions
+
 from ._cli.bench import (
     ADAPTIVE_BURST_SHARE,
     ADAPTIVE_DROP_SHARE,
@@ -42,13 +44,19 @@ from ._cli.bench import (
     sweep_configs,
 )
 from ._cli.bench_report import bench_json, bench_text, best, sweep_text
+from ._cli.inspect_report import inspect_json, inspect_text, override_text
 from ._cli.plot import PLOT_MISSING, can_plot, plot
-from ._cli.rates import Rate, parse_rate
+from ._cli.rates import UNITS, Rate, parse_rate
 from ._cli.size_report import size_json, size_text
 from ._cli.sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
-from ._redact import scrub, url_secrets
+from ._errors import BackendUnavailable
+from ._redact import redact_url, scrub, url_secrets
+from ._stores.config import known_names
+from ._stores.redis import RedisBackend
 
 __all__ = ["main"]
+
+_CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
 
 
 def _positive_float(text: str) -> float:
@@ -104,6 +112,20 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected seconds (0.02, 0.02s or 20ms), got {text!r}") from None
     if not 0 <= value <= 60:
         raise argparse.ArgumentTypeError(f"expected seconds from 0 to 60, got {text!r}")
+    return value
+
+
+def _span(text: str) -> float:
+    # "90", "90s", "30min", "1h", "2 days": how long a change at run time lasts.
+    stripped = text.strip().lower()
+    number = stripped.rstrip("abcdefghijklmnopqrstuvwxyz ")
+    unit = stripped[len(number) :].strip() or "s"
+    try:
+        value = float(number) * UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"expected a duration (90, 90s, 30min, 1h, 2d), got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a duration > 0, got {text!r}")
     return value
 
 
@@ -259,6 +281,64 @@ class _Progress:
         if self.tty and self.shown:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
+
+
+def _backend(args: argparse.Namespace) -> RedisBackend:
+    try:
+        return RedisBackend.from_url(args.redis, cluster=args.cluster, coalesce=False)
+    except ValueError as exc:
+        raise _UsageError(f"--redis: {exc}") from None
+
+
+def _unreachable(args: argparse.Namespace, exc: BaseException) -> int:
+    cause = exc.__cause__ or exc
+    text = f"ratelimit {args.command}: error: cannot reach Redis at {redact_url(args.redis)}: {cause}"
+    print(scrub(text, _secrets(args)), file=sys.stderr)
+    return 1
+
+
+def inspect_command(args: argparse.Namespace) -> int:
+    backend = _backend(args)
+    try:
+        client = backend.client
+        names = args.names or known_names(client)
+        seen = [backend.inspect(name) for name in names]
+    except (BackendUnavailable, *_CONNECTION_ERRORS) as exc:
+        return _unreachable(args, exc)
+    finally:
+        backend.close()
+    if args.json:
+        print(json.dumps(inspect_json(seen), indent=2))
+    elif not seen:
+        print("no limiter has decided on this Redis in the last day")
+    else:
+        print(inspect_text(seen))
+    return 1 if any(not each.known for each in seen) else 0
+
+
+def set_command(args: argparse.Namespace) -> int:
+    if args.reset and (args.rate is not None or args.burst is not None or args.ttl is not None):
+        raise _UsageError("--reset returns to the code's values: leave out --rate, --burst and --for")
+    if not args.reset and args.rate is None and args.burst is None:
+        raise _UsageError("give --rate, --burst or both (or --reset)")
+    backend = _backend(args)
+    try:
+        if args.reset:
+            was = backend.reset_limit(args.name)
+            print(f"{args.name}: back to the code's values" + ("" if was else " (no change was in force)"))
+        else:
+            rate = None if args.rate is None else args.rate.per_second
+            try:
+                backend.set_limit(args.name, rate=rate, burst=args.burst, ttl=args.ttl)
+            except ValueError as exc:
+                raise _UsageError(str(exc)) from None
+            print(f"{args.name}: {override_text(backend.limit_override(args.name))}")
+        print(inspect_text([backend.inspect(args.name)]))
+    except (BackendUnavailable, *_CONNECTION_ERRORS) as exc:
+        return _unreachable(args, exc)
+    finally:
+        backend.close()
+    return 0
 
 
 def bench_command(args: argparse.Namespace) -> int:
@@ -432,6 +512,40 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     adaptive.add_argument("--no-drop", action="store_true", help="keep the hidden limit for the whole run")
     bench.set_defaults(func=bench_command, headroom=None, guard=None)
+
+    inspect = commands.add_parser(
+        "inspect",
+        secrets=secrets,
+        help="what each shared limiter is doing now: configuration, budget, pause, breaker",
+        description="For each NAME (default: every name found on this Redis): the limiter's configuration as "
+        "its code set it and as changed at run time (`ratelimit set`), the parameters in force, the most tokens "
+        "one request could take now and the wait for one, how far ahead grants are already promised, a pause "
+        "fed back from a provider, and the state of a breaker of that name. Exits 1 if a NAME is unknown.",
+    )
+    inspect.add_argument("names", nargs="*", metavar="NAME", help="limiter names (default: all found)")
+    inspect.add_argument("--redis", metavar="URL", required=True, help="the Redis the limiters share")
+    inspect.add_argument("--cluster", action="store_true", help="--redis names a node of a Redis Cluster")
+    inspect.add_argument("--json", action="store_true", help="print JSON (stable keys) instead of text")
+    inspect.set_defaults(func=inspect_command)
+
+    setting = commands.add_parser(
+        "set",
+        secrets=secrets,
+        help="change a shared limiter's rate or burst at run time, in every process",
+        description="Store a new rate and/or burst beside limiter NAME's state: every process uses it from its "
+        "next decision, with no restart. A token bucket's refill and capacity, a leaky bucket's leak and "
+        "queue, a sliding window's limit over its own window (a window has no burst). The tokens already "
+        "owed keep their count. --for ends the change by itself; --reset returns to the code's values. "
+        "Composites and limiters with low_share keep the code's values.",
+    )
+    setting.add_argument("name", metavar="NAME", help="the limiter's name")
+    setting.add_argument("--rate", type=_rate, help="the new rate, e.g. 500/min or 20/s")
+    setting.add_argument("--burst", type=_positive_float, help="the new burst (a bucket's capacity)")
+    setting.add_argument("--for", dest="ttl", type=_span, metavar="DURATION", help="end the change after this long")
+    setting.add_argument("--reset", action="store_true", help="return to the code's values")
+    setting.add_argument("--redis", metavar="URL", required=True, help="the Redis the limiters share")
+    setting.add_argument("--cluster", action="store_true", help="--redis names a node of a Redis Cluster")
+    setting.set_defaults(func=set_command)
     return parser
 
 

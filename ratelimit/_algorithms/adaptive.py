@@ -213,5 +213,8 @@ class Cubic:
     def guarded(self, seconds: float) -> Cubic:
         return self
 
+    def configured(self, rate: float | None, burst: float | None) -> Cubic:
+        return self  # a learned pace is learned, not set
+
     def step(self, state: Pace, now: float, tokens: float, max_wait: float) -> tuple[Pace, float]:
         return step(self, state, now, tokens, max_wait)

@@ -138,6 +138,14 @@ class Algorithm(Protocol[S]):
         ``ValueError`` naming ``guard`` if that leaves nothing to grant."""
         ...
 
+    def configured(self, rate: float | None, burst: float | None) -> Algorithm[S]:
+        """The limit as changed at run time (``ratelimit set``): ``rate`` tokens per
+        second and a largest burst of ``burst`` tokens, ``None`` keeping what the code
+        says. Whatever the guard kept back is kept back from the new values; a
+        window keeps its length (its limit becomes ``rate`` times it) and has no burst
+        of its own. The Lua twin is ``<kind>.configured``."""
+        ...
+
     def restrict(self, state: S, now: float, remaining: float, until: float) -> S:
         """At most ``remaining`` more tokens before ``until``, then the configured rate.
 

@@ -42,6 +42,8 @@ class LeakyQueue:
     capacity: float
     rate: float
     interval: float = field(init=False)
+    #: Seconds of guard already added to each token's interval (``guarded``).
+    slack: float = 0.0
 
     kind = "leaky_bucket"
     most_name = "capacity"
@@ -132,7 +134,12 @@ class LeakyQueue:
 
     def guarded(self, seconds: float) -> LeakyQueue:
         # No burst to keep back: a grant's interval is all it occupies.
-        return LeakyQueue(self.capacity, 1.0 / (1.0 / self.rate + seconds))
+        return LeakyQueue(self.capacity, 1.0 / (1.0 / self.rate + seconds), self.slack + seconds)
+
+    def configured(self, rate: float | None, burst: float | None) -> LeakyQueue:
+        # A new rate is guarded again; the queue's capacity is what the burst sets.
+        leak = self.rate if rate is None else (1.0 / (1.0 / rate + self.slack) if self.slack > 0 else rate)
+        return LeakyQueue(self.capacity if burst is None else burst, leak, self.slack)
 
     def step(self, state: LeakyState, now: float, tokens: float, max_wait: float) -> tuple[LeakyState, float]:
         # plan() and commit() inlined, operation for operation (see Gcra.step).

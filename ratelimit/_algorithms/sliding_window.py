@@ -122,6 +122,8 @@ class WindowLog:
 
     limit: float
     window: float
+    #: Seconds of guard already added to the window (``guarded``).
+    slack: float = 0.0
 
     kind = "sliding_window"
     most_name = "limit"
@@ -333,7 +335,15 @@ class WindowLog:
         return WindowLog(self.limit - low, self.window), WindowLog(low, self.window)
 
     def guarded(self, seconds: float) -> WindowLog:
-        return WindowLog(self.limit, self.window + seconds)
+        return WindowLog(self.limit, self.window + seconds, self.slack + seconds)
+
+    def configured(self, rate: float | None, burst: float | None) -> WindowLog:
+        # The window keeps its length, so the state recorded stays meaningful: a new
+        # rate is the limit of that many tokens per second over the configured window.
+        # A window has no burst apart from its limit.
+        if rate is None:
+            return self
+        return WindowLog(rate * (self.window - self.slack), self.window, self.slack)
 
     def slowed(self, share: float) -> WindowLog:
         # A share of the limit in the same window: a longer window would let every

@@ -137,6 +137,8 @@ class WindowCounter:
     subs: int = field(init=False)
     width: float = field(init=False)
     ring: int = field(init=False)
+    #: Seconds of guard already added to the window (``guarded``).
+    slack: float = 0.0
 
     kind = "sliding_window_counter"
     most_name = "limit"
@@ -376,7 +378,13 @@ class WindowCounter:
         return WindowCounter(self.limit - low, self.window), WindowCounter(low, self.window)
 
     def guarded(self, seconds: float) -> WindowCounter:
-        return WindowCounter(self.limit, self.window + seconds)
+        return WindowCounter(self.limit, self.window + seconds, self.slack + seconds)
+
+    def configured(self, rate: float | None, burst: float | None) -> WindowCounter:
+        # As WindowLog.configured: the window and its ring keep their length.
+        if rate is None:
+            return self
+        return WindowCounter(rate * (self.window - self.slack), self.window, self.slack)
 
     def slowed(self, share: float) -> WindowCounter:
         return WindowCounter(self.limit * share, self.window)

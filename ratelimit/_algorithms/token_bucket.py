@@ -33,6 +33,8 @@ class Gcra:
     rate: float
     interval: float = field(init=False)
     tolerance: float = field(init=False)
+    #: Seconds of guard (and lease) already kept back: ``guarded`` adds to it.
+    slack: float = 0.0
 
     kind = "token_bucket"
     most_name = "capacity"
@@ -129,7 +131,18 @@ class Gcra:
                 f"{max(kept, 0.0):g} of capacity={self.capacity:g}: less than one request; lower the guard or "
                 f"raise the capacity"
             )
-        return Gcra(kept, self.rate)
+        return Gcra(kept, self.rate, self.slack + seconds)
+
+    def configured(self, rate: float | None, burst: float | None) -> Gcra:
+        # The slack stays kept back from the new capacity, at the new rate. A burst
+        # too small for it keeps one whole token (the run-time change was checked
+        # against no process's guard): a little late jitter, never a dead bucket.
+        # (token_bucket.configured in lua/token_bucket.lua, operation for operation.)
+        refill = self.rate if rate is None else rate
+        capacity = self.capacity + self.slack * self.rate if burst is None else burst
+        kept = capacity - self.slack * refill
+        least = capacity if capacity < 1.0 else 1.0
+        return Gcra(kept if kept > least else least, refill, self.slack)
 
     def step(self, state: float, now: float, tokens: float, max_wait: float) -> tuple[float, float]:
         # plan() and commit() inlined, operation for operation: this is every

@@ -34,6 +34,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from types import TracebackType
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -54,6 +55,9 @@ from .._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime, LastLane, cha
 from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
 from .._redact import redact_url
+from .config import Inspection, Override, checked_override, read_override, reset_override, write_override
+from .config import inspect as inspect_name
+from .keys import code_key, config_key, key_for
 from .lease_returns import LeaseReturns
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
 from .memory import MemoryBackend
@@ -103,20 +107,6 @@ DEFAULT_POOL_SIZE = 16
 #: How long a call waits for a connection that other code sharing the client's pool
 #: holds, before it is reported as unavailable.
 POOL_WAIT_SECONDS = 30.0
-
-
-def _escape(name: str) -> str:
-    return name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
-
-
-def key_for(name: str, kind: str, member: int | None = None, *, injected: bool = False, lane: str | None = None) -> str:
-    """The Redis key of limiter ``name`` (``member`` of a composite, or ``lane`` of a
-    budget with priorities) of algorithm ``kind``; ``injected`` for a limiter on a test
-    clock."""
-    middle = ("injected:" if injected else "") + ("" if member is None else f"{member}:")
-    if lane is not None:
-        middle += f"{lane}:"
-    return f"ratelimit:{{{_escape(name)}}}:{middle}{kind}"
 
 
 def _local_share(value: object) -> LocalShare:
@@ -762,6 +752,70 @@ class RedisBackend:
             return lambda: _num(time.time())
         return lambda: ""
 
+    # -- run-time changes and inspection (config.py) -------------------------------
+
+    def _admin_client(self) -> Any:
+        if self._sync_client is None:
+            raise TypeError(
+                "this RedisBackend wraps an asyncio client: changing or inspecting a limit needs a sync one "
+                "(RedisBackend.from_url(url) makes both)"
+            )
+        return self._sync_client
+
+    def set_limit(
+        self,
+        name: str,
+        *,
+        rate: float | None = None,
+        burst: float | None = None,
+        ttl: float | timedelta | None = None,
+    ) -> None:
+        """Change limiter ``name``'s limit at run time, in every process.
+
+        Every process follows it from its next decision: the limiter's script reads
+        the change atomically with the decision. ``rate`` is in tokens per second
+        (a token bucket's refill, a leaky bucket's leak; a window's limit becomes
+        ``rate`` times its length), ``burst`` a bucket's capacity (windows have
+        none); ``None`` keeps what the code says. ``ttl``: seconds (or a
+        ``timedelta``) after which the change ends by itself. A new change replaces
+        the last one whole. Bad values raise ``ValueError`` and change nothing.
+
+        Only single limiters follow it: not a ``Composite``'s members, nor a limiter
+        with ``low_share``. ``ratelimit set`` is the same from a shell.
+        """
+        change = checked_override(rate, burst, ttl)
+        _validate.name(name, self, shared=True)
+        self._admin(lambda client: write_override(client, name, change))
+
+    def reset_limit(self, name: str) -> bool:
+        """Return limiter ``name`` to what its code says, in every process from its
+        next decision; ``True`` if a change was in force."""
+        _validate.name(name, self, shared=True)
+        return bool(self._admin(lambda client: reset_override(client, name)))
+
+    def limit_override(self, name: str) -> Override | None:
+        """The change in force for limiter ``name`` (``set_limit``), or ``None``."""
+        _validate.name(name, self, shared=True)
+        result: Override | None = self._admin(lambda client: read_override(client, name))
+        return result
+
+    def inspect(self, name: str) -> Inspection:
+        """What this store holds of limiter ``name``: its configuration (as the code
+        set it and as changed), what it could grant now, what is promised ahead, a
+        pause from feedback, a breaker's state. ``ratelimit inspect`` prints it."""
+        _validate.name(name, self, shared=True)
+        result: Inspection = self._admin(lambda client: inspect_name(client, name))
+        return result
+
+    def _admin(self, call: Callable[[Any], Any]) -> Any:
+        client = self._admin_client()
+        try:
+            return call(client)
+        except STORE_ERRORS as exc:
+            if is_unavailable(exc):
+                raise BackendUnavailable(f"the Redis store is unavailable: {exc!r}") from exc
+            raise
+
     def key(
         self, name: str, kind: str, member: int | None = None, *, clock: Clock | None = None, lane: str | None = None
     ) -> str:
@@ -854,6 +908,7 @@ class RedisBackend:
             self.key(name, alg.kind, clock=clock),
             self.now_source(clock),
             None if local is None else local[0],
+            name,
         )
         if lease is not None or self.coalesce:
             rounds = handle.rounds = Rounds(
@@ -1187,20 +1242,29 @@ class _ScriptHandle(ABC, Generic[T]):
 
 
 class RedisHandle(_ScriptHandle[float]):
-    """One limiter: ``KEYS = [base]``, ``ARGV = [op, now, tokens, extra, *params]``.
+    """One limiter: ``KEYS = [base, config, code]`` (see ``config.py``), ``ARGV = [op,
+    now, tokens, extra, *params, slack]``.
 
     With ``rounds`` (coalescing, a lease: see ``rounds.py``) its reserves are decided
-    in rounds, ``ARGV = ['batch', now, give_back, give_back_at, *params, want, least,
+    in rounds, ``ARGV = ['batch', now, give_back, give_back_at, *params, slack, want, least,
     tokens, max_wait, ...]`` for more than one request or a lease.
     """
 
     __slots__ = ("__weakref__", "_params")
 
     def __init__(
-        self, backend: RedisBackend, alg: Algorithm[Any], key: str, now: Callable[[], str], local: _Local[float] | None
+        self,
+        backend: RedisBackend,
+        alg: Algorithm[Any],
+        key: str,
+        now: Callable[[], str],
+        local: _Local[float] | None,
+        name: str | None = None,
     ) -> None:
-        super().__init__(backend, single_script(alg.kind), [key], now, local)
-        self._params = tuple(_num(p) for p in alg.params())
+        # Without a name (tests driving the script), no change is read nor code written.
+        keys = [key] if name is None else [key, config_key(name), code_key(name)]
+        super().__init__(backend, single_script(alg.kind), keys, now, local)
+        self._params = (*(_num(p) for p in alg.params()), _num(getattr(alg, "slack", 0.0)))
 
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
         return [op, self._now(), _num(tokens), extra, *self._params]

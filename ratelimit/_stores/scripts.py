@@ -90,7 +90,7 @@ def _driven(kind: str, driver: str, name: str) -> Script:
     parts = [
         lua_source("_prelude"),
         lua_source(kind),
-        f"local ALG = {kind}",
+        f"local ALG, KIND = {kind}, '{kind}'",
         lua_source("_members"),
         lua_source(driver),
     ]

@@ -1,0 +1,98 @@
+"""What ``ratelimit inspect`` and ``ratelimit set`` print: one block per limiter name."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._stores.config import Inspection, Override
+
+__all__ = ["inspect_json", "inspect_text", "override_text"]
+
+#: Parameters that are rates, shown per second.
+_RATES = ("refill_per_sec", "leak_per_sec")
+
+
+def _number(value: float) -> str:
+    if math.isinf(value):
+        return "never" if value > 0 else "-inf"
+    return f"{value:.6g}"
+
+
+def _seconds(value: float) -> str:
+    if math.isinf(value):
+        return "never"
+    if value >= 3600:
+        return f"{value / 3600:.3g} h"
+    if value >= 60:
+        return f"{value / 60:.3g} min"
+    return f"{value:.3g} s"
+
+
+def _params(params: Mapping[str, float]) -> str:
+    parts = []
+    for name, value in params.items():
+        unit = "/s" if name in _RATES else " s" if name == "window" else ""
+        parts.append(f"{name} {_number(value)}{unit}")
+    return ", ".join(parts)
+
+
+def override_text(change: Override | None) -> str:
+    """A change at run time in one line."""
+    if change is None:
+        return "none (the code's values)"
+    parts = []
+    if change.rate is not None:
+        parts.append(f"rate {_number(change.rate)}/s")
+    if change.burst is not None:
+        parts.append(f"burst {_number(change.burst)}")
+    ends = "until reset" if change.ttl is None else f"ends in {_seconds(change.ttl)}"
+    return ", ".join(parts) + f"; {ends}"
+
+
+def _block(seen: Inspection) -> list[str]:
+    if not seen.known:
+        return [f"{seen.name}: unknown (no limiter of this name decided in the last day; no change, no breaker stored)"]
+    lines = [f"{seen.name}" + ("" if seen.kind is None else f"  ({seen.kind})")]
+
+    def row(label: str, text: str) -> None:
+        lines.append(f"  {label:<12} {text}")
+
+    if seen.code is not None:
+        kept = f" (guard {_seconds(seen.slack)} kept back)" if seen.slack else ""
+        row("code", _params(seen.code) + kept)
+    row("changed", override_text(seen.override))
+    if seen.effective is not None:
+        row("in force", _params(seen.effective))
+    if seen.available is not None and seen.wait_for_one is not None:
+        row("now", f"{_number(seen.available)} tokens could go at once; one token waits {_seconds(seen.wait_for_one)}")
+    if seen.promised_ahead is not None:
+        promised = "none" if seen.promised_ahead <= 0 else f"up to {_seconds(seen.promised_ahead)} from now"
+        row("promised", f"grants reserved ahead: {promised}")
+    if seen.kind is not None:
+        row(
+            "pause",
+            "none" if seen.paused_for is None else f"fed back by the provider, {_seconds(seen.paused_for)} left",
+        )
+    if seen.breaker is not None:
+        since = ""
+        if seen.breaker_opened_at is not None and seen.now is not None:
+            since = f", opened {_seconds(max(0.0, seen.now - seen.breaker_opened_at))} ago"
+        row("breaker", seen.breaker + since)
+    if seen.other_keys:
+        row("other state", ", ".join(seen.other_keys) + " (composite members or priority lanes)")
+    return lines
+
+
+def inspect_text(seen: Sequence[Inspection]) -> str:
+    """Every name's block, a blank line between them."""
+    return "\n\n".join("\n".join(_block(each)) for each in seen)
+
+
+def inspect_json(seen: Sequence[Inspection]) -> dict[str, Any]:
+    """Stable keys: ``limiters`` (one object per name) and ``unknown`` (names)."""
+    return {
+        "limiters": [each.as_dict() for each in seen if each.known],
+        "unknown": [each.name for each in seen if not each.known],
+    }
