@@ -301,8 +301,10 @@ def inspect_command(args: argparse.Namespace) -> int:
     backend = _backend(args)
     try:
         client = backend.client
-        names = args.names or known_names(client)
-        seen = [backend.inspect(name) for name in names]
+        seen = [backend.inspect(name) for name in args.names or known_names(client)]
+        if not args.names:
+            # Found by a key that says nothing (a garbled change): nothing to show.
+            seen = [each for each in seen if each.known]
     except (BackendUnavailable, *_CONNECTION_ERRORS) as exc:
         return _unreachable(args, exc)
     finally:

@@ -112,7 +112,9 @@ def _configure(client: Any, name: str, change: Override | None, now: float | Non
         # same step (a bucket's backlog keeps its tokens, see `switch` in _single.lua).
         assert kind is not None
         args = ["configure", "" if now is None else repr(now), rate, burst, code["p1"], code["p2"], code["slack"], ttl]
-        single_script(kind)(client, [key_for(name, kind), config_key(name)], args)
+        # A time given is a test clock's: the state to move is that of limiters on one.
+        state = key_for(name, kind, injected=now is not None)
+        single_script(kind)(client, [state, config_key(name)], args)
         return
     # No process has decided yet: no state to move, and no script known to write it.
     key = config_key(name)
@@ -129,7 +131,7 @@ def _configure(client: Any, name: str, change: Override | None, now: float | Non
 
 def write_override(client: Any, name: str, change: Override, now: float | None = None) -> None:
     """Store ``change`` for limiter ``name``: it replaces any earlier change whole.
-    ``now``: the store time to use (a test clock's), ``None`` the server's."""
+    ``now``: a test clock's time, for limiters on test clocks; ``None``: the server's."""
     _configure(client, name, change, now)
 
 
