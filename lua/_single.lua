@@ -34,6 +34,8 @@
 --   peek (read only, `ratelimit inspect`): {the two parameters in force, the most
 --            tokens one request could take now, the wait for one token, the latest
 --            grant promised, the end of a pause ('' none), now}
+-- reserve, batch and a restrict that pauses also count what they decided for
+-- `ratelimit top` (see `tally`).
 -- Mirrors MemoryHandle in ratelimit/_stores/memory.py: the algorithm's step, with holes.
 
 -- What a run-time change may set, as MIN_SET and MAX_SET in ratelimit/_stores/config.py:
@@ -45,6 +47,44 @@ local function valid(text)
 end
 -- How long what the code says stays readable once no process has decided (a day).
 local CODE_KEPT_MS = '86400000'
+
+-- The fleet's counters, for `ratelimit top` (see ratelimit/_stores/fleet.py): one hash
+-- per second beside the state, <base>:top:<second>, gone after TOP_KEPT_MS. Fields: g
+-- requests granted, r refused, w<i> granted after a wait of at most WAIT_BOUNDS[i]
+-- seconds (w<n+1>: longer), l tokens leased, p pauses fed back by a provider.
+local WAIT_BOUNDS = {0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60}
+local TOP_KEPT_MS = '70000'
+
+local function wait_field(wait)
+  for i, bound in ipairs(WAIT_BOUNDS) do
+    if wait <= bound + EPSILON then return 'w' .. i end
+  end
+  return 'w' .. (#WAIT_BOUNDS + 1)
+end
+
+-- `waits`: the signed waits decided (< 0 refused); `leased`, `pauses`: counts.
+local function tally(now, waits, leased, pauses)
+  local counts = {}
+  local function add(field, n)
+    if n > 0 then counts[field] = (counts[field] or 0) + n end
+  end
+  for _, wait in ipairs(waits) do
+    if wait < 0 then add('r', 1) else
+      add('g', 1)
+      add(wait_field(wait), 1)
+    end
+  end
+  add('l', leased)
+  add('p', pauses)
+  local key = KEYS[1] .. ':top:' .. string.format('%d', math.floor(now))
+  local any = false
+  for field, n in pairs(counts) do
+    if field == 'l' then redis.call('HINCRBYFLOAT', key, field, fmt(n))
+    else redis.call('HINCRBY', key, field, string.format('%d', n)) end
+    any = true
+  end
+  if any then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
+end
 
 local op = ARGV[1]
 local now = clock(ARGV[2])
@@ -127,9 +167,10 @@ end
 if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
-  if too_big(tokens) then return {fmt(-math.huge), fmt(now)} end
-  local wait, changed = reserve_members({member}, holes, now, max_wait)
+  local wait, changed = -math.huge, false
+  if not too_big(tokens) then wait, changed = reserve_members({member}, holes, now, max_wait) end
   if changed or dirty(member.state) then ALG.save(self, member.state, now) end
+  tally(now, {wait}, 0, 0)
   return {fmt(wait), fmt(now + wait)}
 elseif op == 'batch' then
   -- Exactly the requests' own reserves, one after the other, as separate calls in
@@ -142,6 +183,7 @@ elseif op == 'batch' then
     changed = true
   end
   local out = {}
+  local waits = {}
   local room = true
   for i = 10, #ARGV, 2 do
     member.tokens = tonumber(ARGV[i])
@@ -151,6 +193,7 @@ elseif op == 'batch' then
     if not too_big(member.tokens) then wait, moved = reserve_members({member}, holes, now, max_wait) end
     if moved then changed = true end
     if wait ~= 0 then room = false end
+    waits[#waits + 1] = wait
     out[#out + 1] = fmt(wait)
     out[#out + 1] = fmt(now + wait)
   end
@@ -167,6 +210,7 @@ elseif op == 'batch' then
   end
   out[#out + 1] = fmt(got)
   out[#out + 1] = fmt(now)
+  tally(now, waits, got, 0)
   if changed or dirty(member.state) then ALG.save(self, member.state, now) end
   return out
 elseif op == 'refund' then
@@ -201,7 +245,10 @@ elseif op == 'peek' then
           fmt(ALG.latest(self, member.state)), paused or '', fmt(now)}
 elseif op == 'restrict' then
   member.state = ALG.restrict(self, member.state, now, tokens, now + tonumber(ARGV[4]))
-  if tokens <= EPSILON then pause(holes, now, now + tonumber(ARGV[4])) end
+  if tokens <= EPSILON then
+    pause(holes, now, now + tonumber(ARGV[4]))
+    tally(now, {}, 0, 1)
+  end
   ALG.save(self, member.state, now)
   return {fmt(now)}
 end

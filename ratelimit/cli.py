@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
@@ -49,9 +50,11 @@ from ._cli.plot import PLOT_MISSING, can_plot, plot
 from ._cli.rates import UNITS, Rate, parse_rate
 from ._cli.size_report import size_json, size_text
 from ._cli.sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
+from ._cli.top_report import top_json, top_text
 from ._errors import BackendUnavailable
 from ._redact import redact_url, scrub, url_secrets
 from ._stores.config import known_names
+from ._stores.fleet import fleet
 from ._stores.redis import RedisBackend
 
 __all__ = ["main"]
@@ -112,6 +115,13 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected seconds (0.02, 0.02s or 20ms), got {text!r}") from None
     if not 0 <= value <= 60:
         raise argparse.ArgumentTypeError(f"expected seconds from 0 to 60, got {text!r}")
+    return value
+
+
+def _window(text: str) -> float:
+    value = _positive_float(text)
+    if not 1 <= value <= 59 or value != int(value):
+        raise argparse.ArgumentTypeError(f"expected whole seconds from 1 to 59, got {text!r}")
     return value
 
 
@@ -316,6 +326,34 @@ def inspect_command(args: argparse.Namespace) -> int:
     else:
         print(inspect_text(seen))
     return 1 if any(not each.known for each in seen) else 0
+
+
+def top_command(args: argparse.Namespace) -> int:
+    backend = _backend(args)
+    tty = sys.stdout.isatty()
+    where = redact_url(args.redis)
+    shown = 0
+    try:
+        while True:
+            rows = fleet(backend.client, args.window)
+            if args.json:
+                print(json.dumps(top_json(rows, args.window), indent=2))
+                return 0
+            # Like top: the screen redrawn in place on a terminal; one block a refresh
+            # otherwise, so that a log of it reads in order.
+            screen = top_text(rows, where, args.window)
+            sys.stdout.write(("\033[H\033[2J" if tty else "") + screen + "\n" + ("" if tty else "\n"))
+            sys.stdout.flush()
+            shown += 1
+            if args.iterations is not None and shown >= args.iterations:
+                return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+    except (BackendUnavailable, *_CONNECTION_ERRORS) as exc:
+        return _unreachable(args, exc)
+    finally:
+        backend.close()
 
 
 def set_command(args: argparse.Namespace) -> int:
@@ -548,6 +586,24 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
     setting.add_argument("--redis", metavar="URL", required=True, help="the Redis the limiters share")
     setting.add_argument("--cluster", action="store_true", help="--redis names a node of a Redis Cluster")
     setting.set_defaults(func=set_command)
+
+    top = commands.add_parser(
+        "top",
+        secrets=secrets,
+        help="a live view of every shared limiter active in the last minute, across all processes",
+        description="Refreshing like top: every limiter that decided on this Redis in the last minute, busiest "
+        "first, with the grants, refusals and leased tokens per second over the last --window seconds, the "
+        "99th percentile of the waits granted (the bound of its histogram bucket), the pauses fed back by a "
+        "provider (429s with Retry-After) over the minute, a pause in force, and the state of a breaker of "
+        "the same name. Counted by the limiters' own scripts, all processes together. Ctrl-C ends it.",
+    )
+    top.add_argument("--redis", metavar="URL", required=True, help="the Redis the limiters share")
+    top.add_argument("--cluster", action="store_true", help="--redis names a node of a Redis Cluster")
+    top.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between refreshes (default 1)")
+    top.add_argument("--window", type=_window, default=5.0, help="seconds the rates are taken over (default 5)")
+    top.add_argument("--iterations", type=_positive_int, help="stop after this many refreshes (default: never)")
+    top.add_argument("--json", action="store_true", help="print one snapshot as JSON (stable keys) and stop")
+    top.set_defaults(func=top_command)
     return parser
 
 

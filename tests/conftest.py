@@ -44,6 +44,13 @@ def unique_name(prefix: str = "test") -> str:
     return f"{prefix}-{_RUN}-{next(_names)}"
 
 
+def state_keys(client: redis.Redis, name: str) -> list[str]:
+    """The keys that hold limiter ``name``'s state, sorted: not what its code says
+    (``:code``, kept a day) nor its counters for ``ratelimit top`` (``:top:<second>``)."""
+    found = [key.decode() for key in client.scan_iter(match=f"ratelimit:{{{name}}}:*", count=1000)]
+    return sorted(key for key in found if not key.endswith(":code") and ":top:" not in key)
+
+
 def unavailable(reason: str) -> None:
     """Skip, or fail when CI requires the real servers."""
     if REQUIRE_REDIS:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import redis
@@ -19,7 +19,7 @@ from ratelimit import Composite, LeakyBucket, ManualClock, RedisBackend, Sliding
 from ratelimit._algorithms.algorithm import charge, step
 from ratelimit._limiting.limiters import SingleLimiter
 
-from conftest import unique_name
+from conftest import state_keys, unique_name
 
 pytestmark = pytest.mark.redis
 
@@ -38,8 +38,7 @@ LIMITERS: dict[str, Build] = {
 
 
 def ttls(client: redis.Redis, name: str) -> dict[str, int]:
-    keys = cast("list[bytes]", client.keys(f"ratelimit:{{{name}}}:*"))
-    return {key.decode(): int(client.pttl(key)) for key in keys}
+    return {key: int(client.pttl(key)) for key in state_keys(client, name)}
 
 
 def promised_ms(seconds: float) -> int:

@@ -42,7 +42,7 @@ from ratelimit import (
 )
 from ratelimit._stores.store import Backend
 
-from conftest import unavailable, unique_name
+from conftest import state_keys, unavailable, unique_name
 from servers import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
@@ -82,9 +82,8 @@ def client(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
 
 
 def keys_of(client: redis.Redis, name: str) -> list[str]:
-    """Every key of limiter ``name`` (all share its hash tag)."""
-    found = cast("list[bytes]", client.keys(f"ratelimit:{{{name}}}:*"))
-    return sorted(k.decode() for k in found)
+    """Every key of limiter ``name``'s state (all share its hash tag)."""
+    return state_keys(client, name)
 
 
 def burst(limiter: Limiter) -> int:

@@ -211,6 +211,18 @@ def test_a_request_larger_than_a_lowered_burst_is_refused_for_ever(
         b.close()
 
 
+def test_what_the_code_says_is_written_once_and_kept_a_day(backend: RedisBackend, redis_client: redis.Redis) -> None:
+    name = unique_name("code")
+    limiter = TokenBucket(4, 2, backend=backend, name=name, guard=0.25)
+    limiter.try_acquire()
+    key = f"ratelimit:{{{name}}}:code"
+    assert redis_client.hgetall(key) == {b"kind": b"token_bucket", b"p1": b"3.5", b"p2": b"2.0", b"slack": b"0.25"}
+    assert 86_000_000 < redis_client.pttl(key) <= 86_400_000
+    redis_client.pexpire(key, 50_000)
+    limiter.try_acquire()
+    assert redis_client.pttl(key) <= 50_000  # present: not rewritten by every call
+
+
 def test_a_garbled_stored_change_is_ignored(backend: RedisBackend, redis_client: redis.Redis) -> None:
     clock = ManualClock(1000.0)
     for rate, burst in [("nan", ""), ("abc", "-1"), ("1e300", "inf"), ("0", "0"), ("", "")]:

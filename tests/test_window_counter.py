@@ -39,7 +39,7 @@ from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import SUBWINDOWS, WindowCounter
 from ratelimit._stores.redis import RedisHandle, key_for
 
-from conftest import REDIS_URL, unique_name
+from conftest import REDIS_URL, state_keys, unique_name
 from held import held, held_clock
 
 Make = Callable[..., Any]
@@ -546,7 +546,7 @@ def test_a_key_is_one_small_hash_that_expires(redis_client: redis.Redis) -> None
     for _ in range(40):
         assert limiter.try_acquire()
         clock.advance(1.5)
-    keys = [k for k in redis_client.scan_iter(f"ratelimit:{{{limiter.name}}}*")]
+    keys = state_keys(redis_client, limiter.name or "")
     assert len(keys) == 1
     (key,) = keys
     fields = redis_client.hgetall(key)

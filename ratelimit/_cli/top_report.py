@@ -1,0 +1,54 @@
+"""What ``ratelimit top`` draws: one screen of the fleet's limiters (``_stores/fleet.py``)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .._stores.fleet import FleetRow
+
+__all__ = ["top_json", "top_text"]
+
+_HEADER = (
+    f"{'NAME':<28} {'KIND':<22} {'GRANTS/S':>9} {'REFUSED/S':>9} {'LEASED/S':>9} {'P99 WAIT':>9} "
+    f"{'PAUSES':>6} {'PAUSED':>8} {'BREAKER':<9}"
+)
+
+
+def _wait(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if math.isinf(value):
+        return "> 60 s"
+    if value == 0:
+        return "0"
+    return f"<={value * 1000:g}ms" if value < 1 else f"<={value:g}s"
+
+
+def _row(row: FleetRow) -> str:
+    name = row.name if len(row.name) <= 28 else row.name[:27] + "~"
+    paused = "-" if row.paused_for is None else f"{row.paused_for:.1f}s"
+    return (
+        f"{name:<28} {row.kind:<22} {row.grants_per_sec:>9.1f} {row.refusals_per_sec:>9.1f} "
+        f"{row.leased_per_sec:>9.1f} {_wait(row.p99_wait):>9} {row.pauses:>6} {paused:>8} {row.breaker or '-':<9}"
+    )
+
+
+def top_text(rows: Sequence[FleetRow], where: str, window: float, now: float | None = None) -> str:
+    """The screen: a title line, the column heads, a line per limiter."""
+    stamp = time.strftime("%H:%M:%S", time.localtime(now))
+    title = (
+        f"ratelimit top - {where} - {stamp} - {len(rows)} limiter{'s' if len(rows) != 1 else ''} active in the "
+        f"last minute; rates over the last {window:g} s, pauses fed back over the minute"
+    )
+    lines = [title, "", _HEADER, *(_row(row) for row in rows)]
+    if not rows:
+        lines.append("(no limiter decided on this Redis in the last minute)")
+    return "\n".join(lines)
+
+
+def top_json(rows: Sequence[FleetRow], window: float) -> dict[str, Any]:
+    """Stable keys: ``window_seconds`` and ``limiters``."""
+    return {"window_seconds": window, "limiters": [row.as_dict() for row in rows]}

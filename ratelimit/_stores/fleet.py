@@ -1,0 +1,163 @@
+"""The fleet's counters in Redis, as ``ratelimit top`` reads them.
+
+Every single limiter's script counts what it decided, in the same call as the
+decision (``tally`` in ``lua/_single.lua``): no round trip of its own. Counts go to
+one hash per limiter and second, ``<state key>:top:<second>``, which expires after 70
+seconds, so they add up over every process of the fleet and vanish with the traffic.
+
+Grants a process takes from a lease (``lease=``) never reach the script: the lease's
+tokens are counted instead (``l``), when the script grants it. A composite and a
+budget with priorities are not counted (yet).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .keys import key_for, name_of
+
+__all__ = ["WAIT_BOUNDS", "FleetRow", "fleet", "p99_wait"]
+
+#: The upper bounds, in seconds, of the wait histogram's buckets (``WAIT_BOUNDS`` in
+#: ``lua/_single.lua``; field ``w<i>`` counts waits up to the i-th, 1-based, and the
+#: one after the last counts longer waits).
+WAIT_BOUNDS = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+#: Seconds of history a hash keeps; ``top`` shows what was active within a minute.
+ACTIVE_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class FleetRow:
+    """One limiter across the fleet, over the last ``window`` seconds."""
+
+    name: str
+    kind: str
+    #: Requests granted and refused per second, leased tokens per second.
+    grants_per_sec: float
+    refusals_per_sec: float
+    leased_per_sec: float
+    #: The 99th percentile of the waits granted, as the bound of its histogram bucket
+    #: (``inf``: longer than the last bound); ``None``: no grant in the window.
+    p99_wait: float | None
+    #: Pauses fed back by a provider (a 429's ``Retry-After``) in the last minute.
+    pauses: int
+    #: Seconds left of a pause in force, ``None``: none.
+    paused_for: float | None
+    #: A breaker of the same name: ``closed``, ``open``, ``half-open``; ``None``: none.
+    breaker: str | None
+    #: Seconds since its latest second of activity.
+    idle: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "grants_per_sec": self.grants_per_sec,
+            "refusals_per_sec": self.refusals_per_sec,
+            "leased_per_sec": self.leased_per_sec,
+            "p99_wait": None if self.p99_wait is None else (self.p99_wait if math.isfinite(self.p99_wait) else "inf"),
+            "pauses_last_minute": self.pauses,
+            "paused_for": self.paused_for,
+            "breaker": self.breaker,
+            "idle_seconds": self.idle,
+        }
+
+
+def p99_wait(buckets: dict[int, float]) -> float | None:
+    """The bound of the bucket where 99 % of the granted waits are reached, from the
+    counts per bucket index (1-based, as the fields ``w<i>``)."""
+    total = sum(buckets.values())
+    if total <= 0:
+        return None
+    seen = 0.0
+    for index in sorted(buckets):
+        seen += buckets[index]
+        if seen >= 0.99 * total:
+            return WAIT_BOUNDS[index - 1] if index <= len(WAIT_BOUNDS) else math.inf
+    return math.inf
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _parse(key: str) -> tuple[str, str, int] | None:
+    """(name, kind, second) of a counters key, or ``None`` for another key."""
+    name = name_of(key)
+    head, sep, second = key.rpartition(":top:")
+    if name is None or not sep or not second.isdigit():
+        return None
+    kind = head.rpartition(":")[2]
+    if ":injected:" in head:
+        return None  # a limiter on a test clock: its seconds are not the server's
+    return name, kind, int(second)
+
+
+_BREAKER_MODES = {0: "closed", 1: "open", 2: "half-open"}
+
+
+def fleet(client: Any, window: float = 5.0, now: float | None = None) -> list[FleetRow]:
+    """Every limiter active in the last minute, busiest first: its rates over the last
+    ``window`` whole seconds, and its pauses over the minute."""
+    if now is None:
+        seconds, micros = client.time()
+        now = float(seconds) + float(micros) / 1e6
+    current = math.floor(now)
+    keys: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
+    for raw in client.scan_iter(match="ratelimit:*:top:*", count=1000):
+        key = _text(raw)
+        parsed = _parse(key)
+        if parsed is not None and parsed[2] > current - ACTIVE_SECONDS:
+            keys[parsed[:2]].append((parsed[2], key))
+    if not keys:
+        return []
+    span = max(1, round(window))
+    rows = []
+    for (name, kind), found in keys.items():
+        rows.append(_row(client, name, kind, found, current, span, now))
+    return sorted(rows, key=lambda row: (-row.grants_per_sec, row.name))
+
+
+def _row(client: Any, name: str, kind: str, found: Iterable[tuple[int, str]], current: int, span: int,
+         now: float) -> FleetRow:  # fmt: skip
+    found = sorted(found)
+    pipe = client.pipeline(transaction=False)
+    for _, key in found:
+        pipe.hgetall(key)
+    state = key_for(name, kind)
+    pipe.zscore(state + ":holes", "pause")
+    pipe.hget(key_for(name, "breaker"), "mode")
+    *hashes, paused, mode = pipe.execute()
+    granted = refused = leased = 0.0
+    pauses = 0
+    buckets: dict[int, float] = defaultdict(float)
+    # The last `span` whole seconds: the current one is still filling.
+    recent = range(current - span, current)
+    for (second, _), fields in zip(found, hashes, strict=True):
+        values = {_text(k): float(v) for k, v in fields.items()}
+        pauses += int(values.get("p", 0))
+        if second not in recent:
+            continue
+        granted += values.get("g", 0.0)
+        refused += values.get("r", 0.0)
+        leased += values.get("l", 0.0)
+        for field, count in values.items():
+            if field.startswith("w") and field[1:].isdigit():
+                buckets[int(field[1:])] += count
+    until = None if paused is None else float(paused)
+    return FleetRow(
+        name=name,
+        kind=kind,
+        grants_per_sec=granted / span,
+        refusals_per_sec=refused / span,
+        leased_per_sec=leased / span,
+        p99_wait=p99_wait(buckets),
+        pauses=pauses,
+        paused_for=None if until is None or until <= now else until - now,
+        breaker=None if mode is None else _BREAKER_MODES.get(int(float(mode)), "unknown"),
+        idle=max(0.0, now - (found[-1][0] + 1)),
+    )
