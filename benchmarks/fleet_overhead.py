@@ -32,7 +32,7 @@ import redis
 from ratelimit._stores.keys import code_key, config_key, key_for
 from ratelimit._stores.scripts import Script, single_script
 
-TALLY = "local function tally(now, waits, leased, pauses)\n"
+TALLY = "local function tally_one(now, wait)\n"
 
 
 def variants() -> dict[str, Script]:

@@ -49,9 +49,11 @@ end
 local CODE_KEPT_MS = '86400000'
 
 -- The fleet's counters, for `ratelimit top` (see ratelimit/_stores/fleet.py): one hash
--- per second beside the state, <base>:top:<second>, gone after TOP_KEPT_MS. Fields: g
--- requests granted, r refused, w<i> granted after a wait of at most WAIT_BOUNDS[i]
--- seconds (w<n+1>: longer), l tokens leased, p pauses fed back by a provider.
+-- per second beside the state, <base>:top:<second>, gone after TOP_KEPT_MS. Fields: r
+-- requests refused, w<i> granted after a wait of at most WAIT_BOUNDS[i] seconds
+-- (w<n+1>: longer; their sum is the grants), l tokens leased, p pauses fed back by a
+-- provider. Usually one HINCRBY a call: the TTL is set only when a field is new,
+-- which it is whenever the key is.
 local WAIT_BOUNDS = {0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60}
 local TOP_KEPT_MS = '70000'
 
@@ -62,6 +64,18 @@ local function wait_field(wait)
   return 'w' .. (#WAIT_BOUNDS + 1)
 end
 
+local function top_key(now)
+  return KEYS[1] .. ':top:' .. string.format('%d', math.floor(now))
+end
+
+-- One decision's count: the hot path's one command, with no table built.
+local function tally_one(now, wait)
+  local key = top_key(now)
+  local field = 'r'
+  if wait >= 0 then field = wait_field(wait) end
+  if redis.call('HINCRBY', key, field, 1) == 1 then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
+end
+
 -- `waits`: the signed waits decided (< 0 refused); `leased`, `pauses`: counts.
 local function tally(now, waits, leased, pauses)
   local counts = {}
@@ -69,21 +83,19 @@ local function tally(now, waits, leased, pauses)
     if n > 0 then counts[field] = (counts[field] or 0) + n end
   end
   for _, wait in ipairs(waits) do
-    if wait < 0 then add('r', 1) else
-      add('g', 1)
-      add(wait_field(wait), 1)
-    end
+    if wait < 0 then add('r', 1) else add(wait_field(wait), 1) end
   end
   add('l', leased)
   add('p', pauses)
-  local key = KEYS[1] .. ':top:' .. string.format('%d', math.floor(now))
-  local any = false
+  local key = top_key(now)
+  local new = false
   for field, n in pairs(counts) do
-    if field == 'l' then redis.call('HINCRBYFLOAT', key, field, fmt(n))
-    else redis.call('HINCRBY', key, field, string.format('%d', n)) end
-    any = true
+    local total
+    if field == 'l' then total = tonumber(redis.call('HINCRBYFLOAT', key, field, fmt(n)))
+    else total = redis.call('HINCRBY', key, field, string.format('%d', n)) end
+    if total == n then new = true end
   end
-  if any then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
+  if new then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
 end
 
 local op = ARGV[1]
@@ -170,7 +182,7 @@ if op == 'reserve' then
   local wait, changed = -math.huge, false
   if not too_big(tokens) then wait, changed = reserve_members({member}, holes, now, max_wait) end
   if changed or dirty(member.state) then ALG.save(self, member.state, now) end
-  tally(now, {wait}, 0, 0)
+  tally_one(now, wait)
   return {fmt(wait), fmt(now + wait)}
 elseif op == 'batch' then
   -- Exactly the requests' own reserves, one after the other, as separate calls in

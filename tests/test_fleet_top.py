@@ -46,7 +46,7 @@ def test_the_script_counts_grants_refusals_waits_and_pauses(redis_client: redis.
     limiter.feedback({"Retry-After": "5"}, 429)
     seen = counters(redis_client, name, 1000)
     # w1: no wait (<= 0 s); w8: up to 0.1 s.
-    assert seen == {"g": 4.0, "r": 2.0, "w1": 3.0, "w8": 1.0, "p": 1.0}
+    assert seen == {"r": 2.0, "w1": 3.0, "w8": 1.0, "p": 1.0}
     clock.advance(1.0)
     assert limiter.try_acquire() is False  # paused
     assert counters(redis_client, name, 1001) == {"r": 1.0}
@@ -63,7 +63,7 @@ def test_a_round_counts_each_request_and_the_lease(redis_client: redis.Redis) ->
     reply = single_script("token_bucket")(redis_client, [base], args)
     assert [float(x) for x in reply[0::2][:3]] == [0.0, 0.0, -1.0]
     seen = fields(redis_client, base + ":top:2000")
-    assert seen == {"g": 2.0, "r": 1.0, "w1": 2.0}
+    assert seen == {"r": 1.0, "w1": 2.0}
     # With slack, the lease is counted in tokens.
     reply = single_script("token_bucket")(redis_client, [base], ["batch", "2010.5", "", "", "100", "1", "0", "8", "1"])
     assert float(reply[-2]) == 8.0

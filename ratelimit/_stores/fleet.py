@@ -142,12 +142,12 @@ def _row(client: Any, name: str, kind: str, found: Iterable[tuple[int, str]], cu
         pauses += int(values.get("p", 0))
         if second not in recent:
             continue
-        granted += values.get("g", 0.0)
         refused += values.get("r", 0.0)
         leased += values.get("l", 0.0)
         for field, count in values.items():
             if field.startswith("w") and field[1:].isdigit():
                 buckets[int(field[1:])] += count
+                granted += count
     until = None if paused is None else float(paused)
     return FleetRow(
         name=name,
