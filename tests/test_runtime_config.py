@@ -459,3 +459,39 @@ def test_inspect_shows_a_breaker_and_a_composites_members(redis_client: redis.Re
     assert seen.breaker == "open"
     assert seen.other_keys == ("0:token_bucket", "1:sliding_window")
     backend.close()
+
+
+def test_set_inspect_and_top_on_a_cluster(cluster_client: Any) -> None:
+    from ratelimit._stores.fleet import fleet
+
+    backend = RedisBackend(cluster_client, coalesce=False)
+    name = unique_name("cluster")
+    limiter = TokenBucket(10, 1, backend=backend, name=name)
+    assert grants(limiter) == 10
+    backend.set_limit(name, rate=1000, burst=3)
+    time.sleep(0.02)  # 10 owed at 1,000/s: repaid in 10 ms, then 3 of burst at most
+    assert 1 <= grants(limiter) <= 3 + 20
+    seen = backend.inspect(name)
+    assert seen.effective == {"capacity": 3.0, "refill_per_sec": 1000.0}
+    assert backend.reset_limit(name)
+    assert backend.limit_override(name) is None
+    # A change stored before any process decided (no script known to write it).
+    fresh = unique_name("cluster-fresh")
+    backend.set_limit(fresh, rate=2, ttl=60)
+    assert backend.limit_override(fresh) == Override(2.0, None, pytest.approx(60, abs=1))  # type: ignore[arg-type]
+    seconds, micros = cluster_client.time()
+    rows = fleet(cluster_client, window=2, now=float(seconds) + micros / 1e6 + 1.0)
+    assert name in [row.name for row in rows]
+    backend.close()
+
+
+def test_names_with_hash_tags_and_glob_characters(backend: RedisBackend, redis_client: redis.Redis) -> None:
+    name = unique_name("odd{x}*?[a]%")
+    limiter = TokenBucket(3, 1, backend=backend, name=name)
+    assert grants(limiter) == 3
+    backend.set_limit(name, burst=2)
+    seen = backend.inspect(name)
+    assert seen.kind == "token_bucket"
+    assert seen.other_keys == ()
+    assert seen.effective == {"capacity": 2.0, "refill_per_sec": 1.0}
+    assert backend.reset_limit(name)
