@@ -50,7 +50,7 @@ def script_usec(client: redis.Redis) -> tuple[int, float]:
 
 def run(client: redis.Redis, script: Script, keys: list[str], calls: int) -> tuple[float, float]:
     """(calls per second, server microseconds per call)."""
-    args = ["reserve", "", "1", "0", "1000000000", "1000000000", "0"]
+    args = ["reserve", "", "1", "0", "1000000000", "1000000000", "0", "0"]
     script(client, keys, args)  # loaded
     before = script_usec(client)
     start = time.perf_counter()

@@ -9,7 +9,7 @@
 --          decision on, in every process. Written by the 'configure' op only, which
 --          moves the saved state to the new limit (see `switch`)
 -- KEYS[3]  optional: what the code says, a hash ratelimit:{<name>}:code written when
---          missing (kind, the two parameters, slack), read by `ratelimit inspect`
+--          missing (kind, the two parameters, slack, shadow), read by `inspect`/`top`
 -- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch' | 'peek' | 'configure'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  tokens (reserve, refund, charge); restrict: the tokens still allowed
@@ -19,11 +19,12 @@
 --          restrict: seconds from now until the restriction ends; charge: ''
 -- ARGV[5], ARGV[6]  the algorithm's two parameters, as the code configured them
 -- ARGV[7]  the seconds of guard (and lease) they already keep back ('0' none)
+-- ARGV[8]  '1' for a shadow limiter (never enforced), else '0': said in KEYS[3]
 --
 -- batch (one process's concurrent acquires in one call, and its lease; see
 -- ratelimit/_stores/rounds.py): ARGV[3], ARGV[4] the tokens of an ended lease given
--- back and its grant time ('' none); ARGV[8] the lease wanted, in tokens ('0' none);
--- ARGV[9] the smallest lease worth taking; ARGV[10], ARGV[11], ... each request's
+-- back and its grant time ('' none); ARGV[9] the lease wanted, in tokens ('0' none);
+-- ARGV[10] the smallest lease worth taking; ARGV[11], ARGV[12], ... each request's
 -- tokens and max_wait ('' no limit), in arrival order.
 --
 -- Returns, as strings (seconds, %.17g):
@@ -136,14 +137,16 @@ if KEYS[2] then
     end
   end
 end
-if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 0 then
-  redis.call('HSET', KEYS[3], 'kind', KIND, 'p1', ARGV[5], 'p2', ARGV[6], 'slack', ARGV[7])
+-- Rewritten when missing, or when a process of the other mode (shadow or enforced)
+-- decides: a fleet rolling a shadow out shows what its latest decision was.
+if KEYS[3] and redis.call('HGET', KEYS[3], 'shadow') ~= ARGV[8] then
+  redis.call('HSET', KEYS[3], 'kind', KIND, 'p1', ARGV[5], 'p2', ARGV[6], 'slack', ARGV[7], 'shadow', ARGV[8])
   redis.call('PEXPIRE', KEYS[3], CODE_KEPT_MS)
 end
 
 if op == 'configure' then
   -- ARGV[3], ARGV[4]: the new rate and burst ('' keeps the code's; both '': back to
-  -- the code); ARGV[8]: the seconds it lasts ('' until reset).
+  -- the code); ARGV[9]: the seconds it lasts ('' until reset).
   local rate, burst = valid(ARGV[3]), valid(ARGV[4])
   local to = nil
   if rate or burst then to = {rate = rate, burst = burst} end
@@ -151,8 +154,8 @@ if op == 'configure' then
   redis.call('DEL', KEYS[2])
   if to then
     redis.call('HSET', KEYS[2], 'rate', ARGV[3], 'burst', ARGV[4])
-    if ARGV[8] ~= '' then
-      local seconds = tonumber(ARGV[8])
+    if ARGV[9] ~= '' then
+      local seconds = tonumber(ARGV[9])
       redis.call('HSET', KEYS[2], 'until', fmt(now + seconds))
       -- Kept a day past its end: the first decision after it moves the state back.
       expire_after(KEYS[2], seconds + 86400)
@@ -197,7 +200,7 @@ elseif op == 'batch' then
   local out = {}
   local waits = {}
   local room = true
-  for i = 10, #ARGV, 2 do
+  for i = 11, #ARGV, 2 do
     member.tokens = tonumber(ARGV[i])
     local max_wait = math.huge
     if ARGV[i + 1] ~= '' then max_wait = tonumber(ARGV[i + 1]) end
@@ -209,7 +212,7 @@ elseif op == 'batch' then
     out[#out + 1] = fmt(wait)
     out[#out + 1] = fmt(now + wait)
   end
-  local want, least, got = tonumber(ARGV[8]), tonumber(ARGV[9]), 0
+  local want, least, got = tonumber(ARGV[9]), tonumber(ARGV[10]), 0
   while room and want >= least and want > 0 do
     member.tokens = want
     local wait, moved = reserve_members({member}, holes, now, 0)

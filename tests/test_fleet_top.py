@@ -59,13 +59,15 @@ def test_a_round_counts_each_request_and_the_lease(redis_client: redis.Redis) ->
     name = unique_name("round")
     base = key_for(name, "token_bucket")
     # A batch of three requests on an empty bucket of 2, then a lease that cannot fit.
-    args = ["batch", "2000.5", "", "", "2", "1", "0", "4", "1", "1", "0", "1", "0", "1", "0"]
+    args = ["batch", "2000.5", "", "", "2", "1", "0", "0", "4", "1", "1", "0", "1", "0", "1", "0"]
     reply = single_script("token_bucket")(redis_client, [base], args)
     assert [float(x) for x in reply[0::2][:3]] == [0.0, 0.0, -1.0]
     seen = fields(redis_client, base + ":top:2000")
     assert seen == {"r": 1.0, "w1": 2.0}
     # With slack, the lease is counted in tokens.
-    reply = single_script("token_bucket")(redis_client, [base], ["batch", "2010.5", "", "", "100", "1", "0", "8", "1"])
+    reply = single_script("token_bucket")(
+        redis_client, [base], ["batch", "2010.5", "", "", "100", "1", "0", "0", "8", "1"]
+    )
     assert float(reply[-2]) == 8.0
     seen = fields(redis_client, base + ":top:2010")
     assert seen == {"l": 8.0}
@@ -113,10 +115,10 @@ def test_fleet_adds_up_every_process_and_shows_a_breaker(redis_client: redis.Red
         b.close()
 
 
-def test_top_json_snapshot(redis_client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+def test_top_json_snapshot_labels_a_shadow(redis_client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
     name = unique_name("snap")
     backend = RedisBackend.from_url(REDIS_URL, coalesce=False)
-    limiter = TokenBucket(2, 0.001, backend=backend, name=name)
+    limiter = TokenBucket(2, 0.001, backend=backend, name=name, shadow=True)
     limiter.try_acquire()
     limiter.feedback({"Retry-After": "30"}, 429)
     assert main(["top", "--redis", REDIS_URL, "--json"]) == 0
@@ -124,6 +126,11 @@ def test_top_json_snapshot(redis_client: redis.Redis, capsys: pytest.CaptureFixt
     (row,) = [r for r in snapshot["limiters"] if r["name"] == name]
     assert row["pauses_last_minute"] == 1
     assert 25 < row["paused_for"] <= 30
+    assert row["shadow"] is True
+    assert backend.inspect(name).shadow
+    # An enforced process of the same name decides next: the label follows it.
+    TokenBucket(2, 0.001, backend=backend, name=name).try_acquire()
+    assert not backend.inspect(name).shadow
     backend.close()
 
 

@@ -216,7 +216,13 @@ def test_what_the_code_says_is_written_once_and_kept_a_day(backend: RedisBackend
     limiter = TokenBucket(4, 2, backend=backend, name=name, guard=0.25)
     limiter.try_acquire()
     key = f"ratelimit:{{{name}}}:code"
-    assert redis_client.hgetall(key) == {b"kind": b"token_bucket", b"p1": b"3.5", b"p2": b"2.0", b"slack": b"0.25"}
+    assert redis_client.hgetall(key) == {
+        b"kind": b"token_bucket",
+        b"p1": b"3.5",
+        b"p2": b"2.0",
+        b"slack": b"0.25",
+        b"shadow": b"0",
+    }
     assert 86_000_000 < redis_client.pttl(key) <= 86_400_000
     redis_client.pexpire(key, 50_000)
     limiter.try_acquire()

@@ -54,7 +54,8 @@ def override_text(change: Override | None) -> str:
 def _block(seen: Inspection) -> list[str]:
     if not seen.known:
         return [f"{seen.name}: unknown (no limiter of this name decided in the last day; no change, no breaker stored)"]
-    lines = [f"{seen.name}" + ("" if seen.kind is None else f"  ({seen.kind})")]
+    kind = "" if seen.kind is None else f"  ({seen.kind}{', shadow: never enforced' if seen.shadow else ''})"
+    lines = [f"{seen.name}{kind}"]
 
     def row(label: str, text: str) -> None:
         lines.append(f"  {label:<12} {text}")

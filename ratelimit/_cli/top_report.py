@@ -30,8 +30,9 @@ def _wait(value: float | None) -> str:
 def _row(row: FleetRow) -> str:
     name = row.name if len(row.name) <= 28 else row.name[:27] + "~"
     paused = "-" if row.paused_for is None else f"{row.paused_for:.1f}s"
+    kind = f"{row.kind} (shadow)" if row.shadow else row.kind
     return (
-        f"{name:<28} {row.kind:<22} {row.grants_per_sec:>9.1f} {row.refusals_per_sec:>9.1f} "
+        f"{name:<28} {kind:<22} {row.grants_per_sec:>9.1f} {row.refusals_per_sec:>9.1f} "
         f"{row.leased_per_sec:>9.1f} {_wait(row.p99_wait):>9} {row.pauses:>6} {paused:>8} {row.breaker or '-':<9}"
     )
 
@@ -44,6 +45,8 @@ def top_text(rows: Sequence[FleetRow], where: str, window: float, now: float | N
         f"last minute; rates over the last {window:g} s, pauses fed back over the minute"
     )
     lines = [title, "", _HEADER, *(_row(row) for row in rows)]
+    if any(row.shadow for row in rows):
+        lines += ["", "(shadow): never enforced; its counts are what it would have done"]
     if not rows:
         lines.append("(no limiter decided on this Redis in the last minute)")
     return "\n".join(lines)

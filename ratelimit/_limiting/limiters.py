@@ -126,11 +126,13 @@ class SingleLimiter(Limiter[float]):
             self._last_grant = LastGrant()
         elif self._priorities is None:
             self._most = self._quick_most = self._alg.most
-            self._handle = (
-                self._backend.bind(self._name, self._alg, clock)
-                if self._leased is None
-                else self._backend.bind(self._name, self._alg, clock, lease=self._leased)
-            )
+            # Only what is set goes to bind: a store of another make need not know it.
+            extras: dict[str, Any] = {}
+            if self._leased is not None:
+                extras["lease"] = self._leased
+            if shadow:
+                extras["shadow"] = True
+            self._handle = self._backend.bind(self._name, self._alg, clock, **extras)
         else:
             # Two lanes of the limit (see ratelimit._algorithms.lanes): this limiter
             # acquires at high priority, its `low` view at low priority.

@@ -111,7 +111,17 @@ def _configure(client: Any, name: str, change: Override | None, now: float | Non
         # The limiter's own script: it moves the saved state to the new limit in the
         # same step (a bucket's backlog keeps its tokens, see `switch` in _single.lua).
         assert kind is not None
-        args = ["configure", "" if now is None else repr(now), rate, burst, code["p1"], code["p2"], code["slack"], ttl]
+        args = [
+            "configure",
+            "" if now is None else repr(now),
+            rate,
+            burst,
+            code["p1"],
+            code["p2"],
+            code["slack"],
+            "0",
+            ttl,
+        ]
         # A time given is a test clock's: the state to move is that of limiters on one.
         state = key_for(name, kind, injected=now is not None)
         single_script(kind)(client, [state, config_key(name)], args)
@@ -179,6 +189,8 @@ class Inspection:
     #: ``limit``/``window``), the guard included, and the seconds of guard.
     code: Mapping[str, float] | None = None
     slack: float = 0.0
+    #: Whether the latest process to decide runs it in shadow mode (never enforced).
+    shadow: bool = False
     override: Override | None = None
     #: The parameters the decisions use now: the code's, or as changed.
     effective: Mapping[str, float] | None = None
@@ -207,6 +219,7 @@ class Inspection:
             "kind": self.kind,
             "code": None if self.code is None else dict(self.code),
             "guard_seconds": self.slack,
+            "shadow": self.shadow,
             "override": None if self.override is None else self.override.as_dict(),
             "effective": None if self.effective is None else dict(self.effective),
             "available": self.available,
@@ -275,6 +288,7 @@ def inspect(client: Any, name: str, now: float | None = None) -> Inspection:
         kind=kind,
         code=dict(zip(names, (p1, p2), strict=True)),
         slack=slack,
+        shadow=code_raw.get("shadow") == "1",
         effective=dict(zip(names, (float(e1), float(e2)), strict=True)),
         available=float(available),
         wait_for_one=float(wait),

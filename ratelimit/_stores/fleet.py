@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .keys import key_for, name_of
+from .keys import code_key, key_for, name_of
 
 __all__ = ["WAIT_BOUNDS", "FleetRow", "fleet", "p99_wait"]
 
@@ -36,6 +36,8 @@ class FleetRow:
 
     name: str
     kind: str
+    #: A shadow limiter's counts are what it would have done (see ``shadow=True``).
+    shadow: bool
     #: Requests granted and refused per second, leased tokens per second.
     grants_per_sec: float
     refusals_per_sec: float
@@ -56,6 +58,7 @@ class FleetRow:
         return {
             "name": self.name,
             "kind": self.kind,
+            "shadow": self.shadow,
             "grants_per_sec": self.grants_per_sec,
             "refusals_per_sec": self.refusals_per_sec,
             "leased_per_sec": self.leased_per_sec,
@@ -131,7 +134,8 @@ def _row(client: Any, name: str, kind: str, found: Iterable[tuple[int, str]], cu
     state = key_for(name, kind)
     pipe.zscore(state + ":holes", "pause")
     pipe.hget(key_for(name, "breaker"), "mode")
-    *hashes, paused, mode = pipe.execute()
+    pipe.hget(code_key(name), "shadow")
+    *hashes, paused, mode, shadow = pipe.execute()
     granted = refused = leased = 0.0
     pauses = 0
     buckets: dict[int, float] = defaultdict(float)
@@ -152,6 +156,7 @@ def _row(client: Any, name: str, kind: str, found: Iterable[tuple[int, str]], cu
     return FleetRow(
         name=name,
         kind=kind,
+        shadow=shadow is not None and _text(shadow) == "1",
         grants_per_sec=granted / span,
         refusals_per_sec=refused / span,
         leased_per_sec=leased / span,

@@ -128,7 +128,13 @@ class MemoryBackend:
             weakref.finalize(handle, self._release, slots)
 
     def bind(
-        self, name: str | None, alg: Algorithm[Any], clock: Clock | None, *, lease: float | None = None
+        self,
+        name: str | None,
+        alg: Algorithm[Any],
+        clock: Clock | None,
+        *,
+        lease: float | None = None,
+        shadow: bool = False,
     ) -> MemoryHandle:
         # Every decision here is already made in this process: there is nothing to lease.
         slot = self._slot(name, None, alg, clock)

@@ -896,10 +896,17 @@ class RedisBackend:
         )
 
     def bind(
-        self, name: str | None, alg: Algorithm[Any], clock: Clock | None, *, lease: float | None = None
+        self,
+        name: str | None,
+        alg: Algorithm[Any],
+        clock: Clock | None,
+        *,
+        lease: float | None = None,
+        shadow: bool = False,
     ) -> RedisHandle:
         """One limiter; ``lease``: the seconds of a lease it spends here (see
-        ``rounds.py``), which its algorithm's guard must already include."""
+        ``rounds.py``), which its algorithm's guard must already include; ``shadow``:
+        said in what the code says (``config.py``), for ``inspect`` and ``top``."""
         assert name is not None  # the front requires a name for a shared backend
         local = self._fallback_of(lambda share: [self._single_local(alg, clock, share)])
         handle = RedisHandle(
@@ -909,6 +916,7 @@ class RedisBackend:
             self.now_source(clock),
             None if local is None else local[0],
             name,
+            shadow,
         )
         if lease is not None or self.coalesce:
             rounds = handle.rounds = Rounds(
@@ -1243,10 +1251,10 @@ class _ScriptHandle(ABC, Generic[T]):
 
 class RedisHandle(_ScriptHandle[float]):
     """One limiter: ``KEYS = [base, config, code]`` (see ``config.py``), ``ARGV = [op,
-    now, tokens, extra, *params, slack]``.
+    now, tokens, extra, *params, slack, shadow]``.
 
     With ``rounds`` (coalescing, a lease: see ``rounds.py``) its reserves are decided
-    in rounds, ``ARGV = ['batch', now, give_back, give_back_at, *params, slack, want, least,
+    in rounds, ``ARGV = ['batch', now, give_back, give_back_at, *params, slack, shadow, want, least,
     tokens, max_wait, ...]`` for more than one request or a lease.
     """
 
@@ -1260,11 +1268,13 @@ class RedisHandle(_ScriptHandle[float]):
         now: Callable[[], str],
         local: _Local[float] | None,
         name: str | None = None,
+        shadow: bool = False,
     ) -> None:
         # Without a name (tests driving the script), no change is read nor code written.
         keys = [key] if name is None else [key, config_key(name), code_key(name)]
         super().__init__(backend, single_script(alg.kind), keys, now, local)
-        self._params = (*(_num(p) for p in alg.params()), _num(getattr(alg, "slack", 0.0)))
+        slack = _num(getattr(alg, "slack", 0.0))
+        self._params = (*(_num(p) for p in alg.params()), slack, "1" if shadow else "0")
 
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
         return [op, self._now(), _num(tokens), extra, *self._params]

@@ -92,10 +92,18 @@ class Backend(Protocol):
     shared: bool
 
     def bind(
-        self, name: str | None, alg: Algorithm[Any], clock: Clock | None, *, lease: float | None = None
+        self,
+        name: str | None,
+        alg: Algorithm[Any],
+        clock: Clock | None,
+        *,
+        lease: float | None = None,
+        shadow: bool = False,
     ) -> Handle[float]:
         """One limiter. ``lease``: spend the shared budget here in leases of that many
-        seconds (a store shared beyond this process; ``alg``'s guard includes them)."""
+        seconds (a store shared beyond this process; ``alg``'s guard includes them).
+        ``shadow``: the limiter never enforces its decisions (a store that shows them
+        to operators labels them). Both are passed only when set."""
         ...
 
     def bind_group(
