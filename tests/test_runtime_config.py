@@ -495,6 +495,7 @@ def test_names_with_hash_tags_and_glob_characters(backend: RedisBackend, redis_c
     name = unique_name("odd{x}*?[a]%")
     limiter = TokenBucket(3, 1, backend=backend, name=name)
     assert grants(limiter) == 3
+    assert not limiter.try_acquire()
     backend.set_limit(name, burst=2)
     seen = backend.inspect(name)
     assert seen.kind == "token_bucket"

@@ -252,7 +252,10 @@ def _other_keys(client: Any, name: str, known: set[str]) -> tuple[str, ...]:
     prefix = key_for(name, "")
     pattern = "".join(f"[{c}]" if c in "*?[]\\" else c for c in prefix) + "*"
     found = {_text(key) for key in client.scan_iter(match=pattern, count=1000)}
-    return tuple(sorted(k[len(prefix) :] for k in found - known if not k.startswith(prefix + "injected:")))
+    # Not a test clock's keys, nor the counters of `top` (fleet.py).
+    return tuple(
+        sorted(k[len(prefix) :] for k in found - known if not k.startswith(prefix + "injected:") and ":top:" not in k)
+    )
 
 
 def inspect(client: Any, name: str, now: float | None = None) -> Inspection:
