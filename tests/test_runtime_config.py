@@ -502,3 +502,11 @@ def test_names_with_hash_tags_and_glob_characters(backend: RedisBackend, redis_c
     assert seen.other_keys == ()
     assert seen.effective == {"capacity": 2.0, "refill_per_sec": 1.0}
     assert backend.reset_limit(name)
+    # A composite of such a name: its members' keys are found by a pattern that
+    # matches the name's glob characters literally.
+    from ratelimit import Composite
+
+    composite = Composite([TokenBucket(3, 1), TokenBucket(5, 1)], backend=backend, name=name)
+    assert composite.try_acquire()
+    assert backend.inspect(name).other_keys == ("0:token_bucket", "1:token_bucket")
+    assert backend.inspect(name + "x").other_keys == ()

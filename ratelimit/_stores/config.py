@@ -250,7 +250,7 @@ def _text(value: Any) -> str:
 
 def _other_keys(client: Any, name: str, known: set[str]) -> tuple[str, ...]:
     prefix = key_for(name, "")
-    pattern = "".join(f"[{c}]" if c in "*?[]\\" else c for c in prefix) + "*"
+    pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix) + "*"
     found = {_text(key) for key in client.scan_iter(match=pattern, count=1000)}
     # Not a test clock's keys, nor the counters of `top` (fleet.py).
     return tuple(
