@@ -1,5 +1,5 @@
 -- ratelimit: driver for a composite, several limits granted all-or-nothing in one
--- call. Loaded as _prelude.lua + every <algorithm>.lua + _members.lua + this file.
+-- call. Loaded as _prelude.lua + every <algorithm>.lua + _members.lua + _top.lua + this file.
 --
 -- KEYS[i]  member i's base key, ratelimit:{<composite name>}:<i>:<algorithm>: all
 --          members share the composite's hash tag, so this works on Redis Cluster.
@@ -65,12 +65,14 @@ if op == 'reserve' then
   if ARGV[3] ~= '' then max_wait = tonumber(ARGV[3]) end
   local wait, changed = reserve_members(members, holes, now, max_wait)
   save_all(not changed)
+  tally_one(group_base(KEYS[1], 'composite'), now, wait)
   return {fmt(wait), fmt(now + wait)}
 elseif op == 'batch' then
   -- The requests' own reserves, one after the other, as separate calls in this
   -- order would decide them.
   local changed = false
   local out = {}
+  local waits = {}
   local k = j
   while k <= #ARGV do
     local max_wait = math.huge
@@ -80,9 +82,11 @@ elseif op == 'batch' then
     if moved then changed = true end
     out[#out + 1] = fmt(wait)
     out[#out + 1] = fmt(now + wait)
+    waits[#waits + 1] = wait
     k = k + 1 + #members
   end
   save_all(not changed)
+  tally(group_base(KEYS[1], 'composite'), now, waits, 0, 0)
   out[#out + 1] = '0'
   out[#out + 1] = fmt(now)
   return out
@@ -92,7 +96,10 @@ elseif op == 'restrict' then
   for _, m in ipairs(members) do
     if m.tokens > EPSILON then paused = false end
   end
-  if paused then pause(holes, now, untl) end
+  if paused then
+    pause(holes, now, untl)
+    tally(group_base(KEYS[1], 'composite'), now, {}, 0, 1)
+  end
   for _, m in ipairs(members) do
     m.state = m.alg.restrict(m.self, m.state, now, m.tokens, untl)
   end

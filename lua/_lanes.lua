@@ -1,6 +1,6 @@
 -- ratelimit: driver for a budget with priorities, two lanes of one algorithm decided
 -- in one call. Loaded as _prelude.lua + <algorithm>.lua, ALG bound to the algorithm's
--- table, _members.lua, then this file (see ratelimit/_stores/scripts.py).
+-- table, _members.lua, _top.lua, then this file (see ratelimit/_stores/scripts.py).
 --
 -- KEYS[1]  the high lane's base key, ratelimit:{<name>}:hi:<algorithm>
 -- KEYS[2]  the low lane's base key, ratelimit:{<name>}:lo:<algorithm>
@@ -106,6 +106,7 @@ if op == 'reserve' then
   local wait, lane = reserve(max_wait, ARGV[5] == 'lo', keep)
   save(HIGH, true)
   save(LOW, true)
+  tally_one(group_base(KEYS[1], 'priorities'), now, wait)
   return {fmt(wait), fmt(now + wait), NAMES[lane]}
 elseif op == 'refund' then
   local lane = HIGH
@@ -134,6 +135,7 @@ elseif op == 'restrict' then
   local untl = now + tonumber(ARGV[4])
   local low_part = math.floor(tokens * tonumber(ARGV[7]) + EPSILON)
   local parts = {tokens - low_part, low_part}
+  if tokens <= EPSILON then tally(group_base(KEYS[1], 'priorities'), now, {}, 0, 1) end
   for lane = 1, 2 do
     local m = lanes[lane].member
     m.state = ALG.restrict(m.self, m.state, now, parts[lane], untl)

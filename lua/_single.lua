@@ -1,5 +1,6 @@
 -- ratelimit: driver for one limiter. Loaded as _prelude.lua + <algorithm>.lua, ALG
--- bound to the algorithm's table, _members.lua, then this file (see ratelimit/_stores/scripts.py).
+-- bound to the algorithm's table, _members.lua, _top.lua, then this file (see
+-- ratelimit/_stores/scripts.py).
 --
 -- KEYS[1]  the limiter's base key, ratelimit:{<name>}:<algorithm>; every key the
 --          algorithm touches is this one or starts with it, so all share its hash tag.
@@ -48,56 +49,6 @@ local function valid(text)
 end
 -- How long what the code says stays readable once no process has decided (a day).
 local CODE_KEPT_MS = '86400000'
-
--- The fleet's counters, for `ratelimit top` (see ratelimit/_stores/fleet.py): one hash
--- per second beside the state, <base>:top:<second>, gone after TOP_KEPT_MS. Fields: r
--- requests refused, w<i> granted after a wait of at most WAIT_BOUNDS[i] seconds
--- (w<n+1>: longer; their sum is the grants), l tokens leased, p pauses fed back by a
--- provider. Usually one HINCRBY a call: the TTL is set only when a field is new,
--- which it is whenever the key is.
-local WAIT_BOUNDS = {0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60}
-local TOP_KEPT_MS = '70000'
-
-local function wait_field(wait)
-  for i, bound in ipairs(WAIT_BOUNDS) do
-    if wait <= bound + EPSILON then return 'w' .. i end
-  end
-  return 'w' .. (#WAIT_BOUNDS + 1)
-end
-
-local function top_key(now)
-  return KEYS[1] .. ':top:' .. string.format('%d', math.floor(now))
-end
-
--- One decision's count: the hot path's one command, with no table built.
-local function tally_one(now, wait)
-  local key = top_key(now)
-  local field = 'r'
-  if wait >= 0 then field = wait_field(wait) end
-  if redis.call('HINCRBY', key, field, 1) == 1 then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
-end
-
--- `waits`: the signed waits decided (< 0 refused); `leased`, `pauses`: counts.
-local function tally(now, waits, leased, pauses)
-  local counts = {}
-  local function add(field, n)
-    if n > 0 then counts[field] = (counts[field] or 0) + n end
-  end
-  for _, wait in ipairs(waits) do
-    if wait < 0 then add('r', 1) else add(wait_field(wait), 1) end
-  end
-  add('l', leased)
-  add('p', pauses)
-  local key = top_key(now)
-  local new = false
-  for field, n in pairs(counts) do
-    local total
-    if field == 'l' then total = tonumber(redis.call('HINCRBYFLOAT', key, field, fmt(n)))
-    else total = redis.call('HINCRBY', key, field, string.format('%d', n)) end
-    if total == n then new = true end
-  end
-  if new then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
-end
 
 local op = ARGV[1]
 local now = clock(ARGV[2])
@@ -185,7 +136,7 @@ if op == 'reserve' then
   local wait, changed = -math.huge, false
   if not too_big(tokens) then wait, changed = reserve_members({member}, holes, now, max_wait) end
   if changed or dirty(member.state) then ALG.save(self, member.state, now) end
-  tally_one(now, wait)
+  tally_one(KEYS[1], now, wait)
   return {fmt(wait), fmt(now + wait)}
 elseif op == 'batch' then
   -- Exactly the requests' own reserves, one after the other, as separate calls in
@@ -225,7 +176,7 @@ elseif op == 'batch' then
   end
   out[#out + 1] = fmt(got)
   out[#out + 1] = fmt(now)
-  tally(now, waits, got, 0)
+  tally(KEYS[1], now, waits, got, 0)
   if changed or dirty(member.state) then ALG.save(self, member.state, now) end
   return out
 elseif op == 'refund' then
@@ -262,7 +213,7 @@ elseif op == 'restrict' then
   member.state = ALG.restrict(self, member.state, now, tokens, now + tonumber(ARGV[4]))
   if tokens <= EPSILON then
     pause(holes, now, now + tonumber(ARGV[4]))
-    tally(now, {}, 0, 1)
+    tally(KEYS[1], now, {}, 0, 1)
   end
   ALG.save(self, member.state, now)
   return {fmt(now)}

@@ -182,3 +182,23 @@ def test_top_redraws_a_terminal_with_live_processes(redis_client: redis.Redis) -
     fields: list[Any] = line.split()
     grants = float(fields[2])
     assert 70 <= grants <= 110, line  # 100/s across the worker's threads
+
+
+def test_composites_and_priorities_are_counted_as_one_limiter_each(redis_client: redis.Redis) -> None:
+    from ratelimit import Composite, SlidingWindow
+
+    name = unique_name("kinds")
+    backend = RedisBackend(redis_client, coalesce=False)
+    composite = Composite([TokenBucket(2, 0.001), SlidingWindow(10, 60)], backend=backend, name=name + "-c")
+    lanes = TokenBucket(4, 0.001, backend=backend, name=name + "-p", low_share=0.5, borrow=False)
+    assert [composite.try_acquire() for _ in range(3)] == [True, True, False]
+    assert [lanes.low.try_acquire() for _ in range(3)] == [True, True, False]
+    lanes.feedback({"Retry-After": "10"}, 429)
+    rows = {row.name: row for row in fleet(redis_client, window=2, now=server_now(redis_client) + 1.0)}
+    assert rows[name + "-c"].kind == "composite"
+    assert rows[name + "-c"].grants_per_sec == pytest.approx(1.0)
+    assert rows[name + "-c"].refusals_per_sec == pytest.approx(0.5)
+    assert rows[name + "-p"].kind == "priorities"
+    assert rows[name + "-p"].grants_per_sec == pytest.approx(1.0)
+    assert rows[name + "-p"].pauses == 1
+    backend.close()

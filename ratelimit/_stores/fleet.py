@@ -6,8 +6,9 @@ one hash per limiter and second, ``<state key>:top:<second>``, which expires aft
 seconds, so they add up over every process of the fleet and vanish with the traffic.
 
 Grants a process takes from a lease (``lease=``) never reach the script: the lease's
-tokens are counted instead (``l``), when the script grants it. A composite and a
-budget with priorities are not counted (yet).
+tokens are counted instead (``l``), when the script grants it. A composite (and an
+adaptive limiter, a group of two) is counted as one limiter of kind ``composite``, a
+budget with priorities as one of kind ``priorities`` (both lanes together).
 """
 
 from __future__ import annotations

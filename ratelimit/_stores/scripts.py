@@ -92,6 +92,7 @@ def _driven(kind: str, driver: str, name: str) -> Script:
         lua_source(kind),
         f"local ALG, KIND = {kind}, '{kind}'",
         lua_source("_members"),
+        lua_source("_top"),
         lua_source(driver),
     ]
     return Script(name, "\n".join(parts))
@@ -116,6 +117,7 @@ def group_script() -> Script:
         lua_source("_prelude"),
         *(lua_source(kind) for kind in ALGORITHMS + GROUP_ONLY),
         lua_source("_members"),
+        lua_source("_top"),
         lua_source("_group"),
     ]
     return Script("group", "\n".join(parts))

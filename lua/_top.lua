@@ -1,0 +1,60 @@
+-- ratelimit: the fleet's counters, for `ratelimit top` (read by ratelimit/_stores/fleet.py).
+-- Loaded after _members.lua by every driver of a rate limit.
+--
+-- One hash per limiter and second, <base>:top:<second>, gone after TOP_KEPT_MS: a
+-- single limiter's base is its state key; a composite's ratelimit:{<name>}:composite,
+-- a budget with priorities' ratelimit:{<name>}:priorities (see `group_base`). Fields:
+-- r requests refused, w<i> granted after a wait of at most WAIT_BOUNDS[i] seconds
+-- (w<n+1>: longer; their sum is the grants), l tokens leased, p pauses fed back by a
+-- provider. Usually one HINCRBY a call: the TTL is set only when a field is new,
+-- which it is whenever the key is.
+
+local WAIT_BOUNDS = {0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60}
+local TOP_KEPT_MS = '70000'
+
+local function wait_field(wait)
+  for i, bound in ipairs(WAIT_BOUNDS) do
+    if wait <= bound + EPSILON then return 'w' .. i end
+  end
+  return 'w' .. (#WAIT_BOUNDS + 1)
+end
+
+local function top_key(base, now)
+  return base .. ':top:' .. string.format('%d', math.floor(now))
+end
+
+-- The counters' base of a limiter with several keys: its name's prefix and `what`.
+-- (A name's braces are escaped, so the first '}' ends its hash tag.)
+local function group_base(key, what)
+  return string.match(key, '^(ratelimit:{.-}:)') .. what
+end
+
+-- One decision's count: the hot path's one command, with no table built.
+local function tally_one(base, now, wait)
+  local key = top_key(base, now)
+  local field = 'r'
+  if wait >= 0 then field = wait_field(wait) end
+  if redis.call('HINCRBY', key, field, 1) == 1 then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
+end
+
+-- `waits`: the signed waits decided (< 0 refused); `leased`, `pauses`: counts.
+local function tally(base, now, waits, leased, pauses)
+  local counts = {}
+  local function add(field, n)
+    if n > 0 then counts[field] = (counts[field] or 0) + n end
+  end
+  for _, wait in ipairs(waits) do
+    if wait < 0 then add('r', 1) else add(wait_field(wait), 1) end
+  end
+  add('l', leased)
+  add('p', pauses)
+  local key = top_key(base, now)
+  local new = false
+  for field, n in pairs(counts) do
+    local total
+    if field == 'l' then total = tonumber(redis.call('HINCRBYFLOAT', key, field, fmt(n)))
+    else total = redis.call('HINCRBY', key, field, string.format('%d', n)) end
+    if total == n then new = true end
+  end
+  if new then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
+end
