@@ -40,7 +40,7 @@ from ratelimit.events import Throttled
 from ratelimit.httpx import RateLimitTransport
 from ratelimit.prometheus import PrometheusMetrics
 
-from conftest import unique_name
+from conftest import state_keys, unique_name
 
 CEILING = 100.0
 
@@ -379,7 +379,7 @@ def test_fakeredis_keeps_the_pace_beside_the_limiters_state() -> None:
     name = unique_name("keys")
     limiter = TokenBucket(1, 10, adaptive=Adaptive(), backend=RedisBackend(server), name=name)
     limiter.acquire()
-    keys = sorted(k.decode() if isinstance(k, bytes) else k for k in server.keys("*"))
+    keys = state_keys(server, name)
     assert keys == [f"ratelimit:{{{name}}}:0:token_bucket", f"ratelimit:{{{name}}}:1:adaptive"]
     assert 0 < server.pttl(keys[1]) <= 601_000  # remembered ten minutes once idle
 
