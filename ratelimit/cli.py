@@ -451,6 +451,12 @@ def _add_provider(command: argparse.ArgumentParser, limit_default: Rate | None) 
     )
 
 
+def _add_redis(command: argparse.ArgumentParser) -> None:
+    """The Redis that the commands operating a fleet (inspect, set, top) read."""
+    command.add_argument("--redis", metavar="URL", required=True, help="the Redis the limiters share")
+    command.add_argument("--cluster", action="store_true", help="--redis names a node of a Redis Cluster")
+
+
 def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = _Parser(prog="ratelimit", description="Rate limiting for API-calling pipelines.", secrets=secrets)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -563,8 +569,7 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
         "fed back from a provider, and the state of a breaker of that name. Exits 1 if a NAME is unknown.",
     )
     inspect.add_argument("names", nargs="*", metavar="NAME", help="limiter names (default: all found)")
-    inspect.add_argument("--redis", metavar="URL", required=True, help="the Redis the limiters share")
-    inspect.add_argument("--cluster", action="store_true", help="--redis names a node of a Redis Cluster")
+    _add_redis(inspect)
     inspect.add_argument("--json", action="store_true", help="print JSON (stable keys) instead of text")
     inspect.set_defaults(func=inspect_command)
 
@@ -583,8 +588,7 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
     setting.add_argument("--burst", type=_positive_float, help="the new burst (a bucket's capacity)")
     setting.add_argument("--for", dest="ttl", type=_span, metavar="DURATION", help="end the change after this long")
     setting.add_argument("--reset", action="store_true", help="return to the code's values")
-    setting.add_argument("--redis", metavar="URL", required=True, help="the Redis the limiters share")
-    setting.add_argument("--cluster", action="store_true", help="--redis names a node of a Redis Cluster")
+    _add_redis(setting)
     setting.set_defaults(func=set_command)
 
     top = commands.add_parser(
@@ -597,8 +601,7 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
         "provider (429s with Retry-After) over the minute, a pause in force, and the state of a breaker of "
         "the same name. Counted by the limiters' own scripts, all processes together. Ctrl-C ends it.",
     )
-    top.add_argument("--redis", metavar="URL", required=True, help="the Redis the limiters share")
-    top.add_argument("--cluster", action="store_true", help="--redis names a node of a Redis Cluster")
+    _add_redis(top)
     top.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between refreshes (default 1)")
     top.add_argument("--window", type=_window, default=5.0, help="seconds the rates are taken over (default 5)")
     top.add_argument("--iterations", type=_positive_int, help="stop after this many refreshes (default: never)")
