@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -72,10 +73,12 @@ def _block(seen: Inspection) -> list[str]:
         promised = "none" if seen.promised_ahead <= 0 else f"up to {_seconds(seen.promised_ahead)} from now"
         row("promised", f"grants reserved ahead: {promised}")
     if seen.kind is not None:
-        row(
-            "pause",
-            "none" if seen.paused_for is None else f"fed back by the provider, {_seconds(seen.paused_for)} left",
-        )
+        paused = seen.paused_for
+        if paused is None or seen.now is None:
+            row("pause", "none")
+        else:
+            until = time.strftime("%H:%M:%S", time.localtime(seen.now + paused))
+            row("pause", f"fed back by the provider, until {until} ({_seconds(paused)} left)")
     if seen.breaker is not None:
         since = ""
         if seen.breaker_opened_at is not None and seen.now is not None:
