@@ -6,7 +6,8 @@
 -- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'throttle' | 'rate' | 'batch'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  reserve: max_wait, '' for no limit; refund: the grant time ('' for a grant
---          already made; a time still ahead withdraws that reservation);
+--          already made; a time still ahead withdraws that reservation), or
+--          "<time> <mask>" for a refund that names its grant (the mask reserve returned);
 --          restrict: seconds from now until the restriction ends (the members'
 --          "tokens" are then the tokens each still allows); charge: ''
 --          (a member's tokens may be 0: nothing is recorded in it)
@@ -15,8 +16,8 @@
 --
 -- batch (one process's concurrent acquires in one call; see ratelimit/_stores/rounds.py):
 -- the members' own tokens are 0; after the members, each request's max_wait ('' no
--- limit) and one weight per member, in arrival order. Returns {signed_wait, at} per
--- request, then {0, now} (a group takes no lease), as _single.lua's batch does.
+-- limit) and one weight per member, in arrival order. Returns {signed_wait, at, mask}
+-- per request, then {0, now} (a group takes no lease), as _single.lua's batch does.
 --
 -- Otherwise returns as the single-limiter driver does. Mirrors MemoryGroupHandle in
 -- ratelimit/_stores/memory.py: every member plans; the grant happens at the latest of their
@@ -63,10 +64,10 @@ local holes = KEYS[1] .. ':holes:' .. table.concat(kinds, ',')
 if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[3] ~= '' then max_wait = tonumber(ARGV[3]) end
-  local wait, changed = reserve_members(members, holes, now, max_wait)
+  local wait, changed, mask = reserve_members(members, holes, now, max_wait)
   save_all(not changed)
   tally_one(group_base(KEYS[1], 'composite'), now, wait)
-  return {fmt(wait), fmt(now + wait)}
+  return {fmt(wait), fmt(now + wait), mask}
 elseif op == 'batch' then
   -- The requests' own reserves, one after the other, as separate calls in this
   -- order would decide them.
@@ -78,10 +79,11 @@ elseif op == 'batch' then
     local max_wait = math.huge
     if ARGV[k] ~= '' then max_wait = tonumber(ARGV[k]) end
     for i, m in ipairs(members) do m.tokens = tonumber(ARGV[k + i]) end
-    local wait, moved = reserve_members(members, holes, now, max_wait)
+    local wait, moved, mask = reserve_members(members, holes, now, max_wait)
     if moved then changed = true end
     out[#out + 1] = fmt(wait)
     out[#out + 1] = fmt(now + wait)
+    out[#out + 1] = mask
     waits[#waits + 1] = wait
     k = k + 1 + #members
   end
@@ -96,6 +98,7 @@ elseif op == 'restrict' then
   for _, m in ipairs(members) do
     if m.tokens > EPSILON then paused = false end
   end
+  forget_late(holes, now)
   if paused then
     pause(holes, now, untl)
     tally(group_base(KEYS[1], 'composite'), now, {}, 0, 1)
@@ -125,11 +128,14 @@ elseif op == 'rate' then
   end
   return redis.error_reply('ratelimit: no learned rate in this group')
 elseif op == 'refund' then
-  local at = nil
-  if ARGV[3] ~= '' then at = tonumber(ARGV[3]) end
+  local at, exact = nil, nil
+  if ARGV[3] ~= '' then
+    local time, mask = string.match(ARGV[3], '^(%S+) (%S+)$')
+    at, exact = tonumber(time or ARGV[3]), mask
+  end
   local tokens = {}
   for i, m in ipairs(members) do tokens[i] = m.tokens end
-  give_back_members(members, holes, now, tokens, at)
+  give_back_members(members, holes, now, tokens, at, exact)
   save_all(false)
   return {fmt(now)}
 end

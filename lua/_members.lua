@@ -10,6 +10,9 @@
 -- withdrawn grant was due, member = "<time>|<tokens>,<tokens>,..." with one number
 -- per limit of the group. At most one hole per time (within EPSILON). The member
 -- "pause", scored with the end of the latest pause from the provider, is no hole.
+-- A token bucket's hole stays good past its time for the part of its slot still
+-- ahead (`room`), and a refund that names a grant which waited its own turn leaves
+-- one ('release'); see the docstring of holes.py.
 
 local HOLE_SCAN = 16
 
@@ -43,13 +46,32 @@ local function hole_member(at, tokens)
   return fmt(at) .. '|' .. table.concat(parts, ',')
 end
 
-local function hole_fits(have, members)
+-- See Algorithm.room: the tokens of a hole left for time `at` that a grant at t may
+-- take; an algorithm without `room` of its own only at the hole's time.
+local function hole_room(m, at, tokens, t)
+  if m.alg.room then return m.alg.room(m.self, at, tokens, t) end
+  if t <= at + EPSILON then return tokens end
+  return 0.0
+end
+
+-- See _when in holes.py: when a request could take the hole (its time, or now if
+-- that is past), each member finding its tokens in the hole's room or granting them
+-- by itself by then, at least one from the hole; nil if it cannot.
+local function hole_when(members, plans, now, at, have)
   -- A hole of another shape belongs to another composite of the same name.
-  if #have ~= #members then return false end
+  if #have ~= #members then return nil end
+  local t = now
+  if at > now then t = at end
+  local taken = false
   for i, m in ipairs(members) do
-    if have[i] == nil or m.tokens > have[i] + EPSILON then return false end
+    if m.tokens <= hole_room(m, at, have[i], t) + EPSILON then
+      if m.tokens > 0 then taken = true end
+    elseif plans[i][1] - now > EPSILON or plans[i][2] > t + EPSILON then
+      return nil
+    end
   end
-  return true
+  if taken then return t end
+  return nil
 end
 
 local function add_hole(holes, now, at, tokens)
@@ -68,19 +90,29 @@ local function add_hole(holes, now, at, tokens)
   expire_after(holes, tonumber(last[2]) - now)
 end
 
--- Grant the members' tokens of a hole at its time; keep the rest where it still fits
--- (later in a queue; given up where the limits disagree on where). See _take.
-local function take_hole(members, holes, now, hole)
+-- See _take in holes.py: grant the members' tokens at t, from the hole where it holds
+-- them and from their states otherwise; keep the rest where it still fits (later in
+-- a queue; given up where the limits disagree on where).
+local function take_hole(members, holes, now, hole, t)
   redis.call('ZREM', holes, hole.member)
-  local rest, empty = {}, true
-  local moved, agree = nil, true
+  local rest, where, agree = {}, nil, true
   for i, m in ipairs(members) do
-    rest[i] = hole.have[i] - m.tokens
-    if rest[i] > EPSILON then empty = false end
-    local t = m.alg.next_free(m.self, hole.at, m.tokens)
-    if moved == nil then moved = t elseif t ~= moved then agree = false end
+    local room = hole_room(m, hole.at, hole.have[i], t)
+    local left, place
+    if m.tokens <= room + EPSILON then
+      left = 0.0
+      if room > m.tokens then left = room - m.tokens end
+      place = m.alg.next_free(m.self, hole.at, m.tokens)
+    else
+      m.state = m.alg.commit(m.self, m.state, now, m.tokens, t)
+      left, place = room, hole.at
+    end
+    rest[i] = left
+    if left > EPSILON then
+      if where == nil then where = place elseif place ~= where then agree = false end
+    end
   end
-  if not empty and agree then add_hole(holes, now, moved, rest) end
+  if where ~= nil and agree then add_hole(holes, now, where, rest) end
 end
 
 -- See _latest in holes.py: the limit that set the latest grant knows it exactly.
@@ -107,60 +139,198 @@ local function charge_members(members, holes, now)
   end
 end
 
+-- See _drop_spent in holes.py: the holes past their time hold room only for a
+-- member with `room`; drop the rest. `found` is a ZRANGE WITHSCORES reply.
+local function drop_spent(members, holes, now, found)
+  local dropped = false
+  for i = 1, #found, 2 do
+    local at = tonumber(found[i + 1])
+    if at >= now - EPSILON then break end
+    if found[i] ~= 'pause' then
+      local have, keep = hole_tokens(found[i]), false
+      for j, m in ipairs(members) do
+        if have[j] and hole_room(m, at, have[j], now) > EPSILON then keep = true end
+      end
+      if not keep then
+        redis.call('ZREM', holes, found[i])
+        dropped = true
+      end
+    end
+  end
+  return dropped
+end
+
+-- See _due in holes.py: the first HOLE_SCAN holes whose time has come, of this
+-- group's shape. `found` is a ZRANGE WITHSCORES reply.
+local function due_holes(members, now, found)
+  local due = {}
+  local scanned = 0
+  for i = 1, #found, 2 do
+    if found[i] ~= 'pause' then
+      scanned = scanned + 1
+      if scanned > HOLE_SCAN then break end
+      local at = tonumber(found[i + 1])
+      if at > now + EPSILON then break end
+      local have = hole_tokens(found[i])
+      if #have == #members then due[#due + 1] = {member = found[i], at = at, have = have} end
+    end
+  end
+  return due
+end
+
+local function due_room(m, j, due, now)
+  local sum = 0
+  for _, h in ipairs(due) do sum = sum + hole_room(m, h.at, h.have[j], now) end
+  return sum
+end
+
+-- See _pooled in holes.py: whether the request can go now on the room of the holes
+-- already due, added up, each member from there (slotted) or by itself.
+local function pooled(members, plans, due, now)
+  if #due == 0 then return false end
+  local taken = false
+  for j, m in ipairs(members) do
+    if m.tokens > 0 then
+      if m.alg.room and m.tokens <= due_room(m, j, due, now) + EPSILON then
+        taken = true
+      elseif plans[j][1] - now > EPSILON or plans[j][2] > now + EPSILON then
+        return false
+      end
+    end
+  end
+  return taken
+end
+
+-- See _take_pooled in holes.py: the earliest holes' room first, the rest of each kept,
+-- cut to what is ahead.
+local function take_pooled(members, holes, now, due)
+  local need = {}
+  for j, m in ipairs(members) do
+    need[j] = 0.0
+    if m.tokens > 0 then
+      if m.alg.room and m.tokens <= due_room(m, j, due, now) + EPSILON then
+        need[j] = m.tokens
+      else
+        m.state = m.alg.commit(m.self, m.state, now, m.tokens, now)
+      end
+    end
+  end
+  for _, h in ipairs(due) do
+    local rest, left_any = {}, false
+    for j, m in ipairs(members) do
+      local room = hole_room(m, h.at, h.have[j], now)
+      local take = room
+      if need[j] < room then take = need[j] end
+      need[j] = need[j] - take
+      local left = room - take
+      if left > EPSILON then left_any = true else left = 0.0 end
+      rest[j] = left
+    end
+    redis.call('ZREM', holes, h.member)
+    if left_any then redis.call('ZADD', holes, fmt(h.at), hole_member(h.at, rest)) end
+  end
+end
+
 -- See plan in holes.py: the plan of the members with the earliest of the first
--- HOLE_SCAN holes the request fits in, which wins when it comes before the
+-- HOLE_SCAN holes the request can take, which wins when it comes before the
 -- algorithms' own plan (or they would not admit it now). Returns admit_at, at, and
 -- the hole to take (nil: the algorithms' own plan).
 local function plan_members(members, holes, now)
   -- The common path has no holes at all: EXISTS is the cheapest way to learn it
-  -- (about 0.5 us in a ~20 us script). Read by rank, then drop past holes (they sort
-  -- first) only if there are any.
+  -- (about 0.5 us in a ~20 us script). Read by rank, then drop spent holes (they sort
+  -- first) only if there are any past.
   -- One entry more than the scan: the pause, if any, is among them and is no hole.
-  local found = {}
-  if redis.call('EXISTS', holes) == 1 then
+  if redis.call('EXISTS', holes) == 0 then
+    local admit_at, at = plan_all(members, now)
+    return admit_at, at, nil
+  end
+  local found = redis.call('ZRANGE', holes, 0, HOLE_SCAN, 'WITHSCORES')
+  if #found > 0 and tonumber(found[2]) < now - EPSILON and drop_spent(members, holes, now, found) then
     found = redis.call('ZRANGE', holes, 0, HOLE_SCAN, 'WITHSCORES')
+  end
+  local plans = {}
+  local admit_at, at = now, now
+  for i, m in ipairs(members) do
+    local admit, grant = m.alg.plan(m.self, m.state, now, m.tokens)
+    plans[i] = {admit, grant}
+    if admit > admit_at then admit_at = admit end
+    if grant > at then at = grant end
+  end
+  local due = due_holes(members, now, found)
+  if pooled(members, plans, due, now) then
+    local latest = group_latest(members)
+    local void = false
+    for _, h in ipairs(due) do
+      if h.at > latest + EPSILON then void = true end
+    end
+    if void then
+      -- The state was lost, and the holes with it (see below).
+      redis.call('DEL', holes)
+      found = {}
+    elseif admit_at - now > EPSILON or at > now + EPSILON then
+      return now, now, {pooled = due}
+    end
   end
   local hole = nil
-  if #found > 0 and tonumber(found[2]) < now - EPSILON then
-    redis.call('ZREMRANGEBYSCORE', holes, '-inf', '(' .. fmt(now - EPSILON))
-    found = redis.call('ZRANGE', holes, 0, HOLE_SCAN, 'WITHSCORES')
-  end
   local scanned = 0
   for i = 1, #found, 2 do
     if found[i] ~= 'pause' then
       scanned = scanned + 1
       if scanned > HOLE_SCAN then break end
       local have = hole_tokens(found[i])
-      if hole_fits(have, members) then
-        hole = {member = found[i], at = tonumber(found[i + 1]), have = have}
+      local hole_at = tonumber(found[i + 1])
+      local t = hole_when(members, plans, now, hole_at, have)
+      if t ~= nil then
+        hole = {member = found[i], at = hole_at, have = have, t = t}
         break
       end
     end
   end
-  local admit_at, at = plan_all(members, now)
   if hole ~= nil and hole.at > group_latest(members) + EPSILON then
     -- Every hole is before a grant still reserved: not so, the state was evicted,
     -- and the holes with it are void. (The pause goes too: it was the state's.)
     redis.call('DEL', holes)
     hole = nil
   end
-  if hole ~= nil and (admit_at - now > EPSILON or hole.at < at) then
-    return now, hole.at, hole
+  if hole ~= nil and (admit_at - now > EPSILON or hole.t < at) then
+    return now, hole.t, hole
   end
   return admit_at, at, nil
 end
 
+-- See exact in holes.py: the name of a grant just recorded at `at`, as the members
+-- whose slot it ends exactly ('1') or not ('0'); '' when none does.
+local function exact_mask(members, at)
+  local flags, any = {}, false
+  for i, m in ipairs(members) do
+    if m.alg.room and math.abs(m.alg.latest(m.self, m.state) - at) <= EPSILON then
+      flags[i] = '1'
+      any = true
+    else
+      flags[i] = '0'
+    end
+  end
+  if any then return table.concat(flags) end
+  return ''
+end
+
 -- See settle in holes.py: decide what plan_members planned and, if granted, record
--- it. Returns the signed wait and whether the members' states changed.
+-- it. Returns the signed wait, whether the members' states changed, and the grant's
+-- name for a refund (exact_mask; only a grant that waited is named).
 local function settle_members(members, holes, now, admit_at, at, hole, max_wait)
   local wait = decide(admit_at, at, now, max_wait)
-  if wait < 0 then return wait, false end
+  if wait < 0 then return wait, false, '' end
+  if hole ~= nil and hole.pooled then
+    take_pooled(members, holes, now, hole.pooled)
+    return wait, true, ''
+  end
   if hole ~= nil then
-    take_hole(members, holes, now, hole)
-    return wait, false
+    take_hole(members, holes, now, hole, at)
+    return wait, true, ''
   end
   commit_all(members, now, at)
-  return wait, true
+  if wait > EPSILON then return wait, true, exact_mask(members, now + wait) end
+  return wait, true, ''
 end
 
 local function reserve_members(members, holes, now, max_wait)
@@ -207,17 +377,67 @@ local function reserved_after(members, now, when)
   return latest > now and when < latest - EPSILON
 end
 
--- give back: a plain refund once the grant's time has come (`at` nil or past);
--- otherwise withdraw the reservation: roll it back if it is the last one (and the
--- holes that are then at the end), or leave a hole.
-local function give_back_members(members, holes, now, tokens, at)
+-- See forget_late in holes.py: drop the holes whose time has passed.
+local function forget_late(holes, now)
+  local first = redis.call('ZRANGE', holes, 0, 1, 'WITHSCORES')
+  if #first > 0 and tonumber(first[2]) < now - EPSILON then
+    -- (A pause that has ended goes with them: it holds nothing back any more.)
+    redis.call('ZREMRANGEBYSCORE', holes, '-inf', '(' .. fmt(now - EPSILON))
+  end
+end
+
+-- See _refund in holes.py: tokens of a grant whose time has come go back into the
+-- states where nothing is reserved after it; otherwise an unnamed refund frees
+-- nothing, and a named one (`exact`, a mask as exact_mask makes) leaves the end of
+-- the grant's slot as a hole at its time in each member it names.
+local function refund_members(members, holes, now, tokens, at, exact, paused)
+  local when = at or now
+  if now < paused then return end
+  local queued = #members > 1 and reserved_after(members, now, when)
+  local hole, any = {}, false
+  local lowered = false
+  for i, m in ipairs(members) do
+    hole[i] = 0.0
+    local n = tokens[i]
+    if n > 0 then
+      local refund = not queued
+      if exact and string.sub(exact, i, i) == '1' then
+        local latest = m.alg.latest(m.self, m.state)
+        if queued or (latest > now and when < latest - EPSILON) then
+          hole[i] = n
+          if hole_room(m, when, n, now) > EPSILON then any = true end
+          refund = false
+        else
+          refund = true
+        end
+      end
+      if refund then
+        local before = m.state
+        m.state = m.alg.refund(m.self, m.state, now, n, when)
+        if m.alg.room and m.state ~= before then lowered = true end
+      end
+    end
+  end
+  if lowered then forget_late(holes, now) end
+  if any then
+    -- A grant named twice, or beside another hole of its moment, could free a slot
+    -- twice: only one hole a moment, made once.
+    local near = redis.call('ZRANGEBYSCORE', holes, fmt(when - EPSILON), fmt(when + EPSILON), 'LIMIT', 0, 2)
+    if #near == 0 or (#near == 1 and near[1] == 'pause') then
+      redis.call('ZADD', holes, fmt(when), hole_member(when, hole))
+      local last = redis.call('ZRANGE', holes, -1, -1, 'WITHSCORES')
+      expire_after(holes, tonumber(last[2]) - now)
+    end
+  end
+end
+
+-- give back: a refund once the grant's time has come (`at` nil or past; `exact` names
+-- the grant, nil for an unnamed refund); otherwise withdraw the reservation: roll it
+-- back if it is the last one (and the holes that are then at the end), or leave a hole.
+local function give_back_members(members, holes, now, tokens, at, exact)
   local paused = tonumber(redis.call('ZSCORE', holes, 'pause')) or -math.huge
   if at == nil or at <= now + EPSILON then
-    local when = at or now
-    if now < paused or (#members > 1 and reserved_after(members, now, when)) then return end
-    for i, m in ipairs(members) do
-      m.state = m.alg.refund(m.self, m.state, now, tokens[i], when)
-    end
+    refund_members(members, holes, now, tokens, at, exact, paused)
     return
   end
   if at < paused then return end  -- its place is inside a pause: lost

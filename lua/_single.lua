@@ -16,7 +16,8 @@
 -- ARGV[3]  tokens (reserve, refund, charge); restrict: the tokens still allowed
 -- ARGV[4]  reserve: max_wait in seconds, '' for no limit;
 --          refund: the grant time being given back ('' for a grant already made);
---          a time still ahead withdraws that reservation (see _members.lua);
+--          a time still ahead withdraws that reservation (see _members.lua); or
+--          "<time> <mask>" for a refund that names its grant (the mask reserve returned);
 --          restrict: seconds from now until the restriction ends; charge: ''
 -- ARGV[5], ARGV[6]  the algorithm's two parameters, as the code configured them
 -- ARGV[7]  the seconds of guard (and lease) they already keep back ('0' none)
@@ -29,10 +30,13 @@
 -- tokens and max_wait ('' no limit), in arrival order.
 --
 -- Returns, as strings (seconds, %.17g):
---   reserve: {signed_wait, at}: signed_wait >= 0 granted after that wait, at store
---            time `at`; < 0 refused, nothing recorded, -signed_wait is the wait needed
---   refund, restrict, charge, configure: {now}
---   batch: {signed_wait, at} per request, then {lease tokens granted, at}
+--   reserve: {signed_wait, at, mask}: signed_wait >= 0 granted after that wait, at
+--            store time `at`; < 0 refused, nothing recorded, -signed_wait is the wait
+--            needed; mask '1' names a grant whose slot is known (see exact_mask), '' not
+--   charge: {now, name}: the time a refund names the charge by (its slot's end less
+--            the tolerance: see give_back_members), '' where it has none
+--   refund, restrict, configure: {now}
+--   batch: {signed_wait, at, mask} per request, then {lease tokens granted, at}
 --   peek (read only, `ratelimit inspect`): {the two parameters in force, the most
 --            tokens one request could take now, the wait for one token, the latest
 --            grant promised, the end of a pause ('' none), now}
@@ -133,11 +137,11 @@ end
 if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
-  local wait, changed = -math.huge, false
-  if not too_big(tokens) then wait, changed = reserve_members({member}, holes, now, max_wait) end
+  local wait, changed, mask = -math.huge, false, ''
+  if not too_big(tokens) then wait, changed, mask = reserve_members({member}, holes, now, max_wait) end
   if changed or dirty(member.state) then ALG.save(self, member.state, now) end
   tally_one(KEYS[1], now, wait)
-  return {fmt(wait), fmt(now + wait)}
+  return {fmt(wait), fmt(now + wait), mask}
 elseif op == 'batch' then
   -- Exactly the requests' own reserves, one after the other, as separate calls in
   -- this order would decide them; then the lease, itself a reservation with no wait,
@@ -155,13 +159,14 @@ elseif op == 'batch' then
     member.tokens = tonumber(ARGV[i])
     local max_wait = math.huge
     if ARGV[i + 1] ~= '' then max_wait = tonumber(ARGV[i + 1]) end
-    local wait, moved = -math.huge, false
-    if not too_big(member.tokens) then wait, moved = reserve_members({member}, holes, now, max_wait) end
+    local wait, moved, mask = -math.huge, false, ''
+    if not too_big(member.tokens) then wait, moved, mask = reserve_members({member}, holes, now, max_wait) end
     if moved then changed = true end
     if wait ~= 0 then room = false end
     waits[#waits + 1] = wait
     out[#out + 1] = fmt(wait)
     out[#out + 1] = fmt(now + wait)
+    out[#out + 1] = mask
   end
   local want, least, got = tonumber(ARGV[9]), tonumber(ARGV[10]), 0
   while room and want >= least and want > 0 do
@@ -180,15 +185,20 @@ elseif op == 'batch' then
   if changed or dirty(member.state) then ALG.save(self, member.state, now) end
   return out
 elseif op == 'refund' then
-  local at = nil
-  if ARGV[4] ~= '' then at = tonumber(ARGV[4]) end
-  give_back_members({member}, holes, now, {tokens}, at)
+  local at, exact = nil, nil
+  if ARGV[4] ~= '' then
+    local time, mask = string.match(ARGV[4], '^(%S+) (%S+)$')
+    at, exact = tonumber(time or ARGV[4]), mask
+  end
+  give_back_members({member}, holes, now, {tokens}, at, exact)
   ALG.save(self, member.state, now)
   return {fmt(now)}
 elseif op == 'charge' then
   charge_members({member}, holes, now)
   ALG.save(self, member.state, now)
-  return {fmt(now)}
+  local name = ''
+  if ALG.room then name = fmt(ALG.latest(self, member.state)) end
+  return {fmt(now), name}
 elseif op == 'peek' then
   -- The largest request that would go now, by bisection on the plan (which changes
   -- nothing saved): holes are left out, they only ever add to it.
@@ -211,6 +221,7 @@ elseif op == 'peek' then
           fmt(ALG.latest(self, member.state)), paused or '', fmt(now)}
 elseif op == 'restrict' then
   member.state = ALG.restrict(self, member.state, now, tokens, now + tonumber(ARGV[4]))
+  forget_late(holes, now)
   if tokens <= EPSILON then
     pause(holes, now, now + tonumber(ARGV[4]))
     tally(KEYS[1], now, {}, 0, 1)

@@ -94,3 +94,13 @@ end
 function token_bucket.next_free(self, at, tokens)
   return at
 end
+
+-- See Gcra.room: a hole's tokens are the end of a slot up to at + tolerance, and a
+-- grant at t may take the part of it still ahead of t. (An algorithm without `room`
+-- takes a hole at its own time only: see hole_room in _members.lua.)
+function token_bucket.room(self, at, tokens, t)
+  local ahead = (at + self.tolerance - t) * self.rate
+  if ahead >= tokens then return tokens end
+  if ahead > EPSILON then return ahead end
+  return 0.0
+end

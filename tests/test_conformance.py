@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratelimit import RedisBackend
-from ratelimit._algorithms.algorithm import Algorithm, charge_all
-from ratelimit._algorithms.holes import Holes, give_back, pause, reserve, void
+from ratelimit._algorithms.algorithm import EPSILON, Algorithm, charge_all
+from ratelimit._algorithms.holes import GrantTime, Holes, exact, forget_late, give_back, pause, reserve, void
 from ratelimit._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime
 from ratelimit._algorithms.lanes import give_back as give_back_lane
 from ratelimit._algorithms.lanes import reserve as reserve_lane
@@ -60,14 +60,16 @@ class FixedTime:
 # None, tokens charged after the request (0: none), which members of a composite are
 # given 0 (a bit mask; ignored when it would zero them all, and by a single limiter))
 # What to give back: nothing; this grant (a refund, or withdrawing it while it is the
-# last one queued); or the earliest reservation still ahead (a hole mid-queue).
+# last one queued); the earliest reservation still ahead (a hole mid-queue); or half
+# of the latest grant already due, named (a settle whose call used less, with grants
+# queued behind it: a token bucket's hole past its time).
 Request = tuple[float, float, float, str, "tuple[float, float] | None", float, int]
 requests = st.lists(
     st.tuples(
         st.sampled_from([0.0, 0.0, 0.001, 0.1, 0.25, 0.5, 1.0, 3.0]),
         st.sampled_from([1.0, 1.0, 1.0, 2.0, 3.0]),
         st.sampled_from([0.0, 0.5, 2.0, math.inf]),
-        st.sampled_from(["keep", "keep", "this", "earliest"]),
+        st.sampled_from(["keep", "keep", "this", "earliest", "due"]),
         st.one_of(
             st.none(),
             st.none(),
@@ -127,23 +129,42 @@ def test_script_matches_pure_step(
         if restriction is not None:
             remaining, seconds = restriction
             states = [alg.restrict(states[0], now.value, remaining, now.value + seconds)]
+            forget_late(holes, now.value)
             if remaining == 0:
                 pause(holes, now.value + seconds)
             handle.restrict(remaining, seconds)
         n = min(tokens, first)
         states, wait = reserve([alg], states, holes, now.value, [n], max_wait)
-        assert handle.reserve(n, max_wait) == (wait, now.value + wait)
+        name = _name([alg], states, now.value, wait)
+        _same(handle.reserve(n, max_wait), (wait, name))
         if wait >= 0:
-            pending.append((now.value + wait, n))
+            pending.append((name, n))
         if charged:
             states = charge_all([alg], states, now.value, [min(charged, first)])
             void(holes)
-            handle.charge(min(charged, first))
+            named = handle.charge(min(charged, first))
+            if alg.slotted:
+                assert named == alg.latest(states[0])
+                assert isinstance(named, GrantTime)
+                pending.append((named, min(charged, first)))
+            else:
+                assert named is None
         given = _given_back(back, pending, now.value)
         if given is not None:
             at, n = given
             states = give_back([alg], states, holes, now.value, [n], at)
             handle.refund(n, at)
+
+
+def _name(algs: list[Algorithm[Any]], states: list[Any], now: float, wait: float) -> float:
+    """What the stores name a grant by: only one that waited can be named."""
+    return exact(algs, states, now + wait) if wait > EPSILON else now + wait
+
+
+def _same(got: tuple[float, float], want: tuple[float, float]) -> None:
+    """Equal decisions, and the grant named alike (``GrantTime.exact``)."""
+    assert got == want
+    assert getattr(got[1], "exact", None) == getattr(want[1], "exact", None), (got[1], want[1])
 
 
 def _given_back(back: str, pending: list[tuple[float, float]], now: float) -> tuple[float, Any] | None:
@@ -153,6 +174,10 @@ def _given_back(back: str, pending: list[tuple[float, float]], now: float) -> tu
         return pending.pop()
     if back == "earliest" and ahead:
         return pending.pop(ahead[0])
+    due = [i for i, (at, _) in enumerate(pending) if at <= now]
+    if back == "due" and due:
+        at, n = pending.pop(due[-1])
+        return at, [w / 2 for w in n] if isinstance(n, list) else n / 2
     return None
 
 
@@ -176,14 +201,16 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
             states = [
                 alg.restrict(s, now.value, remaining, now.value + seconds) for alg, s in zip(algs, states, strict=True)
             ]
+            forget_late(holes, now.value)
             if remaining == 0:
                 pause(holes, now.value + seconds)
             handle.restrict(left, seconds)
         weights = _weights(algs, tokens, zeros)
         states, wait = reserve(algs, states, holes, now.value, weights, max_wait)
-        assert handle.reserve(weights, max_wait) == (wait, now.value + wait)
+        name = _name(algs, states, now.value, wait)
+        _same(handle.reserve(weights, max_wait), (wait, name))
         if wait >= 0:
-            pending.append((now.value + wait, weights))
+            pending.append((name, weights))
         if charged:
             # The LLM case among others: no request, some tokens.
             costs = _weights(algs, charged, zeros >> 1)

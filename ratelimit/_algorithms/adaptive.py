@@ -39,7 +39,7 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .algorithm import EPSILON, step
+from .algorithm import EPSILON, exact_room, step
 
 __all__ = ["GRACE", "IDLE", "MEMORY", "QUIET", "Cubic", "Pace"]
 
@@ -92,6 +92,7 @@ class Cubic:
     idle: float = field(init=False, repr=False, compare=False)
 
     kind = "adaptive"
+    slotted = False
     most_name = "capacity"
 
     def __post_init__(self) -> None:
@@ -191,6 +192,9 @@ class Cubic:
 
     def next_free(self, at: float, tokens: float) -> float:
         return at
+
+    def room(self, at: float, tokens: float, t: float) -> float:
+        return exact_room(at, tokens, t)
 
     def idle_until(self, state: Pace) -> float:
         remembered = state.seen + MEMORY

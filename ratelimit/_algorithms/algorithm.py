@@ -42,6 +42,7 @@ __all__ = [
     "charge_all",
     "commit_all",
     "decide",
+    "exact_room",
     "latest_all",
     "low_part",
     "plan_all",
@@ -64,6 +65,10 @@ class Algorithm(Protocol[S]):
     kind: str
     #: The argument that sets :attr:`most`, for error messages.
     most_name: str
+    #: Whether each grant fills a slot of time that ends at a place known from its time
+    #: alone when it waited its turn (a token bucket): such a grant can be named by a
+    #: refund, and what it gives back stays good past the grant's time (``room``).
+    slotted: bool
 
     @property
     def most(self) -> float:
@@ -110,6 +115,13 @@ class Algorithm(Protocol[S]):
         """Where the rest of a hole stands once ``tokens`` of it are granted at ``at``:
         ``at`` where tokens granted at one moment are interchangeable, later for a
         queue whose grants take time to leave."""
+        ...
+
+    def room(self, at: float, tokens: float, t: float) -> float:
+        """How many of a hole's ``tokens`` (left for time ``at``) a grant at ``t >= at``
+        may take. A limit whose grants fill slots of time (a token bucket) knows where
+        those tokens sit and can hand out the part still ahead of ``t``; the others only
+        at the hole's own time (:func:`exact_room`)."""
         ...
 
     def idle_until(self, state: S) -> float:
@@ -165,6 +177,12 @@ class Algorithm(Protocol[S]):
         the property tests pin every override to :func:`step`.
         """
         ...
+
+
+def exact_room(at: float, tokens: float, t: float) -> float:
+    """:meth:`Algorithm.room` of a limit whose hole is good at its own time only: a
+    window counts a grant where it was made, a queue has moved on past it."""
+    return tokens if t <= at + EPSILON else 0.0
 
 
 def low_part(most: float, low_share: float, most_name: str) -> float:

@@ -12,8 +12,8 @@ then (a timeout, a cancelled task, Ctrl-C), the promise is withdrawn:
   more than its tokens: a moment and a weight the state has already accounted for, so
   no interval ever sees more than the algorithm allows.
 
-A hole whose time has passed is dropped: granting it later than its slot is not safe
-in general (a token bucket's later grants are spaced from it). A request looks at the
+A hole whose time has passed is dropped where granting it later than its time is not
+safe (a window counts a grant where it was made; a queue has moved on). A request looks at the
 first ``SCAN`` holes only, so its cost stays bounded however many callers gave up.
 
 A provider's pause (a restriction to nothing more until ``until``) drops the holes
@@ -22,6 +22,17 @@ frees nothing: no request that was not already promised goes out during a pause.
 
 Everything here works on a group of limits granted together (a composite); one limiter
 is a group of one. ``tokens`` is one number per limit. Mirrored by ``lua/_members.lua``.
+
+A token bucket's hole is good past its time too. Each grant fills a slot of the TAT's
+line that ends no later than its time + ``tau`` (see ``token_bucket.py``); a hole's
+tokens are the end of such a line, and a grant at ``t`` may take the part of it still
+ahead of ``t`` (``Algorithm.room``), so a hole goes only once its whole slot is past.
+That is also what a refund that *names* its grant leaves (:class:`GrantTime`): a grant
+that waited its own turn ends its slot at exactly its time + ``tau``, so the tokens it
+did not use become a hole at its time, whatever is queued behind it, where an unnamed
+refund could only give them up. A request of a composite may take a hole that holds
+tokens for some of its limits only, when the others grant it by themselves at that
+time (a refund of an LLM call's tokens, with the request counted as made).
 
 Timeline, ``TokenBucket(1, 10)`` (one grant per 100 ms), four requests at t=0 and the
 third withdrawn at t=0.05::
@@ -38,9 +49,24 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .algorithm import EPSILON, Algorithm, commit_all, decide, latest_all, plan_all
+from .algorithm import EPSILON, Algorithm, commit_all, decide, latest_all
 
-__all__ = ["SCAN", "Hole", "Holes", "Planned", "give_back", "pause", "plan", "reserve", "settle", "void"]
+__all__ = [
+    "DUE",
+    "SCAN",
+    "GrantTime",
+    "Hole",
+    "Holes",
+    "Planned",
+    "exact",
+    "forget_late",
+    "give_back",
+    "pause",
+    "plan",
+    "reserve",
+    "settle",
+    "void",
+]
 
 #: How many holes a request looks at, earliest first, for one it fits in.
 SCAN = 16
@@ -61,20 +87,6 @@ class Holes:
 
     def __repr__(self) -> str:
         return f"Holes({self.items!r}, paused_until={self.paused_until!r})"
-
-
-def _fits(have: Sequence[float], want: Sequence[float]) -> bool:
-    # A hole of another shape belongs to another composite of the same name.
-    return len(have) == len(want) and all(w <= h + EPSILON for h, w in zip(have, want, strict=True))
-
-
-def _drop_past(holes: list[Hole], now: float) -> None:
-    cut = now - EPSILON
-    stale = 0
-    while stale < len(holes) and holes[stale][0] < cut:
-        stale += 1
-    if stale:
-        del holes[:stale]
 
 
 def _add(holes: list[Hole], at: float, tokens: Sequence[float]) -> None:
@@ -107,41 +119,213 @@ def pause(holes: Holes, until: float) -> None:
         holes.paused_until = until
 
 
-def _take(algs: Sequence[Algorithm[Any]], holes: list[Hole], i: int, tokens: Sequence[float]) -> None:
-    """Grant ``tokens`` of hole ``i`` at its time; keep what is left where it still fits."""
+class GrantTime(float):
+    """A grant's time that also says, limit by limit, whether the grant's slot is known
+    exactly (see the module docstring): ``exact[i]`` for a slotted limit the grant
+    waited its own turn in, not a hole's. A refund that passes it back names the grant.
+    It is the time, to anything that reads it."""
+
+    __slots__ = ("exact",)
+
+    exact: tuple[bool, ...]
+
+    def __new__(cls, at: float, exact: tuple[bool, ...]) -> GrantTime:
+        self = super().__new__(cls, at)
+        self.exact = exact
+        return self
+
+    def __repr__(self) -> str:
+        return f"GrantTime({float(self)!r}, {self.exact!r})"
+
+
+def exact(algs: Sequence[Algorithm[Any]], states: Sequence[Any], at: float) -> GrantTime | float:
+    """The name of a grant just recorded at ``at``: a :class:`GrantTime` where some
+    slotted limit's latest grant is this one (its slot then ends at ``at`` + its
+    tolerance), else the plain time. A grant taken from a hole leaves the states as
+    they were, their latest grant after it, so it is never exact."""
+    flags = tuple(
+        alg.slotted and abs(alg.latest(state) - at) <= EPSILON for alg, state in zip(algs, states, strict=True)
+    )
+    return GrantTime(at, flags) if True in flags else at
+
+
+def _drop_spent(algs: Sequence[Algorithm[Any]], holes: list[Hole], now: float) -> None:
+    # Sorted by time: only the holes already past can be spent, and each may still
+    # hold room for a slotted limit.
+    cut = now - EPSILON
+    i = 0
+    while i < len(holes) and holes[i][0] < cut:
+        at, have = holes[i]
+        if any(alg.room(at, n, now) > EPSILON for alg, n in zip(algs, have, strict=False)):
+            i += 1
+        else:
+            del holes[i]
+
+
+def _when(
+    algs: Sequence[Algorithm[Any]],
+    plans: Sequence[tuple[float, float]],
+    hole: Hole,
+    now: float,
+    tokens: Sequence[float],
+) -> float | None:
+    """When a request could take ``hole``: at its time, or now if that is past; ``None``
+    if it cannot. Each limit either finds its tokens in the hole's room then, or grants
+    them by itself by then (its own plan); at least one must find them in the hole."""
+    at, have = hole
+    if len(have) != len(tokens):
+        return None  # a hole of another shape belongs to another composite of this name
+    t = at if at > now else now
+    taken = False
+    for alg, (admit, grant), n, h in zip(algs, plans, tokens, have, strict=True):
+        if n <= alg.room(at, h, t) + EPSILON:
+            taken = taken or n > 0
+        elif admit - now > EPSILON or grant > t + EPSILON:
+            return None
+    return t if taken else None
+
+
+def _take(
+    algs: Sequence[Algorithm[Any]],
+    states: Sequence[Any],
+    holes: list[Hole],
+    i: int,
+    now: float,
+    tokens: Sequence[float],
+    t: float,
+) -> list[Any]:
+    """Grant ``tokens`` at ``t`` from hole ``i`` (the limits it holds them for) and the
+    states (the rest); keep what is left of the hole where it still fits."""
     at, have = holes.pop(i)
-    rest = tuple(h - n for h, n in zip(have, tokens, strict=True))
-    if all(r <= EPSILON for r in rest):
-        return
+    out = list(states)
+    rest: list[float] = []
     # In a queue the rest starts when this grant has left; where the limits of a
     # composite disagree on that, the rest is given up rather than misplaced.
-    moved = {alg.next_free(at, n) for alg, n in zip(algs, tokens, strict=True)}
-    if len(moved) == 1:
-        _add(holes, moved.pop(), rest)
+    where = set()
+    for j, (alg, n, h) in enumerate(zip(algs, tokens, have, strict=True)):
+        room = alg.room(at, h, t)
+        if n <= room + EPSILON:
+            left = room - n if room > n else 0.0
+            if left > EPSILON:
+                where.add(alg.next_free(at, n))
+        else:
+            out[j] = alg.commit(out[j], now, n, t)
+            left = room
+            if left > EPSILON:
+                where.add(at)
+        rest.append(left)
+    if len(where) == 1:
+        _add(holes, where.pop(), rest)
+    return out
 
 
 #: A plan with holes: ``(admit_at, at, hole)``, ``hole`` the index of the hole the
-#: request would take (``None``: the algorithms' own plan).
+#: request would take (``None``: the algorithms' own plan; :data:`DUE`: the room of
+#: every hole already due, now).
 Planned = tuple[float, float, "int | None"]
+
+#: The hole a request takes when it takes from all the holes already due (``_pooled``).
+DUE = -1
+
+
+def _due(items: list[Hole], now: float, width: int) -> list[Hole]:
+    # The first SCAN holes whose time has come, of this group's shape.
+    out = []
+    for hole in items[:SCAN]:
+        if hole[0] > now + EPSILON:
+            break
+        if len(hole[1]) == width:
+            out.append(hole)
+    return out
+
+
+def _pooled(
+    algs: Sequence[Algorithm[Any]],
+    plans: Sequence[tuple[float, float]],
+    items: list[Hole],
+    now: float,
+    tokens: Sequence[float],
+) -> bool:
+    """Whether a request can go now on the room of the holes already due, added up.
+
+    Their room is the end of slots that other grants did not use (``Algorithm.room``):
+    pieces of a slot need not touch, so a slotted limit's request may gather its
+    tokens from several (refunds smaller than the next estimate are used too). A limit
+    not slotted, or one whose tokens the pieces do not hold, grants them by itself now
+    or not at all.
+    """
+    due = _due(items, now, len(algs))
+    if not due:
+        return False
+    taken = False
+    for j, (alg, (admit, grant), n) in enumerate(zip(algs, plans, tokens, strict=True)):
+        if not n > 0:
+            continue
+        if alg.slotted and n <= sum(alg.room(at, have[j], now) for at, have in due) + EPSILON:
+            taken = True
+        elif admit - now > EPSILON or grant > now + EPSILON:
+            return False
+    return taken
+
+
+def _take_pooled(
+    algs: Sequence[Algorithm[Any]], states: Sequence[Any], items: list[Hole], now: float, tokens: Sequence[float]
+) -> list[Any]:
+    """Grant ``tokens`` now as :func:`_pooled` found they may go: the earliest holes'
+    room first (it runs out first), the rest of each hole kept, cut to what is ahead."""
+    due = _due(items, now, len(algs))
+    need = [0.0] * len(algs)
+    out = list(states)
+    for j, (alg, n) in enumerate(zip(algs, tokens, strict=True)):
+        if not n > 0:
+            continue
+        if alg.slotted and n <= sum(alg.room(at, have[j], now) for at, have in due) + EPSILON:
+            need[j] = n
+        else:
+            out[j] = alg.commit(out[j], now, n, now)
+    for hole in due:
+        at, have = hole
+        rest = []
+        for j, alg in enumerate(algs):
+            room = alg.room(at, have[j], now)
+            take = need[j] if need[j] < room else room
+            need[j] -= take
+            rest.append(room - take if room - take > EPSILON else 0.0)
+        hole[1] = tuple(rest)
+    items[:] = [hole for hole in items if any(n > EPSILON for n in hole[1])]
+    return out
 
 
 def plan(
     algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes, now: float, tokens: Sequence[float]
 ) -> Planned:
-    """``plan_all`` that first offers the request the earliest hole it fits in.
+    """``plan_all`` that first offers the request the earliest hole it can take.
 
     A hole wins when it comes before the algorithms' own plan (or when they would not
     even admit the request now: a full leaky queue still has the hole's room). Drops
-    holes that are past or void, which changes nothing they mean.
+    holes that are spent or void, which changes nothing they mean.
     """
     items = holes.items
-    _drop_past(items, now)
-    found = None
+    _drop_spent(algs, items, now)
+    plans = [alg.plan(state, now, n) for alg, state, n in zip(algs, states, tokens, strict=True)]
+    admit_at = at = now
+    for admit, grant in plans:
+        if admit > admit_at:
+            admit_at = admit
+        if grant > at:
+            at = grant
+    if items and items[0][0] <= now + EPSILON and _pooled(algs, plans, items, now, tokens):
+        if any(hole[0] > latest_all(algs, states) + EPSILON for hole in _due(items, now, len(algs))):
+            items.clear()  # the state was lost, and the holes with it (see below)
+            holes.paused_until = -math.inf
+        elif admit_at - now > EPSILON or at > now + EPSILON:
+            return now, now, DUE
+    found = when = None
     for i in range(min(len(items), SCAN)):
-        if _fits(items[i][1], tokens):
+        when = _when(algs, plans, items[i], now, tokens)
+        if when is not None:
             found = i
             break
-    admit_at, at = plan_all(algs, states, now, tokens)
     if found is not None and items[found][0] > latest_all(algs, states) + EPSILON:
         # Every hole is before a grant still reserved. Not so here: the state was
         # lost (a Redis key evicted) and the holes with it are void; so is the pause,
@@ -149,10 +333,8 @@ def plan(
         items.clear()
         holes.paused_until = -math.inf
         found = None
-    if found is not None:
-        hole_at = items[found][0]
-        if admit_at - now > EPSILON or hole_at < at:
-            return now, hole_at, found
+    if found is not None and when is not None and (admit_at - now > EPSILON or when < at):
+        return now, when, found
     return admit_at, at, None
 
 
@@ -171,9 +353,10 @@ def settle(
     wait = decide(admit_at, at, now, max_wait)
     if wait < 0:
         return list(states), wait
+    if found == DUE:
+        return _take_pooled(algs, states, holes.items, now, tokens), wait
     if found is not None:
-        _take(algs, holes.items, found, tokens)
-        return list(states), wait
+        return _take(algs, states, holes.items, found, now, tokens, at), wait
     return commit_all(algs, states, now, tokens, at), wait
 
 
@@ -207,6 +390,19 @@ def _cancel(
     return [alg.cancel(state, now, n, at) for alg, state, n in zip(algs, states, tokens, strict=True)]
 
 
+def forget_late(holes: Holes, now: float) -> None:
+    """Drop the holes whose time has passed. What they hold is the end of a slot (see
+    ``Algorithm.room``): once a refund has lowered the state, its own plan may hand the
+    same time out again; and a provider's word on what is left counts no hole."""
+    items = holes.items
+    cut = now - EPSILON
+    stale = 0
+    while stale < len(items) and items[stale][0] < cut:
+        stale += 1
+    if stale:
+        del items[:stale]
+
+
 def give_back(
     algs: Sequence[Algorithm[Any]],
     states: Sequence[Any],
@@ -215,13 +411,10 @@ def give_back(
     tokens: Sequence[float],
     at: float | None,
 ) -> list[Any]:
-    """Give back a grant: a plain refund once its time has come (``at`` past or
-    ``None``), otherwise the withdrawal of a reservation (see the module docstring)."""
+    """Give back a grant: a refund once its time has come (``at`` past or ``None``),
+    otherwise the withdrawal of a reservation (see the module docstring)."""
     if at is None or at <= now + EPSILON:
-        when = now if at is None else at
-        if now < holes.paused_until or (len(algs) > 1 and _reserved_after(algs, states, now, when)):
-            return list(states)
-        return [alg.refund(state, now, n, when) for alg, state, n in zip(algs, states, tokens, strict=True)]
+        return _refund(algs, states, holes, now, tokens, at)
     if at < holes.paused_until:
         return list(states)  # its place is inside a pause: lost
     items = holes.items
@@ -243,3 +436,47 @@ def give_back(
         # it was left alone then: rolled back, it must hold the pause on its own.
         states = [alg.restrict(state, now, 0.0, holes.paused_until) for alg, state in zip(algs, states, strict=True)]
     return states
+
+
+def _refund(
+    algs: Sequence[Algorithm[Any]],
+    states: Sequence[Any],
+    holes: Holes,
+    now: float,
+    tokens: Sequence[float],
+    at: float | None,
+) -> list[Any]:
+    """Give back tokens of a grant whose time has come. With nothing reserved after it
+    a limit takes them back into its state. Otherwise an unnamed refund frees nothing
+    (handing them to now could put a grant beside a reserved one), but a named one of
+    a slotted limit leaves the end of the grant's slot as a hole at its time."""
+    when = now if at is None else at
+    if now < holes.paused_until:
+        return list(states)
+    named = at.exact if isinstance(at, GrantTime) else ()
+    queued = len(algs) > 1 and _reserved_after(algs, states, now, when)
+    out = list(states)
+    hole = [0.0] * len(algs)
+    lowered = False
+    for i, (alg, state, n) in enumerate(zip(algs, states, tokens, strict=True)):
+        if not n > 0:
+            continue
+        if i < len(named) and named[i]:
+            latest = alg.latest(state)
+            if queued or (latest > now and when < latest - EPSILON):
+                hole[i] = n
+                continue
+        elif queued:
+            continue
+        out[i] = alg.refund(state, now, n, when)
+        lowered = lowered or (alg.slotted and out[i] != state)
+    if lowered:
+        forget_late(holes, now)
+    if any(n > 0 and alg.room(when, n, now) > EPSILON for alg, n in zip(algs, hole, strict=True)):
+        items = holes.items
+        i = bisect.bisect_left(items, when - EPSILON, key=lambda item: item[0])
+        # A grant named twice, or beside another hole of its moment, could free a slot
+        # twice: only one hole a moment, made once.
+        if i == len(items) or items[i][0] > when + EPSILON:
+            items.insert(i, [float(when), tuple(hole)])
+    return out

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .algorithm import EPSILON
+from .algorithm import EPSILON, exact_room
 
 __all__ = ["LeakyQueue", "LeakyState"]
 
@@ -46,6 +46,7 @@ class LeakyQueue:
     slack: float = 0.0
 
     kind = "leaky_bucket"
+    slotted = False
     most_name = "capacity"
 
     def __post_init__(self) -> None:
@@ -106,6 +107,9 @@ class LeakyQueue:
     def next_free(self, at: float, tokens: float) -> float:
         # A grant leaks for tokens / rate: the rest of the hole starts when it is out.
         return at + tokens * self.interval
+
+    def room(self, at: float, tokens: float, t: float) -> float:
+        return exact_room(at, tokens, t)
 
     def idle_until(self, state: LeakyState) -> float:
         return state[0]

@@ -31,7 +31,7 @@ import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
-from .algorithm import EPSILON, low_part
+from .algorithm import EPSILON, exact_room, low_part
 
 __all__ = ["REBASE", "Log", "WindowLog"]
 
@@ -126,6 +126,7 @@ class WindowLog:
     slack: float = 0.0
 
     kind = "sliding_window"
+    slotted = False
     most_name = "limit"
 
     @property
@@ -301,6 +302,9 @@ class WindowLog:
 
     def next_free(self, at: float, tokens: float) -> float:
         return at
+
+    def room(self, at: float, tokens: float, t: float) -> float:
+        return exact_room(at, tokens, t)
 
     def idle_until(self, state: Log) -> float:
         times = state.times

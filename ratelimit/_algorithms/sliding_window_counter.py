@@ -61,7 +61,7 @@ import math
 from dataclasses import dataclass, field
 from math import ceil, floor
 
-from .algorithm import EPSILON, low_part, step
+from .algorithm import EPSILON, exact_room, low_part, step
 
 __all__ = ["SHORTEST", "SUBWINDOWS", "CounterState", "WindowCounter", "window_start"]
 
@@ -141,6 +141,7 @@ class WindowCounter:
     slack: float = 0.0
 
     kind = "sliding_window_counter"
+    slotted = False
     most_name = "limit"
 
     def __post_init__(self) -> None:
@@ -324,6 +325,9 @@ class WindowCounter:
 
     def next_free(self, at: float, tokens: float) -> float:
         return at
+
+    def room(self, at: float, tokens: float, t: float) -> float:
+        return exact_room(at, tokens, t)
 
     def idle_until(self, state: CounterState) -> float:
         # A pause is held in `last`, which can reach past the counted sub-windows.

@@ -12,7 +12,15 @@ A waiting request therefore *reserves* its place by pushing the TAT forward, and
 next one is planned behind it: grants come out in arrival order, ``T`` apart once the
 burst is spent. A charge of ``n`` (``algorithm.charge``) moves the TAT to
 ``max(TAT, now) + n*T`` whatever it was: past ``now + tau`` the bucket is in debt, and
-the next request waits it off. Mirrored by ``lua/token_bucket.lua``.
+the next request waits it off.
+
+Each grant fills a *slot* of the TAT's line (as long as its tokens take) that begins no
+earlier than the grant and ends no later than the grant's time + ``tau``; slots never
+overlap, which is what keeps any interval within ``capacity + rate·t``. A grant that
+waited its turn ends its slot exactly at its time + ``tau``, so a refund that names it
+knows where its unused tokens sit, and the part of them still ahead can be handed out
+again (``room``, and ``holes.py``) whatever was queued behind it. Mirrored by
+``lua/token_bucket.lua``.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ class Gcra:
     slack: float = 0.0
 
     kind = "token_bucket"
+    slotted = True
     most_name = "capacity"
 
     def __post_init__(self) -> None:
@@ -93,6 +102,17 @@ class Gcra:
 
     def next_free(self, at: float, tokens: float) -> float:
         return at
+
+    def room(self, at: float, tokens: float, t: float) -> float:
+        # Every grant fills a slot of the TAT's line, as long as its tokens take, that
+        # starts no earlier than the grant and ends no later than its time + tolerance:
+        # slots that never overlap are what keeps any interval within capacity + rate·t.
+        # A hole's tokens are the end of such a line, up to at + tolerance; a grant at t
+        # may use the part of it that lies ahead of t.
+        ahead = (at + self.tolerance - t) * self.rate
+        if ahead >= tokens:
+            return tokens
+        return ahead if ahead > EPSILON else 0.0
 
     def idle_until(self, state: float) -> float:
         return state

@@ -30,6 +30,7 @@ from .._stores.tally import LimiterStats, Tally, weight
 from .._wrap import wrap
 from .adaptive import LastGrant
 from .feedback import throttled
+from .named import Named, covers, equal
 
 __all__ = ["Acquirer", "Decorator", "Limiter", "LimiterStats", "difference", "placed"]
 
@@ -107,6 +108,7 @@ class Limiter(ABC, Generic[T]):
         "_handle",
         "_last_grant",
         "_name",
+        "_named",
         "_pacing",
         "_quick_most",
         "_shadow",
@@ -127,6 +129,9 @@ class Limiter(ABC, Generic[T]):
         # refusals apart; None for the rest, whose hot paths then skip both.
         self._pacing: Pacing | None = None
         self._last_grant: LastGrant | None = None
+        # Each caller's latest grant, which a refund or settle names (named.py); made
+        # at the first give-back, so that a limiter that never gives back pays nothing.
+        self._named: Named[T] | None = None
 
     # -- what subclasses provide --------------------------------------------------
 
@@ -225,6 +230,8 @@ class Limiter(ABC, Generic[T]):
         wait, at = self._reserve(n, timeout)
         if self._last_grant is not None:
             self._last_grant.saw(wait, at)
+        if self._named is not None:
+            self._named.saw(n, at)
         if wait > 0:
             try:
                 self._clock.sleep(wait)
@@ -251,6 +258,8 @@ class Limiter(ABC, Generic[T]):
         if wait >= 0:
             if self._last_grant is not None:
                 self._last_grant.saw(wait, at)
+            if self._named is not None:
+                self._named.saw(n, at)
             self._granted(n, 0.0)
             return True
         self._denied(n, -wait)
@@ -274,6 +283,8 @@ class Limiter(ABC, Generic[T]):
             raise AcquireTimeout(-wait)
         if self._last_grant is not None:
             self._last_grant.saw(wait, at)
+        if self._named is not None:
+            self._named.saw(n, at, asyncio.current_task())
         if wait > 0:
             try:
                 await self._clock.sleep_async(wait)
@@ -319,6 +330,8 @@ class Limiter(ABC, Generic[T]):
         if wait >= 0:
             if self._last_grant is not None:
                 self._last_grant.saw(wait, at)
+            if self._named is not None:
+                self._named.saw(n, at, asyncio.current_task())
             self._granted(n, 0.0)
             return True
         self._denied(n, -wait)
@@ -397,12 +410,30 @@ class Limiter(ABC, Generic[T]):
         bucket never holds more than ``capacity``). For a sliding window, refund
         within ``window_seconds`` of the grant: later, its tokens have aged out on
         their own and there is nothing left to give back.
+
+        The refund names this caller's (thread's, task's) latest grant when that is
+        its only grant since it last gave back and it took at least ``tokens``; a
+        token bucket then takes the tokens back even with grants queued behind it.
+        Otherwise, with grants queued, a token bucket's refund frees nothing (it
+        could put a new grant beside a reserved one).
         """
-        self._handle.refund(self._tokens(tokens), None)
+        n = self._tokens(tokens)
+        self._handle.refund(n, self._naming().take(lambda held: covers(held, n)))
 
     async def refund_async(self, tokens: float = 1) -> None:
         """:meth:`refund` for asyncio."""
-        await self._handle.refund_async(self._tokens(tokens), None)
+        n = self._tokens(tokens)
+        at = self._naming().take(lambda held: covers(held, n), asyncio.current_task())
+        await self._handle.refund_async(n, at)
+
+    def _naming(self) -> Named[T]:
+        named = self._named
+        if named is None:
+            named = self._named = Named()
+            # The quick try_acquire path remembers nothing: from now on every grant goes
+            # the way that does.
+            self._quick_most = 0
+        return named
 
     # -- costs known after the call ------------------------------------------------
 
@@ -416,7 +447,8 @@ class Limiter(ABC, Generic[T]):
         after wait the debt off: an emptied ``TokenBucket(10, 1)`` charged 5 makes
         the next acquire wait 5 s longer; a full leaky bucket overflows until it has
         drained them. With :meth:`refund` it squares an estimate with the real cost
-        (:meth:`settle` does both).
+        (:meth:`settle` does both). A refund right after it (by the same caller) takes
+        back from the charge, as :meth:`refund` says.
 
         Args:
             tokens: the cost: > 0, and finite. It may be more than the limiter could
@@ -430,23 +462,28 @@ class Limiter(ABC, Generic[T]):
                 ``"allow"`` loses the charge, with a warning in the log).
         """
         n = self._tokens(tokens, cost=True)
-        self._handle.charge(n)
-        self._tally.count_charged(weight(n))
+        self._charged(n, self._handle.charge(n))
 
     async def charge_async(self, tokens: float) -> None:
         """:meth:`charge` for asyncio. Cancelling the caller does not stop it: the
         tokens were spent, and are recorded all the same."""
         n = self._tokens(tokens, cost=True)
-        await self._settled(self._handle.charge_async(n))
-        self._tally.count_charged(weight(n))
+        self._charged(n, await self._settled(self._handle.charge_async(n)), asyncio.current_task())
 
-    async def _settled(self, call: Coroutine[Any, Any, None]) -> None:
+    def _charged(self, tokens: T, name: float | None, owner: object = None) -> None:
+        self._tally.count_charged(weight(tokens))
+        named = self._naming()
+        # A charge is the caller's latest take, and the one a refund after it means.
+        named.forget(owner)
+        if name is not None:
+            named.saw(tokens, name, owner)
+
+    async def _settled(self, call: Coroutine[Any, Any, R]) -> R:
         # A record of what was spent must not be lost to a cancellation that lands
         # while the store writes it.
         if self._handle.suspends:
-            await asyncio.shield(call)
-        else:
-            await call
+            return await asyncio.shield(call)
+        return await call
 
     def settle(self, estimate: float, actual: float) -> None:
         """Square a grant of ``estimate`` with what the call really cost, ``actual``.
@@ -458,6 +495,11 @@ class Limiter(ABC, Generic[T]):
         changes nothing. ``actual=0`` (nothing used, the call not made) gives the
         whole estimate back.
 
+        It names this caller's (thread's, task's) latest grant when that is its only
+        grant since it last gave back and took exactly ``estimate``: a token bucket
+        then takes the unused tokens back even with grants queued behind it, which
+        is what keeps a budget of LLM tokens in use when estimates run high.
+
         Args:
             estimate: the tokens acquired for the call, as for :meth:`acquire`.
             actual: the tokens the call used: >= 0, and finite (more than the
@@ -467,28 +509,27 @@ class Limiter(ABC, Generic[T]):
             ValueError: ``estimate`` or ``actual`` out of range.
             BackendUnavailable: as for :meth:`charge`.
         """
-        back, more = self._difference(
-            self._tokens(estimate, "estimate"), self._tokens(actual, "actual", zero=True, cost=True)
-        )
+        est = self._tokens(estimate, "estimate")
+        back, more = self._difference(est, self._tokens(actual, "actual", zero=True, cost=True))
+        at = self._naming().take(lambda held: equal(held, est))
         # Refund first: a charge may land behind reservations, and a refund while
-        # reservations are ahead frees nothing.
+        # reservations are ahead frees nothing unless it names its grant.
         if back is not None:
-            self._handle.refund(back, None)
+            self._handle.refund(back, at)
         if more is not None:
-            self._handle.charge(more)
-            self._tally.count_charged(weight(more))
+            self._charged(more, self._handle.charge(more))
 
     async def settle_async(self, estimate: float, actual: float) -> None:
         """:meth:`settle` for asyncio; like :meth:`charge_async`, not stopped by a
         cancellation."""
-        back, more = self._difference(
-            self._tokens(estimate, "estimate"), self._tokens(actual, "actual", zero=True, cost=True)
-        )
+        est = self._tokens(estimate, "estimate")
+        back, more = self._difference(est, self._tokens(actual, "actual", zero=True, cost=True))
+        owner = asyncio.current_task()
+        at = self._naming().take(lambda held: equal(held, est), owner)
         if back is not None:
-            await self._settled(self._handle.refund_async(back, None))
+            await self._settled(self._handle.refund_async(back, at))
         if more is not None:
-            await self._settled(self._handle.charge_async(more))
-            self._tally.count_charged(weight(more))
+            self._charged(more, await self._settled(self._handle.charge_async(more)), owner)
 
     def _give_back(self, tokens: T, at: float) -> None:
         self._tally.count_cancelled()

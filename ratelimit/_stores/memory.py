@@ -252,6 +252,9 @@ class MemoryHandle:
                 slot.state, wait = self._step(slot.state, now, tokens, max_wait)
             if self.tally is not None:
                 self.tally.record(tokens, wait)
+            # Only a grant that waited is named: the rest go at once, nothing to free.
+            if wait > EPSILON and self._alg.slotted:
+                return wait, _holes.exact(self._algs, (slot.state,), now + wait)
         finally:
             lock.release()
         return wait, now + wait
@@ -271,20 +274,24 @@ class MemoryHandle:
     async def refund_async(self, tokens: float, at: float | None) -> None:
         self.refund(tokens, at)
 
-    def charge(self, tokens: float) -> None:
+    def charge(self, tokens: float) -> float | None:
         slot = self._slot
         with slot.lock:
             slot.state = charge(self._alg, slot.state, self._now(), tokens)
             _holes.void(slot.holes)
+            # A charge ends the slot line: a refund names it by that end, less the
+            # tolerance, as it would a grant that waited (see charge_members in Lua).
+            return _holes.GrantTime(self._alg.latest(slot.state), (True,)) if self._alg.slotted else None
 
-    async def charge_async(self, tokens: float) -> None:
-        self.charge(tokens)
+    async def charge_async(self, tokens: float) -> float | None:
+        return self.charge(tokens)
 
     def restrict(self, remaining: float, seconds: float) -> None:
         slot = self._slot
         with slot.lock:
             now = self._now()
             slot.state = self._alg.restrict(slot.state, now, remaining, now + seconds)
+            _holes.forget_late(slot.holes, now)
             if remaining <= EPSILON:
                 _holes.pause(slot.holes, now + seconds)
 
@@ -347,6 +354,8 @@ class MemoryGroupHandle:
                     slot.state = state
             if self.tally is not None:
                 self.tally.record(weight(tokens), wait)
+            if wait > EPSILON:
+                return wait, _holes.exact(self._algs, states, now + wait)
         finally:
             for lock in reversed(locks):
                 lock.release()
@@ -403,6 +412,7 @@ class MemoryGroupHandle:
 
     def restrict(self, remaining: Sequence[float], seconds: float) -> None:
         def change(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
+            _holes.forget_late(holes, now)
             if all(n <= EPSILON for n in remaining):
                 _holes.pause(holes, now + seconds)
             return [

@@ -51,6 +51,7 @@ from redis.retry import Retry
 
 from .. import _validate
 from .._algorithms.algorithm import Algorithm
+from .._algorithms.holes import GrantTime
 from .._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime, LastLane, charge_parts
 from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
@@ -88,7 +89,7 @@ class _Local(Protocol[T_contra]):
 
     def refund(self, tokens: T_contra, at: float | None) -> None: ...
 
-    def charge(self, tokens: T_contra) -> None: ...
+    def charge(self, tokens: T_contra) -> object: ...
 
     def restrict(self, remaining: T_contra, seconds: float) -> None: ...
 
@@ -1065,12 +1066,28 @@ def _throttle(local: object, decided: float | None, at: float | None) -> None:
         handle.throttle(decided, at)
 
 
+def _named(at: bytes | str, mask: bytes | str) -> float:
+    # The script's name of a grant (see exact_mask in lua/_members.lua): '' for none.
+    flags = mask.decode() if isinstance(mask, bytes) else mask
+    return GrantTime(float(at), tuple(flag == "1" for flag in flags)) if flags else float(at)
+
+
 def _reply(reply: Sequence[bytes | str]) -> tuple[float, float]:
-    return float(reply[0]), float(reply[1])
+    return float(reply[0]), _named(reply[1], reply[2]) if len(reply) > 2 else float(reply[1])
+
+
+def _charged(reply: Sequence[bytes | str]) -> float | None:
+    # A single limiter's charge says where its slot ends ('' where it has no slot).
+    return _named(reply[1], b"1") if len(reply) > 1 and reply[1] not in (b"", "") else None
 
 
 def _at(at: float | None) -> str:
-    return "" if at is None or math.isnan(at) else _num(at)
+    if at is None or math.isnan(at):
+        return ""
+    if isinstance(at, GrantTime):
+        # A refund that names its grant: the time and which limits' slots it ends.
+        return f"{_num(at)} {''.join('1' if flag else '0' for flag in at.exact)}"
+    return _num(at)
 
 
 def _max_wait(max_wait: float) -> str:
@@ -1126,8 +1143,8 @@ class _ScriptHandle(ABC, Generic[T]):
         if args[0] == "reserve":
             return RoundReply([_reply(reply)], 0.0, math.nan)
         n = len(rnd.asks)
-        decisions = [(float(reply[2 * i]), float(reply[2 * i + 1])) for i in range(n)]
-        return RoundReply(decisions, float(reply[2 * n]), float(reply[2 * n + 1]))
+        decisions = [(float(reply[3 * i]), _named(reply[3 * i + 1], reply[3 * i + 2])) for i in range(n)]
+        return RoundReply(decisions, float(reply[3 * n]), float(reply[3 * n + 1]))
 
     def decide(self, rnd: Round) -> RoundReply:
         """Make one round's call (``Rounds``' I/O, for threads)."""
@@ -1198,7 +1215,7 @@ class _ScriptHandle(ABC, Generic[T]):
             decision = self._fallback(tokens, max_wait, exc)
         return self._count(tokens, decision)
 
-    def _unrecorded(self, what: str, exc: BackendUnavailable, local: Callable[[_Local[T]], None]) -> None:
+    def _unrecorded(self, what: str, exc: BackendUnavailable, local: Callable[[_Local[T]], object]) -> None:
         # A refund or a restriction that cannot reach the store: on the local fallback
         # if there is one, and otherwise lost, which is said in the log.
         fallback = self._local
@@ -1222,19 +1239,22 @@ class _ScriptHandle(ABC, Generic[T]):
         except BackendUnavailable as exc:
             self._unrecorded("refund", exc, lambda local: local.refund(tokens, None))
 
-    def charge(self, tokens: T) -> None:
+    def charge(self, tokens: T) -> float | None:
         # Like a refund, a charge lost with the store is said in the log: a call that
         # was made and cost more than reserved goes uncounted by the shared budget.
         try:
-            self._backend.run(self._script, self._keys, self._args("charge", tokens, ""))
+            return _charged(self._backend.run(self._script, self._keys, self._args("charge", tokens, "")))
         except BackendUnavailable as exc:
             self._unrecorded("charge", exc, lambda local: local.charge(tokens))
+            return None
 
-    async def charge_async(self, tokens: T) -> None:
+    async def charge_async(self, tokens: T) -> float | None:
         try:
-            await self._backend.run_async(self._script, self._keys, self._args("charge", tokens, ""))
+            reply = await self._backend.run_async(self._script, self._keys, self._args("charge", tokens, ""))
         except BackendUnavailable as exc:
             self._unrecorded("charge", exc, lambda local: local.charge(tokens))
+            return None
+        return _charged(reply)
 
     def restrict(self, remaining: T, seconds: float) -> None:
         try:

@@ -55,11 +55,12 @@ class Handle(Protocol[T_contra]):
 
     async def refund_async(self, tokens: T_contra, at: float | None) -> None: ...
 
-    def charge(self, tokens: T_contra) -> None:
-        """Record ``tokens`` as taken now, whatever the budget (see ``algorithm.charge_all``)."""
+    def charge(self, tokens: T_contra) -> float | None:
+        """Record ``tokens`` as taken now, whatever the budget (see ``algorithm.charge_all``).
+        Returns what a refund names the charge by (``holes.GrantTime``), ``None``: nothing."""
         ...
 
-    async def charge_async(self, tokens: T_contra) -> None: ...
+    async def charge_async(self, tokens: T_contra) -> float | None: ...
 
     def restrict(self, remaining: T_contra, seconds: float) -> None:
         """At most ``remaining`` more tokens in the next ``seconds`` (see ``Algorithm.restrict``)."""
