@@ -207,10 +207,10 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
             handle.restrict(left, seconds)
         weights = _weights(algs, tokens, zeros)
         states, wait = reserve(algs, states, holes, now.value, weights, max_wait)
-        name = _name(algs, states, now.value, wait)
-        _same(handle.reserve(weights, max_wait), (wait, name))
+        granted = _name(algs, states, now.value, wait)
+        _same(handle.reserve(weights, max_wait), (wait, granted))
         if wait >= 0:
-            pending.append((name, weights))
+            pending.append((granted, weights))
         if charged:
             # The LLM case among others: no request, some tokens.
             costs = _weights(algs, charged, zeros >> 1)
