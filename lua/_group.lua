@@ -137,6 +137,7 @@ elseif op == 'refund' then
   for i, m in ipairs(members) do tokens[i] = m.tokens end
   give_back_members(members, holes, now, tokens, at, exact)
   save_all(false)
+  if at and at > now + EPSILON then tally_withdrawn(group_base(KEYS[1], 'composite'), now) end
   return {fmt(now)}
 end
 return redis.error_reply('ratelimit: unknown op ' .. tostring(op))

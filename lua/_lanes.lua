@@ -116,6 +116,7 @@ elseif op == 'refund' then
   local l = lanes[lane]
   give_back_members({l.member}, l.holes, now, {tokens}, at)
   save(lane, false)
+  if at and at > now + EPSILON then tally_withdrawn(group_base(KEYS[1], 'priorities'), now) end
   return {fmt(now)}
 elseif op == 'charge' then
   -- See charge in lanes.py: ARGV[3] and ARGV[4] are the high and the low lane's parts

@@ -192,6 +192,7 @@ elseif op == 'refund' then
   end
   give_back_members({member}, holes, now, {tokens}, at, exact)
   ALG.save(self, member.state, now)
+  if at and at > now + EPSILON then tally_withdrawn(KEYS[1], now) end
   return {fmt(now)}
 elseif op == 'charge' then
   charge_members({member}, holes, now)

@@ -5,8 +5,9 @@
 -- single limiter's base is its state key; a composite's ratelimit:{<name>}:composite,
 -- a budget with priorities' ratelimit:{<name>}:priorities (see `group_base`). Fields:
 -- r requests refused, w<i> granted after a wait of at most WAIT_BOUNDS[i] seconds
--- (w<n+1>: longer; their sum is the grants), l tokens leased, p pauses fed back by a
--- provider. Usually one HINCRBY a call: the TTL is set only when a field is new,
+-- (w<n+1>: longer; their sum is the grants), c reservations withdrawn before they were
+-- due (a timeout, a cancelled task: grants that never went, which `top` takes off the
+-- grants), l tokens leased, p pauses fed back by a provider. Usually one HINCRBY a call: the TTL is set only when a field is new,
 -- which it is whenever the key is.
 
 local WAIT_BOUNDS = {0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60}
@@ -57,4 +58,10 @@ local function tally(base, now, waits, leased, pauses)
     if total == n then new = true end
   end
   if new then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
+end
+
+-- A reservation withdrawn before it was due: one field, one command.
+local function tally_withdrawn(base, now)
+  local key = top_key(base, now)
+  if redis.call('HINCRBY', key, 'c', 1) == 1 then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
 end
