@@ -211,3 +211,123 @@ def test_a_far_reset_with_little_left_spreads_it(make: Make, clock: ManualClock)
     limiter.feedback({"X-RateLimit-Remaining": "30", "X-RateLimit-Reset-After": "3000"}, status=200)
     assert limiter.acquire() <= 100.0
     assert not limiter.try_acquire()
+
+
+# -- GitLab: an epoch RateLimit-Reset ---------------------------------------------------
+
+GITLAB_NOW = 1_700_000_000.0
+
+
+def gitlab(remaining: int, reset_in: float) -> dict[str, str]:
+    """GitLab.com's headers: the draft's names, the reset a UNIX time and an HTTP-date."""
+    reset = GITLAB_NOW + reset_in
+    return {
+        "RateLimit-Limit": "600",
+        "RateLimit-Observed": str(600 - remaining),
+        "RateLimit-Remaining": str(remaining),
+        "RateLimit-Reset": f"{reset:.0f}",
+        "RateLimit-ResetTime": time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(reset)),
+    }
+
+
+def grants_before(limiter: Any, clock: ManualClock, seconds: float) -> int:
+    start, granted = clock.now(), 0
+    while True:
+        limiter.acquire()
+        if clock.now() - start >= seconds - 1e-9:
+            return granted
+        granted += 1
+
+
+def test_gitlab_remaining_is_spread_up_to_its_epoch_reset(make: Make, clock: ManualClock) -> None:
+    # 594 of 600 left for the 57 s to the reset: the next 10 s get their share, 104.
+    # Read as a delay of 1.7e9 s (cut to an hour), they got 1: 60 times too slow.
+    limiter = make(TokenBucket, 200, 100)
+    info = limiter.feedback(gitlab(594, 57), status=200, now=GITLAB_NOW)
+    assert info.reset_after == 57
+    assert grants_before(limiter, clock, 10.0) == 104
+
+
+def test_gitlab_spent_pauses_until_its_epoch_reset_not_an_hour(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 20, 10)
+    limiter.feedback(gitlab(0, 40), status=429, now=GITLAB_NOW)
+    assert limiter.acquire() == pytest.approx(40.0)
+
+
+# -- OpenAI and Anthropic: a reset is when the bucket is full again -----------------------
+
+
+def openai(limit: int, remaining: int, reset: str) -> dict[str, str]:
+    return {
+        "x-ratelimit-limit-requests": str(limit),
+        "x-ratelimit-remaining-requests": str(remaining),
+        "x-ratelimit-reset-requests": reset,
+        "x-ratelimit-limit-tokens": "150000",
+        "x-ratelimit-remaining-tokens": "149984",
+        "x-ratelimit-reset-tokens": "6ms",
+    }
+
+
+def test_openai_spent_pauses_until_one_request_is_back_not_the_whole_bucket(make: Make, clock: ManualClock) -> None:
+    # 20 a bucket, empty, full again in 2 s: it refills one every 0.1 s, so the next
+    # request may go in 0.1 s, not 2 s; then at the configured pace.
+    limiter = make(TokenBucket, 20, 10)
+    info = limiter.feedback(openai(20, 0, "2s"), status=200)
+    assert info.gradual
+    assert [limiter.acquire() for _ in range(3)] == pytest.approx([0.1, 0.1, 0.1])
+
+
+def test_openai_refused_pauses_until_one_request_is_back(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 20, 10)
+    limiter.feedback(openai(60, 0, "6s"), status=429)
+    assert limiter.acquire() == pytest.approx(0.1)
+
+
+def test_openai_a_little_left_goes_before_the_next_one_is_back(make: Make, clock: ManualClock) -> None:
+    # 1 of 60 left, full again in 59 s: one comes back each second. The one left may
+    # go now and the next after a second, not one grant placed at the end of 59 s.
+    limiter = make(TokenBucket, 20, 1)
+    limiter.feedback(openai(60, 1, "59s"), status=200)
+    assert limiter.try_acquire()
+    assert limiter.acquire() == pytest.approx(1.0)
+
+
+def test_anthropic_spent_pauses_until_one_request_is_back(make: Make, clock: ManualClock) -> None:
+    # Anthropic's reset is when the bucket is fully replenished too: 50 over 60 s.
+    limiter = make(TokenBucket, 20, 10)
+    headers = {
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": "2023-11-14T22:14:20Z",
+    }
+    limiter.feedback(headers, status=200, now=GITLAB_NOW)
+    assert limiter.acquire() == pytest.approx(60 / 50)
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "pause"),
+    [
+        # no remaining: how much is back is unknown, so the whole way, as before
+        ({"x-ratelimit-limit-requests": "20", "x-ratelimit-reset-requests": "2s"}, 429, 2.0),
+        # no limit: the pace of the refill is unknown
+        ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "2s"}, 200, 2.0),
+        # a limit of 0, or below what remains: nonsense, so the whole way
+        (openai(0, 0, "2s"), 200, 2.0),
+        (openai(5, 10, "2s"), 429, 2.0),
+        # a retry-after still has the last word on a refusal
+        ({**openai(20, 0, "2s"), "Retry-After": "3"}, 429, 3.0),
+        # a reset past the cap is cut to it, so its pace is unknown: the cap, whole. A
+        # day's bucket (Groq's requests) refills one in 6 s, not one per 3600 / 14400 s.
+        (openai(14400, 0, "24h0m0s"), 200, 3600.0),
+        (openai(2, 0, "2562047h47m16s"), 200, 3600.0),
+        # up to the cap, the pace holds
+        (openai(14400, 0, "1h0m0s"), 200, 0.25),
+    ],
+    ids=["no remaining", "no limit", "limit 0", "remaining above limit", "retry-after", "a day", "huge", "an hour"],
+)
+def test_openai_odd_headers_pause_no_less_than_the_provider_allows(
+    make: Make, clock: ManualClock, headers: dict[str, str], status: int, pause: float
+) -> None:
+    limiter = make(TokenBucket, 20, 1000)
+    limiter.feedback(headers, status=status)
+    assert limiter.acquire() == pytest.approx(pause)
