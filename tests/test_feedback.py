@@ -9,8 +9,19 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ratelimit import AcquireTimeout, Composite, LeakyBucket, ManualClock, SlidingWindow, TokenBucket
+from ratelimit import (
+    AcquireTimeout,
+    Composite,
+    LeakyBucket,
+    ManualClock,
+    SlidingWindow,
+    TokenBucket,
+    parse_rate_limit_headers,
+)
+from ratelimit._limiting.feedback import restriction
 
 Make = Callable[..., Any]
 
@@ -322,8 +333,28 @@ def test_anthropic_spent_pauses_until_one_request_is_back(make: Make, clock: Man
         (openai(2, 0, "2562047h47m16s"), 200, 3600.0),
         # up to the cap, the pace holds
         (openai(14400, 0, "1h0m0s"), 200, 0.25),
+        # less than one to come back: not one more before it is full, so the reset
+        (
+            {
+                "x-ratelimit-limit-requests": "1",
+                "x-ratelimit-remaining-requests": "0.5",
+                "x-ratelimit-reset-requests": "2s",
+            },
+            429,
+            2.0,
+        ),
     ],
-    ids=["no remaining", "no limit", "limit 0", "remaining above limit", "retry-after", "a day", "huge", "an hour"],
+    ids=[
+        "no remaining",
+        "no limit",
+        "limit 0",
+        "remaining above limit",
+        "retry-after",
+        "a day",
+        "huge",
+        "an hour",
+        "a fraction to come back",
+    ],
 )
 def test_openai_odd_headers_pause_no_less_than_the_provider_allows(
     make: Make, clock: ManualClock, headers: dict[str, str], status: int, pause: float
@@ -331,3 +362,91 @@ def test_openai_odd_headers_pause_no_less_than_the_provider_allows(
     limiter = make(TokenBucket, 20, 1000)
     limiter.feedback(headers, status=status)
     assert limiter.acquire() == pytest.approx(pause)
+
+
+# -- odd headers, at random: never more budget, never a pause past the cap ---------------
+
+CAP = 3600.0
+
+
+def _date(offset: float) -> str:
+    return time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(max(0.0, GITLAB_NOW + offset)))
+
+
+_numbers = st.one_of(
+    st.sampled_from(["0", "1", "5", "59", "60", "600", "0.5", "-1", "-1700000057", "NaN", "inf", "", "x", "9" * 31]),
+    st.integers(min_value=0, max_value=10**6).map(str),
+    # epochs around now, far past and far ahead, in seconds and milliseconds
+    st.floats(min_value=-1e9, max_value=1e9).map(lambda d: f"{GITLAB_NOW + d:.3f}"),
+    st.floats(min_value=-1e6, max_value=1e6).map(lambda d: str(int((GITLAB_NOW + d) * 1000))),
+)
+_durations = st.one_of(
+    _numbers,
+    st.sampled_from(["1s", "6m0s", "20ms", "2562047h47m16.854775807s", "24h0m0s", "0s", "1h", "-1s", "1x"]),
+    st.floats(min_value=0, max_value=1e5).map(lambda d: f"{d:.3f}s"),
+)
+_dates = st.one_of(
+    st.floats(min_value=-1e10, max_value=1e11).map(_date),
+    st.sampled_from(["Fri, 31 Dec 9999 23:59:59 GMT", "Tue, 31 Feb 2023 25:61:00 GMT", "soon", "2023-11-14T22:14:17Z"]),
+)
+_rfc3339 = st.one_of(
+    st.floats(min_value=-1e6, max_value=1e7).map(
+        lambda d: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(GITLAB_NOW + d))
+    ),
+    st.sampled_from(["9999-12-31T23:59:59Z", "2023-11-14T22:15", "garbage"]),
+)
+_FIELDS: dict[str, Any] = {
+    "RateLimit-Limit": _numbers,
+    "RateLimit-Remaining": _numbers,
+    "RateLimit-Observed": _numbers,
+    "RateLimit-Reset": _numbers,
+    "RateLimit-ResetTime": _dates,
+    "X-RateLimit-Remaining": _numbers,
+    "X-RateLimit-Reset": _numbers,
+    "x-ratelimit-limit-requests": _numbers,
+    "x-ratelimit-remaining-requests": _numbers,
+    "x-ratelimit-reset-requests": _durations,
+    "anthropic-ratelimit-requests-limit": _numbers,
+    "anthropic-ratelimit-requests-remaining": _numbers,
+    "anthropic-ratelimit-requests-reset": _rfc3339,
+    "Retry-After": st.one_of(_numbers, _dates),
+}
+odd_headers = st.fixed_dictionaries({}, optional=_FIELDS)
+statuses = st.sampled_from([None, 200, 429, 503])
+
+
+@settings(max_examples=400, deadline=None)
+@given(odd_headers, statuses)
+def test_odd_headers_ask_for_no_more_than_they_say_and_never_past_the_cap(
+    headers: dict[str, str], status: int | None
+) -> None:
+    info = parse_rate_limit_headers(headers, now=GITLAB_NOW)
+    for wait in (info.reset_after, info.retry_after):
+        assert wait is None or 0 <= wait <= CAP
+    change = restriction(info, status)
+    if change is None:
+        return
+    remaining, seconds = change
+    assert 0 < seconds <= CAP
+    assert remaining >= 0
+    if info.remaining is not None:
+        assert remaining <= info.remaining
+    if info.gradual and seconds != info.retry_after:
+        assert info.reset_after is not None
+        assert seconds <= info.reset_after
+
+
+@settings(max_examples=150, deadline=None)
+@given(odd_headers, statuses)
+def test_odd_headers_never_give_a_limiter_more(headers: dict[str, str], status: int | None) -> None:
+    clocks = [ManualClock(start=1_000.0), ManualClock(start=1_000.0)]
+    plain, fed = (TokenBucket(5, 2, clock=c) for c in clocks)
+    fed.feedback(headers, status=status, now=GITLAB_NOW)
+    granted = [0, 0]
+    for _ in range(120):  # 30 s, a try every 0.25 s
+        for i, limiter in enumerate((plain, fed)):
+            granted[i] += limiter.try_acquire()
+            clocks[i].advance(0.25)
+    assert granted[1] <= granted[0]
+    # and the pause it set ends within the cap (plus one grant's spacing)
+    assert fed.acquire() <= CAP + 0.5 + 1e-6

@@ -35,23 +35,23 @@ def _near(remaining: float, seconds: float) -> tuple[float, float]:
     return float(max(1, math.floor(remaining * horizon / seconds))), horizon
 
 
-def _until_more(info: RateLimitInfo) -> float:
-    """Seconds until the budget holds one more than ``remaining``: its reset, unless
+def _until_more(info: RateLimitInfo, reset: float) -> float:
+    """Seconds until the budget holds one more than ``remaining``: ``reset``, unless
     it refills evenly (``gradual``: OpenAI's and Anthropic's buckets, whose reset is
     when they are full again).
 
-    Such a bucket gains ``limit - remaining`` over ``reset_after``, so one comes back
-    every ``reset_after / (limit - remaining)`` seconds (``reset_after / limit`` from
-    empty). A figure that does not fit that reading (no limit, no remaining, a limit
-    not above the remaining) leaves the whole reset, which never allows more than the
-    provider's own figures; nor does the shorter time, since up to it no more than
+    Such a bucket gains ``limit - remaining`` over ``reset``, so one comes back every
+    ``reset / (limit - remaining)`` seconds (``reset / limit`` from empty). With less
+    than one to come back (fractions), not one more fits before it is full: the whole
+    reset. A figure that does not fit that reading (no limit, no remaining, a limit
+    not above the remaining) leaves the whole reset too, which never allows more than
+    the provider's own figures; nor does the shorter time, since up to it no more than
     ``remaining`` can be back.
     """
-    assert info.reset_after is not None
     limit, remaining = info.limit, info.remaining
     if info.gradual and limit is not None and remaining is not None and limit > remaining:
-        return info.reset_after / (limit - remaining)
-    return info.reset_after
+        return reset / max(1.0, limit - remaining)
+    return reset
 
 
 def restriction(info: RateLimitInfo, status: int | None) -> tuple[float, float] | None:
@@ -73,7 +73,7 @@ def restriction(info: RateLimitInfo, status: int | None) -> tuple[float, float] 
     if info.retry_after is not None and info.retry_after > 0 and (refused or status is None):
         return 0.0, info.retry_after
     if info.reset_after is not None and info.reset_after > 0:
-        seconds = _until_more(info)
+        seconds = _until_more(info, info.reset_after)
         if status == 429:
             return 0.0, seconds
         if info.remaining is not None:
