@@ -265,6 +265,22 @@ def test_gitlab_spent_pauses_until_its_epoch_reset_not_an_hour(make: Make, clock
     assert limiter.acquire() == pytest.approx(40.0)
 
 
+def test_gitlab_fed_back_on_every_response_uses_its_budget(make: Make, clock: ManualClock) -> None:
+    # Workers feeding back each response's headers, as the README asks: 594 left for the
+    # 57 s to the reset, sent at the limiter's 5/s (its own rate binds: 20 + 5 x 57 at
+    # most). Read as an hour, 5 went.
+    limiter = make(TokenBucket, 20, 5)
+    start, used = clock.now(), 6
+    while True:
+        elapsed = clock.now() - start
+        limiter.feedback(gitlab(600 - used, 57 - elapsed), status=200, now=GITLAB_NOW + elapsed)
+        limiter.acquire()
+        if clock.now() - start >= 57:
+            break
+        used += 1
+    assert 280 <= used - 6 <= 20 + 5 * 57
+
+
 # -- OpenAI and Anthropic: a reset is when the bucket is full again -----------------------
 
 
@@ -286,6 +302,14 @@ def test_openai_spent_pauses_until_one_request_is_back_not_the_whole_bucket(make
     info = limiter.feedback(openai(20, 0, "2s"), status=200)
     assert info.gradual
     assert [limiter.acquire() for _ in range(3)] == pytest.approx([0.1, 0.1, 0.1])
+
+
+def test_openai_spent_pauses_a_composite_until_one_request_is_back(make: Make, clock: ManualClock) -> None:
+    # The README's pattern: requests and tokens as one Composite, fed OpenAI's headers.
+    llm = make(Composite, [TokenBucket(20, 10), TokenBucket(150_000, 2_500)])
+    llm.feedback(openai(20, 0, "2s"), status=429)
+    # 0.1 s, and the 100 tokens paced in after the pause (no burst after it).
+    assert 0.1 <= llm.acquire([1, 100]) <= 0.1 + 100 / 2_500
 
 
 def test_openai_refused_pauses_until_one_request_is_back(make: Make, clock: ManualClock) -> None:
