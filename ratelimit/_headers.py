@@ -256,7 +256,7 @@ class _Reader:
         return None if value is None else self.wait(_from_now(value, self.now))
 
     def reset(self, *names: str) -> float | None:
-        """The latest of the resets named: a number (see ``from_now``), an ISO 8601
+        """The latest of the resets named: a number (see ``_from_now``), an ISO 8601
         time with its offset (Jira Cloud's ``2024-01-10T12:00Z``) or an HTTP-date
         (GitLab's ``RateLimit-ResetTime``). One already past is no reset."""
         delays = []
