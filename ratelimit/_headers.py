@@ -13,13 +13,20 @@ Providers say the same four things in a dozen dialects. Understood, by header na
   ``X-RateLimit-NearLimit`` and ``RateLimit-Reason`` say nothing countable and are
   not read.
 - The IETF drafts: ``RateLimit-Limit / -Remaining / -Reset`` with
-  ``RateLimit-Policy: 10;w=1``; and the structured-field form
+  ``RateLimit-Policy: 10;w=1``, and GitLab's use of those names: its
+  ``RateLimit-Reset`` is a UNIX time (read as every numeric reset is, by the rule
+  above), ``RateLimit-ResetTime`` the same moment as an HTTP-date, and
+  ``RateLimit-Observed`` the requests counted (``Limit - Observed`` remain, when
+  ``Remaining`` is missing); and the structured-field form
   ``RateLimit: "default";r=50;t=30`` with ``RateLimit-Policy: "default";q=100;w=60``,
   one item per policy. An item takes its limit and window from the policy of its
   name; an item naming no policy has neither (another policy's are not its own).
 - OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` with durations
-  such as ``6m0s`` or ``20ms``; Anthropic's ``anthropic-ratelimit-{requests,tokens}-*``
-  with RFC 3339 resets; Shopify's ``X-Shopify-Shop-Api-Call-Limit: 32/40``.
+  such as ``6m0s`` or ``20ms`` (Groq's too); Anthropic's
+  ``anthropic-ratelimit-{requests,tokens}-*`` with RFC 3339 resets. Both document
+  their reset as the time the bucket is *full* again, refilled evenly since, so
+  their readings are ``gradual``: the next request may go long before it.
+  Shopify's ``X-Shopify-Shop-Api-Call-Limit: 32/40``.
 - HubSpot's ``X-HubSpot-RateLimit-Max / -Remaining`` per
   ``-Interval-Milliseconds`` (``window`` in seconds), ``-Secondly / -Secondly-Remaining``
   (a one-second window) and ``-Daily / -Daily-Remaining``. HubSpot sends no reset, so
@@ -35,6 +42,11 @@ Providers say the same four things in a dozen dialects. Understood, by header na
   ``Zendesk-RateLimit-<endpoint>: total=100; remaining=99; resets=41`` (no window: its
   interval is not in the header), the binding one of them all.
 - ``Retry-After`` as delay-seconds or an HTTP-date (IMF-fixdate, RFC 850, asctime).
+
+Every numeric reset (``X-RateLimit-Reset``, ``RateLimit-Reset``, a ``RateLimit``
+item's ``t``, Zendesk's ``resets``) may be epoch seconds, epoch milliseconds or a
+delay in seconds, by the rule given for ``X-RateLimit-Reset``; Discord's
+``-Reset-After`` and ``Retry-After`` are delays by definition.
 
 Garbage never raises: a malformed field comes back as ``None``, a wait is never
 negative and never longer than ``cap`` seconds (an hour unless told otherwise). Where
@@ -123,6 +135,11 @@ class RateLimitInfo:
         window: the policy's window in seconds, when a header names it.
         tokens: for APIs that also limit tokens (OpenAI, Anthropic), the same fields
             for the token budget; the main fields then describe requests.
+        gradual: the budget comes back evenly over ``reset_after`` (a token bucket, as
+            OpenAI and Anthropic document theirs), rather than whole at the reset: the
+            reset is when it is *full* again, and with ``limit`` known one more comes
+            back every ``reset_after / (limit - remaining)`` seconds. Only set when the
+            reset was not cut to the cap (a cut reset says nothing of the pace).
     """
 
     limit: float | None = None
@@ -131,6 +148,7 @@ class RateLimitInfo:
     retry_after: float | None = None
     window: float | None = None
     tokens: RateLimitInfo | None = None
+    gradual: bool = False
 
 
 def parse_rate_limit_headers(headers: Any, now: float | None = None, *, cap: float = DEFAULT_CAP) -> RateLimitInfo:
@@ -233,22 +251,29 @@ class _Reader:
             return None
         return min(seconds, self.cap)
 
+    def numeric_reset(self, value: float | None) -> float | None:
+        """A numeric reset (see ``_from_now``) as a safe wait."""
+        return None if value is None else self.wait(_from_now(value, self.now))
+
     def reset(self, *names: str) -> float | None:
-        """The latest of the resets named: a number with the epoch / delay heuristic,
-        or an ISO 8601 time with its offset (Jira Cloud's ``2024-01-10T12:00Z``)."""
+        """The latest of the resets named: a number (see ``_from_now``), an ISO 8601
+        time with its offset (Jira Cloud's ``2024-01-10T12:00Z``) or an HTTP-date
+        (GitLab's ``RateLimit-ResetTime``). One already past is no reset."""
         delays = []
-        for text in self.values(*names):
-            value = number(text)
-            if value is None:
-                moment = rfc3339(text)
+        for name in names:
+            for text in self.fields.get(name, []):
+                # An HTTP-date holds a comma itself: the whole value first, then its
+                # pieces (a repeated header folded into one).
+                moment = http_date(text, self.now)
                 if moment is not None:
                     delays.append(moment - self.now)
-                continue
-            if value > _EPOCH_MILLISECONDS:
-                value = value / 1000.0 - self.now
-            elif value > _EPOCH_SECONDS:
-                value = value - self.now
-            delays.append(value)
+                    continue
+                for piece in pieces(text, ","):
+                    value = number(piece)
+                    if value is not None:
+                        delays.append(_from_now(value, self.now))
+                    elif (moment := rfc3339(piece)) is not None:
+                        delays.append(moment - self.now)
         return self.wait(max(delays)) if delays else None
 
     # -- dialects -----------------------------------------------------------------
@@ -267,14 +292,7 @@ class _Reader:
             ]
         )
         tokens = _binding([self.openai("tokens"), self.anthropic("tokens")])
-        return RateLimitInfo(
-            limit=primary.limit,
-            remaining=primary.remaining,
-            reset_after=primary.reset_after,
-            retry_after=self.retry_after(),
-            window=primary.window,
-            tokens=tokens if tokens != RateLimitInfo() else None,
-        )
+        return replace(primary, retry_after=self.retry_after(), tokens=tokens if tokens != RateLimitInfo() else None)
 
     def retry_after(self) -> float | None:
         waits = []
@@ -311,12 +329,19 @@ class _Reader:
         return _binding([self.ietf_fields(policies, announced=listed == RateLimitInfo()), listed])
 
     def ietf_fields(self, policies: list[Item], announced: bool) -> RateLimitInfo:
-        """Drafts up to 6: ``RateLimit-Limit / -Remaining / -Reset`` and a policy list.
+        """Drafts up to 6: ``RateLimit-Limit / -Remaining / -Reset`` and a policy list;
+        GitLab's ``RateLimit-Observed`` and ``RateLimit-ResetTime`` beside them.
 
         The window is that of the policy whose quota is the announced limit; with no
         limit and no usable ``RateLimit`` list, the first policy is the one announced.
+        The reset is a delay in the drafts and a UNIX time at GitLab: ``reset`` tells
+        them apart.
         """
         limit = self.least("ratelimit-limit")
+        remaining = self.least("ratelimit-remaining")
+        observed = self.least("ratelimit-observed")
+        if remaining is None and observed is not None and limit is not None:
+            remaining = max(0.0, limit - observed)
         window = None
         for name, params in policies:
             quota = _quota(name, params)
@@ -325,8 +350,8 @@ class _Reader:
                 break
         return RateLimitInfo(
             limit=limit,
-            remaining=self.least("ratelimit-remaining"),
-            reset_after=self.wait(self.least("ratelimit-reset")),
+            remaining=remaining,
+            reset_after=self.reset("ratelimit-reset", "ratelimit-resettime"),
             window=window,
         )
 
@@ -349,7 +374,7 @@ class _Reader:
         loose = RateLimitInfo()
         for name, params in items:
             remaining = number(params.get("r", params.get("remaining", "")))
-            reset = self.wait(number(params.get("t", params.get("reset", ""))))
+            reset = self.numeric_reset(number(params.get("t", params.get("reset", ""))))
             if name is None:
                 piece = RateLimitInfo(limit=number(params.get("limit", "")), remaining=remaining, reset_after=reset)
                 loose = _merge(loose, piece)
@@ -366,20 +391,31 @@ class _Reader:
         return _binding(readings)
 
     def openai(self, kind: str) -> RateLimitInfo:
+        """OpenAI's (and Groq's): the reset is "the time until the rate limit resets to
+        its initial state", a duration: when the bucket is full again."""
         resets = [d for d in map(duration, self.values(f"x-ratelimit-reset-{kind}")) if d is not None]
-        return RateLimitInfo(
-            limit=self.least(f"x-ratelimit-limit-{kind}"),
-            remaining=self.least(f"x-ratelimit-remaining-{kind}"),
-            reset_after=self.wait(max(resets)) if resets else None,
+        return self.bucket(
+            self.least(f"x-ratelimit-limit-{kind}"),
+            self.least(f"x-ratelimit-remaining-{kind}"),
+            max(resets) if resets else None,
         )
 
     def anthropic(self, kind: str) -> RateLimitInfo:
+        """Anthropic's: a token bucket whose reset is the RFC 3339 time it is "fully
+        replenished"."""
         moments = [m for m in map(rfc3339, self.values(f"anthropic-ratelimit-{kind}-reset")) if m is not None]
-        return RateLimitInfo(
-            limit=self.least(f"anthropic-ratelimit-{kind}-limit"),
-            remaining=self.least(f"anthropic-ratelimit-{kind}-remaining"),
-            reset_after=self.wait(max(moments) - self.now) if moments else None,
+        return self.bucket(
+            self.least(f"anthropic-ratelimit-{kind}-limit"),
+            self.least(f"anthropic-ratelimit-{kind}-remaining"),
+            max(moments) - self.now if moments else None,
         )
+
+    def bucket(self, limit: float | None, remaining: float | None, seconds: float | None) -> RateLimitInfo:
+        """A bucket refilled evenly, full again in ``seconds``: ``gradual`` unless the
+        reset is cut to the cap, which would overstate the pace of its refill."""
+        reset = self.wait(seconds)
+        gradual = reset is not None and seconds is not None and seconds <= self.cap
+        return RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, gradual=gradual)
 
     def shopify(self) -> RateLimitInfo:
         for text in self.fields.get("x-shopify-shop-api-call-limit", []):
@@ -455,7 +491,7 @@ class _Reader:
         account = self.least("x-rate-limit")
         if account:
             remaining = _low(self.least("x-rate-limit-remaining"), self.least("ratelimit-remaining"))
-            reset = self.wait(self.least("ratelimit-reset"))
+            reset = self.reset("ratelimit-reset")
             readings.append(RateLimitInfo(limit=account, remaining=remaining, reset_after=reset, window=60.0))
         # Read by prefix, so not bounded by the repeats of one name: as many values in all.
         endpoints = (
@@ -466,9 +502,20 @@ class _Reader:
                 remaining = number(params.get("remaining", ""))
                 if remaining is not None:
                     total = number(params.get("total", "")) or None
-                    reset = self.wait(number(params.get("resets", "")))
+                    reset = self.numeric_reset(number(params.get("resets", "")))
                     readings.append(RateLimitInfo(limit=total, remaining=remaining, reset_after=reset))
         return _binding(readings)
+
+
+def _from_now(value: float, now: float) -> float:
+    """A numeric reset as seconds from ``now``: epoch milliseconds above 10^12, epoch
+    seconds above 10^9 (no provider announces a delay of 31 years, while GitHub and
+    GitLab send UNIX times), else a delay."""
+    if value > _EPOCH_MILLISECONDS:
+        return value / 1000.0 - now
+    if value > _EPOCH_SECONDS:
+        return value - now
+    return value
 
 
 def _low(x: float | None, y: float | None) -> float | None:
@@ -504,15 +551,19 @@ def _merge(a: RateLimitInfo, b: RateLimitInfo) -> RateLimitInfo:
     """Two readings of one response: the most conservative of each field.
 
     The lowest remaining, the latest reset and ``Retry-After``, the lowest limit with
-    its own window (see ``_limit_and_window``).
+    its own window (see ``_limit_and_window``). ``gradual`` only if every reading that
+    says anything of the budget is: fields of one read with the other's refill could
+    make its pace faster than either says.
     """
     limit, window = _limit_and_window(a, b)
+    telling = [r for r in (a, b) if (r.limit, r.remaining, r.reset_after) != (None, None, None)]
     return RateLimitInfo(
         limit=limit,
         remaining=_low(a.remaining, b.remaining),
         reset_after=_high(a.reset_after, b.reset_after),
         retry_after=_high(a.retry_after, b.retry_after),
         window=window,
+        gradual=bool(telling) and all(r.gradual for r in telling),
     )
 
 
@@ -529,7 +580,9 @@ def _binding(readings: Iterable[RateLimitInfo]) -> RateLimitInfo:
        second and still have that budget last until it refills. ``seconds`` is the
        reset, or the window when no reset is given (a window's budget refills within
        one window, so the pace is never overstated). On a tie, the longer time, then
-       the reading that says more (a limit, a window);
+       the reading that says more (a limit, a window). A ``gradual`` budget with its
+       limit known refills as it goes: all of ``limit`` may go before its reset, so
+       its pace is ``limit / reset``, spent or not;
     3. last, a budget refilling now (a reset of 0).
 
     A reading without a ``remaining``, or without any time, cannot be paced against
@@ -552,6 +605,8 @@ def _pressure(budget: RateLimitInfo) -> tuple[int, float, float, int]:
     """How soon one budget runs out, as ``_binding`` orders them: lower is sooner."""
     remaining, reset = budget.remaining or 0.0, budget.reset_after
     says = -sum(field is not None for field in (budget.limit, budget.window))
+    if budget.gradual and reset and budget.limit is not None and budget.limit > remaining:
+        return 1, budget.limit / reset, -reset, says
     if remaining <= 0 and reset != 0:
         return 0, -reset if reset is not None else math.inf, 0.0, says
     seconds = reset if reset is not None else budget.window or 0.0

@@ -9,8 +9,19 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ratelimit import AcquireTimeout, Composite, LeakyBucket, ManualClock, SlidingWindow, TokenBucket
+from ratelimit import (
+    AcquireTimeout,
+    Composite,
+    LeakyBucket,
+    ManualClock,
+    SlidingWindow,
+    TokenBucket,
+    parse_rate_limit_headers,
+)
+from ratelimit._limiting.feedback import restriction
 
 Make = Callable[..., Any]
 
@@ -211,3 +222,255 @@ def test_a_far_reset_with_little_left_spreads_it(make: Make, clock: ManualClock)
     limiter.feedback({"X-RateLimit-Remaining": "30", "X-RateLimit-Reset-After": "3000"}, status=200)
     assert limiter.acquire() <= 100.0
     assert not limiter.try_acquire()
+
+
+# -- GitLab: an epoch RateLimit-Reset ---------------------------------------------------
+
+GITLAB_NOW = 1_700_000_000.0
+
+
+def gitlab(remaining: int, reset_in: float) -> dict[str, str]:
+    """GitLab.com's headers: the draft's names, the reset a UNIX time and an HTTP-date."""
+    reset = GITLAB_NOW + reset_in
+    return {
+        "RateLimit-Limit": "600",
+        "RateLimit-Observed": str(600 - remaining),
+        "RateLimit-Remaining": str(remaining),
+        "RateLimit-Reset": f"{reset:.0f}",
+        "RateLimit-ResetTime": time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(reset)),
+    }
+
+
+def grants_before(limiter: Any, clock: ManualClock, seconds: float) -> int:
+    start, granted = clock.now(), 0
+    while True:
+        limiter.acquire()
+        if clock.now() - start >= seconds - 1e-9:
+            return granted
+        granted += 1
+
+
+def test_gitlab_remaining_is_spread_up_to_its_epoch_reset(make: Make, clock: ManualClock) -> None:
+    # 594 of 600 left for the 57 s to the reset: the next 10 s get their share, 104.
+    # Read as a delay of 1.7e9 s (cut to an hour), they got 1: 60 times too slow.
+    limiter = make(TokenBucket, 200, 100)
+    info = limiter.feedback(gitlab(594, 57), status=200, now=GITLAB_NOW)
+    assert info.reset_after == 57
+    assert grants_before(limiter, clock, 10.0) == 104
+
+
+def test_gitlab_spent_pauses_until_its_epoch_reset_not_an_hour(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 20, 10)
+    limiter.feedback(gitlab(0, 40), status=429, now=GITLAB_NOW)
+    assert limiter.acquire() == pytest.approx(40.0)
+
+
+def test_gitlab_fed_back_on_every_response_uses_its_budget(make: Make, clock: ManualClock) -> None:
+    # Workers feeding back each response's headers, as the README asks: 594 left for the
+    # 57 s to the reset, sent at the limiter's 5/s (its own rate binds: 20 + 5 x 57 at
+    # most). Read as an hour, 5 went.
+    limiter = make(TokenBucket, 20, 5)
+    start, used = clock.now(), 6
+    while True:
+        elapsed = clock.now() - start
+        limiter.feedback(gitlab(600 - used, 57 - elapsed), status=200, now=GITLAB_NOW + elapsed)
+        limiter.acquire()
+        if clock.now() - start >= 57:
+            break
+        used += 1
+    assert 280 <= used - 6 <= 20 + 5 * 57
+
+
+# -- OpenAI and Anthropic: a reset is when the bucket is full again -----------------------
+
+
+def openai(limit: int, remaining: int, reset: str) -> dict[str, str]:
+    return {
+        "x-ratelimit-limit-requests": str(limit),
+        "x-ratelimit-remaining-requests": str(remaining),
+        "x-ratelimit-reset-requests": reset,
+        "x-ratelimit-limit-tokens": "150000",
+        "x-ratelimit-remaining-tokens": "149984",
+        "x-ratelimit-reset-tokens": "6ms",
+    }
+
+
+def test_openai_spent_pauses_until_one_request_is_back_not_the_whole_bucket(make: Make, clock: ManualClock) -> None:
+    # 20 a bucket, empty, full again in 2 s: it refills one every 0.1 s, so the next
+    # request may go in 0.1 s, not 2 s; then at the configured pace.
+    limiter = make(TokenBucket, 20, 10)
+    info = limiter.feedback(openai(20, 0, "2s"), status=200)
+    assert info.gradual
+    assert [limiter.acquire() for _ in range(3)] == pytest.approx([0.1, 0.1, 0.1])
+
+
+def test_openai_spent_pauses_a_composite_until_one_request_is_back(make: Make, clock: ManualClock) -> None:
+    # The README's pattern: requests and tokens as one Composite, fed OpenAI's headers.
+    llm = make(Composite, [TokenBucket(20, 10), TokenBucket(150_000, 2_500)])
+    llm.feedback(openai(20, 0, "2s"), status=429)
+    # 0.1 s, and the 100 tokens paced in after the pause (no burst after it).
+    assert 0.1 <= llm.acquire([1, 100]) <= 0.1 + 100 / 2_500
+
+
+def test_openai_refused_pauses_until_one_request_is_back(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 20, 10)
+    limiter.feedback(openai(60, 0, "6s"), status=429)
+    assert limiter.acquire() == pytest.approx(0.1)
+
+
+def test_openai_a_little_left_goes_before_the_next_one_is_back(make: Make, clock: ManualClock) -> None:
+    # 1 of 60 left, full again in 59 s: one comes back each second. The one left may
+    # go now and the next after a second, not one grant placed at the end of 59 s.
+    limiter = make(TokenBucket, 20, 1)
+    limiter.feedback(openai(60, 1, "59s"), status=200)
+    assert limiter.try_acquire()
+    assert limiter.acquire() == pytest.approx(1.0)
+
+
+def test_anthropic_spent_pauses_until_one_request_is_back(make: Make, clock: ManualClock) -> None:
+    # Anthropic's reset is when the bucket is fully replenished too: 50 over 60 s.
+    limiter = make(TokenBucket, 20, 10)
+    headers = {
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": "2023-11-14T22:14:20Z",
+    }
+    limiter.feedback(headers, status=200, now=GITLAB_NOW)
+    assert limiter.acquire() == pytest.approx(60 / 50)
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "pause"),
+    [
+        # no remaining: how much is back is unknown, so the whole way, as before
+        ({"x-ratelimit-limit-requests": "20", "x-ratelimit-reset-requests": "2s"}, 429, 2.0),
+        # no limit: the pace of the refill is unknown
+        ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "2s"}, 200, 2.0),
+        # a limit of 0, or below what remains: nonsense, so the whole way
+        (openai(0, 0, "2s"), 200, 2.0),
+        (openai(5, 10, "2s"), 429, 2.0),
+        # a retry-after still has the last word on a refusal
+        ({**openai(20, 0, "2s"), "Retry-After": "3"}, 429, 3.0),
+        # a reset past the cap is cut to it, so its pace is unknown: the cap, whole. A
+        # day's bucket (Groq's requests) refills one in 6 s, not one per 3600 / 14400 s.
+        (openai(14400, 0, "24h0m0s"), 200, 3600.0),
+        (openai(2, 0, "2562047h47m16s"), 200, 3600.0),
+        # up to the cap, the pace holds
+        (openai(14400, 0, "1h0m0s"), 200, 0.25),
+        # less than one to come back: not one more before it is full, so the reset
+        (
+            {
+                "x-ratelimit-limit-requests": "1",
+                "x-ratelimit-remaining-requests": "0.5",
+                "x-ratelimit-reset-requests": "2s",
+            },
+            429,
+            2.0,
+        ),
+    ],
+    ids=[
+        "no remaining",
+        "no limit",
+        "limit 0",
+        "remaining above limit",
+        "retry-after",
+        "a day",
+        "huge",
+        "an hour",
+        "a fraction to come back",
+    ],
+)
+def test_openai_odd_headers_pause_no_less_than_the_provider_allows(
+    make: Make, clock: ManualClock, headers: dict[str, str], status: int, pause: float
+) -> None:
+    limiter = make(TokenBucket, 20, 1000)
+    limiter.feedback(headers, status=status)
+    assert limiter.acquire() == pytest.approx(pause)
+
+
+# -- odd headers, at random: never more budget, never a pause past the cap ---------------
+
+CAP = 3600.0
+
+
+def _date(offset: float) -> str:
+    return time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(max(0.0, GITLAB_NOW + offset)))
+
+
+_numbers = st.one_of(
+    st.sampled_from(["0", "1", "5", "59", "60", "600", "0.5", "-1", "-1700000057", "NaN", "inf", "", "x", "9" * 31]),
+    st.integers(min_value=0, max_value=10**6).map(str),
+    # epochs around now, far past and far ahead, in seconds and milliseconds
+    st.floats(min_value=-1e9, max_value=1e9).map(lambda d: f"{GITLAB_NOW + d:.3f}"),
+    st.floats(min_value=-1e6, max_value=1e6).map(lambda d: str(int((GITLAB_NOW + d) * 1000))),
+)
+_durations = st.one_of(
+    _numbers,
+    st.sampled_from(["1s", "6m0s", "20ms", "2562047h47m16.854775807s", "24h0m0s", "0s", "1h", "-1s", "1x"]),
+    st.floats(min_value=0, max_value=1e5).map(lambda d: f"{d:.3f}s"),
+)
+_dates = st.one_of(
+    st.floats(min_value=-1e10, max_value=1e11).map(_date),
+    st.sampled_from(["Fri, 31 Dec 9999 23:59:59 GMT", "Tue, 31 Feb 2023 25:61:00 GMT", "soon", "2023-11-14T22:14:17Z"]),
+)
+_rfc3339 = st.one_of(
+    st.floats(min_value=-1e6, max_value=1e7).map(
+        lambda d: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(GITLAB_NOW + d))
+    ),
+    st.sampled_from(["9999-12-31T23:59:59Z", "2023-11-14T22:15", "garbage"]),
+)
+_FIELDS: dict[str, Any] = {
+    "RateLimit-Limit": _numbers,
+    "RateLimit-Remaining": _numbers,
+    "RateLimit-Observed": _numbers,
+    "RateLimit-Reset": _numbers,
+    "RateLimit-ResetTime": _dates,
+    "X-RateLimit-Remaining": _numbers,
+    "X-RateLimit-Reset": _numbers,
+    "x-ratelimit-limit-requests": _numbers,
+    "x-ratelimit-remaining-requests": _numbers,
+    "x-ratelimit-reset-requests": _durations,
+    "anthropic-ratelimit-requests-limit": _numbers,
+    "anthropic-ratelimit-requests-remaining": _numbers,
+    "anthropic-ratelimit-requests-reset": _rfc3339,
+    "Retry-After": st.one_of(_numbers, _dates),
+}
+odd_headers = st.fixed_dictionaries({}, optional=_FIELDS)
+statuses = st.sampled_from([None, 200, 429, 503])
+
+
+@settings(max_examples=400, deadline=None)
+@given(odd_headers, statuses)
+def test_odd_headers_ask_for_no_more_than_they_say_and_never_past_the_cap(
+    headers: dict[str, str], status: int | None
+) -> None:
+    info = parse_rate_limit_headers(headers, now=GITLAB_NOW)
+    for wait in (info.reset_after, info.retry_after):
+        assert wait is None or 0 <= wait <= CAP
+    change = restriction(info, status)
+    if change is None:
+        return
+    remaining, seconds = change
+    assert 0 < seconds <= CAP
+    assert remaining >= 0
+    if info.remaining is not None:
+        assert remaining <= info.remaining
+    if info.gradual and seconds != info.retry_after:
+        assert info.reset_after is not None
+        assert seconds <= info.reset_after
+
+
+@settings(max_examples=150, deadline=None)
+@given(odd_headers, statuses)
+def test_odd_headers_never_give_a_limiter_more(headers: dict[str, str], status: int | None) -> None:
+    clocks = [ManualClock(start=1_000.0), ManualClock(start=1_000.0)]
+    plain, fed = (TokenBucket(5, 2, clock=c) for c in clocks)
+    fed.feedback(headers, status=status, now=GITLAB_NOW)
+    granted = [0, 0]
+    for _ in range(120):  # 30 s, a try every 0.25 s
+        for i, limiter in enumerate((plain, fed)):
+            granted[i] += limiter.try_acquire()
+            clocks[i].advance(0.25)
+    assert granted[1] <= granted[0]
+    # and the pause it set ends within the cap (plus one grant's spacing)
+    assert fed.acquire() <= CAP + 0.5 + 1e-6

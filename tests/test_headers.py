@@ -86,12 +86,13 @@ PROVIDERS: dict[str, tuple[Any, RateLimitInfo]] = {
             limit=60,
             remaining=59,
             reset_after=1,
-            tokens=info(limit=150000, remaining=149984, reset_after=360),
+            tokens=info(limit=150000, remaining=149984, reset_after=360, gradual=True),
+            gradual=True,
         ),
     ),
     "openai milliseconds": (
         {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "20ms"},
-        info(remaining=0, reset_after=0.02),
+        info(remaining=0, reset_after=0.02, gradual=True),
     ),
     "anthropic": (
         {
@@ -108,7 +109,8 @@ PROVIDERS: dict[str, tuple[Any, RateLimitInfo]] = {
             remaining=49,
             reset_after=30,
             retry_after=5,
-            tokens=info(limit=40000, remaining=39000, reset_after=60),
+            tokens=info(limit=40000, remaining=39000, reset_after=60, gradual=True),
+            gradual=True,
         ),
     ),
     "shopify": ({"X-Shopify-Shop-Api-Call-Limit": "32/40"}, info(limit=40, remaining=8)),
@@ -655,3 +657,105 @@ def test_http_client_header_objects() -> None:
     requests_structures = pytest.importorskip("requests.structures")
     headers = requests_structures.CaseInsensitiveDict({"X-RateLimit-Remaining": "2", "Retry-After": "3"})
     assert parse_rate_limit_headers(headers) == info(remaining=2, retry_after=3)
+
+
+# -- GitLab: RateLimit-* with an epoch reset -----------------------------------------------
+# GitLab.com's headers on every API response, as its docs show them: the IETF draft's
+# names, but RateLimit-Reset is a UNIX time, not a delay, RateLimit-ResetTime the same
+# moment as an HTTP-date, and RateLimit-Observed the requests counted in the window.
+
+GITLAB_RESET = int(NOW) + 57  # 2023-11-14T22:14:17Z
+GITLAB = {
+    "RateLimit-Limit": "600",
+    "RateLimit-Observed": "6",
+    "RateLimit-Remaining": "594",
+    "RateLimit-Reset": str(GITLAB_RESET),
+    "RateLimit-ResetTime": "Tue, 14 Nov 2023 22:14:17 GMT",
+}
+
+GITLAB_CASES: dict[str, tuple[Any, RateLimitInfo]] = {
+    "every response (the docs' example)": (GITLAB, info(limit=600, remaining=594, reset_after=57)),
+    "refused, with a Retry-After": (
+        {**GITLAB, "RateLimit-Observed": "601", "RateLimit-Remaining": "0", "Retry-After": "57"},
+        info(limit=600, remaining=0, reset_after=57, retry_after=57),
+    ),
+    "RateLimit-Reset alone": ({"RateLimit-Reset": str(GITLAB_RESET)}, info(reset_after=57)),
+    "RateLimit-ResetTime alone": ({"RateLimit-ResetTime": GITLAB["RateLimit-ResetTime"]}, info(reset_after=57)),
+    "a fractional epoch": ({"RateLimit-Reset": f"{GITLAB_RESET}.5"}, info(reset_after=57.5)),
+    "epoch milliseconds": ({"RateLimit-Reset": str(GITLAB_RESET * 1000)}, info(reset_after=57)),
+    "a small number is still the draft's delay": ({"RateLimit-Reset": "57"}, info(reset_after=57)),
+    "Observed without Remaining": (
+        {"RateLimit-Limit": "600", "RateLimit-Observed": "6", "RateLimit-Reset": str(GITLAB_RESET)},
+        info(limit=600, remaining=594, reset_after=57),
+    ),
+    "Observed past the limit leaves nothing": (
+        {"RateLimit-Limit": "600", "RateLimit-Observed": "650"},
+        info(limit=600, remaining=0),
+    ),
+    "Remaining wins over Observed": (
+        {**GITLAB, "RateLimit-Observed": "1"},
+        info(limit=600, remaining=594, reset_after=57),
+    ),
+    # odd: the two resets disagree, or one is garbage
+    "the two resets disagree: the later": (
+        {**GITLAB, "RateLimit-ResetTime": "Tue, 14 Nov 2023 22:15:20 GMT"},
+        info(limit=600, remaining=594, reset_after=120),
+    ),
+    "the two resets disagree the other way": (
+        {**GITLAB, "RateLimit-Reset": str(int(NOW) + 120)},
+        info(limit=600, remaining=594, reset_after=120),
+    ),
+    "one reset past, the other ahead": (
+        {**GITLAB, "RateLimit-ResetTime": "Tue, 14 Nov 2023 22:00:00 GMT"},
+        info(limit=600, remaining=594, reset_after=57),
+    ),
+    "both past: no reset, the remaining kept": (
+        {**GITLAB, "RateLimit-Reset": str(int(NOW) - 3), "RateLimit-ResetTime": "Tue, 14 Nov 2023 22:13:17 GMT"},
+        info(limit=600, remaining=594),
+    ),
+    "an epoch a day ahead is cut to the cap": (
+        {"RateLimit-Remaining": "0", "RateLimit-Reset": str(int(NOW) + 86400)},
+        info(remaining=0, reset_after=3600),
+    ),
+    "a date in year 9999 is cut to the cap": (
+        {"RateLimit-Remaining": "0", "RateLimit-ResetTime": "Fri, 31 Dec 9999 23:59:59 GMT"},
+        info(remaining=0, reset_after=3600),
+    ),
+    "a date in 1970 is past": ({"RateLimit-ResetTime": "Thu, 01 Jan 1970 00:00:00 GMT"}, info()),
+    "31 nines: epoch milliseconds far ahead, cut to the cap": (
+        {"RateLimit-Reset": "9" * 31},
+        info(reset_after=3600),
+    ),
+    "an exponent is no number": ({"RateLimit-Reset": "1.7e9"}, info()),
+    "NaN, inf, negative, words": (
+        [
+            ("RateLimit-Reset", "NaN"),
+            ("RateLimit-Reset", "inf"),
+            ("RateLimit-Reset", f"-{GITLAB_RESET}"),
+            ("RateLimit-ResetTime", "soon"),
+            ("RateLimit-ResetTime", "Tue, 31 Feb 2023 25:61:00 GMT"),
+        ],
+        info(),
+    ),
+    "a date too long to read": ({"RateLimit-ResetTime": "Tue, 14 Nov 2023 22:14:17 GMT" + " " * 40 + "x"}, info()),
+}
+
+
+@pytest.mark.parametrize(("headers", "expected"), list(GITLAB_CASES.values()), ids=list(GITLAB_CASES))
+def test_gitlab(headers: Any, expected: RateLimitInfo) -> None:
+    assert parse_rate_limit_headers(headers, now=NOW) == expected
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"RateLimit": f'"default";r=5;t={GITLAB_RESET}'},
+        {"Zendesk-RateLimit-tickets-index": f"total=100; remaining=5; resets={GITLAB_RESET}"},
+        {"X-RateLimit-Remaining": "5", "X-RateLimit-Reset": str(GITLAB_RESET)},
+        {"X-Rate-Limit": "700", "X-Rate-Limit-Remaining": "5", "ratelimit-reset": str(GITLAB_RESET)},
+    ],
+    ids=["ietf list t", "zendesk resets", "x-ratelimit", "zendesk account"],
+)
+def test_a_reset_that_is_plainly_an_epoch_is_one_in_every_dialect(headers: Any) -> None:
+    # No provider announces a delay of 31 years: a number past 10^9 is a moment.
+    assert parse_rate_limit_headers(headers, now=NOW).reset_after == 57

@@ -174,7 +174,7 @@ def test_the_spies_see_every_kind_of_parse(seen: list[tuple[str, int]]) -> None:
     parsed = parse_rate_limit_headers(headers, now=NOW)
     assert parsed.remaining == 3
     assert parsed.retry_after == 60
-    assert parsed.tokens == RateLimitInfo(reset_after=360)
+    assert parsed.tokens == RateLimitInfo(reset_after=360, gradual=True)
     assert {"_NUMBER", "_IMF_FIXDATE", "_RFC850", "_scan_duration", "fromisoformat"} <= {kind for kind, _ in seen}
     assert all(length <= LONGEST for _, length in seen)
 

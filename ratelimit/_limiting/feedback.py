@@ -35,13 +35,34 @@ def _near(remaining: float, seconds: float) -> tuple[float, float]:
     return float(max(1, math.floor(remaining * horizon / seconds))), horizon
 
 
+def _until_more(info: RateLimitInfo, reset: float) -> float:
+    """Seconds until the budget holds one more than ``remaining``: ``reset``, unless
+    it refills evenly (``gradual``: OpenAI's and Anthropic's buckets, whose reset is
+    when they are full again).
+
+    Such a bucket gains ``limit - remaining`` over ``reset``, so one comes back every
+    ``reset / (limit - remaining)`` seconds (``reset / limit`` from empty). With less
+    than one to come back (fractions), not one more fits before it is full: the whole
+    reset. A figure that does not fit that reading (no limit, no remaining, a limit
+    not above the remaining) leaves the whole reset too, which never allows more than
+    the provider's own figures; nor does the shorter time, since up to it no more than
+    ``remaining`` can be back.
+    """
+    limit, remaining = info.limit, info.remaining
+    if info.gradual and limit is not None and remaining is not None and limit > remaining:
+        return reset / max(1.0, limit - remaining)
+    return reset
+
+
 def restriction(info: RateLimitInfo, status: int | None) -> tuple[float, float] | None:
     """``(remaining, seconds)``: at most ``remaining`` more before ``seconds`` from now.
 
     - ``Retry-After`` on a refusal (or with no status given) pauses: ``(0, retry_after)``.
     - ``remaining`` with a reset lowers the budget to it until the reset (planned over
       the next few seconds when the reset is far: see ``_near``); on a 429 the
-      provider has refused us, whatever it claims remains, so that pauses too.
+      provider has refused us, whatever it claims remains, so that pauses too. For a
+      bucket that refills as it goes (``info.gradual``), "until the reset" is until
+      one more is back (see ``_until_more``), not until it is full.
     - A 503 without ``Retry-After`` is an outage rather than a refusal: its reset
       header (often a whole hour's window) does not pause anyone; its ``remaining``
       counts like any other response's. Retrying it is the retry runner's business.
@@ -52,10 +73,11 @@ def restriction(info: RateLimitInfo, status: int | None) -> tuple[float, float] 
     if info.retry_after is not None and info.retry_after > 0 and (refused or status is None):
         return 0.0, info.retry_after
     if info.reset_after is not None and info.reset_after > 0:
+        seconds = _until_more(info, info.reset_after)
         if status == 429:
-            return 0.0, info.reset_after
+            return 0.0, seconds
         if info.remaining is not None:
-            return _near(info.remaining, info.reset_after)
+            return _near(info.remaining, seconds)
     return None
 
 
