@@ -80,7 +80,9 @@ local function keep()
 end
 
 expire()
-redis.call('SET', holders .. ':max', ARGV[3], 'PX', idle_ms(lease))
+-- Shown by `ratelimit inspect`/`top`; its life never shortened, as keep() does.
+local shown = math.max(redis.call('PTTL', holders .. ':max'), tonumber(idle_ms(lease)))
+redis.call('SET', holders .. ':max', ARGV[3], 'PX', string.format('%d', shown))
 
 if op == 'take' then
   local name = ARGV[6]

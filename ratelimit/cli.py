@@ -25,6 +25,7 @@ error text is scrubbed of the secrets the command line holds, in case it quotes 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -522,7 +523,12 @@ def _add_provider(command: argparse.ArgumentParser, limit_default: Rate | None) 
 def _add_redis(command: argparse.ArgumentParser) -> None:
     """The Redis that the commands operating a fleet (inspect, set, top) read."""
     command.add_argument("--redis", metavar="URL", required=True, help="the Redis the limiters share")
-    command.add_argument("--cluster", action="store_true", help="--redis names a node of a Redis Cluster")
+    command.add_argument(
+        "--cluster",
+        action="store_true",
+        help="--redis names a node of a Redis Cluster (a Cluster node is recognised without it too: the whole "
+        "Cluster is read)",
+    )
 
 
 def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -649,7 +655,8 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
         "next decision, with no restart. A token bucket's refill and capacity, a leaky bucket's leak and "
         "queue, a sliding window's limit over its own window (a window has no burst). The tokens already "
         "owed keep their count. --for ends the change by itself; --reset returns to the code's values. "
-        "Composites and limiters with low_share keep the code's values.",
+        "A name whose keys say it would never read the change (a composite's members, an adaptive limiter, a "
+        "budget with low_share, a ConcurrencyLimit) is refused: exit 1, nothing stored.",
     )
     setting.add_argument("name", metavar="NAME", help="the limiter's name")
     setting.add_argument("--rate", type=_rate, help="the new rate, e.g. 500/min or 20/s")
@@ -684,12 +691,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser(_argv_secrets(argv))
     args = parser.parse_args(argv)
     try:
-        result: int = args.func(args)
+        try:
+            result: int = args.func(args)
+        except _Unreachable as exc:
+            result = _unreachable(args, exc)
         sys.stdout.flush()
     except _UsageError as exc:
         parser.exit(2, printable(scrub(f"ratelimit {args.command}: error: {exc}", _secrets(args))) + "\n")
-    except _Unreachable as exc:
-        return _unreachable(args, exc)
     except BrokenPipeError:
         return _output_closed()
     return result
@@ -702,10 +710,11 @@ _PIPE_CLOSED = 141
 def _output_closed() -> int:
     """What a Unix tool does when its reader has gone (``... | head``): stop, quietly.
     The output still buffered would fail again at exit: it goes to /dev/null."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass  # not a file (a test's capture): nothing left to flush
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, io.UnsupportedOperation):
+            pass  # not a file (a test's capture): nothing left to flush
     return _PIPE_CLOSED

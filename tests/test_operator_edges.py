@@ -370,3 +370,57 @@ def test_no_master_found_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -
     assert f"127.0.0.1:{first}, 127.0.0.1:{second}" in err
     assert "hunter2" not in err
     assert "<redis." not in err
+
+
+# -- what a hostile or careless writer of keys can do --------------------------------------
+
+
+def test_garbled_keys_never_stop_the_listing(redis_client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    run = unique_name("garbled")
+    code, breaker, slots, kind = (f"{run}-{what}" for what in ("code", "breaker", "slots", "kind"))
+    redis_client.hset(f"ratelimit:{{{code}}}:code", mapping={"kind": "token_bucket", "p1": "abc", "p2": "1"})
+    redis_client.hset(f"ratelimit:{{{breaker}}}:breaker", mapping={"mode": "nan", "opened_at": "soon"})
+    redis_client.zadd(f"ratelimit:{{{slots}}}:concurrency", {"p:1": 4e9})
+    redis_client.set(f"ratelimit:{{{slots}}}:concurrency:max", "lots")
+    seconds = int(redis_client.time()[0])
+    # A kind of its own making, in a counters key: it reaches the screen escaped.
+    redis_client.hset(f"ratelimit:{{{kind}}}:\x1b]0;x\x07:top:{seconds - 1}", "w1", 3)
+    for key in redis_client.scan_iter(match=f"ratelimit:{{{run}*", count=1000):
+        redis_client.expire(key, 60)
+    assert main(["inspect", code, breaker, slots, "--redis", REDIS_URL]) == 0
+    out = capsys.readouterr().out
+    assert "breaker      unknown" in out
+    assert "1 of ? slots held" in out
+    assert main(["inspect", "--redis", REDIS_URL, "--json"]) == 0
+    names = {e["name"] for e in json.loads(capsys.readouterr().out)["limiters"]}
+    assert {code, breaker, slots} <= names
+    # A change to a name whose code is garbled is stored, with no script asked.
+    assert main(["set", code, "--rate", "2/s", "--redis", REDIS_URL]) == 0
+    capsys.readouterr()
+    assert main(["top", "--redis", REDIS_URL, "--iterations", "1"]) == 0
+    out = capsys.readouterr().out
+    _terminal_safe(out)
+    assert "\\x1b]0;x\\x07" in out
+
+
+def test_set_keeps_a_shadow_limiter_labelled(redis_client: redis.Redis) -> None:
+    name = unique_name("shadow-set")
+    backend = RedisBackend(redis_client, coalesce=False)
+    assert TokenBucket(5, 10, backend=backend, name=name, shadow=True).try_acquire()
+    backend.set_limit(name, rate=2)
+    assert backend.inspect(name).shadow
+    backend.close()
+
+
+def test_a_closed_error_stream_is_quiet_too() -> None:
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(
+            [sys.executable, "-m", "ratelimit", "inspect", "--redis", "redis://127.0.0.1:1"],
+            stdout=subprocess.PIPE, stderr=write, text=True, env=env, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == 141

@@ -21,6 +21,7 @@ the other keys of a shared Redis cost nothing.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -30,7 +31,7 @@ from .batch import Call, pipelined
 from .keys import key_for, name_of
 from .scripts import ALGORITHMS, GROUP_ONLY
 
-__all__ = ["CONCURRENCY", "Roots", "forms", "members", "probe", "split", "survey"]
+__all__ = ["CONCURRENCY", "Roots", "breaker_mode", "forms", "members", "number", "probe", "split", "survey"]
 
 #: A name's roots: what follows its prefix in the keys found.
 Roots = frozenset[str]
@@ -132,3 +133,26 @@ def probe(client: Any, names: Sequence[str], extra: Sequence[Call] = ()) -> tupl
         pending = [n for n in pending if any(r.startswith(f"{last}:") for r in found[n])]
         first += _PROBED
     return {name: frozenset(roots) for name, roots in found.items()}, extras
+
+
+_BREAKER_MODES = {0: "closed", 1: "open", 2: "half-open"}
+
+
+def number(raw: Any) -> float | None:
+    """A stored number; ``None`` if missing or garbled (a hand-written key must not
+    stop the listing of every other limiter)."""
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def breaker_mode(raw: Any) -> str | None:
+    """A breaker's stored mode as a word (see ``lua/breaker.lua``); ``None``: no breaker."""
+    if raw is None:
+        return None
+    value = number(raw)
+    return "unknown" if value is None else _BREAKER_MODES.get(int(value), "unknown")

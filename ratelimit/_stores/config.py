@@ -35,7 +35,7 @@ from typing import Any
 
 from .. import _validate
 from .batch import Call, pipelined
-from .census import CONCURRENCY, Roots, forms, members, probe, survey
+from .census import CONCURRENCY, Roots, breaker_mode, forms, members, number, probe, survey
 from .keys import code_key, config_key, key_for
 from .scripts import ALGORITHMS, single_script
 
@@ -150,10 +150,9 @@ def _configure(client: Any, name: str, change: Override | None, now: float | Non
             f"burst={change.burst!r}: limiter {name!r} is a {kind}, which has no burst apart from its limit "
             f"(set its rate: the limit becomes rate x window)"
         )
-    if kind in ALGORITHMS:
+    if kind is not None and _single(code) == kind:
         # The limiter's own script: it moves the saved state to the new limit in the
         # same step (a bucket's backlog keeps its tokens, see `switch` in _single.lua).
-        assert kind is not None
         args = [
             "configure",
             "" if now is None else repr(now),
@@ -161,7 +160,7 @@ def _configure(client: Any, name: str, change: Override | None, now: float | Non
             burst,
             code["p1"],
             code["p2"],
-            code["slack"],
+            code.get("slack", "0"),
             "0",
             ttl,
         ]
@@ -169,7 +168,8 @@ def _configure(client: Any, name: str, change: Override | None, now: float | Non
         state = key_for(name, kind, injected=now is not None)
         single_script(kind)(client, [state, config_key(name)], args)
         return
-    # No process has decided yet: no state to move, and no script known to write it.
+    # No process has decided yet (or what the code says is garbled): no state to move,
+    # and no script known to write it.
     key = config_key(name)
     pipe = client.pipeline(transaction=True)
     pipe.delete(key)
@@ -322,7 +322,6 @@ PARAMETERS = {
     "sliding_window_counter": ("limit", "window"),
 }
 WINDOWS = ("sliding_window", "sliding_window_counter")
-_BREAKER_MODES = {0: "closed", 1: "open", 2: "half-open"}
 
 
 def _text(value: Any) -> str:
@@ -353,8 +352,10 @@ def _peek_args(code: Mapping[str, str], now: float | None) -> list[str]:
 
 
 def _single(code: Mapping[str, str]) -> str | None:
+    """The kind of a single limiter whose script can be asked, from what its code says."""
     kind = code.get("kind")
-    return kind if kind in ALGORITHMS and "p1" in code and "p2" in code else None
+    numbers = [number(code.get("p1")), number(code.get("p2")), number(code.get("slack", "0"))]
+    return kind if kind in ALGORITHMS and None not in numbers else None
 
 
 def inspect(client: Any, name: str, now: float | None = None) -> Inspection:
@@ -399,18 +400,19 @@ def _inspection(
     name: str, roots: Roots, raw: list[Any], code: Mapping[str, str], kind: str | None, reply: Any, at: float
 ) -> Inspection:
     _, config_raw, (mode, opened), *slots = raw
-    breaker = None if mode is None else _BREAKER_MODES.get(int(float(mode)), "unknown")
+    breaker = breaker_mode(mode)
     concurrency = None
     if slots:
         held, queued, most = slots
-        concurrency = Slots(int(held), int(queued), None if most is None else int(float(most)))
+        stored = number(most)
+        concurrency = Slots(int(held), int(queued), None if stored is None else int(stored))
     if kind is not None and reply is not None:
         # The script's time: a test clock's when one was given.
         at = float(_text(reply[-1]))
     common: dict[str, Any] = dict(
         name=name,
         breaker=breaker,
-        breaker_opened_at=None if opened is None or breaker != "open" else float(opened),
+        breaker_opened_at=None if breaker != "open" else number(opened),
         override=_override(config_raw, lambda: at),
         other_keys=members(roots),
         forms=forms(roots),
@@ -418,7 +420,9 @@ def _inspection(
         now=at,
     )
     if kind is None or reply is None:
-        return Inspection(**common)
+        # What the code says, if garbled (or of a kind this version does not know):
+        # its kind only, nothing the script could be asked.
+        return Inspection(**common, kind=code.get("kind"))
     e1, e2, available, wait, latest, paused, _ = (_text(x) for x in reply)
     names = PARAMETERS[kind]
     return Inspection(

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .batch import Call, pipelined
-from .census import CONCURRENCY, split
+from .census import CONCURRENCY, breaker_mode, number, split
 from .keys import code_key, key_for, name_of
 
 __all__ = ["WAIT_BOUNDS", "FleetRow", "fleet", "p99_wait"]
@@ -114,9 +114,6 @@ def _parse(key: str) -> tuple[str, str, int] | None:
     return name, head.rpartition(":")[2], int(second)
 
 
-_BREAKER_MODES = {0: "closed", 1: "open", 2: "half-open"}
-
-
 def fleet(client: Any, window: float = 5.0, now: float | None = None) -> list[FleetRow]:
     """Every limiter active in the last minute, busiest first: its rates over the last
     ``window`` whole seconds, and its pauses over the minute; then every
@@ -163,10 +160,6 @@ def _reads(name: str, kind: str, found: list[tuple[int, str]]) -> list[Call]:
     ]
 
 
-def _breaker(mode: Any) -> str | None:
-    return None if mode is None else _BREAKER_MODES.get(int(float(mode)), "unknown")
-
-
 def _row(name: str, kind: str, found: list[tuple[int, str]], answer: list[Any], current: int, span: int,
          now: float) -> FleetRow:  # fmt: skip
     *hashes, paused, mode, shadow = answer
@@ -197,7 +190,7 @@ def _row(name: str, kind: str, found: list[tuple[int, str]], answer: list[Any], 
         p99_wait=p99_wait(buckets),
         pauses=pauses,
         paused_for=None if until is None or until <= now else until - now,
-        breaker=_breaker(mode),
+        breaker=breaker_mode(mode),
         idle=max(0.0, now - (found[-1][0] + 1)),
     )
 
@@ -226,9 +219,9 @@ def _slot_row(name: str, answer: list[Any]) -> FleetRow:
         p99_wait=None,
         pauses=0,
         paused_for=None,
-        breaker=_breaker(mode),
+        breaker=breaker_mode(mode),
         idle=None,
         held=int(held),
         queued=int(queued),
-        most=None if most is None else int(float(most)),
+        most=None if (stored := number(most)) is None else int(stored),
     )
