@@ -262,6 +262,9 @@ def test_inspect_and_top_show_a_concurrency_limit(
         assert main(["top", "--redis", REDIS_URL, "--json"]) == 0
         (entry,) = [e for e in json.loads(capsys.readouterr().out)["limiters"] if e["name"] == name]
         assert entry["in_flight"] == {"held": 2, "max": 3, "queued": 0}
+        assert main(["top", "--redis", REDIS_URL, "--iterations", "1"]) == 0
+        (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith(name)]
+        assert line.split()[1:] == ["concurrency", "-", "-", "-", "-", "0", "-", "2/3", "0", "-"]
     backend.close()
 
 
@@ -287,6 +290,19 @@ def test_the_commands_on_a_cluster_node_see_the_whole_cluster(
         assert TokenBucket(5, 10, backend=backend, name=name).try_acquire()
     host, port = redis_cluster.startup_nodes[0]
     url = f"redis://{host}:{port}/0"
+    # A ConcurrencyLimit and a composite, seen and refused through any node.
+    slots, group = unique_name("whole-slots"), unique_name("whole-group")
+    assert _member(backend, group).try_acquire()
+    with ConcurrencyLimit(2, backend=backend, name=slots).hold():
+        assert main(["inspect", slots, group, "--redis", url]) == 0
+        out = capsys.readouterr().out
+        assert "1 of 2 slots held, 0 queued" in out
+        assert f"{group}  (composite)" in out
+        assert main(["top", "--redis", url, "--json"]) == 0
+        rows = {e["name"]: e for e in json.loads(capsys.readouterr().out)["limiters"]}
+        assert rows[slots]["in_flight"] == {"held": 1, "max": 2, "queued": 0}
+        assert main(["set", group, "--rate", "5/s", "--redis", url]) == 1
+        assert "composite" in capsys.readouterr().err
     for cluster in ([], ["--cluster"]):
         assert main(["inspect", "--redis", url, "--json", *cluster]) == 0
         found = {e["name"] for e in json.loads(capsys.readouterr().out)["limiters"]}
