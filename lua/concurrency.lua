@@ -6,6 +6,7 @@
 --          <KEYS[1]>:queue   waiters, score = arrival number (their order)
 --          <KEYS[1]>:expiry  waiters, score = when their place runs out
 --          <KEYS[1]>:seq     the last arrival number handed out
+--          <KEYS[1]>:max     ARGV[3] of the latest call, for `ratelimit inspect`/`top`
 -- ARGV[1]  op: 'take' | 'release' | 'renew' | 'keep'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  the most holders at once
@@ -79,6 +80,9 @@ local function keep()
 end
 
 expire()
+-- Shown by `ratelimit inspect`/`top`; its life never shortened, as keep() does.
+local shown = math.max(redis.call('PTTL', holders .. ':max'), tonumber(idle_ms(lease)))
+redis.call('SET', holders .. ':max', ARGV[3], 'PX', string.format('%d', shown))
 
 if op == 'take' then
   local name = ARGV[6]

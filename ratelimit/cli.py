@@ -12,7 +12,9 @@
 
 Bad arguments end the command with one line on stderr and exit code 2; a run that
 cannot start (unreachable Redis or target) with one line and exit code 1; Ctrl-C
-during a bench prints the partial report and exits with 130.
+during a bench prints the partial report and exits with 130. Output whose reader has
+gone (``ratelimit inspect | head``) ends the command quietly with 141, as SIGPIPE
+ends a Unix tool.
 
 Nothing printed shows a secret: a URL's password (or lone user name, often a token)
 and secret query parameters are shown as ``***`` wherever the URL appears, and every
@@ -23,15 +25,19 @@ error text is scrubbed of the secrets the command line holds, in case it quotes 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
+import redis
 import redis.exceptions
+from redis.sentinel import MasterNotFoundError
 
 from ._cli.bench import (
     ADAPTIVE_BURST_SHARE,
@@ -47,19 +53,29 @@ from ._cli.bench import (
 from ._cli.bench_report import bench_json, bench_text, best, sweep_text
 from ._cli.inspect_report import inspect_json, inspect_text, override_text
 from ._cli.plot import PLOT_MISSING, can_plot, plot
+from ._cli.printable import printable
 from ._cli.rates import UNITS, Rate, parse_rate
 from ._cli.size_report import size_json, size_text
 from ._cli.sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
 from ._cli.top_report import top_json, top_text
 from ._errors import BackendUnavailable
 from ._redact import redact_url, scrub, url_secrets
-from ._stores.config import known_names
+from ._stores.config import UnchangeableLimit, inspect_all, inspect_many
 from ._stores.fleet import fleet
 from ._stores.redis import RedisBackend
+from ._stores.sentinel import is_sentinel_url, parse_sentinel_url
 
 __all__ = ["main"]
 
-_CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+_CONNECTION_ERRORS = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.RedisClusterException,
+    redis.exceptions.ClusterError,
+    OSError,
+)
+
+T = TypeVar("T")
 
 
 def _positive_float(text: str) -> float:
@@ -293,30 +309,81 @@ class _Progress:
             sys.stderr.flush()
 
 
-def _backend(args: argparse.Namespace) -> RedisBackend:
+#: How long an operator command waits for one reply: a pipeline of thousands of
+#: reads is no limiter's hot path.
+_ADMIN_TIMEOUT = 5.0
+
+
+def _is_cluster_node(args: argparse.Namespace) -> bool:
+    """Whether ``--redis`` names a node of a Redis Cluster (``cluster_enabled:1``)."""
+    if is_sentinel_url(args.redis):
+        return False  # a master found through Sentinel; --cluster beside it is refused by from_url
     try:
-        return RedisBackend.from_url(args.redis, cluster=args.cluster, coalesce=False)
+        client = redis.Redis.from_url(args.redis, socket_connect_timeout=0.5, socket_timeout=_ADMIN_TIMEOUT)
+    except ValueError as exc:
+        raise _UsageError(f"--redis: {exc}") from None
+    try:
+        info: dict[str, Any] = client.info("cluster")
+    except redis.exceptions.ResponseError:
+        return False  # INFO refused or renamed: not a Cluster's node, which needs it
+    finally:
+        client.close()
+    return bool(info.get("cluster_enabled"))
+
+
+def _backend(args: argparse.Namespace) -> RedisBackend:
+    """The backend of ``--redis``: a Cluster's client whenever it names a Cluster node,
+    with or without ``--cluster`` (a single node's client would see a part of it)."""
+    cluster = _is_cluster_node(args)
+    if args.cluster and not cluster and not is_sentinel_url(args.redis):
+        raise _UsageError(
+            f"--cluster: {redact_url(args.redis)} is not a node of a Redis Cluster (its cluster mode is off); "
+            "leave out --cluster"
+        )
+    try:
+        return RedisBackend.from_url(args.redis, cluster=cluster, coalesce=False, socket_timeout=_ADMIN_TIMEOUT)
     except ValueError as exc:
         raise _UsageError(f"--redis: {exc}") from None
 
 
+class _Unreachable(Exception):
+    """Redis could not be reached (the cause is chained); said in one line, exit 1."""
+
+
+def _reading(call: Callable[[], T]) -> T:
+    """``call()``, its failure to reach Redis raised as :class:`_Unreachable` (so that
+    an error of our own output, a closed pipe, is never taken for one)."""
+    try:
+        return call()
+    except (BackendUnavailable, *_CONNECTION_ERRORS) as exc:
+        raise _Unreachable() from exc
+
+
+def _no_master(args: argparse.Namespace) -> str:
+    found = parse_sentinel_url(args.redis)
+    where = ", ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in found.sentinels)
+    return f"no master found for service {found.service!r}: none of the sentinels at {where} named one"
+
+
 def _unreachable(args: argparse.Namespace, exc: BaseException) -> int:
     cause = exc.__cause__ or exc
-    text = f"ratelimit {args.command}: error: cannot reach Redis at {redact_url(args.redis)}: {cause}"
-    print(scrub(text, _secrets(args)), file=sys.stderr)
+    while isinstance(cause, BackendUnavailable) and cause.__cause__ is not None:
+        cause = cause.__cause__
+    # redis-py's text of this one is a kilobyte of its connection objects.
+    said = _no_master(args) if isinstance(cause, MasterNotFoundError) else str(cause)
+    text = f"ratelimit {args.command}: error: cannot reach Redis at {redact_url(args.redis)}: {said}"
+    print(printable(scrub(text, _secrets(args))), file=sys.stderr)
     return 1
 
 
 def inspect_command(args: argparse.Namespace) -> int:
-    backend = _backend(args)
+    backend = _reading(lambda: _backend(args))
     try:
-        client = backend.client
-        seen = [backend.inspect(name) for name in args.names or known_names(client)]
-        if not args.names:
+        if args.names:
+            seen = _reading(lambda: inspect_many(backend.client, args.names))
+        else:
             # Found by a key that says nothing (a garbled change): nothing to show.
-            seen = [each for each in seen if each.known]
-    except (BackendUnavailable, *_CONNECTION_ERRORS) as exc:
-        return _unreachable(args, exc)
+            seen = [each for each in _reading(lambda: inspect_all(backend.client)) if each.known]
     finally:
         backend.close()
     if args.json:
@@ -329,13 +396,13 @@ def inspect_command(args: argparse.Namespace) -> int:
 
 
 def top_command(args: argparse.Namespace) -> int:
-    backend = _backend(args)
+    backend = _reading(lambda: _backend(args))
     tty = sys.stdout.isatty()
     where = redact_url(args.redis)
     shown = 0
     try:
         while True:
-            rows = fleet(backend.client, args.window)
+            rows = _reading(lambda: fleet(backend.client, args.window))
             if args.json:
                 print(json.dumps(top_json(rows, args.window), indent=2))
                 return 0
@@ -350,8 +417,6 @@ def top_command(args: argparse.Namespace) -> int:
             time.sleep(args.interval)
     except KeyboardInterrupt:
         return 0
-    except (BackendUnavailable, *_CONNECTION_ERRORS) as exc:
-        return _unreachable(args, exc)
     finally:
         backend.close()
 
@@ -361,23 +426,27 @@ def set_command(args: argparse.Namespace) -> int:
         raise _UsageError("--reset returns to the code's values: leave out --rate, --burst and --for")
     if not args.reset and args.rate is None and args.burst is None:
         raise _UsageError("give --rate, --burst or both (or --reset)")
-    backend = _backend(args)
+    backend = _reading(lambda: _backend(args))
+    name = printable(args.name)
     try:
         if args.reset:
-            was = backend.reset_limit(args.name)
-            print(f"{args.name}: back to the code's values" + ("" if was else " (no change was in force)"))
+            was = _reading(lambda: backend.reset_limit(args.name))
+            said = "back to the code's values" + ("" if was else " (no change was in force)")
         else:
             rate = None if args.rate is None else args.rate.per_second
             try:
-                backend.set_limit(args.name, rate=rate, burst=args.burst, ttl=args.ttl)
+                _reading(lambda: backend.set_limit(args.name, rate=rate, burst=args.burst, ttl=args.ttl))
+            except UnchangeableLimit as exc:
+                print(f"ratelimit set: error: {printable(str(exc))}", file=sys.stderr)
+                return 1
             except ValueError as exc:
                 raise _UsageError(str(exc)) from None
-            print(f"{args.name}: {override_text(backend.limit_override(args.name))}")
-        print(inspect_text([backend.inspect(args.name)]))
-    except (BackendUnavailable, *_CONNECTION_ERRORS) as exc:
-        return _unreachable(args, exc)
+            said = override_text(_reading(lambda: backend.limit_override(args.name)))
+        seen = _reading(lambda: backend.inspect(args.name))
     finally:
         backend.close()
+    print(f"{name}: {said}")
+    print(inspect_text([seen]))
     return 0
 
 
@@ -454,7 +523,12 @@ def _add_provider(command: argparse.ArgumentParser, limit_default: Rate | None) 
 def _add_redis(command: argparse.ArgumentParser) -> None:
     """The Redis that the commands operating a fleet (inspect, set, top) read."""
     command.add_argument("--redis", metavar="URL", required=True, help="the Redis the limiters share")
-    command.add_argument("--cluster", action="store_true", help="--redis names a node of a Redis Cluster")
+    command.add_argument(
+        "--cluster",
+        action="store_true",
+        help="--redis names a node of a Redis Cluster (a Cluster node is recognised without it too: the whole "
+        "Cluster is read)",
+    )
 
 
 def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -581,7 +655,8 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
         "next decision, with no restart. A token bucket's refill and capacity, a leaky bucket's leak and "
         "queue, a sliding window's limit over its own window (a window has no burst). The tokens already "
         "owed keep their count. --for ends the change by itself; --reset returns to the code's values. "
-        "Composites and limiters with low_share keep the code's values.",
+        "A name whose keys say it would never read the change (a composite's members, an adaptive limiter, a "
+        "budget with low_share, a ConcurrencyLimit) is refused: exit 1, nothing stored.",
     )
     setting.add_argument("name", metavar="NAME", help="the limiter's name")
     setting.add_argument("--rate", type=_rate, help="the new rate, e.g. 500/min or 20/s")
@@ -616,7 +691,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser(_argv_secrets(argv))
     args = parser.parse_args(argv)
     try:
-        result: int = args.func(args)
+        try:
+            result: int = args.func(args)
+        except _Unreachable as exc:
+            result = _unreachable(args, exc)
+        sys.stdout.flush()
     except _UsageError as exc:
-        parser.exit(2, scrub(f"ratelimit {args.command}: error: {exc}\n", _secrets(args)))
+        parser.exit(2, printable(scrub(f"ratelimit {args.command}: error: {exc}", _secrets(args))) + "\n")
+    except BrokenPipeError:
+        return _output_closed()
     return result
+
+
+#: The exit status of a Unix tool killed by SIGPIPE (128 + 13).
+_PIPE_CLOSED = 141
+
+
+def _output_closed() -> int:
+    """What a Unix tool does when its reader has gone (``... | head``): stop, quietly.
+    The output still buffered would fail again at exit: it goes to /dev/null."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, io.UnsupportedOperation):
+            pass  # not a file (a test's capture): nothing left to flush
+    return _PIPE_CLOSED

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._stores.config import Inspection, Override
+from .printable import printable
 
 __all__ = ["inspect_json", "inspect_text", "override_text"]
 
@@ -52,11 +53,23 @@ def override_text(change: Override | None) -> str:
     return ", ".join(parts) + f"; {ends}"
 
 
+#: What each form of ``Inspection.forms`` holds, for its other state.
+_FORMS = {
+    "adaptive": "an adaptive limiter: its limit and its learned pace",
+    "composite": "composite members",
+    "priorities": "priority lanes",
+}
+
+
 def _block(seen: Inspection) -> list[str]:
+    # Names come from whoever names a limiter (a tenant id): escaped, as every text
+    # read from Redis.
+    name = printable(seen.name)
     if not seen.known:
-        return [f"{seen.name}: unknown (no limiter of this name decided in the last day; no change, no breaker stored)"]
-    kind = "" if seen.kind is None else f"  ({seen.kind}{', shadow: never enforced' if seen.shadow else ''})"
-    lines = [f"{seen.name}{kind}"]
+        return [f"{name}: unknown (no limiter of this name decided in the last day; no change, no breaker stored)"]
+    kinds = [] if seen.kind is None else [seen.kind + (", shadow: never enforced" if seen.shadow else "")]
+    kinds += seen.forms
+    lines = [name + (f"  ({printable(', '.join(kinds))})" if kinds else "")]
 
     def row(label: str, text: str) -> None:
         lines.append(f"  {label:<12} {text}")
@@ -83,9 +96,16 @@ def _block(seen: Inspection) -> list[str]:
         since = ""
         if seen.breaker_opened_at is not None and seen.now is not None:
             since = f", opened {_seconds(max(0.0, seen.now - seen.breaker_opened_at))} ago"
-        row("breaker", seen.breaker + since)
+        row("breaker", printable(seen.breaker) + since)
+    slots = seen.concurrency
+    if slots is not None:
+        most = "?" if slots.most is None else str(slots.most)
+        row("slots", f"{slots.held} of {most} slots held, {slots.queued} queued")
     if seen.other_keys:
-        row("other state", ", ".join(seen.other_keys) + " (composite members or priority lanes)")
+        what = [_FORMS[form] for form in seen.forms if form in _FORMS] or ["composite members or priority lanes"]
+        row("other state", printable(", ".join(seen.other_keys)) + f" ({'; '.join(what)})")
+    if any(form in _FORMS for form in seen.forms) or seen.concurrency is not None:
+        row("set", "refused: this name keeps the code's values (only a single limiter reads a change)")
     return lines
 
 

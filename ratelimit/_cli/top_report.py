@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._stores.fleet import FleetRow
+from .printable import pad, printable
 
 __all__ = ["top_json", "top_text"]
 
 _HEADER = (
     f"{'NAME':<28} {'KIND':<22} {'GRANTS/S':>9} {'REFUSED/S':>9} {'LEASED/S':>9} {'P99 WAIT':>9} "
-    f"{'PAUSES':>6} {'PAUSED':>8} {'BREAKER':<9}"
+    f"{'PAUSES':>6} {'PAUSED':>8} {'IN FLIGHT':>9} {'QUEUED':>6} {'BREAKER':<9}"
 )
 
 
@@ -27,13 +28,21 @@ def _wait(value: float | None) -> str:
     return f"<={value * 1000:g}ms" if value < 1 else f"<={value:g}s"
 
 
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def _row(row: FleetRow) -> str:
-    name = row.name if len(row.name) <= 28 else row.name[:27] + "~"
+    # Names come from whoever names a limiter (a tenant id): escaped, cut to the column.
+    name = pad(row.name, 28)
+    kind = pad(f"{row.kind} (shadow)" if row.shadow else row.kind, 22)
     paused = "-" if row.paused_for is None else f"{row.paused_for:.1f}s"
-    kind = f"{row.kind} (shadow)" if row.shadow else row.kind
+    flight = "-" if row.held is None else f"{row.held}/{'?' if row.most is None else row.most}"
+    queued = "-" if row.queued is None else str(row.queued)
     return (
-        f"{name:<28} {kind:<22} {row.grants_per_sec:>9.1f} {row.refusals_per_sec:>9.1f} "
-        f"{row.leased_per_sec:>9.1f} {_wait(row.p99_wait):>9} {row.pauses:>6} {paused:>8} {row.breaker or '-':<9}"
+        f"{name} {kind} {_rate(row.grants_per_sec):>9} {_rate(row.refusals_per_sec):>9} "
+        f"{_rate(row.leased_per_sec):>9} {_wait(row.p99_wait):>9} {row.pauses:>6} {paused:>8} {flight:>9} "
+        f"{queued:>6} {printable(row.breaker or '-'):<9}"
     )
 
 
@@ -44,9 +53,11 @@ def top_text(rows: Sequence[FleetRow], where: str, window: float, now: float | N
         f"ratelimit top - {where} - {stamp} - {len(rows)} limiter{'s' if len(rows) != 1 else ''} active in the "
         f"last minute; rates over the last {window:g} s, pauses fed back over the minute"
     )
-    lines = [title, "", _HEADER, *(_row(row) for row in rows)]
+    lines = [printable(title), "", _HEADER, *(_row(row) for row in rows)]
     if any(row.shadow for row in rows):
         lines += ["", "(shadow): never enforced; its counts are what it would have done"]
+    if any(row.held is not None for row in rows):
+        lines += ["", "IN FLIGHT: a ConcurrencyLimit's slots held of its maximum; QUEUED: its callers waiting"]
     if not rows:
         lines.append("(no limiter decided on this Redis in the last minute)")
     return "\n".join(lines)

@@ -15,19 +15,28 @@ that :func:`inspect` can ask the script itself what the limiter could grant now:
 the ``peek`` op of ``lua/_single.lua``, which decides nothing.
 
 Only single limiters (``TokenBucket``, ``LeakyBucket``, ``SlidingWindow`` without
-``low_share``) follow a change; a composite's members and the lanes of a budget with
-priorities keep the code's values.
+``low_share`` or ``adaptive``) follow a change. A composite's members, an adaptive
+limiter, the lanes of a budget with priorities and a ConcurrencyLimit keep the code's
+values, so a change to a name whose keys say it is one of them is refused
+(:class:`UnchangeableLimit`) and nothing is stored. A name no process has used yet
+takes the change, for the single limiter that will read it.
+
+Nothing here scans a name's keys: what a name is comes from an EXISTS for each key it
+may have (``census.py``), in one pipeline; ``inspect`` of many names reads them all in
+a few pipelines.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import _validate
-from .keys import code_key, config_key, key_for, name_of
+from .batch import Call, pipelined
+from .census import CONCURRENCY, Roots, breaker_mode, forms, members, number, probe, survey
+from .keys import code_key, config_key, key_for
 from .scripts import ALGORITHMS, single_script
 
 __all__ = [
@@ -35,9 +44,12 @@ __all__ = [
     "MIN_SET",
     "Inspection",
     "Override",
+    "Slots",
+    "UnchangeableLimit",
     "checked_override",
     "inspect",
-    "known_names",
+    "inspect_all",
+    "inspect_many",
     "read_override",
     "reset_override",
     "write_override",
@@ -87,8 +99,34 @@ def checked_override(rate: object, burst: object, ttl: object) -> Override:
     )
 
 
-def _code(client: Any, name: str) -> dict[str, str]:
-    return {_text(k): _text(v) for k, v in client.hgetall(code_key(name)).items()}
+class UnchangeableLimit(ValueError):
+    """A change at run time asked of a limiter that would never read it."""
+
+
+#: What each form that keeps the code's values is, for the refusal.
+_UNCHANGEABLE = {
+    "adaptive": "an adaptive limiter (its rate is learned from the provider's answers)",
+    "composite": "a composite's members",
+    "priorities": "a budget with priorities (low_share: two lanes)",
+    "concurrency": "a ConcurrencyLimit (slots held, not a rate)",
+}
+
+
+def _refusal(name: str, roots: Roots) -> UnchangeableLimit | None:
+    kept = forms(roots)
+    if not kept:
+        return None
+    what = " and ".join(_UNCHANGEABLE[form] for form in kept)
+    parts = members(roots)
+    listed = f" ({', '.join(parts)})" if parts else ""
+    return UnchangeableLimit(
+        f"limiter {name!r} is {what}{listed}, which keeps the code's values: only a single TokenBucket, "
+        f"LeakyBucket or SlidingWindow reads a change at run time; nothing was changed"
+    )
+
+
+def _code_of(raw: Mapping[Any, Any]) -> dict[str, str]:
+    return {_text(k): _text(v) for k, v in raw.items()}
 
 
 def _server_now(client: Any) -> float:
@@ -97,7 +135,12 @@ def _server_now(client: Any) -> float:
 
 
 def _configure(client: Any, name: str, change: Override | None, now: float | None) -> None:
-    code = _code(client, name)
+    found, (raw,) = probe(client, [name], [("hgetall", (code_key(name),))])
+    if change is not None:
+        refused = _refusal(name, found[name])
+        if refused is not None:
+            raise refused
+    code = _code_of(raw)
     kind = code.get("kind")
     rate = "" if change is None or change.rate is None else repr(change.rate)
     burst = "" if change is None or change.burst is None else repr(change.burst)
@@ -107,10 +150,9 @@ def _configure(client: Any, name: str, change: Override | None, now: float | Non
             f"burst={change.burst!r}: limiter {name!r} is a {kind}, which has no burst apart from its limit "
             f"(set its rate: the limit becomes rate x window)"
         )
-    if kind in ALGORITHMS:
+    if kind is not None and _single(code) == kind:
         # The limiter's own script: it moves the saved state to the new limit in the
         # same step (a bucket's backlog keeps its tokens, see `switch` in _single.lua).
-        assert kind is not None
         args = [
             "configure",
             "" if now is None else repr(now),
@@ -118,7 +160,7 @@ def _configure(client: Any, name: str, change: Override | None, now: float | Non
             burst,
             code["p1"],
             code["p2"],
-            code["slack"],
+            code.get("slack", "0"),
             "0",
             ttl,
         ]
@@ -126,7 +168,8 @@ def _configure(client: Any, name: str, change: Override | None, now: float | Non
         state = key_for(name, kind, injected=now is not None)
         single_script(kind)(client, [state, config_key(name)], args)
         return
-    # No process has decided yet: no state to move, and no script known to write it.
+    # No process has decided yet (or what the code says is garbled): no state to move,
+    # and no script known to write it.
     key = config_key(name)
     pipe = client.pipeline(transaction=True)
     pipe.delete(key)
@@ -141,7 +184,9 @@ def _configure(client: Any, name: str, change: Override | None, now: float | Non
 
 def write_override(client: Any, name: str, change: Override, now: float | None = None) -> None:
     """Store ``change`` for limiter ``name``: it replaces any earlier change whole.
-    ``now``: a test clock's time, for limiters on test clocks; ``None``: the server's."""
+    ``now``: a test clock's time, for limiters on test clocks; ``None``: the server's.
+    :class:`UnchangeableLimit` if the name's keys say it is a limiter that would
+    never read it (a composite's members, adaptive, priorities, a ConcurrencyLimit)."""
     _configure(client, name, change, now)
 
 
@@ -167,14 +212,36 @@ def read_override(client: Any, name: str, now: float | None = None) -> Override 
     """The change in force for ``name`` (as the scripts read it), or ``None``; its
     ``ttl`` is what is left of it at ``now`` (``None``: the server's time)."""
     raw = client.hgetall(config_key(name))
+    return _override(raw, lambda: _server_now(client) if now is None else now)
+
+
+def _override(raw: Mapping[Any, Any], now: Callable[[], float]) -> Override | None:
     rate, burst = _number(raw, "rate"), _number(raw, "burst")
     if rate is None and burst is None:
         return None
     until = raw.get("until", raw.get(b"until"))
     if until is None:
         return Override(rate, burst)
-    left = float(until) - (_server_now(client) if now is None else now)
+    try:
+        left = float(until) - now()
+    except ValueError:
+        return Override(rate, burst)  # a garbled end: the scripts never end it either
     return None if left <= 0 else Override(rate, burst, left)
+
+
+@dataclass(frozen=True)
+class Slots:
+    """A ConcurrencyLimit's slots now."""
+
+    #: Slots held (leases not run out) and callers queued for one.
+    held: int
+    queued: int
+    #: The most holders at once, as the latest process to take or give back a slot
+    #: was built with; ``None``: not stored (a process of an older version).
+    most: int | None
+
+    def as_dict(self) -> dict[str, int | None]:
+        return {"held": self.held, "max": self.most, "queued": self.queued}
 
 
 @dataclass(frozen=True)
@@ -204,13 +271,25 @@ class Inspection:
     #: A breaker of this name: ``closed``, ``open`` or ``half-open``; ``None``: none.
     breaker: str | None = None
     breaker_opened_at: float | None = None
-    #: Other keys of this name (a composite's members, priority lanes).
+    #: Other state of this name: a composite's members (``0:token_bucket``, ...),
+    #: priority lanes (``hi:token_bucket``, ``lo:token_bucket``).
     other_keys: tuple[str, ...] = ()
     now: float | None = None
+    #: What the name is besides a single limiter: ``adaptive``, ``composite``,
+    #: ``priorities``, ``concurrency`` (``census.forms``); none of them reads a change.
+    forms: tuple[str, ...] = ()
+    #: A ConcurrencyLimit of this name: its slots now.
+    concurrency: Slots | None = None
 
     @property
     def known(self) -> bool:
-        return self.kind is not None or self.breaker is not None or bool(self.other_keys) or self.override is not None
+        return (
+            self.kind is not None
+            or self.breaker is not None
+            or bool(self.other_keys)
+            or self.override is not None
+            or bool(self.forms)
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -229,6 +308,8 @@ class Inspection:
             "breaker": self.breaker,
             "breaker_opened_at": self.breaker_opened_at,
             "other_keys": list(self.other_keys),
+            "forms": list(self.forms),
+            "concurrency": None if self.concurrency is None else self.concurrency.as_dict(),
             "now": self.now,
         }
 
@@ -241,74 +322,126 @@ PARAMETERS = {
     "sliding_window_counter": ("limit", "window"),
 }
 WINDOWS = ("sliding_window", "sliding_window_counter")
-_BREAKER_MODES = {0: "closed", 1: "open", 2: "half-open"}
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _other_keys(client: Any, name: str, known: set[str]) -> tuple[str, ...]:
-    prefix = key_for(name, "")
-    pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix) + "*"
-    found = {_text(key) for key in client.scan_iter(match=pattern, count=1000)}
-    # Not a test clock's keys, nor the counters of `top` (fleet.py).
-    return tuple(
-        sorted(k[len(prefix) :] for k in found - known if not k.startswith(prefix + "injected:") and ":top:" not in k)
-    )
+def _reads(name: str, roots: Roots, at: float) -> list[Call]:
+    """What ``inspect`` reads of one name, before asking its script."""
+    calls: list[Call] = [
+        ("hgetall", (code_key(name),)),
+        ("hgetall", (config_key(name),)),
+        ("hmget", (key_for(name, "breaker"), "mode", "opened_at")),
+    ]
+    if CONCURRENCY in roots:
+        # See lua/concurrency.lua: holders and places scored by when they run out.
+        holders = key_for(name, CONCURRENCY)
+        after = f"({at!r}"
+        calls += [
+            ("zcount", (holders, after, "+inf")),
+            ("zcount", (holders + ":expiry", after, "+inf")),
+            ("get", (holders + ":max",)),
+        ]
+    return calls
+
+
+def _peek_args(code: Mapping[str, str], now: float | None) -> list[str]:
+    return ["peek", "" if now is None else repr(now), "1", "", code["p1"], code["p2"], code.get("slack", "0")]
+
+
+def _single(code: Mapping[str, str]) -> str | None:
+    """The kind of a single limiter whose script can be asked, from what its code says."""
+    kind = code.get("kind")
+    numbers = [number(code.get("p1")), number(code.get("p2")), number(code.get("slack", "0"))]
+    return kind if kind in ALGORITHMS and None not in numbers else None
 
 
 def inspect(client: Any, name: str, now: float | None = None) -> Inspection:
     """What Redis holds of limiter ``name``: its configuration as the code set it and
-    as changed, what it could grant now, what is promised ahead, a pause, a breaker."""
-    code_raw = _code(client, name)
-    override = read_override(client, name, now)
-    mode, opened = client.hmget(key_for(name, "breaker"), "mode", "opened_at")
-    breaker = None if mode is None else _BREAKER_MODES.get(int(float(mode)), "unknown")
-    known = {code_key(name), config_key(name), key_for(name, "breaker")}
-    kind = code_raw.get("kind")
-    base = dict(
+    as changed, what it could grant now, what is promised ahead, a pause, a breaker,
+    a ConcurrencyLimit's slots."""
+    return inspect_many(client, [name], now)[0]
+
+
+def inspect_many(
+    client: Any, names: Sequence[str], now: float | None = None, found: Mapping[str, Roots] | None = None
+) -> list[Inspection]:
+    """:func:`inspect` of each of ``names`` in a few pipelines, whatever their number.
+    ``found``: each name's roots if known (``census.survey``); else they are probed."""
+    if found is None:
+        found = probe(client, names)[0]
+    at = _server_now(client) if now is None else now
+    roots = [found.get(name, frozenset()) for name in names]
+    reads = [_reads(name, each, at) for name, each in zip(names, roots, strict=True)]
+    replies = iter(pipelined(client, [call for calls in reads for call in calls]))
+    raw = [[next(replies) for _ in calls] for calls in reads]
+    codes = [_code_of(each[0]) for each in raw]
+    # Then every single limiter's own script, in one more pass: what it could grant.
+    kinds = [_single(code) for code in codes]
+    for kind in set(kinds) - {None}:
+        assert kind is not None
+        script = single_script(kind)
+        client.script_load(script.source)
+    peeks: list[Call] = []
+    for name, code, kind in zip(names, codes, kinds, strict=True):
+        if kind is not None:
+            keys = [key_for(name, kind), config_key(name)]
+            peeks.append(("evalsha", (single_script(kind).sha, len(keys), *keys, *_peek_args(code, now))))
+    peeked = iter(pipelined(client, peeks))
+    return [
+        _inspection(name, each_roots, each, code, kind, None if kind is None else next(peeked), at)
+        for name, each_roots, each, code, kind in zip(names, roots, raw, codes, kinds, strict=True)
+    ]
+
+
+def _inspection(
+    name: str, roots: Roots, raw: list[Any], code: Mapping[str, str], kind: str | None, reply: Any, at: float
+) -> Inspection:
+    _, config_raw, (mode, opened), *slots = raw
+    breaker = breaker_mode(mode)
+    concurrency = None
+    if slots:
+        held, queued, most = slots
+        stored = number(most)
+        concurrency = Slots(int(held), int(queued), None if stored is None else int(stored))
+    if kind is not None and reply is not None:
+        # The script's time: a test clock's when one was given.
+        at = float(_text(reply[-1]))
+    common: dict[str, Any] = dict(
         name=name,
-        override=override,
         breaker=breaker,
-        breaker_opened_at=None if opened is None or breaker != "open" else float(opened),
+        breaker_opened_at=None if breaker != "open" else number(opened),
+        override=_override(config_raw, lambda: at),
+        other_keys=members(roots),
+        forms=forms(roots),
+        concurrency=concurrency,
+        now=at,
     )
-    if kind not in ALGORITHMS:
-        return Inspection(**base, other_keys=_other_keys(client, name, known))  # type: ignore[arg-type]
-    assert kind is not None
+    if kind is None or reply is None:
+        # What the code says, if garbled (or of a kind this version does not know):
+        # its kind only, nothing the script could be asked.
+        return Inspection(**common, kind=code.get("kind"))
+    e1, e2, available, wait, latest, paused, _ = (_text(x) for x in reply)
     names = PARAMETERS[kind]
-    p1, p2, slack = float(code_raw["p1"]), float(code_raw["p2"]), float(code_raw.get("slack", 0.0))
-    state = key_for(name, kind)
-    known |= {state, state + ":holes", state + ":caps", state + ":meta"}
-    reply = single_script(kind)(
-        client,
-        [state, config_key(name)],
-        ["peek", "" if now is None else repr(now), "1", "", code_raw["p1"], code_raw["p2"], code_raw.get("slack", "0")],
-    )
-    e1, e2, available, wait, latest, paused, at = (_text(x) for x in reply)
     return Inspection(
-        **base,  # type: ignore[arg-type]
+        **common,
         kind=kind,
-        code=dict(zip(names, (p1, p2), strict=True)),
-        slack=slack,
-        shadow=code_raw.get("shadow") == "1",
+        code=dict(zip(names, (float(code["p1"]), float(code["p2"])), strict=True)),
+        slack=float(code.get("slack", 0.0)),
+        shadow=code.get("shadow") == "1",
         effective=dict(zip(names, (float(e1), float(e2)), strict=True)),
         available=float(available),
         wait_for_one=float(wait),
-        promised_ahead=max(0.0, float(latest) - float(at)),
-        paused_for=None if paused == "" else float(paused) - float(at),
-        other_keys=_other_keys(client, name, known),
-        now=float(at),
+        promised_ahead=max(0.0, float(latest) - at),
+        paused_for=None if paused == "" else float(paused) - at,
     )
 
 
-def known_names(client: Any) -> list[str]:
-    """Every name with something to inspect: a limiter that decided in the last day,
-    a change in force, or a breaker; sorted."""
-    names: set[str] = set()
-    for suffix in ("code", "config", "breaker"):
-        for key in client.scan_iter(match=f"ratelimit:{{*}}:{suffix}", count=1000):
-            name = name_of(_text(key))
-            if name is not None:
-                names.add(name)
-    return sorted(names)
+def inspect_all(client: Any, now: float | None = None) -> list[Inspection]:
+    """:func:`inspect` of every name with something to show (a limiter that decided
+    in the last day, a composite's or a ConcurrencyLimit's state, a change in force,
+    a breaker), sorted: one SCAN pass, then a few pipelines."""
+    found = survey(client)
+    return inspect_many(client, sorted(found), now, found)

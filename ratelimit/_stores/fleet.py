@@ -8,17 +8,23 @@ seconds, so they add up over every process of the fleet and vanish with the traf
 Grants a process takes from a lease (``lease=``) never reach the script: the lease's
 tokens are counted instead (``l``), when the script grants it. A composite (and an
 adaptive limiter, a group of two) is counted as one limiter of kind ``composite``, a
-budget with priorities as one of kind ``priorities`` (both lanes together).
+budget with priorities as one of kind ``priorities`` (both lanes together). A
+ConcurrencyLimit counts nothing per second: it is shown by its slots held and
+queued now, and its maximum (``lua/concurrency.lua`` keeps it beside the holders).
+
+All of it costs one SCAN pass over the keyspace and a few pipelines, however many
+limiters there are.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .batch import Call, pipelined
+from .census import CONCURRENCY, breaker_mode, number, split
 from .keys import code_key, key_for, name_of
 
 __all__ = ["WAIT_BOUNDS", "FleetRow", "fleet", "p99_wait"]
@@ -39,10 +45,11 @@ class FleetRow:
     kind: str
     #: A shadow limiter's counts are what it would have done (see ``shadow=True``).
     shadow: bool
-    #: Requests granted and refused per second, leased tokens per second.
-    grants_per_sec: float
-    refusals_per_sec: float
-    leased_per_sec: float
+    #: Requests granted and refused per second, leased tokens per second (``None``
+    #: for a ConcurrencyLimit, which counts no rate).
+    grants_per_sec: float | None
+    refusals_per_sec: float | None
+    leased_per_sec: float | None
     #: The 99th percentile of the waits granted, as the bound of its histogram bucket
     #: (``inf``: longer than the last bound); ``None``: no grant in the window.
     p99_wait: float | None
@@ -52,8 +59,13 @@ class FleetRow:
     paused_for: float | None
     #: A breaker of the same name: ``closed``, ``open``, ``half-open``; ``None``: none.
     breaker: str | None
-    #: Seconds since its latest second of activity.
-    idle: float
+    #: Seconds since its latest second of activity (``None``: a ConcurrencyLimit).
+    idle: float | None
+    #: A ConcurrencyLimit's slots held now, callers queued, and its maximum as its
+    #: latest process was built with (``None``: not one, or not stored).
+    held: int | None = None
+    queued: int | None = None
+    most: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +80,7 @@ class FleetRow:
             "paused_for": self.paused_for,
             "breaker": self.breaker,
             "idle_seconds": self.idle,
+            "in_flight": None if self.held is None else {"held": self.held, "max": self.most, "queued": self.queued},
         }
 
 
@@ -91,52 +104,65 @@ def _text(value: Any) -> str:
 
 def _parse(key: str) -> tuple[str, str, int] | None:
     """(name, kind, second) of a counters key, or ``None`` for another key."""
-    name = name_of(key)
-    head, sep, second = key.rpartition(":top:")
-    if name is None or not sep or not second.isdigit():
+    name, parts = name_of(key), split(key)
+    if name is None or parts is None:
         return None
-    kind = head.rpartition(":")[2]
-    if ":injected:" in head:
-        return None  # a limiter on a test clock: its seconds are not the server's
-    return name, kind, int(second)
-
-
-_BREAKER_MODES = {0: "closed", 1: "open", 2: "half-open"}
+    # What follows the name's tag: the name itself may hold ":top:" or ":injected:".
+    head, sep, second = parts[1].rpartition(":top:")
+    if not sep or not second.isdigit() or head.startswith("injected:"):
+        return None  # not counters, or a limiter on a test clock (its seconds are not the server's)
+    return name, head.rpartition(":")[2], int(second)
 
 
 def fleet(client: Any, window: float = 5.0, now: float | None = None) -> list[FleetRow]:
     """Every limiter active in the last minute, busiest first: its rates over the last
-    ``window`` whole seconds, and its pauses over the minute."""
+    ``window`` whole seconds, and its pauses over the minute; then every
+    ConcurrencyLimit with a slot held or a lease not yet run out, fullest first.
+    One SCAN pass (on a Cluster, one per master), then pipelines for all of them."""
     if now is None:
         seconds, micros = client.time()
         now = float(seconds) + float(micros) / 1e6
     current = math.floor(now)
     keys: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
-    for raw in client.scan_iter(match="ratelimit:*:top:*", count=1000):
+    slots: list[str] = []
+    for raw in client.scan_iter(match="ratelimit:{*", count=1000):
         key = _text(raw)
         parsed = _parse(key)
         if parsed is not None and parsed[2] > current - ACTIVE_SECONDS:
             keys[parsed[:2]].append((parsed[2], key))
-    if not keys:
-        return []
+        elif (parts := split(key)) is not None and parts[1] == CONCURRENCY:
+            name = name_of(key)
+            if name is not None:
+                slots.append(name)
     span = max(1, round(window))
-    rows = []
-    for (name, kind), found in keys.items():
-        rows.append(_row(client, name, kind, found, current, span, now))
-    return sorted(rows, key=lambda row: (-row.grants_per_sec, row.name))
+    groups = [(name, kind, sorted(found)) for (name, kind), found in keys.items()]
+    reads = [_reads(name, kind, found) for name, kind, found in groups]
+    reads += [_slot_reads(name, now) for name in slots]
+    replies = iter(pipelined(client, [call for calls in reads for call in calls]))
+    answers = [[next(replies) for _ in calls] for calls in reads]
+    rows = [
+        _row(name, kind, found, answer, current, span, now)
+        for (name, kind, found), answer in zip(groups, answers, strict=False)
+    ]
+    rows.sort(key=lambda row: (-(row.grants_per_sec or 0.0), row.name))
+    held = [_slot_row(name, answer) for name, answer in zip(slots, answers[len(groups) :], strict=True)]
+    held.sort(key=lambda row: (-(row.held or 0), row.name))
+    return rows + held
 
 
-def _row(client: Any, name: str, kind: str, found: Iterable[tuple[int, str]], current: int, span: int,
+def _reads(name: str, kind: str, found: list[tuple[int, str]]) -> list[Call]:
+    calls: list[Call] = [("hgetall", (key,)) for _, key in found]
+    return [
+        *calls,
+        ("zscore", (key_for(name, kind) + ":holes", "pause")),
+        ("hget", (key_for(name, "breaker"), "mode")),
+        ("hget", (code_key(name), "shadow")),
+    ]
+
+
+def _row(name: str, kind: str, found: list[tuple[int, str]], answer: list[Any], current: int, span: int,
          now: float) -> FleetRow:  # fmt: skip
-    found = sorted(found)
-    pipe = client.pipeline(transaction=False)
-    for _, key in found:
-        pipe.hgetall(key)
-    state = key_for(name, kind)
-    pipe.zscore(state + ":holes", "pause")
-    pipe.hget(key_for(name, "breaker"), "mode")
-    pipe.hget(code_key(name), "shadow")
-    *hashes, paused, mode, shadow = pipe.execute()
+    *hashes, paused, mode, shadow = answer
     granted = refused = leased = 0.0
     pauses = 0
     buckets: dict[int, float] = defaultdict(float)
@@ -164,6 +190,38 @@ def _row(client: Any, name: str, kind: str, found: Iterable[tuple[int, str]], cu
         p99_wait=p99_wait(buckets),
         pauses=pauses,
         paused_for=None if until is None or until <= now else until - now,
-        breaker=None if mode is None else _BREAKER_MODES.get(int(float(mode)), "unknown"),
+        breaker=breaker_mode(mode),
         idle=max(0.0, now - (found[-1][0] + 1)),
+    )
+
+
+def _slot_reads(name: str, now: float) -> list[Call]:
+    # See lua/concurrency.lua: holders and places scored by when they run out.
+    holders = key_for(name, CONCURRENCY)
+    after = f"({now!r}"
+    return [
+        ("zcount", (holders, after, "+inf")),
+        ("zcount", (holders + ":expiry", after, "+inf")),
+        ("get", (holders + ":max",)),
+        ("hget", (key_for(name, "breaker"), "mode")),
+    ]
+
+
+def _slot_row(name: str, answer: list[Any]) -> FleetRow:
+    held, queued, most, mode = answer
+    return FleetRow(
+        name=name,
+        kind=CONCURRENCY,
+        shadow=False,
+        grants_per_sec=None,
+        refusals_per_sec=None,
+        leased_per_sec=None,
+        p99_wait=None,
+        pauses=0,
+        paused_for=None,
+        breaker=breaker_mode(mode),
+        idle=None,
+        held=int(held),
+        queued=int(queued),
+        most=None if (stored := number(most)) is None else int(stored),
     )

@@ -781,8 +781,10 @@ class RedisBackend:
         ``timedelta``) after which the change ends by itself. A new change replaces
         the last one whole. Bad values raise ``ValueError`` and change nothing.
 
-        Only single limiters follow it: not a ``Composite``'s members, nor a limiter
-        with ``low_share``. ``ratelimit set`` is the same from a shell.
+        Only single limiters follow it. A name whose keys say it is a ``Composite``'s,
+        an ``adaptive=`` limiter, a limiter with ``low_share`` or a
+        ``ConcurrencyLimit`` raises ``UnchangeableLimit`` (a ``ValueError``) saying
+        so, and nothing is stored. ``ratelimit set`` is the same from a shell.
         """
         change = checked_override(rate, burst, ttl)
         _validate.name(name, self, shared=True)
