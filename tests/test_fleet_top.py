@@ -202,3 +202,36 @@ def test_composites_and_priorities_are_counted_as_one_limiter_each(redis_client:
     assert rows[name + "-p"].grants_per_sec == pytest.approx(1.0)
     assert rows[name + "-p"].pauses == 1
     backend.close()
+
+
+def test_reservations_withdrawn_are_not_counted_as_grants(redis_client: redis.Redis) -> None:
+    """``asyncio.wait_for`` timeouts give their reservations back: those requests never
+    went, and ``top`` must not show them as grants (it showed 12 times what went)."""
+    import asyncio
+
+    name = unique_name("withdrawn")
+    backend = RedisBackend(redis.Redis.from_url(REDIS_URL), coalesce=False)
+    limiter = TokenBucket(1, 2, backend=backend, name=name)
+
+    async def main() -> int:
+        async def one() -> bool:
+            try:
+                await asyncio.wait_for(limiter.acquire_async(), 0.05)
+            except TimeoutError:
+                return False
+            return True
+
+        went = await asyncio.gather(*(one() for _ in range(40)))
+        return sum(went)
+
+    went = asyncio.run(main())
+    base = key_for(name, "token_bucket")
+    keys = [key.decode() for key in redis_client.scan_iter(match=f"{base}:top:*")]
+    granted = sum(v for key in keys for f, v in fields(redis_client, key).items() if f.startswith("w"))
+    withdrawn = sum(fields(redis_client, key).get("c", 0.0) for key in keys)
+    assert granted == 40  # each was promised a time
+    assert granted - withdrawn == went  # and all but those that went were given back
+    rows = [row for row in fleet(redis_client, window=5, now=server_now(redis_client) + 1.0) if row.name == name]
+    assert rows[0].grants_per_sec == pytest.approx(went / 5)
+    assert rows[0].withdrawn_per_sec == pytest.approx(withdrawn / 5)
+    backend.close()

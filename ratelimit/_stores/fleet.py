@@ -46,7 +46,8 @@ class FleetRow:
     #: A shadow limiter's counts are what it would have done (see ``shadow=True``).
     shadow: bool
     #: Requests granted and refused per second, leased tokens per second (``None``
-    #: for a ConcurrencyLimit, which counts no rate).
+    #: for a ConcurrencyLimit, which counts no rate). Grants are those that went:
+    #: reservations withdrawn before they were due are counted apart.
     grants_per_sec: float | None
     refusals_per_sec: float | None
     leased_per_sec: float | None
@@ -66,6 +67,8 @@ class FleetRow:
     held: int | None = None
     queued: int | None = None
     most: int | None = None
+    #: Reservations withdrawn before they were due, per second (a timeout, a cancel).
+    withdrawn_per_sec: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +78,7 @@ class FleetRow:
             "grants_per_sec": self.grants_per_sec,
             "refusals_per_sec": self.refusals_per_sec,
             "leased_per_sec": self.leased_per_sec,
+            "withdrawn_per_sec": self.withdrawn_per_sec,
             "p99_wait": None if self.p99_wait is None else (self.p99_wait if math.isfinite(self.p99_wait) else "inf"),
             "pauses_last_minute": self.pauses,
             "paused_for": self.paused_for,
@@ -163,7 +167,7 @@ def _reads(name: str, kind: str, found: list[tuple[int, str]]) -> list[Call]:
 def _row(name: str, kind: str, found: list[tuple[int, str]], answer: list[Any], current: int, span: int,
          now: float) -> FleetRow:  # fmt: skip
     *hashes, paused, mode, shadow = answer
-    granted = refused = leased = 0.0
+    granted = refused = leased = withdrawn = 0.0
     pauses = 0
     buckets: dict[int, float] = defaultdict(float)
     # The last `span` whole seconds: the current one is still filling.
@@ -175,6 +179,7 @@ def _row(name: str, kind: str, found: list[tuple[int, str]], answer: list[Any], 
             continue
         refused += values.get("r", 0.0)
         leased += values.get("l", 0.0)
+        withdrawn += values.get("c", 0.0)
         for field, count in values.items():
             if field.startswith("w") and field[1:].isdigit():
                 buckets[int(field[1:])] += count
@@ -184,7 +189,10 @@ def _row(name: str, kind: str, found: list[tuple[int, str]], answer: list[Any], 
         name=name,
         kind=kind,
         shadow=shadow is not None and _text(shadow) == "1",
-        grants_per_sec=granted / span,
+        # A reservation withdrawn before it was due (a timeout, a cancelled task) was
+        # counted when granted; it never went. (Its wait stays in the histogram.)
+        grants_per_sec=max(granted - withdrawn, 0.0) / span,
+        withdrawn_per_sec=withdrawn / span,
         refusals_per_sec=refused / span,
         leased_per_sec=leased / span,
         p99_wait=p99_wait(buckets),
