@@ -40,16 +40,23 @@ local function hole_tokens(member)
   return out
 end
 
-local function hole_member(at, tokens)
+-- A late hole (see Hole in holes.py) is written with an 'L' before its time.
+local function hole_member(at, tokens, late)
   local parts = {}
   for i, n in ipairs(tokens) do parts[i] = fmt(n) end
-  return fmt(at) .. '|' .. table.concat(parts, ',')
+  local member = fmt(at) .. '|' .. table.concat(parts, ',')
+  if late then return 'L' .. member end
+  return member
 end
 
--- See Algorithm.room: the tokens of a hole left for time `at` that a grant at t may
--- take; an algorithm without `room` of its own only at the hole's time.
-local function hole_room(m, at, tokens, t)
-  if m.alg.room then return m.alg.room(m.self, at, tokens, t) end
+local function is_late(member)
+  return string.sub(member, 1, 1) == 'L'
+end
+
+-- See _room in holes.py: the tokens of a hole left for time `at` that a grant at t
+-- may take; past its time only a late hole's, of an algorithm with `room`.
+local function hole_room(m, at, tokens, t, late)
+  if late and m.alg.room then return m.alg.room(m.self, at, tokens, t) end
   if t <= at + EPSILON then return tokens end
   return 0.0
 end
@@ -57,14 +64,14 @@ end
 -- See _when in holes.py: when a request could take the hole (its time, or now if
 -- that is past), each member finding its tokens in the hole's room or granting them
 -- by itself by then, at least one from the hole; nil if it cannot.
-local function hole_when(members, plans, now, at, have)
+local function hole_when(members, plans, now, at, have, late)
   -- A hole of another shape belongs to another composite of the same name.
   if #have ~= #members then return nil end
   local t = now
   if at > now then t = at end
   local taken = false
   for i, m in ipairs(members) do
-    if m.tokens <= hole_room(m, at, have[i], t) + EPSILON then
+    if m.tokens <= hole_room(m, at, have[i], t, late) + EPSILON then
       if m.tokens > 0 then taken = true end
     elseif plans[i][1] - now > EPSILON or plans[i][2] > t + EPSILON then
       return nil
@@ -74,20 +81,42 @@ local function hole_when(members, plans, now, at, have)
   return nil
 end
 
-local function add_hole(holes, now, at, tokens)
-  local near = redis.call('ZRANGEBYSCORE', holes, fmt(at - EPSILON), fmt(at + EPSILON), 'WITHSCORES', 'LIMIT', 0, 2)
-  if near[1] == 'pause' then table.remove(near, 1); table.remove(near, 1) end
-  if #near > 0 then
-    local have = hole_tokens(near[1])
-    local hole_at = tonumber(near[2])
-    for i = 1, #tokens do have[i] = have[i] + tokens[i] end
-    redis.call('ZREM', holes, near[1])
-    redis.call('ZADD', holes, fmt(hole_at), hole_member(hole_at, have))
-  else
-    redis.call('ZADD', holes, fmt(at), hole_member(at, tokens))
+-- See _add in holes.py: withdrawals of one moment make one hole; a late hole is
+-- never merged.
+local function add_hole(holes, now, at, tokens, late)
+  local near = {}
+  if not late then
+    near = redis.call('ZRANGEBYSCORE', holes, fmt(at - EPSILON), fmt(at + EPSILON), 'WITHSCORES', 'LIMIT', 0, 4)
   end
+  local merged = false
+  for k = 1, #near, 2 do
+    if not merged and near[k] ~= 'pause' and not is_late(near[k]) then
+      local have = hole_tokens(near[k])
+      local hole_at = tonumber(near[k + 1])
+      for i = 1, #tokens do have[i] = have[i] + tokens[i] end
+      redis.call('ZREM', holes, near[k])
+      redis.call('ZADD', holes, fmt(hole_at), hole_member(hole_at, have, false))
+      merged = true
+    end
+  end
+  if not merged then redis.call('ZADD', holes, fmt(at), hole_member(at, tokens, late)) end
   local last = redis.call('ZRANGE', holes, -1, -1, 'WITHSCORES')
   expire_after(holes, tonumber(last[2]) - now)
+end
+
+-- See _piece_end in holes.py: where a piece taken from the left of a hole's room ends,
+-- less the tolerance.
+local function piece_end(m, at, room, tokens)
+  return at - (room - tokens) / m.self.rate
+end
+
+-- See GrantTime in holes.py: a grant taken from holes is named by its pieces,
+-- "P<member>:<at>:<tokens>;..." ('' for none).
+local function pieces_mask(pieces)
+  if #pieces == 0 then return '' end
+  local parts = {}
+  for k, p in ipairs(pieces) do parts[k] = p[1] .. ':' .. fmt(p[2]) .. ':' .. fmt(p[3]) end
+  return 'P' .. table.concat(parts, ';')
 end
 
 -- See _take in holes.py: grant the members' tokens at t, from the hole where it holds
@@ -96,13 +125,17 @@ end
 local function take_hole(members, holes, now, hole, t)
   redis.call('ZREM', holes, hole.member)
   local rest, where, agree = {}, nil, true
+  local pieces = {}
   for i, m in ipairs(members) do
-    local room = hole_room(m, hole.at, hole.have[i], t)
+    local room = hole_room(m, hole.at, hole.have[i], t, hole.late)
     local left, place
     if m.tokens <= room + EPSILON then
       left = 0.0
       if room > m.tokens then left = room - m.tokens end
       place = m.alg.next_free(m.self, hole.at, m.tokens)
+      if hole.late and m.alg.room and m.tokens > 0 then
+        pieces[#pieces + 1] = {i, piece_end(m, hole.at, room, m.tokens), m.tokens}
+      end
     else
       m.state = m.alg.commit(m.self, m.state, now, m.tokens, t)
       left, place = room, hole.at
@@ -112,7 +145,8 @@ local function take_hole(members, holes, now, hole, t)
       if where == nil then where = place elseif place ~= where then agree = false end
     end
   end
-  if where ~= nil and agree then add_hole(holes, now, where, rest) end
+  if where ~= nil and agree then add_hole(holes, now, where, rest, hole.late) end
+  return pieces
 end
 
 -- See _latest in holes.py: the limit that set the latest grant knows it exactly.
@@ -148,8 +182,9 @@ local function drop_spent(members, holes, now, found)
     if at >= now - EPSILON then break end
     if found[i] ~= 'pause' then
       local have, keep = hole_tokens(found[i]), false
+      local late = is_late(found[i]) and #have == #members
       for j, m in ipairs(members) do
-        if have[j] and hole_room(m, at, have[j], now) > EPSILON then keep = true end
+        if late and hole_room(m, at, have[j], now, true) > EPSILON then keep = true end
       end
       if not keep then
         redis.call('ZREM', holes, found[i])
@@ -172,7 +207,9 @@ local function due_holes(members, now, found)
       local at = tonumber(found[i + 1])
       if at > now + EPSILON then break end
       local have = hole_tokens(found[i])
-      if #have == #members then due[#due + 1] = {member = found[i], at = at, have = have} end
+      if #have == #members then
+        due[#due + 1] = {member = found[i], at = at, have = have, late = is_late(found[i])}
+      end
     end
   end
   return due
@@ -180,7 +217,7 @@ end
 
 local function due_room(m, j, due, now)
   local sum = 0
-  for _, h in ipairs(due) do sum = sum + hole_room(m, h.at, h.have[j], now) end
+  for _, h in ipairs(due) do sum = sum + hole_room(m, h.at, h.have[j], now, h.late) end
   return sum
 end
 
@@ -204,7 +241,7 @@ end
 -- See _take_pooled in holes.py: the earliest holes' room first, the rest of each kept,
 -- cut to what is ahead.
 local function take_pooled(members, holes, now, due)
-  local need = {}
+  local need, pieces = {}, {}
   for j, m in ipairs(members) do
     need[j] = 0.0
     if m.tokens > 0 then
@@ -218,17 +255,19 @@ local function take_pooled(members, holes, now, due)
   for _, h in ipairs(due) do
     local rest, left_any = {}, false
     for j, m in ipairs(members) do
-      local room = hole_room(m, h.at, h.have[j], now)
+      local room = hole_room(m, h.at, h.have[j], now, h.late)
       local take = room
       if need[j] < room then take = need[j] end
       need[j] = need[j] - take
+      if take > EPSILON and h.late then pieces[#pieces + 1] = {j, piece_end(m, h.at, room, take), take} end
       local left = room - take
       if left > EPSILON then left_any = true else left = 0.0 end
       rest[j] = left
     end
     redis.call('ZREM', holes, h.member)
-    if left_any then redis.call('ZADD', holes, fmt(h.at), hole_member(h.at, rest)) end
+    if left_any then redis.call('ZADD', holes, fmt(h.at), hole_member(h.at, rest, h.late)) end
   end
+  return pieces
 end
 
 -- See plan in holes.py: the plan of the members with the earliest of the first
@@ -279,9 +318,10 @@ local function plan_members(members, holes, now)
       if scanned > HOLE_SCAN then break end
       local have = hole_tokens(found[i])
       local hole_at = tonumber(found[i + 1])
-      local t = hole_when(members, plans, now, hole_at, have)
+      local late = is_late(found[i])
+      local t = hole_when(members, plans, now, hole_at, have, late)
       if t ~= nil then
-        hole = {member = found[i], at = hole_at, have = have, t = t}
+        hole = {member = found[i], at = hole_at, have = have, t = t, late = late}
         break
       end
     end
@@ -321,12 +361,10 @@ local function settle_members(members, holes, now, admit_at, at, hole, max_wait)
   local wait = decide(admit_at, at, now, max_wait)
   if wait < 0 then return wait, false, '' end
   if hole ~= nil and hole.pooled then
-    take_pooled(members, holes, now, hole.pooled)
-    return wait, true, ''
+    return wait, true, pieces_mask(take_pooled(members, holes, now, hole.pooled))
   end
   if hole ~= nil then
-    take_hole(members, holes, now, hole, at)
-    return wait, true, ''
+    return wait, true, pieces_mask(take_hole(members, holes, now, hole, at))
   end
   commit_all(members, now, at)
   if wait > EPSILON then return wait, true, exact_mask(members, now + wait) end
@@ -386,32 +424,66 @@ local function forget_late(holes, now)
   end
 end
 
--- See _refund in holes.py: tokens of a grant whose time has come go back into the
--- states where nothing is reserved after it; otherwise an unnamed refund frees
--- nothing, and a named one (`exact`, a mask as exact_mask makes) leaves the end of
--- the grant's slot as a hole at its time in each member it names.
+-- See _named in holes.py: where a named grant's tokens sit, member by member, from
+-- its time and its name (a mask of '0'/'1', or the pieces "P<member>:<at>:<tokens>;...").
+local function named_pieces(members, at, exact)
+  local out = {}
+  for j = 1, #members do out[j] = {} end
+  if exact == nil or at == nil then return out end
+  if string.sub(exact, 1, 1) == 'P' then
+    for j, p, n in string.gmatch(string.sub(exact, 2), '(%d+):([^:;]+):([^:;]+)') do
+      local k = tonumber(j)
+      if out[k] then table.insert(out[k], {tonumber(p), tonumber(n)}) end
+    end
+    return out
+  end
+  for j = 1, #members do
+    if string.sub(exact, j, j) == '1' then table.insert(out[j], {at, math.huge}) end
+  end
+  return out
+end
+
+-- See _refund in holes.py: unnamed, tokens of a grant whose time has come go back into
+-- the states where nothing is reserved after it, and otherwise free nothing; named,
+-- a member rolls back what sits at the end of its line, and what sits elsewhere and
+-- is still ahead becomes a hole at its place.
 local function refund_members(members, holes, now, tokens, at, exact, paused)
   local when = at or now
   if now < paused then return end
+  local named = named_pieces(members, at, exact)
   local queued = #members > 1 and reserved_after(members, now, when)
-  local hole, any = {}, false
+  local freed, places = {}, {}
   local lowered = false
-  for i, m in ipairs(members) do
-    hole[i] = 0.0
-    local n = tokens[i]
+  for j, m in ipairs(members) do
+    local n = tokens[j]
     if n > 0 then
-      local refund = not queued
-      if exact and string.sub(exact, i, i) == '1' then
-        local latest = m.alg.latest(m.self, m.state)
-        if queued or (latest > now and when < latest - EPSILON) then
-          hole[i] = n
-          if hole_room(m, when, n, now) > EPSILON then any = true end
-          refund = false
-        else
-          refund = true
+      if #named[j] > 0 then
+        local pieces = named[j]
+        -- The latest pieces first: most of them is still ahead.
+        table.sort(pieces, function(a, b)
+          if a[1] ~= b[1] then return a[1] > b[1] end
+          return a[2] > b[2]
+        end)
+        local left = n
+        for _, piece in ipairs(pieces) do
+          local give = piece[2]
+          if left < give then give = left end
+          left = left - give
+          if give > EPSILON then
+            if m.alg.tail(m.self, m.state, give, piece[1]) then
+              m.state = m.alg.cancel(m.self, m.state, now, give, piece[1])
+            else
+              if freed[piece[1]] == nil then
+                local zeros = {}
+                for k = 1, #members do zeros[k] = 0.0 end
+                freed[piece[1]] = zeros
+                places[#places + 1] = piece[1]
+              end
+              freed[piece[1]][j] = freed[piece[1]][j] + give
+            end
+          end
         end
-      end
-      if refund then
+      elseif not queued then
         local before = m.state
         m.state = m.alg.refund(m.self, m.state, now, n, when)
         if m.alg.room and m.state ~= before then lowered = true end
@@ -419,15 +491,26 @@ local function refund_members(members, holes, now, tokens, at, exact, paused)
     end
   end
   if lowered then forget_late(holes, now) end
-  if any then
-    -- A grant named twice, or beside another hole of its moment, could free a slot
-    -- twice: only one hole a moment, made once.
-    local near = redis.call('ZRANGEBYSCORE', holes, fmt(when - EPSILON), fmt(when + EPSILON), 'LIMIT', 0, 2)
-    if #near == 0 or (#near == 1 and near[1] == 'pause') then
-      redis.call('ZADD', holes, fmt(when), hole_member(when, hole))
-      local last = redis.call('ZRANGE', holes, -1, -1, 'WITHSCORES')
-      expire_after(holes, tonumber(last[2]) - now)
+  table.sort(places)
+  local added = false
+  for _, place in ipairs(places) do
+    local hole, worth = freed[place], false
+    for j, m in ipairs(members) do
+      if hole[j] > 0 and hole_room(m, place, hole[j], now, true) > EPSILON then worth = true end
     end
+    if worth then
+      -- A grant named twice, or beside another hole of its moment, could free a slot
+      -- twice: only one hole a moment, made once.
+      local near = redis.call('ZRANGEBYSCORE', holes, fmt(place - EPSILON), fmt(place + EPSILON), 'LIMIT', 0, 2)
+      if #near == 0 or (#near == 1 and near[1] == 'pause') then
+        redis.call('ZADD', holes, fmt(place), hole_member(place, hole, true))
+        added = true
+      end
+    end
+  end
+  if added then
+    local last = redis.call('ZRANGE', holes, -1, -1, 'WITHSCORES')
+    expire_after(holes, tonumber(last[2]) - now)
   end
 end
 

@@ -89,7 +89,7 @@ def test_what_stays_granted_never_exceeds_the_limit(kind: str, ops: list[tuple[s
             now += a
         elif op == "reserve":
             weights = [min(a, alg.most) for alg in algs]
-            states, wait = reserve(algs, states, holes, now, weights, b)
+            states, wait, *_ = reserve(algs, states, holes, now, weights, b)
             if wait >= 0:
                 granted.append((now + wait, weights))
                 # Nothing new before a pause ends (a weight below one token may land up
@@ -131,7 +131,7 @@ def test_withdrawing_every_reservation_restores_the_state() -> None:
         holes = Holes()
         reservations = []
         for _ in range(60):
-            states, wait = reserve(algs, states, holes, 1_000.0, [1.0], 1e9)
+            states, wait, *_ = reserve(algs, states, holes, 1_000.0, [1.0], 1e9)
             reservations.append(1_000.0 + wait)
         withdrawn = reservations[5:]
         shuffle.shuffle(withdrawn)

@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratelimit import RedisBackend
-from ratelimit._algorithms.algorithm import EPSILON, Algorithm, charge_all
-from ratelimit._algorithms.holes import GrantTime, Holes, exact, forget_late, give_back, pause, reserve, void
+from ratelimit._algorithms.algorithm import Algorithm, charge_all
+from ratelimit._algorithms.holes import GrantTime, Holes, forget_late, give_back, pause, reserve, void
 from ratelimit._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime
 from ratelimit._algorithms.lanes import give_back as give_back_lane
 from ratelimit._algorithms.lanes import reserve as reserve_lane
@@ -134,8 +134,7 @@ def test_script_matches_pure_step(
                 pause(holes, now.value + seconds)
             handle.restrict(remaining, seconds)
         n = min(tokens, first)
-        states, wait = reserve([alg], states, holes, now.value, [n], max_wait)
-        name = _name([alg], states, now.value, wait)
+        states, wait, name = reserve([alg], states, holes, now.value, [n], max_wait)
         _same(handle.reserve(n, max_wait), (wait, name))
         if wait >= 0:
             pending.append((name, n))
@@ -156,15 +155,10 @@ def test_script_matches_pure_step(
             handle.refund(n, at)
 
 
-def _name(algs: list[Algorithm[Any]], states: list[Any], now: float, wait: float) -> float:
-    """What the stores name a grant by: only one that waited can be named."""
-    return exact(algs, states, now + wait) if wait > EPSILON else now + wait
-
-
 def _same(got: tuple[float, float], want: tuple[float, float]) -> None:
-    """Equal decisions, and the grant named alike (``GrantTime.exact``)."""
+    """Equal decisions, and the grant named alike (``GrantTime``)."""
     assert got == want
-    assert getattr(got[1], "exact", None) == getattr(want[1], "exact", None), (got[1], want[1])
+    assert repr(got[1]) == repr(want[1]), (got[1], want[1])
 
 
 def _given_back(back: str, pending: list[tuple[float, float]], now: float) -> tuple[float, Any] | None:
@@ -206,8 +200,7 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
                 pause(holes, now.value + seconds)
             handle.restrict(left, seconds)
         weights = _weights(algs, tokens, zeros)
-        states, wait = reserve(algs, states, holes, now.value, weights, max_wait)
-        granted = _name(algs, states, now.value, wait)
+        states, wait, granted = reserve(algs, states, holes, now.value, weights, max_wait)
         _same(handle.reserve(weights, max_wait), (wait, granted))
         if wait >= 0:
             pending.append((granted, weights))

@@ -71,9 +71,8 @@ def test_named_refunds_never_let_an_interval_exceed_capacity_plus_rate(members: 
     for dt, tokens, then, fraction in scenario:
         now += dt
         want = list(tokens[:members]) if any(tokens[:members]) else [1.0] * members
-        states, wait = reserve(algs, states, holes, now, want, math.inf)
+        states, wait, name = reserve(algs, states, holes, now, want, math.inf)
         assert wait >= 0
-        name = exact(algs, states, now + wait) if wait > EPSILON else now + wait
         grants.append({"at": now + wait, "name": name, "used": list(want)})
         if then == "settle":
             due = [g for g in grants if g["at"] <= now and any(u > 0 for u in g["used"])]
@@ -101,21 +100,21 @@ def test_a_named_refund_with_a_queue_behind_is_used_again() -> None:
     alg = Gcra(10.0, 1.0)
     holes = Holes()
     states: list[Any] = [alg.new_state()]
-    states, _ = reserve([alg], states, holes, 1_000.0, [10.0], math.inf)  # empties it
-    states, wait = reserve([alg], states, holes, 1_000.0, [4.0], math.inf)  # waits 4 s
+    states, _, *_ = reserve([alg], states, holes, 1_000.0, [10.0], math.inf)  # empties it
+    states, wait, *_ = reserve([alg], states, holes, 1_000.0, [4.0], math.inf)  # waits 4 s
     assert wait == 4.0
     name = exact([alg], states, 1_004.0)
     assert isinstance(name, GrantTime)
     assert name.exact == (True,)
-    states, wait = reserve([alg], states, holes, 1_004.0, [6.0], math.inf)  # queued behind: 1010
+    states, wait, *_ = reserve([alg], states, holes, 1_004.0, [6.0], math.inf)  # queued behind: 1010
     assert wait == 6.0
     unnamed = give_back([alg], states, Holes(), 1_004.0, [3.0], 1_004.0)
     assert unnamed == states  # nothing given back: the bucket's refund is refused
     states = give_back([alg], states, holes, 1_004.0, [3.0], name)
-    assert holes.items == [[1_004.0, (3.0,)]]
-    states, wait = reserve([alg], states, holes, 1_004.0, [3.0], 0.0)
+    assert holes.items == [[1_004.0, (3.0,), True]]  # a late hole: good past its time
+    states, wait, *_ = reserve([alg], states, holes, 1_004.0, [3.0], 0.0)
     assert wait == 0.0  # from the hole, now
-    states, wait = reserve([alg], states, holes, 1_004.0, [1.0], 0.0)
+    states, wait, *_ = reserve([alg], states, holes, 1_004.0, [1.0], 0.0)
     assert wait < 0
 
 
@@ -138,11 +137,11 @@ def test_a_grant_from_a_hole_is_never_named() -> None:
     alg = Gcra(2.0, 1.0)
     holes = Holes()
     states: list[Any] = [alg.new_state()]
-    states, _ = reserve([alg], states, holes, 0.0, [2.0], math.inf)
-    states, _ = reserve([alg], states, holes, 0.0, [1.0], math.inf)  # at 1
-    states, _ = reserve([alg], states, holes, 0.0, [1.0], math.inf)  # at 2
+    states, _, *_ = reserve([alg], states, holes, 0.0, [2.0], math.inf)
+    states, _, *_ = reserve([alg], states, holes, 0.0, [1.0], math.inf)  # at 1
+    states, _, *_ = reserve([alg], states, holes, 0.0, [1.0], math.inf)  # at 2
     states = give_back([alg], states, holes, 0.0, [1.0], 1.0)  # a hole at 1
-    states, wait = reserve([alg], states, holes, 0.0, [1.0], math.inf)
+    states, wait, *_ = reserve([alg], states, holes, 0.0, [1.0], math.inf)
     assert wait == 1.0  # the hole
     assert not isinstance(exact([alg], states, 1.0), GrantTime)
 
@@ -305,4 +304,4 @@ def test_the_bound_holds_for_many_callers_settling_through_the_store(make: Calla
             _in(callers[i], bucket.settle, 8, actual)
     _assert_bound(sent, 40, 10)
     used = sum(actual for _, actual in sent)
-    assert used >= 0.55 * (40 + 10 * 60), used
+    assert used >= 0.8 * (40 + 10 * 60), used

@@ -115,8 +115,8 @@ class Truth:
 
     def acquire(self, tokens: float, max_wait: float) -> None:
         before = self.state.copy()
-        holes = [(at, have[0]) for at, have in self.holes.items]
-        (self.state,), wait = reserve([self.alg], [self.state], self.holes, self.now, [tokens], max_wait)
+        holes = [(at, have[0]) for at, have, _ in self.holes.items]
+        (self.state,), wait, *_ = reserve([self.alg], [self.state], self.holes, self.now, [tokens], max_wait)
         self.decisions += 1
         if wait < 0:
             assert self.state == before
@@ -150,7 +150,7 @@ class Truth:
     def restrict(self, share: float, seconds: float) -> None:
         remaining = share * self.alg.limit
         until = self.now + seconds
-        open_holes = sum(have[0] for at, have in self.holes.items if at < until)
+        open_holes = sum(have[0] for at, have, _ in self.holes.items if at < until)
         self.state = self.alg.restrict(self.state, self.now, remaining, until)
         if remaining <= EPSILON:
             pause(self.holes, until)
@@ -489,7 +489,7 @@ def test_script_decides_as_the_pure_algorithm(
     for fraction, weight, max_wait, then in scenario:
         now.value += fraction * window
         tokens = weight * limit
-        states, wait = reserve([alg], states, holes, now.value, [tokens], max_wait * window)
+        states, wait, *_ = reserve([alg], states, holes, now.value, [tokens], max_wait * window)
         assert handle.reserve(tokens, max_wait * window) == (wait, now.value + wait)
         if wait >= 0:
             pending.append((now.value + wait, tokens))

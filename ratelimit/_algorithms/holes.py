@@ -49,7 +49,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .algorithm import EPSILON, Algorithm, commit_all, decide, latest_all
+from .algorithm import EPSILON, Algorithm, commit_all, decide, exact_room, latest_all
 
 __all__ = [
     "DUE",
@@ -57,6 +57,7 @@ __all__ = [
     "GrantTime",
     "Hole",
     "Holes",
+    "Piece",
     "Planned",
     "exact",
     "forget_late",
@@ -71,7 +72,11 @@ __all__ = [
 #: How many holes a request looks at, earliest first, for one it fits in.
 SCAN = 16
 
-#: ``[at, tokens]``: when the withdrawn grant was due, and its tokens per limit.
+#: ``[at, tokens, late]``: when the withdrawn grant was due, its tokens per limit, and
+#: whether they are the end of a slot that ends at ``at`` + tolerance, known exactly
+#: (a named refund's), so that what is ahead stays good past ``at`` (see
+#: ``Algorithm.room``). A withdrawal's hole is taken at its own time only: its grant's
+#: slot may sit elsewhere (a composite's limit that did not set the grant's time).
 Hole = list[Any]
 
 
@@ -89,14 +94,24 @@ class Holes:
         return f"Holes({self.items!r}, paused_until={self.paused_until!r})"
 
 
-def _add(holes: list[Hole], at: float, tokens: Sequence[float]) -> None:
+def _add(holes: list[Hole], at: float, tokens: Sequence[float], late: bool = False) -> None:
     # Two withdrawals for one moment are one hole (they were one grant's worth of
-    # budget at one time, whoever held it).
+    # budget at one time, whoever held it); a late hole is never merged (its room is a
+    # place in the slots, not only a moment).
     i = bisect.bisect_left(holes, at - EPSILON, key=lambda hole: hole[0])
-    if i < len(holes) and holes[i][0] <= at + EPSILON:
-        holes[i][1] = tuple(h + n for h, n in zip(holes[i][1], tokens, strict=True))
-    else:
-        holes.insert(i, [at, tuple(tokens)])
+    j = i
+    while j < len(holes) and holes[j][0] <= at + EPSILON:
+        if not late and not holes[j][2]:
+            holes[j][1] = tuple(h + n for h, n in zip(holes[j][1], tokens, strict=True))
+            return
+        j += 1
+    holes.insert(i, [at, tuple(tokens), late])
+
+
+def _room(alg: Algorithm[Any], hole: Hole, j: int, t: float) -> float:
+    """What limit ``j`` may take of ``hole`` at ``t``: past its time only a late one."""
+    at, have, late = hole
+    return alg.room(at, have[j], t) if late else exact_room(at, have[j], t)
 
 
 def void(holes: Holes) -> None:
@@ -119,23 +134,40 @@ def pause(holes: Holes, until: float) -> None:
         holes.paused_until = until
 
 
-class GrantTime(float):
-    """A grant's time that also says, limit by limit, whether the grant's slot is known
-    exactly (see the module docstring): ``exact[i]`` for a slotted limit the grant
-    waited its own turn in, not a hole's. A refund that passes it back names the grant.
-    It is the time, to anything that reads it."""
+#: Where a grant's tokens sit in one slotted limit: ``(limit, at, tokens)``, the
+#: tokens at the end of a slot that ends at ``at`` + that limit's tolerance.
+Piece = tuple[int, float, float]
 
-    __slots__ = ("exact",)
+
+class GrantTime(float):
+    """A grant's time that also says where its tokens sit, so that a refund that passes
+    it back names the grant (see the module docstring). ``exact[i]``: in slotted limit
+    ``i`` the grant waited its own turn and its slot ends at its time + tolerance.
+    ``pieces``: for a grant taken from holes, where each of its pieces ends. It is the
+    time, to anything that reads it."""
+
+    __slots__ = ("exact", "pieces")
 
     exact: tuple[bool, ...]
+    pieces: tuple[Piece, ...]
 
-    def __new__(cls, at: float, exact: tuple[bool, ...]) -> GrantTime:
+    def __new__(cls, at: float, exact: tuple[bool, ...], pieces: tuple[Piece, ...] = ()) -> GrantTime:
         self = super().__new__(cls, at)
         self.exact = exact
+        self.pieces = pieces
         return self
 
     def __repr__(self) -> str:
+        if self.pieces:
+            return f"GrantTime({float(self)!r}, pieces={self.pieces!r})"
         return f"GrantTime({float(self)!r}, {self.exact!r})"
+
+
+def _piece_end(alg: Algorithm[Any], at: float, room: float, tokens: float) -> float:
+    # Taken from the left of a hole's room (what is left of it stays at the end), the
+    # piece ends (room - tokens) / rate before the hole's slot does: named by that end
+    # less the tolerance, as a hole or a grant that waited is.
+    return at - (room - tokens) / alg.sustained_rate
 
 
 def exact(algs: Sequence[Algorithm[Any]], states: Sequence[Any], at: float) -> GrantTime | float:
@@ -150,13 +182,17 @@ def exact(algs: Sequence[Algorithm[Any]], states: Sequence[Any], at: float) -> G
 
 
 def _drop_spent(algs: Sequence[Algorithm[Any]], holes: list[Hole], now: float) -> None:
-    # Sorted by time: only the holes already past can be spent, and each may still
-    # hold room for a slotted limit.
+    # Sorted by time: only the holes already past can be spent, and a late one may
+    # still hold room for a slotted limit.
     cut = now - EPSILON
     i = 0
     while i < len(holes) and holes[i][0] < cut:
-        at, have = holes[i]
-        if any(alg.room(at, n, now) > EPSILON for alg, n in zip(algs, have, strict=False)):
+        hole = holes[i]
+        if (
+            hole[2]
+            and len(hole[1]) == len(algs)
+            and any(_room(alg, hole, j, now) > EPSILON for j, alg in enumerate(algs))
+        ):
             i += 1
         else:
             del holes[i]
@@ -172,13 +208,13 @@ def _when(
     """When a request could take ``hole``: at its time, or now if that is past; ``None``
     if it cannot. Each limit either finds its tokens in the hole's room then, or grants
     them by itself by then (its own plan); at least one must find them in the hole."""
-    at, have = hole
+    at, have, _ = hole
     if len(have) != len(tokens):
         return None  # a hole of another shape belongs to another composite of this name
     t = at if at > now else now
     taken = False
-    for alg, (admit, grant), n, h in zip(algs, plans, tokens, have, strict=True):
-        if n <= alg.room(at, h, t) + EPSILON:
+    for j, (alg, (admit, grant), n) in enumerate(zip(algs, plans, tokens, strict=True)):
+        if n <= _room(alg, hole, j, t) + EPSILON:
             taken = taken or n > 0
         elif admit - now > EPSILON or grant > t + EPSILON:
             return None
@@ -193,21 +229,26 @@ def _take(
     now: float,
     tokens: Sequence[float],
     t: float,
-) -> list[Any]:
+) -> tuple[list[Any], list[Piece]]:
     """Grant ``tokens`` at ``t`` from hole ``i`` (the limits it holds them for) and the
-    states (the rest); keep what is left of the hole where it still fits."""
-    at, have = holes.pop(i)
+    states (the rest); keep what is left of the hole where it still fits. Returns the
+    states and where the grant's tokens sit in the slotted limits."""
+    hole = holes.pop(i)
+    at, late = hole[0], hole[2]
     out = list(states)
     rest: list[float] = []
+    pieces: list[Piece] = []
     # In a queue the rest starts when this grant has left; where the limits of a
     # composite disagree on that, the rest is given up rather than misplaced.
     where = set()
-    for j, (alg, n, h) in enumerate(zip(algs, tokens, have, strict=True)):
-        room = alg.room(at, h, t)
+    for j, (alg, n) in enumerate(zip(algs, tokens, strict=True)):
+        room = _room(alg, hole, j, t)
         if n <= room + EPSILON:
             left = room - n if room > n else 0.0
             if left > EPSILON:
                 where.add(alg.next_free(at, n))
+            if late and alg.slotted and n > 0:
+                pieces.append((j, _piece_end(alg, at, room, n), n))
         else:
             out[j] = alg.commit(out[j], now, n, t)
             left = room
@@ -215,8 +256,8 @@ def _take(
                 where.add(at)
         rest.append(left)
     if len(where) == 1:
-        _add(holes, where.pop(), rest)
-    return out
+        _add(holes, where.pop(), rest, late)
+    return out, pieces
 
 
 #: A plan with holes: ``(admit_at, at, hole)``, ``hole`` the index of the hole the
@@ -261,7 +302,7 @@ def _pooled(
     for j, (alg, (admit, grant), n) in enumerate(zip(algs, plans, tokens, strict=True)):
         if not n > 0:
             continue
-        if alg.slotted and n <= sum(alg.room(at, have[j], now) for at, have in due) + EPSILON:
+        if alg.slotted and n <= sum(_room(alg, hole, j, now) for hole in due) + EPSILON:
             taken = True
         elif admit - now > EPSILON or grant > now + EPSILON:
             return False
@@ -270,30 +311,34 @@ def _pooled(
 
 def _take_pooled(
     algs: Sequence[Algorithm[Any]], states: Sequence[Any], items: list[Hole], now: float, tokens: Sequence[float]
-) -> list[Any]:
+) -> tuple[list[Any], list[Piece]]:
     """Grant ``tokens`` now as :func:`_pooled` found they may go: the earliest holes'
-    room first (it runs out first), the rest of each hole kept, cut to what is ahead."""
+    room first (it runs out first), the rest of each hole kept, cut to what is ahead.
+    Returns the states and where the grant's tokens sit (a piece per hole taken from)."""
     due = _due(items, now, len(algs))
     need = [0.0] * len(algs)
     out = list(states)
+    pieces: list[Piece] = []
     for j, (alg, n) in enumerate(zip(algs, tokens, strict=True)):
         if not n > 0:
             continue
-        if alg.slotted and n <= sum(alg.room(at, have[j], now) for at, have in due) + EPSILON:
+        if alg.slotted and n <= sum(_room(alg, hole, j, now) for hole in due) + EPSILON:
             need[j] = n
         else:
             out[j] = alg.commit(out[j], now, n, now)
     for hole in due:
-        at, have = hole
+        at, late = hole[0], hole[2]
         rest = []
         for j, alg in enumerate(algs):
-            room = alg.room(at, have[j], now)
+            room = _room(alg, hole, j, now)
             take = need[j] if need[j] < room else room
             need[j] -= take
+            if take > EPSILON and late:
+                pieces.append((j, _piece_end(alg, at, room, take), take))
             rest.append(room - take if room - take > EPSILON else 0.0)
         hole[1] = tuple(rest)
     items[:] = [hole for hole in items if any(n > EPSILON for n in hole[1])]
-    return out
+    return out, pieces
 
 
 def plan(
@@ -346,18 +391,22 @@ def settle(
     tokens: Sequence[float],
     planned: Planned,
     max_wait: float,
-) -> tuple[list[Any], float]:
-    """Decide the request :func:`plan` planned and, if granted, record it (in the hole
-    it takes, or in the states)."""
+) -> tuple[list[Any], float, float]:
+    """Decide the request :func:`plan` planned and, if granted, record it (in the holes
+    it takes, or in the states). Returns the states, the signed wait and the grant's
+    name for a refund (a :class:`GrantTime` where it is known where its tokens sit)."""
     admit_at, at, found = planned
     wait = decide(admit_at, at, now, max_wait)
     if wait < 0:
-        return list(states), wait
+        return list(states), wait, now + wait
+    if found is None:
+        states = commit_all(algs, states, now, tokens, at)
+        return states, wait, exact(algs, states, now + wait) if wait > EPSILON else now + wait
     if found == DUE:
-        return _take_pooled(algs, states, holes.items, now, tokens), wait
-    if found is not None:
-        return _take(algs, states, holes.items, found, now, tokens, at), wait
-    return commit_all(algs, states, now, tokens, at), wait
+        states, pieces = _take_pooled(algs, states, holes.items, now, tokens)
+    else:
+        states, pieces = _take(algs, states, holes.items, found, now, tokens, at)
+    return states, wait, GrantTime(now + wait, (), tuple(pieces)) if pieces else now + wait
 
 
 def reserve(
@@ -367,9 +416,9 @@ def reserve(
     now: float,
     tokens: Sequence[float],
     max_wait: float,
-) -> tuple[list[Any], float]:
-    """``step_all`` that first offers the request the earliest hole it fits in: :func:`plan`
-    then :func:`settle`."""
+) -> tuple[list[Any], float, float]:
+    """``step_all`` that first offers the request the holes it can take: :func:`plan`
+    then :func:`settle` (and so the grant's name too)."""
     return settle(algs, states, holes, now, tokens, plan(algs, states, holes, now, tokens), max_wait)
 
 
@@ -423,7 +472,7 @@ def give_back(
         return list(states)
     states = _cancel(algs, states, now, tokens, at)
     while items:
-        hole_at, left = items[-1]
+        hole_at, left, _ = items[-1]
         if hole_at < now - EPSILON:
             items.clear()  # sorted: every hole is past
             break
@@ -446,37 +495,67 @@ def _refund(
     tokens: Sequence[float],
     at: float | None,
 ) -> list[Any]:
-    """Give back tokens of a grant whose time has come. With nothing reserved after it
-    a limit takes them back into its state. Otherwise an unnamed refund frees nothing
-    (handing them to now could put a grant beside a reserved one), but a named one of
-    a slotted limit leaves the end of the grant's slot as a hole at its time."""
+    """Give back tokens of a grant whose time has come.
+
+    Unnamed, a limit takes them back into its state where nothing is reserved after
+    the grant, and otherwise frees nothing (handing them to now could put a grant
+    beside a reserved one). Named (a :class:`GrantTime`), a slotted limit knows where
+    they sit: at the end of its line, it rolls them back; elsewhere, what is still
+    ahead of them becomes a hole, whatever is queued behind.
+    """
     when = now if at is None else at
     if now < holes.paused_until:
         return list(states)
-    named = at.exact if isinstance(at, GrantTime) else ()
+    named = _named(at, len(algs))
     queued = len(algs) > 1 and _reserved_after(algs, states, now, when)
     out = list(states)
-    hole = [0.0] * len(algs)
+    freed: dict[float, list[float]] = {}
     lowered = False
-    for i, (alg, state, n) in enumerate(zip(algs, states, tokens, strict=True)):
+    for j, (alg, state, n) in enumerate(zip(algs, states, tokens, strict=True)):
         if not n > 0:
             continue
-        if i < len(named) and named[i]:
-            latest = alg.latest(state)
-            if queued or (latest > now and when < latest - EPSILON):
-                hole[i] = n
-                continue
-        elif queued:
+        if named[j]:
+            left = n
+            # The latest pieces first: most of them is still ahead.
+            for piece_at, held in sorted(named[j], reverse=True):
+                give = left if left < held else held
+                left -= give
+                if give <= EPSILON:
+                    continue
+                if alg.tail(out[j], give, piece_at):
+                    out[j] = alg.cancel(out[j], now, give, piece_at)
+                else:
+                    freed.setdefault(piece_at, [0.0] * len(algs))[j] += give
             continue
-        out[i] = alg.refund(state, now, n, when)
-        lowered = lowered or (alg.slotted and out[i] != state)
+        if queued:
+            continue
+        out[j] = alg.refund(state, now, n, when)
+        lowered = lowered or (alg.slotted and out[j] != state)
     if lowered:
         forget_late(holes, now)
-    if any(n > 0 and alg.room(when, n, now) > EPSILON for alg, n in zip(algs, hole, strict=True)):
-        items = holes.items
-        i = bisect.bisect_left(items, when - EPSILON, key=lambda item: item[0])
+    items = holes.items
+    for piece_at in sorted(freed):
+        hole = freed[piece_at]
+        if not any(n > 0 and alg.room(piece_at, n, now) > EPSILON for alg, n in zip(algs, hole, strict=True)):
+            continue
+        i = bisect.bisect_left(items, piece_at - EPSILON, key=lambda item: item[0])
         # A grant named twice, or beside another hole of its moment, could free a slot
         # twice: only one hole a moment, made once.
-        if i == len(items) or items[i][0] > when + EPSILON:
-            items.insert(i, [float(when), tuple(hole)])
+        if i == len(items) or items[i][0] > piece_at + EPSILON:
+            items.insert(i, [float(piece_at), tuple(hole), True])
+    return out
+
+
+def _named(at: float | None, width: int) -> list[list[tuple[float, float]]]:
+    """Where a named grant's tokens sit, limit by limit: ``(at, tokens)`` pieces (see
+    :data:`Piece`); an empty list where the grant is not named in that limit."""
+    out: list[list[tuple[float, float]]] = [[] for _ in range(width)]
+    if not isinstance(at, GrantTime):
+        return out
+    for j, piece_at, held in at.pieces:
+        if j < width:
+            out[j].append((piece_at, held))
+    for j, flag in enumerate(at.exact[:width]):
+        if flag:
+            out[j].append((float(at), math.inf))  # as much as the grant took
     return out

@@ -145,7 +145,7 @@ def _settle(
     lanes: Lanes, state: LaneState, lane: int, now: float, tokens: float, planned: _holes.Planned, max_wait: float
 ) -> tuple[float, int]:
     alg = lanes.high if lane == HIGH else lanes.low
-    states, wait = _holes.settle((alg,), (state.states[lane],), state.holes[lane], now, (tokens,), planned, max_wait)
+    states, wait, _ = _holes.settle((alg,), (state.states[lane],), state.holes[lane], now, (tokens,), planned, max_wait)
     state.states[lane] = states[0]
     return wait, lane
 

@@ -246,13 +246,16 @@ class MemoryHandle:
             # Read inside the lock, so that decisions see time in the order they run.
             now = self._now()
             if self._holes.items:
-                states, wait = _holes.reserve(self._algs, (slot.state,), self._holes, now, (tokens,), max_wait)
+                states, wait, name = _holes.reserve(self._algs, (slot.state,), self._holes, now, (tokens,), max_wait)
                 slot.state = states[0]
-            else:
-                slot.state, wait = self._step(slot.state, now, tokens, max_wait)
+                if self.tally is not None:
+                    self.tally.record(tokens, wait)
+                return wait, name
+            slot.state, wait = self._step(slot.state, now, tokens, max_wait)
             if self.tally is not None:
                 self.tally.record(tokens, wait)
-            # Only a grant that waited is named: the rest go at once, nothing to free.
+            # Only a grant that waited is named (holes.exact): one that went at once
+            # may sit anywhere in the slots still free.
             if wait > EPSILON and self._alg.slotted:
                 return wait, _holes.exact(self._algs, (slot.state,), now + wait)
         finally:
@@ -345,8 +348,9 @@ class MemoryGroupHandle:
             slots = self._slots
             states = [slot.state for slot in slots]
             holes = self._holes
+            name: float | None = None
             if holes.items:
-                states, wait = _holes.reserve(self._algs, states, holes, now, tokens, max_wait)
+                states, wait, name = _holes.reserve(self._algs, states, holes, now, tokens, max_wait)
             else:
                 states, wait = step_all(self._algs, states, now, tokens, max_wait)
             if wait >= 0:
@@ -354,6 +358,8 @@ class MemoryGroupHandle:
                     slot.state = state
             if self.tally is not None:
                 self.tally.record(weight(tokens), wait)
+            if name is not None:
+                return wait, name
             if wait > EPSILON:
                 return wait, _holes.exact(self._algs, states, now + wait)
         finally:

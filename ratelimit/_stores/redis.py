@@ -1069,9 +1069,18 @@ def _throttle(local: object, decided: float | None, at: float | None) -> None:
 
 
 def _named(at: bytes | str, mask: bytes | str) -> float:
-    # The script's name of a grant (see exact_mask in lua/_members.lua): '' for none.
-    flags = mask.decode() if isinstance(mask, bytes) else mask
-    return GrantTime(float(at), tuple(flag == "1" for flag in flags)) if flags else float(at)
+    # The script's name of a grant (see exact_mask and pieces_mask in lua/_members.lua):
+    # '' for none, a '0'/'1' per limit, or the pieces it was taken from.
+    text = mask.decode() if isinstance(mask, bytes) else mask
+    if not text:
+        return float(at)
+    if text.startswith("P"):
+        pieces = []
+        for piece in text[1:].split(";"):
+            j, piece_at, tokens = piece.split(":")
+            pieces.append((int(j) - 1, float(piece_at), float(tokens)))
+        return GrantTime(float(at), (), tuple(pieces))
+    return GrantTime(float(at), tuple(flag == "1" for flag in text))
 
 
 def _reply(reply: Sequence[bytes | str]) -> tuple[float, float]:
@@ -1087,7 +1096,10 @@ def _at(at: float | None) -> str:
     if at is None or math.isnan(at):
         return ""
     if isinstance(at, GrantTime):
-        # A refund that names its grant: the time and which limits' slots it ends.
+        # A refund that names its grant: the time, and where its tokens sit.
+        if at.pieces:
+            pieces = ";".join(f"{j + 1}:{_num(piece_at)}:{_num(tokens)}" for j, piece_at, tokens in at.pieces)
+            return f"{_num(at)} P{pieces}"
         return f"{_num(at)} {''.join('1' if flag else '0' for flag in at.exact)}"
     return _num(at)
 
