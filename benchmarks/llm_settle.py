@@ -56,10 +56,10 @@ def main() -> None:
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(args.threads)]
     began = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     span = time.monotonic() - began
     total = sum(n for _, n in used)
     budget = 2 * rate + rate * span
@@ -67,17 +67,17 @@ def main() -> None:
     most = 0.0
     j = 0
     inside = 0.0
-    for i, (t, n) in enumerate(times):
+    for t, n in times:
         inside += n
         while times[j][0] < t - 2.0:
             inside -= times[j][1]
             j += 1
         most = max(most, inside)
-        del i
+    allowed = 2 * rate + 2 * rate
     print(
         f"threads={args.threads} store={'redis' if backend else 'memory'}: "
         f"tokens used {total / span:,.0f}/s of a {rate:,.0f}/s limit ({total / budget:.0%} of the budget "
-        f"incl. burst), {len(used) / span:.1f} calls/s; most in any 2 s: {most:,.0f} (allowed {2 * rate + 2 * rate:,.0f})"
+        f"incl. burst), {len(used) / span:.1f} calls/s; most in any 2 s: {most:,.0f} (allowed {allowed:,.0f})"
     )
     if backend is not None:
         backend.close()

@@ -341,6 +341,12 @@ end
 -- See exact in holes.py: the name of a grant just recorded at `at`, as the members
 -- whose slot it ends exactly ('1') or not ('0'); '' when none does.
 local function exact_mask(members, at)
+  -- (One limiter, the common case: no table.)
+  if #members == 1 then
+    local m = members[1]
+    if m.alg.room and math.abs(m.alg.latest(m.self, m.state) - at) <= EPSILON then return '1' end
+    return ''
+  end
   local flags, any = {}, false
   for i, m in ipairs(members) do
     if m.alg.room and math.abs(m.alg.latest(m.self, m.state) - at) <= EPSILON then
