@@ -53,6 +53,13 @@ local function is_late(member)
   return string.sub(member, 1, 1) == 'L'
 end
 
+-- The holes key lives as long as its holes may be taken: a late hole until its slot
+-- is past, which can be later than the latest hole's time, so it is never shortened.
+local function hold(holes, seconds)
+  local ms = idle_ms(seconds)
+  if redis.call('PTTL', holes) < tonumber(ms) then redis.call('PEXPIRE', holes, ms) end
+end
+
 -- See _room in holes.py: the tokens of a hole left for time `at` that a grant at t
 -- may take; past its time only a late hole's, of an algorithm with `room`.
 local function hole_room(m, at, tokens, t, late)
@@ -101,7 +108,7 @@ local function add_hole(holes, now, at, tokens, late)
   end
   if not merged then redis.call('ZADD', holes, fmt(at), hole_member(at, tokens, late)) end
   local last = redis.call('ZRANGE', holes, -1, -1, 'WITHSCORES')
-  expire_after(holes, tonumber(last[2]) - now)
+  hold(holes, tonumber(last[2]) - now)
 end
 
 -- See _piece_end in holes.py: where a piece taken from the left of a hole's room ends,
@@ -173,21 +180,21 @@ local function charge_members(members, holes, now)
   end
 end
 
--- See _drop_spent in holes.py: the holes past their time hold room only for a
--- member with `room`; drop the rest. `found` is a ZRANGE WITHSCORES reply.
-local function drop_spent(members, holes, now, found)
+-- See _drop_spent in holes.py: of the holes past their time only a late one may still
+-- hold room, for a member with `room`; drop the rest, every one of them.
+local function drop_spent(members, holes, now)
+  local past = redis.call('ZRANGEBYSCORE', holes, '-inf', '(' .. fmt(now - EPSILON), 'WITHSCORES')
   local dropped = false
-  for i = 1, #found, 2 do
-    local at = tonumber(found[i + 1])
-    if at >= now - EPSILON then break end
-    if found[i] ~= 'pause' then
-      local have, keep = hole_tokens(found[i]), false
-      local late = is_late(found[i]) and #have == #members
+  for i = 1, #past, 2 do
+    if past[i] ~= 'pause' then
+      local at = tonumber(past[i + 1])
+      local have, keep = hole_tokens(past[i]), false
+      local late = is_late(past[i]) and #have == #members
       for j, m in ipairs(members) do
         if late and hole_room(m, at, have[j], now, true) > EPSILON then keep = true end
       end
       if not keep then
-        redis.call('ZREM', holes, found[i])
+        redis.call('ZREM', holes, past[i])
         dropped = true
       end
     end
@@ -284,7 +291,7 @@ local function plan_members(members, holes, now)
     return admit_at, at, nil
   end
   local found = redis.call('ZRANGE', holes, 0, HOLE_SCAN, 'WITHSCORES')
-  if #found > 0 and tonumber(found[2]) < now - EPSILON and drop_spent(members, holes, now, found) then
+  if #found > 0 and tonumber(found[2]) < now - EPSILON and drop_spent(members, holes, now) then
     found = redis.call('ZRANGE', holes, 0, HOLE_SCAN, 'WITHSCORES')
   end
   local plans = {}
@@ -402,7 +409,7 @@ local function pause(holes, now, untl)
   local before = tonumber(redis.call('ZSCORE', holes, 'pause'))
   if before == nil or untl > before then redis.call('ZADD', holes, fmt(untl), 'pause') end
   local last = redis.call('ZRANGE', holes, -1, -1, 'WITHSCORES')
-  expire_after(holes, tonumber(last[2]) - now)
+  hold(holes, tonumber(last[2]) - now)
 end
 
 -- The latest real hole (the pause, if any, is not one), or nil.
@@ -498,11 +505,15 @@ local function refund_members(members, holes, now, tokens, at, exact, paused)
   end
   if lowered then forget_late(holes, now) end
   table.sort(places)
-  local added = false
+  local horizon, added = nil, false
   for _, place in ipairs(places) do
     local hole, worth = freed[place], false
     for j, m in ipairs(members) do
-      if hole[j] > 0 and hole_room(m, place, hole[j], now, true) > EPSILON then worth = true end
+      if hole[j] > 0 and hole_room(m, place, hole[j], now, true) > EPSILON then
+        worth = true
+        local far = place + m.self.tolerance
+        if horizon == nil or far > horizon then horizon = far end
+      end
     end
     if worth then
       -- A grant named twice, or beside another hole of its moment, could free a slot
@@ -514,10 +525,7 @@ local function refund_members(members, holes, now, tokens, at, exact, paused)
       end
     end
   end
-  if added then
-    local last = redis.call('ZRANGE', holes, -1, -1, 'WITHSCORES')
-    expire_after(holes, tonumber(last[2]) - now)
-  end
+  if added then hold(holes, horizon - now) end
 end
 
 -- give back: a refund once the grant's time has come (`at` nil or past; `exact` names

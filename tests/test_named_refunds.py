@@ -366,3 +366,33 @@ def test_threads_settling_high_estimates_use_most_of_the_budget(store: str, requ
     # Timestamps are taken after the sleep returns: a little jitter, a grant of slack.
     most = max(sum(10.0 for u in times if t <= u < t + 1.0) for t in times)
     assert most <= 800 + 400 + 40, most
+
+
+class _Interrupted(Exception):
+    """What a signal handler raises into a sleeping acquire (an alarm's timeout)."""
+
+
+class _InterruptedOnce(ManualClock):
+    interrupt = False
+
+    def sleep(self, seconds: float) -> None:
+        if self.interrupt:
+            self.interrupt = False
+            raise _Interrupted
+        super().sleep(seconds)
+
+
+def test_a_grant_withdrawn_by_an_interrupted_acquire_is_not_named(make: Callable[..., Any]) -> None:
+    """The acquire gave its reservation back when its sleep was interrupted; a settle in
+    the caller's ``except`` must not name it again (that would free a slot twice)."""
+    clock = _InterruptedOnce(1_000.0)
+    bucket = _naming(make(TokenBucket, 10, 1, clock=clock))
+    x = contextvars.copy_context()
+    _in(contextvars.copy_context(), bucket.acquire, 10)
+    clock.interrupt = True
+    with pytest.raises(_Interrupted):
+        _in(x, bucket.acquire, 4)  # would wait 4 s; withdrawn at once
+    assert _queue_behind(bucket, 4) == 4.0  # someone else takes that place: 1004
+    _in(x, bucket.settle, 4, 0)
+    assert not bucket.try_acquire(1)
+    assert _queue_behind(bucket, 1) == 5.0  # behind that reservation, still there

@@ -236,6 +236,8 @@ class Limiter(ABC, Generic[T]):
             try:
                 self._clock.sleep(wait)
             except BaseException:
+                if self._named is not None:
+                    self._named.forget()  # withdrawn here: no settle may name it again
                 self._give_back(n, at)
                 raise
         self._granted(n, wait)
@@ -289,6 +291,8 @@ class Limiter(ABC, Generic[T]):
             try:
                 await self._clock.sleep_async(wait)
             except BaseException:
+                if self._named is not None:
+                    self._named.forget(asyncio.current_task())
                 await self._give_back_async(n, at)
                 raise
         self._granted(n, wait)

@@ -63,7 +63,11 @@ class Named(Generic[T]):
         self._var.set((None if math.isnan(at) else _Grant(tokens, at), count + 1, owner))
 
     def forget(self, owner: object = None) -> None:
-        """The caller gave back (or charged): its earlier grants are not named any more."""
+        """The caller gave back (or charged): its earlier grants are not named any more,
+        here nor in a copy of the context that shares the latest one."""
+        grant = self._var.get()[0]
+        if grant is not None:
+            grant.cell.clear()
         self._var.set((None, 0, owner))
 
     def take(self, fits: Callable[[T], bool], owner: object = None) -> float | None:
