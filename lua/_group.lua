@@ -98,7 +98,7 @@ elseif op == 'restrict' then
   for _, m in ipairs(members) do
     if m.tokens > EPSILON then paused = false end
   end
-  forget_late(holes, now)
+  restricted(holes, now, untl)
   if paused then
     pause(holes, now, untl)
     tally(group_base(KEYS[1], 'composite'), now, {}, 0, 1)

@@ -140,7 +140,7 @@ elseif op == 'restrict' then
   for lane = 1, 2 do
     local m = lanes[lane].member
     m.state = ALG.restrict(m.self, m.state, now, parts[lane], untl)
-    forget_late(lanes[lane].holes, now)
+    restricted(lanes[lane].holes, now, untl)
     if parts[lane] <= EPSILON then pause(lanes[lane].holes, now, untl) end
     save(lane, false)
   end

@@ -290,6 +290,15 @@ local function plan_members(members, holes, now)
     local admit_at, at = plan_all(members, now)
     return admit_at, at, nil
   end
+  for _, m in ipairs(members) do
+    if m.alg.room and m.alg.latest(m.self, m.state) == -math.huge then
+      -- See plan in holes.py: a slotted limit's state is gone (an evicted key), and
+      -- its holes and pause with it.
+      redis.call('DEL', holes)
+      local admit_at, at = plan_all(members, now)
+      return admit_at, at, nil
+    end
+  end
   local found = redis.call('ZRANGE', holes, 0, HOLE_SCAN, 'WITHSCORES')
   if #found > 0 and tonumber(found[2]) < now - EPSILON and drop_spent(members, holes, now) then
     found = redis.call('ZRANGE', holes, 0, HOLE_SCAN, 'WITHSCORES')
@@ -437,6 +446,17 @@ local function forget_late(holes, now)
   end
 end
 
+-- See restricted in holes.py: a provider's word on what is left until `untl`; until
+-- then a named refund leaves no hole (kept in <holes>:restricted, read by refunds only).
+local function restricted(holes, now, untl)
+  forget_late(holes, now)
+  local mark = holes .. ':restricted'
+  local before = tonumber(redis.call('GET', mark))
+  if before == nil or untl > before then
+    redis.call('SET', mark, fmt(untl), 'PX', idle_ms(untl - now))
+  end
+end
+
 -- See _named in holes.py: where a named grant's tokens sit, member by member, from
 -- its time and its name (a mask of '0'/'1', or the pieces "P<member>:<at>:<tokens>;...").
 local function named_pieces(members, at, exact)
@@ -463,6 +483,10 @@ end
 local function refund_members(members, holes, now, tokens, at, exact, paused)
   local when = at or now
   if now < paused then return end
+  if exact ~= nil then
+    local untl = tonumber(redis.call('GET', holes .. ':restricted'))
+    if untl ~= nil and now < untl then exact = nil end
+  end
   local named = named_pieces(members, at, exact)
   local queued = #members > 1 and reserved_after(members, now, when)
   local freed, places = {}, {}

@@ -222,7 +222,7 @@ elseif op == 'peek' then
           fmt(ALG.latest(self, member.state)), paused or '', fmt(now)}
 elseif op == 'restrict' then
   member.state = ALG.restrict(self, member.state, now, tokens, now + tonumber(ARGV[4]))
-  forget_late(holes, now)
+  restricted(holes, now, now + tonumber(ARGV[4]))
   if tokens <= EPSILON then
     pause(holes, now, now + tonumber(ARGV[4]))
     tally(KEYS[1], now, {}, 0, 1)

@@ -40,6 +40,8 @@ function leaky_bucket.load(self)
 end
 
 function leaky_bucket.plan(self, state, now, tokens)
+  -- See LeakyQueue.plan: a member given 0 waits for nothing.
+  if not (tokens > 0) then return now, now end
   local start = now
   if state[1] > now then start = state[1] end
   local overflow = (start - now) * self.rate + tokens - self.capacity

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from ratelimit import RedisBackend
 from ratelimit._algorithms.algorithm import Algorithm, charge_all
-from ratelimit._algorithms.holes import GrantTime, Holes, forget_late, give_back, pause, reserve, void
+from ratelimit._algorithms.holes import GrantTime, Holes, give_back, pause, reserve, restricted, void
 from ratelimit._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime
 from ratelimit._algorithms.lanes import give_back as give_back_lane
 from ratelimit._algorithms.lanes import reserve as reserve_lane
@@ -129,7 +129,7 @@ def test_script_matches_pure_step(
         if restriction is not None:
             remaining, seconds = restriction
             states = [alg.restrict(states[0], now.value, remaining, now.value + seconds)]
-            forget_late(holes, now.value)
+            restricted(holes, now.value, now.value + seconds)
             if remaining == 0:
                 pause(holes, now.value + seconds)
             handle.restrict(remaining, seconds)
@@ -195,7 +195,7 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
             states = [
                 alg.restrict(s, now.value, remaining, now.value + seconds) for alg, s in zip(algs, states, strict=True)
             ]
-            forget_late(holes, now.value)
+            restricted(holes, now.value, now.value + seconds)
             if remaining == 0:
                 pause(holes, now.value + seconds)
             handle.restrict(left, seconds)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from ratelimit import Composite, ManualClock, TokenBucket
 from ratelimit._algorithms.algorithm import EPSILON, Algorithm
-from ratelimit._algorithms.holes import GrantTime, Holes, exact, forget_late, give_back, pause, reserve
+from ratelimit._algorithms.holes import GrantTime, Holes, exact, give_back, pause, reserve, restricted
 from ratelimit._algorithms.token_bucket import Gcra
 
 
@@ -89,7 +89,7 @@ def test_named_refunds_never_let_an_interval_exceed_capacity_plus_rate(members: 
                 g["used"] = [0.0] * members
         elif then == "pause":
             states = [alg.restrict(s, now, 0.0, now + 1.0) for alg, s in zip(algs, states, strict=True)]
-            forget_late(holes, now)
+            restricted(holes, now, now + 1.0)
             pause(holes, now + 1.0)
     for i, alg in enumerate(buckets):
         _assert_bound([(g["at"], g["used"][i]) for g in grants], alg.capacity, alg.rate)

@@ -7,6 +7,7 @@ decide alike. Each test here is one way that was broken.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import math
 import time
@@ -16,14 +17,17 @@ from typing import Any
 import fakeredis
 import fakeredis._socket._base as fakeredis_base
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ratelimit import ManualClock, MemoryBackend, RedisBackend, TokenBucket
-from ratelimit._algorithms.algorithm import Algorithm
+from ratelimit import Composite, LeakyBucket, ManualClock, MemoryBackend, RedisBackend, TokenBucket
+from ratelimit._algorithms.algorithm import EPSILON, Algorithm
+from ratelimit._algorithms.holes import GrantTime, Holes, give_back, pause, plan, restricted, settle
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.token_bucket import Gcra
 from ratelimit._stores.redis import RedisGroupHandle, RedisHandle, key_for
 
-from conftest import unique_name
+from conftest import state_keys, unique_name
 
 
 @pytest.fixture(params=["memory", "fakeredis", "redis"])
@@ -36,9 +40,9 @@ def _in(context: contextvars.Context, call: Callable[..., Any], *args: Any) -> A
     return context.run(call, *args)
 
 
-def _naming(limiter: Any) -> Any:
+def _naming(limiter: Any, tokens: Any = 1) -> Any:
     """Start the remembering of grants (a limiter's first give-back does)."""
-    limiter.settle(1, 1)
+    limiter.settle(tokens, tokens)
     return limiter
 
 
@@ -47,13 +51,16 @@ class Interrupted(Exception):
 
 
 class _InterruptingClock(ManualClock):
-    """A clock whose next sleep is interrupted, before any time passes."""
+    """A clock whose next sleep is interrupted, before any time passes, once
+    ``meanwhile`` has run (another worker's request)."""
 
     interrupt = False
+    meanwhile: Callable[[], object] = staticmethod(lambda: None)
 
     def sleep(self, seconds: float) -> None:
         if self.interrupt:
             self.interrupt = False
+            self.meanwhile()
             raise Interrupted
         super().sleep(seconds)
 
@@ -61,25 +68,22 @@ class _InterruptingClock(ManualClock):
 # -- the front: which grant a give-back names ---------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the settle is no longer named (the withdrawn grant is forgotten: see "
-    "test_named_refunds::test_a_grant_withdrawn_by_an_interrupted_acquire_is_not_named), but an unnamed "
-    "refund still rolls the bucket back when nothing is queued, as before named refunds",
-)
 def test_a_grant_given_back_by_an_interrupted_acquire_is_not_named_again(backend: Any) -> None:
-    """acquire() gives a reservation back when its sleep is interrupted, but the caller's
-    latest grant stays remembered: a settle(4, 0) in the caller's ``except`` (the call
-    was never made) names it and withdraws it a second time, handing 4 tokens that
-    others hold to the next request: 14 tokens go at one moment from a bucket of 10."""
+    """acquire() gives a reservation back when its sleep is interrupted (here, with
+    another worker queued behind it: a hole of 4 at 1004), but the caller's latest
+    grant stays remembered: a settle(4, 0) in the caller's ``except`` (the call was
+    never made) names it and withdraws it a second time, and the hole holds 8."""
     clock = _InterruptingClock(1_000.0)
     bucket = _naming(TokenBucket(10, 1, backend=backend, name=unique_name(), clock=clock))
     x = contextvars.copy_context()
     _in(contextvars.copy_context(), bucket.acquire, 10)  # someone empties it
     clock.interrupt = True
+    clock.meanwhile = lambda: bucket._handle.reserve(6, math.inf)  # queued behind: 1010
     with pytest.raises(Interrupted):
         _in(x, bucket.acquire, 4)  # would wait 4 s; given back at once
     _in(x, bucket.settle, 4, 0)  # "the call was not made": nothing more to give back
+    clock.set(1_004.0)
+    assert bucket.try_acquire(4)  # x's place
     assert not bucket.try_acquire(1)
 
 
@@ -102,7 +106,7 @@ def test_a_late_named_settle_gives_back_only_what_is_still_ahead(backend: Any) -
 @pytest.mark.xfail(
     strict=True,
     reason="an unnamed refund (a grant that went at once is not named) still rolls the bucket back whenever "
-    "nothing is queued, though its slot may be past and the latest grant's is not: as before named refunds; "
+    "nothing is queued, though its slot may be past and the latest grant's is not, as before named refunds; "
     "naming every grant by where its slot ends (latest after the commit) would make it exact",
 )
 def test_a_late_settle_of_a_grant_that_went_at_once_frees_nothing_past(backend: Any) -> None:
@@ -226,3 +230,230 @@ def test_the_script_keeps_a_named_refunds_hole_while_its_slot_is_ahead(server_ti
     now.advance(3.0)  # +7: 3 tokens of it are still ahead
     server_time.value += 3.0
     assert script.reserve(3.0, 0.0) == memory.reserve(3.0, 0.0)
+
+
+# -- composites and numbers at their limits -------------------------------------------
+
+
+def test_a_grant_delayed_by_a_leaky_bucket_it_gives_nothing_stays_reserved(make: Callable[..., Any]) -> None:
+    """A request that gave a composite's leaky bucket 0 tokens still waited for its
+    queue to drain, yet no limit recorded that it was reserved for then (the bucket
+    records nothing, the token bucket's latest is its own plan); a refund then found
+    nothing queued and freed the end of the token bucket's line, that grant's slot: 5
+    tokens within 0.25 s from a bucket of 4 refilled at 2/s. A leaky bucket given 0
+    now waits for nothing, so the grant is where the token bucket put it."""
+    llm = _naming(make(Composite, [TokenBucket(4, 2), LeakyBucket(3, 1)]), [1, 1])
+    x = contextvars.copy_context()
+    assert _in(x, llm.acquire, [1, 1]) == 0.0  # the queue drains at +1
+    wait, _ = llm._handle.reserve([2, 0], math.inf)  # someone else's, for the bucket only
+    assert wait == 0.0  # not held back by a queue it pours nothing into
+    _in(x, llm.refund, [0.5, 0])  # x's call used half a token less
+    later, _ = llm._handle.reserve([3, 0], math.inf)
+    # 0.5 + 2 now and 3 after `later`: within capacity + rate·t.
+    assert 4 + 2 * later + 1e-9 >= 0.5 + 2 + 3, later
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a double near the server's clock (1.7e9 s) resolves about 0.24 us, so a bucket refilled at a million "
+    "tokens a second is coarse there; older than named refunds (a time origin in the scripts would fix it)",
+)
+def test_a_million_tokens_a_second_at_the_servers_clock_never_exceed_the_bucket() -> None:
+    """The scripts decide at the server's TIME, about 1.7e9 s, where a double holds
+    time to 2.4e-7 s: an emission interval of 1e-6 s moves the TAT by 4 of those
+    steps (0.95 us), so the bucket grants about 5 % more than its rate (40 % more at
+    3e6/s). The memory store's monotonic clock, near 0, does not."""
+    alg = Gcra(1_000.0, 1e6)
+    state, start, granted = alg.new_state(), 1_700_000_000.0, 0
+    for step in range(21):
+        now = start + step * 1e-3  # each millisecond refills the whole capacity
+        while True:
+            after, wait = alg.step(state, now, 1.0, 0.0)
+            if wait < 0:
+                break
+            state, granted = after, granted + 1
+    assert granted <= 1_000 + 1e6 * 20e-3, granted
+
+
+# -- Redis losing keys ------------------------------------------------------------------
+
+
+@pytest.fixture(params=["fakeredis", "redis"])
+def client(request: pytest.FixtureRequest) -> Any:
+    if request.param == "fakeredis":
+        return fakeredis.FakeRedis()
+    return request.getfixturevalue("redis_client")
+
+
+def test_a_named_refunds_hole_goes_with_an_evicted_state(client: Any) -> None:
+    """The holes are void once the state they were cut from is lost (an evicted key):
+    the script tells by a hole later than every grant the state holds. A named
+    refund's hole is at its grant's past time, so it is never later: the fresh bucket
+    grants its 10, and the old hole 3 more at the same moment."""
+    clock = ManualClock(1_000.0)
+    name = unique_name()
+    bucket = _naming(TokenBucket(10, 1, backend=RedisBackend(client), name=name, clock=clock))
+    x = contextvars.copy_context()
+    _in(contextvars.copy_context(), bucket.acquire, 10)
+    assert _in(x, bucket.acquire, 4) == 4.0  # 1004
+    bucket._handle.reserve(6, math.inf)  # queued behind: 1010
+    _in(x, bucket.settle, 4, 1)  # a hole of 3 at 1004, good until 1014
+    keys = state_keys(client, name)
+    assert any(key.endswith(":holes") for key in keys)
+    for key in keys:
+        if not key.endswith(":holes"):
+            client.delete(key)  # evicted: the bucket starts full
+    assert bucket.try_acquire(10)
+    assert not bucket.try_acquire(3)
+
+
+class _StuckClock(ManualClock):
+    """A clock whose async sleeps never end on their own (a timeout ends them)."""
+
+    async def sleep_async(self, seconds: float) -> None:
+        await asyncio.Event().wait()
+
+
+def test_a_grant_given_back_by_a_cancelled_task_is_not_named_again(backend: Any) -> None:
+    """The asyncio twin: a task cancelled while its acquire sleeps (``asyncio.timeout``
+    does this, then raises TimeoutError in the same task) gives its reservation back;
+    the task's settle then names the grant and withdraws it again."""
+    clock = _StuckClock(1_000.0)
+    bucket = _naming(TokenBucket(10, 1, backend=backend, name=unique_name(), clock=clock))
+
+    def queue_and_cancel(task: asyncio.Task[Any]) -> None:
+        bucket._handle.reserve(6, math.inf)  # another worker, queued behind: 1010
+        task.cancel()
+
+    async def main() -> tuple[bool, bool]:
+        bucket._handle.reserve(10, math.inf)  # someone else empties it
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().call_later(0.05, queue_and_cancel, task)
+        try:
+            await bucket.acquire_async(4)  # would wait 4 s
+        except asyncio.CancelledError:
+            await bucket.settle_async(4, 0)  # the call was not made
+        clock.set(1_004.0)
+        return bool(await bucket.try_acquire_async(4)), bool(await bucket.try_acquire_async(1))
+
+    assert asyncio.run(main()) == (True, False)
+
+
+# -- the provider's word ----------------------------------------------------------------
+
+
+def test_a_named_settle_after_feedback_never_lends_more_than_the_provider_said(backend: Any) -> None:
+    """The LLM loop: acquire the estimate, call, feed the response's headers back, then
+    settle with the usage. The provider's ``remaining`` already counts what the call
+    used; the restriction puts the limiter's line past now, so an unnamed refund freed
+    nothing. A named one leaves the unused estimate as a hole, which the next requests
+    take at once: 3 tokens go now where the provider said 1 remains until the reset."""
+    clock = ManualClock(1_000.0)
+    bucket = _naming(TokenBucket(10, 1, backend=backend, name=unique_name(), clock=clock))
+    x = contextvars.copy_context()
+    _in(contextvars.copy_context(), bucket.acquire, 10)
+    assert _in(x, bucket.acquire, 4) == 4.0  # x's call goes at 1004
+    info = _in(x, bucket.feedback, {"RateLimit-Remaining": "1", "RateLimit-Reset": "10"})
+    assert info.remaining == 1
+    assert not bucket.try_acquire(1)  # the one left is for later
+    _in(x, bucket.settle, 4, 1)  # the call used 1 of its 4
+    assert not bucket.try_acquire(1)
+
+
+def test_a_withdrawn_grant_another_limit_delayed_keeps_no_room_past_its_time(make: Callable[..., Any]) -> None:
+    """A hole stays good past its time for a token bucket because a grant that waited
+    its own turn ends its slot at its time + tolerance. A composite's grant delayed by
+    the other limit does not: here the second bucket's slot of the grant at +3 is
+    [+3, +4], yet its hole was taken at +3.5 as if it ended at +6, beside the grants
+    at +4: 4 tokens of the second bucket within 0.5 s, from a bucket of 3 at 1/s."""
+    both = make(Composite, [TokenBucket(3, 1), TokenBucket(3, 1)])
+    handle = both._handle
+    clock = both.clock
+    handle.reserve([3, 3], math.inf)  # both empty at +0
+    assert handle.reserve([2, 0], math.inf)[0] == 2.0  # the first bucket's line moves on
+    wait, grant = handle.reserve([1, 1], math.inf)  # +3, by the first bucket
+    assert wait == 3.0
+    assert handle.reserve([1, 1], math.inf)[0] == 4.0
+    assert handle.reserve([0, 2], math.inf)[0] == 4.0  # the second bucket's own turn
+    handle.refund([1, 1], grant)  # withdrawn mid-queue: a hole at +3
+    clock.advance(3.5)
+    wait, _ = handle.reserve([1, 1], math.inf)
+    # The second bucket grants 1 + 2 at +4: one more may go at +5 at the earliest.
+    assert wait >= 1.5 - 1e-9, wait
+
+
+# -- the property, with any grant given back ----------------------------------------------
+
+# (time step, tokens per limit, what to do after: nothing, settle the latest or the
+# earliest grant already due (named as the stores name it, giving back a fraction),
+# withdraw the earliest or the latest reservation ahead, a pause)
+AnyStep = tuple[float, tuple[float, float], str, float]
+any_steps = st.lists(
+    st.tuples(
+        st.sampled_from([0.0, 0.0, 0.05, 0.3, 1.0, 2.5]),
+        st.tuples(st.sampled_from([0.0, 1.0, 2.0, 3.0]), st.sampled_from([0.0, 1.0, 2.0, 3.0])),
+        st.sampled_from(["keep", "latest", "earliest", "withdraw", "withdraw_last", "pause"]),
+        st.sampled_from([0.25, 0.5, 1.0]),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@pytest.mark.parametrize("members", [1, 2])
+@settings(max_examples=300, deadline=None)
+@given(scenario=any_steps)
+def test_giving_back_any_grant_never_lets_an_interval_exceed_capacity_plus_rate(
+    members: int, scenario: list[AnyStep]
+) -> None:
+    """The property of test_named_refunds, but a settle may be of any grant already due
+    (not only the latest one: callers finish in any order), a withdrawal of any one
+    ahead, and a composite's request may give a limit 0. Names are what the scripts
+    give: only a grant that waited its own turn, never one taken from a hole."""
+    buckets = [Gcra(3.0, 1.0), Gcra(3.0, 1.0)][:members]
+    algs: list[Algorithm[Any]] = list(buckets)
+    states: list[Any] = [alg.new_state() for alg in algs]
+    holes = Holes()
+    now = 1_000.0
+    grants: list[dict[str, Any]] = []
+    for dt, tokens, then, fraction in scenario:
+        now += dt
+        want = list(tokens[:members]) if any(tokens[:members]) else [1.0] * members
+        planned = plan(algs, states, holes, now, want)
+        states, wait, name = settle(algs, states, holes, now, want, planned, math.inf)
+        grants.append({"at": now + wait, "name": name, "used": list(want), "named": False})
+        # Only what the store names (an unnamed refund that is not the bucket's latest
+        # can still free another grant's slot, as before named refunds: see the xfail
+        # above).
+        due = [
+            g
+            for g in grants
+            if g["at"] <= now and not g["named"] and any(g["used"]) and isinstance(g["name"], GrantTime)
+        ]
+        ahead = [g for g in grants if g["at"] > now + EPSILON and any(g["used"])]
+        if then in ("latest", "earliest") and due:
+            g = due[-1] if then == "latest" else due[0]
+            back = [u * fraction for u in g["used"]]
+            states = give_back(algs, states, holes, now, back, g["name"])
+            g["used"] = [u - b for u, b in zip(g["used"], back, strict=True)]
+            g["named"] = True  # the front names a grant once
+        elif then in ("withdraw", "withdraw_last") and ahead:
+            g = ahead[0] if then == "withdraw" else ahead[-1]
+            states = give_back(algs, states, holes, now, g["used"], g["name"])
+            g["used"] = [0.0] * members
+        elif then == "pause":
+            states = [alg.restrict(s, now, 0.0, now + 1.0) for alg, s in zip(algs, states, strict=True)]
+            restricted(holes, now, now + 1.0)
+            pause(holes, now + 1.0)
+    for i, alg in enumerate(buckets):
+        _assert_bound([(g["at"], g["used"][i]) for g in grants], alg.capacity, alg.rate)
+
+
+def _assert_bound(sent: list[tuple[float, float]], capacity: float, rate: float) -> None:
+    times = sorted({at for at, used in sent if used > EPSILON})
+    for a in times:
+        for b in times:
+            if b >= a:
+                inside = sum(used for at, used in sent if a - 1e-9 <= at <= b + 1e-9)
+                assert inside <= capacity + rate * (b - a) + 1e-6, (a, b, inside, sorted(sent))

@@ -65,6 +65,7 @@ __all__ = [
     "pause",
     "plan",
     "reserve",
+    "restricted",
     "settle",
     "void",
 ]
@@ -84,11 +85,14 @@ class Holes:
     """One limiter's (or composite's) holes, earliest first, and the end of the
     latest pause."""
 
-    __slots__ = ("items", "paused_until")
+    __slots__ = ("items", "paused_until", "restricted_until")
 
     def __init__(self) -> None:
         self.items: list[Hole] = []
         self.paused_until = -math.inf
+        #: The end of the latest restriction from the provider: until then a named
+        #: refund leaves no hole (the provider's count already has that grant's use).
+        self.restricted_until = -math.inf
 
     def __repr__(self) -> str:
         return f"Holes({self.items!r}, paused_until={self.paused_until!r})"
@@ -351,6 +355,12 @@ def plan(
     holes that are spent or void, which changes nothing they mean.
     """
     items = holes.items
+    kept = items or holes.paused_until > -math.inf
+    if kept and any(alg.slotted and alg.latest(state) == -math.inf for alg, state in zip(algs, states, strict=True)):
+        # A slotted limit's state is gone (an evicted key): its holes were places in
+        # it, void now, and so is the pause, which was the state's.
+        items.clear()
+        holes.paused_until = -math.inf
     _drop_spent(algs, items, now)
     plans = [alg.plan(state, now, n) for alg, state, n in zip(algs, states, tokens, strict=True)]
     admit_at = at = now
@@ -439,6 +449,16 @@ def _cancel(
     return [alg.cancel(state, now, n, at) for alg, state, n in zip(algs, states, tokens, strict=True)]
 
 
+def restricted(holes: Holes, now: float, until: float) -> None:
+    """A provider said how much is left until ``until`` (``Algorithm.restrict``): the
+    holes already past count nothing against that, and until then a named refund
+    leaves none (what a grant did not use, the provider did not count either: its
+    ``remaining`` holds it already)."""
+    forget_late(holes, now)
+    if until > holes.restricted_until:
+        holes.restricted_until = until
+
+
 def forget_late(holes: Holes, now: float) -> None:
     """Drop the holes whose time has passed. What they hold is the end of a slot (see
     ``Algorithm.room``): once a refund has lowered the state, its own plan may hand the
@@ -506,7 +526,7 @@ def _refund(
     when = now if at is None else at
     if now < holes.paused_until:
         return list(states)
-    named = _named(at, len(algs))
+    named = _named(at, len(algs)) if now >= holes.restricted_until else [[] for _ in algs]
     queued = len(algs) > 1 and _reserved_after(algs, states, now, when)
     out = list(states)
     freed: dict[float, list[float]] = {}

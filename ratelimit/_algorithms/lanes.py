@@ -246,6 +246,6 @@ def restrict(lanes: Lanes, state: LaneState, now: float, remaining: float, until
     for lane, alg in ((HIGH, lanes.high), (LOW, lanes.low)):
         part = parts[lane]
         state.states[lane] = alg.restrict(state.states[lane], now, part, until)
-        _holes.forget_late(state.holes[lane], now)
+        _holes.restricted(state.holes[lane], now, until)
         if part <= EPSILON:
             _holes.pause(state.holes[lane], until)

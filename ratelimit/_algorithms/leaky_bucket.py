@@ -64,6 +64,10 @@ class LeakyQueue:
         return (-math.inf, -math.inf)
 
     def plan(self, state: LeakyState, now: float, tokens: float) -> tuple[float, float]:
+        if not tokens > 0:
+            # Nothing poured in (a composite's member given 0): nothing to wait for, as
+            # commit records nothing; waiting would hide the grant from this queue.
+            return now, now
         drained_at = state[0]
         start = drained_at if drained_at > now else now
         overflow = (start - now) * self.rate + tokens - self.capacity

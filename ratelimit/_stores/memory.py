@@ -294,7 +294,7 @@ class MemoryHandle:
         with slot.lock:
             now = self._now()
             slot.state = self._alg.restrict(slot.state, now, remaining, now + seconds)
-            _holes.forget_late(slot.holes, now)
+            _holes.restricted(slot.holes, now, now + seconds)
             if remaining <= EPSILON:
                 _holes.pause(slot.holes, now + seconds)
 
@@ -418,7 +418,7 @@ class MemoryGroupHandle:
 
     def restrict(self, remaining: Sequence[float], seconds: float) -> None:
         def change(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
-            _holes.forget_late(holes, now)
+            _holes.restricted(holes, now, now + seconds)
             if all(n <= EPSILON for n in remaining):
                 _holes.pause(holes, now + seconds)
             return [
