@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import signal
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import fakeredis
@@ -657,3 +659,175 @@ def test_the_rest_of_a_lease_whose_grant_aged_out_frees_nothing_in_a_window() ->
         if limiters[who].try_acquire():
             sent.append(clock.now())
     assert within_window(sent, 6, 1.0)
+
+
+# -- a thread interrupted in a round (a signal handler raising, Ctrl-C) ----------------
+
+
+class Interrupted(Exception):
+    """What the test's SIGALRM handler raises, as a signal-based timeout does."""
+
+
+class HeldRounds:
+    """A limiter whose round calls wait at a gate until the test opens it; its
+    callers in other threads, and the main thread's, whom a real SIGALRM handler
+    interrupts once ``ready(ask)`` says so (``ask``: the main thread's, of 3 tokens)."""
+
+    def __init__(self) -> None:
+        self.clock = ManualClock(start=1_000.0)
+        self.client = fakeredis.FakeRedis()
+        self.name = unique_name("interrupt")
+        self.limiter = TokenBucket(100, 0.001, backend=RedisBackend(self.client), name=self.name, clock=self.clock)
+        self.rounds = rounds_of(self.limiter)
+        self.gates: list[threading.Event] = []
+        self.entered: list[threading.Event] = [threading.Event() for _ in range(10)]
+        self.sizes: list[int] = []
+        decide = self.decide = self.rounds._decide
+
+        def held(rnd: Round) -> Any:
+            i = len(self.sizes)
+            self.sizes.append(len(rnd.asks))
+            self.entered[i].set()
+            gate = threading.Event()
+            self.gates.append(gate)
+            assert gate.wait(10)
+            return decide(rnd)
+
+        self.rounds._decide = held
+        self.threads: list[threading.Thread] = []
+        self.got: list[float] = []
+
+    def open(self, i: int) -> None:
+        assert self.entered[i].wait(10)
+        self.gates[i].set()
+
+    def other(self, tokens: float = 1) -> None:
+        """A caller in a thread of its own, queued once this returns."""
+        before = len(self.rounds._threads.waiting) + len(self.sizes)
+
+        def run() -> None:
+            self.got.append(self.limiter.acquire(tokens))
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+        deadline = time.monotonic() + 10
+        while len(self.rounds._threads.waiting) + len(self.sizes) == before:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+
+    def main_ask(self) -> Ask | None:
+        return next((ask for ask in self.rounds._threads.waiting if ask.tokens == 3), None)
+
+    def interrupt_main(self, ready: Callable[[Ask], bool]) -> None:
+        """``acquire(3)`` in the main thread, interrupted by a raising SIGALRM handler."""
+        seen: list[Ask] = []
+
+        def on_alarm(signum: int, frame: object) -> None:
+            if not seen:
+                ask = self.main_ask()
+                if ask is None:  # not queued yet: look again soon
+                    signal.setitimer(signal.ITIMER_REAL, 0.01)
+                    return
+                seen.append(ask)
+            deadline = time.monotonic() + 10
+            while not ready(seen[0]):
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            raise Interrupted
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.01)
+            with pytest.raises(Interrupted):
+                self.limiter.acquire(3)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+    def finish(self) -> None:
+        """Every other caller returns, and the limiter still serves a new one."""
+        for gate in self.gates:
+            gate.set()
+        for i in range(len(self.sizes), len(self.entered)):
+            self.entered[i].set()
+        self.rounds._decide = self.decide
+        for thread in self.threads:
+            thread.join(10)
+            assert not thread.is_alive(), "a caller hangs behind the interrupted thread"
+        late = threading.Thread(target=self.limiter.acquire, daemon=True)
+        late.start()
+        late.join(10)
+        assert not late.is_alive(), "the limiter hangs for every later caller"
+
+    def spent(self) -> float:
+        """What the budget has granted (as another process finds it)."""
+        other = TokenBucket(100, 0.001, backend=RedisBackend(self.client), name=self.name, clock=self.clock)
+        return 100 - float(sum(1 for _ in iter(lambda: other.try_acquire(1), False)))
+
+
+needs_alarm = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs SIGALRM")
+
+
+@needs_alarm
+def test_a_thread_interrupted_while_queued_leaves_the_queue() -> None:
+    held = HeldRounds()
+    held.other()  # leads a round, held at the gate
+    # Interrupted while queued behind it: it must not be made the next round's leader.
+    held.interrupt_main(lambda ask: True)
+    held.other()  # queued behind the held round too
+    held.open(0)
+    held.finish()
+    assert held.spent() == 3  # the two others and the late one; nothing of the main thread's
+
+
+@needs_alarm
+def test_a_promoted_thread_interrupted_before_leading_hands_the_lead_on() -> None:
+    held = HeldRounds()
+    held.other()
+    main_queued = threading.Event()
+
+    def promoted(ask: Ask) -> bool:
+        if not main_queued.is_set():
+            main_queued.set()
+            held.other()  # queued behind the main thread
+            held.open(0)  # the round lands: the main thread, first in the queue, leads next
+        return ask.lead
+
+    held.interrupt_main(promoted)
+    held.finish()
+    assert held.spent() == 3
+
+
+@needs_alarm
+def test_an_interrupted_threads_grant_in_a_round_in_flight_goes_back() -> None:
+    held = HeldRounds()
+    held.other()
+    held.other()  # leads the second round, which carries the main thread's request
+
+    def in_flight(ask: Ask) -> bool:
+        if held.main_ask() is not None:
+            held.open(0)
+            return False
+        return held.entered[1].is_set()
+
+    held.interrupt_main(in_flight)
+    assert held.sizes == [1, 2]
+    held.finish()  # the second round grants the main thread's 3 tokens: they go back
+    assert held.spent() == 3
+
+
+@needs_alarm
+def test_an_interrupted_threads_grant_already_decided_goes_back() -> None:
+    held = HeldRounds()
+    held.other()
+    held.other()
+
+    def decided(ask: Ask) -> bool:
+        held.open(0)
+        held.open(1)
+        return ask.result is not None
+
+    held.interrupt_main(decided)
+    held.finish()
+    assert held.spent() == 3

@@ -920,7 +920,13 @@ class RedisBackend:
         )
         if lease is not None or self.coalesce:
             rounds = handle.rounds = Rounds(
-                handle.decide, handle.decide_async, (clock or SystemClock()).now, lease, alg.most
+                handle.decide,
+                handle.decide_async,
+                handle.refund,
+                handle.refund_async,
+                (clock or SystemClock()).now,
+                lease,
+                alg.most,
             )
             if lease is not None:
                 self._leasing.add(handle)
@@ -935,7 +941,15 @@ class RedisBackend:
         local = self._fallback_of(lambda share: [self._group_local(algs, clock, share)])
         handle = RedisGroupHandle(self, algs, keys, self.now_source(clock), None if local is None else local[0])
         if self.coalesce:
-            handle.rounds = Rounds(handle.decide, handle.decide_async, (clock or SystemClock()).now, None, math.inf)
+            handle.rounds = Rounds(
+                handle.decide,
+                handle.decide_async,
+                handle.refund,
+                handle.refund_async,
+                (clock or SystemClock()).now,
+                None,
+                math.inf,
+            )
         return handle
 
     def bind_lanes(

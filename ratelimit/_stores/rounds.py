@@ -28,22 +28,37 @@ tokens of its capacity back, a window counts each grant ``seconds`` longer.
 In arrival order within a process: a request that does not fit what is left of the
 lease voids the rest (it goes back with the round that carries the request), so no
 later caller can take tokens here ahead of it.
+
+**Leaving early.** A caller may leave on an exception at any point: a thread
+interrupted while it waits (``KeyboardInterrupt``, a signal handler that raises, as
+``SIGALRM``-based timeouts do), a task cancelled. Threads and tasks leave the same way
+(``_leave``): out of the queue, the lead handed on if it had been given, a round it
+led but never sent given to the next caller, one it sent failed for the callers in it
+(whether the store recorded it is unknown), and a grant made for it given back: at
+once if it was decided, by the round's leader when the round lands if not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import math
 import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .._errors import BackendUnavailable
 
 __all__ = ["MOST_PER_ROUND", "Ask", "Round", "RoundReply", "Rounds"]
+
+logger = logging.getLogger("ratelimit")
+
+#: A grant to give back: the request as the store was asked it, and the grant's time.
+Owed = tuple[object, float]
 
 
 #: The most requests one round carries. Redis runs one script at a time: a round of
@@ -55,7 +70,7 @@ MOST_PER_ROUND = 512
 class Ask:
     """One caller's request in a round: its outcome, and how to wake it."""
 
-    __slots__ = ("error", "lead", "max_wait", "request", "result", "round", "tokens", "waker")
+    __slots__ = ("error", "gone", "lead", "max_wait", "request", "result", "round", "sent", "tokens", "waker")
 
     def __init__(
         self,
@@ -74,8 +89,13 @@ class Ask:
         self.error: BaseException | None = None
         #: Promoted to run the next round.
         self.lead = False
-        #: The round this caller leads, from its arrival.
+        #: The round this caller leads, from its arrival or promotion; and whether its
+        #: call has gone to the store.
         self.round: Round | None = None
+        self.sent = False
+        #: Left (an exception) while a round led by another carried it: the leader
+        #: gives its grant back.
+        self.gone = False
 
     def wake(self) -> None:
         waker = self.waker
@@ -127,9 +147,10 @@ class _Queue:
 class Rounds:
     """The acquires of one bound limiter in this process (see the module's doc).
 
-    ``decide`` / ``decide_async`` make a round's call; ``now`` is the limiter's clock;
-    ``lease`` the seconds of a lease (``None``: coalescing only); ``most`` the largest
-    grant the limit makes, which caps a lease.
+    ``decide`` / ``decide_async`` make a round's call; ``give_back`` /
+    ``give_back_async`` return a grant (``request, at``) made for a caller that left;
+    ``now`` is the limiter's clock; ``lease`` the seconds of a lease (``None``:
+    coalescing only); ``most`` the largest grant the limit makes, which caps a lease.
     """
 
     __slots__ = (
@@ -137,6 +158,8 @@ class Rounds:
         "_asked",
         "_decide",
         "_decide_async",
+        "_give_back",
+        "_give_back_async",
         "_lock",
         "_loops",
         "_now",
@@ -156,12 +179,16 @@ class Rounds:
         self,
         decide: Callable[[Round], RoundReply],
         decide_async: Callable[[Round], Awaitable[RoundReply]],
+        give_back: Callable[[Any, float], None],
+        give_back_async: Callable[[Any, float], Awaitable[None]],
         now: Callable[[], float],
         lease: float | None,
         most: float,
     ) -> None:
         self._decide = decide
         self._decide_async = decide_async
+        self._give_back = give_back
+        self._give_back_async = give_back_async
         self._now = now
         self.lease = lease
         self.most = most
@@ -279,9 +306,12 @@ class Rounds:
         give_back = self._voids.pop(0) if self._voids else None
         return Round(asks, give_back, want, least, now)
 
-    def _close(self, rnd: Round, reply: RoundReply, queue: _Queue) -> None:
+    def _close(self, rnd: Round, reply: RoundReply, queue: _Queue) -> list[Owed]:
+        owed: list[Owed] = []
         for ask, decision in zip(rnd.asks, reply.decisions, strict=True):
             ask.result = decision
+            if ask.gone and decision[0] >= 0:
+                owed.append((ask.request, decision[1]))
             ask.wake()
         if reply.leased > 0 and self.lease is not None:
             self._void()  # a lease taken by another thread world meanwhile
@@ -298,6 +328,7 @@ class Rounds:
             queue.waiting.popleft()
             head.result = got
             head.wake()
+        return owed
 
     def _fail(self, rnd: Round, exc: BaseException) -> None:
         # A rest given back by the failed call is lost with it: the budget is the
@@ -323,7 +354,8 @@ class Rounds:
         waiting = queue.waiting
         asks = [waiting.popleft() for _ in range(min(len(waiting), MOST_PER_ROUND))]
         assert asks[0] is ask
-        return self._open(asks)
+        ask.round = self._open(asks)
+        return ask.round
 
     # -- a caller's way through: the same for threads and tasks, but for the waits ------
 
@@ -359,14 +391,42 @@ class Rounds:
         with self._lock:
             return self._lead_next(ask, queue)
 
-    def _finish(self, rnd: Round, queue: _Queue, reply: RoundReply | None, exc: BaseException | None) -> None:
+    def _finish(self, rnd: Round, queue: _Queue, reply: RoundReply) -> list[Owed]:
+        """A round landed: its callers told, the next round's lead handed on; the
+        grants of callers that left meanwhile, to give back."""
         with self._lock:
-            if reply is not None:
-                self._close(rnd, reply, queue)
-            else:
-                assert exc is not None
-                self._fail(rnd, exc)
+            owed = self._close(rnd, reply, queue)
             self._hand_over(queue)
+        return owed
+
+    def _leave(self, ask: Ask, queue: _Queue, exc: BaseException) -> Owed | None:
+        """A caller leaving on ``exc`` (see the module's doc), wherever it was; the
+        grant it must give back now, if one was decided for it."""
+        with self._lock:
+            if ask.result is not None:
+                wait, at = ask.result
+                return (ask.request, at) if wait >= 0 else None
+            if ask.error is not None:
+                return None
+            if ask in queue.waiting:
+                queue.waiting.remove(ask)
+                if ask.lead:
+                    self._hand_over(queue)
+                return None
+            rnd = ask.round
+            if rnd is None:
+                ask.gone = True  # in a round another caller leads
+            elif ask.sent:
+                self._fail(rnd, exc)
+                self._hand_over(queue)
+            else:
+                # Led but never sent: the others go first in the queue again, and the
+                # rest of a lease it carried back with the next round.
+                queue.waiting.extendleft(reversed(rnd.asks[1:]))
+                if rnd.give_back is not None:
+                    self._voids.insert(0, rnd.give_back)
+                self._hand_over(queue)
+            return None
 
     def reserve(self, tokens: float, max_wait: float, request: object = None) -> tuple[float, float]:
         """Decide ``tokens`` (``request``, if the store is asked otherwise) for a
@@ -375,19 +435,23 @@ class Rounds:
         ask = self._arrive(tokens, max_wait, queue, threading.Event, request)
         if not isinstance(ask, Ask):
             return ask
-        rnd = ask.round
-        if rnd is None:
-            assert isinstance(ask.waker, threading.Event)
-            ask.waker.wait()
-            rnd = self._woken(ask, queue)
-            if rnd is None:
-                return ask.outcome()
         try:
-            reply = self._decide(rnd)
+            rnd = ask.round
+            if rnd is None:
+                assert isinstance(ask.waker, threading.Event)
+                ask.waker.wait()
+                rnd = self._woken(ask, queue)
+                if rnd is None:
+                    return ask.outcome()
+            ask.sent = True
+            owed = self._finish(rnd, queue, self._decide(rnd))
         except BaseException as exc:
-            self._finish(rnd, queue, None, exc)
+            mine = self._leave(ask, queue, exc)
+            if mine is not None:
+                self._return(mine)
             raise
-        self._finish(rnd, queue, reply, None)
+        for grant in owed:
+            self._return(grant)
         return ask.outcome()
 
     async def reserve_async(self, tokens: float, max_wait: float, request: object = None) -> tuple[float, float]:
@@ -401,33 +465,36 @@ class Rounds:
         ask = self._arrive(tokens, max_wait, queue, loop.create_future, request)
         if not isinstance(ask, Ask):
             return ask
-        rnd = ask.round
-        if rnd is None:
-            assert isinstance(ask.waker, asyncio.Future)
-            try:
-                await ask.waker
-            except asyncio.CancelledError:
-                with self._lock:
-                    self._abandon(ask, queue)
-                raise
-            rnd = self._woken(ask, queue)
-            if rnd is None:
-                return ask.outcome()
         try:
-            reply = await self._decide_async(rnd)
+            rnd = ask.round
+            if rnd is None:
+                assert isinstance(ask.waker, asyncio.Future)
+                await ask.waker
+                rnd = self._woken(ask, queue)
+                if rnd is None:
+                    return ask.outcome()
+            ask.sent = True
+            owed = self._finish(rnd, queue, await self._decide_async(rnd))
         except BaseException as exc:
-            self._finish(rnd, queue, None, exc)
+            mine = self._leave(ask, queue, exc)
+            if mine is not None:
+                await self._return_async(mine)
             raise
-        self._finish(rnd, queue, reply, None)
+        for grant in owed:
+            await self._return_async(grant)
         return ask.outcome()
 
-    def _abandon(self, ask: Ask, queue: _Queue) -> None:
-        # A waiter cancelled before its round (the event loop shutting down): out of
-        # the queue, and if it had been promoted, the next one leads instead.
-        if ask in queue.waiting:
-            queue.waiting.remove(ask)
-            if ask.lead:
-                self._hand_over(queue)
+    def _return(self, grant: Owed) -> None:
+        try:
+            self._give_back(*grant)
+        except Exception:  # another's grant must not fail this caller; its own, its exit
+            logger.warning("could not give back the grant of a caller that left", exc_info=True)
+
+    async def _return_async(self, grant: Owed) -> None:
+        try:
+            await self._give_back_async(*grant)
+        except Exception:
+            logger.warning("could not give back the grant of a caller that left", exc_info=True)
 
 
 #: A queue with nobody in it, for serving the waiters of a round just closed.
