@@ -177,6 +177,51 @@ def test_close_gives_the_lease_back(server: Any) -> None:
     assert other.try_acquire(19 - 3)
 
 
+def test_no_lease_is_taken_after_close(server: Any) -> None:
+    # Nothing would give it back: the thread that returns leases has stopped.
+    clock = ManualClock(start=1_000.0)
+    name = unique_name("lease")
+    backend = RedisBackend(server())
+    limiter = TokenBucket(20, 1, backend=backend, name=name, clock=clock, lease=1.0)
+    backend.close()
+    for _ in range(3):
+        assert limiter.try_acquire()  # the client reconnects: the limiter still works
+    assert rounds_of(limiter).leased == 0
+    other = TokenBucket(19, 1, backend=RedisBackend(server()), name=name, clock=clock)
+    assert other.try_acquire(19 - 3)
+
+
+def test_a_lease_a_round_brings_after_close_goes_back() -> None:
+    clock = ManualClock(start=1_000.0)
+    client = fakeredis.FakeRedis()
+    name = unique_name("lease")
+    backend = RedisBackend(client)
+    limiter = TokenBucket(20, 1, backend=backend, name=name, clock=clock, lease=1.0)
+    for _ in range(3):
+        assert limiter.try_acquire()
+        clock.advance(0.01)
+    rounds = rounds_of(limiter)
+    rounds.void()  # the next try_acquire makes a round, which asks for a lease
+    decide = rounds._decide
+    sent, gate = threading.Event(), threading.Event()
+
+    def held(rnd: Round) -> Any:
+        sent.set()
+        assert gate.wait(10)
+        return decide(rnd)
+
+    rounds._decide = held
+    thread = threading.Thread(target=limiter.try_acquire)
+    thread.start()
+    assert sent.wait(10)
+    backend.close()  # while the round, which asks for a lease, is out
+    gate.set()
+    thread.join(10)
+    assert rounds.leased == 0
+    other = TokenBucket(19, 1, backend=RedisBackend(client), name=name, clock=clock)
+    assert other.try_acquire(19 - 4)
+
+
 def test_an_idle_process_leases_nothing_and_a_busy_one_more() -> None:
     clock = ManualClock(start=1_000.0)
     backend = RedisBackend(fakeredis.FakeRedis())

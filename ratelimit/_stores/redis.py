@@ -555,6 +555,7 @@ class RedisBackend:
         live = self._live
         if live is not None:
             live.stop()
+        self._stop_leasing()
         if self._returns is not None:
             self._returns.stop()
         if self._sync_client is not None:
@@ -569,6 +570,7 @@ class RedisBackend:
 
         Clients of other event loops close when their loop shuts down.
         """
+        self._stop_leasing()
         if self._sync_client is None:
             for handle in list(self._leasing):
                 await handle.give_back_lease_async()
@@ -580,6 +582,13 @@ class RedisBackend:
             else:
                 await state.client.aclose()
         self.close()
+
+    def _stop_leasing(self) -> None:
+        # A lease taken after close would never go back: the thread that returns them
+        # has stopped, and the owner may never call again.
+        for handle in list(self._leasing):
+            if handle.rounds is not None:
+                handle.rounds.stop_leasing()
 
     def __enter__(self) -> RedisBackend:
         return self

@@ -160,6 +160,7 @@ class Rounds:
         "_decide_async",
         "_give_back",
         "_give_back_async",
+        "_leasing",
         "_lock",
         "_loops",
         "_now",
@@ -192,6 +193,9 @@ class Rounds:
         self._now = now
         self.lease = lease
         self.most = most
+        # False once the backend has closed: no lease is taken any more, as nothing
+        # would give its rest back.
+        self._leasing = lease is not None
         self._lock = threading.Lock()
         self._threads = _Queue()
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = weakref.WeakKeyDictionary()
@@ -274,9 +278,17 @@ class Rounds:
             voids, self._voids = self._voids, []
             return voids
 
-    def take_voids(self) -> list[tuple[float, float]]:
-        """Every rest not yet given back, and the current lease's (at ``close``)."""
+    def stop_leasing(self) -> None:
+        """Take no lease from now on (the backend closes); one a round in flight
+        brings goes back at once."""
         with self._lock:
+            self._leasing = False
+
+    def take_voids(self) -> list[tuple[float, float]]:
+        """Every rest not yet given back, and the current lease's (at ``close``); from
+        now on no lease is taken, and one a round in flight brings goes back at once."""
+        with self._lock:
+            self._leasing = False
             self._void()
             voids, self._voids = self._voids, []
             return voids
@@ -286,7 +298,7 @@ class Rounds:
     def _open(self, asks: list[Ask]) -> Round:
         now = self._now()
         want = least = 0.0
-        if self.lease is not None:
+        if self.lease is not None and self._leasing:
             asked, self._asked = self._asked, 0.0
             if self._opened is not None and now > self._opened:
                 # The demand since the last round, against the estimate before it,
@@ -313,7 +325,9 @@ class Rounds:
             if ask.gone and decision[0] >= 0:
                 owed.append((ask.request, decision[1]))
             ask.wake()
-        if reply.leased > 0 and self.lease is not None:
+        if reply.leased > 0 and (self.lease is None or not self._leasing):
+            owed.append((reply.leased, reply.at))  # asked before the backend closed
+        elif reply.leased > 0 and self.lease is not None:
             self._void()  # a lease taken by another thread world meanwhile
             self._pool, self._pool_at, self._until = reply.leased, reply.at, rnd.sent + self.lease
             if self.on_lease is not None:
