@@ -61,6 +61,7 @@ from .keys import code_key, config_key, key_for
 from .lease_returns import LeaseReturns
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
 from .memory import MemoryBackend
+from .promises import LOCAL, STORE, Promises
 from .redis_errors import STORE_ERRORS, is_unavailable
 from .rounds import Round, RoundReply, Rounds
 from .scripts import Script, group_script, lanes_script, live_script, single_script
@@ -927,6 +928,8 @@ class RedisBackend:
             name,
             shadow,
         )
+        if local is not None:
+            handle.promises = Promises((clock or SystemClock()).now)
         if lease is not None or self.coalesce:
             rounds = handle.rounds = Rounds(
                 handle.decide,
@@ -949,6 +952,8 @@ class RedisBackend:
         keys = [self.key(name, alg.kind, i, clock=clock) for i, alg in enumerate(algs)]
         local = self._fallback_of(lambda share: [self._group_local(algs, clock, share)])
         handle = RedisGroupHandle(self, algs, keys, self.now_source(clock), None if local is None else local[0])
+        if local is not None:
+            handle.promises = Promises((clock or SystemClock()).now)
         if self.coalesce:
             handle.rounds = Rounds(
                 handle.decide,
@@ -971,10 +976,14 @@ class RedisBackend:
         local = self._fallback_of(lambda share: self._lanes_local(lanes, clock, keep, share), width=2)
         high, low = (None, None) if local is None else (local[HIGH], local[LOW])
         now = self.now_source(clock)
-        return (
+        handles = (
             RedisLaneHandle(self, lanes, keys, now, high, HIGH, keep),
             RedisLaneHandle(self, lanes, keys, now, low, LOW, keep),
         )
+        if local is not None:
+            for handle in handles:
+                handle.promises = Promises((clock or SystemClock()).now)
+        return handles
 
     def __repr__(self) -> str:
         client = self._sync_client or self._async_client
@@ -1106,7 +1115,7 @@ class _ScriptHandle(ABC, Generic[T]):
     Subclasses say only how a request becomes the script's arguments.
     """
 
-    __slots__ = ("_backend", "_keys", "_local", "_now", "_script", "rounds", "tally")
+    __slots__ = ("_backend", "_keys", "_local", "_now", "_script", "promises", "rounds", "tally")
 
     suspends = True
 
@@ -1126,6 +1135,9 @@ class _ScriptHandle(ABC, Generic[T]):
         self._local = local
         #: Coalescing and leases (``rounds.py``); ``None``: one call per reserve.
         self.rounds: Rounds | None = None
+        #: With a local fallback: the grants still to go, carried at a switch
+        #: (``promises.py``).
+        self.promises: Promises | None = None
 
     @abstractmethod
     def _args(self, op: str, tokens: T, extra: str) -> list[str]:
@@ -1170,12 +1182,66 @@ class _ScriptHandle(ABC, Generic[T]):
         """The script's arguments to give back ``tokens`` of the grant at ``at``."""
         return self._args("refund", tokens, _at(at))
 
+    def _nothing(self) -> T:
+        """No tokens: what is left to grant during a pause."""
+        none: T = 0.0  # type: ignore[assignment]
+        return none
+
+    def _pause_store(self) -> tuple[float, list[str]] | None:
+        """Before a decision of the store: if the local fallback decided last, the
+        seconds until its promises are due and the restriction that leaves them to
+        it (see ``promises.py``)."""
+        promises = self.promises
+        if promises is None or promises.side == STORE:
+            return None
+        ahead = promises.enter(STORE)
+        if not ahead > 0:
+            return None
+        return ahead, self._args("restrict", self._nothing(), _num(ahead))
+
+    def _to_store(self) -> None:
+        pause = self._pause_store()
+        if pause is not None:
+            try:
+                self._backend.run(self._script, self._keys, pause[1])
+            except BaseException:
+                assert self.promises is not None
+                self.promises.undo(STORE, pause[0])
+                raise
+
+    async def _to_store_async(self) -> None:
+        pause = self._pause_store()
+        if pause is not None:
+            try:
+                await self._backend.run_async(self._script, self._keys, pause[1])
+            except BaseException:
+                assert self.promises is not None
+                self.promises.undo(STORE, pause[0])
+                raise
+
+    def _decided(self, tokens: T, decision: tuple[float, float]) -> tuple[float, float]:
+        """A decision of the store, its reach kept (see ``promises.py``), and counted."""
+        if self.promises is not None:
+            self.promises.made(STORE, decision[0])
+        return self._count(tokens, decision)
+
+    def _locally(self, local: _Local[T], tokens: T, max_wait: float) -> tuple[float, float]:
+        promises = self.promises
+        if promises is not None:
+            ahead = promises.enter(LOCAL)
+            if ahead > 0:
+                local.restrict(self._nothing(), ahead)  # the store's queue goes first
+        decision = local.reserve(tokens, max_wait)
+        if promises is not None:
+            promises.made(LOCAL, decision[0])
+        return decision
+
     def _fallback(self, tokens: T, max_wait: float, exc: BackendUnavailable) -> tuple[float, float]:
         local = self._local
         return self._backend.without_store(
             exc,
             self._keys[0],
-            local=None if local is None else lambda: local.reserve(tokens, max_wait),
+            local=None if local is None else lambda: self._locally(local, tokens, max_wait),
             otherwise=lambda: (0.0, math.nan),
             says=(
                 "Redis unavailable; deciding %r locally: %s",
@@ -1194,14 +1260,15 @@ class _ScriptHandle(ABC, Generic[T]):
     def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
         rounds = self.rounds
         try:
+            self._to_store()
             if rounds is not None:
                 decision = rounds.reserve(weight(tokens), max_wait, tokens)
             else:
                 args = self._args("reserve", tokens, _max_wait(max_wait))
                 decision = self._decision(self._backend.run(self._script, self._keys, args))
         except BackendUnavailable as exc:
-            decision = self._fallback(tokens, max_wait, exc)
-        return self._count(tokens, decision)
+            return self._count(tokens, self._fallback(tokens, max_wait, exc))
+        return self._decided(tokens, decision)
 
     def reserve_here(self, tokens: T, max_wait: float) -> tuple[float, float] | None:
         return None
@@ -1212,14 +1279,15 @@ class _ScriptHandle(ABC, Generic[T]):
             # A synchronous client serves this loop from threads: their rounds.
             return await asyncio.to_thread(self.reserve, tokens, max_wait)
         try:
+            await self._to_store_async()
             if rounds is not None:
                 decision = await rounds.reserve_async(weight(tokens), max_wait, tokens)
             else:
                 args = self._args("reserve", tokens, _max_wait(max_wait))
                 decision = self._decision(await self._backend.run_async(self._script, self._keys, args))
         except BackendUnavailable as exc:
-            decision = self._fallback(tokens, max_wait, exc)
-        return self._count(tokens, decision)
+            return self._count(tokens, self._fallback(tokens, max_wait, exc))
+        return self._decided(tokens, decision)
 
     def _unrecorded(self, what: str, exc: BackendUnavailable, local: Callable[[_Local[T]], None]) -> None:
         # A refund or a restriction that cannot reach the store: on the local fallback
@@ -1367,6 +1435,9 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
         for (kind, params), n in zip(self._members, tokens, strict=True):
             args += [kind, _num(n), *params]
         return args
+
+    def _nothing(self) -> Sequence[float]:
+        return [0.0] * len(self._members)
 
     def _batch_args(self, rnd: Round) -> list[str]:
         # The members with no tokens of their own, then each request: its max_wait
