@@ -384,9 +384,10 @@ def test_a_fleet_switching_to_the_fallback_and_back_keeps_the_bound(kind: str, m
     assert most_beyond_the_bound(sent, 20, 100) <= len(fleet) + 1e-6
 
 
-def test_the_promised_queue_is_carried_across_a_real_outage(server: RedisServer) -> None:
+@pytest.mark.parametrize("coalesce", [True, False])
+def test_the_promised_queue_is_carried_across_a_real_outage(server: RedisServer, coalesce: bool) -> None:
     clock = ManualClock(1_000.0)
-    backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=1.0)
+    backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=1.0, coalesce=coalesce)
     limiter = TokenBucket(20, 100, backend=backend, name="carried", clock=clock)
     handle = limiter._handle
     waits = [handle.reserve(1.0, 2.0)[0] for _ in range(120)]
@@ -417,3 +418,23 @@ def test_a_composite_and_a_budget_with_priorities_carry_the_queue_too(server: Re
     assert composite._handle.reserve([1.0, 1.0], 2.0)[0] >= queued[-1]
     assert lanes.low._handle.reserve(1.0, 2.0)[0] >= low[-1]
     backend.close()
+
+
+def test_the_async_path_carries_the_queue_both_ways(server: RedisServer) -> None:
+    clock = ManualClock(1_000.0)
+
+    async def scenario() -> tuple[list[float], list[float], float]:
+        backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=1.0)
+        handle = TokenBucket(20, 100, backend=backend, name="carried-async", clock=clock)._handle
+        store = list(await asyncio.gather(*(handle.reserve_async(1.0, 2.0) for _ in range(120))))
+        server.stop()
+        local = [(await handle.reserve_async(1.0, 2.0))[0] for _ in range(50)]
+        server.start()
+        back = (await handle.reserve_async(1.0, 2.0))[0]
+        await backend.aclose()
+        return [wait for wait, _ in store], local, back
+
+    store, local, back = asyncio.run(scenario())
+    assert max(store) == pytest.approx(1.0)
+    assert local[0] == pytest.approx(1.0)
+    assert back == pytest.approx(1.49)

@@ -1166,11 +1166,13 @@ class _ScriptHandle(ABC, Generic[T]):
 
     def decide(self, rnd: Round) -> RoundReply:
         """Make one round's call (``Rounds``' I/O, for threads)."""
+        self._to_store()  # in the round: its callers wait behind a pause it sets
         args = self._round_args(rnd)
         return self._round_reply(rnd, args, self._backend.run(self._script, self._keys, args))
 
     async def decide_async(self, rnd: Round) -> RoundReply:
         """Make one round's call on the running event loop."""
+        await self._to_store_async()
         args = self._round_args(rnd)
         return self._round_reply(rnd, args, await self._backend.run_async(self._script, self._keys, args))
 
@@ -1260,10 +1262,10 @@ class _ScriptHandle(ABC, Generic[T]):
     def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
         rounds = self.rounds
         try:
-            self._to_store()
             if rounds is not None:
                 decision = rounds.reserve(weight(tokens), max_wait, tokens)
             else:
+                self._to_store()
                 args = self._args("reserve", tokens, _max_wait(max_wait))
                 decision = self._decision(self._backend.run(self._script, self._keys, args))
         except BackendUnavailable as exc:
@@ -1279,10 +1281,10 @@ class _ScriptHandle(ABC, Generic[T]):
             # A synchronous client serves this loop from threads: their rounds.
             return await asyncio.to_thread(self.reserve, tokens, max_wait)
         try:
-            await self._to_store_async()
             if rounds is not None:
                 decision = await rounds.reserve_async(weight(tokens), max_wait, tokens)
             else:
+                await self._to_store_async()
                 args = self._args("reserve", tokens, _max_wait(max_wait))
                 decision = self._decision(await self._backend.run_async(self._script, self._keys, args))
         except BackendUnavailable as exc:
