@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import random
 import signal
 import threading
 import time
@@ -876,3 +877,53 @@ def test_an_interrupted_threads_grant_already_decided_goes_back() -> None:
     held.interrupt_main(decided)
     held.finish()
     assert held.spent() == 3
+
+
+@needs_alarm
+def test_threads_interrupted_at_random_while_waiting_neither_hang_nor_lose_grants(redis_client: redis.Redis) -> None:
+    # The main thread acquires beside eight threads; a SIGALRM handler raises at
+    # random moments, whenever it finds the main thread waiting on a round.
+    clock = ManualClock(start=1_000.0)
+    name = unique_name("interrupt")
+    limiter = TokenBucket(100_000, 0.001, backend=RedisBackend(redis_client), name=name, clock=clock)
+    granted = [0]
+    lock = threading.Lock()
+
+    def worker() -> None:
+        for _ in range(200):
+            limiter.acquire()
+            with lock:
+                granted[0] += 1
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        waiting = frame is not None and frame.f_code.co_name == "wait" and "threading" in frame.f_code.co_filename
+        if waiting:
+            raise Interrupted
+        signal.setitimer(signal.ITIMER_REAL, 0.0002)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(8)]
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    interrupted = 0
+    try:
+        for thread in threads:
+            thread.start()
+        for _ in range(300):
+            signal.setitimer(signal.ITIMER_REAL, random.uniform(0.00005, 0.001))
+            try:
+                limiter.acquire()
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                with lock:
+                    granted[0] += 1
+            except Interrupted:
+                interrupted += 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    for thread in threads:
+        thread.join(30)
+        assert not thread.is_alive(), "a thread hangs"
+    assert interrupted > 0
+    # Every grant was used or given back: the budget lost exactly what was granted.
+    other = TokenBucket(100_000, 0.001, backend=RedisBackend(redis_client), name=name, clock=clock)
+    assert other.try_acquire(100_000 - granted[0])
+    assert not other.try_acquire(1)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import math
 import queue
@@ -663,6 +664,9 @@ class RedisBackend:
                     if not is_unavailable(exc):
                         raise  # a bug (in a script, in the deployment): not for the failure policy
                     raise self._unavailable(exc) from exc
+                except BaseException:
+                    _drop_idle_connections(client)
+                    raise
         finally:
             turns.put(None)
 
@@ -1095,6 +1099,23 @@ def _throttle(local: object, decided: float | None, at: float | None) -> None:
     handle = _inner(local)
     if isinstance(handle, Pacing):
         handle.throttle(decided, at)
+
+
+def _drop_idle_connections(client: Any) -> None:
+    """Close the idle connections of ``client``'s pools, after a call interrupted by
+    an exception of the caller's own (a signal handler raising): interrupted between
+    sending its command and reading the reply, redis-py puts the connection back in
+    its pool with the reply unread, and the next call on it would read that reply as
+    its own (measured: a round read another's decisions). Closed, they reconnect
+    when next used; those in use by other threads are left alone."""
+    pools = [getattr(client, "connection_pool", None)]
+    if hasattr(client, "get_nodes"):  # a Cluster: a pool per node
+        pools = [getattr(node.redis_connection, "connection_pool", None) for node in client.get_nodes()]
+    for pool in pools:
+        disconnect = getattr(pool, "disconnect", None)
+        if disconnect is not None:
+            with contextlib.suppress(Exception):
+                disconnect(inuse_connections=False)
 
 
 def _reply(reply: Sequence[bytes | str]) -> tuple[float, float]:

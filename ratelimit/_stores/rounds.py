@@ -32,16 +32,17 @@ later caller can take tokens here ahead of it.
 **Leaving early.** A caller may leave on an exception at any point: a thread
 interrupted while it waits (``KeyboardInterrupt``, a signal handler that raises, as
 ``SIGALRM``-based timeouts do), a task cancelled. Threads and tasks leave the same way
-(``_leave``): out of the queue, the lead handed on if it had been given, a round it
-led but never sent given to the next caller, one it sent failed for the callers in it
-(whether the store recorded it is unknown), and a grant made for it given back: at
-once if it was decided, by the round's leader when the round lands if not.
+(``_leave``): out of the queue, the lead handed on if it had been given, the others
+of a round it led put back first in the queue for the next leader (failed only when
+the store was unavailable), and a grant made for it given back: at once if it was
+decided, by the round's leader when the round lands if not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import logging
 import math
 import os
@@ -70,7 +71,20 @@ MOST_PER_ROUND = 512
 class Ask:
     """One caller's request in a round: its outcome, and how to wake it."""
 
-    __slots__ = ("error", "gone", "lead", "max_wait", "request", "result", "round", "sent", "tokens", "waker")
+    __slots__ = (
+        "closed",
+        "error",
+        "gone",
+        "lead",
+        "max_wait",
+        "reply",
+        "request",
+        "result",
+        "round",
+        "sent",
+        "tokens",
+        "waker",
+    )
 
     def __init__(
         self,
@@ -89,10 +103,13 @@ class Ask:
         self.error: BaseException | None = None
         #: Promoted to run the next round.
         self.lead = False
-        #: The round this caller leads, from its arrival or promotion; and whether its
-        #: call has gone to the store.
+        #: The round this caller leads, from its arrival or promotion; whether its
+        #: call has gone to the store, what it brought, and whether the round is
+        #: closed and its lead handed on (each step once, see ``Rounds._complete``).
         self.round: Round | None = None
         self.sent = False
+        self.reply: RoundReply | None = None
+        self.closed = False
         #: Left (an exception) while a round led by another carried it: the leader
         #: gives its grant back.
         self.gone = False
@@ -319,11 +336,14 @@ class Rounds:
         return Round(asks, give_back, want, least, now)
 
     def _close(self, rnd: Round, reply: RoundReply, queue: _Queue) -> list[Owed]:
+        # Run again by _leave if an interrupt cut it short: each caller's outcome set
+        # once, and each woken again (the interrupt may have fallen inside a wake).
         owed: list[Owed] = []
         for ask, decision in zip(rnd.asks, reply.decisions, strict=True):
-            ask.result = decision
-            if ask.gone and decision[0] >= 0:
-                owed.append((ask.request, decision[1]))
+            if ask.result is None and ask.error is None:
+                ask.result = decision
+                if ask.gone and decision[0] >= 0:
+                    owed.append((ask.request, decision[1]))
             ask.wake()
         if reply.leased > 0 and (self.lease is None or not self._leasing):
             owed.append((reply.leased, reply.at))  # asked before the backend closed
@@ -344,14 +364,11 @@ class Rounds:
             head.wake()
         return owed
 
-    def _fail(self, rnd: Round, exc: BaseException) -> None:
+    def _fail(self, rnd: Round, exc: BackendUnavailable) -> None:
         # A rest given back by the failed call is lost with it: the budget is the
         # poorer for it, never the richer.
-        error = (
-            exc if isinstance(exc, Exception) else BackendUnavailable(f"the call carrying this request failed: {exc!r}")
-        )
         for ask in rnd.asks:
-            ask.error = error
+            ask.error = exc
             ask.wake()
 
     def _hand_over(self, queue: _Queue) -> None:
@@ -364,38 +381,39 @@ class Rounds:
 
     def _lead_next(self, ask: Ask, queue: _Queue) -> Round:
         # Promoted: this caller carries the requests queued by now, its own first, up
-        # to a round's most; the rest wait for the next.
+        # to a round's most; the rest wait for the next. The round is known before
+        # any leaves the queue, so that an interrupt in between loses none.
         waiting = queue.waiting
-        asks = [waiting.popleft() for _ in range(min(len(waiting), MOST_PER_ROUND))]
+        n = min(len(waiting), MOST_PER_ROUND)
+        asks = list(itertools.islice(waiting, n))
         assert asks[0] is ask
         ask.round = self._open(asks)
+        for _ in range(n):
+            waiting.popleft()
         return ask.round
 
     # -- a caller's way through: the same for threads and tasks, but for the waits ------
+    #
+    # A caller may be interrupted at any point (a signal handler raising in the main
+    # thread): each step leaves a state _leave can finish from.
 
     def _arrive(
-        self,
-        tokens: float,
-        max_wait: float,
-        queue: _Queue,
-        waker: Callable[[], threading.Event | asyncio.Future[None]],
-        request: object,
-    ) -> tuple[float, float] | Ask:
-        """A grant from the lease; or this caller's ask, queued behind a round in
+        self, ask: Ask, queue: _Queue, waker: Callable[[], threading.Event | asyncio.Future[None]]
+    ) -> tuple[float, float] | None:
+        """A grant from the lease; or ``None``: ``ask`` queued behind a round in
         flight, or (``ask.round`` set) leading a round of its own now."""
         with self._lock:
-            self._asked += tokens
-            got = self._from_pool(tokens, queue)
+            self._asked += ask.tokens
+            got = self._from_pool(ask.tokens, queue)
             if got is not None:
                 return got
             if queue.busy:
-                ask = Ask(tokens, max_wait, waker(), request)
+                ask.waker = waker()
                 queue.waiting.append(ask)
             else:
-                queue.busy = True
-                ask = Ask(tokens, max_wait, None, request)
                 ask.round = self._open([ask])
-            return ask
+                queue.busy = True
+            return None
 
     def _woken(self, ask: Ask, queue: _Queue) -> Round | None:
         """After a queued ask was woken: the round it now leads, or ``None`` (its
@@ -405,51 +423,69 @@ class Rounds:
         with self._lock:
             return self._lead_next(ask, queue)
 
-    def _finish(self, rnd: Round, queue: _Queue, reply: RoundReply) -> list[Owed]:
-        """A round landed: its callers told, the next round's lead handed on; the
-        grants of callers that left meanwhile, to give back."""
-        with self._lock:
-            owed = self._close(rnd, reply, queue)
-            self._hand_over(queue)
+    def _complete(self, ask: Ask, queue: _Queue) -> list[Owed]:
+        # The round ``ask`` led has its reply: its callers told, the lead handed on;
+        # the grants of callers that left meanwhile, to give back.
+        assert ask.round is not None
+        assert ask.reply is not None
+        owed = self._close(ask.round, ask.reply, queue)
+        if not ask.closed:
+            self._hand_over(queue)  # twice at worst, if interrupted: one more leader
+            ask.closed = True
         return owed
 
-    def _leave(self, ask: Ask, queue: _Queue, exc: BaseException) -> Owed | None:
-        """A caller leaving on ``exc`` (see the module's doc), wherever it was; the
-        grant it must give back now, if one was decided for it."""
+    def _finish(self, ask: Ask, queue: _Queue) -> list[Owed]:
         with self._lock:
+            return self._complete(ask, queue)
+
+    def _leave(self, ask: Ask, queue: _Queue, exc: BaseException) -> list[Owed]:
+        """A caller leaving on ``exc`` (see the module's doc), wherever it was; the
+        grants to give back now (its own, if one was decided for it)."""
+        with self._lock:
+            owed: list[Owed] = []
+            rnd = ask.round
+            if rnd is not None and ask.reply is not None and not ask.closed:
+                owed = self._complete(ask, queue)  # the landing an interrupt cut short
             if ask.result is not None:
                 wait, at = ask.result
-                return (ask.request, at) if wait >= 0 else None
+                if wait >= 0:
+                    owed.append((ask.request, at))
+                return owed
             if ask.error is not None:
-                return None
+                return owed
             if ask in queue.waiting:
                 queue.waiting.remove(ask)
                 if ask.lead:
                     self._hand_over(queue)
-                return None
-            rnd = ask.round
+                return owed
             if rnd is None:
-                ask.gone = True  # in a round another caller leads
-            elif ask.sent:
-                self._fail(rnd, exc)
-                self._hand_over(queue)
+                ask.gone = True  # in a round another caller leads (or never queued)
+                return owed
+            if ask.sent and isinstance(exc, BackendUnavailable):
+                self._fail(rnd, exc)  # unavailable to them too: they fail at once
             else:
-                # Led but never sent: the others go first in the queue again, and the
-                # rest of a lease it carried back with the next round.
-                queue.waiting.extendleft(reversed(rnd.asks[1:]))
-                if rnd.give_back is not None:
+                # The leader's own exception (an interrupt; a bug, which the next
+                # leader meets for itself): the others go first in the queue again.
+                # If the call went out, the store may have recorded it: their tokens
+                # may count twice (never too few), and the rest of a lease it carried
+                # is lost rather than given back twice.
+                waiting = queue.waiting
+                queued = {id(other) for other in waiting}
+                waiting.extendleft(reversed([other for other in rnd.asks[1:] if id(other) not in queued]))
+                if rnd.give_back is not None and not ask.sent:
                     self._voids.insert(0, rnd.give_back)
-                self._hand_over(queue)
-            return None
+            self._hand_over(queue)
+            return owed
 
     def reserve(self, tokens: float, max_wait: float, request: object = None) -> tuple[float, float]:
         """Decide ``tokens`` (``request``, if the store is asked otherwise) for a
         thread: from the lease, or in a round."""
         queue = self._threads
-        ask = self._arrive(tokens, max_wait, queue, threading.Event, request)
-        if not isinstance(ask, Ask):
-            return ask
+        ask = Ask(tokens, max_wait, None, request)
         try:
+            got = self._arrive(ask, queue, threading.Event)
+            if got is not None:
+                return got
             rnd = ask.round
             if rnd is None:
                 assert isinstance(ask.waker, threading.Event)
@@ -458,11 +494,11 @@ class Rounds:
                 if rnd is None:
                     return ask.outcome()
             ask.sent = True
-            owed = self._finish(rnd, queue, self._decide(rnd))
+            ask.reply = self._decide(rnd)
+            owed = self._finish(ask, queue)
         except BaseException as exc:
-            mine = self._leave(ask, queue, exc)
-            if mine is not None:
-                self._return(mine)
+            for grant in self._leave(ask, queue, exc):
+                self._return(grant)
             raise
         for grant in owed:
             self._return(grant)
@@ -476,10 +512,11 @@ class Rounds:
         if queue is None:
             with self._lock:
                 queue = self._loops.setdefault(loop, _Queue())
-        ask = self._arrive(tokens, max_wait, queue, loop.create_future, request)
-        if not isinstance(ask, Ask):
-            return ask
+        ask = Ask(tokens, max_wait, None, request)
         try:
+            got = self._arrive(ask, queue, loop.create_future)
+            if got is not None:
+                return got
             rnd = ask.round
             if rnd is None:
                 assert isinstance(ask.waker, asyncio.Future)
@@ -488,11 +525,11 @@ class Rounds:
                 if rnd is None:
                     return ask.outcome()
             ask.sent = True
-            owed = self._finish(rnd, queue, await self._decide_async(rnd))
+            ask.reply = await self._decide_async(rnd)
+            owed = self._finish(ask, queue)
         except BaseException as exc:
-            mine = self._leave(ask, queue, exc)
-            if mine is not None:
-                await self._return_async(mine)
+            for grant in self._leave(ask, queue, exc):
+                await self._return_async(grant)
             raise
         for grant in owed:
             await self._return_async(grant)
