@@ -438,3 +438,37 @@ def test_the_async_path_carries_the_queue_both_ways(server: RedisServer) -> None
     assert max(store) == pytest.approx(1.0)
     assert local[0] == pytest.approx(1.0)
     assert back == pytest.approx(1.49)
+
+
+class Interrupted(Exception):
+    """Raised as a signal handler would, between a command sent and its reply read."""
+
+
+class Interrupting(redis.Redis):
+    """A client whose next reply read is interrupted once ``armed``."""
+
+    armed = False
+
+    def parse_response(self, connection: Any, command_name: Any, **options: Any) -> Any:
+        if type(self).armed:
+            type(self).armed = False
+            raise Interrupted
+        return super().parse_response(connection, command_name, **options)
+
+
+def test_a_call_interrupted_before_its_reply_leaves_no_reply_for_the_next(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # redis-py puts the connection back with the reply unread: the next call on it
+    # would read that reply as its own.
+    monkeypatch.setattr(Interrupting, "armed", False)
+    clock = ManualClock(1_000.0)
+    client = Interrupting(single_connection_client=False)
+    limiter = TokenBucket(10, 1, backend=RedisBackend(client, coalesce=False), name=unique_name(), clock=clock)
+    assert limiter.try_acquire(10)
+    monkeypatch.setattr(Interrupting, "armed", True)
+    with pytest.raises(Interrupted):
+        limiter.try_acquire(1)  # refused: its reply says so, unread
+    clock.advance(1.0)
+    assert limiter.try_acquire(1)  # one token refilled: granted, by its own reply
+    client.close()
