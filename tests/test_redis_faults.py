@@ -472,3 +472,26 @@ def test_a_call_interrupted_before_its_reply_leaves_no_reply_for_the_next(
     clock.advance(1.0)
     assert limiter.try_acquire(1)  # one token refilled: granted, by its own reply
     client.close()
+
+
+def test_a_thousand_tasks_through_an_outage_keep_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Flaky, "down", False)
+    clock = ManualClock(1_000.0)
+    backend = RedisBackend(Flaky(), on_unavailable="local", local_share=1.0)
+    handle = TokenBucket(20, 100, backend=backend, name=unique_name("tasks"), clock=clock)._handle
+    sent: list[float] = []
+
+    async def wave() -> None:
+        decisions = await asyncio.gather(*(handle.reserve_async(1.0, 3.0) for _ in range(1_000)))
+        sent.extend(clock.now() + wait for wait, _ in decisions if wait >= 0)
+
+    logging.getLogger("ratelimit").disabled = True
+    try:
+        for step in range(8):
+            Flaky.down = step in (2, 3, 4)  # down for three waves, then back
+            asyncio.run(wave())
+            clock.advance(0.5)
+    finally:
+        logging.getLogger("ratelimit").disabled = False
+    assert len(sent) > 300
+    assert most_beyond_the_bound(sent, 20, 100) <= 1 + 1e-6

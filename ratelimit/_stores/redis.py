@@ -1220,6 +1220,8 @@ class _ScriptHandle(ABC, Generic[T]):
         ahead = promises.enter(STORE)
         if not ahead > 0:
             return None
+        if self.rounds is not None:
+            self.rounds.void()  # a lease is not to be spent through the pause
         return ahead, self._args("restrict", self._nothing(), _num(ahead))
 
     def _to_store(self) -> None:
