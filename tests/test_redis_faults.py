@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Iterator
+from typing import Any
 
+import fakeredis
 import pytest
 import redis
 import redis.cluster
@@ -302,3 +305,193 @@ def test_backend_arguments_are_checked(redis_client: redis.Redis) -> None:
         RedisBackend(redis_client, local_share=2)
     with pytest.raises(TypeError, match="client must be a redis-py client"):
         RedisBackend("redis://127.0.0.1")
+
+
+# -- the promised waits carried across a switch to the local fallback and back ---------
+
+
+class Flaky(fakeredis.FakeRedis):
+    """A fakeredis client whose script calls fail while ``down`` says so."""
+
+    down = False
+
+    def evalsha(self, *args: Any) -> Any:
+        if type(self).down:
+            raise redis.exceptions.ConnectionError("down")
+        return super().evalsha(*args)
+
+    def eval(self, *args: Any) -> Any:
+        if type(self).down:
+            raise redis.exceptions.ConnectionError("down")
+        return super().eval(*args)
+
+
+def most_beyond_the_bound(sent: list[float], capacity: float, rate: float) -> float:
+    """The most grants at ``sent`` in any interval beyond ``capacity + rate * t``
+    (0 or less: within it)."""
+    sent = sorted(sent)
+    worst = -math.inf
+    for i, first in enumerate(sent):
+        for j in range(i, len(sent)):
+            worst = max(worst, (j - i + 1) - (capacity + rate * (sent[j] - first)))
+    return worst
+
+
+def run_fleet(limiters: list[Any], clock: ManualClock, events: dict[float, bool], until: float) -> list[float]:
+    """Each limiter asked for 3 tokens every 10 ms (demand 3x the rate for two), each
+    willing to wait 2 s; ``events`` set the store down or up at their times."""
+    sent: list[float] = []
+    start = clock.now()
+    for tick in range(int(until / 0.01)):
+        now = start + tick * 0.01
+        clock.set(now)
+        for at, down in events.items():
+            if abs(now - (start + at)) < 1e-9:
+                Flaky.down = down
+        for limiter in limiters:
+            for _ in range(3):
+                wait, _at = limiter._handle.reserve(1.0, 2.0)
+                if wait >= 0:
+                    sent.append(now + wait)
+    return sent
+
+
+@pytest.mark.parametrize("kind", ["token bucket", "window"])
+def test_a_fleet_switching_to_the_fallback_and_back_keeps_the_bound(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two processes at half each, queued 2 s deep on the store when it fails, and on
+    # their fallbacks when it comes back: the side taking over leaves the other's
+    # queue to it. Without that: 89 (bucket) and 323 (window) grants over the bound.
+    monkeypatch.setattr(Flaky, "down", False)
+    shared = fakeredis.FakeServer()
+    clock = ManualClock(1_000.0)
+    name = unique_name("switch")
+
+    def limiter() -> Any:
+        backend = RedisBackend(Flaky(server=shared), on_unavailable="local", local_share=0.5)
+        if kind == "window":  # 20 in 0.2 s: 100/s with a burst of 20, as the bucket
+            return SlidingWindow(20, 0.2, backend=backend, name=name, clock=clock)
+        return TokenBucket(20, 100, backend=backend, name=name, clock=clock)
+
+    fleet = [limiter(), limiter()]
+    logging.getLogger("ratelimit").disabled = True
+    try:
+        sent = run_fleet(fleet, clock, {3.0: True, 6.0: False}, 9.0)
+    finally:
+        logging.getLogger("ratelimit").disabled = False
+    assert len(sent) > 800
+    # Both sides had a queue at each switch: nothing beyond capacity + rate x t but,
+    # at most, one request per process at the instant a queue handed over.
+    assert most_beyond_the_bound(sent, 20, 100) <= len(fleet) + 1e-6
+
+
+@pytest.mark.parametrize("coalesce", [True, False])
+def test_the_promised_queue_is_carried_across_a_real_outage(server: RedisServer, coalesce: bool) -> None:
+    clock = ManualClock(1_000.0)
+    backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=1.0, coalesce=coalesce)
+    limiter = TokenBucket(20, 100, backend=backend, name="carried", clock=clock)
+    handle = limiter._handle
+    waits = [handle.reserve(1.0, 2.0)[0] for _ in range(120)]
+    assert waits[-1] == pytest.approx(1.0)  # the store's queue reaches 1 s ahead
+    server.stop()
+    # The fallback leaves that second to the queue: its own grants follow it, at the
+    # rate, with no burst of its own.
+    local = [handle.reserve(1.0, 2.0)[0] for _ in range(50)]
+    assert local[0] == pytest.approx(1.0)
+    assert local[-1] == pytest.approx(1.49)
+    assert backend.stats().fell_back == 50
+    clock.advance(0.2)
+    server.start()  # back, empty: a full bucket it would grant at once
+    # The store leaves the fallback's queue to it (1.29 s more), then the rate.
+    assert handle.reserve(1.0, 2.0)[0] == pytest.approx(1.29)
+    assert handle.reserve(1.0, 2.0)[0] == pytest.approx(1.30)
+    backend.close()
+
+
+def test_a_composite_and_a_budget_with_priorities_carry_the_queue_too(server: RedisServer) -> None:
+    clock = ManualClock(1_000.0)
+    backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=1.0)
+    composite = Composite([TokenBucket(10, 100), SlidingWindow(100, 1)], backend=backend, name="both", clock=clock)
+    lanes = TokenBucket(20, 100, low_share=0.5, backend=backend, name="lanes", clock=clock)
+    queued = [composite._handle.reserve([1.0, 1.0], 2.0)[0] for _ in range(60)]
+    low = [lanes.low._handle.reserve(1.0, 2.0)[0] for _ in range(60)]
+    server.stop()
+    assert composite._handle.reserve([1.0, 1.0], 2.0)[0] >= queued[-1]
+    assert lanes.low._handle.reserve(1.0, 2.0)[0] >= low[-1]
+    backend.close()
+
+
+def test_the_async_path_carries_the_queue_both_ways(server: RedisServer) -> None:
+    clock = ManualClock(1_000.0)
+
+    async def scenario() -> tuple[list[float], list[float], float]:
+        backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=1.0)
+        handle = TokenBucket(20, 100, backend=backend, name="carried-async", clock=clock)._handle
+        store = list(await asyncio.gather(*(handle.reserve_async(1.0, 2.0) for _ in range(120))))
+        server.stop()
+        local = [(await handle.reserve_async(1.0, 2.0))[0] for _ in range(50)]
+        server.start()
+        back = (await handle.reserve_async(1.0, 2.0))[0]
+        await backend.aclose()
+        return [wait for wait, _ in store], local, back
+
+    store, local, back = asyncio.run(scenario())
+    assert max(store) == pytest.approx(1.0)
+    assert local[0] == pytest.approx(1.0)
+    assert back == pytest.approx(1.49)
+
+
+class Interrupted(Exception):
+    """Raised as a signal handler would, between a command sent and its reply read."""
+
+
+class Interrupting(redis.Redis):
+    """A client whose next reply read is interrupted once ``armed``."""
+
+    armed = False
+
+    def parse_response(self, connection: Any, command_name: Any, **options: Any) -> Any:
+        if type(self).armed:
+            type(self).armed = False
+            raise Interrupted
+        return super().parse_response(connection, command_name, **options)  # type: ignore[no-untyped-call]
+
+
+def test_a_call_interrupted_before_its_reply_leaves_no_reply_for_the_next(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # redis-py puts the connection back with the reply unread: the next call on it
+    # would read that reply as its own.
+    monkeypatch.setattr(Interrupting, "armed", False)
+    clock = ManualClock(1_000.0)
+    client = Interrupting(single_connection_client=False)
+    limiter = TokenBucket(10, 1, backend=RedisBackend(client, coalesce=False), name=unique_name(), clock=clock)
+    assert limiter.try_acquire(10)
+    monkeypatch.setattr(Interrupting, "armed", True)
+    with pytest.raises(Interrupted):
+        limiter.try_acquire(1)  # refused: its reply says so, unread
+    clock.advance(1.0)
+    assert limiter.try_acquire(1)  # one token refilled: granted, by its own reply
+    client.close()
+
+
+def test_a_thousand_tasks_through_an_outage_keep_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Flaky, "down", False)
+    clock = ManualClock(1_000.0)
+    backend = RedisBackend(Flaky(), on_unavailable="local", local_share=1.0)
+    handle = TokenBucket(20, 100, backend=backend, name=unique_name("tasks"), clock=clock)._handle
+    sent: list[float] = []
+
+    async def wave() -> None:
+        decisions = await asyncio.gather(*(handle.reserve_async(1.0, 3.0) for _ in range(1_000)))
+        sent.extend(clock.now() + wait for wait, _ in decisions if wait >= 0)
+
+    logging.getLogger("ratelimit").disabled = True
+    try:
+        for step in range(8):
+            Flaky.down = step in (2, 3, 4)  # down for three waves, then back
+            asyncio.run(wave())
+            clock.advance(0.5)
+    finally:
+        logging.getLogger("ratelimit").disabled = False
+    assert len(sent) > 300
+    assert most_beyond_the_bound(sent, 20, 100) <= 1 + 1e-6

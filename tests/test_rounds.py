@@ -10,9 +10,12 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import random
+import signal
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import fakeredis
@@ -173,6 +176,51 @@ def test_close_gives_the_lease_back(server: Any) -> None:
     backend.close()
     other = TokenBucket(19, 1, backend=RedisBackend(server()), name=name, clock=clock)
     assert other.try_acquire(19 - 3)
+
+
+def test_no_lease_is_taken_after_close(server: Any) -> None:
+    # Nothing would give it back: the thread that returns leases has stopped.
+    clock = ManualClock(start=1_000.0)
+    name = unique_name("lease")
+    backend = RedisBackend(server())
+    limiter = TokenBucket(20, 1, backend=backend, name=name, clock=clock, lease=1.0)
+    backend.close()
+    for _ in range(3):
+        assert limiter.try_acquire()  # the client reconnects: the limiter still works
+    assert rounds_of(limiter).leased == 0
+    other = TokenBucket(19, 1, backend=RedisBackend(server()), name=name, clock=clock)
+    assert other.try_acquire(19 - 3)
+
+
+def test_a_lease_a_round_brings_after_close_goes_back() -> None:
+    clock = ManualClock(start=1_000.0)
+    client = fakeredis.FakeRedis()
+    name = unique_name("lease")
+    backend = RedisBackend(client)
+    limiter = TokenBucket(20, 1, backend=backend, name=name, clock=clock, lease=1.0)
+    for _ in range(3):
+        assert limiter.try_acquire()
+        clock.advance(0.01)
+    rounds = rounds_of(limiter)
+    rounds.void()  # the next try_acquire makes a round, which asks for a lease
+    decide = rounds._decide
+    sent, gate = threading.Event(), threading.Event()
+
+    def held(rnd: Round) -> Any:
+        sent.set()
+        assert gate.wait(10)
+        return decide(rnd)
+
+    rounds._decide = held
+    thread = threading.Thread(target=limiter.try_acquire)
+    thread.start()
+    assert sent.wait(10)
+    backend.close()  # while the round, which asks for a lease, is out
+    gate.set()
+    thread.join(10)
+    assert rounds.leased == 0
+    other = TokenBucket(19, 1, backend=RedisBackend(client), name=name, clock=clock)
+    assert other.try_acquire(19 - 4)
 
 
 def test_an_idle_process_leases_nothing_and_a_busy_one_more() -> None:
@@ -657,3 +705,225 @@ def test_the_rest_of_a_lease_whose_grant_aged_out_frees_nothing_in_a_window() ->
         if limiters[who].try_acquire():
             sent.append(clock.now())
     assert within_window(sent, 6, 1.0)
+
+
+# -- a thread interrupted in a round (a signal handler raising, Ctrl-C) ----------------
+
+
+class Interrupted(Exception):
+    """What the test's SIGALRM handler raises, as a signal-based timeout does."""
+
+
+class HeldRounds:
+    """A limiter whose round calls wait at a gate until the test opens it; its
+    callers in other threads, and the main thread's, whom a real SIGALRM handler
+    interrupts once ``ready(ask)`` says so (``ask``: the main thread's, of 3 tokens)."""
+
+    def __init__(self) -> None:
+        self.clock = ManualClock(start=1_000.0)
+        self.client = fakeredis.FakeRedis()
+        self.name = unique_name("interrupt")
+        self.limiter = TokenBucket(100, 0.001, backend=RedisBackend(self.client), name=self.name, clock=self.clock)
+        self.rounds = rounds_of(self.limiter)
+        self.gates: list[threading.Event] = []
+        self.entered: list[threading.Event] = [threading.Event() for _ in range(10)]
+        self.sizes: list[int] = []
+        decide = self.decide = self.rounds._decide
+
+        def held(rnd: Round) -> Any:
+            i = len(self.sizes)
+            self.sizes.append(len(rnd.asks))
+            self.entered[i].set()
+            gate = threading.Event()
+            self.gates.append(gate)
+            assert gate.wait(10)
+            return decide(rnd)
+
+        self.rounds._decide = held
+        self.threads: list[threading.Thread] = []
+        self.got: list[float] = []
+
+    def open(self, i: int) -> None:
+        assert self.entered[i].wait(10)
+        self.gates[i].set()
+
+    def other(self, tokens: float = 1) -> None:
+        """A caller in a thread of its own, queued once this returns."""
+        before = len(self.rounds._threads.waiting) + len(self.sizes)
+
+        def run() -> None:
+            self.got.append(self.limiter.acquire(tokens))
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+        deadline = time.monotonic() + 10
+        while len(self.rounds._threads.waiting) + len(self.sizes) == before:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+
+    def main_ask(self) -> Ask | None:
+        return next((ask for ask in self.rounds._threads.waiting if ask.tokens == 3), None)
+
+    def interrupt_main(self, ready: Callable[[Ask], bool]) -> None:
+        """``acquire(3)`` in the main thread, interrupted by a raising SIGALRM handler."""
+        seen: list[Ask] = []
+
+        def on_alarm(signum: int, frame: object) -> None:
+            if not seen:
+                ask = self.main_ask()
+                if ask is None:  # not queued yet: look again soon
+                    signal.setitimer(signal.ITIMER_REAL, 0.01)
+                    return
+                seen.append(ask)
+            deadline = time.monotonic() + 10
+            while not ready(seen[0]):
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            raise Interrupted
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.01)
+            with pytest.raises(Interrupted):
+                self.limiter.acquire(3)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+    def finish(self) -> None:
+        """Every other caller returns, and the limiter still serves a new one."""
+        for gate in self.gates:
+            gate.set()
+        for i in range(len(self.sizes), len(self.entered)):
+            self.entered[i].set()
+        self.rounds._decide = self.decide
+        for thread in self.threads:
+            thread.join(10)
+            assert not thread.is_alive(), "a caller hangs behind the interrupted thread"
+        late = threading.Thread(target=self.limiter.acquire, daemon=True)
+        late.start()
+        late.join(10)
+        assert not late.is_alive(), "the limiter hangs for every later caller"
+
+    def spent(self) -> float:
+        """What the budget has granted (as another process finds it)."""
+        other = TokenBucket(100, 0.001, backend=RedisBackend(self.client), name=self.name, clock=self.clock)
+        return 100 - float(sum(1 for _ in iter(lambda: other.try_acquire(1), False)))
+
+
+needs_alarm = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs SIGALRM")
+
+
+@needs_alarm
+def test_a_thread_interrupted_while_queued_leaves_the_queue() -> None:
+    held = HeldRounds()
+    held.other()  # leads a round, held at the gate
+    # Interrupted while queued behind it: it must not be made the next round's leader.
+    held.interrupt_main(lambda ask: True)
+    held.other()  # queued behind the held round too
+    held.open(0)
+    held.finish()
+    assert held.spent() == 3  # the two others and the late one; nothing of the main thread's
+
+
+@needs_alarm
+def test_a_promoted_thread_interrupted_before_leading_hands_the_lead_on() -> None:
+    held = HeldRounds()
+    held.other()
+    main_queued = threading.Event()
+
+    def promoted(ask: Ask) -> bool:
+        if not main_queued.is_set():
+            main_queued.set()
+            held.other()  # queued behind the main thread
+            held.open(0)  # the round lands: the main thread, first in the queue, leads next
+        return ask.lead
+
+    held.interrupt_main(promoted)
+    held.finish()
+    assert held.spent() == 3
+
+
+@needs_alarm
+def test_an_interrupted_threads_grant_in_a_round_in_flight_goes_back() -> None:
+    held = HeldRounds()
+    held.other()
+    held.other()  # leads the second round, which carries the main thread's request
+
+    def in_flight(ask: Ask) -> bool:
+        if held.main_ask() is not None:
+            held.open(0)
+            return False
+        return held.entered[1].is_set()
+
+    held.interrupt_main(in_flight)
+    assert held.sizes == [1, 2]
+    held.finish()  # the second round grants the main thread's 3 tokens: they go back
+    assert held.spent() == 3
+
+
+@needs_alarm
+def test_an_interrupted_threads_grant_already_decided_goes_back() -> None:
+    held = HeldRounds()
+    held.other()
+    held.other()
+
+    def decided(ask: Ask) -> bool:
+        held.open(0)
+        held.open(1)
+        return ask.result is not None
+
+    held.interrupt_main(decided)
+    held.finish()
+    assert held.spent() == 3
+
+
+@needs_alarm
+def test_threads_interrupted_at_random_while_waiting_neither_hang_nor_lose_grants(redis_client: redis.Redis) -> None:
+    # The main thread acquires beside eight threads; a SIGALRM handler raises at
+    # random moments, whenever it finds the main thread waiting on a round.
+    clock = ManualClock(start=1_000.0)
+    name = unique_name("interrupt")
+    limiter = TokenBucket(100_000, 0.001, backend=RedisBackend(redis_client), name=name, clock=clock)
+    granted = [0]
+    lock = threading.Lock()
+
+    def worker() -> None:
+        for _ in range(200):
+            limiter.acquire()
+            with lock:
+                granted[0] += 1
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        waiting = frame is not None and frame.f_code.co_name == "wait" and "threading" in frame.f_code.co_filename
+        if waiting:
+            raise Interrupted
+        signal.setitimer(signal.ITIMER_REAL, 0.0002)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(8)]
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    interrupted = 0
+    try:
+        for thread in threads:
+            thread.start()
+        for _ in range(300):
+            signal.setitimer(signal.ITIMER_REAL, random.uniform(0.00005, 0.001))
+            try:
+                limiter.acquire()
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                with lock:
+                    granted[0] += 1
+            except Interrupted:
+                interrupted += 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    for thread in threads:
+        thread.join(30)
+        assert not thread.is_alive(), "a thread hangs"
+    assert interrupted > 0
+    # Every grant was used or given back: the budget lost exactly what was granted.
+    other = TokenBucket(100_000, 0.001, backend=RedisBackend(redis_client), name=name, clock=clock)
+    assert other.try_acquire(100_000 - granted[0])
+    assert not other.try_acquire(1)

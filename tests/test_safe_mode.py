@@ -24,7 +24,7 @@ import redis.cluster
 
 from ratelimit import Composite, ManualClock, RedisBackend, SlidingWindow, TokenBucket
 from ratelimit._stores import live as live_module
-from ratelimit._stores.live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
+from ratelimit._stores.live import KEPT_BEATS, LIVE_KEY, UNCOUNTED_SHARE, LiveCount
 from ratelimit._stores.scripts import live_script, single_script
 from ratelimit._stores.wakeups import process_id
 
@@ -66,7 +66,7 @@ class Fleet:
         return repr(self.clock.now())
 
     def this_process(self) -> LiveCount:
-        return LiveCount(self.run, self.now, ttl=self.ttl)
+        return LiveCount(self.run, self.now, ttl=self.ttl, clock=self.clock.now)
 
     def beat(self, other: str) -> int:
         """Another process's beat, under its own id; the count it sees."""
@@ -93,6 +93,16 @@ def test_the_share_follows_the_processes_as_they_come_and_go(redis_client: redis
     assert me.beat() == 3  # b's beat runs until 1015: still counted
     clock.advance(6)  # 1016
     assert me.beat() == 2  # b ran out
+    # The count of 3 stands for the kept beats and a ttl more (see KEPT_BEATS): a
+    # count that fell may be a set that came back empty.
+    assert me.count == 3
+    clock.advance(5)
+    fleet.beat("a")
+    assert me.beat() == 2
+    assert me.count == 3
+    clock.advance(5)  # 1026: the beat of 1010 is more than a ttl and three beats ago
+    fleet.beat("a")
+    assert me.beat() == 2
     assert me.share() == 0.5
     assert fleet.leave("a") == 1  # a left on close: gone at once
     assert me.beat() == 1
@@ -102,6 +112,57 @@ def test_the_share_follows_the_processes_as_they_come_and_go(redis_client: redis
     assert me.share() == 0.2
     # The set expires once nobody beats: twice the ttl after the last beat.
     assert 0 < redis_client.pttl(fleet.key) <= 30_000
+
+
+def test_eight_processes_after_a_restart_never_share_more_than_the_budget(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Eight processes beat, a fifth of a period apart, into one set; Redis restarts
+    # empty (as a deleted or evicted key leaves it) and fails again within a period.
+    clock = ManualClock(1_000.0)
+    fleet = Fleet(redis_client, clock)
+    names = [f"p{i}" for i in range(8)]
+    counts: dict[str, LiveCount] = {name: fleet.this_process() for name in names}
+    acting = [names[0]]
+    monkeypatch.setattr(live_module, "process_id", lambda: acting[0])
+
+    def beat(name: str) -> int:
+        acting[0] = name
+        return counts[name].beat()
+
+    def shares() -> list[float]:
+        got = []
+        for name in names:
+            acting[0] = name
+            got.append(counts[name].share())
+        return got
+
+    step = 5.0 / 8  # the beats of a period (ttl / 3), spread over it
+    for _ in range(4):
+        for name in names:
+            beat(name)
+            clock.advance(step)
+    assert shares() == [1 / 8] * 8
+    redis_client.delete(fleet.key)  # the restart
+    seen = [beat(name) for name in names[:3]]
+    assert seen == [1, 2, 3]  # what each of the first three found in the set
+    # The second outage, now: each falls back on the share it kept. Together they
+    # must not take more than the budget (it was 1 + 1/2 + 1/3 + 5/8: 2.46 times).
+    assert sum(shares()) <= 1 + 1e-9
+    for _ in range(KEPT_BEATS + 1):  # Redis stays: every process is counted again
+        for name in names:
+            beat(name)
+            clock.advance(step)
+    assert shares() == [1 / 8] * 8
+    # A process that left is dropped from the others' counts a few beats later.
+    acting[0] = names[7]
+    counts[names[7]].stop()
+    fleet.leave(names[7])
+    for _ in range(KEPT_BEATS + 1):
+        for name in names[:7]:
+            beat(name)
+            clock.advance(step)
+    assert shares()[:7] == [1 / 7] * 7
 
 
 def test_the_count_is_kept_while_the_store_fails() -> None:
@@ -197,7 +258,8 @@ def test_four_processes_falling_back_together_keep_the_shared_burst(server: Redi
         backend.close()
 
 
-def test_the_share_changes_with_the_count_between_outages(server: RedisServer) -> None:
+def test_the_share_changes_with_the_count_between_outages(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live_module, "LIVE_TTL", 0.3)  # a beat every 0.1 s
     clock = ManualClock(1_000.0)
     backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share="auto")
     limiter = TokenBucket(20, 200, backend=backend, name="changes", clock=clock)
@@ -210,9 +272,27 @@ def test_the_share_changes_with_the_count_between_outages(server: RedisServer) -
     assert backend.fallback_share() == 0.25
     assert not limiter.try_acquire()
     server.start()  # an empty server: the others are gone, this process alone beats
-    counted(backend, 1)
+    # The count of 4 stands for three beats and a ttl (see KEPT_BEATS), then falls.
+    wait_for(lambda: backend.live_processes == 1)
     server.stop()
     assert sum(limiter.try_acquire() for _ in range(20)) == 20  # the whole budget
+    backend.close()
+
+
+def test_a_restart_does_not_make_the_count_fall_within_its_period(server: RedisServer) -> None:
+    # After a restart the set holds only the processes that beat since: a second
+    # outage within that period must not find this process counting only itself.
+    clock = ManualClock(1_000.0)
+    backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share="auto")
+    limiter = TokenBucket(20, 200, backend=backend, name="restart", clock=clock)
+    others_alive(server.url, "b", "c", "d")
+    counted(backend, 4)
+    server.stop()
+    server.start()  # empty: only this process has beaten since
+    counted(backend, 4)
+    server.stop()
+    assert backend.fallback_share() == 0.25
+    assert sum(limiter.try_acquire() for _ in range(20)) == 5
     backend.close()
 
 

@@ -4,8 +4,8 @@ While Redis answers, each process whose backend falls back with ``"auto"`` beats
 ``ttl / 3`` seconds, from a daemon thread, one call of ``lua/live.lua`` puts the
 process in one sorted set, ``ratelimit:live``, scored by the time its beat runs out;
 the same call drops the processes whose beat ran out and returns how many are left.
-The count last returned is kept in process, and when Redis becomes unavailable the
-local fallback takes ``1 / count`` of the budget.
+The count is kept in process (the most of the recent beats, see below), and when
+Redis becomes unavailable the local fallback takes ``1 / count`` of the budget.
 
 Why one sorted set: a single key, so a Cluster routes every beat to one slot and no
 hash tag is needed (no script here touches a second key); one call writes this
@@ -14,6 +14,17 @@ processes on machines whose clocks differ still agree on who ran out. A key per
 process would need a scan to count, which a Cluster spreads over every node. The key
 cannot meet a limiter's (those all begin ``ratelimit:{``) nor a wake-up channel
 (``ratelimit:wake:``).
+
+The count kept is the most that this process's last :data:`KEPT_BEATS` beats saw, and
+all those of the last ``ttl`` seconds: never fewer than it saw lately. A set that
+comes back empty (Redis restarted without persistence, failed over to a replica that
+lacked the key, the key deleted or evicted) holds, for a beat's period, only the
+processes that have beaten since; a process that took that count for the fleet, and
+lost Redis again within the period, would take a share the others take too (8
+processes granted 2.77 times the budget so). The second beat after such a loss
+counts every live process (each beats once a period), and the third drops the count
+from before it. A process that died leaves the count a ``ttl`` later than it leaves
+the set: a smaller share meanwhile, the safe side.
 
 What is counted: processes, by the id of :func:`~.wakeups.process_id` (a forked child
 has its own). Two backends of one process on the same Redis beat under one id and
@@ -24,10 +35,12 @@ the safe side.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,7 +48,7 @@ from typing import Any
 from .._errors import BackendUnavailable
 from .wakeups import process_id
 
-__all__ = ["LIVE_KEY", "LIVE_TTL", "UNCOUNTED_SHARE", "LiveCount"]
+__all__ = ["KEPT_BEATS", "LIVE_KEY", "LIVE_TTL", "UNCOUNTED_SHARE", "LiveCount"]
 
 logger = logging.getLogger("ratelimit")
 
@@ -46,6 +59,11 @@ LIVE_KEY = "ratelimit:live"
 #: of it, so two beats in a row may fail (a busy moment, a failover) before it is
 #: dropped.
 LIVE_TTL = 15.0
+
+#: The beats whose counts are kept (and those of the last ``ttl`` seconds): the one
+#: before the set came back empty, and the two after it, the second of which counted
+#: every process beating once a period (see the module's doc).
+KEPT_BEATS = 3
 
 #: The share of a process that never saw a count (Redis was down from its start, or
 #: it was forked and has not beaten yet): not 1.0, which would let every process
@@ -60,7 +78,8 @@ class LiveCount:
 
     ``run`` calls ``lua/live.lua`` with its arguments (``op, process, ttl, now``) on
     the set, ``now`` says what the script is told the time is (``""``: the server's);
-    ``ttl`` is :data:`LIVE_TTL` unless given.
+    ``ttl`` is :data:`LIVE_TTL` unless given; ``clock`` is this process's (the age of
+    the counts kept).
     """
 
     def __init__(
@@ -69,9 +88,11 @@ class LiveCount:
         now: Callable[[], str],
         *,
         ttl: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._run = run
         self._now = now
+        self._clock = clock
         self.ttl = LIVE_TTL if ttl is None else ttl
         #: Seconds between beats.
         self.every = self.ttl / 3
@@ -81,13 +102,15 @@ class LiveCount:
         self._beating: str | None = None
         self._counted: str | None = None
         self._count: int | None = None
+        # (when, count) of the beats kept, oldest first.
+        self._seen: collections.deque[tuple[float, int]] = collections.deque()
         self._stopped = threading.Event()
         _counts.add(self)
 
     @property
     def count(self) -> int | None:
-        """The live processes the last beat of this process counted (itself
-        included); ``None`` if it never counted."""
+        """The most live processes this process's recent beats counted (itself
+        included; see :data:`KEPT_BEATS`); ``None`` if it never counted."""
         return self._count if self._counted == process_id() else None
 
     def share(self) -> float:
@@ -119,11 +142,19 @@ class LiveCount:
         return [op, member, repr(float(self.ttl)), self._now()]
 
     def beat(self) -> int:
-        """Count this process as alive for ``ttl`` more seconds; return the count."""
+        """Count this process as alive for ``ttl`` more seconds; return what this
+        beat counted (:attr:`count` is the most of the recent ones)."""
         me = process_id()
         count = int(self._run(self._args("beat", me)))
+        now = self._clock()
         with self._lock:
-            self._count, self._counted = count, me
+            seen = self._seen
+            if self._counted != me:
+                seen.clear()  # a forked child keeps nothing its parent saw
+            seen.append((now, count))
+            while len(seen) > KEPT_BEATS and now - seen[0][0] > self.ttl:
+                seen.popleft()
+            self._count, self._counted = max(kept for _, kept in seen), me
         return count
 
     def stop(self) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import math
 import queue
@@ -62,6 +63,7 @@ from .keys import code_key, config_key, key_for
 from .lease_returns import LeaseReturns
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
 from .memory import MemoryBackend
+from .promises import LOCAL, STORE, Promises
 from .redis_errors import STORE_ERRORS, is_unavailable
 from .rounds import Round, RoundReply, Rounds
 from .scripts import Script, group_script, lanes_script, live_script, single_script
@@ -556,6 +558,7 @@ class RedisBackend:
         live = self._live
         if live is not None:
             live.stop()
+        self._stop_leasing()
         if self._returns is not None:
             self._returns.stop()
         if self._sync_client is not None:
@@ -570,6 +573,7 @@ class RedisBackend:
 
         Clients of other event loops close when their loop shuts down.
         """
+        self._stop_leasing()
         if self._sync_client is None:
             for handle in list(self._leasing):
                 await handle.give_back_lease_async()
@@ -581,6 +585,13 @@ class RedisBackend:
             else:
                 await state.client.aclose()
         self.close()
+
+    def _stop_leasing(self) -> None:
+        # A lease taken after close would never go back: the thread that returns them
+        # has stopped, and the owner may never call again.
+        for handle in list(self._leasing):
+            if handle.rounds is not None:
+                handle.rounds.stop_leasing()
 
     def __enter__(self) -> RedisBackend:
         return self
@@ -654,6 +665,9 @@ class RedisBackend:
                     if not is_unavailable(exc):
                         raise  # a bug (in a script, in the deployment): not for the failure policy
                     raise self._unavailable(exc) from exc
+                except BaseException:
+                    _drop_idle_connections(client)
+                    raise
         finally:
             turns.put(None)
 
@@ -921,9 +935,17 @@ class RedisBackend:
             name,
             shadow,
         )
+        if local is not None:
+            handle.promises = Promises((clock or SystemClock()).now)
         if lease is not None or self.coalesce:
             rounds = handle.rounds = Rounds(
-                handle.decide, handle.decide_async, (clock or SystemClock()).now, lease, alg.most
+                handle.decide,
+                handle.decide_async,
+                handle.refund,
+                handle.refund_async,
+                (clock or SystemClock()).now,
+                lease,
+                alg.most,
             )
             if lease is not None:
                 self._leasing.add(handle)
@@ -937,8 +959,18 @@ class RedisBackend:
         keys = [self.key(name, alg.kind, i, clock=clock) for i, alg in enumerate(algs)]
         local = self._fallback_of(lambda share: [self._group_local(algs, clock, share)])
         handle = RedisGroupHandle(self, algs, keys, self.now_source(clock), None if local is None else local[0])
+        if local is not None:
+            handle.promises = Promises((clock or SystemClock()).now)
         if self.coalesce:
-            handle.rounds = Rounds(handle.decide, handle.decide_async, (clock or SystemClock()).now, None, math.inf)
+            handle.rounds = Rounds(
+                handle.decide,
+                handle.decide_async,
+                handle.refund,
+                handle.refund_async,
+                (clock or SystemClock()).now,
+                None,
+                math.inf,
+            )
         return handle
 
     def bind_lanes(
@@ -951,10 +983,14 @@ class RedisBackend:
         local = self._fallback_of(lambda share: self._lanes_local(lanes, clock, keep, share), width=2)
         high, low = (None, None) if local is None else (local[HIGH], local[LOW])
         now = self.now_source(clock)
-        return (
+        handles = (
             RedisLaneHandle(self, lanes, keys, now, high, HIGH, keep),
             RedisLaneHandle(self, lanes, keys, now, low, LOW, keep),
         )
+        if local is not None:
+            for handle in handles:
+                handle.promises = Promises((clock or SystemClock()).now)
+        return handles
 
     def __repr__(self) -> str:
         client = self._sync_client or self._async_client
@@ -1083,6 +1119,23 @@ def _named(at: bytes | str, mask: bytes | str) -> float:
     return GrantTime(float(at), tuple(flag == "1" for flag in text))
 
 
+def _drop_idle_connections(client: Any) -> None:
+    """Close the idle connections of ``client``'s pools, after a call interrupted by
+    an exception of the caller's own (a signal handler raising): interrupted between
+    sending its command and reading the reply, redis-py puts the connection back in
+    its pool with the reply unread, and the next call on it would read that reply as
+    its own (measured: a round read another's decisions). Closed, they reconnect
+    when next used; those in use by other threads are left alone."""
+    pools = [getattr(client, "connection_pool", None)]
+    if hasattr(client, "get_nodes"):  # a Cluster: a pool per node
+        pools = [getattr(node.redis_connection, "connection_pool", None) for node in client.get_nodes()]
+    for pool in pools:
+        disconnect = getattr(pool, "disconnect", None)
+        if disconnect is not None:
+            with contextlib.suppress(Exception):
+                disconnect(inuse_connections=False)
+
+
 def _reply(reply: Sequence[bytes | str]) -> tuple[float, float]:
     return float(reply[0]), _named(reply[1], reply[2]) if len(reply) > 2 else float(reply[1])
 
@@ -1114,7 +1167,7 @@ class _ScriptHandle(ABC, Generic[T]):
     Subclasses say only how a request becomes the script's arguments.
     """
 
-    __slots__ = ("_backend", "_keys", "_local", "_now", "_script", "rounds", "tally")
+    __slots__ = ("_backend", "_keys", "_local", "_now", "_script", "promises", "rounds", "tally")
 
     suspends = True
 
@@ -1134,6 +1187,9 @@ class _ScriptHandle(ABC, Generic[T]):
         self._local = local
         #: Coalescing and leases (``rounds.py``); ``None``: one call per reserve.
         self.rounds: Rounds | None = None
+        #: With a local fallback: the grants still to go, carried at a switch
+        #: (``promises.py``).
+        self.promises: Promises | None = None
 
     @abstractmethod
     def _args(self, op: str, tokens: T, extra: str) -> list[str]:
@@ -1162,11 +1218,13 @@ class _ScriptHandle(ABC, Generic[T]):
 
     def decide(self, rnd: Round) -> RoundReply:
         """Make one round's call (``Rounds``' I/O, for threads)."""
+        self._to_store()  # in the round: its callers wait behind a pause it sets
         args = self._round_args(rnd)
         return self._round_reply(rnd, args, self._backend.run(self._script, self._keys, args))
 
     async def decide_async(self, rnd: Round) -> RoundReply:
         """Make one round's call on the running event loop."""
+        await self._to_store_async()
         args = self._round_args(rnd)
         return self._round_reply(rnd, args, await self._backend.run_async(self._script, self._keys, args))
 
@@ -1178,12 +1236,68 @@ class _ScriptHandle(ABC, Generic[T]):
         """The script's arguments to give back ``tokens`` of the grant at ``at``."""
         return self._args("refund", tokens, _at(at))
 
+    def _nothing(self) -> T:
+        """No tokens: what is left to grant during a pause."""
+        none: T = 0.0  # type: ignore[assignment]
+        return none
+
+    def _pause_store(self) -> tuple[float, list[str]] | None:
+        """Before a decision of the store: if the local fallback decided last, the
+        seconds until its promises are due and the restriction that leaves them to
+        it (see ``promises.py``)."""
+        promises = self.promises
+        if promises is None or promises.side == STORE:
+            return None
+        ahead = promises.enter(STORE)
+        if not ahead > 0:
+            return None
+        if self.rounds is not None:
+            self.rounds.void()  # a lease is not to be spent through the pause
+        return ahead, self._args("restrict", self._nothing(), _num(ahead))
+
+    def _to_store(self) -> None:
+        pause = self._pause_store()
+        if pause is not None:
+            try:
+                self._backend.run(self._script, self._keys, pause[1])
+            except BaseException:
+                assert self.promises is not None
+                self.promises.undo(STORE, pause[0])
+                raise
+
+    async def _to_store_async(self) -> None:
+        pause = self._pause_store()
+        if pause is not None:
+            try:
+                await self._backend.run_async(self._script, self._keys, pause[1])
+            except BaseException:
+                assert self.promises is not None
+                self.promises.undo(STORE, pause[0])
+                raise
+
+    def _decided(self, tokens: T, decision: tuple[float, float]) -> tuple[float, float]:
+        """A decision of the store, its reach kept (see ``promises.py``), and counted."""
+        if self.promises is not None:
+            self.promises.made(STORE, decision[0])
+        return self._count(tokens, decision)
+
+    def _locally(self, local: _Local[T], tokens: T, max_wait: float) -> tuple[float, float]:
+        promises = self.promises
+        if promises is not None:
+            ahead = promises.enter(LOCAL)
+            if ahead > 0:
+                local.restrict(self._nothing(), ahead)  # the store's queue goes first
+        decision = local.reserve(tokens, max_wait)
+        if promises is not None:
+            promises.made(LOCAL, decision[0])
+        return decision
+
     def _fallback(self, tokens: T, max_wait: float, exc: BackendUnavailable) -> tuple[float, float]:
         local = self._local
         return self._backend.without_store(
             exc,
             self._keys[0],
-            local=None if local is None else lambda: local.reserve(tokens, max_wait),
+            local=None if local is None else lambda: self._locally(local, tokens, max_wait),
             otherwise=lambda: (0.0, math.nan),
             says=(
                 "Redis unavailable; deciding %r locally: %s",
@@ -1205,11 +1319,12 @@ class _ScriptHandle(ABC, Generic[T]):
             if rounds is not None:
                 decision = rounds.reserve(weight(tokens), max_wait, tokens)
             else:
+                self._to_store()
                 args = self._args("reserve", tokens, _max_wait(max_wait))
                 decision = self._decision(self._backend.run(self._script, self._keys, args))
         except BackendUnavailable as exc:
-            decision = self._fallback(tokens, max_wait, exc)
-        return self._count(tokens, decision)
+            return self._count(tokens, self._fallback(tokens, max_wait, exc))
+        return self._decided(tokens, decision)
 
     def reserve_here(self, tokens: T, max_wait: float) -> tuple[float, float] | None:
         return None
@@ -1223,11 +1338,12 @@ class _ScriptHandle(ABC, Generic[T]):
             if rounds is not None:
                 decision = await rounds.reserve_async(weight(tokens), max_wait, tokens)
             else:
+                await self._to_store_async()
                 args = self._args("reserve", tokens, _max_wait(max_wait))
                 decision = self._decision(await self._backend.run_async(self._script, self._keys, args))
         except BackendUnavailable as exc:
-            decision = self._fallback(tokens, max_wait, exc)
-        return self._count(tokens, decision)
+            return self._count(tokens, self._fallback(tokens, max_wait, exc))
+        return self._decided(tokens, decision)
 
     def _unrecorded(self, what: str, exc: BackendUnavailable, local: Callable[[_Local[T]], object]) -> None:
         # A refund or a restriction that cannot reach the store: on the local fallback
@@ -1378,6 +1494,9 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
         for (kind, params), n in zip(self._members, tokens, strict=True):
             args += [kind, _num(n), *params]
         return args
+
+    def _nothing(self) -> Sequence[float]:
+        return [0.0] * len(self._members)
 
     def _batch_args(self, rnd: Round) -> list[str]:
         # The members with no tokens of their own, then each request: its max_wait

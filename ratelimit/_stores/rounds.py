@@ -28,22 +28,38 @@ tokens of its capacity back, a window counts each grant ``seconds`` longer.
 In arrival order within a process: a request that does not fit what is left of the
 lease voids the rest (it goes back with the round that carries the request), so no
 later caller can take tokens here ahead of it.
+
+**Leaving early.** A caller may leave on an exception at any point: a thread
+interrupted while it waits (``KeyboardInterrupt``, a signal handler that raises, as
+``SIGALRM``-based timeouts do), a task cancelled. Threads and tasks leave the same way
+(``_leave``): out of the queue, the lead handed on if it had been given, the others
+of a round it led put back first in the queue for the next leader (failed only when
+the store was unavailable), and a grant made for it given back: at once if it was
+decided, by the round's leader when the round lands if not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
+import logging
 import math
 import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .._errors import BackendUnavailable
 
 __all__ = ["MOST_PER_ROUND", "Ask", "Round", "RoundReply", "Rounds"]
+
+logger = logging.getLogger("ratelimit")
+
+#: A grant to give back: the request as the store was asked it, and the grant's time.
+Owed = tuple[object, float]
 
 
 #: The most requests one round carries. Redis runs one script at a time: a round of
@@ -55,7 +71,20 @@ MOST_PER_ROUND = 512
 class Ask:
     """One caller's request in a round: its outcome, and how to wake it."""
 
-    __slots__ = ("error", "lead", "max_wait", "request", "result", "round", "tokens", "waker")
+    __slots__ = (
+        "closed",
+        "error",
+        "gone",
+        "lead",
+        "max_wait",
+        "reply",
+        "request",
+        "result",
+        "round",
+        "sent",
+        "tokens",
+        "waker",
+    )
 
     def __init__(
         self,
@@ -74,8 +103,16 @@ class Ask:
         self.error: BaseException | None = None
         #: Promoted to run the next round.
         self.lead = False
-        #: The round this caller leads, from its arrival.
+        #: The round this caller leads, from its arrival or promotion; whether its
+        #: call has gone to the store, what it brought, and whether the round is
+        #: closed and its lead handed on (each step once, see ``Rounds._complete``).
         self.round: Round | None = None
+        self.sent = False
+        self.reply: RoundReply | None = None
+        self.closed = False
+        #: Left (an exception) while a round led by another carried it: the leader
+        #: gives its grant back.
+        self.gone = False
 
     def wake(self) -> None:
         waker = self.waker
@@ -127,9 +164,10 @@ class _Queue:
 class Rounds:
     """The acquires of one bound limiter in this process (see the module's doc).
 
-    ``decide`` / ``decide_async`` make a round's call; ``now`` is the limiter's clock;
-    ``lease`` the seconds of a lease (``None``: coalescing only); ``most`` the largest
-    grant the limit makes, which caps a lease.
+    ``decide`` / ``decide_async`` make a round's call; ``give_back`` /
+    ``give_back_async`` return a grant (``request, at``) made for a caller that left;
+    ``now`` is the limiter's clock; ``lease`` the seconds of a lease (``None``:
+    coalescing only); ``most`` the largest grant the limit makes, which caps a lease.
     """
 
     __slots__ = (
@@ -137,6 +175,9 @@ class Rounds:
         "_asked",
         "_decide",
         "_decide_async",
+        "_give_back",
+        "_give_back_async",
+        "_leasing",
         "_lock",
         "_loops",
         "_now",
@@ -156,15 +197,22 @@ class Rounds:
         self,
         decide: Callable[[Round], RoundReply],
         decide_async: Callable[[Round], Awaitable[RoundReply]],
+        give_back: Callable[[Any, float], None],
+        give_back_async: Callable[[Any, float], Awaitable[None]],
         now: Callable[[], float],
         lease: float | None,
         most: float,
     ) -> None:
         self._decide = decide
         self._decide_async = decide_async
+        self._give_back = give_back
+        self._give_back_async = give_back_async
         self._now = now
         self.lease = lease
         self.most = most
+        # False once the backend has closed: no lease is taken any more, as nothing
+        # would give its rest back.
+        self._leasing = lease is not None
         self._lock = threading.Lock()
         self._threads = _Queue()
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = weakref.WeakKeyDictionary()
@@ -247,9 +295,17 @@ class Rounds:
             voids, self._voids = self._voids, []
             return voids
 
-    def take_voids(self) -> list[tuple[float, float]]:
-        """Every rest not yet given back, and the current lease's (at ``close``)."""
+    def stop_leasing(self) -> None:
+        """Take no lease from now on (the backend closes); one a round in flight
+        brings goes back at once."""
         with self._lock:
+            self._leasing = False
+
+    def take_voids(self) -> list[tuple[float, float]]:
+        """Every rest not yet given back, and the current lease's (at ``close``); from
+        now on no lease is taken, and one a round in flight brings goes back at once."""
+        with self._lock:
+            self._leasing = False
             self._void()
             voids, self._voids = self._voids, []
             return voids
@@ -259,7 +315,7 @@ class Rounds:
     def _open(self, asks: list[Ask]) -> Round:
         now = self._now()
         want = least = 0.0
-        if self.lease is not None:
+        if self.lease is not None and self._leasing:
             asked, self._asked = self._asked, 0.0
             if self._opened is not None and now > self._opened:
                 # The demand since the last round, against the estimate before it,
@@ -279,11 +335,19 @@ class Rounds:
         give_back = self._voids.pop(0) if self._voids else None
         return Round(asks, give_back, want, least, now)
 
-    def _close(self, rnd: Round, reply: RoundReply, queue: _Queue) -> None:
+    def _close(self, rnd: Round, reply: RoundReply, queue: _Queue) -> list[Owed]:
+        # Run again by _leave if an interrupt cut it short: each caller's outcome set
+        # once, and each woken again (the interrupt may have fallen inside a wake).
+        owed: list[Owed] = []
         for ask, decision in zip(rnd.asks, reply.decisions, strict=True):
-            ask.result = decision
+            if ask.result is None and ask.error is None:
+                ask.result = decision
+                if ask.gone and decision[0] >= 0:
+                    owed.append((ask.request, decision[1]))
             ask.wake()
-        if reply.leased > 0 and self.lease is not None:
+        if reply.leased > 0 and (self.lease is None or not self._leasing):
+            owed.append((reply.leased, reply.at))  # asked before the backend closed
+        elif reply.leased > 0 and self.lease is not None:
             self._void()  # a lease taken by another thread world meanwhile
             self._pool, self._pool_at, self._until = reply.leased, reply.at, rnd.sent + self.lease
             if self.on_lease is not None:
@@ -298,15 +362,13 @@ class Rounds:
             queue.waiting.popleft()
             head.result = got
             head.wake()
+        return owed
 
-    def _fail(self, rnd: Round, exc: BaseException) -> None:
+    def _fail(self, rnd: Round, exc: BackendUnavailable) -> None:
         # A rest given back by the failed call is lost with it: the budget is the
         # poorer for it, never the richer.
-        error = (
-            exc if isinstance(exc, Exception) else BackendUnavailable(f"the call carrying this request failed: {exc!r}")
-        )
         for ask in rnd.asks:
-            ask.error = error
+            ask.error = exc
             ask.wake()
 
     def _hand_over(self, queue: _Queue) -> None:
@@ -319,37 +381,39 @@ class Rounds:
 
     def _lead_next(self, ask: Ask, queue: _Queue) -> Round:
         # Promoted: this caller carries the requests queued by now, its own first, up
-        # to a round's most; the rest wait for the next.
+        # to a round's most; the rest wait for the next. The round is known before
+        # any leaves the queue, so that an interrupt in between loses none.
         waiting = queue.waiting
-        asks = [waiting.popleft() for _ in range(min(len(waiting), MOST_PER_ROUND))]
+        n = min(len(waiting), MOST_PER_ROUND)
+        asks = list(itertools.islice(waiting, n))
         assert asks[0] is ask
-        return self._open(asks)
+        ask.round = self._open(asks)
+        for _ in range(n):
+            waiting.popleft()
+        return ask.round
 
     # -- a caller's way through: the same for threads and tasks, but for the waits ------
+    #
+    # A caller may be interrupted at any point (a signal handler raising in the main
+    # thread): each step leaves a state _leave can finish from.
 
     def _arrive(
-        self,
-        tokens: float,
-        max_wait: float,
-        queue: _Queue,
-        waker: Callable[[], threading.Event | asyncio.Future[None]],
-        request: object,
-    ) -> tuple[float, float] | Ask:
-        """A grant from the lease; or this caller's ask, queued behind a round in
+        self, ask: Ask, queue: _Queue, waker: Callable[[], threading.Event | asyncio.Future[None]]
+    ) -> tuple[float, float] | None:
+        """A grant from the lease; or ``None``: ``ask`` queued behind a round in
         flight, or (``ask.round`` set) leading a round of its own now."""
         with self._lock:
-            self._asked += tokens
-            got = self._from_pool(tokens, queue)
+            self._asked += ask.tokens
+            got = self._from_pool(ask.tokens, queue)
             if got is not None:
                 return got
             if queue.busy:
-                ask = Ask(tokens, max_wait, waker(), request)
+                ask.waker = waker()
                 queue.waiting.append(ask)
             else:
-                queue.busy = True
-                ask = Ask(tokens, max_wait, None, request)
                 ask.round = self._open([ask])
-            return ask
+                queue.busy = True
+            return None
 
     def _woken(self, ask: Ask, queue: _Queue) -> Round | None:
         """After a queued ask was woken: the round it now leads, or ``None`` (its
@@ -359,35 +423,85 @@ class Rounds:
         with self._lock:
             return self._lead_next(ask, queue)
 
-    def _finish(self, rnd: Round, queue: _Queue, reply: RoundReply | None, exc: BaseException | None) -> None:
+    def _complete(self, ask: Ask, queue: _Queue) -> list[Owed]:
+        # The round ``ask`` led has its reply: its callers told, the lead handed on;
+        # the grants of callers that left meanwhile, to give back.
+        assert ask.round is not None
+        assert ask.reply is not None
+        owed = self._close(ask.round, ask.reply, queue)
+        if not ask.closed:
+            self._hand_over(queue)  # twice at worst, if interrupted: one more leader
+            ask.closed = True
+        return owed
+
+    def _finish(self, ask: Ask, queue: _Queue) -> list[Owed]:
         with self._lock:
-            if reply is not None:
-                self._close(rnd, reply, queue)
+            return self._complete(ask, queue)
+
+    def _leave(self, ask: Ask, queue: _Queue, exc: BaseException) -> list[Owed]:
+        """A caller leaving on ``exc`` (see the module's doc), wherever it was; the
+        grants to give back now (its own, if one was decided for it)."""
+        with self._lock:
+            owed: list[Owed] = []
+            rnd = ask.round
+            if rnd is not None and ask.reply is not None and not ask.closed:
+                owed = self._complete(ask, queue)  # the landing an interrupt cut short
+            if ask.result is not None:
+                wait, at = ask.result
+                if wait >= 0:
+                    owed.append((ask.request, at))
+                return owed
+            if ask.error is not None:
+                return owed
+            if ask in queue.waiting:
+                queue.waiting.remove(ask)
+                if ask.lead:
+                    self._hand_over(queue)
+                return owed
+            if rnd is None:
+                ask.gone = True  # in a round another caller leads (or never queued)
+                return owed
+            if ask.sent and isinstance(exc, BackendUnavailable):
+                self._fail(rnd, exc)  # unavailable to them too: they fail at once
             else:
-                assert exc is not None
-                self._fail(rnd, exc)
+                # The leader's own exception (an interrupt; a bug, which the next
+                # leader meets for itself): the others go first in the queue again.
+                # If the call went out, the store may have recorded it: their tokens
+                # may count twice (never too few), and the rest of a lease it carried
+                # is lost rather than given back twice.
+                waiting = queue.waiting
+                queued = {id(other) for other in waiting}
+                waiting.extendleft(reversed([other for other in rnd.asks[1:] if id(other) not in queued]))
+                if rnd.give_back is not None and not ask.sent:
+                    self._voids.insert(0, rnd.give_back)
             self._hand_over(queue)
+            return owed
 
     def reserve(self, tokens: float, max_wait: float, request: object = None) -> tuple[float, float]:
         """Decide ``tokens`` (``request``, if the store is asked otherwise) for a
         thread: from the lease, or in a round."""
         queue = self._threads
-        ask = self._arrive(tokens, max_wait, queue, threading.Event, request)
-        if not isinstance(ask, Ask):
-            return ask
-        rnd = ask.round
-        if rnd is None:
-            assert isinstance(ask.waker, threading.Event)
-            ask.waker.wait()
-            rnd = self._woken(ask, queue)
-            if rnd is None:
-                return ask.outcome()
+        ask = Ask(tokens, max_wait, None, request)
         try:
-            reply = self._decide(rnd)
+            got = self._arrive(ask, queue, threading.Event)
+            if got is not None:
+                return got
+            rnd = ask.round
+            if rnd is None:
+                assert isinstance(ask.waker, threading.Event)
+                ask.waker.wait()
+                rnd = self._woken(ask, queue)
+                if rnd is None:
+                    return ask.outcome()
+            ask.sent = True
+            ask.reply = self._decide(rnd)
+            owed = self._finish(ask, queue)
         except BaseException as exc:
-            self._finish(rnd, queue, None, exc)
+            for grant in self._leave(ask, queue, exc):
+                self._return(grant)
             raise
-        self._finish(rnd, queue, reply, None)
+        for grant in owed:
+            self._return(grant)
         return ask.outcome()
 
     async def reserve_async(self, tokens: float, max_wait: float, request: object = None) -> tuple[float, float]:
@@ -398,36 +512,40 @@ class Rounds:
         if queue is None:
             with self._lock:
                 queue = self._loops.setdefault(loop, _Queue())
-        ask = self._arrive(tokens, max_wait, queue, loop.create_future, request)
-        if not isinstance(ask, Ask):
-            return ask
-        rnd = ask.round
-        if rnd is None:
-            assert isinstance(ask.waker, asyncio.Future)
-            try:
-                await ask.waker
-            except asyncio.CancelledError:
-                with self._lock:
-                    self._abandon(ask, queue)
-                raise
-            rnd = self._woken(ask, queue)
-            if rnd is None:
-                return ask.outcome()
+        ask = Ask(tokens, max_wait, None, request)
         try:
-            reply = await self._decide_async(rnd)
+            got = self._arrive(ask, queue, loop.create_future)
+            if got is not None:
+                return got
+            rnd = ask.round
+            if rnd is None:
+                assert isinstance(ask.waker, asyncio.Future)
+                await ask.waker
+                rnd = self._woken(ask, queue)
+                if rnd is None:
+                    return ask.outcome()
+            ask.sent = True
+            ask.reply = await self._decide_async(rnd)
+            owed = self._finish(ask, queue)
         except BaseException as exc:
-            self._finish(rnd, queue, None, exc)
+            for grant in self._leave(ask, queue, exc):
+                await self._return_async(grant)
             raise
-        self._finish(rnd, queue, reply, None)
+        for grant in owed:
+            await self._return_async(grant)
         return ask.outcome()
 
-    def _abandon(self, ask: Ask, queue: _Queue) -> None:
-        # A waiter cancelled before its round (the event loop shutting down): out of
-        # the queue, and if it had been promoted, the next one leads instead.
-        if ask in queue.waiting:
-            queue.waiting.remove(ask)
-            if ask.lead:
-                self._hand_over(queue)
+    def _return(self, grant: Owed) -> None:
+        try:
+            self._give_back(*grant)
+        except Exception:  # another's grant must not fail this caller; its own, its exit
+            logger.warning("could not give back the grant of a caller that left", exc_info=True)
+
+    async def _return_async(self, grant: Owed) -> None:
+        try:
+            await self._give_back_async(*grant)
+        except Exception:
+            logger.warning("could not give back the grant of a caller that left", exc_info=True)
 
 
 #: A queue with nobody in it, for serving the waiters of a round just closed.
