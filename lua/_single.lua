@@ -11,6 +11,8 @@
 --          moves the saved state to the new limit (see `switch`)
 -- KEYS[3]  optional: what the code says, a hash ratelimit:{<name>}:code written when
 --          missing (kind, the two parameters, slack, shadow), read by `inspect`/`top`
+-- <base>:slack (beside KEYS[1], as <base>:holes): the largest slack a process of this
+--          budget keeps, a hash {slack, until}; see `fleet_slack` below
 -- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch' | 'peek' | 'configure'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  tokens (reserve, refund, charge); restrict: the tokens still allowed
@@ -54,6 +56,21 @@ local op = ARGV[1]
 local now = clock(ARGV[2])
 local tokens = tonumber(ARGV[3])
 local code1, code2, slack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+
+-- Processes of one budget may keep different slacks: a rollout of `lease=` runs
+-- leased and plain processes side by side, and a leased token may be sent `lease`
+-- seconds after its grant. A process keeping less back than another would grant
+-- what the other's late tokens still need, and the two together exceed the limit.
+-- So the largest slack in use is recorded here, until the state has been idle for
+-- that long after the last decision made with it (every token granted under it has
+-- gone by then), and every process decides with the larger of its own and it.
+local fleet_slack = KEYS[1] .. ':slack'
+local recorded = redis.call('HMGET', fleet_slack, 'slack', 'until')
+local recorded_slack, recorded_until = tonumber(recorded[1]), tonumber(recorded[2]) or -math.huge
+if recorded_slack and now < recorded_until and recorded_slack > slack + EPSILON then
+  code1, code2 = ALG.guarded(code1, code2, recorded_slack - slack)
+  slack = recorded_slack
+end
 
 -- The parameters in force under a change {rate, burst} (nil: the code's).
 local function effective(change)
@@ -126,6 +143,20 @@ end
 local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self)}
 local holes = KEYS[1] .. ':holes'
 
+-- After a decision with a slack in force: recorded until the state has been idle for
+-- that slack, written ahead by as much again so that a busy budget rewrites it about
+-- once per slack, not at every decision.
+local function keep_slack(state)
+  if not (slack > 0) then return end
+  local idle = ALG.idle_until(self, state)
+  if idle < now then idle = now end
+  local needed = idle + slack
+  if recorded_slack == slack and recorded_until >= needed then return end
+  local untl = needed + slack
+  redis.call('HSET', fleet_slack, 'slack', fmt(slack), 'until', fmt(untl))
+  expire_after(fleet_slack, untl - now)
+end
+
 local function dirty(s)
   return type(s) == 'table' and s.dirty
 end
@@ -135,7 +166,10 @@ if op == 'reserve' then
   if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
   local wait, changed = -math.huge, false
   if not too_big(tokens) then wait, changed = reserve_members({member}, holes, now, max_wait) end
-  if changed or dirty(member.state) then ALG.save(self, member.state, now) end
+  if changed or dirty(member.state) then
+    ALG.save(self, member.state, now)
+    keep_slack(member.state)
+  end
   tally_one(KEYS[1], now, wait)
   return {fmt(wait), fmt(now + wait)}
 elseif op == 'batch' then
@@ -177,7 +211,10 @@ elseif op == 'batch' then
   out[#out + 1] = fmt(got)
   out[#out + 1] = fmt(now)
   tally(KEYS[1], now, waits, got, 0)
-  if changed or dirty(member.state) then ALG.save(self, member.state, now) end
+  if changed or dirty(member.state) then
+    ALG.save(self, member.state, now)
+    keep_slack(member.state)
+  end
   return out
 elseif op == 'refund' then
   local at = nil
@@ -188,6 +225,7 @@ elseif op == 'refund' then
 elseif op == 'charge' then
   charge_members({member}, holes, now)
   ALG.save(self, member.state, now)
+  keep_slack(member.state)
   return {fmt(now)}
 elseif op == 'peek' then
   -- The largest request that would go now, by bisection on the plan (which changes

@@ -30,6 +30,11 @@ do
     return new_rate * (window - slack), window
   end
 
+  -- See WindowCounter.guarded: each grant counts `seconds` longer.
+  function sliding_window_counter.guarded(limit, window, seconds)
+    return limit, window + seconds
+  end
+
   function sliding_window_counter.new(base, limit, window)
     local subs = math.floor(window / SHORTEST)
     if subs > SUBWINDOWS then subs = SUBWINDOWS end
@@ -310,4 +315,7 @@ do
   function sliding_window_counter.next_free(self, at, tokens)
     return at
   end
+
+  -- See WindowCounter.idle_until.
+  sliding_window_counter.idle_until = idle_until
 end
