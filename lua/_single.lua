@@ -67,9 +67,12 @@ local code1, code2, slack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[
 local fleet_slack = KEYS[1] .. ':slack'
 local recorded = redis.call('HMGET', fleet_slack, 'slack', 'until')
 local recorded_slack, recorded_until = tonumber(recorded[1]), tonumber(recorded[2]) or -math.huge
-if recorded_slack and now < recorded_until and recorded_slack > slack + EPSILON then
-  code1, code2 = ALG.guarded(code1, code2, recorded_slack - slack)
-  slack = recorded_slack
+-- The slack the saved state was decided with: the one recorded, or none.
+local prior = 0.0
+if recorded_slack and now < recorded_until then prior = recorded_slack end
+if prior > slack + EPSILON then
+  code1, code2 = ALG.guarded(code1, code2, prior - slack)
+  slack = prior
 end
 
 -- The parameters in force under a change {rate, burst} (nil: the code's).
@@ -155,6 +158,19 @@ local function keep_slack(state)
   local untl = needed + slack
   redis.call('HSET', fleet_slack, 'slack', fmt(slack), 'until', fmt(untl))
   expire_after(fleet_slack, untl - now)
+  recorded_slack, recorded_until = slack, untl
+end
+
+-- A process keeping more slack than the state was decided with: a window counter cuts
+-- its sub-windows by the window's length, so the state is cut again for this one
+-- (the other algorithms keep times, read alike under any slack), and from now on the
+-- record says so.
+if slack > prior + EPSILON and ALG.relayout then
+  member.state = ALG.relayout(self, member.state, slack - prior)
+  if op ~= 'peek' then
+    ALG.save(self, member.state, now)
+    keep_slack(member.state)
+  end
 end
 
 local function dirty(s)

@@ -279,7 +279,7 @@ def inspect(client: Any, name: str, now: float | None = None) -> Inspection:
     names = PARAMETERS[kind]
     p1, p2, slack = float(code_raw["p1"]), float(code_raw["p2"]), float(code_raw.get("slack", 0.0))
     state = key_for(name, kind)
-    known |= {state, state + ":holes", state + ":caps", state + ":meta"}
+    known |= {state, state + ":holes", state + ":caps", state + ":meta", state + ":slack"}
     reply = single_script(kind)(
         client,
         [state, config_key(name)],
