@@ -66,7 +66,15 @@ local code1, code2, slack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[
 -- gone by then), and every process decides with the larger of its own and it.
 local fleet_slack = KEYS[1] .. ':slack'
 local recorded = redis.call('HMGET', fleet_slack, 'slack', 'until')
-local recorded_slack, recorded_until = tonumber(recorded[1]), tonumber(recorded[2]) or -math.huge
+-- A record that does not hold a slack a limiter could keep (guard <= 1e9 s, lease <= 60
+-- s) and a finite end, hand-edited or garbled, is ignored, as a garbled change is.
+local function finite(text)
+  local x = tonumber(text)
+  if x == nil or x ~= x or x == math.huge or x == -math.huge then return nil end
+  return x
+end
+local recorded_slack, recorded_until = finite(recorded[1]), finite(recorded[2]) or -math.huge
+if recorded_slack and not (recorded_slack > 0 and recorded_slack <= 2e9) then recorded_slack = nil end
 -- The slack the saved state was decided with: the one recorded, or none.
 local prior = 0.0
 if recorded_slack and now < recorded_until then prior = recorded_slack end

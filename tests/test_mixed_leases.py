@@ -278,3 +278,21 @@ def test_a_leased_window_arriving_after_a_plain_one_counts_what_it_granted(appro
             sent.append(clock.now())
     assert within_window(sent, 6, 1.0)
     assert len(sent) == 6
+
+
+@pytest.mark.parametrize(
+    ("slack", "until"),
+    [("abc", "2000"), ("-5", "2000"), ("0", "2000"), ("nan", "2000"), ("inf", "2000"), ("1e300", "2000"),
+     ("0.5", "inf"), ("0.5", "nan"), ("0.5", "x")],
+)  # fmt: skip
+@pytest.mark.parametrize("approximate", [False, True])
+def test_a_garbled_record_is_ignored(slack: str, until: str, approximate: bool) -> None:
+    clock = ManualClock(start=1_000.0)
+    client = fakeredis.FakeRedis()
+    name = unique_name("garbled")
+    limiter = SlidingWindow(6, 1.0, approximate=approximate, backend=RedisBackend(client), name=name, clock=clock)
+    kind = "sliding_window_counter" if approximate else "sliding_window"
+    client.hset(key_for(name, kind, injected=True) + ":slack", mapping={"slack": slack, "until": until})
+    assert burst(limiter) == 6
+    clock.advance(1.1)  # a window and a sub-window: the counter's too
+    assert burst(limiter) == 6
