@@ -10,8 +10,13 @@ every process decides with it.
 
 from __future__ import annotations
 
+import bisect
+import json
 import math
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -32,7 +37,7 @@ from ratelimit._stores.redis import RedisHandle
 from ratelimit._stores.rounds import Rounds
 from ratelimit._stores.scripts import single_script
 
-from conftest import unique_name
+from conftest import REDIS_URL, unique_name
 
 
 def rounds_of(limiter: Any) -> Rounds:
@@ -296,3 +301,36 @@ def test_a_garbled_record_is_ignored(slack: str, until: str, approximate: bool) 
     assert burst(limiter) == 6
     clock.advance(1.1)  # a window and a sub-window: the counter's too
     assert burst(limiter) == 6
+
+
+# -- end to end: real processes on a real server --------------------------------------
+
+WORKER = Path(__file__).parent / "shared_worker.py"
+
+
+def test_leased_and_plain_processes_on_one_budget_never_exceed_it(redis_client: redis.Redis) -> None:
+    # Two processes lease (50 ms, and a guard of 50 ms for send jitter: 40 of the 60
+    # tokens kept back) and two do not (the guard alone: 20), four threads each, all
+    # emptying the bucket the moment it refills.
+    capacity, rate, seconds = 60, 400.0, 3.0
+    name = unique_name("mixed-e2e")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), REDIS_URL, name, str(capacity), str(rate), "4", str(seconds), lease],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for lease in ("0", "0.05", "0", "0.05")
+    ]
+    grants: list[float] = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        result = json.loads(out)
+        assert result["grants"], "every process got some grants"
+        grants += result["grants"]
+    grants.sort()
+    # Sends are timestamped after the call returns: one grant of slack for that.
+    most = max(bisect.bisect_left(grants, t + 1.0) - i for i, t in enumerate(grants))
+    assert most <= capacity + rate + 1
