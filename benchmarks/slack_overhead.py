@@ -3,8 +3,8 @@ decision, as ratios within one run.
 
 Every single limiter's script reads the largest slack a process of its budget keeps
 (one ``HMGET``); a decision with a slack in force keeps the record (its state's idle
-time, and an ``HSET``/``PEXPIRE`` about once per slack). This measures a token
-bucket's ``reserve`` called by SHA from one thread, in rounds interleaved so that the
+time, and an ``HSET``/``PEXPIRE`` about once per slack). This measures a limiter's
+``reserve`` (a token bucket, or ``--kind``) called by SHA from one thread, in rounds interleaved so that the
 shared machine's noise falls on every variant alike:
 
 - **before**: the record neither read nor kept (the script as before it);
@@ -18,6 +18,7 @@ For each: the server's own microseconds per call (``INFO commandstats``).
 
     python benchmarks/slack_overhead.py            # about 30 seconds
     python benchmarks/slack_overhead.py --calls 50000 --rounds 5
+    python benchmarks/slack_overhead.py --kind sliding_window
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ from typing import Any
 import redis
 
 from ratelimit._stores.keys import code_key, config_key, key_for
-from ratelimit._stores.scripts import Script, single_script
+from ratelimit._stores.scripts import ALGORITHMS, Script, single_script
 
 READ = "local recorded = redis.call('HMGET', fleet_slack, 'slack', 'until')\n"
 KEEP = "local function keep_slack(state)\n"
 
 
-def variants() -> dict[str, Script]:
-    shipped = single_script("token_bucket")
+def variants(kind: str) -> dict[str, Script]:
+    shipped = single_script(kind)
     assert READ in shipped.source, "the record moved: update this benchmark"
     assert KEEP in shipped.source, "the record moved: update this benchmark"
     before = shipped.source.replace(READ, "local recorded = {false, false}\n").replace(KEEP, KEEP + "  do return end\n")
@@ -49,11 +50,13 @@ def script_usec(client: redis.Redis) -> tuple[int, float]:
     return int(evalsha.get("calls", 0)), float(evalsha.get("usec", 0))
 
 
-def run(client: redis.Redis, script: Script, keys: list[str], slack: str, calls: int, *, other: str = "") -> float:
+def run(
+    client: redis.Redis, script: Script, keys: list[str], params: list[str], slack: str, calls: int, other: str
+) -> float:
     """Server microseconds per call; ``other``: a slack another process keeps (its
-    record written before each call, as a busy leased process would keep it)."""
-    args = ["reserve", "", "1", "0", "1000000000", "1000000000", slack, "0"]
-    other_args = ["reserve", "", "1", "0", "1000000000", "1000000000", other, "0"]
+    record written before the calls, as a busy leased process would keep it)."""
+    args = ["reserve", "", "1", "0", *params, slack, "0"]
+    other_args = ["reserve", "", "1", "0", *params, other, "0"]
     script(client, keys, args)  # loaded
     if other:
         script(client, keys, other_args)
@@ -69,9 +72,12 @@ def main() -> None:
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--kind", default="token_bucket", choices=ALGORITHMS)
     args = parser.parse_args()
     client = redis.Redis.from_url(args.redis)
-    scripts = variants()
+    scripts = variants(args.kind)
+    # Never a wait: a huge burst (a window of a second keeps its log short).
+    params = ["1000000000", "1" if args.kind in ("sliding_window", "sliding_window_counter") else "1000000000"]
     cases = {
         "before": (scripts["before"], "0", ""),
         "plain": (scripts["shipped"], "0", ""),
@@ -83,8 +89,8 @@ def main() -> None:
     for _ in range(args.rounds):
         for case, (script, slack, other) in cases.items():
             name = names[case]
-            keys = [key_for(name, "token_bucket"), config_key(name), code_key(name)]
-            usecs[case].append(run(client, script, keys, slack, args.calls, other=other))
+            keys = [key_for(name, args.kind), config_key(name), code_key(name)]
+            usecs[case].append(run(client, script, keys, params, slack, args.calls, other))
     base = sorted(usecs["before"])[len(usecs["before"]) // 2]
     print(f"{'variant':<14} {'server us/call':>15} {'x before':>9}   (median of {args.rounds} rounds)")
     for case in cases:

@@ -84,13 +84,13 @@ class Acquirer(Protocol):
 def placed(backend: object, name: object, clock: object) -> tuple[Backend, str | None, Clock]:
     """Where a limit keeps its state and its time, checked: ``(backend, name, clock)``,
     with the in-process store and real time for ``None``."""
-    time = checked_clock(clock)
+    checked = checked_clock(clock)
     if backend is None:
         backend = MemoryBackend()
     elif isinstance(backend, type) or not hasattr(backend, "bind"):
         raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
     store: Backend = backend  # type: ignore[assignment]
-    return store, _validate.name(name, store, shared=store.shared), time or SystemClock()
+    return store, _validate.name(name, store, shared=store.shared), checked or SystemClock()
 
 
 class Limiter(ABC, Generic[T]):
