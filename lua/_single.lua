@@ -278,6 +278,7 @@ elseif op == 'restrict' then
     tally(KEYS[1], now, {}, 0, 1)
   end
   ALG.save(self, member.state, now)
+  keep_slack(member.state)  -- a window counter's placeholders are grants ahead
   return {fmt(now)}
 end
 return redis.error_reply('ratelimit: unknown op ' .. tostring(op))

@@ -131,14 +131,20 @@ def test_a_leased_and_a_plain_window_never_exceed_it_together(
 @settings(max_examples=60, deadline=None)
 @given(
     steps=st.lists(
-        st.tuples(st.integers(0, 2), st.sampled_from([0.0, 0.01, 0.05, 0.1, 0.15, 0.2, 0.5]), st.integers(1, 6)),
+        st.tuples(
+            st.integers(0, 2),
+            st.sampled_from([0.0, 0.01, 0.05, 0.1, 0.15, 0.2, 0.5]),
+            st.integers(1, 6),
+            st.sampled_from([None, 0, 2]),
+        ),
         min_size=1,
         max_size=50,
     ),
     kind=st.sampled_from(["bucket", "window", "counter"]),
 )
-def test_three_slacks_on_one_budget_never_exceed_it(steps: list[tuple[int, float, int]], kind: str) -> None:
-    # A longer lease arriving under a shorter one's record, and a plain process beside.
+def test_three_slacks_on_one_budget_never_exceed_it(steps: list[tuple[int, float, int, int | None]], kind: str) -> None:
+    # A longer lease arriving under a shorter one's record, and a plain process beside;
+    # a provider's response now and then says how many are left for the next second.
     clock = ManualClock(start=1_000.0)
     shared = fakeredis.FakeServer()
     name = unique_name("three")
@@ -153,8 +159,10 @@ def test_three_slacks_on_one_budget_never_exceed_it(steps: list[tuple[int, float
 
     fleet = [build(0.1), build(None), build(0.3)]
     sent: list[float] = []
-    for who, later, times in steps:
+    for who, later, times, left in steps:
         clock.advance(later)
+        if left is not None:
+            fleet[who].feedback({"RateLimit-Remaining": str(left), "RateLimit-Reset": "1"})
         for _ in range(times):
             if fleet[who].try_acquire():
                 sent.append(clock.now())
