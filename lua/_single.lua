@@ -11,6 +11,8 @@
 --          moves the saved state to the new limit (see `switch`)
 -- KEYS[3]  optional: what the code says, a hash ratelimit:{<name>}:code written when
 --          missing (kind, the two parameters, slack, shadow), read by `inspect`/`top`
+-- <base>:slack (beside KEYS[1], as <base>:holes): the largest slack a process of this
+--          budget keeps, a hash {slack, until}; see `fleet_slack` below
 -- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch' | 'peek' | 'configure'
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  tokens (reserve, refund, charge); restrict: the tokens still allowed
@@ -58,6 +60,32 @@ local op = ARGV[1]
 local now = clock(ARGV[2])
 local tokens = tonumber(ARGV[3])
 local code1, code2, slack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+
+-- Processes of one budget may keep different slacks: a rollout of `lease=` runs
+-- leased and plain processes side by side, and a leased token may be sent `lease`
+-- seconds after its grant. A process keeping less back than another would grant
+-- what the other's late tokens still need, and the two together exceed the limit.
+-- So the largest slack in use is recorded here, until the state has been idle for
+-- that long after the last decision made with it (every token granted under it has
+-- gone by then), and every process decides with the larger of its own and it.
+local fleet_slack = KEYS[1] .. ':slack'
+local recorded = redis.call('HMGET', fleet_slack, 'slack', 'until')
+-- A record that does not hold a slack a limiter could keep (guard <= 1e9 s, lease <= 60
+-- s) and a finite end, hand-edited or garbled, is ignored, as a garbled change is.
+local function finite(text)
+  local x = tonumber(text)
+  if x == nil or x ~= x or x == math.huge or x == -math.huge then return nil end
+  return x
+end
+local recorded_slack, recorded_until = finite(recorded[1]), finite(recorded[2]) or -math.huge
+if recorded_slack and not (recorded_slack > 0 and recorded_slack <= 2e9) then recorded_slack = nil end
+-- The slack the saved state was decided with: the one recorded, or none.
+local prior = 0.0
+if recorded_slack and now < recorded_until then prior = recorded_slack end
+if prior > slack + EPSILON then
+  code1, code2 = ALG.guarded(code1, code2, prior - slack)
+  slack = prior
+end
 
 -- The parameters in force under a change {rate, burst} (nil: the code's).
 local function effective(change)
@@ -130,6 +158,33 @@ end
 local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self)}
 local holes = KEYS[1] .. ':holes'
 
+-- After a decision with a slack in force: recorded until the state has been idle for
+-- that slack, written ahead by as much again so that a busy budget rewrites it about
+-- once per slack, not at every decision.
+local function keep_slack(state)
+  if not (slack > 0) then return end
+  local idle = ALG.idle_until(self, state)
+  if idle < now then idle = now end
+  local needed = idle + slack
+  if recorded_slack == slack and recorded_until >= needed then return end
+  local untl = needed + slack
+  redis.call('HSET', fleet_slack, 'slack', fmt(slack), 'until', fmt(untl))
+  expire_after(fleet_slack, untl - now)
+  recorded_slack, recorded_until = slack, untl
+end
+
+-- A process keeping more slack than the state was decided with: a window counter cuts
+-- its sub-windows by the window's length, so the state is cut again for this one
+-- (the other algorithms keep times, read alike under any slack), and from now on the
+-- record says so.
+if slack > prior + EPSILON and ALG.relayout then
+  member.state = ALG.relayout(self, member.state, slack - prior)
+  if op ~= 'peek' then
+    ALG.save(self, member.state, now)
+    keep_slack(member.state)
+  end
+end
+
 local function dirty(s)
   return type(s) == 'table' and s.dirty
 end
@@ -139,7 +194,10 @@ if op == 'reserve' then
   if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
   local wait, changed, mask = -math.huge, false, ''
   if not too_big(tokens) then wait, changed, mask = reserve_members({member}, holes, now, max_wait) end
-  if changed or dirty(member.state) then ALG.save(self, member.state, now) end
+  if changed or dirty(member.state) then
+    ALG.save(self, member.state, now)
+    keep_slack(member.state)
+  end
   tally_one(KEYS[1], now, wait)
   return {fmt(wait), fmt(now + wait), mask}
 elseif op == 'batch' then
@@ -182,7 +240,10 @@ elseif op == 'batch' then
   out[#out + 1] = fmt(got)
   out[#out + 1] = fmt(now)
   tally(KEYS[1], now, waits, got, 0)
-  if changed or dirty(member.state) then ALG.save(self, member.state, now) end
+  if changed or dirty(member.state) then
+    ALG.save(self, member.state, now)
+    keep_slack(member.state)
+  end
   return out
 elseif op == 'refund' then
   local at, exact = nil, nil
@@ -197,6 +258,7 @@ elseif op == 'refund' then
 elseif op == 'charge' then
   charge_members({member}, holes, now)
   ALG.save(self, member.state, now)
+  keep_slack(member.state)
   local name = ''
   if ALG.room then name = fmt(ALG.latest(self, member.state)) end
   return {fmt(now), name}
@@ -228,6 +290,7 @@ elseif op == 'restrict' then
     tally(KEYS[1], now, {}, 0, 1)
   end
   ALG.save(self, member.state, now)
+  keep_slack(member.state)  -- a window counter's placeholders are grants ahead
   return {fmt(now)}
 end
 return redis.error_reply('ratelimit: unknown op ' .. tostring(op))

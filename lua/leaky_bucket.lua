@@ -19,6 +19,11 @@ function leaky_bucket.configured(capacity, rate, slack, new_rate, burst)
   return burst or capacity, leak
 end
 
+-- See LeakyQueue.guarded: each token's interval grows by `seconds`.
+function leaky_bucket.guarded(capacity, rate, seconds)
+  return capacity, 1.0 / (1.0 / rate + seconds)
+end
+
 -- See token_bucket.rescale: the queue keeps its tokens, and leaks at the new rate.
 function leaky_bucket.rescale(old, new, state, now)
   if not (state[1] > now) then return state end
@@ -102,4 +107,9 @@ end
 
 function leaky_bucket.next_free(self, at, tokens)
   return at + tokens * self.interval
+end
+
+-- See LeakyQueue.idle_until: an empty queue from when it drains.
+function leaky_bucket.idle_until(self, state)
+  return state[1]
 end

@@ -30,6 +30,11 @@ do
     return new_rate * (window - slack), window
   end
 
+  -- See WindowLog.guarded: each grant counts `seconds` longer.
+  function sliding_window.guarded(limit, window, seconds)
+    return limit, window + seconds
+  end
+
   function sliding_window.new(base, limit, window)
     return {key = base, caps = base .. ':caps', limit = limit, window = window}
   end
@@ -253,6 +258,16 @@ do
 
   function sliding_window.next_free(self, at, tokens)
     return at
+  end
+
+  -- See WindowLog.idle_until: the newest grant's window, or a cap's end, whichever
+  -- is later.
+  function sliding_window.idle_until(self, state)
+    local idle = sliding_window.latest(self, state) + self.window
+    for _, cap in ipairs(state.caps) do
+      if cap[1] > idle then idle = cap[1] end
+    end
+    return idle
   end
 
   function sliding_window.restrict(self, state, now, remaining, untl)

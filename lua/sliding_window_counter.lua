@@ -30,6 +30,11 @@ do
     return new_rate * (window - slack), window
   end
 
+  -- See WindowCounter.guarded: each grant counts `seconds` longer.
+  function sliding_window_counter.guarded(limit, window, seconds)
+    return limit, window + seconds
+  end
+
   function sliding_window_counter.new(base, limit, window)
     local subs = math.floor(window / SHORTEST)
     if subs > SUBWINDOWS then subs = SUBWINDOWS end
@@ -309,5 +314,39 @@ do
 
   function sliding_window_counter.next_free(self, at, tokens)
     return at
+  end
+
+  -- See WindowCounter.idle_until.
+  sliding_window_counter.idle_until = idle_until
+
+  -- A state whose sub-windows were cut for a window `grown` seconds shorter (written
+  -- under a smaller slack: see fleet_slack in _single.lua), cut again for this one's:
+  -- each old sub-window's count moves to the new sub-window holding its end, so that
+  -- no grant is counted for less time than before. No Python twin: the in-process
+  -- store never holds a state under two slacks.
+  function sliding_window_counter.relayout(self, state, grown)
+    if state.index == -math.huge then return state end
+    local old = sliding_window_counter.new(self.key, self.limit, self.window - grown)
+    local moved = fresh(self)
+    moved.total, moved.last = state.total, state.last
+    moved.index = math.floor(state.last / self.width)
+    moved.slot = slot(self, moved.index)
+    local oldest = moved.index - self.subs
+    -- The state was loaded by this window's cut: its sub-windows are found again by
+    -- the old one's.
+    local newest = math.floor(state.last / old.width)
+    for s = newest - old.subs, newest do
+      local c = state.counts[slot(old, s)]
+      if c > 0 then
+        local k = math.floor(window_start(s + 1, old.width) / self.width)
+        if k > moved.index then k = moved.index end
+        if k < oldest then k = oldest end
+        local i = slot(self, k)
+        moved.counts[i] = moved.counts[i] + c
+      end
+    end
+    for i = 1, self.ring do moved.touched[i] = true end
+    moved.dirty = true
+    return moved
   end
 end

@@ -22,6 +22,17 @@ function token_bucket.configured(capacity, rate, slack, new_rate, burst)
   return least, refill
 end
 
+-- See Gcra.guarded: `seconds` more of the burst kept back. Where that leaves less
+-- than a whole token (a process of another configuration kept more back) it keeps
+-- one, as `configured` does: a little late jitter, never a dead bucket.
+function token_bucket.guarded(capacity, rate, seconds)
+  local kept = capacity - seconds * rate
+  local least = 1.0
+  if capacity < 1.0 then least = capacity end
+  if kept > least then return kept, rate end
+  return least, rate
+end
+
 -- A change of limit at run time (ratelimit/_stores/config.py): the tokens still
 -- owed keep their count, and refill at the new rate. A bucket already full stays full.
 function token_bucket.rescale(old, new, state, now)
@@ -103,4 +114,9 @@ function token_bucket.room(self, at, tokens, t)
   if ahead >= tokens then return tokens end
   if ahead > EPSILON then return ahead end
   return 0.0
+end
+
+-- See Gcra.idle_until: a full bucket from the TAT on.
+function token_bucket.idle_until(self, state)
+  return state
 end

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
+__all__ = ["Clock", "ManualClock", "SystemClock", "checked_clock"]
 
 #: The longest single ``time.sleep`` a :class:`SystemClock` makes (about 11.6 days).
 _LONGEST_SLEEP = 1e6
@@ -33,6 +33,15 @@ class Clock(Protocol):
     async def sleep_async(self, seconds: float) -> None:
         """Suspend the calling task for ``seconds``."""
         ...
+
+
+def checked_clock(clock: object) -> Clock | None:
+    """``clock`` as given (``None``: real time), or ``TypeError`` naming it."""
+    # A class has the methods too (unbound): the protocol check alone would let
+    # `clock=ManualClock` through, to fail at the first acquire.
+    if clock is not None and (isinstance(clock, type) or not isinstance(clock, Clock)):
+        raise TypeError(f"clock must be a clock instance providing now(), sleep() and sleep_async(), got {clock!r}")
+    return clock
 
 
 class SystemClock:

@@ -15,6 +15,7 @@ Bad arguments are not among them: they raise the built-in ``ValueError`` or
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
@@ -38,6 +39,12 @@ class AcquireTimeout(RateLimitError, TimeoutError):
 
     def __init__(self, retry_after: float, message: str | None = None) -> None:
         self.retry_after = retry_after
+        if message is None and retry_after == math.inf:
+            # The store's answer for a request the limit in force can never hold.
+            message = (
+                "the request can never be granted: it is larger than the limit in force holds (its burst as "
+                "changed at run time, or less what another process of the budget keeps back for its lease= or guard=)"
+            )
         super().__init__(message or f"the grant would need a wait of {retry_after:.6g} s, more than the timeout allows")
 
 

@@ -5,7 +5,8 @@ Prints one JSON object: the wall-clock time of every grant and the number of acq
 calls made. With ``LEASE`` (seconds) the limiter leases, with a guard of 0.05 s for
 send jitter, and each thread calls ``try_acquire`` as fast as it can, pausing 1 ms
 after a refusal: the hardest case for a lease's bound, a budget emptied the moment
-it refills.
+it refills. ``LEASE`` 0: no lease, the same guard and the same tries, for a fleet
+mixing the two.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from ratelimit import AcquireTimeout, RedisBackend, TokenBucket
 
 def main() -> None:
     url, name, capacity, rate, threads, seconds = sys.argv[1:7]
-    lease = float(sys.argv[7]) if len(sys.argv) > 7 else None
+    trying = len(sys.argv) > 7
+    lease = float(sys.argv[7]) or None if trying else None
     backend = RedisBackend.from_url(url)
-    guard = None if lease is None else 0.05
+    guard = 0.05 if trying else None
     limiter = TokenBucket(float(capacity), float(rate), backend=backend, name=name, lease=lease, guard=guard)
     stop = time.time() + float(seconds)
     grants: list[float] = []
@@ -36,7 +38,7 @@ def main() -> None:
                 return
             with lock:
                 calls[0] += 1
-            if lease is not None:
+            if trying:
                 if not limiter.try_acquire():
                     time.sleep(0.001)
                     continue

@@ -131,9 +131,10 @@ def test_a_lease_is_spent_locally_until_it_ends_and_its_rest_goes_back(server: A
     for _ in range(int(leased)):
         assert limiter.try_acquire()
     assert calls.calls == 2
-    # Another process (on the same 90 tokens) sees only what the leases left, and
-    # the one token refilled meanwhile.
-    other = TokenBucket(90, 10, backend=RedisBackend(server()), name=name, clock=clock)
+    # Another process, not leasing, keeps the lease's 10 back as well (see
+    # test_mixed_leases.py): on the same 90 tokens it sees only what the leases
+    # left, and the one token refilled meanwhile.
+    other = TokenBucket(100, 10, backend=RedisBackend(server()), name=name, clock=clock)
     taken = 0
     while other.try_acquire():
         taken += 1
@@ -158,7 +159,7 @@ def test_the_rest_of_an_ended_lease_goes_back_with_the_next_round(server: Any) -
     limiter.try_acquire()  # demand of 3 in 0.01 s: a lease as large as the limit allows
     left = rounds_of(limiter).leased
     assert left > 10
-    other = TokenBucket(49, 1, backend=RedisBackend(server()), name=name, clock=clock)
+    other = TokenBucket(50, 1, backend=RedisBackend(server()), name=name, clock=clock)  # keeps 49 too
     assert not other.try_acquire(49 - 3 - left + 1)
     clock.advance(2.0)  # the lease has ended, and 2 tokens more have refilled
     limiter.try_acquire()  # gives the rest back, takes its own token
@@ -174,7 +175,7 @@ def test_close_gives_the_lease_back(server: Any) -> None:
         limiter.try_acquire()
     assert rounds_of(limiter).leased > 0
     backend.close()
-    other = TokenBucket(19, 1, backend=RedisBackend(server()), name=name, clock=clock)
+    other = TokenBucket(20, 1, backend=RedisBackend(server()), name=name, clock=clock)  # keeps 19 too
     assert other.try_acquire(19 - 3)
 
 

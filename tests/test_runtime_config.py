@@ -194,6 +194,29 @@ def test_a_change_for_a_while_ends_at_the_first_decision_after_it(
     assert not redis_client.exists(config_key(name))
 
 
+def test_set_limit_on_a_test_clock_carries_the_tokens_owed(backend: RedisBackend) -> None:
+    # The change is made at the limiter's own time, to the state kept on its clock:
+    # read at the server's time, the state would not move and the lower rate would
+    # read the 10 tokens owed as 1, a fresh burst (and the change would never end).
+    clock = ManualClock(1000.0)
+    name = unique_name("set-clock")
+    limiter = TokenBucket(10, 1, backend=backend, name=name, clock=clock)
+    assert grants(limiter) == 10
+    backend.set_limit(name, rate=0.1, ttl=30, clock=clock)
+    assert grants(limiter) == 0  # the 10 owed take 100 s at 0.1/s: one token per 10 s
+    clock.advance(10.0)
+    assert grants(limiter) == 1
+    assert backend.limit_override(name, clock=clock) == Override(0.1, None, 20.0)
+    clock.advance(20.0)  # the change ends on the limiter's clock: 8 owed at 1/s again
+    assert backend.limit_override(name, clock=clock) is None
+    assert grants(limiter) == 2
+    backend.set_limit(name, burst=4, clock=clock)
+    assert backend.reset_limit(name, clock=clock)
+    assert not backend.reset_limit(name, clock=clock)
+    with pytest.raises(TypeError, match=r"clock must be a clock instance.*ManualClock"):
+        backend.set_limit(name, rate=1, clock=ManualClock)  # type: ignore[arg-type]
+
+
 def test_a_request_larger_than_a_lowered_burst_is_refused_for_ever(
     redis_client: redis.Redis,
 ) -> None:

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
 
 from .. import _validate
-from .._clock import Clock, SystemClock
+from .._clock import Clock, SystemClock, checked_clock
 from .._errors import AcquireTimeout
 from .._events import EVERYONE, Denied, Emitter, Event, Granted, Paused, Throttled
 from .._headers import RateLimitInfo, parse_rate_limit_headers
@@ -85,16 +85,13 @@ class Acquirer(Protocol):
 def placed(backend: object, name: object, clock: object) -> tuple[Backend, str | None, Clock]:
     """Where a limit keeps its state and its time, checked: ``(backend, name, clock)``,
     with the in-process store and real time for ``None``."""
-    # A class has the methods too (unbound): the protocol check alone would let
-    # `clock=ManualClock` through, to fail at the first acquire.
-    if clock is not None and (isinstance(clock, type) or not isinstance(clock, Clock)):
-        raise TypeError(f"clock must be a clock instance providing now(), sleep() and sleep_async(), got {clock!r}")
+    checked = checked_clock(clock)
     if backend is None:
         backend = MemoryBackend()
     elif isinstance(backend, type) or not hasattr(backend, "bind"):
         raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
     store: Backend = backend  # type: ignore[assignment]
-    return store, _validate.name(name, store, shared=store.shared), clock or SystemClock()
+    return store, _validate.name(name, store, shared=store.shared), checked or SystemClock()
 
 
 class Limiter(ABC, Generic[T]):

@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any, NamedTuple, ParamSpec, TypeVar, overload
 
 from .. import _validate
-from .._clock import Clock, SystemClock
+from .._clock import Clock, SystemClock, checked_clock
 from .._errors import CircuitOpen
 from .._events import BreakerState, Emitter, Event, Rejected, StateChanged
 from .._stores.memory import MemoryBackend
@@ -103,8 +103,7 @@ class CircuitBreaker:
         self.policy = Policy.checked(
             failure_threshold, min_calls, window, buckets, cooldown, half_open_probes, probe_timeout
         )
-        if clock is not None and (isinstance(clock, type) or not isinstance(clock, Clock)):
-            raise TypeError(f"clock must be a clock instance providing now(), sleep() and sleep_async(), got {clock!r}")
+        checked_clock(clock)
         if backend is None:
             backend = MemoryBackend()
         elif not isinstance(backend, (MemoryBackend, RedisBackend)):

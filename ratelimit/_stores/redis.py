@@ -54,7 +54,7 @@ from .. import _validate
 from .._algorithms.algorithm import Algorithm
 from .._algorithms.holes import GrantTime
 from .._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime, LastLane, charge_parts
-from .._clock import Clock, SystemClock
+from .._clock import Clock, SystemClock, checked_clock
 from .._errors import BackendUnavailable
 from .._redact import redact_url
 from .config import Inspection, Override, checked_override, read_override, reset_override, write_override
@@ -132,6 +132,13 @@ def _num(value: float) -> str:
 def _injected(clock: Clock | None) -> bool:
     """Whether ``clock`` is a test clock, whose time the store must use instead of its own."""
     return clock is not None and not isinstance(clock, SystemClock)
+
+
+def _test_time(clock: object) -> float | None:
+    """The time of ``clock`` when it is a test clock (a change made to limiters on it
+    is made at their time), ``None`` for real time (the server's)."""
+    checked = checked_clock(clock)
+    return None if checked is None or not _injected(checked) else checked.now()
 
 
 def _pool_limit(client: Any) -> int | None:
@@ -784,6 +791,7 @@ class RedisBackend:
         rate: float | None = None,
         burst: float | None = None,
         ttl: float | timedelta | None = None,
+        clock: Clock | None = None,
     ) -> None:
         """Change limiter ``name``'s limit at run time, in every process.
 
@@ -799,21 +807,31 @@ class RedisBackend:
         an ``adaptive=`` limiter, a limiter with ``low_share`` or a
         ``ConcurrencyLimit`` raises ``UnchangeableLimit`` (a ``ValueError``) saying
         so, and nothing is stored. ``ratelimit set`` is the same from a shell.
+
+        ``clock``: the limiter's, when it keeps time on a test clock (a
+        ``ManualClock``): the change is then made at that clock's time, to the
+        state kept on it, and a ``ttl`` runs on it. ``None``: real time (the
+        server's), for every limiter on real time.
         """
         change = checked_override(rate, burst, ttl)
         _validate.name(name, self, shared=True)
-        self._admin(lambda client: write_override(client, name, change))
+        now = _test_time(clock)
+        self._admin(lambda client: write_override(client, name, change, now))
 
-    def reset_limit(self, name: str) -> bool:
+    def reset_limit(self, name: str, *, clock: Clock | None = None) -> bool:
         """Return limiter ``name`` to what its code says, in every process from its
-        next decision; ``True`` if a change was in force."""
+        next decision; ``True`` if a change was in force. ``clock`` as for
+        :meth:`set_limit`."""
         _validate.name(name, self, shared=True)
-        return bool(self._admin(lambda client: reset_override(client, name)))
+        now = _test_time(clock)
+        return bool(self._admin(lambda client: reset_override(client, name, now)))
 
-    def limit_override(self, name: str) -> Override | None:
-        """The change in force for limiter ``name`` (``set_limit``), or ``None``."""
+    def limit_override(self, name: str, *, clock: Clock | None = None) -> Override | None:
+        """The change in force for limiter ``name`` (``set_limit``), or ``None``; its
+        ``ttl`` is what is left of it (on ``clock``, as for :meth:`set_limit`)."""
         _validate.name(name, self, shared=True)
-        result: Override | None = self._admin(lambda client: read_override(client, name))
+        now = _test_time(clock)
+        result: Override | None = self._admin(lambda client: read_override(client, name, now))
         return result
 
     def inspect(self, name: str) -> Inspection:
