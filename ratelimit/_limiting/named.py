@@ -94,11 +94,15 @@ def _numbers(tokens: object) -> tuple[float, ...] | None:
 
 def covers(held: object, want: object) -> bool:
     """Whether a grant of ``held`` tokens holds ``want`` (per limit for a composite)."""
+    if isinstance(held, (int, float)) and isinstance(want, (int, float)):
+        return want <= held  # one limiter's: the common case, without tuples
     a, b = _numbers(held), _numbers(want)
     return a is not None and b is not None and len(a) == len(b) and all(w <= h for h, w in zip(a, b, strict=True))
 
 
 def equal(held: object, want: object) -> bool:
     """Whether a grant of ``held`` tokens is exactly ``want`` (what a settle squares)."""
+    if isinstance(held, (int, float)) and isinstance(want, (int, float)):
+        return want == held
     a, b = _numbers(held), _numbers(want)
     return a is not None and a == b
