@@ -9,6 +9,7 @@ process directly, across processes by a message from the script (see
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 import threading
@@ -20,14 +21,29 @@ from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
 from .._stores.memory import MemoryBackend
 from .._stores.scripts import concurrency_script
-from .._stores.wakeups import CHANNEL_PREFIX, Listener, Waiting, listener_for
+from .._stores.wakeups import CHANNEL_PREFIX, Listener, Waiting, listener_for, process_id
 
-__all__ = ["LOST", "MemorySlots", "RedisSlots", "SlotStore", "memory_slots"]
+__all__ = ["LOST", "MemorySlots", "RedisSlots", "SlotStore", "lease_id", "memory_slots", "taken_here"]
 
 #: What a waiter's check finds when its place is gone.
 LOST = "lost"
 
 logger = logging.getLogger("ratelimit")
+
+_numbers = itertools.count(1)
+
+
+def lease_id() -> str:
+    """A new lease's id, ``<process>:<n>``: never reused, and naming the process that
+    took it (its wake-up channel, and whose lease it is after a fork)."""
+    return f"{process_id()}:{next(_numbers)}"
+
+
+def taken_here(name: str) -> bool:
+    """Whether this process took lease ``name``. A forked child inherits its parent's
+    leases and unwinds the blocks holding them, but a shared slot stays the parent's
+    to release and to renew: the parent still holds it."""
+    return name.rpartition(":")[0] == process_id()
 
 
 class SlotStore(Protocol):
@@ -43,7 +59,11 @@ class SlotStore(Protocol):
 
     def release(self, name: str) -> None: ...
 
-    async def release_async(self, name: str) -> None: ...
+    async def release_async(self, name: str) -> None:
+        """:meth:`release` for asyncio, carried through if the caller is cancelled
+        meanwhile. A store that needs no I/O releases without suspending, so that a
+        coroutine being closed (which may not await) still frees its slot."""
+        ...
 
     def check(self, name: str, waiting: Waiting) -> str:
         """A waiter's look at its place, renewing it: ``HELD`` (its wake-up was lost),
@@ -285,7 +305,7 @@ class RedisSlots:
         return True
 
     def release(self, name: str) -> None:
-        if self._released_elsewhere(name):
+        if self._released_elsewhere(name) or not taken_here(name):
             return
         try:
             self._backend.run(self._script, self._keys, self._args("release", name))
@@ -293,8 +313,11 @@ class RedisSlots:
             self._lost_release(exc)
 
     async def release_async(self, name: str) -> None:
-        if self._released_elsewhere(name):
+        if self._released_elsewhere(name) or not taken_here(name):
             return
+        await asyncio.shield(self._release_async(name))
+
+    async def _release_async(self, name: str) -> None:
         try:
             await self._backend.run_async(self._script, self._keys, self._args("release", name))
         except BackendUnavailable as exc:
@@ -322,7 +345,7 @@ class RedisSlots:
         return self._checked(reply, name)
 
     def keep(self, names: list[str]) -> list[str]:
-        here = [n for n in names if n not in self._elsewhere]
+        here = [n for n in names if n not in self._elsewhere and taken_here(n)]
         if not here:
             return []
         return [_text(x) for x in self._backend.run(self._script, self._keys, self._args("keep", *here))]

@@ -1,0 +1,160 @@
+"""ConcurrencyLimit holds left somewhere else than where they were entered.
+
+A ``with`` block inside a generator is left wherever the generator is closed: in
+another thread, in another task (an ``async for`` broken early, then closed by the
+loop's finaliser or by ``aclose()`` from elsewhere), in a forked child. Every slot
+must come back, exactly once, and no more than ``max_in_flight`` may be held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import threading
+import time
+from collections.abc import AsyncGenerator, Callable, Generator
+from typing import Any
+
+import pytest
+
+from ratelimit import AcquireTimeout, Composite, ConcurrencyLimit, RedisBackend, TokenBucket
+
+from conftest import unique_name
+
+Make = Callable[..., Any]
+
+#: How a block is entered: ``with limit:``, one ``hold()`` shared by every block,
+#: or a ``hold()`` of its own per block.
+HOW = ["limit", "shared hold", "own hold"]
+
+
+def free_slots(limit: ConcurrencyLimit) -> int:
+    """How many slots can be taken now (each is given back at once)."""
+    leases: list[Any] = []
+    with contextlib.suppress(AcquireTimeout):
+        while len(leases) <= limit.max_in_flight:
+            leases.append(limit.take(timeout=0))
+    for lease in leases:
+        lease.release()
+    return len(leases)
+
+
+def entering(limit: ConcurrencyLimit, how: str) -> Callable[[], Any]:
+    shared = limit.hold()
+    return {"limit": lambda: limit, "shared hold": lambda: shared, "own hold": limit.hold}[how]
+
+
+def held_in_redis(limit: ConcurrencyLimit) -> int:
+    store: Any = limit._store
+    return int(store._backend.client.zcard(store._keys[0]))
+
+
+# -- left in another thread -------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_block_left_in_another_thread_frees_its_slot(make: Make, how: str) -> None:
+    limit: ConcurrencyLimit = make(ConcurrencyLimit, 3)
+    holder = entering(limit, how)
+
+    def streaming() -> Generator[int, None, None]:
+        with holder():
+            yield 1
+
+    for _ in range(3):
+        started = streaming()
+        next(started)
+        closer = threading.Thread(target=started.close)  # a worker pool stops reading
+        closer.start()
+        closer.join(10)
+    assert free_slots(limit) == 3
+
+
+def test_a_block_left_in_another_thread_is_not_renewed_in_redis(redis_client: Any) -> None:
+    limit = ConcurrencyLimit(3, lease_seconds=1, backend=RedisBackend(redis_client), name=unique_name("gen"))
+
+    def streaming() -> Generator[int, None, None]:
+        with limit:
+            yield 1
+
+    gens = [streaming() for _ in range(3)]
+    for g in gens:
+        next(g)
+    assert held_in_redis(limit) == 3
+    threads = [threading.Thread(target=g.close) for g in gens]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert held_in_redis(limit) == 0  # released by the exit, not left to a heartbeat
+    time.sleep(0.7)  # two beats: nothing renewed back
+    assert held_in_redis(limit) == 0
+
+
+# -- left by another task ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("closer", ["aclose in another task", "the loop's finaliser"])
+@pytest.mark.parametrize("how", HOW)
+def test_a_block_left_by_another_task_frees_its_slot(make: Make, how: str, closer: str) -> None:
+    limit: ConcurrencyLimit = make(ConcurrencyLimit, 3)
+    holder = entering(limit, how)
+
+    async def streaming() -> AsyncGenerator[int, None]:
+        async with holder():
+            yield 1
+
+    async def main() -> None:
+        for _ in range(3):
+            gen = streaming()
+            async for _ in gen:
+                break  # the consumer stops reading early
+            if closer == "aclose in another task":
+                await asyncio.create_task(gen.aclose())
+            else:
+                del gen
+                gc.collect()
+                for _ in range(20):
+                    await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert free_slots(limit) == 3
+
+
+@pytest.mark.parametrize("how", ["hold", "shared hold"])
+@pytest.mark.parametrize("where", ["thread", "task"])
+def test_a_composite_block_left_elsewhere_frees_its_slots(make: Make, how: str, where: str) -> None:
+    slots: ConcurrencyLimit = make(ConcurrencyLimit, 3)
+    both = make(Composite, [TokenBucket(1_000, 1_000), slots])
+    shared = both.hold()
+
+    def holder() -> Any:
+        return shared if how == "shared hold" else both.hold()
+
+    def streaming() -> Generator[int, None, None]:
+        with holder():
+            yield 1
+
+    async def streaming_async() -> AsyncGenerator[int, None]:
+        async with holder():
+            yield 1
+
+    async def main() -> None:
+        for _ in range(3):
+            agen = streaming_async()
+            async for _ in agen:
+                break
+            await asyncio.create_task(agen.aclose())
+
+    if where == "thread":
+        for _ in range(3):
+            gen = streaming()
+            next(gen)
+            closer = threading.Thread(target=gen.close)
+            closer.start()
+            closer.join(10)
+    else:
+        asyncio.run(main())
+    with both.hold(timeout=0), both.hold(timeout=0), both.hold(timeout=0), pytest.raises(AcquireTimeout):
+        both.hold(timeout=0).__enter__()
