@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
+import sys
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Generator
@@ -20,7 +22,7 @@ import pytest
 
 from ratelimit import AcquireTimeout, Composite, ConcurrencyLimit, RedisBackend, TokenBucket
 
-from conftest import unique_name
+from conftest import REDIS_URL, unique_name
 
 Make = Callable[..., Any]
 
@@ -158,3 +160,39 @@ def test_a_composite_block_left_elsewhere_frees_its_slots(make: Make, how: str, 
         asyncio.run(main())
     with both.hold(timeout=0), both.hold(timeout=0), both.hold(timeout=0), pytest.raises(AcquireTimeout):
         both.hold(timeout=0).__enter__()
+
+
+# -- a forked child ------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() with threads running, on purpose
+def test_a_forked_child_leaving_the_block_keeps_the_parents_slot(redis_client: Any) -> None:
+    name = unique_name("forked")
+    limit = ConcurrencyLimit(2, lease_seconds=1, backend=RedisBackend.from_url(REDIS_URL), name=name)
+    other = ConcurrencyLimit(2, lease_seconds=1, backend=RedisBackend(redis_client), name=name)
+    parent = os.getpid()
+    taken = limit.take()
+    try:
+        with limit.hold():
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                # It drops the lease it inherited, looks for a slot (which frees the
+                # leases dropped meanwhile), and exits through the block.
+                del taken
+                gc.collect()
+                with contextlib.suppress(AcquireTimeout):
+                    limit.take(timeout=0).release()
+                sys.exit(0)
+            _, status = os.waitpid(pid, 0)
+            assert os.WEXITSTATUS(status) == 0
+            assert held_in_redis(limit) == 2  # both still the parent's
+            with pytest.raises(AcquireTimeout):
+                other.take(timeout=0)
+            time.sleep(0.7)  # the parent's heartbeat still renews both
+            assert held_in_redis(limit) == 2
+    finally:
+        if os.getpid() != parent:  # pragma: no cover - the child, unwound
+            os._exit(0)
+    assert held_in_redis(limit) == 1
+    taken.release()
+    assert held_in_redis(limit) == 0
