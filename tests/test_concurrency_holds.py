@@ -196,3 +196,42 @@ def test_a_forked_child_leaving_the_block_keeps_the_parents_slot(redis_client: A
     assert held_in_redis(limit) == 1
     taken.release()
     assert held_in_redis(limit) == 0
+
+
+# -- never left -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["hold", "composite hold", "async generator on a closed loop", "outside any loop"])
+def test_a_hold_collected_inside_its_block_is_not_renewed(redis_client: Any, kind: str) -> None:
+    limit = ConcurrencyLimit(2, lease_seconds=1, backend=RedisBackend(redis_client), name=unique_name("drop"))
+    both = Composite([TokenBucket(1_000, 1_000), limit], backend=RedisBackend(redis_client), name=unique_name("drop"))
+    slots: ConcurrencyLimit = both._slots[0]
+    watched = slots if kind == "composite hold" else limit
+    if kind == "hold":
+        limit.hold().__enter__()  # entered, never left, dropped at once
+    elif kind == "composite hold":
+        both.hold().__enter__()
+    else:
+
+        async def streaming() -> AsyncGenerator[int, None]:
+            async with limit.hold():
+                yield 1
+
+        async def first(gen: AsyncGenerator[int, None]) -> int:
+            return await gen.__anext__()
+
+        loop = asyncio.new_event_loop()
+        gen = streaming()
+        # Started on the loop, the generator is closed by the loop's finaliser, which
+        # does nothing once the loop is closed (without shutting its generators
+        # down): its block is never left. Started outside, it is closed when
+        # collected, with no loop to await its release on.
+        loop.run_until_complete(first(gen) if kind == "async generator on a closed loop" else gen.__anext__())
+        loop.close()
+        del gen
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while held_in_redis(watched) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert held_in_redis(watched) == 0  # freed, not renewed by the heartbeat
+    assert free_slots(watched) == 2

@@ -133,8 +133,12 @@ async def release_all_async(leases: Iterable[Lease]) -> None:
 
 
 def entrant() -> object:
-    """Who is entering a block from a coroutine: its task (else its thread)."""
-    task = asyncio.current_task()
+    """Who is entering or leaving a block from a coroutine: its task (else its
+    thread: a coroutine may be closed outside any loop)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
     return task if task is not None else threading.get_ident()
 
 

@@ -305,8 +305,10 @@ class RedisSlots:
         return True
 
     def release(self, name: str) -> None:
-        if self._released_elsewhere(name) or not taken_here(name):
-            return
+        if not self._released_elsewhere(name) and taken_here(name):
+            self._release(name)
+
+    def _release(self, name: str) -> None:
         try:
             self._backend.run(self._script, self._keys, self._args("release", name))
         except BackendUnavailable as exc:
@@ -314,6 +316,13 @@ class RedisSlots:
 
     async def release_async(self, name: str) -> None:
         if self._released_elsewhere(name) or not taken_here(name):
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            # A coroutine closed outside any loop (an async generator collected after
+            # its loop ended): nothing to await on, and no loop to block either.
+            self._release(name)
             return
         await asyncio.shield(self._release_async(name))
 
