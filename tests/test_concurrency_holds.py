@@ -235,3 +235,32 @@ def test_a_hold_collected_inside_its_block_is_not_renewed(redis_client: Any, kin
         time.sleep(0.05)
     assert held_in_redis(watched) == 0  # freed, not renewed by the heartbeat
     assert free_slots(watched) == 2
+
+
+# -- the heartbeat ------------------------------------------------------------------
+
+
+def test_a_release_racing_the_heartbeat_is_not_put_back(redis_client: Any) -> None:
+    limit = ConcurrencyLimit(1, lease_seconds=3, backend=RedisBackend(redis_client), name=unique_name("race"))
+    lease = limit.take()
+    store: Any = limit._store
+    keep = store.keep
+    beats: list[float] = []
+
+    def racing(names: list[str]) -> list[str]:
+        # The holder leaves while the beat that read its lease is on its way to Redis.
+        lease.release()
+        lost: list[str] = keep(names)
+        beats.append(time.monotonic())
+        return lost
+
+    store.keep = racing
+    deadline = time.monotonic() + 5
+    while not beats and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert beats
+    deadline = time.monotonic() + 0.5
+    while held_in_redis(limit) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert held_in_redis(limit) == 0  # not put back for another lease
+    limit.take(timeout=0).release()

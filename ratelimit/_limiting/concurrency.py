@@ -341,10 +341,23 @@ class _Heartbeat:
                 )
                 continue
             if lost:
-                # The store had lost them (a restart, a failover, an outage longer
-                # than the lease) while they were held: they are back, but others may
-                # have been given their slots meanwhile.
-                logger.warning("leases %s were lost by the store while held, and put back", lost)
+                self._put_back(lost)
+
+    def _put_back(self, lost: list[str]) -> None:
+        with self._lock:
+            left = [name for name in lost if name not in self._names]
+        # Released by their holders while this beat was on its way to the store, which
+        # then took them for lost and put them back: they would block a slot for a
+        # whole lease. Released again.
+        for name in left:
+            with contextlib.suppress(Exception):
+                self._store.release(name)
+        lost = [name for name in lost if name not in left]
+        if lost:
+            # The store had lost them (a restart, a failover, an outage longer than
+            # the lease) while they were held: they are back, but others may have
+            # been given their slots meanwhile.
+            logger.warning("leases %s were lost by the store while held, and put back", lost)
 
 
 class ConcurrencyLimit:
