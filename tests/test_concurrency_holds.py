@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ratelimit import AcquireTimeout, Composite, ConcurrencyLimit, RedisBackend, TokenBucket
+from ratelimit import AcquireTimeout, Composite, ConcurrencyLimit, ManualClock, RedisBackend, TokenBucket
 
 from conftest import REDIS_URL, unique_name
 
@@ -264,3 +264,43 @@ def test_a_release_racing_the_heartbeat_is_not_put_back(redis_client: Any) -> No
         time.sleep(0.01)
     assert held_in_redis(limit) == 0  # not put back for another lease
     limit.take(timeout=0).release()
+
+
+def test_a_waiter_on_a_stalled_loop_keeps_its_place_and_its_grant(redis_client: Any) -> None:
+    # A waiter renews its place itself, from its task; an event loop that runs late
+    # (10,000 tasks on a loaded box) renews it late. Promoted with a place about to
+    # run out, it lost its slot before it could run, and another took it: both ran.
+    clock = ManualClock(start=1_000.0)
+    name = unique_name("stalled")
+    limit = ConcurrencyLimit(1, lease_seconds=3, backend=RedisBackend(redis_client), name=name, clock=clock)
+    other = ConcurrencyLimit(1, lease_seconds=3, backend=RedisBackend(redis_client), name=name, clock=clock)
+    key: str = limit._store._keys[0]  # type: ignore[attr-defined]
+    holder = limit.take()
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever)
+    runner.start()
+    gate = threading.Event()
+    try:
+        waiter = asyncio.run_coroutine_threadsafe(limit.take_async(timeout=60), loop)
+        deadline = time.monotonic() + 5
+        while not redis_client.zcard(key + ":queue") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        loop.call_soon_threadsafe(gate.wait)  # the loop stalls
+        clock.advance(2.9)  # the place, taken at 1000, would run out at 1003
+        deadline = time.monotonic() + 5
+        while (redis_client.zscore(key + ":expiry", redis_client.zrange(key + ":queue", 0, 0)[0]) or 0) < 1_005:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        holder.release()  # the stalled waiter is handed the slot
+        clock.advance(0.6)
+        with pytest.raises(AcquireTimeout):
+            other.take(timeout=0).release()
+    finally:
+        gate.set()
+    lease = waiter.result(10)
+    asyncio.run_coroutine_threadsafe(lease.release_async(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    runner.join(10)
+    loop.close()
+    assert held_in_redis(limit) == 0
