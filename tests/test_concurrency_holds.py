@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import gc
 import os
+import queue
+import random
 import sys
 import threading
 import time
@@ -304,3 +306,150 @@ def test_a_waiter_on_a_stalled_loop_keeps_its_place_and_its_grant(redis_client: 
     runner.join(10)
     loop.close()
     assert held_in_redis(limit) == 0
+
+
+# -- attacks ------------------------------------------------------------------------
+
+
+def test_hundreds_of_threads_closing_each_others_generators(make: Make, store: str) -> None:
+    most = 5
+    limit: ConcurrencyLimit = make(ConcurrencyLimit, most)
+    both = make(Composite, [TokenBucket(10_000, 10_000), make(ConcurrencyLimit, most)])
+    shared, shared_both = limit.hold(), both.hold()
+    holders = [lambda: limit, lambda: shared, limit.hold, lambda: shared_both, both.hold]
+    inside = {"limit": 0, "both": 0}
+    peak = {"limit": 0, "both": 0}
+    lock = threading.Lock()
+    handed: queue.SimpleQueue[Generator[int, None, None] | None] = queue.SimpleQueue()
+
+    def streaming(pick: int) -> Generator[int, None, None]:
+        which = "both" if pick >= 3 else "limit"
+        with holders[pick]():
+            with lock:
+                inside[which] += 1
+                peak[which] = max(peak[which], inside[which])
+            try:
+                yield 1
+                yield 2
+            finally:
+                with lock:
+                    inside[which] -= 1
+
+    def producer(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(3):
+            gen = streaming(rng.randrange(len(holders)))
+            next(gen)
+            if rng.random() < 0.5:
+                handed.put(gen)  # closed by another thread
+            else:
+                gen.close()
+
+    def closer() -> None:
+        while (gen := handed.get()) is not None:
+            gen.close()
+
+    closers = [threading.Thread(target=closer) for _ in range(20)]
+    producers = [threading.Thread(target=producer, args=(i,)) for i in range(200 if store == "memory" else 60)]
+    for t in closers + producers:
+        t.start()
+    for t in producers:
+        t.join(120)
+    for _ in closers:
+        handed.put(None)
+    for t in closers:
+        t.join(120)
+    assert peak["limit"] <= most
+    assert peak["both"] <= most
+    assert free_slots(limit) == most
+    assert free_slots(both._slots[0]) == most
+
+
+def test_thousands_of_tasks_whose_generators_are_closed_elsewhere(make: Make, store: str) -> None:
+    most = 8
+    limit: ConcurrencyLimit = make(ConcurrencyLimit, most)
+    shared = limit.hold()
+    holders: list[Callable[[], Any]] = [lambda: limit, lambda: shared, limit.hold]
+    inside = peak = 0
+
+    async def streaming(pick: int) -> AsyncGenerator[int, None]:
+        nonlocal inside, peak
+        async with holders[pick]():
+            inside += 1
+            peak = max(peak, inside)
+            try:
+                yield 1
+                await asyncio.sleep(0)
+                yield 2
+            finally:
+                inside -= 1
+
+    async def consumer(i: int, rng: random.Random) -> None:
+        gen = streaming(i % len(holders))
+        async for _ in gen:
+            break  # stops reading early
+        way = rng.random()
+        if way < 0.3:
+            await asyncio.create_task(gen.aclose())
+        elif way < 0.6:
+            await gen.aclose()
+        else:
+            del gen  # the loop's finaliser closes it
+
+    async def main() -> None:
+        rng = random.Random(3)
+        n = 10_000 if store == "memory" else 1_000
+        tasks = [asyncio.create_task(consumer(i, rng)) for i in range(n)]
+        await asyncio.sleep(0.01)
+        for task in rng.sample(tasks, n // 4):
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        gc.collect()
+        for _ in range(1_000):  # the finaliser's closes land
+            if not limit._live:
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert peak <= most
+    assert free_slots(limit) == most
+
+
+def test_cancelled_at_any_await_of_a_hold_leaves_nothing_held(make: Make, store: str) -> None:
+    most = 2
+    limit: ConcurrencyLimit = make(ConcurrencyLimit, most)
+    both = make(Composite, [TokenBucket(10_000, 10_000), make(ConcurrencyLimit, most)])
+    inside = peak = 0
+
+    async def one(holder: Any) -> None:
+        nonlocal inside, peak
+        async with holder:
+            inside += 1
+            peak = max(peak, inside)
+            try:
+                await asyncio.sleep(0)
+            finally:
+                inside -= 1
+
+    async def main() -> None:
+        for k in range(40):
+            for holder in (limit, limit.hold(), both.hold()):
+                tasks = [asyncio.create_task(one(holder)) for _ in range(most + 2)]
+                # Steps of the loop first, then real time (a store's round trips).
+                for _ in range(k % 20):
+                    await asyncio.sleep(0)
+                await asyncio.sleep(0 if k < 20 else (k - 20) / 4_000)
+                for task in tasks[::2]:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        # Releases cancelled mid-way go on by themselves: let them land.
+        for _ in range(1_000):
+            if not (limit._live or both._slots[0]._live):
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+
+    asyncio.run(main())
+    assert peak <= most
+    assert free_slots(limit) == most
+    assert free_slots(both._slots[0]) == most
