@@ -453,3 +453,55 @@ def test_cancelled_at_any_await_of_a_hold_leaves_nothing_held(make: Make, store:
     assert peak <= most
     assert free_slots(limit) == most
     assert free_slots(both._slots[0]) == most
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() with threads running, on purpose
+def test_a_forked_child_closing_inherited_generators_frees_nothing_of_its_parent(redis_client: Any) -> None:
+    name = unique_name("forkgen")
+    limit = ConcurrencyLimit(3, lease_seconds=1, backend=RedisBackend.from_url(REDIS_URL), name=name)
+    other = ConcurrencyLimit(3, lease_seconds=1, backend=RedisBackend(redis_client), name=name)
+
+    def streaming() -> Generator[int, None, None]:
+        with limit:
+            yield 1
+
+    gen = streaming()
+    next(gen)
+    entered, leave = threading.Event(), threading.Event()
+
+    def holding() -> None:
+        with limit.hold():
+            entered.set()
+            leave.wait(30)
+
+    holder = threading.Thread(target=holding)
+    holder.start()
+    entered.wait(10)
+    parent = os.getpid()
+    try:
+        with limit.hold():
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                code = 0
+                try:
+                    limit.take(timeout=0)  # all three are the parent's
+                    code = 1
+                except AcquireTimeout:
+                    pass
+                gen.close()  # an inherited generator's block, left in the child
+                if code:
+                    os._exit(code)
+                sys.exit(0)
+            _, status = os.waitpid(pid, 0)
+            assert os.WEXITSTATUS(status) == 0
+            assert held_in_redis(limit) == 3
+            with pytest.raises(AcquireTimeout):
+                other.take(timeout=0)
+    finally:
+        if os.getpid() != parent:  # pragma: no cover - the child, unwound
+            os._exit(0)
+    leave.set()
+    holder.join(10)
+    gen.close()
+    assert held_in_redis(limit) == 0
+    assert free_slots(other) == 3
