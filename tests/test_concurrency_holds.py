@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any
 
+import fakeredis
 import pytest
 
 from ratelimit import AcquireTimeout, Composite, ConcurrencyLimit, ManualClock, RedisBackend, TokenBucket
@@ -505,3 +506,27 @@ def test_a_forked_child_closing_inherited_generators_frees_nothing_of_its_parent
     gen.close()
     assert held_in_redis(limit) == 0
     assert free_slots(other) == 3
+
+
+def test_a_take_cancelled_on_its_way_to_redis_is_released_after_it_lands() -> None:
+    backend = RedisBackend(fakeredis.FakeRedis())
+    limit = ConcurrencyLimit(1, backend=backend, name=unique_name("landing"))
+    run = backend.run
+
+    def slow(script: Any, keys: Any, args: Any) -> Any:
+        if args[0] == "take":
+            time.sleep(0.2)  # a slow round trip, in a thread nobody can stop
+        return run(script, keys, args)
+
+    backend.run = slow  # type: ignore[method-assign]
+
+    async def main() -> None:
+        taking = asyncio.create_task(limit.take_async())
+        await asyncio.sleep(0.05)
+        taking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await taking
+        await asyncio.sleep(0.4)  # the take lands, then its release
+
+    asyncio.run(main())
+    assert held_in_redis(limit) == 0

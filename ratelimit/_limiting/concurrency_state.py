@@ -9,6 +9,7 @@ process directly, across processes by a message from the script (see
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import math
@@ -219,6 +220,8 @@ class RedisSlots:
             self._local = MemorySlots(max(1, math.floor(most * backend.fallback_share())), clock or SystemClock())
         # Leases granted without the store: where each must be released.
         self._elsewhere: dict[str, MemorySlots | None] = {}
+        #: Takes on their way to Redis whose caller was cancelled meanwhile, by name.
+        self._landing: dict[str, asyncio.Future[Any]] = {}
 
     @property
     def _listener(self) -> Listener:
@@ -280,10 +283,17 @@ class RedisSlots:
         if waiting is not None:
             # Subscribing blocks, once per idle period: not on the event loop.
             await asyncio.to_thread(self._listener.expect, name, waiting)
+        # A take whose caller is cancelled still lands (a call in a thread cannot be
+        # stopped, a command sent is run): if its release overtook it, the slot it
+        # then took would be held by nobody. It goes on as a task of its own, and the
+        # release of its name waits for it (see _release_async).
+        call = asyncio.ensure_future(
+            self._backend.run_async(self._script, self._keys, self._args("take", name, "1" if waiting else ""))
+        )
+        self._landing[name] = call
+        call.add_done_callback(functools.partial(self._landed, name))
         try:
-            reply = await self._backend.run_async(
-                self._script, self._keys, self._args("take", name, "1" if waiting else "")
-            )
+            reply = await asyncio.shield(call)
         except BackendUnavailable as exc:
             return self._fallback(exc, name, waiting)
         except BaseException:
@@ -334,7 +344,17 @@ class RedisSlots:
             return
         await asyncio.shield(self._release_async(name))
 
+    def _landed(self, name: str, call: asyncio.Future[Any]) -> None:
+        if self._landing.get(name) is call:
+            del self._landing[name]
+        if not call.cancelled():
+            # Seen here, whether or not its caller is still there to see it.
+            call.exception()
+
     async def _release_async(self, name: str) -> None:
+        call = self._landing.get(name)
+        if call is not None:
+            await asyncio.wait([call])
         try:
             await self._backend.run_async(self._script, self._keys, self._args("release", name))
         except BackendUnavailable as exc:
