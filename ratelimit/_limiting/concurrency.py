@@ -270,34 +270,19 @@ class Hold:
 
 class _Heartbeat:
     """Renews the leases one limit holds, all in one call, every ``check_every``
-    seconds, from a daemon thread that runs while something is held or waited for
-    (and stops at the first beat that finds nothing to renew). Each beat also frees
-    the slots of leases dropped unreleased.
-
-    It renews the places of this process's waiters too, in a second call. A waiter
-    also renews its own place when it looks for a lost wake-up, but from its task or
-    thread, which may run late (an event loop behind 10,000 tasks): a place that ran
-    out while its waiter was alive became, once promoted, a slot that ran out before
-    its holder could run, and was handed to another while that holder went ahead."""
+    seconds, from a daemon thread that runs while something is held (and stops at
+    the first beat that finds nothing to renew). Each beat also frees the slots of
+    leases dropped unreleased."""
 
     def __init__(self, limit: ConcurrencyLimit, store: SlotStore) -> None:
         self._limit = weakref.ref(limit)
         self._store = store
         self._lock = threading.Lock()
         self._names: set[str] = set()
-        self._waiting: set[str] = set()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
 
     def add(self, name: str) -> None:
-        """Renew held lease ``name`` (a waiter's, once granted) until discarded."""
-        self._track(name, held=True)
-
-    def wait(self, name: str) -> None:
-        """Renew the place of waiter ``name`` until it is granted or discarded."""
-        self._track(name, held=False)
-
-    def _track(self, name: str, *, held: bool) -> None:
         if self._store.check_every == math.inf:
             return
         with self._lock:
@@ -306,13 +291,8 @@ class _Heartbeat:
                 # parent's leases are the parent's to renew.
                 self._pid = os.getpid()
                 self._names = set()
-                self._waiting = set()
                 self._thread = None
-            if held:
-                self._waiting.discard(name)
-                self._names.add(name)
-            else:
-                self._waiting.add(name)
+            self._names.add(name)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ratelimit-leases", daemon=True)
                 self._thread.start()
@@ -324,7 +304,6 @@ class _Heartbeat:
         # loop would otherwise start one per hold.
         with self._lock:
             self._names.discard(name)
-            self._waiting.discard(name)
 
     def _orphaned(self) -> None:
         with self._lock:
@@ -347,21 +326,16 @@ class _Heartbeat:
             limit._drain()
             del limit
             with self._lock:
-                if not self._names and not self._waiting:
+                if not self._names:
                     self._thread = None
                     return
                 names = sorted(self._names)
-                waiting = sorted(self._waiting)
             try:
-                lost = self._store.keep(names) if names else []
-                if waiting:
-                    # Renewing never puts a place back: one gone (its waiter granted
-                    # and done, or given up, meanwhile) stays gone.
-                    self._store.renew(waiting)
+                lost = self._store.keep(names)
             except Exception:
                 logger.warning(
                     "could not renew %d lease(s); retrying in %.3g s",
-                    len(names) + len(waiting),
+                    len(names),
                     self._store.check_every,
                     exc_info=True,
                 )
@@ -527,7 +501,6 @@ class ConcurrencyLimit:
                 if outcome == HELD or limit == 0:
                     return self._granted(name, outcome, started)
             waiting = Waiting()
-            self._beat.wait(name)
             outcome = store.take(name, waiting)
             while outcome == QUEUED:
                 left = limit - (time.monotonic() - started)
@@ -541,7 +514,6 @@ class ConcurrencyLimit:
                         outcome = store.take(name, waiting)
         except BaseException:
             # Interrupted or failed, at any point: whatever the store recorded goes.
-            self._beat.discard(name)
             with contextlib.suppress(Exception):
                 store.release(name)
             raise
@@ -564,7 +536,6 @@ class ConcurrencyLimit:
                 if outcome == HELD or limit == 0:
                     return self._granted(name, outcome, started)
             waiting = Waiting(loop=asyncio.get_running_loop())
-            self._beat.wait(name)
             outcome = await store.take_async(name, waiting)
             while outcome == QUEUED:
                 left = limit - (time.monotonic() - started)
@@ -580,7 +551,6 @@ class ConcurrencyLimit:
                 await store.release_async(name)
         except BaseException:
             # Cancelled or failed at any await, granted or not: nothing stays held.
-            self._beat.discard(name)
             with contextlib.suppress(Exception):
                 await store.release_async(name)
             raise
@@ -588,7 +558,6 @@ class ConcurrencyLimit:
 
     def _granted(self, name: str, outcome: str, started: float) -> Lease:
         if outcome != HELD:
-            self._beat.discard(name)
             raise self._timed_out(time.monotonic() - started)
         self._beat.add(name)
         self._live[name] = True
