@@ -273,8 +273,8 @@ def test_a_release_racing_the_heartbeat_is_not_put_back(redis_client: Any) -> No
     strict=True,
     reason="a waiter renews its place only from its own task: on a stalled loop a place about to run out is "
     "promoted into a slot that runs out before its holder runs, and another is given it (16 in flight on 8 "
-    "measured with 3 processes of 10,000 tasks). Renewing every place from the heartbeat fixed it but "
-    "collapsed throughput at that scale; left open",
+    "measured with 3 processes of 10,000 tasks). Renewing every place from the heartbeat (commit 9f8c5fd) "
+    "fixed it, but throughput at that scale fell in some runs (erratic without it too); left open",
 )
 def test_a_waiter_on_a_stalled_loop_keeps_its_place_and_its_grant(redis_client: Any) -> None:
     # A waiter renews its place itself, from its task; an event loop that runs late
