@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -14,7 +16,7 @@ from .. import _validate
 from .._clock import Clock
 from .._headers import RateLimitInfo
 from .._stores.store import Backend
-from .concurrency import ConcurrencyLimit, Lease, entrant, rebound
+from .concurrency import ConcurrencyLimit, Entries, Lease, entrant, rebound, release_all, release_all_async
 from .feedback import restriction
 from .front import Decorator, Limiter
 from .limiters import SingleLimiter
@@ -215,29 +217,21 @@ class Composite(Limiter[Sequence[float]]):
 
 class CompositeHold:
     """What :meth:`Composite.hold` returns: ``with`` or ``async with`` it. It may be
-    shared: each thread or task entering it holds slots of its own."""
+    shared: each block entering it holds slots of its own, freed when that block is
+    left, in whatever thread or task (a generator closed elsewhere)."""
 
-    __slots__ = ("_held", "_limit", "_timeout", "_tokens")
+    __slots__ = ("_entries", "_limit", "_timeout", "_tokens")
 
     def __init__(self, limit: Composite, tokens: Tokens, timeout: float | timedelta | None) -> None:
         self._limit = limit
         self._tokens = tokens
         self._timeout = timeout
-        self._held: dict[object, list[list[Lease]]] = {}
+        self._entries: Entries[list[Lease]] = Entries()
 
     def _left(self, started: float) -> float | None:
         if self._timeout is None:
             return None
         return max(0.0, _validate.timeout_seconds(self._timeout) - (time.monotonic() - started))
-
-    def _leaving(self, key: object) -> list[Lease]:
-        stack = self._held.get(key)
-        if not stack:
-            return []
-        leases = stack.pop()
-        if not stack:
-            del self._held[key]
-        return leases
 
     def __enter__(self) -> CompositeHold:
         started = time.monotonic()
@@ -248,19 +242,19 @@ class CompositeHold:
                 leases.append(slot.take(self._left(started)))
             Limiter.acquire(limit, self._tokens, self._left(started))  # type: ignore[arg-type]
         except BaseException:
-            for lease in leases:
-                lease.release()
+            with contextlib.suppress(Exception):
+                release_all(leases)
             raise
-        self._held.setdefault(threading.get_ident(), []).append(leases)
+        self._entries.add(sys._getframe(1), threading.get_ident(), leases)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        for lease in self._leaving(threading.get_ident()):
-            lease.release()
+        release_all(self._entries.pop(sys._getframe(1), threading.get_ident()) or ())
 
     async def __aenter__(self) -> CompositeHold:
+        frame = sys._getframe(1)
         started = time.monotonic()
         limit = self._limit
         leases: list[Lease] = []
@@ -269,14 +263,13 @@ class CompositeHold:
                 leases.append(await slot.take_async(self._left(started)))
             await Limiter.acquire_async(limit, self._tokens, self._left(started))  # type: ignore[arg-type]
         except BaseException:
-            for lease in leases:
-                await lease.release_async()
+            with contextlib.suppress(Exception):
+                await release_all_async(leases)
             raise
-        self._held.setdefault(entrant(), []).append(leases)
+        self._entries.add(frame, entrant(), leases)
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        for lease in self._leaving(entrant()):
-            await lease.release_async()
+        await release_all_async(self._entries.pop(sys._getframe(1), entrant()) or ())

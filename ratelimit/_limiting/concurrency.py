@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import math
 import os
 import queue
+import sys
 import threading
 import time
 import weakref
+from collections.abc import Iterable
 from datetime import timedelta
 from types import TracebackType
+from typing import Generic, TypeVar
 
 from .. import _validate
 from .._algorithms.semaphore import HELD, QUEUED
@@ -31,16 +33,13 @@ from .._errors import AcquireTimeout
 from .._stores.memory import MemoryBackend
 from .._stores.redis import RedisBackend
 from .._stores.store import Backend
-from .._stores.wakeups import Waiting, process_id
-from .concurrency_state import LOST, RedisSlots, SlotStore, memory_slots
+from .._stores.wakeups import Waiting
+from .concurrency_state import LOST, RedisSlots, SlotStore, lease_id, memory_slots
 from .front import placed
 
-__all__ = ["ConcurrencyLimit", "Hold", "Lease", "entrant", "rebound"]
+__all__ = ["ConcurrencyLimit", "Entries", "Hold", "Lease", "entrant", "rebound", "release_all", "release_all_async"]
 
 logger = logging.getLogger("ratelimit")
-
-#: Lease ids are ``<process>:<n>``, never reused within a process.
-_numbers = itertools.count(1)
 
 #: The shortest lease: renewals every third of it must get through calls that may
 #: each take a socket timeout (0.5 s). The longest: a year, past which a timer overflows.
@@ -55,7 +54,9 @@ _LONG_WAIT = 3600.0
 class Lease:
     """One held slot. :meth:`release` frees it (once: later calls do nothing); used as
     a context manager, leaving the block releases it. A lease dropped without a
-    release frees its slot when it is garbage-collected."""
+    release frees its slot when it is garbage-collected. It may be released from any
+    thread or task; in a forked child it frees nothing the store shares (the parent
+    still holds the slot)."""
 
     __slots__ = ("_limit", "name")
 
@@ -77,7 +78,7 @@ class Lease:
         """:meth:`release` for asyncio. Cancelling the caller does not stop it: the
         slot is freed all the same."""
         if self._limit._live.pop(self.name, None) is not None:
-            await asyncio.shield(self._limit._release_async(self.name))
+            await self._limit._release_async(self.name)
 
     def __del__(self) -> None:
         # Dropped while held. The garbage collector may run this inside any code,
@@ -106,55 +107,163 @@ class Lease:
         return f"Lease({self.name!r}, released={self.released})"
 
 
+def release_all(leases: Iterable[Lease]) -> None:
+    """Release every one of ``leases``, even if one release fails or is interrupted
+    (the first error is raised once all were tried)."""
+    failed: BaseException | None = None
+    for lease in leases:
+        try:
+            lease.release()
+        except BaseException as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+
+
+async def release_all_async(leases: Iterable[Lease]) -> None:
+    """:func:`release_all` for asyncio: a cancellation meanwhile stops none of them."""
+    failed: BaseException | None = None
+    for lease in leases:
+        try:
+            await lease.release_async()
+        except BaseException as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+
+
 def entrant() -> object:
-    """Who is entering a block from a coroutine: its task (else its thread)."""
-    task = asyncio.current_task()
+    """Who is entering or leaving a block from a coroutine: its task (else its
+    thread: a coroutine may be closed outside any loop)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
     return task if task is not None else threading.get_ident()
+
+
+T = TypeVar("T")
+
+
+class _Entry(Generic[T]):
+    __slots__ = ("frame", "item", "owner")
+
+    def __init__(self, frame: object, owner: object, item: T) -> None:
+        self.frame = frame
+        self.owner = owner
+        self.item = item
+
+
+def _unfile(index: dict[object, list[_Entry[T]]], key: object, entry: _Entry[T]) -> None:
+    stack = index[key]
+    # Nearly always the newest: search from the end.
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i] is entry:
+            del stack[i]
+            break
+    if not stack:
+        del index[key]
+
+
+class Entries(Generic[T]):
+    """What a ``with`` target that may be inside many blocks at once (``with limit:``,
+    a shared ``hold()``) holds for each of them until it is left.
+
+    A block is not always left where it was entered: one inside a generator is left
+    wherever the generator is closed (another thread; for an async generator the
+    consumer broke out of, the loop's finaliser task or any task calling
+    ``aclose()``). Its exit must still find the block's own entry, and never find
+    none. So an entry is filed under the frame running the ``with`` statement, which
+    a generator keeps wherever it runs; an exit from another frame (enter and exit
+    called from helpers, an ``ExitStack``) takes its thread's or task's newest entry;
+    and failing that any newest one: as with a semaphore each exit frees one entry,
+    so none is ever stranded.
+    """
+
+    __slots__ = ("_all", "_by_frame", "_by_owner", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: Every entry, oldest first (a dict as an ordered set).
+        self._all: dict[_Entry[T], None] = {}
+        self._by_frame: dict[object, list[_Entry[T]]] = {}
+        self._by_owner: dict[object, list[_Entry[T]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def add(self, frame: object, owner: object, item: T) -> None:
+        entry = _Entry(frame, owner, item)
+        with self._lock:
+            self._all[entry] = None
+            self._by_frame.setdefault(frame, []).append(entry)
+            self._by_owner.setdefault(owner, []).append(entry)
+
+    def pop(self, frame: object, owner: object) -> T | None:
+        """The entry of the block that ``frame`` (run by ``owner``) is leaving."""
+        with self._lock:
+            stack = self._by_frame.get(frame) or self._by_owner.get(owner)
+            if stack:
+                entry = stack[-1]
+            elif self._all:
+                entry = next(reversed(self._all))
+            else:
+                return None
+            del self._all[entry]
+            _unfile(self._by_frame, entry.frame, entry)
+            _unfile(self._by_owner, entry.owner, entry)
+        return entry.item
 
 
 class Hold:
     """What :meth:`ConcurrencyLimit.hold` returns: ``with`` or ``async with`` it to hold
-    one slot for the block. One ``Hold`` may be shared, as a semaphore is: each thread
-    or task that enters it holds a slot of its own."""
+    one slot for the block. One ``Hold`` may be shared, as a semaphore is: each block
+    entering it holds a slot of its own, freed when that block is left, in whatever
+    thread or task (a generator closed elsewhere)."""
 
-    __slots__ = ("_leases", "_limit", "_timeout")
+    __slots__ = ("_entries", "_limit", "_timeout")
 
     def __init__(self, limit: ConcurrencyLimit, timeout: float | timedelta | None) -> None:
         self._limit = limit
         self._timeout = timeout
-        self._leases: dict[object, list[Lease]] = {}
-
-    def _entered(self, key: object, lease: Lease) -> Lease:
-        self._leases.setdefault(key, []).append(lease)
-        return lease
-
-    def _leaving(self, key: object) -> Lease | None:
-        stack = self._leases.get(key)
-        if not stack:
-            return None
-        lease = stack.pop()
-        if not stack:
-            del self._leases[key]
-        return lease
+        self._entries: Entries[Lease] = Entries()
 
     def __enter__(self) -> Lease:
-        # A `with` block runs in one thread from enter to exit.
-        return self._entered(threading.get_ident(), self._limit.take(self._timeout))
+        return self._enter(sys._getframe(1))
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        lease = self._leaving(threading.get_ident())
-        if lease is not None:
-            lease.release()
+        self._exit(sys._getframe(1))
 
     async def __aenter__(self) -> Lease:
-        return self._entered(entrant(), await self._limit.take_async(self._timeout))
+        return await self._enter_async(sys._getframe(1))
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        lease = self._leaving(entrant())
+        await self._exit_async(sys._getframe(1))
+
+    # The frame running the ``with`` statement is passed in, so that ``with limit:``
+    # files its blocks as ``with limit.hold():`` does.
+
+    def _enter(self, frame: object) -> Lease:
+        lease = self._limit.take(self._timeout)
+        self._entries.add(frame, threading.get_ident(), lease)
+        return lease
+
+    def _exit(self, frame: object) -> None:
+        lease = self._entries.pop(frame, threading.get_ident())
+        if lease is not None:
+            lease.release()
+
+    async def _enter_async(self, frame: object) -> Lease:
+        lease = await self._limit.take_async(self._timeout)
+        self._entries.add(frame, entrant(), lease)
+        return lease
+
+    async def _exit_async(self, frame: object) -> None:
+        lease = self._entries.pop(frame, entrant())
         if lease is not None:
             await lease.release_async()
 
@@ -232,10 +341,23 @@ class _Heartbeat:
                 )
                 continue
             if lost:
-                # The store had lost them (a restart, a failover, an outage longer
-                # than the lease) while they were held: they are back, but others may
-                # have been given their slots meanwhile.
-                logger.warning("leases %s were lost by the store while held, and put back", lost)
+                self._put_back(lost)
+
+    def _put_back(self, lost: list[str]) -> None:
+        with self._lock:
+            left = [name for name in lost if name not in self._names]
+        # Released by their holders while this beat was on its way to the store, which
+        # then took them for lost and put them back: they would block a slot for a
+        # whole lease. Released again.
+        for name in left:
+            with contextlib.suppress(Exception):
+                self._store.release(name)
+        lost = [name for name in lost if name not in left]
+        if lost:
+            # The store had lost them (a restart, a failover, an outage longer than
+            # the lease) while they were held: they are back, but others may have
+            # been given their slots meanwhile.
+            logger.warning("leases %s were lost by the store while held, and put back", lost)
 
 
 class ConcurrencyLimit:
@@ -369,7 +491,7 @@ class ConcurrencyLimit:
         limit = _validate.timeout_seconds(timeout)
         self._drain()
         store = self._store
-        name = f"{process_id()}:{next(_numbers)}"
+        name = lease_id()
         started = time.monotonic()
         try:
             # In process a first try costs nothing, and spares making a waiter; through
@@ -406,7 +528,7 @@ class ConcurrencyLimit:
         limit = _validate.timeout_seconds(timeout)
         await self._drain_async()
         store = self._store
-        name = f"{process_id()}:{next(_numbers)}"
+        name = lease_id()
         started = time.monotonic()
         try:
             if limit == 0 or store.check_every == math.inf:
@@ -426,11 +548,11 @@ class ConcurrencyLimit:
                     if outcome == LOST:
                         outcome = await store.take_async(name, waiting)
             if outcome != HELD:
-                await asyncio.shield(store.release_async(name))
+                await store.release_async(name)
         except BaseException:
             # Cancelled or failed at any await, granted or not: nothing stays held.
             with contextlib.suppress(Exception):
-                await asyncio.shield(store.release_async(name))
+                await store.release_async(name)
             raise
         return self._granted(name, outcome, started)
 
@@ -458,26 +580,26 @@ class ConcurrencyLimit:
             except queue.Empty:
                 return
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._release_async(name))
+                await self._release_async(name)
 
     # -- as a semaphore ----------------------------------------------------------------
 
     def __enter__(self) -> Lease:
         """``with limit:`` holds one slot for the block, waiting as long as needed."""
-        return self._shared.__enter__()
+        return self._shared._enter(sys._getframe(1))
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._shared.__exit__(exc_type, exc, tb)
+        self._shared._exit(sys._getframe(1))
 
     async def __aenter__(self) -> Lease:
-        return await self._shared.__aenter__()
+        return await self._shared._enter_async(sys._getframe(1))
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self._shared.__aexit__(exc_type, exc, tb)
+        await self._shared._exit_async(sys._getframe(1))
 
     def _timed_out(self, waited: float) -> AcquireTimeout:
         return AcquireTimeout(

@@ -9,6 +9,8 @@ process directly, across processes by a message from the script (see
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import logging
 import math
 import threading
@@ -20,14 +22,29 @@ from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
 from .._stores.memory import MemoryBackend
 from .._stores.scripts import concurrency_script
-from .._stores.wakeups import CHANNEL_PREFIX, Listener, Waiting, listener_for
+from .._stores.wakeups import CHANNEL_PREFIX, Listener, Waiting, listener_for, process_id
 
-__all__ = ["LOST", "MemorySlots", "RedisSlots", "SlotStore", "memory_slots"]
+__all__ = ["LOST", "MemorySlots", "RedisSlots", "SlotStore", "lease_id", "memory_slots", "taken_here"]
 
 #: What a waiter's check finds when its place is gone.
 LOST = "lost"
 
 logger = logging.getLogger("ratelimit")
+
+_numbers = itertools.count(1)
+
+
+def lease_id() -> str:
+    """A new lease's id, ``<process>:<n>``: never reused, and naming the process that
+    took it (its wake-up channel, and whose lease it is after a fork)."""
+    return f"{process_id()}:{next(_numbers)}"
+
+
+def taken_here(name: str) -> bool:
+    """Whether this process took lease ``name``. A forked child inherits its parent's
+    leases and unwinds the blocks holding them, but a shared slot stays the parent's
+    to release and to renew: the parent still holds it."""
+    return name.rpartition(":")[0] == process_id()
 
 
 class SlotStore(Protocol):
@@ -43,7 +60,11 @@ class SlotStore(Protocol):
 
     def release(self, name: str) -> None: ...
 
-    async def release_async(self, name: str) -> None: ...
+    async def release_async(self, name: str) -> None:
+        """:meth:`release` for asyncio, carried through if the caller is cancelled
+        meanwhile. A store that needs no I/O releases without suspending, so that a
+        coroutine being closed (which may not await) still frees its slot."""
+        ...
 
     def check(self, name: str, waiting: Waiting) -> str:
         """A waiter's look at its place, renewing it: ``HELD`` (its wake-up was lost),
@@ -191,6 +212,8 @@ class RedisSlots:
             self._local = MemorySlots(max(1, math.floor(most * backend.fallback_share())), clock or SystemClock())
         # Leases granted without the store: where each must be released.
         self._elsewhere: dict[str, MemorySlots | None] = {}
+        #: Takes on their way to Redis whose caller was cancelled meanwhile, by name.
+        self._landing: dict[str, asyncio.Future[Any]] = {}
 
     @property
     def _listener(self) -> Listener:
@@ -252,10 +275,17 @@ class RedisSlots:
         if waiting is not None:
             # Subscribing blocks, once per idle period: not on the event loop.
             await asyncio.to_thread(self._listener.expect, name, waiting)
+        # A take whose caller is cancelled still lands (a call in a thread cannot be
+        # stopped, a command sent is run): if its release overtook it, the slot it
+        # then took would be held by nobody. It goes on as a task of its own, and the
+        # release of its name waits for it (see _release_async).
+        call = asyncio.ensure_future(
+            self._backend.run_async(self._script, self._keys, self._args("take", name, "1" if waiting else ""))
+        )
+        self._landing[name] = call
+        call.add_done_callback(functools.partial(self._landed, name))
         try:
-            reply = await self._backend.run_async(
-                self._script, self._keys, self._args("take", name, "1" if waiting else "")
-            )
+            reply = await asyncio.shield(call)
         except BackendUnavailable as exc:
             return self._fallback(exc, name, waiting)
         except BaseException:
@@ -285,16 +315,38 @@ class RedisSlots:
         return True
 
     def release(self, name: str) -> None:
-        if self._released_elsewhere(name):
-            return
+        if not self._released_elsewhere(name) and taken_here(name):
+            self._release(name)
+
+    def _release(self, name: str) -> None:
         try:
             self._backend.run(self._script, self._keys, self._args("release", name))
         except BackendUnavailable as exc:
             self._lost_release(exc)
 
     async def release_async(self, name: str) -> None:
-        if self._released_elsewhere(name):
+        if self._released_elsewhere(name) or not taken_here(name):
             return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            # A coroutine closed outside any loop (an async generator collected after
+            # its loop ended): nothing to await on, and no loop to block either.
+            self._release(name)
+            return
+        await asyncio.shield(self._release_async(name))
+
+    def _landed(self, name: str, call: asyncio.Future[Any]) -> None:
+        if self._landing.get(name) is call:
+            del self._landing[name]
+        if not call.cancelled():
+            # Seen here, whether or not its caller is still there to see it.
+            call.exception()
+
+    async def _release_async(self, name: str) -> None:
+        call = self._landing.get(name)
+        if call is not None:
+            await asyncio.wait([call])
         try:
             await self._backend.run_async(self._script, self._keys, self._args("release", name))
         except BackendUnavailable as exc:
@@ -322,7 +374,7 @@ class RedisSlots:
         return self._checked(reply, name)
 
     def keep(self, names: list[str]) -> list[str]:
-        here = [n for n in names if n not in self._elsewhere]
+        here = [n for n in names if n not in self._elsewhere and taken_here(n)]
         if not here:
             return []
         return [_text(x) for x in self._backend.run(self._script, self._keys, self._args("keep", *here))]
