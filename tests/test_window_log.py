@@ -194,8 +194,9 @@ def _calls(client: redis.Redis, command: str) -> int:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="refund(tokens) names no grant; one whose grant has aged out takes from other callers' grants "
-    "(documented: refund within the window). Needs refunds that name their grant (issue 13).",
+    reason="this refund is not its caller's only grant since it last gave back (A, B and C in one context), so "
+    "it names none; unnamed, it takes from the oldest entries, other callers' grants, once its own aged out "
+    "(documented: refund within the window).",
 )
 def test_a_refund_after_the_grant_aged_out_never_overfills_a_window(backend: Any) -> None:
     """A refund names no entry and takes from the OLDEST entries still in the log. When
