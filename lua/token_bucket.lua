@@ -10,27 +10,23 @@ function token_bucket.new(base, capacity, rate)
           interval = 1.0 / rate, tolerance = capacity / rate}
 end
 
--- See Gcra.configured: the limit as changed at run time (nil keeps the code's value).
-function token_bucket.configured(capacity, rate, slack, new_rate, burst)
-  local refill = new_rate or rate
-  local cap = burst
-  if cap == nil then cap = capacity + slack * rate end
-  local kept = cap - slack * refill
-  local least = 1.0
-  if cap < 1.0 then least = cap end
-  if kept > least then return kept, refill end
-  return least, refill
-end
-
 -- See Gcra.guarded: `seconds` more of the burst kept back. Where that leaves less
--- than a whole token (a process of another configuration kept more back) it keeps
--- one, as `configured` does: a little late jitter, never a dead bucket.
+-- than a whole token (a process of another configuration kept more back, a change
+-- made at run time) it keeps one: a little late jitter, never a dead bucket.
 function token_bucket.guarded(capacity, rate, seconds)
   local kept = capacity - seconds * rate
   local least = 1.0
   if capacity < 1.0 then least = capacity end
   if kept > least then return kept, rate end
   return least, rate
+end
+
+-- See Gcra.configured: the limit as changed at run time (nil keeps the code's value),
+-- the slack kept back from it as `guarded` keeps it.
+function token_bucket.configured(capacity, rate, slack, new_rate, burst)
+  local cap = burst
+  if cap == nil then cap = capacity + slack * rate end
+  return token_bucket.guarded(cap, new_rate or rate, slack)
 end
 
 -- A change of limit at run time (ratelimit/_stores/config.py): the tokens still
