@@ -222,10 +222,13 @@ local function due_holes(members, now, found)
   return due
 end
 
-local function due_room(m, j, due, now)
+-- See _from_due in holes.py: whether member j takes its tokens from the due holes'
+-- room, added up.
+local function from_due(m, j, due, now)
+  if not m.alg.room then return false end
   local sum = 0
   for _, h in ipairs(due) do sum = sum + hole_room(m, h.at, h.have[j], now, h.late) end
-  return sum
+  return m.tokens <= sum + EPSILON
 end
 
 -- See _pooled in holes.py: whether the request can go now on the room of the holes
@@ -235,7 +238,7 @@ local function pooled(members, plans, due, now)
   local taken = false
   for j, m in ipairs(members) do
     if m.tokens > 0 then
-      if m.alg.room and m.tokens <= due_room(m, j, due, now) + EPSILON then
+      if from_due(m, j, due, now) then
         taken = true
       elseif plans[j][1] - now > EPSILON or plans[j][2] > now + EPSILON then
         return false
@@ -252,7 +255,7 @@ local function take_pooled(members, holes, now, due)
   for j, m in ipairs(members) do
     need[j] = 0.0
     if m.tokens > 0 then
-      if m.alg.room and m.tokens <= due_room(m, j, due, now) + EPSILON then
+      if from_due(m, j, due, now) then
         need[j] = m.tokens
       else
         m.state = m.alg.commit(m.self, m.state, now, m.tokens, now)

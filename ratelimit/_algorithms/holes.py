@@ -306,11 +306,16 @@ def _pooled(
     for j, (alg, (admit, grant), n) in enumerate(zip(algs, plans, tokens, strict=True)):
         if not n > 0:
             continue
-        if alg.slotted and n <= sum(_room(alg, hole, j, now) for hole in due) + EPSILON:
+        if _from_due(alg, j, n, due, now):
             taken = True
         elif admit - now > EPSILON or grant > now + EPSILON:
             return False
     return taken
+
+
+def _from_due(alg: Algorithm[Any], j: int, tokens: float, due: list[Hole], now: float) -> bool:
+    """Whether limit ``j`` takes its ``tokens`` from the due holes' room, added up."""
+    return alg.slotted and tokens <= sum(_room(alg, hole, j, now) for hole in due) + EPSILON
 
 
 def _take_pooled(
@@ -326,7 +331,7 @@ def _take_pooled(
     for j, (alg, n) in enumerate(zip(algs, tokens, strict=True)):
         if not n > 0:
             continue
-        if alg.slotted and n <= sum(_room(alg, hole, j, now) for hole in due) + EPSILON:
+        if _from_due(alg, j, n, due, now):
             need[j] = n
         else:
             out[j] = alg.commit(out[j], now, n, now)
