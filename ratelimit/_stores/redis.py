@@ -52,7 +52,6 @@ from redis.retry import Retry
 
 from .. import _validate
 from .._algorithms.algorithm import Algorithm
-from .._algorithms.holes import GrantTime
 from .._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime, LastLane, charge_parts
 from .._clock import Clock, SystemClock, checked_clock
 from .._errors import BackendUnavailable
@@ -65,6 +64,7 @@ from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
 from .memory import MemoryBackend
 from .promises import LOCAL, STORE, Promises
 from .redis_errors import STORE_ERRORS, is_unavailable
+from .redis_replies import at_arg, charged_of, decision_of, grant_time, num, wait_arg
 from .rounds import Round, RoundReply, Rounds
 from .scripts import Script, group_script, lanes_script, live_script, single_script
 from .sentinel import SentinelURL, is_sentinel_url, parse_sentinel_url
@@ -122,11 +122,6 @@ def _local_share(value: object) -> LocalShare:
     if share > 1:
         raise ValueError(f"local_share must be <= 1, got {value!r}")
     return share
-
-
-def _num(value: float) -> str:
-    # repr() is the shortest text that reads back as the same double, in Lua too.
-    return repr(float(value))
 
 
 def _injected(clock: Clock | None) -> bool:
@@ -769,9 +764,9 @@ class RedisBackend:
         this machine's epoch time (``time_source="client"``), or an injected test clock's."""
         if clock is not None and _injected(clock):
             now = clock.now
-            return lambda: _num(now())
+            return lambda: num(now())
         if self.time_source == "client":
-            return lambda: _num(time.time())
+            return lambda: num(time.time())
         return lambda: ""
 
     # -- run-time changes and inspection (config.py) -------------------------------
@@ -1122,21 +1117,6 @@ def _throttle(local: object, decided: float | None, at: float | None) -> None:
         handle.throttle(decided, at)
 
 
-def _named(at: bytes | str, mask: bytes | str) -> float:
-    # The script's name of a grant (see exact_mask and pieces_mask in lua/_members.lua):
-    # '' for none, a '0'/'1' per limit, or the pieces it was taken from.
-    text = mask.decode() if isinstance(mask, bytes) else mask
-    if not text:
-        return float(at)
-    if text.startswith("P"):
-        pieces = []
-        for piece in text[1:].split(";"):
-            j, piece_at, tokens = piece.split(":")
-            pieces.append((int(j) - 1, float(piece_at), float(tokens)))
-        return GrantTime(float(at), (), tuple(pieces))
-    return GrantTime(float(at), tuple(flag == "1" for flag in text))
-
-
 def _drop_idle_connections(client: Any) -> None:
     """Close the idle connections of ``client``'s pools, after a call interrupted by
     an exception of the caller's own (a signal handler raising): interrupted between
@@ -1152,31 +1132,6 @@ def _drop_idle_connections(client: Any) -> None:
         if disconnect is not None:
             with contextlib.suppress(Exception):
                 disconnect(inuse_connections=False)
-
-
-def _reply(reply: Sequence[bytes | str]) -> tuple[float, float]:
-    return float(reply[0]), _named(reply[1], reply[2]) if len(reply) > 2 else float(reply[1])
-
-
-def _charged(reply: Sequence[bytes | str]) -> float | None:
-    # A single limiter's charge says where its slot ends ('' where it has no slot).
-    return _named(reply[1], b"1") if len(reply) > 1 and reply[1] not in (b"", "") else None
-
-
-def _at(at: float | None) -> str:
-    if at is None or math.isnan(at):
-        return ""
-    if isinstance(at, GrantTime):
-        # A refund that names its grant: the time, and where its tokens sit.
-        if at.pieces:
-            pieces = ";".join(f"{j + 1}:{_num(piece_at)}:{_num(tokens)}" for j, piece_at, tokens in at.pieces)
-            return f"{_num(at)} P{pieces}"
-        return f"{_num(at)} {''.join('1' if flag else '0' for flag in at.exact)}"
-    return _num(at)
-
-
-def _max_wait(max_wait: float) -> str:
-    return "" if max_wait == math.inf else _num(max_wait)
 
 
 class _ScriptHandle(ABC, Generic[T]):
@@ -1223,15 +1178,15 @@ class _ScriptHandle(ABC, Generic[T]):
         if rnd.give_back is None and not rnd.want and len(rnd.asks) == 1:
             ask = rnd.asks[0]
             request: T = ask.request  # type: ignore[assignment]
-            return self._args("reserve", request, _max_wait(ask.max_wait))
+            return self._args("reserve", request, wait_arg(ask.max_wait))
         return self._batch_args(rnd)
 
     @staticmethod
     def _round_reply(rnd: Round, args: Sequence[str], reply: Sequence[bytes | str]) -> RoundReply:
         if args[0] == "reserve":
-            return RoundReply([_reply(reply)], 0.0, math.nan)
+            return RoundReply([decision_of(reply)], 0.0, math.nan)
         n = len(rnd.asks)
-        decisions = [(float(reply[3 * i]), _named(reply[3 * i + 1], reply[3 * i + 2])) for i in range(n)]
+        decisions = [(float(reply[3 * i]), grant_time(reply[3 * i + 1], reply[3 * i + 2])) for i in range(n)]
         return RoundReply(decisions, float(reply[3 * n]), float(reply[3 * n + 1]))
 
     def decide(self, rnd: Round) -> RoundReply:
@@ -1248,11 +1203,11 @@ class _ScriptHandle(ABC, Generic[T]):
 
     def _decision(self, reply: Sequence[bytes | str]) -> tuple[float, float]:
         """A reservation's reply as ``(signed_wait, at)``."""
-        return _reply(reply)
+        return decision_of(reply)
 
     def _refund_args(self, tokens: T, at: float | None) -> list[str]:
         """The script's arguments to give back ``tokens`` of the grant at ``at``."""
-        return self._args("refund", tokens, _at(at))
+        return self._args("refund", tokens, at_arg(at))
 
     def _nothing(self) -> T:
         """No tokens: what is left to grant during a pause."""
@@ -1271,7 +1226,7 @@ class _ScriptHandle(ABC, Generic[T]):
             return None
         if self.rounds is not None:
             self.rounds.void()  # a lease is not to be spent through the pause
-        return ahead, self._args("restrict", self._nothing(), _num(ahead))
+        return ahead, self._args("restrict", self._nothing(), num(ahead))
 
     def _to_store(self) -> None:
         pause = self._pause_store()
@@ -1338,7 +1293,7 @@ class _ScriptHandle(ABC, Generic[T]):
                 decision = rounds.reserve(weight(tokens), max_wait, tokens)
             else:
                 self._to_store()
-                args = self._args("reserve", tokens, _max_wait(max_wait))
+                args = self._args("reserve", tokens, wait_arg(max_wait))
                 decision = self._decision(self._backend.run(self._script, self._keys, args))
         except BackendUnavailable as exc:
             return self._count(tokens, self._fallback(tokens, max_wait, exc))
@@ -1357,7 +1312,7 @@ class _ScriptHandle(ABC, Generic[T]):
                 decision = await rounds.reserve_async(weight(tokens), max_wait, tokens)
             else:
                 await self._to_store_async()
-                args = self._args("reserve", tokens, _max_wait(max_wait))
+                args = self._args("reserve", tokens, wait_arg(max_wait))
                 decision = self._decision(await self._backend.run_async(self._script, self._keys, args))
         except BackendUnavailable as exc:
             return self._count(tokens, self._fallback(tokens, max_wait, exc))
@@ -1391,7 +1346,7 @@ class _ScriptHandle(ABC, Generic[T]):
         # Like a refund, a charge lost with the store is said in the log: a call that
         # was made and cost more than reserved goes uncounted by the shared budget.
         try:
-            return _charged(self._backend.run(self._script, self._keys, self._args("charge", tokens, "")))
+            return charged_of(self._backend.run(self._script, self._keys, self._args("charge", tokens, "")))
         except BackendUnavailable as exc:
             self._unrecorded("charge", exc, lambda local: local.charge(tokens))
             return None
@@ -1402,17 +1357,17 @@ class _ScriptHandle(ABC, Generic[T]):
         except BackendUnavailable as exc:
             self._unrecorded("charge", exc, lambda local: local.charge(tokens))
             return None
-        return _charged(reply)
+        return charged_of(reply)
 
     def restrict(self, remaining: T, seconds: float) -> None:
         try:
-            self._backend.run(self._script, self._keys, self._args("restrict", remaining, _num(seconds)))
+            self._backend.run(self._script, self._keys, self._args("restrict", remaining, num(seconds)))
         except BackendUnavailable as exc:
             self._unrecorded("restriction", exc, lambda local: local.restrict(remaining, seconds))
 
     async def restrict_async(self, remaining: T, seconds: float) -> None:
         try:
-            await self._backend.run_async(self._script, self._keys, self._args("restrict", remaining, _num(seconds)))
+            await self._backend.run_async(self._script, self._keys, self._args("restrict", remaining, num(seconds)))
         except BackendUnavailable as exc:
             self._unrecorded("restriction", exc, lambda local: local.restrict(remaining, seconds))
 
@@ -1441,17 +1396,17 @@ class RedisHandle(_ScriptHandle[float]):
         # Without a name (tests driving the script), no change is read nor code written.
         keys = [key] if name is None else [key, config_key(name), code_key(name)]
         super().__init__(backend, single_script(alg.kind), keys, now, local)
-        slack = _num(getattr(alg, "slack", 0.0))
-        self._params = (*(_num(p) for p in alg.params()), slack, "1" if shadow else "0")
+        slack = num(getattr(alg, "slack", 0.0))
+        self._params = (*(num(p) for p in alg.params()), slack, "1" if shadow else "0")
 
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
-        return [op, self._now(), _num(tokens), extra, *self._params]
+        return [op, self._now(), num(tokens), extra, *self._params]
 
     def _batch_args(self, rnd: Round) -> list[str]:
-        back = ("", "") if rnd.give_back is None else (_num(rnd.give_back[0]), _at(rnd.give_back[1]))
-        args = ["batch", self._now(), *back, *self._params, _num(rnd.want), _num(rnd.least)]
+        back = ("", "") if rnd.give_back is None else (num(rnd.give_back[0]), at_arg(rnd.give_back[1]))
+        args = ["batch", self._now(), *back, *self._params, num(rnd.want), num(rnd.least)]
         for ask in rnd.asks:
-            args += [_num(ask.tokens), _max_wait(ask.max_wait)]
+            args += [num(ask.tokens), wait_arg(ask.max_wait)]
         return args
 
     def reserve_here(self, tokens: float, max_wait: float) -> tuple[float, float] | None:
@@ -1505,12 +1460,12 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
         local: _Local[Sequence[float]] | None,
     ) -> None:
         super().__init__(backend, group_script(), keys, now, local)
-        self._members = tuple((alg.kind, tuple(_num(p) for p in alg.params())) for alg in algs)
+        self._members = tuple((alg.kind, tuple(num(p) for p in alg.params())) for alg in algs)
 
     def _args(self, op: str, tokens: Sequence[float], extra: str) -> list[str]:
         args = [op, self._now(), extra]
         for (kind, params), n in zip(self._members, tokens, strict=True):
-            args += [kind, _num(n), *params]
+            args += [kind, num(n), *params]
         return args
 
     def _nothing(self) -> Sequence[float]:
@@ -1522,13 +1477,13 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
         args = self._args("batch", [0.0] * len(self._members), "")
         for ask in rnd.asks:
             request: Sequence[float] = ask.request  # type: ignore[assignment]
-            args += [_max_wait(ask.max_wait), *(_num(n) for n in request)]
+            args += [wait_arg(ask.max_wait), *(num(n) for n in request)]
         return args
 
     # -- a learned pace among the members (``adaptive=``, see _algorithms/adaptive.py) --
 
     def _throttle_args(self, decided: float | None, at: float | None) -> list[str]:
-        known = "" if decided is None or at is None else f"{_num(decided)} {_num(at)}"
+        known = "" if decided is None or at is None else f"{num(decided)} {num(at)}"
         return self._args("throttle", [0.0] * len(self._members), known)
 
     def throttle(self, decided: float | None, at: float | None) -> None:
@@ -1579,17 +1534,17 @@ class RedisLaneHandle(_ScriptHandle[float]):
         self._lanes = lanes
         self._last = LastLane(lane)
         self._tail = (
-            "" if keep is None else _num(keep),
-            _num(lanes.low_share),
-            *(_num(x) for alg in (lanes.high, lanes.low) for x in (alg.most, *alg.params())),
+            "" if keep is None else num(keep),
+            num(lanes.low_share),
+            *(num(x) for alg in (lanes.high, lanes.low) for x in (alg.most, *alg.params())),
         )
 
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
         if op == "charge":
             # Both lanes' parts, split here once for both stores (see charge_parts).
             high, low = charge_parts(self._lanes, tokens)
-            return [op, self._now(), _num(high), _num(low), LANES[self._lane], *self._tail]
-        return [op, self._now(), _num(tokens), extra, LANES[self._lane], *self._tail]
+            return [op, self._now(), num(high), num(low), LANES[self._lane], *self._tail]
+        return [op, self._now(), num(tokens), extra, LANES[self._lane], *self._tail]
 
     def _decision(self, reply: Sequence[bytes | str]) -> tuple[float, float]:
         lane = LOW if reply[2] in (b"lo", "lo") else HIGH
@@ -1602,4 +1557,4 @@ class RedisLaneHandle(_ScriptHandle[float]):
         # A reservation goes back to the lane it was taken from; a plain refund to the
         # lane of this caller's latest grant (see LastLane).
         lane = at.lane if isinstance(at, LaneTime) else self._last.lane()
-        return ["refund", self._now(), _num(tokens), _at(at), LANES[lane], *self._tail]
+        return ["refund", self._now(), num(tokens), at_arg(at), LANES[lane], *self._tail]

@@ -1,0 +1,64 @@
+"""The text a Redis script is sent and what its replies mean, for every handle.
+
+Numbers go as the shortest text that reads back as the same double; a grant's time
+comes back with the script's name of it (see ``exact_mask`` and ``pieces_mask`` in
+``lua/_members.lua``), which a refund sends back to say where its tokens sit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from .._algorithms.holes import GrantTime
+
+
+def num(value: float) -> str:
+    """``value`` as a script argument."""
+    # repr() is the shortest text that reads back as the same double, in Lua too.
+    return repr(float(value))
+
+
+def grant_time(at: bytes | str, mask: bytes | str) -> float:
+    """The time of a grant the script replied, with its name when it gave one."""
+    # The script's name of a grant (see exact_mask and pieces_mask in lua/_members.lua):
+    # '' for none, a '0'/'1' per limit, or the pieces it was taken from.
+    text = mask.decode() if isinstance(mask, bytes) else mask
+    if not text:
+        return float(at)
+    if text.startswith("P"):
+        pieces = []
+        for piece in text[1:].split(";"):
+            j, piece_at, tokens = piece.split(":")
+            pieces.append((int(j) - 1, float(piece_at), float(tokens)))
+        return GrantTime(float(at), (), tuple(pieces))
+    return GrantTime(float(at), tuple(flag == "1" for flag in text))
+
+
+def decision_of(reply: Sequence[bytes | str]) -> tuple[float, float]:
+    """A reservation's reply as ``(signed_wait, at)``."""
+    return float(reply[0]), grant_time(reply[1], reply[2]) if len(reply) > 2 else float(reply[1])
+
+
+def charged_of(reply: Sequence[bytes | str]) -> float | None:
+    """Where the slot of a single limiter's charge ends (``None``: it has none)."""
+    # A single limiter's charge says where its slot ends ('' where it has no slot).
+    return grant_time(reply[1], b"1") if len(reply) > 1 and reply[1] not in (b"", "") else None
+
+
+def at_arg(at: float | None) -> str:
+    """The grant a refund gives back to, as the script reads it (``""``: none named)."""
+    if at is None or math.isnan(at):
+        return ""
+    if isinstance(at, GrantTime):
+        # A refund that names its grant: the time, and where its tokens sit.
+        if at.pieces:
+            pieces = ";".join(f"{j + 1}:{num(piece_at)}:{num(tokens)}" for j, piece_at, tokens in at.pieces)
+            return f"{num(at)} P{pieces}"
+        return f"{num(at)} {''.join('1' if flag else '0' for flag in at.exact)}"
+    return num(at)
+
+
+def wait_arg(max_wait: float) -> str:
+    """``max_wait`` as a script argument (``""``: no limit)."""
+    return "" if max_wait == math.inf else num(max_wait)
