@@ -23,7 +23,8 @@ import redis.exceptions
 import redis.sentinel
 
 from ratelimit import BackendUnavailable, RedisBackend, TokenBucket
-from ratelimit._stores.redis import DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_SOCKET_TIMEOUT
+from ratelimit._stores.redis import DEFAULT_POOL_SIZE
+from ratelimit._stores.redis_clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT
 from ratelimit._stores.sentinel import parse_sentinel_url
 
 from conftest import unavailable, unique_name

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import math
 import queue
@@ -42,20 +41,13 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
-import redis.asyncio.retry
-import redis.asyncio.sentinel
-import redis.cluster
 import redis.exceptions
-import redis.sentinel
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from .. import _validate
 from .._algorithms.algorithm import Algorithm
 from .._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime, LastLane, charge_parts
 from .._clock import Clock, SystemClock, checked_clock
 from .._errors import BackendUnavailable
-from .._redact import redact_url
 from .config import Inspection, Override, checked_override, read_override, reset_override, write_override
 from .config import inspect as inspect_name
 from .keys import code_key, config_key, key_for
@@ -63,11 +55,11 @@ from .lease_returns import LeaseReturns
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
 from .memory import MemoryBackend
 from .promises import LOCAL, STORE, Promises
+from .redis_clients import drop_idle_connections, pool_limit, url_clients
 from .redis_errors import STORE_ERRORS, is_unavailable
 from .redis_replies import at_arg, charged_of, decision_of, grant_time, num, wait_arg
 from .rounds import Round, RoundReply, Rounds
 from .scripts import Script, group_script, lanes_script, live_script, single_script
-from .sentinel import SentinelURL, is_sentinel_url, parse_sentinel_url
 from .store import Handle, Pacing
 from .tally import Tally, weight
 
@@ -95,12 +87,6 @@ class _Local(Protocol[T_contra]):
 
     def restrict(self, remaining: T_contra, seconds: float) -> None: ...
 
-
-#: Defaults for clients made by :meth:`RedisBackend.from_url`: a dead server costs an
-#: acquire at most about half a second, and a script call is never retried (it is not
-#: idempotent: a call that timed out after reaching the server may have been recorded).
-DEFAULT_SOCKET_TIMEOUT = 0.5
-DEFAULT_CONNECT_TIMEOUT = 0.5
 
 #: Script calls in flight at once per backend (per event loop for asyncio). Redis runs
 #: one script at a time and a client process is bound by its own CPU long before this:
@@ -134,59 +120,6 @@ def _test_time(clock: object) -> float | None:
     is made at their time), ``None`` for real time (the server's)."""
     checked = checked_clock(clock)
     return None if checked is None or not _injected(checked) else checked.now()
-
-
-def _pool_limit(client: Any) -> int | None:
-    """The most connections ``client``'s pool will open, where it says."""
-    pool = getattr(client, "connection_pool", None)
-    limit = getattr(pool, "max_connections", None) if pool is not None else getattr(client, "max_connections", None)
-    return limit if isinstance(limit, int) and limit > 0 else None
-
-
-class _SentinelMaster(redis.Redis):
-    """The master's client made from a Sentinel URL: closing it closes the clients of
-    the sentinels it asks as well (redis-py leaves those to the caller)."""
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            manager = getattr(self.connection_pool, "sentinel_manager", None)
-            if manager is not None:
-                manager.close()
-
-
-class _AsyncSentinelMaster(redis.asyncio.Redis):
-    """:class:`_SentinelMaster` for asyncio."""
-
-    async def aclose(self, close_connection_pool: bool | None = None) -> None:
-        try:
-            await super().aclose(close_connection_pool)
-        finally:
-            manager = getattr(self.connection_pool, "sentinel_manager", None)
-            if manager is not None:
-                await manager.aclose()
-
-
-def _sentinel_master(
-    found: SentinelURL, settings: dict[str, Any], *, asynchronous: bool, sentinel_timeouts: dict[str, Any] | None = None
-) -> Any:
-    """A client of the master that ``found``'s sentinels name, which asks them again
-    (and so follows a failover) whenever it opens a connection.
-
-    ``settings`` go to the master's connections; the sentinels are asked with the
-    socket timeouts of ``sentinel_timeouts`` (``settings`` when not given), never
-    retried, with the credentials the URL gives for them.
-    """
-    timeouts = settings if sentinel_timeouts is None else sentinel_timeouts
-    asking: dict[str, Any] = {name: timeouts[name] for name in ("socket_timeout", "socket_connect_timeout")}
-    asking.update(found.sentinel_settings())
-    # redis-py's sync Sentinel is untyped: held as Any, as any client is here.
-    make: Any = redis.asyncio.sentinel.Sentinel if asynchronous else redis.sentinel.Sentinel
-    asking["retry"] = redis.asyncio.retry.Retry(NoBackoff(), 0) if asynchronous else Retry(NoBackoff(), 0)
-    sentinel = make(list(found.sentinels), sentinel_kwargs=asking)
-    master_class = _AsyncSentinelMaster if asynchronous else _SentinelMaster
-    return sentinel.master_for(found.service, redis_class=master_class, **settings)
 
 
 @dataclass(frozen=True)
@@ -417,7 +350,7 @@ class RedisBackend:
         #: The heartbeat of ``"auto"``, made when the first limiter binds.
         self._live: LiveCount | None = None
         self.time_source = time_source
-        self.pool_size = min(pool_size, _pool_limit(client) or pool_size)
+        self.pool_size = min(pool_size, pool_limit(client) or pool_size)
         # Turns to call the store, taken and given back: a C queue costs a fraction of
         # a threading.Semaphore on this path.
         self._turns: queue.SimpleQueue[None] = queue.SimpleQueue()
@@ -463,55 +396,17 @@ class RedisBackend:
         (see :mod:`ratelimit._stores.sentinel`). A malformed URL raises ``ValueError``
         naming the part, with its passwords shown as ``***``.
         """
-        if not isinstance(url, str) or not url:
-            raise TypeError(f"url must be a non-empty str, got {url!r}")
-        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
-            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
-        settings: dict[str, Any] = {
-            "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
-            "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT,
-            "max_connections": pool_size,
-        }
-        settings.update(options)
-        settings.setdefault("retry", Retry(NoBackoff(), 0))
-        found: SentinelURL | None = None
-        if is_sentinel_url(url):
-            found = parse_sentinel_url(url)
-            if cluster:
-                raise ValueError(f"cluster=True does not go with a Redis Sentinel URL ({redact_url(url)})")
-            # As redis-py's own from_url does, what the URL says wins over the options.
-            settings.update(found.timeouts)
-            settings.update(found.master_settings())
-        sync_class: Any = redis.cluster.RedisCluster if cluster else redis.Redis
-        async_class: Any = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis
-        if found is not None:
-            sync_client = _sentinel_master(found, settings, asynchronous=False)
-        else:
-            sync_client = sync_class.from_url(url, **settings)
-        # An event loop busy with thousands of tasks reads a reply late; a socket
-        # timeout would take that for a dead server. The asyncio clients get none of
-        # their own: each call has a deadline that allows for the loop's lateness.
-        limits = [settings["socket_timeout"], settings["socket_connect_timeout"]]
-        deadline = max((t for t in limits if isinstance(t, (int, float))), default=None)
-        async_settings = dict(
-            settings, retry=redis.asyncio.retry.Retry(NoBackoff(), 0), socket_timeout=None, socket_connect_timeout=None
-        )
-
-        def make_async() -> Any:
-            if found is not None:
-                return _sentinel_master(found, async_settings, asynchronous=True, sentinel_timeouts=settings)
-            return async_class.from_url(url, **async_settings)
-
+        clients = url_clients(url, cluster=cluster, pool_size=pool_size, options=options)
         backend = cls(
-            sync_client,
+            clients.sync,
             on_unavailable=on_unavailable,
             local_share=local_share,
             time_source=time_source,
             pool_size=pool_size,
             coalesce=coalesce,
         )
-        backend._async_factory = make_async
-        backend._deadline = deadline
+        backend._async_factory = clients.make_async
+        backend._deadline = clients.deadline
         return backend
 
     # -- clients ------------------------------------------------------------------
@@ -668,7 +563,7 @@ class RedisBackend:
                         raise  # a bug (in a script, in the deployment): not for the failure policy
                     raise self._unavailable(exc) from exc
                 except BaseException:
-                    _drop_idle_connections(client)
+                    drop_idle_connections(client)
                     raise
         finally:
             turns.put(None)
@@ -1115,23 +1010,6 @@ def _throttle(local: object, decided: float | None, at: float | None) -> None:
     handle = _inner(local)
     if isinstance(handle, Pacing):
         handle.throttle(decided, at)
-
-
-def _drop_idle_connections(client: Any) -> None:
-    """Close the idle connections of ``client``'s pools, after a call interrupted by
-    an exception of the caller's own (a signal handler raising): interrupted between
-    sending its command and reading the reply, redis-py puts the connection back in
-    its pool with the reply unread, and the next call on it would read that reply as
-    its own (measured: a round read another's decisions). Closed, they reconnect
-    when next used; those in use by other threads are left alone."""
-    pools = [getattr(client, "connection_pool", None)]
-    if hasattr(client, "get_nodes"):  # a Cluster: a pool per node
-        pools = [getattr(node.redis_connection, "connection_pool", None) for node in client.get_nodes()]
-    for pool in pools:
-        disconnect = getattr(pool, "disconnect", None)
-        if disconnect is not None:
-            with contextlib.suppress(Exception):
-                disconnect(inuse_connections=False)
 
 
 class _ScriptHandle(ABC, Generic[T]):
