@@ -23,16 +23,14 @@ own timeout.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import math
 import queue
-import sys
 import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
@@ -57,6 +55,7 @@ from .memory import MemoryBackend
 from .promises import LOCAL, STORE, Promises
 from .redis_clients import drop_idle_connections, pool_limit, url_clients
 from .redis_errors import STORE_ERRORS, is_unavailable
+from .redis_loops import LoopState, Turns, Watch, close_with_loop
 from .redis_replies import at_arg, charged_of, decision_of, grant_time, num, wait_arg
 from .rounds import Round, RoundReply, Rounds
 from .scripts import Script, group_script, lanes_script, live_script, single_script
@@ -132,135 +131,6 @@ class BackendStats:
     failed_open: int
     #: Of those, acquires decided by the local fallback (``on_unavailable="local"``).
     fell_back: int
-
-
-class _Turns:
-    """Turns to call the store on one event loop, first come first served.
-
-    ``asyncio.Semaphore`` would do, but costs an awaited coroutine on every call even
-    when a turn is free; here a free turn is taken without awaiting anything.
-    """
-
-    __slots__ = ("free", "waiting")
-
-    def __init__(self, free: int) -> None:
-        self.free = free
-        self.waiting: collections.deque[asyncio.Future[None]] = collections.deque()
-
-    def take_now(self) -> bool:
-        if self.free > 0 and not self.waiting:
-            self.free -= 1
-            return True
-        return False
-
-    async def take(self) -> None:
-        turn = asyncio.get_running_loop().create_future()
-        self.waiting.append(turn)
-        try:
-            await turn
-        except asyncio.CancelledError:
-            if turn.done() and not turn.cancelled():
-                self.give()  # handed a turn as it was cancelled: pass it on
-            elif turn in self.waiting:  # give() may have dropped it already
-                self.waiting.remove(turn)
-            raise
-
-    def give(self) -> None:
-        while self.waiting:
-            turn = self.waiting.popleft()
-            if not turn.done():
-                turn.set_result(None)
-                return
-        self.free += 1
-
-
-class _Loop:
-    """What a backend keeps per event loop: its client, its turn-taking, and the
-    deadlines of its calls (``watch``, for clients without a socket timeout)."""
-
-    __slots__ = ("client", "closer", "gate", "watch")
-
-    def __init__(self, client: Any, gate: _Turns, watch: _Watch | None) -> None:
-        self.client = client
-        self.gate = gate
-        self.watch = watch
-        self.closer: AsyncGenerator[None, None] | None = None
-
-
-async def _close_with_loop(client: Any, forget: Callable[[], None]) -> AsyncGenerator[None, None]:
-    # An async generator parked at its yield: when the loop shuts down (asyncio.run
-    # does), the loop finalises it, and the client's connections close in their own
-    # loop instead of leaking transports into a closed one.
-    try:
-        yield
-    finally:
-        forget()
-        await client.aclose()
-
-
-#: The watch ticks this often (as a share of the deadline). A tick this late (as a share
-#: of the deadline) found the event loop busy, and the whole time since the tick before
-#: is not charged to the calls in flight: how much of it the loop was free cannot be
-#: told, and their replies may have arrived unread. Never more than _MOST_EXTENSIONS
-#: times the deadline in all.
-_TICK_SHARE = 0.25
-_LATE_SHARE = 0.02
-_MOST_EXTENSIONS = 20
-
-
-class _Watch:
-    """The deadline of every script call in flight on one event loop, kept by one timer.
-
-    A call is cancelled (and reported as ``redis.exceptions.TimeoutError``) once
-    ``seconds`` have passed while the loop was free to take its reply. A timer per
-    call would cost more than the rest of the call's client side; this one ticks only
-    while calls are in flight.
-    """
-
-    __slots__ = ("busy", "calls", "expired", "loop", "seconds", "ticked", "timer")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
-        self.loop = loop
-        self.seconds = seconds
-        #: Each call's task: when it started, and ``busy`` then.
-        self.calls: dict[asyncio.Task[Any], tuple[float, float]] = {}
-        self.expired: set[asyncio.Task[Any]] = set()
-        #: Seconds the loop has been too busy to keep time, in all.
-        self.busy = 0.0
-        self.ticked = 0.0
-        self.timer: asyncio.TimerHandle | None = None
-
-    def start(self, task: asyncio.Task[Any]) -> None:
-        self.calls[task] = (self.loop.time(), self.busy)
-        if self.timer is None:
-            self._arm()
-
-    def _arm(self) -> None:
-        self.ticked = self.loop.time()
-        due = self.ticked + self.seconds * _TICK_SHARE
-        self.timer = self.loop.call_at(due, self._tick, due)
-
-    def _tick(self, due: float) -> None:
-        now = self.loop.time()
-        if now - due > self.seconds * _LATE_SHARE:
-            self.busy += now - self.ticked
-        for task, (began, busy) in list(self.calls.items()):
-            waited = now - began
-            if waited - (self.busy - busy) > self.seconds or waited > self.seconds * _MOST_EXTENSIONS:
-                del self.calls[task]
-                self.expired.add(task)
-                task.cancel()
-        self.timer = None
-        if self.calls:
-            self._arm()
-
-    def timed_out(self, task: asyncio.Task[Any]) -> bool:
-        """Whether ``task`` was cancelled by this watch alone (and forget it). Cancelled
-        by someone else as well, the cancellation is theirs to see."""
-        if task not in self.expired:
-            return False
-        self.expired.discard(task)
-        return not (sys.version_info >= (3, 11) and task.uncancel() > 0)
 
 
 class RedisBackend:
@@ -357,8 +227,8 @@ class RedisBackend:
         for _ in range(self.pool_size):
             self._turns.put(None)
         # Not weakly keyed: each entry's client and gate refer to their loop. An entry
-        # goes when its loop shuts down (see _close_with_loop), or once found closed.
-        self._loops: dict[asyncio.AbstractEventLoop, _Loop] = {}
+        # goes when its loop shuts down (see close_with_loop), or once found closed.
+        self._loops: dict[asyncio.AbstractEventLoop, LoopState] = {}
         self._local = MemoryBackend()
         self._lock = threading.Lock()
         self._failures = self._failed_open = self._fell_back = 0
@@ -416,27 +286,27 @@ class RedisBackend:
         """The synchronous client (``None`` if this backend wraps an asyncio client)."""
         return self._sync_client
 
-    async def _attach(self, loop: asyncio.AbstractEventLoop) -> _Loop:
+    async def _attach(self, loop: asyncio.AbstractEventLoop) -> LoopState:
         """This backend's state for ``loop``, made on its first call there."""
         made = self._async_factory() if self._async_factory is not None else None
         with self._lock:
             self._forget_closed_loops()
             state = self._loops.get(loop)
             if state is None:
-                watch = None if self._deadline is None else _Watch(loop, self._deadline)
-                state = _Loop(made or self._async_client, _Turns(self.pool_size), watch)
+                watch = None if self._deadline is None else Watch(loop, self._deadline)
+                state = LoopState(made or self._async_client, Turns(self.pool_size), watch)
                 self._loops[loop] = state
                 made, closer = None, state
             else:
                 closer = None
         if closer is not None and self._async_factory is not None:
-            closer.closer = _close_with_loop(closer.client, lambda: self._forget(loop, closer))
+            closer.closer = close_with_loop(closer.client, lambda: self._forget(loop, closer))
             await closer.closer.__anext__()
         if made is not None:  # another task of this loop got there first
             await made.aclose()
         return state
 
-    def _forget(self, loop: asyncio.AbstractEventLoop, state: _Loop) -> None:
+    def _forget(self, loop: asyncio.AbstractEventLoop, state: LoopState) -> None:
         with self._lock:
             if self._loops.get(loop) is state:
                 del self._loops[loop]
