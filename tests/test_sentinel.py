@@ -23,7 +23,7 @@ import redis.exceptions
 import redis.sentinel
 
 from ratelimit import BackendUnavailable, RedisBackend, TokenBucket
-from ratelimit._stores.redis import DEFAULT_POOL_SIZE
+from ratelimit._stores.redis_calls import DEFAULT_POOL_SIZE
 from ratelimit._stores.redis_clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT
 from ratelimit._stores.sentinel import parse_sentinel_url
 

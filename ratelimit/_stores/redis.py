@@ -23,23 +23,15 @@ own timeout.
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
-import queue
 import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Generic, Literal, Protocol, TypeVar
-
-import redis
-import redis.asyncio
-import redis.asyncio.cluster
-import redis.exceptions
 
 from .. import _validate
 from .._algorithms.algorithm import Algorithm
@@ -53,9 +45,9 @@ from .lease_returns import LeaseReturns
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
 from .memory import MemoryBackend
 from .promises import LOCAL, STORE, Promises
-from .redis_clients import drop_idle_connections, pool_limit, url_clients
+from .redis_calls import DEFAULT_POOL_SIZE, BackendStats, OnUnavailable, RedisCalls
+from .redis_clients import url_clients
 from .redis_errors import STORE_ERRORS, is_unavailable
-from .redis_loops import LoopState, Turns, Watch, close_with_loop
 from .redis_replies import at_arg, charged_of, decision_of, grant_time, num, wait_arg
 from .rounds import Round, RoundReply, Rounds
 from .scripts import Script, group_script, lanes_script, live_script, single_script
@@ -64,11 +56,6 @@ from .tally import Tally, weight
 
 __all__ = ["BackendStats", "RedisBackend", "RedisLaneHandle", "key_for"]
 
-logger = logging.getLogger("ratelimit")
-
-R = TypeVar("R")
-
-OnUnavailable = Literal["raise", "allow", "local"]
 #: A fixed share of the budget, or ``"auto"``: one over the live processes last counted.
 LocalShare = float | Literal["auto"]
 T = TypeVar("T")
@@ -85,16 +72,6 @@ class _Local(Protocol[T_contra]):
     def charge(self, tokens: T_contra) -> object: ...
 
     def restrict(self, remaining: T_contra, seconds: float) -> None: ...
-
-
-#: Script calls in flight at once per backend (per event loop for asyncio). Redis runs
-#: one script at a time and a client process is bound by its own CPU long before this:
-#: more connections only queue inside the server (see the README's figures).
-DEFAULT_POOL_SIZE = 16
-
-#: How long a call waits for a connection that other code sharing the client's pool
-#: holds, before it is reported as unavailable.
-POOL_WAIT_SECONDS = 30.0
 
 
 def _local_share(value: object) -> LocalShare:
@@ -121,19 +98,7 @@ def _test_time(clock: object) -> float | None:
     return None if checked is None or not _injected(checked) else checked.now()
 
 
-@dataclass(frozen=True)
-class BackendStats:
-    """Counters of a :class:`RedisBackend` since it was made."""
-
-    #: Calls that could not reach the store.
-    failures: int
-    #: Of those, acquires granted without the store (``on_unavailable="allow"``).
-    failed_open: int
-    #: Of those, acquires decided by the local fallback (``on_unavailable="local"``).
-    fell_back: int
-
-
-class RedisBackend:
+class RedisBackend(RedisCalls):
     """Limiter state in Redis, shared by every process that uses the same keys.
 
     Args:
@@ -202,38 +167,17 @@ class RedisBackend:
         # Handles spending a lease, whose rests go back at close, and as each lease
         # ends (from a thread that needs the synchronous client).
         self._leasing: weakref.WeakSet[RedisHandle] = weakref.WeakSet()
-        # evalsha itself is a plain method on both kinds of client; the class tells.
-        self._is_async = isinstance(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster))
-        self._sync_client = None if self._is_async else client
+        super().__init__(client, on_unavailable=on_unavailable, pool_size=pool_size)
         if share == "auto" and self._sync_client is None:
             raise TypeError(
                 "local_share='auto' needs a synchronous client, which counts the live processes from a thread: "
                 "make the backend with RedisBackend.from_url(...) or RedisBackend(redis.Redis(...))"
             )
-        self._async_client = client if self._is_async else None
         self._returns = None if self._sync_client is None else LeaseReturns()
-        self._async_factory: Callable[[], Any] | None = None
-        self._deadline: float | None = None
-        self.on_unavailable: OnUnavailable = on_unavailable
         #: As configured: a fraction, or ``"auto"`` (see :meth:`fallback_share`).
         self.local_share: LocalShare = share
-        #: The heartbeat of ``"auto"``, made when the first limiter binds.
-        self._live: LiveCount | None = None
         self.time_source = time_source
-        self.pool_size = min(pool_size, pool_limit(client) or pool_size)
-        # Turns to call the store, taken and given back: a C queue costs a fraction of
-        # a threading.Semaphore on this path.
-        self._turns: queue.SimpleQueue[None] = queue.SimpleQueue()
-        for _ in range(self.pool_size):
-            self._turns.put(None)
-        # Not weakly keyed: each entry's client and gate refer to their loop. An entry
-        # goes when its loop shuts down (see close_with_loop), or once found closed.
-        self._loops: dict[asyncio.AbstractEventLoop, LoopState] = {}
         self._local = MemoryBackend()
-        self._lock = threading.Lock()
-        self._failures = self._failed_open = self._fell_back = 0
-        # Failures of calls that reached for the store (not of waiters failed behind them).
-        self._outages = 0
 
     @classmethod
     def from_url(
@@ -285,38 +229,6 @@ class RedisBackend:
     def client(self) -> Any:
         """The synchronous client (``None`` if this backend wraps an asyncio client)."""
         return self._sync_client
-
-    async def _attach(self, loop: asyncio.AbstractEventLoop) -> LoopState:
-        """This backend's state for ``loop``, made on its first call there."""
-        made = self._async_factory() if self._async_factory is not None else None
-        with self._lock:
-            self._forget_closed_loops()
-            state = self._loops.get(loop)
-            if state is None:
-                watch = None if self._deadline is None else Watch(loop, self._deadline)
-                state = LoopState(made or self._async_client, Turns(self.pool_size), watch)
-                self._loops[loop] = state
-                made, closer = None, state
-            else:
-                closer = None
-        if closer is not None and self._async_factory is not None:
-            closer.closer = close_with_loop(closer.client, lambda: self._forget(loop, closer))
-            await closer.closer.__anext__()
-        if made is not None:  # another task of this loop got there first
-            await made.aclose()
-        return state
-
-    def _forget(self, loop: asyncio.AbstractEventLoop, state: LoopState) -> None:
-        with self._lock:
-            if self._loops.get(loop) is state:
-                del self._loops[loop]
-
-    def _forget_closed_loops(self) -> None:
-        # A loop closed without shutting down its async generators never closed its
-        # client: dropping it lets the garbage collector close the sockets (with a
-        # ResourceWarning, which is the loop's owner's to hear).
-        for loop in [loop for loop in self._loops if loop.is_closed()]:
-            del self._loops[loop]
 
     def close(self) -> None:
         """Close the synchronous client's connections, and forget the asyncio clients
@@ -375,152 +287,6 @@ class RedisBackend:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-
-    # -- running scripts ----------------------------------------------------------
-
-    def _unavailable(self, exc: BaseException) -> BackendUnavailable:
-        with self._lock:
-            self._failures += 1
-            self._outages += 1
-        return BackendUnavailable(f"the Redis store is unavailable: {exc!r}")
-
-    def _outage_seen(self, outages: int) -> BackendUnavailable | None:
-        # A call that waited its turn while a call ahead of it found the store
-        # unavailable fails at once: each waiter timing out on its own would take
-        # pool_size at a time. Only calls that reached for the store count: a waiter
-        # failed this way must not fail the ones behind it, or a queue that never
-        # empties would never try the store again.
-        if self._outages == outages:
-            return None
-        with self._lock:
-            self._failures += 1
-        return BackendUnavailable("the Redis store is unavailable (a call ahead of this one failed)")
-
-    def _pool_full(self, started: float) -> float:
-        # The client's pool is shared with other code and full: busy, not down.
-        waited = time.monotonic() - started
-        if waited > POOL_WAIT_SECONDS:
-            raise self._unavailable(
-                redis.exceptions.MaxConnectionsError(f"the client's connection pool stayed full for {waited:.0f} s")
-            )
-        return min(0.05, 0.001 + waited / 10)
-
-    def run(self, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
-        client = self._sync_client
-        if client is None:
-            raise TypeError("this RedisBackend wraps an asyncio client: use the _async methods")
-        if self._live is not None:
-            self._live.start()  # nothing, unless this is a forked child's first call
-        turns = self._turns
-        try:
-            turns.get_nowait()
-        except queue.Empty:
-            outages = self._outages
-            turns.get()
-            if (outage := self._outage_seen(outages)) is not None:
-                turns.put(None)
-                raise outage from None
-        try:
-            started = None
-            while True:
-                try:
-                    return script(client, keys, args)
-                except redis.exceptions.MaxConnectionsError:
-                    started = started or time.monotonic()
-                    time.sleep(self._pool_full(started))
-                except STORE_ERRORS as exc:
-                    if not is_unavailable(exc):
-                        raise  # a bug (in a script, in the deployment): not for the failure policy
-                    raise self._unavailable(exc) from exc
-                except BaseException:
-                    drop_idle_connections(client)
-                    raise
-        finally:
-            turns.put(None)
-
-    @property
-    def threaded(self) -> bool:
-        """Whether asyncio callers are served by the synchronous client, from threads."""
-        return self._sync_client is not None and self._async_factory is None
-
-    async def run_async(self, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
-        if self._sync_client is not None and self._async_factory is None:
-            # A synchronous client only: keep the event loop free while it blocks.
-            return await asyncio.to_thread(self.run, script, keys, args)
-        if self._live is not None:
-            self._live.start()  # nothing, unless this is a forked child's first call
-        loop = asyncio.get_running_loop()
-        state = self._loops.get(loop) or await self._attach(loop)
-        gate = state.gate
-        if not gate.take_now():
-            outages = self._outages
-            await gate.take()
-            if (outage := self._outage_seen(outages)) is not None:
-                gate.give()
-                raise outage
-        watch = state.watch
-        task = asyncio.current_task()
-        if watch is not None and task is not None:
-            watch.start(task)
-        try:
-            started = None
-            while True:
-                try:
-                    return await script.call_async(state.client, keys, args)
-                except asyncio.CancelledError:
-                    if watch is None or task is None or not watch.timed_out(task):
-                        raise
-                    error = redis.exceptions.TimeoutError(f"no reply from Redis within {watch.seconds:g} s")
-                    raise self._unavailable(error) from error
-                except redis.exceptions.MaxConnectionsError:
-                    started = started or time.monotonic()
-                    await asyncio.sleep(self._pool_full(started))
-                except STORE_ERRORS as exc:
-                    if not is_unavailable(exc):
-                        raise  # a bug (in a script, in the deployment): not for the failure policy
-                    raise self._unavailable(exc) from exc
-        finally:
-            if watch is not None and task is not None:
-                watch.calls.pop(task, None)
-            gate.give()
-
-    def without_store(
-        self,
-        exc: BackendUnavailable,
-        key: str,
-        *,
-        local: Callable[[], R] | None,
-        otherwise: Callable[[], R],
-        says: tuple[str, str],
-        decision: bool = False,
-    ) -> R:
-        """What an operation on ``key`` does when the store cannot be reached: the one
-        place ``on_unavailable`` is read, for limiters and breakers alike.
-
-        ``"raise"`` raises ``exc``; otherwise the operation runs on the ``local``
-        fallback when there is one, and ``otherwise`` when not (a grant without the
-        store, or the operation lost). ``says`` is the warning logged in each case
-        (``%r`` the key, ``%s`` the error; empty for none). A ``decision`` is counted
-        in :meth:`stats`.
-        """
-        policy = self.on_unavailable
-        if policy == "raise":
-            raise exc
-        if decision:
-            with self._lock:
-                if policy == "allow":
-                    self._failed_open += 1
-                else:
-                    self._fell_back += 1
-        message, run = (says[0], local) if local is not None else (says[1], otherwise)
-        if message:
-            logger.warning(message, key, exc)
-        return run()
-
-    def stats(self) -> BackendStats:
-        """How often the store could not be reached, and what was done instead."""
-        with self._lock:
-            return BackendStats(self._failures, self._failed_open, self._fell_back)
 
     # -- binding limiters ---------------------------------------------------------
 
