@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import math
-import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from .. import _validate
 from .._algorithms.algorithm import Algorithm
@@ -40,6 +39,18 @@ from .._clock import Clock, SystemClock, checked_clock
 from .._errors import BackendUnavailable
 from .config import Inspection, Override, checked_override, read_override, reset_override, write_override
 from .config import inspect as inspect_name
+from .fallback_share import (
+    AutoShare,
+    Fallback,
+    LocalShare,
+    Rebuilt,
+    checked_local_share,
+    group_share,
+    inner_handle,
+    lanes_shares,
+    single_share,
+    throttle_fallback,
+)
 from .keys import code_key, config_key, key_for
 from .lease_returns import LeaseReturns
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
@@ -51,39 +62,12 @@ from .redis_errors import STORE_ERRORS, is_unavailable
 from .redis_replies import at_arg, charged_of, decision_of, grant_time, num, wait_arg
 from .rounds import Round, RoundReply, Rounds
 from .scripts import Script, group_script, lanes_script, live_script, single_script
-from .store import Handle, Pacing
+from .store import Pacing
 from .tally import Tally, weight
 
 __all__ = ["BackendStats", "RedisBackend", "RedisLaneHandle", "key_for"]
 
-#: A fixed share of the budget, or ``"auto"``: one over the live processes last counted.
-LocalShare = float | Literal["auto"]
 T = TypeVar("T")
-T_contra = TypeVar("T_contra", contravariant=True)
-
-
-class _Local(Protocol[T_contra]):
-    """What a handle falls back on when the store is unavailable."""
-
-    def reserve(self, tokens: T_contra, max_wait: float) -> tuple[float, float]: ...
-
-    def refund(self, tokens: T_contra, at: float | None) -> None: ...
-
-    def charge(self, tokens: T_contra) -> object: ...
-
-    def restrict(self, remaining: T_contra, seconds: float) -> None: ...
-
-
-def _local_share(value: object) -> LocalShare:
-    """``local_share`` checked: ``"auto"``, or a fraction 0 < share <= 1."""
-    if isinstance(value, str):
-        if value == "auto":
-            return "auto"
-        raise TypeError(f"local_share must be a number (0 < share <= 1) or 'auto', got {value!r}")
-    share = _validate.positive("local_share", value)
-    if share > 1:
-        raise ValueError(f"local_share must be <= 1, got {value!r}")
-    return share
 
 
 def _injected(clock: Clock | None) -> bool:
@@ -156,7 +140,7 @@ class RedisBackend(RedisCalls):
             raise ValueError(f"on_unavailable must be 'raise', 'allow' or 'local', got {on_unavailable!r}")
         if time_source not in ("server", "client"):
             raise ValueError(f"time_source must be 'server' or 'client', got {time_source!r}")
-        share = _local_share(local_share)
+        share = checked_local_share(local_share)
         if isinstance(pool_size, bool) or not isinstance(pool_size, int):
             raise TypeError(f"pool_size must be an int, got {type(pool_size).__name__} {pool_size!r}")
         if pool_size < 1:
@@ -411,50 +395,22 @@ class RedisBackend(RedisCalls):
         return live
 
     def _fallback_of(
-        self, build: Callable[[float], Sequence[_Local[Any]]], width: int = 1
-    ) -> Sequence[_Local[Any]] | None:
+        self, build: Callable[[float], Sequence[Fallback[Any]]], width: int = 1
+    ) -> Sequence[Fallback[Any]] | None:
         """The ``width`` local fallbacks of one bind (one, or one per lane), as
         ``build`` makes them at a share; ``None`` without ``on_unavailable="local"``.
 
         A fixed share builds them now. ``"auto"`` builds them at the first failure,
         at the share of the live processes counted by then, and again whenever that
-        count has changed (see :class:`_Rebuilt`).
+        count has changed (see :class:`Rebuilt`).
         """
         if self.on_unavailable != "local":
             return None
         share = self.local_share
         if share != "auto":
             return build(share)
-        rebuilt = _Rebuilt(self._counting(), build)
-        return [_AutoShare(rebuilt, i) for i in range(width)]
-
-    def _single_local(self, alg: Algorithm[Any], clock: Clock | None, share: float) -> _Share[float]:
-        # The fallback keeps the algorithm but only this process's share of it.
-        slowed = alg.slowed(share)
-        most = slowed.most
-        return _Share(self._local.bind(None, slowed, clock), lambda n: min(n, most))
-
-    def _group_local(
-        self, algs: Sequence[Algorithm[Any]], clock: Clock | None, share: float
-    ) -> _Share[Sequence[float]]:
-        slowed = [alg.slowed(share) for alg in algs]
-        mosts = [alg.most for alg in slowed]
-
-        def clamp(tokens: Sequence[float]) -> Sequence[float]:
-            return [min(n, most) for n, most in zip(tokens, mosts, strict=True)]
-
-        return _Share(self._local.bind_group(None, slowed, clock), clamp)
-
-    def _lanes_local(
-        self, lanes: Lanes, clock: Clock | None, keep: float | None, share: float
-    ) -> tuple[_Share[float], _Share[float]]:
-        slowed = Lanes(lanes.high.slowed(share), lanes.low.slowed(share), lanes.low_share)
-        bound = self._local.bind_lanes(None, slowed, clock, keep)
-        mosts = (slowed.high.most, slowed.low.most)
-        return (
-            _Share(bound[HIGH], lambda n: min(n, mosts[HIGH])),
-            _Share(bound[LOW], lambda n: min(n, mosts[LOW])),
-        )
+        rebuilt = Rebuilt(self._counting(), build)
+        return [AutoShare(rebuilt, i) for i in range(width)]
 
     def bind(
         self,
@@ -469,7 +425,7 @@ class RedisBackend(RedisCalls):
         ``rounds.py``), which its algorithm's guard must already include; ``shadow``:
         said in what the code says (``config.py``), for ``inspect`` and ``top``."""
         assert name is not None  # the front requires a name for a shared backend
-        local = self._fallback_of(lambda share: [self._single_local(alg, clock, share)])
+        local = self._fallback_of(lambda share: [single_share(self._local, alg, clock, share)])
         handle = RedisHandle(
             self,
             alg,
@@ -501,7 +457,7 @@ class RedisBackend(RedisCalls):
     def bind_group(self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None) -> RedisGroupHandle:
         assert name is not None
         keys = [self.key(name, alg.kind, i, clock=clock) for i, alg in enumerate(algs)]
-        local = self._fallback_of(lambda share: [self._group_local(algs, clock, share)])
+        local = self._fallback_of(lambda share: [group_share(self._local, algs, clock, share)])
         handle = RedisGroupHandle(self, algs, keys, self.now_source(clock), None if local is None else local[0])
         if local is not None:
             handle.promises = Promises((clock or SystemClock()).now)
@@ -524,7 +480,7 @@ class RedisBackend(RedisCalls):
         handle that acquires at high priority, and the one at low."""
         assert name is not None
         keys = [self.key(name, lanes.high.kind, clock=clock, lane=lane) for lane in LANES]
-        local = self._fallback_of(lambda share: self._lanes_local(lanes, clock, keep, share), width=2)
+        local = self._fallback_of(lambda share: lanes_shares(self._local, lanes, clock, keep, share), width=2)
         high, low = (None, None) if local is None else (local[HIGH], local[LOW])
         now = self.now_source(clock)
         handles = (
@@ -547,107 +503,6 @@ class RedisBackend(RedisCalls):
         return f"RedisBackend({target}, on_unavailable={self.on_unavailable!r})"
 
 
-class _Share(Generic[T]):
-    """The local fallback of one limiter or a composite: a request heavier than this
-    process's share of the largest request counts as that share (it could never be
-    granted otherwise), and so do its refund and any charge, which stay in proportion;
-    ``clamp`` says how, for one weight or one per limit."""
-
-    __slots__ = ("_clamp", "_handle")
-
-    def __init__(self, handle: Handle[T], clamp: Callable[[T], T]) -> None:
-        self._handle = handle
-        self._clamp = clamp
-
-    def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
-        return self._handle.reserve(self._clamp(tokens), max_wait)
-
-    def refund(self, tokens: T, at: float | None) -> None:
-        self._handle.refund(self._clamp(tokens), at)
-
-    def charge(self, tokens: T) -> None:
-        # Not clamped: spent tokens are a debt of any size, and a smaller one would
-        # let this process spend more than its share.
-        self._handle.charge(tokens)
-
-    def restrict(self, remaining: T, seconds: float) -> None:
-        self._handle.restrict(remaining, seconds)
-
-
-class _Rebuilt:
-    """The local fallbacks of one bind under ``local_share="auto"``.
-
-    Built at the first failure, at the share of the live processes counted by then;
-    built again, with fresh state, when a later failure finds another share. The count
-    changes only while Redis answers, so the fallbacks keep their state through an
-    outage; only a count that changed between two outages costs a fresh local state
-    (a full burst of the new share, as the first failure had).
-    """
-
-    __slots__ = ("_build", "_live", "_locals", "_lock", "_share")
-
-    def __init__(self, live: LiveCount, build: Callable[[float], Sequence[_Local[Any]]]) -> None:
-        self._live = live
-        self._build = build
-        self._lock = threading.Lock()
-        self._share: float | None = None
-        self._locals: Sequence[_Local[Any]] = ()
-
-    @property
-    def share(self) -> float | None:
-        """The share the fallbacks were last built at (``None``: never built)."""
-        return self._share
-
-    def get(self, index: int) -> _Local[Any]:
-        share = self._live.share()
-        with self._lock:
-            if share != self._share:
-                self._locals = self._build(share)
-                self._share = share
-            return self._locals[index]
-
-
-class _AutoShare(Generic[T]):
-    """One of the local fallbacks a :class:`_Rebuilt` keeps at the current share."""
-
-    __slots__ = ("_index", "rebuilt")
-
-    def __init__(self, rebuilt: _Rebuilt, index: int) -> None:
-        self.rebuilt = rebuilt
-        self._index = index
-
-    def current(self) -> _Local[T]:
-        """The fallback at the share of the live processes last counted."""
-        local: _Local[T] = self.rebuilt.get(self._index)
-        return local
-
-    def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
-        return self.current().reserve(tokens, max_wait)
-
-    def refund(self, tokens: T, at: float | None) -> None:
-        self.current().refund(tokens, at)
-
-    def charge(self, tokens: T) -> None:
-        self.current().charge(tokens)
-
-    def restrict(self, remaining: T, seconds: float) -> None:
-        self.current().restrict(remaining, seconds)
-
-
-def _inner(local: object) -> object:
-    """The memory handle under a fallback's share."""
-    if isinstance(local, _AutoShare):
-        local = local.current()
-    return local._handle if isinstance(local, _Share) else local
-
-
-def _throttle(local: object, decided: float | None, at: float | None) -> None:
-    # A composite's fallback is a group too: its pace learns on its own meanwhile.
-    handle = _inner(local)
-    if isinstance(handle, Pacing):
-        handle.throttle(decided, at)
-
-
 class _ScriptHandle(ABC, Generic[T]):
     """A limiter (or a composite's limits) bound to its keys: each call, one script call.
 
@@ -664,7 +519,7 @@ class _ScriptHandle(ABC, Generic[T]):
         script: Script,
         keys: Sequence[str],
         now: Callable[[], str],
-        local: _Local[T] | None,
+        local: Fallback[T] | None,
     ) -> None:
         self.tally: Tally | None = None
         self._backend = backend
@@ -768,7 +623,7 @@ class _ScriptHandle(ABC, Generic[T]):
             self.promises.made(STORE, decision[0])
         return self._count(tokens, decision)
 
-    def _locally(self, local: _Local[T], tokens: T, max_wait: float) -> tuple[float, float]:
+    def _locally(self, local: Fallback[T], tokens: T, max_wait: float) -> tuple[float, float]:
         promises = self.promises
         if promises is not None:
             ahead = promises.enter(LOCAL)
@@ -832,7 +687,7 @@ class _ScriptHandle(ABC, Generic[T]):
             return self._count(tokens, self._fallback(tokens, max_wait, exc))
         return self._decided(tokens, decision)
 
-    def _unrecorded(self, what: str, exc: BackendUnavailable, local: Callable[[_Local[T]], object]) -> None:
+    def _unrecorded(self, what: str, exc: BackendUnavailable, local: Callable[[Fallback[T]], object]) -> None:
         # A refund or a restriction that cannot reach the store: on the local fallback
         # if there is one, and otherwise lost, which is said in the log.
         fallback = self._local
@@ -903,7 +758,7 @@ class RedisHandle(_ScriptHandle[float]):
         alg: Algorithm[Any],
         key: str,
         now: Callable[[], str],
-        local: _Local[float] | None,
+        local: Fallback[float] | None,
         name: str | None = None,
         shadow: bool = False,
     ) -> None:
@@ -971,7 +826,7 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
         algs: Sequence[Algorithm[Any]],
         keys: Sequence[str],
         now: Callable[[], str],
-        local: _Local[Sequence[float]] | None,
+        local: Fallback[Sequence[float]] | None,
     ) -> None:
         super().__init__(backend, group_script(), keys, now, local)
         self._members = tuple((alg.kind, tuple(num(p) for p in alg.params())) for alg in algs)
@@ -1005,13 +860,13 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
         try:
             self._backend.run(self._script, self._keys, self._throttle_args(decided, at))
         except BackendUnavailable as exc:
-            self._unrecorded("throttle", exc, lambda local: _throttle(local, decided, at))
+            self._unrecorded("throttle", exc, lambda local: throttle_fallback(local, decided, at))
 
     async def throttle_async(self, decided: float | None, at: float | None) -> None:
         try:
             await self._backend.run_async(self._script, self._keys, self._throttle_args(decided, at))
         except BackendUnavailable as exc:
-            self._unrecorded("throttle", exc, lambda local: _throttle(local, decided, at))
+            self._unrecorded("throttle", exc, lambda local: throttle_fallback(local, decided, at))
 
     def rate(self) -> float:
         """The learned pace's rate now; this process's own with the local fallback
@@ -1019,7 +874,7 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
         try:
             reply = self._backend.run(self._script, self._keys, self._args("rate", [0.0] * len(self._members), ""))
         except BackendUnavailable:
-            local = _inner(self._local) if self._local is not None else None
+            local = inner_handle(self._local) if self._local is not None else None
             if isinstance(local, Pacing):
                 return local.rate()
             raise
@@ -1039,7 +894,7 @@ class RedisLaneHandle(_ScriptHandle[float]):
         lanes: Lanes,
         keys: Sequence[str],
         now: Callable[[], str],
-        local: _Local[float] | None,
+        local: Fallback[float] | None,
         lane: int,
         keep: float | None,
     ) -> None:
