@@ -34,7 +34,8 @@ from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import WindowCounter
 from ratelimit._algorithms.token_bucket import Gcra
-from ratelimit._stores.redis import RedisGroupHandle, RedisHandle, RedisLaneHandle, key_for
+from ratelimit._stores.keys import key_for
+from ratelimit._stores.redis_handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
 
 from conftest import unique_name
 

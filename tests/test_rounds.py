@@ -35,7 +35,7 @@ from ratelimit import (
     SlidingWindow,
     TokenBucket,
 )
-from ratelimit._stores.redis import RedisHandle
+from ratelimit._stores.redis_handles import RedisHandle
 from ratelimit._stores.rounds import MOST_PER_ROUND, Ask, Round, Rounds
 
 from conftest import unique_name

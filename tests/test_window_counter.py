@@ -37,7 +37,8 @@ from ratelimit._algorithms.algorithm import EPSILON, step
 from ratelimit._algorithms.holes import Holes, give_back, pause, reserve
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import SUBWINDOWS, WindowCounter
-from ratelimit._stores.redis import RedisHandle, key_for
+from ratelimit._stores.keys import key_for
+from ratelimit._stores.redis_handles import RedisHandle
 
 from conftest import REDIS_URL, state_keys, unique_name
 from held import held, held_clock

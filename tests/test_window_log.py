@@ -21,7 +21,8 @@ import redis
 from ratelimit import ManualClock, RedisBackend, SlidingWindow
 from ratelimit._algorithms.algorithm import step
 from ratelimit._algorithms.sliding_window import MAX_CAPS, REBASE, REBASE_SPAN, WindowLog
-from ratelimit._stores.redis import RedisHandle, key_for
+from ratelimit._stores.keys import key_for
+from ratelimit._stores.redis_handles import RedisHandle
 
 from conftest import unique_name
 
