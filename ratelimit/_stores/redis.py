@@ -13,11 +13,17 @@ finds a limiter's keys by its name. Every key expires once idle. A limiter on an
 injected test clock keeps its state under ``ratelimit:{<name>}:injected:...``: its
 times are not the server's, and must never meet a real budget's.
 
-Concurrency: one process may have thousands of callers on one backend. At most
-``pool_size`` script calls are in flight at once (per event loop for asyncio); the
-rest wait their turn, which is not a failure. When a call finds the store unavailable,
-the callers that were waiting behind it fail at once instead of each waiting for its
-own timeout.
+This module is the backend: what it is made of, what it binds, and what an operator
+changes and reads at run time. The rest sits beside it, each module one concern:
+
+- ``redis_calls.py``: :class:`~.redis_calls.RedisCalls`, which :class:`RedisBackend`
+  extends: ``run`` and ``run_async``, at most ``pool_size`` calls in flight, and the
+  failure policy ``on_unavailable``;
+- ``redis_clients.py``: the clients :meth:`RedisBackend.from_url` makes;
+- ``redis_loops.py``: what a backend keeps per event loop;
+- ``redis_handles.py``: the handles ``bind``, ``bind_group`` and ``bind_lanes`` return;
+- ``fallback_share.py``: the local fallback of ``on_unavailable="local"``;
+- ``redis_replies.py``: the scripts' argument text and what their replies mean.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from .. import _validate
 from .._algorithms.algorithm import Algorithm
@@ -74,8 +80,6 @@ __all__ = [
     "RedisLaneHandle",
     "key_for",
 ]
-
-T = TypeVar("T")
 
 
 def _injected(clock: Clock | None) -> bool:
@@ -126,6 +130,9 @@ class RedisBackend(RedisCalls):
 
     Use it as a context manager (``with`` or ``async with``), or call :meth:`close` /
     :meth:`aclose`, to release its connections.
+
+    Its script calls (:meth:`run`, :meth:`run_async`, :meth:`without_store`,
+    :meth:`stats`) are those of :class:`~.redis_calls.RedisCalls`.
     """
 
     shared = True
@@ -292,83 +299,6 @@ class RedisBackend(RedisCalls):
             return lambda: num(time.time())
         return lambda: ""
 
-    # -- run-time changes and inspection (config.py) -------------------------------
-
-    def _admin_client(self) -> Any:
-        if self._sync_client is None:
-            raise TypeError(
-                "this RedisBackend wraps an asyncio client: changing or inspecting a limit needs a sync one "
-                "(RedisBackend.from_url(url) makes both)"
-            )
-        return self._sync_client
-
-    def set_limit(
-        self,
-        name: str,
-        *,
-        rate: float | None = None,
-        burst: float | None = None,
-        ttl: float | timedelta | None = None,
-        clock: Clock | None = None,
-    ) -> None:
-        """Change limiter ``name``'s limit at run time, in every process.
-
-        Every process follows it from its next decision: the limiter's script reads
-        the change atomically with the decision. ``rate`` is in tokens per second
-        (a token bucket's refill, a leaky bucket's leak; a window's limit becomes
-        ``rate`` times its length), ``burst`` a bucket's capacity (windows have
-        none); ``None`` keeps what the code says. ``ttl``: seconds (or a
-        ``timedelta``) after which the change ends by itself. A new change replaces
-        the last one whole. Bad values raise ``ValueError`` and change nothing.
-
-        Only single limiters follow it. A name whose keys say it is a ``Composite``'s,
-        an ``adaptive=`` limiter, a limiter with ``low_share`` or a
-        ``ConcurrencyLimit`` raises ``UnchangeableLimit`` (a ``ValueError``) saying
-        so, and nothing is stored. ``ratelimit set`` is the same from a shell.
-
-        ``clock``: the limiter's, when it keeps time on a test clock (a
-        ``ManualClock``): the change is then made at that clock's time, to the
-        state kept on it, and a ``ttl`` runs on it. ``None``: real time (the
-        server's), for every limiter on real time.
-        """
-        change = checked_override(rate, burst, ttl)
-        _validate.name(name, self, shared=True)
-        now = _test_time(clock)
-        self._admin(lambda client: write_override(client, name, change, now))
-
-    def reset_limit(self, name: str, *, clock: Clock | None = None) -> bool:
-        """Return limiter ``name`` to what its code says, in every process from its
-        next decision; ``True`` if a change was in force. ``clock`` as for
-        :meth:`set_limit`."""
-        _validate.name(name, self, shared=True)
-        now = _test_time(clock)
-        return bool(self._admin(lambda client: reset_override(client, name, now)))
-
-    def limit_override(self, name: str, *, clock: Clock | None = None) -> Override | None:
-        """The change in force for limiter ``name`` (``set_limit``), or ``None``; its
-        ``ttl`` is what is left of it (on ``clock``, as for :meth:`set_limit`)."""
-        _validate.name(name, self, shared=True)
-        now = _test_time(clock)
-        result: Override | None = self._admin(lambda client: read_override(client, name, now))
-        return result
-
-    def inspect(self, name: str) -> Inspection:
-        """What this store holds of limiter ``name``: its configuration (as the code
-        set it and as changed), what it could grant now, what is promised ahead, a
-        pause from feedback, a breaker's state. ``ratelimit inspect`` prints it."""
-        _validate.name(name, self, shared=True)
-        result: Inspection = self._admin(lambda client: inspect_name(client, name))
-        return result
-
-    def _admin(self, call: Callable[[Any], Any]) -> Any:
-        client = self._admin_client()
-        try:
-            return call(client)
-        except STORE_ERRORS as exc:
-            if is_unavailable(exc):
-                raise BackendUnavailable(f"the Redis store is unavailable: {exc!r}") from exc
-            raise
-
     def key(
         self, name: str, kind: str, member: int | None = None, *, clock: Clock | None = None, lane: str | None = None
     ) -> str:
@@ -499,6 +429,83 @@ class RedisBackend(RedisCalls):
             for handle in handles:
                 handle.promises = Promises((clock or SystemClock()).now)
         return handles
+
+    # -- run-time changes and inspection (config.py) -------------------------------
+
+    def _admin_client(self) -> Any:
+        if self._sync_client is None:
+            raise TypeError(
+                "this RedisBackend wraps an asyncio client: changing or inspecting a limit needs a sync one "
+                "(RedisBackend.from_url(url) makes both)"
+            )
+        return self._sync_client
+
+    def set_limit(
+        self,
+        name: str,
+        *,
+        rate: float | None = None,
+        burst: float | None = None,
+        ttl: float | timedelta | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        """Change limiter ``name``'s limit at run time, in every process.
+
+        Every process follows it from its next decision: the limiter's script reads
+        the change atomically with the decision. ``rate`` is in tokens per second
+        (a token bucket's refill, a leaky bucket's leak; a window's limit becomes
+        ``rate`` times its length), ``burst`` a bucket's capacity (windows have
+        none); ``None`` keeps what the code says. ``ttl``: seconds (or a
+        ``timedelta``) after which the change ends by itself. A new change replaces
+        the last one whole. Bad values raise ``ValueError`` and change nothing.
+
+        Only single limiters follow it. A name whose keys say it is a ``Composite``'s,
+        an ``adaptive=`` limiter, a limiter with ``low_share`` or a
+        ``ConcurrencyLimit`` raises ``UnchangeableLimit`` (a ``ValueError``) saying
+        so, and nothing is stored. ``ratelimit set`` is the same from a shell.
+
+        ``clock``: the limiter's, when it keeps time on a test clock (a
+        ``ManualClock``): the change is then made at that clock's time, to the
+        state kept on it, and a ``ttl`` runs on it. ``None``: real time (the
+        server's), for every limiter on real time.
+        """
+        change = checked_override(rate, burst, ttl)
+        _validate.name(name, self, shared=True)
+        now = _test_time(clock)
+        self._admin(lambda client: write_override(client, name, change, now))
+
+    def reset_limit(self, name: str, *, clock: Clock | None = None) -> bool:
+        """Return limiter ``name`` to what its code says, in every process from its
+        next decision; ``True`` if a change was in force. ``clock`` as for
+        :meth:`set_limit`."""
+        _validate.name(name, self, shared=True)
+        now = _test_time(clock)
+        return bool(self._admin(lambda client: reset_override(client, name, now)))
+
+    def limit_override(self, name: str, *, clock: Clock | None = None) -> Override | None:
+        """The change in force for limiter ``name`` (``set_limit``), or ``None``; its
+        ``ttl`` is what is left of it (on ``clock``, as for :meth:`set_limit`)."""
+        _validate.name(name, self, shared=True)
+        now = _test_time(clock)
+        result: Override | None = self._admin(lambda client: read_override(client, name, now))
+        return result
+
+    def inspect(self, name: str) -> Inspection:
+        """What this store holds of limiter ``name``: its configuration (as the code
+        set it and as changed), what it could grant now, what is promised ahead, a
+        pause from feedback, a breaker's state. ``ratelimit inspect`` prints it."""
+        _validate.name(name, self, shared=True)
+        result: Inspection = self._admin(lambda client: inspect_name(client, name))
+        return result
+
+    def _admin(self, call: Callable[[Any], Any]) -> Any:
+        client = self._admin_client()
+        try:
+            return call(client)
+        except STORE_ERRORS as exc:
+            if is_unavailable(exc):
+                raise BackendUnavailable(f"the Redis store is unavailable: {exc!r}") from exc
+            raise
 
     def __repr__(self) -> str:
         client = self._sync_client or self._async_client
