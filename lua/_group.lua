@@ -3,7 +3,8 @@
 --
 -- KEYS[i]  member i's base key, ratelimit:{<composite name>}:<i>:<algorithm>: all
 --          members share the composite's hash tag, so this works on Redis Cluster.
--- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'throttle' | 'rate' | 'batch'
+-- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'throttle' | 'rate' | 'batch',
+--          after a '~' when nothing is counted for `ratelimit top` (see _top.lua)
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  reserve: max_wait, '' for no limit; refund: the grant time ('' for a grant
 --          already made; a time still ahead withdraws that reservation), or
@@ -32,7 +33,10 @@ local ALGORITHMS = {
   adaptive = adaptive,
 }
 
-local op = ARGV[1]
+local op, counted = op_of(ARGV[1])
+-- Where its counters for `ratelimit top` go (nil: none, see _top.lua).
+local top_base = nil
+if counted then top_base = group_base(KEYS[1], 'composite') end
 local now = clock(ARGV[2])
 local members = {}
 local kinds = {}
@@ -66,7 +70,7 @@ if op == 'reserve' then
   if ARGV[3] ~= '' then max_wait = tonumber(ARGV[3]) end
   local wait, changed, mask = reserve_members(members, holes, now, max_wait)
   save_all(not changed)
-  tally_one(group_base(KEYS[1], 'composite'), now, wait)
+  tally_one(top_base, now, wait)
   return {fmt(wait), fmt(now + wait), mask}
 elseif op == 'batch' then
   -- The requests' own reserves, one after the other, as separate calls in this
@@ -88,7 +92,7 @@ elseif op == 'batch' then
     k = k + 1 + #members
   end
   save_all(not changed)
-  tally(group_base(KEYS[1], 'composite'), now, waits, 0, 0)
+  tally(top_base, now, waits, 0, 0)
   out[#out + 1] = '0'
   out[#out + 1] = fmt(now)
   return out
@@ -101,7 +105,7 @@ elseif op == 'restrict' then
   restricted(holes, now, untl)
   if paused then
     pause(holes, now, untl)
-    tally(group_base(KEYS[1], 'composite'), now, {}, 0, 1)
+    tally(top_base, now, {}, 0, 1)
   end
   for _, m in ipairs(members) do
     m.state = m.alg.restrict(m.self, m.state, now, m.tokens, untl)
@@ -137,7 +141,7 @@ elseif op == 'refund' then
   for i, m in ipairs(members) do tokens[i] = m.tokens end
   give_back_members(members, holes, now, tokens, at, exact)
   save_all(false)
-  if at and at > now + EPSILON then tally_withdrawn(group_base(KEYS[1], 'composite'), now) end
+  if at and at > now + EPSILON then tally_withdrawn(top_base, now) end
   return {fmt(now)}
 end
 return redis.error_reply('ratelimit: unknown op ' .. tostring(op))

@@ -5,7 +5,8 @@
 -- KEYS[1]  the high lane's base key, ratelimit:{<name>}:hi:<algorithm>
 -- KEYS[2]  the low lane's base key, ratelimit:{<name>}:lo:<algorithm>
 --          (one hash tag: one Cluster slot). Each lane's holes: <base>:holes.
--- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge'
+-- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge', after a '~' when nothing is
+--          counted for `ratelimit top` (see _top.lua)
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  tokens (reserve, refund); charge: the high lane's part; restrict: the
 --          tokens still allowed, both lanes
@@ -29,7 +30,10 @@
 local HIGH, LOW = 1, 2
 local NAMES = {'hi', 'lo'}
 
-local op = ARGV[1]
+local op, counted = op_of(ARGV[1])
+-- Where its counters for `ratelimit top` go (nil: none, see _top.lua).
+local top_base = nil
+if counted then top_base = group_base(KEYS[1], 'priorities') end
 local now = clock(ARGV[2])
 local tokens = tonumber(ARGV[3])
 local lanes = {}
@@ -106,7 +110,7 @@ if op == 'reserve' then
   local wait, lane = reserve(max_wait, ARGV[5] == 'lo', keep)
   save(HIGH, true)
   save(LOW, true)
-  tally_one(group_base(KEYS[1], 'priorities'), now, wait)
+  tally_one(top_base, now, wait)
   return {fmt(wait), fmt(now + wait), NAMES[lane]}
 elseif op == 'refund' then
   local lane = HIGH
@@ -116,7 +120,7 @@ elseif op == 'refund' then
   local l = lanes[lane]
   give_back_members({l.member}, l.holes, now, {tokens}, at)
   save(lane, false)
-  if at and at > now + EPSILON then tally_withdrawn(group_base(KEYS[1], 'priorities'), now) end
+  if at and at > now + EPSILON then tally_withdrawn(top_base, now) end
   return {fmt(now)}
 elseif op == 'charge' then
   -- See charge in lanes.py: ARGV[3] and ARGV[4] are the high and the low lane's parts
@@ -136,7 +140,7 @@ elseif op == 'restrict' then
   local untl = now + tonumber(ARGV[4])
   local low_part = math.floor(tokens * tonumber(ARGV[7]) + EPSILON)
   local parts = {tokens - low_part, low_part}
-  if tokens <= EPSILON then tally(group_base(KEYS[1], 'priorities'), now, {}, 0, 1) end
+  if tokens <= EPSILON then tally(top_base, now, {}, 0, 1) end
   for lane = 1, 2 do
     local m = lanes[lane].member
     m.state = ALG.restrict(m.self, m.state, now, parts[lane], untl)

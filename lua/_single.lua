@@ -9,11 +9,13 @@
 --          store time it ends); read by every call, so a change holds from the next
 --          decision on, in every process. Written by the 'configure' op only, which
 --          moves the saved state to the new limit (see `switch`)
--- KEYS[3]  optional: what the code says, a hash ratelimit:{<name>}:code written when
---          missing (kind, the two parameters, slack, shadow), read by `inspect`/`top`
+-- KEYS[3]  optional: what the code says, a hash ratelimit:{<name>}:code (kind, the two
+--          parameters, slack, shadow), read by `inspect`/`top`; written when given, which
+--          a process does at its first decision and then once a minute, not at each
 -- <base>:slack (beside KEYS[1], as <base>:holes): the largest slack a process of this
 --          budget keeps, a hash {slack, until}; see `fleet_slack` below
--- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch' | 'peek' | 'configure'
+-- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch' | 'peek' | 'configure',
+--          after a '~' when nothing is counted for `ratelimit top` (see _top.lua)
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  tokens (reserve, refund, charge); restrict: the tokens still allowed
 -- ARGV[4]  reserve: max_wait in seconds, '' for no limit;
@@ -56,7 +58,9 @@ end
 -- How long what the code says stays readable once no process has decided (a day).
 local CODE_KEPT_MS = '86400000'
 
-local op = ARGV[1]
+local op, counted = op_of(ARGV[1])
+local top_base = nil
+if counted then top_base = KEYS[1] end
 local now = clock(ARGV[2])
 local tokens = tonumber(ARGV[3])
 local code1, code2, slack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -120,9 +124,10 @@ if KEYS[2] then
     end
   end
 end
--- Rewritten when missing, or when a process of the other mode (shadow or enforced)
--- decides: a fleet rolling a shadow out shows what its latest decision was.
-if KEYS[3] and redis.call('HGET', KEYS[3], 'shadow') ~= ARGV[8] then
+-- Given by each process at its first decision and then once a minute: a fleet rolling
+-- a shadow out shows within a minute what its latest decisions were, and a decision
+-- pays nothing for it in between.
+if KEYS[3] then
   redis.call('HSET', KEYS[3], 'kind', KIND, 'p1', ARGV[5], 'p2', ARGV[6], 'slack', ARGV[7], 'shadow', ARGV[8])
   redis.call('PEXPIRE', KEYS[3], CODE_KEPT_MS)
 end
@@ -198,7 +203,7 @@ if op == 'reserve' then
     ALG.save(self, member.state, now)
     keep_slack(member.state)
   end
-  tally_one(KEYS[1], now, wait)
+  tally_one(top_base, now, wait)
   return {fmt(wait), fmt(now + wait), mask}
 elseif op == 'batch' then
   -- Exactly the requests' own reserves, one after the other, as separate calls in
@@ -239,7 +244,7 @@ elseif op == 'batch' then
   end
   out[#out + 1] = fmt(got)
   out[#out + 1] = fmt(now)
-  tally(KEYS[1], now, waits, got, 0)
+  tally(top_base, now, waits, got, 0)
   if changed or dirty(member.state) then
     ALG.save(self, member.state, now)
     keep_slack(member.state)
@@ -253,7 +258,7 @@ elseif op == 'refund' then
   end
   give_back_members({member}, holes, now, {tokens}, at, exact)
   ALG.save(self, member.state, now)
-  if at and at > now + EPSILON then tally_withdrawn(KEYS[1], now) end
+  if at and at > now + EPSILON then tally_withdrawn(top_base, now) end
   return {fmt(now)}
 elseif op == 'charge' then
   charge_members({member}, holes, now)
@@ -287,7 +292,7 @@ elseif op == 'restrict' then
   restricted(holes, now, now + tonumber(ARGV[4]))
   if tokens <= EPSILON then
     pause(holes, now, now + tonumber(ARGV[4]))
-    tally(KEYS[1], now, {}, 0, 1)
+    tally(top_base, now, {}, 0, 1)
   end
   ALG.save(self, member.state, now)
   keep_slack(member.state)  -- a window counter's placeholders are grants ahead

@@ -7,11 +7,20 @@
 -- r requests refused, w<i> granted after a wait of at most WAIT_BOUNDS[i] seconds
 -- (w<n+1>: longer; their sum is the grants), c reservations withdrawn before they were
 -- due (a timeout, a cancelled task: grants that never went, which `top` takes off the
--- grants), l tokens leased, p pauses fed back by a provider. Usually one HINCRBY a call: the TTL is set only when a field is new,
--- which it is whenever the key is.
+-- grants), l tokens leased, p pauses fed back by a provider. Usually one HINCRBY a call:
+-- the TTL is set only when a field is new, which it is whenever the key is.
+--
+-- A backend made with counters=False keeps none: its calls' op (ARGV[1] of every rate
+-- limit's driver) starts with '~', and the drivers pass a nil base, which counts nothing.
 
 local WAIT_BOUNDS = {0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60}
 local TOP_KEPT_MS = '70000'
+
+-- ARGV[1] of a rate limit's driver: the op, and whether the call is counted.
+local function op_of(text)
+  if string.byte(text, 1) == 126 then return string.sub(text, 2), false end
+  return text, true
+end
 
 local function wait_field(wait)
   for i, bound in ipairs(WAIT_BOUNDS) do
@@ -32,6 +41,7 @@ end
 
 -- One decision's count: the hot path's one command, with no table built.
 local function tally_one(base, now, wait)
+  if base == nil then return end
   local key = top_key(base, now)
   local field = 'r'
   if wait >= 0 then field = wait_field(wait) end
@@ -40,6 +50,7 @@ end
 
 -- `waits`: the signed waits decided (< 0 refused); `leased`, `pauses`: counts.
 local function tally(base, now, waits, leased, pauses)
+  if base == nil then return end
   local counts = {}
   local function add(field, n)
     if n > 0 then counts[field] = (counts[field] or 0) + n end
@@ -62,6 +73,7 @@ end
 
 -- A reservation withdrawn before it was due: one field, one command.
 local function tally_withdrawn(base, now)
+  if base == nil then return end
   local key = top_key(base, now)
   if redis.call('HINCRBY', key, 'c', 1) == 1 then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
 end

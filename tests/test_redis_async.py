@@ -85,6 +85,11 @@ class GatedClient(fakeredis.aioredis.FakeRedis):
         await self.gate.wait()
         return await super().evalsha(*args, **kwargs)
 
+    async def fcall(self, *args: Any, **kwargs: Any) -> Any:
+        self.arrived.set()
+        await self.gate.wait()
+        return await super().fcall(*args, **kwargs)
+
 
 @pytest.mark.parametrize("method", ["acquire_async", "try_acquire_async"])
 def test_a_task_cancelled_while_the_store_decides_strands_nothing(method: str) -> None:

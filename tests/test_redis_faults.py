@@ -325,6 +325,11 @@ class Flaky(fakeredis.FakeRedis):
             raise redis.exceptions.ConnectionError("down")
         return super().eval(*args)
 
+    def fcall(self, *args: Any) -> Any:
+        if type(self).down:
+            raise redis.exceptions.ConnectionError("down")
+        return super().fcall(*args)
+
 
 def most_beyond_the_bound(sent: list[float], capacity: float, rate: float) -> float:
     """The most grants at ``sent`` in any interval beyond ``capacity + rate * t``

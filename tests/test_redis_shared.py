@@ -21,7 +21,7 @@ WORKER = Path(__file__).with_name("shared_worker.py")
 
 def script_calls(client: redis.Redis) -> int:
     stats: dict[str, Any] = client.info("commandstats")
-    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
+    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("fcall", "evalsha", "eval"))
 
 
 def max_in_any_window(times: list[float], width: float) -> int:

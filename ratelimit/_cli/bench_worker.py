@@ -134,8 +134,8 @@ class WorkerReport:
 class CountingClient:
     """A redis-py client that counts the script calls (each is one round trip).
 
-    ``RedisBackend`` calls ``evalsha`` (and ``eval`` once per reload); everything else
-    passes through untouched.
+    ``RedisBackend`` calls ``fcall`` (or, without Functions, ``evalsha`` and ``eval``
+    once per reload); everything else passes through untouched.
     """
 
     def __init__(self, client: Any) -> None:
@@ -154,6 +154,10 @@ class CountingClient:
     def eval(self, *args: Any, **kwargs: Any) -> Any:
         self.count()
         return self._client.eval(*args, **kwargs)
+
+    def fcall(self, *args: Any, **kwargs: Any) -> Any:
+        self.count()
+        return self._client.fcall(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
@@ -176,6 +180,10 @@ class _Counting:
     def eval(self, *args: Any, **kwargs: Any) -> Any:
         self.tally.count()
         return super().eval(*args, **kwargs)  # type: ignore[misc]
+
+    def fcall(self, *args: Any, **kwargs: Any) -> Any:
+        self.tally.count()
+        return super().fcall(*args, **kwargs)  # type: ignore[misc]
 
 
 # redis-py's own bases disagree about command_info; mypy only notices once a mixin

@@ -119,6 +119,10 @@ class RedisBackend(RedisCalls):
         pool_size: the most script calls this backend has in flight at once (per
             event loop for asyncio); more callers wait their turn. Capped by the
             client's own pool size.
+        counters: whether each decision also counts itself for ``ratelimit top``
+            (default ``True``): one ``HINCRBY`` on the server per decision. With
+            ``False`` nothing is counted, and ``top`` shows nothing of the limiters
+            of this backend.
         coalesce: whether the concurrent acquires of one limiter in this process
             share one script call per round (default ``True``; see ``rounds.py``):
             each still gets its own exact wait, and a limiter needs one connection
@@ -146,6 +150,7 @@ class RedisBackend(RedisCalls):
         time_source: Literal["server", "client"] = "server",
         pool_size: int = DEFAULT_POOL_SIZE,
         coalesce: bool = True,
+        counters: bool = True,
     ) -> None:
         if not hasattr(client, "evalsha"):
             raise TypeError(
@@ -162,7 +167,11 @@ class RedisBackend(RedisCalls):
             raise ValueError(f"pool_size must be >= 1, got {pool_size!r}")
         if not isinstance(coalesce, bool):
             raise TypeError(f"coalesce must be a bool, got {coalesce!r}")
+        if not isinstance(counters, bool):
+            raise TypeError(f"counters must be a bool, got {counters!r}")
         self.coalesce = coalesce
+        #: Whether decisions count themselves for ``ratelimit top``.
+        self.counters = counters
         # Handles spending a lease, whose rests go back at close, and as each lease
         # ends (from a thread that needs the synchronous client).
         self._leasing: weakref.WeakSet[RedisHandle] = weakref.WeakSet()
@@ -189,6 +198,7 @@ class RedisBackend(RedisCalls):
         time_source: Literal["server", "client"] = "server",
         pool_size: int = DEFAULT_POOL_SIZE,
         coalesce: bool = True,
+        counters: bool = True,
         **options: Any,
     ) -> RedisBackend:
         """A backend on ``url`` (``redis://``, ``rediss://``, ``unix://``, or
@@ -217,6 +227,7 @@ class RedisBackend(RedisCalls):
             time_source=time_source,
             pool_size=pool_size,
             coalesce=coalesce,
+            counters=counters,
         )
         backend._async_factory = clients.make_async
         backend._deadline = clients.deadline
@@ -372,6 +383,7 @@ class RedisBackend(RedisCalls):
             None if local is None else local[0],
             name,
             shadow,
+            counted=self.counters,
         )
         if local is not None:
             handle.promises = Promises((clock or SystemClock()).now)
@@ -396,7 +408,9 @@ class RedisBackend(RedisCalls):
         assert name is not None
         keys = [self.key(name, alg.kind, i, clock=clock) for i, alg in enumerate(algs)]
         local = self._fallback_of(lambda share: [group_share(self._local, algs, clock, share)])
-        handle = RedisGroupHandle(self, algs, keys, self.now_source(clock), None if local is None else local[0])
+        handle = RedisGroupHandle(
+            self, algs, keys, self.now_source(clock), None if local is None else local[0], counted=self.counters
+        )
         if local is not None:
             handle.promises = Promises((clock or SystemClock()).now)
         if self.coalesce:
@@ -422,8 +436,8 @@ class RedisBackend(RedisCalls):
         high, low = (None, None) if local is None else (local[HIGH], local[LOW])
         now = self.now_source(clock)
         handles = (
-            RedisLaneHandle(self, lanes, keys, now, high, HIGH, keep),
-            RedisLaneHandle(self, lanes, keys, now, low, LOW, keep),
+            RedisLaneHandle(self, lanes, keys, now, high, HIGH, keep, counted=self.counters),
+            RedisLaneHandle(self, lanes, keys, now, low, LOW, keep, counted=self.counters),
         )
         if local is not None:
             for handle in handles:

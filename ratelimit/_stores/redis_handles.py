@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
@@ -28,7 +29,11 @@ from .scripts import Script, group_script, lanes_script, single_script
 from .store import Pacing
 from .tally import Tally, weight
 
-__all__ = ["RedisGroupHandle", "RedisHandle", "RedisLaneHandle"]
+__all__ = ["CODE_EVERY", "RedisGroupHandle", "RedisHandle", "RedisLaneHandle"]
+
+#: Seconds between two writes of what a limiter's code says (``inspect``, ``top``) by
+#: one process: a change of mode (a shadow rolled out) shows within this.
+CODE_EVERY = 60.0
 
 T = TypeVar("T")
 
@@ -39,7 +44,7 @@ class _ScriptHandle(ABC, Generic[T]):
     Subclasses say only how a request becomes the script's arguments.
     """
 
-    __slots__ = ("_backend", "_keys", "_local", "_now", "_script", "promises", "rounds", "tally")
+    __slots__ = ("_backend", "_base_keys", "_local", "_now", "_quiet", "_script", "promises", "rounds", "tally")
 
     suspends = True
 
@@ -50,11 +55,14 @@ class _ScriptHandle(ABC, Generic[T]):
         keys: Sequence[str],
         now: Callable[[], str],
         local: Fallback[T] | None,
+        counted: bool = True,
     ) -> None:
         self.tally: Tally | None = None
         self._backend = backend
         self._script = script
-        self._keys = tuple(keys)
+        self._base_keys = tuple(keys)
+        # Before each op: '~' when the script is to count nothing for `ratelimit top`.
+        self._quiet = "" if counted else "~"
         self._now = now
         self._local = local
         #: Coalescing and leases (``rounds.py``); ``None``: one call per reserve.
@@ -62,6 +70,11 @@ class _ScriptHandle(ABC, Generic[T]):
         #: With a local fallback: the grants still to go, carried at a switch
         #: (``promises.py``).
         self.promises: Promises | None = None
+
+    @property
+    def _keys(self) -> tuple[str, ...]:
+        """The keys of the next call."""
+        return self._base_keys
 
     @abstractmethod
     def _args(self, op: str, tokens: T, extra: str) -> list[str]:
@@ -73,16 +86,20 @@ class _ScriptHandle(ABC, Generic[T]):
         """The script's arguments for a round of several requests (or a lease)."""
         raise NotImplementedError(f"{type(self).__name__} is not decided in rounds")
 
+    @staticmethod
+    def _lone(rnd: Round) -> bool:
+        """Whether a round is one request, decided as a plain reserve."""
+        return rnd.give_back is None and not rnd.want and len(rnd.asks) == 1
+
     def _round_args(self, rnd: Round) -> list[str]:
-        if rnd.give_back is None and not rnd.want and len(rnd.asks) == 1:
+        if self._lone(rnd):
             ask = rnd.asks[0]
             request: T = ask.request  # type: ignore[assignment]
             return self._args("reserve", request, wait_arg(ask.max_wait))
         return self._batch_args(rnd)
 
-    @staticmethod
-    def _round_reply(rnd: Round, args: Sequence[str], reply: Sequence[bytes | str]) -> RoundReply:
-        if args[0] == "reserve":
+    def _round_reply(self, rnd: Round, args: Sequence[str], reply: Sequence[bytes | str]) -> RoundReply:
+        if self._lone(rnd):
             return RoundReply([decision_of(reply)], 0.0, math.nan)
         n = len(rnd.asks)
         decisions = [(float(reply[3 * i]), grant_time(reply[3 * i + 1], reply[3 * i + 2])) for i in range(n)]
@@ -272,15 +289,16 @@ class _ScriptHandle(ABC, Generic[T]):
 
 
 class RedisHandle(_ScriptHandle[float]):
-    """One limiter: ``KEYS = [base, config, code]`` (see ``config.py``), ``ARGV = [op,
-    now, tokens, extra, *params, slack, shadow]``.
+    """One limiter: ``KEYS = [base, config]`` (see ``config.py``), and ``code`` at its
+    first call and then once every ``CODE_EVERY`` seconds; ``ARGV = [op, now, tokens,
+    extra, *params, slack, shadow]``.
 
     With ``rounds`` (coalescing, a lease: see ``rounds.py``) its reserves are decided
     in rounds, ``ARGV = ['batch', now, give_back, give_back_at, *params, slack, shadow, want, least,
     tokens, max_wait, ...]`` for more than one request or a lease.
     """
 
-    __slots__ = ("__weakref__", "_params")
+    __slots__ = ("__weakref__", "_code_due", "_params", "_with_code")
 
     def __init__(
         self,
@@ -291,19 +309,34 @@ class RedisHandle(_ScriptHandle[float]):
         local: Fallback[float] | None,
         name: str | None = None,
         shadow: bool = False,
+        *,
+        counted: bool = True,
     ) -> None:
         # Without a name (tests driving the script), no change is read nor code written.
-        keys = [key] if name is None else [key, config_key(name), code_key(name)]
-        super().__init__(backend, single_script(alg.kind), keys, now, local)
+        keys = [key] if name is None else [key, config_key(name)]
+        super().__init__(backend, single_script(alg.kind), keys, now, local, counted)
+        self._with_code = None if name is None else (key, config_key(name), code_key(name))
+        self._code_due = -math.inf
         slack = num(getattr(alg, "slack", 0.0))
         self._params = (*(num(p) for p in alg.params()), slack, "1" if shadow else "0")
 
+    @property
+    def _keys(self) -> tuple[str, ...]:
+        # What the code says is written by the first call and then once in a while
+        # (it is kept a day), not read nor written by every decision.
+        if self._with_code is not None:
+            now = time.monotonic()
+            if now >= self._code_due:
+                self._code_due = now + CODE_EVERY
+                return self._with_code
+        return self._base_keys
+
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
-        return [op, self._now(), num(tokens), extra, *self._params]
+        return [self._quiet + op, self._now(), num(tokens), extra, *self._params]
 
     def _batch_args(self, rnd: Round) -> list[str]:
         back = ("", "") if rnd.give_back is None else (num(rnd.give_back[0]), at_arg(rnd.give_back[1]))
-        args = ["batch", self._now(), *back, *self._params, num(rnd.want), num(rnd.least)]
+        args = [self._quiet + "batch", self._now(), *back, *self._params, num(rnd.want), num(rnd.least)]
         for ask in rnd.asks:
             args += [num(ask.tokens), wait_arg(ask.max_wait)]
         return args
@@ -357,12 +390,14 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
         keys: Sequence[str],
         now: Callable[[], str],
         local: Fallback[Sequence[float]] | None,
+        *,
+        counted: bool = True,
     ) -> None:
-        super().__init__(backend, group_script(), keys, now, local)
+        super().__init__(backend, group_script(), keys, now, local, counted)
         self._members = tuple((alg.kind, tuple(num(p) for p in alg.params())) for alg in algs)
 
     def _args(self, op: str, tokens: Sequence[float], extra: str) -> list[str]:
-        args = [op, self._now(), extra]
+        args = [self._quiet + op, self._now(), extra]
         for (kind, params), n in zip(self._members, tokens, strict=True):
             args += [kind, num(n), *params]
         return args
@@ -427,8 +462,10 @@ class RedisLaneHandle(_ScriptHandle[float]):
         local: Fallback[float] | None,
         lane: int,
         keep: float | None,
+        *,
+        counted: bool = True,
     ) -> None:
-        super().__init__(backend, lanes_script(lanes.high.kind), keys, now, local)
+        super().__init__(backend, lanes_script(lanes.high.kind), keys, now, local, counted)
         self._lane = lane
         self._lanes = lanes
         self._last = LastLane(lane)
@@ -442,8 +479,8 @@ class RedisLaneHandle(_ScriptHandle[float]):
         if op == "charge":
             # Both lanes' parts, split here once for both stores (see charge_parts).
             high, low = charge_parts(self._lanes, tokens)
-            return [op, self._now(), num(high), num(low), LANES[self._lane], *self._tail]
-        return [op, self._now(), num(tokens), extra, LANES[self._lane], *self._tail]
+            return [self._quiet + op, self._now(), num(high), num(low), LANES[self._lane], *self._tail]
+        return [self._quiet + op, self._now(), num(tokens), extra, LANES[self._lane], *self._tail]
 
     def _decision(self, reply: Sequence[bytes | str]) -> tuple[float, float]:
         lane = LOW if reply[2] in (b"lo", "lo") else HIGH
@@ -456,4 +493,4 @@ class RedisLaneHandle(_ScriptHandle[float]):
         # A reservation goes back to the lane it was taken from; a plain refund to the
         # lane of this caller's latest grant (see LastLane).
         lane = at.lane if isinstance(at, LaneTime) else self._last.lane()
-        return ["refund", self._now(), num(tokens), at_arg(at), LANES[lane], *self._tail]
+        return [self._quiet + "refund", self._now(), num(tokens), at_arg(at), LANES[lane], *self._tail]

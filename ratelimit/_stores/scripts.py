@@ -1,34 +1,57 @@
-"""The Lua scripts: found, composed, and called by SHA.
+"""The Lua scripts: found, composed, loaded once per server, and called.
 
 The scripts live as ``.lua`` files in the top-level ``lua/`` folder of the source tree
-and inside the wheel as ``ratelimit/lua/``. A loaded script is composed of pieces: the
-shared prelude, the algorithm's functions, what one limiter and a group share
-(``_members.lua``), and a driver (one limiter; the two lanes of a budget with
-priorities; or a group of limits for a composite, which needs every algorithm).
+and inside the wheel as ``ratelimit/lua/``. Each file reads top to bottom: the pieces
+every script shares (``_prelude``, the algorithms, ``_members``, ``_top``) define
+functions only, and each driver (``_single``, ``_lanes``, ``_group``, ``breaker``,
+``concurrency``, ``live``) is the body of one function, its KEYS/ARGV/return contract
+at its top.
 
-A script is called with EVALSHA; if the server does not know it (first use, after
-``SCRIPT FLUSH``, a restart or a failover) the same call is repeated as EVAL, which
-also caches it, so the cost of a reload is one extra round trip, once.
+On Redis 7 and later the pieces and the drivers are one function library,
+``ratelimit_<version>``, loaded once per server (``FUNCTION LOAD``): what the pieces
+define is defined once, not at every call, and each decision is an ``FCALL`` of the
+driver's function. The version is a digest of the text, so two releases side by side
+(a rolling deploy) each keep a library of their own. A server that lost the library
+(``FUNCTION FLUSH``, a failover to a replica that never had it, a restart without
+persistence, a Cluster master added later) answers "Function not found", and the call
+loads it and is sent again, once.
+
+A server without Functions (Redis 6, a managed service that forbids them, an ACL
+without ``FCALL``/``FUNCTION``) gets the same text as one script per driver, called by
+SHA (``EVALSHA``, repeated as ``EVAL`` if the server does not know it). That choice is
+made once per client, at its first refusal, not per call. A Redis Cluster client
+calls scripts too: redis-py finds an FCALL's keys by asking a node (``COMMAND
+GETKEYS``, one more round trip per call), an EVALSHA's by reading them.
+
+Line numbers in an error from either form are translated back to the file and line
+they came from (``lua/_members.lua:120``), not into the composed text.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+import threading
+import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 __all__ = [
     "ALGORITHMS",
+    "Library",
     "Script",
     "breaker_script",
+    "by_function",
     "concurrency_script",
     "group_script",
     "lanes_script",
+    "library",
     "live_script",
     "lua_source",
     "single_script",
@@ -38,6 +61,17 @@ __all__ = [
 ALGORITHMS = ("token_bucket", "leaky_bucket", "sliding_window", "sliding_window_counter")
 #: What only ever decides as a member of a group: the learned pace of ``adaptive=``.
 GROUP_ONLY = ("adaptive",)
+#: What every rate limit's driver needs defined before it, in order.
+_SHARED = ("_members", "_top")
+#: Each driver's parameters: the algorithm it runs (and its kind) where it runs one.
+_DRIVERS = {
+    "_single": "ALG, KIND, KEYS, ARGV",
+    "_lanes": "ALG, KIND, KEYS, ARGV",
+    "_group": "KEYS, ARGV",
+    "breaker": "KEYS, ARGV",
+    "concurrency": "KEYS, ARGV",
+    "live": "KEYS, ARGV",
+}
 
 
 def _lua_dir() -> Path:
@@ -57,85 +91,282 @@ def lua_source(name: str) -> str:
     return (_lua_dir() / f"{name}.lua").read_text(encoding="utf-8")
 
 
+class Composed:
+    """Lua text put together from files, which knows where each of its lines came from."""
+
+    __slots__ = ("_lines", "_spans")
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        # (first line in the text, file name or None for glue, its line count)
+        self._spans: list[tuple[int, str | None, int]] = []
+
+    def add(self, text: str, file: str | None = None) -> Composed:
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        self._spans.append((len(self._lines) + 1, file, len(lines)))
+        self._lines.extend(lines)
+        return self
+
+    def file(self, name: str) -> Composed:
+        return self.add(lua_source(name), f"lua/{name}.lua")
+
+    def driver(self, name: str) -> Composed:
+        """``lua/<name>.lua`` as the body of the function ``drive<name>``."""
+        self.add(f"local function drive_{name.lstrip('_')}({_DRIVERS[name]})")
+        self.file(name)
+        return self.add("end")
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self._lines) + "\n"
+
+    def where(self, line: int) -> str | None:
+        """The file and line that line ``line`` of the text came from."""
+        for first, file, count in self._spans:
+            if first <= line < first + count:
+                return None if file is None else f"{file}:{line - first + 1}"
+        return None
+
+    def translate(self, message: str) -> str:
+        """``message`` with each line of the composed text named by its file instead."""
+
+        def named(match: re.Match[str]) -> str:
+            found = self.where(int(match.group(2)))
+            return match.group(0) if found is None else found
+
+        return _LINE.sub(named, message)
+
+
+# How Redis names a line of a script (EVAL) or of a function library (FCALL).
+_LINE = re.compile(r"(@?user_script|user_function):(\d+)")
+
+
+def _rate_limit_body(composed: Composed, kinds: Sequence[str]) -> Composed:
+    composed.file("_prelude")
+    for kind in kinds:
+        composed.file(kind)
+    for name in _SHARED:
+        composed.file(name)
+    return composed
+
+
+@dataclass(frozen=True)
+class Library:
+    """The function library of this release: its name, text and where each line came from."""
+
+    name: str
+    composed: Composed
+
+    @property
+    def source(self) -> str:
+        return self.composed.text
+
+    def function(self, what: str) -> str:
+        """The full name of the library's function ``what`` (``token_bucket``, ``group``...)."""
+        return f"{self.name}_{what}"
+
+
+def _library_text(name: str) -> Composed:
+    composed = Composed().add(f"#!lua name={name}")
+    _rate_limit_body(composed, ALGORITHMS + GROUP_ONLY)
+    for driver in _DRIVERS:
+        composed.driver(driver)
+    composed.add(f"local PREFIX = '{name}_'")
+    return composed.file("_library")
+
+
+@cache
+def library() -> Library:
+    """Every script of this release as one Redis function library, named by its version."""
+    version = hashlib.sha1(_library_text("").text.encode("utf-8")).hexdigest()[:12]
+    name = f"ratelimit_{version}"
+    return Library(name, _library_text(name))
+
+
+# Each client's way of calling: True by function, False by script (no Functions on its
+# server, none allowed, or a client without ``fcall``). Decided at its first call, and
+# again only if its server refuses functions later.
+_BY_FUNCTION: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+_by_function_lock = threading.Lock()
+
+
+def _remember(client: Any, by_function: bool) -> bool:
+    try:
+        with _by_function_lock:
+            _BY_FUNCTION[client] = by_function
+    except TypeError:  # a client that cannot be weakly referenced: asked each time
+        pass
+    return by_function
+
+
+def by_function(client: Any) -> bool:
+    """Whether ``client`` calls the library's functions (else scripts by SHA)."""
+    try:
+        known = _BY_FUNCTION.get(client)
+    except TypeError:
+        known = None
+    if known is None:
+        # A Cluster client asks a node for the keys of every FCALL (COMMAND GETKEYS: a
+        # second round trip per decision) where it reads EVALSHA's itself, so it calls
+        # scripts.
+        usable = hasattr(client, "fcall") and hasattr(client, "function_load") and not hasattr(client, "nodes_manager")
+        return _remember(client, usable)
+    return known
+
+
+def _mark_scripts_only(client: Any) -> None:
+    _remember(client, False)
+
+
+# What the server says when it has no FCALL or FUNCTION: unknown (Redis 6, a command
+# renamed away) or not allowed (an ACL, a managed service).
+_NO_FUNCTIONS = re.compile(r"unknown command|unknown subcommand|NOPERM|no permissions|disabled|not allowed", re.I)
+_NOT_LOADED = "Function not found"
+
+# What to do after an FCALL failed: load the library and call again, call by SHA
+# instead (the client has no Functions), or raise.
+_LOAD, _SCRIPT, _RAISE = "load", "script", "raise"
+
+
+def _after_fcall(client: Any, exc: ResponseError) -> str:
+    message = str(exc)
+    if _NOT_LOADED in message:
+        return _LOAD
+    if _NO_FUNCTIONS.search(message):
+        _mark_scripts_only(client)
+        return _SCRIPT
+    return _RAISE
+
+
+def _after_load(client: Any, exc: ResponseError) -> None:
+    """A failed FUNCTION LOAD: a server without Functions is marked; anything else raises."""
+    if _NO_FUNCTIONS.search(str(exc)):
+        _mark_scripts_only(client)
+        return
+    raise exc
+
+
 class Script:
-    """One composed script, called by SHA with a transparent reload."""
+    """One driver: a function of the library, or the same text as a script of its own."""
 
-    __slots__ = ("name", "sha", "source")
+    __slots__ = ("composed", "function", "name", "sha", "source")
 
-    def __init__(self, name: str, source: str) -> None:
+    def __init__(self, name: str, composed: Composed, function: str | None) -> None:
         self.name = name
-        self.source = source
-        self.sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
+        self.composed = composed
+        self.source = composed.text
+        self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
+        #: The library function that runs the same driver (None: a script only).
+        self.function = function
+
+    def _translated(self, exc: ResponseError) -> ResponseError:
+        text = library().composed if self.function is not None and "user_function" in str(exc) else self.composed
+        exc.args = (text.translate(str(exc)), *exc.args[1:])
+        return exc
+
+    def _by_function(self, client: Any) -> bool:
+        return self.function is not None and by_function(client)
 
     def __call__(self, client: Any, keys: Sequence[str], args: Sequence[str | float]) -> Any:
         try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            return client.eval(self.source, len(keys), *keys, *args)
+            if self._by_function(client):
+                try:
+                    return client.fcall(self.function, len(keys), *keys, *args)
+                except ResponseError as exc:
+                    then = _after_fcall(client, exc)
+                    if then == _RAISE:
+                        raise
+                if then == _LOAD:
+                    try:
+                        client.function_load(library().source, replace=True)
+                    except ResponseError as exc:
+                        _after_load(client, exc)
+                    if by_function(client):
+                        return client.fcall(self.function, len(keys), *keys, *args)
+            try:
+                return client.evalsha(self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                return client.eval(self.source, len(keys), *keys, *args)
+        except ResponseError as exc:
+            raise self._translated(exc) from None
 
     async def call_async(self, client: Any, keys: Sequence[str], args: Sequence[str | float]) -> Any:
         try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            return await client.eval(self.source, len(keys), *keys, *args)
+            if self._by_function(client):
+                try:
+                    return await client.fcall(self.function, len(keys), *keys, *args)
+                except ResponseError as exc:
+                    then = _after_fcall(client, exc)
+                    if then == _RAISE:
+                        raise
+                if then == _LOAD:
+                    try:
+                        await client.function_load(library().source, replace=True)
+                    except ResponseError as exc:
+                        _after_load(client, exc)
+                    if by_function(client):
+                        return await client.fcall(self.function, len(keys), *keys, *args)
+            try:
+                return await client.evalsha(self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                return await client.eval(self.source, len(keys), *keys, *args)
+        except ResponseError as exc:
+            raise self._translated(exc) from None
 
     def __repr__(self) -> str:
         return f"Script({self.name!r}, sha={self.sha[:12]})"
 
 
-def _driven(kind: str, driver: str, name: str) -> Script:
-    """Algorithm ``kind`` bound to ``ALG`` and run by ``lua/<driver>.lua``."""
+def _script(name: str, driver: str, kinds: Sequence[str], call: str, function: str) -> Script:
+    composed = Composed()
+    if driver in ("_single", "_lanes", "_group"):
+        _rate_limit_body(composed, kinds)
+    else:
+        composed.file("_prelude")
+    composed.driver(driver)
+    composed.add(f"return {call}")
+    return Script(name, composed, library().function(function))
+
+
+def _driven(kind: str, driver: str, name: str, function: str) -> Script:
     if kind not in ALGORITHMS:
         raise ValueError(f"no script for algorithm {kind!r}")
-    parts = [
-        lua_source("_prelude"),
-        lua_source(kind),
-        f"local ALG, KIND = {kind}, '{kind}'",
-        lua_source("_members"),
-        lua_source("_top"),
-        lua_source(driver),
-    ]
-    return Script(name, "\n".join(parts))
+    return _script(name, driver, (kind,), f"drive_{driver.lstrip('_')}({kind}, '{kind}', KEYS, ARGV)", function)
 
 
 @cache
 def single_script(kind: str) -> Script:
     """The script of one limiter of algorithm ``kind``."""
-    return _driven(kind, "_single", kind)
+    return _driven(kind, "_single", kind, kind)
 
 
 @cache
 def lanes_script(kind: str) -> Script:
     """The script of a budget with priorities: two lanes of algorithm ``kind``."""
-    return _driven(kind, "_lanes", f"{kind}:lanes")
+    return _driven(kind, "_lanes", f"{kind}:lanes", f"lanes_{kind}")
 
 
 @cache
 def group_script() -> Script:
     """The script of a composite: every algorithm, and the group driver."""
-    parts = [
-        lua_source("_prelude"),
-        *(lua_source(kind) for kind in ALGORITHMS + GROUP_ONLY),
-        lua_source("_members"),
-        lua_source("_top"),
-        lua_source("_group"),
-    ]
-    return Script("group", "\n".join(parts))
+    return _script("group", "_group", ALGORITHMS + GROUP_ONLY, "drive_group(KEYS, ARGV)", "group")
 
 
 @cache
 def breaker_script() -> Script:
     """The script of a shared circuit breaker."""
-    return Script("breaker", "\n".join([lua_source("_prelude"), lua_source("breaker")]))
+    return _script("breaker", "breaker", (), "drive_breaker(KEYS, ARGV)", "breaker")
 
 
 @cache
 def concurrency_script() -> Script:
     """The script of a shared semaphore (``ConcurrencyLimit``)."""
-    return Script("concurrency", "\n".join([lua_source("_prelude"), lua_source("concurrency")]))
+    return _script("concurrency", "concurrency", (), "drive_concurrency(KEYS, ARGV)", "concurrency")
 
 
 @cache
 def live_script() -> Script:
     """The script of the safe mode's heartbeat: the live processes (``live.py``)."""
-    return Script("live", "\n".join([lua_source("_prelude"), lua_source("live")]))
+    return _script("live", "live", (), "drive_live(KEYS, ARGV)", "live")
