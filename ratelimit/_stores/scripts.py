@@ -48,6 +48,7 @@ __all__ = [
     "Script",
     "breaker_script",
     "by_function",
+    "call_by_script",
     "concurrency_script",
     "group_script",
     "lanes_script",
@@ -216,6 +217,12 @@ def by_function(client: Any) -> bool:
     return known
 
 
+def call_by_script(client: Any) -> None:
+    """Make ``client`` call scripts by SHA from now on, never functions (benchmarks
+    compare the two on one server)."""
+    _remember(client, False)
+
+
 def _mark_scripts_only(client: Any) -> None:
     _remember(client, False)
 
@@ -260,6 +267,11 @@ class Script:
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
         #: The library function that runs the same driver (None: a script only).
         self.function = function
+
+    @classmethod
+    def from_source(cls, name: str, source: str) -> Script:
+        """A script of ``source`` called by SHA only (benchmarks time variants of one)."""
+        return cls(name, Composed().add(source), None)
 
     def _translated(self, exc: ResponseError) -> ResponseError:
         text = library().composed if self.function is not None and "user_function" in str(exc) else self.composed

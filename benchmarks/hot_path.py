@@ -1,0 +1,191 @@
+"""What a decision through Redis costs, as functions and as scripts, against floors of the same run.
+
+Three figures, each a ratio to a floor measured in the same run on the same server:
+
+- **server**: the Redis server's microseconds per decision (``INFO commandstats``: the
+  FCALL's or EVALSHA's own time, which includes every command it runs) over the least a
+  shared token bucket can do, one script of ``TIME``, ``GET`` and ``SET PX``. Each
+  algorithm, a composite, a budget with priorities and an adaptive limiter; with the
+  counters for ``ratelimit top`` on (the default) and off (``counters=False``).
+- **client**: uncontended ``try_acquire`` calls per second through Redis over empty
+  ``EVALSHA`` calls per second on the same client.
+- **hot**: one hot limiter, 4 processes deciding as fast as they can: the aggregate
+  decisions per second with the library's functions and with scripts.
+
+::
+
+    python benchmarks/hot_path.py --redis redis://127.0.0.1:6390/0 [--calls 10000] [--rounds 3]
+
+Point it at a Redis of its own: it resets the server's statistics between measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from ratelimit import Adaptive, Composite, LeakyBucket, RedisBackend, SlidingWindow, TokenBucket
+from ratelimit._stores.scripts import call_by_script
+
+FLOOR = """
+local t = redis.call('TIME')
+local v = redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], t[1], 'PX', 60000)
+return v
+"""
+
+BIG = 1e12
+
+
+def _limiters(backend: RedisBackend) -> dict[str, Any]:
+    """Each kind of limiter, with a budget too large to refuse."""
+
+    def name() -> str:
+        return f"hot-{uuid.uuid4().hex[:8]}"
+
+    return {
+        "token bucket": TokenBucket(BIG, BIG, backend=backend, name=name()),
+        "leaky bucket": LeakyBucket(BIG, BIG, backend=backend, name=name()),
+        "exact window": SlidingWindow(10**9, 1, backend=backend, name=name()),
+        "approximate window": SlidingWindow(10**9, 1, approximate=True, backend=backend, name=name()),
+        "composite (2 buckets)": Composite(
+            [TokenBucket(BIG, BIG), TokenBucket(BIG, BIG / 2)], backend=backend, name=name()
+        ),
+        "priorities (high)": TokenBucket(BIG, BIG, low_share=0.5, backend=backend, name=name()),
+        "adaptive": TokenBucket(BIG, BIG, adaptive=Adaptive(), backend=backend, name=name()),
+    }
+
+
+def _server_usec(admin: redis.Redis) -> float:
+    """Server microseconds per script or function call since the last reset."""
+    stats: dict[str, Any] = admin.info("commandstats")
+    usec = calls = 0.0
+    for command in ("fcall", "evalsha", "eval"):
+        seen = stats.get(f"cmdstat_{command}", {})
+        usec += float(seen.get("usec", 0))
+        calls += float(seen.get("calls", 0))
+    return usec / calls if calls else float("nan")
+
+
+def _per_call(admin: redis.Redis, call: Callable[[], object], calls: int) -> float:
+    for _ in range(50):  # loads the library or script, and writes the code key
+        call()
+    admin.config_resetstat()
+    for _ in range(calls):
+        call()
+    return _server_usec(admin)
+
+
+def _rate(call: Callable[[], object], seconds: float) -> float:
+    done, started = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - started) < seconds:
+        for _ in range(100):
+            call()
+        done += 100
+    return done / elapsed
+
+
+def _backend(url: str, *, scripts: bool, counters: bool = True) -> RedisBackend:
+    # coalesce=False: one call per decision, which is what is measured here.
+    backend = RedisBackend.from_url(url, coalesce=False, counters=counters)
+    if scripts:
+        call_by_script(backend.client)
+    return backend
+
+
+def _server_round(url: str, admin: redis.Redis, calls: int) -> dict[str, float]:
+    floor = admin.register_script(FLOOR)
+    fkey = f"floor-{uuid.uuid4().hex[:8]}"
+    out = {"floor": _per_call(admin, lambda: floor(keys=[fkey]), calls)}
+    for mode, scripts, counters in (
+        ("functions", False, True),
+        ("functions, counters off", False, False),
+        ("scripts", True, True),
+    ):
+        backend = _backend(url, scripts=scripts, counters=counters)
+        for label, limiter in _limiters(backend).items():
+            out[f"{label} | {mode}"] = _per_call(admin, limiter.try_acquire, calls)
+        backend.close()
+    return out
+
+
+def _client_round(url: str, admin: redis.Redis, seconds: float) -> dict[str, float]:
+    empty = admin.script_load("return 1")
+    out = {"empty EVALSHA": _rate(lambda: admin.evalsha(empty, 0), seconds)}
+    for mode, scripts in (("functions", False), ("scripts", True)):
+        backend = _backend(url, scripts=scripts)
+        for label, limiter in list(_limiters(backend).items())[:4]:
+            out[f"{label} | {mode}"] = _rate(limiter.try_acquire, seconds)
+        backend.close()
+    return out
+
+
+def _hot_worker(url: str, name: str, scripts: bool, seconds: float, start: Any, out: Any) -> None:
+    backend = _backend(url, scripts=scripts)
+    limiter = TokenBucket(BIG, BIG, backend=backend, name=name)
+    limiter.try_acquire()
+    start.wait()
+    out.put(_rate(limiter.try_acquire, seconds))
+    backend.close()
+
+
+def _hot(url: str, scripts: bool, seconds: float, processes: int = 4) -> float:
+    context = multiprocessing.get_context("spawn")
+    start, out = context.Event(), context.Queue()
+    name = f"hot-{uuid.uuid4().hex[:8]}"
+    workers = [
+        context.Process(target=_hot_worker, args=(url, name, scripts, seconds, start, out)) for _ in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    time.sleep(1.0)  # every worker connected and loaded
+    start.set()
+    total = sum(out.get(timeout=60) for _ in workers)
+    for worker in workers:
+        worker.join()
+    return float(total)
+
+
+def _report(title: str, results: dict[str, list[float]], base: str, unit: str) -> None:
+    print(f"\n{title}")
+    floor = statistics.median(results[base])
+    for label, values in results.items():
+        med = statistics.median(values)
+        print(f"  {label:44} {med:10.2f} {unit}  {med / floor:5.2f}x {base}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--calls", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=1.0, help="each client-side rate's measure")
+    args = parser.parse_args()
+    admin = redis.Redis.from_url(args.redis)
+    server: dict[str, list[float]] = {}
+    client: dict[str, list[float]] = {}
+    for _ in range(args.rounds):
+        for label, value in _server_round(args.redis, admin, args.calls).items():
+            server.setdefault(label, []).append(value)
+        for label, value in _client_round(args.redis, admin, args.seconds).items():
+            client.setdefault(label, []).append(value)
+    _report("Redis server time per decision (median of rounds)", server, "floor", "us")
+    _report("Uncontended try_acquire per second through Redis", client, "empty EVALSHA", "/s")
+    hot = {
+        mode: _hot(args.redis, scripts, 3 * args.seconds) for mode, scripts in (("scripts", True), ("functions", False))
+    }
+    print("\nOne hot limiter, 4 processes: decisions per second, all processes together")
+    for mode, rate in hot.items():
+        print(f"  {mode:44} {rate:10.0f} /s  {rate / hot['scripts']:5.2f}x scripts")
+    admin.close()
+
+
+if __name__ == "__main__":
+    main()
