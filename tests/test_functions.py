@@ -23,7 +23,20 @@ import redis.asyncio
 from ratelimit import BackendUnavailable, Composite, ManualClock, RedisBackend, SlidingWindow, TokenBucket
 from ratelimit._stores import redis_handles
 from ratelimit._stores.keys import code_key
-from ratelimit._stores.scripts import Composed, Script, by_function, call_by_script, library, single_script
+from ratelimit._stores.scripts import (
+    ALGORITHMS,
+    Composed,
+    Script,
+    breaker_script,
+    by_function,
+    call_by_script,
+    concurrency_script,
+    group_script,
+    lanes_script,
+    library,
+    live_script,
+    single_script,
+)
 
 from conftest import unavailable, unique_name
 from servers import RedisCluster, RedisSentinelSet, RedisServer
@@ -83,6 +96,27 @@ def test_a_fresh_server_gets_the_library_once_and_each_decision_is_one_fcall(ser
     assert _calls(admin, "evalsha") == _calls(admin, "eval") == 0
     assert _libraries(admin) == [library().name]
     backend.close()
+    admin.close()
+
+
+def test_the_library_registers_every_driver_of_every_kind(server: RedisServer) -> None:
+    admin = redis.Redis.from_url(server.url)
+    admin.function_load(library().source)
+    (entry,) = admin.function_list()
+    fields = entry if isinstance(entry, dict) else dict(zip(entry[::2], entry[1::2], strict=True))
+    registered = set()
+    for function in fields[b"functions"]:
+        described = function if isinstance(function, dict) else dict(zip(function[::2], function[1::2], strict=True))
+        registered.add(described[b"name"].decode())
+    scripts = [
+        *(single_script(kind) for kind in ALGORITHMS),
+        *(lanes_script(kind) for kind in ALGORITHMS),
+        group_script(),
+        breaker_script(),
+        concurrency_script(),
+        live_script(),
+    ]
+    assert registered == {script.function for script in scripts}
     admin.close()
 
 
