@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 import redis
 
 from .._redact import redact_url, scrub, url_secrets
-from .._stores.scripts import ALGORITHMS, group_script, single_script
+from .._stores.scripts import ALGORITHMS, group_script, library, single_script
 from ..testing import FakeProvider
 from .bench_adaptive import AdaptiveStats, adaptive_stats
 from .bench_stats import allowed, jain, most_in_window, percentile, timeline
@@ -342,11 +342,13 @@ def _embedded_redis() -> Iterator[str]:
     url = f"redis://127.0.0.1:{server.server_address[1]}/0"
     try:
         # fakeredis's server hangs up on a connection after any error reply, NOSCRIPT
-        # included, so the EVAL that follows a first EVALSHA would find it closed:
-        # load every script before any worker asks (the group's decides for an
-        # adaptive limiter: its own algorithm and the learned pace).
+        # and "Function not found" included, so the call that follows a first miss
+        # would find it closed: load the library, and every script for a client that
+        # calls scripts, before any worker asks (the group's decides for an adaptive
+        # limiter: its own algorithm and the learned pace).
         client = redis.Redis.from_url(url, socket_timeout=5)
         try:
+            client.function_load(library().source, replace=True)
             for script in [*(single_script(kind) for kind in ALGORITHMS), group_script()]:
                 client.script_load(script.source)
         finally:
