@@ -40,6 +40,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 
+#: ``timeout=None``: no wait is too long.
+_FOREVER = math.inf
+
 #: Give-backs of grants that landed after their task was cancelled, still running.
 _GIVING_BACK: set[asyncio.Future[None]] = set()
 
@@ -214,16 +217,26 @@ class Limiter(ABC, Generic[T]):
         If the sleep is interrupted (``KeyboardInterrupt``, a signal handler raising),
         the reserved tokens are given back before the exception propagates.
         """
-        # The usual argument needs no further checks (see try_acquire).
         if (tokens.__class__ is float or tokens.__class__ is int) and 0 < tokens <= self._quick_most:
-            n: T = tokens  # type: ignore[assignment]
-        else:
-            n = self._tokens(tokens)
-        max_wait = math.inf if timeout is None else _validate.timeout_seconds(timeout)
+            # A plain limiter and the usual argument (see try_acquire): nothing is
+            # shadowed nor remembered, and a grant at once leaves nothing more to do.
+            max_wait = _FOREVER if timeout is None else _validate.timeout_seconds(timeout)
+            wait, at = self._handle.reserve(tokens, max_wait)  # type: ignore[arg-type]
+            if wait == 0.0:
+                if self._events.callbacks or EVERYONE.callbacks:
+                    self._granted(tokens, 0.0)  # type: ignore[arg-type]
+                return 0.0
+            return self._follow(tokens, wait, at)  # type: ignore[arg-type]
+        n = self._tokens(tokens)
+        max_wait = _FOREVER if timeout is None else _validate.timeout_seconds(timeout)
         if self._shadow:
             self._shadowed(n, *self._handle.reserve(n, max_wait))
             return 0.0
-        wait, at = self._handle.reserve(n, max_wait)
+        return self._follow(n, *self._handle.reserve(n, max_wait))
+
+    def _follow(self, n: T, wait: float, at: float) -> float:
+        """The rest of :meth:`acquire` once the store has decided: the refusal raised, or
+        the grant remembered, its wait slept and the listeners told."""
         if wait < 0:
             self._denied(n, -wait)
             raise AcquireTimeout(-wait)
