@@ -220,23 +220,19 @@ class Limiter(ABC, Generic[T]):
         if (tokens.__class__ is float or tokens.__class__ is int) and 0 < tokens <= self._quick_most:
             # A plain limiter and the usual argument (see try_acquire): nothing is
             # shadowed nor remembered, and a grant at once leaves nothing more to do.
-            max_wait = _FOREVER if timeout is None else _validate.timeout_seconds(timeout)
-            wait, at = self._handle.reserve(tokens, max_wait)  # type: ignore[arg-type]
+            n: T = tokens  # type: ignore[assignment]
+            wait, at = self._handle.reserve(n, _FOREVER if timeout is None else _validate.timeout_seconds(timeout))
             if wait == 0.0:
                 if self._events.callbacks or EVERYONE.callbacks:
-                    self._granted(tokens, 0.0)  # type: ignore[arg-type]
+                    self._granted(n, 0.0)
                 return 0.0
-            return self._follow(tokens, wait, at)  # type: ignore[arg-type]
-        n = self._tokens(tokens)
-        max_wait = _FOREVER if timeout is None else _validate.timeout_seconds(timeout)
-        if self._shadow:
-            self._shadowed(n, *self._handle.reserve(n, max_wait))
-            return 0.0
-        return self._follow(n, *self._handle.reserve(n, max_wait))
-
-    def _follow(self, n: T, wait: float, at: float) -> float:
-        """The rest of :meth:`acquire` once the store has decided: the refusal raised, or
-        the grant remembered, its wait slept and the listeners told."""
+        else:
+            n = self._tokens(tokens)
+            max_wait = _FOREVER if timeout is None else _validate.timeout_seconds(timeout)
+            if self._shadow:
+                self._shadowed(n, *self._handle.reserve(n, max_wait))
+                return 0.0
+            wait, at = self._handle.reserve(n, max_wait)
         if wait < 0:
             self._denied(n, -wait)
             raise AcquireTimeout(-wait)
