@@ -152,7 +152,17 @@ class LeakyQueue:
     def step(self, state: LeakyState, now: float, tokens: float, max_wait: float) -> tuple[LeakyState, float]:
         # plan() and commit() inlined, operation for operation (see Gcra.step).
         drained_at = state[0]
-        start = drained_at if drained_at > now else now
+        if drained_at <= now:
+            # Drained already, the usual case: start is now, so the overflow's
+            # (start - now) * rate is an exact zero and it is tokens - capacity; the
+            # grant begins now and waits nothing.
+            overflow = tokens - self.capacity
+            if overflow > EPSILON:
+                admit_at = now + overflow * self.interval
+                if admit_at - now > EPSILON:
+                    return state, now - admit_at
+            return (now + tokens * self.interval, now), 0.0
+        start = drained_at
         overflow = (start - now) * self.rate + tokens - self.capacity
         if overflow > EPSILON:
             admit_at = now + overflow * self.interval

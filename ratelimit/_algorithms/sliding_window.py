@@ -51,9 +51,15 @@ MAX_CAPS = 8
 
 class Log:
     """The exact log's state: parallel lists of entries, oldest first from ``head``
-    (entries before it are pruned, dropped in batches), and the caps."""
+    (entries before it are pruned, dropped in batches), and the caps.
 
-    __slots__ = ("caps", "head", "sums", "times", "weights")
+    ``head < len(times)``, or the lists are empty: whatever leaves no entry clears them.
+    Until the sums are rebased, no weight is more than its sum (every change of both
+    is the same monotone step on each), so the base is never below zero; ``rebased``
+    says that may no longer hold, until the log empties.
+    """
+
+    __slots__ = ("caps", "head", "rebased", "sums", "times", "weights")
 
     def __init__(self) -> None:
         self.times: list[float] = []
@@ -61,6 +67,7 @@ class Log:
         self.weights: list[float] = []
         self.head = 0
         self.caps: list[list[float]] = []
+        self.rebased = False
 
     def __len__(self) -> int:
         return len(self.times) - self.head
@@ -93,6 +100,7 @@ class Log:
         self.sums.clear()
         self.weights.clear()
         self.head = 0
+        self.rebased = False
 
     def drop_newest(self) -> None:
         self.times.pop()
@@ -106,6 +114,8 @@ class Log:
         base = self.base()
         if base > REBASE and base > REBASE_SPAN * (self.sums[-1] - base):
             self.sums[self.head :] = [s - base for s in self.sums[self.head :]]
+            # Each sum less a rounded base may land an ulp below its weight.
+            self.rebased = True
 
 
 def _capped(caps: list[list[float]], at: float, tokens: float) -> float:
@@ -195,53 +205,64 @@ class WindowLog:
                     cap[1] -= tokens
         return state
 
+    def _first(self, state: Log, now: float, tokens: float) -> tuple[Log, float]:
+        if tokens > 0:
+            state.times.append(now)
+            state.sums.append(tokens)
+            state.weights.append(tokens)
+        return state, 0.0
+
     def step(self, state: Log, now: float, tokens: float, max_wait: float) -> tuple[Log, float]:
         # The usual case inlined (no caps, room now, nothing reserved ahead): plan(),
         # decide() and commit() as one, operation for operation.
-        if not state.caps:
-            times = state.times
-            head = state.head
-            cutoff = now - self.window
-            if len(times) == head or times[-1] <= cutoff:
-                # Empty, or all of it aged out: the sums start again from zero, as they
-                # do when plan() prunes the whole log.
-                if len(times) != head:
-                    state.clear()
-                if tokens > 0:
-                    times.append(now)
-                    state.sums.append(tokens)
-                    state.weights.append(tokens)
-                return state, 0.0
-            if times[head] <= cutoff:
-                # Usually one entry has aged out since the last call: step over it
-                # before paying for a search.
-                head += 1
-                if times[head] <= cutoff:
-                    head = bisect_right(times, cutoff, head)
-                if head > 1024 and 2 * head > len(times):
-                    state.prune(cutoff)
-                    head = 0
-                else:
-                    state.head = head
+        times = state.times
+        if times and not state.caps:
             last = times[-1]
-            if last <= now:
-                sums, weights = state.sums, state.weights
+            cutoff = now - self.window
+            if cutoff < last <= now:
+                head = state.head
+                if times[head] <= cutoff:
+                    # Usually one entry has aged out since the last call: step over it
+                    # before paying for a search.
+                    head += 1
+                    if times[head] <= cutoff:
+                        head = bisect_right(times, cutoff, head)
+                    if head > 1024 and 2 * head > len(times):
+                        state.prune(cutoff)
+                        head = 0
+                    else:
+                        state.head = head
+                sums = state.sums
                 newest = sums[-1]
-                base = sums[head] - weights[head]
-                if newest - base + tokens - self.limit <= EPSILON:
-                    total = newest + tokens
+                total = newest + tokens
+                # With a base of zero or more, newest - base + tokens is no more than
+                # total, and every operation is monotone: a total that fits is a plan
+                # that fits, and the head's entry, long out of the cache, is not read.
+                if (total - self.limit <= EPSILON and not state.rebased) or (
+                    newest - (sums[head] - state.weights[head]) + tokens - self.limit <= EPSILON
+                ):
+                    # The base (before this grant) is no more than the newest sum: only
+                    # a large one may call for a rebase.
+                    due = newest > REBASE and sums[head] - state.weights[head] > REBASE
                     if last == now or total == newest:
                         if tokens > 0:
                             times[-1] = now
                             sums[-1] = total
-                            weights[-1] += tokens
+                            state.weights[-1] += tokens
                     else:
                         times.append(now)
                         sums.append(total)
-                        weights.append(tokens)
-                    if base > REBASE:
+                        state.weights.append(tokens)
+                    if due:
                         state.rebase_if_due()
                     return state, 0.0
+            elif last <= cutoff:
+                # All of it aged out: the sums start again from zero, as they do when
+                # plan() prunes the whole log.
+                state.clear()
+                return self._first(state, now, tokens)
+        elif not state.caps:
+            return self._first(state, now, tokens)
         _, at = self.plan(state, now, tokens)
         wait = at - now
         if wait <= EPSILON:

@@ -40,6 +40,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 
+#: ``timeout=None``: no wait is too long.
+_FOREVER = math.inf
+
 #: Give-backs of grants that landed after their task was cancelled, still running.
 _GIVING_BACK: set[asyncio.Future[None]] = set()
 
@@ -57,13 +60,13 @@ class Acquirer(Protocol):
     same semantics for asyncio.
     """
 
-    def acquire(self, tokens: float = 1, timeout: float | timedelta | None = None) -> float: ...
+    def acquire(self, tokens: float = 1.0, timeout: float | timedelta | None = None) -> float: ...
 
-    def try_acquire(self, tokens: float = 1) -> bool: ...
+    def try_acquire(self, tokens: float = 1.0) -> bool: ...
 
-    async def acquire_async(self, tokens: float = 1, timeout: float | timedelta | None = None) -> float: ...
+    async def acquire_async(self, tokens: float = 1.0, timeout: float | timedelta | None = None) -> float: ...
 
-    async def try_acquire_async(self, tokens: float = 1) -> bool: ...
+    async def try_acquire_async(self, tokens: float = 1.0) -> bool: ...
 
     def refund(self, tokens: float = 1) -> None: ...
 
@@ -186,8 +189,9 @@ class Limiter(ABC, Generic[T]):
             self._events.emit(Granted(self._name, w, wait, True) if wait >= 0 else Denied(self._name, w, -wait, True))
 
     def _granted(self, tokens: T, wait: float) -> None:
-        if self._events.callbacks or EVERYONE.callbacks:
-            self._events.emit(Granted(self._name, weight(tokens), wait))
+        # The caller asks first whether anyone listens (`_events.callbacks or
+        # EVERYONE.callbacks`): on the hot path, a call saved when no one does.
+        self._events.emit(Granted(self._name, weight(tokens), wait))
 
     def _denied(self, tokens: T, needed: float) -> None:
         if self._events.callbacks or EVERYONE.callbacks:
@@ -195,14 +199,7 @@ class Limiter(ABC, Generic[T]):
 
     # -- acquiring ----------------------------------------------------------------
 
-    def _reserve(self, tokens: T, timeout: float | timedelta | None) -> tuple[float, float]:
-        wait, at = self._handle.reserve(tokens, _max_wait(timeout))
-        if wait < 0:
-            self._denied(tokens, -wait)
-            raise AcquireTimeout(-wait)
-        return wait, at
-
-    def acquire(self, tokens: float = 1, timeout: float | timedelta | None = None) -> float:
+    def acquire(self, tokens: float = 1.0, timeout: float | timedelta | None = None) -> float:
         """Block until ``tokens`` are granted; return the seconds waited.
 
         Args:
@@ -220,11 +217,25 @@ class Limiter(ABC, Generic[T]):
         If the sleep is interrupted (``KeyboardInterrupt``, a signal handler raising),
         the reserved tokens are given back before the exception propagates.
         """
-        n = self._tokens(tokens)
-        if self._shadow:
-            self._shadowed(n, *self._handle.reserve(n, _max_wait(timeout)))
-            return 0.0
-        wait, at = self._reserve(n, timeout)
+        if (tokens.__class__ is float or tokens.__class__ is int) and 0 < tokens <= self._quick_most:
+            # A plain limiter and the usual argument (see try_acquire): nothing is
+            # shadowed nor remembered, and a grant at once leaves nothing more to do.
+            n: T = tokens  # type: ignore[assignment]
+            wait, at = self._handle.reserve(n, _FOREVER if timeout is None else _validate.timeout_seconds(timeout))
+            if wait == 0.0:
+                if self._events.callbacks or EVERYONE.callbacks:
+                    self._granted(n, 0.0)
+                return 0.0
+        else:
+            n = self._tokens(tokens)
+            max_wait = _FOREVER if timeout is None else _validate.timeout_seconds(timeout)
+            if self._shadow:
+                self._shadowed(n, *self._handle.reserve(n, max_wait))
+                return 0.0
+            wait, at = self._handle.reserve(n, max_wait)
+        if wait < 0:
+            self._denied(n, -wait)
+            raise AcquireTimeout(-wait)
         if self._last_grant is not None:
             self._last_grant.saw(wait, at)
         if self._named is not None:
@@ -237,14 +248,17 @@ class Limiter(ABC, Generic[T]):
                     self._named.forget()  # withdrawn here: no settle may name it again
                 self._give_back(n, at)
                 raise
-        self._granted(n, wait)
+        if self._events.callbacks or EVERYONE.callbacks:
+            self._granted(n, wait)
         return wait
 
-    def try_acquire(self, tokens: float = 1) -> bool:
+    def try_acquire(self, tokens: float = 1.0) -> bool:
         """Take ``tokens`` if they can be granted right now; never blocks."""
-        # The hottest path of all: the usual argument, a small int, is checked inline.
-        if tokens.__class__ is int and 0 < tokens <= self._quick_most:
-            # The usual argument, a small int, needs no further checks.
+        # The hottest path of all. A plain float or int in (0, _quick_most] is a valid
+        # request as it stands (NaN fails the comparison), and a plain limiter (one whose
+        # _quick_most is set: no shadow, no grant remembered) has nothing else to do. The
+        # default is a float: the stores' arithmetic on floats alone runs faster.
+        if (tokens.__class__ is float or tokens.__class__ is int) and 0 < tokens <= self._quick_most:
             wait = self._handle.reserve(tokens, 0.0)[0]  # type: ignore[arg-type]
             if self._events.callbacks or EVERYONE.callbacks:
                 self._events.emit(Granted(self._name, tokens, 0.0) if wait >= 0 else Denied(self._name, tokens, -wait))
@@ -259,12 +273,13 @@ class Limiter(ABC, Generic[T]):
                 self._last_grant.saw(wait, at)
             if self._named is not None:
                 self._named.saw(n, at)
-            self._granted(n, 0.0)
+            if self._events.callbacks or EVERYONE.callbacks:
+                self._granted(n, 0.0)
             return True
         self._denied(n, -wait)
         return False
 
-    async def acquire_async(self, tokens: float = 1, timeout: float | timedelta | None = None) -> float:
+    async def acquire_async(self, tokens: float = 1.0, timeout: float | timedelta | None = None) -> float:
         """:meth:`acquire` for asyncio: suspends the task, not the thread.
 
         Cancelling the task gives the reserved tokens back, so
@@ -292,7 +307,8 @@ class Limiter(ABC, Generic[T]):
                     self._named.forget(asyncio.current_task())
                 await self._give_back_async(n, at)
                 raise
-        self._granted(n, wait)
+        if self._events.callbacks or EVERYONE.callbacks:
+            self._granted(n, wait)
         return wait
 
     async def _reserve_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
@@ -321,7 +337,7 @@ class Limiter(ABC, Generic[T]):
             _GIVING_BACK.add(task)
             task.add_done_callback(_GIVING_BACK.discard)
 
-    async def try_acquire_async(self, tokens: float = 1) -> bool:
+    async def try_acquire_async(self, tokens: float = 1.0) -> bool:
         """:meth:`try_acquire` for asyncio."""
         n = self._tokens(tokens)
         wait, at = await self._reserve_async(n, 0.0)
@@ -333,7 +349,8 @@ class Limiter(ABC, Generic[T]):
                 self._last_grant.saw(wait, at)
             if self._named is not None:
                 self._named.saw(n, at, asyncio.current_task())
-            self._granted(n, 0.0)
+            if self._events.callbacks or EVERYONE.callbacks:
+                self._granted(n, 0.0)
             return True
         self._denied(n, -wait)
         return False

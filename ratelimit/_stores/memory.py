@@ -252,8 +252,16 @@ class MemoryHandle:
                     self.tally.record(tokens, wait)
                 return wait, name
             slot.state, wait = self._step(slot.state, now, tokens, max_wait)
-            if self.tally is not None:
-                self.tally.record(tokens, wait)
+            tally = self.tally
+            if wait == 0.0:
+                # The usual decision, a grant at once: Tally.record's count of one,
+                # inlined (a call costs more than the two additions).
+                if tally is not None:
+                    tally.granted += 1
+                    tally.tokens += tokens
+                return wait, now + wait
+            if tally is not None:
+                tally.record(tokens, wait)
             # Only a grant that waited is named (holes.exact): one that went at once
             # may sit anywhere in the slots still free.
             if wait > EPSILON and self._alg.slotted:
