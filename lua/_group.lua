@@ -71,7 +71,7 @@ if op == 'reserve' then
   local wait, changed, mask = reserve_members(members, holes, now, max_wait)
   save_all(not changed)
   tally_one(top_base, now, wait)
-  return {fmt(wait), fmt(now + wait), mask}
+  return {fmt_wait(wait), fmt(now + wait), mask}
 elseif op == 'batch' then
   -- The requests' own reserves, one after the other, as separate calls in this
   -- order would decide them.
@@ -85,7 +85,7 @@ elseif op == 'batch' then
     for i, m in ipairs(members) do m.tokens = tonumber(ARGV[k + i]) end
     local wait, moved, mask = reserve_members(members, holes, now, max_wait)
     if moved then changed = true end
-    out[#out + 1] = fmt(wait)
+    out[#out + 1] = fmt_wait(wait)
     out[#out + 1] = fmt(now + wait)
     out[#out + 1] = mask
     waits[#waits + 1] = wait

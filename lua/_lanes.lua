@@ -111,7 +111,7 @@ if op == 'reserve' then
   save(HIGH, true)
   save(LOW, true)
   tally_one(top_base, now, wait)
-  return {fmt(wait), fmt(now + wait), NAMES[lane]}
+  return {fmt_wait(wait), fmt(now + wait), NAMES[lane]}
 elseif op == 'refund' then
   local lane = HIGH
   if ARGV[5] == 'lo' then lane = LOW end

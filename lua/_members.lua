@@ -16,6 +16,12 @@
 
 local HOLE_SCAN = 16
 
+-- A member's state written by its plan (a table-valued state marks it), which is
+-- saved even if the request is refused.
+local function dirty(state)
+  return type(state) == 'table' and state.dirty
+end
+
 local function plan_all(members, now)
   local admit_at, at = now, now
   for _, m in ipairs(members) do

@@ -30,6 +30,31 @@ local function fmt(x)
   return string.format('%.17g', x)
 end
 
+-- A decision's signed wait as a reply: most are +0 (granted at once), which %.17g
+-- writes '0', for no string.format (about 0.4 us). (-0, '-0', is left to fmt.)
+local function fmt_wait(wait)
+  if wait == 0 and 1 / wait > 0 then return '0' end
+  return fmt(wait)
+end
+
+-- What the drivers read back from keys anyone may edit. (Defined here, once, not in a
+-- driver, whose body runs at every call: each closure made there is made per call.)
+
+-- A run-time change's value, as MIN_SET and MAX_SET in ratelimit/_stores/config.py:
+-- a value outside (hand-written, garbled) is ignored, never a stuck or exploding limit.
+local function valid(text)
+  local x = tonumber(text)
+  if x and x >= 1e-6 and x <= 1e12 then return x end
+  return nil
+end
+
+-- A finite number, or nil.
+local function finite(text)
+  local x = tonumber(text)
+  if x == nil or x ~= x or x == math.huge or x == -math.huge then return nil end
+  return x
+end
+
 -- Keys vanish once idle: at the moment their state would be "fresh" anyway, plus a
 -- margin, so that TTLs never cut short a state that still matters. The milliseconds
 -- go to Redis as text: Lua writes a number of 1e14 or more in exponent form, which

@@ -48,13 +48,6 @@
 -- `ratelimit top` (see `tally`).
 -- Mirrors MemoryHandle in ratelimit/_stores/memory.py: the algorithm's step, with holes.
 
--- What a run-time change may set, as MIN_SET and MAX_SET in ratelimit/_stores/config.py:
--- a value outside (hand-written, garbled) is ignored, never a stuck or exploding limit.
-local function valid(text)
-  local x = tonumber(text)
-  if x and x >= 1e-6 and x <= 1e12 then return x end
-  return nil
-end
 -- How long what the code says stays readable once no process has decided (a day).
 local CODE_KEPT_MS = '86400000'
 
@@ -76,11 +69,6 @@ local fleet_slack = KEYS[1] .. ':slack'
 local recorded = redis.call('HMGET', fleet_slack, 'slack', 'until')
 -- A record that does not hold a slack a limiter could keep (guard <= 1e9 s, lease <= 60
 -- s) and a finite end, hand-edited or garbled, is ignored, as a garbled change is.
-local function finite(text)
-  local x = tonumber(text)
-  if x == nil or x ~= x or x == math.huge or x == -math.huge then return nil end
-  return x
-end
 local recorded_slack, recorded_until = finite(recorded[1]), finite(recorded[2]) or -math.huge
 if recorded_slack and not (recorded_slack > 0 and recorded_slack <= 2e9) then recorded_slack = nil end
 -- The slack the saved state was decided with: the one recorded, or none.
@@ -190,10 +178,6 @@ if slack > prior + EPSILON and ALG.relayout then
   end
 end
 
-local function dirty(s)
-  return type(s) == 'table' and s.dirty
-end
-
 if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
@@ -204,7 +188,7 @@ if op == 'reserve' then
     keep_slack(member.state)
   end
   tally_one(top_base, now, wait)
-  return {fmt(wait), fmt(now + wait), mask}
+  return {fmt_wait(wait), fmt(now + wait), mask}
 elseif op == 'batch' then
   -- Exactly the requests' own reserves, one after the other, as separate calls in
   -- this order would decide them; then the lease, itself a reservation with no wait,
@@ -227,7 +211,7 @@ elseif op == 'batch' then
     if moved then changed = true end
     if wait ~= 0 then room = false end
     waits[#waits + 1] = wait
-    out[#out + 1] = fmt(wait)
+    out[#out + 1] = fmt_wait(wait)
     out[#out + 1] = fmt(now + wait)
     out[#out + 1] = mask
   end

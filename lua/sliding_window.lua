@@ -39,19 +39,52 @@ do
     return {key = base, caps = base .. ':caps', limit = limit, window = window}
   end
 
-  -- {time, sum, weight, member} of the entry at `rank` (negative from the newest), or
-  -- nil: none. A member not of ours drops the set (see the top of this file), which
-  -- then reads as empty: found where it is read, at no cost to a set without one.
-  local function entry(self, rank)
-    local got = redis.call('ZRANGE', self.key, rank, rank, 'WITHSCORES')
+  -- The oldest and the newest entry are read by nearly every step of a decision
+  -- (plan, commit, save, the fleet's slack: six ZRANGEs, about 1.3 us each). So each
+  -- is read once a call and kept in the state, `first` and `last` (an entry, false
+  -- for none, nil not known), until the set is written: every write below forgets
+  -- them, or sets them to what it wrote where that is certain.
+  local function written(state)
+    state.first, state.last, state.oldest = nil, nil, nil
+  end
+
+  -- {time, sum, weight, member} of a ZRANGE WITHSCORES reply of one entry, or nil:
+  -- none. A member not of ours drops the set (see the top of this file), which then
+  -- reads as empty: found where it is read, at no cost to a set without one.
+  local function parsed(self, state, got)
     if #got == 0 then return nil end
     local s, w = string.match(got[1], '^([^|]+)|(.+)$')
     s, w = tonumber(s), tonumber(w)
     if s == nil or w == nil then
       redis.call('DEL', self.key, self.key .. ':meta')
+      state.first, state.last, state.oldest = false, false, nil
       return nil
     end
     return {tonumber(got[2]), s, w, got[1]}
+  end
+
+  -- The entry at `rank` (negative from the newest), or nil: none.
+  local function entry(self, state, rank)
+    return parsed(self, state, redis.call('ZRANGE', self.key, rank, rank, 'WITHSCORES'))
+  end
+
+  -- The oldest entry (rank 0) or the newest (-1), or nil, read once (see `written`).
+  local function edge(self, state, rank)
+    local known
+    if rank == 0 then known = state.first else known = state.last end
+    if known ~= nil then return known or nil end
+    local got
+    if rank == 0 and state.oldest then
+      got, state.oldest = state.oldest, nil  -- read by prune, nothing written since
+    else
+      got = redis.call('ZRANGE', self.key, rank, rank, 'WITHSCORES')
+    end
+    local found = parsed(self, state, got)
+    -- (A member not of ours has dropped the set, and left both false.)
+    if found or #got == 0 then
+      if rank == 0 then state.first = found or false else state.last = found or false end
+    end
+    return found
   end
 
   local function sum_at(self, rank)
@@ -82,12 +115,26 @@ do
 
   -- Only a write when there is something to forget: a script's first write is
   -- where a server at maxmemory refuses it (OOM), and that must be the grant's.
+  -- (Unparsed: a member not of ours that has aged out goes with the rest; parsed
+  -- and kept for `edge` when nothing goes.)
   local function prune(self, state, cutoff)
-    local oldest = redis.call('ZRANGE', self.key, 0, 0, 'WITHSCORES')
-    if #oldest > 0 and tonumber(oldest[2]) <= cutoff then
-      redis.call('ZREMRANGEBYSCORE', self.key, '-inf', fmt(cutoff))
-      state.dirty = true
+    local first = state.first
+    if first == nil then
+      local oldest = redis.call('ZRANGE', self.key, 0, 0, 'WITHSCORES')
+      if #oldest == 0 then
+        state.first, state.last = false, false
+        return
+      end
+      if tonumber(oldest[2]) > cutoff then
+        state.oldest = oldest
+        return
+      end
+    elseif first == false or first[1] > cutoff then
+      return
     end
+    redis.call('ZREMRANGEBYSCORE', self.key, '-inf', fmt(cutoff))
+    written(state)
+    state.dirty = true
   end
 
   local function prune_caps(state, now)
@@ -137,7 +184,7 @@ do
     prune_caps(state, now)
     prune(self, state, now - self.window)
     local at = now
-    local first, last = entry(self, 0), entry(self, -1)
+    local first, last = edge(self, state, 0), edge(self, state, -1)
     if last ~= nil then
       local base = first[2] - first[3]
       local excess = last[2] - base + tokens - self.limit
@@ -145,10 +192,11 @@ do
       if excess > EPSILON then
         local n = redis.call('ZCARD', self.key)
         local rank = search(self, n, base, last[2], base + excess - EPSILON)
-        local found = rank and entry(self, rank)
+        local found = rank and entry(self, state, rank)
         if not found then
           -- A member that is not ours, in the middle: the set is dropped whole.
           redis.call('DEL', self.key)
+          state.first, state.last, state.oldest = false, false, nil
           at = now
         elseif found[1] + self.window > at then
           at = found[1] + self.window
@@ -160,13 +208,14 @@ do
   end
 
   -- See Log.rebase_if_due.
-  local function rebase_if_due(self)
-    local first, last = entry(self, 0), entry(self, -1)
+  local function rebase_if_due(self, state)
+    local first, last = edge(self, state, 0), edge(self, state, -1)
     if first == nil or last == nil then return end
     local base = first[2] - first[3]
     if not (base > REBASE and base > REBASE_SPAN * (last[2] - base)) then return end
     local all = redis.call('ZRANGE', self.key, 0, -1, 'WITHSCORES')
     redis.call('DEL', self.key)
+    written(state)
     for i = 1, #all, 2 do
       local s, w = string.match(all[i], '^([^|]+)|(.+)$')
       redis.call('ZADD', self.key, all[i + 1], member(tonumber(s) - base, tonumber(w)))
@@ -175,9 +224,10 @@ do
 
   function sliding_window.commit(self, state, now, tokens, at)
     if not (tokens > 0) then return state end
-    local last = entry(self, -1)
+    local last = edge(self, state, -1)
     if last == nil then
       redis.call('ZADD', self.key, fmt(at), member(tokens, tokens))
+      written(state)
     else
       local total = last[2] + tokens
       if at <= last[1] or total == last[2] then
@@ -186,11 +236,19 @@ do
         if at > t then t = at end
         redis.call('ZREM', self.key, last[4])
         redis.call('ZADD', self.key, fmt(t), member(total, last[3] + tokens))
+        written(state)
       else
-        redis.call('ZADD', self.key, fmt(at), member(total, tokens))
+        -- Later than every entry: the newest one now, and the oldest is still the
+        -- oldest (unless this member's text was the oldest's, which ZADD moves).
+        local m = member(total, tokens)
+        redis.call('ZADD', self.key, fmt(at), m)
+        local first = state.first
+        if first and first[4] == m then first = nil end
+        written(state)
+        state.first, state.last = first, {at, total, tokens, m}
       end
       -- The base is below the newest sum: only then is it worth reading.
-      if total > REBASE then rebase_if_due(self) end
+      if total > REBASE then rebase_if_due(self, state) end
     end
     for _, cap in ipairs(state.caps) do
       if at < cap[1] then
@@ -207,7 +265,7 @@ do
   function sliding_window.refund(self, state, now, tokens, at)
     if not (tokens > 0) or at <= now - self.window then return state end
     prune(self, state, now - self.window)
-    local first, last = entry(self, 0), entry(self, -1)
+    local first, last = edge(self, state, 0), edge(self, state, -1)
     if first == nil or last == nil or first[1] > now then return state end
     local base = first[2] - first[3]
     local target = base + tokens
@@ -217,32 +275,35 @@ do
       used = search(self, redis.call('ZCARD', self.key), base, last[2], target + EPSILON)
     end
     state.dirty = true
+    written(state)
     if used == nil or used >= made then
       redis.call('ZREMRANGEBYRANK', self.key, 0, made - 1)
       return state
     end
     if used > 0 then redis.call('ZREMRANGEBYRANK', self.key, 0, used - 1) end
-    local kept = entry(self, 0)
+    local kept = entry(self, state, 0)
+    written(state)
     redis.call('ZREM', self.key, kept[4])
     redis.call('ZADD', self.key, fmt(kept[1]), member(kept[2], kept[2] - target))
     return state
   end
 
   function sliding_window.tail(self, state, tokens, at)
-    local last = entry(self, -1)
+    local last = edge(self, state, -1)
     return last == nil or at >= last[1] - EPSILON
   end
 
   function sliding_window.cancel(self, state, now, tokens, at)
-    local last = entry(self, -1)
+    local last = edge(self, state, -1)
     if last == nil or last[1] < at - EPSILON or not (tokens > 0) then return state end
     local prev = last[2] - last[3]
     if redis.call('ZCARD', self.key) > 1 then
-      local before = entry(self, -2)
+      local before = entry(self, state, -2)
       if before == nil then return state end  -- not ours: the set is gone
       prev = before[2]
     end
     redis.call('ZREM', self.key, last[4])
+    written(state)
     if not (last[3] - tokens <= EPSILON or last[2] - tokens <= prev) then
       redis.call('ZADD', self.key, fmt(last[1]), member(last[2] - tokens, last[3] - tokens))
     end
@@ -251,7 +312,7 @@ do
   end
 
   function sliding_window.latest(self, state)
-    local last = entry(self, -1)
+    local last = edge(self, state, -1)
     if last == nil then return -math.huge end
     return last[1]
   end
@@ -312,7 +373,7 @@ do
       end
     end
     if not state.dirty then return end
-    local last = entry(self, -1)
+    local last = edge(self, state, -1)
     if last ~= nil then expire_after(self.key, last[1] + self.window - now) end
   end
 end
