@@ -289,13 +289,14 @@ end
 -- See plan in holes.py: the plan of the members with the earliest of the first
 -- HOLE_SCAN holes the request can take, which wins when it comes before the
 -- algorithms' own plan (or they would not admit it now). Returns admit_at, at, and
--- the hole to take (nil: the algorithms' own plan).
-local function plan_members(members, holes, now)
+-- the hole to take (nil: the algorithms' own plan). `none`: the caller knows there
+-- are no holes.
+local function plan_members(members, holes, now, none)
   -- The common path has no holes at all: EXISTS is the cheapest way to learn it
   -- (about 0.5 us in a ~20 us script). Read by rank, then drop spent holes (they sort
   -- first) only if there are any past.
   -- One entry more than the scan: the pause, if any, is among them and is no hole.
-  if redis.call('EXISTS', holes) == 0 then
+  if none or redis.call('EXISTS', holes) == 0 then
     local admit_at, at = plan_all(members, now)
     return admit_at, at, nil
   end
@@ -402,8 +403,8 @@ local function settle_members(members, holes, now, admit_at, at, hole, max_wait)
   return wait, true, ''
 end
 
-local function reserve_members(members, holes, now, max_wait)
-  local admit_at, at, hole = plan_members(members, holes, now)
+local function reserve_members(members, holes, now, max_wait, none)
+  local admit_at, at, hole = plan_members(members, holes, now, none)
   return settle_members(members, holes, now, admit_at, at, hole, max_wait)
 end
 

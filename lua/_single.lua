@@ -66,7 +66,13 @@ local code1, code2, slack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[
 -- that long after the last decision made with it (every token granted under it has
 -- gone by then), and every process decides with the larger of its own and it.
 local fleet_slack = KEYS[1] .. ':slack'
-local recorded = redis.call('HMGET', fleet_slack, 'slack', 'until')
+local holes = KEYS[1] .. ':holes'
+-- The record, a change (KEYS[2]) and holes are each rare: most decisions find none of
+-- them, which one EXISTS of the three tells for less than reading any one of them.
+local beside = 1
+if KEYS[2] then beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes) end
+local recorded = {false, false}
+if beside > 0 then recorded = redis.call('HMGET', fleet_slack, 'slack', 'until') end
 -- A record that does not hold a slack a limiter could keep (guard <= 1e9 s, lease <= 60
 -- s) and a finite end, hand-edited or garbled, is ignored, as a garbled change is.
 local recorded_slack, recorded_until = finite(recorded[1]), finite(recorded[2]) or -math.huge
@@ -95,7 +101,7 @@ local function switch(from, to)
 end
 
 local change = nil
-if KEYS[2] then
+if KEYS[2] and beside > 0 then
   local set = redis.call('HMGET', KEYS[2], 'rate', 'burst', 'until')
   local rate, burst = valid(set[1]), valid(set[2])
   if rate or burst then
@@ -149,7 +155,9 @@ local function too_big(t)
   return t > p1 + EPSILON
 end
 local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self)}
-local holes = KEYS[1] .. ':holes'
+-- Holes are made only by give-backs and restrictions, never by a reserve: none found
+-- before this call's first one, none are there for any reserve of it that follows.
+local no_holes = beside == 0
 
 -- After a decision with a slack in force: recorded until the state has been idle for
 -- that slack, written ahead by as much again so that a busy budget rewrites it about
@@ -182,7 +190,7 @@ if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
   local wait, changed, mask = -math.huge, false, ''
-  if not too_big(tokens) then wait, changed, mask = reserve_members({member}, holes, now, max_wait) end
+  if not too_big(tokens) then wait, changed, mask = reserve_members({member}, holes, now, max_wait, no_holes) end
   if changed or dirty(member.state) then
     ALG.save(self, member.state, now)
     keep_slack(member.state)
@@ -198,6 +206,7 @@ elseif op == 'batch' then
   if ARGV[3] ~= '' then
     give_back_members({member}, holes, now, {tonumber(ARGV[3])}, tonumber(ARGV[4]))
     changed = true
+    no_holes = false
   end
   local out = {}
   local waits = {}
@@ -207,7 +216,9 @@ elseif op == 'batch' then
     local max_wait = math.huge
     if ARGV[i + 1] ~= '' then max_wait = tonumber(ARGV[i + 1]) end
     local wait, moved, mask = -math.huge, false, ''
-    if not too_big(member.tokens) then wait, moved, mask = reserve_members({member}, holes, now, max_wait) end
+    if not too_big(member.tokens) then
+      wait, moved, mask = reserve_members({member}, holes, now, max_wait, no_holes)
+    end
     if moved then changed = true end
     if wait ~= 0 then room = false end
     waits[#waits + 1] = wait
@@ -218,7 +229,7 @@ elseif op == 'batch' then
   local want, least, got = tonumber(ARGV[9]), tonumber(ARGV[10]), 0
   while room and want >= least and want > 0 do
     member.tokens = want
-    local wait, moved = reserve_members({member}, holes, now, 0)
+    local wait, moved = reserve_members({member}, holes, now, 0, no_holes)
     if wait >= 0 then
       got = want
       if moved then changed = true end
