@@ -1,5 +1,7 @@
 -- ratelimit: driver for a composite, several limits granted all-or-nothing in one
--- call. Loaded as _prelude.lua + every <algorithm>.lua + _members.lua + _top.lua + this file.
+-- call. This file is the body of drive_group(KEYS, ARGV), run at each call; what it
+-- calls is defined once before it, in _prelude.lua, every algorithm's file,
+-- _members.lua and _top.lua (see ratelimit/_stores/scripts.py).
 --
 -- KEYS[i]  member i's base key, ratelimit:{<composite name>}:<i>:<algorithm>: all
 --          members share the composite's hash tag, so this works on Redis Cluster.

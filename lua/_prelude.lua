@@ -1,4 +1,6 @@
--- ratelimit: shared prelude, prepended to every script when it is loaded.
+-- ratelimit: shared prelude, first in the function library and in every script (see
+-- ratelimit/_stores/scripts.py). Definitions only: a library may call nothing while
+-- it loads, and what is defined here is defined once per server.
 --
 -- Times are seconds as doubles. A script reads the server's clock (TIME) unless the
 -- caller passes `now` (tests, and the client-clock mode for services that refuse TIME

@@ -1,6 +1,7 @@
--- ratelimit: driver for one limiter. Loaded as _prelude.lua + <algorithm>.lua, ALG
--- bound to the algorithm's table, _members.lua, _top.lua, then this file (see
--- ratelimit/_stores/scripts.py).
+-- ratelimit: driver for one limiter. This file is the body of
+-- drive_single(ALG, KIND, KEYS, ARGV), run at each call: ALG the algorithm's table,
+-- KIND its name. What it calls is defined once before it, in _prelude.lua, the
+-- algorithm's file, _members.lua and _top.lua (see ratelimit/_stores/scripts.py).
 --
 -- KEYS[1]  the limiter's base key, ratelimit:{<name>}:<algorithm>; every key the
 --          algorithm touches is this one or starts with it, so all share its hash tag.

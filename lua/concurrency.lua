@@ -1,5 +1,5 @@
--- ratelimit: a semaphore shared by every process (ConcurrencyLimit). Loaded after
--- _prelude.lua. Mirrors ratelimit/_algorithms/semaphore.py transition for transition.
+-- ratelimit: a semaphore shared by every process (ConcurrencyLimit). This file is the
+-- body of drive_concurrency(KEYS, ARGV), defined after _prelude.lua. Mirrors ratelimit/_algorithms/semaphore.py transition for transition.
 --
 -- KEYS[1]  the holders, ratelimit:{<name>}:concurrency: a sorted set, member = lease
 --          id, score = when the lease runs out. Beside it, in the same hash slot:
