@@ -35,6 +35,7 @@ from ratelimit._stores.scripts import (
     lanes_script,
     library,
     live_script,
+    refuses_functions,
     single_script,
 )
 
@@ -251,6 +252,26 @@ def test_an_error_names_the_file_and_line_it_came_from(server: RedisServer, scri
     assert "user_script:" not in message, message
     assert ".lua:" in message, message
     client.close()
+
+
+@pytest.mark.parametrize(
+    ("message", "refuses"),
+    [
+        ("unknown command 'FCALL', with args beginning with: 'ratelimit_x_token_bucket' '1' ", True),
+        ("ERR unknown command `FUNCTION`, with args beginning with: `LOAD` ", True),
+        ("NOPERM User scripts has no permissions to run the 'fcall' command", True),
+        ("NOPERM this user has no permissions to run the 'function|load' command", True),
+        ("ERR FUNCTION is not supported on this service", True),
+        # Not a refusal of Functions: a full server, a key the ACL denies, the library's own error.
+        ("OOM command not allowed when used memory > 'maxmemory'.", False),
+        ("NOPERM No permissions to access a key", False),
+        ("ERR user_function:12: Write commands are not allowed from read-only scripts", False),
+        ("ERR Function not found", False),
+        ("BUSY Redis is busy running a script.", False),
+    ],
+)
+def test_only_a_refusal_of_functions_turns_a_client_to_scripts(message: str, refuses: bool) -> None:
+    assert refuses_functions(message) is refuses
 
 
 def test_composed_text_maps_each_line_back_to_its_file() -> None:

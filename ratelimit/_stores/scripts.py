@@ -55,6 +55,7 @@ __all__ = [
     "library",
     "live_script",
     "lua_source",
+    "refuses_functions",
     "single_script",
 ]
 
@@ -229,8 +230,25 @@ def _mark_scripts_only(client: Any) -> None:
 
 # What the server says when it has no FCALL or FUNCTION: unknown (Redis 6, a command
 # renamed away) or not allowed (an ACL, a managed service).
-_NO_FUNCTIONS = re.compile(r"unknown command|unknown subcommand|NOPERM|no permissions|disabled|not allowed", re.I)
+_REFUSED = re.compile(
+    r"unknown command|unknown subcommand|NOPERM|no permission|not supported|disabled|not allowed", re.I
+)
+# ... of FCALL or FUNCTION itself: a server that is full ("OOM command not allowed") or
+# an ACL that denies a key refuses the call, not Functions, and an error raised inside
+# the library (user_function:<line>) is the library's own.
+_FUNCTIONS = re.compile(r"\b(fcall|function)\b", re.I)
 _NOT_LOADED = "Function not found"
+
+
+def refuses_functions(message: str) -> bool:
+    """Whether an error reply says that the server has no Functions or does not allow them."""
+    return (
+        "user_function" not in message
+        and _NOT_LOADED not in message
+        and _REFUSED.search(message) is not None
+        and _FUNCTIONS.search(message) is not None
+    )
+
 
 # What to do after an FCALL failed: load the library and call again, call by SHA
 # instead (the client has no Functions), or raise.
@@ -241,7 +259,7 @@ def _after_fcall(client: Any, exc: ResponseError) -> str:
     message = str(exc)
     if _NOT_LOADED in message:
         return _LOAD
-    if _NO_FUNCTIONS.search(message):
+    if refuses_functions(message):
         _mark_scripts_only(client)
         return _SCRIPT
     return _RAISE
@@ -249,7 +267,7 @@ def _after_fcall(client: Any, exc: ResponseError) -> str:
 
 def _after_load(client: Any, exc: ResponseError) -> None:
     """A failed FUNCTION LOAD: a server without Functions is marked; anything else raises."""
-    if _NO_FUNCTIONS.search(str(exc)):
+    if refuses_functions(str(exc)):
         _mark_scripts_only(client)
         return
     raise exc
