@@ -14,7 +14,8 @@ driver's function. The version is a digest of the text, so two releases side by 
 (a rolling deploy) each keep a library of their own. A server that lost the library
 (``FUNCTION FLUSH``, a failover to a replica that never had it, a restart without
 persistence, a Cluster master added later) answers "Function not found", and the call
-loads it and is sent again, once.
+loads it and is sent again, once; lost again by then (a flush in a loop), that one call
+goes as a script.
 
 A server without Functions (Redis 6, a managed service that forbids them, an ACL
 without ``FCALL``/``FUNCTION``) gets the same text as one script per driver, called by
@@ -273,6 +274,13 @@ def _after_load(client: Any, exc: ResponseError) -> None:
     raise exc
 
 
+def _after_reload(exc: ResponseError) -> None:
+    """The call sent again after a load failed: a library lost again in between
+    (another process flushing in a loop) sends this one call by script; else raise."""
+    if _NOT_LOADED not in str(exc):
+        raise exc
+
+
 class Script:
     """One driver: a function of the library, or the same text as a script of its own."""
 
@@ -314,7 +322,10 @@ class Script:
                     except ResponseError as exc:
                         _after_load(client, exc)
                     if by_function(client):
-                        return client.fcall(self.function, len(keys), *keys, *args)
+                        try:
+                            return client.fcall(self.function, len(keys), *keys, *args)
+                        except ResponseError as exc:
+                            _after_reload(exc)
             try:
                 return client.evalsha(self.sha, len(keys), *keys, *args)
             except NoScriptError:
@@ -337,7 +348,10 @@ class Script:
                     except ResponseError as exc:
                         _after_load(client, exc)
                     if by_function(client):
-                        return await client.fcall(self.function, len(keys), *keys, *args)
+                        try:
+                            return await client.fcall(self.function, len(keys), *keys, *args)
+                        except ResponseError as exc:
+                            _after_reload(exc)
             try:
                 return await client.evalsha(self.sha, len(keys), *keys, *args)
             except NoScriptError:
