@@ -19,8 +19,8 @@ import pytest
 import redis
 import redis.asyncio
 
-from ratelimit import ManualClock, RedisBackend, TokenBucket
-from ratelimit._stores.scripts import by_function
+from ratelimit import BackendUnavailable, ManualClock, RedisBackend, TokenBucket
+from ratelimit._stores.scripts import by_function, library
 
 from conftest import unavailable, unique_name
 from servers import RedisServer
@@ -137,3 +137,164 @@ def test_function_flush_in_a_loop_while_fifty_threads_decide(server: RedisServer
     assert sum(grants) == capacity  # no refill at all: the budget, exactly
     backend.close()
     admin.close()
+
+
+# -- many first decisions at once ----------------------------------------------------------
+
+
+def test_two_hundred_threads_deciding_first_at_once_load_at_most_once_per_connection(server: RedisServer) -> None:
+    admin = redis.Redis.from_url(server.url)
+    backend = RedisBackend.from_url(server.url, coalesce=False)
+    bucket = _bucket(backend, 150)
+    start = threading.Barrier(200)
+    got: list[bool] = []
+    errors: list[BaseException] = []
+
+    def decide() -> None:
+        start.wait()
+        try:
+            got.append(bucket.try_acquire())
+        except BaseException as exc:  # every error is the finding
+            errors.append(exc)
+
+    threads = [threading.Thread(target=decide) for _ in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert got.count(True) == 150
+    # Only the calls in flight before the first load finished load it again: no more
+    # than the backend lets run at once.
+    assert 1 <= _calls(admin, "function|load") <= backend.pool_size
+    backend.close()
+    admin.close()
+
+
+@pytest.mark.parametrize("coalesce", [False, True], ids=["plain", "coalesced"])
+def test_ten_thousand_tasks_deciding_first_at_once(server: RedisServer, coalesce: bool) -> None:
+    admin = redis.Redis.from_url(server.url)
+
+    async def scenario() -> tuple[list[object], int]:
+        client = redis.asyncio.Redis.from_url(server.url)
+        backend = RedisBackend(client, coalesce=coalesce)
+        bucket = _bucket(backend, 7_000)
+        got = await asyncio.gather(*(bucket.try_acquire_async() for _ in range(10_000)), return_exceptions=True)
+        await client.aclose()
+        return list(got), backend.pool_size
+
+    got, pool_size = asyncio.run(scenario())
+    assert [each for each in got if not isinstance(each, bool)] == []
+    assert got.count(True) == 7_000
+    assert 1 <= _calls(admin, "function|load") <= pool_size
+    admin.close()
+
+
+# -- a server that cannot take the library right now is not a server without Functions ---
+
+
+def _fill(admin: redis.Redis) -> None:
+    """Write until the server refuses writes (maxmemory under noeviction)."""
+    blob = b"x" * 100_000
+    for index in range(1_000):
+        try:
+            admin.set(f"filler:{index}", blob)
+        except redis.exceptions.OutOfMemoryError:
+            return
+    raise AssertionError("the server never filled up")
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "asyncio"])
+def test_a_full_server_refusing_the_load_keeps_the_client_on_functions(use_async: bool) -> None:
+    server = _server(maxmemory="4mb", maxmemory_policy="noeviction")
+    try:
+        admin = redis.Redis.from_url(server.url)
+        _fill(admin)
+
+        def free() -> None:
+            admin.delete(*admin.keys("filler:*"))
+
+        async def scenario() -> tuple[list[bool], bool]:
+            client = redis.asyncio.Redis.from_url(server.url)
+            backend = RedisBackend(client, coalesce=False, on_unavailable="allow")
+            bucket = _bucket(backend)
+            # Full: the load is refused (OOM), an outage, so the policy grants.
+            got = [await bucket.try_acquire_async()]
+            free()
+            got += [await bucket.try_acquire_async() for _ in range(4)]
+            functions = by_function(client)
+            await client.aclose()
+            return got, functions
+
+        if use_async:
+            got, functions = asyncio.run(scenario())
+        else:
+            backend = RedisBackend.from_url(server.url, coalesce=False, on_unavailable="allow")
+            bucket = _bucket(backend)
+            got = [bucket.try_acquire()]
+            free()
+            got += [bucket.try_acquire() for _ in range(4)]
+            functions = by_function(backend.client)
+            backend.close()
+        assert got == [True, True, True, True, False]
+        assert functions  # OOM refused a write, not Functions
+        assert _calls(admin, "evalsha") == _calls(admin, "eval") == 0
+        admin.close()
+    finally:
+        server.cleanup()
+
+
+def test_a_user_who_may_call_but_not_load_uses_the_library_someone_loaded(server: RedisServer) -> None:
+    admin = redis.Redis.from_url(server.url)
+    admin.acl_setuser("caller", enabled=True, passwords=["+secret"], keys=["*"], commands=["+@all", "-function"])
+    url = f"redis://caller:secret@127.0.0.1:{server.port}/0"
+    # On a fresh server it cannot load the library: it calls scripts.
+    alone = RedisBackend.from_url(url, coalesce=False)
+    assert [_bucket(alone).try_acquire() for _ in range(2)] == [True, True]
+    assert not by_function(alone.client)
+    alone.close()
+    # Once an operator loaded the library, a new client calls it.
+    admin.function_load(library().source)
+    loaded = RedisBackend.from_url(url, coalesce=False)
+    bucket = _bucket(loaded)
+    assert [bucket.try_acquire() for _ in range(4)] == [True, True, True, False]
+    assert by_function(loaded.client)
+    loaded.close()
+    admin.close()
+
+
+# -- a restart that keeps nothing --------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["raise", "local"])
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "asyncio"])
+def test_a_restart_mid_run_reloads_the_library(server: RedisServer, policy: str, use_async: bool) -> None:
+    name = unique_name("restart")
+
+    async def decide(bucket: TokenBucket) -> bool | str:
+        try:
+            return await bucket.try_acquire_async() if use_async else bucket.try_acquire()
+        except BackendUnavailable:
+            return "unavailable"
+
+    async def scenario() -> list[bool | str]:
+        if use_async:
+            client: Any = redis.asyncio.Redis.from_url(server.url)
+            backend = RedisBackend(client, coalesce=False, on_unavailable=policy)  # type: ignore[arg-type]
+        else:
+            backend = RedisBackend.from_url(server.url, coalesce=False, on_unavailable=policy)  # type: ignore[arg-type]
+        bucket = _bucket(backend, name=name)
+        got = [await decide(bucket)]
+        server.stop()
+        got.append(await decide(bucket))
+        server.start()  # nothing on disk: no state, no library
+        got += [await decide(bucket) for _ in range(4)]
+        if use_async:
+            await client.aclose()
+        else:
+            backend.close()
+        return got
+
+    got = asyncio.run(scenario())
+    while_down: bool | str = "unavailable" if policy == "raise" else True
+    assert got == [True, while_down, True, True, True, False]
