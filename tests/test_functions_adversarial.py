@@ -20,6 +20,7 @@ import redis
 import redis.asyncio
 
 from ratelimit import BackendUnavailable, ManualClock, RedisBackend, TokenBucket
+from ratelimit._stores.keys import code_key
 from ratelimit._stores.scripts import by_function, library
 
 from conftest import unavailable, unique_name
@@ -298,3 +299,24 @@ def test_a_restart_mid_run_reloads_the_library(server: RedisServer, policy: str,
     got = asyncio.run(scenario())
     while_down: bool | str = "unavailable" if policy == "raise" else True
     assert got == [True, while_down, True, True, True, False]
+
+
+# -- what the code says ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("coalesce", [False, True], ids=["plain", "coalesced"])
+def test_the_code_is_written_once_the_store_answers_even_if_the_first_decision_failed(
+    server: RedisServer, coalesce: bool
+) -> None:
+    backend = RedisBackend.from_url(server.url, coalesce=coalesce, on_unavailable="local")
+    name = unique_name("code")
+    bucket = _bucket(backend, name=name)
+    server.stop()
+    assert bucket.try_acquire()  # decided locally: the store is down
+    server.start()
+    admin = redis.Redis.from_url(server.url)
+    assert bucket.try_acquire()  # the store's first decision of this limiter
+    # `ratelimit inspect` reads what the code says: a limiter that decided must show.
+    assert admin.hgetall(code_key(name)).get(b"kind") == b"token_bucket"
+    backend.close()
+    admin.close()
