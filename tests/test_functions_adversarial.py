@@ -21,7 +21,7 @@ import redis.asyncio
 
 from ratelimit import BackendUnavailable, ManualClock, RedisBackend, TokenBucket
 from ratelimit._stores.keys import code_key
-from ratelimit._stores.scripts import by_function, library
+from ratelimit._stores.scripts import by_function, call_by_script, library, single_script
 
 from conftest import unavailable, unique_name
 from servers import RedisServer
@@ -320,3 +320,24 @@ def test_the_code_is_written_once_the_store_answers_even_if_the_first_decision_f
     assert admin.hgetall(code_key(name)).get(b"kind") == b"token_bucket"
     backend.close()
     admin.close()
+
+
+# -- errors point into the files ---------------------------------------------------------
+
+
+def test_an_error_names_its_file_alike_whether_called_by_function_or_script(server: RedisServer) -> None:
+    script = single_script("token_bucket")
+    key = f"ratelimit:{{{unique_name('err')}}}:token_bucket"
+    messages = []
+    for scripts in (False, True):
+        client = redis.Redis.from_url(server.url)
+        if scripts:
+            call_by_script(client)
+        with pytest.raises(redis.exceptions.ResponseError) as caught:
+            script(client, [key], ["reserve", "1000", "many", "", "3", "1", "0", "0"])
+        messages.append(str(caught.value))
+        client.close()
+    # Redis says "on @user_function:<line>" where a script's error says "on user_script:<line>".
+    for message in messages:
+        assert "on lua/_single.lua:" in message, message
+        assert "@lua/" not in message, message

@@ -143,7 +143,7 @@ class Composed:
 
 
 # How Redis names a line of a script (EVAL) or of a function library (FCALL).
-_LINE = re.compile(r"(@?user_script|user_function):(\d+)")
+_LINE = re.compile(r"@?(user_script|user_function):(\d+)")
 
 
 def _rate_limit_body(composed: Composed, kinds: Sequence[str]) -> Composed:
