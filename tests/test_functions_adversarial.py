@@ -19,7 +19,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from ratelimit import BackendUnavailable, ManualClock, RedisBackend, TokenBucket
+from ratelimit import BackendUnavailable, Composite, ManualClock, RedisBackend, SlidingWindow, TokenBucket
 from ratelimit._stores.keys import code_key
 from ratelimit._stores.scripts import by_function, call_by_script, library, single_script
 
@@ -341,3 +341,80 @@ def test_an_error_names_its_file_alike_whether_called_by_function_or_script(serv
     for message in messages:
         assert "on lua/_single.lua:" in message, message
         assert "@lua/" not in message, message
+
+
+# -- cancelled while loading -------------------------------------------------------------
+
+
+def test_a_task_cancelled_while_loading_leaves_the_next_decisions_sound(server: RedisServer) -> None:
+    async def scenario() -> list[bool]:
+        client = redis.asyncio.Redis.from_url(server.url)
+        load = client.function_load
+        loading = asyncio.Event()
+
+        async def watched_load(*args: Any, **kwargs: Any) -> Any:
+            loading.set()
+            return await load(*args, **kwargs)
+
+        client.function_load = watched_load  # type: ignore[method-assign]
+        backend = RedisBackend(client, coalesce=False)
+        bucket = _bucket(backend)
+        first = asyncio.create_task(bucket.try_acquire_async())
+        await loading.wait()
+        first.cancel()  # lands in the middle of FUNCTION LOAD
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        got = [await bucket.try_acquire_async() for _ in range(4)]
+        assert by_function(client)
+        await client.aclose()
+        return got
+
+    assert asyncio.run(scenario()) == [True, True, True, False]
+
+
+# -- counters off: nothing for `ratelimit top`, whatever path a decision takes -------------
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "asyncio"])
+def test_counters_off_leave_no_top_key_through_leases_batches_lanes_and_composites(
+    server: RedisServer, use_async: bool
+) -> None:
+    admin = redis.Redis.from_url(server.url)
+    clock = ManualClock(1_000.0)
+
+    def limiters(backend: RedisBackend) -> list[Any]:
+        return [
+            TokenBucket(50, 1, backend=backend, name=unique_name("lease"), clock=clock, lease=0.05),
+            TokenBucket(50, 1, backend=backend, name=unique_name("plain"), clock=clock),
+            TokenBucket(50, 1, low_share=0.5, backend=backend, name=unique_name("lanes"), clock=clock),
+            Composite(
+                [TokenBucket(50, 1), SlidingWindow(50, 1)], backend=backend, name=unique_name("group"), clock=clock
+            ),
+        ]
+
+    async def many(limiter: Any) -> None:
+        # At once: coalesced into batches of more than one request.
+        await asyncio.gather(*(limiter.try_acquire_async() for _ in range(30)))
+
+    if use_async:
+
+        async def scenario() -> None:
+            client = redis.asyncio.Redis.from_url(server.url)
+            backend = RedisBackend(client, counters=False)
+            for limiter in limiters(backend):
+                await many(limiter)
+            await client.aclose()
+
+        asyncio.run(scenario())
+    else:
+        backend = RedisBackend.from_url(server.url, counters=False)
+        for limiter in limiters(backend):
+            threads = [threading.Thread(target=limiter.try_acquire) for _ in range(30)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        backend.close()
+    assert admin.dbsize() > 0
+    assert list(admin.scan_iter(match="*:top:*")) == []
+    admin.close()
