@@ -19,7 +19,15 @@ import pytest
 import redis
 import redis.asyncio
 
-from ratelimit import BackendUnavailable, Composite, ManualClock, RedisBackend, SlidingWindow, TokenBucket
+from ratelimit import (
+    BackendUnavailable,
+    CircuitBreaker,
+    Composite,
+    ManualClock,
+    RedisBackend,
+    SlidingWindow,
+    TokenBucket,
+)
 from ratelimit._stores.keys import code_key
 from ratelimit._stores.scripts import by_function, call_by_script, library, single_script
 
@@ -239,7 +247,38 @@ def test_a_full_server_refusing_the_load_keeps_the_client_on_functions(use_async
             backend.close()
         assert got == [True, True, True, True, False]
         assert functions  # OOM refused a write, not Functions
-        assert _calls(admin, "evalsha") == _calls(admin, "eval") == 0
+        assert admin.function_list(library=library().name) != []  # loaded once memory was freed
+        admin.close()
+    finally:
+        server.cleanup()
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "asyncio"])
+def test_a_full_server_without_the_library_still_answers_what_only_reads(use_async: bool) -> None:
+    # Before Functions, a script ran on a full server until its first write: a closed
+    # breaker's allow() (a read) was answered. The library cannot be loaded there.
+    server = _server(maxmemory="4mb", maxmemory_policy="noeviction")
+    try:
+        admin = redis.Redis.from_url(server.url)
+        _fill(admin)
+        name = unique_name("full")
+
+        async def scenario() -> bool:
+            client = redis.asyncio.Redis.from_url(server.url)
+            breaker = CircuitBreaker(min_calls=1, backend=RedisBackend(client), name=name, clock=ManualClock(1_000.0))
+            await breaker.allow_async()
+            functions = by_function(client)
+            await client.aclose()
+            return functions
+
+        if use_async:
+            functions = asyncio.run(scenario())
+        else:
+            backend = RedisBackend.from_url(server.url)
+            CircuitBreaker(min_calls=1, backend=backend, name=name, clock=ManualClock(1_000.0)).allow()
+            functions = by_function(backend.client)
+            backend.close()
+        assert functions  # this call went by script; the client keeps to functions
         admin.close()
     finally:
         server.cleanup()

@@ -41,7 +41,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
 __all__ = [
     "ALGORITHMS",
@@ -266,11 +266,15 @@ def _after_fcall(client: Any, exc: ResponseError) -> str:
     return _RAISE
 
 
-def _after_load(client: Any, exc: ResponseError) -> None:
-    """A failed FUNCTION LOAD: a server without Functions is marked; anything else raises."""
+def _after_load(client: Any, exc: ResponseError) -> bool:
+    """A failed FUNCTION LOAD: False sends this call by script. A server without
+    Functions is marked; a full one is not (it takes no library, yet runs a script
+    until its first write, so what only reads is still answered); anything else raises."""
     if refuses_functions(str(exc)):
         _mark_scripts_only(client)
-        return
+        return False
+    if isinstance(exc, OutOfMemoryError):
+        return False
     raise exc
 
 
@@ -319,9 +323,10 @@ class Script:
                 if then == _LOAD:
                     try:
                         client.function_load(library().source, replace=True)
+                        loaded = True
                     except ResponseError as exc:
-                        _after_load(client, exc)
-                    if by_function(client):
+                        loaded = _after_load(client, exc)
+                    if loaded:
                         try:
                             return client.fcall(self.function, len(keys), *keys, *args)
                         except ResponseError as exc:
@@ -345,9 +350,10 @@ class Script:
                 if then == _LOAD:
                     try:
                         await client.function_load(library().source, replace=True)
+                        loaded = True
                     except ResponseError as exc:
-                        _after_load(client, exc)
-                    if by_function(client):
+                        loaded = _after_load(client, exc)
+                    if loaded:
                         try:
                             return await client.fcall(self.function, len(keys), *keys, *args)
                         except ResponseError as exc:
