@@ -76,6 +76,9 @@ class _ScriptHandle(ABC, Generic[T]):
         """The keys of the next call."""
         return self._base_keys
 
+    def _missed(self) -> None:
+        """A call did not reach the store: what it was to carry goes with the next one."""
+
     @abstractmethod
     def _args(self, op: str, tokens: T, extra: str) -> list[str]:
         """The script's arguments for ``op`` on ``tokens``."""
@@ -182,10 +185,11 @@ class _ScriptHandle(ABC, Generic[T]):
         return decision
 
     def _fallback(self, tokens: T, max_wait: float, exc: BackendUnavailable) -> tuple[float, float]:
+        self._missed()
         local = self._local
         return self._backend.without_store(
             exc,
-            self._keys[0],
+            self._base_keys[0],
             local=None if local is None else lambda: self._locally(local, tokens, max_wait),
             otherwise=lambda: (0.0, math.nan),
             says=(
@@ -237,10 +241,11 @@ class _ScriptHandle(ABC, Generic[T]):
     def _unrecorded(self, what: str, exc: BackendUnavailable, local: Callable[[Fallback[T]], object]) -> None:
         # A refund or a restriction that cannot reach the store: on the local fallback
         # if there is one, and otherwise lost, which is said in the log.
+        self._missed()
         fallback = self._local
         self._backend.without_store(
             exc,
-            self._keys[0],
+            self._base_keys[0],
             local=None if fallback is None else lambda: local(fallback),
             otherwise=lambda: None,
             says=("", f"Redis unavailable; the {what} on %r is lost: %s"),
@@ -330,6 +335,11 @@ class RedisHandle(_ScriptHandle[float]):
                 self._code_due = now + CODE_EVERY
                 return self._with_code
         return self._base_keys
+
+    def _missed(self) -> None:
+        # The code may have been due with the call that failed: a limiter whose first
+        # decisions met an outage would not show in `inspect` for a minute after it.
+        self._code_due = -math.inf
 
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
         return [self._quiet + op, self._now(), num(tokens), extra, *self._params]

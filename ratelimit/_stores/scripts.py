@@ -14,7 +14,8 @@ driver's function. The version is a digest of the text, so two releases side by 
 (a rolling deploy) each keep a library of their own. A server that lost the library
 (``FUNCTION FLUSH``, a failover to a replica that never had it, a restart without
 persistence, a Cluster master added later) answers "Function not found", and the call
-loads it and is sent again, once.
+loads it and is sent again, once; lost again by then (a flush in a loop), that one call
+goes as a script.
 
 A server without Functions (Redis 6, a managed service that forbids them, an ACL
 without ``FCALL``/``FUNCTION``) gets the same text as one script per driver, called by
@@ -40,7 +41,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
 __all__ = [
     "ALGORITHMS",
@@ -142,7 +143,7 @@ class Composed:
 
 
 # How Redis names a line of a script (EVAL) or of a function library (FCALL).
-_LINE = re.compile(r"(@?user_script|user_function):(\d+)")
+_LINE = re.compile(r"@?(user_script|user_function):(\d+)")
 
 
 def _rate_limit_body(composed: Composed, kinds: Sequence[str]) -> Composed:
@@ -265,12 +266,23 @@ def _after_fcall(client: Any, exc: ResponseError) -> str:
     return _RAISE
 
 
-def _after_load(client: Any, exc: ResponseError) -> None:
-    """A failed FUNCTION LOAD: a server without Functions is marked; anything else raises."""
+def _after_load(client: Any, exc: ResponseError) -> bool:
+    """A failed FUNCTION LOAD: False sends this call by script. A server without
+    Functions is marked; a full one is not (it takes no library, yet runs a script
+    until its first write, so what only reads is still answered); anything else raises."""
     if refuses_functions(str(exc)):
         _mark_scripts_only(client)
-        return
+        return False
+    if isinstance(exc, OutOfMemoryError):
+        return False
     raise exc
+
+
+def _after_reload(exc: ResponseError) -> None:
+    """The call sent again after a load failed: a library lost again in between
+    (another process flushing in a loop) sends this one call by script; else raise."""
+    if _NOT_LOADED not in str(exc):
+        raise exc
 
 
 class Script:
@@ -311,10 +323,14 @@ class Script:
                 if then == _LOAD:
                     try:
                         client.function_load(library().source, replace=True)
+                        loaded = True
                     except ResponseError as exc:
-                        _after_load(client, exc)
-                    if by_function(client):
-                        return client.fcall(self.function, len(keys), *keys, *args)
+                        loaded = _after_load(client, exc)
+                    if loaded:
+                        try:
+                            return client.fcall(self.function, len(keys), *keys, *args)
+                        except ResponseError as exc:
+                            _after_reload(exc)
             try:
                 return client.evalsha(self.sha, len(keys), *keys, *args)
             except NoScriptError:
@@ -334,10 +350,14 @@ class Script:
                 if then == _LOAD:
                     try:
                         await client.function_load(library().source, replace=True)
+                        loaded = True
                     except ResponseError as exc:
-                        _after_load(client, exc)
-                    if by_function(client):
-                        return await client.fcall(self.function, len(keys), *keys, *args)
+                        loaded = _after_load(client, exc)
+                    if loaded:
+                        try:
+                            return await client.fcall(self.function, len(keys), *keys, *args)
+                        except ResponseError as exc:
+                            _after_reload(exc)
             try:
                 return await client.evalsha(self.sha, len(keys), *keys, *args)
             except NoScriptError:
