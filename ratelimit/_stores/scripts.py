@@ -34,7 +34,7 @@ import hashlib
 import re
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -251,6 +251,10 @@ def refuses_functions(message: str) -> bool:
     )
 
 
+# What a call sends: the library's function, the library itself, the script by SHA or
+# by its text.
+FCALL, LOAD, EVALSHA, EVAL = "fcall", "load", "evalsha", "eval"
+
 # What to do after an FCALL failed: load the library and call again, call by SHA
 # instead (the client has no Functions), or raise.
 _LOAD, _SCRIPT, _RAISE = "load", "script", "raise"
@@ -311,57 +315,72 @@ class Script:
     def _by_function(self, client: Any) -> bool:
         return self.function is not None and by_function(client)
 
-    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[str | float]) -> Any:
-        try:
-            if self._by_function(client):
-                try:
-                    return client.fcall(self.function, len(keys), *keys, *args)
-                except ResponseError as exc:
-                    then = _after_fcall(client, exc)
-                    if then == _RAISE:
-                        raise
-                if then == _LOAD:
-                    try:
-                        client.function_load(library().source, replace=True)
-                        loaded = True
-                    except ResponseError as exc:
-                        loaded = _after_load(client, exc)
-                    if loaded:
-                        try:
-                            return client.fcall(self.function, len(keys), *keys, *args)
-                        except ResponseError as exc:
-                            _after_reload(exc)
+    def _steps(self, client: Any) -> Generator[str, Any, Any]:
+        """The calls one call of this driver makes, for the synchronous and the asyncio
+        runner alike: each yields what to send next (``FCALL``, ``LOAD``, ``EVALSHA``,
+        ``EVAL``) and is sent its reply, or has its error reply thrown in."""
+        if self._by_function(client):
             try:
-                return client.evalsha(self.sha, len(keys), *keys, *args)
-            except NoScriptError:
-                return client.eval(self.source, len(keys), *keys, *args)
+                return (yield FCALL)
+            except ResponseError as exc:
+                then = _after_fcall(client, exc)
+                if then == _RAISE:
+                    raise
+            if then == _LOAD:
+                try:
+                    yield LOAD
+                    loaded = True
+                except ResponseError as exc:
+                    loaded = _after_load(client, exc)
+                if loaded:
+                    try:
+                        return (yield FCALL)
+                    except ResponseError as exc:
+                        _after_reload(exc)
+        try:
+            return (yield EVALSHA)
+        except NoScriptError:
+            return (yield EVAL)
+
+    def _command(self, client: Any, step: str, keys: Sequence[str], args: Sequence[str | float]) -> Any:
+        """Send one step (a coroutine for an asyncio client)."""
+        if step == FCALL:
+            return client.fcall(self.function, len(keys), *keys, *args)
+        if step == EVALSHA:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        if step == EVAL:
+            return client.eval(self.source, len(keys), *keys, *args)
+        return client.function_load(library().source, replace=True)
+
+    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[str | float]) -> Any:
+        steps = self._steps(client)
+        try:
+            step = next(steps)
+            while True:
+                try:
+                    reply = self._command(client, step, keys, args)
+                except ResponseError as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(reply)
+        except StopIteration as done:
+            return done.value
         except ResponseError as exc:
             raise self._translated(exc) from None
 
     async def call_async(self, client: Any, keys: Sequence[str], args: Sequence[str | float]) -> Any:
+        steps = self._steps(client)
         try:
-            if self._by_function(client):
+            step = next(steps)
+            while True:
                 try:
-                    return await client.fcall(self.function, len(keys), *keys, *args)
+                    reply = await self._command(client, step, keys, args)
                 except ResponseError as exc:
-                    then = _after_fcall(client, exc)
-                    if then == _RAISE:
-                        raise
-                if then == _LOAD:
-                    try:
-                        await client.function_load(library().source, replace=True)
-                        loaded = True
-                    except ResponseError as exc:
-                        loaded = _after_load(client, exc)
-                    if loaded:
-                        try:
-                            return await client.fcall(self.function, len(keys), *keys, *args)
-                        except ResponseError as exc:
-                            _after_reload(exc)
-            try:
-                return await client.evalsha(self.sha, len(keys), *keys, *args)
-            except NoScriptError:
-                return await client.eval(self.source, len(keys), *keys, *args)
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(reply)
+        except StopIteration as done:
+            return done.value
         except ResponseError as exc:
             raise self._translated(exc) from None
 
