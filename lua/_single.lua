@@ -68,12 +68,17 @@ local code1, code2, slack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[
 -- gone by then), and every process decides with the larger of its own and it.
 local fleet_slack = KEYS[1] .. ':slack'
 local holes = KEYS[1] .. ':holes'
--- The record, a change (KEYS[2]) and holes are each rare: most decisions find none of
--- them, which one EXISTS of the three tells for less than reading any one of them.
+-- A change (KEYS[2]) and holes are rare, and so is the record where no process keeps a
+-- slack: most decisions find none of them, which one EXISTS tells for less than
+-- reading any one. A process with a slack of its own keeps the record itself, so it
+-- reads it and asks only after the others.
 local beside = 1
-if KEYS[2] then beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes) end
+if KEYS[2] then
+  if slack > 0 then beside = redis.call('EXISTS', KEYS[2], holes)
+  else beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes) end
+end
 local recorded = {false, false}
-if beside > 0 then recorded = redis.call('HMGET', fleet_slack, 'slack', 'until') end
+if beside > 0 or slack > 0 then recorded = redis.call('HMGET', fleet_slack, 'slack', 'until') end
 -- A record that does not hold a slack a limiter could keep (guard <= 1e9 s, lease <= 60
 -- s) and a finite end, hand-edited or garbled, is ignored, as a garbled change is.
 local recorded_slack, recorded_until = finite(recorded[1]), finite(recorded[2]) or -math.huge
