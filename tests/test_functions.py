@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -404,4 +405,66 @@ def test_a_cluster_client_calls_scripts_and_a_master_without_them_reloads() -> N
             assert [bucket.try_acquire() for _ in range(3)] == [True, True, False]
         backend.close()
     finally:
+        cluster.stop()
+
+
+def _node_id(client: redis.Redis) -> str:
+    return str(client.execute_command("CLUSTER", "MYID")).removeprefix("b'").removesuffix("'")  # type: ignore[no-untyped-call]
+
+
+def _move_slot(cluster: RedisCluster, slot: int, source: redis.Redis, target: redis.Redis, target_port: int) -> None:
+    """Move one slot, and its keys, from ``source`` to ``target`` (a master that joined later)."""
+    source_id, target_id = _node_id(source), _node_id(target)
+    target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)  # type: ignore[no-untyped-call]
+    source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)  # type: ignore[no-untyped-call]
+    keys = source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)  # type: ignore[no-untyped-call]
+    if keys:
+        source.execute_command("MIGRATE", "127.0.0.1", target_port, "", 0, 5000, "KEYS", *keys)  # type: ignore[no-untyped-call]
+    for port in [*cluster.ports, target_port]:
+        node = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+        node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)  # type: ignore[no-untyped-call]
+        node.close()
+
+
+def test_a_master_added_to_a_running_cluster_takes_a_limiter_over() -> None:
+    if shutil.which("redis-server") is None:
+        unavailable("redis-server is not installed")
+    cluster = RedisCluster()
+    try:
+        cluster.start()
+    except RuntimeError as exc:  # pragma: no cover - environment trouble
+        cluster.stop()
+        unavailable(f"could not start a Redis Cluster: {exc}")
+    added = RedisServer(
+        None, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"
+    )
+    try:
+        added.start()
+        backend = RedisBackend.from_url(cluster.url, cluster=True, coalesce=False)
+        clock = ManualClock(1_000.0)
+        name = unique_name("moved")
+        bucket = _bucket(backend, clock, name)
+        assert [bucket.try_acquire() for _ in range(2)] == [True, True]
+        # A new master joins and takes over the slot of the limiter's keys, with them.
+        newcomer = redis.Redis(host="127.0.0.1", port=added.port, socket_timeout=2)
+        newcomer.execute_command("CLUSTER", "MEET", "127.0.0.1", cluster.ports[0])  # type: ignore[no-untyped-call]
+        slot = backend.client.keyslot(f"ratelimit:{{{name}}}:token_bucket")
+        owner_port = backend.client.get_node_from_key(f"ratelimit:{{{name}}}:token_bucket").port
+        owner = redis.Redis(host="127.0.0.1", port=owner_port, socket_timeout=2)
+        for _ in range(200):  # until the newcomer knows the slots and the owner knows it
+            known = _node_id(newcomer) in str(owner.execute_command("CLUSTER", "NODES"))  # type: ignore[no-untyped-call]
+            if known and newcomer.cluster("INFO").get("cluster_state") == "ok":
+                break
+            time.sleep(0.05)
+        _move_slot(cluster, slot, owner, newcomer, added.port)
+        # The newcomer knows no script: the next decision is redirected there, loads it,
+        # and spends what is left of the same budget.
+        assert [bucket.try_acquire() for _ in range(2)] == [True, False]
+        assert list(newcomer.scan_iter(match=f"ratelimit:{{{name}}}:*"))  # the state moved, and lives there
+        assert newcomer.info("commandstats")["cmdstat_eval"]["calls"] == 1  # the script, loaded there once
+        owner.close()
+        newcomer.close()
+        backend.close()
+    finally:
+        added.cleanup()
         cluster.stop()
