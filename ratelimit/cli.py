@@ -63,6 +63,7 @@ from ._redact import redact_url, scrub, url_secrets
 from ._stores.config import UnchangeableLimit, inspect_all, inspect_many
 from ._stores.fleet import fleet
 from ._stores.redis import RedisBackend
+from ._stores.redis_clients import REDIS_URL_ENV, url_from_env
 from ._stores.sentinel import is_sentinel_url, parse_sentinel_url
 
 __all__ = ["main"]
@@ -522,7 +523,14 @@ def _add_provider(command: argparse.ArgumentParser, limit_default: Rate | None) 
 
 def _add_redis(command: argparse.ArgumentParser) -> None:
     """The Redis that the commands operating a fleet (inspect, set, top) read."""
-    command.add_argument("--redis", metavar="URL", required=True, help="the Redis the limiters share")
+    from_env = url_from_env()
+    command.add_argument(
+        "--redis",
+        metavar="URL",
+        default=from_env,
+        required=from_env is None,
+        help=f"the Redis the limiters share (default: the {REDIS_URL_ENV} environment variable)",
+    )
     command.add_argument(
         "--cluster",
         action="store_true",
@@ -581,7 +589,12 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
         help=f"how long to run (default 5, unless --calls; {ADAPTIVE_SECONDS:g} with --adaptive)",
     )
     bench.add_argument("--calls", type=_positive_int, help="stop after this many calls, all workers together")
-    bench.add_argument("--redis", metavar="URL", help="keep the limiter in this Redis (default: embedded)")
+    bench.add_argument(
+        "--redis",
+        metavar="URL",
+        default=url_from_env(),
+        help=f"keep the limiter in this Redis (default: the {REDIS_URL_ENV} environment variable, else embedded)",
+    )
     bench.add_argument("--cluster", action="store_true", help="--redis names a node of a Redis Cluster")
     bench.add_argument("--target", metavar="URL", help="call this URL instead of the built-in fake provider")
     bench.add_argument(
@@ -688,7 +701,8 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ratelimit`` and ``python -m ratelimit``."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = _parser(_argv_secrets(argv))
+    from_env = url_from_env()
+    parser = _parser(_argv_secrets(argv) + (() if from_env is None else tuple(url_secrets(from_env))))
     args = parser.parse_args(argv)
     try:
         try:

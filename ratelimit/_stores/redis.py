@@ -60,7 +60,7 @@ from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
 from .memory import MemoryBackend
 from .promises import Promises
 from .redis_calls import DEFAULT_POOL_SIZE, BackendStats, OnUnavailable, RedisCalls
-from .redis_clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, url_clients
+from .redis_clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, REDIS_URL_ENV, url_clients, url_from_env
 from .redis_errors import STORE_ERRORS, is_unavailable
 from .redis_handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
 from .redis_replies import num
@@ -73,6 +73,7 @@ __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_POOL_SIZE",
     "DEFAULT_SOCKET_TIMEOUT",
+    "REDIS_URL_ENV",
     "BackendStats",
     "RedisBackend",
     "RedisGroupHandle",
@@ -232,6 +233,27 @@ class RedisBackend(RedisCalls):
         backend._async_factory = clients.make_async
         backend._deadline = clients.deadline
         return backend
+
+    @classmethod
+    def from_env(cls, variable: str = REDIS_URL_ENV, **options: Any) -> RedisBackend:
+        """A backend on the URL in environment variable ``variable``
+        (``RATELIMIT_REDIS_URL`` by default, which the command line's ``--redis``
+        also defaults to): :meth:`from_url` of it, ``options`` passed on (``cluster``,
+        ``on_unavailable``, ``counters``, client options...). A password then stays out
+        of the code and off command lines.
+
+        Raises ``ValueError`` naming the variable if it is unset or blank, and as
+        :meth:`from_url` does for a malformed URL (its passwords shown as ``***``).
+        """
+        if not isinstance(variable, str) or not variable:
+            raise TypeError(f"variable must be the name of an environment variable, got {variable!r}")
+        url = url_from_env(variable)
+        if url is None:
+            raise ValueError(
+                f"the environment variable {variable} is not set: set it to the URL of the Redis the limiters "
+                "share (redis://host:6379/0, rediss://..., redis+sentinel://...)"
+            )
+        return cls.from_url(url, **options)
 
     # -- clients ------------------------------------------------------------------
 

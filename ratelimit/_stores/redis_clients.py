@@ -7,6 +7,7 @@ script call), and the care a client's pool needs after an interrupted call.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,17 @@ from .sentinel import SentinelURL, is_sentinel_url, parse_sentinel_url
 #: idempotent: a call that timed out after reaching the server may have been recorded).
 DEFAULT_SOCKET_TIMEOUT = 0.5
 DEFAULT_CONNECT_TIMEOUT = 0.5
+
+#: The environment variable that names the Redis the limiters share: read by
+#: :meth:`RedisBackend.from_env` and the default of the command line's ``--redis``, so
+#: that a password need not travel on a command line (``ps``, shell history).
+REDIS_URL_ENV = "RATELIMIT_REDIS_URL"
+
+
+def url_from_env(variable: str = REDIS_URL_ENV) -> str | None:
+    """The URL in environment variable ``variable``, or ``None`` if it is unset or blank."""
+    url = os.environ.get(variable, "").strip()
+    return url or None
 
 
 def pool_limit(client: Any) -> int | None:
