@@ -18,9 +18,9 @@ Round trips are counted at the clients (every request sent on a connection, a
 pipeline counting once, the connection's own set-up not counted): the server's
 ``total_commands_processed`` would count the commands a Lua script runs inside as
 well. Without ``--redis`` a private ``redis-server`` is started on a free loopback
-port (and stopped). Run it with the ``compare`` extra::
+port (and stopped). Run it with the ``compare`` dependency group (pip >= 25.1)::
 
-    pip install -e '.[compare]'
+    pip install -e . --group compare
     python benchmarks/compare.py --limit 100/s --burst 10 --threads 8 --seconds 5
 """
 
@@ -263,7 +263,7 @@ def main() -> None:
     args = parser.parse_args()
     missing = [name for name in ("limits", "pyrate_limiter") if not _importable(name)]
     if missing:
-        sys.exit(f"compare.py: {', '.join(missing)} missing: pip install -e '.[compare]'")
+        sys.exit(f"compare.py: {', '.join(missing)} missing: pip install -e . --group compare")
     rows = []
     with private_redis() if args.redis is None else _given(args.redis) as url:
         for name in CONTENDERS:

@@ -24,7 +24,7 @@ one attempt, still through the limiter, the feedback and the breaker. If that at
 fails transiently the transport raises :class:`~ratelimit.RetryError` (reason
 ``"attempts"``). Bytes, ``data=``, ``json=`` and uploads of seekable files are retried.
 
-Needs the ``httpx`` extra: ``pip install 'ratelimit[httpx]'``.
+Needs the ``httpx`` extra: ``pip install 'ratelimit-fleet[httpx]'``.
 """
 
 from __future__ import annotations

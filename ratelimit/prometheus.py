@@ -35,7 +35,7 @@ metric                                      type       labels (besides ``name``)
 ``ratelimit_breaker_rejections_total``      counter
 ==========================================  =========  =================================
 
-Needs the ``prometheus`` extra: ``pip install 'ratelimit[prometheus]'``.
+Needs the ``prometheus`` extra: ``pip install 'ratelimit-fleet[prometheus]'``.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ limiter, the feedback and the breaker. If that attempt fails transiently the ada
 raises :class:`~ratelimit.RetryError` (reason ``"attempts"``). Bytes, ``data=``,
 ``json=`` and seekable files (rewound before each attempt) are retried.
 
-Needs the ``requests`` extra: ``pip install 'ratelimit[requests]'``.
+Needs the ``requests`` extra: ``pip install 'ratelimit-fleet[requests]'``.
 """
 
 from __future__ import annotations

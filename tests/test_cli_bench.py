@@ -252,7 +252,10 @@ def test_plot_without_matplotlib_is_a_clear_error(
     with pytest.raises(SystemExit) as info:
         main(["bench", "--plot", "out.png"])
     assert info.value.code == 2
-    assert capsys.readouterr().err == "ratelimit bench: error: --plot needs matplotlib: pip install 'ratelimit[plot]'\n"
+    assert (
+        capsys.readouterr().err
+        == "ratelimit bench: error: --plot needs matplotlib: pip install 'ratelimit-fleet[plot]'\n"
+    )
 
 
 # -- bad arguments ---------------------------------------------------------------------

@@ -331,7 +331,7 @@ def _embedded_redis() -> Iterator[str]:
     # fakeredis runs Lua scripts only with lupa installed.
     if importlib.util.find_spec("fakeredis") is None or importlib.util.find_spec("lupa") is None:
         raise BenchError(
-            "several processes need a shared store: install the embedded one (pip install 'ratelimit[bench]') "
+            "several processes need a shared store: install the embedded one (pip install 'ratelimit-fleet[bench]') "
             "or pass --redis URL"
         )
     from fakeredis import TcpFakeServer

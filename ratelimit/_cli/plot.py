@@ -17,7 +17,7 @@ from .bench import AdaptiveRun, BenchResult
 
 __all__ = ["PLOT_MISSING", "can_plot", "plot"]
 
-PLOT_MISSING = "--plot needs matplotlib: pip install 'ratelimit[plot]'"
+PLOT_MISSING = "--plot needs matplotlib: pip install 'ratelimit-fleet[plot]'"
 
 
 def can_plot() -> bool:
