@@ -24,7 +24,18 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ratelimit"
 #: Lowest first. A top-level module not named here is a public one, above them all.
 LAYERS = [
     # leaves: what everything may use, importing none of the folders
-    {"_clock", "_errors", "_events", "_header_values", "_headers", "_redact", "_validate", "_wrap", "testing"},
+    {
+        "_clock",
+        "_errors",
+        "_events",
+        "_header_values",
+        "_headers",
+        "_metrics",
+        "_redact",
+        "_validate",
+        "_wrap",
+        "testing",
+    },
     {"_algorithms"},
     {"_stores"},
     {"_limiting"},
