@@ -47,7 +47,6 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 
 from ._events import (
     AttemptFinished,
-    BreakerState,
     CallFinished,
     Denied,
     Event,
@@ -60,17 +59,11 @@ from ._events import (
     Throttled,
     subscribe,
 )
+from ._metrics import ATTEMPT_BUCKETS, BREAKER_STATES, WAIT_BUCKETS, attempt_status, retry_reason
 
 __all__ = ["BREAKER_STATES", "PrometheusMetrics"]
 
-#: The value ``ratelimit_breaker_state`` takes in each state: higher is worse.
-BREAKER_STATES: dict[BreakerState, int] = {"closed": 0, "half_open": 1, "open": 2}
-
-# Waits run from "none at all" (a burst) to a provider's pause of a minute or more.
-_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-_ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 _NAMESPACE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
-# The head of a repr: the class name of an exception ("ConnectError('...')" -> ConnectError).
 
 
 class PrometheusMetrics:
@@ -119,29 +112,29 @@ class PrometheusMetrics:
         # prometheus_client appends the _total to a counter's name itself.
         self.grants = counter("grants", "Requests a limiter granted.")
         self.denials = counter("denials", "Requests a limiter refused (try_acquire said no, acquire timed out).")
-        self.acquire_wait = histogram("acquire_wait_seconds", "Seconds each granted request waited.", _WAIT_BUCKETS)
+        self.acquire_wait = histogram("acquire_wait_seconds", "Seconds each granted request waited.", WAIT_BUCKETS)
         # A limiter in shadow mode counts apart: its callers did not wait nor stop.
         self.shadow_grants = counter("shadow_grants", "Requests a limiter in shadow mode would have granted.")
         self.shadow_denials = counter("shadow_denials", "Requests a limiter in shadow mode would have refused.")
         self.shadow_wait = histogram(
             "shadow_wait_seconds",
             "Seconds a limiter in shadow mode would have made each granted request wait.",
-            _WAIT_BUCKETS,
+            WAIT_BUCKETS,
         )
         self.pauses = counter("feedback_pauses", "Times a provider's response paused or lowered a limiter's budget.")
         self.pause_seconds = histogram(
-            "feedback_pause_seconds", "How long each restriction from feedback lasts.", _WAIT_BUCKETS
+            "feedback_pause_seconds", "How long each restriction from feedback lasts.", WAIT_BUCKETS
         )
         self.throttles = counter(
             "feedback_throttles", "Refusals fed back to a limiter that learns its rate (adaptive=)."
         )
         self.calls = counter("calls", "Calls through a retry runner, by how they ended.", "outcome")
-        self.attempts = histogram("call_attempts", "Attempts each call through a retry runner made.", _ATTEMPT_BUCKETS)
+        self.attempts = histogram("call_attempts", "Attempts each call through a retry runner made.", ATTEMPT_BUCKETS)
         self.limiter_wait = counter("limiter_wait_seconds", "Seconds retried calls spent waiting for the limiter.")
         self.backoff = counter("backoff_seconds", "Seconds retried calls spent asleep in backoff.")
         self.in_calls = counter("in_call_seconds", "Seconds retried calls spent inside their attempts.")
         self.attempt_duration = histogram(
-            "attempt_duration_seconds", "Seconds each attempt took, from send to response.", _WAIT_BUCKETS
+            "attempt_duration_seconds", "Seconds each attempt took, from send to response.", WAIT_BUCKETS
         )
         self.responses = counter("responses", "Attempts by the HTTP status they got.", "status")
         self.retries = counter(
@@ -184,10 +177,10 @@ class PrometheusMetrics:
         elif isinstance(event, Throttled):
             self.throttles.labels(name).inc()
         elif isinstance(event, AttemptFinished):
-            self.responses.labels(name, _status(event)).inc()
+            self.responses.labels(name, attempt_status(event)).inc()
             self.attempt_duration.labels(name).observe(event.duration)
         elif isinstance(event, RetryScheduled):
-            self.retries.labels(name, _why(event), event.source).inc()
+            self.retries.labels(name, retry_reason(event), event.source).inc()
         elif isinstance(event, GaveUp):
             self.give_ups.labels(name, event.reason).inc()
         elif isinstance(event, CallFinished):
@@ -201,16 +194,3 @@ class PrometheusMetrics:
             self.transitions.labels(name, event.previous, event.state).inc()
         elif isinstance(event, Rejected):
             self.rejections.labels(name).inc()
-
-
-def _status(event: AttemptFinished) -> str:
-    if event.status is not None:
-        return str(event.status)
-    return "error" if event.error is not None else "none"
-
-
-def _why(event: RetryScheduled) -> str:
-    """The ``reason`` label: the failed status, the exception's class, or "returned"."""
-    if event.status is not None:
-        return str(event.status)
-    return event.error or "returned"
