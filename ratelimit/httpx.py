@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import httpx
 
 from ._limiting.concurrency import ConcurrencyLimit, Lease
-from ._resilience.http import runner
+from ._resilience.http import Policy
 from ._resilience.retry import Retry
 
 if TYPE_CHECKING:
@@ -54,37 +54,19 @@ except ImportError:  # pragma: no cover - depends on the installed httpx
     FileField = MultipartStream = None  # type: ignore[assignment,misc]
 
 
-class _Policy:
-    """What the sync and async transports share: everything but the I/O."""
+class _Policy(Policy):
+    """The shared policy, knowing httpx's requests and responses."""
 
-    __slots__ = ("concurrency", "once", "retry")
+    __slots__ = ()
 
-    def __init__(
-        self,
-        owner: str,
-        limiter: Acquirer | None,
-        retry: Retry | None,
-        breaker: CircuitBreaker | None,
-        concurrency: ConcurrencyLimit | None,
-    ) -> None:
-        if concurrency is not None and not isinstance(concurrency, ConcurrencyLimit):
-            raise TypeError(f"concurrency must be a ratelimit.ConcurrencyLimit or None, got {concurrency!r}")
-        self.retry = runner(owner, limiter, retry, breaker)
-        self.once = self.retry.once()
-        self.concurrency = concurrency
-
-    def runner(self, request: httpx.Request) -> Retry:
+    def for_request(self, request: httpx.Request) -> Retry:
         """The retry runner for ``request``: one attempt only if its body cannot be replayed."""
-        return self.retry if _replayable(request.stream) else self.once
+        return self.runner(_replayable(request.stream))
 
     def keeps(self, response: httpx.Response) -> bool:
-        """Whether ``response`` goes to the client untouched, still streaming.
-
-        Anything the classifier does not accept will be retried or handed back as a
-        failure: an error body is usually small, and its connection is wanted for the
-        next attempt. A response already read holds no connection.
-        """
-        return response.is_stream_consumed or self.retry.classify(response, None) == "ok"
+        """Whether ``response`` goes to the client untouched (a response already read
+        holds no connection)."""
+        return response.is_stream_consumed or self.passes(response)
 
 
 def _replayable(stream: object) -> bool:
@@ -208,7 +190,7 @@ class RateLimitTransport(_Limited[httpx.BaseTransport], httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` under the policy; raises :class:`~ratelimit.RetryError` on giving up."""
-        return self._policy.runner(request).call(self._attempt, request)
+        return self._policy.for_request(request).call(self._attempt, request)
 
     def _attempt(self, request: httpx.Request) -> httpx.Response:
         concurrency = self._policy.concurrency
@@ -264,7 +246,7 @@ class AsyncRateLimitTransport(_Limited[httpx.AsyncBaseTransport], httpx.AsyncBas
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` under the policy; raises :class:`~ratelimit.RetryError` on giving up."""
-        return await self._policy.runner(request).call_async(self._attempt, request)
+        return await self._policy.for_request(request).call_async(self._attempt, request)
 
     async def _attempt(self, request: httpx.Request) -> httpx.Response:
         concurrency = self._policy.concurrency

@@ -35,7 +35,7 @@ from requests.adapters import HTTPAdapter
 from requests.utils import rewind_body
 
 from ._limiting.concurrency import ConcurrencyLimit
-from ._resilience.http import runner
+from ._resilience.http import Policy
 from ._resilience.retry import Retry
 
 if TYPE_CHECKING:
@@ -78,9 +78,7 @@ class RateLimitAdapter(HTTPAdapter):
         concurrency: ConcurrencyLimit | None = None,
         **adapter_kwargs: Any,
     ) -> None:
-        if concurrency is not None and not isinstance(concurrency, ConcurrencyLimit):
-            raise TypeError(f"concurrency must be a ratelimit.ConcurrencyLimit or None, got {concurrency!r}")
-        self.concurrency = concurrency
+        policy = Policy(type(self).__name__, limiter, retry, breaker, concurrency)
         retries = adapter_kwargs.get("max_retries", 0)
         # None is not "none" to requests: it means urllib3's default of three retries.
         if isinstance(retries, bool) or retries != 0:
@@ -88,8 +86,9 @@ class RateLimitAdapter(HTTPAdapter):
                 f"max_retries must be 0: retries belong to the Retry, which acquires from the limiter "
                 f"before each one, and urllib3's would not; got max_retries={retries!r}"
             )
-        self.retry = runner(type(self).__name__, limiter, retry, breaker)
-        self._once = self.retry.once()
+        self._policy = policy
+        self.retry = policy.retry
+        self.concurrency = concurrency
         super().__init__(**adapter_kwargs)
 
     def __repr__(self) -> str:
@@ -106,8 +105,9 @@ class RateLimitAdapter(HTTPAdapter):
     ) -> requests.Response:
         """Send ``request`` under the policy; raises :class:`~ratelimit.RetryError` on giving up."""
         rewind = _rewinder(request)
-        runner = self.retry if rewind is not None else self._once
-        return runner.call(self._attempt, request, rewind, stream, timeout, verify, cert, proxies)
+        return self._policy.runner(rewind is not None).call(
+            self._attempt, request, rewind, stream, timeout, verify, cert, proxies
+        )
 
     def _attempt(
         self,
@@ -158,7 +158,7 @@ class RateLimitAdapter(HTTPAdapter):
     ) -> tuple[requests.Response, bool]:
         """Send once; also says whether the body has been read (and the connection freed)."""
         response = super().send(request, stream, timeout, verify, cert, proxies)
-        if self.retry.classify(response, None) != "ok":
+        if not self._policy.passes(response):
             # Read, so the body survives for whoever gets this response; closed, so
             # the connection goes back to the pool before the next attempt needs one.
             try:
