@@ -153,6 +153,32 @@ def test_function_flush_mid_run_for_an_asyncio_client(server: RedisServer) -> No
     admin.close()
 
 
+class _LateToHear(redis.Redis):
+    """A client whose first FCALL hears "Function not found" though the library is
+    there: as a call in flight while another process loaded it."""
+
+    missed = False
+
+    def fcall(self, function: str, numkeys: int, *keys_and_args: Any) -> Any:
+        if not self.missed:
+            self.missed = True
+            raise redis.exceptions.ResponseError("Function not found")
+        return super().fcall(function, numkeys, *keys_and_args)
+
+
+def test_a_call_that_finds_the_library_loaded_meanwhile_does_not_load_it_again(server: RedisServer) -> None:
+    admin = redis.Redis.from_url(server.url)
+    admin.function_load(library().source)  # by another process, while this call was out
+    backend = RedisBackend(_LateToHear.from_url(server.url), coalesce=False)
+    bucket = _bucket(backend, ManualClock(1_000.0))
+    assert [bucket.try_acquire() for _ in range(4)] == [True, True, True, False]
+    assert _calls(admin, "function|load") == 1  # the other process's only
+    assert _calls(admin, "function|list") == 1
+    assert by_function(backend.client)
+    backend.close()
+    admin.close()
+
+
 def test_script_flush_mid_run_on_a_client_that_calls_scripts(server: RedisServer) -> None:
     admin = redis.Redis.from_url(server.url)
     backend = RedisBackend.from_url(server.url, coalesce=False)

@@ -251,9 +251,9 @@ def refuses_functions(message: str) -> bool:
     )
 
 
-# What a call sends: the library's function, the library itself, the script by SHA or
-# by its text.
-FCALL, LOAD, EVALSHA, EVAL = "fcall", "load", "evalsha", "eval"
+# What a call sends: the library's function, a look for the library, the library
+# itself, the script by SHA or by its text.
+FCALL, LISTED, LOAD, EVALSHA, EVAL = "fcall", "listed", "load", "evalsha", "eval"
 
 # What to do after an FCALL failed: load the library and call again, call by SHA
 # instead (the client has no Functions), or raise.
@@ -317,8 +317,8 @@ class Script:
 
     def _steps(self, client: Any) -> Generator[str, Any, Any]:
         """The calls one call of this driver makes, for the synchronous and the asyncio
-        runner alike: each yields what to send next (``FCALL``, ``LOAD``, ``EVALSHA``,
-        ``EVAL``) and is sent its reply, or has its error reply thrown in."""
+        runner alike: each yields what to send next (``FCALL``, ``LISTED``, ``LOAD``,
+        ``EVALSHA``, ``EVAL``) and is sent its reply, or has its error reply thrown in."""
         if self._by_function(client):
             try:
                 return (yield FCALL)
@@ -327,11 +327,22 @@ class Script:
                 if then == _RAISE:
                     raise
             if then == _LOAD:
+                # Every call in flight when a server lost the library hears so (a fleet
+                # after a failover): one that finds it loaded meanwhile by another does
+                # not load it again. Redis runs one command at a time, so every look
+                # that comes after the first load sees it; a look refused (an ACL)
+                # goes on to load.
                 try:
-                    yield LOAD
-                    loaded = True
-                except ResponseError as exc:
-                    loaded = _after_load(client, exc)
+                    listed = yield LISTED
+                except ResponseError:
+                    listed = None
+                loaded = bool(listed)
+                if not loaded:
+                    try:
+                        yield LOAD
+                        loaded = True
+                    except ResponseError as exc:
+                        loaded = _after_load(client, exc)
                 if loaded:
                     try:
                         return (yield FCALL)
@@ -350,6 +361,8 @@ class Script:
             return client.evalsha(self.sha, len(keys), *keys, *args)
         if step == EVAL:
             return client.eval(self.source, len(keys), *keys, *args)
+        if step == LISTED:
+            return client.function_list(library=library().name)
         return client.function_load(library().source, replace=True)
 
     def __call__(self, client: Any, keys: Sequence[str], args: Sequence[str | float]) -> Any:
