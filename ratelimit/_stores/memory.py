@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from .._algorithms import holes as _holes
 from .._algorithms import lanes as _lanes
 from .._algorithms.adaptive import Cubic
-from .._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, step_all
+from .._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, decide
 from .._clock import Clock, SystemClock
 from .tally import Tally, weight
 
@@ -316,12 +316,14 @@ class MemoryGroupHandle:
 
     suspends = False
 
-    __slots__ = ("__weakref__", "_algs", "_holes", "_locks", "_now", "_slots", "tally")
+    __slots__ = ("__weakref__", "_algs", "_holes", "_locks", "_members", "_now", "_slots", "tally")
 
     def __init__(self, algs: Sequence[Algorithm[Any]], slots: Sequence[_Slot], clock: Clock) -> None:
         self.tally: Tally | None = None
         self._algs = tuple(algs)
         self._slots = tuple(slots)
+        # (index, algorithm, slot) of each member, for the quick path of reserve.
+        self._members = tuple((i, alg, slot) for i, (alg, slot) in enumerate(zip(self._algs, self._slots, strict=True)))
         self._now = clock.now
         # Composites of one name share their limits' states; a hole, though, is paid
         # for by every limit of the composite that left it, so only one made of the
@@ -353,16 +355,38 @@ class MemoryGroupHandle:
             lock.acquire()
         try:
             now = self._now()
-            slots = self._slots
-            states = [slot.state for slot in slots]
             holes = self._holes
-            name: float | None = None
-            if holes.items:
-                states, wait, name = _holes.reserve(self._algs, states, holes, now, tokens, max_wait)
-            else:
-                states, wait = step_all(self._algs, states, now, tokens, max_wait)
+            if not holes.items:
+                # No holes: step_all, done in place on the slots, with no list of states
+                # built and none copied back (the same plan and commits, in the same order).
+                members = self._members
+                admit_at = at = now
+                for i, alg, slot in members:
+                    admit, grant = alg.plan(slot.state, now, tokens[i])
+                    if admit > admit_at:
+                        admit_at = admit
+                    if grant > at:
+                        at = grant
+                wait = decide(admit_at, at, now, max_wait)
+                if wait >= 0:
+                    for i, alg, slot in members:
+                        slot.state = alg.commit(slot.state, now, tokens[i], at)
+                tally = self.tally
+                if tally is not None:
+                    if wait == 0.0:
+                        # Tally.record's count of a grant at once, inlined (as MemoryHandle's).
+                        tally.granted += 1
+                        tally.tokens += weight(tokens)
+                        return wait, now
+                    tally.record(weight(tokens), wait)
+                if wait > EPSILON:
+                    return wait, _holes.exact(self._algs, [slot.state for slot in self._slots], now + wait)
+                return wait, now + wait
+            states, wait, name = _holes.reserve(
+                self._algs, [slot.state for slot in self._slots], holes, now, tokens, max_wait
+            )
             if wait >= 0:
-                for slot, state in zip(slots, states, strict=True):
+                for slot, state in zip(self._slots, states, strict=True):
                     slot.state = state
             if self.tally is not None:
                 self.tally.record(weight(tokens), wait)
