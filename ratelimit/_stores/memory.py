@@ -144,6 +144,11 @@ class MemoryBackend:
 
     def bind_group(self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None) -> MemoryGroupHandle:
         slots = [self._slot(name, i, alg, clock) for i, alg in enumerate(algs)]
+        if name is None:
+            # Private slots, which no other handle sees: one lock serves them all, and a
+            # decision takes one lock rather than one per limit.
+            for slot in slots[1:]:
+                slot.lock = slots[0].lock
         handle = MemoryGroupHandle(algs, slots, clock or SystemClock())
         self._watch(handle, name, slots)
         return handle
@@ -310,13 +315,37 @@ class MemoryHandle:
         self.restrict(remaining, seconds)
 
 
+class _Lock(Protocol):
+    def acquire(self) -> object: ...
+
+    def release(self) -> None: ...
+
+
+class _Locks:
+    """Several slots' locks taken as one: in the order given, released in reverse."""
+
+    __slots__ = ("_locks",)
+
+    def __init__(self, locks: Sequence[_Lock]) -> None:
+        self._locks = tuple(locks)
+
+    def acquire(self) -> bool:
+        for lock in self._locks:
+            lock.acquire()
+        return True
+
+    def release(self) -> None:
+        for lock in reversed(self._locks):
+            lock.release()
+
+
 class MemoryGroupHandle:
     """Several limits decided together, all-or-nothing. The group's holes are kept
     with its first limit's state, apart for each list of algorithms."""
 
     suspends = False
 
-    __slots__ = ("__weakref__", "_algs", "_holes", "_locks", "_members", "_now", "_slots", "tally")
+    __slots__ = ("__weakref__", "_algs", "_holes", "_lock", "_members", "_now", "_slots", "tally")
 
     def __init__(self, algs: Sequence[Algorithm[Any]], slots: Sequence[_Slot], clock: Clock) -> None:
         self.tally: Tally | None = None
@@ -330,29 +359,27 @@ class MemoryGroupHandle:
         # same algorithms may take it.
         self._holes = self._slots[0].group_holes.setdefault(tuple(alg.kind for alg in algs), _holes.Holes())
         # One global order (by identity) so that two composites over shared slots
-        # never deadlock.
-        self._locks = tuple(slot.lock for slot in sorted(self._slots, key=id))
+        # never deadlock; a lock shared by several slots is taken once.
+        locks = list({id(slot.lock): slot.lock for slot in sorted(self._slots, key=id)}.values())
+        self._lock: _Lock = locks[0] if len(locks) == 1 else _Locks(locks)
 
     def _locked(self, change: Callable[[float, list[Any], _holes.Holes], list[Any]]) -> float:
         """Run ``change(now, states, holes) -> states`` with every member locked."""
-        locks = self._locks
-        for lock in locks:
-            lock.acquire()
+        lock = self._lock
+        lock.acquire()
         try:
             now = self._now()
             states = change(now, [slot.state for slot in self._slots], self._holes)
             for slot, state in zip(self._slots, states, strict=True):
                 slot.state = state
         finally:
-            for lock in reversed(locks):
-                lock.release()
+            lock.release()
         return now
 
     def reserve(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float]:
         # _locked inlined: this is every acquire of a composite or an adaptive limiter.
-        locks = self._locks
-        for lock in locks:
-            lock.acquire()
+        lock = self._lock
+        lock.acquire()
         try:
             now = self._now()
             holes = self._holes
@@ -395,8 +422,7 @@ class MemoryGroupHandle:
             if wait > EPSILON:
                 return wait, _holes.exact(self._algs, states, now + wait)
         finally:
-            for lock in reversed(locks):
-                lock.release()
+            lock.release()
         return wait, now + wait
 
     def reserve_here(self, tokens: Sequence[float], max_wait: float) -> None:
