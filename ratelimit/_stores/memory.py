@@ -351,8 +351,11 @@ class MemoryGroupHandle:
         self.tally: Tally | None = None
         self._algs = tuple(algs)
         self._slots = tuple(slots)
-        # (index, algorithm, slot) of each member, for the quick path of reserve.
-        self._members = tuple((i, alg, slot) for i, (alg, slot) in enumerate(zip(self._algs, self._slots, strict=True)))
+        # (index, plan, commit, slot) of each member, for the quick path of reserve: the
+        # methods bound once, not at every decision.
+        self._members = tuple(
+            (i, alg.plan, alg.commit, slot) for i, (alg, slot) in enumerate(zip(self._algs, self._slots, strict=True))
+        )
         self._now = clock.now
         # Composites of one name share their limits' states; a hole, though, is paid
         # for by every limit of the composite that left it, so only one made of the
@@ -388,22 +391,23 @@ class MemoryGroupHandle:
                 # built and none copied back (the same plan and commits, in the same order).
                 members = self._members
                 admit_at = at = now
-                for i, alg, slot in members:
-                    admit, grant = alg.plan(slot.state, now, tokens[i])
+                for i, plan, _, slot in members:
+                    admit, grant = plan(slot.state, now, tokens[i])
                     if admit > admit_at:
                         admit_at = admit
                     if grant > at:
                         at = grant
                 wait = decide(admit_at, at, now, max_wait)
                 if wait >= 0:
-                    for i, alg, slot in members:
-                        slot.state = alg.commit(slot.state, now, tokens[i], at)
+                    for i, _, commit, slot in members:
+                        slot.state = commit(slot.state, now, tokens[i], at)
                 tally = self.tally
                 if tally is not None:
                     if wait == 0.0:
-                        # Tally.record's count of a grant at once, inlined (as MemoryHandle's).
+                        # Tally.record's count of a grant at once, and weight() of a
+                        # group's tokens, inlined (as MemoryHandle's).
                         tally.granted += 1
-                        tally.tokens += weight(tokens)
+                        tally.tokens += float(max(tokens))
                         return wait, now
                     tally.record(weight(tokens), wait)
                 if wait > EPSILON:
