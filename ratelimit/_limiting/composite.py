@@ -62,7 +62,7 @@ class Composite(Limiter[Sequence[float]]):
     holds one slot).
     """
 
-    __slots__ = ("_algs", "_least", "_most", "_names", "_slots")
+    __slots__ = ("_algs", "_least", "_most", "_names", "_ones", "_slots")
 
     def __init__(
         self,
@@ -112,6 +112,7 @@ class Composite(Limiter[Sequence[float]]):
         # member grants an infinite request, so the bound is finite.
         least = min(self._most)
         self._least = least if least < math.inf else sys.float_info.max
+        self._ones = (1.0,) * len(self._most)  # the default request, made once
         self._names = tuple(member.most_name_for(clock) for member in rates)
         # Slots are kept as the rate limits are: under the composite's own name, each
         # at its place in the list.
@@ -136,7 +137,7 @@ class Composite(Limiter[Sequence[float]]):
             # The usual request, one number for every member: each member's check
             # (_validate.tokens) would pass it as float(tokens), without a tuple of
             # limits built to say so. NaN fails the comparison.
-            return (float(tokens),) * len(self._most)
+            return self._ones if tokens == 1 else (float(tokens),) * len(self._most)
         mosts = (math.inf,) * len(self._most) if cost else self._most
         limits = tuple(zip(mosts, self._names, strict=True))
         if not isinstance(tokens, Sequence) or isinstance(tokens, (str, bytes)):
@@ -170,12 +171,14 @@ class Composite(Limiter[Sequence[float]]):
     def acquire(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> float:
         if self._slots:
             self._no_slots()
-        return super().acquire(tokens, timeout)  # type: ignore[arg-type]
+        # Limiter's method named rather than found through super(): a lookup less on
+        # every call.
+        return Limiter.acquire(self, tokens, timeout)  # type: ignore[arg-type]
 
     def try_acquire(self, tokens: Tokens = 1) -> bool:
         if self._slots:
             self._no_slots()
-        return super().try_acquire(tokens)  # type: ignore[arg-type]
+        return Limiter.try_acquire(self, tokens)  # type: ignore[arg-type]
 
     async def acquire_async(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> float:
         self._no_slots()

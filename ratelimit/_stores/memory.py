@@ -397,7 +397,8 @@ class MemoryGroupHandle:
                         admit_at = admit
                     if grant > at:
                         at = grant
-                wait = decide(admit_at, at, now, max_wait)
+                # decide()'s grant at once, its usual answer here, without the call.
+                wait = 0.0 if admit_at - now <= EPSILON and at - now <= EPSILON else decide(admit_at, at, now, max_wait)
                 if wait >= 0:
                     for i, _, commit, slot in members:
                         slot.state = commit(slot.state, now, tokens[i], at)
