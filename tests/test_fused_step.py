@@ -9,10 +9,15 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ratelimit._algorithms.algorithm import Algorithm, step
+from ratelimit._algorithms import holes as _holes
+from ratelimit._algorithms.algorithm import EPSILON, Algorithm, step, step_all
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.sliding_window import Log, WindowLog
+from ratelimit._algorithms.sliding_window_counter import CounterState, WindowCounter
 from ratelimit._algorithms.token_bucket import Gcra
+from ratelimit._clock import ManualClock
+from ratelimit._stores.memory import MemoryBackend
+from ratelimit._stores.tally import Tally
 
 times = st.floats(min_value=0.0, max_value=2e9, allow_nan=False)
 deltas = st.floats(min_value=-50.0, max_value=50.0, allow_nan=False)
@@ -84,3 +89,85 @@ def test_the_logs_fused_step_decides_as_plan_then_commit(
         elif extra == "restrict":
             fused, plain = (alg.restrict(s, now, limit * share, now + dt) for s in (fused, plain))
         assert _pruned(alg, fused, now) == _pruned(alg, plain, now)
+
+
+# -- the in-process group handle's quick path -------------------------------------------
+
+GROUP_KINDS: dict[str, Any] = {
+    "token_bucket": lambda size: Gcra(size, 2.0),
+    "leaky_bucket": lambda size: LeakyQueue(size, 2.0),
+    "sliding_window": lambda size: WindowLog(size, 1.5),
+    "sliding_window_counter": lambda size: WindowCounter(size, 1.5),
+}
+
+
+def _seen(alg: Algorithm[Any], state: Any, now: float) -> object:
+    """A state as a value to compare: the in-place ones by their contents."""
+    if isinstance(state, Log):
+        assert isinstance(alg, WindowLog)
+        return _pruned(alg, state, now)
+    if isinstance(state, CounterState):
+        return (state.index, state.slot, state.total, list(state.counts), state.last)
+    return state
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kinds=st.lists(st.sampled_from(sorted(GROUP_KINDS)), min_size=1, max_size=3),
+    size=st.sampled_from([1.0, 3.0, 10.0]),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.0, 0.05, 0.25, 1.0]),  # time step
+            st.sampled_from([0.0, 0.5, 1.0]),  # share of each member's largest request
+            waits,
+            st.sampled_from(["", "", "", "withdraw", "refund", "pause"]),
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+)
+def test_the_memory_group_handle_decides_as_the_pure_functions(
+    kinds: list[str], size: float, ops: list[tuple[float, float, float, str]]
+) -> None:
+    # The handle steps in place on its slots when there are no holes: the same decisions,
+    # names and states as step_all (and as holes.reserve once there are holes).
+    algs: list[Algorithm[Any]] = [GROUP_KINDS[kind](size) for kind in kinds]
+    clock = ManualClock(1_000.0)
+    handle = MemoryBackend().bind_group(None, algs, clock)
+    tally = handle.tally = Tally()
+    states: list[Any] = [alg.new_state() for alg in algs]
+    holes = _holes.Holes()
+    granted = 0
+    for dt, share, max_wait, extra in ops:
+        clock.advance(dt)
+        now = clock.now()
+        tokens = [max(1.0, alg.most * share) if i == 0 else alg.most * share for i, alg in enumerate(algs)]
+        wait, name = handle.reserve(tokens, max_wait)
+        expected_name: float | None = None
+        if holes.items:
+            new, expected, expected_name = _holes.reserve(algs, states, holes, now, tokens, max_wait)
+        else:
+            new, expected = step_all(algs, states, now, tokens, max_wait)
+        assert wait == expected
+        if expected >= 0:
+            states = list(new)
+            granted += 1
+            if expected_name is None:
+                expected_name = _holes.exact(algs, states, now + expected) if expected > EPSILON else now + expected
+            assert name == expected_name
+            assert type(name) is type(expected_name)
+        if extra == "withdraw" and wait > 0:
+            handle.refund(tokens, name)
+            states = _holes.give_back(algs, states, holes, now, tokens, name)
+        elif extra == "refund" and wait >= 0:
+            handle.refund(tokens, None)
+            states = _holes.give_back(algs, states, holes, now, tokens, None)
+        elif extra == "pause":
+            handle.restrict([0.0] * len(algs), dt + 0.5)
+            _holes.restricted(holes, now, now + dt + 0.5)
+            _holes.pause(holes, now + dt + 0.5)
+            states = [alg.restrict(s, now, 0.0, now + dt + 0.5) for alg, s in zip(algs, states, strict=True)]
+        assert [_seen(alg, s, now) for alg, s in zip(algs, states, strict=True)] == [
+            _seen(alg, slot.state, now) for alg, slot in zip(algs, handle._slots, strict=True)
+        ]
+    assert tally.granted == granted

@@ -62,7 +62,7 @@ class Composite(Limiter[Sequence[float]]):
     holds one slot).
     """
 
-    __slots__ = ("_algs", "_most", "_names", "_slots")
+    __slots__ = ("_algs", "_least", "_most", "_names", "_ones", "_slots")
 
     def __init__(
         self,
@@ -108,6 +108,11 @@ class Composite(Limiter[Sequence[float]]):
         super().__init__(backend=backend, name=name, clock=clock)
         self._algs = tuple(member.algorithm_for(clock) for member in rates)
         self._most = tuple(alg.most for alg in self._algs)
+        # A plain number in (0, _least] passes every member's check (see _tokens); no
+        # member grants an infinite request, so the bound is finite.
+        least = min(self._most)
+        self._least = least if least < math.inf else sys.float_info.max
+        self._ones = (1.0,) * len(self._most)  # the default request, made once
         self._names = tuple(member.most_name_for(clock) for member in rates)
         # Slots are kept as the rate limits are: under the composite's own name, each
         # at its place in the list.
@@ -128,6 +133,11 @@ class Composite(Limiter[Sequence[float]]):
     def _tokens(
         self, tokens: object, name: str = "tokens", *, zero: bool = False, cost: bool = False
     ) -> Sequence[float]:
+        if (tokens.__class__ is float or tokens.__class__ is int) and 0 < tokens <= self._least:
+            # The usual request, one number for every member: each member's check
+            # (_validate.tokens) would pass it as float(tokens), without a tuple of
+            # limits built to say so. NaN fails the comparison.
+            return self._ones if tokens == 1 else (float(tokens),) * len(self._most)
         mosts = (math.inf,) * len(self._most) if cost else self._most
         limits = tuple(zip(mosts, self._names, strict=True))
         if not isinstance(tokens, Sequence) or isinstance(tokens, (str, bytes)):
@@ -159,12 +169,16 @@ class Composite(Limiter[Sequence[float]]):
             )
 
     def acquire(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> float:
-        self._no_slots()
-        return super().acquire(tokens, timeout)  # type: ignore[arg-type]
+        if self._slots:
+            self._no_slots()
+        # Limiter's method named rather than found through super(): a lookup less on
+        # every call.
+        return Limiter.acquire(self, tokens, timeout)  # type: ignore[arg-type]
 
     def try_acquire(self, tokens: Tokens = 1) -> bool:
-        self._no_slots()
-        return super().try_acquire(tokens)  # type: ignore[arg-type]
+        if self._slots:
+            self._no_slots()
+        return Limiter.try_acquire(self, tokens)  # type: ignore[arg-type]
 
     async def acquire_async(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> float:
         self._no_slots()

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from .._algorithms import holes as _holes
 from .._algorithms import lanes as _lanes
 from .._algorithms.adaptive import Cubic
-from .._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, step_all
+from .._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, decide
 from .._clock import Clock, SystemClock
 from .tally import Tally, weight
 
@@ -144,6 +144,11 @@ class MemoryBackend:
 
     def bind_group(self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None) -> MemoryGroupHandle:
         slots = [self._slot(name, i, alg, clock) for i, alg in enumerate(algs)]
+        if name is None:
+            # Private slots, which no other handle sees: one lock serves them all, and a
+            # decision takes one lock rather than one per limit.
+            for slot in slots[1:]:
+                slot.lock = slots[0].lock
         handle = MemoryGroupHandle(algs, slots, clock or SystemClock())
         self._watch(handle, name, slots)
         return handle
@@ -310,59 +315,110 @@ class MemoryHandle:
         self.restrict(remaining, seconds)
 
 
+class _Lock(Protocol):
+    def acquire(self) -> object: ...
+
+    def release(self) -> None: ...
+
+
+class _Locks:
+    """Several slots' locks taken as one: in the order given, released in reverse."""
+
+    __slots__ = ("_locks",)
+
+    def __init__(self, locks: Sequence[_Lock]) -> None:
+        self._locks = tuple(locks)
+
+    def acquire(self) -> bool:
+        for lock in self._locks:
+            lock.acquire()
+        return True
+
+    def release(self) -> None:
+        for lock in reversed(self._locks):
+            lock.release()
+
+
 class MemoryGroupHandle:
     """Several limits decided together, all-or-nothing. The group's holes are kept
     with its first limit's state, apart for each list of algorithms."""
 
     suspends = False
 
-    __slots__ = ("__weakref__", "_algs", "_holes", "_locks", "_now", "_slots", "tally")
+    __slots__ = ("__weakref__", "_algs", "_holes", "_lock", "_members", "_now", "_slots", "tally")
 
     def __init__(self, algs: Sequence[Algorithm[Any]], slots: Sequence[_Slot], clock: Clock) -> None:
         self.tally: Tally | None = None
         self._algs = tuple(algs)
         self._slots = tuple(slots)
+        # (index, plan, commit, slot) of each member, for the quick path of reserve: the
+        # methods bound once, not at every decision.
+        self._members = tuple(
+            (i, alg.plan, alg.commit, slot) for i, (alg, slot) in enumerate(zip(self._algs, self._slots, strict=True))
+        )
         self._now = clock.now
         # Composites of one name share their limits' states; a hole, though, is paid
         # for by every limit of the composite that left it, so only one made of the
         # same algorithms may take it.
         self._holes = self._slots[0].group_holes.setdefault(tuple(alg.kind for alg in algs), _holes.Holes())
         # One global order (by identity) so that two composites over shared slots
-        # never deadlock.
-        self._locks = tuple(slot.lock for slot in sorted(self._slots, key=id))
+        # never deadlock; a lock shared by several slots is taken once.
+        locks = list({id(slot.lock): slot.lock for slot in sorted(self._slots, key=id)}.values())
+        self._lock: _Lock = locks[0] if len(locks) == 1 else _Locks(locks)
 
     def _locked(self, change: Callable[[float, list[Any], _holes.Holes], list[Any]]) -> float:
         """Run ``change(now, states, holes) -> states`` with every member locked."""
-        locks = self._locks
-        for lock in locks:
-            lock.acquire()
+        lock = self._lock
+        lock.acquire()
         try:
             now = self._now()
             states = change(now, [slot.state for slot in self._slots], self._holes)
             for slot, state in zip(self._slots, states, strict=True):
                 slot.state = state
         finally:
-            for lock in reversed(locks):
-                lock.release()
+            lock.release()
         return now
 
     def reserve(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float]:
         # _locked inlined: this is every acquire of a composite or an adaptive limiter.
-        locks = self._locks
-        for lock in locks:
-            lock.acquire()
+        lock = self._lock
+        lock.acquire()
         try:
             now = self._now()
-            slots = self._slots
-            states = [slot.state for slot in slots]
             holes = self._holes
-            name: float | None = None
-            if holes.items:
-                states, wait, name = _holes.reserve(self._algs, states, holes, now, tokens, max_wait)
-            else:
-                states, wait = step_all(self._algs, states, now, tokens, max_wait)
+            if not holes.items:
+                # No holes: step_all, done in place on the slots, with no list of states
+                # built and none copied back (the same plan and commits, in the same order).
+                members = self._members
+                admit_at = at = now
+                for i, plan, _, slot in members:
+                    admit, grant = plan(slot.state, now, tokens[i])
+                    if admit > admit_at:
+                        admit_at = admit
+                    if grant > at:
+                        at = grant
+                # decide()'s grant at once, its usual answer here, without the call.
+                wait = 0.0 if admit_at - now <= EPSILON and at - now <= EPSILON else decide(admit_at, at, now, max_wait)
+                if wait >= 0:
+                    for i, _, commit, slot in members:
+                        slot.state = commit(slot.state, now, tokens[i], at)
+                tally = self.tally
+                if tally is not None:
+                    if wait == 0.0:
+                        # Tally.record's count of a grant at once, and weight() of a
+                        # group's tokens, inlined (as MemoryHandle's).
+                        tally.granted += 1
+                        tally.tokens += float(max(tokens))
+                        return wait, now
+                    tally.record(weight(tokens), wait)
+                if wait > EPSILON:
+                    return wait, _holes.exact(self._algs, [slot.state for slot in self._slots], now + wait)
+                return wait, now + wait
+            states, wait, name = _holes.reserve(
+                self._algs, [slot.state for slot in self._slots], holes, now, tokens, max_wait
+            )
             if wait >= 0:
-                for slot, state in zip(slots, states, strict=True):
+                for slot, state in zip(self._slots, states, strict=True):
                     slot.state = state
             if self.tally is not None:
                 self.tally.record(weight(tokens), wait)
@@ -371,8 +427,7 @@ class MemoryGroupHandle:
             if wait > EPSILON:
                 return wait, _holes.exact(self._algs, states, now + wait)
         finally:
-            for lock in reversed(locks):
-                lock.release()
+            lock.release()
         return wait, now + wait
 
     def reserve_here(self, tokens: Sequence[float], max_wait: float) -> None:
@@ -446,7 +501,7 @@ class MemoryLaneHandle:
 
     suspends = False
 
-    __slots__ = ("__weakref__", "_keep", "_lane", "_lanes", "_last", "_now", "_slot", "tally")
+    __slots__ = ("__weakref__", "_keep", "_lane", "_lanes", "_last", "_lock", "_low", "_now", "_slot", "tally")
 
     def __init__(self, lanes: _lanes.Lanes, slot: _Slot, clock: Clock, lane: int, keep: float | None) -> None:
         self.tally: Tally | None = None
@@ -454,17 +509,28 @@ class MemoryLaneHandle:
         self._slot = slot
         self._now = clock.now
         self._lane = lane
+        self._low = lane == _lanes.LOW
+        self._lock = slot.lock
         self._keep = keep
         self._last = _lanes.LastLane(lane)
 
     def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
         slot = self._slot
-        with slot.lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             now = self._now()
-            low = self._lane == _lanes.LOW
-            wait, lane = _lanes.reserve(self._lanes, slot.state, now, tokens, max_wait, low, self._keep)
-            if self.tally is not None:
-                self.tally.record(tokens, wait)
+            wait, lane = _lanes.reserve(self._lanes, slot.state, now, tokens, max_wait, self._low, self._keep)
+            tally = self.tally
+            if tally is not None:
+                if wait == 0.0:
+                    # Tally.record's count of a grant at once, inlined (as MemoryHandle's).
+                    tally.granted += 1
+                    tally.tokens += tokens
+                else:
+                    tally.record(tokens, wait)
+        finally:
+            lock.release()
         if wait >= 0:
             self._last.saw(lane)
         return wait, _lanes.LaneTime(now + wait, lane)
