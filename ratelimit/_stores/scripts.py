@@ -225,10 +225,6 @@ def call_by_script(client: Any) -> None:
     _remember(client, False)
 
 
-def _mark_scripts_only(client: Any) -> None:
-    _remember(client, False)
-
-
 # What the server says when it has no FCALL or FUNCTION: unknown (Redis 6, a command
 # renamed away) or not allowed (an ACL, a managed service).
 _REFUSED = re.compile(
@@ -255,19 +251,17 @@ def refuses_functions(message: str) -> bool:
 # itself, the script by SHA or by its text.
 FCALL, LISTED, LOAD, EVALSHA, EVAL = "fcall", "listed", "load", "evalsha", "eval"
 
-# What to do after an FCALL failed: load the library and call again, call by SHA
-# instead (the client has no Functions), or raise.
-_LOAD, _SCRIPT, _RAISE = "load", "script", "raise"
 
-
-def _after_fcall(client: Any, exc: ResponseError) -> str:
+def _after_fcall(client: Any, exc: ResponseError) -> bool:
+    """A failed FCALL: True to load the library and call again, False to call by SHA
+    instead (the client is marked: its server has no Functions); anything else raises."""
     message = str(exc)
     if _NOT_LOADED in message:
-        return _LOAD
+        return True
     if refuses_functions(message):
-        _mark_scripts_only(client)
-        return _SCRIPT
-    return _RAISE
+        call_by_script(client)
+        return False
+    raise exc
 
 
 def _after_load(client: Any, exc: ResponseError) -> bool:
@@ -275,7 +269,7 @@ def _after_load(client: Any, exc: ResponseError) -> bool:
     Functions is marked; a full one is not (it takes no library, yet runs a script
     until its first write, so what only reads is still answered); anything else raises."""
     if refuses_functions(str(exc)):
-        _mark_scripts_only(client)
+        call_by_script(client)
         return False
     if isinstance(exc, OutOfMemoryError):
         return False
@@ -323,10 +317,8 @@ class Script:
             try:
                 return (yield FCALL)
             except ResponseError as exc:
-                then = _after_fcall(client, exc)
-                if then == _RAISE:
-                    raise
-            if then == _LOAD:
+                reload = _after_fcall(client, exc)
+            if reload:
                 # Every call in flight when a server lost the library hears so (a fleet
                 # after a failover): one that finds it loaded meanwhile by another does
                 # not load it again. Redis runs one command at a time, so every look
