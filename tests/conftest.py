@@ -20,7 +20,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import fakeredis
 import pytest
@@ -29,6 +29,9 @@ import redis.cluster
 
 from ratelimit import ManualClock, MemoryBackend, RedisBackend
 from ratelimit._stores.store import Backend
+
+if TYPE_CHECKING:
+    from servers import RedisServer
 
 L = TypeVar("L")
 
@@ -59,6 +62,29 @@ def unavailable(reason: str) -> None:
     if REQUIRE_REDIS:
         pytest.fail(f"RATELIMIT_REQUIRE_REDIS is set but {reason}")
     pytest.skip(reason)
+
+
+def private_server(*extra: str, **options: Any) -> RedisServer:
+    """A started ``redis-server`` of this test's own (``servers.RedisServer``): server-wide
+    commands (flushes, configuration, statistics) touch nobody else. Clean it up."""
+    from servers import RedisServer
+
+    if shutil.which("redis-server") is None:
+        unavailable("redis-server is not installed")
+    server = RedisServer(None, *extra, **options)
+    try:
+        server.start()
+    except RuntimeError as exc:  # pragma: no cover - environment trouble
+        server.cleanup()
+        unavailable(f"could not start a private redis-server: {exc}")
+    return server
+
+
+def command_calls(client: redis.Redis, command: str) -> int:
+    """How many times the server ran ``command`` (``INFO commandstats``; ``function|load``
+    for a subcommand)."""
+    stats: dict[str, Any] = client.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
 @pytest.fixture(scope="session")

@@ -40,34 +40,17 @@ from ratelimit._stores.scripts import (
     single_script,
 )
 
-from conftest import unavailable, unique_name
+from conftest import command_calls, private_server, unavailable, unique_name
 from servers import RedisCluster, RedisSentinelSet, RedisServer
 
 pytestmark = pytest.mark.redis
 
 
-def _server(*extra: str) -> RedisServer:
-    if shutil.which("redis-server") is None:
-        unavailable("redis-server is not installed")
-    server = RedisServer(None, *extra)
-    try:
-        server.start()
-    except RuntimeError as exc:  # pragma: no cover - environment trouble
-        server.cleanup()
-        unavailable(f"could not start a private redis-server: {exc}")
-    return server
-
-
 @pytest.fixture
 def server() -> Iterator[RedisServer]:
-    made = _server()
+    made = private_server()
     yield made
     made.cleanup()
-
-
-def _calls(admin: redis.Redis, command: str) -> int:
-    stats: dict[str, Any] = admin.info("commandstats")
-    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
 def _libraries(admin: redis.Redis) -> list[str]:
@@ -92,10 +75,10 @@ def test_a_fresh_server_gets_the_library_once_and_each_decision_is_one_fcall(ser
     backend = RedisBackend.from_url(server.url, coalesce=False)
     bucket = _bucket(backend, ManualClock(1_000.0))
     assert [bucket.try_acquire() for _ in range(4)] == [True, True, True, False]
-    assert _calls(admin, "function|load") == 1
+    assert command_calls(admin, "function|load") == 1
     # The first is answered "Function not found", and sent again once loaded.
-    assert _calls(admin, "fcall") == 5
-    assert _calls(admin, "evalsha") == _calls(admin, "eval") == 0
+    assert command_calls(admin, "fcall") == 5
+    assert command_calls(admin, "evalsha") == command_calls(admin, "eval") == 0
     assert _libraries(admin) == [library().name]
     backend.close()
     admin.close()
@@ -130,7 +113,7 @@ def test_function_flush_mid_run_reloads_and_the_budget_holds(server: RedisServer
     assert [bucket.try_acquire() for _ in range(2)] == [True, True]
     admin.function_flush()
     assert [bucket.try_acquire() for _ in range(2)] == [True, False]
-    assert _calls(admin, "function|load") == 2
+    assert command_calls(admin, "function|load") == 2
     backend.close()
     admin.close()
 
@@ -149,7 +132,7 @@ def test_function_flush_mid_run_for_an_asyncio_client(server: RedisServer) -> No
         return got
 
     assert asyncio.run(scenario()) == [True, True, True, False]
-    assert _calls(admin, "function|load") == 2
+    assert command_calls(admin, "function|load") == 2
     admin.close()
 
 
@@ -172,8 +155,8 @@ def test_a_call_that_finds_the_library_loaded_meanwhile_does_not_load_it_again(s
     backend = RedisBackend(_LateToHear.from_url(server.url), coalesce=False)
     bucket = _bucket(backend, ManualClock(1_000.0))
     assert [bucket.try_acquire() for _ in range(4)] == [True, True, True, False]
-    assert _calls(admin, "function|load") == 1  # the other process's only
-    assert _calls(admin, "function|list") == 1
+    assert command_calls(admin, "function|load") == 1  # the other process's only
+    assert command_calls(admin, "function|list") == 1
     assert by_function(backend.client)
     backend.close()
     admin.close()
@@ -187,8 +170,8 @@ def test_script_flush_mid_run_on_a_client_that_calls_scripts(server: RedisServer
     assert [bucket.try_acquire() for _ in range(2)] == [True, True]
     admin.script_flush()
     assert [bucket.try_acquire() for _ in range(2)] == [True, False]
-    assert _calls(admin, "fcall") == 0
-    assert _calls(admin, "eval") == 2  # the first call, and the first after the flush
+    assert command_calls(admin, "fcall") == 0
+    assert command_calls(admin, "eval") == 2  # the first call, and the first after the flush
     backend.close()
     admin.close()
 
@@ -205,15 +188,15 @@ def test_script_flush_mid_run_on_a_client_that_calls_scripts(server: RedisServer
     ids=["no-FUNCTION", "no-FCALL"],
 )
 def test_a_server_without_functions_is_called_by_script_from_the_first_refusal_on(extra: tuple[str, ...]) -> None:
-    server = _server(*extra)
+    server = private_server(*extra)
     try:
         admin = redis.Redis.from_url(server.url)
         backend = RedisBackend.from_url(server.url, coalesce=False)
         bucket = _bucket(backend, ManualClock(1_000.0))
         assert [bucket.try_acquire() for _ in range(4)] == [True, True, True, False]
         assert not by_function(backend.client)
-        assert _calls(admin, "fcall") <= 1  # asked once, never again
-        assert _calls(admin, "evalsha") == 4
+        assert command_calls(admin, "fcall") <= 1  # asked once, never again
+        assert command_calls(admin, "evalsha") == 4
         backend.close()
         admin.close()
     finally:

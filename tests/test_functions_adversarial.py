@@ -10,7 +10,6 @@ promise. Private servers on free loopback ports; time is a :class:`ManualClock`.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -31,34 +30,17 @@ from ratelimit import (
 from ratelimit._stores.keys import code_key
 from ratelimit._stores.scripts import by_function, call_by_script, library, single_script
 
-from conftest import unavailable, unique_name
+from conftest import command_calls, private_server, unique_name
 from servers import RedisServer
 
 pytestmark = pytest.mark.redis
 
 
-def _server(*extra: str, **options: Any) -> RedisServer:
-    if shutil.which("redis-server") is None:
-        unavailable("redis-server is not installed")
-    server = RedisServer(None, *extra, **options)
-    try:
-        server.start()
-    except RuntimeError as exc:  # pragma: no cover - environment trouble
-        server.cleanup()
-        unavailable(f"could not start a private redis-server: {exc}")
-    return server
-
-
 @pytest.fixture
 def server() -> Iterator[RedisServer]:
-    made = _server()
+    made = private_server()
     yield made
     made.cleanup()
-
-
-def _calls(admin: redis.Redis, command: str) -> int:
-    stats: dict[str, Any] = admin.info("commandstats")
-    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
 def _bucket(backend: RedisBackend, capacity: int = 3, name: str | None = None) -> TokenBucket:
@@ -175,7 +157,7 @@ def test_two_hundred_threads_deciding_first_at_once_load_at_most_once_per_connec
     assert got.count(True) == 150
     # Only the calls in flight before the first load finished load it again: no more
     # than the backend lets run at once.
-    assert 1 <= _calls(admin, "function|load") <= backend.pool_size
+    assert 1 <= command_calls(admin, "function|load") <= backend.pool_size
     backend.close()
     admin.close()
 
@@ -195,7 +177,7 @@ def test_ten_thousand_tasks_deciding_first_at_once(server: RedisServer, coalesce
     got, pool_size = asyncio.run(scenario())
     assert [each for each in got if not isinstance(each, bool)] == []
     assert got.count(True) == 7_000
-    assert 1 <= _calls(admin, "function|load") <= pool_size
+    assert 1 <= command_calls(admin, "function|load") <= pool_size
     admin.close()
 
 
@@ -215,7 +197,7 @@ def _fill(admin: redis.Redis) -> None:
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "asyncio"])
 def test_a_full_server_refusing_the_load_keeps_the_client_on_functions(use_async: bool) -> None:
-    server = _server(maxmemory="4mb", maxmemory_policy="noeviction")
+    server = private_server(maxmemory="4mb", maxmemory_policy="noeviction")
     try:
         admin = redis.Redis.from_url(server.url)
         _fill(admin)
@@ -257,7 +239,7 @@ def test_a_full_server_refusing_the_load_keeps_the_client_on_functions(use_async
 def test_a_full_server_without_the_library_still_answers_what_only_reads(use_async: bool) -> None:
     # Before Functions, a script ran on a full server until its first write: a closed
     # breaker's allow() (a read) was answered. The library cannot be loaded there.
-    server = _server(maxmemory="4mb", maxmemory_policy="noeviction")
+    server = private_server(maxmemory="4mb", maxmemory_policy="noeviction")
     try:
         admin = redis.Redis.from_url(server.url)
         _fill(admin)

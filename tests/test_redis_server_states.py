@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,7 +41,7 @@ from ratelimit import (
 )
 from ratelimit._stores.store import Backend
 
-from conftest import state_keys, unavailable, unique_name
+from conftest import private_server, state_keys, unique_name
 from servers import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
@@ -51,21 +50,9 @@ Limiter = Any  # a SingleLimiter or a Composite: try_acquire, refund, feedback
 Build = Callable[[Backend, str, ManualClock], Limiter]
 
 
-def _server(*extra: str, **options: Any) -> RedisServer:
-    if shutil.which("redis-server") is None:
-        unavailable("redis-server is not installed")
-    server = RedisServer(None, *extra, **options)
-    try:
-        server.start()
-    except RuntimeError as exc:  # pragma: no cover - environment trouble
-        server.cleanup()
-        unavailable(f"could not start a private redis-server: {exc}")
-    return server
-
-
 @pytest.fixture(scope="module")
 def plain_server() -> Iterator[RedisServer]:
-    server = _server()
+    server = private_server()
     yield server
     server.cleanup()
 
@@ -328,7 +315,7 @@ def test_real_eviction_never_errs_and_never_leaves_a_window_inconsistent(policy:
     # A 4 MB server holds a dozen 256 KB fillers; each new one evicts a key, the
     # limiters' among them. The window's whole state is one sorted set, so eviction
     # takes all of it or none: whenever it is there, its sums agree with its weights.
-    server = _server(maxmemory="4mb", maxmemory_policy=policy)
+    server = private_server(maxmemory="4mb", maxmemory_policy=policy)
     try:
         client = redis.Redis.from_url(server.url, socket_timeout=5)
         clock = ManualClock(1_000.0)
@@ -363,7 +350,7 @@ def test_volatile_policies_evict_the_limiters_first() -> None:
     # Every limiter key has a TTL; data without one is never evicted under volatile-*.
     # On a server full of such data, each write evicts the limiter's own state: here a
     # window of 5 grants 37 or 38 of 40 calls made 0.5 s apart, 20 in one window.
-    server = _server(maxmemory="4mb", maxmemory_policy="volatile-lru")
+    server = private_server(maxmemory="4mb", maxmemory_policy="volatile-lru")
     try:
         client = redis.Redis.from_url(server.url, socket_timeout=5)
         clock = ManualClock(1_000.0)
@@ -391,7 +378,7 @@ def test_volatile_policies_evict_the_limiters_first() -> None:
 def full_server() -> Iterator[RedisServer]:
     """A server whose data is well over ``maxmemory``, under ``noeviction``: every
     write that could grow memory is refused with OOM, reads still work."""
-    server = _server(maxmemory_policy="noeviction")
+    server = private_server(maxmemory_policy="noeviction")
     client = redis.Redis.from_url(server.url)
     for i in range(8):
         client.set(f"filler:{i}", FILLER)
@@ -490,7 +477,7 @@ def test_once_memory_is_freed_the_limiter_works_again(full_server: RedisServer) 
 
 def test_a_server_busy_with_a_long_script_is_unavailable() -> None:
     # BUSY arrives as a plain ResponseError: before, it reached the caller raw.
-    server = _server("--lua-time-limit", "50")
+    server = private_server("--lua-time-limit", "50")
     hog = redis.Redis.from_url(server.url, socket_timeout=30)
     admin = redis.Redis.from_url(server.url, socket_timeout=5)
     ended: list[BaseException] = []
@@ -543,7 +530,7 @@ def test_a_server_busy_with_a_long_script_is_unavailable() -> None:
 def test_a_replica_is_unavailable(stale: str, expected: type[BaseException] | tuple[type[BaseException], ...]) -> None:
     # A replica of a master that does not answer: it serves reads (or, with
     # replica-serve-stale-data no, nothing) and refuses writes.
-    server = _server("--replicaof", "127.0.0.1", str(free_port()))
+    server = private_server("--replicaof", "127.0.0.1", str(free_port()))
     try:
         # Set once it answers: without stale data it would not even answer PING.
         admin = redis.Redis.from_url(server.url)

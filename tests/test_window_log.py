@@ -24,7 +24,7 @@ from ratelimit._algorithms.sliding_window import MAX_CAPS, REBASE, REBASE_SPAN, 
 from ratelimit._stores.keys import key_for
 from ratelimit._stores.redis_handles import RedisHandle
 
-from conftest import unique_name
+from conftest import command_calls, unique_name
 
 
 class FixedTime:
@@ -188,11 +188,6 @@ def backend(request: pytest.FixtureRequest) -> Any:
     return None if request.param == "memory" else RedisBackend(fakeredis.FakeRedis())
 
 
-def _calls(client: redis.Redis, command: str) -> int:
-    stats: dict[str, Any] = client.info("commandstats")
-    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
-
-
 @pytest.mark.xfail(
     strict=True,
     reason="this refund is not its caller's only grant since it last gave back (A, B and C in one context), so "
@@ -259,9 +254,9 @@ def test_a_refund_searches_the_entries_it_consumes(redis_client: redis.Redis) ->
     pipe.execute()
     clock.advance(n * 0.001)
     assert limiter.try_acquire(n)
-    before = _calls(redis_client, "zrange")
+    before = command_calls(redis_client, "zrange")
     limiter.refund(n)
-    reads = _calls(redis_client, "zrange") - before
+    reads = command_calls(redis_client, "zrange") - before
     assert reads <= 12 + 2 * math.ceil(math.log2(n)), f"{reads} ZRANGE calls for one refund"
 
 
@@ -283,7 +278,7 @@ def test_heavy_weights_do_not_rewrite_the_set_at_every_grant(redis_client: redis
     worst = 0
     for k in range(3):
         now.value = 1_000.0 + n + k  # the oldest entry ages out
-        before = _calls(redis_client, "zadd")
+        before = command_calls(redis_client, "zadd")
         assert handle.reserve(1e10, 0.0)[0] == 0.0
-        worst = max(worst, _calls(redis_client, "zadd") - before)
+        worst = max(worst, command_calls(redis_client, "zadd") - before)
     assert worst <= 4, f"{worst} ZADDs for one grant on a window of {n} entries"
