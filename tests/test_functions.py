@@ -390,31 +390,35 @@ def test_a_failover_to_a_master_without_the_library_reloads_it() -> None:
         sentinels.stop()
 
 
-def test_a_cluster_client_calls_scripts_and_a_master_without_them_reloads() -> None:
+def test_a_cluster_client_calls_scripts_and_a_master_without_them_reloads(cluster: RedisCluster) -> None:
+    backend = RedisBackend.from_url(cluster.url, cluster=True, coalesce=False)
+    clock = ManualClock(1_000.0)
+    buckets = [_bucket(backend, clock) for _ in range(6)]  # names spread over the masters
+    for bucket in buckets:
+        assert bucket.try_acquire()
+    assert not by_function(backend.client)
+    for port in cluster.ports:
+        node = redis.Redis(host="127.0.0.1", port=port)
+        node.script_flush()  # as a master added later would be: knows no script
+        node.close()
+    for bucket in buckets:
+        assert [bucket.try_acquire() for _ in range(3)] == [True, True, False]
+    backend.close()
+
+
+@pytest.fixture
+def cluster() -> Iterator[RedisCluster]:
+    """Three masters of a Redis Cluster of this test's own."""
     if shutil.which("redis-server") is None:
         unavailable("redis-server is not installed")
-    cluster = RedisCluster()
+    made = RedisCluster()
     try:
-        cluster.start()
+        made.start()
     except RuntimeError as exc:  # pragma: no cover - environment trouble
-        cluster.stop()
+        made.stop()
         unavailable(f"could not start a Redis Cluster: {exc}")
-    try:
-        backend = RedisBackend.from_url(cluster.url, cluster=True, coalesce=False)
-        clock = ManualClock(1_000.0)
-        buckets = [_bucket(backend, clock) for _ in range(6)]  # names spread over the masters
-        for bucket in buckets:
-            assert bucket.try_acquire()
-        assert not by_function(backend.client)
-        for port in cluster.ports:
-            node = redis.Redis(host="127.0.0.1", port=port)
-            node.script_flush()  # as a master added later would be: knows no script
-            node.close()
-        for bucket in buckets:
-            assert [bucket.try_acquire() for _ in range(3)] == [True, True, False]
-        backend.close()
-    finally:
-        cluster.stop()
+    yield made
+    made.stop()
 
 
 def _node_id(client: redis.Redis) -> str:
@@ -435,15 +439,7 @@ def _move_slot(cluster: RedisCluster, slot: int, source: redis.Redis, target: re
         node.close()
 
 
-def test_a_master_added_to_a_running_cluster_takes_a_limiter_over() -> None:
-    if shutil.which("redis-server") is None:
-        unavailable("redis-server is not installed")
-    cluster = RedisCluster()
-    try:
-        cluster.start()
-    except RuntimeError as exc:  # pragma: no cover - environment trouble
-        cluster.stop()
-        unavailable(f"could not start a Redis Cluster: {exc}")
+def test_a_master_added_to_a_running_cluster_takes_a_limiter_over(cluster: RedisCluster) -> None:
     added = RedisServer(
         None, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"
     )
@@ -476,4 +472,3 @@ def test_a_master_added_to_a_running_cluster_takes_a_limiter_over() -> None:
         backend.close()
     finally:
         added.cleanup()
-        cluster.stop()
