@@ -425,6 +425,24 @@ def _node_id(client: redis.Redis) -> str:
     return str(client.execute_command("CLUSTER", "MYID")).removeprefix("b'").removesuffix("'")  # type: ignore[no-untyped-call]
 
 
+def _until_every_node_knows(newcomer: redis.Redis, ports: list[int]) -> None:
+    """Wait for gossip: SETSLOT on a node that has not yet heard of the newcomer answers "Unknown node"."""
+    wanted = _node_id(newcomer)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        missing = []
+        for port in ports:
+            node = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+            nodes = str(node.execute_command("CLUSTER", "NODES"))  # type: ignore[no-untyped-call]
+            node.close()
+            if wanted not in nodes or nodes.count("master") < len(ports):
+                missing.append(port)
+        if not missing and newcomer.cluster("INFO").get("cluster_state") == "ok":
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"nodes on ports {missing} had not heard of the newcomer {wanted} after 20 s")
+
+
 def _move_slot(cluster: RedisCluster, slot: int, source: redis.Redis, target: redis.Redis, target_port: int) -> None:
     """Move one slot, and its keys, from ``source`` to ``target`` (a master that joined later)."""
     source_id, target_id = _node_id(source), _node_id(target)
@@ -456,11 +474,7 @@ def test_a_master_added_to_a_running_cluster_takes_a_limiter_over(cluster: Redis
         slot = backend.client.keyslot(f"ratelimit:{{{name}}}:token_bucket")
         owner_port = backend.client.get_node_from_key(f"ratelimit:{{{name}}}:token_bucket").port
         owner = redis.Redis(host="127.0.0.1", port=owner_port, socket_timeout=2)
-        for _ in range(200):  # until the newcomer knows the slots and the owner knows it
-            known = _node_id(newcomer) in str(owner.execute_command("CLUSTER", "NODES"))  # type: ignore[no-untyped-call]
-            if known and newcomer.cluster("INFO").get("cluster_state") == "ok":
-                break
-            time.sleep(0.05)
+        _until_every_node_knows(newcomer, [*cluster.ports, added.port])
         _move_slot(cluster, slot, owner, newcomer, added.port)
         # The newcomer knows no script: the next decision is redirected there, loads it,
         # and spends what is left of the same budget.
