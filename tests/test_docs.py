@@ -1,4 +1,4 @@
-"""The README and docker-compose.yml tell the same story as the code."""
+"""The README, the docs and docker-compose.yml tell the same story as the code."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ def compose() -> dict[str, Any]:
     return loaded
 
 
-def test_compose_parses_and_names_the_readme_services() -> None:
+def test_compose_parses_and_names_the_documented_services() -> None:
     services = compose()["services"]
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "redis.md").read_text()
     assert set(services) == {"redis", "redis-cluster"}
     for name in services:
         assert f"docker compose up -d {name}" in readme or f"--profile cluster up -d {name}" in readme
@@ -67,3 +67,22 @@ def test_bad_cli_arguments_exit_non_zero_with_one_line() -> None:
     )
     assert result.returncode == 2
     assert "expected a number > 0, got '-3'" in result.stderr
+
+
+def test_readme_is_a_front_page_that_links_into_the_docs() -> None:
+    """The README stays short, and every docs page it links to exists (GitHub follows them)."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    links = re.findall(r"\]\((docs/[^)#]+)", readme)
+    assert links
+    for link in links:
+        assert (ROOT / link).is_file(), link
+
+
+def test_every_docs_page_is_in_the_navigation() -> None:
+    """A page left out of mkdocs.yml's nav would be built but never found."""
+    config = (ROOT / "mkdocs.yml").read_text()
+    pages = sorted(str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md"))
+    assert pages
+    for page in pages:
+        assert f": {page}" in config, page
