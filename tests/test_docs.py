@@ -86,3 +86,15 @@ def test_every_docs_page_is_in_the_navigation() -> None:
     assert pages
     for page in pages:
         assert f": {page}" in config, page
+
+
+def test_every_public_module_has_a_reference_page() -> None:
+    """The API reference covers each public module (the CLI's is the command line, on Operating)."""
+    modules = sorted(
+        p.stem for p in (ROOT / "ratelimit").glob("*.py") if not p.stem.startswith("_") and p.stem != "cli"
+    )
+    assert "events" in modules
+    for module in modules:
+        page = ROOT / "docs" / "reference" / f"{module}.md"
+        assert page.is_file(), page
+        assert f"::: ratelimit.{module}" in page.read_text()
