@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -98,3 +99,42 @@ def test_every_public_module_has_a_reference_page() -> None:
         page = ROOT / "docs" / "reference" / f"{module}.md"
         assert page.is_file(), page
         assert f"::: ratelimit.{module}" in page.read_text()
+
+
+def test_the_sizing_page_shows_what_ratelimit_size_prints() -> None:
+    """The report on the Sizing page is the command's output today, not a stale copy."""
+    page = (ROOT / "docs" / "sizing.md").read_text()
+    found = re.search(r"```bash\n(ratelimit size [^\n]+)\n```\n\n```text\n(.*?)```", page, flags=re.DOTALL)
+    assert found, "the sizing page shows a ratelimit size command and its report"
+    command, shown = found[1].split(), found[2]
+    result = subprocess.run(
+        [sys.executable, "-m", "ratelimit", *command[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout == shown
+
+
+def test_the_cli_reference_lists_every_option_of_every_command() -> None:
+    """Operating's command line section names exactly the options each command's parser has."""
+    page = (ROOT / "docs" / "operating.md").read_text()
+    reference = page.split("## The command line", 1)[1]
+    sections = re.split(r"^### `ratelimit (\w+)", reference, flags=re.MULTILINE)[1:]
+    documented = {
+        command: set(re.findall(r"`(--[a-z-]+)", text))
+        for command, text in zip(sections[::2], sections[1::2], strict=True)
+    }
+    assert set(documented) == {"inspect", "set", "top", "size", "bench"}
+    for command, options in documented.items():
+        result = subprocess.run(
+            [sys.executable, "-m", "ratelimit", command, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        parsed = set(re.findall(r"^\s+(?:-\w, )?(--[a-z-]+)", result.stdout, flags=re.MULTILINE)) - {"--help"}
+        assert options == parsed, command
