@@ -12,7 +12,7 @@ loopback in a temporary folder. ``--processes`` worker processes then run for
 - **hot**: ``try_acquire`` on one token bucket that every process shares (one key:
   one master's one thread, whatever the cluster's size);
 - **leased**: the same hot bucket with ``lease=0.05``: each process spends a batch of
-  it locally between script calls (see the README's "Hot limiters").
+  it locally between script calls (see docs/fleets.md, "Hot limiters").
 
 Printed: acquires per second in all, and as a share of the floor::
 

@@ -1,6 +1,6 @@
 """How much of an LLM token budget a fleet of threads uses when its estimates run high.
 
-The README's ``ask()`` pattern: each call acquires ``[1, estimate]`` on a composite of
+The ``ask()`` pattern of docs/costs.md: each call acquires ``[1, estimate]`` on a composite of
 requests and tokens per minute, "calls the API" (sleeps a latency) and settles with
 the real use, a quarter to a third of the estimate. With several threads the tokens
 limit is contended, and a settle that cannot name its grant gives nothing back, so

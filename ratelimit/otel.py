@@ -9,33 +9,33 @@ or ``obj.subscribe(OpenTelemetryMetrics(meter_provider))`` for one object's even
 instruments come from the global ``MeterProvider`` unless one (or a ``Meter``) is
 passed: wire that provider to your SDK and exporter as usual; this module needs only
 the API. Every measurement has the attribute ``name``, the object's name (``""`` for an
-unnamed one). With the default ``namespace``:
+unnamed one). With the default ``namespace``::
 
-======================================  ================  ================  ========================================
-OpenTelemetry instrument                kind              unit              Prometheus metric
-======================================  ================  ================  ========================================
-``ratelimit_grants``                    counter           ``{request}``     ``ratelimit_grants_total``
-``ratelimit_denials``                   counter           ``{request}``     ``ratelimit_denials_total``
-``ratelimit_acquire_wait_seconds``      histogram         ``s``             ``ratelimit_acquire_wait_seconds``
-``ratelimit_shadow_grants``             counter           ``{request}``     ``ratelimit_shadow_grants_total``
-``ratelimit_shadow_denials``            counter           ``{request}``     ``ratelimit_shadow_denials_total``
-``ratelimit_shadow_wait_seconds``       histogram         ``s``             ``ratelimit_shadow_wait_seconds``
-``ratelimit_feedback_pauses``           counter           ``{pause}``       ``ratelimit_feedback_pauses_total``
-``ratelimit_feedback_pause_seconds``    histogram         ``s``             ``ratelimit_feedback_pause_seconds``
-``ratelimit_feedback_throttles``        counter           ``{response}``    ``ratelimit_feedback_throttles_total``
-``ratelimit_calls``                     counter           ``{call}``        ``ratelimit_calls_total``
-``ratelimit_call_attempts``             histogram         ``{attempt}``     ``ratelimit_call_attempts``
-``ratelimit_limiter_wait_seconds``      counter           ``s``             ``ratelimit_limiter_wait_seconds_total``
-``ratelimit_backoff_seconds``           counter           ``s``             ``ratelimit_backoff_seconds_total``
-``ratelimit_in_call_seconds``           counter           ``s``             ``ratelimit_in_call_seconds_total``
-``ratelimit_attempt_duration_seconds``  histogram         ``s``             ``ratelimit_attempt_duration_seconds``
-``ratelimit_responses``                 counter           ``{response}``    ``ratelimit_responses_total``
-``ratelimit_retries``                   counter           ``{retry}``       ``ratelimit_retries_total``
-``ratelimit_give_ups``                  counter           ``{call}``        ``ratelimit_give_ups_total``
-``ratelimit_breaker_state``             observable gauge  (none)            ``ratelimit_breaker_state``
-``ratelimit_breaker_transitions``       counter           ``{transition}``  ``ratelimit_breaker_transitions_total``
-``ratelimit_breaker_rejections``        counter           ``{call}``        ``ratelimit_breaker_rejections_total``
-======================================  ================  ================  ========================================
+    ======================================  ================  ================  ========================================
+    OpenTelemetry instrument                kind              unit              Prometheus metric
+    ======================================  ================  ================  ========================================
+    ``ratelimit_grants``                    counter           ``{request}``     ``ratelimit_grants_total``
+    ``ratelimit_denials``                   counter           ``{request}``     ``ratelimit_denials_total``
+    ``ratelimit_acquire_wait_seconds``      histogram         ``s``             ``ratelimit_acquire_wait_seconds``
+    ``ratelimit_shadow_grants``             counter           ``{request}``     ``ratelimit_shadow_grants_total``
+    ``ratelimit_shadow_denials``            counter           ``{request}``     ``ratelimit_shadow_denials_total``
+    ``ratelimit_shadow_wait_seconds``       histogram         ``s``             ``ratelimit_shadow_wait_seconds``
+    ``ratelimit_feedback_pauses``           counter           ``{pause}``       ``ratelimit_feedback_pauses_total``
+    ``ratelimit_feedback_pause_seconds``    histogram         ``s``             ``ratelimit_feedback_pause_seconds``
+    ``ratelimit_feedback_throttles``        counter           ``{response}``    ``ratelimit_feedback_throttles_total``
+    ``ratelimit_calls``                     counter           ``{call}``        ``ratelimit_calls_total``
+    ``ratelimit_call_attempts``             histogram         ``{attempt}``     ``ratelimit_call_attempts``
+    ``ratelimit_limiter_wait_seconds``      counter           ``s``             ``ratelimit_limiter_wait_seconds_total``
+    ``ratelimit_backoff_seconds``           counter           ``s``             ``ratelimit_backoff_seconds_total``
+    ``ratelimit_in_call_seconds``           counter           ``s``             ``ratelimit_in_call_seconds_total``
+    ``ratelimit_attempt_duration_seconds``  histogram         ``s``             ``ratelimit_attempt_duration_seconds``
+    ``ratelimit_responses``                 counter           ``{response}``    ``ratelimit_responses_total``
+    ``ratelimit_retries``                   counter           ``{retry}``       ``ratelimit_retries_total``
+    ``ratelimit_give_ups``                  counter           ``{call}``        ``ratelimit_give_ups_total``
+    ``ratelimit_breaker_state``             observable gauge  (none)            ``ratelimit_breaker_state``
+    ``ratelimit_breaker_transitions``       counter           ``{transition}``  ``ratelimit_breaker_transitions_total``
+    ``ratelimit_breaker_rejections``        counter           ``{call}``        ``ratelimit_breaker_rejections_total``
+    ======================================  ================  ================  ========================================
 
 So the Prometheus name is the OpenTelemetry one with ``_total`` after a counter's, which
 is what OpenTelemetry's own Prometheus exporters write: they add ``_total`` to a

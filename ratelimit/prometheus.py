@@ -6,34 +6,34 @@ One line to set up, for every limiter, retry runner and breaker in the process::
 
 or ``obj.subscribe(PrometheusMetrics(registry))`` for one object's events only. Every
 metric is labelled by the object's ``name`` (``""`` for an unnamed one); with the
-default ``namespace`` they are:
+default ``namespace`` they are::
 
-==========================================  =========  =================================
-metric                                      type       labels (besides ``name``)
-==========================================  =========  =================================
-``ratelimit_grants_total``                  counter
-``ratelimit_denials_total``                 counter
-``ratelimit_acquire_wait_seconds``          histogram
-``ratelimit_shadow_grants_total``           counter    (a limiter in shadow mode: what
-``ratelimit_shadow_denials_total``          counter    it would have granted, refused,
-``ratelimit_shadow_wait_seconds``           histogram  and made callers wait)
-``ratelimit_feedback_pauses_total``         counter
-``ratelimit_feedback_pause_seconds``        histogram
-``ratelimit_feedback_throttles_total``      counter
-``ratelimit_calls_total``                   counter    ``outcome``: ok, permanent,
-                                                       gave_up, rejected
-``ratelimit_call_attempts``                 histogram
-``ratelimit_limiter_wait_seconds_total``    counter
-``ratelimit_backoff_seconds_total``         counter
-``ratelimit_in_call_seconds_total``         counter
-``ratelimit_attempt_duration_seconds``      histogram
-``ratelimit_responses_total``               counter    ``status``: ``"503"``, ...
-``ratelimit_retries_total``                 counter    ``reason``, ``source``
-``ratelimit_give_ups_total``                counter    ``reason``: attempts, deadline
-``ratelimit_breaker_state``                 gauge
-``ratelimit_breaker_transitions_total``     counter    ``previous``, ``state``
-``ratelimit_breaker_rejections_total``      counter
-==========================================  =========  =================================
+    ==========================================  =========  =================================
+    metric                                      type       labels (besides ``name``)
+    ==========================================  =========  =================================
+    ``ratelimit_grants_total``                  counter
+    ``ratelimit_denials_total``                 counter
+    ``ratelimit_acquire_wait_seconds``          histogram
+    ``ratelimit_shadow_grants_total``           counter    (a limiter in shadow mode: what
+    ``ratelimit_shadow_denials_total``          counter    it would have granted, refused,
+    ``ratelimit_shadow_wait_seconds``           histogram  and made callers wait)
+    ``ratelimit_feedback_pauses_total``         counter
+    ``ratelimit_feedback_pause_seconds``        histogram
+    ``ratelimit_feedback_throttles_total``      counter
+    ``ratelimit_calls_total``                   counter    ``outcome``: ok, permanent,
+                                                           gave_up, rejected
+    ``ratelimit_call_attempts``                 histogram
+    ``ratelimit_limiter_wait_seconds_total``    counter
+    ``ratelimit_backoff_seconds_total``         counter
+    ``ratelimit_in_call_seconds_total``         counter
+    ``ratelimit_attempt_duration_seconds``      histogram
+    ``ratelimit_responses_total``               counter    ``status``: ``"503"``, ...
+    ``ratelimit_retries_total``                 counter    ``reason``, ``source``
+    ``ratelimit_give_ups_total``                counter    ``reason``: attempts, deadline
+    ``ratelimit_breaker_state``                 gauge
+    ``ratelimit_breaker_transitions_total``     counter    ``previous``, ``state``
+    ``ratelimit_breaker_rejections_total``      counter
+    ==========================================  =========  =================================
 
 Needs the ``prometheus`` extra: ``pip install 'ratelimit-fleet[prometheus]'``.
 """

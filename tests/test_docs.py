@@ -1,7 +1,8 @@
-"""The README and docker-compose.yml tell the same story as the code."""
+"""The README, the docs and docker-compose.yml tell the same story as the code."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -18,9 +19,9 @@ def compose() -> dict[str, Any]:
     return loaded
 
 
-def test_compose_parses_and_names_the_readme_services() -> None:
+def test_compose_parses_and_names_the_documented_services() -> None:
     services = compose()["services"]
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "redis.md").read_text()
     assert set(services) == {"redis", "redis-cluster"}
     for name in services:
         assert f"docker compose up -d {name}" in readme or f"--profile cluster up -d {name}" in readme
@@ -67,3 +68,73 @@ def test_bad_cli_arguments_exit_non_zero_with_one_line() -> None:
     )
     assert result.returncode == 2
     assert "expected a number > 0, got '-3'" in result.stderr
+
+
+def test_readme_is_a_front_page_that_links_into_the_docs() -> None:
+    """The README stays short, and every docs page it links to exists (GitHub follows them)."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    links = re.findall(r"\]\((docs/[^)#]+)", readme)
+    assert links
+    for link in links:
+        assert (ROOT / link).is_file(), link
+
+
+def test_every_docs_page_is_in_the_navigation() -> None:
+    """A page left out of mkdocs.yml's nav would be built but never found."""
+    config = (ROOT / "mkdocs.yml").read_text()
+    pages = sorted(str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md"))
+    assert pages
+    for page in pages:
+        assert f": {page}" in config, page
+
+
+def test_every_public_module_has_a_reference_page() -> None:
+    """The API reference covers each public module (the CLI's is the command line, on Operating)."""
+    modules = sorted(
+        p.stem for p in (ROOT / "ratelimit").glob("*.py") if not p.stem.startswith("_") and p.stem != "cli"
+    )
+    assert "events" in modules
+    for module in modules:
+        page = ROOT / "docs" / "reference" / f"{module}.md"
+        assert page.is_file(), page
+        assert f"::: ratelimit.{module}" in page.read_text()
+
+
+def test_the_sizing_page_shows_what_ratelimit_size_prints() -> None:
+    """The report on the Sizing page is the command's output today, not a stale copy."""
+    page = (ROOT / "docs" / "sizing.md").read_text()
+    found = re.search(r"```bash\n(ratelimit size [^\n]+)\n```\n\n```text\n(.*?)```", page, flags=re.DOTALL)
+    assert found, "the sizing page shows a ratelimit size command and its report"
+    command, shown = found[1].split(), found[2]
+    result = subprocess.run(
+        [sys.executable, "-m", "ratelimit", *command[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout == shown
+
+
+def test_the_cli_reference_lists_every_option_of_every_command() -> None:
+    """Operating's command line section names exactly the options each command's parser has."""
+    page = (ROOT / "docs" / "operating.md").read_text()
+    reference = page.split("## The command line", 1)[1]
+    sections = re.split(r"^### `ratelimit (\w+)", reference, flags=re.MULTILINE)[1:]
+    documented = {
+        command: set(re.findall(r"`(--[a-z-]+)", text))
+        for command, text in zip(sections[::2], sections[1::2], strict=True)
+    }
+    assert set(documented) == {"inspect", "set", "top", "size", "bench"}
+    for command, options in documented.items():
+        result = subprocess.run(
+            [sys.executable, "-m", "ratelimit", command, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        parsed = set(re.findall(r"^\s+(?:-\w, )?(--[a-z-]+)", result.stdout, flags=re.MULTILINE)) - {"--help"}
+        assert options == parsed, command

@@ -34,7 +34,7 @@ class Adaptive:
     once per congestion event, and the rate then grows back along a cubic curve,
     regaining the old rate after ``recover`` seconds and probing beyond it after that.
     A provider's headers keep precedence: whatever pause or remaining they state is
-    kept in full (see the README's "Adaptive limits").
+    kept in full (see docs/fleets.md, "Limits nobody documents").
 
     Args:
         floor: the lowest rate it may learn, tokens per second (> 0).

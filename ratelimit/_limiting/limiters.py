@@ -166,7 +166,7 @@ class SingleLimiter(Limiter[float]):
 
         The limiter itself acquires at high priority: a high request waits behind at
         most the high-priority grants already reserved, never behind queued low ones.
-        See the README's "Priorities" section.
+        See docs/fleets.md, "Priorities".
         """
         if self._low is None:
             raise AttributeError(
@@ -188,7 +188,7 @@ class SingleLimiter(Limiter[float]):
     @property
     def lease(self) -> float | None:
         """Seconds of the leases this limiter spends locally (``None``: it asks the store
-        for every grant). See the README's "Leases" section."""
+        for every grant). See docs/fleets.md, "Hot limiters"."""
         return self._lease
 
     @property
@@ -314,7 +314,7 @@ class TokenBucket(SingleLimiter):
             budget learns one rate below it. ``None`` (default): the configured rate.
         lease: on a shared backend, seconds (<= 60) of a *lease*: each process takes
             a batch of the budget, sized to its demand, in one script call and grants
-            from it locally for that long (see the README's "Leases"). The fleet still
+            from it locally for that long (see docs/fleets.md, "Hot limiters"). The fleet still
             never exceeds the limit: ``lease * refill_per_sec`` tokens of the capacity
             are kept back, as a guard of that many seconds would. ``None`` (default):
             every grant asks the store. In process it changes nothing.

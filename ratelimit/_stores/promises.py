@@ -23,7 +23,7 @@ nothing before the horizon, then the rate, with no burst where the algorithm all
   promises are due. The store is paused until the last of them, when every
   fallback's queue has gone.
 
-The bound (stated in the README): what neither side can know is the other's unspent
+The bound (stated in docs/redis.md): what neither side can know is the other's unspent
 burst. A side that had no queue at the switch hands over none: the fallback then
 starts with its share of the capacity, and a store back from an outage has refilled
 meanwhile (or, restarted empty, is full). A window also grants its limit in the

@@ -38,7 +38,7 @@ OnUnavailable = Literal["raise", "allow", "local"]
 
 #: Script calls in flight at once per backend (per event loop for asyncio). Redis runs
 #: one script at a time and a client process is bound by its own CPU long before this:
-#: more connections only queue inside the server (see the README's figures).
+#: more connections only queue inside the server (see docs/performance.md).
 DEFAULT_POOL_SIZE = 16
 
 #: How long a call waits for a connection that other code sharing the client's pool
