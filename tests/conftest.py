@@ -88,6 +88,23 @@ def command_calls(client: redis.Redis, command: str) -> int:
 
 
 @pytest.fixture(scope="session")
+def quiet_redis() -> Iterator[RedisServer]:
+    """A private server for the session, for tests that count commands server-wide
+    (``INFO commandstats``): on the shared server other clients' calls land in the count."""
+    server = private_server()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def quiet_client(quiet_redis: RedisServer) -> Iterator[redis.Redis]:
+    """A client of the session's private server."""
+    client = redis.Redis.from_url(quiet_redis.url, socket_timeout=5)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
 def redis_client() -> Iterator[redis.Redis]:
     """A client of the real server at REDIS_URL."""
     client = redis.Redis.from_url(REDIS_URL, socket_timeout=2, socket_connect_timeout=2)

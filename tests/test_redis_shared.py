@@ -7,12 +7,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
 
 from conftest import REDIS_URL, unique_name
+
+if TYPE_CHECKING:
+    from servers import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -30,18 +33,19 @@ def max_in_any_window(times: list[float], width: float) -> int:
 
 
 def run_fleet(
-    client: redis.Redis, processes: int, capacity: float, rate: float, seconds: float, *lease: str
+    server: RedisServer, processes: int, capacity: float, rate: float, seconds: float, *lease: str
 ) -> tuple[list[dict[str, Any]], int]:
     """``processes`` workers of 4 threads on one new budget: what each printed, and
     the script calls they made in all."""
     name = unique_name("shared")
     # Load the script first, so that no NOSCRIPT retry muddies the command count.
-    warm = [sys.executable, str(WORKER), REDIS_URL, unique_name("warm"), "200", "1000", "1", "0.01", *lease]
+    client = redis.Redis.from_url(server.url, socket_timeout=5)
+    warm = [sys.executable, str(WORKER), server.url, unique_name("warm"), "200", "1000", "1", "0.01", *lease]
     subprocess.run(warm, check=True, capture_output=True, timeout=30)
     before = script_calls(client)
     procs = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), REDIS_URL, name, str(capacity), str(rate), "4", str(seconds), *lease],
+            [sys.executable, str(WORKER), server.url, name, str(capacity), str(rate), "4", str(seconds), *lease],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -54,12 +58,14 @@ def run_fleet(
         assert proc.returncode == 0, err
         results.append(json.loads(out))
     assert all(r["grants"] for r in results), "every process got some grants"
-    return results, script_calls(client) - before
+    calls = script_calls(client) - before
+    client.close()
+    return results, calls
 
 
-def test_four_processes_of_four_threads_share_one_budget(redis_client: redis.Redis) -> None:
+def test_four_processes_of_four_threads_share_one_budget(quiet_redis: RedisServer) -> None:
     capacity, rate, seconds = 20, 200.0, 3.0
-    results, calls = run_fleet(redis_client, 4, capacity, rate, seconds)
+    results, calls = run_fleet(quiet_redis, 4, capacity, rate, seconds)
     grants = sorted(t for r in results for t in r["grants"])
     # The bucket allows `capacity + rate * 1` in any second. Grants are timestamped after
     # the sleep returns, so a late wake-up can push one grant a little closer to the
@@ -75,12 +81,12 @@ def test_four_processes_of_four_threads_share_one_budget(redis_client: redis.Red
     assert 0 < calls <= sum(r["calls"] for r in results)
 
 
-def test_four_leasing_processes_never_exceed_the_bucket(redis_client: redis.Redis) -> None:
+def test_four_leasing_processes_never_exceed_the_bucket(quiet_redis: RedisServer) -> None:
     # Leases of 50 ms and a guard of 50 ms for send jitter keep (0.05 + 0.05) x 400 =
     # 40 tokens of the 60 back; what the fleet sends must still fit the bucket as
     # configured, 60 + 400 in any second.
     capacity, rate = 60, 400.0
-    results, calls = run_fleet(redis_client, 4, capacity, rate, 3.0, "0.05")
+    results, calls = run_fleet(quiet_redis, 4, capacity, rate, 3.0, "0.05")
     grants = sorted(t for r in results for t in r["grants"])
     # Sends are timestamped after the call returns: one grant of slack for that, as
     # for the plain bucket above.

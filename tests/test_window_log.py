@@ -61,29 +61,29 @@ def fill(client: redis.Redis, limit: int, weights: list[int]) -> tuple[SlidingWi
 
 @pytest.mark.parametrize("limit", [100, 3_000])
 def test_a_decision_on_a_full_window_reads_a_few_entries_whatever_the_limit(
-    redis_client: redis.Redis, limit: int
+    quiet_client: redis.Redis, limit: int
 ) -> None:
     # Equal weights: the interpolation lands on the entry at once. Before, a full
     # window read every member it needed to sum: `limit` of them for a whole-limit
     # request, and the whole set's worth of Lua work.
-    limiter, _ = fill(redis_client, limit, [1] * limit)
-    before = zrange_calls(redis_client)
+    limiter, _ = fill(quiet_client, limit, [1] * limit)
+    before = zrange_calls(quiet_client)
     for tokens in (1, limit // 2, limit):
         assert not limiter.try_acquire(tokens)
-    per_call = (zrange_calls(redis_client) - before) / 3
+    per_call = (zrange_calls(quiet_client) - before) / 3
     assert per_call <= 12, per_call
 
 
-def test_uneven_weights_need_at_most_twice_log2_probes(redis_client: redis.Redis) -> None:
+def test_uneven_weights_need_at_most_twice_log2_probes(quiet_client: redis.Redis) -> None:
     shuffle = random.Random(7)
     weights = [shuffle.choice([1, 1, 1, 2, 50, 300]) for _ in range(2_000)]
-    limiter, _ = fill(redis_client, sum(weights), weights)
+    limiter, _ = fill(quiet_client, sum(weights), weights)
     fixed = 10  # reading the ends, pruning, saving: the same for every call
     bound = fixed + 2 * math.ceil(math.log2(len(weights)))
     for tokens in (1, 7, 333, sum(weights) // 3, sum(weights)):
-        before = zrange_calls(redis_client)
+        before = zrange_calls(quiet_client)
         assert not limiter.try_acquire(tokens)
-        assert zrange_calls(redis_client) - before <= bound
+        assert zrange_calls(quiet_client) - before <= bound
 
 
 def test_sums_are_rebased_and_decide_as_the_pure_log(client: redis.Redis) -> None:
@@ -238,7 +238,7 @@ def test_members_with_equal_sums_never_part_the_script_from_the_log() -> None:
         assert handle.reserve(tokens, math.inf) == (wait, now.value + wait), f"request {t}"
 
 
-def test_a_refund_searches_the_entries_it_consumes(redis_client: redis.Redis) -> None:
+def test_a_refund_searches_the_entries_it_consumes(quiet_client: redis.Redis) -> None:
     """A refund used to take from the oldest entries one at a time: a 5,000-token
     refund on 5,000 one-token entries made 5,004 ZRANGE calls, and at 100,000 entries
     blocked Redis for about a second. It is now a search on the sums and one
@@ -246,21 +246,21 @@ def test_a_refund_searches_the_entries_it_consumes(redis_client: redis.Redis) ->
     n = 5_000
     clock = ManualClock(1_000.0)
     name = unique_name("refund-cost")
-    limiter = SlidingWindow(2 * n, 3_600, backend=RedisBackend(redis_client), name=name, clock=clock)
+    limiter = SlidingWindow(2 * n, 3_600, backend=RedisBackend(quiet_client), name=name, clock=clock)
     key = cast("RedisBackend", limiter.backend).key(name, "sliding_window", clock=clock)
-    pipe = redis_client.pipeline(transaction=False)
+    pipe = quiet_client.pipeline(transaction=False)
     for i in range(n):
         pipe.zadd(key, {f"{i + 1}|1": 1_000.0 + i * 0.001})
     pipe.execute()
     clock.advance(n * 0.001)
     assert limiter.try_acquire(n)
-    before = command_calls(redis_client, "zrange")
+    before = command_calls(quiet_client, "zrange")
     limiter.refund(n)
-    reads = command_calls(redis_client, "zrange") - before
+    reads = command_calls(quiet_client, "zrange") - before
     assert reads <= 12 + 2 * math.ceil(math.log2(n)), f"{reads} ZRANGE calls for one refund"
 
 
-def test_heavy_weights_do_not_rewrite_the_set_at_every_grant(redis_client: redis.Redis) -> None:
+def test_heavy_weights_do_not_rewrite_the_set_at_every_grant(quiet_client: redis.Redis) -> None:
     """Sums used to be rebased whenever the base passed 2**32: with weights of 2**32
     or more every grant after one had aged out rewrote the set (20,000 entries of 1e10:
     20,001 ZADDs, about 140 ms of Redis time a call). The base must now also pass
@@ -269,8 +269,8 @@ def test_heavy_weights_do_not_rewrite_the_set_at_every_grant(redis_client: redis
     alg = WindowLog(1e15, float(n))
     key = key_for(unique_name("rebase-cost"), alg.kind)
     now = FixedTime(1_000.0)
-    handle = RedisHandle(RedisBackend(redis_client), alg, key, now, None)
-    pipe = redis_client.pipeline(transaction=False)
+    handle = RedisHandle(RedisBackend(quiet_client), alg, key, now, None)
+    pipe = quiet_client.pipeline(transaction=False)
     for i in range(n):
         pipe.zadd(key, {f"{(i + 1) * 1e10:.17g}|1e+10": 1_000.0 + i})
     pipe.execute()
@@ -278,7 +278,7 @@ def test_heavy_weights_do_not_rewrite_the_set_at_every_grant(redis_client: redis
     worst = 0
     for k in range(3):
         now.value = 1_000.0 + n + k  # the oldest entry ages out
-        before = command_calls(redis_client, "zadd")
+        before = command_calls(quiet_client, "zadd")
         assert handle.reserve(1e10, 0.0)[0] == 0.0
-        worst = max(worst, command_calls(redis_client, "zadd") - before)
+        worst = max(worst, command_calls(quiet_client, "zadd") - before)
     assert worst <= 4, f"{worst} ZADDs for one grant on a window of {n} entries"
