@@ -52,7 +52,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any, Concatenate, NoReturn, ParamSpec, Protocol, TypeVar, cast
+from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar, cast
 
 from celery import Task
 from celery.exceptions import Ignore
@@ -63,6 +63,7 @@ from ._headers import parse_rate_limit_headers
 from ._limiting.feedback import PUSHBACK
 from ._limiting.front import Limiter
 from ._limiting.guard import DEFAULT_GUARD
+from ._limiting.reservation import Reservation
 
 __all__ = ["HEADER", "limited"]
 
@@ -78,15 +79,6 @@ LEAD_SHARE = 0.5
 LEAD_MOST = 0.25
 
 Tokens = float | Sequence[float]
-
-
-class _Reservation(Protocol):
-    """What ``limiter.reserve`` returns, as far as this module needs it."""
-
-    @property
-    def wait(self) -> float: ...
-
-    def cancel(self) -> None: ...
 
 
 def _seconds(name: str, value: object) -> float:
@@ -115,7 +107,7 @@ class _Spec:
     ) -> None:
         if isinstance(limiter, Task):
             raise TypeError("limited(...) takes a limiter, got a Celery task")
-        if not isinstance(limiter, Limiter) or not hasattr(limiter, "reserve"):
+        if not isinstance(limiter, Limiter):
             raise TypeError(f"limiter must be a ratelimit limiter (TokenBucket, Composite, ...), got {_short(limiter)}")
         if not isinstance(local, bool):
             raise TypeError(f"local must be a bool, got {type(local).__name__} {local!r}")
@@ -255,10 +247,10 @@ class _Run:
             return fn(self.task, *args, **kwargs)
         due = self.carried()
         if due is None:
-            reservation: _Reservation | None = limiter.reserve(self.spec.cost(args, kwargs))
+            reservation: Reservation[Any] | None = limiter.reserve(self.spec.cost(args, kwargs))
             assert reservation is not None
             wait = reservation.wait
-            due = time.time() + wait
+            due = reservation.due.timestamp()
         else:
             reservation = None
             wait = due - time.time()
@@ -288,7 +280,7 @@ class _Run:
             return None
         return float(due)
 
-    def defer(self, delay: float, due: float | None, reservation: _Reservation | None) -> NoReturn:
+    def defer(self, delay: float, due: float | None, reservation: Reservation[Any] | None) -> NoReturn:
         """Publish this task again ``delay`` seconds from now, carrying ``due`` (or no
         grant: the re-run reserves), and end this run as ignored."""
         headers = {key: value for key, value in (self.request.headers or {}).items() if key != HEADER}

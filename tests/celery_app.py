@@ -25,7 +25,6 @@ import time
 from typing import Any
 
 import redis
-import reserve_shim  # noqa: F401  (TEMPORARY)
 from celery import Celery, Task
 from celery.signals import task_postrun, task_prerun, worker_ready
 
