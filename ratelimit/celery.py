@@ -1,5 +1,7 @@
 """Celery tasks that keep one budget across every worker: :func:`limited`.
 
+Who calls it: applications, on their task functions. Built on ``limiter.reserve``.
+
 Celery's own ``rate_limit`` is per worker. ``limited`` takes the slot from a limiter
 shared through Redis, and a task that would have to wait long does not hold its worker
 slot sleeping: it is sent back to the broker for the moment its slot comes::
@@ -21,6 +23,9 @@ Each run of the task (in the worker, not an eager or direct call) goes this way:
    re-run finds the grant, does not reserve again, sleeps what is left (a broker
    delivers early or late by a fraction of a second) and runs the body: a body never
    starts before its grant, and the fleet keeps the order in which tasks reserved.
+   A re-run delivered more than ``late`` seconds after its grant reserves again
+   instead: its slot is past, and late re-runs arriving together would reach the
+   provider in one burst.
 4. If the body raises after the provider refused it (a 429 or 503 fed back to this
    limiter in this run, which pauses the budget for every worker), or raises a
    :class:`~ratelimit.RateLimitError` that says when to come back (an integration's
@@ -76,7 +81,7 @@ HEADER = "ratelimit_grant"
 
 #: The default ``lead`` is this much of ``max_block``, and at most :data:`LEAD_MOST`.
 LEAD_SHARE = 0.5
-LEAD_MOST = 0.25
+LEAD_MOST = 0.1
 
 Tokens = float | Sequence[float]
 
@@ -185,7 +190,7 @@ def limited(
             one defers the task to the broker.
         lead: how long before its grant a deferred task is delivered again, to
             absorb a broker's lateness; it sleeps the rest. Default: half of
-            ``max_block``, at most 0.25 s. At most ``max_block``.
+            ``max_block``, at most 0.1 s. At most ``max_block``.
         late: how long past its grant a deferred task may still use it. One delivered
             later (a busy worker, a slow broker) reserves again: run late, many of them
             would reach the provider together, above its limit. Default: the

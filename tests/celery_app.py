@@ -11,7 +11,8 @@ Everything a run needs comes from the environment, set by ``celery_fleet.Fleet``
 
 Each worker counts itself in ``<run>:ready`` once it consumes. Each run of a task
 in a worker records, in the list ``<run>:slots``, how long it held
-its worker slot before its body started (or, for a run that deferred, until it ended);
+its worker slot before its body started (or, for a run that deferred, until it ended),
+how early it came for the grant it carried (``None``: it carried none) and when it ended;
 each body records in ``<run>:bodies`` when it started (wall clock), its argument, its process id
 and its parent's (the worker's, in the prefork pool). ``Fleet`` reads both.
 """
@@ -80,7 +81,12 @@ def _ended(**_: Any) -> None:
         return
     until = _here.body if _here.body is not None else time.time()
     due = _here.due
-    record = {"held": until - started, "body": _here.body is not None, "early": None if due is None else due - started}
+    record = {
+        "held": until - started,
+        "body": _here.body is not None,
+        "early": None if due is None else due - started,
+        "end": time.time(),
+    }
     records.rpush(f"{RUN}:slots", json.dumps(record))
     _here.started = None
 

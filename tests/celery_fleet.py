@@ -109,22 +109,12 @@ class Fleet:
         worker.wait()
 
     def stop(self) -> None:
-        """Stop every worker still running: a cold shutdown (what they hold goes back to
-        the queue), then SIGKILL after 5 s."""
+        """SIGKILL every worker and its pool: what they held unacknowledged goes back to
+        the queue, which ``cleanup`` deletes."""
         for worker in self.workers:
-            if worker.poll() is None:
-                os.killpg(worker.pid, signal.SIGQUIT)
-        deadline = time.monotonic() + 5
-        for worker in self.workers:
-            try:
-                worker.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
-                worker.wait()
-        for worker in self.workers:
-            # The pool's children, if any outlived their parent.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
 
     def log(self) -> str:
         return "\n".join(path.read_text(errors="replace")[-4000:] for path in sorted(self.logs.glob("*.log")))
@@ -146,7 +136,9 @@ class Fleet:
         return sorted(found, key=lambda body: body["at"])
 
     def slots(self) -> list[dict[str, Any]]:
-        """For each run: ``held``, the seconds its worker slot waited; ``body``, whether it ran the body."""
+        """For each run: ``held``, the seconds its worker slot waited; ``body``, whether it
+        ran the body; ``early``, how long before the grant it carried it started (``None``:
+        it carried none, a first run); ``end``, when it ended (wall clock)."""
         return [json.loads(raw) for raw in self.redis.lrange(f"{self.run}:slots", 0, -1)]
 
     def wait_for(self, items: set[Any], timeout: float) -> list[dict[str, Any]]:
@@ -189,9 +181,12 @@ def most_in_any(times: Sequence[float], seconds: float = 1.0) -> int:
     return max((bisect.bisect_right(times, t + seconds) - i for i, t in enumerate(times)), default=0)
 
 
-def sustained(times: Sequence[float], capacity: float) -> float:
-    """The rate of ``times`` (sorted) after the first burst of ``capacity``."""
-    start = int(capacity)
-    if len(times) - start < 2:
-        return 0.0
-    return (len(times) - start - 1) / (times[-1] - times[start])
+def taken_in(slots: Sequence[dict[str, Any]]) -> float:
+    """When the last run that carried no grant ended: the fleet had taken in a burst of
+    tasks sent at once, and the re-runs no longer queue behind first runs."""
+    return max(float(slot["end"]) for slot in slots if slot["early"] is None)
+
+
+def rate_of(times: Sequence[float]) -> float:
+    """Events per second in ``times`` (sorted), from the first to the last."""
+    return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
