@@ -55,7 +55,8 @@ def run(task: str, rate: float, seconds: float, workers: int, concurrency: int, 
             "rate": rate,
             "done": len({body["item"] for body in bodies}) / count,
             "throughput": rate_of(times) / rate,
-            "steady": rate_of([t for t in times if t >= taken_in(slots)]) / rate,
+            # Sleeping in the task, every run is a first run: nothing to take in.
+            "steady": rate_of([t for t in times if t >= taken_in(slots)]) / rate if task == "call" else None,
             "most": most_in_any(times),
             "waited": waited,
             "per_task": waited / count,
@@ -96,7 +97,7 @@ def main() -> None:
             r = run(task, rate, args.seconds, args.workers, args.concurrency, max_block)
             name = "limited" if task == "call" else "sleeping"
             print(
-                f"{rate:>5g} {max_block:>9.2g} {name:<9} {r['done']:>5.0%} {r['throughput']:>7.2f} {r['steady']:>6.2f} "
+                f"{rate:>5g} {max_block:>9.2g} {name:<9} {r['done']:>5.0%} {r['throughput']:>7.2f} {'-' if r['steady'] is None else format(r['steady'], '.2f'):>6} "
                 f"{r['most']:>4}/{rate + CAPACITY:<3g}"
                 f"{r['waited']:>14.1f} {r['per_task']:>8.3f}s {r['longest']:>7.2f}s {r['share']:>6.0%} "
                 f"{r['runs']:>9.2f}",

@@ -32,6 +32,13 @@ Each run of the task (in the worker, not an eager or direct call) goes this way:
    ``RetryError`` over a 429 with ``Retry-After``, ``CircuitOpen``,
    ``AcquireTimeout``), the task is deferred by that long and reserves again then.
 
+A burst of tasks sent at once. Its first runs reserve the next slots and defer, and
+the re-runs of the earliest slots wait behind the first runs of the rest, in the
+queue and for a worker slot: they come late and reserve again, and their slots go
+unused until the fleet has taken the burst in. ``priority=`` (on a priority queue:
+Celery's ``task_queue_max_priority``) lets deferred tasks pass the queue's backlog;
+the budget is never exceeded either way.
+
 Acknowledgement modes. With Celery's default (early acknowledgement) a message is
 acknowledged when its run starts: a worker that dies loses the runs it had started, as
 it would without ``limited``, and their slots go unused; the deferred messages it held
@@ -69,6 +76,7 @@ from ._limiting.feedback import PUSHBACK
 from ._limiting.front import Limiter
 from ._limiting.guard import DEFAULT_GUARD
 from ._limiting.reservation import Reservation
+from ._validate import MAX_HORIZON
 
 __all__ = ["HEADER", "limited"]
 
@@ -105,10 +113,17 @@ def _short(value: object, most: int = 80) -> str:
 class _Spec:
     """One ``limited(...)``: the limiter, the cost and the times, checked once."""
 
-    __slots__ = ("late", "lead", "limiter", "max_block", "tokens")
+    __slots__ = ("late", "lead", "limiter", "max_block", "priority", "tokens")
 
     def __init__(
-        self, limiter: Limiter[Any], tokens: object, max_block: object, lead: object, late: object, local: object
+        self,
+        limiter: Limiter[Any],
+        tokens: object,
+        max_block: object,
+        lead: object,
+        late: object,
+        priority: object,
+        local: object,
     ) -> None:
         if isinstance(limiter, Task):
             raise TypeError("limited(...) takes a limiter, got a Celery task")
@@ -133,9 +148,11 @@ class _Spec:
         if self.lead > self.max_block:
             raise ValueError(f"lead must be <= max_block ({self.max_block:g}), got {lead!r}")
         guard = getattr(limiter, "guard", 0.0)
-        self.late = (
-            max(DEFAULT_GUARD, guard if isinstance(guard, float) else 0.0) if late is None else _seconds("late", late)
-        )
+        default_late = max(DEFAULT_GUARD, guard if isinstance(guard, float) else 0.0)
+        self.late = default_late if late is None else _seconds("late", late)
+        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int) or priority < 0):
+            raise TypeError(f"priority must be an int >= 0 or None, got {_short(priority)}")
+        self.priority = priority
 
     def cost(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tokens:
         """The tokens this run asks for: ``tokens``, or what it returns for the arguments."""
@@ -170,6 +187,7 @@ def limited(
     *,
     lead: float | timedelta | None = None,
     late: float | timedelta | None = None,
+    priority: int | None = None,
     local: bool = False,
 ) -> Callable[[Callable[Concatenate[Any, P], R]], Callable[Concatenate[Any, P], R]]:
     """Rate-limit a bound Celery task on ``limiter``, deferring long waits to the broker.
@@ -195,6 +213,10 @@ def limited(
             later (a busy worker, a slow broker) reserves again: run late, many of them
             would reach the provider together, above its limit. Default: the
             limiter's ``guard``, at least 0.05 s (the lateness the guard absorbs).
+        priority: the message priority of deferred tasks (``None``: the task's own).
+            Sent to a priority queue (Celery's ``task_queue_max_priority``) above the
+            tasks' own, they do not wait behind a backlog of first runs: see the
+            module's documentation.
         local: accept a limiter whose budget lives in this process (see the module's
             documentation): only right for a fleet of one worker process.
 
@@ -207,7 +229,7 @@ def limited(
     A task that is not bound (``@app.task`` without ``bind=True``) raises
     ``TypeError`` at its first run, before reserving anything.
     """
-    spec = _Spec(limiter, tokens, max_block, lead, late, local)
+    spec = _Spec(limiter, tokens, max_block, lead, late, priority, local)
 
     def decorate(fn: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
         if isinstance(fn, Task):
@@ -274,6 +296,8 @@ class _Run:
         if isinstance(due, bool) or not isinstance(due, (int, float)) or not math.isfinite(due):
             return None
         now = time.time()
+        if not due <= now + MAX_HORIZON:
+            return None  # no store promises that far ahead: not a grant of ours
         if now > due + self.spec.late:
             # Too late to use: its slot has passed, and run now it would join later
             # grants' requests at the provider.
@@ -291,8 +315,11 @@ class _Run:
         headers = {key: value for key, value in (self.request.headers or {}).items() if key != HEADER}
         if due is not None:
             headers[HEADER] = {"name": self.spec.limiter.name, "due": due}
-        eta = datetime.now(timezone.utc) + timedelta(seconds=delay)
-        again = self.task.signature_from_request(self.request, eta=eta, retries=self.request.retries, headers=headers)
+        eta = datetime.now(timezone.utc) + timedelta(seconds=min(delay, MAX_HORIZON))
+        options: dict[str, Any] = {"eta": eta, "retries": self.request.retries, "headers": headers}
+        if self.spec.priority is not None:
+            options["priority"] = self.spec.priority
+        again = self.task.signature_from_request(self.request, **options)
         try:
             again.apply_async()
         except BaseException:

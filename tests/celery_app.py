@@ -37,6 +37,7 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 RUN = os.environ.get("RATELIMIT_CELERY_RUN", "celery-app-unconfigured")
 CAPACITY, RATE, GUARD = (float(x) for x in os.environ.get("RATELIMIT_CELERY_LIMIT", "4,10,0.1").split(","))
 MAX_BLOCK = float(os.environ.get("RATELIMIT_CELERY_MAX_BLOCK", "1.0"))
+PRIORITY = int(os.environ.get("RATELIMIT_CELERY_PRIORITY", "-1"))
 
 app = Celery("celery_app", broker=BROKER)
 app.conf.update(
@@ -46,6 +47,9 @@ app.conf.update(
     worker_send_task_events=False,
     broker_connection_retry_on_startup=True,
 )
+if PRIORITY >= 0:
+    app.conf.task_queue_max_priority = 9
+    app.conf.task_default_priority = 0
 
 backend = RedisBackend.from_url(REDIS_URL)
 limiter = TokenBucket(CAPACITY, RATE, backend=backend, name=RUN, guard=GUARD)
@@ -98,7 +102,7 @@ def _body(item: object) -> None:
 
 
 @app.task(bind=True)
-@limited(limiter, max_block=MAX_BLOCK)
+@limited(limiter, max_block=MAX_BLOCK, priority=PRIORITY if PRIORITY >= 0 else None)
 def call(self: Task, item: int) -> None:
     """One request to the provider, limited."""
     _body(item)

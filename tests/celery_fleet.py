@@ -52,6 +52,7 @@ class Fleet:
         guard: float = 0.1,
         max_block: float = 1.0,
         prefix: str = "celery",
+        priority: int | None = None,
     ) -> None:
         self.run = f"{prefix}-{uuid.uuid4().hex[:10]}"
         self.queue = self.run
@@ -66,12 +67,17 @@ class Fleet:
             "RATELIMIT_CELERY_RUN": self.run,
             "RATELIMIT_CELERY_LIMIT": f"{capacity},{rate},{guard}",
             "RATELIMIT_CELERY_MAX_BLOCK": str(max_block),
+            "RATELIMIT_CELERY_PRIORITY": str(-1 if priority is None else priority),
         }
         self.logs = Path(tempfile.mkdtemp(prefix="ratelimit-celery-"))
         self.workers: list[subprocess.Popen[bytes]] = []
         self.redis = redis.Redis.from_url(REDIS_URL)
         self.sender = Celery("sender", broker=BROKER, set_as_current=False)
         self.sender.conf.task_ignore_result = True
+        if priority is not None:
+            # The queue is declared as the workers declare it: a priority queue.
+            self.sender.conf.task_queue_max_priority = 9
+            self.sender.conf.task_default_priority = 0
 
     # -- workers ----------------------------------------------------------------
 

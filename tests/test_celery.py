@@ -121,6 +121,27 @@ def test_a_long_wait_defers_the_task_with_its_grant_and_no_retry(app: Celery, bu
     assert eta.timestamp() == pytest.approx(grant_in(second) - 0.2, abs=0.05)
 
 
+def test_deferred_tasks_may_be_sent_at_a_priority_of_their_own(app: Celery, bucket: TokenBucket) -> None:
+    """``priority=`` sets the deferred message's priority (a priority queue then puts
+    it before a backlog of first runs); without it the task's own is kept."""
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=0.5, priority=9)
+    def urgent(self: Task, item: int) -> None: ...
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=0.5)
+    def plain(self: Task, item: int) -> None: ...
+
+    in_worker(urgent, 1)
+    with pytest.raises(Ignore):
+        in_worker(urgent, 2)
+    with pytest.raises(Ignore):
+        in_worker(plain, 3)
+    assert urgent.sent[0]["priority"] == 9
+    assert plain.sent[0].get("priority") is None
+
+
 def test_the_re_run_uses_its_grant_without_reserving_again(
     app: Celery, bucket: TokenBucket, clock: ManualClock
 ) -> None:
@@ -160,6 +181,8 @@ def test_a_grant_still_far_is_deferred_again_carrying_the_same_grant(app: Celery
     [
         pytest.param({"due": 0.0}, id="too-late"),
         pytest.param({"due": "soon"}, id="garbage"),
+        pytest.param({"due": 1e300}, id="beyond-any-horizon"),
+        pytest.param({"due": float("nan")}, id="nan"),
         pytest.param("garbage", id="not-a-mapping"),
     ],
 )
@@ -342,6 +365,8 @@ def test_a_budget_in_this_process_is_refused_unless_local(backend: MemoryBackend
         ({"max_block": 1, "lead": 2}, ValueError, r"lead must be <= max_block \(1\), got 2"),
         ({"late": -0.1}, ValueError, "late must be seconds >= 0"),
         ({"local": 1}, TypeError, "local must be a bool"),
+        ({"priority": -1}, TypeError, "priority must be an int >= 0 or None, got -1"),
+        ({"priority": "9"}, TypeError, "priority must be an int"),
     ],
 )
 def test_bad_arguments_are_refused_at_decoration(

@@ -44,6 +44,7 @@ from ratelimit import (
     parse_rate_limit_headers,
     subscribe,
 )
+from ratelimit.celery import HEADER, limited
 from ratelimit.events import Event, Granted
 
 
@@ -224,6 +225,24 @@ async def reserving_async(bucket: TokenBucket, llm: Composite) -> None:
     given_back: bool = await r.cancel_async()
     both: Reservation[Sequence[float]] = await llm.reserve_async()
     del given_back, both
+
+
+def celery_tasks(bucket: TokenBucket, llm: Composite, task: Any) -> None:
+    # The decorator keeps the function's signature (Celery binds the task first).
+    @limited(bucket, tokens=1, max_block=1.0)
+    def lookup(self: Any, address: str) -> dict[str, float]:
+        return {}
+
+    @limited(llm, tokens=lambda prompt: [1, len(prompt)], max_block=timedelta(seconds=2), lead=0.1, late=0.05)
+    def complete(self: Any, prompt: str) -> str:
+        return prompt
+
+    found: dict[str, float] = lookup(task, "1 Main St")
+    text: str = complete(task, "hello")
+    lookup(task, 1)  # type: ignore[arg-type]
+    limited(bucket, max_block="1")  # type: ignore[arg-type]
+    assert HEADER == "ratelimit_grant"
+    del found, text
 
 
 def decorators(bucket: TokenBucket, leaky: LeakyBucket) -> None:
