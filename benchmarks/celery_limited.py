@@ -96,8 +96,9 @@ def main() -> None:
         for task in ("call", "sleeping_call"):
             r = run(task, rate, args.seconds, args.workers, args.concurrency, max_block)
             name = "limited" if task == "call" else "sleeping"
+            steady = "-" if r["steady"] is None else f"{r['steady']:.2f}"
             print(
-                f"{rate:>5g} {max_block:>9.2g} {name:<9} {r['done']:>5.0%} {r['throughput']:>7.2f} {'-' if r['steady'] is None else format(r['steady'], '.2f'):>6} "
+                f"{rate:>5g} {max_block:>9.2g} {name:<9} {r['done']:>5.0%} {r['throughput']:>7.2f} {steady:>6} "
                 f"{r['most']:>4}/{rate + CAPACITY:<3g}"
                 f"{r['waited']:>14.1f} {r['per_task']:>8.3f}s {r['longest']:>7.2f}s {r['share']:>6.0%} "
                 f"{r['runs']:>9.2f}",
