@@ -8,6 +8,7 @@ recorded, a store in fakeredis, an injected clock. The second (``slow``) starts 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -19,7 +20,17 @@ from celery import Celery, Task
 from celery.exceptions import Ignore
 from celery_fleet import Fleet, broker_reachable, most_in_any, rate_of, taken_in
 
-from ratelimit import CircuitOpen, Composite, ManualClock, MemoryBackend, RedisBackend, TokenBucket
+from ratelimit import (
+    AcquireTimeout,
+    Attempt,
+    CircuitOpen,
+    Composite,
+    ManualClock,
+    MemoryBackend,
+    RedisBackend,
+    RetryError,
+    TokenBucket,
+)
 from ratelimit.celery import HEADER, limited
 
 from conftest import unavailable, unique_name
@@ -259,6 +270,50 @@ def test_an_error_that_says_when_to_come_back_defers_the_task(app: Celery, bucke
     with pytest.raises(KeyError):
         in_worker(lookup, 2)
     assert len(lookup.sent) == 1
+
+
+class Response:
+    def __init__(self, status: int, headers: dict[str, str]) -> None:
+        self.status_code = status
+        self.headers = headers
+
+
+def gave_up(status: int, headers: dict[str, str]) -> RetryError:
+    attempt = Attempt(1, 0.0, 0.0, status, None, 0.01, "transient")
+    return RetryError("attempts", [attempt], 0.01, Response(status, headers))
+
+
+@pytest.mark.parametrize(
+    ("error", "deferred_by"),
+    [
+        pytest.param(gave_up(429, {"Retry-After": "12"}), 12, id="429-retry-after"),
+        pytest.param(gave_up(503, {"Retry-After": "4"}), 4, id="503-retry-after"),
+        pytest.param(gave_up(429, {}), None, id="429-without-retry-after"),
+        pytest.param(gave_up(500, {"Retry-After": "4"}), None, id="500"),
+        pytest.param(AcquireTimeout(3.0), 3, id="acquire-timeout"),
+        pytest.param(AcquireTimeout(math.inf), None, id="never"),
+    ],
+)
+def test_an_integration_giving_up_on_a_refusal_defers_by_its_retry_after(
+    app: Celery, bucket: TokenBucket, error: Exception, deferred_by: float | None
+) -> None:
+    """An httpx/requests/aiohttp integration's RetryError whose last response was a 429
+    or 503 with Retry-After defers by it; without one (or another status) it fails."""
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=5)
+    def lookup(self: Task, item: int) -> None:
+        raise error
+
+    before = time.time()
+    if deferred_by is None:
+        with pytest.raises(type(error)):
+            in_worker(lookup, 1)
+        assert lookup.sent == []
+    else:
+        with pytest.raises(Ignore):
+            in_worker(lookup, 1)
+        assert lookup.sent[0]["eta"].timestamp() == pytest.approx(before + deferred_by, abs=1)
 
 
 def test_a_failed_send_gives_the_reservation_back(app: Celery, bucket: TokenBucket) -> None:
