@@ -18,7 +18,6 @@ import fakeredis
 import pytest
 from celery import Celery, Task
 from celery.exceptions import Ignore
-from celery_fleet import Fleet, broker_reachable, most_in_any, rate_of, taken_in
 
 from ratelimit import (
     AcquireTimeout,
@@ -33,6 +32,7 @@ from ratelimit import (
 )
 from ratelimit.celery import HEADER, limited
 
+from celery_fleet import Fleet, broker_reachable, most_in_any, rate_of, taken_in
 from conftest import unavailable, unique_name
 
 # ---------------------------------------------------------------------------------------
