@@ -13,8 +13,9 @@ Each worker counts itself in ``<run>:ready`` once it consumes. Each run of a tas
 in a worker records, in the list ``<run>:slots``, how long it held
 its worker slot before its body started (or, for a run that deferred, until it ended),
 how early it came for the grant it carried (``None``: it carried none) and when it ended;
-each body records in ``<run>:bodies`` when it started (wall clock), its argument, its process id
-and its parent's (the worker's, in the prefork pool). ``Fleet`` reads both.
+each body records in ``<run>:bodies`` when it started (wall clock), its argument, its
+process id and its parent's (the worker's, in the prefork pool), and the grant its
+message carried (``due``, or ``None``). ``Fleet`` reads both.
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def _ended(**_: Any) -> None:
 def _body(item: object) -> None:
     now = time.time()
     _here.body = now
-    records.rpush(f"{RUN}:bodies", json.dumps({"at": now, "item": item, "pid": os.getpid(), "parent": os.getppid()}))
+    record = {"at": now, "item": item, "pid": os.getpid(), "parent": os.getppid(), "due": _here.due}
+    records.rpush(f"{RUN}:bodies", json.dumps(record))
 
 
 @app.task(bind=True)

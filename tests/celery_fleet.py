@@ -137,7 +137,8 @@ class Fleet:
         return sent
 
     def bodies(self) -> list[dict[str, Any]]:
-        """What each body recorded, in order of start: ``at`` (wall clock), ``item``, ``pid``."""
+        """What each body recorded, in order of start: ``at`` (wall clock), ``item``, ``pid``,
+        ``parent`` and ``due`` (the grant its message carried, or ``None``)."""
         found = [json.loads(raw) for raw in self.redis.lrange(f"{self.run}:bodies", 0, -1)]
         return sorted(found, key=lambda body: body["at"])
 

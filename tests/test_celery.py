@@ -457,8 +457,9 @@ def test_a_tokens_function_returning_bad_values_fails_the_run_clearly(
 # Real workers on RabbitMQ.
 
 #: How much longer than max_block a slot may be seen waiting: the reserve, the send of
-#: a deferral and the records, on a shared two-core machine.
-SLOT_MARGIN = 0.3
+#: a deferral, the records, and waking from the sleep on a shared two-core machine
+#: (1.37 s for max_block=1 was seen at a load average of 10).
+SLOT_MARGIN = 0.5
 
 
 @pytest.fixture
@@ -477,9 +478,10 @@ def fleet(redis_client: object) -> Iterator[Fleet]:
 @pytest.mark.slow
 def test_a_fleet_keeps_one_budget_and_waits_in_the_broker_not_in_its_slots(fleet: Fleet) -> None:
     """Three prefork workers (12 slots, more than R x max_block = 10) run 200 tasks
-    sent at once: never more than R + B bodies in any second, at least 0.9 R once the
-    burst is taken in, each task once, no slot held longer than max_block (plus a
-    margin), tasks really deferred, and the queue empty at the end.
+    sent at once: never more than R + B bodies in any second, no body before the grant
+    it carried, at least 0.9 R once the burst is taken in, each task once, no slot held
+    longer than max_block (plus a margin), tasks really deferred, and the queue empty
+    at the end.
 
     While the fleet takes the burst in, the re-runs of the first grants queue behind
     the first runs of the rest and come late (they reserve again: their slots are
@@ -491,6 +493,9 @@ def test_a_fleet_keeps_one_budget_and_waits_in_the_broker_not_in_its_slots(fleet
     times = [body["at"] for body in bodies]
     assert sorted(body["item"] for body in bodies) == list(range(count)), fleet.log()
     assert most_in_any(times) <= fleet.capacity + fleet.rate
+    carried = [body for body in bodies if body["due"] is not None]
+    assert len(carried) >= count // 2
+    assert all(body["at"] >= body["due"] for body in carried)  # never before the grant
     slots = fleet.slots()
     steady = [t for t in times if t >= taken_in(slots)]
     assert rate_of(steady) >= 0.9 * fleet.rate
