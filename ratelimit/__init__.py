@@ -22,6 +22,7 @@ from ._limiting.composite import Composite
 from ._limiting.concurrency import ConcurrencyLimit, Hold, Lease
 from ._limiting.front import Acquirer, LimiterStats
 from ._limiting.limiters import LeakyBucket, SlidingWindow, TokenBucket
+from ._limiting.reservation import Reservation
 from ._resilience.backoff import Backoff
 from ._resilience.breaker import BreakerStats, CircuitBreaker, Ticket
 from ._resilience.outcome import classify
@@ -52,6 +53,7 @@ __all__ = [
     "RateLimitError",
     "RateLimitInfo",
     "RedisBackend",
+    "Reservation",
     "Retry",
     "RetryError",
     "RetryStats",

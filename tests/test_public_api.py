@@ -40,6 +40,7 @@ PUBLIC = {
     "LeakyBucket",
     "SlidingWindow",
     "TokenBucket",
+    "Reservation",
     # requests in flight
     "ConcurrencyLimit",
     "Hold",

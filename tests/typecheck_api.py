@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import fakeredis
@@ -33,6 +33,7 @@ from ratelimit import (
     RateLimitError,
     RateLimitInfo,
     RedisBackend,
+    Reservation,
     Retry,
     RetryError,
     RetryStats,
@@ -43,6 +44,7 @@ from ratelimit import (
     parse_rate_limit_headers,
     subscribe,
 )
+from ratelimit.celery import HEADER, limited
 from ratelimit.events import Event, Granted
 
 
@@ -202,6 +204,45 @@ def composite(llm: Composite) -> None:
     text: str = complete("hi")
     llm.acquire("1, 1200")  # type: ignore[arg-type]
     _ = (waited, granted, text)
+
+
+def reserving(bucket: TokenBucket, llm: Composite) -> None:
+    r: Reservation[float] = bucket.reserve()
+    r = bucket.reserve(2, timeout=timedelta(seconds=5))
+    wait: float = r.wait
+    at: float = r.at
+    due: datetime = r.due
+    tokens: float = r.tokens
+    given_back: bool = r.cancel()
+    both: Reservation[Sequence[float]] = llm.reserve([1, 500], timeout=1.0)
+    per_limit: Sequence[float] = both.tokens
+    bucket.reserve("1")  # type: ignore[arg-type]
+    del wait, at, due, tokens, given_back, per_limit
+
+
+async def reserving_async(bucket: TokenBucket, llm: Composite) -> None:
+    r: Reservation[float] = await bucket.reserve_async(1, timeout=0.5)
+    given_back: bool = await r.cancel_async()
+    both: Reservation[Sequence[float]] = await llm.reserve_async()
+    del given_back, both
+
+
+def celery_tasks(bucket: TokenBucket, llm: Composite, task: Any) -> None:
+    # The decorator keeps the function's signature (Celery binds the task first).
+    @limited(bucket, tokens=1, max_block=1.0)
+    def lookup(self: Any, address: str) -> dict[str, float]:
+        return {}
+
+    @limited(llm, tokens=lambda prompt: [1, len(prompt)], max_block=timedelta(seconds=2), lead=0.1, late=0.05)
+    def complete(self: Any, prompt: str) -> str:
+        return prompt
+
+    found: dict[str, float] = lookup(task, "1 Main St")
+    text: str = complete(task, "hello")
+    lookup(task, 1)  # type: ignore[arg-type]
+    limited(bucket, max_block="1")  # type: ignore[arg-type]
+    assert HEADER == "ratelimit_grant"
+    del found, text
 
 
 def decorators(bucket: TokenBucket, leaky: LeakyBucket) -> None:

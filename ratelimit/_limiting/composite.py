@@ -20,6 +20,7 @@ from .concurrency import ConcurrencyLimit, Entries, Lease, entrant, rebound, rel
 from .feedback import restriction
 from .front import Decorator, Limiter
 from .limiters import SingleLimiter
+from .reservation import Reservation
 
 __all__ = ["Composite", "CompositeHold"]
 
@@ -187,6 +188,20 @@ class Composite(Limiter[Sequence[float]]):
     async def try_acquire_async(self, tokens: Tokens = 1) -> bool:
         self._no_slots()
         return await super().try_acquire_async(tokens)  # type: ignore[arg-type]
+
+    def reserve(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> Reservation[Sequence[float]]:
+        """Reserve ``tokens`` from every limit together, as :meth:`acquire` would grant
+        them, without sleeping (see :meth:`Limiter.reserve`); ``cancel`` gives every
+        limit its part back. A composite with ConcurrencyLimit members has no time
+        to reserve a slot for, and raises ``TypeError``."""
+        self._no_slots()
+        return Limiter.reserve(self, tokens, timeout)  # type: ignore[arg-type]
+
+    async def reserve_async(
+        self, tokens: Tokens = 1, timeout: float | timedelta | None = None
+    ) -> Reservation[Sequence[float]]:
+        self._no_slots()
+        return await Limiter.reserve_async(self, tokens, timeout)  # type: ignore[arg-type]
 
     def hold(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> CompositeHold:
         """Hold a slot of every ConcurrencyLimit member and take ``tokens`` from every

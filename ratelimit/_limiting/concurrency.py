@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Iterable
 from datetime import timedelta
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import Generic, NoReturn, TypeVar
 
 from .. import _validate
 from .._algorithms.semaphore import HELD, QUEUED
@@ -49,6 +49,11 @@ MAX_LEASE = 366 * 86400.0
 #: The longest a waiter sleeps between looks at the store when no wake-up is expected
 #: to be lost (in-process); only bounds how long one wait call blocks.
 _LONG_WAIT = 3600.0
+
+_NOT_A_RATE = (
+    "ConcurrencyLimit has no reserve(): it counts holders, not a rate, and a slot frees when its holder "
+    "releases it, at no time known in advance; hold one with `with limit.hold():` or limit.take()"
+)
 
 
 class Lease:
@@ -465,6 +470,18 @@ class ConcurrencyLimit:
 
     def __repr__(self) -> str:
         return f"ConcurrencyLimit({self._most}, name={self._name!r}, backend={self._backend!r})"
+
+    # -- what a rate offers and a count of holders cannot ---------------------------
+
+    def reserve(self, tokens: object = 1, timeout: object = None) -> NoReturn:
+        """Not offered: raises ``TypeError``. A slot is free when a holder releases it,
+        at no moment known in advance, so there is no time to reserve (use
+        :meth:`hold` or :meth:`take`)."""
+        raise TypeError(_NOT_A_RATE)
+
+    async def reserve_async(self, tokens: object = 1, timeout: object = None) -> NoReturn:
+        """Not offered, as :meth:`reserve` says."""
+        raise TypeError(_NOT_A_RATE)
 
     # -- holding ------------------------------------------------------------------
 

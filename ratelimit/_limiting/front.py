@@ -31,6 +31,7 @@ from .._wrap import wrap
 from .adaptive import LastGrant
 from .feedback import throttled
 from .named import Named, covers, equal
+from .reservation import Reservation
 
 __all__ = ["Acquirer", "Decorator", "Limiter", "LimiterStats", "difference", "placed"]
 
@@ -355,6 +356,60 @@ class Limiter(ABC, Generic[T]):
         self._denied(n, -wait)
         return False
 
+    # -- reserving: the grant now, the wait the caller's --------------------------
+
+    def reserve(self, tokens: float = 1.0, timeout: float | timedelta | None = None) -> Reservation[T]:
+        """Take ``tokens`` as :meth:`acquire` would, but return at once: when to go.
+
+        The grant is decided and recorded now, in arrival order with every acquire
+        (the same single call to the store); the caller is told its wait instead of
+        sleeping it. That is what a scheduler needs: run the call at
+        :attr:`Reservation.due` (a task queue's ``eta``), or give the place back with
+        :meth:`Reservation.cancel` while it is not yet due.
+
+        Args:
+            tokens: as for :meth:`acquire`.
+            timeout: the longest wait acceptable, as for :meth:`acquire`.
+
+        Raises:
+            AcquireTimeout: the grant needs longer than ``timeout`` (or a leaky
+                bucket's queue is full): nothing is reserved; ``retry_after`` holds
+                the wait it needed.
+            ValueError: ``tokens`` or ``timeout`` out of range.
+            BackendUnavailable: as for :meth:`acquire` (the backend's
+                ``on_unavailable`` applies alike: ``"local"`` reserves on the local
+                fallback, ``"allow"`` grants at once with nothing recorded).
+
+        A shadow limiter records the reservation and says to go at once (it never
+        makes a caller wait). Counted and observed as an acquire granted with its wait.
+        """
+        n = self._tokens(tokens)
+        return self._reservation(n, *self._handle.reserve(n, _max_wait(timeout)))
+
+    async def reserve_async(self, tokens: float = 1.0, timeout: float | timedelta | None = None) -> Reservation[T]:
+        """:meth:`reserve` for asyncio. A task cancelled while the store decides
+        keeps nothing: a grant that lands after the cancellation is given back."""
+        n = self._tokens(tokens)
+        wait, at = await self._reserve_async(n, _max_wait(timeout))
+        return self._reservation(n, wait, at, asyncio.current_task())
+
+    def _reservation(self, tokens: T, wait: float, at: float, owner: object = None) -> Reservation[T]:
+        if self._shadow:
+            self._shadowed(tokens, wait, at)
+            # Never made to wait, so never withdrawn either; a refusal grants at once.
+            wait, at = 0.0, (at if wait >= 0 else math.nan)
+        elif wait < 0:
+            self._denied(tokens, -wait)
+            raise AcquireTimeout(-wait)
+        else:
+            if self._last_grant is not None:
+                self._last_grant.saw(wait, at)
+            if self._events.callbacks or EVERYONE.callbacks:
+                self._granted(tokens, wait)
+        # Named for a refund or a settle by the same caller, as an acquire's grant is.
+        cell = None if self._named is None or self._shadow else self._named.saw(tokens, at, owner)
+        return Reservation(tokens, wait, at, self._clock, self._withdraw, self._withdraw_async, cell)
+
     # -- listening to the provider -------------------------------------------------
 
     @abstractmethod
@@ -549,10 +604,18 @@ class Limiter(ABC, Generic[T]):
         if more is not None:
             self._charged(more, await self._settled(self._handle.charge_async(more)), owner)
 
-    def _give_back(self, tokens: T, at: float) -> None:
+    def _withdraw(self, tokens: T, at: float) -> None:
+        """Give back the reservation of ``tokens`` at store time ``at`` (cancelled)."""
         self._tally.count_cancelled()
+        self._handle.refund(tokens, at)
+
+    async def _withdraw_async(self, tokens: T, at: float) -> None:
+        self._tally.count_cancelled()
+        await self._settled(self._handle.refund_async(tokens, at))
+
+    def _give_back(self, tokens: T, at: float) -> None:
         try:
-            self._handle.refund(tokens, at)
+            self._withdraw(tokens, at)
         except Exception:
             # The interruption that brought us here matters more; say what was lost.
             logger.warning("could not give back a cancelled reservation of %r on %r", tokens, self, exc_info=True)

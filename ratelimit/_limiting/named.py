@@ -54,13 +54,17 @@ class Named(Generic[T]):
             "ratelimit_named_grant", default=(None, 0, None)
         )
 
-    def saw(self, tokens: T, at: float, owner: object = None) -> None:
-        """A grant was made to this caller at store time ``at``."""
+    def saw(self, tokens: T, at: float, owner: object = None) -> list[float] | None:
+        """A grant was made to this caller at store time ``at``. Returns the cell that
+        names it (``None``: nothing to name), which whoever withdraws the grant
+        otherwise (a reservation's cancel) empties."""
         _, count, made_by = self._var.get()
         if made_by is not owner:
             count = 0  # a task counts its own grants, not those of the task that started it
         # NaN: granted without the store (fail open), nothing to name.
-        self._var.set((None if math.isnan(at) else _Grant(tokens, at), count + 1, owner))
+        grant = None if math.isnan(at) else _Grant(tokens, at)
+        self._var.set((grant, count + 1, owner))
+        return None if grant is None else grant.cell
 
     def forget(self, owner: object = None) -> None:
         """The caller gave back (or charged): its earlier grants are not named any more,

@@ -1,0 +1,555 @@
+"""ratelimit.celery: ``limited`` tasks.
+
+The first part runs a task's decisions without a broker: a task whose sends are
+recorded, a store in fakeredis, an injected clock. The second (``slow``) starts real
+``celery worker`` processes on RabbitMQ (``celery_fleet.Fleet``, tasks in
+``celery_app``) and judges what their task bodies recorded.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import fakeredis
+import pytest
+from celery import Celery, Task
+from celery.exceptions import Ignore
+
+from ratelimit import (
+    AcquireTimeout,
+    Attempt,
+    CircuitOpen,
+    Composite,
+    ManualClock,
+    MemoryBackend,
+    RedisBackend,
+    RetryError,
+    TokenBucket,
+)
+from ratelimit.celery import HEADER, limited
+
+from celery_fleet import Fleet, broker_reachable, most_in_any, rate_of, taken_in
+from conftest import unavailable, unique_name
+
+# ---------------------------------------------------------------------------------------
+# Without a broker: one run of a task, its sends recorded.
+
+
+class Recorder(Task):  # type: ignore[misc]
+    """A task base whose sends are recorded instead of published."""
+
+    sent: list[dict[str, Any]]
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> None:
+        self.sent.append({"args": args, "kwargs": kwargs, **options})
+
+
+@pytest.fixture
+def app() -> Celery:
+    return Celery(unique_name("celery-unit"), broker="memory://", set_as_current=False)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(start=1_000.0)
+
+
+@pytest.fixture
+def bucket(clock: ManualClock) -> TokenBucket:
+    """A bucket of 1 refilling 1/s, shared in fakeredis, on the test's clock."""
+    return TokenBucket(1, 1, backend=RedisBackend(fakeredis.FakeRedis()), name=unique_name("celery"), clock=clock)
+
+
+def in_worker(task: Any, *args: Any, headers: dict[str, Any] | None = None, redelivered: bool = False) -> Any:
+    """Run ``task`` as a worker would run one message of it; its sends are in ``task.sent``."""
+    if not hasattr(task, "sent"):
+        task.sent = []
+    task.push_request(
+        id="task-1",
+        args=list(args),
+        kwargs={},
+        headers=headers,
+        delivery_info={"exchange": "", "routing_key": "q", "redelivered": redelivered},
+        called_directly=False,
+        is_eager=False,
+        retries=0,
+    )
+    try:
+        return task.run(*args)
+    finally:
+        task.pop_request()
+
+
+def grant_in(sent: dict[str, Any]) -> float:
+    grant = sent["headers"][HEADER]
+    assert isinstance(grant["due"], float)
+    return float(grant["due"])
+
+
+def test_a_short_wait_is_slept_in_the_task(app: Celery, bucket: TokenBucket, clock: ManualClock) -> None:
+    """A wait within max_block is slept (on the limiter's clock) and the body runs."""
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=1.0)
+    def lookup(self: Task, item: int) -> tuple[int, float]:
+        return item, clock.now()
+
+    assert in_worker(lookup, 1) == (1, 1_000.0)
+    assert in_worker(lookup, 2) == (2, 1_001.0)
+    assert lookup.sent == []
+
+
+def test_a_long_wait_defers_the_task_with_its_grant_and_no_retry(app: Celery, bucket: TokenBucket) -> None:
+    """A wait beyond max_block sends the same task again (same id and arguments, retries
+    untouched) with an eta ``lead`` before its grant, the grant in a header, and ends
+    the run as ignored without running the body."""
+    ran = []
+
+    @app.task(bind=True, base=Recorder, max_retries=0)
+    @limited(bucket, max_block=0.5, lead=0.2)
+    def lookup(self: Task, item: int) -> None:
+        ran.append(item)
+
+    in_worker(lookup, 1)
+    before = time.time()
+    for item in (2, 3):
+        with pytest.raises(Ignore):
+            in_worker(lookup, item)
+    assert ran == [1]
+    (second, third) = lookup.sent
+    assert (list(second["args"]), list(third["args"])) == ([2], [3])
+    assert second["task_id"] == "task-1"
+    assert second["retries"] == 0
+    assert grant_in(second) == pytest.approx(before + 1.0, abs=0.5)
+    assert grant_in(third) - grant_in(second) == pytest.approx(1.0, abs=0.05)
+    eta = second["eta"]
+    assert isinstance(eta, datetime)
+    assert eta.tzinfo is not None
+    assert eta.timestamp() == pytest.approx(grant_in(second) - 0.2, abs=0.05)
+
+
+def test_deferred_tasks_may_be_sent_at_a_priority_of_their_own(app: Celery, bucket: TokenBucket) -> None:
+    """``priority=`` sets the deferred message's priority (a priority queue then puts
+    it before a backlog of first runs); without it the task's own is kept."""
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=0.5, priority=9)
+    def urgent(self: Task, item: int) -> None: ...
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=0.5)
+    def plain(self: Task, item: int) -> None: ...
+
+    in_worker(urgent, 1)
+    with pytest.raises(Ignore):
+        in_worker(urgent, 2)
+    with pytest.raises(Ignore):
+        in_worker(plain, 3)
+    assert urgent.sent[0]["priority"] == 9
+    assert plain.sent[0].get("priority") is None
+
+
+def test_the_re_run_uses_its_grant_without_reserving_again(
+    app: Celery, bucket: TokenBucket, clock: ManualClock
+) -> None:
+    """A message carrying a grant due soon sleeps the rest and runs; the budget is not
+    touched (the next reservation is where it would have been)."""
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=1.0)
+    def lookup(self: Task, item: int) -> float:
+        return clock.now()
+
+    in_worker(lookup, 1)  # the bucket is empty now
+    started = clock.now()
+    grant = {"name": bucket.name, "due": time.time() + 0.3}
+    assert in_worker(lookup, 2, headers={HEADER: grant}) == pytest.approx(started + 0.3, abs=0.05)
+    # Reserved nothing: the next request gets the second that was next before.
+    assert bucket.reserve().wait == pytest.approx(1.0 - (clock.now() - started), abs=0.01)
+
+
+def test_a_grant_still_far_is_deferred_again_carrying_the_same_grant(app: Celery, bucket: TokenBucket) -> None:
+    """A re-run delivered too early (a broker's clock, a skewed box) defers again with
+    the grant it holds, without reserving."""
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=0.5)
+    def lookup(self: Task, item: int) -> None: ...
+
+    due = time.time() + 5
+    with pytest.raises(Ignore):
+        in_worker(lookup, 1, headers={HEADER: {"name": bucket.name, "due": due}})
+    assert grant_in(lookup.sent[0]) == due
+    assert bucket.try_acquire()  # the bucket's one token is still there
+
+
+@pytest.mark.parametrize(
+    "grant",
+    [
+        pytest.param({"due": 0.0}, id="too-late"),
+        pytest.param({"due": "soon"}, id="garbage"),
+        pytest.param({"due": 1e300}, id="beyond-any-horizon"),
+        pytest.param({"due": float("nan")}, id="nan"),
+        pytest.param("garbage", id="not-a-mapping"),
+    ],
+)
+def test_a_stale_or_foreign_grant_is_not_used(app: Celery, bucket: TokenBucket, grant: Any) -> None:
+    """A grant past its time by more than ``late``, another limiter's, or garbage: the
+    run reserves again."""
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=0.5)
+    def lookup(self: Task, item: int) -> str:
+        return "ran"
+
+    if isinstance(grant, dict):
+        grant = {"name": bucket.name, **grant}
+    assert in_worker(lookup, 1, headers={HEADER: grant}) == "ran"
+    assert not bucket.try_acquire()  # it took the token
+    with pytest.raises(Ignore):
+        in_worker(lookup, 2, headers={HEADER: {"name": "another", "due": time.time()}})
+
+
+def test_a_redelivered_late_acknowledged_task_reserves_again_once_its_grant_is_due(
+    app: Celery, bucket: TokenBucket
+) -> None:
+    """With acks_late a redelivered message whose grant is due may have run its body
+    already: it reserves again. One whose grant is still ahead cannot have: it keeps it."""
+
+    @app.task(bind=True, base=Recorder, acks_late=True)
+    @limited(bucket, max_block=0.5)
+    def lookup(self: Task, item: int) -> str:
+        return "ran"
+
+    now = time.time()
+    assert in_worker(lookup, 1, headers={HEADER: {"name": bucket.name, "due": now}}, redelivered=True) == "ran"
+    assert not bucket.try_acquire()  # it reserved: the token is gone
+    with pytest.raises(Ignore):
+        in_worker(lookup, 2, headers={HEADER: {"name": bucket.name, "due": now + 5}}, redelivered=True)
+    assert grant_in(lookup.sent[0]) == now + 5
+
+
+def test_a_refusal_fed_back_in_the_body_defers_the_task_by_retry_after(app: Celery, bucket: TokenBucket) -> None:
+    """A 429 fed back to the limiter pauses it for everyone; the body's exception then
+    defers the task by Retry-After, carrying no grant (the re-run reserves), and uses
+    no retry."""
+
+    @app.task(bind=True, base=Recorder, max_retries=0)
+    @limited(bucket, max_block=0.5)
+    def lookup(self: Task, item: int) -> None:
+        bucket.feedback({"Retry-After": "30"}, status=429)
+        raise RuntimeError("429 Too Many Requests")
+
+    before = time.time()
+    with pytest.raises(Ignore):
+        in_worker(lookup, 1)
+    (again,) = lookup.sent
+    assert HEADER not in again["headers"]
+    assert again["eta"].timestamp() == pytest.approx(before + 30, abs=1)
+    assert bucket.reserve().wait >= 29
+
+
+def test_an_error_that_says_when_to_come_back_defers_the_task(app: Celery, bucket: TokenBucket) -> None:
+    """A RateLimitError with retry_after (an open circuit here) defers by it; any other
+    error is the task's failure, as without limited."""
+    errors: list[Exception] = [CircuitOpen("api", 7.0), KeyError("x")]
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=5)
+    def lookup(self: Task, item: int) -> None:
+        raise errors.pop(0)
+
+    before = time.time()
+    with pytest.raises(Ignore):
+        in_worker(lookup, 1)
+    assert lookup.sent[0]["eta"].timestamp() == pytest.approx(before + 7, abs=1)
+    with pytest.raises(KeyError):
+        in_worker(lookup, 2)
+    assert len(lookup.sent) == 1
+
+
+class Response:
+    def __init__(self, status: int, headers: dict[str, str]) -> None:
+        self.status_code = status
+        self.headers = headers
+
+
+def gave_up(status: int, headers: dict[str, str]) -> RetryError:
+    attempt = Attempt(1, 0.0, 0.0, status, None, 0.01, "transient")
+    return RetryError("attempts", [attempt], 0.01, Response(status, headers))
+
+
+@pytest.mark.parametrize(
+    ("error", "deferred_by"),
+    [
+        pytest.param(gave_up(429, {"Retry-After": "12"}), 12, id="429-retry-after"),
+        pytest.param(gave_up(503, {"Retry-After": "4"}), 4, id="503-retry-after"),
+        pytest.param(gave_up(429, {}), None, id="429-without-retry-after"),
+        pytest.param(gave_up(500, {"Retry-After": "4"}), None, id="500"),
+        pytest.param(AcquireTimeout(3.0), 3, id="acquire-timeout"),
+        pytest.param(AcquireTimeout(math.inf), None, id="never"),
+    ],
+)
+def test_an_integration_giving_up_on_a_refusal_defers_by_its_retry_after(
+    app: Celery, bucket: TokenBucket, error: Exception, deferred_by: float | None
+) -> None:
+    """An httpx/requests/aiohttp integration's RetryError whose last response was a 429
+    or 503 with Retry-After defers by it; without one (or another status) it fails."""
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=5)
+    def lookup(self: Task, item: int) -> None:
+        raise error
+
+    before = time.time()
+    if deferred_by is None:
+        with pytest.raises(type(error)):
+            in_worker(lookup, 1)
+        assert lookup.sent == []
+    else:
+        with pytest.raises(Ignore):
+            in_worker(lookup, 1)
+        assert lookup.sent[0]["eta"].timestamp() == pytest.approx(before + deferred_by, abs=1)
+
+
+def test_a_failed_send_gives_the_reservation_back(app: Celery, bucket: TokenBucket) -> None:
+    """The broker refusing the deferred message cancels the reservation, and the error
+    is the run's."""
+
+    class Down(Task):  # type: ignore[misc]
+        def apply_async(self, *args: Any, **options: Any) -> None:
+            raise ConnectionError("broker down")
+
+    @app.task(bind=True, base=Down)
+    @limited(bucket, max_block=0.5)
+    def lookup(self: Task, item: int) -> None: ...
+
+    in_worker(lookup, 1)
+    with pytest.raises(ConnectionError):
+        in_worker(lookup, 2)
+    assert bucket.reserve().wait == pytest.approx(1.0, abs=0.01)
+
+
+def test_tokens_may_be_a_function_of_the_arguments_and_a_composite_works(app: Celery, clock: ManualClock) -> None:
+    """``tokens`` computed from the task's arguments, one per member of a Composite."""
+    llm = Composite(
+        [TokenBucket(10, 10), TokenBucket(1_000, 100)],
+        backend=RedisBackend(fakeredis.FakeRedis()),
+        name=unique_name("llm"),
+        clock=clock,
+    )
+
+    @app.task(bind=True, base=Recorder)
+    @limited(llm, tokens=lambda prompt: [1, len(prompt)], max_block=2)
+    def complete(self: Task, prompt: str) -> float:
+        return clock.now()
+
+    assert in_worker(complete, "x" * 1_000) == 1_000.0
+    assert in_worker(complete, "x" * 150) == pytest.approx(1_001.5)
+    with pytest.raises(Ignore):
+        in_worker(complete, "x" * 1_000)
+
+
+def test_called_directly_or_eagerly_it_waits_in_place(app: Celery, bucket: TokenBucket, clock: ManualClock) -> None:
+    """Outside a worker there is no broker to defer through: the call acquires."""
+
+    @app.task(bind=True)
+    @limited(bucket, max_block=0)
+    def lookup(self: Task, item: int) -> float:
+        return clock.now()
+
+    assert lookup(1) == 1_000.0
+    assert lookup.apply((2,)).get() == 1_001.0
+
+
+# -- bad input ---------------------------------------------------------------------------
+
+
+def test_a_task_that_is_not_bound_is_refused_at_its_first_run(app: Celery, bucket: TokenBucket) -> None:
+    @app.task
+    @limited(bucket)
+    def lookup(item: int) -> None: ...
+
+    with pytest.raises(TypeError, match=r"bind=True.*got 1"):
+        lookup.apply((1,), throw=True)
+    assert bucket.try_acquire()  # nothing reserved
+
+
+def test_limited_above_the_task_decorator_is_refused(app: Celery, bucket: TokenBucket) -> None:
+    def lookup(self: Task, item: int) -> None: ...
+
+    task = app.task(bind=True)(lookup)
+    with pytest.raises(TypeError, match=r"below @app.task\(bind=True\)"):
+        limited(bucket)(task)
+    with pytest.raises(TypeError, match="limiter, got a Celery task"):
+        limited(task)
+
+
+def test_async_functions_and_non_limiters_are_refused(bucket: TokenBucket) -> None:
+    async def lookup(self: Task) -> None: ...
+
+    with pytest.raises(TypeError, match="async def"):
+        limited(bucket)(lookup)
+    with pytest.raises(TypeError, match=r"limiter must be a ratelimit limiter .*, got 'geocode'"):
+        limited("geocode")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("backend", [None, MemoryBackend()], ids=["default", "memory"])
+def test_a_budget_in_this_process_is_refused_unless_local(backend: MemoryBackend | None) -> None:
+    """Every worker process would have a whole budget: refused at decoration, naming
+    the store; ``local=True`` accepts it for a fleet of one process."""
+    limiter = TokenBucket(1, 1, backend=backend)
+    with pytest.raises(ValueError, match=r"MemoryBackend.*every Celery worker process.*local=True"):
+        limited(limiter)
+    limited(limiter, local=True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"tokens": 5}, ValueError, "tokens must be <= capacity"),
+        ({"tokens": 0}, ValueError, "tokens must be > 0"),
+        ({"tokens": "1"}, TypeError, "tokens must be a number"),
+        ({"max_block": -1}, ValueError, "max_block must be seconds >= 0"),
+        ({"max_block": float("nan")}, ValueError, "max_block must be seconds >= 0"),
+        ({"max_block": "1"}, TypeError, "max_block must be seconds"),
+        ({"max_block": 1, "lead": 2}, ValueError, r"lead must be <= max_block \(1\), got 2"),
+        ({"late": -0.1}, ValueError, "late must be seconds >= 0"),
+        ({"local": 1}, TypeError, "local must be a bool"),
+        ({"priority": -1}, TypeError, "priority must be an int >= 0 or None, got -1"),
+        ({"priority": "9"}, TypeError, "priority must be an int"),
+    ],
+)
+def test_bad_arguments_are_refused_at_decoration(
+    bucket: TokenBucket, kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        limited(bucket, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("returned", "error", "match"),
+    [
+        (-1, ValueError, r"tokens=<lambda> returned -1: tokens must be > 0"),
+        (5, ValueError, r"returned 5: tokens must be <= capacity"),
+        (None, TypeError, r"tokens=<lambda> must return a number .* got NoneType None"),
+        (True, TypeError, "must return a number"),
+        ("x" * 10_000, TypeError, r"got str 'xxxx.*\.\.\.x'$"),
+    ],
+)
+def test_a_tokens_function_returning_bad_values_fails_the_run_clearly(
+    app: Celery, bucket: TokenBucket, returned: object, error: type[Exception], match: str
+) -> None:
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, tokens=lambda item: returned)  # type: ignore[arg-type,return-value]
+    def lookup(self: Task, item: int) -> None: ...
+
+    with pytest.raises(error, match=match):
+        in_worker(lookup, 1)
+    assert bucket.try_acquire()
+
+
+# ---------------------------------------------------------------------------------------
+# Real workers on RabbitMQ.
+
+#: How much longer than max_block a slot may be seen waiting: the reserve, the send of
+#: a deferral, the records, and waking from the sleep on a shared two-core machine
+#: (1.37 s for max_block=1 was seen at a load average of 10).
+SLOT_MARGIN = 0.5
+
+
+@pytest.fixture
+def fleet(redis_client: object) -> Iterator[Fleet]:
+    """Workers of this test's own (queue, limiter and records), cleaned up after it."""
+    why = broker_reachable()
+    if why is not None:
+        unavailable(why)
+    made = Fleet()
+    try:
+        yield made
+    finally:
+        made.cleanup()
+
+
+@pytest.mark.slow
+def test_a_fleet_keeps_one_budget_and_waits_in_the_broker_not_in_its_slots(fleet: Fleet) -> None:
+    """Three prefork workers (12 slots, more than R x max_block = 10) run 200 tasks
+    sent at once: never more than R + B bodies in any second, no body before the grant
+    it carried, at least 0.9 R once the burst is taken in, each task once, no slot held
+    longer than max_block (plus a margin), tasks really deferred, and the queue empty
+    at the end.
+
+    While the fleet takes the burst in, the re-runs of the first grants queue behind
+    the first runs of the rest and come late (they reserve again: their slots are
+    lost); on this shared two-core machine that costs up to about two seconds of
+    budget, hence the lower bound on the whole run."""
+    fleet.start(3, concurrency=4)
+    count = fleet.send("call", ([i] for i in range(200)))
+    bodies = fleet.wait_for(set(range(count)), timeout=count / fleet.rate + 30)
+    times = [body["at"] for body in bodies]
+    assert sorted(body["item"] for body in bodies) == list(range(count)), fleet.log()
+    assert most_in_any(times) <= fleet.capacity + fleet.rate
+    carried = [body for body in bodies if body["due"] is not None]
+    assert len(carried) >= count // 2
+    assert all(body["at"] >= body["due"] for body in carried)  # never before the grant
+    slots = fleet.slots()
+    steady = [t for t in times if t >= taken_in(slots)]
+    assert rate_of(steady) >= 0.9 * fleet.rate
+    assert rate_of(times) >= 0.75 * fleet.rate
+    assert max(slot["held"] for slot in slots) <= fleet.max_block + SLOT_MARGIN
+    assert sum(not slot["body"] for slot in slots) >= count // 2  # deferred
+    assert len({body["pid"] for body in bodies}) >= 6
+    time.sleep(0.5)
+    assert fleet.waiting() == 0
+
+
+@pytest.mark.slow
+def test_the_rest_of_the_fleet_finishes_within_the_bound_after_a_worker_is_killed(fleet: Fleet) -> None:
+    """SIGKILL one of three workers (with its pool) while it holds deferred tasks and
+    runs others: with late acknowledgement every task still runs, the bound holds
+    across all bodies (a redelivered run reserves again), and the queue ends empty."""
+    fleet.start(3, concurrency=4)
+    count = fleet.send("call_late", ([i] for i in range(120)))
+    deadline = time.monotonic() + 30
+    while len(fleet.bodies()) < 30 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    fleet.kill(0)
+    bodies = fleet.wait_for(set(range(count)), timeout=count / fleet.rate + 30)
+    times = [body["at"] for body in bodies]
+    assert {body["item"] for body in bodies} == set(range(count)), fleet.log()
+    assert most_in_any(times) <= fleet.capacity + fleet.rate
+    killed = fleet.workers[0].pid
+    assert killed not in {body["parent"] for body in bodies[-40:]}
+    time.sleep(0.5)
+    assert fleet.waiting() == 0
+
+
+@pytest.mark.slow
+def test_a_refused_task_pauses_the_fleet_and_comes_back_after_retry_after(fleet: Fleet) -> None:
+    """Each task's first body is refused (429, Retry-After: 1): every task still runs
+    once, none before the pause it was told of, with max_retries=0 untouched."""
+    fleet.start(2, concurrency=2)
+    sent = time.time()
+    count = fleet.send("refused_once", ([i, 1.0] for i in range(10)))
+    bodies = fleet.wait_for(set(range(count)), timeout=30)
+    assert sorted(body["item"] for body in bodies) == list(range(count)), fleet.log()
+    assert min(body["at"] for body in bodies) >= sent + 1.0
+    assert most_in_any([body["at"] for body in bodies]) <= fleet.capacity + fleet.rate
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pool", ["threads", "solo"])
+def test_the_threads_and_solo_pools_with_a_composite(fleet: Fleet, pool: str) -> None:
+    """A Composite (requests and tokens) with tokens from the arguments, on the threads
+    or solo pool: the request bound holds and every task runs."""
+    fleet.start(2, pool=pool, concurrency=4)
+    count = fleet.send("complete", ([i, "x" * 50] for i in range(40)))
+    bodies = fleet.wait_for(set(range(count)), timeout=count / fleet.rate + 30)
+    times = [body["at"] for body in bodies]
+    assert sorted(body["item"] for body in bodies) == list(range(count)), fleet.log()
+    assert most_in_any(times) <= fleet.capacity + fleet.rate
+    assert max(slot["held"] for slot in fleet.slots()) <= fleet.max_block + SLOT_MARGIN
