@@ -370,7 +370,12 @@ def test_set_mid_run_changes_the_rate_of_every_live_process(redis_client: redis.
         )
         for _ in range(3)
     ]
-    time.sleep(1.5)  # the processes run at the code's 400/s meanwhile
+    # The processes run at the code's 400/s for a second once they have started (which
+    # takes longer than that on a loaded machine: wait for their first grant, not a time).
+    deadline = time.monotonic() + 30
+    while not any(redis_client.scan_iter(match=f"ratelimit:{{{name}}}:*")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(1.0)
     before = time.time()
     out = subprocess.run(
         [sys.executable, "-m", "ratelimit", "set", name, "--rate", "50/s", "--burst", "5", "--redis", REDIS_URL],
