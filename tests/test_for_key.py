@@ -282,6 +282,27 @@ def test_events_are_labelled_by_name_and_reach_the_limiters_subscribers(make: Ma
     assert [(type(e), e.name) for e in events] == [(Granted, limiter.name)]
 
 
+def test_metrics_have_one_series_per_limiter_not_per_key() -> None:
+    """Prometheus counts every key's grants under the limiter's name alone."""
+    from prometheus_client import CollectorRegistry
+
+    from ratelimit.prometheus import PrometheusMetrics
+
+    registry = CollectorRegistry()
+    limiter = TokenBucket(1, 1, name="shops", clock=ManualClock(start=1.0))
+    limiter.subscribe(PrometheusMetrics(registry))
+    for shop in ("a", "b", "c"):
+        assert limiter.for_key(shop).try_acquire()
+    samples = [
+        sample
+        for metric in registry.collect()
+        if metric.name == "ratelimit_grants"
+        for sample in metric.samples
+        if sample.name == "ratelimit_grants_total"
+    ]
+    assert [(sample.labels, sample.value) for sample in samples] == [({"name": "shops"}, 3.0)]
+
+
 def test_a_view_of_a_view_is_refused(make: Make) -> None:
     """Keys do not nest: ``for_key`` belongs to the limiter."""
     view = make(TokenBucket, 1, 1).for_key("a")
