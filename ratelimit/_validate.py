@@ -15,10 +15,12 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "duration",
     "horizon",
+    "key",
     "name",
     "positive",
     "rate",
     "real",
+    "shown",
     "timeout_seconds",
     "tokens",
 ]
@@ -87,6 +89,38 @@ def name(value: object, backend: object, *, shared: bool) -> str | None:
     except UnicodeEncodeError as exc:
         # A lone surrogate: Redis keys are bytes, and it has none.
         raise ValueError(f"name must be text UTF-8 can encode, got {value!r}: {exc.reason}") from None
+    return value
+
+
+#: How much of a value an error message repeats (a 10 MB string is shown by its ends).
+SHOWN_LENGTH = 80
+
+
+def shown(value: object) -> str:
+    """``repr(value)``, cut to its first and last characters when long, with the length
+    said: what an error message repeats of a value that may be huge."""
+    text = value if isinstance(value, str) else None
+    if text is not None and len(text) > SHOWN_LENGTH:
+        half = SHOWN_LENGTH // 2
+        return f"{text[:half]!r}...{text[-half // 2 :]!r} ({len(text):,} characters)"
+    result = repr(value)
+    if len(result) > 2 * SHOWN_LENGTH:
+        return f"{result[:SHOWN_LENGTH]}... ({type(value).__name__}, {len(result):,} characters shown as repr)"
+    return result
+
+
+def key(value: object) -> str:
+    """A key of ``limiter.for_key``: text of 1 to :data:`MAX_NAME_LENGTH` characters
+    that UTF-8 can encode, as a name is; any characters at all (separators, braces,
+    glob characters) are kept apart from every other key's."""
+    if not isinstance(value, str):
+        raise TypeError(f"key must be a str, got {type(value).__name__} {shown(value)}")
+    if not value or len(value) > MAX_NAME_LENGTH:
+        raise ValueError(f"key must be 1 to {MAX_NAME_LENGTH} characters, got {shown(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"key must be text UTF-8 can encode, got {shown(value)}: {exc.reason}") from None
     return value
 
 

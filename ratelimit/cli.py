@@ -39,6 +39,7 @@ import redis
 import redis.exceptions
 from redis.sentinel import MasterNotFoundError
 
+from . import _validate
 from ._cli.bench import (
     ADAPTIVE_BURST_SHARE,
     ADAPTIVE_DROP_SHARE,
@@ -62,6 +63,7 @@ from ._errors import BackendUnavailable
 from ._redact import redact_url, scrub, url_secrets
 from ._stores.config import UnchangeableLimit, inspect_all, inspect_many
 from ._stores.fleet import fleet
+from ._stores.keys import Keyed
 from ._stores.redis import RedisBackend
 from ._stores.redis_clients import REDIS_URL_ENV, url_from_env
 from ._stores.sentinel import is_sentinel_url, parse_sentinel_url
@@ -87,6 +89,13 @@ def _positive_float(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
     return value
+
+
+def _limiter_key(text: str) -> str:
+    try:
+        return _validate.key(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -378,9 +387,15 @@ def _unreachable(args: argparse.Namespace, exc: BaseException) -> int:
 
 
 def inspect_command(args: argparse.Namespace) -> int:
+    if args.key is not None and not args.names:
+        print("ratelimit inspect: error: --key needs the NAME (or names) whose key to show", file=sys.stderr)
+        return 2
     backend = _reading(lambda: _backend(args))
     try:
-        if args.names:
+        if args.key is not None:
+            keyed = [Keyed(name, args.key) for name in args.names]
+            seen = _reading(lambda: inspect_many(backend.client, keyed))
+        elif args.names:
             seen = _reading(lambda: inspect_many(backend.client, args.names))
         else:
             # Found by a key that says nothing (a garbled change): nothing to show.
@@ -657,6 +672,12 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     inspect.add_argument("names", nargs="*", metavar="NAME", help="limiter names (default: all found)")
     _add_redis(inspect)
+    inspect.add_argument(
+        "--key",
+        type=_limiter_key,
+        metavar="K",
+        help="show each NAME's budget for key K (a limiter's `for_key(K)`) instead of the name's own",
+    )
     inspect.add_argument("--json", action="store_true", help="print JSON (stable keys) instead of text")
     inspect.set_defaults(func=inspect_command)
 

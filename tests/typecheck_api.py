@@ -79,6 +79,15 @@ def constructors() -> None:
     stats: BackendStats = wrapped.stats()
     failures: int = stats.failures
 
+    # One limiter, many keys: a view is of the limiter's own type.
+    per_shop: LeakyBucket = leaky.for_key("acme.myshopify.com")
+    per_tenant: Composite = llm.for_key("tenant-7")
+    its_key: str | None = per_shop.key
+    per_shop.try_acquire()
+    leaky.key_views = 10_000
+    assert its_key == "acme.myshopify.com"
+    assert per_tenant.key == "tenant-7"
+
     # Wrong types are refused by the checker before they reach the run-time checks.
     TokenBucket(capacity="20", refill_per_sec=1)  # type: ignore[arg-type]
     TokenBucket(20, 1, name=7)  # type: ignore[arg-type]

@@ -65,8 +65,11 @@ def _block(seen: Inspection) -> list[str]:
     # Names come from whoever names a limiter (a tenant id): escaped, as every text
     # read from Redis.
     name = printable(seen.name)
+    if seen.key is not None:
+        name += f" key {printable(seen.key)}"
     if not seen.known:
-        return [f"{name}: unknown (no limiter of this name decided in the last day; no change, no breaker stored)"]
+        whose = "this name" if seen.key is None else "this name and key"
+        return [f"{name}: unknown (no limiter of {whose} decided in the last day; no change, no breaker stored)"]
     kinds = [] if seen.kind is None else [seen.kind + (", shadow: never enforced" if seen.shadow else "")]
     kinds += seen.forms
     lines = [name + (f"  ({printable(', '.join(kinds))})" if kinds else "")]
@@ -118,5 +121,5 @@ def inspect_json(seen: Sequence[Inspection]) -> dict[str, Any]:
     """Stable keys: ``limiters`` (one object per name) and ``unknown`` (names)."""
     return {
         "limiters": [each.as_dict() for each in seen if each.known],
-        "unknown": [each.name for each in seen if not each.known],
+        "unknown": [each.name if each.key is None else [each.name, each.key] for each in seen if not each.known],
     }

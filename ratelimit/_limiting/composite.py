@@ -118,7 +118,7 @@ class Composite(Limiter[Sequence[float]]):
         # Slots are kept as the rate limits are: under the composite's own name, each
         # at its place in the list.
         self._slots = tuple(
-            rebound(member, backend=self._backend, name=self._name, member=i, clock=clock)
+            rebound(member, backend=self._backend, name=self._place, member=i, clock=clock)
             for i, member in enumerate(limits)
             if isinstance(member, ConcurrencyLimit)
         )
@@ -127,7 +127,7 @@ class Composite(Limiter[Sequence[float]]):
                 "shadow=True with a ConcurrencyLimit among the limits: a shadow never holds a caller, and a slot "
                 "is nothing but holding; shadow the rate limits alone"
             )
-        self._handle = self._backend.bind_group(self._name, self._algs, clock)
+        self._handle = self._backend.bind_group(self._place, self._algs, clock)
         self._handle.tally = self._tally
         self._shadow = shadow
 

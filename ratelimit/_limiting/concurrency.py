@@ -30,12 +30,14 @@ from .. import _validate
 from .._algorithms.semaphore import HELD, QUEUED
 from .._clock import Clock, SystemClock
 from .._errors import AcquireTimeout
+from .._stores.keys import Keyed
 from .._stores.memory import MemoryBackend
 from .._stores.redis import RedisBackend
 from .._stores.store import Backend
 from .._stores.wakeups import Waiting
 from .concurrency_state import LOST, RedisSlots, SlotStore, lease_id, memory_slots
 from .front import placed
+from .keyed import Keyable
 
 __all__ = ["ConcurrencyLimit", "Entries", "Hold", "Lease", "entrant", "rebound", "release_all", "release_all_async"]
 
@@ -365,7 +367,7 @@ class _Heartbeat:
             logger.warning("leases %s were lost by the store while held, and put back", lost)
 
 
-class ConcurrencyLimit:
+class ConcurrencyLimit(Keyable):
     """At most ``max_in_flight`` holders at once, shared like every limiter.
 
     For a provider that caps requests in flight (GitHub's 100 concurrent requests, an
@@ -427,11 +429,12 @@ class ConcurrencyLimit:
             )
         self._most = max_in_flight
         store, checked, _ = placed(backend, name, clock)
-        self._bind(store, checked, None, clock)
+        self._bind(store, self._place_of(checked), None, clock)
 
-    def _bind(self, backend: Backend, name: str | None, member: int | None, clock: Clock | None) -> None:
+    def _bind(self, backend: Backend, name: str | Keyed | None, member: int | None, clock: Clock | None) -> None:
+        """Keep the slots under ``name`` (a ``Keyed`` one: a key's, see ``for_key``)."""
         self._backend = backend
-        self._name = name
+        self._name = name.name if isinstance(name, Keyed) else name
         self._clock: Clock = clock or SystemClock()
         self._store: SlotStore
         if isinstance(backend, MemoryBackend):
@@ -469,7 +472,10 @@ class ConcurrencyLimit:
         return self._clock
 
     def __repr__(self) -> str:
-        return f"ConcurrencyLimit({self._most}, name={self._name!r}, backend={self._backend!r})"
+        return f"ConcurrencyLimit({self._most}, name={self._name!r}, backend={self._backend!r}){self._key_suffix()}"
+
+    def _unnamed_in_process(self) -> bool:
+        return self._name is None
 
     # -- what a rate offers and a count of holders cannot ---------------------------
 
@@ -633,11 +639,12 @@ class ConcurrencyLimit:
 
 
 def rebound(
-    limit: ConcurrencyLimit, *, backend: Backend, name: str | None, member: int, clock: Clock | None
+    limit: ConcurrencyLimit, *, backend: Backend, name: str | Keyed | None, member: int, clock: Clock | None
 ) -> ConcurrencyLimit:
     """``limit``'s size and lease, kept as ``member`` of a composite under the
     composite's own ``backend`` and ``name``."""
     copy = ConcurrencyLimit.__new__(ConcurrencyLimit)
+    copy._key = copy._keys = None
     copy._most = limit.max_in_flight
     copy._lease = limit.lease_seconds
     copy._bind(backend, name, member, clock)

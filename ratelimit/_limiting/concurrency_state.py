@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from .._algorithms.semaphore import FULL, HELD, QUEUED, Semaphore
 from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
+from .._stores.keys import Keyed
 from .._stores.memory import MemoryBackend
 from .._stores.scripts import concurrency_script
 from .._stores.wakeups import CHANNEL_PREFIX, Listener, Waiting, listener_for, process_id
@@ -150,14 +151,14 @@ class MemorySlots:
 
 #: The in-process slots of each named ConcurrencyLimit, per MemoryBackend: limits that
 #: share a backend and a name share their slots, as long as one of them lives.
-_named: weakref.WeakKeyDictionary[MemoryBackend, weakref.WeakValueDictionary[tuple[str, int | None], MemorySlots]] = (
-    weakref.WeakKeyDictionary()
-)
+_named: weakref.WeakKeyDictionary[
+    MemoryBackend, weakref.WeakValueDictionary[tuple[str | Keyed, int | None], MemorySlots]
+] = weakref.WeakKeyDictionary()
 _named_lock = threading.Lock()
 
 
 def memory_slots(
-    backend: MemoryBackend, name: str | None, most: int, clock: Clock, member: int | None = None
+    backend: MemoryBackend, name: str | Keyed | None, most: int, clock: Clock, member: int | None = None
 ) -> MemorySlots:
     """The slots of ``name`` (``member`` of a composite) on ``backend``; private ones
     for no name."""

@@ -24,12 +24,14 @@ from .._clock import Clock, SystemClock, checked_clock
 from .._errors import AcquireTimeout
 from .._events import EVERYONE, Denied, Emitter, Event, Granted, Paused, Throttled
 from .._headers import RateLimitInfo, parse_rate_limit_headers
+from .._stores.keys import Keyed
 from .._stores.memory import MemoryBackend
 from .._stores.store import Backend, Handle, Pacing
 from .._stores.tally import LimiterStats, Tally, weight
 from .._wrap import wrap
 from .adaptive import LastGrant
 from .feedback import throttled
+from .keyed import Keyable
 from .named import Named, covers, equal
 from .reservation import Reservation
 
@@ -98,7 +100,7 @@ def placed(backend: object, name: object, clock: object) -> tuple[Backend, str |
     return store, _validate.name(name, store, shared=store.shared), checked or SystemClock()
 
 
-class Limiter(ABC, Generic[T]):
+class Limiter(Keyable, ABC, Generic[T]):
     """Shared front of every limiter; ``T`` is what one request's ``tokens`` becomes."""
 
     __slots__ = (
@@ -111,6 +113,7 @@ class Limiter(ABC, Generic[T]):
         "_name",
         "_named",
         "_pacing",
+        "_place",
         "_quick_most",
         "_shadow",
         "_tally",
@@ -120,6 +123,9 @@ class Limiter(ABC, Generic[T]):
 
     def __init__(self, *, backend: Backend | None, name: object, clock: Clock | None) -> None:
         self._backend, self._name, self._clock = placed(backend, name, clock)
+        # What a store binds: the name, or for a view of one key (for_key) the name
+        # and the key; events and metrics say the name alone.
+        self._place: str | Keyed | None = self._place_of(self._name)
         # A plain int up to this many tokens needs no further checks (see _tokens).
         self._quick_most: float = 0
         # Shadow mode (see _shadowed): decide and record, but never wait or refuse.
@@ -133,6 +139,15 @@ class Limiter(ABC, Generic[T]):
         # Each caller's latest grant, which a refund or settle names (named.py); made
         # at the first give-back, so that a limiter that never gives back pays nothing.
         self._named: Named[T] | None = None
+
+    # -- keys (keyed.py) ------------------------------------------------------------
+
+    def _unnamed_in_process(self) -> bool:
+        return self._name is None
+
+    def _adopt(self, parent: Any) -> None:
+        # The limiter's subscribers hear every key's events.
+        self._events = parent._events
 
     # -- what subclasses provide --------------------------------------------------
 

@@ -117,7 +117,7 @@ class SingleLimiter(Limiter[float]):
             # A group of two: this limit at the configured rate (the ceiling), and the
             # learned pace beside it (see ratelimit._limiting.adaptive).
             pace = self._adaptive.pace(self._alg)
-            paced = Paced(self._backend.bind_group(self._name, [self._alg, pace], clock))
+            paced = Paced(self._backend.bind_group(self._place, [self._alg, pace], clock))
             # No quick path (_quick_most stays 0): every grant is remembered for
             # feedback, which the plain limiters' hottest path need not check.
             self._most = self._alg.most
@@ -132,13 +132,13 @@ class SingleLimiter(Limiter[float]):
                 extras["lease"] = self._leased
             if shadow:
                 extras["shadow"] = True
-            self._handle = self._backend.bind(self._name, self._alg, clock, **extras)
+            self._handle = self._backend.bind(self._place, self._alg, clock, **extras)
         else:
             # Two lanes of the limit (see ratelimit._algorithms.lanes): this limiter
             # acquires at high priority, its `low` view at low priority.
             share, keep = self._priorities
             lanes = Lanes.of(self._alg, share)
-            high, low = self._backend.bind_lanes(self._name, lanes, clock, keep)
+            high, low = self._backend.bind_lanes(self._place, lanes, clock, keep)
             self._most = self._quick_most = lanes.high.most
             self._most_name = f"the high-priority share of {self._most_name}"
             self._handle = high
@@ -277,7 +277,8 @@ class SingleLimiter(Limiter[float]):
         learn = "" if self._adaptive is None else f", adaptive={self._adaptive!r}"
         leased = "" if self._lease is None else f", lease={self._lease:g}"
         shadow = ", shadow=True" if self._shadow else ""
-        return f"{type(self).__name__}({self._describe()}{guard}{lanes}{learn}{leased}{shadow}{where})"
+        made = f"{type(self).__name__}({self._describe()}{guard}{lanes}{learn}{leased}{shadow}{where})"
+        return made + self._key_suffix()
 
 
 class TokenBucket(SingleLimiter):

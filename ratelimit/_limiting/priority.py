@@ -62,6 +62,7 @@ class LowPriority(Limiter[float]):
     """
 
     __slots__ = ("_describe", "_most", "_most_name", "_restrict")
+    _views_from = "limiter.for_key(key).low"
 
     def __init__(
         self,

@@ -25,10 +25,10 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .batch import Call, pipelined
-from .keys import key_for, name_of
+from .keys import Keyed, key_for, parts_of
 from .scripts import ALGORITHMS, GROUP_ONLY
 
 __all__ = ["CONCURRENCY", "Roots", "breaker_mode", "forms", "members", "number", "probe", "split", "survey"]
@@ -98,10 +98,10 @@ def survey(client: Any) -> dict[str, Roots]:
     found: dict[str, set[str]] = defaultdict(set)
     for raw in client.scan_iter(match="ratelimit:{*", count=1000):
         key = raw.decode() if isinstance(raw, bytes) else str(raw)
-        parts = split(key)
-        name = name_of(key)
-        if parts is not None and name is not None and _is_root(parts[1]):
-            found[name].add(parts[1])
+        parts, owner = split(key), parts_of(key)
+        # A keyed budget (``for_key``) is one of its limiter's many: not a name of its own.
+        if parts is not None and owner is not None and owner[1] is None and _is_root(parts[1]):
+            found[owner[0]].add(parts[1])
     return {name: frozenset(roots) for name, roots in found.items()}
 
 
@@ -112,11 +112,14 @@ def _candidates(first: int) -> list[str]:
     return roots
 
 
-def probe(client: Any, names: Sequence[str], extra: Sequence[Call] = ()) -> tuple[dict[str, Roots], list[Any]]:
+N = TypeVar("N", bound="str | Keyed")
+
+
+def probe(client: Any, names: Sequence[N], extra: Sequence[Call] = ()) -> tuple[dict[N, Roots], list[Any]]:
     """The roots of each of ``names`` with no scan: one pipeline of EXISTS (another
     for the rare composite of more than eight members). ``extra`` calls go in the
-    first pipeline; their replies come back second."""
-    found: dict[str, set[str]] = {name: set() for name in names}
+    first pipeline; their replies come back second. A ``Keyed`` name: one key's."""
+    found: dict[N, set[str]] = {name: set() for name in names}
     pending = list(names)
     first = 0
     extras: list[Any] = []

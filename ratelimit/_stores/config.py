@@ -36,7 +36,7 @@ from typing import Any
 from .. import _validate
 from .batch import Call, pipelined
 from .census import CONCURRENCY, Roots, breaker_mode, forms, members, number, probe, survey
-from .keys import code_key, config_key, key_for
+from .keys import Keyed, code_key, config_key, key_for
 from .scripts import ALGORITHMS, single_script
 
 __all__ = [
@@ -246,7 +246,8 @@ class Slots:
 
 @dataclass(frozen=True)
 class Inspection:
-    """What Redis holds of one limiter name, as ``ratelimit inspect`` shows it."""
+    """What Redis holds of one limiter name (or of one of its keys: ``key``), as
+    ``ratelimit inspect`` shows it."""
 
     name: str
     #: The algorithm the code of its processes runs, ``None``: no single limiter of
@@ -280,6 +281,8 @@ class Inspection:
     forms: tuple[str, ...] = ()
     #: A ConcurrencyLimit of this name: its slots now.
     concurrency: Slots | None = None
+    #: The key whose budget this is (``limiter.for_key``); ``None``: the name's own.
+    key: str | None = None
 
     @property
     def known(self) -> bool:
@@ -294,6 +297,7 @@ class Inspection:
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "key": self.key,
             "known": self.known,
             "kind": self.kind,
             "code": None if self.code is None else dict(self.code),
@@ -328,7 +332,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _reads(name: str, roots: Roots, at: float) -> list[Call]:
+def _reads(name: str | Keyed, roots: Roots, at: float) -> list[Call]:
     """What ``inspect`` reads of one name, before asking its script."""
     calls: list[Call] = [
         ("hgetall", (code_key(name),)),
@@ -358,15 +362,18 @@ def _single(code: Mapping[str, str]) -> str | None:
     return kind if kind in ALGORITHMS and None not in numbers else None
 
 
-def inspect(client: Any, name: str, now: float | None = None) -> Inspection:
+def inspect(client: Any, name: str | Keyed, now: float | None = None) -> Inspection:
     """What Redis holds of limiter ``name``: its configuration as the code set it and
     as changed, what it could grant now, what is promised ahead, a pause, a breaker,
-    a ConcurrencyLimit's slots."""
+    a ConcurrencyLimit's slots. A ``Keyed`` name: the budget of one of its keys."""
     return inspect_many(client, [name], now)[0]
 
 
 def inspect_many(
-    client: Any, names: Sequence[str], now: float | None = None, found: Mapping[str, Roots] | None = None
+    client: Any,
+    names: Sequence[str | Keyed],
+    now: float | None = None,
+    found: Mapping[Any, Roots] | None = None,
 ) -> list[Inspection]:
     """:func:`inspect` of each of ``names`` in a few pipelines, whatever their number.
     ``found``: each name's roots if known (``census.survey``); else they are probed."""
@@ -397,7 +404,7 @@ def inspect_many(
 
 
 def _inspection(
-    name: str, roots: Roots, raw: list[Any], code: Mapping[str, str], kind: str | None, reply: Any, at: float
+    name: str | Keyed, roots: Roots, raw: list[Any], code: Mapping[str, str], kind: str | None, reply: Any, at: float
 ) -> Inspection:
     _, config_raw, (mode, opened), *slots = raw
     breaker = breaker_mode(mode)
@@ -410,7 +417,8 @@ def _inspection(
         # The script's time: a test clock's when one was given.
         at = float(_text(reply[-1]))
     common: dict[str, Any] = dict(
-        name=name,
+        name=name.name if isinstance(name, Keyed) else name,
+        key=name.key if isinstance(name, Keyed) else None,
         breaker=breaker,
         breaker_opened_at=None if breaker != "open" else number(opened),
         override=_override(config_raw, lambda: at),

@@ -11,6 +11,8 @@ adaptive limiter, a group of two) is counted as one limiter of kind ``composite`
 budget with priorities as one of kind ``priorities`` (both lanes together). A
 ConcurrencyLimit counts nothing per second: it is shown by its slots held and
 queued now, and its maximum (``lua/concurrency.lua`` keeps it beside the holders).
+The budgets of a limiter's keys (``for_key``) add up in the limiter's row: one row
+per name, never one per customer.
 
 All of it costs one SCAN pass over the keyspace and a few pipelines, however many
 limiters there are.
@@ -25,7 +27,7 @@ from typing import Any
 
 from .batch import Call, pipelined
 from .census import CONCURRENCY, breaker_mode, number, split
-from .keys import code_key, key_for, name_of
+from .keys import code_key, key_for, name_of, parts_of
 
 __all__ = ["WAIT_BOUNDS", "FleetRow", "fleet", "p99_wait"]
 
@@ -135,9 +137,10 @@ def fleet(client: Any, window: float = 5.0, now: float | None = None) -> list[Fl
         if parsed is not None and parsed[2] > current - ACTIVE_SECONDS:
             keys[parsed[:2]].append((parsed[2], key))
         elif (parts := split(key)) is not None and parts[1] == CONCURRENCY:
-            name = name_of(key)
-            if name is not None:
-                slots.append(name)
+            owner = parts_of(key)
+            # A keyed limit's slots (``for_key``) are one customer's: not listed.
+            if owner is not None and owner[1] is None:
+                slots.append(owner[0])
     span = max(1, round(window))
     groups = [(name, kind, sorted(found)) for (name, kind), found in keys.items()]
     reads = [_reads(name, kind, found) for name, kind, found in groups]

@@ -3,11 +3,35 @@
 ``ratelimit:{<name>}:...``: one Cluster slot per name, whatever its algorithms,
 members and lanes, so a script may touch them all. Braces and ``%`` in a name are
 escaped, so that a name can never end its own hash tag early.
+
+A limiter's budget for one key (``limiter.for_key(key)``) is kept under a tag of its
+own, ``ratelimit:{<name>%/<key>}:...``, each part escaped as a name is: an escaped
+part holds ``%`` only before ``25``, ``7B`` or ``7D``, so ``%/`` can only be the
+separator, and no pair of name and key shares a tag with another pair or with a
+plain name. Each key hashes to its own Cluster slot, so keys spread over the masters.
 """
 
 from __future__ import annotations
 
-__all__ = ["code_key", "config_key", "key_for", "name_of"]
+from dataclasses import dataclass
+
+__all__ = ["KEY_SEPARATOR", "Keyed", "code_key", "config_key", "key_for", "name_of", "parts_of"]
+
+#: What stands between a limiter's name and a key in a keyed budget's hash tag.
+KEY_SEPARATOR = "%/"
+
+
+@dataclass(frozen=True, slots=True)
+class Keyed:
+    """Where the budget of limiter ``name`` for ``key`` is kept: what a store is given
+    as the name to bind (``None``: an unnamed limiter's keys, in process only). Never
+    equal to a plain name, so no store can mistake one for the other."""
+
+    name: str | None
+    key: str
+
+    def __str__(self) -> str:
+        return f"{self.name!r} key {self.key!r}"
 
 
 def _escape(name: str) -> str:
@@ -18,29 +42,49 @@ def _unescape(text: str) -> str:
     return text.replace("%7B", "{").replace("%7D", "}").replace("%25", "%")
 
 
-def name_of(key: str) -> str | None:
-    """The limiter name a key of this scheme belongs to, or ``None`` for another key."""
+def _tag(name: str | Keyed) -> str:
+    if isinstance(name, Keyed):
+        # A store shared beyond this process always has a name (the front requires it).
+        assert name.name is not None, "a shared store keeps keys of named limiters only"
+        return f"{_escape(name.name)}{KEY_SEPARATOR}{_escape(name.key)}"
+    return _escape(name)
+
+
+def parts_of(key: str) -> tuple[str, str | None] | None:
+    """``(limiter name, key or None)`` of a key of this scheme, or ``None`` for another key."""
     if not key.startswith("ratelimit:{"):
         return None
     tag, brace, _ = key[len("ratelimit:{") :].partition("}")
-    return _unescape(tag) if brace else None
+    if not brace:
+        return None
+    name, separator, rest = tag.partition(KEY_SEPARATOR)
+    return (_unescape(name), _unescape(rest) if separator else None)
 
 
-def key_for(name: str, kind: str, member: int | None = None, *, injected: bool = False, lane: str | None = None) -> str:
+def name_of(key: str) -> str | None:
+    """The limiter name a key of this scheme belongs to (a keyed budget's too), or
+    ``None`` for another key."""
+    parts = parts_of(key)
+    return None if parts is None else parts[0]
+
+
+def key_for(
+    name: str | Keyed, kind: str, member: int | None = None, *, injected: bool = False, lane: str | None = None
+) -> str:
     """The Redis key of limiter ``name`` (``member`` of a composite, or ``lane`` of a
     budget with priorities) of algorithm ``kind``; ``injected`` for a limiter on a test
     clock."""
     middle = ("injected:" if injected else "") + ("" if member is None else f"{member}:")
     if lane is not None:
         middle += f"{lane}:"
-    return f"ratelimit:{{{_escape(name)}}}:{middle}{kind}"
+    return f"ratelimit:{{{_tag(name)}}}:{middle}{kind}"
 
 
-def config_key(name: str) -> str:
+def config_key(name: str | Keyed) -> str:
     """The hash of limiter ``name``'s limit as changed at run time (``config.py``)."""
-    return f"ratelimit:{{{_escape(name)}}}:config"
+    return f"ratelimit:{{{_tag(name)}}}:config"
 
 
-def code_key(name: str) -> str:
+def code_key(name: str | Keyed) -> str:
     """The hash of what the code of limiter ``name`` configured, written by its script."""
-    return f"ratelimit:{{{_escape(name)}}}:code"
+    return f"ratelimit:{{{_tag(name)}}}:code"

@@ -23,6 +23,7 @@ from .._algorithms import lanes as _lanes
 from .._algorithms.adaptive import Cubic
 from .._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, decide
 from .._clock import Clock, SystemClock
+from .keys import Keyed
 from .tally import Tally, weight
 
 __all__ = ["SWEEP_SECONDS", "MemoryBackend", "MemoryLaneHandle"]
@@ -32,9 +33,9 @@ __all__ = ["SWEEP_SECONDS", "MemoryBackend", "MemoryLaneHandle"]
 SWEEP_SECONDS = 10.0
 _SWEEP_SIZE = 1024
 
-#: A slot's key: the limiter's name, its place in a composite (``None`` for a limiter
-#: of its own), and its algorithm.
-_Key = tuple[str, "int | None", str]
+#: A slot's key: the limiter's name (or its name and one of its keys, ``for_key``),
+#: its place in a composite (``None`` for a limiter of its own), and its algorithm.
+_Key = tuple["str | Keyed", "int | None", str]
 
 
 class _Kept(Protocol):
@@ -96,7 +97,7 @@ class MemoryBackend:
         self._sweep_size = _SWEEP_SIZE
         self._sweep_time = time.monotonic() + SWEEP_SECONDS
 
-    def _slot(self, name: str | None, member: int | None, alg: _Kept, clock: Clock | None) -> _Slot:
+    def _slot(self, name: str | Keyed | None, member: int | None, alg: _Kept, clock: Clock | None) -> _Slot:
         if name is None:
             return _Slot(alg, clock)
         with self._lock:
@@ -123,13 +124,13 @@ class MemoryBackend:
                 slot.users -= 1
             self._sweep_if_due()
 
-    def _watch(self, handle: object, name: str | None, slots: Sequence[_Slot]) -> None:
+    def _watch(self, handle: object, name: str | Keyed | None, slots: Sequence[_Slot]) -> None:
         if name is not None:
             weakref.finalize(handle, self._release, slots)
 
     def bind(
         self,
-        name: str | None,
+        name: str | Keyed | None,
         alg: Algorithm[Any],
         clock: Clock | None,
         *,
@@ -142,7 +143,9 @@ class MemoryBackend:
         self._watch(handle, name, [slot])
         return handle
 
-    def bind_group(self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None) -> MemoryGroupHandle:
+    def bind_group(
+        self, name: str | Keyed | None, algs: Sequence[Algorithm[Any]], clock: Clock | None
+    ) -> MemoryGroupHandle:
         slots = [self._slot(name, i, alg, clock) for i, alg in enumerate(algs)]
         if name is None:
             # Private slots, which no other handle sees: one lock serves them all, and a
@@ -154,7 +157,7 @@ class MemoryBackend:
         return handle
 
     def bind_lanes(
-        self, name: str | None, lanes: _lanes.Lanes, clock: Clock | None, keep: float | None
+        self, name: str | Keyed | None, lanes: _lanes.Lanes, clock: Clock | None, keep: float | None
     ) -> tuple[MemoryLaneHandle, MemoryLaneHandle]:
         """Both lanes of a budget with priorities, in one slot under one lock: the
         handle that acquires at high priority, and the one at low."""

@@ -54,7 +54,7 @@ from .fallback_share import (
     lanes_shares,
     single_share,
 )
-from .keys import key_for
+from .keys import Keyed, key_for
 from .lease_returns import LeaseReturns
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
 from .memory import MemoryBackend
@@ -333,9 +333,16 @@ class RedisBackend(RedisCalls):
         return lambda: ""
 
     def key(
-        self, name: str, kind: str, member: int | None = None, *, clock: Clock | None = None, lane: str | None = None
+        self,
+        name: str | Keyed,
+        kind: str,
+        member: int | None = None,
+        *,
+        clock: Clock | None = None,
+        lane: str | None = None,
     ) -> str:
-        """The key of limiter ``name``'s state of algorithm ``kind`` on this store."""
+        """The key of limiter ``name``'s state of algorithm ``kind`` on this store (a
+        ``Keyed`` name: of one of its keys)."""
         return key_for(name, kind, member, injected=_injected(clock), lane=lane)
 
     def fallback_share(self) -> float:
@@ -385,7 +392,7 @@ class RedisBackend(RedisCalls):
 
     def bind(
         self,
-        name: str | None,
+        name: str | Keyed | None,
         alg: Algorithm[Any],
         clock: Clock | None,
         *,
@@ -426,7 +433,9 @@ class RedisBackend(RedisCalls):
                     rounds.on_lease = lambda seconds: returns.watch(seconds, give_back)
         return handle
 
-    def bind_group(self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None) -> RedisGroupHandle:
+    def bind_group(
+        self, name: str | Keyed | None, algs: Sequence[Algorithm[Any]], clock: Clock | None
+    ) -> RedisGroupHandle:
         assert name is not None
         keys = [self.key(name, alg.kind, i, clock=clock) for i, alg in enumerate(algs)]
         local = self._fallback_of(lambda share: [group_share(self._local, algs, clock, share)])
@@ -448,7 +457,7 @@ class RedisBackend(RedisCalls):
         return handle
 
     def bind_lanes(
-        self, name: str | None, lanes: Lanes, clock: Clock | None, keep: float | None
+        self, name: str | Keyed | None, lanes: Lanes, clock: Clock | None, keep: float | None
     ) -> tuple[RedisLaneHandle, RedisLaneHandle]:
         """Both lanes of a budget with priorities, decided by one script call: the
         handle that acquires at high priority, and the one at low."""

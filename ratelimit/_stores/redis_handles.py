@@ -20,7 +20,7 @@ from .._algorithms.algorithm import Algorithm
 from .._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime, LastLane, charge_parts
 from .._errors import BackendUnavailable
 from .fallback_share import Fallback, inner_handle, throttle_fallback
-from .keys import code_key, config_key
+from .keys import Keyed, code_key, config_key
 from .promises import LOCAL, STORE, Promises
 from .redis_calls import RedisCalls
 from .redis_replies import at_arg, charged_of, decision_of, grant_time, num, wait_arg
@@ -312,7 +312,7 @@ class RedisHandle(_ScriptHandle[float]):
         key: str,
         now: Callable[[], str],
         local: Fallback[float] | None,
-        name: str | None = None,
+        name: str | Keyed | None = None,
         shadow: bool = False,
         *,
         counted: bool = True,

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from .._algorithms.algorithm import Algorithm
 from .._algorithms.lanes import Lanes
 from .._clock import Clock
+from .keys import Keyed
 from .tally import Tally
 
 __all__ = ["Backend", "Handle", "Pacing"]
@@ -94,7 +95,7 @@ class Backend(Protocol):
 
     def bind(
         self,
-        name: str | None,
+        name: str | Keyed | None,
         alg: Algorithm[Any],
         clock: Clock | None,
         *,
@@ -108,11 +109,11 @@ class Backend(Protocol):
         ...
 
     def bind_group(
-        self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None
+        self, name: str | Keyed | None, algs: Sequence[Algorithm[Any]], clock: Clock | None
     ) -> Handle[Sequence[float]]: ...
 
     def bind_lanes(
-        self, name: str | None, lanes: Lanes, clock: Clock | None, keep: float | None
+        self, name: str | Keyed | None, lanes: Lanes, clock: Clock | None, keep: float | None
     ) -> tuple[Handle[float], Handle[float]]:
         """A budget with priorities (see ``lanes.py``): the handles that acquire at high
         and at low priority, on one state. ``keep``: the high lane's tokens a low
