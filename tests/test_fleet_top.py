@@ -229,7 +229,9 @@ def test_reservations_withdrawn_are_not_counted_as_grants(redis_client: redis.Re
     keys = [key.decode() for key in redis_client.scan_iter(match=f"{base}:top:*")]
     granted = sum(v for key in keys for f, v in fields(redis_client, key).items() if f.startswith("w"))
     withdrawn = sum(fields(redis_client, key).get("c", 0.0) for key in keys)
-    assert granted == 40  # each was promised a time
+    # Each call that reached the server was promised a time (on a loaded machine a
+    # 50 ms timeout can end a call before it is sent: that one promised nothing).
+    assert went < granted <= 40
     assert granted - withdrawn == went  # and all but those that went were given back
     rows = [row for row in fleet(redis_client, window=5, now=server_now(redis_client) + 1.0) if row.name == name]
     assert rows[0].grants_per_sec == pytest.approx(went / 5)
