@@ -222,6 +222,14 @@ def test_reservations_withdrawn_are_not_counted_as_grants(redis_client: redis.Re
             return True
 
         went = await asyncio.gather(*(one() for _ in range(40)))
+        # The calls they left go on, shielded, and give back what lands: let them end
+        # before the loop closes (asyncio.run would cancel them, and what they held would
+        # be spent, not given back).
+        while True:
+            await asyncio.sleep(0)  # a landed grant's give-back starts from a callback
+            if not (pending := asyncio.all_tasks() - {asyncio.current_task()}):
+                break
+            await asyncio.wait(pending)
         return sum(went)
 
     went = asyncio.run(main())
@@ -232,7 +240,10 @@ def test_reservations_withdrawn_are_not_counted_as_grants(redis_client: redis.Re
     # Each call that reached the server was promised a time (on a loaded machine a
     # 50 ms timeout can end a call before it is sent: that one promised nothing).
     assert went < granted <= 40
-    assert granted - withdrawn == went  # and all but those that went were given back
+    # All but those that went were given back; but a grant at once whose caller timed
+    # out after it landed is due by the time its give-back arrives (a loaded machine),
+    # and a due grant is spent, not withdrawn: at most one here (capacity 1).
+    assert went <= granted - withdrawn <= went + 1
     rows = [row for row in fleet(redis_client, window=5, now=server_now(redis_client) + 1.0) if row.name == name]
     assert rows[0].grants_per_sec == pytest.approx(went / 5)
     assert rows[0].withdrawn_per_sec == pytest.approx(withdrawn / 5)
