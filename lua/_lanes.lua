@@ -105,33 +105,6 @@ local function reserve(max_wait, low, keep)
   return settle(HIGH, planned, max_wait)
 end
 
--- The lane's own plan, no earlier than now, its holes not offered (see _bare in lanes.py).
-local function bare(lane, t)
-  local m = lanes[lane].member
-  local admit_at, at = ALG.plan(m.self, m.state, now, t)
-  if admit_at < now then admit_at = now end
-  if at < now then at = now end
-  return {admit_at, at}
-end
-
--- See peek in lanes.py.
-local function peek(low, keep)
-  local planned
-  if low then
-    planned = bare(LOW, tokens)
-    if not grants_now(planned) and keep ~= nil and tokens + keep <= lanes[HIGH].most + EPSILON then
-      if grants_now(bare(HIGH, tokens + keep)) then return 0.0 end
-    end
-  else
-    planned = bare(HIGH, tokens)
-    if not grants_now(planned) and tokens <= lanes[LOW].most + EPSILON then
-      local other = bare(LOW, tokens)
-      if grants_now(other) or plan_when(other) < plan_when(planned) then planned = other end
-    end
-  end
-  return math.abs(decide(planned[1], planned[2], now, math.huge))
-end
-
 if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
@@ -143,6 +116,33 @@ if op == 'reserve' then
   tally_one(top_base, now, wait)
   return {fmt_wait(wait), fmt(now + wait), NAMES[lane]}
 elseif op == 'wait' then
+  -- Defined here, not above: a reserve makes no closure it does not use.
+  -- The lane's own plan, no earlier than now, its holes not offered (see _bare in lanes.py).
+  local function bare(lane, t)
+    local m = lanes[lane].member
+    local admit_at, at = ALG.plan(m.self, m.state, now, t)
+    if admit_at < now then admit_at = now end
+    if at < now then at = now end
+    return {admit_at, at}
+  end
+
+  -- See peek in lanes.py.
+  local function peek(low, keep)
+    local planned
+    if low then
+      planned = bare(LOW, tokens)
+      if not grants_now(planned) and keep ~= nil and tokens + keep <= lanes[HIGH].most + EPSILON then
+        if grants_now(bare(HIGH, tokens + keep)) then return 0.0 end
+      end
+    else
+      planned = bare(HIGH, tokens)
+      if not grants_now(planned) and tokens <= lanes[LOW].most + EPSILON then
+        local other = bare(LOW, tokens)
+        if grants_now(other) or plan_when(other) < plan_when(planned) then planned = other end
+      end
+    end
+    return math.abs(decide(planned[1], planned[2], now, math.huge))
+  end
   local keep = nil
   if ARGV[6] ~= '' then keep = tonumber(ARGV[6]) end
   return {fmt(peek(ARGV[5] == 'lo', keep)), fmt(now)}

@@ -58,8 +58,6 @@
 local CODE_KEPT_MS = '86400000'
 
 local op, counted = op_of(ARGV[1])
--- The ops that write nothing, whatever they find.
-local reads_only = op == 'peek' or op == 'wait'
 local top_base = nil
 if counted then top_base = KEYS[1] end
 local now = clock(ARGV[2])
@@ -123,7 +121,7 @@ if KEYS[2] and beside > 0 then
     -- that the state moves back to the code's limit atomically with it.
     local untl = tonumber(set[3])
     if untl and now >= untl and op ~= 'configure' then
-      if not reads_only then
+      if op ~= 'peek' and op ~= 'wait' then  -- the ops that read only
         switch(change, nil)
         redis.call('DEL', KEYS[2])
       end
@@ -193,7 +191,7 @@ end
 -- record says so.
 if slack > prior + EPSILON and ALG.relayout then
   member.state = ALG.relayout(self, member.state, slack - prior)
-  if not reads_only then
+  if op ~= 'peek' and op ~= 'wait' then
     ALG.save(self, member.state, now)
     keep_slack(member.state)
   end

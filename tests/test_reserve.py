@@ -584,3 +584,25 @@ def test_memory_backend_shares_reservations_by_name() -> None:
     assert r.wait == pytest.approx(1.0)
     assert r.cancel()
     assert a.reserve().wait == pytest.approx(1.0)
+
+
+def test_a_cancel_that_cannot_reach_redis_raises_and_keeps_the_reservation() -> None:
+    """With ``on_unavailable="raise"`` a cancel the store never heard raises, and may be tried again."""
+    from servers import RedisServer
+
+    with RedisServer() as server:
+        clock = ManualClock(1_000.0)
+        backend = RedisBackend.from_url(server.url)
+        limiter = TokenBucket(1, 1, backend=backend, name=unique_name(), clock=clock)
+        limiter.acquire()
+        r = limiter.reserve()
+        server.stop()
+        with pytest.raises(BackendUnavailable):
+            r.cancel()
+        assert not r.cancelled
+        assert limiter.stats().cancelled == 0
+        server.start()
+        assert r.cancel() is True
+        assert r.cancelled
+        assert limiter.stats().cancelled == 1
+        backend.close()

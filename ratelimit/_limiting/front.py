@@ -646,17 +646,19 @@ class Limiter(ABC, Generic[T]):
             self._charged(more, await self._settled(self._handle.charge_async(more)), owner)
 
     def _withdraw(self, tokens: T, at: float) -> None:
-        """Give back the reservation of ``tokens`` at store time ``at`` (cancelled)."""
-        self._tally.count_cancelled()
+        """Give back the reservation of ``tokens`` at store time ``at`` (a
+        ``Reservation`` cancelled): counted once given back, raising if it was not."""
         self._handle.refund(tokens, at)
+        self._tally.count_cancelled()
 
     async def _withdraw_async(self, tokens: T, at: float) -> None:
-        self._tally.count_cancelled()
         await self._settled(self._handle.refund_async(tokens, at))
+        self._tally.count_cancelled()
 
     def _give_back(self, tokens: T, at: float) -> None:
+        self._tally.count_cancelled()
         try:
-            self._withdraw(tokens, at)
+            self._handle.refund(tokens, at)
         except Exception:
             # The interruption that brought us here matters more; say what was lost.
             logger.warning("could not give back a cancelled reservation of %r on %r", tokens, self, exc_info=True)
