@@ -5,7 +5,8 @@
 --
 -- KEYS[i]  member i's base key, ratelimit:{<composite name>}:<i>:<algorithm>: all
 --          members share the composite's hash tag, so this works on Redis Cluster.
--- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'throttle' | 'rate' | 'batch',
+-- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'throttle' | 'rate' | 'batch' |
+--          'wait' (read only, limiter.peek: {wait, now}) | 'reset' (limiter.reset: {now}),
 --          after a '~' when nothing is counted for `ratelimit top` (see _top.lua)
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  reserve: max_wait, '' for no limit; refund: the grant time ('' for a grant
@@ -98,6 +99,11 @@ elseif op == 'batch' then
   out[#out + 1] = '0'
   out[#out + 1] = fmt(now)
   return out
+elseif op == 'wait' then
+  return {fmt(peek_members(members, now)), fmt(now)}
+elseif op == 'reset' then
+  forget_members(members, holes)
+  return {fmt(now)}
 elseif op == 'restrict' then
   local untl = now + tonumber(ARGV[3])
   local paused = true

@@ -6,15 +6,15 @@
 -- KEYS[1]  the high lane's base key, ratelimit:{<name>}:hi:<algorithm>
 -- KEYS[2]  the low lane's base key, ratelimit:{<name>}:lo:<algorithm>
 --          (one hash tag: one Cluster slot). Each lane's holes: <base>:holes.
--- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge', after a '~' when nothing is
---          counted for `ratelimit top` (see _top.lua)
+-- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'wait' | 'reset', after a
+--          '~' when nothing is counted for `ratelimit top` (see _top.lua)
 -- ARGV[2]  now, seconds; '' reads the server's TIME
--- ARGV[3]  tokens (reserve, refund); charge: the high lane's part; restrict: the
+-- ARGV[3]  tokens (reserve, refund, wait); charge: the high lane's part; restrict: the
 --          tokens still allowed, both lanes
 -- ARGV[4]  reserve: max_wait in seconds, '' for no limit; refund: the grant time
 --          being given back ('' for a grant already made); restrict: seconds from
 --          now until the restriction ends; charge: the low lane's part
--- ARGV[5]  reserve: the request's priority; refund: the lane to give back to;
+-- ARGV[5]  reserve, wait: the request's priority; refund: the lane to give back to;
 --          charge: unused ('hi' | 'lo')
 -- ARGV[6]  keep: the high lane's tokens a borrowing low request must leave; '' for
 --          lows that never borrow
@@ -25,7 +25,9 @@
 -- Returns, as strings (seconds, %.17g):
 --   reserve: {signed_wait, at, lane}: as the single driver's, and the lane taken
 --            ('hi' | 'lo'; for a refusal, the one it would have queued in)
---   refund, restrict, charge: {now}
+--   wait (read only, limiter.peek): {the wait a reserve would be told now without a
+--            limit on it, its lane chosen as reserve chooses, holes not offered; now}
+--   refund, restrict, charge, reset (both lanes forgotten): {now}
 -- Mirrors ratelimit/_algorithms/lanes.py operation for operation.
 
 local HIGH, LOW = 1, 2
@@ -113,6 +115,40 @@ if op == 'reserve' then
   save(LOW, true)
   tally_one(top_base, now, wait)
   return {fmt_wait(wait), fmt(now + wait), NAMES[lane]}
+elseif op == 'wait' then
+  -- Defined here, not above: a reserve makes no closure it does not use.
+  -- The lane's own plan, no earlier than now, its holes not offered (see _bare in lanes.py).
+  local function bare(lane, t)
+    local m = lanes[lane].member
+    local admit_at, at = ALG.plan(m.self, m.state, now, t)
+    if admit_at < now then admit_at = now end
+    if at < now then at = now end
+    return {admit_at, at}
+  end
+
+  -- See peek in lanes.py.
+  local function peek(low, keep)
+    local planned
+    if low then
+      planned = bare(LOW, tokens)
+      if not grants_now(planned) and keep ~= nil and tokens + keep <= lanes[HIGH].most + EPSILON then
+        if grants_now(bare(HIGH, tokens + keep)) then return 0.0 end
+      end
+    else
+      planned = bare(HIGH, tokens)
+      if not grants_now(planned) and tokens <= lanes[LOW].most + EPSILON then
+        local other = bare(LOW, tokens)
+        if grants_now(other) or plan_when(other) < plan_when(planned) then planned = other end
+      end
+    end
+    return math.abs(decide(planned[1], planned[2], now, math.huge))
+  end
+  local keep = nil
+  if ARGV[6] ~= '' then keep = tonumber(ARGV[6]) end
+  return {fmt(peek(ARGV[5] == 'lo', keep)), fmt(now)}
+elseif op == 'reset' then
+  for lane = 1, 2 do forget_members({lanes[lane].member}, lanes[lane].holes) end
+  return {fmt(now)}
 elseif op == 'refund' then
   local lane = HIGH
   if ARGV[5] == 'lo' then lane = LOW end

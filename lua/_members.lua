@@ -32,6 +32,26 @@ local function plan_all(members, now)
   return admit_at, at
 end
 
+-- What limiter.peek says: the wait a request of the members' tokens would be told
+-- now, read only; the magnitude of decide with no limit on the wait (a refusal's is
+-- the wait it needed), planned on the states alone (holes are not offered). Mirrors
+-- peek_all in ratelimit/_algorithms/algorithm.py.
+local function peek_members(members, now)
+  local admit_at, at = plan_all(members, now)
+  return math.abs(decide(admit_at, at, now, math.huge))
+end
+
+-- What limiter.reset does: forget the members' usage, which is their state (each
+-- algorithm's key; a window log's also <key>:caps and <key>:meta), their holes and
+-- pause, and the restriction mark beside them. A change set by an operator (the
+-- config hash) and what the code says are not usage, and stay.
+local function forget_members(members, holes)
+  for _, m in ipairs(members) do
+    redis.call('DEL', m.self.key, m.self.key .. ':caps', m.self.key .. ':meta')
+  end
+  redis.call('DEL', holes, holes .. ':restricted')
+end
+
 local function commit_all(members, now, at)
   for _, m in ipairs(members) do
     m.state = m.alg.commit(m.self, m.state, now, m.tokens, at)

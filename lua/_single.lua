@@ -15,10 +15,11 @@
 --          a process does at its first decision and then once a minute, not at each
 -- <base>:slack (beside KEYS[1], as <base>:holes): the largest slack a process of this
 --          budget keeps, a hash {slack, until}; see `fleet_slack` below
--- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch' | 'peek' | 'configure',
+-- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch' | 'peek' | 'wait' |
+--          'reset' | 'configure',
 --          after a '~' when nothing is counted for `ratelimit top` (see _top.lua)
 -- ARGV[2]  now, seconds; '' reads the server's TIME
--- ARGV[3]  tokens (reserve, refund, charge); restrict: the tokens still allowed
+-- ARGV[3]  tokens (reserve, refund, charge, wait); restrict: the tokens still allowed
 -- ARGV[4]  reserve: max_wait in seconds, '' for no limit;
 --          refund: the grant time being given back ('' for a grant already made);
 --          a time still ahead withdraws that reservation (see _members.lua); or
@@ -45,6 +46,10 @@
 --   peek (read only, `ratelimit inspect`): {the two parameters in force, the most
 --            tokens one request could take now, the wait for one token, the latest
 --            grant promised, the end of a pause ('' none), now}
+--   wait (read only, limiter.peek): {the wait a reserve of ARGV[3] tokens would be
+--            told now without a limit on it (a refusal's: the wait it needed; 'inf'
+--            for more than the limit could ever grant), now}; see peek_members
+--   reset (limiter.reset): {now}; the state, holes and pause are forgotten
 -- reserve, batch and a restrict that pauses also count what they decided for
 -- `ratelimit top` (see `tally`).
 -- Mirrors MemoryHandle in ratelimit/_stores/memory.py: the algorithm's step, with holes.
@@ -116,7 +121,7 @@ if KEYS[2] and beside > 0 then
     -- that the state moves back to the code's limit atomically with it.
     local untl = tonumber(set[3])
     if untl and now >= untl and op ~= 'configure' then
-      if op ~= 'peek' then
+      if op ~= 'peek' and op ~= 'wait' then  -- the ops that read only
         switch(change, nil)
         redis.call('DEL', KEYS[2])
       end
@@ -186,7 +191,7 @@ end
 -- record says so.
 if slack > prior + EPSILON and ALG.relayout then
   member.state = ALG.relayout(self, member.state, slack - prior)
-  if op ~= 'peek' then
+  if op ~= 'peek' and op ~= 'wait' then
     ALG.save(self, member.state, now)
     keep_slack(member.state)
   end
@@ -288,6 +293,12 @@ elseif op == 'peek' then
   if paused and tonumber(paused) <= now then paused = false end
   return {fmt(p1), fmt(p2), fmt(low), fmt(math.max(at - now, 0.0)),
           fmt(ALG.latest(self, member.state)), paused or '', fmt(now)}
+elseif op == 'wait' then
+  if too_big(tokens) then return {'inf', fmt(now)} end
+  return {fmt(peek_members({member}, now)), fmt(now)}
+elseif op == 'reset' then
+  forget_members({member}, holes)
+  return {fmt(now)}
 elseif op == 'restrict' then
   member.state = ALG.restrict(self, member.state, now, tokens, now + tonumber(ARGV[4]))
   restricted(holes, now, now + tonumber(ARGV[4]))

@@ -24,10 +24,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratelimit import RedisBackend
-from ratelimit._algorithms.algorithm import Algorithm, charge_all
+from ratelimit._algorithms.algorithm import Algorithm, charge_all, peek_all
 from ratelimit._algorithms.holes import GrantTime, Holes, give_back, pause, reserve, restricted, void
 from ratelimit._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime
 from ratelimit._algorithms.lanes import give_back as give_back_lane
+from ratelimit._algorithms.lanes import peek as peek_lanes
 from ratelimit._algorithms.lanes import reserve as reserve_lane
 from ratelimit._algorithms.lanes import restrict as restrict_lanes
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
@@ -135,6 +136,8 @@ def test_script_matches_pure_step(
                 pause(holes, now.value + seconds)
             handle.restrict(remaining, seconds)
         n = min(tokens, first)
+        # limiter.peek: the script's read-only wait, as the pure one says it.
+        assert handle.peek(n) == peek_all([alg], states, now.value, [n])
         states, wait, name = reserve([alg], states, holes, now.value, [n], max_wait)
         _same(handle.reserve(n, max_wait), (wait, name))
         if wait >= 0:
@@ -201,6 +204,7 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
                 pause(holes, now.value + seconds)
             handle.restrict(left, seconds)
         weights = _weights(algs, tokens, zeros)
+        assert handle.peek(weights) == peek_all(algs, states, now.value, weights)
         states, wait, granted = reserve(algs, states, holes, now.value, weights, max_wait)
         _same(handle.reserve(weights, max_wait), (wait, granted))
         if wait >= 0:
@@ -286,6 +290,7 @@ def test_lanes_script_matches_pure_lanes(
             handles[priority].restrict(remaining, seconds)
         n = min(tokens, (lanes.low if low else lanes.high).most)
         for _ in range(alike):
+            assert handles[priority].peek(n) == peek_lanes(lanes, state, now.value, n, low, keep)
             wait, lane = reserve_lane(lanes, state, now.value, n, max_wait, low, keep)
             got = handles[priority].reserve(n, max_wait)
             assert got == (wait, now.value + wait)

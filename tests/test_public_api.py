@@ -255,6 +255,25 @@ CONTRACT: list[tuple[str, Callable[..., Any], list[tuple[str, Any, Any]]]] = [
         [("tokens", P.POSITIONAL_OR_KEYWORD, 1), ("timeout", P.POSITIONAL_OR_KEYWORD, None)],
     ),
     ("try_acquire_async", TokenBucket.try_acquire_async, [("tokens", P.POSITIONAL_OR_KEYWORD, 1)]),
+    (
+        "reserve",
+        TokenBucket.reserve,
+        [("tokens", P.POSITIONAL_OR_KEYWORD, 1), ("timeout", P.POSITIONAL_OR_KEYWORD, None)],
+    ),
+    (
+        "reserve_async",
+        TokenBucket.reserve_async,
+        [("tokens", P.POSITIONAL_OR_KEYWORD, 1), ("timeout", P.POSITIONAL_OR_KEYWORD, None)],
+    ),
+    (
+        "Composite.reserve",
+        Composite.reserve,
+        [("tokens", P.POSITIONAL_OR_KEYWORD, 1), ("timeout", P.POSITIONAL_OR_KEYWORD, None)],
+    ),
+    ("peek", TokenBucket.peek, [("tokens", P.POSITIONAL_OR_KEYWORD, 1)]),
+    ("peek_async", TokenBucket.peek_async, [("tokens", P.POSITIONAL_OR_KEYWORD, 1)]),
+    ("reset", TokenBucket.reset, []),
+    ("reset_async", TokenBucket.reset_async, []),
     ("charge", TokenBucket.charge, [("tokens", P.POSITIONAL_OR_KEYWORD, REQUIRED)]),
     ("charge_async", TokenBucket.charge_async, [("tokens", P.POSITIONAL_OR_KEYWORD, REQUIRED)]),
     (

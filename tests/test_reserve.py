@@ -502,8 +502,19 @@ def _within_bucket(grants: list[tuple[float, float]], capacity: float, rate: flo
             assert total <= capacity + rate * span + 1e-6, (grants[i], grants[j], total)
 
 
-def _check(limiter: Any, clock: ManualClock, ops: list[tuple[str, float]]) -> None:
-    capacity, rate = 3.0, 2.0
+def _within_window(grants: list[tuple[float, float]], limit: float, window: float) -> None:
+    grants.sort()
+    for i, (start, _) in enumerate(grants):
+        inside = sum(n for t, n in grants[i:] if t < start + window - 1e-6)
+        assert inside <= limit + 1e-6, (start, inside)
+
+
+def _check(
+    limiter: Any,
+    clock: ManualClock,
+    ops: list[tuple[str, float]],
+    bounded: Callable[[list[tuple[float, float]]], None] = lambda grants: _within_bucket(grants, 3.0, 2.0),
+) -> None:
     kept: list[tuple[Reservation[float], float]] = []  # (reservation, tokens)
     grants: list[tuple[float, float]] = []
     withdrawn: list[float] = []
@@ -526,7 +537,7 @@ def _check(limiter: Any, clock: ManualClock, ops: list[tuple[str, float]]) -> No
         elif op == "advance":
             clock.advance(arg)
     grants += [(r.at, n) for r, n in kept]
-    _within_bucket(grants, capacity, rate)
+    bounded(grants)
 
 
 @settings(max_examples=150, deadline=None)
@@ -546,6 +557,23 @@ def test_reserve_cancel_acquire_never_exceed_the_limit_through_lua(ops: list[tup
     _check(limiter, clock, ops)
 
 
+@settings(max_examples=100, deadline=None)
+@given(ops=operations)
+def test_reserve_cancel_acquire_keep_a_window_in_memory(ops: list[tuple[str, float]]) -> None:
+    """An exact sliding window: whatever is reserved, acquired and cancelled, no window holds more than its limit."""
+    clock = ManualClock(1_000.0)
+    _check(SlidingWindow(3, 1.5, clock=clock), clock, ops, lambda grants: _within_window(grants, 3.0, 1.5))
+
+
+@settings(max_examples=30, deadline=None)
+@given(ops=operations)
+def test_reserve_cancel_acquire_keep_a_window_through_lua(ops: list[tuple[str, float]]) -> None:
+    """The same through the Lua scripts (fakeredis)."""
+    clock = ManualClock(1_000.0)
+    limiter = SlidingWindow(3, 1.5, clock=clock, backend=RedisBackend(fakeredis.FakeRedis()), name=unique_name())
+    _check(limiter, clock, ops, lambda grants: _within_window(grants, 3.0, 1.5))
+
+
 def test_memory_backend_shares_reservations_by_name() -> None:
     """Two limiters of one name on one MemoryBackend see each other's reservations."""
     backend, clock = MemoryBackend(), ManualClock(0.0)
@@ -556,3 +584,25 @@ def test_memory_backend_shares_reservations_by_name() -> None:
     assert r.wait == pytest.approx(1.0)
     assert r.cancel()
     assert a.reserve().wait == pytest.approx(1.0)
+
+
+def test_a_cancel_that_cannot_reach_redis_raises_and_keeps_the_reservation() -> None:
+    """With ``on_unavailable="raise"`` a cancel the store never heard raises, and may be tried again."""
+    from servers import RedisServer
+
+    with RedisServer() as server:
+        clock = ManualClock(1_000.0)
+        backend = RedisBackend.from_url(server.url)
+        limiter = TokenBucket(1, 1, backend=backend, name=unique_name(), clock=clock)
+        limiter.acquire()
+        r = limiter.reserve()
+        server.stop()
+        with pytest.raises(BackendUnavailable):
+            r.cancel()
+        assert not r.cancelled
+        assert limiter.stats().cancelled == 0
+        server.start()
+        assert r.cancel() is True
+        assert r.cancelled
+        assert limiter.stats().cancelled == 1
+        backend.close()

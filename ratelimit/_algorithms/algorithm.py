@@ -45,6 +45,7 @@ __all__ = [
     "exact_room",
     "latest_all",
     "low_part",
+    "peek_all",
     "plan_all",
     "step",
     "step_all",
@@ -245,6 +246,19 @@ def plan_all(
         if grant > at:
             at = grant
     return admit_at, at
+
+
+def peek_all(algs: Sequence[Algorithm[Any]], states: Sequence[Any], now: float, tokens: Sequence[float]) -> float:
+    """The wait a request of ``tokens`` would be told now, read only (``limiter.peek``).
+
+    The magnitude of :func:`decide` with no limit on the wait: a grant's wait, or a
+    refusal's (a full leaky queue) ``retry_after``. Planned on the states alone: a
+    place given back by a withdrawn reservation (a hole) is not offered, so after
+    withdrawals a request may be told less. (``peek_members`` in
+    ``lua/_members.lua`` is the same function.)
+    """
+    admit_at, at = plan_all(algs, states, now, tokens)
+    return abs(decide(admit_at, at, now, math.inf))
 
 
 def commit_all(

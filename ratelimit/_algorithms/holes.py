@@ -60,6 +60,7 @@ __all__ = [
     "Piece",
     "Planned",
     "exact",
+    "forget",
     "forget_late",
     "give_back",
     "pause",
@@ -125,6 +126,14 @@ def void(holes: Holes) -> None:
     hole's grant and the grants around it would then hold more than the limit). The
     pause, if any, stays."""
     holes.items.clear()
+
+
+def forget(holes: Holes) -> None:
+    """The limiter's usage is forgotten (``limiter.reset``): its holes, pause and
+    restriction with it."""
+    holes.items.clear()
+    holes.paused_until = -math.inf
+    holes.restricted_until = -math.inf
 
 
 def pause(holes: Holes, until: float) -> None:

@@ -62,6 +62,7 @@ __all__ = [
     "charge",
     "charge_parts",
     "give_back",
+    "peek",
     "reserve",
     "restrict",
     "shares",
@@ -203,6 +204,37 @@ def reserve(
         if _now(other, now) or _when(other) < _when(planned):
             return _settle(lanes, state, LOW, now, tokens, other, max_wait)
     return _settle(lanes, state, HIGH, now, tokens, planned, max_wait)
+
+
+def _bare(alg: Algorithm[Any], state: Any, now: float, tokens: float) -> _holes.Planned:
+    """The lane's own plan, no earlier than now, its holes not offered."""
+    admit_at, at = alg.plan(state, now, tokens)
+    return (admit_at if admit_at > now else now), (at if at > now else now), None
+
+
+def peek(lanes: Lanes, state: LaneState, now: float, tokens: float, low: bool, keep: float | None) -> float:
+    """The wait :func:`reserve` would tell a request now, read only (``limiter.peek``):
+    the lane it would take chosen as ``reserve`` chooses, on the lanes' states alone
+    (their holes not offered, as ``algorithm.peek_all``). The magnitude of the signed
+    wait: a refusal's is the wait it needed."""
+    high, low_alg = lanes.high, lanes.low
+    states = state.states
+    if low:
+        planned = _bare(low_alg, states[LOW], now, tokens)
+        if (
+            not _now(planned, now)
+            and keep is not None
+            and tokens + keep <= high.most + EPSILON
+            and _now(_bare(high, states[HIGH], now, tokens + keep), now)
+        ):
+            return 0.0  # it borrows the high lane, at once
+    else:
+        planned = _bare(high, states[HIGH], now, tokens)
+        if not _now(planned, now) and tokens <= low_alg.most + EPSILON:
+            other = _bare(low_alg, states[LOW], now, tokens)
+            if _now(other, now) or _when(other) < _when(planned):
+                planned = other
+    return abs(decide(planned[0], planned[1], now, math.inf))
 
 
 def give_back(lanes: Lanes, state: LaneState, lane: int, now: float, tokens: float, at: float | None) -> None:

@@ -183,3 +183,15 @@ class Paced:
 
     async def restrict_async(self, remaining: float, seconds: float) -> None:
         await self._group.restrict_async((remaining, remaining), seconds)
+
+    def peek(self, tokens: float) -> float:
+        return self._group.peek((tokens, tokens))
+
+    async def peek_async(self, tokens: float) -> float:
+        return await self._group.peek_async((tokens, tokens))
+
+    def reset(self) -> None:
+        self._group.reset()
+
+    async def reset_async(self) -> None:
+        await self._group.reset_async()

@@ -243,6 +243,10 @@ class Composite(Limiter[Sequence[float]]):
 
         def decorate(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> Decorator: ...
 
+        def peek(self, tokens: Tokens = 1) -> float: ...
+
+        async def peek_async(self, tokens: Tokens = 1) -> float: ...
+
 
 class CompositeHold:
     """What :meth:`Composite.hold` returns: ``with`` or ``async with`` it. It may be

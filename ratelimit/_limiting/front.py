@@ -425,6 +425,47 @@ class Limiter(Keyable, ABC, Generic[T]):
         cell = None if self._named is None or self._shadow else self._named.saw(tokens, at, owner)
         return Reservation(tokens, wait, at, self._clock, self._withdraw, self._withdraw_async, cell)
 
+    # -- reading the wait, forgetting the usage ------------------------------------
+
+    def peek(self, tokens: float = 1.0) -> float:
+        """The wait a request of ``tokens`` would get now, in seconds; nothing recorded.
+
+        What :meth:`reserve` would tell it with no ``timeout``, and what
+        ``AcquireTimeout.retry_after`` says where it would be refused (a leaky
+        bucket's full queue: the wait until it has room). ``0.0``: it would go at
+        once. Nothing is taken, written or counted (through Redis, a read-only script
+        op); the answer is a snapshot, which other callers may change a moment later.
+
+        It plans on the limit's state alone: a place given back by a cancelled
+        reservation (which the next request may fill) is not offered, so after
+        cancellations a request may get less than ``peek`` said. ``inf``: more than
+        the limit, as changed at run time (``set_limit``), could ever grant.
+        On a store that cannot be reached the backend's ``on_unavailable`` applies:
+        ``BackendUnavailable``, the local fallback's answer, or ``0.0`` (fail open).
+        """
+        return self._handle.peek(self._tokens(tokens))
+
+    async def peek_async(self, tokens: float = 1.0) -> float:
+        """:meth:`peek` for asyncio."""
+        return await self._handle.peek_async(self._tokens(tokens))
+
+    def reset(self) -> None:
+        """Forget this limiter's usage: its budget is whole again, as a new limiter's.
+
+        For every process sharing it (the state in Redis, or under its name on one
+        ``MemoryBackend``): grants and reservations made, holes, and pauses from
+        feedback are forgotten (reservations already handed out keep their times,
+        but are not counted any more). A limit changed by an operator
+        (``set_limit``) stays; a learned rate (``adaptive=``) starts over; a budget
+        with priorities forgets both lanes. The counters of :meth:`stats` are this
+        object's history, and stay.
+        """
+        self._handle.reset()
+
+    async def reset_async(self) -> None:
+        """:meth:`reset` for asyncio."""
+        await self._handle.reset_async()
+
     # -- listening to the provider -------------------------------------------------
 
     @abstractmethod
@@ -620,17 +661,19 @@ class Limiter(Keyable, ABC, Generic[T]):
             self._charged(more, await self._settled(self._handle.charge_async(more)), owner)
 
     def _withdraw(self, tokens: T, at: float) -> None:
-        """Give back the reservation of ``tokens`` at store time ``at`` (cancelled)."""
-        self._tally.count_cancelled()
+        """Give back the reservation of ``tokens`` at store time ``at`` (a
+        ``Reservation`` cancelled): counted once given back, raising if it was not."""
         self._handle.refund(tokens, at)
+        self._tally.count_cancelled()
 
     async def _withdraw_async(self, tokens: T, at: float) -> None:
-        self._tally.count_cancelled()
         await self._settled(self._handle.refund_async(tokens, at))
+        self._tally.count_cancelled()
 
     def _give_back(self, tokens: T, at: float) -> None:
+        self._tally.count_cancelled()
         try:
-            self._withdraw(tokens, at)
+            self._handle.refund(tokens, at)
         except Exception:
             # The interruption that brought us here matters more; say what was lost.
             logger.warning("could not give back a cancelled reservation of %r on %r", tokens, self, exc_info=True)

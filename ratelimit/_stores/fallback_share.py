@@ -37,6 +37,10 @@ class Fallback(Protocol[T_contra]):
 
     def restrict(self, remaining: T_contra, seconds: float) -> None: ...
 
+    def peek(self, tokens: T_contra) -> float: ...
+
+    def reset(self) -> None: ...
+
 
 def checked_local_share(value: object) -> LocalShare:
     """``local_share`` checked: ``"auto"``, or a fraction 0 < share <= 1."""
@@ -75,6 +79,12 @@ class Share(Generic[T]):
 
     def restrict(self, remaining: T, seconds: float) -> None:
         self._handle.restrict(remaining, seconds)
+
+    def peek(self, tokens: T) -> float:
+        return self._handle.peek(self._clamp(tokens))
+
+    def reset(self) -> None:
+        self._handle.reset()
 
 
 class Rebuilt:
@@ -135,6 +145,12 @@ class AutoShare(Generic[T]):
 
     def restrict(self, remaining: T, seconds: float) -> None:
         self.current().restrict(remaining, seconds)
+
+    def peek(self, tokens: T) -> float:
+        return self.current().peek(tokens)
+
+    def reset(self) -> None:
+        self.current().reset()
 
 
 def inner_handle(local: object) -> object:

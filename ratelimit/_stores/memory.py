@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from .._algorithms import holes as _holes
 from .._algorithms import lanes as _lanes
 from .._algorithms.adaptive import Cubic
-from .._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, decide
+from .._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, decide, peek_all
 from .._clock import Clock, SystemClock
 from .keys import Keyed
 from .tally import Tally, weight
@@ -317,6 +317,23 @@ class MemoryHandle:
     async def restrict_async(self, remaining: float, seconds: float) -> None:
         self.restrict(remaining, seconds)
 
+    def peek(self, tokens: float) -> float:
+        slot = self._slot
+        with slot.lock:
+            return peek_all(self._algs, (slot.state,), self._now(), (tokens,))
+
+    async def peek_async(self, tokens: float) -> float:
+        return self.peek(tokens)
+
+    def reset(self) -> None:
+        slot = self._slot
+        with slot.lock:
+            slot.state = self._alg.new_state()
+            _holes.forget(slot.holes)
+
+    async def reset_async(self) -> None:
+        self.reset()
+
 
 class _Lock(Protocol):
     def acquire(self) -> object: ...
@@ -497,6 +514,30 @@ class MemoryGroupHandle:
     async def restrict_async(self, remaining: Sequence[float], seconds: float) -> None:
         self.restrict(remaining, seconds)
 
+    def peek(self, tokens: Sequence[float]) -> float:
+        wait = 0.0
+
+        def read(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
+            nonlocal wait
+            wait = peek_all(self._algs, states, now, tokens)
+            return states
+
+        self._locked(read)
+        return wait
+
+    async def peek_async(self, tokens: Sequence[float]) -> float:
+        return self.peek(tokens)
+
+    def reset(self) -> None:
+        def forget(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
+            _holes.forget(holes)
+            return [alg.new_state() for alg in self._algs]
+
+        self._locked(forget)
+
+    async def reset_async(self) -> None:
+        self.reset()
+
 
 class MemoryLaneHandle:
     """One priority of a budget with two lanes (see ``lanes.py``); the other priority's
@@ -571,3 +612,20 @@ class MemoryLaneHandle:
 
     async def restrict_async(self, remaining: float, seconds: float) -> None:
         self.restrict(remaining, seconds)
+
+    def peek(self, tokens: float) -> float:
+        slot = self._slot
+        with slot.lock:
+            return _lanes.peek(self._lanes, slot.state, self._now(), tokens, self._low, self._keep)
+
+    async def peek_async(self, tokens: float) -> float:
+        return self.peek(tokens)
+
+    def reset(self) -> None:
+        # Both lanes: they are one budget, which the other priority's handle shares.
+        slot = self._slot
+        with slot.lock:
+            slot.state = self._lanes.new_state()
+
+    async def reset_async(self) -> None:
+        self.reset()

@@ -292,6 +292,54 @@ class _ScriptHandle(ABC, Generic[T]):
         except BackendUnavailable as exc:
             self._unrecorded("restriction", exc, lambda local: local.restrict(remaining, seconds))
 
+    # -- reading the wait, forgetting the usage ---------------------------------------
+
+    def peek(self, tokens: T) -> float:
+        """The wait a reserve of ``tokens`` would be told now: the script's read-only
+        ``wait`` op, on the keys alone (what the code says is not written with it)."""
+        try:
+            reply = self._backend.run(self._script, self._base_keys, self._args("wait", tokens, ""))
+        except BackendUnavailable as exc:
+            return self._peek_without(tokens, exc)
+        return float(reply[0])
+
+    async def peek_async(self, tokens: T) -> float:
+        try:
+            reply = await self._backend.run_async(self._script, self._base_keys, self._args("wait", tokens, ""))
+        except BackendUnavailable as exc:
+            return self._peek_without(tokens, exc)
+        return float(reply[0])
+
+    def _peek_without(self, tokens: T, exc: BackendUnavailable) -> float:
+        # As a decision would: the local fallback's own answer, or at once (fail open).
+        local = self._local
+        return self._backend.without_store(
+            exc,
+            self._base_keys[0],
+            local=None if local is None else lambda: local.peek(tokens),
+            otherwise=lambda: 0.0,
+            says=("", ""),
+        )
+
+    def reset(self) -> None:
+        """Forget the usage in the store (the script's ``reset`` op), and any lease in hand."""
+        self._forgetting()
+        try:
+            self._backend.run(self._script, self._base_keys, self._args("reset", self._nothing(), ""))
+        except BackendUnavailable as exc:
+            self._unrecorded("reset", exc, lambda local: local.reset())
+
+    async def reset_async(self) -> None:
+        self._forgetting()
+        try:
+            await self._backend.run_async(self._script, self._base_keys, self._args("reset", self._nothing(), ""))
+        except BackendUnavailable as exc:
+            self._unrecorded("reset", exc, lambda local: local.reset())
+
+    def _forgetting(self) -> None:
+        if self.rounds is not None:
+            self.rounds.void()  # a lease was taken from the usage forgotten
+
 
 class RedisHandle(_ScriptHandle[float]):
     """One limiter: ``KEYS = [base, config]`` (see ``config.py``), and ``code`` at its

@@ -69,6 +69,21 @@ class Handle(Protocol[T_contra]):
 
     async def restrict_async(self, remaining: T_contra, seconds: float) -> None: ...
 
+    def peek(self, tokens: T_contra) -> float:
+        """The wait a reserve of ``tokens`` with no timeout would be told now (a
+        refusal's: the wait it needed), planned on the state alone (see
+        ``algorithm.peek_all``); reads only, records and counts nothing."""
+        ...
+
+    async def peek_async(self, tokens: T_contra) -> float: ...
+
+    def reset(self) -> None:
+        """Forget the usage: the state is as new, its holes and pauses gone (an
+        operator's change of the limit stays)."""
+        ...
+
+    async def reset_async(self) -> None: ...
+
 
 @runtime_checkable
 class Pacing(Protocol):
