@@ -28,6 +28,7 @@ from ._resilience.outcome import classify
 from ._resilience.retry import Retry, RetryStats
 from ._stores.memory import MemoryBackend
 from ._stores.redis import BackendStats, RedisBackend
+from ._stores.sqlite import SQLiteBackend
 
 __all__ = [
     "AcquireTimeout",
@@ -55,6 +56,7 @@ __all__ = [
     "Retry",
     "RetryError",
     "RetryStats",
+    "SQLiteBackend",
     "SlidingWindow",
     "SystemClock",
     "Ticket",

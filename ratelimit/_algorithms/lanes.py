@@ -86,6 +86,9 @@ class LaneTime(float):
         self.lane = lane
         return self
 
+    def __getnewargs__(self) -> tuple[float, int]:
+        return float(self), self.lane
+
     def __repr__(self) -> str:
         return f"LaneTime({float(self)!r}, {LANES[self.lane]!r})"
 
