@@ -104,28 +104,41 @@ def uncontended(calls: int, rounds: int, redis_url: str | None) -> dict[str, flo
 # -- the fleet -----------------------------------------------------------------------
 
 
-def _worker(path: str, index: int, threads: int, seconds: float, capacity: float, rate: float, out: Any) -> None:
+class _Recording:
+    """A limiter's handle that records each grant's decision time and due time (store
+    time), so that the figures are those the store decided."""
+
+    def __init__(self, inner: Any, out: list[tuple[float, float]]) -> None:
+        self._inner = inner
+        self._out = out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def reserve(self, tokens: Any, max_wait: float) -> tuple[float, float]:
+        wait, at = self._inner.reserve(tokens, max_wait)
+        if wait >= 0:
+            self._out.append((at - wait, at))  # list.append: atomic under the GIL
+        return wait, at
+
+
+def _worker(
+    path: str, index: int, threads: int, seconds: float, capacity: float, rate: float, begin: Any, out: Any
+) -> None:
     backend = SQLiteBackend(path)
     limiter = TokenBucket(capacity, rate, backend=backend, name="fleet")
-    start = out.get()  # every process starts at once
-    grants: list[tuple[float, float, int]] = []
-    lock = threading.Lock()
+    grants: list[tuple[float, float]] = []
+    limiter._handle = _Recording(limiter._handle, grants)
+    out.put(("ready", index))
+    start = begin.get()  # every process starts at once
 
-    def run(thread: int) -> None:
-        mine: list[tuple[float, float, int]] = []
+    def run() -> None:
         while time.time() < start + seconds:
-            reservation = limiter.reserve()
-            due = reservation.at
-            decided = due - reservation.wait
-            limiter_wait = reservation.wait
-            time.sleep(limiter_wait)
-            mine.append((decided, due, thread))
-        with lock:
-            grants.extend(mine)
+            limiter.acquire()
 
     while time.time() < start:
         time.sleep(0.001)
-    pool = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    pool = [threading.Thread(target=run) for _ in range(threads)]
     for thread in pool:
         thread.start()
     for thread in pool:
@@ -139,21 +152,24 @@ def fleet(processes: int, threads: int, seconds: float, capacity: float, rate: f
         path = os.path.join(folder, "fleet.db")
         SQLiteBackend(path)  # made once, before the fleet
         context = multiprocessing.get_context("spawn")
-        queues = [context.Queue() for _ in range(processes)]
+        begins = [context.Queue() for _ in range(processes)]
+        out = context.Queue()
         workers = [
-            context.Process(target=_worker, args=(path, i, threads, seconds, capacity, rate, queues[i]))
+            context.Process(target=_worker, args=(path, i, threads, seconds, capacity, rate, begins[i], out))
             for i in range(processes)
         ]
         for worker in workers:
             worker.start()
-        start = time.time() + 3.0  # time for every process to start
-        for q in queues:
-            q.put(start)
-        results = [q.get(timeout=seconds + 120) for q in queues]
+        for _ in workers:
+            out.get(timeout=120)  # each process ready
+        start = time.time() + 0.5
+        for begin in begins:
+            begin.put(start)
+        results = [out.get(timeout=seconds + 120) for _ in workers]
         for worker in workers:
             worker.join()
     per_process = [len(grants) for _, grants, _ in results]
-    times = sorted(due for _, grants, _ in results for _, due, _ in grants)
+    times = sorted(due for _, grants, _ in results for _, due in grants)
     most = _most_in_window(times, 1.0)
     # The rate once the first burst is spent: grants after the first second, over the rest.
     first = times[0]
@@ -181,10 +197,10 @@ def _most_in_window(times: list[float], window: float) -> int:
     return most
 
 
-def _in_arrival_order(per_process: list[list[tuple[float, float, int]]]) -> float:
+def _in_arrival_order(per_process: list[list[tuple[float, float]]]) -> float:
     """The share of grants whose due time is no earlier than that of every grant
     decided before them (in the file's order of decisions)."""
-    decisions = sorted((decided, due) for grants in per_process for decided, due, _ in grants)
+    decisions = sorted(grant for grants in per_process for grant in grants)
     latest = -float("inf")
     kept = 0
     for _, due in decisions:

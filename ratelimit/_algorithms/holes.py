@@ -161,9 +161,9 @@ class GrantTime(float):
         self.pieces = pieces
         return self
 
-    def __getnewargs__(self) -> tuple[float, tuple[bool, ...], tuple[Piece, ...]]:
+    def __reduce__(self) -> tuple[type[GrantTime], tuple[float, tuple[bool, ...], tuple[Piece, ...]]]:
         # A copy (a pickle: the SQLite store keeps holes so) is made with all it says.
-        return float(self), self.exact, self.pieces
+        return GrantTime, (float(self), self.exact, self.pieces)
 
     def __repr__(self) -> str:
         if self.pieces:

@@ -86,8 +86,8 @@ class LaneTime(float):
         self.lane = lane
         return self
 
-    def __getnewargs__(self) -> tuple[float, int]:
-        return float(self), self.lane
+    def __reduce__(self) -> tuple[type[LaneTime], tuple[float, int]]:
+        return LaneTime, (float(self), self.lane)
 
     def __repr__(self) -> str:
         return f"LaneTime({float(self)!r}, {LANES[self.lane]!r})"

@@ -27,7 +27,7 @@ from .._algorithms.sliding_window_counter import CounterState
 __all__ = ["CorruptState", "allow", "decode", "encode", "holes_until"]
 
 #: The classes a row may hold, by (module, name): nothing else is ever made.
-_ALLOWED = {
+_ALLOWED: dict[tuple[str, str], type] = {
     (cls.__module__, cls.__qualname__): cls
     for cls in (Pace, Holes, GrantTime, LaneState, LaneTime, Slots, Log, CounterState, OrderedDict)
 }
