@@ -186,13 +186,17 @@ class StoreFile:
         boot's time base: the file's first transaction of this connection."""
         path = self.path
         try:
+            # Read before anything is written: a database that is not ours is left
+            # exactly as it was (switching it to WAL would change its header).
+            self._check_schema(conn, self._retrying(conn, "SELECT name FROM sqlite_master WHERE type = 'table'"))
             mode = self._retrying(conn, "PRAGMA journal_mode=WAL")
             if not mode or str(mode[0][0]).lower() != "wal":
                 raise ValueError(f"the SQLite store {path!r} cannot use WAL (journal mode stays {mode!r})")
             conn.execute("PRAGMA synchronous=NORMAL")
             self._retrying(conn, "BEGIN IMMEDIATE")
             try:
-                self._check_schema(conn)
+                tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+                self._check_schema(conn, tables, create=True)
                 self._time_base(conn)
                 conn.execute("COMMIT")
             except BaseException:
@@ -210,9 +214,13 @@ class StoreFile:
                 ) from exc
             raise OSError(describe(path, exc)) from exc
 
-    def _check_schema(self, conn: sqlite3.Connection) -> None:
-        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    def _check_schema(self, conn: sqlite3.Connection, rows: list[tuple[str]], *, create: bool = False) -> None:
+        """Refuse a database that is not a store of ours; make the tables of an empty
+        one when ``create`` (inside the set-up's write transaction)."""
+        tables = {row[0] for row in rows}
         if not tables:
+            if not create:
+                return
             for statement in _SCHEMA:
                 conn.execute(statement)
             conn.executemany(
@@ -243,6 +251,8 @@ class StoreFile:
             self.offset = float(meta["offset"])
             return
         latest = conn.execute("SELECT max(updated) FROM ratelimit_state WHERE test = 0").fetchone()[0]
+        if "base" in meta and (latest is None or float(meta["base"]) > latest):
+            latest = meta["base"]  # no row written since the last rebase: time went on from there
         last_wall = None
         if latest is not None and "wall" in meta and "base" in meta:
             # The wall time when the latest row was written, as this boot's base said.
