@@ -170,12 +170,21 @@ def clock() -> ManualClock:
     return ManualClock(start=1_000.0)
 
 
+#: What the SQLite store does not hold yet: these tests skip there.
+NOT_ON_SQLITE = {"ConcurrencyLimit": "ConcurrencyLimit does not keep its slots in a SQLite file yet"}
+
+
 @pytest.fixture
-def make(backend: Backend, clock: ManualClock) -> Callable[..., Any]:
+def make(backend: Backend, clock: ManualClock, store: str) -> Callable[..., Any]:
     """``make(TokenBucket, 3, 1)``: a limiter on the current store, with ``clock``
     (unless the test passes a ``clock`` or ``name`` of its own)."""
 
     def build(cls: Callable[..., L], *args: Any, **kwargs: Any) -> L:
+        if store == "sqlite":
+            members = [m for arg in args if isinstance(arg, list) for m in arg]
+            for kind in (getattr(cls, "__name__", ""), *(type(m).__name__ for m in members)):
+                if kind in NOT_ON_SQLITE:
+                    pytest.skip(NOT_ON_SQLITE[kind])
         kwargs.setdefault("name", unique_name())
         kwargs.setdefault("clock", clock)
         return cls(*args, backend=backend, **kwargs)

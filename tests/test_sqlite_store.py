@@ -31,6 +31,8 @@ import ratelimit._stores.sqlite_file as sqlite_file
 from ratelimit import (
     AcquireTimeout,
     BackendUnavailable,
+    CircuitBreaker,
+    CircuitOpen,
     Composite,
     ConcurrencyLimit,
     LeakyBucket,
@@ -546,3 +548,30 @@ def test_hundreds_of_threads_never_exceed_the_budget(tmp_path: Path) -> None:
         thread.join()
     assert sum(granted) == 50
     assert not math.isnan(backend.now())
+
+
+# -- the circuit breaker ----------------------------------------------------------------
+
+
+def test_a_breaker_opened_by_one_process_is_open_for_the_others(tmp_path: Path) -> None:
+    """The breaker's state is a row: two backends on one file (two processes) see one
+    circuit, and with the file locked past busy_timeout each goes on locally."""
+    clock = ManualClock(start=1_000.0)
+    path = tmp_path / "b.db"
+    options: dict[str, Any] = {"min_calls": 2, "failure_threshold": 0.5, "cooldown": 10, "name": "api", "clock": clock}
+    first = CircuitBreaker(backend=SQLiteBackend(path), **options)
+    second = CircuitBreaker(backend=SQLiteBackend(path, busy_timeout=0.05, on_unavailable="allow"), **options)
+    for _ in range(2):
+        ticket = first.allow()
+        first.record(ticket, ok=False)
+    assert second.state == "open"
+    with pytest.raises(CircuitOpen):
+        second.allow()
+    clock.advance(10)
+    assert second.state == "half_open"
+    holder = _hold_lock(path, 0.3)
+    try:
+        assert second.allow() is not None  # its own state: closed, never told of the outage
+    finally:
+        holder.join()
+    assert second.backend.stats().failures == 1  # type: ignore[attr-defined]

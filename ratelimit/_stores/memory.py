@@ -28,6 +28,7 @@ from .tally import Tally, weight
 
 __all__ = [
     "SWEEP_SECONDS",
+    "Kept",
     "Lock",
     "MemoryBackend",
     "MemoryGroupHandle",
@@ -47,7 +48,7 @@ _SWEEP_SIZE = 1024
 _Key = tuple[str, "int | None", str]
 
 
-class _Kept(Protocol):
+class Kept(Protocol):
     """What a slot keeps the state of: an algorithm, or both lanes of one (``Lanes``)."""
 
     @property
@@ -91,7 +92,7 @@ class Slot:
 
     __slots__ = ("alg", "domain", "group_holes", "holes", "lock", "now", "state", "users")
 
-    def __init__(self, alg: _Kept, clock: Clock | None) -> None:
+    def __init__(self, alg: Kept, clock: Clock | None) -> None:
         self.lock: Lock = threading.Lock()
         self.alg = alg
         self.state = alg.new_state()
@@ -128,7 +129,7 @@ class MemoryBackend:
         self._sweep_size = _SWEEP_SIZE
         self._sweep_time = time.monotonic() + SWEEP_SECONDS
 
-    def _slot(self, name: str | None, member: int | None, alg: _Kept, clock: Clock | None) -> Slot:
+    def _slot(self, name: str | None, member: int | None, alg: Kept, clock: Clock | None) -> Slot:
         if name is None:
             return Slot(alg, clock)
         with self._lock:

@@ -2,7 +2,7 @@
 
 Every decision is one short write transaction (``BEGIN IMMEDIATE`` in WAL mode) that
 loads the limiter's row, runs exactly what the in-process store runs (the handles of
-``memory.py``, whose lock here is the transaction: :class:`_Rows`) and writes the row
+``memory.py``, whose lock here is the transaction: :class:`Rows`) and writes the row
 back. So the decisions are the memory store's, and so the Redis scripts' (the
 conformance suite holds all three to them), whichever process makes them.
 
@@ -33,14 +33,14 @@ from .._algorithms.holes import Holes
 from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
 from .fallback_share import Fallback, checked_local_share, group_share, lanes_shares, single_share
-from .memory import MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
+from .memory import Kept, MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
 from .sqlite_codec import CorruptState, decode, encode, holes_until
 from .sqlite_file import StoreFile
 from .store import Handle
 from .tally import Tally
 from .unavailable import BackendStats, FailurePolicy, OnUnavailable, checked_on_unavailable
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT", "SWEEP_SECONDS", "SQLiteBackend"]
+__all__ = ["DEFAULT_BUSY_TIMEOUT", "SWEEP_SECONDS", "Rows", "SQLiteBackend", "SQLiteGroupHandle", "SQLiteHandle"]
 
 #: Seconds a decision waits for the file's write lock before the store counts as
 #: unavailable. Transactions last tens of microseconds: only a process stopped while
@@ -51,6 +51,7 @@ DEFAULT_BUSY_TIMEOUT = 5.0
 SWEEP_SECONDS = 60.0
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 _SELECT = "SELECT number, blob, updated FROM ratelimit_state WHERE name = ? AND member = ? AND kind = ?"
 _WRITE = (
@@ -101,7 +102,7 @@ def _fill_groups(mine: dict[tuple[str, ...], Holes], loaded: dict[tuple[str, ...
         mine.setdefault(kinds, holes)
 
 
-class _Rows:
+class Rows:
     """The rows one handle decides on, read and written in one transaction.
 
     It is the lock of the memory handles it serves (``acquire``/``release`` and
@@ -426,7 +427,7 @@ class SQLiteBackend(FailurePolicy):
         self._no_lease(lease)
         named = self._named(name)
         slot = Slot(alg, clock)
-        rows = _Rows(self._file, [(named, -1, alg.kind)], [slot], clock)
+        rows = Rows(self._file, [(named, -1, alg.kind)], [slot], clock)
         slot.lock = rows
         inner = MemoryHandle(alg, slot, rows)
         local = None
@@ -437,7 +438,7 @@ class SQLiteBackend(FailurePolicy):
     def bind_group(self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None) -> SQLiteGroupHandle:
         named = self._named(name)
         slots = [Slot(alg, clock) for alg in algs]
-        rows = _Rows(self._file, [(named, i, alg.kind) for i, alg in enumerate(algs)], slots, clock)
+        rows = Rows(self._file, [(named, i, alg.kind) for i, alg in enumerate(algs)], slots, clock)
         for slot in slots:
             slot.lock = rows
         inner = MemoryGroupHandle(algs, slots, rows)
@@ -453,13 +454,22 @@ class SQLiteBackend(FailurePolicy):
         at high priority, and the one at low."""
         named = self._named(name)
         slot = Slot(lanes, clock)
-        rows = _Rows(self._file, [(named, -1, lanes.kind)], [slot], clock)
+        rows = Rows(self._file, [(named, -1, lanes.kind)], [slot], clock)
         slot.lock = rows
         inner = [MemoryLaneHandle(lanes, slot, rows, lane, keep) for lane in (_lanes.HIGH, _lanes.LOW)]
         locals_: Sequence[Fallback[float] | None] = (None, None)
         if self.on_unavailable == "local":
             locals_ = lanes_shares(self._local, lanes, clock, keep, self.local_share)
         return SQLiteHandle(self, named, inner[0], locals_[0]), SQLiteHandle(self, named, inner[1], locals_[1])
+
+    def cell(self, name: str, kept: Kept, clock: Clock | None) -> tuple[Slot, Rows]:
+        """One row of state of another kind than a limiter's (the circuit breaker's,
+        ``kept.kind`` telling it apart): the slot it is loaded into, and the
+        transaction that is both its lock and its clock."""
+        slot = Slot(kept, clock)
+        rows = Rows(self._file, [(name, -1, kept.kind)], [slot], clock)
+        slot.lock = rows
+        return slot, rows
 
     # -- idle names ----------------------------------------------------------------
 
@@ -505,6 +515,21 @@ class SQLiteBackend(FailurePolicy):
         return int(count)
 
     # -- what operators read -------------------------------------------------------
+
+    def without_store(
+        self,
+        exc: BackendUnavailable,
+        key: str,
+        *,
+        local: Callable[[], R] | None,
+        otherwise: Callable[[], R],
+        says: tuple[str, str],
+        decision: bool = False,
+    ) -> R:
+        """``FailurePolicy.without_store``, each call counted as a failure in :meth:`stats`."""
+        with self._lock:
+            self._failures += 1
+        return super().without_store(exc, key, local=local, otherwise=otherwise, says=says, decision=decision)
 
     def stats(self) -> BackendStats:
         """How often the file could not be used and what was done instead, and how
