@@ -10,6 +10,7 @@ reboot and a wall-clock step, idle names, and every bad path.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import multiprocessing
 import os
@@ -47,6 +48,7 @@ from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import WindowCounter
 from ratelimit._algorithms.token_bucket import Gcra
+from ratelimit.cli import main
 
 WORKER = Path(__file__).with_name("sqlite_worker.py")
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
@@ -575,3 +577,26 @@ def test_a_breaker_opened_by_one_process_is_open_for_the_others(tmp_path: Path) 
     finally:
         holder.join()
     assert second.backend.stats().failures == 1  # type: ignore[attr-defined]
+
+
+# -- the command line -------------------------------------------------------------------
+
+
+def test_bench_and_inspect_take_a_sqlite_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``ratelimit bench --store sqlite:///PATH`` runs its workers on the file, and
+    ``ratelimit inspect --store`` shows what it keeps."""
+    url = f"sqlite:///{tmp_path}/bench.db"
+    assert main(["bench", "--store", url, "--processes", "2", "--threads", "2", "--seconds", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["backend"].startswith("SQLite file")
+    assert report["grants"] > 0
+    assert main(["inspect", "--store", url, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["kind"] == "token_bucket"
+    assert main(["inspect", "--store", url, "nobody"]) == 1
+    assert main(["inspect", "--store", f"sqlite:///{tmp_path}/missing/x.db"]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", "--store", "redis://x"])
+    assert exited.value.code == 2
+    assert "--store takes sqlite:///PATH" in capsys.readouterr().err

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from .. import _validate
@@ -40,7 +41,15 @@ from .store import Handle
 from .tally import Tally
 from .unavailable import BackendStats, FailurePolicy, OnUnavailable, checked_on_unavailable
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT", "SWEEP_SECONDS", "Rows", "SQLiteBackend", "SQLiteGroupHandle", "SQLiteHandle"]
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT",
+    "SWEEP_SECONDS",
+    "Rows",
+    "SQLiteBackend",
+    "SQLiteGroupHandle",
+    "SQLiteHandle",
+    "StoredState",
+]
 
 #: Seconds a decision waits for the file's write lock before the store counts as
 #: unavailable. Transactions last tens of microseconds: only a process stopped while
@@ -334,6 +343,25 @@ class SQLiteGroupHandle(_Unavailable[Sequence[float]]):
         return self._group.rate()
 
 
+@dataclass(frozen=True)
+class StoredState:
+    """One row of a :class:`SQLiteBackend` file, as :meth:`SQLiteBackend.inspect` reads it."""
+
+    name: str
+    #: The limit's place in a composite (``None``: a limiter of its own).
+    member: int | None
+    #: The algorithm (``token_bucket``, ``sliding_window:lanes``, ``breaker``, ...).
+    kind: str
+    #: The state, as the algorithm keeps it (times are store time).
+    state: str
+    #: Seconds since a decision last wrote it.
+    age: float
+    #: Seconds until it is as good as new (then a sweep forgets it); <= 0: idle now.
+    idle_in: float
+    #: Written on a test clock (never swept).
+    test: bool
+
+
 class SQLiteBackend(FailurePolicy):
     """State in a SQLite file: one budget for every process of one box, no server.
 
@@ -538,6 +566,34 @@ class SQLiteBackend(FailurePolicy):
         return BackendStats(
             base.failures, base.failed_open, base.fell_back, self._file.lock_waits, self._file.lock_wait_seconds
         )
+
+    def inspect(self, names: Sequence[str] = ()) -> list[StoredState]:
+        """What the file keeps for each name (every name when ``names`` is empty), as
+        ``ratelimit inspect --store sqlite:///PATH`` prints it; read in one short
+        transaction, nothing written."""
+        file = self._file
+        conn = file.begin()
+        try:
+            now = file.now()
+            query = "SELECT name, member, kind, number, blob, idle, updated, test FROM ratelimit_state"
+            if names:
+                rows = [r for name in names for r in conn.execute(query + " WHERE name = ?", (name,)).fetchall()]
+            else:
+                rows = conn.execute(query + " ORDER BY name, member").fetchall()
+        finally:
+            file.rollback(conn)
+        found: list[StoredState] = []
+        for name, member, kind, number, blob, idle, updated, test in rows:
+            try:
+                state = repr(decode(number, blob)[0])
+            except CorruptState as exc:
+                state = f"<unreadable: {exc}>"
+            found.append(
+                StoredState(
+                    name, None if member < 0 else int(member), kind, state, now - updated, idle - now, bool(test)
+                )
+            )
+        return found
 
     def now(self) -> float:
         """Store time now, as every process of the box reads it (see ``sqlite_time.py``)."""
