@@ -68,6 +68,8 @@ _WRITE = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
+_VERSION = "PRAGMA data_version"
+
 _Key = tuple[str, int, str]
 
 
@@ -121,7 +123,20 @@ class Rows:
     handles' clock: store time, never before the time written into the rows read.
     """
 
-    __slots__ = ("_conn", "_file", "_floor", "_keys", "_loaded", "_outer", "_slots", "_test", "_time", "_written")
+    __slots__ = (
+        "_conn",
+        "_file",
+        "_floor",
+        "_keys",
+        "_loaded",
+        "_mark",
+        "_outer",
+        "_seen",
+        "_slots",
+        "_test",
+        "_time",
+        "_written",
+    )
 
     def __init__(self, file: StoreFile, keys: Sequence[_Key], slots: Sequence[Slot], clock: Clock | None) -> None:
         self._file = file
@@ -136,6 +151,10 @@ class Rows:
         self._written = -math.inf
         self._outer: BaseException | None = None
         self._loaded: list[tuple[float | None, bytes | None]] = []
+        #: ``(connection, data_version, this process's writes)`` when the slots last
+        #: matched the rows; ``None``: read them at the next transaction.
+        self._seen: tuple[int, int, int] | None = None
+        self._mark: tuple[int, int, int] = (-1, -1, -1)
 
     def now(self) -> float:
         """The time of this transaction's decision."""
@@ -152,28 +171,16 @@ class Rows:
         conn = file.begin()
         try:
             self._outer = sys.exc_info()[1]
-            loaded = self._loaded
-            loaded.clear()
-            floor = -math.inf
-            for key, slot in zip(self._keys, self._slots, strict=True):
-                row = conn.execute(_SELECT, key).fetchone()
-                if row is None:
-                    number = blob = None
-                    slot.state = slot.alg.new_state()
-                    if not _bare(slot):
-                        _load_holes(slot, Holes(), {})
-                else:
-                    number, blob, updated = row
-                    if updated > floor:
-                        floor = updated
-                    if blob is None and number.__class__ is float and _bare(slot):
-                        slot.state = number  # a token bucket's: the usual row, one number
-                    else:
-                        state, holes, groups = decode(number, blob)
-                        slot.state = state
-                        _load_holes(slot, holes, groups)
-                loaded.append((number, blob))
-            self._floor = self._written = floor
+            # No other connection has committed (data_version), nor this process
+            # written (file.writes), since this handle last read or wrote its rows:
+            # the slots hold them already.
+            mark = (file.generation, conn.execute(_VERSION).fetchone()[0], file.writes)
+            if mark == self._seen:
+                self._written = self._floor
+            else:
+                self._seen = None
+                self._load(conn)
+                self._mark = mark
         except CorruptState as exc:
             file.rollback(conn)
             raise BackendUnavailable(f"the SQLite store {file.path!r} holds a row it did not write: {exc}") from exc
@@ -185,32 +192,68 @@ class Rows:
         self._conn = conn
         return True
 
+    def _load(self, conn: Any) -> None:
+        loaded = self._loaded
+        loaded.clear()
+        floor = -math.inf
+        for key, slot in zip(self._keys, self._slots, strict=True):
+            row = conn.execute(_SELECT, key).fetchone()
+            if row is None:
+                number = blob = None
+                slot.state = slot.alg.new_state()
+                if not _bare(slot):
+                    _load_holes(slot, Holes(), {})
+            else:
+                number, blob, updated = row
+                if updated > floor:
+                    floor = updated
+                if blob is None and number.__class__ is float and _bare(slot):
+                    slot.state = number  # a token bucket's: the usual row, one number
+                else:
+                    state, holes, groups = decode(number, blob)
+                    slot.state = state
+                    _load_holes(slot, holes, groups)
+            loaded.append((number, blob))
+        self._floor = self._written = floor
+
     def release(self) -> None:
         conn = self._conn
         self._conn = None
         file = self._file
+        seen, self._seen = self._seen or self._mark, None
         if sys.exc_info()[1] is not self._outer:
-            # The decision raised (a bug, or an interrupt): nothing of it is kept.
+            # The decision raised (a bug, or an interrupt): nothing of it is kept, and
+            # the slots are read again next time.
             file.rollback(conn)
             return
+        wrote = False
         try:
-            for key, slot, before in zip(self._keys, self._slots, self._loaded, strict=True):
+            loaded = self._loaded
+            for i, (key, slot) in enumerate(zip(self._keys, self._slots, strict=True)):
                 state = slot.state
+                before = loaded[i]
                 if state.__class__ is float and _bare(slot):
                     if before[0] == state and before[1] is None:
                         continue  # a refusal: nothing changed
                     conn.execute(_WRITE, (*key, state, None, slot.alg.idle_until(state), self._written, self._test))
-                    continue
-                number, blob = encode(state, slot.holes, slot.group_holes)
-                if (number, blob) == before:
-                    continue
-                conn.execute(_WRITE, (*key, number, blob, _idle(slot), self._written, self._test))
+                    loaded[i] = (state, None)
+                else:
+                    number, blob = encode(state, slot.holes, slot.group_holes)
+                    if (number, blob) == before:
+                        continue
+                    conn.execute(_WRITE, (*key, number, blob, _idle(slot), self._written, self._test))
+                    loaded[i] = (number, blob)
+                wrote = True
         except BaseException as exc:
             file.rollback(conn)
             if isinstance(exc, file.errors):
                 raise file.unavailable(exc) from exc
             raise
-        file.commit(conn)
+        if wrote:
+            file.writes += 1
+            self._floor = self._written
+        file.commit(conn)  # raises (and leaves the slots to be read again) if it cannot
+        self._seen = (seen[0], seen[1], file.writes)
 
     def __enter__(self) -> None:
         self.acquire()
@@ -524,6 +567,8 @@ class SQLiteBackend(FailurePolicy):
         conn = file.begin()
         try:
             gone = conn.execute("DELETE FROM ratelimit_state WHERE test = 0 AND idle <= ?", (file.now(),)).rowcount
+            if gone:
+                file.writes += 1
         except BaseException as exc:
             file.rollback(conn)
             if isinstance(exc, file.errors):

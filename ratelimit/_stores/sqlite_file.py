@@ -108,6 +108,11 @@ class StoreFile:
         #: Decisions that waited for another process's write lock, and for how long.
         self.lock_waits = 0
         self.lock_wait_seconds = 0.0
+        #: Connections opened so far, and commits of this process that wrote rows
+        #: (with SQLite's ``data_version``, they tell a transaction whether the rows
+        #: it last saw have changed since; counted under the process's lock).
+        self.generation = 0
+        self.writes = 0
         #: Store time is ``boot_seconds() + offset`` (see ``sqlite_time.py``).
         self.offset = 0.0
         self._lock = threading.Lock()
@@ -153,6 +158,7 @@ class StoreFile:
                 raise ValueError(f"{path!r} is not a SQLite database: SQLiteBackend leaves it untouched")
 
     def _open(self) -> sqlite3.Connection:
+        self.generation += 1
         self._refuse_path()
         try:
             conn = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
