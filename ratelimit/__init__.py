@@ -29,6 +29,7 @@ from ._resilience.outcome import classify
 from ._resilience.retry import Retry, RetryStats
 from ._stores.memory import MemoryBackend
 from ._stores.redis import BackendStats, RedisBackend
+from ._stores.sqlite import SQLiteBackend
 
 __all__ = [
     "AcquireTimeout",
@@ -57,6 +58,7 @@ __all__ = [
     "Retry",
     "RetryError",
     "RetryStats",
+    "SQLiteBackend",
     "SlidingWindow",
     "SystemClock",
     "Ticket",

@@ -25,6 +25,7 @@ error text is scrubbed of the secrets the command line holds, in case it quotes 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import math
@@ -59,7 +60,7 @@ from ._cli.rates import UNITS, Rate, parse_rate
 from ._cli.size_report import size_json, size_text
 from ._cli.sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
 from ._cli.top_report import top_json, top_text
-from ._errors import BackendUnavailable
+from ._errors import BackendUnavailable, RateLimitError
 from ._redact import redact_url, scrub, url_secrets
 from ._stores.config import UnchangeableLimit, inspect_all, inspect_many
 from ._stores.fleet import fleet
@@ -67,6 +68,7 @@ from ._stores.keys import Keyed
 from ._stores.redis import RedisBackend
 from ._stores.redis_clients import REDIS_URL_ENV, url_from_env
 from ._stores.sentinel import is_sentinel_url, parse_sentinel_url
+from ._stores.sqlite import SQLiteBackend
 
 __all__ = ["main"]
 
@@ -263,6 +265,12 @@ def _check_adaptive(args: argparse.Namespace) -> float | None:
 
 
 def _bench_config(args: argparse.Namespace) -> BenchConfig:
+    if args.store is not None:
+        if not args.store.startswith("sqlite:///"):
+            raise _UsageError(f"--store takes sqlite:///PATH (a Redis goes with --redis), got {args.store!r}")
+        if args.cluster:
+            raise _UsageError("--cluster names a Redis Cluster: leave it out with --store")
+        args.redis = None  # the file, not the Redis of the environment
     if args.cluster and args.redis is None:
         raise _UsageError("--cluster needs --redis URL (a node of the cluster)")
     if args.plot is not None and args.sweep:
@@ -281,6 +289,7 @@ def _bench_config(args: argparse.Namespace) -> BenchConfig:
         seconds=seconds,
         calls=args.calls,
         redis=args.redis,
+        store=args.store,
         cluster=args.cluster,
         target=args.target,
         latency=args.latency,
@@ -386,10 +395,41 @@ def _unreachable(args: argparse.Namespace, exc: BaseException) -> int:
     return 1
 
 
+def _inspect_file(args: argparse.Namespace) -> int:
+    """``inspect --store sqlite:///PATH``: the file's rows."""
+    try:
+        backend = SQLiteBackend.from_url(args.store)
+        try:
+            rows = backend.inspect(args.names)
+        finally:
+            backend.close()
+    except (OSError, ValueError, RateLimitError) as exc:
+        print(printable(f"ratelimit inspect: error: {exc}"), file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([dataclasses.asdict(row) for row in rows], indent=2))
+    elif not rows:
+        print(f"no limiter state in {printable(backend.path)}")
+    else:
+        for row in rows:
+            member = "" if row.member is None else f" [{row.member}]"
+            idle = "idle" if row.idle_in <= 0 else f"as new in {row.idle_in:.3g} s"
+            print(printable(f"{row.name}{member}  {row.kind}  written {row.age:.3g} s ago, {idle}"))
+            print(printable(f"    {row.state}"))
+    found = {row.name for row in rows}
+    return 1 if any(name not in found for name in args.names) else 0
+
+
 def inspect_command(args: argparse.Namespace) -> int:
     if args.key is not None and not args.names:
         print("ratelimit inspect: error: --key needs the NAME (or names) whose key to show", file=sys.stderr)
         return 2
+    if args.store is not None:
+        if args.key is not None:
+            raise _UsageError("--key shows a key's budget in Redis; a SQLite file's rows are listed whole")
+        return _inspect_file(args)
+    if args.redis is None:
+        raise _UsageError("give --redis URL or --store sqlite:///PATH")
     backend = _reading(lambda: _backend(args))
     try:
         if args.key is not None:
@@ -536,14 +576,17 @@ def _add_provider(command: argparse.ArgumentParser, limit_default: Rate | None) 
     )
 
 
-def _add_redis(command: argparse.ArgumentParser) -> None:
-    """The Redis that the commands operating a fleet (inspect, set, top) read."""
+def _add_redis(command: argparse.ArgumentParser, *, store: bool = False) -> None:
+    """The Redis that the commands operating a fleet (inspect, set, top) read; with
+    ``store``, a SQLite file instead (``--store``), checked by the command."""
     from_env = url_from_env()
+    if store:
+        command.add_argument("--store", metavar="sqlite:///PATH", help="read this SQLite file instead of a Redis")
     command.add_argument(
         "--redis",
         metavar="URL",
         default=from_env,
-        required=from_env is None,
+        required=from_env is None and not store,
         help=f"the Redis the limiters share (default: the {REDIS_URL_ENV} environment variable)",
     )
     command.add_argument(
@@ -611,6 +654,11 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
         help=f"keep the limiter in this Redis (default: the {REDIS_URL_ENV} environment variable, else embedded)",
     )
     bench.add_argument("--cluster", action="store_true", help="--redis names a node of a Redis Cluster")
+    bench.add_argument(
+        "--store",
+        metavar="sqlite:///PATH",
+        help="keep the limiter in this SQLite file instead (sqlite:////tmp/x.db for an absolute path)",
+    )
     bench.add_argument("--target", metavar="URL", help="call this URL instead of the built-in fake provider")
     bench.add_argument(
         "--strict-provider",
@@ -671,7 +719,7 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
         "fed back from a provider, and the state of a breaker of that name. Exits 1 if a NAME is unknown.",
     )
     inspect.add_argument("names", nargs="*", metavar="NAME", help="limiter names (default: all found)")
-    _add_redis(inspect)
+    _add_redis(inspect, store=True)
     inspect.add_argument(
         "--key",
         type=_limiter_key,

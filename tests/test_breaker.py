@@ -264,7 +264,7 @@ def test_record_wants_the_ticket_allow_gave() -> None:
         ({"half_open_probes": 0}, ValueError, "half_open_probes must be >= 1"),
         ({"buckets": 5000}, ValueError, "buckets must be 1 to 1000, got 5000"),
         ({"probe_timeout": "1"}, TypeError, "probe_timeout must be a number"),
-        ({"backend": object()}, TypeError, "backend must be a MemoryBackend or RedisBackend"),
+        ({"backend": object()}, TypeError, "backend must be a MemoryBackend, RedisBackend or SQLiteBackend"),
         ({"clock": ManualClock}, TypeError, "clock must be a clock instance"),
     ],
 )

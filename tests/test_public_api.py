@@ -25,6 +25,7 @@ from ratelimit import (
     MemoryBackend,
     RedisBackend,
     SlidingWindow,
+    SQLiteBackend,
     SystemClock,
     TokenBucket,
     parse_rate_limit_headers,
@@ -49,6 +50,7 @@ PUBLIC = {
     "BackendStats",
     "MemoryBackend",
     "RedisBackend",
+    "SQLiteBackend",
     # time
     "Clock",
     "ManualClock",
@@ -287,6 +289,7 @@ CONTRACT: list[tuple[str, Callable[..., Any], list[tuple[str, Any, Any]]]] = [
         [("url", P.POSITIONAL_OR_KEYWORD, REQUIRED), ("options", P.VAR_KEYWORD, REQUIRED)],
     ),
     ("RedisBackend", RedisBackend, [("client", P.POSITIONAL_OR_KEYWORD, REQUIRED)]),
+    ("SQLiteBackend", SQLiteBackend, [("path", P.POSITIONAL_OR_KEYWORD, REQUIRED)]),
     (
         "parse_rate_limit_headers",
         parse_rate_limit_headers,

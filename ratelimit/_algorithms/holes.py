@@ -170,6 +170,10 @@ class GrantTime(float):
         self.pieces = pieces
         return self
 
+    def __reduce__(self) -> tuple[type[GrantTime], tuple[float, tuple[bool, ...], tuple[Piece, ...]]]:
+        # A copy (a pickle: the SQLite store keeps holes so) is made with all it says.
+        return GrantTime, (float(self), self.exact, self.pieces)
+
     def __repr__(self) -> str:
         if self.pieces:
             return f"GrantTime({float(self)!r}, pieces={self.pieces!r})"

@@ -87,6 +87,9 @@ class LaneTime(float):
         self.lane = lane
         return self
 
+    def __reduce__(self) -> tuple[type[LaneTime], tuple[float, int]]:
+        return LaneTime, (float(self), self.lane)
+
     def __repr__(self) -> str:
         return f"LaneTime({float(self)!r}, {LANES[self.lane]!r})"
 

@@ -40,8 +40,10 @@ from urllib.parse import urlsplit
 
 import redis
 
+from .._errors import RateLimitError
 from .._redact import redact_url, scrub, url_secrets
 from .._stores.scripts import ALGORITHMS, group_script, library, single_script
+from .._stores.sqlite import SQLiteBackend
 from ..testing import FakeProvider
 from .bench_adaptive import AdaptiveStats, adaptive_stats
 from .bench_stats import allowed, jain, most_in_window, percentile, timeline
@@ -122,6 +124,8 @@ class BenchConfig:
     seconds: float | None = 5.0
     calls: int | None = None
     redis: str | None = None
+    #: A SQLite file the workers share (``sqlite:///PATH``), instead of a Redis.
+    store: str | None = None
     cluster: bool = False
     target: str | None = None
     #: Seconds the built-in provider holds each answer back (requests in flight).
@@ -491,6 +495,12 @@ def _collect(
 
 
 def _backend_for(config: BenchConfig, stack: contextlib.ExitStack) -> tuple[str | None, str]:
+    if config.store is not None:
+        try:
+            path = SQLiteBackend.from_url(config.store).path  # made (or checked) before the workers start
+        except (OSError, ValueError, RateLimitError) as exc:
+            raise BenchError(f"--store {config.store}: {exc}") from None
+        return config.store, f"SQLite file {path}"
     if config.redis is not None:
         _probe_redis(config.redis, config.cluster)
         kind = "Redis Cluster" if config.cluster else "Redis"
@@ -527,7 +537,8 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRes
         redis_url, backend_name = _backend_for(config, stack)
         # The embedded server shares this process's GIL with the provider: under load it
         # can answer more slowly than the 0.5 s a limiter allows a real Redis.
-        store_timeout = EMBEDDED_TIMEOUT if redis_url is not None and config.redis is None else None
+        embedded = redis_url is not None and config.redis is None and config.store is None
+        store_timeout = EMBEDDED_TIMEOUT if embedded else None
         reports, begin, ended, interrupted = _run_workers(
             config, spec, redis_url, store_timeout, target, on_start, progress
         )

@@ -83,7 +83,8 @@ def _costs(r: BenchResult) -> list[str]:
         f"acquire wait     p50 {_ms(r.wait[0])}   p95 {_ms(r.wait[1])}   p99 {_ms(r.wait[2])}   max {_ms(r.wait[3])}",
     ]
     if r.round_trips is None:
-        lines.append("round trips      none: in-process state")
+        where = "one transaction in the file per decision" if r.backend.startswith("SQLite") else "in-process state"
+        lines.append(f"round trips      none: {where}")
     else:
         per = f"{r.round_trips / r.grants:.3f}" if r.grants else "-"
         per_acquire = f"{r.round_trips / r.acquires:.3f}" if r.acquires else "-"

@@ -34,6 +34,8 @@ from .._limiting.limiters import LeakyBucket, SingleLimiter, SlidingWindow, Toke
 from .._redact import redact_url, scrub, url_secrets
 from .._stores.redis import RedisBackend
 from .._stores.redis_clients import DEFAULT_SOCKET_TIMEOUT
+from .._stores.sqlite import SQLiteBackend
+from .._stores.store import Backend
 
 __all__ = ["CountingClient", "LimiterSpec", "WorkerPlan", "WorkerReport", "run_worker"]
 
@@ -68,7 +70,7 @@ class LimiterSpec:
     #: per second; ``None``: keep the configured rate.
     adaptive_floor: float | None = None
 
-    def build(self, backend: RedisBackend | None, name: str | None) -> SingleLimiter:
+    def build(self, backend: Backend | None, name: str | None) -> SingleLimiter:
         if self.algorithm == "token-bucket":
             learn = None if self.adaptive_floor is None else Adaptive(floor=self.adaptive_floor)
             return TokenBucket(self.first, self.second, backend=backend, name=name, guard=self.guard, adaptive=learn)
@@ -91,7 +93,7 @@ class LimiterSpec:
 class WorkerPlan:
     index: int
     limiter: LimiterSpec
-    #: ``None``: in-process state (one process only).
+    #: ``None``: in-process state (one process only); a ``sqlite:///`` URL: that file.
     redis_url: str | None
     cluster: bool
     #: Socket timeouts for the store, seconds; ``None``: ``RedisBackend.from_url``'s.
@@ -417,9 +419,16 @@ def _plain_backend(plan: WorkerPlan) -> RedisBackend:
     return RedisBackend.from_url(plan.redis_url, cluster=plan.cluster, **options)
 
 
-def _backend(plan: WorkerPlan) -> tuple[RedisBackend | None, CountingClient | None]:
+def is_sqlite(url: str | None) -> bool:
+    """Whether a store URL names a SQLite file (``sqlite:///PATH``)."""
+    return url is not None and url.startswith("sqlite:")
+
+
+def _backend(plan: WorkerPlan) -> tuple[Backend | None, CountingClient | None]:
     if plan.redis_url is None:
         return None, None
+    if is_sqlite(plan.redis_url):
+        return SQLiteBackend.from_url(plan.redis_url), None  # no round trips to count
     client = CountingClient(_plain_backend(plan).client)
     # Connect before the run starts, so that the first grant is not a connection's setup.
     client.ping()
@@ -431,6 +440,8 @@ def _sampler(plan: WorkerPlan, limiter: SingleLimiter) -> SingleLimiter:
     calls are not counted among the callers' round trips; in process, the callers' own."""
     if plan.redis_url is None:
         return limiter
+    if is_sqlite(plan.redis_url):
+        return plan.limiter.build(SQLiteBackend.from_url(plan.redis_url), plan.name)
     return plan.limiter.build(_plain_backend(plan), plan.name)
 
 

@@ -444,7 +444,11 @@ class ConcurrencyLimit(Keyable):
             key = backend.key(name, "concurrency", member, clock=clock)
             self._store = RedisSlots(backend, key, self._most, self._lease, clock)
         else:
-            raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
+            # A SQLiteBackend's slots would need waiters in other processes woken at a
+            # release, which its file cannot do yet without polling.
+            raise TypeError(
+                f"ConcurrencyLimit keeps its slots in a MemoryBackend or a RedisBackend, not in {backend!r} (yet)"
+            )
         self._beat = _Heartbeat(self, self._store)
         #: The leases taken here and not yet released, and those dropped unreleased.
         self._live: dict[str, bool] = {}

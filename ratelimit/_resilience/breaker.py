@@ -24,9 +24,10 @@ from .._errors import CircuitOpen
 from .._events import BreakerState, Emitter, Event, Rejected, StateChanged
 from .._stores.memory import MemoryBackend
 from .._stores.redis import RedisBackend
+from .._stores.sqlite import SQLiteBackend
 from .._stores.store import Backend
 from .._wrap import wrap
-from .breaker_state import Decision, MemoryStore, Policy, RedisStore
+from .breaker_state import Decision, MemoryStore, Policy, RedisStore, SQLiteStore
 from .outcome import classify, status_of
 
 __all__ = ["BreakerStats", "CircuitBreaker", "Ticket"]
@@ -106,14 +107,17 @@ class CircuitBreaker:
         checked_clock(clock)
         if backend is None:
             backend = MemoryBackend()
-        elif not isinstance(backend, (MemoryBackend, RedisBackend)):
-            raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
+        elif not isinstance(backend, (MemoryBackend, RedisBackend, SQLiteBackend)):
+            raise TypeError(f"backend must be a MemoryBackend, RedisBackend or SQLiteBackend instance, got {backend!r}")
         self.name = _validate.name(name, backend, shared=backend.shared)
         self.clock: Clock = clock or SystemClock()
         self.backend = backend
         local = MemoryStore(self.policy, self.clock)
         self._store: MemoryStore | RedisStore = local
-        if isinstance(backend, RedisBackend):
+        if isinstance(backend, SQLiteBackend):
+            assert self.name is not None
+            self._store = SQLiteStore(backend, self.name, self.policy, clock, local)
+        elif isinstance(backend, RedisBackend):
             assert self.name is not None
             self._store = RedisStore(backend, backend.key(self.name, "breaker", clock=clock), self.policy, clock, local)
         self._events = Emitter()

@@ -28,12 +28,15 @@ from typing import Any, NamedTuple, TypeVar
 
 from .. import _validate
 from .._algorithms.algorithm import EPSILON
-from .._clock import Clock
+from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
 from .._events import BreakerState
+from .._stores.memory import Lock, Slot
 from .._stores.scripts import breaker_script
+from .._stores.sqlite import SQLiteBackend
+from .._stores.sqlite_codec import allow as allow_in_rows
 
-__all__ = ["Decision", "MemoryStore", "Policy", "RedisStore", "State", "allow", "record"]
+__all__ = ["Decision", "Kept", "MemoryStore", "Policy", "RedisStore", "SQLiteStore", "State", "allow", "record"]
 
 logger = logging.getLogger("ratelimit")
 
@@ -219,27 +222,38 @@ def observed_mode(policy: Policy, state: State, now: float) -> BreakerState:
 # -- stores -----------------------------------------------------------------------------
 
 
+class _Held:
+    """What a :class:`MemoryStore` keeps its state in (a ``Slot`` of the SQLite store's
+    has the same attribute)."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+
+
 class MemoryStore:
     """Breaker state in this process, behind a lock held only for a transition."""
 
     def __init__(self, policy: Policy, clock: Clock) -> None:
         self._policy = policy
-        self._clock = clock
-        self._state = State()
-        self._lock = threading.Lock()
+        self._now = clock.now
+        self._held: _Held | Slot = _Held(State())
+        self._lock: Lock = threading.Lock()
 
     def allow(self) -> Decision:
         with self._lock:
-            return allow(self._policy, self._state, self._clock.now())
+            return allow(self._policy, self._held.state, self._now())
 
     def record(self, generation: int, probe: bool, ok: bool | None) -> tuple[BreakerState, BreakerState]:
         with self._lock:
-            return record(self._policy, self._state, self._clock.now(), generation, probe, ok)
+            return record(self._policy, self._held.state, self._now(), generation, probe, ok)
 
     def peek(self) -> tuple[BreakerState, int, int]:
         with self._lock:
-            now = self._clock.now()
-            return observed_mode(self._policy, self._state, now), *counts(self._policy, self._state, now)
+            now = self._now()
+            state = self._held.state
+            return observed_mode(self._policy, state, now), *counts(self._policy, state, now)
 
     async def allow_async(self) -> Decision:
         return self.allow()
@@ -249,6 +263,67 @@ class MemoryStore:
 
     async def peek_async(self) -> tuple[BreakerState, int, int]:
         return self.peek()
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The breaker's state as a SQLite store keeps it in a row (``SQLiteBackend.cell``)."""
+
+    policy: Policy
+    kind = "breaker"
+
+    def new_state(self) -> State:
+        return State()
+
+    def idle_until(self, state: State) -> float:
+        """A closed breaker of the first generation whose window has emptied decides
+        as a new one; one that ever opened is kept (a late ticket names its generation)."""
+        if state.mode != "closed" or state.generation:
+            return math.inf
+        if not state.index or max(state.index) < 0:
+            return -math.inf
+        return (max(state.index) + self.policy.buckets) * (self.policy.window / self.policy.buckets)
+
+
+allow_in_rows(State)
+
+
+class SQLiteStore(MemoryStore):
+    """Breaker state in a row of a :class:`~ratelimit.SQLiteBackend` file: the memory
+    store's transitions, each in one transaction. When the file cannot be used, the
+    backend's ``on_unavailable`` decides, as for Redis (see :class:`RedisStore`)."""
+
+    def __init__(self, backend: SQLiteBackend, name: str, policy: Policy, clock: Clock | None, local: MemoryStore):
+        super().__init__(policy, clock or SystemClock())
+        slot, rows = backend.cell(name, Kept(policy), clock)
+        self._held = slot
+        self._lock = rows
+        self._now = rows.now
+        self._backend = backend
+        self._name = name
+        self._local = local
+
+    def _or_local(self, exc: BackendUnavailable, local: Callable[[], R]) -> R:
+        says = "SQLite store unavailable; the circuit breaker %r goes on locally: %s"
+        return self._backend.without_store(exc, self._name, local=local, otherwise=local, says=(says, says))
+
+    def allow(self) -> Decision:
+        try:
+            return super().allow()
+        except BackendUnavailable as exc:
+            return self._or_local(exc, self._local.allow)
+
+    def record(self, generation: int, probe: bool, ok: bool | None) -> tuple[BreakerState, BreakerState]:
+        try:
+            return super().record(generation, probe, ok)
+        except BackendUnavailable as exc:
+            return self._or_local(exc, lambda: self._local.record(generation, probe, ok))
+
+    def peek(self) -> tuple[BreakerState, int, int]:
+        try:
+            return super().peek()
+        except BackendUnavailable as exc:
+            return self._or_local(exc, self._local.peek)
 
 
 def _mode(value: Any) -> BreakerState:

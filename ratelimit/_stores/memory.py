@@ -16,6 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from types import TracebackType
 from typing import Any, Protocol
 
 from .._algorithms import holes as _holes
@@ -26,7 +27,17 @@ from .._clock import Clock, SystemClock
 from .keys import Keyed
 from .tally import Tally, weight
 
-__all__ = ["SWEEP_SECONDS", "MemoryBackend", "MemoryLaneHandle"]
+__all__ = [
+    "SWEEP_SECONDS",
+    "Kept",
+    "Lock",
+    "MemoryBackend",
+    "MemoryGroupHandle",
+    "MemoryHandle",
+    "MemoryLaneHandle",
+    "Slot",
+    "Timed",
+]
 
 #: Idle named state is looked for at most this often (wall-clock seconds), and
 #: whenever the number of names has doubled since the last look.
@@ -38,7 +49,7 @@ _SWEEP_SIZE = 1024
 _Key = tuple["str | Keyed", "int | None", str]
 
 
-class _Kept(Protocol):
+class Kept(Protocol):
     """What a slot keeps the state of: an algorithm, or both lanes of one (``Lanes``)."""
 
     @property
@@ -54,14 +65,36 @@ def _domain(clock: Clock | None) -> Clock | None:
     return None if clock is None or isinstance(clock, SystemClock) else clock
 
 
-class _Slot:
+class Lock(Protocol):
+    """What serialises the decisions on a slot: a ``threading.Lock`` here. The SQLite
+    store's is a transaction that loads the slot from its row and writes it back
+    (``sqlite.py``): the handles below are its decisions too."""
+
+    def acquire(self, blocking: bool = ...) -> object: ...
+
+    def release(self) -> None: ...
+
+    def __enter__(self) -> object: ...
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> object: ...
+
+
+class Timed(Protocol):
+    """Where a handle reads the time of each decision, inside its slot's lock."""
+
+    def now(self) -> float: ...
+
+
+class Slot:
     """One limiter's state, the lock that serialises decisions on it, and its holes
     (for a composite's first limit: the composite's, one set per list of algorithms)."""
 
     __slots__ = ("alg", "domain", "group_holes", "holes", "lock", "now", "state", "users")
 
-    def __init__(self, alg: _Kept, clock: Clock | None) -> None:
-        self.lock = threading.Lock()
+    def __init__(self, alg: Kept, clock: Clock | None) -> None:
+        self.lock: Lock = threading.Lock()
         self.alg = alg
         self.state = alg.new_state()
         self.holes = _holes.Holes()
@@ -87,7 +120,7 @@ class MemoryBackend:
     shared = False
 
     def __init__(self) -> None:
-        self._slots: dict[_Key, _Slot] = {}
+        self._slots: dict[_Key, Slot] = {}
         # Re-entrant: a limiter collected by the garbage collector in the middle of a
         # bind releases its names from inside the lock.
         self._lock = threading.RLock()
@@ -97,16 +130,16 @@ class MemoryBackend:
         self._sweep_size = _SWEEP_SIZE
         self._sweep_time = time.monotonic() + SWEEP_SECONDS
 
-    def _slot(self, name: str | Keyed | None, member: int | None, alg: _Kept, clock: Clock | None) -> _Slot:
+    def _slot(self, name: str | Keyed | None, member: int | None, alg: Kept, clock: Clock | None) -> Slot:
         if name is None:
-            return _Slot(alg, clock)
+            return Slot(alg, clock)
         with self._lock:
             self._busy = True
             try:
                 key = (name, member, alg.kind)
                 slot = self._slots.get(key)
                 if slot is None:
-                    slot = self._slots[key] = _Slot(alg, clock)
+                    slot = self._slots[key] = Slot(alg, clock)
                 elif slot.domain is not _domain(clock):
                     raise ValueError(
                         f"clock {clock!r} cannot share the budget named {name!r}, which keeps time on "
@@ -118,13 +151,13 @@ class MemoryBackend:
             self._sweep_if_due()
             return slot
 
-    def _release(self, slots: Sequence[_Slot]) -> None:
+    def _release(self, slots: Sequence[Slot]) -> None:
         with self._lock:
             for slot in slots:
                 slot.users -= 1
             self._sweep_if_due()
 
-    def _watch(self, handle: object, name: str | Keyed | None, slots: Sequence[_Slot]) -> None:
+    def _watch(self, handle: object, name: str | Keyed | None, slots: Sequence[Slot]) -> None:
         if name is not None:
             weakref.finalize(handle, self._release, slots)
 
@@ -233,7 +266,7 @@ class MemoryHandle:
 
     __slots__ = ("__weakref__", "_alg", "_algs", "_holes", "_lock", "_now", "_slot", "_step", "tally")
 
-    def __init__(self, alg: Algorithm[Any], slot: _Slot, clock: Clock) -> None:
+    def __init__(self, alg: Algorithm[Any], slot: Slot, clock: Timed) -> None:
         self.tally: Tally | None = None
         self._alg = alg
         self._algs = (alg,)
@@ -367,7 +400,7 @@ class MemoryGroupHandle:
 
     __slots__ = ("__weakref__", "_algs", "_holes", "_lock", "_members", "_now", "_slots", "tally")
 
-    def __init__(self, algs: Sequence[Algorithm[Any]], slots: Sequence[_Slot], clock: Clock) -> None:
+    def __init__(self, algs: Sequence[Algorithm[Any]], slots: Sequence[Slot], clock: Timed) -> None:
         self.tally: Tally | None = None
         self._algs = tuple(algs)
         self._slots = tuple(slots)
@@ -547,7 +580,7 @@ class MemoryLaneHandle:
 
     __slots__ = ("__weakref__", "_keep", "_lane", "_lanes", "_last", "_lock", "_low", "_now", "_slot", "tally")
 
-    def __init__(self, lanes: _lanes.Lanes, slot: _Slot, clock: Clock, lane: int, keep: float | None) -> None:
+    def __init__(self, lanes: _lanes.Lanes, slot: Slot, clock: Timed, lane: int, keep: float | None) -> None:
         self.tally: Tally | None = None
         self._lanes = lanes
         self._slot = slot

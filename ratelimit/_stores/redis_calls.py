@@ -5,19 +5,16 @@ At most ``pool_size`` script calls are in flight at once (per event loop for
 asyncio); the rest wait their turn, which is not a failure. When a call finds the
 store unavailable, the callers that were waiting behind it fail at once instead of
 each waiting for its own timeout. ``on_unavailable`` is read in one place,
-:meth:`RedisCalls.without_store`, for limiters and breakers alike.
+``FailurePolicy.without_store`` (``unavailable.py``), for every shared store.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import queue
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 import redis.asyncio
 import redis.asyncio.cluster
@@ -29,12 +26,10 @@ from .redis_clients import drop_idle_connections, pool_limit
 from .redis_errors import STORE_ERRORS, is_unavailable
 from .redis_loops import LoopState, Turns, Watch, close_with_loop
 from .scripts import Script
+from .unavailable import BackendStats, FailurePolicy, OnUnavailable
 
-logger = logging.getLogger("ratelimit")
+__all__ = ["DEFAULT_POOL_SIZE", "BackendStats", "OnUnavailable", "RedisCalls"]
 
-R = TypeVar("R")
-
-OnUnavailable = Literal["raise", "allow", "local"]
 
 #: Script calls in flight at once per backend (per event loop for asyncio). Redis runs
 #: one script at a time and a client process is bound by its own CPU long before this:
@@ -46,19 +41,7 @@ DEFAULT_POOL_SIZE = 16
 POOL_WAIT_SECONDS = 30.0
 
 
-@dataclass(frozen=True)
-class BackendStats:
-    """Counters of a :class:`RedisBackend` since it was made."""
-
-    #: Calls that could not reach the store.
-    failures: int
-    #: Of those, acquires granted without the store (``on_unavailable="allow"``).
-    failed_open: int
-    #: Of those, acquires decided by the local fallback (``on_unavailable="local"``).
-    fell_back: int
-
-
-class RedisCalls:
+class RedisCalls(FailurePolicy):
     """The script calls of a :class:`~.redis.RedisBackend`, which extends it: its
     clients (a synchronous one, and an asyncio one per event loop), the turns that
     keep at most ``pool_size`` calls in flight, :meth:`run` and :meth:`run_async`,
@@ -72,7 +55,7 @@ class RedisCalls:
         self._async_client = client if self._is_async else None
         self._async_factory: Callable[[], Any] | None = None
         self._deadline: float | None = None
-        self.on_unavailable: OnUnavailable = on_unavailable
+        super().__init__(on_unavailable)
         #: The heartbeat of ``local_share="auto"``, made when the first limiter binds:
         #: each call starts it again in a forked child.
         self._live: LiveCount | None = None
@@ -85,8 +68,6 @@ class RedisCalls:
         # Not weakly keyed: each entry's client and gate refer to their loop. An entry
         # goes when its loop shuts down (see close_with_loop), or once found closed.
         self._loops: dict[asyncio.AbstractEventLoop, LoopState] = {}
-        self._lock = threading.Lock()
-        self._failures = self._failed_open = self._fell_back = 0
         # Failures of calls that reached for the store (not of waiters failed behind them).
         self._outages = 0
 
@@ -231,41 +212,3 @@ class RedisCalls:
             if watch is not None and task is not None:
                 watch.calls.pop(task, None)
             gate.give()
-
-    def without_store(
-        self,
-        exc: BackendUnavailable,
-        key: str,
-        *,
-        local: Callable[[], R] | None,
-        otherwise: Callable[[], R],
-        says: tuple[str, str],
-        decision: bool = False,
-    ) -> R:
-        """What an operation on ``key`` does when the store cannot be reached: the one
-        place ``on_unavailable`` is read, for limiters and breakers alike.
-
-        ``"raise"`` raises ``exc``; otherwise the operation runs on the ``local``
-        fallback when there is one, and ``otherwise`` when not (a grant without the
-        store, or the operation lost). ``says`` is the warning logged in each case
-        (``%r`` the key, ``%s`` the error; empty for none). A ``decision`` is counted
-        in :meth:`stats`.
-        """
-        policy = self.on_unavailable
-        if policy == "raise":
-            raise exc
-        if decision:
-            with self._lock:
-                if policy == "allow":
-                    self._failed_open += 1
-                else:
-                    self._fell_back += 1
-        message, run = (says[0], local) if local is not None else (says[1], otherwise)
-        if message:
-            logger.warning(message, key, exc)
-        return run()
-
-    def stats(self) -> BackendStats:
-        """How often the store could not be reached, and what was done instead."""
-        with self._lock:
-            return BackendStats(self._failures, self._failed_open, self._fell_back)

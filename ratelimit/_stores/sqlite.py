@@ -1,0 +1,652 @@
+"""One budget for many processes on one box, with no server: state in a SQLite file.
+
+Every decision is one short write transaction (``BEGIN IMMEDIATE`` in WAL mode) that
+loads the limiter's row, runs exactly what the in-process store runs (the handles of
+``memory.py``, whose lock here is the transaction: :class:`Rows`) and writes the row
+back. So the decisions are the memory store's, and so the Redis scripts' (the
+conformance suite holds all three to them), whichever process makes them.
+
+Times are store time (``sqlite_time.py``), one clock for the whole box; a waiter
+sleeps its exact wait, as with Redis, since a grant's time is decided when it is
+reserved. The file, its locking and its errors are ``sqlite_file.py``'s, a row's
+encoding ``sqlite_codec.py``'s. When the file cannot be used (locked past
+``busy_timeout``, read-only, a full disk, deleted and not re-creatable) the
+backend's ``on_unavailable`` applies as for :class:`~.redis.RedisBackend`
+(``unavailable.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from .. import _validate
+from .._algorithms import lanes as _lanes
+from .._algorithms.algorithm import Algorithm
+from .._algorithms.holes import Holes
+from .._clock import Clock, SystemClock
+from .._errors import BackendUnavailable
+from .fallback_share import Fallback, checked_local_share, group_share, lanes_shares, single_share
+from .memory import Kept, MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
+from .sqlite_codec import CorruptState, decode, encode, holes_until
+from .sqlite_file import StoreFile
+from .store import Handle
+from .tally import Tally
+from .unavailable import BackendStats, FailurePolicy, OnUnavailable, checked_on_unavailable
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT",
+    "SWEEP_SECONDS",
+    "Rows",
+    "SQLiteBackend",
+    "SQLiteGroupHandle",
+    "SQLiteHandle",
+    "StoredState",
+]
+
+#: Seconds a decision waits for the file's write lock before the store counts as
+#: unavailable. Transactions last tens of microseconds: only a process stopped while
+#: holding the lock (or a disk that stalls) makes a wait this long.
+DEFAULT_BUSY_TIMEOUT = 5.0
+
+#: Each process looks for idle names at most this often (seconds).
+SWEEP_SECONDS = 60.0
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_SELECT = "SELECT number, blob, updated FROM ratelimit_state WHERE name = ? AND member = ? AND kind = ?"
+_WRITE = (
+    "REPLACE INTO ratelimit_state (name, member, kind, number, blob, idle, updated, test)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+_VERSION = "PRAGMA data_version"
+
+_Key = tuple[str, int, str]
+
+
+def _bare(slot: Slot) -> bool:
+    """Whether a slot has no holes, pause nor restriction: its state is all there is."""
+    holes = slot.holes
+    return (
+        not holes.items
+        and holes.paused_until == -math.inf
+        and holes.restricted_until == -math.inf
+        and not slot.group_holes
+    )
+
+
+def _load_holes(slot: Slot, holes: Holes, groups: dict[tuple[str, ...], Holes]) -> None:
+    _fill(slot.holes, holes)
+    _fill_groups(slot.group_holes, groups)
+
+
+def _idle(slot: Slot) -> float:
+    """The store time from which a slot's row decides as a fresh one would."""
+    idle = slot.alg.idle_until(slot.state)
+    for holes in (slot.holes, *slot.group_holes.values()):
+        until = holes_until(holes)
+        if until > idle:
+            idle = until
+    return idle
+
+
+def _fill(mine: Holes, loaded: Holes) -> None:
+    """``mine`` made ``loaded``, in place (a handle holds on to ``mine``)."""
+    mine.items[:] = loaded.items
+    mine.paused_until = loaded.paused_until
+    mine.restricted_until = loaded.restricted_until
+
+
+def _fill_groups(mine: dict[tuple[str, ...], Holes], loaded: dict[tuple[str, ...], Holes]) -> None:
+    for kinds, holes in mine.items():
+        _fill(holes, loaded.get(kinds) or Holes())
+    for kinds, holes in loaded.items():
+        mine.setdefault(kinds, holes)
+
+
+class Rows:
+    """The rows one handle decides on, read and written in one transaction.
+
+    It is the lock of the memory handles it serves (``acquire``/``release`` and
+    ``with``): taking it begins the transaction and loads each row into its
+    :class:`~.memory.Slot`; releasing it writes back what changed and commits. An
+    exception raised in between rolls the transaction back. Its :meth:`now` is the
+    handles' clock: store time, never before the time written into the rows read.
+    """
+
+    __slots__ = (
+        "_conn",
+        "_file",
+        "_floor",
+        "_keys",
+        "_loaded",
+        "_mark",
+        "_outer",
+        "_seen",
+        "_slots",
+        "_test",
+        "_time",
+        "_written",
+    )
+
+    def __init__(self, file: StoreFile, keys: Sequence[_Key], slots: Sequence[Slot], clock: Clock | None) -> None:
+        self._file = file
+        self._keys = tuple(keys)
+        self._slots = tuple(slots)
+        test = not (clock is None or isinstance(clock, SystemClock))
+        #: Written into each row: 1 when its times are a test clock's (never swept).
+        self._test = 1 if test else 0
+        self._time: Callable[[], float] = clock.now if clock is not None and test else file.now
+        self._conn: Any = None
+        self._floor = -math.inf
+        self._written = -math.inf
+        self._outer: BaseException | None = None
+        self._loaded: list[tuple[float | None, bytes | None]] = []
+        #: ``(connection, data_version, this process's writes)`` when the slots last
+        #: matched the rows; ``None``: read them at the next transaction.
+        self._seen: tuple[int, int, int] | None = None
+        self._mark: tuple[int, int, int] = (-1, -1, -1)
+
+    def now(self) -> float:
+        """The time of this transaction's decision."""
+        t = self._time()
+        if t < self._floor:
+            t = self._floor
+        self._written = t
+        return t
+
+    def acquire(self, blocking: bool = True) -> bool:
+        """Begin the transaction and load the rows (waiting for the file's lock up to
+        its ``busy_timeout`` whatever ``blocking`` says)."""
+        file = self._file
+        conn = file.begin()
+        try:
+            self._outer = sys.exc_info()[1]
+            # No other connection has committed (data_version), nor this process
+            # written (file.writes), since this handle last read or wrote its rows:
+            # the slots hold them already.
+            mark = (file.generation, conn.execute(_VERSION).fetchone()[0], file.writes)
+            if mark == self._seen:
+                self._written = self._floor
+            else:
+                self._seen = None
+                self._load(conn)
+                self._mark = mark
+        except CorruptState as exc:
+            file.rollback(conn)
+            raise BackendUnavailable(f"the SQLite store {file.path!r} holds a row it did not write: {exc}") from exc
+        except BaseException as exc:
+            file.rollback(conn)
+            if isinstance(exc, file.errors):
+                raise file.unavailable(exc) from exc
+            raise
+        self._conn = conn
+        return True
+
+    def _load(self, conn: Any) -> None:
+        loaded = self._loaded
+        loaded.clear()
+        floor = -math.inf
+        for key, slot in zip(self._keys, self._slots, strict=True):
+            row = conn.execute(_SELECT, key).fetchone()
+            if row is None:
+                number = blob = None
+                slot.state = slot.alg.new_state()
+                if not _bare(slot):
+                    _load_holes(slot, Holes(), {})
+            else:
+                number, blob, updated = row
+                if updated > floor:
+                    floor = updated
+                if blob is None and number.__class__ is float and _bare(slot):
+                    slot.state = number  # a token bucket's: the usual row, one number
+                else:
+                    state, holes, groups = decode(number, blob)
+                    slot.state = state
+                    _load_holes(slot, holes, groups)
+            loaded.append((number, blob))
+        self._floor = self._written = floor
+
+    def release(self) -> None:
+        conn = self._conn
+        self._conn = None
+        file = self._file
+        seen, self._seen = self._seen or self._mark, None
+        if sys.exc_info()[1] is not self._outer:
+            # The decision raised (a bug, or an interrupt): nothing of it is kept, and
+            # the slots are read again next time.
+            file.rollback(conn)
+            return
+        wrote = False
+        try:
+            loaded = self._loaded
+            for i, (key, slot) in enumerate(zip(self._keys, self._slots, strict=True)):
+                state = slot.state
+                before = loaded[i]
+                if state.__class__ is float and _bare(slot):
+                    if before[0] == state and before[1] is None:
+                        continue  # a refusal: nothing changed
+                    conn.execute(_WRITE, (*key, state, None, slot.alg.idle_until(state), self._written, self._test))
+                    loaded[i] = (state, None)
+                else:
+                    number, blob = encode(state, slot.holes, slot.group_holes)
+                    if (number, blob) == before:
+                        continue
+                    conn.execute(_WRITE, (*key, number, blob, _idle(slot), self._written, self._test))
+                    loaded[i] = (number, blob)
+                wrote = True
+        except BaseException as exc:
+            file.rollback(conn)
+            if isinstance(exc, file.errors):
+                raise file.unavailable(exc) from exc
+            raise
+        if wrote:
+            file.writes += 1
+            self._floor = self._written
+        file.commit(conn)  # raises (and leaves the slots to be read again) if it cannot
+        self._seen = (seen[0], seen[1], file.writes)
+
+    def __enter__(self) -> None:
+        self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class _Unavailable(Generic[T]):
+    """A SQLite handle: the memory handle it wraps decides in the file, and what the
+    file cannot decide goes to the backend's failure policy, with the local fallback
+    of ``on_unavailable="local"``."""
+
+    __slots__ = ("__weakref__", "_backend", "_inner", "_local", "_name")
+
+    suspends = False
+
+    def __init__(self, backend: SQLiteBackend, name: str, inner: Handle[T], local: Fallback[T] | None) -> None:
+        self._backend = backend
+        self._name = name
+        self._inner = inner
+        self._local = local
+
+    @property
+    def tally(self) -> Tally | None:
+        return self._inner.tally
+
+    @tally.setter
+    def tally(self, tally: Tally | None) -> None:
+        self._inner.tally = tally
+
+    def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
+        try:
+            decision = self._inner.reserve(tokens, max_wait)
+        except BackendUnavailable as exc:
+            local = self._local
+            return self._backend.without_store(
+                exc,
+                self._name,
+                local=None if local is None else lambda: local.reserve(tokens, max_wait),
+                otherwise=lambda: (0.0, math.nan),
+                says=(
+                    "SQLite store unavailable; deciding %r locally: %s",
+                    "SQLite store unavailable; granting %r without it (fail open): %s",
+                ),
+                decision=True,
+            )
+        self._backend.sweep_if_due()
+        return decision
+
+    async def reserve_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
+        return self.reserve(tokens, max_wait)
+
+    def reserve_here(self, tokens: T, max_wait: float) -> None:
+        return None  # never asked: nothing here suspends
+
+    def _lost(self, what: str, run: Callable[[], object], local: Callable[[Fallback[T]], object]) -> None:
+        try:
+            run()
+        except BackendUnavailable as exc:
+            fallback = self._local
+            self._backend.without_store(
+                exc,
+                self._name,
+                local=None if fallback is None else lambda: local(fallback),
+                otherwise=lambda: None,
+                says=("", f"SQLite store unavailable; the {what} on %r is lost: %s"),
+            )
+
+    def refund(self, tokens: T, at: float | None) -> None:
+        self._lost("refund", lambda: self._inner.refund(tokens, at), lambda local: local.refund(tokens, None))
+
+    async def refund_async(self, tokens: T, at: float | None) -> None:
+        self.refund(tokens, at)
+
+    def charge(self, tokens: T) -> float | None:
+        charged: float | None = None
+
+        def run() -> None:
+            nonlocal charged
+            charged = self._inner.charge(tokens)
+
+        self._lost("charge", run, lambda local: local.charge(tokens))
+        return charged
+
+    async def charge_async(self, tokens: T) -> float | None:
+        return self.charge(tokens)
+
+    def restrict(self, remaining: T, seconds: float) -> None:
+        self._lost(
+            "restriction",
+            lambda: self._inner.restrict(remaining, seconds),
+            lambda local: local.restrict(remaining, seconds),
+        )
+
+    async def restrict_async(self, remaining: T, seconds: float) -> None:
+        self.restrict(remaining, seconds)
+
+
+class SQLiteHandle(_Unavailable[float]):
+    """One limiter, or one priority of a budget with lanes, in the file."""
+
+    __slots__ = ()
+
+
+class SQLiteGroupHandle(_Unavailable[Sequence[float]]):
+    """A composite's limits (or a limiter and its learned pace), in one transaction."""
+
+    __slots__ = ("_group",)
+
+    def __init__(
+        self,
+        backend: SQLiteBackend,
+        name: str,
+        inner: MemoryGroupHandle,
+        local: Fallback[Sequence[float]] | None,
+    ) -> None:
+        super().__init__(backend, name, inner, local)
+        self._group = inner
+
+    def throttle(self, decided: float | None, at: float | None) -> None:
+        """A refusal of the request decided at ``decided`` to go at ``at``: the learned pace cuts its rate."""
+        self._lost("throttle", lambda: self._group.throttle(decided, at), lambda local: None)
+
+    async def throttle_async(self, decided: float | None, at: float | None) -> None:
+        self.throttle(decided, at)
+
+    def rate(self) -> float:
+        """The learned pace's rate now (``BackendUnavailable`` while the file cannot be read)."""
+        return self._group.rate()
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """One row of a :class:`SQLiteBackend` file, as :meth:`SQLiteBackend.inspect` reads it."""
+
+    name: str
+    #: The limit's place in a composite (``None``: a limiter of its own).
+    member: int | None
+    #: The algorithm (``token_bucket``, ``sliding_window:lanes``, ``breaker``, ...).
+    kind: str
+    #: The state, as the algorithm keeps it (times are store time).
+    state: str
+    #: Seconds since a decision last wrote it.
+    age: float
+    #: Seconds until it is as good as new (then a sweep forgets it); <= 0: idle now.
+    idle_in: float
+    #: Written on a test clock (never swept).
+    test: bool
+
+
+class SQLiteBackend(FailurePolicy):
+    """State in a SQLite file: one budget for every process of one box, no server.
+
+    ``SQLiteBackend("/var/tmp/limits.db")`` makes the file (and its ``-wal`` and
+    ``-shm`` beside it) if need be; every process and thread that makes limiters on
+    it with the same ``name`` shares one budget. The decisions are those of the
+    in-process store and of Redis, made one at a time under the file's lock: each
+    acquire is one short write transaction, and a waiter sleeps its exact wait.
+
+    Args:
+        path: the file. Its folder must exist and be writable (SQLite keeps the
+            ``-wal`` and ``-shm`` files beside it); processes of several users can
+            share it where the file's and folder's permissions let them all write.
+            A file that is not a SQLite database, or a database that is not a store
+            of ours, is refused (``ValueError``) and never written to.
+        on_unavailable: when the file cannot be used (locked past ``busy_timeout``,
+            read-only, a full disk): ``"raise"`` (``BackendUnavailable``), ``"allow"``
+            (grant without it) or ``"local"`` (decide in this process at
+            ``local_share`` of the budget), as for :class:`RedisBackend`.
+        local_share: the fraction of each limit the local fallback keeps (0 < share <= 1).
+        busy_timeout: the seconds a decision may wait for another process's write
+            lock (``try_acquire`` too: contention alone never refuses a request the
+            budget allows); past it the store counts as unavailable. Waits are
+            counted in :meth:`stats`.
+
+    Raises ``FileNotFoundError`` (no such folder), ``IsADirectoryError``,
+    ``PermissionError`` (a file or folder this process may not write) or
+    ``ValueError`` (not a SQLite database, or not ours), each naming the path.
+    """
+
+    shared = True
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        on_unavailable: OnUnavailable = "raise",
+        local_share: float = 1.0,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    ) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or a path, got {type(path).__name__} {path!r}")
+        if not os.fspath(path):
+            raise ValueError("path must name a file, got ''")
+        share = checked_local_share(local_share)
+        if share == "auto":
+            raise ValueError("local_share='auto' counts live processes through Redis; give SQLiteBackend a fraction")
+        self.local_share: float = share
+        self.busy_timeout = _validate.duration("busy_timeout", busy_timeout)
+        super().__init__(checked_on_unavailable(on_unavailable))
+        self._file = StoreFile(path, self.busy_timeout)
+        #: The file, as an absolute path.
+        self.path = self._file.path
+        self._local = MemoryBackend()
+        self._sweep_at = time.monotonic() + SWEEP_SECONDS
+        self._sweep_lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> SQLiteBackend:
+        """``sqlite:///relative/path`` or ``sqlite:////absolute/path`` (as SQLAlchemy
+        writes them), ``options`` as for the constructor."""
+        if not isinstance(url, str) or not url.startswith("sqlite:///") or len(url) == len("sqlite:///"):
+            raise ValueError(f"url must be sqlite:///PATH (sqlite:////tmp/x.db for an absolute path), got {url!r}")
+        return cls(url[len("sqlite:///") :], **options)
+
+    # -- binding -----------------------------------------------------------------
+
+    def _named(self, name: str | None) -> str:
+        if name is None:
+            raise ValueError(f"name is required with a shared backend ({self!r}): it names the shared budget")
+        return name
+
+    @staticmethod
+    def _no_lease(lease: float | None) -> None:
+        if lease is not None:
+            raise ValueError(
+                f"lease={lease!r}: a SQLiteBackend decides every request in its file, in microseconds; "
+                "there is nothing to lease (drop lease=)"
+            )
+
+    def bind(
+        self,
+        name: str | None,
+        alg: Algorithm[Any],
+        clock: Clock | None,
+        *,
+        lease: float | None = None,
+        shadow: bool = False,
+    ) -> SQLiteHandle:
+        # shadow: the front never enforces a shadow's decisions; the store keeps them as any.
+        self._no_lease(lease)
+        named = self._named(name)
+        slot = Slot(alg, clock)
+        rows = Rows(self._file, [(named, -1, alg.kind)], [slot], clock)
+        slot.lock = rows
+        inner = MemoryHandle(alg, slot, rows)
+        local = None
+        if self.on_unavailable == "local":
+            local = single_share(self._local, alg, clock, self.local_share)
+        return SQLiteHandle(self, named, inner, local)
+
+    def bind_group(self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None) -> SQLiteGroupHandle:
+        named = self._named(name)
+        slots = [Slot(alg, clock) for alg in algs]
+        rows = Rows(self._file, [(named, i, alg.kind) for i, alg in enumerate(algs)], slots, clock)
+        for slot in slots:
+            slot.lock = rows
+        inner = MemoryGroupHandle(algs, slots, rows)
+        local = None
+        if self.on_unavailable == "local":
+            local = group_share(self._local, algs, clock, self.local_share)
+        return SQLiteGroupHandle(self, named, inner, local)
+
+    def bind_lanes(
+        self, name: str | None, lanes: _lanes.Lanes, clock: Clock | None, keep: float | None
+    ) -> tuple[SQLiteHandle, SQLiteHandle]:
+        """Both lanes of a budget with priorities in one row: the handle that acquires
+        at high priority, and the one at low."""
+        named = self._named(name)
+        slot = Slot(lanes, clock)
+        rows = Rows(self._file, [(named, -1, lanes.kind)], [slot], clock)
+        slot.lock = rows
+        inner = [MemoryLaneHandle(lanes, slot, rows, lane, keep) for lane in (_lanes.HIGH, _lanes.LOW)]
+        locals_: Sequence[Fallback[float] | None] = (None, None)
+        if self.on_unavailable == "local":
+            locals_ = lanes_shares(self._local, lanes, clock, keep, self.local_share)
+        return SQLiteHandle(self, named, inner[0], locals_[0]), SQLiteHandle(self, named, inner[1], locals_[1])
+
+    def cell(self, name: str, kept: Kept, clock: Clock | None) -> tuple[Slot, Rows]:
+        """One row of state of another kind than a limiter's (the circuit breaker's,
+        ``kept.kind`` telling it apart): the slot it is loaded into, and the
+        transaction that is both its lock and its clock."""
+        slot = Slot(kept, clock)
+        rows = Rows(self._file, [(name, -1, kept.kind)], [slot], clock)
+        slot.lock = rows
+        return slot, rows
+
+    # -- idle names ----------------------------------------------------------------
+
+    def sweep_if_due(self) -> None:
+        """Sweep when this process has not for ``SWEEP_SECONDS`` (after a decision)."""
+        if time.monotonic() >= self._sweep_at and self._sweep_lock.acquire(blocking=False):
+            try:
+                self._sweep_at = time.monotonic() + SWEEP_SECONDS
+                # The decision was made: a sweep that cannot run waits for the next.
+                with contextlib.suppress(BackendUnavailable):
+                    self.sweep()
+            finally:
+                self._sweep_lock.release()
+
+    def sweep(self) -> int:
+        """Forget every name whose state is as good as new (a fresh state would
+        decide the same); return how many rows went.
+
+        Each process runs it by itself every ``SWEEP_SECONDS`` after a decision; call
+        it to shrink the file's content at a moment of your choosing. State kept on a
+        test clock (``ManualClock``) is never swept.
+        """
+        file = self._file
+        conn = file.begin()
+        try:
+            gone = conn.execute("DELETE FROM ratelimit_state WHERE test = 0 AND idle <= ?", (file.now(),)).rowcount
+            if gone:
+                file.writes += 1
+        except BaseException as exc:
+            file.rollback(conn)
+            if isinstance(exc, file.errors):
+                raise file.unavailable(exc) from exc
+            raise
+        file.commit(conn)
+        return int(gone)
+
+    def __len__(self) -> int:
+        """How many named states the file keeps (a composite's limits count one each)."""
+        file = self._file
+        conn = file.begin()
+        try:
+            count = conn.execute("SELECT count(*) FROM ratelimit_state").fetchone()[0]
+        finally:
+            file.rollback(conn)
+        return int(count)
+
+    # -- what operators read -------------------------------------------------------
+
+    def without_store(
+        self,
+        exc: BackendUnavailable,
+        key: str,
+        *,
+        local: Callable[[], R] | None,
+        otherwise: Callable[[], R],
+        says: tuple[str, str],
+        decision: bool = False,
+    ) -> R:
+        """``FailurePolicy.without_store``, each call counted as a failure in :meth:`stats`."""
+        with self._lock:
+            self._failures += 1
+        return super().without_store(exc, key, local=local, otherwise=otherwise, says=says, decision=decision)
+
+    def stats(self) -> BackendStats:
+        """How often the file could not be used and what was done instead, and how
+        often (and how long) decisions waited for another process's lock."""
+        base = super().stats()
+        return BackendStats(
+            base.failures, base.failed_open, base.fell_back, self._file.lock_waits, self._file.lock_wait_seconds
+        )
+
+    def inspect(self, names: Sequence[str] = ()) -> list[StoredState]:
+        """What the file keeps for each name (every name when ``names`` is empty), as
+        ``ratelimit inspect --store sqlite:///PATH`` prints it; read in one short
+        transaction, nothing written."""
+        file = self._file
+        conn = file.begin()
+        try:
+            now = file.now()
+            query = "SELECT name, member, kind, number, blob, idle, updated, test FROM ratelimit_state"
+            if names:
+                rows = [r for name in names for r in conn.execute(query + " WHERE name = ?", (name,)).fetchall()]
+            else:
+                rows = conn.execute(query + " ORDER BY name, member").fetchall()
+        finally:
+            file.rollback(conn)
+        found: list[StoredState] = []
+        for name, member, kind, number, blob, idle, updated, test in rows:
+            try:
+                state = repr(decode(number, blob)[0])
+            except CorruptState as exc:
+                state = f"<unreadable: {exc}>"
+            found.append(
+                StoredState(
+                    name, None if member < 0 else int(member), kind, state, now - updated, idle - now, bool(test)
+                )
+            )
+        return found
+
+    def now(self) -> float:
+        """Store time now, as every process of the box reads it (see ``sqlite_time.py``)."""
+        return self._file.now()
+
+    def close(self) -> None:
+        """Close this process's connection to the file (reopened by the next decision)."""
+        self._file.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteBackend({self.path!r})"

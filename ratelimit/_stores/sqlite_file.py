@@ -1,0 +1,401 @@
+"""The file of a :class:`~.sqlite.SQLiteBackend`: opening it, its schema, its time
+base, and the write transactions every decision runs in (internal).
+
+One connection per backend and process (a forked child opens its own), in WAL mode.
+The threads of a process take turns on a lock of their own before ``BEGIN
+IMMEDIATE``; processes take turns on SQLite's write lock. A transaction that finds
+it held waits for it (in short sleeps, counted in ``lock_waits``) up to
+``busy_timeout`` seconds, and past that the store is unavailable
+(``BackendUnavailable``, and the backend's ``on_unavailable`` applies). Every
+``sqlite3`` error becomes one of ours, naming the file: at opening a
+``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError`` or ``ValueError``;
+once open a ``BackendUnavailable`` chaining the ``sqlite3`` error.
+
+Called by ``sqlite.py`` (its rows and sweeps); the time base is ``sqlite_time.py``'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import random
+import sqlite3
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from .._errors import BackendUnavailable
+from .sqlite_time import boot_id, boot_seconds, rebased_offset
+
+__all__ = ["FORMAT", "StoreFile"]
+
+logger = logging.getLogger("ratelimit")
+
+#: What the meta table's ``format`` says: a file whose tables say otherwise is not ours.
+FORMAT = "ratelimit-fleet sqlite store"
+VERSION = 1
+
+_HEADER = b"SQLite format 3\x00"
+
+#: Seconds between two checks that the path still names the file this process has
+#: open (deleted or replaced under a running fleet: this process then moves to it).
+CHECK_EVERY = 1.0
+
+#: The longest sleep between two tries for a held write lock.
+_MOST_SLEEP = 0.002
+
+_SCHEMA = (
+    "CREATE TABLE ratelimit_meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
+    # One row per limiter (member: its place in a composite, -1 for none; kind: its
+    # algorithm, or two lanes'): its state in `number` or `blob` (sqlite_codec.py),
+    # the store time from which it is as good as new (`idle`), when it was last
+    # written (`updated`), and whether its time is a test clock's (never swept).
+    "CREATE TABLE ratelimit_state (name TEXT NOT NULL, member INTEGER NOT NULL, kind TEXT NOT NULL,"
+    " number REAL, blob BLOB, idle REAL NOT NULL, updated REAL NOT NULL, test INTEGER NOT NULL,"
+    " PRIMARY KEY (name, member, kind)) WITHOUT ROWID",
+)
+
+
+# SQLite's primary result codes (stable across versions; sqlite3 names them only from 3.11).
+_BUSY, _LOCKED, _READONLY, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 5, 6, 8, 11, 13, 14, 26
+
+
+def _code(exc: sqlite3.Error) -> int:
+    """The primary result code of a ``sqlite3`` error (0 when unknown)."""
+    return int(getattr(exc, "sqlite_errorcode", 0)) & 0xFF
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    if _code(exc) in (_BUSY, _LOCKED):
+        return True
+    return "database is locked" in str(exc)
+
+
+def describe(path: str, exc: BaseException) -> str:
+    """What went wrong with the store's file, in words that name it."""
+    if isinstance(exc, sqlite3.Error):
+        code = _code(exc)
+        if code == _FULL:
+            return f"the disk holding the SQLite store {path!r} is full ({exc})"
+        if code == _READONLY:
+            return f"the SQLite store {path!r} cannot be written: it (or its folder) is read-only ({exc})"
+        if code in (_NOTADB, _CORRUPT):
+            return f"the SQLite store {path!r} is damaged or no longer a database ({exc})"
+        if code == _CANTOPEN:
+            return f"the SQLite store {path!r} cannot be opened ({exc})"
+    return f"the SQLite store {path!r} failed: {exc!r}"
+
+
+class StoreFile:
+    """The store's file, opened (and checked) at construction.
+
+    Raises ``FileNotFoundError`` (no such folder), ``IsADirectoryError``,
+    ``PermissionError`` (a file or folder this process may not write) or
+    ``ValueError`` (a file that is not a SQLite database, or one that is not a store
+    of ours: it is never written to).
+    """
+
+    #: The errors a transaction maps to ``BackendUnavailable`` (:meth:`unavailable`).
+    errors = (sqlite3.Error,)
+
+    def __init__(self, path: str | os.PathLike[str], busy_timeout: float) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        self.busy_timeout = busy_timeout
+        #: Decisions that waited for another process's write lock, and for how long.
+        self.lock_waits = 0
+        self.lock_wait_seconds = 0.0
+        #: Connections opened so far, and commits of this process that wrote rows
+        #: (with SQLite's ``data_version``, they tell a transaction whether the rows
+        #: it last saw have changed since; counted under the process's lock).
+        self.generation = 0
+        self.writes = 0
+        #: Store time is ``boot_seconds() + offset`` (see ``sqlite_time.py``).
+        self.offset = 0.0
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = os.getpid()
+        self._identity: tuple[int, int] | None = None
+        self._check_at = 0.0
+        # Connections inherited through a fork: never used, and never closed either
+        # (closing one would checkpoint and could delete the parent's WAL).
+        self._inherited: list[sqlite3.Connection] = []
+        self._conn = self._open()
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _forked(ref))
+
+    # -- opening ------------------------------------------------------------------
+
+    def _refuse_path(self) -> None:
+        path = self.path
+        target = Path(path)
+        if target.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "a SQLite store must be a file, not a folder", path)
+        folder = target.parent
+        if not folder.is_dir():
+            raise FileNotFoundError(
+                errno.ENOENT, f"the folder {str(folder)!r} of the SQLite store does not exist", path
+            )
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError(
+                errno.EACCES,
+                f"the folder {str(folder)!r} is not writable: the SQLite store keeps its -wal and -shm files beside it",
+                path,
+            )
+        if target.exists():
+            if not os.access(path, os.R_OK | os.W_OK):
+                raise PermissionError(
+                    errno.EACCES,
+                    "the SQLite store must be readable and writable by this process: each decision writes it",
+                    path,
+                )
+            with open(path, "rb") as file:
+                header = file.read(len(_HEADER))
+            if header and header != _HEADER:
+                raise ValueError(f"{path!r} is not a SQLite database: SQLiteBackend leaves it untouched")
+
+    def _open(self) -> sqlite3.Connection:
+        self.generation += 1
+        self._refuse_path()
+        try:
+            conn = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise PermissionError(errno.EACCES, describe(self.path, exc), self.path) from exc
+        try:
+            self._set_up(conn)
+        except BaseException:
+            conn.close()
+            raise
+        stat = os.stat(self.path)
+        self._identity = (stat.st_dev, stat.st_ino)
+        self._check_at = time.monotonic() + CHECK_EVERY
+        return conn
+
+    def _retrying(self, conn: sqlite3.Connection, sql: str) -> Any:
+        """``sql`` tried until the file's lock lets it through (at most ``busy_timeout``)."""
+        deadline = time.monotonic() + self.busy_timeout
+        delay = 0.0001
+        while True:
+            try:
+                return conn.execute(sql).fetchall()
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc) or time.monotonic() > deadline:
+                    raise
+            time.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, _MOST_SLEEP)
+
+    def _set_up(self, conn: sqlite3.Connection) -> None:
+        """WAL, the schema of a new file (or the check that a file is ours), and this
+        boot's time base: the file's first transaction of this connection."""
+        path = self.path
+        try:
+            # Read before anything is written: a database that is not ours is left
+            # exactly as it was (switching it to WAL would change its header).
+            self._check_schema(conn, self._retrying(conn, "SELECT name FROM sqlite_master WHERE type = 'table'"))
+            mode = self._retrying(conn, "PRAGMA journal_mode=WAL")
+            if not mode or str(mode[0][0]).lower() != "wal":
+                raise ValueError(f"the SQLite store {path!r} cannot use WAL (journal mode stays {mode!r})")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._retrying(conn, "BEGIN IMMEDIATE")
+            try:
+                tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+                self._check_schema(conn, tables, create=True)
+                self._time_base(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as exc:
+            if _code(exc) in (_NOTADB, _CORRUPT):
+                raise ValueError(f"{path!r} is not a SQLite database we can use ({exc}): left untouched") from exc
+            if _code(exc) == _READONLY:
+                raise PermissionError(errno.EACCES, describe(path, exc), path) from exc
+            if _busy(exc):
+                raise BackendUnavailable(
+                    f"the SQLite store {path!r} stayed locked by another process for "
+                    f"{self.busy_timeout:g} s (busy_timeout)"
+                ) from exc
+            raise OSError(describe(path, exc)) from exc
+
+    def _check_schema(self, conn: sqlite3.Connection, rows: list[tuple[str]], *, create: bool = False) -> None:
+        """Refuse a database that is not a store of ours; make the tables of an empty
+        one when ``create`` (inside the set-up's write transaction)."""
+        tables = {row[0] for row in rows}
+        if not tables:
+            if not create:
+                return
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.executemany(
+                "INSERT INTO ratelimit_meta (key, value) VALUES (?, ?)", [("format", FORMAT), ("version", VERSION)]
+            )
+            return
+        meta = {}
+        if "ratelimit_meta" in tables:
+            meta = dict(conn.execute("SELECT key, value FROM ratelimit_meta"))
+        if meta.get("format") != FORMAT or "ratelimit_state" not in tables:
+            raise ValueError(
+                f"{self.path!r} is a SQLite database but not a ratelimit store (tables {sorted(tables)!r}): "
+                "SQLiteBackend leaves it untouched; give it a file of its own"
+            )
+        if meta.get("version") != VERSION:
+            raise ValueError(
+                f"{self.path!r} is a ratelimit store of format version {meta.get('version')!r}; "
+                f"this release reads version {VERSION}"
+            )
+
+    def _time_base(self, conn: sqlite3.Connection) -> None:
+        """Read the offset of store time, or set it for this boot (see ``sqlite_time.py``)."""
+        meta = dict(
+            conn.execute("SELECT key, value FROM ratelimit_meta WHERE key IN ('boot', 'offset', 'wall', 'base')")
+        )
+        boot = boot_id()
+        if meta.get("boot") == boot:
+            self.offset = float(meta["offset"])
+            return
+        latest = conn.execute("SELECT max(updated) FROM ratelimit_state WHERE test = 0").fetchone()[0]
+        if "base" in meta and (latest is None or float(meta["base"]) > latest):
+            latest = meta["base"]  # no row written since the last rebase: time went on from there
+        last_wall = None
+        if latest is not None and "wall" in meta and "base" in meta:
+            # The wall time when the latest row was written, as this boot's base said.
+            last_wall = float(meta["wall"]) + (float(latest) - float(meta["base"]))
+        self.offset = rebased_offset(None if latest is None else float(latest), last_wall)
+        now = boot_seconds() + self.offset
+        conn.executemany(
+            "INSERT OR REPLACE INTO ratelimit_meta (key, value) VALUES (?, ?)",
+            [("boot", boot), ("offset", self.offset), ("wall", time.time()), ("base", now)],
+        )
+        if meta.get("boot") is not None:
+            logger.info(
+                "the SQLite store %r was last used during another boot: its time continues from %r", self.path, now
+            )
+
+    # -- the connection of this process ------------------------------------------
+
+    def _forked(self) -> None:
+        # In the child: the parent's connection and lock are not ours to use.
+        self._lock = threading.Lock()
+        if self._conn is not None:
+            self._inherited.append(self._conn)
+        self._conn = None
+        self._pid = os.getpid()
+
+    def _connection(self) -> sqlite3.Connection:
+        conn = self._conn
+        if conn is not None and time.monotonic() < self._check_at:
+            return conn
+        try:
+            if conn is not None and self._same_file():
+                self._check_at = time.monotonic() + CHECK_EVERY
+                return conn
+            if conn is not None:
+                logger.warning(
+                    "the SQLite store %r was deleted or replaced: this process moves to the new file", self.path
+                )
+                self._conn = None
+                conn.close()
+            conn = self._conn = self._open()
+        except (OSError, ValueError, sqlite3.Error) as exc:
+            raise BackendUnavailable(describe(self.path, exc)) from exc
+        return conn
+
+    def _same_file(self) -> bool:
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        return (stat.st_dev, stat.st_ino) == self._identity
+
+    # -- transactions -------------------------------------------------------------
+
+    def now(self) -> float:
+        """Store time now (see ``sqlite_time.py``)."""
+        return boot_seconds() + self.offset
+
+    def begin(self) -> sqlite3.Connection:
+        """Take this process's turn and the file's write lock (``BEGIN IMMEDIATE``):
+        the connection, in a transaction that :meth:`commit` or :meth:`rollback` ends."""
+        self._lock.acquire()
+        try:
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc):
+                    raise BackendUnavailable(describe(self.path, exc)) from exc
+                self._wait_for_lock(conn)
+        except BaseException:
+            self._lock.release()
+            raise
+        return conn
+
+    def _wait_for_lock(self, conn: sqlite3.Connection) -> None:
+        """Another process holds the write lock: try again after short sleeps, which
+        grow to ``_MOST_SLEEP``, until ``busy_timeout``."""
+        started = time.monotonic()
+        delay = 0.00005
+        try:
+            while True:
+                time.sleep(delay * random.uniform(0.5, 1.5))
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    if not _busy(exc):
+                        raise BackendUnavailable(describe(self.path, exc)) from exc
+                    if time.monotonic() - started > self.busy_timeout:
+                        raise BackendUnavailable(
+                            f"the SQLite store {self.path!r} stayed locked by another process for "
+                            f"{self.busy_timeout:g} s (busy_timeout)"
+                        ) from exc
+                delay = min(delay * 2, _MOST_SLEEP)
+        finally:
+            self.lock_waits += 1
+            self.lock_wait_seconds += time.monotonic() - started
+
+    def commit(self, conn: sqlite3.Connection) -> None:
+        """End the transaction, written; ``BackendUnavailable`` if it could not be."""
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._abandon(conn)
+            raise BackendUnavailable(describe(self.path, exc)) from exc
+        finally:
+            self._lock.release()
+
+    def rollback(self, conn: sqlite3.Connection) -> None:
+        """End the transaction, nothing written."""
+        try:
+            self._abandon(conn)
+        finally:
+            self._lock.release()
+
+    @staticmethod
+    def _abandon(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            # SQLite may have rolled back already (a full disk, an I/O error).
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+
+    def unavailable(self, exc: BaseException) -> BackendUnavailable:
+        """A ``sqlite3`` error met inside a transaction, as the store's."""
+        error = BackendUnavailable(describe(self.path, exc))
+        error.__cause__ = exc
+        return error
+
+    def close(self) -> None:
+        """Close this process's connection (the next transaction opens it again)."""
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+
+def _forked(ref: weakref.ref[StoreFile]) -> None:
+    store = ref()
+    if store is not None:
+        store._forked()

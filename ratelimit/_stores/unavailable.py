@@ -1,0 +1,96 @@
+"""What a shared store does when it cannot be reached: the failure policy
+``on_unavailable``, read in one place for every shared store (internal).
+
+:class:`FailurePolicy` is extended by ``redis_calls.RedisCalls`` (and so by
+``RedisBackend``) and by ``SQLiteBackend``; their handles, the breaker's and the
+concurrency limit's stores call :meth:`FailurePolicy.without_store`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+from .._errors import BackendUnavailable
+
+__all__ = ["BackendStats", "FailurePolicy", "OnUnavailable", "checked_on_unavailable"]
+
+logger = logging.getLogger("ratelimit")
+
+R = TypeVar("R")
+
+OnUnavailable = Literal["raise", "allow", "local"]
+
+
+def checked_on_unavailable(value: object) -> OnUnavailable:
+    """``on_unavailable`` checked: ``"raise"``, ``"allow"`` or ``"local"``."""
+    if value == "raise" or value == "allow" or value == "local":
+        return value
+    raise ValueError(f"on_unavailable must be 'raise', 'allow' or 'local', got {value!r}")
+
+
+@dataclass(frozen=True)
+class BackendStats:
+    """Counters of a shared backend since it was made."""
+
+    #: Calls that could not reach the store.
+    failures: int
+    #: Of those, acquires granted without the store (``on_unavailable="allow"``).
+    failed_open: int
+    #: Of those, acquires decided by the local fallback (``on_unavailable="local"``).
+    fell_back: int
+    #: Decisions that found the store's file locked by another process and waited for
+    #: it (a :class:`~ratelimit.SQLiteBackend`'s; always 0 for Redis).
+    lock_waits: int = 0
+    #: Seconds those decisions waited for the lock in all.
+    lock_wait_seconds: float = 0.0
+
+
+class FailurePolicy:
+    """``on_unavailable`` and the counts of what it did."""
+
+    def __init__(self, on_unavailable: OnUnavailable) -> None:
+        self.on_unavailable: OnUnavailable = on_unavailable
+        self._lock = threading.Lock()
+        self._failures = self._failed_open = self._fell_back = 0
+
+    def without_store(
+        self,
+        exc: BackendUnavailable,
+        key: str,
+        *,
+        local: Callable[[], R] | None,
+        otherwise: Callable[[], R],
+        says: tuple[str, str],
+        decision: bool = False,
+    ) -> R:
+        """What an operation on ``key`` does when the store cannot be reached: the one
+        place ``on_unavailable`` is read, for limiters and breakers alike.
+
+        ``"raise"`` raises ``exc``; otherwise the operation runs on the ``local``
+        fallback when there is one, and ``otherwise`` when not (a grant without the
+        store, or the operation lost). ``says`` is the warning logged in each case
+        (``%r`` the key, ``%s`` the error; empty for none). A ``decision`` is counted
+        in :meth:`stats`.
+        """
+        policy = self.on_unavailable
+        if policy == "raise":
+            raise exc
+        if decision:
+            with self._lock:
+                if policy == "allow":
+                    self._failed_open += 1
+                else:
+                    self._fell_back += 1
+        message, run = (says[0], local) if local is not None else (says[1], otherwise)
+        if message:
+            logger.warning(message, key, exc)
+        return run()
+
+    def stats(self) -> BackendStats:
+        """How often the store could not be reached, and what was done instead."""
+        with self._lock:
+            return BackendStats(self._failures, self._failed_open, self._fell_back)

@@ -1,0 +1,602 @@
+"""The SQLite store: one budget for the processes of one box, in a file.
+
+Every behaviour test parametrised over stores runs on it too (the ``sqlite`` case of
+``conftest.py``); here are what only a file has: its decisions held to the pure
+algorithms through the rows (two backends on one file standing for two processes),
+processes, locks, a process killed inside a transaction, the file's time across a
+reboot and a wall-clock step, idle names, and every bad path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import multiprocessing
+import os
+import pickle
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from test_conformance import ALGORITHMS, Request, _given_back, _same, _weights, requests
+
+import ratelimit._stores.sqlite_file as sqlite_file
+from ratelimit import (
+    AcquireTimeout,
+    BackendUnavailable,
+    CircuitBreaker,
+    CircuitOpen,
+    Composite,
+    ConcurrencyLimit,
+    LeakyBucket,
+    ManualClock,
+    SlidingWindow,
+    SQLiteBackend,
+    TokenBucket,
+)
+from ratelimit._algorithms.algorithm import Algorithm, charge_all
+from ratelimit._algorithms.holes import Holes, give_back, pause, reserve, restricted, void
+from ratelimit._algorithms.leaky_bucket import LeakyQueue
+from ratelimit._algorithms.sliding_window import WindowLog
+from ratelimit._algorithms.sliding_window_counter import WindowCounter
+from ratelimit._algorithms.token_bucket import Gcra
+from ratelimit.cli import main
+
+WORKER = Path(__file__).with_name("sqlite_worker.py")
+ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
+
+# -- the same decisions as the pure step, through the rows -----------------------------
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("sqlite") / "conformance.db"
+
+
+_names = iter(range(10**9))
+
+
+@pytest.mark.parametrize("kind", list(ALGORITHMS))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenario=requests)
+def test_decisions_through_the_file_match_the_pure_step(store_path: Path, kind: str, scenario: list[Request]) -> None:
+    """Two backends on one file (two processes, as far as the rows can tell) take
+    turns deciding; every answer is the pure step's, bit for bit."""
+    alg: Algorithm[Any] = ALGORITHMS[kind](3.0, 1.0)
+    clock = ManualClock(start=1_700_000_000.0)
+    name = f"conformance-{next(_names)}"
+    handles = [SQLiteBackend(store_path).bind(name, alg, clock) for _ in range(2)]
+    states: list[Any] = [alg.new_state()]
+    holes = Holes()
+    pending: list[tuple[float, float]] = []
+    for i, (dt, tokens, max_wait, back, restriction, charged, _) in enumerate(scenario):
+        handle = handles[i % 2]
+        clock.advance(dt)
+        now = clock.now()
+        if restriction is not None:
+            remaining, seconds = restriction
+            states = [alg.restrict(states[0], now, remaining, now + seconds)]
+            restricted(holes, now, now + seconds)
+            if remaining == 0:
+                pause(holes, now + seconds)
+            handle.restrict(remaining, seconds)
+        n = min(tokens, 3.0)
+        states, wait, at = reserve([alg], states, holes, now, [n], max_wait)
+        _same(handle.reserve(n, max_wait), (wait, at))
+        if wait >= 0:
+            pending.append((at, n))
+        if charged:
+            states = charge_all([alg], states, now, [min(charged, 3.0)])
+            void(holes)
+            named = handle.charge(min(charged, 3.0))
+            if alg.slotted:
+                assert named == alg.latest(states[0])
+                pending.append((named, min(charged, 3.0)))
+        given_back = _given_back(back, pending, now)
+        if given_back is not None:
+            at, n = given_back
+            states = give_back([alg], states, holes, now, [n], at)
+            handles[(i + 1) % 2].refund(n, at)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenario=requests)
+def test_a_composite_through_the_file_matches_the_pure_step(store_path: Path, scenario: list[Request]) -> None:
+    """A composite of all four algorithms, decided in one transaction over four rows."""
+    algs: list[Algorithm[Any]] = [Gcra(3.0, 1.0), WindowLog(5.0, 4.0), LeakyQueue(6.0, 2.0), WindowCounter(4.0, 2.0)]
+    clock = ManualClock(start=1_700_000_000.0)
+    name = f"group-{next(_names)}"
+    handles = [SQLiteBackend(store_path).bind_group(name, algs, clock) for _ in range(2)]
+    states = [alg.new_state() for alg in algs]
+    holes = Holes()
+    pending: list[tuple[float, Any]] = []
+    for i, (dt, tokens, max_wait, back, _, charged, zeros) in enumerate(scenario):
+        handle = handles[i % 2]
+        clock.advance(dt)
+        now = clock.now()
+        weights = _weights(algs, tokens, zeros)
+        states, wait, granted = reserve(algs, states, holes, now, weights, max_wait)
+        _same(handle.reserve(weights, max_wait), (wait, granted))
+        if wait >= 0:
+            pending.append((granted, weights))
+        if charged:
+            costs = _weights(algs, charged, zeros >> 1)
+            states = charge_all(algs, states, now, costs)
+            void(holes)
+            handle.charge(costs)
+        given_back = _given_back(back, pending, now)
+        if given_back is not None:
+            at, back_weights = given_back
+            states = give_back(algs, states, holes, now, back_weights, at)
+            handles[(i + 1) % 2].refund(back_weights, at)
+
+
+# -- processes -------------------------------------------------------------------------
+
+
+def test_processes_started_at_once_on_a_new_file_share_one_burst(tmp_path: Path) -> None:
+    """Eight processes make the file at the same moment and take from one budget:
+    exactly its ten tokens are granted among them."""
+    path = tmp_path / "new.db"
+    start = time.time() + 2.0
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), "take", str(path), "shared", "5", str(start)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(8)
+    ]
+    outputs = [proc.communicate(timeout=60) for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), [err for _, err in outputs]
+    assert sum(int(out) for out, _ in outputs) == 10
+
+
+def test_a_process_killed_inside_a_transaction_loses_nothing(tmp_path: Path) -> None:
+    """A process SIGKILLed while holding the write lock, half-way through a write:
+    the others wait for the lock, go on once it dies, and find the budget as it was."""
+    path = tmp_path / "killed.db"
+    limiter = TokenBucket(3, 1e-6, backend=SQLiteBackend(path), name="killed")
+    assert limiter.try_acquire()
+    holder = subprocess.Popen([sys.executable, str(WORKER), "hold", str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "holding"
+        results: list[bool] = []
+        waiting = threading.Thread(target=lambda: results.append(limiter.try_acquire()))
+        waiting.start()
+        time.sleep(0.2)
+        assert not results  # waiting for the lock, not refused for it
+        os.kill(holder.pid, signal.SIGKILL)
+        waiting.join(10)
+        assert results == [True]
+    finally:
+        holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+    # The dead process's write is gone: one token left of three, no more, no less.
+    assert [limiter.try_acquire() for _ in range(2)] == [True, False]
+    assert limiter.backend.stats().lock_waits >= 1  # type: ignore[attr-defined]
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    conn.close()
+
+
+def _forked_take(path: str, out: Any) -> None:
+    limiter = TokenBucket(10, 1e-6, backend=SQLiteBackend(path), name="forked")
+    out.put(sum(limiter.try_acquire() for _ in range(4)))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no fork")
+def test_a_forked_child_opens_its_own_connection(tmp_path: Path) -> None:
+    """A backend made before a fork works in the child (its own connection) and in
+    the parent, on one budget."""
+    path = tmp_path / "fork.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(10, 1e-6, backend=backend, name="forked")
+    assert limiter.try_acquire()
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=lambda: out.put(sum(limiter.try_acquire() for _ in range(4))))
+    child.start()
+    assert out.get(timeout=30) == 4
+    child.join(30)
+    assert sum(limiter.try_acquire() for _ in range(10)) == 5
+
+
+# -- locks and unavailability ----------------------------------------------------------
+
+
+def _hold_lock(path: Path, seconds: float) -> threading.Thread:
+    ready = threading.Event()
+
+    def run() -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        ready.set()
+        time.sleep(seconds)
+        conn.execute("COMMIT")
+        conn.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    ready.wait()
+    return thread
+
+
+def test_contention_waits_for_the_lock_and_is_counted(tmp_path: Path) -> None:
+    """A decision that finds the file locked waits (try_acquire too) and is counted."""
+    backend = SQLiteBackend(tmp_path / "s.db")
+    limiter = TokenBucket(5, 1, backend=backend, name="busy")
+    holder = _hold_lock(tmp_path / "s.db", 0.1)
+    assert limiter.try_acquire()
+    holder.join()
+    stats = backend.stats()
+    assert stats.lock_waits == 1
+    assert 0.05 < stats.lock_wait_seconds < 5
+    assert stats.failures == 0
+
+
+def test_a_lock_held_past_busy_timeout_makes_the_store_unavailable(tmp_path: Path) -> None:
+    """Past busy_timeout: BackendUnavailable naming the file, never sqlite3's error."""
+    backend = SQLiteBackend(tmp_path / "s.db", busy_timeout=0.1)
+    limiter = TokenBucket(5, 1, backend=backend, name="stuck")
+    holder = _hold_lock(tmp_path / "s.db", 0.6)
+    try:
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="stayed locked") as caught:
+            limiter.try_acquire()
+        assert time.monotonic() - started < 0.5
+        assert str(tmp_path) in str(caught.value)
+    finally:
+        holder.join()
+    assert limiter.try_acquire()
+
+
+@pytest.mark.parametrize("policy", ["allow", "local"])
+def test_on_unavailable_applies_as_for_redis(tmp_path: Path, policy: str, caplog: pytest.LogCaptureFixture) -> None:
+    """'allow' grants without the file, 'local' decides at this process's share."""
+    backend = SQLiteBackend(tmp_path / "s.db", busy_timeout=0.05, on_unavailable=policy, local_share=0.5)  # type: ignore[arg-type]
+    limiter = TokenBucket(4, 1e-6, backend=backend, name="fallback")
+    holder = _hold_lock(tmp_path / "s.db", 0.5)
+    try:
+        granted = [limiter.try_acquire() for _ in range(3)]
+    finally:
+        holder.join()
+    stats = backend.stats()
+    if policy == "allow":
+        assert granted == [True, True, True]
+        assert stats.failed_open == 3
+    else:
+        assert granted == [True, True, False]  # half of a burst of 4
+        assert stats.fell_back == 3
+    assert "SQLite store unavailable" in caplog.text
+
+
+def test_a_full_disk_is_a_clear_error(tmp_path: Path) -> None:
+    """A write the disk cannot hold: BackendUnavailable that says the disk is full."""
+    backend = SQLiteBackend(tmp_path / "full.db")
+    limiter = TokenBucket(5, 1, backend=backend, name="first")
+    assert limiter.try_acquire()
+    conn = backend._file._conn
+    assert conn is not None
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count = {pages}")
+    big = Composite([SlidingWindow(10**6, 3600) for _ in range(3)], backend=backend, name="big")
+
+    def fill() -> None:
+        for _ in range(3000):
+            big.try_acquire()
+
+    with pytest.raises(BackendUnavailable, match="full"):
+        fill()
+    assert limiter.try_acquire()  # what fits still works
+
+
+def test_the_file_deleted_under_a_running_fleet_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Deleted under two running processes: both move to the new file, one budget again."""
+    monkeypatch.setattr(sqlite_file, "CHECK_EVERY", 0.0)
+    path = tmp_path / "gone.db"
+    a = TokenBucket(4, 1e-6, backend=SQLiteBackend(path), name="gone")
+    b = TokenBucket(4, 1e-6, backend=SQLiteBackend(path), name="gone")
+    assert a.try_acquire()
+    assert b.try_acquire()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    assert a.try_acquire()
+    assert path.exists()
+    assert [b.try_acquire() for _ in range(4)] == [True, True, True, False]
+    assert "deleted or replaced" in caplog.text
+
+
+@pytest.mark.skipif(ROOT, reason="root writes any file")
+def test_a_file_made_read_only_under_a_running_fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read-only under a running process: BackendUnavailable that says so."""
+    monkeypatch.setattr(sqlite_file, "CHECK_EVERY", 0.0)
+    path = tmp_path / "ro.db"
+    limiter = TokenBucket(4, 1e-6, backend=SQLiteBackend(path), name="ro")
+    assert limiter.try_acquire()
+    path.chmod(0o444)
+    tmp_path.chmod(0o555)
+    try:
+        with pytest.raises(BackendUnavailable, match=r"read-only|cannot be"):
+            limiter.try_acquire()
+    finally:
+        tmp_path.chmod(0o755)
+        path.chmod(0o644)
+
+
+# -- bad paths ---------------------------------------------------------------------------
+
+
+def test_a_missing_folder_is_named(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist") as caught:
+        SQLiteBackend(tmp_path / "nope" / "s.db")
+    assert str(tmp_path / "nope") in str(caught.value)
+
+
+def test_a_folder_is_not_a_store(tmp_path: Path) -> None:
+    with pytest.raises(IsADirectoryError) as caught:
+        SQLiteBackend(tmp_path)
+    assert str(tmp_path) in str(caught.value)
+
+
+def test_a_file_that_is_not_a_database_is_left_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"my notes, which are not a database\n" * 100)
+    with pytest.raises(ValueError, match="is not a SQLite database") as caught:
+        SQLiteBackend(path)
+    assert str(path) in str(caught.value)
+    assert path.read_bytes() == b"my notes, which are not a database\n" * 100
+
+
+def test_a_database_that_is_not_ours_is_never_written(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE users (name TEXT)")
+    conn.execute("INSERT INTO users VALUES ('ada')")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="not a ratelimit store") as caught:
+        SQLiteBackend(path)
+    assert str(path) in str(caught.value)
+    assert path.read_bytes() == before
+
+
+def test_an_empty_file_becomes_a_store(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    path.touch()
+    assert TokenBucket(1, 1, backend=SQLiteBackend(path), name="x").try_acquire()
+
+
+@pytest.mark.skipif(ROOT, reason="root writes any file")
+def test_a_read_only_file_is_refused_with_its_path(tmp_path: Path) -> None:
+    path = tmp_path / "ro.db"
+    SQLiteBackend(path).close()
+    path.chmod(0o444)
+    with pytest.raises(PermissionError) as caught:
+        SQLiteBackend(path)
+    assert str(path) in str(caught.value)
+
+
+def test_a_row_it_did_not_write_runs_nothing(tmp_path: Path) -> None:
+    """A row holding a pickle of something else (a file writable by others) is refused
+    as unavailable; nothing in it is ever called."""
+    backend = SQLiteBackend(tmp_path / "s.db")
+    limiter = SlidingWindow(3, 1, backend=backend, name="evil")
+    assert limiter.try_acquire()
+    conn = sqlite3.connect(tmp_path / "s.db")
+    conn.execute("UPDATE ratelimit_state SET number = NULL, blob = ?", (pickle.dumps((os.system, ("true",))),))
+    conn.commit()
+    conn.close()
+    with pytest.raises(BackendUnavailable, match="did not write"):
+        limiter.try_acquire()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"busy_timeout": 0}, ValueError, "busy_timeout"),
+        ({"on_unavailable": "maybe"}, ValueError, "on_unavailable"),
+        ({"local_share": "auto"}, ValueError, "local_share"),
+        ({"local_share": 2}, ValueError, "local_share"),
+    ],
+)
+def test_bad_options_name_themselves(
+    tmp_path: Path, kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        SQLiteBackend(tmp_path / "s.db", **kwargs)
+
+
+def test_bad_paths_and_urls(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="path"):
+        SQLiteBackend(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="path"):
+        SQLiteBackend("")
+    with pytest.raises(ValueError, match="sqlite:///"):
+        SQLiteBackend.from_url("redis://x")
+    backend = SQLiteBackend.from_url(f"sqlite:///{tmp_path}/u.db")
+    assert backend.path == str(tmp_path / "u.db")
+    assert repr(backend) == f"SQLiteBackend({str(tmp_path / 'u.db')!r})"
+
+
+def test_a_name_is_required_and_leases_are_refused(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "s.db")
+    with pytest.raises(ValueError, match="name is required"):
+        TokenBucket(1, 1, backend=backend)
+    with pytest.raises(ValueError, match="lease"):
+        TokenBucket(1, 1, backend=backend, name="x", lease=0.1)
+
+
+def test_concurrency_limit_is_refused_clearly(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="SQLiteBackend"):
+        ConcurrencyLimit(2, backend=SQLiteBackend(tmp_path / "s.db"), name="x")
+
+
+# -- time ----------------------------------------------------------------------------
+
+
+def test_store_time_survives_a_reboot_and_a_wall_clock_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a reboot (a new boot id, the boot clock from zero) store time continues
+    from the latest row, so no limiter is stuck and no budget refills early; a
+    wall-clock step within a boot changes nothing."""
+    boot = {"id": "boot-a", "seconds": 50_000.0}
+    wall = {"now": 1_700_000_000.0}
+    monkeypatch.setattr(sqlite_file, "boot_id", lambda: boot["id"])
+    monkeypatch.setattr(sqlite_file, "boot_seconds", lambda: boot["seconds"])
+    monkeypatch.setattr("ratelimit._stores.sqlite_time.boot_seconds", lambda: boot["seconds"])
+    monkeypatch.setattr("ratelimit._stores.sqlite_time.time.time", lambda: wall["now"])
+    path = tmp_path / "t.db"
+    first = SQLiteBackend(path)
+    limiter = TokenBucket(2, 0.01, backend=first, name="slow")  # a token per 100 s
+    assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
+    before = first.now()
+    # A wall-clock step of an hour, forwards then backwards: nothing moves.
+    wall["now"] += 3600
+    assert not limiter.try_acquire()
+    wall["now"] -= 7200
+    assert not limiter.try_acquire()
+    assert first.now() == before
+    # The box reboots 10 s later (by the wall clock), its boot clock from 3 s.
+    wall["now"] += 3600 + 10
+    boot.update(id="boot-b", seconds=3.0)
+    after = TokenBucket(2, 0.01, backend=SQLiteBackend(path), name="slow")
+    assert after.backend.now() == pytest.approx(before + 10)  # type: ignore[attr-defined]
+    assert not after.try_acquire()  # no burst: 10 s of 100 s refilled
+    # Not stuck either: the wait is what is left of the 100 s.
+    with pytest.raises(AcquireTimeout) as caught:
+        after.acquire(timeout=0)
+    assert 85 < caught.value.retry_after < 95
+    # A wall clock set back across the reboot: time continues from the last write.
+    boot.update(id="boot-c", seconds=1.0)
+    wall["now"] -= 10**6
+    again = SQLiteBackend(path)
+    assert again.now() >= before + 10
+
+
+def test_a_row_is_never_decided_before_its_own_time(tmp_path: Path) -> None:
+    """The clamp: a row written ahead of this process's clock (an offset read before a
+    rebase) is decided at its own time, never earlier."""
+    backend = SQLiteBackend(tmp_path / "s.db")
+    limiter = LeakyBucket(2, 1, backend=backend, name="ahead")
+    assert limiter.try_acquire()
+    conn = sqlite3.connect(tmp_path / "s.db")
+    conn.execute("UPDATE ratelimit_state SET updated = updated + 1000")
+    conn.commit()
+    conn.close()
+    assert limiter.try_acquire()
+    conn = sqlite3.connect(tmp_path / "s.db")
+    (updated,) = conn.execute("SELECT updated FROM ratelimit_state").fetchone()
+    conn.close()
+    assert updated >= backend.now() + 999
+
+
+# -- idle names ----------------------------------------------------------------------
+
+
+def test_idle_names_are_swept_and_busy_ones_kept(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "s.db")
+    quick = [TokenBucket(1, 1000, backend=backend, name=f"tenant-{i}") for i in range(50)]
+    for limiter in quick:
+        assert limiter.try_acquire()
+    slow = TokenBucket(1, 1e-3, backend=backend, name="slow")
+    assert slow.try_acquire()
+    tested = SlidingWindow(1, 1, backend=backend, name="on-a-test-clock", clock=ManualClock())
+    assert tested.try_acquire()
+    assert len(backend) == 52
+    time.sleep(0.01)  # every quick bucket is whole again
+    assert backend.sweep() == 50
+    assert len(backend) == 2
+    # A name swept decides as it did: it was as good as new.
+    assert quick[0].try_acquire()
+    assert not slow.try_acquire()
+
+
+def test_asyncio_callers_use_the_same_file(tmp_path: Path) -> None:
+    limiter = SlidingWindow(5, 60, backend=SQLiteBackend(tmp_path / "s.db"), name="aio")
+
+    async def main() -> list[bool]:
+        return list(await asyncio.gather(*(limiter.try_acquire_async() for _ in range(8))))
+
+    assert sorted(asyncio.run(main())) == [False] * 3 + [True] * 5
+
+
+def test_hundreds_of_threads_never_exceed_the_budget(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "s.db")
+    limiters = [TokenBucket(50, 1e-6, backend=backend, name="threads") for _ in range(4)]
+    granted: list[bool] = []
+
+    def run(i: int) -> None:
+        granted.append(limiters[i % 4].try_acquire())
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(granted) == 50
+    assert not math.isnan(backend.now())
+
+
+# -- the circuit breaker ----------------------------------------------------------------
+
+
+def test_a_breaker_opened_by_one_process_is_open_for_the_others(tmp_path: Path) -> None:
+    """The breaker's state is a row: two backends on one file (two processes) see one
+    circuit, and with the file locked past busy_timeout each goes on locally."""
+    clock = ManualClock(start=1_000.0)
+    path = tmp_path / "b.db"
+    options: dict[str, Any] = {"min_calls": 2, "failure_threshold": 0.5, "cooldown": 10, "name": "api", "clock": clock}
+    first = CircuitBreaker(backend=SQLiteBackend(path), **options)
+    second = CircuitBreaker(backend=SQLiteBackend(path, busy_timeout=0.05, on_unavailable="allow"), **options)
+    for _ in range(2):
+        ticket = first.allow()
+        first.record(ticket, ok=False)
+    assert second.state == "open"
+    with pytest.raises(CircuitOpen):
+        second.allow()
+    clock.advance(10)
+    assert second.state == "half_open"
+    holder = _hold_lock(path, 0.3)
+    try:
+        assert second.allow() is not None  # its own state: closed, never told of the outage
+    finally:
+        holder.join()
+    assert second.backend.stats().failures == 1  # type: ignore[attr-defined]
+
+
+# -- the command line -------------------------------------------------------------------
+
+
+def test_bench_and_inspect_take_a_sqlite_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``ratelimit bench --store sqlite:///PATH`` runs its workers on the file, and
+    ``ratelimit inspect --store`` shows what it keeps."""
+    url = f"sqlite:///{tmp_path}/bench.db"
+    assert main(["bench", "--store", url, "--processes", "2", "--threads", "2", "--seconds", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["backend"].startswith("SQLite file")
+    assert report["grants"] > 0
+    assert main(["inspect", "--store", url, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["kind"] == "token_bucket"
+    assert main(["inspect", "--store", url, "nobody"]) == 1
+    assert main(["inspect", "--store", f"sqlite:///{tmp_path}/missing/x.db"]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", "--store", "redis://x"])
+    assert exited.value.code == 2
+    assert "--store takes sqlite:///PATH" in capsys.readouterr().err
