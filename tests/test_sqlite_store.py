@@ -566,7 +566,8 @@ def test_a_breaker_opened_by_one_process_is_open_for_the_others(tmp_path: Path) 
     for _ in range(2):
         ticket = first.allow()
         first.record(ticket, ok=False)
-    assert second.state == "open"
+    opened = second.state
+    assert opened == "open"
     with pytest.raises(CircuitOpen):
         second.allow()
     clock.advance(10)
@@ -576,7 +577,8 @@ def test_a_breaker_opened_by_one_process_is_open_for_the_others(tmp_path: Path) 
         assert second.allow() is not None  # its own state: closed, never told of the outage
     finally:
         holder.join()
-    assert second.backend.stats().failures == 1  # type: ignore[attr-defined]
+    assert isinstance(second.backend, SQLiteBackend)
+    assert second.backend.stats().failures == 1
 
 
 # -- the command line -------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["KEY_SEPARATOR", "Keyed", "code_key", "config_key", "key_for", "name_of", "parts_of"]
+__all__ = ["KEY_SEPARATOR", "Keyed", "code_key", "config_key", "key_for", "name_of", "parts_of", "tag", "untag"]
 
 #: What stands between a limiter's name and a key in a keyed budget's hash tag.
 KEY_SEPARATOR = "%/"
@@ -42,7 +42,8 @@ def _unescape(text: str) -> str:
     return text.replace("%7B", "{").replace("%7D", "}").replace("%25", "%")
 
 
-def _tag(name: str | Keyed) -> str:
+def tag(name: str | Keyed) -> str:
+    """The text that stands for ``name`` (or a keyed budget) in a key: unique to it."""
     if isinstance(name, Keyed):
         # A store shared beyond this process always has a name (the front requires it).
         assert name.name is not None, "a shared store keeps keys of named limiters only"
@@ -50,15 +51,20 @@ def _tag(name: str | Keyed) -> str:
     return _escape(name)
 
 
+def untag(text: str) -> tuple[str, str | None]:
+    """``(limiter name, key or None)`` that :func:`tag` made ``text`` of."""
+    name, separator, rest = text.partition(KEY_SEPARATOR)
+    return (_unescape(name), _unescape(rest) if separator else None)
+
+
 def parts_of(key: str) -> tuple[str, str | None] | None:
     """``(limiter name, key or None)`` of a key of this scheme, or ``None`` for another key."""
     if not key.startswith("ratelimit:{"):
         return None
-    tag, brace, _ = key[len("ratelimit:{") :].partition("}")
+    text, brace, _ = key[len("ratelimit:{") :].partition("}")
     if not brace:
         return None
-    name, separator, rest = tag.partition(KEY_SEPARATOR)
-    return (_unescape(name), _unescape(rest) if separator else None)
+    return untag(text)
 
 
 def name_of(key: str) -> str | None:
@@ -77,14 +83,14 @@ def key_for(
     middle = ("injected:" if injected else "") + ("" if member is None else f"{member}:")
     if lane is not None:
         middle += f"{lane}:"
-    return f"ratelimit:{{{_tag(name)}}}:{middle}{kind}"
+    return f"ratelimit:{{{tag(name)}}}:{middle}{kind}"
 
 
 def config_key(name: str | Keyed) -> str:
     """The hash of limiter ``name``'s limit as changed at run time (``config.py``)."""
-    return f"ratelimit:{{{_tag(name)}}}:config"
+    return f"ratelimit:{{{tag(name)}}}:config"
 
 
 def code_key(name: str | Keyed) -> str:
     """The hash of what the code of limiter ``name`` configured, written by its script."""
-    return f"ratelimit:{{{_tag(name)}}}:code"
+    return f"ratelimit:{{{tag(name)}}}:code"

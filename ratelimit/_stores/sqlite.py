@@ -34,6 +34,7 @@ from .._algorithms.holes import Holes
 from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
 from .fallback_share import Fallback, checked_local_share, group_share, lanes_shares, single_share
+from .keys import Keyed, tag, untag
 from .memory import Kept, MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
 from .sqlite_codec import CorruptState, decode, encode, holes_until
 from .sqlite_file import StoreFile
@@ -352,6 +353,29 @@ class _Unavailable(Generic[T]):
     async def restrict_async(self, remaining: T, seconds: float) -> None:
         self.restrict(remaining, seconds)
 
+    def peek(self, tokens: T) -> float:
+        try:
+            return self._inner.peek(tokens)
+        except BackendUnavailable as exc:
+            local = self._local
+            # As a decision would: the local fallback's own answer, or at once (fail open).
+            return self._backend.without_store(
+                exc,
+                self._name,
+                local=None if local is None else lambda: local.peek(tokens),
+                otherwise=lambda: 0.0,
+                says=("", ""),  # a read: nothing decided without the store to tell of
+            )
+
+    async def peek_async(self, tokens: T) -> float:
+        return self.peek(tokens)
+
+    def reset(self) -> None:
+        self._lost("reset", self._inner.reset, lambda local: local.reset())
+
+    async def reset_async(self) -> None:
+        self.reset()
+
 
 class SQLiteHandle(_Unavailable[float]):
     """One limiter, or one priority of a budget with lanes, in the file."""
@@ -403,6 +427,8 @@ class StoredState:
     idle_in: float
     #: Written on a test clock (never swept).
     test: bool
+    #: The key of a keyed budget (``limiter.for_key(key)``), or ``None``.
+    key: str | None = None
 
 
 class SQLiteBackend(FailurePolicy):
@@ -472,10 +498,12 @@ class SQLiteBackend(FailurePolicy):
 
     # -- binding -----------------------------------------------------------------
 
-    def _named(self, name: str | None) -> str:
+    def _named(self, name: str | Keyed | None) -> str:
         if name is None:
             raise ValueError(f"name is required with a shared backend ({self!r}): it names the shared budget")
-        return name
+        # A row is named as a Redis key's hash tag is: escaped, so that a keyed budget
+        # (name and key) never shares a row with another pair or with a plain name.
+        return tag(name)
 
     @staticmethod
     def _no_lease(lease: float | None) -> None:
@@ -487,7 +515,7 @@ class SQLiteBackend(FailurePolicy):
 
     def bind(
         self,
-        name: str | None,
+        name: str | Keyed | None,
         alg: Algorithm[Any],
         clock: Clock | None,
         *,
@@ -506,7 +534,9 @@ class SQLiteBackend(FailurePolicy):
             local = single_share(self._local, alg, clock, self.local_share)
         return SQLiteHandle(self, named, inner, local)
 
-    def bind_group(self, name: str | None, algs: Sequence[Algorithm[Any]], clock: Clock | None) -> SQLiteGroupHandle:
+    def bind_group(
+        self, name: str | Keyed | None, algs: Sequence[Algorithm[Any]], clock: Clock | None
+    ) -> SQLiteGroupHandle:
         named = self._named(name)
         slots = [Slot(alg, clock) for alg in algs]
         rows = Rows(self._file, [(named, i, alg.kind) for i, alg in enumerate(algs)], slots, clock)
@@ -519,7 +549,7 @@ class SQLiteBackend(FailurePolicy):
         return SQLiteGroupHandle(self, named, inner, local)
 
     def bind_lanes(
-        self, name: str | None, lanes: _lanes.Lanes, clock: Clock | None, keep: float | None
+        self, name: str | Keyed | None, lanes: _lanes.Lanes, clock: Clock | None, keep: float | None
     ) -> tuple[SQLiteHandle, SQLiteHandle]:
         """Both lanes of a budget with priorities in one row: the handle that acquires
         at high priority, and the one at low."""
@@ -538,7 +568,7 @@ class SQLiteBackend(FailurePolicy):
         ``kept.kind`` telling it apart): the slot it is loaded into, and the
         transaction that is both its lock and its clock."""
         slot = Slot(kept, clock)
-        rows = Rows(self._file, [(name, -1, kept.kind)], [slot], clock)
+        rows = Rows(self._file, [(tag(name), -1, kept.kind)], [slot], clock)
         slot.lock = rows
         return slot, rows
 
@@ -622,20 +652,21 @@ class SQLiteBackend(FailurePolicy):
             now = file.now()
             query = "SELECT name, member, kind, number, blob, idle, updated, test FROM ratelimit_state"
             if names:
-                rows = [r for name in names for r in conn.execute(query + " WHERE name = ?", (name,)).fetchall()]
+                rows = [r for name in names for r in conn.execute(query + " WHERE name = ?", (tag(name),)).fetchall()]
             else:
                 rows = conn.execute(query + " ORDER BY name, member").fetchall()
         finally:
             file.rollback(conn)
         found: list[StoredState] = []
-        for name, member, kind, number, blob, idle, updated, test in rows:
+        for text, member, kind, number, blob, idle, updated, test in rows:
+            name, key = untag(text)
             try:
                 state = repr(decode(number, blob)[0])
             except CorruptState as exc:
                 state = f"<unreadable: {exc}>"
             found.append(
                 StoredState(
-                    name, None if member < 0 else int(member), kind, state, now - updated, idle - now, bool(test)
+                    name, None if member < 0 else int(member), kind, state, now - updated, idle - now, bool(test), key
                 )
             )
         return found
