@@ -20,6 +20,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import fakeredis
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
     from servers import RedisServer
 
 L = TypeVar("L")
+
+#: The helpers the tests share (servers, clocks, providers, worker scripts), on
+#: ``sys.path`` through pyproject.toml's ``pythonpath``; the tests start the workers by path.
+SUPPORT = Path(__file__).resolve().parent / "support"
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 # The command line's --redis defaults to it: a developer's own must not steer the tests

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -23,10 +22,10 @@ from ratelimit._resilience.breaker_state import MemoryStore, Policy, RedisStore
 from ratelimit._stores.redis import key_for
 from ratelimit.events import Event, Rejected, StateChanged
 
-from conftest import REDIS_URL, unique_name
+from conftest import REDIS_URL, SUPPORT, unique_name
 
 Make = Callable[..., Any]
-WORKER = Path(__file__).with_name("breaker_worker.py")
+WORKER = SUPPORT / "breaker_worker.py"
 
 
 def fail(breaker: CircuitBreaker, times: int = 1) -> None:

@@ -7,19 +7,18 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from ratelimit import AcquireTimeout, TokenBucket
 from ratelimit.testing import FakeProvider
 
-from conftest import REDIS_URL, unique_name
+from conftest import REDIS_URL, SUPPORT, unique_name
 from feedback_worker import call
 
 pytestmark = pytest.mark.slow
 
-WORKER = Path(__file__).with_name("feedback_worker.py")
+WORKER = SUPPORT / "feedback_worker.py"
 
 
 def test_managed_workers_adapt_to_an_unmanaged_client_eating_the_budget() -> None:

@@ -8,7 +8,7 @@ Every module under ``ratelimit/`` is read with ``ast`` (nothing is imported), an
 - no import circle, between modules or between folders;
 - no module takes another module's private name (``from .front import _x``).
 
-Run alone: ``pytest tests/test_layers.py``.
+Run alone: ``pytest tests/api/test_layers.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "ratelimit"
+PACKAGE = Path(__file__).resolve().parents[2] / "ratelimit"
 
 #: Lowest first. A top-level module not named here is a public one, above them all.
 LAYERS = [

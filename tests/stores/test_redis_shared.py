@@ -6,20 +6,19 @@ import bisect
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
 
-from conftest import REDIS_URL, unique_name
+from conftest import REDIS_URL, SUPPORT, unique_name
 
 if TYPE_CHECKING:
     from servers import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
-WORKER = Path(__file__).with_name("shared_worker.py")
+WORKER = SUPPORT / "shared_worker.py"
 
 
 def script_calls(client: redis.Redis) -> int:
@@ -100,7 +99,7 @@ def test_four_leasing_processes_never_exceed_the_bucket(quiet_redis: RedisServer
     assert 0 < calls <= sum(r["calls"] for r in results)
 
 
-PRIORITY_WORKER = Path(__file__).with_name("priority_worker.py")
+PRIORITY_WORKER = SUPPORT / "priority_worker.py"
 
 
 def test_a_person_goes_ahead_of_three_processes_of_batch_work(redis_client: redis.Redis) -> None:

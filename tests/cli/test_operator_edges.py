@@ -26,7 +26,7 @@ from ratelimit.cli import main
 from conftest import REDIS_URL, unique_name
 from servers import RedisServer, free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*argv: str, stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess[str]:

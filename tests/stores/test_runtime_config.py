@@ -15,7 +15,6 @@ import math
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -41,9 +40,9 @@ from ratelimit._stores.keys import config_key, key_for
 from ratelimit._stores.scripts import single_script
 from ratelimit.cli import main
 
-from conftest import REDIS_URL, unique_name
+from conftest import REDIS_URL, SUPPORT, unique_name
 
-WORKER = Path(__file__).parent / "shared_worker.py"
+WORKER = SUPPORT / "shared_worker.py"
 
 
 def change(client: Any, name: str, clock: ManualClock, rate: float | None = None, burst: float | None = None,

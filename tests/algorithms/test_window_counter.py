@@ -23,7 +23,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -40,7 +39,7 @@ from ratelimit._algorithms.sliding_window_counter import SUBWINDOWS, WindowCount
 from ratelimit._stores.keys import key_for
 from ratelimit._stores.redis_handles import RedisHandle
 
-from conftest import REDIS_URL, state_keys, unique_name
+from conftest import REDIS_URL, SUPPORT, state_keys, unique_name
 from held import held, held_clock
 
 Make = Callable[..., Any]
@@ -352,7 +351,7 @@ def test_eight_threads_saturating_in_real_time() -> None:
     assert len(grants) >= 4 * limit
 
 
-WORKER = Path(__file__).with_name("counter_worker.py")
+WORKER = SUPPORT / "counter_worker.py"
 
 
 @pytest.mark.redis

@@ -15,7 +15,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NAME = "ratelimit-fleet"
 # The newest minor version the classifiers must name; later ones may be added.
 NEWEST = 13

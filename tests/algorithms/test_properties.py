@@ -227,7 +227,7 @@ def test_approximate_window_never_exceeds_limit_in_any_interval(
     limit: float, window: float, requests: list[Request]
 ) -> None:
     # The same bound as the exact log (the proof is in _window_counter's docstring);
-    # refunds, withdrawals and restrictions are in tests/test_window_counter.py.
+    # refunds, withdrawals and restrictions are in tests/algorithms/test_window_counter.py.
     alg = WindowCounter(limit, window)
     granted = recorded(run(alg, requests))
     assert_window_bound(granted, limit, window)

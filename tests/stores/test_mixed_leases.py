@@ -16,7 +16,6 @@ import math
 import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -37,7 +36,7 @@ from ratelimit._stores.redis_handles import RedisHandle
 from ratelimit._stores.rounds import Rounds
 from ratelimit._stores.scripts import single_script
 
-from conftest import REDIS_URL, unique_name
+from conftest import REDIS_URL, SUPPORT, unique_name
 
 
 def rounds_of(limiter: Any) -> Rounds:
@@ -346,7 +345,7 @@ def test_a_garbled_record_is_ignored(slack: str, until: str, approximate: bool) 
 
 # -- end to end: real processes on a real server --------------------------------------
 
-WORKER = Path(__file__).parent / "shared_worker.py"
+WORKER = SUPPORT / "shared_worker.py"
 
 
 def test_leased_and_plain_processes_on_one_budget_never_exceed_it(redis_client: redis.Redis) -> None:

@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -33,9 +32,9 @@ from ratelimit._algorithms.semaphore import FULL, HELD, QUEUED, Semaphore
 from ratelimit._stores.scripts import concurrency_script
 from ratelimit._stores.wakeups import CHANNEL_PREFIX
 
-from conftest import REDIS_URL, unique_name
+from conftest import REDIS_URL, SUPPORT, unique_name
 
-WORKER = Path(__file__).with_name("concurrency_worker.py")
+WORKER = SUPPORT / "concurrency_worker.py"
 
 
 def most_at_once(spans: list[tuple[float, float]]) -> int:
