@@ -299,6 +299,7 @@ def saturate(limiter: SlidingWindow, clock: ManualClock, callers: int, seconds: 
     return sorted(grants)
 
 
+@pytest.mark.stress
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_eight_callers_saturating_stay_within_the_limit(make: Make, clock: ManualClock, seed: int) -> None:
     # The scenario, on a test clock: 8 callers, 100 per second, the first burst

@@ -86,6 +86,7 @@ def test_uneven_weights_need_at_most_twice_log2_probes(quiet_client: redis.Redis
         assert zrange_calls(quiet_client) - before <= bound
 
 
+@pytest.mark.stress
 def test_sums_are_rebased_and_decide_as_the_pure_log(client: redis.Redis) -> None:
     # Weights of about 2e11, two grants a window that never empties: the base passes
     # REBASE_SPAN times the log's content after a few thousand grants, and both twins

@@ -31,6 +31,8 @@ from ratelimit import (
 )
 from ratelimit._stores.store import Backend
 
+from conftest import stable_id
+
 # Everything ratelimit/__init__.py re-exports on purpose.
 PUBLIC = {
     # the limiters and the interface they share
@@ -144,7 +146,7 @@ def test_every_limiter_is_an_acquirer(factory: Factory, backend: Callable[[], Ba
     assert isinstance(limiter, Acquirer)
 
 
-@pytest.mark.parametrize("thing", [object(), ManualClock(), MemoryBackend(), "acquire"], ids=repr)
+@pytest.mark.parametrize("thing", [object(), ManualClock(), MemoryBackend(), "acquire"], ids=stable_id)
 def test_other_objects_are_not_acquirers(thing: object) -> None:
     assert not isinstance(thing, Acquirer)
 

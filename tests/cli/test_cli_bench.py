@@ -322,6 +322,7 @@ def test_unreachable_redis_and_refusing_target_fail_fast(capsys: pytest.CaptureF
     assert err == f"ratelimit bench: error: --target http://127.0.0.1:{port}/: cannot connect: Connection refused\n"
 
 
+@pytest.mark.slow
 def test_a_store_lost_after_the_check_is_one_line_from_the_workers(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -335,6 +336,7 @@ def test_a_store_lost_after_the_check_is_one_line_from_the_workers(
     assert err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_python_m_ratelimit_bench_exits_1_without_a_traceback() -> None:
     port = free_port()
     result = subprocess.run(

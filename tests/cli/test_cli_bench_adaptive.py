@@ -262,6 +262,7 @@ def test_a_real_run_learns_the_hidden_limit_and_follows_its_drop(tmp_path: Path)
         assert (tmp_path / "adaptive.png").read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.slow
 def test_four_processes_sharing_one_learned_rate_draw_no_more_429s_than_one() -> None:
     """The fleet learns as one client: the same callers, split over four processes
     sharing the budget through a store, are refused about as often as in one process

@@ -172,6 +172,7 @@ def test_argument_errors_quote_no_secret(argv: list[str], capsys: pytest.Capture
     _no_secret(out, err)
 
 
+@pytest.mark.slow
 def test_a_store_lost_after_the_check_is_named_without_its_password(
     monkeypatch: pytest.MonkeyPatch, port: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -213,6 +214,7 @@ def target() -> Iterator[str]:
         yield provider.url.replace("http://", f"http://user:{SECRET}@", 1)
 
 
+@pytest.mark.slow
 def test_the_text_report_and_progress_show_the_target_without_its_password(
     target: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -223,6 +225,7 @@ def test_the_text_report_and_progress_show_the_target_without_its_password(
     _no_secret(out, err)
 
 
+@pytest.mark.slow
 def test_the_json_report_shows_the_target_without_its_password(target: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _run(capsys, "bench", "--target", target, "--json", *ONE_CALLER)
     assert code == 0, err
@@ -232,6 +235,7 @@ def test_the_json_report_shows_the_target_without_its_password(target: str, caps
     _no_secret(out, err)
 
 
+@pytest.mark.slow
 def test_the_plot_shows_no_secret(
     target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -260,6 +264,7 @@ def _with_password(url: str, userinfo: str) -> str:
     return f"{scheme}://{userinfo}@{rest.rpartition('@')[2]}"
 
 
+@pytest.mark.slow
 @pytest.mark.redis
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
 def test_the_real_redis_with_a_password_is_never_shown_with_it(
@@ -296,6 +301,7 @@ def test_the_real_redis_refusing_a_user_says_so_without_the_password(
 # -- as a command -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
 @pytest.mark.parametrize("option", ["--redis", "--target"])
 def test_python_m_ratelimit_prints_no_secret(option: str, json_output: bool) -> None:

@@ -203,6 +203,7 @@ def _simulated_mean_wait(limiter_of: type[TokenBucket] | type[LeakyBucket], capa
     return total / n
 
 
+@pytest.mark.stress
 @pytest.mark.parametrize(("capacity", "rho"), [(1, 0.5), (1, 0.9), (3, 0.8), (5, 0.9), (10, 0.9)])
 def test_the_wait_formula_matches_the_real_token_bucket_under_poisson_arrivals(capacity: float, rho: float) -> None:
     simulated = _simulated_mean_wait(TokenBucket, capacity, rho)
@@ -321,6 +322,7 @@ def test_bad_arguments_exit_2_with_one_line(argv: list[str], message: str, capsy
     assert message in err
 
 
+@pytest.mark.slow
 def test_python_m_ratelimit_size_exits_non_zero_without_a_traceback() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "ratelimit", "size", "--limit", "1000/mn"],

@@ -150,6 +150,7 @@ def read_screen(fd: int, until: float) -> str:
     return out.decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_top_redraws_a_terminal_with_live_processes(redis_client: redis.Redis) -> None:
     name = unique_name("top")
     # A live worker: 2 threads acquiring a TokenBucket(5, 100) for 6 s.
@@ -204,6 +205,7 @@ def test_composites_and_priorities_are_counted_as_one_limiter_each(redis_client:
     backend.close()
 
 
+@pytest.mark.slow
 def test_reservations_withdrawn_are_not_counted_as_grants(redis_client: redis.Redis) -> None:
     """``asyncio.wait_for`` timeouts give their reservations back: those requests never
     went, and ``top`` must not show them as grants (it showed 12 times what went)."""

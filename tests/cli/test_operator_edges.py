@@ -206,6 +206,7 @@ def _stats(client: redis.Redis) -> tuple[int, int]:
     return sum(int(v["calls"]) for v in seen.values()), int(seen.get("cmdstat_scan", {}).get("calls", 0))
 
 
+@pytest.mark.servers
 def test_inspect_set_and_top_take_few_round_trips(
     private_redis: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -342,6 +343,7 @@ def _closed_pipe(*argv: str) -> subprocess.CompletedProcess[str]:
         os.close(write)
 
 
+@pytest.mark.slow
 def test_a_closed_output_pipe_is_a_quiet_exit(redis_client: redis.Redis) -> None:
     name = unique_name("pipe")
     backend = RedisBackend(redis_client, coalesce=False)
@@ -361,6 +363,7 @@ def test_a_closed_output_pipe_is_a_quiet_exit(redis_client: redis.Redis) -> None
     backend.close()
 
 
+@pytest.mark.slow
 def test_a_pipe_closed_by_head_is_a_quiet_exit(redis_client: redis.Redis) -> None:
     names = [unique_name("head") for _ in range(3)]
     backend = RedisBackend(redis_client, coalesce=False)
@@ -431,6 +434,7 @@ def test_set_keeps_a_shadow_limiter_labelled(redis_client: redis.Redis) -> None:
     backend.close()
 
 
+@pytest.mark.slow
 def test_a_closed_error_stream_is_quiet_too() -> None:
     read, write = os.pipe()
     os.close(read)

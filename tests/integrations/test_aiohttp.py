@@ -279,6 +279,7 @@ def test_cancelling_a_request_gives_back_its_grant_and_its_slot() -> None:
     assert bucket.stats().cancelled == 1
 
 
+@pytest.mark.slow
 def test_many_tasks_through_one_session_draw_no_429_from_a_strict_provider() -> None:
     # 20 per 0.5 s, counted on arrival over any interval. A bucket of 4 refilled at
     # 24/s grants at most 4 + 12 in any 0.5 s: 4 to spare for the loop's jitter.

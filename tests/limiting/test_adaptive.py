@@ -384,6 +384,7 @@ def test_fakeredis_keeps_the_pace_beside_the_limiters_state() -> None:
     assert 0 < server.pttl(keys[1]) <= 601_000  # remembered ten minutes once idle
 
 
+@pytest.mark.stress
 def test_ten_thousand_tasks_with_cancellations_and_refusals_stay_within_the_limit(clock: ManualClock) -> None:
     limiter = TokenBucket(5, CEILING, adaptive=Adaptive(floor=5), clock=clock)
     granted: list[float] = []

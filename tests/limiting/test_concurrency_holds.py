@@ -269,6 +269,7 @@ def test_a_release_racing_the_heartbeat_is_not_put_back(redis_client: Any) -> No
     limit.take(timeout=0).release()
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
     reason="a waiter renews its place only from its own task: on a stalled loop a place about to run out is "
@@ -319,6 +320,7 @@ def test_a_waiter_on_a_stalled_loop_keeps_its_place_and_its_grant(redis_client: 
 # -- attacks ------------------------------------------------------------------------
 
 
+@pytest.mark.stress
 def test_hundreds_of_threads_closing_each_others_generators(make: Make, store: str) -> None:
     most = 5
     limit: ConcurrencyLimit = make(ConcurrencyLimit, most)
@@ -373,6 +375,7 @@ def test_hundreds_of_threads_closing_each_others_generators(make: Make, store: s
     assert free_slots(both._slots[0]) == most
 
 
+@pytest.mark.stress
 def test_thousands_of_tasks_whose_generators_are_closed_elsewhere(make: Make, store: str) -> None:
     most = 8
     limit: ConcurrencyLimit = make(ConcurrencyLimit, most)

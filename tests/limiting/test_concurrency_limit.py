@@ -231,6 +231,7 @@ def _queued(limit: ConcurrencyLimit) -> int:
     return int(client.zcard(store._keys[0] + ":queue"))
 
 
+@pytest.mark.stress
 def test_hundreds_of_threads_never_exceed_the_limit(make: Callable[..., Any]) -> None:
     limit: ConcurrencyLimit = make(ConcurrencyLimit, 4)
     inside = 0
@@ -257,6 +258,7 @@ def test_hundreds_of_threads_never_exceed_the_limit(make: Callable[..., Any]) ->
     limit.take(timeout=0).release()  # everything was given back
 
 
+@pytest.mark.stress
 def test_ten_thousand_tasks_with_cancellations_leave_nothing_held(make: Callable[..., Any], store: str) -> None:
     limit: ConcurrencyLimit = make(ConcurrencyLimit, 8)
     tasks_n = 10_000 if store == "memory" else 1_000
@@ -369,6 +371,7 @@ def test_an_unrenewed_lease_runs_out_on_the_store_clock(store: str, request: pyt
     fresh.release()
 
 
+@pytest.mark.slow
 def test_a_live_holder_keeps_its_slot_past_the_lease(redis_client: Any) -> None:
     limit = ConcurrencyLimit(1, lease_seconds=1, backend=RedisBackend(redis_client), name=unique_name())
     with limit.hold():
@@ -380,6 +383,7 @@ def test_a_live_holder_keeps_its_slot_past_the_lease(redis_client: Any) -> None:
     limit.take(timeout=0).release()
 
 
+@pytest.mark.slow
 def test_a_process_killed_with_sigkill_frees_its_slots_within_the_lease(redis_client: Any) -> None:
     name = unique_name("crash")
     lease = 1.0
@@ -413,6 +417,7 @@ def test_a_process_killed_with_sigkill_frees_its_slots_within_the_lease(redis_cl
             child.stdout.close()
 
 
+@pytest.mark.slow
 def test_real_processes_never_exceed_the_limit_and_cost_one_call_per_transition(redis_client: Any) -> None:
     name = unique_name("procs")
     workers = [
@@ -690,6 +695,7 @@ def test_requests_streamed_retry_does_not_wait_on_its_own_slot() -> None:
     slots.take(timeout=0).release()
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() with threads running, on purpose
 def test_a_forked_child_renews_its_own_leases(redis_client: Any) -> None:
     name = unique_name("fork")

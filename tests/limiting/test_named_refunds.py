@@ -280,6 +280,7 @@ class _Scheduled(ManualClock):
         pass
 
 
+@pytest.mark.stress
 def test_the_bound_holds_for_many_callers_settling_through_the_store(make: Callable[..., Any]) -> None:
     """Twenty callers, each acquiring an over-estimate (8 tokens for calls that use 2
     to 4) and settling it once its grant is due: the used tokens never exceed capacity

@@ -330,6 +330,7 @@ def run_workers(name: str, now: float, processes: int, threads: int, tries: int,
     return results
 
 
+@pytest.mark.slow
 @pytest.mark.redis
 def test_one_box_finding_an_outage_protects_every_box(redis_client: Any) -> None:
     name = unique_name("shared-breaker")
@@ -341,6 +342,7 @@ def test_one_box_finding_an_outage_protects_every_box(redis_client: Any) -> None
     assert b == {"admitted": 0, "probes": 0, "refused": 10}
 
 
+@pytest.mark.slow
 @pytest.mark.redis
 def test_exactly_the_allowed_probes_run_across_processes(redis_client: Any) -> None:
     name = unique_name("shared-probes")

@@ -35,6 +35,7 @@ def _clients_named(redis_client: redis.Redis, name: str) -> int:
     return sum(1 for client in listing if client.get("name") == name)
 
 
+@pytest.mark.stress
 @pytest.mark.parametrize("policy", ["raise", "allow"])
 def test_ten_thousand_tasks_get_exact_answers(redis_client: redis.Redis, policy: str) -> None:
     tag = unique_name("conn")
@@ -64,6 +65,7 @@ def test_ten_thousand_tasks_get_exact_answers(redis_client: redis.Redis, policy:
     assert most_connections <= backend.pool_size
 
 
+@pytest.mark.stress
 def test_ten_thousand_waiting_acquires_with_timeouts(redis_client: redis.Redis) -> None:
     backend = RedisBackend.from_url(REDIS_URL)
     limiter = TokenBucket(CAPACITY, SLOW, backend=backend, name=unique_name())
@@ -86,6 +88,7 @@ def test_ten_thousand_waiting_acquires_with_timeouts(redis_client: redis.Redis) 
     assert backend.stats().failures == 0
 
 
+@pytest.mark.stress
 def test_two_hundred_threads_get_exact_answers(redis_client: redis.Redis) -> None:
     backend = RedisBackend.from_url(REDIS_URL, on_unavailable="allow")
     limiter = TokenBucket(CAPACITY, SLOW, backend=backend, name=unique_name())
@@ -108,6 +111,7 @@ def test_two_hundred_threads_get_exact_answers(redis_client: redis.Redis) -> Non
     backend.close()
 
 
+@pytest.mark.stress
 def test_a_composite_and_a_window_under_a_thousand_tasks(redis_client: redis.Redis) -> None:
     backend = RedisBackend.from_url(REDIS_URL, on_unavailable="allow")
     composite = Composite([TokenBucket(CAPACITY, SLOW), SlidingWindow(50, 3600)], backend=backend, name=unique_name())
@@ -165,6 +169,7 @@ def silent_server() -> Iterator[str]:
         yield silent.url
 
 
+@pytest.mark.slow
 def test_callers_queued_behind_a_hung_server_fail_together(silent_server: str) -> None:
     # 100 threads, 2 connections, a server that never answers: the first two time
     # out (0.5 s each); the 98 queued behind them fail at once, not 49 timeouts later.
@@ -193,6 +198,7 @@ def test_callers_queued_behind_a_hung_server_fail_together(silent_server: str) -
     backend.close()
 
 
+@pytest.mark.slow
 def test_asyncio_callers_queued_behind_a_hung_server_fail_together(silent_server: str) -> None:
     backend = RedisBackend.from_url(silent_server, pool_size=2)
     limiter = TokenBucket(CAPACITY, SLOW, backend=backend, name="hung")
@@ -217,6 +223,7 @@ def test_pool_size_is_checked() -> None:
         RedisBackend.from_url(REDIS_URL, pool_size=-3)
 
 
+@pytest.mark.servers
 def test_after_a_stall_the_next_calls_reach_the_server_again(redis_client: redis.Redis) -> None:
     # Found by trying: 2,000 tasks retrying on a backend, Redis stalled once for
     # 0.7 s. Every waiter failed fast counted as a failure itself and failed the ones
@@ -277,6 +284,7 @@ def test_tasks_cancelled_while_waiting_for_a_turn_leave_every_turn_usable(redis_
     assert backend.stats().failures == 0
 
 
+@pytest.mark.slow
 def test_a_cpu_busy_event_loop_is_not_an_unavailable_server(redis_client: redis.Redis) -> None:
     # Found by trying: 500 tasks on a loop whose other work took 45-200 ms between
     # turns got "no reply" errors from a healthy server, each failing the queue behind

@@ -70,6 +70,7 @@ def _bucket(backend: RedisBackend, clock: ManualClock, name: str | None = None) 
 # -- loaded once, each decision one call ---------------------------------------------
 
 
+@pytest.mark.servers
 def test_a_fresh_server_gets_the_library_once_and_each_decision_is_one_fcall(server: RedisServer) -> None:
     admin = redis.Redis.from_url(server.url)
     backend = RedisBackend.from_url(server.url, coalesce=False)
@@ -84,6 +85,7 @@ def test_a_fresh_server_gets_the_library_once_and_each_decision_is_one_fcall(ser
     admin.close()
 
 
+@pytest.mark.servers
 def test_the_library_registers_every_driver_of_every_kind(server: RedisServer) -> None:
     admin = redis.Redis.from_url(server.url)
     admin.function_load(library().source)
@@ -105,6 +107,7 @@ def test_the_library_registers_every_driver_of_every_kind(server: RedisServer) -
     admin.close()
 
 
+@pytest.mark.servers
 def test_function_flush_mid_run_reloads_and_the_budget_holds(server: RedisServer) -> None:
     admin = redis.Redis.from_url(server.url)
     backend = RedisBackend.from_url(server.url, coalesce=False)
@@ -118,6 +121,7 @@ def test_function_flush_mid_run_reloads_and_the_budget_holds(server: RedisServer
     admin.close()
 
 
+@pytest.mark.servers
 def test_function_flush_mid_run_for_an_asyncio_client(server: RedisServer) -> None:
     admin = redis.Redis.from_url(server.url)
 
@@ -149,6 +153,7 @@ class _LateToHear(redis.Redis):
         return super().fcall(function, numkeys, *keys_and_args)
 
 
+@pytest.mark.servers
 def test_a_call_that_finds_the_library_loaded_meanwhile_does_not_load_it_again(server: RedisServer) -> None:
     admin = redis.Redis.from_url(server.url)
     admin.function_load(library().source)  # by another process, while this call was out
@@ -162,6 +167,7 @@ def test_a_call_that_finds_the_library_loaded_meanwhile_does_not_load_it_again(s
     admin.close()
 
 
+@pytest.mark.servers
 def test_script_flush_mid_run_on_a_client_that_calls_scripts(server: RedisServer) -> None:
     admin = redis.Redis.from_url(server.url)
     backend = RedisBackend.from_url(server.url, coalesce=False)
@@ -179,6 +185,7 @@ def test_script_flush_mid_run_on_a_client_that_calls_scripts(server: RedisServer
 # -- servers without Functions --------------------------------------------------------
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize(
     "extra",
     [
@@ -203,6 +210,7 @@ def test_a_server_without_functions_is_called_by_script_from_the_first_refusal_o
         server.cleanup()
 
 
+@pytest.mark.servers
 def test_an_acl_without_functions_is_called_by_script(server: RedisServer) -> None:
     admin = redis.Redis.from_url(server.url)
     admin.acl_setuser(
@@ -219,6 +227,7 @@ def test_an_acl_without_functions_is_called_by_script(server: RedisServer) -> No
 # -- a rolling deploy: two releases on one server ------------------------------------------
 
 
+@pytest.mark.servers
 def test_two_releases_side_by_side_each_keep_their_own_library(server: RedisServer) -> None:
     admin = redis.Redis.from_url(server.url)
     # An "older release": the same pieces under another version's name, loaded first.
@@ -247,6 +256,7 @@ def test_two_releases_side_by_side_each_keep_their_own_library(server: RedisServ
 # -- errors point into the files ---------------------------------------------------------
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("scripts", [False, True], ids=["function", "script"])
 def test_an_error_names_the_file_and_line_it_came_from(server: RedisServer, scripts: bool) -> None:
     client = redis.Redis.from_url(server.url)
@@ -301,6 +311,7 @@ def _top_keys(admin: redis.Redis, name: str) -> list[bytes]:
     return list(admin.scan_iter(match=f"ratelimit:{{{name}}}:*top:*"))
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("counters", [True, False], ids=["counters", "no-counters"])
 def test_counters_off_leave_no_trace_for_top(server: RedisServer, counters: bool) -> None:
     admin = redis.Redis.from_url(server.url)
@@ -328,6 +339,7 @@ def test_counters_must_be_a_bool() -> None:
         RedisBackend(redis.Redis(), counters="no")  # type: ignore[arg-type]
 
 
+@pytest.mark.servers
 def test_what_the_code_says_is_written_first_and_then_once_a_minute(
     server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -352,6 +364,7 @@ def test_what_the_code_says_is_written_first_and_then_once_a_minute(
 # -- failover and Cluster ------------------------------------------------------------------
 
 
+@pytest.mark.servers
 def test_a_failover_to_a_master_without_the_library_reloads_it() -> None:
     if shutil.which("redis-sentinel") is None and shutil.which("redis-server") is None:
         unavailable("redis-server is not installed")
@@ -390,6 +403,7 @@ def test_a_failover_to_a_master_without_the_library_reloads_it() -> None:
         sentinels.stop()
 
 
+@pytest.mark.servers
 def test_a_cluster_client_calls_scripts_and_a_master_without_them_reloads(cluster: RedisCluster) -> None:
     backend = RedisBackend.from_url(cluster.url, cluster=True, coalesce=False)
     clock = ManualClock(1_000.0)
@@ -457,6 +471,7 @@ def _move_slot(cluster: RedisCluster, slot: int, source: redis.Redis, target: re
         node.close()
 
 
+@pytest.mark.servers
 def test_a_master_added_to_a_running_cluster_takes_a_limiter_over(cluster: RedisCluster) -> None:
     added = RedisServer(
         None, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"

@@ -33,7 +33,7 @@ from ratelimit._stores.scripts import by_function, call_by_script, library, sing
 from conftest import command_calls, private_server, unique_name
 from servers import RedisServer
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.servers]
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ def _use_and_drop(backend: MemoryBackend, clock: ManualClock, name: str) -> None
     TokenBucket(5, 1, backend=backend, name=name, clock=clock).try_acquire()
 
 
+@pytest.mark.stress
 def test_thousands_of_idle_names_are_dropped() -> None:
     backend = MemoryBackend()
     clock = ManualClock()
@@ -66,6 +67,7 @@ def test_a_name_in_use_is_kept_and_shared() -> None:
     assert not second.try_acquire()
 
 
+@pytest.mark.stress
 def test_idle_names_are_dropped_without_being_asked() -> None:
     # Every limiter made or dropped looks, once the number of names has doubled.
     backend = MemoryBackend()

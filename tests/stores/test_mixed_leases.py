@@ -348,6 +348,7 @@ def test_a_garbled_record_is_ignored(slack: str, until: str, approximate: bool) 
 WORKER = SUPPORT / "shared_worker.py"
 
 
+@pytest.mark.slow
 def test_leased_and_plain_processes_on_one_budget_never_exceed_it(redis_client: redis.Redis) -> None:
     # Two processes lease (50 ms, and a guard of 50 ms for send jitter: 40 of the 60
     # tokens kept back) and two do not (the guard alone: 20), four threads each, all

@@ -124,6 +124,7 @@ def test_an_unreachable_redis_from_the_variable_is_named_without_its_password(
     assert SECRET not in out + err
 
 
+@pytest.mark.slow
 def test_bench_keeps_its_limiter_in_the_redis_of_the_variable(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], redis_client: redis.Redis
 ) -> None:

@@ -46,6 +46,7 @@ def server() -> Iterator[RedisServer]:
         yield server
 
 
+@pytest.mark.servers
 def test_default_policy_raises_backend_unavailable_quickly_and_recovers(server: RedisServer) -> None:
     backend = RedisBackend.from_url(server.url)
     limiter = TokenBucket(5, 1, backend=backend, name="down")
@@ -62,6 +63,7 @@ def test_default_policy_raises_backend_unavailable_quickly_and_recovers(server: 
     assert limiter.acquire() == 0.0
 
 
+@pytest.mark.servers
 def test_fail_open_grants_counts_and_warns(server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
     backend = RedisBackend.from_url(server.url, on_unavailable="allow")
     limiter = TokenBucket(1, 1, backend=backend, name="open")
@@ -72,6 +74,7 @@ def test_fail_open_grants_counts_and_warns(server: RedisServer, caplog: pytest.L
     assert "fail open" in caplog.text
 
 
+@pytest.mark.servers
 def test_local_fallback_decides_with_this_process_share(server: RedisServer) -> None:
     clock = ManualClock(1_000.0)
     backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=0.5)
@@ -83,6 +86,7 @@ def test_local_fallback_decides_with_this_process_share(server: RedisServer) -> 
     assert backend.stats().fell_back == 4
 
 
+@pytest.mark.servers
 def test_a_budget_with_priorities_falls_back_to_its_share_with_both_priorities(server: RedisServer) -> None:
     clock = ManualClock(1_000.0)
     backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=0.5)
@@ -96,6 +100,7 @@ def test_a_budget_with_priorities_falls_back_to_its_share_with_both_priorities(s
     assert backend.stats().fell_back == 12
 
 
+@pytest.mark.servers
 def test_processes_falling_back_together_keep_the_shared_burst(server: RedisServer) -> None:
     # Four processes at local_share=0.25 of TokenBucket(20, 200): at the moment they
     # all fall back, together they burst 4 x 5 = 20, the shared capacity (not 4 x 20).
@@ -114,6 +119,7 @@ def test_processes_falling_back_together_keep_the_shared_burst(server: RedisServ
     assert sum(limiter.try_acquire() for limiter in limiters for _ in range(20)) == 20
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("approximate", [False, True])
 def test_a_window_falls_back_to_its_share_and_still_grants_the_largest_request(
     server: RedisServer, approximate: bool
@@ -132,6 +138,7 @@ def test_a_window_falls_back_to_its_share_and_still_grants_the_largest_request(
 # -- a charge with the store down: as a refund, it follows on_unavailable -------------
 
 
+@pytest.mark.servers
 def test_a_charge_raises_backend_unavailable_by_default(server: RedisServer) -> None:
     backend = RedisBackend.from_url(server.url)
     limiter = TokenBucket(5, 1, backend=backend, name="charge-down", clock=ManualClock(1_000.0))
@@ -144,6 +151,7 @@ def test_a_charge_raises_backend_unavailable_by_default(server: RedisServer) -> 
     assert limiter.stats().charged == 0
 
 
+@pytest.mark.servers
 def test_a_charge_without_the_store_is_lost_with_a_warning_when_failing_open(
     server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -158,6 +166,7 @@ def test_a_charge_without_the_store_is_lost_with_a_warning_when_failing_open(
     assert backend.stats().failed_open == 0
 
 
+@pytest.mark.servers
 def test_a_charge_without_the_store_goes_to_the_local_fallback(server: RedisServer) -> None:
     clock = ManualClock(1_000.0)
     backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=0.5)
@@ -169,6 +178,7 @@ def test_a_charge_without_the_store_goes_to_the_local_fallback(server: RedisServ
     assert limiter.acquire() == pytest.approx(0.2)
 
 
+@pytest.mark.servers
 def test_a_charge_on_the_async_path_follows_the_policy_too(server: RedisServer) -> None:
     clock = ManualClock(1_000.0)
     raising_backend = RedisBackend.from_url(server.url)
@@ -190,6 +200,7 @@ def test_a_charge_on_the_async_path_follows_the_policy_too(server: RedisServer) 
     assert not local.try_acquire()
 
 
+@pytest.mark.servers
 def test_async_path_raises_quickly_on_a_dead_server(server: RedisServer) -> None:
     backend = RedisBackend.from_url(server.url)
     limiter = TokenBucket(5, 1, backend=backend, name="async-down")
@@ -206,6 +217,7 @@ def test_async_path_raises_quickly_on_a_dead_server(server: RedisServer) -> None
     assert asyncio.run(scenario()) < GIVES_UP_WITHIN
 
 
+@pytest.mark.servers
 def test_a_server_that_never_answers_times_out_instead_of_hanging() -> None:
     with SilentServer() as silent:
         limiter = TokenBucket(5, 1, backend=RedisBackend.from_url(silent.url), name="mute")
@@ -361,6 +373,7 @@ def run_fleet(limiters: list[Any], clock: ManualClock, events: dict[float, bool]
     return sent
 
 
+@pytest.mark.stress
 @pytest.mark.parametrize("kind", ["token bucket", "window"])
 def test_a_fleet_switching_to_the_fallback_and_back_keeps_the_bound(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Two processes at half each, queued 2 s deep on the store when it fails, and on
@@ -389,6 +402,7 @@ def test_a_fleet_switching_to_the_fallback_and_back_keeps_the_bound(kind: str, m
     assert most_beyond_the_bound(sent, 20, 100) <= len(fleet) + 1e-6
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("coalesce", [True, False])
 def test_the_promised_queue_is_carried_across_a_real_outage(server: RedisServer, coalesce: bool) -> None:
     clock = ManualClock(1_000.0)
@@ -412,6 +426,7 @@ def test_the_promised_queue_is_carried_across_a_real_outage(server: RedisServer,
     backend.close()
 
 
+@pytest.mark.servers
 def test_a_composite_and_a_budget_with_priorities_carry_the_queue_too(server: RedisServer) -> None:
     clock = ManualClock(1_000.0)
     backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=1.0)
@@ -425,6 +440,7 @@ def test_a_composite_and_a_budget_with_priorities_carry_the_queue_too(server: Re
     backend.close()
 
 
+@pytest.mark.servers
 def test_the_async_path_carries_the_queue_both_ways(server: RedisServer) -> None:
     clock = ManualClock(1_000.0)
 
@@ -479,6 +495,7 @@ def test_a_call_interrupted_before_its_reply_leaves_no_reply_for_the_next(
     client.close()
 
 
+@pytest.mark.stress
 def test_a_thousand_tasks_through_an_outage_keep_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Flaky, "down", False)
     clock = ManualClock(1_000.0)

@@ -310,6 +310,7 @@ def test_a_lost_breaker_hash_is_a_closed_breaker(client: redis.Redis) -> None:
 FILLER = b"x" * (256 * 1024)
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("policy", ["allkeys-random", "allkeys-lru"])
 def test_real_eviction_never_errs_and_never_leaves_a_window_inconsistent(policy: str) -> None:
     # A 4 MB server holds a dozen 256 KB fillers; each new one evicts a key, the
@@ -346,6 +347,7 @@ def test_real_eviction_never_errs_and_never_leaves_a_window_inconsistent(policy:
         server.cleanup()
 
 
+@pytest.mark.servers
 def test_volatile_policies_evict_the_limiters_first() -> None:
     # Every limiter key has a TTL; data without one is never evicted under volatile-*.
     # On a server full of such data, each write evicts the limiter's own state: here a
@@ -394,6 +396,7 @@ def full_server() -> Iterator[RedisServer]:
 FULL_SPECS = ["token_bucket", "leaky_bucket", "sliding_window", "sliding_window_counter", "composite"]
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("spec", FULL_SPECS)
 def test_a_full_server_raises_backend_unavailable_chaining_the_oom(full_server: RedisServer, spec: str) -> None:
     backend = RedisBackend.from_url(full_server.url)
@@ -405,6 +408,7 @@ def test_a_full_server_raises_backend_unavailable_chaining_the_oom(full_server: 
     backend.close()
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("spec", FULL_SPECS)
 def test_a_full_server_fails_open_with_a_warning(
     full_server: RedisServer, spec: str, caplog: pytest.LogCaptureFixture
@@ -418,6 +422,7 @@ def test_a_full_server_fails_open_with_a_warning(
     backend.close()
 
 
+@pytest.mark.servers
 def test_a_full_server_decides_locally(full_server: RedisServer) -> None:
     backend = RedisBackend.from_url(full_server.url, on_unavailable="local")
     limiter = TokenBucket(3, 1, backend=backend, name=unique_name("full"), clock=ManualClock(1_000.0))
@@ -426,6 +431,7 @@ def test_a_full_server_decides_locally(full_server: RedisServer) -> None:
     backend.close()
 
 
+@pytest.mark.servers
 def test_a_full_server_on_the_async_path(full_server: RedisServer) -> None:
     backend = RedisBackend.from_url(full_server.url)
     limiter = SlidingWindow(3, 10, backend=backend, name=unique_name("full"), clock=ManualClock(1_000.0))
@@ -441,6 +447,7 @@ def test_a_full_server_on_the_async_path(full_server: RedisServer) -> None:
     assert isinstance(asyncio.run(scenario()), redis.exceptions.OutOfMemoryError)
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("policy", ["raise", "allow", "local"])
 def test_a_full_server_and_the_shared_breaker(
     full_server: RedisServer, policy: Any, caplog: pytest.LogCaptureFixture
@@ -460,6 +467,7 @@ def test_a_full_server_and_the_shared_breaker(
     backend.close()
 
 
+@pytest.mark.servers
 def test_once_memory_is_freed_the_limiter_works_again(full_server: RedisServer) -> None:
     backend = RedisBackend.from_url(full_server.url)
     limiter = TokenBucket(3, 1, backend=backend, name=unique_name("full"), clock=ManualClock(1_000.0))
@@ -475,6 +483,7 @@ def test_once_memory_is_freed_the_limiter_works_again(full_server: RedisServer) 
 # -- busy, read-only, master down -------------------------------------------------------
 
 
+@pytest.mark.servers
 def test_a_server_busy_with_a_long_script_is_unavailable() -> None:
     # BUSY arrives as a plain ResponseError: before, it reached the caller raw.
     server = private_server("--lua-time-limit", "50")
@@ -518,6 +527,7 @@ def test_a_server_busy_with_a_long_script_is_unavailable() -> None:
     assert ended, "the script was killed"
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize(
     ("stale", "expected"),
     [

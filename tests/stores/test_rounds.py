@@ -404,6 +404,7 @@ def test_a_batch_decides_as_the_same_calls_one_by_one(asks: list[tuple[float, fl
         assert at == pytest.approx(at_alone, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_a_round_that_fails_fails_every_caller_in_it_and_nobody_hangs() -> None:
     dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2)
     backend = RedisBackend(dead, on_unavailable="local")

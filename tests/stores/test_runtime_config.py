@@ -357,6 +357,7 @@ def max_in_any_window(times: list[float], width: float) -> int:
     return max((bisect.bisect_left(times, t + width) - i for i, t in enumerate(times)), default=0)
 
 
+@pytest.mark.slow
 def test_set_mid_run_changes_the_rate_of_every_live_process(redis_client: redis.Redis) -> None:
     name = unique_name("live")
     seconds = 4.0

@@ -223,6 +223,7 @@ def counted(backend: RedisBackend, n: int) -> None:
     assert backend.live_processes == n
 
 
+@pytest.mark.servers
 def test_the_fallback_takes_one_over_the_live_processes(server: RedisServer) -> None:
     clock = ManualClock(1_000.0)
     backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share="auto")
@@ -244,6 +245,7 @@ def test_the_fallback_takes_one_over_the_live_processes(server: RedisServer) -> 
     backend.close()
 
 
+@pytest.mark.servers
 def test_four_processes_falling_back_together_keep_the_shared_burst(server: RedisServer) -> None:
     # The four are four backends of this process, each told it is one of four.
     clock = ManualClock(1_000.0)
@@ -258,6 +260,7 @@ def test_four_processes_falling_back_together_keep_the_shared_burst(server: Redi
         backend.close()
 
 
+@pytest.mark.servers
 def test_the_share_changes_with_the_count_between_outages(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(live_module, "LIVE_TTL", 0.3)  # a beat every 0.1 s
     clock = ManualClock(1_000.0)
@@ -279,6 +282,7 @@ def test_the_share_changes_with_the_count_between_outages(server: RedisServer, m
     backend.close()
 
 
+@pytest.mark.servers
 def test_a_restart_does_not_make_the_count_fall_within_its_period(server: RedisServer) -> None:
     # After a restart the set holds only the processes that beat since: a second
     # outage within that period must not find this process counting only itself.
@@ -296,6 +300,7 @@ def test_a_restart_does_not_make_the_count_fall_within_its_period(server: RedisS
     backend.close()
 
 
+@pytest.mark.servers
 def test_a_composite_and_a_budget_with_priorities_fall_back_at_the_share(server: RedisServer) -> None:
     clock = ManualClock(1_000.0)
     backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share="auto")
@@ -311,6 +316,7 @@ def test_a_composite_and_a_budget_with_priorities_fall_back_at_the_share(server:
     backend.close()
 
 
+@pytest.mark.servers
 def test_the_async_path_falls_back_at_the_share(server: RedisServer) -> None:
     clock = ManualClock(1_000.0)
     backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share="auto")
@@ -327,6 +333,7 @@ def test_the_async_path_falls_back_at_the_share(server: RedisServer) -> None:
     assert asyncio.run(scenario()) == 2
 
 
+@pytest.mark.servers
 def test_a_process_that_never_counted_falls_back_at_the_uncounted_share() -> None:
     # Redis down from the start: no count, a tenth of the budget (not all of it).
     with RedisServer() as server:
@@ -339,6 +346,7 @@ def test_a_process_that_never_counted_falls_back_at_the_uncounted_share() -> Non
     backend.close()
 
 
+@pytest.mark.servers
 def test_close_stops_beating_and_leaves_the_set(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(live_module, "LIVE_TTL", 0.3)
     client = redis.Redis.from_url(server.url)
@@ -353,6 +361,7 @@ def test_close_stops_beating_and_leaves_the_set(server: RedisServer, monkeypatch
     client.close()
 
 
+@pytest.mark.servers
 def test_a_float_share_keeps_its_meaning_and_never_beats(server: RedisServer) -> None:
     client = redis.Redis.from_url(server.url)
     backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share=0.5)
@@ -369,6 +378,7 @@ def test_a_float_share_keeps_its_meaning_and_never_beats(server: RedisServer) ->
 # -- fork safety ---------------------------------------------------------------------
 
 
+@pytest.mark.servers
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() with threads running, on purpose
 def test_a_forked_child_beats_under_its_own_id(server: RedisServer) -> None:
     backend = RedisBackend.from_url(server.url, on_unavailable="local", local_share="auto")
@@ -450,6 +460,7 @@ class CountingRedis(redis.Redis):
         return self.calls.get(script.sha, 0) + self.calls.get(str(script.function), 0)
 
 
+@pytest.mark.servers
 def test_the_beat_costs_no_round_trip_per_acquire(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(live_module, "LIVE_TTL", 0.3)  # a beat every 0.1 s
     client = CountingRedis(server.port)

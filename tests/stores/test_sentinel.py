@@ -184,6 +184,7 @@ def _have_redis_server() -> None:
         unavailable("redis-server is not installed")
 
 
+@pytest.mark.servers
 def test_a_replica_refuses_a_script_as_unavailable() -> None:
     # What a client still pointed at a demoted master meets: READONLY, an outage.
     _have_redis_server()
@@ -210,6 +211,7 @@ def sentinels() -> Iterator[RedisSentinelSet]:
     group.stop()
 
 
+@pytest.mark.servers
 def test_acquires_through_the_url_sync_and_async(sentinels: RedisSentinelSet) -> None:
     backend = RedisBackend.from_url(sentinels.url)
     name = unique_name("sentinel")
@@ -227,6 +229,7 @@ def test_acquires_through_the_url_sync_and_async(sentinels: RedisSentinelSet) ->
     asyncio.run(run())
 
 
+@pytest.mark.servers
 def test_a_client_from_master_for_works_as_it_is(sentinels: RedisSentinelSet) -> None:
     make: Any = redis.sentinel.Sentinel  # untyped in redis-py
     sentinel = make(sentinels.addresses, socket_timeout=1)
@@ -312,6 +315,7 @@ def _replication_lag(master: redis.Redis, replica: redis.Redis, samples: int = 2
     return most_bytes, most_seconds
 
 
+@pytest.mark.servers
 def test_acquires_carry_on_through_a_failover(sentinels: RedisSentinelSet) -> None:
     old, new = sentinels.master_port(), sentinels.replica.port
     if old == new:  # pragma: no cover - a failover already happened in this module
