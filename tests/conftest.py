@@ -12,12 +12,13 @@ the same scenario must give the same decisions everywhere:
 Without a reachable server the ``redis`` and ``cluster`` cases skip, unless
 ``RATELIMIT_REQUIRE_REDIS=1`` (CI sets it), which turns the skip into a failure.
 
-Two loops run the suite (the Makefile): ``make test-all`` runs every test with the
-examples each property test asks for, as CI does; ``make test`` is the fast loop,
-``-m "not slow and not cluster and not servers" --hypothesis-profile=fast``: no real-time
-runs, no Cluster, no private servers started and killed, and at most
-``FAST_EXAMPLES`` examples per property test. The real server at ``REDIS_URL`` stays in
-it: every ``redis`` case of the backend matrix runs there too.
+Two loops run the suite (the Makefile): ``make test-all`` runs every test, in one
+process, with the examples each property test asks for, as CI does; ``make test`` is
+the fast loop, ``-m "not slow and not cluster and not servers and not stress"
+--hypothesis-profile=fast -n 2``: no real-time runs, no Cluster, no private servers
+started and killed, no thousands of tasks at once, and at most ``FAST_EXAMPLES``
+examples per property test, on two processes. The real server at ``REDIS_URL`` stays
+in it: every ``redis`` case of the backend matrix runs there too.
 """
 
 from __future__ import annotations
