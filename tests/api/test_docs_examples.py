@@ -32,7 +32,7 @@ import redis
 
 from conftest import REDIS_URL, unavailable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 # Seconds one block may take: the pages promise quick examples.
@@ -105,6 +105,7 @@ def test_example_compiles(block: Block) -> None:
     compile(block.code, f"{block.page}:{block.line}", "exec")
 
 
+@pytest.mark.slow  # a process per block: out of the fast loop, which still compiles them
 @pytest.mark.parametrize(
     "block",
     [pytest.param(b, marks=[pytest.mark.redis] if b.uses_redis else []) for b in BLOCKS if b.not_run is None],
