@@ -100,7 +100,11 @@ def test_a_block_left_in_another_thread_is_not_renewed_in_redis(redis_client: An
 # -- left by another task ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("closer", ["aclose in another task", "the loop's finaliser"])
+@pytest.mark.parametrize(
+    "closer",
+    # The finaliser's case waits 0.2 s of real time per generator for the loop to run it.
+    ["aclose in another task", pytest.param("the loop's finaliser", marks=pytest.mark.slow)],
+)
 @pytest.mark.parametrize("how", HOW)
 def test_a_block_left_by_another_task_frees_its_slot(make: Make, how: str, closer: str) -> None:
     limit: ConcurrencyLimit = make(ConcurrencyLimit, 3)
