@@ -61,7 +61,7 @@ class Fleet:
         self.max_block = max_block
         self.env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)]),
+            "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), str(HERE)]),
             "RATELIMIT_CELERY_BROKER": BROKER,
             "REDIS_URL": REDIS_URL,
             "RATELIMIT_CELERY_RUN": self.run,
