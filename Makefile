@@ -1,10 +1,17 @@
-# Two commands for a fresh clone: `make demo` and `make test`. Each creates (or reuses)
-# the local virtual environment .venv first; nothing but Python is needed.
+# Three commands for a fresh clone: `make demo`, `make test` (the fast loop) and
+# `make test-all` (everything, what CI runs). Each creates (or reuses) the local virtual
+# environment .venv first; nothing but Python is needed.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench docs clean
+# The fast loop leaves out what takes real time, starts servers of its own, starts a
+# Cluster, or runs thousands of tasks at once (markers in pyproject.toml), caps each
+# property test's examples (tests/conftest.py), and runs on two processes. The real
+# Redis at REDIS_URL stays in it.
+FAST := -m "not slow and not cluster and not servers and not stress" --hypothesis-profile=fast -n 2
+
+.PHONY: demo test test-all lint bench docs clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +28,10 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy
 	$(BIN)/mypy benchmarks
 
-test: lint
+test: $(BIN)/.installed
+	$(BIN)/pytest $(FAST)
+
+test-all: lint
 	$(BIN)/pytest
 
 bench: $(BIN)/.installed

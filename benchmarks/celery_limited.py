@@ -1,6 +1,6 @@
 """A Celery fleet on one budget: ``limited`` against sleeping in the task, same run.
 
-Starts real ``celery worker`` processes (``tests/celery_fleet.py``: prefork, on a
+Starts real ``celery worker`` processes (``tests/support/celery_fleet.py``: prefork, on a
 queue of their own, RabbitMQ and Redis on loopback) and sends them a burst of tasks
 whose bodies are one request each, sharing ``TokenBucket(4, R, guard=0.1)``:
 
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
 
 from celery_fleet import Fleet, broker_reachable, most_in_any, rate_of, taken_in
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from redis.cluster import RedisCluster
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 from ratelimit import RedisBackend, TokenBucket
 from ratelimit._stores.redis import key_for

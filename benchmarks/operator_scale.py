@@ -24,7 +24,7 @@ from typing import Any
 
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 from ratelimit._stores.keys import key_for
 from ratelimit._stores.scripts import single_script

@@ -13,7 +13,7 @@ much said) the one read first, so the order is part of what a response means: a 
 dialect goes at the end, beside ``retry_after``, unless it must win such ties.
 
 Adding a provider: a function here, its entry in ``DIALECTS``, a row in
-``tests/test_header_dialects.py``.
+``tests/leaves/test_header_dialects.py``.
 """
 
 from __future__ import annotations

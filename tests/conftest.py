@@ -12,21 +12,33 @@ the same scenario must give the same decisions everywhere:
 
 Without a reachable server the ``redis`` and ``cluster`` cases skip, unless
 ``RATELIMIT_REQUIRE_REDIS=1`` (CI sets it), which turns the skip into a failure.
+
+Two loops run the suite (the Makefile): ``make test-all`` runs every test, in one
+process, with the examples each property test asks for, as CI does; ``make test`` is
+the fast loop, ``-m "not slow and not cluster and not servers and not stress"
+--hypothesis-profile=fast -n 2``: no real-time runs, no Cluster, no private servers
+started and killed, no thousands of tasks at once, and at most ``FAST_EXAMPLES``
+examples per property test, on two processes. The real server at ``REDIS_URL`` stays
+in it: every ``redis`` case of the backend matrix runs there too.
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import fakeredis
 import pytest
 import redis
 import redis.cluster
+from hypothesis import settings
 
 from ratelimit import ManualClock, MemoryBackend, RedisBackend, SQLiteBackend
 from ratelimit._stores.store import Backend
@@ -35,6 +47,10 @@ if TYPE_CHECKING:
     from servers import RedisServer
 
 L = TypeVar("L")
+
+#: The helpers the tests share (servers, clocks, providers, worker scripts), on
+#: ``sys.path`` through pyproject.toml's ``pythonpath``; the tests start the workers by path.
+SUPPORT = Path(__file__).resolve().parent / "support"
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 # The command line's --redis defaults to it: a developer's own must not steer the tests
@@ -45,6 +61,56 @@ REQUIRE_REDIS = os.environ.get("RATELIMIT_REQUIRE_REDIS", "") not in ("", "0")
 # Names unique to this run, so that runs sharing one server never see each other's keys.
 _RUN = uuid.uuid4().hex[:8]
 _names = itertools.count()
+
+
+#: The fast loop's cap on each property test's examples (``--hypothesis-profile=fast``).
+FAST_EXAMPLES = 10
+settings.register_profile("fast", max_examples=FAST_EXAMPLES)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark what the markers select on, and cap the examples in the fast profile.
+
+    A case parametrised on ``"cluster"`` (the backend matrix's, or a test file's own list
+    of stores) or using the Cluster fixture is ``cluster``; one on ``"redis"`` or using
+    ``redis_client`` is ``redis``. Under
+    ``--hypothesis-profile=fast`` a property test runs at most ``FAST_EXAMPLES``
+    examples, whatever its own ``@settings`` ask (those win over a profile otherwise).
+    """
+    fast = settings.get_current_profile_name() == "fast"
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = {value for value in callspec.params.values() if isinstance(value, str)} if callspec else set()
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "cluster" in params or fixtures & {"redis_cluster", "cluster_client"}:
+            item.add_marker(pytest.mark.cluster)
+        if "redis" in params or "redis_client" in fixtures:
+            item.add_marker(pytest.mark.redis)
+        if fast and isinstance(item, pytest.Function):
+            _cap_examples(item)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Exempt what collection built (every module, case and example strategy) from the
+    garbage collector's scans: the tests that call ``gc.collect()`` to see an object go
+    paid for scanning all of it each time (about a second per test). What the tests
+    allocate afterwards is collected as usual."""
+    gc.freeze()
+
+
+def _cap_examples(item: pytest.Function) -> None:
+    # Hypothesis reads a test's settings from this attribute at each run; a second
+    # @settings cannot replace the first, so the fast profile sets it here.
+    test = item.function
+    own = getattr(test, "_hypothesis_internal_use_settings", None)
+    if own is not None and own.max_examples > FAST_EXAMPLES:
+        test._hypothesis_internal_use_settings = settings(own, max_examples=FAST_EXAMPLES)
+
+
+def stable_id(value: object) -> str:
+    """A case's id from its ``repr``, less any memory address (``<object object at
+    0x7f...>``): ids must be the same in every process, or ``-n 2`` refuses to run."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
 
 
 def unique_name(prefix: str = "test") -> str:

@@ -79,7 +79,7 @@ arrivals taken as Poisson, i.e. bursty), with ``mu`` the refill and ``C`` the ca
       E[wait] ~= Wq * exp(-theta (C - 1) / mu)
 
   Against the real ``TokenBucket`` fed Poisson arrivals this comes within 15%
-  (``tests/test_cli_size.py``) wherever the wait is worth a millisecond; it overstates
+  (``tests/cli/test_cli_size.py``) wherever the wait is worth a millisecond; it overstates
   waits that are tiny anyway (a large burst at low load). A leaky bucket is the case ``C = 1`` (no burst):
   ``E[wait] = Wq`` exactly. The static split is the same formula per worker with
   ``lam / N``, ``mu / N`` and the per-worker capacity, assuming the demand is spread

@@ -43,7 +43,7 @@ __all__ = ["DEFAULT_GUARD", "guard_seconds"]
 #: Measured on arrival at a loopback HTTP server in its own process (``--http``), the
 #: loaded p99.9 was 28 ms on a calm box, 70-95 ms while other test suites shared it.
 #: 0.05 is the round figure above every loaded p99.9 of the first kind; the strict-
-#: provider end-to-end tests (``tests/test_strict_provider.py``) draw no 429 with it
+#: provider end-to-end tests (``tests/cli/test_strict_provider.py``) draw no 429 with it
 #: at the issue's load, but did draw a few when three such loads ran at once. The
 #: figures move by a factor of two between runs on this shared box: measure on the
 #: machines that will send, and pass ``guard=`` (``ratelimit size --guard``) to match.

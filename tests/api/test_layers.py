@@ -1,0 +1,181 @@
+"""The package's shape, as ARCHITECTURE.md draws it: layers, one way down, no circle.
+
+Every module under ``ratelimit/`` is read with ``ast`` (nothing is imported), and every
+``import`` in it counts: at the top, inside functions, and under ``TYPE_CHECKING``.
+
+- each module belongs to a layer, by its folder (or, at the top, by name), and imports
+  only from its own layer or those below;
+- no import circle, between modules or between folders;
+- no module takes another module's private name (``from .front import _x``).
+
+Run alone: ``pytest tests/api/test_layers.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "ratelimit"
+
+#: Lowest first. A top-level module not named here is a public one, above them all.
+LAYERS = [
+    # leaves: what everything may use, importing none of the folders
+    {
+        "_clock",
+        "_errors",
+        "_events",
+        "_header_budgets",
+        "_header_dialects",
+        "_header_fields",
+        "_header_values",
+        "_headers",
+        "_metrics",
+        "_redact",
+        "_validate",
+        "_wrap",
+        "testing",
+    },
+    {"_algorithms"},
+    {"_stores"},
+    {"_limiting"},
+    {"_resilience"},
+    {"_cli"},
+]
+PUBLIC = len(LAYERS)
+
+
+def modules() -> dict[str, Path]:
+    """Every module, by its dotted name below ``ratelimit`` (``_stores.redis``)."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def layer(module: str) -> int:
+    top = module.split(".")[0]
+    for i, members in enumerate(LAYERS):
+        if top in members:
+            return i
+    return PUBLIC
+
+
+def imports(module: str, path: Path, known: dict[str, Path]) -> Iterator[tuple[str, str, int]]:
+    """``(imported module, imported name or "", line)`` for each import of ``module``."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    package = [p for p in package if p]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = ".".join(base + (node.module.split(".") if node.module else []))
+            elif node.module and node.module.split(".")[0] == "ratelimit":
+                target = ".".join(node.module.split(".")[1:])
+            else:
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}".strip(".")
+                if sub in known:
+                    yield sub, "", node.lineno  # a module: from . import _validate
+                else:
+                    yield target, alias.name, node.lineno
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "ratelimit":
+                    yield ".".join(alias.name.split(".")[1:]), "", node.lineno
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {
+        module: {target for target, _, _ in imports(module, path, known) if target != module}
+        for module, path in known.items()
+    }
+
+
+def test_every_module_imports_only_its_own_layer_or_below() -> None:
+    known = modules()
+    upward = [
+        f"{module} (layer {layer(module)}) imports {target} (layer {layer(target)}) at line {line}"
+        for module, path in known.items()
+        for target, _, line in imports(module, path, known)
+        if target and layer(target) > layer(module)
+    ]
+    assert upward == []
+
+
+def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)) is not None:
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (found := visit(node)) is not None:
+            return found
+    return None
+
+
+def test_no_import_circle_between_modules() -> None:
+    assert _cycle(graph()) is None
+
+
+def test_no_import_circle_between_folders() -> None:
+    folders: dict[str, set[str]] = {}
+    for module, targets in graph().items():
+        here = module.split(".")[0]
+        folders.setdefault(here, set()).update(t.split(".")[0] for t in targets if t.split(".")[0] != here)
+    assert _cycle(folders) is None
+
+
+def test_no_module_takes_another_ones_private_names() -> None:
+    known = modules()
+    taken = [
+        f"{module} takes {name} from {target} at line {line}"
+        for module, path in known.items()
+        for target, name, line in imports(module, path, known)
+        if name.startswith("_") and not name.startswith("__") and target != module
+    ]
+    assert taken == []
+
+
+def test_the_top_holds_the_public_modules_and_a_few_leaves() -> None:
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    leaves = sorted(m for m in LAYERS[0] if not m.startswith("testing"))
+    public = [
+        "__init__",
+        "__main__",
+        "aiohttp",
+        "celery",
+        "cli",
+        "events",
+        "httpx",
+        "otel",
+        "prometheus",
+        "requests",
+        "testing",
+    ]
+    assert top == sorted([*public, *leaves])
+
+
+@pytest.mark.parametrize("folder", ["_algorithms", "_stores", "_limiting", "_resilience", "_cli"])
+def test_each_folder_says_what_it_holds(folder: str) -> None:
+    init = PACKAGE / folder / "__init__.py"
+    docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+    assert docstring, f"{folder}/__init__.py has no docstring"
