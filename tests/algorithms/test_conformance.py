@@ -39,13 +39,7 @@ from ratelimit._stores.keys import key_for
 from ratelimit._stores.redis_handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
 
 from conftest import unique_name
-
-ALGORITHMS: dict[str, Any] = {
-    "token_bucket": lambda a, b: Gcra(a, b),
-    "leaky_bucket": lambda a, b: LeakyQueue(a, b),
-    "sliding_window": lambda a, b: WindowLog(a, b),
-    "sliding_window_counter": lambda a, b: WindowCounter(a, b),
-}
+from scenarios import ALGORITHMS, Request, member_weights, requests, same, take_back
 
 
 class FixedTime:
@@ -56,34 +50,6 @@ class FixedTime:
 
     def __call__(self) -> str:
         return repr(self.value)
-
-
-# (time step, tokens, max_wait, what to give back, restriction (remaining, seconds) or
-# None, tokens charged after the request (0: none), which members of a composite are
-# given 0 (a bit mask; ignored when it would zero them all, and by a single limiter))
-# What to give back: nothing; this grant (a refund, or withdrawing it while it is the
-# last one queued); the earliest reservation still ahead (a hole mid-queue); or half
-# of the latest grant already due, named (a settle whose call used less, with grants
-# queued behind it: a token bucket's hole past its time).
-Request = tuple[float, float, float, str, "tuple[float, float] | None", float, int]
-requests = st.lists(
-    st.tuples(
-        st.sampled_from([0.0, 0.0, 0.001, 0.1, 0.25, 0.5, 1.0, 3.0]),
-        st.sampled_from([1.0, 1.0, 1.0, 2.0, 3.0]),
-        st.sampled_from([0.0, 0.5, 2.0, math.inf]),
-        st.sampled_from(["keep", "keep", "this", "earliest", "due"]),
-        st.one_of(
-            st.none(),
-            st.none(),
-            st.none(),
-            st.tuples(st.sampled_from([0.0, 1.0, 2.0, 50.0]), st.sampled_from([0.5, 2.0, 30.0])),
-        ),
-        st.sampled_from([0.0, 0.0, 0.0, 0.0, 0.5, 1.0, 2.0, 5.0]),
-        st.sampled_from([0, 0, 0, 0, 1, 2, 4, 8, 5, 10, 3, 12, 7]),
-    ),
-    min_size=1,
-    max_size=40,
-)
 
 
 class _FrozenTime:
@@ -139,7 +105,7 @@ def test_script_matches_pure_step(
         # limiter.peek: the script's read-only wait, as the pure one says it.
         assert handle.peek(n) == peek_all([alg], states, now.value, [n])
         states, wait, name = reserve([alg], states, holes, now.value, [n], max_wait)
-        _same(handle.reserve(n, max_wait), (wait, name))
+        same(handle.reserve(n, max_wait), (wait, name))
         if wait >= 0:
             pending.append((name, n))
         if charged:
@@ -152,31 +118,11 @@ def test_script_matches_pure_step(
                 pending.append((named, min(charged, first)))
             else:
                 assert named is None
-        given = _given_back(back, pending, now.value)
+        given = take_back(back, pending, now.value)
         if given is not None:
             at, n = given
             states = give_back([alg], states, holes, now.value, [n], at)
             handle.refund(n, at)
-
-
-def _same(got: tuple[float, float], want: tuple[float, float]) -> None:
-    """Equal decisions, and the grant named alike (``GrantTime``)."""
-    assert got == want
-    assert repr(got[1]) == repr(want[1]), (got[1], want[1])
-
-
-def _given_back(back: str, pending: list[tuple[float, float]], now: float) -> tuple[float, Any] | None:
-    """The grant a scenario step gives back, taken off ``pending``."""
-    ahead = [i for i, (at, _) in enumerate(pending) if at > now]
-    if back == "this" and pending:
-        return pending.pop()
-    if back == "earliest" and ahead:
-        return pending.pop(ahead[0])
-    due = [i for i, (at, _) in enumerate(pending) if at <= now]
-    if back == "due" and due:
-        at, n = pending.pop(due[-1])
-        return at, [w / 2 for w in n] if isinstance(n, list) else n / 2
-    return None
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -203,30 +149,23 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
             if remaining == 0:
                 pause(holes, now.value + seconds)
             handle.restrict(left, seconds)
-        weights = _weights(algs, tokens, zeros)
+        weights = member_weights(algs, tokens, zeros)
         assert handle.peek(weights) == peek_all(algs, states, now.value, weights)
         states, wait, granted = reserve(algs, states, holes, now.value, weights, max_wait)
-        _same(handle.reserve(weights, max_wait), (wait, granted))
+        same(handle.reserve(weights, max_wait), (wait, granted))
         if wait >= 0:
             pending.append((granted, weights))
         if charged:
             # The LLM case among others: no request, some tokens.
-            costs = _weights(algs, charged, zeros >> 1)
+            costs = member_weights(algs, charged, zeros >> 1)
             states = charge_all(algs, states, now.value, costs)
             void(holes)
             handle.charge(costs)
-        given = _given_back(back, pending, now.value)
+        given = take_back(back, pending, now.value)
         if given is not None:
             at, back_weights = given
             states = give_back(algs, states, holes, now.value, back_weights, at)
             handle.refund(back_weights, at)
-
-
-def _weights(algs: list[Algorithm[Any]], tokens: float, zeros: int) -> list[float]:
-    """``tokens`` for every member (at most its largest request), 0 for those whose
-    bit is set in ``zeros`` unless that is all of them."""
-    weights = [0.0 if zeros >> i & 1 else min(tokens, alg.most) for i, alg in enumerate(algs)]
-    return weights if any(weights) else [min(tokens, alg.most) for alg in algs]
 
 
 # -- priorities: two lanes of one algorithm, decided by one script call ------------
@@ -303,7 +242,7 @@ def test_lanes_script_matches_pure_lanes(
             give_back_lane(lanes, state, last[priority], now.value, n, None)
             handles[priority].refund(n, None)
             continue
-        given = _given_back(back, pending, now.value)
+        given = take_back(back, pending, now.value)
         if given is not None:
             at, n = given
             assert isinstance(at, LaneTime)

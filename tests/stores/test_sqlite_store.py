@@ -26,7 +26,6 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from test_conformance import ALGORITHMS, Request, _given_back, _same, _weights, requests
 
 import ratelimit._stores.sqlite_file as sqlite_file
 from ratelimit import (
@@ -50,7 +49,10 @@ from ratelimit._algorithms.sliding_window_counter import WindowCounter
 from ratelimit._algorithms.token_bucket import Gcra
 from ratelimit.cli import main
 
-WORKER = Path(__file__).with_name("sqlite_worker.py")
+from conftest import SUPPORT
+from scenarios import ALGORITHMS, Request, member_weights, requests, same, take_back
+
+WORKER = SUPPORT / "sqlite_worker.py"
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 
 # -- the same decisions as the pure step, through the rows -----------------------------
@@ -90,7 +92,7 @@ def test_decisions_through_the_file_match_the_pure_step(store_path: Path, kind: 
             handle.restrict(remaining, seconds)
         n = min(tokens, 3.0)
         states, wait, at = reserve([alg], states, holes, now, [n], max_wait)
-        _same(handle.reserve(n, max_wait), (wait, at))
+        same(handle.reserve(n, max_wait), (wait, at))
         if wait >= 0:
             pending.append((at, n))
         if charged:
@@ -100,7 +102,7 @@ def test_decisions_through_the_file_match_the_pure_step(store_path: Path, kind: 
             if alg.slotted:
                 assert named == alg.latest(states[0])
                 pending.append((named, min(charged, 3.0)))
-        given_back = _given_back(back, pending, now)
+        given_back = take_back(back, pending, now)
         if given_back is not None:
             at, n = given_back
             states = give_back([alg], states, holes, now, [n], at)
@@ -122,17 +124,17 @@ def test_a_composite_through_the_file_matches_the_pure_step(store_path: Path, sc
         handle = handles[i % 2]
         clock.advance(dt)
         now = clock.now()
-        weights = _weights(algs, tokens, zeros)
+        weights = member_weights(algs, tokens, zeros)
         states, wait, granted = reserve(algs, states, holes, now, weights, max_wait)
-        _same(handle.reserve(weights, max_wait), (wait, granted))
+        same(handle.reserve(weights, max_wait), (wait, granted))
         if wait >= 0:
             pending.append((granted, weights))
         if charged:
-            costs = _weights(algs, charged, zeros >> 1)
+            costs = member_weights(algs, charged, zeros >> 1)
             states = charge_all(algs, states, now, costs)
             void(holes)
             handle.charge(costs)
-        given_back = _given_back(back, pending, now)
+        given_back = take_back(back, pending, now)
         if given_back is not None:
             at, back_weights = given_back
             states = give_back(algs, states, holes, now, back_weights, at)
@@ -142,6 +144,7 @@ def test_a_composite_through_the_file_matches_the_pure_step(store_path: Path, sc
 # -- processes -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_processes_started_at_once_on_a_new_file_share_one_burst(tmp_path: Path) -> None:
     """Eight processes make the file at the same moment and take from one budget:
     exactly its ten tokens are granted among them."""
@@ -161,6 +164,7 @@ def test_processes_started_at_once_on_a_new_file_share_one_burst(tmp_path: Path)
     assert sum(int(out) for out, _ in outputs) == 10
 
 
+@pytest.mark.slow
 def test_a_process_killed_inside_a_transaction_loses_nothing(tmp_path: Path) -> None:
     """A process SIGKILLed while holding the write lock, half-way through a write:
     the others wait for the lock, go on once it dies, and find the budget as it was."""
@@ -555,6 +559,7 @@ def test_hundreds_of_threads_never_exceed_the_budget(tmp_path: Path) -> None:
 # -- the circuit breaker ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_breaker_opened_by_one_process_is_open_for_the_others(tmp_path: Path) -> None:
     """The breaker's state is a row: two backends on one file (two processes) see one
     circuit, and with the file locked past busy_timeout each goes on locally."""
@@ -584,6 +589,7 @@ def test_a_breaker_opened_by_one_process_is_open_for_the_others(tmp_path: Path) 
 # -- the command line -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bench_and_inspect_take_a_sqlite_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``ratelimit bench --store sqlite:///PATH`` runs its workers on the file, and
     ``ratelimit inspect --store`` shows what it keeps."""
