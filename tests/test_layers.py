@@ -33,6 +33,7 @@ LAYERS = [
         "_header_fields",
         "_header_values",
         "_headers",
+        "_llm_costs",
         "_metrics",
         "_redact",
         "_validate",
@@ -158,7 +159,21 @@ def test_no_module_takes_another_ones_private_names() -> None:
 def test_the_top_holds_the_public_modules_and_a_few_leaves() -> None:
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
     leaves = sorted(m for m in LAYERS[0] if not m.startswith("testing"))
-    public = ["__init__", "__main__", "aiohttp", "cli", "events", "httpx", "otel", "prometheus", "requests", "testing"]
+    public = [
+        "__init__",
+        "__main__",
+        "aiohttp",
+        "anthropic",
+        "cli",
+        "events",
+        "httpx",
+        "llm",
+        "openai",
+        "otel",
+        "prometheus",
+        "requests",
+        "testing",
+    ]
     assert top == sorted([*public, *leaves])
 
 
