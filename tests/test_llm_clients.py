@@ -15,7 +15,7 @@ import itertools
 import json
 import multiprocessing
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -127,6 +127,31 @@ def test_a_streams_usage_is_the_same_however_its_bytes_are_cut(cuts: list[int]) 
         usage.feed(ANTHROPIC_EVENTS[start:end])
     usage.end()
     assert usage.tokens() == 25 + 15
+
+
+def test_the_responses_apis_last_event_and_a_chat_chunk_carry_the_usage() -> None:
+    """A stream's usage counts once its last usage is seen (a client may close it then)."""
+    responses = StreamUsage()
+    event = {
+        "type": "response.completed",
+        "response": {"usage": {"input_tokens": 9, "output_tokens": 3, "total_tokens": 12}},
+    }
+    responses.feed(b"event: response.completed\ndata: " + json.dumps(event).encode() + b"\n\n")
+    assert (responses.tokens(), responses.final) == (12, True)
+    chat = StreamUsage()
+    chat.feed(b'data: {"choices": [{"delta": {"content": "usage"}}]}\n\n')
+    assert (chat.tokens(), chat.final) == (None, False)
+    chat.feed(b"data: " + json.dumps({"choices": [], "usage": USAGE}).encode() + b"\n\n")
+    assert (chat.tokens(), chat.final) == (121, True)
+
+
+def test_an_estimate_answering_no_count_and_a_transport_that_sends_nothing_are_named() -> None:
+    with pytest.raises(ValueError, match="estimate must return a finite number of tokens >= 0, got -5"):
+        Estimator(estimate=lambda body: -5)(json.dumps(BODY).encode())
+    with pytest.raises(TypeError, match="transport must be an httpx transport or None, got 'http'"):
+        LLMTransport(TokenBucket(1000, 100), transport="http")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="transport must be an async httpx transport"):
+        AsyncLLMTransport(TokenBucket(1000, 100), transport=httpx.HTTPTransport())  # type: ignore[arg-type]
 
 
 # -- the transports, on a manual clock ------------------------------------------------------
@@ -301,6 +326,40 @@ def test_the_async_transport_settles_as_the_sync_one() -> None:
 
     asyncio.run(main())
     assert tokens_left(budget) == 1_000 - 121
+
+
+class AsyncChunks(httpx.AsyncByteStream):
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for start in range(0, len(self.body), 16):
+            yield self.body[start : start + 16]
+
+
+def test_an_async_stream_closed_early_keeps_its_estimate_and_one_read_through_is_settled() -> None:
+    clock = ManualClock()
+    budget = llm(clock)
+    chunk = b"data: " + json.dumps({"choices": [{"delta": {"content": "x"}}]}).encode() + b"\n\n"
+    last = b"data: " + json.dumps({"choices": [], "usage": USAGE}).encode() + b"\n\n"
+
+    async def respond(request: httpx.Request) -> httpx.Response:
+        body = chunk * 20 + last + b"data: [DONE]\n\n"
+        return httpx.Response(200, stream=AsyncChunks(body), headers={"content-type": "text/event-stream"})
+
+    async def main() -> None:
+        sender = AsyncLLMTransport(budget, transport=httpx.MockTransport(respond))
+        async with httpx.AsyncClient(transport=sender) as client:
+            async with client.stream("POST", "http://llm.test/v1", json=BODY) as reply:
+                async for _ in reply.aiter_raw():
+                    break
+            assert not budget.try_acquire([1, 1_000 - ESTIMATE + 1])  # closed early: the estimate stands
+            async with client.stream("POST", "http://llm.test/v1", json=BODY) as reply:
+                async for _ in reply.aiter_lines():
+                    pass
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert tokens_left(budget) == 1_000 - ESTIMATE - 121
 
 
 # -- the real SDKs against a local API ------------------------------------------------------
