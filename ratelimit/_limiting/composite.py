@@ -162,6 +162,10 @@ class Composite(Limiter[Sequence[float]]):
         more = tuple(a - e if a > e else 0.0 for e, a in zip(estimate, actual, strict=True))
         return (back if any(back) else None), (more if any(more) else None)
 
+    def __len__(self) -> int:
+        """How many rate limits it holds: the numbers a list of ``tokens`` gives."""
+        return len(self._algs)
+
     def _no_slots(self) -> None:
         if self._slots:
             raise TypeError(

@@ -477,7 +477,9 @@ class Limiter(Keyable, ABC, Generic[T]):
     ) -> tuple[RateLimitInfo, tuple[T, float] | None]:
         if status is not None and (isinstance(status, bool) or not isinstance(status, int)):
             raise TypeError(f"status must be an int HTTP status or None, got {status!r}")
-        info = parse_rate_limit_headers(headers, now)
+        # A RateLimitInfo already read (one part of a response's headers: the tokens
+        # of an LLM API's, say) is taken as it is.
+        info = headers if isinstance(headers, RateLimitInfo) else parse_rate_limit_headers(headers, now)
         return info, self._restriction(info, status)
 
     def feedback(self, headers: Any, status: int | None = None, *, now: float | None = None) -> RateLimitInfo:
@@ -494,7 +496,9 @@ class Limiter(Keyable, ABC, Generic[T]):
         :class:`~ratelimit.Adaptive`).
 
         Args:
-            headers: the response's headers (any mapping, or ``(name, value)`` pairs).
+            headers: the response's headers (any mapping, or ``(name, value)`` pairs),
+                or a :class:`RateLimitInfo` already read from them (its ``tokens``
+                part, for a limiter of an LLM API's tokens).
             status: the response's HTTP status, if known.
             now: the current time as epoch seconds, for absolute resets (tests).
         """
