@@ -24,7 +24,7 @@ from ratelimit._stores.keys import key_for
 from ratelimit._stores.scripts import single_script
 from ratelimit.cli import main
 
-from conftest import REDIS_URL, unique_name
+from conftest import REDIS_URL, SUPPORT, unique_name
 
 
 def fields(client: redis.Redis, key: str) -> dict[str, float]:
@@ -155,7 +155,7 @@ def test_top_redraws_a_terminal_with_live_processes(redis_client: redis.Redis) -
     name = unique_name("top")
     # A live worker: 2 threads acquiring a TokenBucket(5, 100) for 6 s.
     worker = subprocess.Popen(
-        [sys.executable, os.path.join(os.path.dirname(__file__), "shared_worker.py"), REDIS_URL, name, "5", "100",
+        [sys.executable, str(SUPPORT / "shared_worker.py"), REDIS_URL, name, "5", "100",
          "2", "6"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
