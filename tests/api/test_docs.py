@@ -120,6 +120,7 @@ def test_the_sizing_page_shows_what_ratelimit_size_prints() -> None:
     assert result.stdout == shown
 
 
+@pytest.mark.slow
 def test_the_cli_reference_lists_every_option_of_every_command() -> None:
     """Operating's command line section names exactly the options each command's parser has."""
     page = (ROOT / "docs" / "operating.md").read_text()

@@ -390,6 +390,7 @@ def test_idle_keys_are_forgotten_in_process() -> None:
 MANY_KEYS = 10_000
 
 
+@pytest.mark.stress
 def test_many_keys_one_script_call_per_decision() -> None:
     """Ten thousand keys through Redis (asyncio, a few hundred at once), each
     decision one script call, and each key its own budget."""

@@ -374,6 +374,7 @@ def test_cancel_async_survives_its_caller_being_cancelled(make: Make) -> None:
     asyncio.run(run())
 
 
+@pytest.mark.stress
 def test_ten_thousand_tasks_reserve_distinct_places_in_order(make: Make, store: str) -> None:
     """10,000 tasks (2,000 on the slower stores) reserving at once: each gets its own slot, none twice."""
     count = 10_000 if store in ("memory", "redis") else 2_000
