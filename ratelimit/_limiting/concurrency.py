@@ -33,8 +33,10 @@ from .._errors import AcquireTimeout
 from .._stores.keys import Keyed
 from .._stores.memory import MemoryBackend
 from .._stores.redis import RedisBackend
+from .._stores.sqlite import SQLiteBackend
 from .._stores.store import Backend
 from .._stores.wakeups import Waiting
+from .concurrency_sqlite import SQLiteSlots
 from .concurrency_state import LOST, RedisSlots, SlotStore, lease_id, memory_slots
 from .front import placed
 from .keyed import Keyable
@@ -443,11 +445,13 @@ class ConcurrencyLimit(Keyable):
             assert name is not None
             key = backend.key(name, "concurrency", member, clock=clock)
             self._store = RedisSlots(backend, key, self._most, self._lease, clock)
+        elif isinstance(backend, SQLiteBackend):
+            assert name is not None
+            self._store = SQLiteSlots(backend, name, member, self._most, self._lease, clock)
         else:
-            # A SQLiteBackend's slots would need waiters in other processes woken at a
-            # release, which its file cannot do yet without polling.
             raise TypeError(
-                f"ConcurrencyLimit keeps its slots in a MemoryBackend or a RedisBackend, not in {backend!r} (yet)"
+                f"ConcurrencyLimit keeps its slots in a MemoryBackend, a RedisBackend or a SQLiteBackend, "
+                f"not in {backend!r}"
             )
         self._beat = _Heartbeat(self, self._store)
         #: The leases taken here and not yet released, and those dropped unreleased.

@@ -38,6 +38,7 @@ from .keys import Keyed, tag, untag
 from .memory import Kept, MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
 from .sqlite_codec import CorruptState, decode, encode, holes_until
 from .sqlite_file import StoreFile
+from .sqlite_slots import SlotRows
 from .store import Handle
 from .tally import Tally
 from .unavailable import BackendStats, FailurePolicy, OnUnavailable, checked_on_unavailable
@@ -571,6 +572,13 @@ class SQLiteBackend(FailurePolicy):
         rows = Rows(self._file, [(tag(name), -1, kept.kind)], [slot], clock)
         slot.lock = rows
         return slot, rows
+
+    def slot_rows(
+        self, name: str | Keyed | None, member: int | None, most: int, lease: float, clock: Clock | None
+    ) -> SlotRows:
+        """The slots of a ConcurrencyLimit (``member`` of a composite), each holder and
+        waiter a row of its own (``sqlite_slots.py``)."""
+        return SlotRows(self._file, self._named(name), -1 if member is None else member, most, lease, clock)
 
     # -- idle names ----------------------------------------------------------------
 

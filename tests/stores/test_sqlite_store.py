@@ -34,7 +34,6 @@ from ratelimit import (
     CircuitBreaker,
     CircuitOpen,
     Composite,
-    ConcurrencyLimit,
     LeakyBucket,
     ManualClock,
     SlidingWindow,
@@ -444,11 +443,6 @@ def test_a_name_is_required_and_leases_are_refused(tmp_path: Path) -> None:
         TokenBucket(1, 1, backend=backend)
     with pytest.raises(ValueError, match="lease"):
         TokenBucket(1, 1, backend=backend, name="x", lease=0.1)
-
-
-def test_concurrency_limit_is_refused_clearly(tmp_path: Path) -> None:
-    with pytest.raises(TypeError, match="SQLiteBackend"):
-        ConcurrencyLimit(2, backend=SQLiteBackend(tmp_path / "s.db"), name="x")
 
 
 # -- time ----------------------------------------------------------------------------

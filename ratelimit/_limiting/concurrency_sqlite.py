@@ -1,0 +1,214 @@
+"""A ConcurrencyLimit's slots in a SQLite file, shared by the processes of one box.
+
+Each transition is one transaction of the file (``_stores/sqlite_slots.py``, the SQL
+twin of ``_algorithms/semaphore.py``). A waiter is told of its grant, never polls:
+its row names its process's door (``_stores/sqlite_doors.py``), and whoever promotes
+it (a release, or a transition that finds a lease run out) knocks there after the
+commit. A holder's lease is renewed by the limit's heartbeat, so a process killed
+with SIGKILL frees its slots once their leases run out; the door's thread then looks
+at the file when the first holder's lease is due to run out, since no release will
+announce it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from .._algorithms.semaphore import FULL, HELD, QUEUED
+from .._clock import Clock, SystemClock
+from .._errors import BackendUnavailable
+from .._stores.keys import Keyed
+from .._stores.sqlite import SQLiteBackend
+from .._stores.sqlite_doors import Doors, doors_for
+from .._stores.sqlite_slots import Promoted
+from .._stores.wakeups import Waiting
+from .concurrency_state import LOST, MemorySlots, taken_here
+
+__all__ = ["SQLiteSlots"]
+
+
+class SQLiteSlots:
+    """Slots in a :class:`~ratelimit.SQLiteBackend` file, shared by every process that
+    opens it. When the file cannot be used the backend's ``on_unavailable`` decides,
+    as for :class:`~.concurrency_state.RedisSlots`: ``"raise"``, ``"allow"`` (a slot the
+    file never hears of) or ``"local"`` (this process's share of the slots)."""
+
+    def __init__(
+        self,
+        backend: SQLiteBackend,
+        name: str | Keyed,
+        member: int | None,
+        most: int,
+        lease: float,
+        clock: Clock | None,
+    ) -> None:
+        self._backend = backend
+        self._rows = backend.slot_rows(name, member, most, lease, clock)
+        self._label = str(name.name if isinstance(name, Keyed) else name)
+        self.check_every = lease / 3
+        # One bound method for the doors to group the looks they make by.
+        self._holding = self._rows.holding
+        self._local: MemorySlots | None = None
+        if backend.on_unavailable == "local":
+            self._local = MemorySlots(max(1, math.floor(most * backend.local_share)), clock or SystemClock())
+        #: Leases granted without the file: where each must be released.
+        self._elsewhere: dict[str, MemorySlots | None] = {}
+        #: When (monotonic) the doors' thread next looks at the file for this limit.
+        self._look_at = math.inf
+
+    @property
+    def _doors(self) -> Doors:
+        # Looked up at each use: a forked child has doors of its own.
+        return doors_for(self._rows.path)
+
+    @property
+    def queued(self) -> int:
+        """How many wait for a slot now, in every process."""
+        return self._rows.counts()[1]
+
+    @property
+    def held(self) -> int:
+        """How many slots are held now, in every process."""
+        return self._rows.counts()[0]
+
+    # -- what the file cannot decide -------------------------------------------------
+
+    def _fallback(self, exc: BackendUnavailable, name: str, waiting: Waiting | None) -> str:
+        self._doors.forget(name)
+        local = self._local
+
+        def there() -> str:
+            assert local is not None
+            outcome = local.take(name, waiting)
+            if outcome != FULL:
+                self._elsewhere[name] = local
+            return outcome
+
+        def nowhere() -> str:
+            self._elsewhere[name] = None
+            return HELD
+
+        outcome: str = self._backend.without_store(
+            exc,
+            self._label,
+            local=None if local is None else there,
+            otherwise=nowhere,
+            says=(
+                "SQLite store unavailable; taking a slot of %r from this process's share: %s",
+                "SQLite store unavailable; taking a slot of %r without it (fail open): %s",
+            ),
+            decision=True,
+        )
+        return outcome
+
+    def _lost_release(self, exc: BackendUnavailable) -> None:
+        # The lease runs out on its own within lease_seconds: the slot is late, not lost.
+        self._backend.without_store(
+            exc,
+            self._label,
+            local=None,
+            otherwise=lambda: None,
+            says=("", "SQLite store unavailable; a slot of %r frees when its lease runs out: %s"),
+        )
+
+    # -- wake-ups ----------------------------------------------------------------------
+
+    def _told(self, promoted: list[Promoted]) -> None:
+        if promoted:
+            self._doors.knock(promoted)
+
+    def _remind(self) -> None:
+        """Have the doors look at the file when the first holder's lease runs out."""
+        seconds = self._rows.first_expiry
+        if seconds == math.inf:
+            return
+        now = time.monotonic()
+        at = now + seconds
+        if at >= self._look_at > now:
+            return  # a look as early is due already
+        self._look_at = at
+        # A little after the lease's end, so that the look finds it run out.
+        self._doors.remind(seconds + 0.01, self._look)
+
+    def _look(self) -> None:
+        self._look_at = math.inf
+        self._told(self._rows.expire())
+        self._remind_if_waiting()
+
+    def _remind_if_waiting(self) -> None:
+        if self._rows.first_expiry != math.inf and self._rows.counts()[1]:
+            self._remind()
+
+    # -- transitions ---------------------------------------------------------------------
+
+    def take(self, name: str, waiting: Waiting | None) -> str:
+        door = None
+        if waiting is not None:
+            door = self._doors.expect(name, waiting, self._holding)
+        try:
+            outcome, promoted = self._rows.take(name, waiting is not None, door)
+        except BackendUnavailable as exc:
+            return self._fallback(exc, name, waiting)
+        except BaseException:
+            self._doors.forget(name)
+            raise
+        self._told(promoted)
+        if outcome == QUEUED:
+            self._remind()
+        else:
+            self._doors.forget(name)
+        self._backend.sweep_if_due()
+        return outcome
+
+    async def take_async(self, name: str, waiting: Waiting | None) -> str:
+        # One transaction of microseconds, as every decision of the SQLite store.
+        return self.take(name, waiting)
+
+    def _released_elsewhere(self, name: str) -> bool:
+        self._doors.forget(name)
+        if name not in self._elsewhere:
+            return False
+        local = self._elsewhere.pop(name)
+        if local is not None:
+            local.release(name)
+        return True
+
+    def release(self, name: str) -> None:
+        if self._released_elsewhere(name) or not taken_here(name):
+            return
+        try:
+            promoted = self._rows.release(name)
+        except BackendUnavailable as exc:
+            self._lost_release(exc)
+            return
+        self._told(promoted)
+
+    async def release_async(self, name: str) -> None:
+        # Nothing suspends: a coroutine being closed still frees its slot.
+        self.release(name)
+
+    def check(self, name: str, waiting: Waiting) -> str:
+        try:
+            held, lost, promoted = self._rows.renew([name])
+        except BackendUnavailable as exc:
+            return self._fallback(exc, name, waiting)
+        self._told(promoted)
+        if name in held:
+            self._doors.forget(name)
+            return HELD
+        if name in lost:
+            return LOST
+        self._remind()
+        return QUEUED
+
+    async def check_async(self, name: str, waiting: Waiting) -> str:
+        return self.check(name, waiting)
+
+    def keep(self, names: list[str]) -> list[str]:
+        here = [n for n in names if n not in self._elsewhere and taken_here(n)]
+        if not here:
+            return []
+        lost, promoted = self._rows.keep(here)
+        self._told(promoted)
+        return lost

@@ -1,0 +1,246 @@
+"""A ConcurrencyLimit's slots in a :class:`~.sqlite.SQLiteBackend` file (internal).
+
+The SQL twin of ``_algorithms/semaphore.py``, transition for transition, as
+``lua/concurrency.lua`` is its Redis twin. A semaphore's state is not kept in the
+limiter's row as a pickle (a queue of ten thousand waiters would be read and
+written whole at every take): each holder and each waiter is a row of its own in
+``ratelimit_slots``, so a transition touches only the rows it changes, found by
+index (the queue in arrival order, the leases by expiry).
+
+Every transition is one write transaction of the file (``sqlite_file.py``). Beside
+each waiter the row keeps its *door*: where its process listens for the news that
+a release or an expiry promoted it (``sqlite_doors.py``). A transition returns the
+waiters it promoted with their doors; the caller knocks after the commit.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from .._algorithms.semaphore import FULL, HELD, QUEUED
+from .._clock import Clock, SystemClock
+from .sqlite_file import StoreFile
+
+__all__ = ["Promoted", "SlotRows"]
+
+T = TypeVar("T")
+
+#: A waiter that a transition made a holder: its lease id and its door (or ``None``).
+Promoted = tuple[str, "str | None"]
+
+# One row per holder (held = 1) or waiter (held = 0) of a limit (name, member); a
+# waiter's place in the queue is its seq; until: when its lease (or place) runs out.
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS ratelimit_slots (name TEXT NOT NULL, member INTEGER NOT NULL,"
+    " lease TEXT NOT NULL, held INTEGER NOT NULL, until REAL NOT NULL, seq INTEGER NOT NULL, door TEXT,"
+    " PRIMARY KEY (name, member, lease)) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS ratelimit_slots_queue ON ratelimit_slots (name, member, held, seq)",
+    "CREATE INDEX IF NOT EXISTS ratelimit_slots_until ON ratelimit_slots (name, member, until)",
+)
+
+_WHERE = "name = ? AND member = ?"
+_COLUMNS = "(name, member, lease, held, until, seq, door)"
+
+
+class SlotRows:
+    """The slots of one limit (``name``, ``member``) in ``file``: at most ``most``
+    holders, leases of ``lease`` seconds. Each method is one transaction and raises
+    ``BackendUnavailable`` when the file cannot be used."""
+
+    def __init__(self, file: StoreFile, name: str, member: int, most: int, lease: float, clock: Clock | None) -> None:
+        self._file = file
+        self._key = (name, member)
+        self.most = most
+        self.lease = lease
+        test = not (clock is None or isinstance(clock, SystemClock))
+        self._now: Callable[[], float] = clock.now if clock is not None and test else file.now
+        #: The connection generation the tables were last made sure of.
+        self._ready = -1
+        #: Seconds from the latest transition that left a waiter queued until the
+        #: first holder's lease runs out (``inf``: none held, or nobody queued).
+        self.first_expiry = math.inf
+
+    @property
+    def path(self) -> str:
+        """The file's absolute path."""
+        return self._file.path
+
+    # -- the transaction ------------------------------------------------------------
+
+    def _run(self, decide: Callable[[sqlite3.Connection, float], T]) -> T:
+        file = self._file
+        conn = file.begin()
+        try:
+            if self._ready != file.generation:
+                # A new file (or one made before ConcurrencyLimit lived in it): the
+                # tables are made in the transaction of the first decision.
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                self._ready = file.generation
+            result = decide(conn, self._now())
+        except BaseException as exc:
+            file.rollback(conn)
+            if isinstance(exc, file.errors):
+                raise file.unavailable(exc) from exc
+            raise
+        file.commit(conn)
+        return result
+
+    # -- the semaphore's steps, in SQL ------------------------------------------------
+
+    def _expire(self, conn: sqlite3.Connection, now: float) -> list[Promoted]:
+        if self.lease == math.inf:
+            return []
+        conn.execute(f"DELETE FROM ratelimit_slots WHERE {_WHERE} AND until <= ?", (*self._key, now))
+        return self._promote(conn)
+
+    def _promote(self, conn: sqlite3.Connection) -> list[Promoted]:
+        held = conn.execute(f"SELECT count(*) FROM ratelimit_slots WHERE {_WHERE} AND held = 1", self._key)
+        room = self.most - int(held.fetchone()[0])
+        if room <= 0:
+            return []
+        heads: list[tuple[str, str | None]] = conn.execute(
+            f"SELECT lease, door FROM ratelimit_slots WHERE {_WHERE} AND held = 0 ORDER BY seq LIMIT ?",
+            (*self._key, room),
+        ).fetchall()
+        if heads:
+            # A waiter's place becomes its lease, expiring when the place would have.
+            conn.executemany(
+                f"UPDATE ratelimit_slots SET held = 1, door = NULL WHERE {_WHERE} AND lease = ?",
+                [(*self._key, lease) for lease, _ in heads],
+            )
+        return [(lease, door) for lease, door in heads]
+
+    def _first_expiry(self, conn: sqlite3.Connection, now: float) -> None:
+        first: Any = conn.execute(
+            f"SELECT min(until) FROM ratelimit_slots WHERE {_WHERE} AND held = 1", self._key
+        ).fetchone()[0]
+        self.first_expiry = math.inf if first is None else max(0.0, float(first) - now)
+
+    def _held(self, conn: sqlite3.Connection, lease: str) -> int | None:
+        """1 for a holder, 0 for a waiter, ``None`` for a lease not there."""
+        row = conn.execute(f"SELECT held FROM ratelimit_slots WHERE {_WHERE} AND lease = ?", (*self._key, lease))
+        found = row.fetchone()
+        return None if found is None else int(found[0])
+
+    # -- transitions --------------------------------------------------------------------
+
+    def take(self, lease: str, wait: bool, door: str | None = None) -> tuple[str, list[Promoted]]:
+        """``Semaphore.take``: ``(outcome, promoted)``; a queued waiter's row names ``door``."""
+
+        def decide(conn: sqlite3.Connection, now: float) -> tuple[str, list[Promoted]]:
+            promoted = self._expire(conn, now)
+            there = self._held(conn, lease)
+            if there is not None:
+                return (HELD if there else QUEUED), promoted
+            counts = dict(
+                conn.execute(
+                    f"SELECT held, count(*) FROM ratelimit_slots WHERE {_WHERE} GROUP BY held", self._key
+                ).fetchall()
+            )
+            if not counts.get(0) and counts.get(1, 0) < self.most:
+                conn.execute(
+                    f"INSERT INTO ratelimit_slots {_COLUMNS} VALUES (?, ?, ?, 1, ?, 0, NULL)",
+                    (*self._key, lease, now + self.lease),
+                )
+                return HELD, promoted
+            if not wait:
+                return FULL, promoted
+            last = conn.execute(
+                f"SELECT max(seq) FROM ratelimit_slots WHERE {_WHERE} AND held = 0", self._key
+            ).fetchone()[0]
+            conn.execute(
+                f"INSERT INTO ratelimit_slots {_COLUMNS} VALUES (?, ?, ?, 0, ?, ?, ?)",
+                (*self._key, lease, now + self.lease, (last or 0) + 1, door),
+            )
+            self._first_expiry(conn, now)
+            return QUEUED, promoted
+
+        return self._run(decide)
+
+    def release(self, lease: str) -> list[Promoted]:
+        """``Semaphore.release``: whom freeing ``lease``'s slot (or place) promoted."""
+
+        def decide(conn: sqlite3.Connection, now: float) -> list[Promoted]:
+            promoted = self._expire(conn, now)
+            gone = conn.execute(f"DELETE FROM ratelimit_slots WHERE {_WHERE} AND lease = ?", (*self._key, lease))
+            if gone.rowcount:
+                promoted += self._promote(conn)
+            return promoted
+
+        return self._run(decide)
+
+    def renew(self, leases: Sequence[str]) -> tuple[list[str], list[str], list[Promoted]]:
+        """``Semaphore.renew``: ``(held, lost, promoted)``."""
+
+        def decide(conn: sqlite3.Connection, now: float) -> tuple[list[str], list[str], list[Promoted]]:
+            promoted = self._expire(conn, now)
+            held: list[str] = []
+            lost: list[str] = []
+            queued = False
+            for lease in leases:
+                there = self._held(conn, lease)
+                if there is None:
+                    lost.append(lease)
+                    continue
+                conn.execute(
+                    f"UPDATE ratelimit_slots SET until = ? WHERE {_WHERE} AND lease = ?",
+                    (now + self.lease, *self._key, lease),
+                )
+                if there:
+                    held.append(lease)
+                else:
+                    queued = True
+            if queued:
+                self._first_expiry(conn, now)
+            return held, lost, promoted
+
+        return self._run(decide)
+
+    def keep(self, leases: Sequence[str]) -> tuple[list[str], list[Promoted]]:
+        """``Semaphore.keep``, the heartbeat: ``(lost, promoted)``."""
+
+        def decide(conn: sqlite3.Connection, now: float) -> tuple[list[str], list[Promoted]]:
+            promoted = self._expire(conn, now)
+            lost = [lease for lease in leases if self._held(conn, lease) != 1]
+            conn.executemany(
+                f"REPLACE INTO ratelimit_slots {_COLUMNS} VALUES (?, ?, ?, 1, ?, 0, NULL)",
+                [(*self._key, lease, now + self.lease) for lease in leases],
+            )
+            return lost, promoted
+
+        return self._run(decide)
+
+    def holding(self, leases: Sequence[str]) -> list[str]:
+        """Which of ``leases`` hold a slot now (a look, no transition: nothing expires)."""
+
+        def decide(conn: sqlite3.Connection, now: float) -> list[str]:
+            return [lease for lease in leases if self._held(conn, lease) == 1]
+
+        return self._run(decide)
+
+    def counts(self) -> tuple[int, int]:
+        """``(held, queued)`` as the rows say now (expired leases included)."""
+
+        def decide(conn: sqlite3.Connection, now: float) -> tuple[int, int]:
+            rows = dict(
+                conn.execute(
+                    f"SELECT held, count(*) FROM ratelimit_slots WHERE {_WHERE} GROUP BY held", self._key
+                ).fetchall()
+            )
+            return int(rows.get(1, 0)), int(rows.get(0, 0))
+
+        return self._run(decide)
+
+    def expire(self) -> list[Promoted]:
+        """Drop the leases that ran out; returns whom that promoted (``Semaphore.expire``)."""
+
+        def decide(conn: sqlite3.Connection, now: float) -> list[Promoted]:
+            promoted = self._expire(conn, now)
+            self._first_expiry(conn, now)
+            return promoted
+
+        return self._run(decide)
