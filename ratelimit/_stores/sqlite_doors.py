@@ -247,6 +247,15 @@ class Doors:
         self._thread = None
         self._due.clear()
 
+    def close(self) -> None:
+        """Close the door and forget its waiters (they look by themselves from now on)."""
+        with self._lock:
+            self._waiting.clear()
+            self._close()
+            sender, self._sender = self._sender, None
+        if sender is not None:
+            sender.close()
+
     def _nudge(self) -> None:
         """Make the thread look at its reminders now (a knock of nobody's)."""
         address = self.address
@@ -257,8 +266,11 @@ class Doors:
 
     def _run(self) -> None:
         idle_since = time.monotonic()
+        me = threading.current_thread()
         while True:
             with self._lock:
+                if self._thread is not me:
+                    return  # closed (and maybe opened again, with a thread of its own)
                 sock = self._sock
                 due = self._due[0][0] if self._due else None
             wait = 1.0 if due is None else min(1.0, max(0.0, due - time.monotonic()))
@@ -266,8 +278,8 @@ class Doors:
             if sock is None:
                 time.sleep(wait)
             else:
-                sock.settimeout(wait)
                 try:
+                    sock.settimeout(wait)
                     heard.append(sock.recv(512).decode("utf-8", "replace"))
                     sock.setblocking(False)
                     while len(heard) < 1024:
@@ -275,13 +287,17 @@ class Doors:
                 except (TimeoutError, BlockingIOError, InterruptedError):
                     pass
                 except OSError:
-                    logger.warning("ratelimit: the door beside %r failed; waiters look by themselves", self._path)
                     with self._lock:
+                        if self._thread is not me:
+                            return  # closed under it
+                        logger.warning("ratelimit: the door beside %r failed; waiters look by themselves", self._path)
                         self._close()
                     return
             self._confirm([lease for lease in heard if lease])
             self._looks_due()
             with self._lock:
+                if self._thread is not me:
+                    return
                 if self._waiting:
                     idle_since = time.monotonic()
                 elif time.monotonic() - idle_since >= IDLE_SECONDS:
@@ -363,9 +379,7 @@ os.register_at_fork(after_in_child=_forked)
 def _closed_at_exit() -> None:
     # Remove this process's socket files (a process killed leaves them to be tidied).
     for doors in list(_doors.values()):
-        if doors._pid == os.getpid():
-            with doors._lock:
-                doors._close()
+        doors.close()
 
 
 atexit.register(_closed_at_exit)

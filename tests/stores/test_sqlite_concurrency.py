@@ -1,0 +1,374 @@
+"""ConcurrencyLimit in a SQLite file: slots shared by the processes of one box.
+
+The behaviour tests of the backend matrix run on the ``sqlite`` store too; here is
+what only a file shared by processes has: the SQL twin held to the pure semaphore,
+the doors that wake a waiter of another process (sockets beside the file, abstract
+ones for paths too long, stale and forged knocks), a holder killed with SIGKILL,
+FIFO across processes, a forked child, and ten thousand asyncio tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import multiprocessing
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ratelimit import AcquireTimeout, ConcurrencyLimit, Lease, ManualClock, SQLiteBackend
+from ratelimit._algorithms.semaphore import Semaphore
+from ratelimit._stores.sqlite_doors import Doors, folder_of
+from ratelimit._stores.wakeups import Waiting
+
+from conftest import SUPPORT
+
+WORKER = SUPPORT / "sqlite_slots_worker.py"
+
+# -- the SQL twin decides as the pure semaphore -------------------------------------------
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("take"), st.integers(0, 9), st.booleans()),
+        st.tuples(st.just("release"), st.integers(0, 9), st.just(False)),
+        st.tuples(st.just("renew"), st.integers(0, 9), st.just(False)),
+        st.tuples(st.just("keep"), st.integers(0, 9), st.just(False)),
+        st.tuples(st.just("time"), st.integers(0, 40), st.just(False)),
+    ),
+    max_size=60,
+)
+
+_names = iter(range(10**9))
+
+
+@pytest.fixture(scope="module")
+def twin_backend(tmp_path_factory: pytest.TempPathFactory) -> SQLiteBackend:
+    return SQLiteBackend(tmp_path_factory.mktemp("twin") / "twin.db")
+
+
+@given(steps=ops, most=st.integers(1, 4))
+@settings(max_examples=100, deadline=None)
+def test_the_sql_twin_decides_as_the_semaphore(
+    twin_backend: SQLiteBackend, steps: list[tuple[str, int, bool]], most: int
+) -> None:
+    clock = ManualClock(1_000.0)
+    rows = twin_backend.slot_rows(f"twin{next(_names)}", None, most, 10.0, clock)
+    sem = Semaphore(most, 10.0)
+    state = sem.new_state()
+    for op, n, flag in steps:
+        name = f"p:{n}"
+        now = clock.now()
+        if op == "take":
+            outcome, promoted = sem.take(state, now, name, flag)
+            assert rows.take(name, flag, "door") == (outcome, [(p, "door") for p in promoted])
+        elif op == "release":
+            promoted = sem.release(state, now, name)
+            assert [p for p, _ in rows.release(name)] == promoted
+        elif op == "renew":
+            held, lost, promoted = sem.renew(state, now, [name])
+            got = rows.renew([name])
+            assert (got[0], got[1], [p for p, _ in got[2]]) == (held, lost, promoted)
+        elif op == "keep":
+            lost, promoted = sem.keep(state, now, [name])
+            got_lost, got_promoted = rows.keep([name])
+            assert (got_lost, [p for p, _ in got_promoted]) == (lost, promoted)
+        else:
+            clock.advance(n / 4)
+        assert rows.counts() == (len(state.holders), len(state.waiters))
+
+
+# -- doors ------------------------------------------------------------------------------
+
+
+def _holding_all(leases: Any) -> list[str]:
+    return list(leases)
+
+
+def _holding_none(leases: Any) -> list[str]:
+    return []
+
+
+@pytest.fixture
+def store_file(tmp_path: Path) -> str:
+    path = tmp_path / "doors.db"
+    SQLiteBackend(path)
+    return str(path)
+
+
+@pytest.fixture
+def opened() -> Iterator[list[Doors]]:
+    """Doors a test opens, closed after it."""
+    made: list[Doors] = []
+    yield made
+    for doors in made:
+        doors.close()
+
+
+def test_a_knock_at_the_door_wakes_a_waiter_the_file_confirms(store_file: str, opened: list[Doors]) -> None:
+    doors = Doors(store_file)
+    opened.append(doors)
+    woken, forged = Waiting(), Waiting()
+    address = doors.expect("elsewhere:1", woken, _holding_all)
+    assert address == os.path.join(folder_of(store_file), address.rpartition("/")[2])
+    assert doors.expect("elsewhere:2", forged, _holding_none) == address
+    # Leases of another process: knocked at their door, as another process would.
+    doors.knock([("elsewhere:1", address), ("elsewhere:2", address)])
+    assert woken.wait(5.0)
+    assert not forged.wait(0.3)  # a knock the file does not confirm wakes nobody
+    doors.forget("elsewhere:2")
+
+
+def test_a_path_too_long_for_af_unix_gets_an_abstract_door(tmp_path: Path, opened: list[Doors]) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    path = str(deep / "store.db")
+    SQLiteBackend(path)
+    doors = Doors(path)
+    opened.append(doors)
+    waiting = Waiting()
+    address = doors.expect("elsewhere:1", waiting, _holding_all)
+    if not sys.platform.startswith("linux"):
+        assert address is None
+        return
+    assert address is not None
+    assert address.startswith("@")
+    doors.knock([("elsewhere:1", address)])
+    assert waiting.wait(5.0)
+
+
+def test_dead_processes_doors_are_tidied_and_doors_share_the_files_mode(store_file: str, opened: list[Doors]) -> None:
+    os.chmod(store_file, 0o664)
+    folder = folder_of(store_file)
+    os.mkdir(folder)
+    # A door left by a process killed with SIGKILL: a socket file nobody listens behind.
+    stale = os.path.join(folder, "0" * 16)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dead.bind(stale)
+    dead.close()
+    other_stale = os.path.join(folder, "1" * 16)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dead.bind(other_stale)
+    dead.close()
+    doors = Doors(store_file)
+    opened.append(doors)
+    address = doors.expect("elsewhere:1", Waiting(), _holding_none)
+    assert address is not None
+    assert not os.path.exists(stale)
+    assert not os.path.exists(other_stale)
+    assert stat.S_IMODE(os.stat(address).st_mode) == 0o664
+    doors.forget("elsewhere:1")
+    # A knock at a door whose process died removes it.
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dead.bind(stale)
+    dead.close()
+    doors.knock([("elsewhere:2", stale)])
+    assert not os.path.exists(stale)
+
+
+def test_a_new_folder_of_doors_is_open_to_whoever_may_write_the_file(tmp_path: Path, opened: list[Doors]) -> None:
+    path = tmp_path / "shared.db"
+    SQLiteBackend(path)
+    os.chmod(path, 0o666)
+    doors = Doors(str(path))
+    opened.append(doors)
+    doors.expect("elsewhere:1", Waiting(), _holding_none)
+    mode = os.stat(folder_of(str(path))).st_mode
+    assert stat.S_IMODE(mode) == 0o777 | stat.S_ISVTX
+    doors.forget("elsewhere:1")
+
+
+# -- in one process -----------------------------------------------------------------------
+
+
+def test_timeouts_and_cancellations_leave_the_queue_empty(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "q.db")
+    limit = ConcurrencyLimit(1, backend=backend, name="q")
+
+    async def main() -> None:
+        holder = await limit.take_async()
+        waiters = [asyncio.ensure_future(limit.take_async(timeout=None if i % 2 else 0.05)) for i in range(10)]
+        await asyncio.sleep(0.02)
+        assert limit._store.queued == 10  # type: ignore[attr-defined]
+        for task in waiters[1::2]:
+            task.cancel()
+        results = await asyncio.gather(*waiters, return_exceptions=True)
+        assert all(isinstance(r, (AcquireTimeout, asyncio.CancelledError)) for r in results)
+        assert limit._store.queued == 0  # type: ignore[attr-defined]
+        await holder.release_async()
+
+    asyncio.run(main())
+    assert limit._store.held == 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.stress
+def test_ten_thousand_tasks_on_one_limit(tmp_path: Path) -> None:
+    limit = ConcurrencyLimit(8, backend=SQLiteBackend(tmp_path / "many.db"), name="many")
+    inside = most = done = 0
+
+    async def one() -> None:
+        nonlocal inside, most, done
+        async with limit.hold():
+            inside += 1
+            most = max(most, inside)
+            await asyncio.sleep(0)
+            inside -= 1
+            done += 1
+
+    async def main() -> None:
+        tasks = [asyncio.ensure_future(one()) for _ in range(10_000)]
+        await asyncio.sleep(0.05)
+        for task in tasks[::3]:  # a third cancelled, wherever they are
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())
+    assert 1 <= most <= 8
+    assert done >= 10_000 * 2 // 3
+    assert (limit._store.held, limit._store.queued) == (0, 0)  # type: ignore[attr-defined]
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+def _start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _line(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        raise AssertionError(f"the worker said nothing: {proc.communicate(timeout=10)[1]}")
+    return line.strip()
+
+
+def _wait_queued(limit: ConcurrencyLimit, count: int) -> None:
+    deadline = time.monotonic() + 20
+    while limit._store.queued < count:  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, "the worker never queued"
+        time.sleep(0.01)
+
+
+def _stop(procs: list[subprocess.Popen[str]]) -> None:
+    for proc in procs:
+        proc.kill()
+        proc.communicate(timeout=10)
+
+
+@pytest.mark.slow
+def test_a_holder_killed_with_sigkill_gives_its_slots_back_after_its_lease(tmp_path: Path) -> None:
+    path = str(tmp_path / "killed.db")
+    lease = 2.0
+    limit = ConcurrencyLimit(2, lease_seconds=lease, backend=SQLiteBackend(path), name="killed")
+    holder = _start(path, "killed", "2", str(lease), "grab", "2")
+    try:
+        assert _line(holder) == "held 2"
+        with pytest.raises(AcquireTimeout):
+            limit.take(timeout=0)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+        killed = time.monotonic()
+        first = limit.take(timeout=10)  # waits, not polling: woken when the lease runs out
+        second = limit.take(timeout=10)
+        back = time.monotonic() - killed
+    finally:
+        _stop([holder])
+    # Its leases were renewed every lease / 3 until it died: back within a lease of it.
+    assert back <= lease + 1.0
+    first.release()
+    second.release()
+
+
+@pytest.mark.slow
+def test_waiters_of_three_processes_are_served_in_arrival_order_and_woken_at_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "fifo.db")
+    # A lease of a minute: a waiter looks by itself only every 20 s, so each prompt
+    # handoff below was a knock at its door.
+    lease = "60"
+    limit = ConcurrencyLimit(1, lease_seconds=60, backend=SQLiteBackend(path), name="fifo")
+    holder = limit.take()
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for i, flavour in enumerate(["thread", "async", "thread"]):
+            procs.append(_start(path, "fifo", "1", lease, "wait", "0.05", *(["async"] if flavour == "async" else [])))
+            assert _line(procs[-1]) == "waiting"
+            _wait_queued(limit, i + 1)
+        released = time.monotonic()
+        holder.release()
+        got = [float(_line(proc).split()[1]) for proc in procs]
+        for proc in procs:
+            assert proc.wait(20) == 0
+    finally:
+        _stop(procs)
+    assert got == sorted(got)
+    # Each handoff (a release in one process, the waiter woken in the next) well
+    # before the 20 s a waiter would sleep without a knock.
+    gaps = [got[0] - released] + [b - a - 0.05 for a, b in itertools.pairwise(got)]
+    assert max(gaps) < 3.0, gaps
+    assert (limit._store.held, limit._store.queued) == (0, 0)  # type: ignore[attr-defined]
+
+
+def _forked_waiter(limit: ConcurrencyLimit, out: Any) -> None:
+    with limit.hold(timeout=20):
+        out.put(time.monotonic())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="no fork")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() with threads running, on purpose
+def test_a_forked_child_waits_behind_a_door_of_its_own(tmp_path: Path) -> None:
+    limit = ConcurrencyLimit(1, lease_seconds=60, backend=SQLiteBackend(tmp_path / "fork.db"), name="forked")
+    holder = limit.take()
+    # A waiter of the parent first: the parent's door is open when the child is forked.
+    order: list[Lease] = []
+    parent_waiter = threading.Thread(target=lambda: order.append(limit.take(timeout=20)))
+    parent_waiter.start()
+    _wait_queued(limit, 1)
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_forked_waiter, args=(limit, out))
+    child.start()
+    try:
+        _wait_queued(limit, 2)
+        holder.release()
+        parent_waiter.join(20)
+        assert order
+        released = time.monotonic()
+        order[0].release()
+        assert out.get(timeout=20) - released < 3.0  # knocked at the child's own door
+        child.join(20)
+        assert child.exitcode == 0
+    finally:
+        if child.is_alive():
+            child.kill()
+    assert limit._store.held == 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_a_waiter_sleeps_until_the_first_lease_can_run_out(tmp_path: Path) -> None:
+    """No release will come from a killed holder: the waiter's door looks at the
+    file when the holder's lease is due to run out, before the waiter's own look."""
+    clockless = ConcurrencyLimit(1, lease_seconds=6, backend=SQLiteBackend(tmp_path / "due.db"), name="due")
+    dead = clockless.take()
+    taken = time.monotonic()
+    clockless._beat.discard(dead.name)  # never renewed again: as if its holder died
+    time.sleep(1.0)
+    lease = clockless.take(timeout=10)
+    waited = time.monotonic() - taken
+    # Due at 6 s; the waiter's own looks come every 2 s from 1 s: at 3, 5, 7 s.
+    assert 5.9 <= waited < 6.6, waited
+    lease.release()
