@@ -13,7 +13,6 @@ announce it.
 from __future__ import annotations
 
 import math
-import time
 
 from .._algorithms.semaphore import FULL, HELD, QUEUED
 from .._clock import Clock, SystemClock
@@ -54,8 +53,6 @@ class SQLiteSlots:
             self._local = MemorySlots(max(1, math.floor(most * backend.local_share)), clock or SystemClock())
         #: Leases granted without the file: where each must be released.
         self._elsewhere: dict[str, MemorySlots | None] = {}
-        #: When (monotonic) the doors' thread next looks at the file for this limit.
-        self._look_at = math.inf
 
     @property
     def _doors(self) -> Doors:
@@ -121,24 +118,14 @@ class SQLiteSlots:
     def _remind(self) -> None:
         """Have the doors look at the file when the first holder's lease runs out."""
         seconds = self._rows.first_expiry
-        if seconds == math.inf:
-            return
-        now = time.monotonic()
-        at = now + seconds
-        if at >= self._look_at > now:
-            return  # a look as early is due already
-        self._look_at = at
-        # A little after the lease's end, so that the look finds it run out.
-        self._doors.remind(seconds + 0.01, self._look)
+        if seconds != math.inf:
+            # A little after the lease's end, so that the look finds it run out.
+            self._doors.remind(self._rows, seconds + 0.01, self._look)
 
     def _look(self) -> None:
-        self._look_at = math.inf
         self._told(self._rows.expire())
-        self._remind_if_waiting()
-
-    def _remind_if_waiting(self) -> None:
-        if self._rows.first_expiry != math.inf and self._rows.counts()[1]:
-            self._remind()
+        if self._rows.counts()[1]:
+            self._remind()  # still waiters: look again when the next lease is due
 
     # -- transitions ---------------------------------------------------------------------
 

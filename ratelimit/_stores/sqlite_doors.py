@@ -34,6 +34,7 @@ import errno
 import hashlib
 import heapq
 import logging
+import math
 import os
 import socket
 import stat
@@ -93,8 +94,10 @@ class Doors:
         self._file: str | None = None
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
-        #: Looks due at a time: (monotonic time, order, what to run).
-        self._due: list[tuple[float, int, Callable[[], None]]] = []
+        #: Looks due at a time: (monotonic time, order, whose, what to run), and the
+        #: earliest due of each.
+        self._due: list[tuple[float, int, object, Callable[[], None]]] = []
+        self._pending: dict[object, float] = {}
         self._order = 0
         self._sender: socket.socket | None = None
 
@@ -115,14 +118,19 @@ class Doors:
         with self._lock:
             self._waiting.pop(lease, None)
 
-    def remind(self, seconds: float, look: Callable[[], None]) -> None:
+    def remind(self, key: object, seconds: float, look: Callable[[], None]) -> None:
         """Run ``look`` from the door's thread in ``seconds`` (a lease due to run out
-        then, which no release will announce)."""
+        then, which no release will announce), unless a look of ``key`` as early is
+        due already."""
         with self._lock:
             if self._thread is None:
                 return  # nobody waits here
+            at = time.monotonic() + seconds
+            if self._pending.get(key, math.inf) <= at:
+                return
+            self._pending[key] = at
             self._order += 1
-            heapq.heappush(self._due, (time.monotonic() + seconds, self._order, look))
+            heapq.heappush(self._due, (at, self._order, key, look))
         self._nudge()
 
     # -- the promoters' side ------------------------------------------------------------
@@ -246,6 +254,7 @@ class Doors:
         self._file = self.address = None
         self._thread = None
         self._due.clear()
+        self._pending.clear()
 
     def close(self) -> None:
         """Close the door and forget its waiters (they look by themselves from now on)."""
@@ -330,7 +339,10 @@ class Doors:
         looks: list[Callable[[], None]] = []
         with self._lock:
             while self._due and self._due[0][0] <= now:
-                looks.append(heapq.heappop(self._due)[2])
+                at, _, key, look = heapq.heappop(self._due)
+                if self._pending.get(key) == at:
+                    del self._pending[key]
+                looks.append(look)
         for look in looks:
             try:
                 look()

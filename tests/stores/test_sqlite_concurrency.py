@@ -121,6 +121,7 @@ def test_a_knock_at_the_door_wakes_a_waiter_the_file_confirms(store_file: str, o
     opened.append(doors)
     woken, forged = Waiting(), Waiting()
     address = doors.expect("elsewhere:1", woken, _holding_all)
+    assert address is not None
     assert address == os.path.join(folder_of(store_file), address.rpartition("/")[2])
     assert doors.expect("elsewhere:2", forged, _holding_none) == address
     # Leases of another process: knocked at their door, as another process would.
