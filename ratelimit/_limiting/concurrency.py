@@ -6,7 +6,8 @@ killed with SIGKILL frees its slots within ``lease_seconds`` and a live holder k
 its slot however long it takes. Waiters queue in arrival order across processes, and
 the release that frees a slot hands it to the head of the queue and tells that waiter
 (see ``_stores/wakeups.py``): a take and a release are one script call each, and
-waiting costs no polling.
+waiting costs no polling. A SQLite file shares them among the processes of one box
+the same way, each transition one transaction (see ``concurrency_sqlite.py``).
 """
 
 from __future__ import annotations
@@ -386,8 +387,10 @@ class ConcurrencyLimit(Keyable):
             every ``lease_seconds / 3`` by a thread, so it keeps its slot however long
             it holds it. In-process slots need no lease: a holder cannot die without
             its process.
-        backend: where the slots live; in-process by default, or a
-            :class:`~ratelimit.RedisBackend` to share them across processes.
+        backend: where the slots live; in-process by default, a
+            :class:`~ratelimit.RedisBackend` to share them across processes, or a
+            :class:`~ratelimit.SQLiteBackend` to share them among the processes of
+            one box.
         name: the shared limit's name (required with a shared backend).
         clock: the clock the store's leases run on (tests).
 
