@@ -144,7 +144,10 @@ class Doors:
                     found = self._waiting.pop(lease, None)
                 if found is not None:
                     found[0].wake()
-            elif door:
+                    continue
+                # Ours but waiting behind another door of this process: the same file
+                # opened by another path (a symbolic link).
+            if door:
                 self._send(door, lease)
 
     def _send(self, door: str, lease: str) -> None:
@@ -166,6 +169,9 @@ class Doors:
 
     def _open(self) -> None:
         """Bind this process's door (under the lock), or settle for none."""
+        if not hasattr(socket, "AF_UNIX"):
+            self.address = self._file = None  # no Unix sockets here: waiters look by themselves
+            return
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         place = self._place()
         try:

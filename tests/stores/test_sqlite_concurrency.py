@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -28,7 +29,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit import AcquireTimeout, ConcurrencyLimit, Lease, ManualClock, SQLiteBackend
+from ratelimit import AcquireTimeout, BackendUnavailable, ConcurrencyLimit, Lease, ManualClock, SQLiteBackend
 from ratelimit._algorithms.semaphore import Semaphore
 from ratelimit._stores.sqlite_doors import Doors, folder_of
 from ratelimit._stores.wakeups import Waiting
@@ -373,3 +374,86 @@ def test_a_waiter_sleeps_until_the_first_lease_can_run_out(tmp_path: Path) -> No
     # Due at 6 s; the waiter's own looks come every 2 s from 1 s: at 3, 5, 7 s.
     assert 5.9 <= waited < 6.6, waited
     lease.release()
+
+
+# -- the file unavailable -------------------------------------------------------------------
+
+
+def _lock_file(path: Path) -> tuple[threading.Event, threading.Thread]:
+    """Hold the file's write lock from another connection until the event is set."""
+    locked, done = threading.Event(), threading.Event()
+
+    def run() -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        locked.set()
+        done.wait(20)
+        conn.execute("COMMIT")
+        conn.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    locked.wait(10)
+    return done, thread
+
+
+@pytest.mark.parametrize("policy", ["raise", "allow", "local"])
+def test_on_unavailable_applies_to_slots_as_for_redis(
+    tmp_path: Path, policy: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "locked.db"
+    backend = SQLiteBackend(path, busy_timeout=0.05, on_unavailable=policy, local_share=0.5)  # type: ignore[arg-type]
+    limit = ConcurrencyLimit(4, backend=backend, name="locked")
+    held = limit.take()  # in the file
+    done, thread = _lock_file(path)
+    try:
+        if policy == "raise":
+            with pytest.raises(BackendUnavailable):
+                limit.take(timeout=0)
+            return
+        leases = [limit.take(timeout=0) for _ in range(2)]
+        if policy == "local":
+            # This process's share: floor(4 * 0.5) = 2 slots, both taken.
+            with pytest.raises(AcquireTimeout):
+                limit.take(timeout=0)
+        else:
+            leases.append(limit.take(timeout=0))  # fail open: nobody counts
+        assert "SQLite store unavailable" in caplog.text
+    finally:
+        done.set()
+        thread.join()
+    for lease in leases:
+        lease.release()  # where each was taken: locally, or nowhere
+    held.release()  # in the file, which answers again
+    assert (limit._store.held, limit._store.queued) == (0, 0)  # type: ignore[attr-defined]
+    if policy == "local":
+        assert [limit.take(timeout=0) for _ in range(4)]  # all four back in the file
+
+
+def test_a_waiter_cancelled_at_any_step_of_its_handoff_leaves_nothing(tmp_path: Path) -> None:
+    """Cancelled while queued, as its grant is on its way, or just after: whatever
+    the step, the slot goes on to the next waiter and nothing stays held or queued."""
+    limit = ConcurrencyLimit(1, backend=SQLiteBackend(tmp_path / "steps.db"), name="steps")
+    store: Any = limit._store
+
+    async def main() -> None:
+        for steps in range(12):
+            holder = await limit.take_async()
+            waiter = asyncio.ensure_future(limit.take_async(timeout=10))
+            behind = asyncio.ensure_future(limit.take_async(timeout=10))
+            await asyncio.sleep(0)  # each task runs to its wait (nothing before it suspends)
+            assert store.queued == 2
+            await holder.release_async()  # hands the slot to the waiter
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            waiter.cancel()
+            try:
+                lease = await waiter
+            except asyncio.CancelledError:
+                pass
+            else:
+                await lease.release_async()  # granted before the cancel landed
+            await (await asyncio.wait_for(behind, 10)).release_async()
+            assert (store.held, store.queued) == (0, 0), steps
+
+    asyncio.run(main())
