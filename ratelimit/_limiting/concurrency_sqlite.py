@@ -123,8 +123,9 @@ class SQLiteSlots:
             self._doors.remind(self._rows, seconds + 0.01, self._look)
 
     def _look(self) -> None:
-        self._told(self._rows.expire())
-        if self._rows.counts()[1]:
+        promoted, waiting = self._rows.expire()
+        self._told(promoted)
+        if waiting:
             self._remind()  # still waiters: look again when the next lease is due
 
     # -- transitions ---------------------------------------------------------------------

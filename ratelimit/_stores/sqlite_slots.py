@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -24,7 +25,7 @@ from .._algorithms.semaphore import FULL, HELD, QUEUED
 from .._clock import Clock, SystemClock
 from .sqlite_file import StoreFile
 
-__all__ = ["Promoted", "SlotRows"]
+__all__ = ["TIDY_SECONDS", "Promoted", "SlotRows"]
 
 T = TypeVar("T")
 
@@ -32,17 +33,25 @@ T = TypeVar("T")
 Promoted = tuple[str, "str | None"]
 
 # One row per holder (held = 1) or waiter (held = 0) of a limit (name, member); a
-# waiter's place in the queue is its seq; until: when its lease (or place) runs out.
+# waiter's place in the queue is its seq; until: when its lease (or place) runs out;
+# test: 1 when its times are a test clock's (never tidied away with real time).
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS ratelimit_slots (name TEXT NOT NULL, member INTEGER NOT NULL,"
     " lease TEXT NOT NULL, held INTEGER NOT NULL, until REAL NOT NULL, seq INTEGER NOT NULL, door TEXT,"
-    " PRIMARY KEY (name, member, lease)) WITHOUT ROWID",
+    " test INTEGER NOT NULL, PRIMARY KEY (name, member, lease)) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS ratelimit_slots_queue ON ratelimit_slots (name, member, held, seq)",
     "CREATE INDEX IF NOT EXISTS ratelimit_slots_until ON ratelimit_slots (name, member, until)",
 )
 
 _WHERE = "name = ? AND member = ?"
-_COLUMNS = "(name, member, lease, held, until, seq, door)"
+_COLUMNS = "(name, member, lease, held, until, seq, door, test)"
+
+#: Each process drops the rows of every limit whose leases ran out at most this often
+#: (seconds): a limit no process uses again keeps no row of a holder that died.
+TIDY_SECONDS = 60.0
+
+#: When each file is next tidied by this process (monotonic), by its path.
+_tidy_at: dict[str, float] = {}
 
 
 class SlotRows:
@@ -56,6 +65,7 @@ class SlotRows:
         self.most = most
         self.lease = lease
         test = not (clock is None or isinstance(clock, SystemClock))
+        self._test = 1 if test else 0
         self._now: Callable[[], float] = clock.now if clock is not None and test else file.now
         #: The connection generation the tables were last made sure of.
         self._ready = -1
@@ -80,7 +90,14 @@ class SlotRows:
                 for statement in _SCHEMA:
                     conn.execute(statement)
                 self._ready = file.generation
-            result = decide(conn, self._now())
+            now = self._now()
+            result = decide(conn, now)
+            if not self._test and time.monotonic() >= _tidy_at.get(file.path, 0.0):
+                # Rows of other limits too, without promoting their waiters: those look
+                # at the file by themselves (sqlite_doors.py), and every step of their
+                # limit promotes whom a freed slot allows.
+                _tidy_at[file.path] = time.monotonic() + TIDY_SECONDS
+                conn.execute("DELETE FROM ratelimit_slots WHERE test = 0 AND until <= ?", (now,))
         except BaseException as exc:
             file.rollback(conn)
             if isinstance(exc, file.errors):
@@ -97,9 +114,17 @@ class SlotRows:
         conn.execute(f"DELETE FROM ratelimit_slots WHERE {_WHERE} AND until <= ?", (*self._key, now))
         return self._promote(conn)
 
-    def _promote(self, conn: sqlite3.Connection) -> list[Promoted]:
+    def _holders(self, conn: sqlite3.Connection) -> int:
+        # Counted in the index, among the holders only (a long queue costs nothing).
         held = conn.execute(f"SELECT count(*) FROM ratelimit_slots WHERE {_WHERE} AND held = 1", self._key)
-        room = self.most - int(held.fetchone()[0])
+        return int(held.fetchone()[0])
+
+    def _queue_ahead(self, conn: sqlite3.Connection) -> bool:
+        head = conn.execute(f"SELECT 1 FROM ratelimit_slots WHERE {_WHERE} AND held = 0 LIMIT 1", self._key)
+        return head.fetchone() is not None
+
+    def _promote(self, conn: sqlite3.Connection) -> list[Promoted]:
+        room = self.most - self._holders(conn)
         if room <= 0:
             return []
         heads: list[tuple[str, str | None]] = conn.execute(
@@ -136,15 +161,10 @@ class SlotRows:
             there = self._held(conn, lease)
             if there is not None:
                 return (HELD if there else QUEUED), promoted
-            counts = dict(
+            if not self._queue_ahead(conn) and self._holders(conn) < self.most:
                 conn.execute(
-                    f"SELECT held, count(*) FROM ratelimit_slots WHERE {_WHERE} GROUP BY held", self._key
-                ).fetchall()
-            )
-            if not counts.get(0) and counts.get(1, 0) < self.most:
-                conn.execute(
-                    f"INSERT INTO ratelimit_slots {_COLUMNS} VALUES (?, ?, ?, 1, ?, 0, NULL)",
-                    (*self._key, lease, now + self.lease),
+                    f"INSERT INTO ratelimit_slots {_COLUMNS} VALUES (?, ?, ?, 1, ?, 0, NULL, ?)",
+                    (*self._key, lease, now + self.lease, self._test),
                 )
                 return HELD, promoted
             if not wait:
@@ -153,8 +173,8 @@ class SlotRows:
                 f"SELECT max(seq) FROM ratelimit_slots WHERE {_WHERE} AND held = 0", self._key
             ).fetchone()[0]
             conn.execute(
-                f"INSERT INTO ratelimit_slots {_COLUMNS} VALUES (?, ?, ?, 0, ?, ?, ?)",
-                (*self._key, lease, now + self.lease, (last or 0) + 1, door),
+                f"INSERT INTO ratelimit_slots {_COLUMNS} VALUES (?, ?, ?, 0, ?, ?, ?, ?)",
+                (*self._key, lease, now + self.lease, (last or 0) + 1, door, self._test),
             )
             self._first_expiry(conn, now)
             return QUEUED, promoted
@@ -207,8 +227,8 @@ class SlotRows:
             promoted = self._expire(conn, now)
             lost = [lease for lease in leases if self._held(conn, lease) != 1]
             conn.executemany(
-                f"REPLACE INTO ratelimit_slots {_COLUMNS} VALUES (?, ?, ?, 1, ?, 0, NULL)",
-                [(*self._key, lease, now + self.lease) for lease in leases],
+                f"REPLACE INTO ratelimit_slots {_COLUMNS} VALUES (?, ?, ?, 1, ?, 0, NULL, ?)",
+                [(*self._key, lease, now + self.lease, self._test) for lease in leases],
             )
             return lost, promoted
 
@@ -235,12 +255,13 @@ class SlotRows:
 
         return self._run(decide)
 
-    def expire(self) -> list[Promoted]:
-        """Drop the leases that ran out; returns whom that promoted (``Semaphore.expire``)."""
+    def expire(self) -> tuple[list[Promoted], bool]:
+        """Drop the leases that ran out: whom that promoted (``Semaphore.expire``), and
+        whether anyone still waits."""
 
-        def decide(conn: sqlite3.Connection, now: float) -> list[Promoted]:
+        def decide(conn: sqlite3.Connection, now: float) -> tuple[list[Promoted], bool]:
             promoted = self._expire(conn, now)
             self._first_expiry(conn, now)
-            return promoted
+            return promoted, self._queue_ahead(conn)
 
         return self._run(decide)

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 from ratelimit import AcquireTimeout, BackendUnavailable, ConcurrencyLimit, Lease, ManualClock, SQLiteBackend
 from ratelimit._algorithms.semaphore import Semaphore
+from ratelimit._stores import sqlite_slots
 from ratelimit._stores.sqlite_doors import Doors, folder_of
 from ratelimit._stores.wakeups import Waiting
 
@@ -88,6 +89,19 @@ def test_the_sql_twin_decides_as_the_semaphore(
         else:
             clock.advance(n / 4)
         assert rows.counts() == (len(state.holders), len(state.waiters))
+
+
+def test_rows_of_a_limit_no_process_uses_again_are_tidied(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "tidy.db")
+    forgotten = backend.slot_rows("forgotten", None, 1, 0.001, None)
+    assert forgotten.take("dead:1", False)[0] == "held"  # its holder dies: never released
+    on_a_test_clock = backend.slot_rows("tested", None, 1, 0.001, ManualClock(1.0))
+    on_a_test_clock.take("dead:2", False)
+    time.sleep(0.01)
+    sqlite_slots._tidy_at.clear()  # due now
+    backend.slot_rows("other", None, 1, 10.0, None).take("live:1", False)
+    assert forgotten.counts() == (0, 0)
+    assert on_a_test_clock.counts() == (1, 0)  # test clocks' rows are left alone
 
 
 # -- doors ------------------------------------------------------------------------------
