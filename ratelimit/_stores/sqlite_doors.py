@@ -79,6 +79,14 @@ def _folder_mode(file_mode: int) -> int:
     return mode
 
 
+def _share_group(path: str, gid: int) -> None:
+    """Give ``path`` the store file's group (a file shared by a group: its members
+    knock, and make their doors), when this process may."""
+    if hasattr(os, "chown") and os.stat(path).st_gid != gid:
+        with contextlib.suppress(OSError):
+            os.chown(path, -1, gid)
+
+
 class Doors:
     """This process's door on one store file, and the waiters behind it."""
 
@@ -179,8 +187,9 @@ class Doors:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(place)  # ours from before an idle close: never another's (a process id is unique)
                 sock.bind(place)
-                mode = os.stat(self._path).st_mode & 0o666
-                os.chmod(place, mode | 0o600)
+                file_stat = os.stat(self._path)
+                os.chmod(place, (file_stat.st_mode & 0o666) | 0o600)
+                _share_group(place, file_stat.st_gid)
                 self._file, self.address = place, place
             elif sys.platform.startswith("linux"):
                 name = self._abstract()
@@ -208,13 +217,14 @@ class Doors:
         if len(os.fsencode(place)) > _MOST_PATH:
             return None
         try:
-            file_mode = os.stat(self._path).st_mode
+            file_stat = os.stat(self._path)
             try:
                 os.mkdir(folder, 0o700)
             except FileExistsError:
                 pass
             else:
-                os.chmod(folder, _folder_mode(file_mode))
+                os.chmod(folder, _folder_mode(file_stat.st_mode))
+                _share_group(folder, file_stat.st_gid)
             if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
                 return None
         except OSError:

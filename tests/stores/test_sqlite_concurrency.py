@@ -471,3 +471,28 @@ def test_a_waiter_cancelled_at_any_step_of_its_handoff_leaves_nothing(tmp_path: 
             assert (store.held, store.queued) == (0, 0), steps
 
     asyncio.run(main())
+
+
+@pytest.mark.slow
+def test_an_async_waiter_leaves_its_loop_free_until_another_process_frees_a_slot(tmp_path: Path) -> None:
+    path = str(tmp_path / "loop.db")
+    limit = ConcurrencyLimit(1, lease_seconds=1, backend=SQLiteBackend(path), name="loop")
+    holder = _start(path, "loop", "1", "1", "grab", "1")
+    try:
+        assert _line(holder) == "held 1"
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+
+        async def main() -> int:
+            ticks = 0
+            waiter = asyncio.ensure_future(limit.take_async(timeout=10))
+            while not waiter.done():
+                await asyncio.sleep(0.01)
+                ticks += 1
+            await (await waiter).release_async()
+            return ticks
+
+        ticks = asyncio.run(main())
+    finally:
+        _stop([holder])
+    assert ticks >= 20  # the loop ran on while the lease of the killed holder ran out
