@@ -1,4 +1,5 @@
-"""Where a ConcurrencyLimit's slots are kept: in this process, or in Redis.
+"""Where a ConcurrencyLimit's slots are kept: in this process, or in Redis (a SQLite
+file: ``concurrency_sqlite.py``).
 
 Both stores run the transitions of ``_algorithms/semaphore.py`` (Redis through its
 twin, ``lua/concurrency.lua``) and wake the waiters a transition promotes: in
