@@ -101,7 +101,6 @@ class Doors:
         self.address: str | None = None
         self._file: str | None = None
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
         #: Looks due at a time: (monotonic time, order, whose, what to run), and the
         #: earliest due of each.
         self._due: list[tuple[float, int, object, Callable[[], None]]] = []
@@ -161,10 +160,12 @@ class Doors:
     def _send(self, door: str, lease: str) -> None:
         try:
             sender = self._sender
-            if sender is None or self._pid != os.getpid():
-                sender = self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                sender.setblocking(False)
-                self._pid = os.getpid()
+            if sender is None:
+                with self._lock:
+                    sender = self._sender
+                    if sender is None:
+                        sender = self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                        sender.setblocking(False)
             sender.sendto(lease.encode(), _address(door))
         except OSError as exc:
             if exc.errno == errno.ECONNREFUSED and not door.startswith("@"):
