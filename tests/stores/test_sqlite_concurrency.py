@@ -214,8 +214,8 @@ def test_timeouts_and_cancellations_leave_the_queue_empty(tmp_path: Path) -> Non
 
     async def main() -> None:
         holder = await limit.take_async()
-        waiters = [asyncio.ensure_future(limit.take_async(timeout=None if i % 2 else 0.05)) for i in range(10)]
-        await asyncio.sleep(0.02)
+        waiters = [asyncio.ensure_future(limit.take_async(timeout=None if i % 2 else 0.3)) for i in range(10)]
+        await asyncio.sleep(0)  # each runs to its wait (nothing before it suspends)
         assert limit._store.queued == 10  # type: ignore[attr-defined]
         for task in waiters[1::2]:
             task.cancel()
