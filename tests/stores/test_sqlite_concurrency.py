@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import multiprocessing
 import os
 import signal
@@ -335,6 +336,34 @@ def test_waiters_of_three_processes_are_served_in_arrival_order_and_woken_at_onc
     # before the 20 s a waiter would sleep without a knock.
     gaps = [got[0] - released] + [b - a - 0.05 for a, b in itertools.pairwise(got)]
     assert max(gaps) < 3.0, gaps
+    assert (limit._store.held, limit._store.queued) == (0, 0)  # type: ignore[attr-defined]
+
+
+def _most_at_once(spans: list[tuple[float, float]]) -> int:
+    edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    open_now = most = 0
+    for _, step in edges:
+        open_now += step
+        most = max(most, open_now)
+    return most
+
+
+@pytest.mark.slow
+def test_threads_of_three_processes_never_hold_more_than_the_limit(tmp_path: Path) -> None:
+    path = str(tmp_path / "busy.db")
+    limit = ConcurrencyLimit(4, backend=SQLiteBackend(path), name="busy")
+    started = time.monotonic()
+    procs = [_start(path, "busy", "4", "30", "loop", "4", "2") for _ in range(3)]
+    try:
+        spans = [json.loads(proc.communicate(timeout=60)[0]) for proc in procs]
+    finally:
+        _stop(procs)
+    assert all(proc.returncode == 0 for proc in procs)
+    # Every process was served (no waiter left for its own look, 10 s away)...
+    assert all(len(mine) >= 20 for mine in spans), [len(mine) for mine in spans]
+    assert time.monotonic() - started < 9.0
+    # ... and never more than 4 slots held at once among the 12 threads.
+    assert _most_at_once([(a, b) for mine in spans for a, b in mine]) <= 4
     assert (limit._store.held, limit._store.queued) == (0, 0)  # type: ignore[attr-defined]
 
 

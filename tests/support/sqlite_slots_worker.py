@@ -4,6 +4,10 @@
 ``python sqlite_slots_worker.py PATH NAME MAX LEASE grab N`` takes N slots, prints
 ``held N`` and sleeps until killed (the crash test kills it with SIGKILL).
 
+``python sqlite_slots_worker.py PATH NAME MAX LEASE loop THREADS SECONDS`` holds slots
+from threads in a loop and prints one JSON list: each hold's (start, end) on
+``time.monotonic()``, taken just inside the slot.
+
 ``python sqlite_slots_worker.py PATH NAME MAX LEASE wait HOLD [async]`` prints
 ``waiting``, takes one slot (waiting as long as needed, from a thread or an asyncio
 task), prints ``got <time.monotonic()>`` (one clock for every process of a Linux
@@ -13,7 +17,9 @@ box), holds it HOLD seconds and releases it.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
+import threading
 import time
 
 from ratelimit import ConcurrencyLimit, SQLiteBackend
@@ -26,6 +32,9 @@ def main() -> None:
         leases = [limit.take() for _ in range(int(sys.argv[6]))]
         print("held", len(leases), flush=True)
         time.sleep(3600)
+        return
+    if mode == "loop":
+        loop(limit, int(sys.argv[6]), float(sys.argv[7]))
         return
     hold = float(sys.argv[6])
     print("waiting", flush=True)
@@ -42,6 +51,28 @@ def main() -> None:
     with limit.hold():
         print("got", repr(time.monotonic()), flush=True)
         time.sleep(hold)
+
+
+def loop(limit: ConcurrencyLimit, threads: int, seconds: float) -> None:
+    stop = time.monotonic() + seconds
+    spans: list[tuple[float, float]] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        while time.monotonic() < stop:
+            with limit.hold(timeout=30):
+                start = time.monotonic()
+                time.sleep(0.002)
+                end = time.monotonic()
+            with lock:
+                spans.append((start, end))
+
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    print(json.dumps(spans), flush=True)
 
 
 if __name__ == "__main__":
