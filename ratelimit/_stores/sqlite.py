@@ -31,6 +31,7 @@ from .. import _validate
 from .._algorithms import lanes as _lanes
 from .._algorithms.algorithm import Algorithm
 from .._algorithms.holes import Holes
+from .._algorithms.token_bucket import Gcra
 from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
 from .fallback_share import Fallback, checked_local_share, group_share, lanes_shares, single_share
@@ -38,6 +39,7 @@ from .keys import Keyed, tag, untag
 from .memory import Kept, MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
 from .sqlite_codec import CorruptState, decode, encode, holes_until
 from .sqlite_file import StoreFile
+from .sqlite_quick import Quick
 from .store import Handle
 from .tally import Tally
 from .unavailable import BackendStats, FailurePolicy, OnUnavailable, checked_on_unavailable
@@ -65,11 +67,16 @@ R = TypeVar("R")
 
 _SELECT = "SELECT number, blob, updated FROM ratelimit_state WHERE name = ? AND member = ? AND kind = ?"
 _WRITE = (
-    "REPLACE INTO ratelimit_state (name, member, kind, number, blob, idle, updated, test)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "REPLACE INTO ratelimit_state (name, member, kind, number, blob, idle, updated, test, forget)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?6)"
 )
 
 _VERSION = "PRAGMA data_version"
+
+# A sweep visits only the rows its index says may be idle (`forget` is never later than
+# `idle`; see sqlite_file.py): never the whole table.
+_SWEEP = "DELETE FROM ratelimit_state WHERE test = 0 AND forget <= ?1 AND idle <= ?1"
+_CATCH_UP = "UPDATE ratelimit_state SET forget = idle WHERE test = 0 AND forget <= ?1 AND idle > ?1"
 
 _Key = tuple[str, int, str]
 
@@ -134,9 +141,9 @@ class Rows:
         "_outer",
         "_seen",
         "_slots",
-        "_test",
-        "_time",
         "_written",
+        "clock",
+        "test",
     )
 
     def __init__(self, file: StoreFile, keys: Sequence[_Key], slots: Sequence[Slot], clock: Clock | None) -> None:
@@ -145,8 +152,9 @@ class Rows:
         self._slots = tuple(slots)
         test = not (clock is None or isinstance(clock, SystemClock))
         #: Written into each row: 1 when its times are a test clock's (never swept).
-        self._test = 1 if test else 0
-        self._time: Callable[[], float] = clock.now if clock is not None and test else file.now
+        self.test = 1 if test else 0
+        #: Where the time of each decision is read (before the rows' floor).
+        self.clock: Callable[[], float] = clock.now if clock is not None and test else file.now
         self._conn: Any = None
         self._floor = -math.inf
         self._written = -math.inf
@@ -159,7 +167,7 @@ class Rows:
 
     def now(self) -> float:
         """The time of this transaction's decision."""
-        t = self._time()
+        t = self.clock()
         if t < self._floor:
             t = self._floor
         self._written = t
@@ -236,13 +244,13 @@ class Rows:
                 if state.__class__ is float and _bare(slot):
                     if before[0] == state and before[1] is None:
                         continue  # a refusal: nothing changed
-                    conn.execute(_WRITE, (*key, state, None, slot.alg.idle_until(state), self._written, self._test))
+                    conn.execute(_WRITE, (*key, state, None, slot.alg.idle_until(state), self._written, self.test))
                     loaded[i] = (state, None)
                 else:
                     number, blob = encode(state, slot.holes, slot.group_holes)
                     if (number, blob) == before:
                         continue
-                    conn.execute(_WRITE, (*key, number, blob, _idle(slot), self._written, self._test))
+                    conn.execute(_WRITE, (*key, number, blob, _idle(slot), self._written, self.test))
                     loaded[i] = (number, blob)
                 wrote = True
         except BaseException as exc:
@@ -380,7 +388,32 @@ class _Unavailable(Generic[T]):
 class SQLiteHandle(_Unavailable[float]):
     """One limiter, or one priority of a budget with lanes, in the file."""
 
-    __slots__ = ()
+    __slots__ = ("_quick",)
+
+    def __init__(
+        self,
+        backend: SQLiteBackend,
+        name: str,
+        inner: Handle[float],
+        local: Fallback[float] | None,
+        quick: Quick | None = None,
+    ) -> None:
+        super().__init__(backend, name, inner, local)
+        self._quick = quick
+
+    def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
+        quick = self._quick
+        if quick is None:
+            return super().reserve(tokens, max_wait)
+        if quick.on:
+            # A token bucket whose row is one number: one statement (sqlite_quick.py).
+            decision = quick.reserve(tokens, max_wait, self._inner.tally)
+            if decision is not None:
+                self._backend.sweep_if_due()
+                return decision
+        decision = super().reserve(tokens, max_wait)
+        quick.after_full()
+        return decision
 
 
 class SQLiteGroupHandle(_Unavailable[Sequence[float]]):
@@ -532,7 +565,10 @@ class SQLiteBackend(FailurePolicy):
         local = None
         if self.on_unavailable == "local":
             local = single_share(self._local, alg, clock, self.local_share)
-        return SQLiteHandle(self, named, inner, local)
+        quick = None
+        if type(alg) is Gcra:
+            quick = Quick(self._file, named, alg, slot, rows.clock, rows.test)
+        return SQLiteHandle(self, named, inner, local, quick)
 
     def bind_group(
         self, name: str | Keyed | None, algs: Sequence[Algorithm[Any]], clock: Clock | None
@@ -596,8 +632,12 @@ class SQLiteBackend(FailurePolicy):
         file = self._file
         conn = file.begin()
         try:
-            gone = conn.execute("DELETE FROM ratelimit_state WHERE test = 0 AND idle <= ?", (file.now(),)).rowcount
-            if gone:
+            now = (file.now(),)
+            gone = conn.execute(_SWEEP, now).rowcount
+            # The rows whose `forget` has passed but not their `idle` (moved on by the
+            # quick path): their `forget` catches up, so the next sweep skips them.
+            kept = conn.execute(_CATCH_UP, now).rowcount
+            if gone or kept:
                 file.writes += 1
         except BaseException as exc:
             file.rollback(conn)

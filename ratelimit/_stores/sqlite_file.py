@@ -25,19 +25,40 @@ import sqlite3
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .._errors import BackendUnavailable
 from .sqlite_time import boot_id, boot_seconds, rebased_offset
 
-__all__ = ["FORMAT", "StoreFile"]
+__all__ = ["FORMAT", "STEP_FUNCTION", "Step", "StoreFile"]
+
+#: A decision on a row's number at a time: the row's new number.
+Step = Callable[[float, float], float]
+
+#: The SQL function each connection has that runs the decision of the quick path.
+STEP_FUNCTION = "ratelimit_step"
 
 logger = logging.getLogger("ratelimit")
 
 #: What the meta table's ``format`` says: a file whose tables say otherwise is not ours.
 FORMAT = "ratelimit-fleet sqlite store"
-VERSION = 1
+VERSION = 2
+
+#: The index of the rows a sweep may forget (format 2), partial: rows on a test clock
+#: are never swept.
+_INDEX = "CREATE INDEX IF NOT EXISTS ratelimit_forget ON ratelimit_state (forget) WHERE test = 0"
+
+#: Format 1 (no ``forget`` column) to 2, in the set-up's write transaction. Processes
+#: of the older release still running on the file keep deciding right: they write
+#: ``idle`` exactly, and ``forget`` then takes its default, which a sweep looks at.
+_MIGRATE_1 = (
+    "ALTER TABLE ratelimit_state ADD COLUMN forget REAL NOT NULL DEFAULT 0",
+    "UPDATE ratelimit_state SET forget = idle",
+    _INDEX,
+    "UPDATE ratelimit_meta SET value = 2 WHERE key = 'version'",
+)
 
 _HEADER = b"SQLite format 3\x00"
 
@@ -54,11 +75,14 @@ _SCHEMA = (
     # algorithm, or two lanes'): its state in `number` or `blob` (sqlite_codec.py),
     # the store time from which it is as good as new (`idle`), when it was last
     # written (`updated`), and whether its time is a test clock's (never swept).
+    # `forget` is never later than `idle` (equal after any write but the quick
+    # path's, which only moves `idle` on): a sweep looks through its index at the
+    # rows whose `forget` has passed, never at the whole table (format 2).
     "CREATE TABLE ratelimit_state (name TEXT NOT NULL, member INTEGER NOT NULL, kind TEXT NOT NULL,"
     " number REAL, blob BLOB, idle REAL NOT NULL, updated REAL NOT NULL, test INTEGER NOT NULL,"
-    " PRIMARY KEY (name, member, kind)) WITHOUT ROWID",
+    " forget REAL NOT NULL DEFAULT 0, PRIMARY KEY (name, member, kind)) WITHOUT ROWID",
+    _INDEX,
 )
-
 
 # SQLite's primary result codes (stable across versions; sqlite3 names them only from 3.11).
 _BUSY, _LOCKED, _READONLY, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 5, 6, 8, 11, 13, 14, 26
@@ -123,6 +147,7 @@ class StoreFile:
         # Connections inherited through a fork: never used, and never closed either
         # (closing one would checkpoint and could delete the parent's WAL).
         self._inherited: list[sqlite3.Connection] = []
+        self._stepper = _Stepper()
         self._conn = self._open()
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _forked(ref))
@@ -166,6 +191,7 @@ class StoreFile:
             raise PermissionError(errno.EACCES, describe(self.path, exc), self.path) from exc
         try:
             self._set_up(conn)
+            conn.create_function(STEP_FUNCTION, 2, self._stepper.step, deterministic=True)
         except BaseException:
             conn.close()
             raise
@@ -241,10 +267,18 @@ class StoreFile:
                 f"{self.path!r} is a SQLite database but not a ratelimit store (tables {sorted(tables)!r}): "
                 "SQLiteBackend leaves it untouched; give it a file of its own"
             )
-        if meta.get("version") != VERSION:
+        version = meta.get("version")
+        if version == 1 and not create:
+            return  # made format 2 in the set-up's write transaction, which checks again
+        if version == 1:
+            for statement in _MIGRATE_1:
+                conn.execute(statement)
+            logger.info("the SQLite store %r was of format 1: made format 2 (an index of idle rows)", self.path)
+            return
+        if version != VERSION:
             raise ValueError(
-                f"{self.path!r} is a ratelimit store of format version {meta.get('version')!r}; "
-                f"this release reads version {VERSION}"
+                f"{self.path!r} is a ratelimit store of format version {version!r}; "
+                f"this release reads versions 1 (which it makes 2) and {VERSION}"
             )
 
     def _time_base(self, conn: sqlite3.Connection) -> None:
@@ -333,6 +367,27 @@ class StoreFile:
             raise
         return conn
 
+    def turn(self, step: Step) -> sqlite3.Connection | None:
+        """This process's turn for one statement that commits by itself (the quick
+        path, ``sqlite_quick.py``), with :data:`STEP_FUNCTION` calling ``step``: the
+        connection, until :meth:`end_turn`. ``None`` (and no turn taken) while the
+        connection is due for its check or not open: the caller then decides in a
+        full transaction (:meth:`begin`)."""
+        self._lock.acquire()
+        conn = self._conn
+        if conn is None or time.monotonic() >= self._check_at:
+            self._lock.release()
+            return None
+        self._stepper.call = step
+        return conn
+
+    def end_turn(self, wrote: bool) -> None:
+        """End the turn :meth:`turn` gave; ``wrote``: the statement changed a row."""
+        self._stepper.call = None
+        if wrote:
+            self.writes += 1
+        self._lock.release()
+
     def _wait_for_lock(self, conn: sqlite3.Connection) -> None:
         """Another process holds the write lock: try again after short sleeps, which
         grow to ``_MOST_SLEEP``, until ``busy_timeout``."""
@@ -393,6 +448,21 @@ class StoreFile:
             if self._conn is not None and self._pid == os.getpid():
                 self._conn.close()
             self._conn = None
+
+
+class _Stepper:
+    """What :data:`STEP_FUNCTION` calls: the quick path's step of the statement running."""
+
+    __slots__ = ("call",)
+
+    def __init__(self) -> None:
+        self.call: Step | None = None
+
+    def step(self, number: float, now: float) -> float:
+        call = self.call
+        if call is None:
+            raise RuntimeError(f"{STEP_FUNCTION}() is called only by this store's own statements")
+        return call(number, now)
 
 
 def _forked(ref: weakref.ref[StoreFile]) -> None:
