@@ -17,6 +17,7 @@ backend's ``on_unavailable`` applies as for :class:`~.redis.RedisBackend`
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import os
@@ -38,7 +39,7 @@ from .fallback_share import Fallback, checked_local_share, group_share, lanes_sh
 from .keys import Keyed, tag, untag
 from .memory import Kept, MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
 from .sqlite_codec import CorruptState, decode, encode, holes_until
-from .sqlite_file import StoreFile
+from .sqlite_file import Busy, StoreFile
 from .sqlite_quick import Quick
 from .store import Handle
 from .tally import Tally
@@ -278,7 +279,8 @@ class _Unavailable(Generic[T]):
 
     __slots__ = ("__weakref__", "_backend", "_inner", "_local", "_name")
 
-    suspends = False
+    #: A decision that finds the file locked waits for it in a thread (see reserve_async).
+    suspends = True
 
     def __init__(self, backend: SQLiteBackend, name: str, inner: Handle[T], local: Fallback[T] | None) -> None:
         self._backend = backend
@@ -313,11 +315,34 @@ class _Unavailable(Generic[T]):
         self._backend.sweep_if_due()
         return decision
 
-    async def reserve_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
-        return self.reserve(tokens, max_wait)
+    def reserve_here(self, tokens: T, max_wait: float) -> tuple[float, float] | None:
+        """The decision if the file is free now, ``None`` if it would have to wait
+        (then :meth:`reserve_async` waits for it off the event loop)."""
+        try:
+            with self._backend.file.not_waiting():
+                return self.reserve(tokens, max_wait)
+        except Busy:
+            return None
 
-    def reserve_here(self, tokens: T, max_wait: float) -> None:
-        return None  # never asked: nothing here suspends
+    async def reserve_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
+        # At once when the file is free; else the wait for its lock (up to
+        # busy_timeout) is a thread's, never the event loop's. A task cancelled
+        # meanwhile leaves the thread to finish: the front gives back what it then
+        # grants (``suspends``), as for a Redis round trip.
+        decided = self.reserve_here(tokens, max_wait)
+        if decided is not None:
+            return decided
+        return await asyncio.to_thread(self.reserve, tokens, max_wait)
+
+    async def _off_loop(self, call: Callable[[], R]) -> R:
+        """``call()`` at once if the file is free, else in a thread (which a
+        cancellation lets finish: a refund or charge is made all the same)."""
+        try:
+            with self._backend.file.not_waiting():
+                return call()
+        except Busy:
+            pass
+        return await asyncio.to_thread(call)
 
     def _lost(self, what: str, run: Callable[[], object], local: Callable[[Fallback[T]], object]) -> None:
         try:
@@ -336,7 +361,7 @@ class _Unavailable(Generic[T]):
         self._lost("refund", lambda: self._inner.refund(tokens, at), lambda local: local.refund(tokens, None))
 
     async def refund_async(self, tokens: T, at: float | None) -> None:
-        self.refund(tokens, at)
+        await self._off_loop(lambda: self.refund(tokens, at))
 
     def charge(self, tokens: T) -> float | None:
         charged: float | None = None
@@ -349,7 +374,7 @@ class _Unavailable(Generic[T]):
         return charged
 
     async def charge_async(self, tokens: T) -> float | None:
-        return self.charge(tokens)
+        return await self._off_loop(lambda: self.charge(tokens))
 
     def restrict(self, remaining: T, seconds: float) -> None:
         self._lost(
@@ -359,7 +384,7 @@ class _Unavailable(Generic[T]):
         )
 
     async def restrict_async(self, remaining: T, seconds: float) -> None:
-        self.restrict(remaining, seconds)
+        await self._off_loop(lambda: self.restrict(remaining, seconds))
 
     def peek(self, tokens: T) -> float:
         try:
@@ -376,13 +401,13 @@ class _Unavailable(Generic[T]):
             )
 
     async def peek_async(self, tokens: T) -> float:
-        return self.peek(tokens)
+        return await self._off_loop(lambda: self.peek(tokens))
 
     def reset(self) -> None:
         self._lost("reset", self._inner.reset, lambda local: local.reset())
 
     async def reset_async(self) -> None:
-        self.reset()
+        await self._off_loop(self.reset)
 
 
 class SQLiteHandle(_Unavailable[float]):
@@ -436,7 +461,7 @@ class SQLiteGroupHandle(_Unavailable[Sequence[float]]):
         self._lost("throttle", lambda: self._group.throttle(decided, at), lambda local: None)
 
     async def throttle_async(self, decided: float | None, at: float | None) -> None:
-        self.throttle(decided, at)
+        await self._off_loop(lambda: self.throttle(decided, at))
 
     def rate(self) -> float:
         """The learned pace's rate now (``BackendUnavailable`` while the file cannot be read)."""
@@ -515,6 +540,8 @@ class SQLiteBackend(FailurePolicy):
         self.busy_timeout = _validate.duration("busy_timeout", busy_timeout)
         super().__init__(checked_on_unavailable(on_unavailable))
         self._file = StoreFile(path, self.busy_timeout)
+        #: The file's connection and transactions (``sqlite_file.py``).
+        self.file = self._file
         #: The file, as an absolute path.
         self.path = self._file.path
         self._local = MemoryBackend()
@@ -615,8 +642,9 @@ class SQLiteBackend(FailurePolicy):
         if time.monotonic() >= self._sweep_at and self._sweep_lock.acquire(blocking=False):
             try:
                 self._sweep_at = time.monotonic() + SWEEP_SECONDS
-                # The decision was made: a sweep that cannot run waits for the next.
-                with contextlib.suppress(BackendUnavailable):
+                # The decision was made: a sweep that cannot run (or not at once, in
+                # an event loop's thread) waits for the next.
+                with contextlib.suppress(BackendUnavailable, Busy):
                     self.sweep()
             finally:
                 self._sweep_lock.release()

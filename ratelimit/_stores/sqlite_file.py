@@ -25,14 +25,14 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from .._errors import BackendUnavailable
 from .sqlite_time import boot_id, boot_seconds, rebased_offset
 
-__all__ = ["FORMAT", "STEP_FUNCTION", "Step", "StoreFile"]
+__all__ = ["FORMAT", "STEP_FUNCTION", "Busy", "Step", "StoreFile"]
 
 #: A decision on a row's number at a time: the row's new number.
 Step = Callable[[float, float], float]
@@ -114,6 +114,17 @@ def describe(path: str, exc: BaseException) -> str:
     return f"the SQLite store {path!r} failed: {exc!r}"
 
 
+class Busy(Exception):
+    """Raised, in a thread that said it will not wait (:meth:`StoreFile.not_waiting`),
+    where a transaction would have to wait: for this process's turn or the file's
+    write lock, or to open the file. Nothing was decided: the caller tries again
+    where waiting harms no one (an event loop's thread, off the loop)."""
+
+
+class _NotWaiting(threading.local):
+    on = False
+
+
 class StoreFile:
     """The store's file, opened (and checked) at construction.
 
@@ -148,6 +159,7 @@ class StoreFile:
         # (closing one would checkpoint and could delete the parent's WAL).
         self._inherited: list[sqlite3.Connection] = []
         self._stepper = _Stepper()
+        self._not_waiting = _NotWaiting()
         self._conn = self._open()
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _forked(ref))
@@ -353,19 +365,35 @@ class StoreFile:
     def begin(self) -> sqlite3.Connection:
         """Take this process's turn and the file's write lock (``BEGIN IMMEDIATE``):
         the connection, in a transaction that :meth:`commit` or :meth:`rollback` ends."""
-        self._lock.acquire()
+        not_waiting = self._not_waiting.on
+        if not self._lock.acquire(blocking=not not_waiting):
+            raise Busy("this process's turn is taken")
         try:
+            if not_waiting and self._conn is None:
+                raise Busy("the file is to be opened")
             conn = self._connection()
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 if not _busy(exc):
                     raise BackendUnavailable(describe(self.path, exc)) from exc
+                if not_waiting:
+                    raise Busy("another process holds the write lock") from exc
                 self._wait_for_lock(conn)
         except BaseException:
             self._lock.release()
             raise
         return conn
+
+    @contextlib.contextmanager
+    def not_waiting(self) -> Iterator[None]:
+        """In this block, this thread's transactions raise :class:`Busy` rather than wait."""
+        flag = self._not_waiting
+        flag.on = True
+        try:
+            yield
+        finally:
+            flag.on = False
 
     def turn(self, step: Step) -> sqlite3.Connection | None:
         """This process's turn for one statement that commits by itself (the quick
@@ -373,7 +401,8 @@ class StoreFile:
         connection, until :meth:`end_turn`. ``None`` (and no turn taken) while the
         connection is due for its check or not open: the caller then decides in a
         full transaction (:meth:`begin`)."""
-        self._lock.acquire()
+        if not self._lock.acquire(blocking=not self._not_waiting.on):
+            return None
         conn = self._conn
         if conn is None or time.monotonic() >= self._check_at:
             self._lock.release()

@@ -637,6 +637,87 @@ def test_asyncio_callers_use_the_same_file(tmp_path: Path) -> None:
     assert sorted(asyncio.run(main())) == [False] * 3 + [True] * 5
 
 
+def _hold_write_lock(path: Path, seconds: float) -> threading.Thread:
+    """Another connection (another process, as far as the file can tell) takes the
+    write lock and keeps it for ``seconds``; returns once it holds it."""
+    held = threading.Event()
+
+    def hold() -> None:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=0)
+        conn.execute("BEGIN IMMEDIATE")
+        held.set()
+        time.sleep(seconds)
+        conn.execute("COMMIT")
+        conn.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert held.wait(5)
+    return thread
+
+
+def test_an_async_decision_waits_for_the_lock_off_the_event_loop(tmp_path: Path) -> None:
+    """The file locked by another for 0.5 s: the task waits for it in a thread, and a
+    ticker on the same loop keeps ticking meanwhile."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(10, 1, backend=backend, name="aio-locked")
+    assert limiter.try_acquire()  # the row exists: the next decision is the quick path's
+
+    async def main() -> tuple[list[float], float, float]:
+        ticks: list[float] = []
+
+        async def ticker() -> None:
+            while True:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.01)
+
+        ticking = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        holder = _hold_write_lock(path, 0.5)
+        started = time.monotonic()
+        await limiter.acquire_async()
+        ended = time.monotonic()
+        ticking.cancel()
+        holder.join()
+        return ticks, started, ended
+
+    ticks, started, ended = asyncio.run(main())
+    assert ended - started >= 0.3  # it did wait for the lock
+    during = [t for t in ticks if started <= t <= ended]
+    assert len(during) >= 10  # about 50 on a quiet machine
+    gaps = [b - a for a, b in zip([started, *during], [*during, ended], strict=True)]
+    assert max(gaps) < 0.25
+    assert backend.stats().lock_waits >= 1
+
+
+def test_a_task_cancelled_while_waiting_for_the_lock_gives_its_grant_back(tmp_path: Path) -> None:
+    """The thread that waits for the lock cannot be stopped: the grant it then makes
+    for the cancelled task is given back, and no token is lost."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(1, 1e-6, backend=backend, name="aio-cancelled")
+    assert limiter.peek() == 0.0
+
+    async def main() -> None:
+        holder = _hold_write_lock(path, 0.5)
+        task = asyncio.create_task(limiter.acquire_async())
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        holder.join()
+        deadline = time.monotonic() + 10
+        while limiter.stats().cancelled < 1 or await limiter.peek_async() != 0.0:
+            assert time.monotonic() < deadline, "the grant made for the cancelled task was never given back"
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert backend.stats().lock_waits >= 1
+    assert limiter.try_acquire()  # the one token, given back
+    assert not limiter.try_acquire()
+
+
 def test_hundreds_of_threads_never_exceed_the_budget(tmp_path: Path) -> None:
     backend = SQLiteBackend(tmp_path / "s.db")
     limiters = [TokenBucket(50, 1e-6, backend=backend, name="threads") for _ in range(4)]
