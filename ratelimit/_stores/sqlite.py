@@ -26,19 +26,24 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from datetime import timedelta
+from typing import Any, Generic, TypeVar, cast
 
 from .. import _validate
 from .._algorithms import lanes as _lanes
 from .._algorithms.algorithm import Algorithm
 from .._algorithms.holes import Holes
 from .._algorithms.token_bucket import Gcra
-from .._clock import Clock, SystemClock
+from .._clock import Clock, SystemClock, checked_clock
 from .._errors import BackendUnavailable
+from .config import Override, checked_override
 from .fallback_share import Fallback, checked_local_share, group_share, lanes_shares, single_share
 from .keys import Keyed, tag, untag
 from .memory import Kept, MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
 from .sqlite_codec import CorruptState, decode, encode, holes_until
+from .sqlite_config import NAMES, Change, Changeable, refuse_unchangeable, under
+from .sqlite_config import read as read_change
+from .sqlite_config import write as write_change
 from .sqlite_file import Busy, StoreFile
 from .sqlite_quick import Quick
 from .store import Handle
@@ -66,11 +71,12 @@ SWEEP_SECONDS = 60.0
 T = TypeVar("T")
 R = TypeVar("R")
 
-_SELECT = "SELECT number, blob, updated FROM ratelimit_state WHERE name = ? AND member = ? AND kind = ?"
+_SELECT = "SELECT number, blob, updated, rate, burst FROM ratelimit_state WHERE name = ? AND member = ? AND kind = ?"
 _WRITE = (
-    "REPLACE INTO ratelimit_state (name, member, kind, number, blob, idle, updated, test, forget)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?6)"
+    "REPLACE INTO ratelimit_state (name, member, kind, number, blob, idle, updated, test, forget, rate, burst)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?6, ?9, ?10)"
 )
+_END_CHANGE = "DELETE FROM ratelimit_config WHERE name = ?"
 
 _VERSION = "PRAGMA data_version"
 
@@ -133,6 +139,8 @@ class Rows:
     """
 
     __slots__ = (
+        "_change",
+        "_changeable",
         "_conn",
         "_file",
         "_floor",
@@ -147,8 +155,20 @@ class Rows:
         "test",
     )
 
-    def __init__(self, file: StoreFile, keys: Sequence[_Key], slots: Sequence[Slot], clock: Clock | None) -> None:
+    def __init__(
+        self,
+        file: StoreFile,
+        keys: Sequence[_Key],
+        slots: Sequence[Slot],
+        clock: Clock | None,
+        changeable: Changeable | None = None,
+    ) -> None:
         self._file = file
+        #: A single limiter's algorithm, which follows a change at run time
+        #: (sqlite_config.py); ``None``: the rows keep the code's values.
+        self._changeable = changeable
+        #: The change the rows are decided under in this transaction.
+        self._change: Change = None
         self._keys = tuple(keys)
         self._slots = tuple(slots)
         test = not (clock is None or isinstance(clock, SystemClock))
@@ -185,7 +205,8 @@ class Rows:
             # written (file.writes), since this handle last read or wrote its rows:
             # the slots hold them already.
             mark = (file.generation, conn.execute(_VERSION).fetchone()[0], file.writes)
-            if mark == self._seen:
+            changeable = self._changeable
+            if mark == self._seen and (changeable is None or self.clock() < changeable.until):
                 self._written = self._floor
             else:
                 self._seen = None
@@ -206,6 +227,7 @@ class Rows:
         loaded = self._loaded
         loaded.clear()
         floor = -math.inf
+        row = None
         for key, slot in zip(self._keys, self._slots, strict=True):
             row = conn.execute(_SELECT, key).fetchone()
             if row is None:
@@ -214,7 +236,7 @@ class Rows:
                 if not _bare(slot):
                     _load_holes(slot, Holes(), {})
             else:
-                number, blob, updated = row
+                number, blob, updated = row[0], row[1], row[2]
                 if updated > floor:
                     floor = updated
                 if blob is None and number.__class__ is float and _bare(slot):
@@ -225,6 +247,24 @@ class Rows:
                     _load_holes(slot, holes, groups)
             loaded.append((number, blob))
         self._floor = self._written = floor
+        changeable = self._changeable
+        if changeable is not None:
+            self._follow(conn, changeable, row)
+
+    def _follow(self, conn: Any, changeable: Changeable, row: Any) -> None:
+        """Decide under the change in force: the state moved to its limit if it was
+        last decided under another (see sqlite_config.py)."""
+        t = self.clock()
+        if t < self._floor:
+            t = self._floor
+        change = self._change = changeable.read(conn, self._keys[0][0], t)
+        was, pending = (None, False) if row is None else under(row[3], row[4])
+        if was != change or changeable.ended or pending:
+            slot = self._slots[0]
+            if row is not None:
+                slot.state = changeable.move(slot.state, was, change, t)
+            self._loaded[0] = (math.nan, None)  # written back, whatever the decision
+            self._written = t
 
     def release(self) -> None:
         conn = self._conn
@@ -237,7 +277,14 @@ class Rows:
             file.rollback(conn)
             return
         wrote = False
+        change = self._change
+        under = (None, None) if change is None else change
         try:
+            changeable = self._changeable
+            if changeable is not None and changeable.ended:
+                conn.execute(_END_CHANGE, (self._keys[0][0],))
+                changeable.ended = False
+                wrote = True
             loaded = self._loaded
             for i, (key, slot) in enumerate(zip(self._keys, self._slots, strict=True)):
                 state = slot.state
@@ -245,13 +292,15 @@ class Rows:
                 if state.__class__ is float and _bare(slot):
                     if before[0] == state and before[1] is None:
                         continue  # a refusal: nothing changed
-                    conn.execute(_WRITE, (*key, state, None, slot.alg.idle_until(state), self._written, self.test))
+                    conn.execute(
+                        _WRITE, (*key, state, None, slot.alg.idle_until(state), self._written, self.test, *under)
+                    )
                     loaded[i] = (state, None)
                 else:
                     number, blob = encode(state, slot.holes, slot.group_holes)
                     if (number, blob) == before:
                         continue
-                    conn.execute(_WRITE, (*key, number, blob, _idle(slot), self._written, self.test))
+                    conn.execute(_WRITE, (*key, number, blob, _idle(slot), self._written, self.test, *under))
                     loaded[i] = (number, blob)
                 wrote = True
         except BaseException as exc:
@@ -487,6 +536,8 @@ class StoredState:
     test: bool
     #: The key of a keyed budget (``limiter.for_key(key)``), or ``None``.
     key: str | None = None
+    #: The change at run time in force for the name (``set_limit``), or ``None``.
+    override: Override | None = None
 
 
 class SQLiteBackend(FailurePolicy):
@@ -585,16 +636,19 @@ class SQLiteBackend(FailurePolicy):
         # shadow: the front never enforces a shadow's decisions; the store keeps them as any.
         self._no_lease(lease)
         named = self._named(name)
-        slot = Slot(alg, clock)
-        rows = Rows(self._file, [(named, -1, alg.kind)], [slot], clock)
+        # A single limiter follows a change at run time (set_limit): it decides with
+        # the algorithm in force, which each transaction reads (sqlite_config.py).
+        changeable = Changeable(alg) if alg.kind in NAMES else None
+        slot = Slot(alg if changeable is None else changeable, clock)
+        rows = Rows(self._file, [(named, -1, alg.kind)], [slot], clock, changeable)
         slot.lock = rows
-        inner = MemoryHandle(alg, slot, rows)
+        inner = MemoryHandle(alg if changeable is None else cast(Algorithm[Any], changeable), slot, rows)
         local = None
         if self.on_unavailable == "local":
             local = single_share(self._local, alg, clock, self.local_share)
         quick = None
-        if type(alg) is Gcra:
-            quick = Quick(self._file, named, alg, slot, rows.clock, rows.test)
+        if type(alg) is Gcra and changeable is not None:
+            quick = Quick(self._file, named, alg, slot, rows.clock, rows.test, changeable)
         return SQLiteHandle(self, named, inner, local, quick)
 
     def bind_group(
@@ -723,6 +777,10 @@ class SQLiteBackend(FailurePolicy):
                 rows = [r for name in names for r in conn.execute(query + " WHERE name = ?", (tag(name),)).fetchall()]
             else:
                 rows = conn.execute(query + " ORDER BY name, member").fetchall()
+            changes = {
+                text: read_change(conn, text, now)
+                for text in {row[0] for row in rows if row[1] < 0 and row[2] in NAMES}
+            }
         finally:
             file.rollback(conn)
         found: list[StoredState] = []
@@ -734,10 +792,89 @@ class SQLiteBackend(FailurePolicy):
                 state = f"<unreadable: {exc}>"
             found.append(
                 StoredState(
-                    name, None if member < 0 else int(member), kind, state, now - updated, idle - now, bool(test), key
+                    name,
+                    None if member < 0 else int(member),
+                    kind,
+                    state,
+                    now - updated,
+                    idle - now,
+                    bool(test),
+                    key,
+                    changes.get(text) if member < 0 else None,
                 )
             )
         return found
+
+    # -- limits changed at run time ------------------------------------------------
+
+    def _admin(self, clock: object, call: Callable[[Any, float], R]) -> R:
+        """``call(connection, now)`` in one write transaction; ``now`` is ``clock``'s
+        time for a test clock, store time otherwise."""
+        checked = checked_clock(clock)
+        test = checked is not None and not isinstance(checked, SystemClock)
+        file = self._file
+        conn = file.begin()
+        try:
+            result = call(conn, checked.now() if test and checked is not None else file.now())
+        except BaseException as exc:
+            file.rollback(conn)
+            if isinstance(exc, file.errors):
+                raise file.unavailable(exc) from exc
+            raise
+        file.writes += 1
+        file.commit(conn)
+        return result
+
+    def set_limit(
+        self,
+        name: str,
+        *,
+        rate: float | None = None,
+        burst: float | None = None,
+        ttl: float | timedelta | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        """Change limiter ``name``'s limit at run time, in every process using the file.
+
+        As :meth:`RedisBackend.set_limit`: ``rate`` in tokens per second, ``burst`` a
+        bucket's capacity, ``None`` keeping what the code says; ``ttl`` ends the
+        change by itself; a new change replaces the last one whole. It is stored in
+        the file, and each process follows it from its next decision on the name,
+        moving the state to the new limit as of now (the tokens owed keep their
+        count). A name whose rows say it is a composite's members, an adaptive
+        limiter, a budget with priorities or a ConcurrencyLimit raises
+        ``UnchangeableLimit`` and nothing is stored. ``clock``: the limiters' test
+        clock, if they keep time on one.
+        """
+        change = checked_override(rate, burst, ttl)
+        _validate.name(name, self, shared=True)
+        named = tag(name)
+
+        def configure(conn: Any, now: float) -> None:
+            refuse_unchangeable(conn, named, change.burst)
+            write_change(conn, named, change, now)
+
+        self._admin(clock, configure)
+
+    def reset_limit(self, name: str, *, clock: Clock | None = None) -> bool:
+        """Return limiter ``name`` to what its code says, in every process from its
+        next decision; ``True`` if a change was in force."""
+        _validate.name(name, self, shared=True)
+        named = tag(name)
+
+        def reset(conn: Any, now: float) -> bool:
+            was = read_change(conn, named, now) is not None
+            write_change(conn, named, None, now)
+            return was
+
+        return self._admin(clock, reset)
+
+    def limit_override(self, name: str, *, clock: Clock | None = None) -> Override | None:
+        """The change in force for limiter ``name`` (``set_limit``), or ``None``; its
+        ``ttl`` is what is left of it."""
+        _validate.name(name, self, shared=True)
+        named = tag(name)
+        return self._admin(clock, lambda conn, now: read_change(conn, named, now))
 
     def now(self) -> float:
         """Store time now, as every process of the box reads it (see ``sqlite_time.py``)."""

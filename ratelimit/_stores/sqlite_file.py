@@ -50,13 +50,22 @@ VERSION = 2
 #: are never swept.
 _INDEX = "CREATE INDEX IF NOT EXISTS ratelimit_forget ON ratelimit_state (forget) WHERE test = 0"
 
+#: Limits changed at run time, one row per name (format 2; see sqlite_config.py).
+_CONFIG = (
+    "CREATE TABLE IF NOT EXISTS ratelimit_config (name TEXT PRIMARY KEY, rate REAL, burst REAL, until REAL,"
+    " at REAL NOT NULL) WITHOUT ROWID"
+)
+
 #: Format 1 (no ``forget`` column) to 2, in the set-up's write transaction. Processes
 #: of the older release still running on the file keep deciding right: they write
 #: ``idle`` exactly, and ``forget`` then takes its default, which a sweep looks at.
 _MIGRATE_1 = (
     "ALTER TABLE ratelimit_state ADD COLUMN forget REAL NOT NULL DEFAULT 0",
+    "ALTER TABLE ratelimit_state ADD COLUMN rate REAL",
+    "ALTER TABLE ratelimit_state ADD COLUMN burst REAL",
     "UPDATE ratelimit_state SET forget = idle",
     _INDEX,
+    _CONFIG,
     "UPDATE ratelimit_meta SET value = 2 WHERE key = 'version'",
 )
 
@@ -78,10 +87,13 @@ _SCHEMA = (
     # `forget` is never later than `idle` (equal after any write but the quick
     # path's, which only moves `idle` on): a sweep looks through its index at the
     # rows whose `forget` has passed, never at the whole table (format 2).
+    # `rate` and `burst`: the change at run time the state was last decided under
+    # (NULL: the code's values; see sqlite_config.py).
     "CREATE TABLE ratelimit_state (name TEXT NOT NULL, member INTEGER NOT NULL, kind TEXT NOT NULL,"
     " number REAL, blob BLOB, idle REAL NOT NULL, updated REAL NOT NULL, test INTEGER NOT NULL,"
-    " forget REAL NOT NULL DEFAULT 0, PRIMARY KEY (name, member, kind)) WITHOUT ROWID",
+    " forget REAL NOT NULL DEFAULT 0, rate REAL, burst REAL, PRIMARY KEY (name, member, kind)) WITHOUT ROWID",
     _INDEX,
+    _CONFIG,
 )
 
 # SQLite's primary result codes (stable across versions; sqlite3 names them only from 3.11).

@@ -10,7 +10,8 @@ floor, as in a full transaction (``Rows.now``); the step is the one the memory
 handle runs, on the same numbers, so the decision is the same bit for bit.
 
 Whatever the statement cannot decide goes to the full transaction: no row yet, a row
-holding more than a number (holes, a pause), a row of the other clock kind, the file
+holding more than a number (holes, a pause), a row of the other clock kind, a limit
+changed at run time (``sqlite_config.py``: the row says so), the file
 locked (the full transaction waits for it and counts the wait), any error (the full
 transaction reports it). ``idle`` (the TAT, for a bare bucket) is written; ``forget``
 is not, so the sweep index is not touched at each decision: a step never moves a TAT
@@ -29,6 +30,7 @@ from .._algorithms.algorithm import EPSILON
 from .._algorithms.holes import exact
 from .._algorithms.token_bucket import Gcra
 from .memory import Slot
+from .sqlite_config import Changeable
 from .sqlite_file import STEP_FUNCTION, StoreFile
 from .tally import Tally
 
@@ -41,16 +43,39 @@ _UPDATE = (
     f"UPDATE ratelimit_state SET number = {STEP_FUNCTION}(number, max(updated, ?1)),"
     f" idle = {STEP_FUNCTION}(number, max(updated, ?1)), updated = max(updated, ?1)"
     " WHERE name = ?2 AND member = -1 AND kind = ?3 AND test = ?4 AND blob IS NULL"
+    " AND rate IS NULL AND burst IS NULL"
 )
 
 
 class Quick:
     """One token bucket's decisions in one statement each, when its row allows."""
 
-    __slots__ = ("_alg", "_algs", "_file", "_key", "_max_wait", "_result", "_slot", "_time", "_tokens", "on")
+    __slots__ = (
+        "_alg",
+        "_algs",
+        "_changeable",
+        "_file",
+        "_key",
+        "_max_wait",
+        "_result",
+        "_slot",
+        "_time",
+        "_tokens",
+        "on",
+    )
 
-    def __init__(self, file: StoreFile, name: str, alg: Gcra, slot: Slot, time: Callable[[], float], test: int) -> None:
+    def __init__(
+        self,
+        file: StoreFile,
+        name: str,
+        alg: Gcra,
+        slot: Slot,
+        time: Callable[[], float],
+        test: int,
+        changeable: Changeable,
+    ) -> None:
         self._file = file
+        self._changeable = changeable
         self._slot = slot
         self._alg = alg
         self._algs = (alg,)
@@ -98,11 +123,13 @@ class Quick:
 
     def after_full(self) -> None:
         """After a decision in a full transaction: try the statement next time if the
-        row it wrote is one number again."""
+        row it wrote is one number again, decided under the code's values."""
         slot = self._slot
         holes = slot.holes
+        changeable = self._changeable
         self.on = (
-            slot.state.__class__ is float
+            changeable.current is changeable.code
+            and slot.state.__class__ is float
             and not holes.items
             and holes.paused_until == -math.inf
             and holes.restricted_until == -math.inf
