@@ -487,7 +487,45 @@ def inspect_command(args: argparse.Namespace) -> int:
     return 1 if any(not each.known for each in seen) else 0
 
 
+def _top_file(args: argparse.Namespace) -> int:
+    """``top --store sqlite:///PATH``: the counts every process writes into the file."""
+    try:
+        backend = SQLiteBackend.from_url(args.store)
+    except (OSError, ValueError, RateLimitError) as exc:
+        print(printable(f"ratelimit top: error: {exc}"), file=sys.stderr)
+        return 1
+    tty = sys.stdout.isatty()
+    shown = 0
+    try:
+        while True:
+            try:
+                rows = backend.top(args.window)
+            except RateLimitError as exc:
+                print(printable(f"ratelimit top: error: {exc}"), file=sys.stderr)
+                return 1
+            if args.json:
+                print(json.dumps(top_json(rows, args.window), indent=2))
+                return 0
+            screen = top_text(rows, backend.path, args.window, on="in this file")
+            sys.stdout.write(("\033[H\033[2J" if tty else "") + screen + "\n" + ("" if tty else "\n"))
+            sys.stdout.flush()
+            shown += 1
+            if args.iterations is not None and shown >= args.iterations:
+                return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        backend.close()
+
+
 def top_command(args: argparse.Namespace) -> int:
+    if args.store is not None:
+        if not args.store.startswith("sqlite:///"):
+            raise _UsageError(f"--store takes sqlite:///PATH (a Redis goes with --redis), got {args.store!r}")
+        return _top_file(args)
+    if args.redis is None:
+        raise _UsageError("give --redis URL or --store sqlite:///PATH")
     backend = _reading(lambda: _backend(args))
     tty = sys.stdout.isatty()
     where = redact_url(args.redis)
@@ -798,9 +836,10 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
         "first, with the grants, refusals and leased tokens per second over the last --window seconds, the "
         "99th percentile of the waits granted (the bound of its histogram bucket), the pauses fed back by a "
         "provider (429s with Retry-After) over the minute, a pause in force, and the state of a breaker of "
-        "the same name. Counted by the limiters' own scripts, all processes together. Ctrl-C ends it.",
+        "the same name. Counted by the limiters' own scripts, all processes together (with --store, by each "
+        "process into the SQLite file once a second). Ctrl-C ends it.",
     )
-    _add_redis(top)
+    _add_redis(top, store=True)
     top.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between refreshes (default 1)")
     top.add_argument("--window", type=_window, default=5.0, help="seconds the rates are taken over (default 5)")
     top.add_argument("--iterations", type=_positive_int, help="stop after this many refreshes (default: never)")

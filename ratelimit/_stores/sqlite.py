@@ -31,13 +31,14 @@ from typing import Any, Generic, TypeVar, cast
 
 from .. import _validate
 from .._algorithms import lanes as _lanes
-from .._algorithms.algorithm import Algorithm
+from .._algorithms.algorithm import EPSILON, Algorithm
 from .._algorithms.holes import Holes
 from .._algorithms.token_bucket import Gcra
 from .._clock import Clock, SystemClock, checked_clock
 from .._errors import BackendUnavailable
 from .config import Override, checked_override
 from .fallback_share import Fallback, checked_local_share, group_share, lanes_shares, single_share
+from .fleet import FleetRow
 from .keys import Keyed, tag, untag
 from .memory import Kept, MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
 from .sqlite_codec import CorruptState, decode, encode, holes_until
@@ -46,6 +47,8 @@ from .sqlite_config import read as read_change
 from .sqlite_config import write as write_change
 from .sqlite_file import Busy, StoreFile
 from .sqlite_quick import Quick
+from .sqlite_top import Cell, Counts, read_top
+from .sqlite_top import write as write_top
 from .store import Handle
 from .tally import Tally
 from .unavailable import BackendStats, FailurePolicy, OnUnavailable, checked_on_unavailable
@@ -326,12 +329,15 @@ class _Unavailable(Generic[T]):
     file cannot decide goes to the backend's failure policy, with the local fallback
     of ``on_unavailable="local"``."""
 
-    __slots__ = ("__weakref__", "_backend", "_inner", "_local", "_name")
+    __slots__ = ("__weakref__", "_backend", "_inner", "_local", "_name", "top")
 
     #: A decision that finds the file locked waits for it in a thread (see reserve_async).
     suspends = True
 
     def __init__(self, backend: SQLiteBackend, name: str, inner: Handle[T], local: Fallback[T] | None) -> None:
+        #: Where its decisions are counted for ``ratelimit top`` (sqlite_top.py):
+        #: under ``(name, kind, shadow)``; ``None``: not counted.
+        self.top: Cell | None = None
         self._backend = backend
         self._name = name
         self._inner = inner
@@ -361,8 +367,16 @@ class _Unavailable(Generic[T]):
                 ),
                 decision=True,
             )
-        self._backend.sweep_if_due()
+        self._decided(decision)
         return decision
+
+    def _decided(self, decision: tuple[float, float]) -> None:
+        top = self.top
+        backend = self._backend
+        if top is not None:
+            wait = decision[0]
+            backend.counts.decided(top, decision[1] - wait, wait)
+        backend.sweep_if_due()
 
     def reserve_here(self, tokens: T, max_wait: float) -> tuple[float, float] | None:
         """The decision if the file is free now, ``None`` if it would have to wait
@@ -483,11 +497,18 @@ class SQLiteHandle(_Unavailable[float]):
             # A token bucket whose row is one number: one statement (sqlite_quick.py).
             decision = quick.reserve(tokens, max_wait, self._inner.tally)
             if decision is not None:
-                self._backend.sweep_if_due()
+                self._decided(decision)
                 return decision
         decision = super().reserve(tokens, max_wait)
         quick.after_full()
         return decision
+
+    def restrict(self, remaining: float, seconds: float) -> None:
+        super().restrict(remaining, seconds)
+        top = self.top
+        if top is not None and remaining <= EPSILON:
+            # A pause fed back (a 429's Retry-After), counted for `ratelimit top`.
+            self._backend.counts.paused(top, self._backend.now())
 
 
 class SQLiteGroupHandle(_Unavailable[Sequence[float]]):
@@ -564,6 +585,8 @@ class SQLiteBackend(FailurePolicy):
             lock (``try_acquire`` too: contention alone never refuses a request the
             budget allows); past it the store counts as unavailable. Waits are
             counted in :meth:`stats`.
+        counters: whether decisions are counted for ``ratelimit top`` (a few
+            additions each, written into the file once a second per process).
 
     Raises ``FileNotFoundError`` (no such folder), ``IsADirectoryError``,
     ``PermissionError`` (a file or folder this process may not write) or
@@ -579,6 +602,7 @@ class SQLiteBackend(FailurePolicy):
         on_unavailable: OnUnavailable = "raise",
         local_share: float = 1.0,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        counters: bool = True,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or a path, got {type(path).__name__} {path!r}")
@@ -595,6 +619,11 @@ class SQLiteBackend(FailurePolicy):
         self.file = self._file
         #: The file, as an absolute path.
         self.path = self._file.path
+        if not isinstance(counters, bool):
+            raise TypeError(f"counters must be a bool, got {counters!r}")
+        self._counters = counters
+        #: This process's counts for ``ratelimit top``, written once a second.
+        self.counts = Counts()
         self._local = MemoryBackend()
         self._sweep_at = time.monotonic() + SWEEP_SECONDS
         self._sweep_lock = threading.Lock()
@@ -649,7 +678,10 @@ class SQLiteBackend(FailurePolicy):
         quick = None
         if type(alg) is Gcra and changeable is not None:
             quick = Quick(self._file, named, alg, slot, rows.clock, rows.test, changeable)
-        return SQLiteHandle(self, named, inner, local, quick)
+        handle = SQLiteHandle(self, named, inner, local, quick)
+        if rows.test == 0 and self._counters:
+            handle.top = Cell((named, alg.kind, int(shadow)))
+        return handle
 
     def bind_group(
         self, name: str | Keyed | None, algs: Sequence[Algorithm[Any]], clock: Clock | None
@@ -663,7 +695,10 @@ class SQLiteBackend(FailurePolicy):
         local = None
         if self.on_unavailable == "local":
             local = group_share(self._local, algs, clock, self.local_share)
-        return SQLiteGroupHandle(self, named, inner, local)
+        handle = SQLiteGroupHandle(self, named, inner, local)
+        if rows.test == 0 and self._counters:
+            handle.top = Cell((named, "composite", 0))
+        return handle
 
     def bind_lanes(
         self, name: str | Keyed | None, lanes: _lanes.Lanes, clock: Clock | None, keep: float | None
@@ -678,7 +713,12 @@ class SQLiteBackend(FailurePolicy):
         locals_: Sequence[Fallback[float] | None] = (None, None)
         if self.on_unavailable == "local":
             locals_ = lanes_shares(self._local, lanes, clock, keep, self.local_share)
-        return SQLiteHandle(self, named, inner[0], locals_[0]), SQLiteHandle(self, named, inner[1], locals_[1])
+        handles = SQLiteHandle(self, named, inner[0], locals_[0]), SQLiteHandle(self, named, inner[1], locals_[1])
+        if rows.test == 0 and self._counters:
+            cell = Cell((named, "priorities", 0))  # both lanes in one row
+            for handle in handles:
+                handle.top = cell
+        return handles
 
     def cell(self, name: str, kept: Kept, clock: Clock | None) -> tuple[Slot, Rows]:
         """One row of state of another kind than a limiter's (the circuit breaker's,
@@ -692,8 +732,13 @@ class SQLiteBackend(FailurePolicy):
     # -- idle names ----------------------------------------------------------------
 
     def sweep_if_due(self) -> None:
-        """Sweep when this process has not for ``SWEEP_SECONDS`` (after a decision)."""
-        if time.monotonic() >= self._sweep_at and self._sweep_lock.acquire(blocking=False):
+        """Sweep when this process has not for ``SWEEP_SECONDS``, and write its counts
+        for ``ratelimit top`` once a second (after a decision)."""
+        now = time.monotonic()
+        if now >= self.counts.flush_at and self._counters:
+            with contextlib.suppress(BackendUnavailable, Busy):
+                self.write_counts()
+        if now >= self._sweep_at and self._sweep_lock.acquire(blocking=False):
             try:
                 self._sweep_at = time.monotonic() + SWEEP_SECONDS
                 # The decision was made: a sweep that cannot run (or not at once, in
@@ -728,6 +773,41 @@ class SQLiteBackend(FailurePolicy):
             raise
         file.commit(conn)
         return int(gone)
+
+    def write_counts(self) -> None:
+        """Add this process's counts for ``ratelimit top`` into the file (sqlite_top.py)."""
+        counts = self.counts
+        rows = counts.take()
+        file = self._file
+        try:
+            conn = file.begin()
+        except BaseException:
+            counts.give_back(rows)
+            raise
+        try:
+            write_top(conn, rows, file.now())
+        except BaseException as exc:
+            file.rollback(conn)
+            counts.give_back(rows)
+            if isinstance(exc, file.errors):
+                raise file.unavailable(exc) from exc
+            raise
+        file.commit(conn)
+
+    def top(self, window: float = 5.0, *, now: float | None = None) -> list[FleetRow]:
+        """Every limiter counted in the last minute, as ``ratelimit top --store
+        sqlite:///PATH`` shows it (every process's counts, up to a second late): the
+        rates over the last ``window`` whole seconds of store time before ``now``
+        (``None``: now)."""
+        if self._counters:
+            with contextlib.suppress(BackendUnavailable):
+                self.write_counts()
+        file = self._file
+        conn = file.begin()
+        try:
+            return read_top(conn, file.now() if now is None else now, window, lambda text: untag(text)[0])
+        finally:
+            file.rollback(conn)
 
     def __len__(self) -> int:
         """How many named states the file keeps (a composite's limits count one each)."""

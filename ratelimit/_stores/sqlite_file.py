@@ -31,6 +31,7 @@ from typing import Any
 
 from .._errors import BackendUnavailable
 from .sqlite_time import boot_id, boot_seconds, rebased_offset
+from .sqlite_top import TOP_TABLE
 
 __all__ = ["FORMAT", "STEP_FUNCTION", "Busy", "Step", "StoreFile"]
 
@@ -66,6 +67,7 @@ _MIGRATE_1 = (
     "UPDATE ratelimit_state SET forget = idle",
     _INDEX,
     _CONFIG,
+    TOP_TABLE,
     "UPDATE ratelimit_meta SET value = 2 WHERE key = 'version'",
 )
 
@@ -94,6 +96,7 @@ _SCHEMA = (
     " forget REAL NOT NULL DEFAULT 0, rate REAL, burst REAL, PRIMARY KEY (name, member, kind)) WITHOUT ROWID",
     _INDEX,
     _CONFIG,
+    TOP_TABLE,
 )
 
 # SQLite's primary result codes (stable across versions; sqlite3 names them only from 3.11).

@@ -7,6 +7,7 @@ Several backends on one file stand for several processes.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 from pathlib import Path
@@ -228,3 +229,36 @@ def test_set_and_inspect_commands_on_a_file(path: Path, capsys: pytest.CaptureFi
     Composite([TokenBucket(5, 1), TokenBucket(50, 10)], backend=backend, name="pair").acquire()
     assert main(["set", "pair", "--rate", "1/s", "--store", url]) == 1
     assert "composite" in capsys.readouterr().err
+
+
+def test_top_counts_every_process_s_decisions(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each process counts in memory and writes once a second; ``top`` adds them up
+    per limiter (a composite as one, a keyed budget in its limiter's row)."""
+    backends = [SQLiteBackend(path) for _ in range(2)]
+    first, second = (TokenBucket(5, 1e-3, backend=b, name="top-a") for b in backends)
+    assert grants(first, 8) == 5  # 5 granted, then refused (the 6th)
+    assert not second.try_acquire()
+    assert not second.try_acquire()
+    assert TokenBucket(5, 1, backend=backends[1], name="top-k").for_key("customer-1").try_acquire()
+    Composite([TokenBucket(5, 1), TokenBucket(50, 10)], backend=backends[1], name="top-c").acquire()
+    backends[1].write_counts()
+    rows = {row.name: row for row in backends[0].top(5.0, now=backends[0].now() + 1.0)}
+    assert set(rows) == {"top-a", "top-k", "top-c"}
+    assert rows["top-a"].grants_per_sec == pytest.approx(5 / 5)
+    assert rows["top-a"].refusals_per_sec == pytest.approx(3 / 5)
+    assert rows["top-a"].p99_wait == 0.0
+    assert (rows["top-c"].kind, rows["top-c"].grants_per_sec) == ("composite", pytest.approx(1 / 5))
+    assert rows["top-k"].kind == "token_bucket"
+    url = f"sqlite:///{path}"
+    assert main(["top", "--store", url, "--json"]) == 0
+    assert {row["name"] for row in json.loads(capsys.readouterr().out)["limiters"]} == set(rows)
+    assert main(["top", "--store", url, "--iterations", "1"]) == 0
+    assert "top-a" in capsys.readouterr().out
+
+
+def test_counters_off_count_nothing(path: Path) -> None:
+    backend = SQLiteBackend(path, counters=False)
+    assert TokenBucket(5, 1, backend=backend, name="quiet").try_acquire()
+    assert backend.top(now=backend.now() + 1.0) == []
+    with pytest.raises(TypeError, match="counters must be a bool"):
+        SQLiteBackend(path, counters="yes")  # type: ignore[arg-type]
