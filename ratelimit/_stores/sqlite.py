@@ -4,7 +4,12 @@ Every decision is one short write transaction (``BEGIN IMMEDIATE`` in WAL mode) 
 loads the limiter's row, runs exactly what the in-process store runs (the handles of
 ``memory.py``, whose lock here is the transaction: :class:`Rows`) and writes the row
 back. So the decisions are the memory store's, and so the Redis scripts' (the
-conformance suite holds all three to them), whichever process makes them.
+conformance suite holds all three to them), whichever process makes them. A token
+bucket whose row is one number, the usual case, decides in one self-committing
+``UPDATE`` running the same step (``sqlite_quick.py``); a limit changed at run time
+is ``sqlite_config.py``'s, the counters of ``ratelimit top`` ``sqlite_top.py``'s.
+An asyncio call decides at once when the file is free and otherwise waits for its
+lock in a thread (``reserve_async``), never on the event loop.
 
 Times are store time (``sqlite_time.py``), one clock for the whole box; a waiter
 sleeps its exact wait, as with Redis, since a grant's time is decided when it is
