@@ -109,6 +109,12 @@ class Changeable:
             return state, -math.inf
         return current.step(state, now, tokens, max_wait)
 
+    def plan(self, state: Any, now: float, tokens: float) -> tuple[float, float]:
+        current = self.current
+        if current is not self.code and tokens > current.params()[0] + EPSILON:
+            return math.inf, math.inf  # never admitted: a refusal for ever, as in step
+        return current.plan(state, now, tokens)
+
     def new_state(self) -> Any:
         return self.current.new_state()
 
