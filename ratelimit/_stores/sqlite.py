@@ -892,9 +892,10 @@ class SQLiteBackend(FailurePolicy):
 
     # -- limits changed at run time ------------------------------------------------
 
-    def _admin(self, clock: object, call: Callable[[Any, float], R]) -> R:
-        """``call(connection, now)`` in one write transaction; ``now`` is ``clock``'s
-        time for a test clock, store time otherwise."""
+    def _admin(self, clock: object, call: Callable[[Any, float], R], *, writes: bool = True) -> R:
+        """``call(connection, now)`` in one write transaction (``writes=False``: one
+        that reads only); ``now`` is ``clock``'s time for a test clock, store time
+        otherwise."""
         checked = checked_clock(clock)
         test = checked is not None and not isinstance(checked, SystemClock)
         file = self._file
@@ -906,6 +907,9 @@ class SQLiteBackend(FailurePolicy):
             if isinstance(exc, file.errors):
                 raise file.unavailable(exc) from exc
             raise
+        if not writes:
+            file.rollback(conn)
+            return result
         file.writes += 1
         file.commit(conn)
         return result
@@ -959,7 +963,7 @@ class SQLiteBackend(FailurePolicy):
         ``ttl`` is what is left of it."""
         _validate.name(name, self, shared=True)
         named = tag(name)
-        return self._admin(clock, lambda conn, now: read_change(conn, named, now))
+        return self._admin(clock, lambda conn, now: read_change(conn, named, now), writes=False)
 
     def now(self) -> float:
         """Store time now, as every process of the box reads it (see ``sqlite_time.py``)."""

@@ -185,6 +185,8 @@ def write(conn: sqlite3.Connection, name: str, change: Override | None, now: flo
     """Store ``change`` for ``name`` (``None``: a reset), made at ``now``; the name's
     rows decided under the code's values say a change may be pending (:data:`PENDING`),
     which keeps the quick path (``sqlite_quick.py``) from deciding them."""
+    if change is None and conn.execute(_READ, (name,)).fetchone() is None:
+        return  # a reset with no change ever stored: nothing to move back
     conn.execute(
         "UPDATE ratelimit_state SET rate = ? WHERE name = ? AND member = -1 AND rate IS NULL AND burst IS NULL",
         (PENDING, name),
