@@ -158,7 +158,8 @@ def test_the_quick_path_steps_aside_while_a_change_is_in_force(path: Path) -> No
     """A bucket on real time decides in one statement; with a change in force it
     decides in full transactions, and in one statement again once reset."""
     backend = SQLiteBackend(path)
-    limiter = TokenBucket(1000, 1000, backend=backend, name="quick")
+    # A token per 1000 s: what a test reads is not moved by the time it takes.
+    limiter = TokenBucket(1000, 1e-3, backend=backend, name="quick")
     assert grants(limiter, 3) == 3
     backend.set_limit("quick", burst=2)
     assert grants(limiter, 10) == 0  # 3 owed: more than the new burst
