@@ -242,12 +242,14 @@ def test_top_counts_every_process_s_decisions(path: Path, capsys: pytest.Capture
     assert not second.try_acquire()
     assert TokenBucket(5, 1, backend=backends[1], name="top-k").for_key("customer-1").try_acquire()
     Composite([TokenBucket(5, 1), TokenBucket(50, 10)], backend=backends[1], name="top-c").acquire()
+    second.feedback({"Retry-After": "30"}, status=429)  # a pause fed back
     backends[1].write_counts()
     rows = {row.name: row for row in backends[0].top(5.0, now=backends[0].now() + 1.0)}
     assert set(rows) == {"top-a", "top-k", "top-c"}
     assert rows["top-a"].grants_per_sec == pytest.approx(5 / 5)
     assert rows["top-a"].refusals_per_sec == pytest.approx(3 / 5)
     assert rows["top-a"].p99_wait == 0.0
+    assert rows["top-a"].pauses == 1
     assert rows["top-c"].kind == "composite"
     assert rows["top-c"].grants_per_sec == pytest.approx(1 / 5)
     assert rows["top-k"].kind == "token_bucket"
