@@ -1,8 +1,9 @@
 """The SQLite store's figures, each a ratio measured in one run (issue 27).
 
 ``uncontended``: decisions per second of ``try_acquire()`` in one process and thread
-through a ``SQLiteBackend`` file, against a bare ``BEGIN IMMEDIATE; UPDATE; COMMIT``
-loop on a file beside it with the same settings (WAL, ``synchronous=NORMAL``), the
+through a ``SQLiteBackend`` file (counting for ``top`` unless ``--no-counters``),
+against a bare ``BEGIN IMMEDIATE; UPDATE; COMMIT`` loop on a file beside it with the
+same settings (WAL, ``synchronous=NORMAL``), the
 two taking turns round after round (the ratio is the median of each round's); and,
 for information, the same ``try_acquire()`` through the Redis store when a server
 answers at ``--redis``.
@@ -71,11 +72,12 @@ def _per_second(call: Callable[[], object], calls: int) -> float:
     return calls / (time.perf_counter() - started)
 
 
-def uncontended(calls: int, rounds: int, redis_url: str | None) -> dict[str, float]:
+def uncontended(calls: int, rounds: int, redis_url: str | None, counters: bool = True) -> dict[str, float]:
     """The median ratio of the store's decisions per second over the bare loop's."""
     with tempfile.TemporaryDirectory() as folder:
         bare = _bare(os.path.join(folder, "bare.db"))
-        limiter = TokenBucket(HUGE, HUGE, backend=SQLiteBackend(os.path.join(folder, "store.db")), name="bench")
+        store = SQLiteBackend(os.path.join(folder, "store.db"), counters=counters)
+        limiter = TokenBucket(HUGE, HUGE, backend=store, name="bench")
         candidates: dict[str, Callable[[], object]] = {"sqlite": limiter.try_acquire}
         if redis_url is not None:
             try:
@@ -216,6 +218,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0", help="'' for no Redis beside it")
+    parser.add_argument(
+        "--no-counters", action="store_true", help="SQLiteBackend(counters=False): nothing counted for `top`"
+    )
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -223,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=200.0)
     args = parser.parse_args(argv)
     if args.what in ("uncontended", "all"):
-        for name, value in uncontended(args.calls, args.rounds, args.redis or None).items():
+        for name, value in uncontended(args.calls, args.rounds, args.redis or None, not args.no_counters).items():
             print(f"{name:>30}: {value:,.3f}")
         print(f"{'target sqlite / bare':>30}: >= {UNCONTENDED_TARGET}")
     if args.what in ("fleet", "all"):

@@ -68,7 +68,7 @@ from ._stores.keys import Keyed
 from ._stores.redis import RedisBackend
 from ._stores.redis_clients import REDIS_URL_ENV, url_from_env
 from ._stores.sentinel import is_sentinel_url, parse_sentinel_url
-from ._stores.sqlite import SQLiteBackend
+from ._stores.sqlite import SQLiteBackend, StoredState
 
 __all__ = ["main"]
 
@@ -411,13 +411,49 @@ def _inspect_file(args: argparse.Namespace) -> int:
     elif not rows:
         print(f"no limiter state in {printable(backend.path)}")
     else:
-        for row in rows:
-            member = "" if row.member is None else f" [{row.member}]"
-            idle = "idle" if row.idle_in <= 0 else f"as new in {row.idle_in:.3g} s"
-            print(printable(f"{row.name}{member}  {row.kind}  written {row.age:.3g} s ago, {idle}"))
-            print(printable(f"    {row.state}"))
+        _print_rows(rows)
     found = {row.name for row in rows}
     return 1 if any(name not in found for name in args.names) else 0
+
+
+def _print_rows(rows: Sequence[StoredState]) -> None:
+    for row in rows:
+        member = "" if row.member is None else f" [{row.member}]"
+        idle = "idle" if row.idle_in <= 0 else f"as new in {row.idle_in:.3g} s"
+        print(printable(f"{row.name}{member}  {row.kind}  written {row.age:.3g} s ago, {idle}"))
+        print(printable(f"    {row.state}"))
+        if row.override is not None:
+            print(printable(f"    changed at run time: {override_text(row.override)}"))
+
+
+def _set_file(args: argparse.Namespace) -> int:
+    """``set --store sqlite:///PATH``: the change stored in the file."""
+    name = printable(args.name)
+    try:
+        backend = SQLiteBackend.from_url(args.store)
+        try:
+            if args.reset:
+                was = backend.reset_limit(args.name)
+                said = "back to the code's values" + ("" if was else " (no change was in force)")
+            else:
+                rate = None if args.rate is None else args.rate.per_second
+                try:
+                    backend.set_limit(args.name, rate=rate, burst=args.burst, ttl=args.ttl)
+                except UnchangeableLimit as exc:
+                    print(f"ratelimit set: error: {printable(str(exc))}", file=sys.stderr)
+                    return 1
+                except ValueError as exc:
+                    raise _UsageError(str(exc)) from None
+                said = override_text(backend.limit_override(args.name))
+            rows = backend.inspect([args.name])
+        finally:
+            backend.close()
+    except (OSError, ValueError, RateLimitError) as exc:
+        print(printable(f"ratelimit set: error: {exc}"), file=sys.stderr)
+        return 1
+    print(f"{name}: {said}")
+    _print_rows(rows)
+    return 0
 
 
 def inspect_command(args: argparse.Namespace) -> int:
@@ -451,7 +487,45 @@ def inspect_command(args: argparse.Namespace) -> int:
     return 1 if any(not each.known for each in seen) else 0
 
 
+def _top_file(args: argparse.Namespace) -> int:
+    """``top --store sqlite:///PATH``: the counts every process writes into the file."""
+    try:
+        backend = SQLiteBackend.from_url(args.store)
+    except (OSError, ValueError, RateLimitError) as exc:
+        print(printable(f"ratelimit top: error: {exc}"), file=sys.stderr)
+        return 1
+    tty = sys.stdout.isatty()
+    shown = 0
+    try:
+        while True:
+            try:
+                rows = backend.top(args.window)
+            except RateLimitError as exc:
+                print(printable(f"ratelimit top: error: {exc}"), file=sys.stderr)
+                return 1
+            if args.json:
+                print(json.dumps(top_json(rows, args.window), indent=2))
+                return 0
+            screen = top_text(rows, backend.path, args.window, on="in this file")
+            sys.stdout.write(("\033[H\033[2J" if tty else "") + screen + "\n" + ("" if tty else "\n"))
+            sys.stdout.flush()
+            shown += 1
+            if args.iterations is not None and shown >= args.iterations:
+                return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        backend.close()
+
+
 def top_command(args: argparse.Namespace) -> int:
+    if args.store is not None:
+        if not args.store.startswith("sqlite:///"):
+            raise _UsageError(f"--store takes sqlite:///PATH (a Redis goes with --redis), got {args.store!r}")
+        return _top_file(args)
+    if args.redis is None:
+        raise _UsageError("give --redis URL or --store sqlite:///PATH")
     backend = _reading(lambda: _backend(args))
     tty = sys.stdout.isatty()
     where = redact_url(args.redis)
@@ -482,6 +556,12 @@ def set_command(args: argparse.Namespace) -> int:
         raise _UsageError("--reset returns to the code's values: leave out --rate, --burst and --for")
     if not args.reset and args.rate is None and args.burst is None:
         raise _UsageError("give --rate, --burst or both (or --reset)")
+    if args.store is not None:
+        if not args.store.startswith("sqlite:///"):
+            raise _UsageError(f"--store takes sqlite:///PATH (a Redis goes with --redis), got {args.store!r}")
+        return _set_file(args)
+    if args.redis is None:
+        raise _UsageError("give --redis URL or --store sqlite:///PATH")
     backend = _reading(lambda: _backend(args))
     name = printable(args.name)
     try:
@@ -581,7 +661,7 @@ def _add_redis(command: argparse.ArgumentParser, *, store: bool = False) -> None
     ``store``, a SQLite file instead (``--store``), checked by the command."""
     from_env = url_from_env()
     if store:
-        command.add_argument("--store", metavar="sqlite:///PATH", help="read this SQLite file instead of a Redis")
+        command.add_argument("--store", metavar="sqlite:///PATH", help="use this SQLite file instead of a Redis")
     command.add_argument(
         "--redis",
         metavar="URL",
@@ -745,7 +825,7 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
     setting.add_argument("--burst", type=_positive_float, help="the new burst (a bucket's capacity)")
     setting.add_argument("--for", dest="ttl", type=_span, metavar="DURATION", help="end the change after this long")
     setting.add_argument("--reset", action="store_true", help="return to the code's values")
-    _add_redis(setting)
+    _add_redis(setting, store=True)
     setting.set_defaults(func=set_command)
 
     top = commands.add_parser(
@@ -756,9 +836,10 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
         "first, with the grants, refusals and leased tokens per second over the last --window seconds, the "
         "99th percentile of the waits granted (the bound of its histogram bucket), the pauses fed back by a "
         "provider (429s with Retry-After) over the minute, a pause in force, and the state of a breaker of "
-        "the same name. Counted by the limiters' own scripts, all processes together. Ctrl-C ends it.",
+        "the same name. Counted by the limiters' own scripts, all processes together (with --store, by each "
+        "process into the SQLite file once a second). Ctrl-C ends it.",
     )
-    _add_redis(top)
+    _add_redis(top, store=True)
     top.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between refreshes (default 1)")
     top.add_argument("--window", type=_window, default=5.0, help="seconds the rates are taken over (default 5)")
     top.add_argument("--iterations", type=_positive_int, help="stop after this many refreshes (default: never)")

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
@@ -144,6 +144,19 @@ def _arrived(response: httpx.Response, passage: Passage) -> tuple[Any, tuple[Any
     return feeds, passage.closed()
 
 
+_T = TypeVar("_T")
+
+
+def _inner(transport: _T | None, method: str, what: str, default: Callable[[], _T]) -> _T:
+    """The transport that does the sending: ``transport``, checked by the method it
+    must have (the SDKs pass either httpx's or httpx2's), or a new ``default()``."""
+    if transport is None:
+        return default()
+    if not callable(getattr(transport, method, None)):
+        raise TypeError(f"transport must be {what} or None, got {transport!r}")
+    return transport
+
+
 class LLMTransport(httpx.BaseTransport):
     """An ``httpx.Client`` transport that holds every request to a budget of requests
     and tokens, estimated from the request and settled from the answer's ``usage``.
@@ -176,9 +189,7 @@ class LLMTransport(httpx.BaseTransport):
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.budget = Budget(limiter, Estimator(tokenizer, estimate, default_max_tokens))
-        if transport is not None and not callable(getattr(transport, "handle_request", None)):
-            raise TypeError(f"transport must be an httpx transport or None, got {transport!r}")
-        self.transport = transport if transport is not None else httpx.HTTPTransport()
+        self.transport = _inner(transport, "handle_request", "an httpx transport", httpx.HTTPTransport)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` within the budget."""
@@ -227,9 +238,7 @@ class AsyncLLMTransport(httpx.AsyncBaseTransport):
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.budget = Budget(limiter, Estimator(tokenizer, estimate, default_max_tokens))
-        if transport is not None and not callable(getattr(transport, "handle_async_request", None)):
-            raise TypeError(f"transport must be an async httpx transport or None, got {transport!r}")
-        self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self.transport = _inner(transport, "handle_async_request", "an async httpx transport", httpx.AsyncHTTPTransport)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` within the budget."""

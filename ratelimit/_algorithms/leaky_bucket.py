@@ -149,6 +149,13 @@ class LeakyQueue:
         leak = self.rate if rate is None else (1.0 / (1.0 / rate + self.slack) if self.slack > 0 else rate)
         return LeakyQueue(self.capacity if burst is None else burst, leak, self.slack)
 
+    def rescale(self, new: LeakyQueue, state: LeakyState, now: float) -> LeakyState:
+        # As Gcra.rescale: the queue keeps its tokens and leaks at the new rate
+        # (leaky_bucket.rescale in lua/leaky_bucket.lua).
+        if not state[0] > now:
+            return state
+        return (now + (state[0] - now) * self.rate * new.interval, state[1])
+
     def step(self, state: LeakyState, now: float, tokens: float, max_wait: float) -> tuple[LeakyState, float]:
         # plan() and commit() inlined, operation for operation (see Gcra.step).
         drained_at = state[0]

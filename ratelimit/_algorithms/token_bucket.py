@@ -164,6 +164,14 @@ class Gcra:
         least = capacity if capacity < 1.0 else 1.0
         return Gcra(kept if kept > least else least, refill, self.slack)
 
+    def rescale(self, new: Gcra, state: float, now: float) -> float:
+        # A change of limit at run time: the tokens still owed keep their count and
+        # refill at the new rate; a full bucket stays full (token_bucket.rescale in
+        # lua/token_bucket.lua, operation for operation).
+        if not state > now:
+            return state
+        return now + (state - now) * self.rate * new.interval
+
     def step(self, state: float, now: float, tokens: float, max_wait: float) -> tuple[float, float]:
         # plan() and commit() inlined, operation for operation: this is every
         # in-process acquire, and two calls and a tuple cost more than the arithmetic.

@@ -46,8 +46,11 @@ def _row(row: FleetRow) -> str:
     )
 
 
-def top_text(rows: Sequence[FleetRow], where: str, window: float, now: float | None = None) -> str:
-    """The screen: a title line, the column heads, a line per limiter."""
+def top_text(
+    rows: Sequence[FleetRow], where: str, window: float, now: float | None = None, on: str = "on this Redis"
+) -> str:
+    """The screen: a title line, the column heads, a line per limiter (``on``: where
+    the counts are, for the line saying there are none)."""
     stamp = time.strftime("%H:%M:%S", time.localtime(now))
     title = (
         f"ratelimit top - {where} - {stamp} - {len(rows)} limiter{'s' if len(rows) != 1 else ''} active in the "
@@ -59,7 +62,7 @@ def top_text(rows: Sequence[FleetRow], where: str, window: float, now: float | N
     if any(row.held is not None for row in rows):
         lines += ["", "IN FLIGHT: a ConcurrencyLimit's slots held of its maximum; QUEUED: its callers waiting"]
     if not rows:
-        lines.append("(no limiter decided on this Redis in the last minute)")
+        lines.append(f"(no limiter decided {on} in the last minute)")
     return "\n".join(lines)
 
 

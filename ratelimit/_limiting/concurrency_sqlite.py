@@ -12,7 +12,11 @@ announce it.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import math
+from collections.abc import Callable
+from typing import TypeVar
 
 from .._algorithms.semaphore import FULL, HELD, QUEUED
 from .._clock import Clock, SystemClock
@@ -20,11 +24,14 @@ from .._errors import BackendUnavailable
 from .._stores.keys import Keyed
 from .._stores.sqlite import SQLiteBackend
 from .._stores.sqlite_doors import Doors, doors_for
+from .._stores.sqlite_file import Busy
 from .._stores.sqlite_slots import Promoted
 from .._stores.wakeups import Waiting
 from .concurrency_state import LOST, MemorySlots, taken_here
 
 __all__ = ["SQLiteSlots"]
+
+R = TypeVar("R")
 
 
 class SQLiteSlots:
@@ -53,6 +60,8 @@ class SQLiteSlots:
             self._local = MemorySlots(max(1, math.floor(most * backend.local_share)), clock or SystemClock())
         #: Leases granted without the file: where each must be released.
         self._elsewhere: dict[str, MemorySlots | None] = {}
+        #: Takes in a thread (the file was locked) whose caller may be gone, by name.
+        self._landing: dict[str, asyncio.Future[str]] = {}
 
     @property
     def _doors(self) -> Doors:
@@ -150,8 +159,35 @@ class SQLiteSlots:
         return outcome
 
     async def take_async(self, name: str, waiting: Waiting | None) -> str:
-        # One transaction of microseconds, as every decision of the SQLite store.
-        return self.take(name, waiting)
+        # At once when the file is free (a transaction of microseconds); else the wait
+        # for its lock is a thread's, never the event loop's.
+        try:
+            with self._rows.at_once():
+                return self.take(name, waiting)
+        except Busy:
+            pass
+        # A take whose caller is cancelled meanwhile still lands (a thread cannot be
+        # stopped): the release of its name waits for it (see release_async), so that
+        # the slot it takes is not left held by nobody.
+        call = asyncio.ensure_future(asyncio.to_thread(self.take, name, waiting))
+        self._landing[name] = call
+        call.add_done_callback(functools.partial(self._landed, name))
+        return await asyncio.shield(call)
+
+    def _landed(self, name: str, call: asyncio.Future[str]) -> None:
+        if self._landing.get(name) is call:
+            del self._landing[name]
+        if not call.cancelled():
+            call.exception()  # seen here, whether or not its caller is still there
+
+    async def _off_loop(self, call: Callable[[], R]) -> R:
+        """``call()`` at once if the file is free, else in a thread."""
+        try:
+            with self._rows.at_once():
+                return call()
+        except Busy:
+            pass
+        return await asyncio.to_thread(call)
 
     def _released_elsewhere(self, name: str) -> bool:
         self._doors.forget(name)
@@ -173,8 +209,28 @@ class SQLiteSlots:
         self._told(promoted)
 
     async def release_async(self, name: str) -> None:
-        # Nothing suspends: a coroutine being closed still frees its slot.
-        self.release(name)
+        landing = self._landing.get(name)
+        if landing is None:
+            try:
+                # At once when the file is free: nothing suspends, so a coroutine
+                # being closed (which may not await) still frees its slot.
+                with self._rows.at_once():
+                    self.release(name)
+                return
+            except Busy:
+                pass
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            # Closed outside any loop: no loop to block, nothing to await on.
+            self.release(name)
+            return
+        await asyncio.shield(self._release_later(name, landing))
+
+    async def _release_later(self, name: str, landing: asyncio.Future[str] | None) -> None:
+        if landing is not None:
+            await asyncio.wait([landing])
+        await self._off_loop(lambda: self.release(name))
 
     def check(self, name: str, waiting: Waiting) -> str:
         try:
@@ -191,7 +247,7 @@ class SQLiteSlots:
         return QUEUED
 
     async def check_async(self, name: str, waiting: Waiting) -> str:
-        return self.check(name, waiting)
+        return await self._off_loop(lambda: self.check(name, waiting))
 
     def keep(self, names: list[str]) -> list[str]:
         here = [n for n in names if n not in self._elsewhere and taken_here(n)]

@@ -29,6 +29,7 @@ changes and reads at run time. The rest sits beside it, each module one concern:
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 import weakref
@@ -60,12 +61,21 @@ from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
 from .memory import MemoryBackend
 from .promises import Promises
 from .redis_calls import DEFAULT_POOL_SIZE, BackendStats, OnUnavailable, RedisCalls
-from .redis_clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, REDIS_URL_ENV, url_clients, url_from_env
+from .redis_clients import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_SOCKET_TIMEOUT,
+    REDIS_URL_ENV,
+    retries,
+    url_clients,
+    url_from_env,
+)
 from .redis_errors import STORE_ERRORS, is_unavailable
 from .redis_handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
 from .redis_replies import num
 from .rounds import Rounds
 from .scripts import live_script
+
+logger = logging.getLogger("ratelimit")
 
 # The public names this module held before it was split (issue 25) are still
 # importable from here; each lives in the module beside this one that it is imported from.
@@ -170,6 +180,18 @@ class RedisBackend(RedisCalls):
             raise TypeError(f"coalesce must be a bool, got {coalesce!r}")
         if not isinstance(counters, bool):
             raise TypeError(f"counters must be a bool, got {counters!r}")
+        if n := retries(client):
+            # Not changed behind the caller's back (the client is theirs), but said once:
+            # against a dead server each decision waits out every retry before the
+            # failure policy is heard, and a script call that reached the server before
+            # its connection failed is recorded again when retried.
+            logger.warning(
+                "the Redis client given to RedisBackend retries failed calls %d times (redis-py's default): "
+                "against an unreachable server each decision waits out the retries before on_unavailable "
+                "applies, and a retried decision may be recorded twice; make the client with "
+                "retry=Retry(NoBackoff(), 0), or the backend with RedisBackend.from_url(...)",
+                n,
+            )
         self.coalesce = coalesce
         #: Whether decisions count themselves for ``ratelimit top``.
         self.counters = counters

@@ -43,6 +43,16 @@ def url_from_env(variable: str = REDIS_URL_ENV) -> str | None:
     return url or None
 
 
+def retries(client: Any) -> int:
+    """How many times ``client`` retries a failed call of its own accord (redis-py 6 and
+    later retry by default: a ``redis.Redis()`` ten times, with backoff), or 0."""
+    get_retry = getattr(client, "get_retry", None)
+    retry = get_retry() if callable(get_retry) else None
+    count = getattr(retry, "get_retries", None)
+    n = count() if callable(count) else 0
+    return n if isinstance(n, int) and n > 0 else 0
+
+
 def pool_limit(client: Any) -> int | None:
     """The most connections ``client``'s pool will open, where it says."""
     pool = getattr(client, "connection_pool", None)

@@ -4,7 +4,12 @@ Every decision is one short write transaction (``BEGIN IMMEDIATE`` in WAL mode) 
 loads the limiter's row, runs exactly what the in-process store runs (the handles of
 ``memory.py``, whose lock here is the transaction: :class:`Rows`) and writes the row
 back. So the decisions are the memory store's, and so the Redis scripts' (the
-conformance suite holds all three to them), whichever process makes them.
+conformance suite holds all three to them), whichever process makes them. A token
+bucket whose row is one number, the usual case, decides in one self-committing
+``UPDATE`` running the same step (``sqlite_quick.py``); a limit changed at run time
+is ``sqlite_config.py``'s, the counters of ``ratelimit top`` ``sqlite_top.py``'s.
+An asyncio call decides at once when the file is free and otherwise waits for its
+lock in a thread (``reserve_async``), never on the event loop.
 
 Times are store time (``sqlite_time.py``), one clock for the whole box; a waiter
 sleeps its exact wait, as with Redis, since a grant's time is decided when it is
@@ -17,6 +22,7 @@ backend's ``on_unavailable`` applies as for :class:`~.redis.RedisBackend`
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import os
@@ -25,20 +31,30 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from datetime import timedelta
+from typing import Any, Generic, TypeVar, cast
 
 from .. import _validate
 from .._algorithms import lanes as _lanes
-from .._algorithms.algorithm import Algorithm
+from .._algorithms.algorithm import EPSILON, Algorithm
 from .._algorithms.holes import Holes
-from .._clock import Clock, SystemClock
+from .._algorithms.token_bucket import Gcra
+from .._clock import Clock, SystemClock, checked_clock
 from .._errors import BackendUnavailable
+from .config import Override, checked_override
 from .fallback_share import Fallback, checked_local_share, group_share, lanes_shares, single_share
+from .fleet import FleetRow
 from .keys import Keyed, tag, untag
 from .memory import Kept, MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
 from .sqlite_codec import CorruptState, decode, encode, holes_until
-from .sqlite_file import StoreFile
+from .sqlite_config import NAMES, Change, Changeable, refuse_unchangeable, under
+from .sqlite_config import read as read_change
+from .sqlite_config import write as write_change
+from .sqlite_file import Busy, StoreFile
+from .sqlite_quick import Quick
 from .sqlite_slots import SlotRows
+from .sqlite_top import Cell, Counts, read_top
+from .sqlite_top import write as write_top
 from .store import Handle
 from .tally import Tally
 from .unavailable import BackendStats, FailurePolicy, OnUnavailable, checked_on_unavailable
@@ -64,13 +80,19 @@ SWEEP_SECONDS = 60.0
 T = TypeVar("T")
 R = TypeVar("R")
 
-_SELECT = "SELECT number, blob, updated FROM ratelimit_state WHERE name = ? AND member = ? AND kind = ?"
+_SELECT = "SELECT number, blob, updated, rate, burst FROM ratelimit_state WHERE name = ? AND member = ? AND kind = ?"
 _WRITE = (
-    "REPLACE INTO ratelimit_state (name, member, kind, number, blob, idle, updated, test)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "REPLACE INTO ratelimit_state (name, member, kind, number, blob, idle, updated, test, forget, rate, burst)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?6, ?9, ?10)"
 )
+_END_CHANGE = "DELETE FROM ratelimit_config WHERE name = ?"
 
 _VERSION = "PRAGMA data_version"
+
+# A sweep visits only the rows its index says may be idle (`forget` is never later than
+# `idle`; see sqlite_file.py): never the whole table.
+_SWEEP = "DELETE FROM ratelimit_state WHERE test = 0 AND forget <= ?1 AND idle <= ?1"
+_CATCH_UP = "UPDATE ratelimit_state SET forget = idle WHERE test = 0 AND forget <= ?1 AND idle > ?1"
 
 _Key = tuple[str, int, str]
 
@@ -126,6 +148,8 @@ class Rows:
     """
 
     __slots__ = (
+        "_change",
+        "_changeable",
         "_conn",
         "_file",
         "_floor",
@@ -135,19 +159,32 @@ class Rows:
         "_outer",
         "_seen",
         "_slots",
-        "_test",
-        "_time",
         "_written",
+        "clock",
+        "test",
     )
 
-    def __init__(self, file: StoreFile, keys: Sequence[_Key], slots: Sequence[Slot], clock: Clock | None) -> None:
+    def __init__(
+        self,
+        file: StoreFile,
+        keys: Sequence[_Key],
+        slots: Sequence[Slot],
+        clock: Clock | None,
+        changeable: Changeable | None = None,
+    ) -> None:
         self._file = file
+        #: A single limiter's algorithm, which follows a change at run time
+        #: (sqlite_config.py); ``None``: the rows keep the code's values.
+        self._changeable = changeable
+        #: The change the rows are decided under in this transaction.
+        self._change: Change = None
         self._keys = tuple(keys)
         self._slots = tuple(slots)
         test = not (clock is None or isinstance(clock, SystemClock))
         #: Written into each row: 1 when its times are a test clock's (never swept).
-        self._test = 1 if test else 0
-        self._time: Callable[[], float] = clock.now if clock is not None and test else file.now
+        self.test = 1 if test else 0
+        #: Where the time of each decision is read (before the rows' floor).
+        self.clock: Callable[[], float] = clock.now if clock is not None and test else file.now
         self._conn: Any = None
         self._floor = -math.inf
         self._written = -math.inf
@@ -160,7 +197,7 @@ class Rows:
 
     def now(self) -> float:
         """The time of this transaction's decision."""
-        t = self._time()
+        t = self.clock()
         if t < self._floor:
             t = self._floor
         self._written = t
@@ -177,7 +214,8 @@ class Rows:
             # written (file.writes), since this handle last read or wrote its rows:
             # the slots hold them already.
             mark = (file.generation, conn.execute(_VERSION).fetchone()[0], file.writes)
-            if mark == self._seen:
+            changeable = self._changeable
+            if mark == self._seen and (changeable is None or self.clock() < changeable.until):
                 self._written = self._floor
             else:
                 self._seen = None
@@ -198,6 +236,7 @@ class Rows:
         loaded = self._loaded
         loaded.clear()
         floor = -math.inf
+        row = None
         for key, slot in zip(self._keys, self._slots, strict=True):
             row = conn.execute(_SELECT, key).fetchone()
             if row is None:
@@ -206,7 +245,7 @@ class Rows:
                 if not _bare(slot):
                     _load_holes(slot, Holes(), {})
             else:
-                number, blob, updated = row
+                number, blob, updated = row[0], row[1], row[2]
                 if updated > floor:
                     floor = updated
                 if blob is None and number.__class__ is float and _bare(slot):
@@ -217,6 +256,24 @@ class Rows:
                     _load_holes(slot, holes, groups)
             loaded.append((number, blob))
         self._floor = self._written = floor
+        changeable = self._changeable
+        if changeable is not None:
+            self._follow(conn, changeable, row)
+
+    def _follow(self, conn: Any, changeable: Changeable, row: Any) -> None:
+        """Decide under the change in force: the state moved to its limit if it was
+        last decided under another (see sqlite_config.py)."""
+        t = self.clock()
+        if t < self._floor:
+            t = self._floor
+        change = self._change = changeable.read(conn, self._keys[0][0], t)
+        was, pending = (None, False) if row is None else under(row[3], row[4])
+        if was != change or changeable.ended or pending:
+            slot = self._slots[0]
+            if row is not None:
+                slot.state = changeable.move(slot.state, was, change, t)
+            self._loaded[0] = (math.nan, None)  # written back, whatever the decision
+            self._written = t
 
     def release(self) -> None:
         conn = self._conn
@@ -229,7 +286,14 @@ class Rows:
             file.rollback(conn)
             return
         wrote = False
+        change = self._change
+        under = (None, None) if change is None else change
         try:
+            changeable = self._changeable
+            if changeable is not None and changeable.ended:
+                conn.execute(_END_CHANGE, (self._keys[0][0],))
+                changeable.ended = False
+                wrote = True
             loaded = self._loaded
             for i, (key, slot) in enumerate(zip(self._keys, self._slots, strict=True)):
                 state = slot.state
@@ -237,13 +301,15 @@ class Rows:
                 if state.__class__ is float and _bare(slot):
                     if before[0] == state and before[1] is None:
                         continue  # a refusal: nothing changed
-                    conn.execute(_WRITE, (*key, state, None, slot.alg.idle_until(state), self._written, self._test))
+                    conn.execute(
+                        _WRITE, (*key, state, None, slot.alg.idle_until(state), self._written, self.test, *under)
+                    )
                     loaded[i] = (state, None)
                 else:
                     number, blob = encode(state, slot.holes, slot.group_holes)
                     if (number, blob) == before:
                         continue
-                    conn.execute(_WRITE, (*key, number, blob, _idle(slot), self._written, self._test))
+                    conn.execute(_WRITE, (*key, number, blob, _idle(slot), self._written, self.test, *under))
                     loaded[i] = (number, blob)
                 wrote = True
         except BaseException as exc:
@@ -269,11 +335,15 @@ class _Unavailable(Generic[T]):
     file cannot decide goes to the backend's failure policy, with the local fallback
     of ``on_unavailable="local"``."""
 
-    __slots__ = ("__weakref__", "_backend", "_inner", "_local", "_name")
+    __slots__ = ("__weakref__", "_backend", "_inner", "_local", "_name", "top")
 
-    suspends = False
+    #: A decision that finds the file locked waits for it in a thread (see reserve_async).
+    suspends = True
 
     def __init__(self, backend: SQLiteBackend, name: str, inner: Handle[T], local: Fallback[T] | None) -> None:
+        #: Where its decisions are counted for ``ratelimit top`` (sqlite_top.py):
+        #: under ``(name, kind, shadow)``; ``None``: not counted.
+        self.top: Cell | None = None
         self._backend = backend
         self._name = name
         self._inner = inner
@@ -303,14 +373,45 @@ class _Unavailable(Generic[T]):
                 ),
                 decision=True,
             )
-        self._backend.sweep_if_due()
+        self._decided(decision)
         return decision
 
-    async def reserve_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
-        return self.reserve(tokens, max_wait)
+    def _decided(self, decision: tuple[float, float]) -> None:
+        top = self.top
+        backend = self._backend
+        if top is not None:
+            wait = decision[0]
+            backend.counts.decided(top, decision[1] - wait, wait)
+        backend.sweep_if_due()
 
-    def reserve_here(self, tokens: T, max_wait: float) -> None:
-        return None  # never asked: nothing here suspends
+    def reserve_here(self, tokens: T, max_wait: float) -> tuple[float, float] | None:
+        """The decision if the file is free now, ``None`` if it would have to wait
+        (then :meth:`reserve_async` waits for it off the event loop)."""
+        try:
+            with self._backend.file.not_waiting():
+                return self.reserve(tokens, max_wait)
+        except Busy:
+            return None
+
+    async def reserve_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
+        # At once when the file is free; else the wait for its lock (up to
+        # busy_timeout) is a thread's, never the event loop's. A task cancelled
+        # meanwhile leaves the thread to finish: the front gives back what it then
+        # grants (``suspends``), as for a Redis round trip.
+        decided = self.reserve_here(tokens, max_wait)
+        if decided is not None:
+            return decided
+        return await asyncio.to_thread(self.reserve, tokens, max_wait)
+
+    async def _off_loop(self, call: Callable[[], R]) -> R:
+        """``call()`` at once if the file is free, else in a thread (which a
+        cancellation lets finish: a refund or charge is made all the same)."""
+        try:
+            with self._backend.file.not_waiting():
+                return call()
+        except Busy:
+            pass
+        return await asyncio.to_thread(call)
 
     def _lost(self, what: str, run: Callable[[], object], local: Callable[[Fallback[T]], object]) -> None:
         try:
@@ -329,7 +430,7 @@ class _Unavailable(Generic[T]):
         self._lost("refund", lambda: self._inner.refund(tokens, at), lambda local: local.refund(tokens, None))
 
     async def refund_async(self, tokens: T, at: float | None) -> None:
-        self.refund(tokens, at)
+        await self._off_loop(lambda: self.refund(tokens, at))
 
     def charge(self, tokens: T) -> float | None:
         charged: float | None = None
@@ -342,7 +443,7 @@ class _Unavailable(Generic[T]):
         return charged
 
     async def charge_async(self, tokens: T) -> float | None:
-        return self.charge(tokens)
+        return await self._off_loop(lambda: self.charge(tokens))
 
     def restrict(self, remaining: T, seconds: float) -> None:
         self._lost(
@@ -352,7 +453,7 @@ class _Unavailable(Generic[T]):
         )
 
     async def restrict_async(self, remaining: T, seconds: float) -> None:
-        self.restrict(remaining, seconds)
+        await self._off_loop(lambda: self.restrict(remaining, seconds))
 
     def peek(self, tokens: T) -> float:
         try:
@@ -369,19 +470,51 @@ class _Unavailable(Generic[T]):
             )
 
     async def peek_async(self, tokens: T) -> float:
-        return self.peek(tokens)
+        return await self._off_loop(lambda: self.peek(tokens))
 
     def reset(self) -> None:
         self._lost("reset", self._inner.reset, lambda local: local.reset())
 
     async def reset_async(self) -> None:
-        self.reset()
+        await self._off_loop(self.reset)
 
 
 class SQLiteHandle(_Unavailable[float]):
     """One limiter, or one priority of a budget with lanes, in the file."""
 
-    __slots__ = ()
+    __slots__ = ("_quick",)
+
+    def __init__(
+        self,
+        backend: SQLiteBackend,
+        name: str,
+        inner: Handle[float],
+        local: Fallback[float] | None,
+        quick: Quick | None = None,
+    ) -> None:
+        super().__init__(backend, name, inner, local)
+        self._quick = quick
+
+    def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
+        quick = self._quick
+        if quick is None:
+            return super().reserve(tokens, max_wait)
+        if quick.on:
+            # A token bucket whose row is one number: one statement (sqlite_quick.py).
+            decision = quick.reserve(tokens, max_wait, self._inner.tally)
+            if decision is not None:
+                self._decided(decision)
+                return decision
+        decision = super().reserve(tokens, max_wait)
+        quick.after_full()
+        return decision
+
+    def restrict(self, remaining: float, seconds: float) -> None:
+        super().restrict(remaining, seconds)
+        top = self.top
+        if top is not None and remaining <= EPSILON:
+            # A pause fed back (a 429's Retry-After), counted for `ratelimit top`.
+            self._backend.counts.paused(top, self._backend.now())
 
 
 class SQLiteGroupHandle(_Unavailable[Sequence[float]]):
@@ -404,7 +537,7 @@ class SQLiteGroupHandle(_Unavailable[Sequence[float]]):
         self._lost("throttle", lambda: self._group.throttle(decided, at), lambda local: None)
 
     async def throttle_async(self, decided: float | None, at: float | None) -> None:
-        self.throttle(decided, at)
+        await self._off_loop(lambda: self.throttle(decided, at))
 
     def rate(self) -> float:
         """The learned pace's rate now (``BackendUnavailable`` while the file cannot be read)."""
@@ -430,6 +563,8 @@ class StoredState:
     test: bool
     #: The key of a keyed budget (``limiter.for_key(key)``), or ``None``.
     key: str | None = None
+    #: The change at run time in force for the name (``set_limit``), or ``None``.
+    override: Override | None = None
 
 
 class SQLiteBackend(FailurePolicy):
@@ -456,6 +591,8 @@ class SQLiteBackend(FailurePolicy):
             lock (``try_acquire`` too: contention alone never refuses a request the
             budget allows); past it the store counts as unavailable. Waits are
             counted in :meth:`stats`.
+        counters: whether decisions are counted for ``ratelimit top`` (a few
+            additions each, written into the file once a second per process).
 
     Raises ``FileNotFoundError`` (no such folder), ``IsADirectoryError``,
     ``PermissionError`` (a file or folder this process may not write) or
@@ -471,6 +608,7 @@ class SQLiteBackend(FailurePolicy):
         on_unavailable: OnUnavailable = "raise",
         local_share: float = 1.0,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        counters: bool = True,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or a path, got {type(path).__name__} {path!r}")
@@ -483,8 +621,15 @@ class SQLiteBackend(FailurePolicy):
         self.busy_timeout = _validate.duration("busy_timeout", busy_timeout)
         super().__init__(checked_on_unavailable(on_unavailable))
         self._file = StoreFile(path, self.busy_timeout)
+        #: The file's connection and transactions (``sqlite_file.py``).
+        self.file = self._file
         #: The file, as an absolute path.
         self.path = self._file.path
+        if not isinstance(counters, bool):
+            raise TypeError(f"counters must be a bool, got {counters!r}")
+        self._counters = counters
+        #: This process's counts for ``ratelimit top``, written once a second.
+        self.counts = Counts()
         self._local = MemoryBackend()
         self._sweep_at = time.monotonic() + SWEEP_SECONDS
         self._sweep_lock = threading.Lock()
@@ -526,14 +671,23 @@ class SQLiteBackend(FailurePolicy):
         # shadow: the front never enforces a shadow's decisions; the store keeps them as any.
         self._no_lease(lease)
         named = self._named(name)
-        slot = Slot(alg, clock)
-        rows = Rows(self._file, [(named, -1, alg.kind)], [slot], clock)
+        # A single limiter follows a change at run time (set_limit): it decides with
+        # the algorithm in force, which each transaction reads (sqlite_config.py).
+        changeable = Changeable(alg) if alg.kind in NAMES else None
+        slot = Slot(alg if changeable is None else changeable, clock)
+        rows = Rows(self._file, [(named, -1, alg.kind)], [slot], clock, changeable)
         slot.lock = rows
-        inner = MemoryHandle(alg, slot, rows)
+        inner = MemoryHandle(alg if changeable is None else cast(Algorithm[Any], changeable), slot, rows)
         local = None
         if self.on_unavailable == "local":
             local = single_share(self._local, alg, clock, self.local_share)
-        return SQLiteHandle(self, named, inner, local)
+        quick = None
+        if type(alg) is Gcra and changeable is not None:
+            quick = Quick(self._file, named, alg, slot, rows.clock, rows.test, changeable)
+        handle = SQLiteHandle(self, named, inner, local, quick)
+        if rows.test == 0 and self._counters:
+            handle.top = Cell((named, alg.kind, int(shadow)))
+        return handle
 
     def bind_group(
         self, name: str | Keyed | None, algs: Sequence[Algorithm[Any]], clock: Clock | None
@@ -547,7 +701,10 @@ class SQLiteBackend(FailurePolicy):
         local = None
         if self.on_unavailable == "local":
             local = group_share(self._local, algs, clock, self.local_share)
-        return SQLiteGroupHandle(self, named, inner, local)
+        handle = SQLiteGroupHandle(self, named, inner, local)
+        if rows.test == 0 and self._counters:
+            handle.top = Cell((named, "composite", 0))
+        return handle
 
     def bind_lanes(
         self, name: str | Keyed | None, lanes: _lanes.Lanes, clock: Clock | None, keep: float | None
@@ -562,7 +719,12 @@ class SQLiteBackend(FailurePolicy):
         locals_: Sequence[Fallback[float] | None] = (None, None)
         if self.on_unavailable == "local":
             locals_ = lanes_shares(self._local, lanes, clock, keep, self.local_share)
-        return SQLiteHandle(self, named, inner[0], locals_[0]), SQLiteHandle(self, named, inner[1], locals_[1])
+        handles = SQLiteHandle(self, named, inner[0], locals_[0]), SQLiteHandle(self, named, inner[1], locals_[1])
+        if rows.test == 0 and self._counters:
+            cell = Cell((named, "priorities", 0))  # both lanes in one row
+            for handle in handles:
+                handle.top = cell
+        return handles
 
     def cell(self, name: str, kept: Kept, clock: Clock | None) -> tuple[Slot, Rows]:
         """One row of state of another kind than a limiter's (the circuit breaker's,
@@ -583,12 +745,18 @@ class SQLiteBackend(FailurePolicy):
     # -- idle names ----------------------------------------------------------------
 
     def sweep_if_due(self) -> None:
-        """Sweep when this process has not for ``SWEEP_SECONDS`` (after a decision)."""
-        if time.monotonic() >= self._sweep_at and self._sweep_lock.acquire(blocking=False):
+        """Sweep when this process has not for ``SWEEP_SECONDS``, and write its counts
+        for ``ratelimit top`` once a second (after a decision)."""
+        now = time.monotonic()
+        if now >= self.counts.flush_at and self._counters:
+            with contextlib.suppress(BackendUnavailable, Busy):
+                self.write_counts()
+        if now >= self._sweep_at and self._sweep_lock.acquire(blocking=False):
             try:
                 self._sweep_at = time.monotonic() + SWEEP_SECONDS
-                # The decision was made: a sweep that cannot run waits for the next.
-                with contextlib.suppress(BackendUnavailable):
+                # The decision was made: a sweep that cannot run (or not at once, in
+                # an event loop's thread) waits for the next.
+                with contextlib.suppress(BackendUnavailable, Busy):
                     self.sweep()
             finally:
                 self._sweep_lock.release()
@@ -604,8 +772,12 @@ class SQLiteBackend(FailurePolicy):
         file = self._file
         conn = file.begin()
         try:
-            gone = conn.execute("DELETE FROM ratelimit_state WHERE test = 0 AND idle <= ?", (file.now(),)).rowcount
-            if gone:
+            now = (file.now(),)
+            gone = conn.execute(_SWEEP, now).rowcount
+            # The rows whose `forget` has passed but not their `idle` (moved on by the
+            # quick path): their `forget` catches up, so the next sweep skips them.
+            kept = conn.execute(_CATCH_UP, now).rowcount
+            if gone or kept:
                 file.writes += 1
         except BaseException as exc:
             file.rollback(conn)
@@ -614,6 +786,41 @@ class SQLiteBackend(FailurePolicy):
             raise
         file.commit(conn)
         return int(gone)
+
+    def write_counts(self) -> None:
+        """Add this process's counts for ``ratelimit top`` into the file (sqlite_top.py)."""
+        counts = self.counts
+        rows = counts.take()
+        file = self._file
+        try:
+            conn = file.begin()
+        except BaseException:
+            counts.give_back(rows)
+            raise
+        try:
+            write_top(conn, rows, file.now())
+        except BaseException as exc:
+            file.rollback(conn)
+            counts.give_back(rows)
+            if isinstance(exc, file.errors):
+                raise file.unavailable(exc) from exc
+            raise
+        file.commit(conn)
+
+    def top(self, window: float = 5.0, *, now: float | None = None) -> list[FleetRow]:
+        """Every limiter counted in the last minute, as ``ratelimit top --store
+        sqlite:///PATH`` shows it (every process's counts, up to a second late): the
+        rates over the last ``window`` whole seconds of store time before ``now``
+        (``None``: now)."""
+        if self._counters:
+            with contextlib.suppress(BackendUnavailable):
+                self.write_counts()
+        file = self._file
+        conn = file.begin()
+        try:
+            return read_top(conn, file.now() if now is None else now, window, lambda text: untag(text)[0])
+        finally:
+            file.rollback(conn)
 
     def __len__(self) -> int:
         """How many named states the file keeps (a composite's limits count one each)."""
@@ -663,6 +870,10 @@ class SQLiteBackend(FailurePolicy):
                 rows = [r for name in names for r in conn.execute(query + " WHERE name = ?", (tag(name),)).fetchall()]
             else:
                 rows = conn.execute(query + " ORDER BY name, member").fetchall()
+            changes = {
+                text: read_change(conn, text, now)
+                for text in {row[0] for row in rows if row[1] < 0 and row[2] in NAMES}
+            }
         finally:
             file.rollback(conn)
         found: list[StoredState] = []
@@ -674,10 +885,93 @@ class SQLiteBackend(FailurePolicy):
                 state = f"<unreadable: {exc}>"
             found.append(
                 StoredState(
-                    name, None if member < 0 else int(member), kind, state, now - updated, idle - now, bool(test), key
+                    name,
+                    None if member < 0 else int(member),
+                    kind,
+                    state,
+                    now - updated,
+                    idle - now,
+                    bool(test),
+                    key,
+                    changes.get(text) if member < 0 else None,
                 )
             )
         return found
+
+    # -- limits changed at run time ------------------------------------------------
+
+    def _admin(self, clock: object, call: Callable[[Any, float], R], *, writes: bool = True) -> R:
+        """``call(connection, now)`` in one write transaction (``writes=False``: one
+        that reads only); ``now`` is ``clock``'s time for a test clock, store time
+        otherwise."""
+        checked = checked_clock(clock)
+        test = checked is not None and not isinstance(checked, SystemClock)
+        file = self._file
+        conn = file.begin()
+        try:
+            result = call(conn, checked.now() if test and checked is not None else file.now())
+        except BaseException as exc:
+            file.rollback(conn)
+            if isinstance(exc, file.errors):
+                raise file.unavailable(exc) from exc
+            raise
+        if not writes:
+            file.rollback(conn)
+            return result
+        file.writes += 1
+        file.commit(conn)
+        return result
+
+    def set_limit(
+        self,
+        name: str,
+        *,
+        rate: float | None = None,
+        burst: float | None = None,
+        ttl: float | timedelta | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        """Change limiter ``name``'s limit at run time, in every process using the file.
+
+        As :meth:`RedisBackend.set_limit`: ``rate`` in tokens per second, ``burst`` a
+        bucket's capacity, ``None`` keeping what the code says; ``ttl`` ends the
+        change by itself; a new change replaces the last one whole. It is stored in
+        the file, and each process follows it from its next decision on the name,
+        moving the state to the new limit as of now (the tokens owed keep their
+        count). A name whose rows say it is a composite's members, an adaptive
+        limiter, a budget with priorities or a ConcurrencyLimit raises
+        ``UnchangeableLimit`` and nothing is stored. ``clock``: the limiters' test
+        clock, if they keep time on one.
+        """
+        change = checked_override(rate, burst, ttl)
+        _validate.name(name, self, shared=True)
+        named = tag(name)
+
+        def configure(conn: Any, now: float) -> None:
+            refuse_unchangeable(conn, named, change.burst)
+            write_change(conn, named, change, now)
+
+        self._admin(clock, configure)
+
+    def reset_limit(self, name: str, *, clock: Clock | None = None) -> bool:
+        """Return limiter ``name`` to what its code says, in every process from its
+        next decision; ``True`` if a change was in force."""
+        _validate.name(name, self, shared=True)
+        named = tag(name)
+
+        def reset(conn: Any, now: float) -> bool:
+            was = read_change(conn, named, now) is not None
+            write_change(conn, named, None, now)
+            return was
+
+        return self._admin(clock, reset)
+
+    def limit_override(self, name: str, *, clock: Clock | None = None) -> Override | None:
+        """The change in force for limiter ``name`` (``set_limit``), or ``None``; its
+        ``ttl`` is what is left of it."""
+        _validate.name(name, self, shared=True)
+        named = tag(name)
+        return self._admin(clock, lambda conn, now: read_change(conn, named, now), writes=False)
 
     def now(self) -> float:
         """Store time now, as every process of the box reads it (see ``sqlite_time.py``)."""

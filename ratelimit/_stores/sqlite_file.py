@@ -25,19 +25,51 @@ import sqlite3
 import threading
 import time
 import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from .._errors import BackendUnavailable
 from .sqlite_time import boot_id, boot_seconds, rebased_offset
+from .sqlite_top import TOP_TABLE
 
-__all__ = ["FORMAT", "StoreFile"]
+__all__ = ["FORMAT", "STEP_FUNCTION", "Busy", "Step", "StoreFile"]
+
+#: A decision on a row's number at a time: the row's new number.
+Step = Callable[[float, float], float]
+
+#: The SQL function each connection has that runs the decision of the quick path.
+STEP_FUNCTION = "ratelimit_step"
 
 logger = logging.getLogger("ratelimit")
 
 #: What the meta table's ``format`` says: a file whose tables say otherwise is not ours.
 FORMAT = "ratelimit-fleet sqlite store"
-VERSION = 1
+VERSION = 2
+
+#: The index of the rows a sweep may forget (format 2), partial: rows on a test clock
+#: are never swept.
+_INDEX = "CREATE INDEX IF NOT EXISTS ratelimit_forget ON ratelimit_state (forget) WHERE test = 0"
+
+#: Limits changed at run time, one row per name (format 2; see sqlite_config.py).
+_CONFIG = (
+    "CREATE TABLE IF NOT EXISTS ratelimit_config (name TEXT PRIMARY KEY, rate REAL, burst REAL, until REAL,"
+    " at REAL NOT NULL) WITHOUT ROWID"
+)
+
+#: Format 1 (no ``forget`` column) to 2, in the set-up's write transaction. Processes
+#: of the older release still running on the file keep deciding right: they write
+#: ``idle`` exactly, and ``forget`` then takes its default, which a sweep looks at.
+_MIGRATE_1 = (
+    "ALTER TABLE ratelimit_state ADD COLUMN forget REAL NOT NULL DEFAULT 0",
+    "ALTER TABLE ratelimit_state ADD COLUMN rate REAL",
+    "ALTER TABLE ratelimit_state ADD COLUMN burst REAL",
+    "UPDATE ratelimit_state SET forget = idle",
+    _INDEX,
+    _CONFIG,
+    TOP_TABLE,
+    "UPDATE ratelimit_meta SET value = 2 WHERE key = 'version'",
+)
 
 _HEADER = b"SQLite format 3\x00"
 
@@ -54,11 +86,18 @@ _SCHEMA = (
     # algorithm, or two lanes'): its state in `number` or `blob` (sqlite_codec.py),
     # the store time from which it is as good as new (`idle`), when it was last
     # written (`updated`), and whether its time is a test clock's (never swept).
+    # `forget` is never later than `idle` (equal after any write but the quick
+    # path's, which only moves `idle` on): a sweep looks through its index at the
+    # rows whose `forget` has passed, never at the whole table (format 2).
+    # `rate` and `burst`: the change at run time the state was last decided under
+    # (NULL: the code's values; see sqlite_config.py).
     "CREATE TABLE ratelimit_state (name TEXT NOT NULL, member INTEGER NOT NULL, kind TEXT NOT NULL,"
     " number REAL, blob BLOB, idle REAL NOT NULL, updated REAL NOT NULL, test INTEGER NOT NULL,"
-    " PRIMARY KEY (name, member, kind)) WITHOUT ROWID",
+    " forget REAL NOT NULL DEFAULT 0, rate REAL, burst REAL, PRIMARY KEY (name, member, kind)) WITHOUT ROWID",
+    _INDEX,
+    _CONFIG,
+    TOP_TABLE,
 )
-
 
 # SQLite's primary result codes (stable across versions; sqlite3 names them only from 3.11).
 _BUSY, _LOCKED, _READONLY, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 5, 6, 8, 11, 13, 14, 26
@@ -88,6 +127,17 @@ def describe(path: str, exc: BaseException) -> str:
         if code == _CANTOPEN:
             return f"the SQLite store {path!r} cannot be opened ({exc})"
     return f"the SQLite store {path!r} failed: {exc!r}"
+
+
+class Busy(Exception):
+    """Raised, in a thread that said it will not wait (:meth:`StoreFile.not_waiting`),
+    where a transaction would have to wait: for this process's turn or the file's
+    write lock, or to open the file. Nothing was decided: the caller tries again
+    where waiting harms no one (an event loop's thread, off the loop)."""
+
+
+class _NotWaiting(threading.local):
+    on = False
 
 
 class StoreFile:
@@ -123,6 +173,8 @@ class StoreFile:
         # Connections inherited through a fork: never used, and never closed either
         # (closing one would checkpoint and could delete the parent's WAL).
         self._inherited: list[sqlite3.Connection] = []
+        self._stepper = _Stepper()
+        self._not_waiting = _NotWaiting()
         self._conn = self._open()
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _forked(ref))
@@ -166,6 +218,7 @@ class StoreFile:
             raise PermissionError(errno.EACCES, describe(self.path, exc), self.path) from exc
         try:
             self._set_up(conn)
+            conn.create_function(STEP_FUNCTION, 2, self._stepper.step, deterministic=True)
         except BaseException:
             conn.close()
             raise
@@ -241,10 +294,18 @@ class StoreFile:
                 f"{self.path!r} is a SQLite database but not a ratelimit store (tables {sorted(tables)!r}): "
                 "SQLiteBackend leaves it untouched; give it a file of its own"
             )
-        if meta.get("version") != VERSION:
+        version = meta.get("version")
+        if version == 1 and not create:
+            return  # made format 2 in the set-up's write transaction, which checks again
+        if version == 1:
+            for statement in _MIGRATE_1:
+                conn.execute(statement)
+            logger.info("the SQLite store %r was of format 1: made format 2 (an index of idle rows)", self.path)
+            return
+        if version != VERSION:
             raise ValueError(
-                f"{self.path!r} is a ratelimit store of format version {meta.get('version')!r}; "
-                f"this release reads version {VERSION}"
+                f"{self.path!r} is a ratelimit store of format version {version!r}; "
+                f"this release reads versions 1 (which it makes 2) and {VERSION}"
             )
 
     def _time_base(self, conn: sqlite3.Connection) -> None:
@@ -319,19 +380,57 @@ class StoreFile:
     def begin(self) -> sqlite3.Connection:
         """Take this process's turn and the file's write lock (``BEGIN IMMEDIATE``):
         the connection, in a transaction that :meth:`commit` or :meth:`rollback` ends."""
-        self._lock.acquire()
+        not_waiting = self._not_waiting.on
+        if not self._lock.acquire(blocking=not not_waiting):
+            raise Busy("this process's turn is taken")
         try:
+            if not_waiting and self._conn is None:
+                raise Busy("the file is to be opened")
             conn = self._connection()
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 if not _busy(exc):
                     raise BackendUnavailable(describe(self.path, exc)) from exc
+                if not_waiting:
+                    raise Busy("another process holds the write lock") from exc
                 self._wait_for_lock(conn)
         except BaseException:
             self._lock.release()
             raise
         return conn
+
+    @contextlib.contextmanager
+    def not_waiting(self) -> Iterator[None]:
+        """In this block, this thread's transactions raise :class:`Busy` rather than wait."""
+        flag = self._not_waiting
+        flag.on = True
+        try:
+            yield
+        finally:
+            flag.on = False
+
+    def turn(self, step: Step) -> sqlite3.Connection | None:
+        """This process's turn for one statement that commits by itself (the quick
+        path, ``sqlite_quick.py``), with :data:`STEP_FUNCTION` calling ``step``: the
+        connection, until :meth:`end_turn`. ``None`` (and no turn taken) while the
+        connection is due for its check or not open: the caller then decides in a
+        full transaction (:meth:`begin`)."""
+        if not self._lock.acquire(blocking=not self._not_waiting.on):
+            return None
+        conn = self._conn
+        if conn is None or time.monotonic() >= self._check_at:
+            self._lock.release()
+            return None
+        self._stepper.call = step
+        return conn
+
+    def end_turn(self, wrote: bool) -> None:
+        """End the turn :meth:`turn` gave; ``wrote``: the statement changed a row."""
+        self._stepper.call = None
+        if wrote:
+            self.writes += 1
+        self._lock.release()
 
     def _wait_for_lock(self, conn: sqlite3.Connection) -> None:
         """Another process holds the write lock: try again after short sleeps, which
@@ -393,6 +492,21 @@ class StoreFile:
             if self._conn is not None and self._pid == os.getpid():
                 self._conn.close()
             self._conn = None
+
+
+class _Stepper:
+    """What :data:`STEP_FUNCTION` calls: the quick path's step of the statement running."""
+
+    __slots__ = ("call",)
+
+    def __init__(self) -> None:
+        self.call: Step | None = None
+
+    def step(self, number: float, now: float) -> float:
+        call = self.call
+        if call is None:
+            raise RuntimeError(f"{STEP_FUNCTION}() is called only by this store's own statements")
+        return call(number, now)
 
 
 def _forked(ref: weakref.ref[StoreFile]) -> None:

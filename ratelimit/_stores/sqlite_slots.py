@@ -15,6 +15,7 @@ waiters it promoted with their doors; the caller knocks after the commit.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sqlite3
 import time
@@ -77,6 +78,11 @@ class SlotRows:
     def path(self) -> str:
         """The file's absolute path."""
         return self._file.path
+
+    def at_once(self) -> contextlib.AbstractContextManager[None]:
+        """In this block, a transition that would wait for the file's lock raises
+        :class:`~.sqlite_file.Busy` instead (an asyncio caller then waits in a thread)."""
+        return self._file.not_waiting()
 
     # -- the transaction ------------------------------------------------------------
 

@@ -28,8 +28,8 @@ class Handle(Protocol[T_contra]):
     #: The owning limiter's counters; each reservation is counted in it, inside the
     #: store's own serialisation where there is one.
     tally: Tally | None
-    #: Whether ``reserve_async`` really suspends (a network round trip), so that a
-    #: task can be cancelled while the store decides.
+    #: Whether ``reserve_async`` really suspends (a network round trip, a wait for a
+    #: file's lock in a thread), so that a task can be cancelled while the store decides.
     suspends: bool
 
     def reserve(self, tokens: T_contra, max_wait: float) -> tuple[float, float]:
@@ -45,9 +45,10 @@ class Handle(Protocol[T_contra]):
     async def reserve_async(self, tokens: T_contra, max_wait: float) -> tuple[float, float]: ...
 
     def reserve_here(self, tokens: T_contra, max_wait: float) -> tuple[float, float] | None:
-        """A grant this process can make without the store (from a lease), as
-        ``reserve`` would return it; ``None``: ask the store. Lets a suspending
-        handle's asyncio callers skip the round trip's cancellation guard."""
+        """A decision this process can make at once, without suspending (a lease's
+        grant; a SQLite file's decision when its lock is free), as ``reserve`` would
+        return it; ``None``: ask the store. Lets a suspending handle's asyncio
+        callers skip the round trip's cancellation guard."""
         ...
 
     def refund(self, tokens: T_contra, at: float | None) -> None:

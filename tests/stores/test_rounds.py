@@ -23,6 +23,8 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from ratelimit import (
     AcquireTimeout,
@@ -404,9 +406,12 @@ def test_a_batch_decides_as_the_same_calls_one_by_one(asks: list[tuple[float, fl
         assert at == pytest.approx(at_alone, abs=1e-9)
 
 
-@pytest.mark.slow
 def test_a_round_that_fails_fails_every_caller_in_it_and_nobody_hangs() -> None:
-    dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2)
+    # No retries: redis-py's default retries made each round wait ~4 s (see
+    # test_a_client_that_retries_is_named_at_construction).
+    dead = redis.Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2, retry=Retry(NoBackoff(), 0)
+    )
     backend = RedisBackend(dead, on_unavailable="local")
     limiter = TokenBucket(1_000, 1_000, backend=backend, name=unique_name())
     got: list[bool] = []
@@ -931,3 +936,16 @@ def test_threads_interrupted_at_random_while_waiting_neither_hang_nor_lose_grant
     other = TokenBucket(100_000, 0.001, backend=RedisBackend(redis_client), name=name, clock=clock)
     assert other.try_acquire(100_000 - granted[0])
     assert not other.try_acquire(1)
+
+
+def test_a_client_that_retries_is_named_at_construction(caplog: pytest.LogCaptureFixture) -> None:
+    # redis-py's own default retries ten times with backoff: against a refused port a
+    # decision took 3.5-4.6 s before on_unavailable was heard, each one.
+    with caplog.at_level("WARNING", logger="ratelimit"):
+        RedisBackend(redis.Redis(host="127.0.0.1", port=1))
+    assert any("retries failed calls 10 times" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ratelimit"):
+        RedisBackend(redis.Redis(host="127.0.0.1", port=1, retry=Retry(NoBackoff(), 0))).close()
+        RedisBackend.from_url("redis://127.0.0.1:1/0").close()
+    assert not [r for r in caplog.records if "retries" in r.getMessage()]

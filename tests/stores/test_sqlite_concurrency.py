@@ -525,3 +525,38 @@ def test_an_async_waiter_leaves_its_loop_free_until_another_process_frees_a_slot
     finally:
         _stop([holder])
     assert ticks >= 20  # the loop ran on while the lease of the killed holder ran out
+
+
+def test_a_take_while_another_process_holds_the_file_waits_off_the_loop(tmp_path: Path) -> None:
+    """The file's write lock held elsewhere: an async take waits for it in a thread
+    (the loop runs on), and one cancelled meanwhile leaves nothing held when its take
+    lands after all."""
+    path = tmp_path / "busy.db"
+    limit = ConcurrencyLimit(2, backend=SQLiteBackend(path), name="busy")
+    limit.take(timeout=0).release()  # the tables made
+
+    async def main() -> int:
+        done, thread = _lock_file(path)
+        ticks = 0
+        taking = asyncio.ensure_future(limit.take_async(timeout=5))
+        cancelled = asyncio.ensure_future(limit.take_async(timeout=5))
+        await asyncio.sleep(0.05)
+        cancelled.cancel()
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.2, done.set)
+        while not taking.done():
+            await asyncio.sleep(0.01)
+            ticks += 1
+        lease = await taking
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        await asyncio.to_thread(thread.join)
+        await lease.release_async()
+        for _ in range(200):  # the cancelled take's release lands after its take
+            if limit._store.held == 0:  # type: ignore[attr-defined]
+                break
+            await asyncio.sleep(0.01)
+        return ticks
+
+    assert asyncio.run(main()) >= 10
+    assert (limit._store.held, limit._store.queued) == (0, 0)  # type: ignore[attr-defined]

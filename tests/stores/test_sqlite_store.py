@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+import ratelimit._stores.sqlite as sqlite_store
 import ratelimit._stores.sqlite_file as sqlite_file
 from ratelimit import (
     AcquireTimeout,
@@ -524,6 +525,103 @@ def test_idle_names_are_swept_and_busy_ones_kept(tmp_path: Path) -> None:
     assert not slow.try_acquire()
 
 
+def _rows(path: Path, sql: str, *args: Any) -> list[Any]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.commit()
+        conn.close()
+
+
+def test_the_quick_path_moves_idle_and_leaves_forget_to_the_sweep(tmp_path: Path) -> None:
+    """A bare token bucket decides in one statement that writes its TAT (``idle``)
+    but not ``forget`` (the sweep's index); a sweep at a time between them keeps the
+    row and lets ``forget`` catch up, so that the next one skips it."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(100, 1, backend=backend, name="moving")
+    for _ in range(5):
+        assert limiter.try_acquire()
+    ((number, blob, idle, forget),) = _rows(path, "SELECT number, blob, idle, forget FROM ratelimit_state")
+    assert blob is None
+    assert idle == number
+    assert forget == pytest.approx(idle - 4.0, abs=0.01)  # written by the first decision only
+    _rows(path, "UPDATE ratelimit_state SET forget = forget - 1000, idle = idle - 1000, number = number - 1000")
+    _rows(path, "UPDATE ratelimit_state SET idle = ?1, number = ?1", backend.now() + 60)
+    assert backend.sweep() == 0
+    ((idle, forget),) = _rows(path, "SELECT idle, forget FROM ratelimit_state")
+    assert forget == idle
+    assert limiter.peek(100) > 59.0  # the row kept its state
+
+
+def test_a_sweep_visits_only_the_rows_its_index_names(tmp_path: Path) -> None:
+    """100,000 busy names and a few idle ones: the sweep's statements search the
+    ``forget`` index (SQLite's plan says so), and forget exactly the idle names."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    now = backend.now()
+    busy = [(f"busy-{i}", now + 3600.0) for i in range(100_000)]
+    idle = [(f"idle-{i}", now - 1.0) for i in range(7)]
+    conn = sqlite3.connect(path)
+    conn.executemany(
+        "INSERT INTO ratelimit_state (name, member, kind, number, blob, idle, updated, test, forget)"
+        " VALUES (?1, -1, 'token_bucket', ?2, NULL, ?2, ?2, 0, ?2)",
+        busy + idle,
+    )
+    conn.commit()
+    plans = [
+        " ".join(row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", (now,)))
+        for sql in (sqlite_store._SWEEP, sqlite_store._CATCH_UP)
+    ]
+    conn.close()
+    for plan in plans:
+        assert "USING INDEX ratelimit_forget (forget<?)" in plan, plan
+    assert backend.sweep() == 7
+    assert len(backend) == 100_000
+
+
+def _format_1(path: Path, rows: list[tuple[Any, ...]]) -> None:
+    """A file as the first release of the store made it (format 1: no ``forget``)."""
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE ratelimit_meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID")
+    conn.execute(
+        "CREATE TABLE ratelimit_state (name TEXT NOT NULL, member INTEGER NOT NULL, kind TEXT NOT NULL,"
+        " number REAL, blob BLOB, idle REAL NOT NULL, updated REAL NOT NULL, test INTEGER NOT NULL,"
+        " PRIMARY KEY (name, member, kind)) WITHOUT ROWID"
+    )
+    conn.executemany("INSERT INTO ratelimit_meta VALUES (?, ?)", [("format", sqlite_file.FORMAT), ("version", 1)])
+    conn.executemany("INSERT INTO ratelimit_state VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    conn.commit()
+    conn.close()
+
+
+def test_a_file_of_format_1_is_migrated_with_its_state(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    wall = time.time()
+    # A bucket of 2 tokens at 1 per hour, both spent: its TAT two hours ahead.
+    _format_1(path, [("spent", -1, "token_bucket", wall + 7200.0, None, wall + 7200.0, wall, 0)])
+    backend = SQLiteBackend(path)
+    assert _rows(path, "SELECT value FROM ratelimit_meta WHERE key = 'version'") == [(2,)]
+    assert _rows(path, "SELECT forget = idle FROM ratelimit_state") == [(1,)]
+    assert _rows(path, "SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'ratelimit_forget'")
+    # The state came through: the spent bucket still refuses, a new name grants.
+    assert not TokenBucket(2, 1 / 3600, backend=backend, name="spent").try_acquire()
+    assert TokenBucket(2, 1 / 3600, backend=backend, name="fresh").try_acquire()
+    assert SQLiteBackend(path).sweep() == 0  # a second process opens format 2 as it is
+
+
+def test_a_file_of_a_later_format_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    _format_1(path, [])
+    _rows(path, "UPDATE ratelimit_meta SET value = 3 WHERE key = 'version'")
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="format version 3") as caught:
+        SQLiteBackend(path)
+    assert str(path) in str(caught.value)
+    assert path.read_bytes() == before
+
+
 def test_asyncio_callers_use_the_same_file(tmp_path: Path) -> None:
     limiter = SlidingWindow(5, 60, backend=SQLiteBackend(tmp_path / "s.db"), name="aio")
 
@@ -531,6 +629,87 @@ def test_asyncio_callers_use_the_same_file(tmp_path: Path) -> None:
         return list(await asyncio.gather(*(limiter.try_acquire_async() for _ in range(8))))
 
     assert sorted(asyncio.run(main())) == [False] * 3 + [True] * 5
+
+
+def _hold_write_lock(path: Path, seconds: float) -> threading.Thread:
+    """Another connection (another process, as far as the file can tell) takes the
+    write lock and keeps it for ``seconds``; returns once it holds it."""
+    held = threading.Event()
+
+    def hold() -> None:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=0)
+        conn.execute("BEGIN IMMEDIATE")
+        held.set()
+        time.sleep(seconds)
+        conn.execute("COMMIT")
+        conn.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert held.wait(5)
+    return thread
+
+
+def test_an_async_decision_waits_for_the_lock_off_the_event_loop(tmp_path: Path) -> None:
+    """The file locked by another for 0.5 s: the task waits for it in a thread, and a
+    ticker on the same loop keeps ticking meanwhile."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(10, 1, backend=backend, name="aio-locked")
+    assert limiter.try_acquire()  # the row exists: the next decision is the quick path's
+
+    async def main() -> tuple[list[float], float, float]:
+        ticks: list[float] = []
+
+        async def ticker() -> None:
+            while True:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.01)
+
+        ticking = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        holder = _hold_write_lock(path, 0.5)
+        started = time.monotonic()
+        await limiter.acquire_async()
+        ended = time.monotonic()
+        ticking.cancel()
+        holder.join()
+        return ticks, started, ended
+
+    ticks, started, ended = asyncio.run(main())
+    assert ended - started >= 0.3  # it did wait for the lock
+    during = [t for t in ticks if started <= t <= ended]
+    assert len(during) >= 10  # about 50 on a quiet machine
+    gaps = [b - a for a, b in zip([started, *during], [*during, ended], strict=True)]
+    assert max(gaps) < 0.25
+    assert backend.stats().lock_waits >= 1
+
+
+def test_a_task_cancelled_while_waiting_for_the_lock_gives_its_grant_back(tmp_path: Path) -> None:
+    """The thread that waits for the lock cannot be stopped: the grant it then makes
+    for the cancelled task is given back, and no token is lost."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(1, 1e-6, backend=backend, name="aio-cancelled")
+    assert limiter.peek() == 0.0
+
+    async def main() -> None:
+        holder = _hold_write_lock(path, 0.5)
+        task = asyncio.create_task(limiter.acquire_async())
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        holder.join()
+        deadline = time.monotonic() + 10
+        while limiter.stats().cancelled < 1 or await limiter.peek_async() != 0.0:
+            assert time.monotonic() < deadline, "the grant made for the cancelled task was never given back"
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert backend.stats().lock_waits >= 1
+    assert limiter.try_acquire()  # the one token, given back
+    assert not limiter.try_acquire()
 
 
 def test_hundreds_of_threads_never_exceed_the_budget(tmp_path: Path) -> None:

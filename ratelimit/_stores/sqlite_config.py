@@ -1,0 +1,214 @@
+"""Limits changed at run time in a :class:`~.sqlite.SQLiteBackend` file (internal).
+
+``SQLiteBackend.set_limit`` (and ``ratelimit set --store sqlite:///PATH``) writes a row
+of ``ratelimit_config`` for the limiter's name: the new ``rate`` and/or ``burst``, the
+store time it ``until`` (``NULL``: until reset) and the time it was made (``at``). A
+reset leaves the row with neither rate nor burst, its ``at`` the time of the reset.
+The meanings are the Redis store's (``config.py``): ``Algorithm.configured`` maps a
+change to the limit in force, and a change moves the state to the new limit (the
+tokens owed keep their count: ``rescale``).
+
+Each state row remembers the change it was last decided under (its ``rate`` and
+``burst`` columns; storing a change marks the name's rows decided under none, so
+that the one-statement path of ``sqlite_quick.py`` leaves them to a full
+transaction). A single limiter's transaction reads the name's config row with its
+own (:class:`Changeable`): where they differ, it moves the state from the one limit
+to the other before deciding, at the change's ``at``, as if the change had moved it
+then (Redis moves it in the ``configure`` call itself, which knows the code's values
+from a key each process writes; here the processes, which know them, move it, and
+nothing else is written). A change whose ``until`` has passed is ended by the first
+decision after it: the state moves back at that decision's time and the row goes,
+as on Redis. So every process follows a change from its next decision.
+
+Only single limiters read a change. A name whose rows say it is a composite's
+members, an adaptive limiter, a budget with priorities or a ConcurrencyLimit is
+refused (:class:`~.config.UnchangeableLimit`), as on Redis.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from typing import Any
+
+from .._algorithms.algorithm import EPSILON, Algorithm
+from .config import PARAMETERS, WINDOWS, Override, UnchangeableLimit
+
+__all__ = [
+    "NAMES",
+    "PENDING",
+    "Change",
+    "Changeable",
+    "change_in_force",
+    "read",
+    "refuse_unchangeable",
+    "under",
+    "write",
+]
+
+#: ``(rate, burst)`` of a change in force, either ``None``; ``None``: the code's values.
+Change = tuple[float | None, float | None] | None
+
+_READ = "SELECT rate, burst, until, at FROM ratelimit_config WHERE name = ?"
+
+#: A state row's ``rate`` when it was decided under the code's values and a change was
+#: stored since (never a rate: those are positive). Only a full transaction, which
+#: reads the change, writes the row again.
+PENDING = -1.0
+
+
+def under(rate: float | None, burst: float | None) -> tuple[Change, bool]:
+    """The change a state row was decided under, from its two columns, and whether
+    it says a change may be pending."""
+    if rate == PENDING:
+        return None, True
+    if rate is None and burst is None:
+        return None, False
+    return (rate, burst), False
+
+
+def change_in_force(row: tuple[Any, ...] | None, now: float) -> tuple[Change, bool]:
+    """The change a config row holds at ``now``, and whether it has just ended
+    (its ``until`` passed: the row is to go)."""
+    if row is None:
+        return None, False
+    rate, burst, until = row[0], row[1], row[2]
+    if rate is None and burst is None:
+        return None, False
+    if until is not None and now >= until:
+        return None, True
+    return (rate, burst), False
+
+
+class Changeable:
+    """A single limiter's algorithm as changed at run time: the handle decides with
+    it, and each transaction points it at the change in force (:meth:`read`)."""
+
+    __slots__ = ("_made", "code", "current", "ended", "moved_at", "until")
+
+    def __init__(self, code: Algorithm[Any]) -> None:
+        self.code = code
+        #: What decisions use now: the code's algorithm, or as changed.
+        self.current: Algorithm[Any] = code
+        self._made: dict[Change, Algorithm[Any]] = {None: code}
+        #: The store time the change read ends (inf: none), whether the change read
+        #: had ended (its row to be deleted), and when the change read was made.
+        self.until = math.inf
+        self.ended = False
+        self.moved_at: float | None = None
+
+    # The memory handle's algorithm: every call goes to the one in force.
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.current, name)
+
+    def step(self, state: Any, now: float, tokens: float, max_wait: float) -> tuple[Any, float]:
+        current = self.current
+        if current is not self.code and tokens > current.params()[0] + EPSILON:
+            # More than the limit as changed could ever hold (the code checked the
+            # request against its own): refused for ever, as on Redis (too_big).
+            return state, -math.inf
+        return current.step(state, now, tokens, max_wait)
+
+    def plan(self, state: Any, now: float, tokens: float) -> tuple[float, float]:
+        current = self.current
+        if current is not self.code and tokens > current.params()[0] + EPSILON:
+            return math.inf, math.inf  # never admitted: a refusal for ever, as in step
+        return current.plan(state, now, tokens)
+
+    def new_state(self) -> Any:
+        return self.current.new_state()
+
+    def idle_until(self, state: Any) -> float:
+        return self.current.idle_until(state)
+
+    @property
+    def kind(self) -> str:
+        return self.code.kind
+
+    def algorithm(self, change: Change) -> Algorithm[Any]:
+        alg = self._made.get(change)
+        if alg is None:
+            assert change is not None
+            alg = self._made[change] = self.code.configured(change[0], change[1])
+        return alg
+
+    def read(self, conn: sqlite3.Connection, name: str, now: float) -> Change:
+        """Read the change in force for ``name`` at ``now`` and decide with it."""
+        row = conn.execute(_READ, (name,)).fetchone()
+        change, self.ended = change_in_force(row, now)
+        self.until = math.inf if change is None or row is None or row[2] is None else float(row[2])
+        # A change (or a reset) moves the state at its own time; one that ended, now.
+        self.moved_at = None if row is None or self.ended else float(row[3])
+        self.current = self.algorithm(change)
+        return change
+
+    def move(self, state: Any, under: Change, change: Change, now: float) -> Any:
+        """``state``, decided under ``under``, moved to the limit of ``change``."""
+        rescale = getattr(self.code, "rescale", None)
+        if rescale is None:
+            return state  # a window: its log or counts mean the same under any limit
+        at = self.moved_at if self.moved_at is not None and self.moved_at <= now else now
+        before, after = self.algorithm(under), self.algorithm(change)
+        return before.rescale(after, state, at)  # type: ignore[attr-defined]
+
+
+def refuse_unchangeable(conn: sqlite3.Connection, name: str, burst: float | None) -> None:
+    """Raise if ``name``'s rows say it is a limiter that would never read a change
+    (or a window given a burst); nothing is stored then."""
+    rows = conn.execute("SELECT member, kind FROM ratelimit_state WHERE name = ?", (name,)).fetchall()
+    kept = []
+    for member, kind in rows:
+        if member >= 0:
+            kept.append(
+                "an adaptive limiter (its rate is learned from the provider's answers)"
+                if kind == "adaptive"
+                else "a composite's members"
+            )
+        elif kind.endswith(":lanes"):
+            kept.append("a budget with priorities (low_share: two lanes)")
+        elif kind == "concurrency":
+            kept.append("a ConcurrencyLimit (slots held, not a rate)")
+        elif burst is not None and kind in WINDOWS:
+            raise ValueError(
+                f"burst={burst!r}: limiter {name!r} is a {kind}, which has no burst apart from its limit "
+                f"(set its rate: the limit becomes rate x window)"
+            )
+    if kept:
+        what = " and ".join(sorted(set(kept)))
+        raise UnchangeableLimit(
+            f"limiter {name!r} is {what}, which keeps the code's values: only a single TokenBucket, "
+            f"LeakyBucket or SlidingWindow reads a change at run time; nothing was changed"
+        )
+
+
+def write(conn: sqlite3.Connection, name: str, change: Override | None, now: float) -> None:
+    """Store ``change`` for ``name`` (``None``: a reset), made at ``now``; the name's
+    rows decided under the code's values say a change may be pending (:data:`PENDING`),
+    which keeps the quick path (``sqlite_quick.py``) from deciding them."""
+    if change is None and conn.execute(_READ, (name,)).fetchone() is None:
+        return  # a reset with no change ever stored: nothing to move back
+    conn.execute(
+        "UPDATE ratelimit_state SET rate = ? WHERE name = ? AND member = -1 AND rate IS NULL AND burst IS NULL",
+        (PENDING, name),
+    )
+    rate = burst = until = None
+    if change is not None:
+        rate, burst = change.rate, change.burst
+        until = None if change.ttl is None else now + change.ttl
+    conn.execute(
+        "REPLACE INTO ratelimit_config (name, rate, burst, until, at) VALUES (?, ?, ?, ?, ?)",
+        (name, rate, burst, until, now),
+    )
+
+
+def read(conn: sqlite3.Connection, name: str, now: float) -> Override | None:
+    """The change in force for ``name`` at ``now`` (its ``ttl`` what is left of it)."""
+    row = conn.execute(_READ, (name,)).fetchone()
+    change, _ = change_in_force(row, now)
+    if change is None or row is None:
+        return None
+    return Override(change[0], change[1], None if row[2] is None else float(row[2]) - now)
+
+
+#: The two parameters a change sets, by kind (what ``inspect`` calls them).
+NAMES = PARAMETERS
