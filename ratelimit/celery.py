@@ -32,12 +32,16 @@ Each run of the task (in the worker, not an eager or direct call) goes this way:
    ``RetryError`` over a 429 with ``Retry-After``, ``CircuitOpen``,
    ``AcquireTimeout``), the task is deferred by that long and reserves again then.
 
-A burst of tasks sent at once. Its first runs reserve the next slots and defer, and
-the re-runs of the earliest slots wait behind the first runs of the rest, in the
-queue and for a worker slot: they come late and reserve again, and their slots go
-unused until the fleet has taken the burst in. ``priority=`` (on a priority queue:
-Celery's ``task_queue_max_priority``) lets deferred tasks pass the queue's backlog;
-the budget is never exceeded either way.
+A burst of tasks sent at once. Its first runs reserve the next slots and defer; a
+re-run is published behind the first runs of the rest still queued, and a worker
+holds the messages it prefetched ahead of a re-run that falls due. Re-runs of the
+earliest grants then come late, reserve again, and their slots go unused while the
+fleet takes the burst in (the longer, the more loaded the workers). Two settings
+remove that wait: a priority queue (Celery's ``task_queue_max_priority``, on RabbitMQ),
+whose top priority a task deferred to its grant is then sent at by default, so that it
+passes the backlog; and ``worker_prefetch_multiplier = 1``, so that a re-run falling
+due is not queued in its worker behind prefetched messages. The budget is never
+exceeded either way.
 
 Acknowledgement modes. With Celery's default (early acknowledgement) a message is
 acknowledged when its run starts: a worker that dies loses the runs it had started, as
@@ -213,10 +217,11 @@ def limited(
             later (a busy worker, a slow broker) reserves again: run late, many of them
             would reach the provider together, above its limit. Default: the
             limiter's ``guard``, at least 0.05 s (the lateness the guard absorbs).
-        priority: the message priority of deferred tasks (``None``: the task's own).
-            Sent to a priority queue (Celery's ``task_queue_max_priority``) above the
-            tasks' own, they do not wait behind a backlog of first runs: see the
-            module's documentation.
+        priority: the message priority of deferred tasks. ``None``: a task deferred
+            to its grant goes at the app's ``task_queue_max_priority`` if it declares
+            priority queues (so that it passes a backlog of first runs: see the
+            module's documentation), else at the task's own; one deferred by a
+            refusal (it reserves again when it comes back) at the task's own.
         local: accept a limiter whose budget lives in this process (see the module's
             documentation): only right for a fleet of one worker process.
 
@@ -317,8 +322,11 @@ class _Run:
             headers[HEADER] = {"name": self.spec.limiter.name, "due": due}
         eta = datetime.now(timezone.utc) + timedelta(seconds=min(delay, MAX_HORIZON))
         options: dict[str, Any] = {"eta": eta, "retries": self.request.retries, "headers": headers}
-        if self.spec.priority is not None:
-            options["priority"] = self.spec.priority
+        priority = self.spec.priority
+        if priority is None and due is not None:
+            priority = _top_priority(self.task)
+        if priority is not None:
+            options["priority"] = priority
         again = self.task.signature_from_request(self.request, **options)
         try:
             again.apply_async()
@@ -346,6 +354,13 @@ class _Run:
             self.defer(delay, None, None)
         finally:
             unsubscribe()
+
+
+def _top_priority(task: Any) -> int | None:
+    """The highest priority of the app's priority queues (``task_queue_max_priority``,
+    which Celery applies on RabbitMQ only), or ``None`` if it declares none."""
+    top = getattr(getattr(task.app, "conf", None), "task_queue_max_priority", None)
+    return top if isinstance(top, int) and not isinstance(top, bool) and top > 0 else None
 
 
 def _come_back_in(exc: BaseException) -> float | None:

@@ -153,6 +153,39 @@ def test_deferred_tasks_may_be_sent_at_a_priority_of_their_own(app: Celery, buck
     assert plain.sent[0].get("priority") is None
 
 
+def test_on_a_priority_queue_a_task_deferred_to_its_grant_goes_at_the_top_priority(bucket: TokenBucket) -> None:
+    """With ``task_queue_max_priority`` set (the app declares priority queues), a
+    deferral carrying a grant is sent at that priority by default, so that it passes the
+    queue's backlog and comes before its grant; a deferral by a refusal's Retry-After
+    carries no grant and keeps the task's own."""
+    app = Celery(unique_name("celery-unit"), broker="memory://", set_as_current=False)
+    app.conf.task_queue_max_priority = 7
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=0.5)
+    def lookup(self: Task, item: int) -> None:
+        if item == 3:
+            bucket.feedback({"Retry-After": "5"}, status=429)
+            raise RuntimeError("429 Too Many Requests")
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=0.5, priority=2)
+    def chosen(self: Task, item: int) -> None: ...
+
+    in_worker(lookup, 1)
+    with pytest.raises(Ignore):
+        in_worker(lookup, 2)
+    with pytest.raises(Ignore):
+        in_worker(chosen, 4)
+    assert lookup.sent[0]["priority"] == 7
+    assert chosen.sent[0]["priority"] == 2
+    bucket.reset()
+    with pytest.raises(Ignore):
+        in_worker(lookup, 3)
+    assert HEADER not in lookup.sent[1]["headers"]
+    assert lookup.sent[1].get("priority") is None
+
+
 def test_the_re_run_uses_its_grant_without_reserving_again(
     app: Celery, bucket: TokenBucket, clock: ManualClock
 ) -> None:
@@ -462,13 +495,21 @@ def test_a_tokens_function_returning_bad_values_fails_the_run_clearly(
 SLOT_MARGIN = 0.5
 
 
+#: The configuration docs/task-queues.md recommends for bursts: a priority queue
+#: (deferred tasks go at its top priority, past the backlog of tasks sent) and workers
+#: that prefetch one message a slot (a deferred task due is not queued in the worker
+#: behind messages it prefetched).
+RECOMMENDED: dict[str, Any] = {"priority_queue": True, "prefetch": 1}
+
+
 @pytest.fixture
-def fleet(redis_client: object) -> Iterator[Fleet]:
-    """Workers of this test's own (queue, limiter and records), cleaned up after it."""
+def fleet(request: pytest.FixtureRequest, redis_client: object) -> Iterator[Fleet]:
+    """Workers of this test's own (queue, limiter and records), cleaned up after it;
+    ``Fleet``'s arguments from an indirect parameter (default: Celery's defaults)."""
     why = broker_reachable()
     if why is not None:
         unavailable(why)
-    made = Fleet()
+    made = Fleet(**getattr(request, "param", {}))
     try:
         yield made
     finally:
@@ -476,18 +517,31 @@ def fleet(redis_client: object) -> Iterator[Fleet]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "fleet", [pytest.param(RECOMMENDED, id="priority-queue"), pytest.param({}, id="plain-queue")], indirect=True
+)
 def test_a_fleet_keeps_one_budget_and_waits_in_the_broker_not_in_its_slots(fleet: Fleet) -> None:
     """Three prefork workers (12 slots, more than R x max_block = 10) run 200 tasks
     sent at once: never more than R + B bodies in any second, no body before the grant
-    it carried, at least 0.9 R once the burst is taken in, each task once, no slot held
-    longer than max_block (plus a margin), tasks really deferred, and the queue empty
-    at the end.
+    it carried, each task once, no slot held longer than max_block (plus a margin),
+    tasks really deferred, and the queue empty at the end.
 
-    While the fleet takes the burst in, the re-runs of the first grants queue behind
-    the first runs of the rest and come late (they reserve again: their slots are
-    lost); on this shared two-core machine that costs up to about two seconds of
-    budget, hence the lower bound on the whole run."""
+    Throughput is counted over the whole run, from before the first task was sent to
+    the last body: it includes sending the burst, the fleet's intake of it and the
+    first body's latency, as a user waiting for the burst would count it. The bucket's
+    burst lets the first bodies go at once, which can lift the figure above R by at
+    most (B - guard x R) / count: 1.5% here.
+
+    On the recommended configuration (a priority queue, prefetch 1) the re-runs pass
+    the backlog of first runs and come on time: at least 0.9 R (1.00-1.01 R measured
+    on this two-core machine under a load average of 3-5). On a plain queue with
+    Celery's default prefetch, the re-runs of the first grants wait behind the first
+    runs of the rest, come late, reserve again and lose their slots while the fleet
+    takes the burst in: at least 0.9 R only after that, and 0.75 R over the whole
+    run (0.85-0.96 R measured, lower the more loaded the machine)."""
+    recommended = fleet.priority_queue
     fleet.start(3, concurrency=4)
+    sent = time.time()
     count = fleet.send("call", ([i] for i in range(200)))
     bodies = fleet.wait_for(set(range(count)), timeout=count / fleet.rate + 30)
     times = [body["at"] for body in bodies]
@@ -497,9 +551,14 @@ def test_a_fleet_keeps_one_budget_and_waits_in_the_broker_not_in_its_slots(fleet
     assert len(carried) >= count // 2
     assert all(body["at"] >= body["due"] for body in carried)  # never before the grant
     slots = fleet.slots()
-    steady = [t for t in times if t >= taken_in(slots)]
-    assert rate_of(steady) >= 0.9 * fleet.rate
-    assert rate_of(times) >= 0.75 * fleet.rate
+    whole = count / (times[-1] - sent)
+    if recommended:
+        assert whole >= 0.9 * fleet.rate
+        # Deferred at the queue's top priority (the app's task_queue_max_priority).
+        assert {slot["priority"] for slot in slots if slot["early"] is not None} == {9}
+    else:
+        assert rate_of([t for t in times if t >= taken_in(slots)]) >= 0.9 * fleet.rate
+        assert whole >= 0.75 * fleet.rate
     assert max(slot["held"] for slot in slots) <= fleet.max_block + SLOT_MARGIN
     assert sum(not slot["body"] for slot in slots) >= count // 2  # deferred
     assert len({body["pid"] for body in bodies}) >= 6
@@ -508,6 +567,7 @@ def test_a_fleet_keeps_one_budget_and_waits_in_the_broker_not_in_its_slots(fleet
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fleet", [pytest.param(RECOMMENDED, id="priority-queue")], indirect=True)
 def test_the_rest_of_the_fleet_finishes_within_the_bound_after_a_worker_is_killed(fleet: Fleet) -> None:
     """SIGKILL one of three workers (with its pool) while it holds deferred tasks and
     runs others: with late acknowledgement every task still runs, the bound holds

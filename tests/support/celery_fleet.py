@@ -42,7 +42,10 @@ def broker_reachable() -> str | None:
 
 
 class Fleet:
-    """Celery workers sharing one ``TokenBucket(capacity, rate, guard=guard)`` in Redis."""
+    """Celery workers sharing one ``TokenBucket(capacity, rate, guard=guard)`` in Redis.
+
+    ``priority_queue`` declares the queue with priorities (deferred tasks then pass the
+    backlog of tasks sent), ``prefetch`` is the workers' ``worker_prefetch_multiplier``."""
 
     def __init__(
         self,
@@ -52,13 +55,15 @@ class Fleet:
         guard: float = 0.1,
         max_block: float = 1.0,
         prefix: str = "celery",
-        priority: int | None = None,
+        priority_queue: bool = False,
+        prefetch: int = 4,
     ) -> None:
         self.run = f"{prefix}-{uuid.uuid4().hex[:10]}"
         self.queue = self.run
         self.rate = rate
         self.capacity = capacity
         self.max_block = max_block
+        self.priority_queue = priority_queue
         self.env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), str(HERE)]),
@@ -67,14 +72,15 @@ class Fleet:
             "RATELIMIT_CELERY_RUN": self.run,
             "RATELIMIT_CELERY_LIMIT": f"{capacity},{rate},{guard}",
             "RATELIMIT_CELERY_MAX_BLOCK": str(max_block),
-            "RATELIMIT_CELERY_PRIORITY": str(-1 if priority is None else priority),
+            "RATELIMIT_CELERY_PRIORITY_QUEUE": "1" if priority_queue else "0",
+            "RATELIMIT_CELERY_PREFETCH": str(prefetch),
         }
         self.logs = Path(tempfile.mkdtemp(prefix="ratelimit-celery-"))
         self.workers: list[subprocess.Popen[bytes]] = []
         self.redis = redis.Redis.from_url(REDIS_URL)
         self.sender = Celery("sender", broker=BROKER, set_as_current=False)
         self.sender.conf.task_ignore_result = True
-        if priority is not None:
+        if priority_queue:
             # The queue is declared as the workers declare it: a priority queue.
             self.sender.conf.task_queue_max_priority = 9
             self.sender.conf.task_default_priority = 0
