@@ -102,8 +102,8 @@ def main() -> None:
         f"a burst of R x {args.seconds:g} tasks"
     )
     print(
-        f"{'R':>5} {'max_block':>9} {'task':<10} {'done':>5} {'whole/R':>7} {'1st-last':>8} {'steady':>6} {'max/1s':>7} "
-        f"{'slot-s waiting':>15} "
+        f"{'R':>5} {'max_block':>9} {'task':<10} {'done':>5} {'whole/R':>7} {'1st-last':>8} {'steady':>6} "
+        f"{'max/1s':>7} {'slot-s waiting':>15} "
         f"{'per task':>9} {'longest':>8} {'share':>6} {'runs/task':>9}"
     )
     for rate in args.rates:
