@@ -357,10 +357,19 @@ class _Run:
 
 
 def _top_priority(task: Any) -> int | None:
-    """The highest priority of the app's priority queues (``task_queue_max_priority``,
-    which Celery applies on RabbitMQ only), or ``None`` if it declares none."""
-    top = getattr(getattr(task.app, "conf", None), "task_queue_max_priority", None)
-    return top if isinstance(top, int) and not isinstance(top, bool) and top > 0 else None
+    """The highest priority of the app's priority queues, or ``None``: it declares none
+    (``task_queue_max_priority``), or its broker is not AMQP (Celery declares priority
+    queues on RabbitMQ only; on Redis a higher number is a lower priority)."""
+    app = task.app
+    top = app.conf.task_queue_max_priority
+    if isinstance(top, bool) or not isinstance(top, int) or top <= 0:
+        return None
+    try:
+        # Lazy: names the transport without connecting.
+        driver = app.connection_for_write().transport.driver_type
+    except Exception:
+        return None
+    return top if driver == "amqp" else None
 
 
 def _come_back_in(exc: BaseException) -> float | None:

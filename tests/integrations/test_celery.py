@@ -154,11 +154,12 @@ def test_deferred_tasks_may_be_sent_at_a_priority_of_their_own(app: Celery, buck
 
 
 def test_on_a_priority_queue_a_task_deferred_to_its_grant_goes_at_the_top_priority(bucket: TokenBucket) -> None:
-    """With ``task_queue_max_priority`` set (the app declares priority queues), a
-    deferral carrying a grant is sent at that priority by default, so that it passes the
-    queue's backlog and comes before its grant; a deferral by a refusal's Retry-After
-    carries no grant and keeps the task's own."""
-    app = Celery(unique_name("celery-unit"), broker="memory://", set_as_current=False)
+    """With ``task_queue_max_priority`` set (the app declares priority queues) on an
+    AMQP broker, a deferral carrying a grant is sent at that priority by default, so
+    that it passes the queue's backlog and comes before its grant; a deferral by a
+    refusal's Retry-After carries no grant and keeps the task's own. (Nothing connects:
+    the sends are recorded.)"""
+    app = Celery(unique_name("celery-unit"), broker="amqp://guest:guest@127.0.0.1:5672//", set_as_current=False)
     app.conf.task_queue_max_priority = 7
 
     @app.task(bind=True, base=Recorder)
@@ -184,6 +185,22 @@ def test_on_a_priority_queue_a_task_deferred_to_its_grant_goes_at_the_top_priori
         in_worker(lookup, 3)
     assert HEADER not in lookup.sent[1]["headers"]
     assert lookup.sent[1].get("priority") is None
+
+
+def test_the_top_priority_is_not_assumed_off_amqp(bucket: TokenBucket) -> None:
+    """On another transport (Redis counts priorities the other way round) the setting
+    is not Celery's to apply: deferrals keep the task's own priority."""
+    app = Celery(unique_name("celery-unit"), broker="redis://127.0.0.1:1/0", set_as_current=False)
+    app.conf.task_queue_max_priority = 9
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=0.5)
+    def lookup(self: Task, item: int) -> None: ...
+
+    in_worker(lookup, 1)
+    with pytest.raises(Ignore):
+        in_worker(lookup, 2)
+    assert lookup.sent[0].get("priority") is None
 
 
 def test_the_re_run_uses_its_grant_without_reserving_again(
@@ -533,12 +550,13 @@ def test_a_fleet_keeps_one_budget_and_waits_in_the_broker_not_in_its_slots(fleet
     most (B - guard x R) / count: 1.5% here.
 
     On the recommended configuration (a priority queue, prefetch 1) the re-runs pass
-    the backlog of first runs and come on time: at least 0.9 R (1.00-1.01 R measured
-    on this two-core machine under a load average of 3-5). On a plain queue with
+    the backlog of first runs and come on time: at least 0.9 R (0.99-1.01 R measured
+    on this shared two-core machine at a load average of 3-6). On a plain queue with
     Celery's default prefetch, the re-runs of the first grants wait behind the first
     runs of the rest, come late, reserve again and lose their slots while the fleet
     takes the burst in: at least 0.9 R only after that, and 0.75 R over the whole
-    run (0.85-0.96 R measured, lower the more loaded the machine)."""
+    run (0.98 R measured at a load average of 5-6; the more loaded the workers, the
+    longer the intake and the lower the figure)."""
     recommended = fleet.priority_queue
     fleet.start(3, concurrency=4)
     sent = time.time()
