@@ -219,9 +219,10 @@ def limited(
             limiter's ``guard``, at least 0.05 s (the lateness the guard absorbs).
         priority: the message priority of deferred tasks. ``None``: a task deferred
             to its grant goes at the app's ``task_queue_max_priority`` if it declares
-            priority queues (so that it passes a backlog of first runs: see the
-            module's documentation), else at the task's own; one deferred by a
-            refusal (it reserves again when it comes back) at the task's own.
+            priority queues on an AMQP broker (so that it passes a backlog of first
+            runs: see the module's documentation); otherwise, and when deferred by a
+            refusal (it reserves again when it comes back), at the priority its
+            message came with.
         local: accept a limiter whose budget lives in this process (see the module's
             documentation): only right for a fleet of one worker process.
 
