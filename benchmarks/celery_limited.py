@@ -6,10 +6,12 @@ whose bodies are one request each, sharing ``TokenBucket(4, R, guard=0.1)``:
 
 - **limited**: ``@limited(bucket, max_block=...)``, ``max_block`` (unless given) half
   the slots' share of a second, slots / 2R, at most 1, so that the fleet has more slots
-  than R x ``max_block``: longer waits go back to the broker with their grant. Twice:
-  on a plain queue with Celery's default prefetch (4), and as docs/task-queues.md
-  recommends for bursts (``limited+pq``): a priority queue (``task_queue_max_priority``,
-  deferred tasks at its top priority) and ``worker_prefetch_multiplier = 1``;
+  than R x ``max_block``: longer waits go back to the broker with their grant. Three
+  times: on a plain queue with Celery's default prefetch (4), and the two ways
+  docs/task-queues.md gives for bursts, with ``worker_prefetch_multiplier = 1``: a
+  priority queue (``limited+pq``: ``task_queue_max_priority``, deferred tasks at its
+  top priority), or a queue of deferrals that the workers consume too (``limited+dq``:
+  ``limited(..., queue=...)``);
 - **sleeping**: ``bucket.acquire()`` at the top of the task, as users do without it:
   the slot sleeps until the grant (plain queue, default prefetch).
 
@@ -23,7 +25,7 @@ for any other task of the workers' queues.
 
 ::
 
-    python benchmarks/celery_limited.py                     # about two minutes
+    python benchmarks/celery_limited.py                     # about three minutes
     python benchmarks/celery_limited.py --rates 10 --seconds 10 --workers 3 --concurrency 4
 """
 
@@ -46,6 +48,7 @@ CAPACITY = 4
 SETUPS: dict[str, tuple[str, dict[str, Any]]] = {
     "limited": ("call", {}),
     "limited+pq": ("call", {"priority_queue": True, "prefetch": 1}),
+    "limited+dq": ("call", {"defer_queue": True, "prefetch": 1}),
     "sleeping": ("sleeping_call", {}),
 }
 

@@ -37,11 +37,12 @@ re-run is published behind the first runs of the rest still queued, and a worker
 holds the messages it prefetched ahead of a re-run that falls due. Re-runs of the
 earliest grants then come late, reserve again, and their slots go unused while the
 fleet takes the burst in (the longer, the more loaded the workers). Two settings
-remove that wait: a priority queue (Celery's ``task_queue_max_priority``, on RabbitMQ),
-whose top priority a task deferred to its grant is then sent at by default, so that it
-passes the backlog; and ``worker_prefetch_multiplier = 1``, so that a re-run falling
-due is not queued in its worker behind prefetched messages. The budget is never
-exceeded either way.
+remove that wait. First, re-runs that pass the backlog: a priority queue (Celery's
+``task_queue_max_priority``, on RabbitMQ), whose top priority a task deferred to its
+grant is then sent at by default, or ``queue=``, a queue of deferrals only that the
+workers consume too (any broker). Second, ``worker_prefetch_multiplier = 1``, so that
+a re-run falling due is not queued in its worker behind prefetched messages. The
+budget is never exceeded either way.
 
 Acknowledgement modes. With Celery's default (early acknowledgement) a message is
 acknowledged when its run starts: a worker that dies loses the runs it had started, as
@@ -117,7 +118,7 @@ def _short(value: object, most: int = 80) -> str:
 class _Spec:
     """One ``limited(...)``: the limiter, the cost and the times, checked once."""
 
-    __slots__ = ("late", "lead", "limiter", "max_block", "priority", "tokens")
+    __slots__ = ("late", "lead", "limiter", "max_block", "priority", "queue", "tokens")
 
     def __init__(
         self,
@@ -127,6 +128,7 @@ class _Spec:
         lead: object,
         late: object,
         priority: object,
+        queue: object,
         local: object,
     ) -> None:
         if isinstance(limiter, Task):
@@ -157,6 +159,9 @@ class _Spec:
         if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int) or priority < 0):
             raise TypeError(f"priority must be an int >= 0 or None, got {_short(priority)}")
         self.priority = priority
+        if queue is not None and (not isinstance(queue, str) or not queue.strip()):
+            raise TypeError(f"queue must be a queue's name (a non-empty str) or None, got {_short(queue)}")
+        self.queue = queue
 
     def cost(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tokens:
         """The tokens this run asks for: ``tokens``, or what it returns for the arguments."""
@@ -192,6 +197,7 @@ def limited(
     lead: float | timedelta | None = None,
     late: float | timedelta | None = None,
     priority: int | None = None,
+    queue: str | None = None,
     local: bool = False,
 ) -> Callable[[Callable[Concatenate[Any, P], R]], Callable[Concatenate[Any, P], R]]:
     """Rate-limit a bound Celery task on ``limiter``, deferring long waits to the broker.
@@ -223,19 +229,25 @@ def limited(
             runs: see the module's documentation); otherwise, and when deferred by a
             refusal (it reserves again when it comes back), at the priority its
             message came with.
+        queue: the queue a task deferred to its grant is sent to (``None``: the one
+            it came from). A queue of deferrals only, which the workers consume too
+            (``celery worker -Q tasks,tasks-deferred``), is not held up by a backlog
+            of first runs, on any broker. Workers that do not consume it never run
+            those tasks.
         local: accept a limiter whose budget lives in this process (see the module's
             documentation): only right for a fleet of one worker process.
 
     Raises:
         TypeError: ``limiter`` is not a limiter, ``limited`` was put above
-            ``@app.task``, or a function is ``async def`` (Celery runs plain ones).
+            ``@app.task``, a function is ``async def`` (Celery runs plain ones),
+            ``priority`` is not an int >= 0 or ``queue`` not a queue's name.
         ValueError: ``tokens`` the limiter can never grant, a negative
             ``max_block``, ``lead > max_block``, or a limiter in this process only.
 
     A task that is not bound (``@app.task`` without ``bind=True``) raises
     ``TypeError`` at its first run, before reserving anything.
     """
-    spec = _Spec(limiter, tokens, max_block, lead, late, priority, local)
+    spec = _Spec(limiter, tokens, max_block, lead, late, priority, queue, local)
 
     def decorate(fn: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
         if isinstance(fn, Task):
@@ -328,7 +340,8 @@ class _Run:
             priority = _top_priority(self.task)
         if priority is not None:
             options["priority"] = priority
-        again = self.task.signature_from_request(self.request, **options)
+        queue = self.spec.queue if due is not None else None
+        again = self.task.signature_from_request(self.request, queue=queue, **options)
         try:
             again.apply_async()
         except BaseException:

@@ -10,6 +10,8 @@ Everything a run needs comes from the environment, set by ``celery_fleet.Fleet``
 - ``RATELIMIT_CELERY_MAX_BLOCK``: ``limited``'s ``max_block``;
 - ``RATELIMIT_CELERY_PRIORITY_QUEUE``: ``1`` to declare the queue a priority queue
   (``task_queue_max_priority = 9``: deferred tasks go at 9, the tasks sent at 0);
+- ``RATELIMIT_CELERY_DEFER_QUEUE``: the queue ``call`` sends deferrals to (none: the
+  tasks' own);
 - ``RATELIMIT_CELERY_PREFETCH``: ``worker_prefetch_multiplier`` (Celery's default, 4,
   unless given).
 
@@ -17,7 +19,7 @@ Each worker counts itself in ``<run>:ready`` once it consumes. Each run of a tas
 in a worker records, in the list ``<run>:slots``, how long it held
 its worker slot before its body started (or, for a run that deferred, until it ended),
 how early it came for the grant it carried (``None``: it carried none), when it ended
-and the priority its message was delivered at;
+and the priority and routing key (its queue) its message was delivered with;
 each body records in ``<run>:bodies`` when it started (wall clock), its argument, its
 process id and its parent's (the worker's, in the prefork pool), and the grant its
 message carried (``due``, or ``None``). ``Fleet`` reads both.
@@ -44,6 +46,7 @@ RUN = os.environ.get("RATELIMIT_CELERY_RUN", "celery-app-unconfigured")
 CAPACITY, RATE, GUARD = (float(x) for x in os.environ.get("RATELIMIT_CELERY_LIMIT", "4,10,0.1").split(","))
 MAX_BLOCK = float(os.environ.get("RATELIMIT_CELERY_MAX_BLOCK", "1.0"))
 PRIORITY_QUEUE = os.environ.get("RATELIMIT_CELERY_PRIORITY_QUEUE") == "1"
+DEFER_QUEUE = os.environ.get("RATELIMIT_CELERY_DEFER_QUEUE") or None
 PREFETCH = int(os.environ.get("RATELIMIT_CELERY_PREFETCH", "4"))
 
 app = Celery("celery_app", broker=BROKER)
@@ -84,7 +87,9 @@ def _started(task: Task, **_: Any) -> None:
     _here.body = None
     grant = (task.request.headers or {}).get(HEADER)
     _here.due = grant["due"] if isinstance(grant, dict) else None
-    _here.priority = (task.request.delivery_info or {}).get("priority")
+    delivery = task.request.delivery_info or {}
+    _here.priority = delivery.get("priority")
+    _here.queue = delivery.get("routing_key")
 
 
 @task_postrun.connect
@@ -100,6 +105,7 @@ def _ended(**_: Any) -> None:
         "early": None if due is None else due - started,
         "end": time.time(),
         "priority": _here.priority,
+        "queue": _here.queue,
     }
     records.rpush(f"{RUN}:slots", json.dumps(record))
     _here.started = None
@@ -113,7 +119,7 @@ def _body(item: object) -> None:
 
 
 @app.task(bind=True)
-@limited(limiter, max_block=MAX_BLOCK)
+@limited(limiter, max_block=MAX_BLOCK, queue=DEFER_QUEUE)
 def call(self: Task, item: int) -> None:
     """One request to the provider, limited."""
     _body(item)
