@@ -67,6 +67,7 @@ import inspect
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar, cast
@@ -370,6 +371,10 @@ class _Run:
             unsubscribe()
 
 
+#: Each app's broker transport (``driver_type``: "amqp", "redis", ...), found once.
+_DRIVERS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
 def _top_priority(task: Any) -> int | None:
     """The highest priority of the app's priority queues, or ``None``: it declares none
     (``task_queue_max_priority``), or its broker is not AMQP (Celery declares priority
@@ -378,11 +383,14 @@ def _top_priority(task: Any) -> int | None:
     top = app.conf.task_queue_max_priority
     if isinstance(top, bool) or not isinstance(top, int) or top <= 0:
         return None
-    try:
-        # Lazy: names the transport without connecting.
-        driver = app.connection_for_write().transport.driver_type
-    except Exception:
-        return None
+    driver = _DRIVERS.get(app)
+    if driver is None:
+        try:
+            # Lazy: names the transport without connecting.
+            driver = str(app.connection_for_write().transport.driver_type)
+        except Exception:
+            driver = "unknown"
+        _DRIVERS[app] = driver
     return top if driver == "amqp" else None
 
 
