@@ -160,8 +160,10 @@ class _Spec:
         if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int) or priority < 0):
             raise TypeError(f"priority must be an int >= 0 or None, got {_short(priority)}")
         self.priority = priority
-        if queue is not None and (not isinstance(queue, str) or not queue.strip()):
-            raise TypeError(f"queue must be a queue's name (a non-empty str) or None, got {_short(queue)}")
+        if queue is not None and not isinstance(queue, str):
+            raise TypeError(f"queue must be a queue's name (a str) or None, got {_short(queue)}")
+        if queue is not None and not queue.strip():
+            raise ValueError(f"queue must be a queue's name, not empty, got {queue!r}")
         self.queue = queue
 
     def cost(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tokens:
@@ -241,9 +243,10 @@ def limited(
     Raises:
         TypeError: ``limiter`` is not a limiter, ``limited`` was put above
             ``@app.task``, a function is ``async def`` (Celery runs plain ones),
-            ``priority`` is not an int >= 0 or ``queue`` not a queue's name.
+            ``priority`` is not an int >= 0 or ``queue`` not a str.
         ValueError: ``tokens`` the limiter can never grant, a negative
-            ``max_block``, ``lead > max_block``, or a limiter in this process only.
+            ``max_block``, ``lead > max_block``, an empty ``queue``, or a limiter in
+            this process only.
 
     A task that is not bound (``@app.task`` without ``bind=True``) raises
     ``TypeError`` at its first run, before reserving anything.

@@ -493,8 +493,8 @@ def test_a_budget_in_this_process_is_refused_unless_local(backend: MemoryBackend
         ({"local": 1}, TypeError, "local must be a bool"),
         ({"priority": -1}, TypeError, "priority must be an int >= 0 or None, got -1"),
         ({"priority": "9"}, TypeError, "priority must be an int"),
-        ({"queue": ""}, TypeError, r"queue must be a queue's name \(a non-empty str\) or None, got ''"),
-        ({"queue": 5}, TypeError, "queue must be a queue's name"),
+        ({"queue": " "}, ValueError, r"queue must be a queue's name, not empty, got ' '"),
+        ({"queue": 5}, TypeError, r"queue must be a queue's name \(a str\) or None, got 5"),
     ],
 )
 def test_bad_arguments_are_refused_at_decoration(
