@@ -25,7 +25,8 @@ Each run of the task (in the worker, not an eager or direct call) goes this way:
    starts before its grant, and the fleet keeps the order in which tasks reserved.
    A re-run delivered more than ``late`` seconds after its grant reserves again
    instead: its slot is past, and late re-runs arriving together would reach the
-   provider in one burst.
+   provider in one burst. The first such re-run in a process, for each limiter, is
+   logged as a warning (logger ``ratelimit``).
 4. If the body raises after the provider refused it (a 429 or 503 fed back to this
    limiter in this run, which pauses the budget for every worker), or raises a
    :class:`~ratelimit.RateLimitError` that says when to come back (an integration's
@@ -64,6 +65,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import math
 import threading
 import time
@@ -85,6 +87,8 @@ from ._limiting.reservation import Reservation
 from ._validate import MAX_HORIZON
 
 __all__ = ["HEADER", "limited"]
+
+logger = logging.getLogger("ratelimit")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -323,6 +327,7 @@ class _Run:
         if now > due + self.spec.late:
             # Too late to use: its slot has passed, and run now it would join later
             # grants' requests at the provider.
+            _tell_late(self.spec.limiter.name, now - due)
             return None
         redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
         if redelivered and self.task.acks_late and due <= now:
@@ -372,6 +377,25 @@ class _Run:
             self.defer(delay, None, None)
         finally:
             unsubscribe()
+
+
+#: The limiters whose late re-runs this process has warned of (once each).
+_WARNED_LATE: set[str] = set()
+
+
+def _tell_late(name: str, late: float) -> None:
+    """Warn once per process and limiter that a re-run came too late to use its grant:
+    the first sign of a queue whose backlog holds deferred tasks up."""
+    if name in _WARNED_LATE or late > 3600:  # an hour: a stale message, not a backlog
+        return
+    _WARNED_LATE.add(name)
+    logger.warning(
+        "a task deferred on limiter %r came %.2f s after its grant and reserves again (its slot goes unused); "
+        "if this happens in bursts, let deferred tasks pass the queue's backlog (a priority queue, or "
+        "limited(..., queue=...)) and set worker_prefetch_multiplier = 1: see ratelimit.celery (warned once)",
+        name,
+        late,
+    )
 
 
 #: Each app's broker transport (``driver_type``: "amqp", "redis", ...), found once.

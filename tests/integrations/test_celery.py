@@ -285,6 +285,36 @@ def test_a_stale_or_foreign_grant_is_not_used(app: Celery, bucket: TokenBucket, 
         in_worker(lookup, 2, headers={HEADER: {"name": "another", "due": time.time()}})
 
 
+def test_the_first_late_re_run_is_warned_of_once(
+    app: Celery, bucket: TokenBucket, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A re-run past ``late`` says so once per process and limiter, naming the way out
+    (a burst's backlog is the usual cause); a stale message hours old says nothing."""
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=5)
+    def lookup(self: Task, item: int) -> None: ...
+
+    with caplog.at_level("WARNING", logger="ratelimit"):
+        for item in (1, 2):
+            in_worker(lookup, item, headers={HEADER: {"name": bucket.name, "due": time.time() - 0.5}})
+    (warning,) = [record.getMessage() for record in caplog.records]
+    assert f"limiter {bucket.name!r} came 0.5" in warning
+    assert "priority queue" in warning
+    assert "worker_prefetch_multiplier = 1" in warning
+
+    other = TokenBucket(1, 1, backend=bucket.backend, name=unique_name("celery-stale"), clock=bucket.clock)
+
+    @app.task(bind=True, base=Recorder)
+    @limited(other, max_block=5)
+    def stale(self: Task, item: int) -> None: ...
+
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ratelimit"):
+        in_worker(stale, 1, headers={HEADER: {"name": other.name, "due": time.time() - 7200}})
+    assert caplog.records == []
+
+
 def test_a_redelivered_late_acknowledged_task_reserves_again_once_its_grant_is_due(
     app: Celery, bucket: TokenBucket
 ) -> None:
