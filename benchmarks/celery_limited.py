@@ -6,11 +6,17 @@ whose bodies are one request each, sharing ``TokenBucket(4, R, guard=0.1)``:
 
 - **limited**: ``@limited(bucket, max_block=...)``, ``max_block`` (unless given) half
   the slots' share of a second, slots / 2R, at most 1, so that the fleet has more slots
-  than R x ``max_block``: longer waits go back to the broker with their grant;
+  than R x ``max_block``: longer waits go back to the broker with their grant. Three
+  times: on a plain queue with Celery's default prefetch (4), and the two ways
+  docs/task-queues.md gives for bursts, with ``worker_prefetch_multiplier = 1``: a
+  priority queue (``limited+pq``: ``task_queue_max_priority``, deferred tasks at its
+  top priority), or a queue of deferrals that the workers consume too (``limited+dq``:
+  ``limited(..., queue=...)``);
 - **sleeping**: ``bucket.acquire()`` at the top of the task, as users do without it:
-  the slot sleeps until the grant.
+  the slot sleeps until the grant (plain queue, default prefetch).
 
-For each, against R: the fleet's throughput (bodies per second, first to last; and
+For each, against R: the fleet's throughput (bodies per second over the whole run,
+from before the burst was sent to the last body; from the first body to the last; and
 ``steady``, from when the fleet had taken the burst in: every first run done), the
 most bodies in any one second (the bound is R + 4), and the time worker slots spent
 waiting instead of working: in all (slot-seconds), per task, the longest, and as a
@@ -19,7 +25,7 @@ for any other task of the workers' queues.
 
 ::
 
-    python benchmarks/celery_limited.py                     # about two minutes
+    python benchmarks/celery_limited.py                     # about three minutes
     python benchmarks/celery_limited.py --rates 10 --seconds 10 --workers 3 --concurrency 4
 """
 
@@ -38,8 +44,19 @@ from celery_fleet import Fleet, broker_reachable, most_in_any, rate_of, taken_in
 CAPACITY = 4
 
 
-def run(task: str, rate: float, seconds: float, workers: int, concurrency: int, max_block: float) -> dict[str, Any]:
-    fleet = Fleet(capacity=CAPACITY, rate=rate, max_block=max_block, prefix="bench-celery")
+#: name: (task, Fleet options)
+SETUPS: dict[str, tuple[str, dict[str, Any]]] = {
+    "limited": ("call", {}),
+    "limited+pq": ("call", {"priority_queue": True, "prefetch": 1}),
+    "limited+dq": ("call", {"defer_queue": True, "prefetch": 1}),
+    "sleeping": ("sleeping_call", {}),
+}
+
+
+def run(
+    task: str, options: dict[str, Any], rate: float, seconds: float, workers: int, concurrency: int, max_block: float
+) -> dict[str, Any]:
+    fleet = Fleet(capacity=CAPACITY, rate=rate, max_block=max_block, prefix="bench-celery", **options)
     try:
         fleet.start(workers, concurrency=concurrency)
         count = int(rate * seconds)
@@ -54,6 +71,7 @@ def run(task: str, rate: float, seconds: float, workers: int, concurrency: int, 
             "task": task,
             "rate": rate,
             "done": len({body["item"] for body in bodies}) / count,
+            "whole": count / (times[-1] - sent) / rate,
             "throughput": rate_of(times) / rate,
             # Sleeping in the task, every run is a first run: nothing to take in.
             "steady": rate_of([t for t in times if t >= taken_in(slots)]) / rate if task == "call" else None,
@@ -87,18 +105,18 @@ def main() -> None:
         f"a burst of R x {args.seconds:g} tasks"
     )
     print(
-        f"{'R':>5} {'max_block':>9} {'task':<9} {'done':>5} {'thru/R':>7} {'steady':>6} {'max/1s':>7} "
-        f"{'slot-s waiting':>15} "
+        f"{'R':>5} {'max_block':>9} {'task':<10} {'done':>5} {'whole/R':>7} {'1st-last':>8} {'steady':>6} "
+        f"{'max/1s':>7} {'slot-s waiting':>15} "
         f"{'per task':>9} {'longest':>8} {'share':>6} {'runs/task':>9}"
     )
     for rate in args.rates:
         max_block = min(1.0, slots / rate / 2) if args.max_block is None else args.max_block
-        for task in ("call", "sleeping_call"):
-            r = run(task, rate, args.seconds, args.workers, args.concurrency, max_block)
-            name = "limited" if task == "call" else "sleeping"
+        for name, (task, options) in SETUPS.items():
+            r = run(task, options, rate, args.seconds, args.workers, args.concurrency, max_block)
             steady = "-" if r["steady"] is None else f"{r['steady']:.2f}"
             print(
-                f"{rate:>5g} {max_block:>9.2g} {name:<9} {r['done']:>5.0%} {r['throughput']:>7.2f} {steady:>6} "
+                f"{rate:>5g} {max_block:>9.2g} {name:<10} {r['done']:>5.0%} {r['whole']:>7.2f} {r['throughput']:>8.2f} "
+                f"{steady:>6} "
                 f"{r['most']:>4}/{rate + CAPACITY:<3g}"
                 f"{r['waited']:>14.1f} {r['per_task']:>8.3f}s {r['longest']:>7.2f}s {r['share']:>6.0%} "
                 f"{r['runs']:>9.2f}",

@@ -25,19 +25,25 @@ Each run of the task (in the worker, not an eager or direct call) goes this way:
    starts before its grant, and the fleet keeps the order in which tasks reserved.
    A re-run delivered more than ``late`` seconds after its grant reserves again
    instead: its slot is past, and late re-runs arriving together would reach the
-   provider in one burst.
+   provider in one burst. The first such re-run in a process, for each limiter, is
+   logged as a warning (logger ``ratelimit``).
 4. If the body raises after the provider refused it (a 429 or 503 fed back to this
    limiter in this run, which pauses the budget for every worker), or raises a
    :class:`~ratelimit.RateLimitError` that says when to come back (an integration's
    ``RetryError`` over a 429 with ``Retry-After``, ``CircuitOpen``,
    ``AcquireTimeout``), the task is deferred by that long and reserves again then.
 
-A burst of tasks sent at once. Its first runs reserve the next slots and defer, and
-the re-runs of the earliest slots wait behind the first runs of the rest, in the
-queue and for a worker slot: they come late and reserve again, and their slots go
-unused until the fleet has taken the burst in. ``priority=`` (on a priority queue:
-Celery's ``task_queue_max_priority``) lets deferred tasks pass the queue's backlog;
-the budget is never exceeded either way.
+A burst of tasks sent at once. Its first runs reserve the next slots and defer; a
+re-run is published behind the first runs of the rest still queued, and a worker
+holds the messages it prefetched ahead of a re-run that falls due. Re-runs of the
+earliest grants then come late, reserve again, and their slots go unused while the
+fleet takes the burst in (the longer, the more loaded the workers). Two settings
+remove that wait. First, re-runs that pass the backlog: a priority queue (Celery's
+``task_queue_max_priority``, on RabbitMQ), whose top priority a task deferred to its
+grant is then sent at by default, or ``queue=``, a queue of deferrals only that the
+workers consume too (any broker). Second, ``worker_prefetch_multiplier = 1``, so that
+a re-run falling due is not queued in its worker behind prefetched messages. The
+budget is never exceeded either way.
 
 Acknowledgement modes. With Celery's default (early acknowledgement) a message is
 acknowledged when its run starts: a worker that dies loses the runs it had started, as
@@ -59,9 +65,11 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar, cast
@@ -79,6 +87,8 @@ from ._limiting.reservation import Reservation
 from ._validate import MAX_HORIZON
 
 __all__ = ["HEADER", "limited"]
+
+logger = logging.getLogger("ratelimit")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -113,7 +123,7 @@ def _short(value: object, most: int = 80) -> str:
 class _Spec:
     """One ``limited(...)``: the limiter, the cost and the times, checked once."""
 
-    __slots__ = ("late", "lead", "limiter", "max_block", "priority", "tokens")
+    __slots__ = ("late", "lead", "limiter", "max_block", "priority", "queue", "tokens")
 
     def __init__(
         self,
@@ -123,6 +133,7 @@ class _Spec:
         lead: object,
         late: object,
         priority: object,
+        queue: object,
         local: object,
     ) -> None:
         if isinstance(limiter, Task):
@@ -153,6 +164,11 @@ class _Spec:
         if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int) or priority < 0):
             raise TypeError(f"priority must be an int >= 0 or None, got {_short(priority)}")
         self.priority = priority
+        if queue is not None and not isinstance(queue, str):
+            raise TypeError(f"queue must be a queue's name (a str) or None, got {_short(queue)}")
+        if queue is not None and not queue.strip():
+            raise ValueError(f"queue must be a queue's name, not empty, got {queue!r}")
+        self.queue = queue
 
     def cost(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tokens:
         """The tokens this run asks for: ``tokens``, or what it returns for the arguments."""
@@ -188,6 +204,7 @@ def limited(
     lead: float | timedelta | None = None,
     late: float | timedelta | None = None,
     priority: int | None = None,
+    queue: str | None = None,
     local: bool = False,
 ) -> Callable[[Callable[Concatenate[Any, P], R]], Callable[Concatenate[Any, P], R]]:
     """Rate-limit a bound Celery task on ``limiter``, deferring long waits to the broker.
@@ -213,23 +230,32 @@ def limited(
             later (a busy worker, a slow broker) reserves again: run late, many of them
             would reach the provider together, above its limit. Default: the
             limiter's ``guard``, at least 0.05 s (the lateness the guard absorbs).
-        priority: the message priority of deferred tasks (``None``: the task's own).
-            Sent to a priority queue (Celery's ``task_queue_max_priority``) above the
-            tasks' own, they do not wait behind a backlog of first runs: see the
-            module's documentation.
+        priority: the message priority of deferred tasks. ``None``: a task deferred
+            to its grant goes at the app's ``task_queue_max_priority`` if it declares
+            priority queues on an AMQP broker (so that it passes a backlog of first
+            runs: see the module's documentation); otherwise, and when deferred by a
+            refusal (it reserves again when it comes back), at the priority its
+            message came with.
+        queue: the queue a task deferred to its grant is sent to (``None``: the one
+            it came from). A queue of deferrals only, which the workers consume too
+            (``celery worker -Q tasks,tasks-deferred``), is not held up by a backlog
+            of first runs, on any broker. Workers that do not consume it never run
+            those tasks.
         local: accept a limiter whose budget lives in this process (see the module's
             documentation): only right for a fleet of one worker process.
 
     Raises:
         TypeError: ``limiter`` is not a limiter, ``limited`` was put above
-            ``@app.task``, or a function is ``async def`` (Celery runs plain ones).
+            ``@app.task``, a function is ``async def`` (Celery runs plain ones),
+            ``priority`` is not an int >= 0 or ``queue`` not a str.
         ValueError: ``tokens`` the limiter can never grant, a negative
-            ``max_block``, ``lead > max_block``, or a limiter in this process only.
+            ``max_block``, ``lead > max_block``, an empty ``queue``, or a limiter in
+            this process only.
 
     A task that is not bound (``@app.task`` without ``bind=True``) raises
     ``TypeError`` at its first run, before reserving anything.
     """
-    spec = _Spec(limiter, tokens, max_block, lead, late, priority, local)
+    spec = _Spec(limiter, tokens, max_block, lead, late, priority, queue, local)
 
     def decorate(fn: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
         if isinstance(fn, Task):
@@ -301,6 +327,7 @@ class _Run:
         if now > due + self.spec.late:
             # Too late to use: its slot has passed, and run now it would join later
             # grants' requests at the provider.
+            _tell_late(self.spec.limiter.name, now - due)
             return None
         redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
         if redelivered and self.task.acks_late and due <= now:
@@ -317,9 +344,13 @@ class _Run:
             headers[HEADER] = {"name": self.spec.limiter.name, "due": due}
         eta = datetime.now(timezone.utc) + timedelta(seconds=min(delay, MAX_HORIZON))
         options: dict[str, Any] = {"eta": eta, "retries": self.request.retries, "headers": headers}
-        if self.spec.priority is not None:
-            options["priority"] = self.spec.priority
-        again = self.task.signature_from_request(self.request, **options)
+        priority = self.spec.priority
+        if priority is None and due is not None:
+            priority = _top_priority(self.task)
+        if priority is not None:
+            options["priority"] = priority
+        queue = self.spec.queue if due is not None else None
+        again = self.task.signature_from_request(self.request, queue=queue, **options)
         try:
             again.apply_async()
         except BaseException:
@@ -346,6 +377,48 @@ class _Run:
             self.defer(delay, None, None)
         finally:
             unsubscribe()
+
+
+#: The limiters whose late re-runs this process has warned of (once each).
+_WARNED_LATE: set[str] = set()
+
+
+def _tell_late(name: str, late: float) -> None:
+    """Warn once per process and limiter that a re-run came too late to use its grant:
+    the first sign of a queue whose backlog holds deferred tasks up."""
+    if name in _WARNED_LATE or late > 3600:  # an hour: a stale message, not a backlog
+        return
+    _WARNED_LATE.add(name)
+    logger.warning(
+        "a task deferred on limiter %r came %.2f s after its grant and reserves again (its slot goes unused); "
+        "if this happens in bursts, let deferred tasks pass the queue's backlog (a priority queue, or "
+        "limited(..., queue=...)) and set worker_prefetch_multiplier = 1: see ratelimit.celery (warned once)",
+        name,
+        late,
+    )
+
+
+#: Each app's broker transport (``driver_type``: "amqp", "redis", ...), found once.
+_DRIVERS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def _top_priority(task: Any) -> int | None:
+    """The highest priority of the app's priority queues, or ``None``: it declares none
+    (``task_queue_max_priority``), or its broker is not AMQP (Celery declares priority
+    queues on RabbitMQ only; on Redis a higher number is a lower priority)."""
+    app = task.app
+    top = app.conf.task_queue_max_priority
+    if isinstance(top, bool) or not isinstance(top, int) or top <= 0:
+        return None
+    driver = _DRIVERS.get(app)
+    if driver is None:
+        try:
+            # Lazy: names the transport without connecting.
+            driver = str(app.connection_for_write().transport.driver_type)
+        except Exception:
+            driver = "unknown"
+        _DRIVERS[app] = driver
+    return top if driver == "amqp" else None
 
 
 def _come_back_in(exc: BaseException) -> float | None:

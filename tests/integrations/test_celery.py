@@ -134,7 +134,7 @@ def test_a_long_wait_defers_the_task_with_its_grant_and_no_retry(app: Celery, bu
 
 def test_deferred_tasks_may_be_sent_at_a_priority_of_their_own(app: Celery, bucket: TokenBucket) -> None:
     """``priority=`` sets the deferred message's priority (a priority queue then puts
-    it before a backlog of first runs); without it the task's own is kept."""
+    it before a backlog of first runs); without it the message's own is kept."""
 
     @app.task(bind=True, base=Recorder)
     @limited(bucket, max_block=0.5, priority=9)
@@ -151,6 +151,77 @@ def test_deferred_tasks_may_be_sent_at_a_priority_of_their_own(app: Celery, buck
         in_worker(plain, 3)
     assert urgent.sent[0]["priority"] == 9
     assert plain.sent[0].get("priority") is None
+
+
+def test_on_a_priority_queue_a_task_deferred_to_its_grant_goes_at_the_top_priority(bucket: TokenBucket) -> None:
+    """With ``task_queue_max_priority`` set (the app declares priority queues) on an
+    AMQP broker, a deferral carrying a grant is sent at that priority by default, so
+    that it passes the queue's backlog and comes before its grant; a deferral by a
+    refusal's Retry-After carries no grant and keeps its message's own. (Nothing connects:
+    the sends are recorded.)"""
+    app = Celery(unique_name("celery-unit"), broker="amqp://guest:guest@127.0.0.1:5672//", set_as_current=False)
+    app.conf.task_queue_max_priority = 7
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=0.5)
+    def lookup(self: Task, item: int) -> None:
+        if item == 3:
+            bucket.feedback({"Retry-After": "5"}, status=429)
+            raise RuntimeError("429 Too Many Requests")
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=0.5, priority=2)
+    def chosen(self: Task, item: int) -> None: ...
+
+    in_worker(lookup, 1)
+    with pytest.raises(Ignore):
+        in_worker(lookup, 2)
+    with pytest.raises(Ignore):
+        in_worker(chosen, 4)
+    assert lookup.sent[0]["priority"] == 7
+    assert chosen.sent[0]["priority"] == 2
+    bucket.reset()
+    with pytest.raises(Ignore):
+        in_worker(lookup, 3)
+    assert HEADER not in lookup.sent[1]["headers"]
+    assert lookup.sent[1].get("priority") is None
+
+
+def test_deferrals_to_a_grant_may_go_to_a_queue_of_their_own(app: Celery, bucket: TokenBucket) -> None:
+    """``queue=`` sends a task deferred to its grant to that queue (the workers consume
+    it too); a deferral by a refusal carries no grant and goes back where it came from."""
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=0.5, queue="lookups-deferred")
+    def lookup(self: Task, item: int) -> None:
+        if item == 3:
+            bucket.feedback({"Retry-After": "5"}, status=429)
+            raise RuntimeError("429 Too Many Requests")
+
+    in_worker(lookup, 1)
+    with pytest.raises(Ignore):
+        in_worker(lookup, 2)
+    assert lookup.sent[0]["queue"] == "lookups-deferred"
+    bucket.reset()
+    with pytest.raises(Ignore):
+        in_worker(lookup, 3)
+    assert lookup.sent[1]["queue"] == "q"  # the routing key it was delivered with
+
+
+def test_the_top_priority_is_not_assumed_off_amqp(bucket: TokenBucket) -> None:
+    """On another transport (Redis counts priorities the other way round) the setting
+    is not Celery's to apply: deferrals keep their message's priority."""
+    app = Celery(unique_name("celery-unit"), broker="redis://127.0.0.1:1/0", set_as_current=False)
+    app.conf.task_queue_max_priority = 9
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=0.5)
+    def lookup(self: Task, item: int) -> None: ...
+
+    in_worker(lookup, 1)
+    with pytest.raises(Ignore):
+        in_worker(lookup, 2)
+    assert lookup.sent[0].get("priority") is None
 
 
 def test_the_re_run_uses_its_grant_without_reserving_again(
@@ -212,6 +283,36 @@ def test_a_stale_or_foreign_grant_is_not_used(app: Celery, bucket: TokenBucket, 
     assert not bucket.try_acquire()  # it took the token
     with pytest.raises(Ignore):
         in_worker(lookup, 2, headers={HEADER: {"name": "another", "due": time.time()}})
+
+
+def test_the_first_late_re_run_is_warned_of_once(
+    app: Celery, bucket: TokenBucket, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A re-run past ``late`` says so once per process and limiter, naming the way out
+    (a burst's backlog is the usual cause); a stale message hours old says nothing."""
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, max_block=5)
+    def lookup(self: Task, item: int) -> None: ...
+
+    with caplog.at_level("WARNING", logger="ratelimit"):
+        for item in (1, 2):
+            in_worker(lookup, item, headers={HEADER: {"name": bucket.name, "due": time.time() - 0.5}})
+    (warning,) = [record.getMessage() for record in caplog.records]
+    assert f"limiter {bucket.name!r} came 0.5" in warning
+    assert "priority queue" in warning
+    assert "worker_prefetch_multiplier = 1" in warning
+
+    other = TokenBucket(1, 1, backend=bucket.backend, name=unique_name("celery-stale"), clock=bucket.clock)
+
+    @app.task(bind=True, base=Recorder)
+    @limited(other, max_block=5)
+    def stale(self: Task, item: int) -> None: ...
+
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ratelimit"):
+        in_worker(stale, 1, headers={HEADER: {"name": other.name, "due": time.time() - 7200}})
+    assert caplog.records == []
 
 
 def test_a_redelivered_late_acknowledged_task_reserves_again_once_its_grant_is_due(
@@ -422,6 +523,8 @@ def test_a_budget_in_this_process_is_refused_unless_local(backend: MemoryBackend
         ({"local": 1}, TypeError, "local must be a bool"),
         ({"priority": -1}, TypeError, "priority must be an int >= 0 or None, got -1"),
         ({"priority": "9"}, TypeError, "priority must be an int"),
+        ({"queue": " "}, ValueError, r"queue must be a queue's name, not empty, got ' '"),
+        ({"queue": 5}, TypeError, r"queue must be a queue's name \(a str\) or None, got 5"),
     ],
 )
 def test_bad_arguments_are_refused_at_decoration(
@@ -462,13 +565,24 @@ def test_a_tokens_function_returning_bad_values_fails_the_run_clearly(
 SLOT_MARGIN = 0.5
 
 
+#: The configuration docs/task-queues.md recommends for bursts: a priority queue
+#: (deferred tasks go at its top priority, past the backlog of tasks sent) and workers
+#: that prefetch one message a slot (a deferred task due is not queued in the worker
+#: behind messages it prefetched).
+RECOMMENDED: dict[str, Any] = {"priority_queue": True, "prefetch": 1}
+#: The other way docs/task-queues.md gives, on any broker: deferrals to a queue of
+#: their own that the workers consume too, and prefetch 1.
+DEFERRAL_QUEUE: dict[str, Any] = {"defer_queue": True, "prefetch": 1}
+
+
 @pytest.fixture
-def fleet(redis_client: object) -> Iterator[Fleet]:
-    """Workers of this test's own (queue, limiter and records), cleaned up after it."""
+def fleet(request: pytest.FixtureRequest, redis_client: object) -> Iterator[Fleet]:
+    """Workers of this test's own (queue, limiter and records), cleaned up after it;
+    ``Fleet``'s arguments from an indirect parameter (default: Celery's defaults)."""
     why = broker_reachable()
     if why is not None:
         unavailable(why)
-    made = Fleet()
+    made = Fleet(**getattr(request, "param", {}))
     try:
         yield made
     finally:
@@ -476,18 +590,39 @@ def fleet(redis_client: object) -> Iterator[Fleet]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "fleet",
+    [
+        pytest.param(RECOMMENDED, id="priority-queue"),
+        pytest.param(DEFERRAL_QUEUE, id="deferral-queue"),
+        pytest.param({}, id="plain-queue"),
+    ],
+    indirect=True,
+)
 def test_a_fleet_keeps_one_budget_and_waits_in_the_broker_not_in_its_slots(fleet: Fleet) -> None:
     """Three prefork workers (12 slots, more than R x max_block = 10) run 200 tasks
     sent at once: never more than R + B bodies in any second, no body before the grant
-    it carried, at least 0.9 R once the burst is taken in, each task once, no slot held
-    longer than max_block (plus a margin), tasks really deferred, and the queue empty
-    at the end.
+    it carried, each task once, no slot held longer than max_block (plus a margin),
+    tasks really deferred, and the queue empty at the end.
 
-    While the fleet takes the burst in, the re-runs of the first grants queue behind
-    the first runs of the rest and come late (they reserve again: their slots are
-    lost); on this shared two-core machine that costs up to about two seconds of
-    budget, hence the lower bound on the whole run."""
+    Throughput is counted over the whole run, from before the first task was sent to
+    the last body: it includes sending the burst, the fleet's intake of it and the
+    first body's latency, as a user waiting for the burst would count it. The bucket's
+    burst lets the first bodies go at once, which can lift the figure above R by at
+    most (B - guard x R) / count: 1.5% here.
+
+    On the recommended configuration (a priority queue, prefetch 1) the re-runs pass
+    the backlog of first runs and come on time: at least 0.9 R (0.99-1.01 R measured
+    on this shared two-core machine at a load average of 3-6); so do they through a
+    queue of deferrals that the workers consume too. On a plain queue with
+    Celery's default prefetch, the re-runs of the first grants wait behind the first
+    runs of the rest, come late, reserve again and lose their slots while the fleet
+    takes the burst in: at least 0.9 R only after that, and 0.75 R over the whole
+    run (0.98 R measured at a load average of 5-6; the more loaded the workers, the
+    longer the intake and the lower the figure)."""
+    recommended = fleet.priority_queue or fleet.deferred is not None
     fleet.start(3, concurrency=4)
+    sent = time.time()
     count = fleet.send("call", ([i] for i in range(200)))
     bodies = fleet.wait_for(set(range(count)), timeout=count / fleet.rate + 30)
     times = [body["at"] for body in bodies]
@@ -497,9 +632,17 @@ def test_a_fleet_keeps_one_budget_and_waits_in_the_broker_not_in_its_slots(fleet
     assert len(carried) >= count // 2
     assert all(body["at"] >= body["due"] for body in carried)  # never before the grant
     slots = fleet.slots()
-    steady = [t for t in times if t >= taken_in(slots)]
-    assert rate_of(steady) >= 0.9 * fleet.rate
-    assert rate_of(times) >= 0.75 * fleet.rate
+    whole = count / (times[-1] - sent)
+    if recommended:
+        assert whole >= 0.9 * fleet.rate
+        if fleet.priority_queue:
+            # Deferred at the queue's top priority (the app's task_queue_max_priority).
+            assert {slot["priority"] for slot in slots if slot["early"] is not None} == {9}
+        else:
+            assert {slot["queue"] for slot in slots if slot["early"] is not None} == {fleet.deferred}
+    else:
+        assert rate_of([t for t in times if t >= taken_in(slots)]) >= 0.9 * fleet.rate
+        assert whole >= 0.75 * fleet.rate
     assert max(slot["held"] for slot in slots) <= fleet.max_block + SLOT_MARGIN
     assert sum(not slot["body"] for slot in slots) >= count // 2  # deferred
     assert len({body["pid"] for body in bodies}) >= 6
@@ -508,11 +651,16 @@ def test_a_fleet_keeps_one_budget_and_waits_in_the_broker_not_in_its_slots(fleet
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fleet", [pytest.param(RECOMMENDED, id="priority-queue")], indirect=True)
 def test_the_rest_of_the_fleet_finishes_within_the_bound_after_a_worker_is_killed(fleet: Fleet) -> None:
     """SIGKILL one of three workers (with its pool) while it holds deferred tasks and
     runs others: with late acknowledgement every task still runs, the bound holds
-    across all bodies (a redelivered run reserves again), and the queue ends empty."""
+    across all bodies (a redelivered run reserves again), the rest keep 0.9 R over the
+    whole run (the runs the dead worker had started lose their slots: 1.00-1.02 R
+    measured), no slot waits longer than max_block (plus a margin), and the queue
+    ends empty."""
     fleet.start(3, concurrency=4)
+    sent = time.time()
     count = fleet.send("call_late", ([i] for i in range(120)))
     deadline = time.monotonic() + 30
     while len(fleet.bodies()) < 30 and time.monotonic() < deadline:
@@ -522,6 +670,8 @@ def test_the_rest_of_the_fleet_finishes_within_the_bound_after_a_worker_is_kille
     times = [body["at"] for body in bodies]
     assert {body["item"] for body in bodies} == set(range(count)), fleet.log()
     assert most_in_any(times) <= fleet.capacity + fleet.rate
+    assert count / (times[-1] - sent) >= 0.9 * fleet.rate
+    assert max(slot["held"] for slot in fleet.slots()) <= fleet.max_block + SLOT_MARGIN
     killed = fleet.workers[0].pid
     assert killed not in {body["parent"] for body in bodies[-40:]}
     time.sleep(0.5)

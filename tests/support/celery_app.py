@@ -7,12 +7,19 @@ Everything a run needs comes from the environment, set by ``celery_fleet.Fleet``
 - ``RATELIMIT_CELERY_RUN``: the run's name: the limiter's name, and the prefix of the
   Redis lists the tasks record into;
 - ``RATELIMIT_CELERY_LIMIT``: ``capacity,rate,guard`` of the shared ``TokenBucket``;
-- ``RATELIMIT_CELERY_MAX_BLOCK``: ``limited``'s ``max_block``.
+- ``RATELIMIT_CELERY_MAX_BLOCK``: ``limited``'s ``max_block``;
+- ``RATELIMIT_CELERY_PRIORITY_QUEUE``: ``1`` to declare the queue a priority queue
+  (``task_queue_max_priority = 9``: deferred tasks go at 9, the tasks sent at 0);
+- ``RATELIMIT_CELERY_DEFER_QUEUE``: the queue ``call`` sends deferrals to (none: the
+  tasks' own);
+- ``RATELIMIT_CELERY_PREFETCH``: ``worker_prefetch_multiplier`` (Celery's default, 4,
+  unless given).
 
 Each worker counts itself in ``<run>:ready`` once it consumes. Each run of a task
 in a worker records, in the list ``<run>:slots``, how long it held
 its worker slot before its body started (or, for a run that deferred, until it ended),
-how early it came for the grant it carried (``None``: it carried none) and when it ended;
+how early it came for the grant it carried (``None``: it carried none), when it ended
+and the priority and routing key (its queue) its message was delivered with;
 each body records in ``<run>:bodies`` when it started (wall clock), its argument, its
 process id and its parent's (the worker's, in the prefork pool), and the grant its
 message carried (``due``, or ``None``). ``Fleet`` reads both.
@@ -38,7 +45,9 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 RUN = os.environ.get("RATELIMIT_CELERY_RUN", "celery-app-unconfigured")
 CAPACITY, RATE, GUARD = (float(x) for x in os.environ.get("RATELIMIT_CELERY_LIMIT", "4,10,0.1").split(","))
 MAX_BLOCK = float(os.environ.get("RATELIMIT_CELERY_MAX_BLOCK", "1.0"))
-PRIORITY = int(os.environ.get("RATELIMIT_CELERY_PRIORITY", "-1"))
+PRIORITY_QUEUE = os.environ.get("RATELIMIT_CELERY_PRIORITY_QUEUE") == "1"
+DEFER_QUEUE = os.environ.get("RATELIMIT_CELERY_DEFER_QUEUE") or None
+PREFETCH = int(os.environ.get("RATELIMIT_CELERY_PREFETCH", "4"))
 
 app = Celery("celery_app", broker=BROKER)
 app.conf.update(
@@ -47,8 +56,9 @@ app.conf.update(
     worker_enable_remote_control=False,
     worker_send_task_events=False,
     broker_connection_retry_on_startup=True,
+    worker_prefetch_multiplier=PREFETCH,
 )
-if PRIORITY >= 0:
+if PRIORITY_QUEUE:
     app.conf.task_queue_max_priority = 9
     app.conf.task_default_priority = 0
 
@@ -77,6 +87,9 @@ def _started(task: Task, **_: Any) -> None:
     _here.body = None
     grant = (task.request.headers or {}).get(HEADER)
     _here.due = grant["due"] if isinstance(grant, dict) else None
+    delivery = task.request.delivery_info or {}
+    _here.priority = delivery.get("priority")
+    _here.queue = delivery.get("routing_key")
 
 
 @task_postrun.connect
@@ -91,6 +104,8 @@ def _ended(**_: Any) -> None:
         "body": _here.body is not None,
         "early": None if due is None else due - started,
         "end": time.time(),
+        "priority": _here.priority,
+        "queue": _here.queue,
     }
     records.rpush(f"{RUN}:slots", json.dumps(record))
     _here.started = None
@@ -104,7 +119,7 @@ def _body(item: object) -> None:
 
 
 @app.task(bind=True)
-@limited(limiter, max_block=MAX_BLOCK, priority=PRIORITY if PRIORITY >= 0 else None)
+@limited(limiter, max_block=MAX_BLOCK, queue=DEFER_QUEUE)
 def call(self: Task, item: int) -> None:
     """One request to the provider, limited."""
     _body(item)

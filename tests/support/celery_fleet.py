@@ -42,7 +42,12 @@ def broker_reachable() -> str | None:
 
 
 class Fleet:
-    """Celery workers sharing one ``TokenBucket(capacity, rate, guard=guard)`` in Redis."""
+    """Celery workers sharing one ``TokenBucket(capacity, rate, guard=guard)`` in Redis.
+
+    ``priority_queue`` declares the queue with priorities (deferred tasks then pass the
+    backlog of tasks sent), ``defer_queue`` sends ``call``'s deferrals to a queue of
+    their own that the workers consume too, ``prefetch`` is the workers'
+    ``worker_prefetch_multiplier``."""
 
     def __init__(
         self,
@@ -52,13 +57,18 @@ class Fleet:
         guard: float = 0.1,
         max_block: float = 1.0,
         prefix: str = "celery",
-        priority: int | None = None,
+        priority_queue: bool = False,
+        defer_queue: bool = False,
+        prefetch: int = 4,
     ) -> None:
         self.run = f"{prefix}-{uuid.uuid4().hex[:10]}"
         self.queue = self.run
+        self.deferred = f"{self.run}-deferred" if defer_queue else None
+        self.queues = [self.queue] if self.deferred is None else [self.queue, self.deferred]
         self.rate = rate
         self.capacity = capacity
         self.max_block = max_block
+        self.priority_queue = priority_queue
         self.env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), str(HERE)]),
@@ -67,14 +77,16 @@ class Fleet:
             "RATELIMIT_CELERY_RUN": self.run,
             "RATELIMIT_CELERY_LIMIT": f"{capacity},{rate},{guard}",
             "RATELIMIT_CELERY_MAX_BLOCK": str(max_block),
-            "RATELIMIT_CELERY_PRIORITY": str(-1 if priority is None else priority),
+            "RATELIMIT_CELERY_PRIORITY_QUEUE": "1" if priority_queue else "0",
+            "RATELIMIT_CELERY_PREFETCH": str(prefetch),
+            "RATELIMIT_CELERY_DEFER_QUEUE": self.deferred or "",
         }
         self.logs = Path(tempfile.mkdtemp(prefix="ratelimit-celery-"))
         self.workers: list[subprocess.Popen[bytes]] = []
         self.redis = redis.Redis.from_url(REDIS_URL)
         self.sender = Celery("sender", broker=BROKER, set_as_current=False)
         self.sender.conf.task_ignore_result = True
-        if priority is not None:
+        if priority_queue:
             # The queue is declared as the workers declare it: a priority queue.
             self.sender.conf.task_queue_max_priority = 9
             self.sender.conf.task_default_priority = 0
@@ -89,7 +101,7 @@ class Fleet:
             log = self.logs / f"worker-{number}.log"
             command = [
                 sys.executable, "-m", "celery", "-A", "celery_app", "worker",
-                "-Q", self.queue, "-P", pool, "-c", str(concurrency),
+                "-Q", ",".join(self.queues), "-P", pool, "-c", str(concurrency),
                 "-n", f"w{number}-{self.run}@%h", "-l", "WARNING",
                 "--without-gossip", "--without-mingle", "--without-heartbeat",
             ]  # fmt: skip
@@ -145,7 +157,8 @@ class Fleet:
     def slots(self) -> list[dict[str, Any]]:
         """For each run: ``held``, the seconds its worker slot waited; ``body``, whether it
         ran the body; ``early``, how long before the grant it carried it started (``None``:
-        it carried none, a first run); ``end``, when it ended (wall clock)."""
+        it carried none, a first run); ``end``, when it ended (wall clock); ``priority``
+        and ``queue``, what its message was delivered with."""
         return [json.loads(raw) for raw in self.redis.lrange(f"{self.run}:slots", 0, -1)]
 
     def wait_for(self, items: set[Any], timeout: float) -> list[dict[str, Any]]:
@@ -158,16 +171,17 @@ class Fleet:
             time.sleep(0.25)
 
     def waiting(self) -> int:
-        """Messages in the queue, ready or held by a worker without acknowledgement."""
+        """Messages in the queues, ready or held by a worker without acknowledgement."""
         with self.sender.connection_for_write() as connection:
-            declared = connection.default_channel.queue_declare(self.queue, passive=True)
-            return int(declared.message_count)
+            channel = connection.default_channel
+            return sum(int(channel.queue_declare(queue, passive=True).message_count) for queue in self.queues)
 
     def cleanup(self) -> None:
         self.stop()
         try:
             with self.sender.connection_for_write() as connection:
-                connection.default_channel.queue_delete(self.queue)
+                for queue in self.queues:
+                    connection.default_channel.queue_delete(queue)
         except Exception:  # pragma: no cover - the broker went away
             pass
         keys = [
