@@ -115,6 +115,11 @@ class Doors:
         it; returns the door to write in its row (``None``: no door, it looks by itself)."""
         with self._lock:
             self._waiting[lease] = (waiting, holding)
+            if self._thread is not None and self._file is not None and not os.path.exists(self._file):
+                # Its socket file was removed (a cleaner of old files, a careless rm):
+                # knocks at that name reach nobody. Bound again below, under the same
+                # name (the rows of the waiters behind it name it too), with a new thread.
+                self._reopen()
             if self._thread is None:
                 self._open()
                 self._thread = threading.Thread(target=self._run, name="ratelimit-sqlite-doors", daemon=True)
@@ -168,8 +173,10 @@ class Doors:
                         sender.setblocking(False)
             sender.sendto(lease.encode(), _address(door))
         except OSError as exc:
-            if exc.errno == errno.ECONNREFUSED and not door.startswith("@"):
+            if exc.errno == errno.ECONNREFUSED and os.path.dirname(door) == folder_of(self._path):
                 # Nobody listens behind it: its process died. Its waiters' rows run out.
+                # Only a door of this store's folder: a row names whatever the file
+                # says, and a socket elsewhere is not the store's to remove.
                 with contextlib.suppress(OSError):
                     os.unlink(door)
             # Any other failure (a full buffer, a door gone): the waiter looks by itself.
@@ -210,6 +217,14 @@ class Doors:
         self._sock = sock
         if self._file is not None:
             self._tidy(os.path.dirname(self._file))
+
+    def _reopen(self) -> None:
+        """Let go of the door (under the lock) to be bound again, keeping its waiters
+        and reminders: the old thread, its socket closed under it, ends."""
+        sock, self._sock = self._sock, None
+        self._thread = None
+        if sock is not None:
+            sock.close()
 
     def _place(self) -> str | None:
         """The door's socket file, its folder made if need be; ``None`` if none can be."""

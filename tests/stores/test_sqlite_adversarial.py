@@ -1,0 +1,77 @@
+"""The SQLite store under a hostile or careless user: what broke once, kept broken no more.
+
+Each test here failed on the store as first written; the module docstring of the
+code it exercises says what holds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ratelimit import SQLiteBackend
+from ratelimit._stores.sqlite_doors import Doors, folder_of
+from ratelimit._stores.wakeups import Waiting
+
+
+def _holding_all(leases: Any) -> list[str]:
+    return list(leases)
+
+
+@pytest.fixture
+def store_file(tmp_path: Path) -> str:
+    path = tmp_path / "adversarial.db"
+    SQLiteBackend(path)
+    return str(path)
+
+
+@pytest.fixture
+def opened() -> Iterator[list[Doors]]:
+    made: list[Doors] = []
+    yield made
+    for doors in made:
+        doors.close()
+
+
+def test_a_door_whose_folder_was_deleted_is_opened_again(store_file: str, opened: list[Doors]) -> None:
+    """A cleaner (systemd-tmpfiles, a careless rm) removes the folder of doors while a
+    process keeps waiters behind its door: its next waiter gets a door that knocks
+    reach, not a socket bound to a name that no longer exists."""
+    doors = Doors(store_file)
+    opened.append(doors)
+    address = doors.expect("elsewhere:1", Waiting(), _holding_all)
+    assert address is not None
+    shutil.rmtree(folder_of(store_file))
+    waiting = Waiting()
+    again = doors.expect("elsewhere:2", waiting, _holding_all)
+    assert again is not None
+    assert os.path.exists(again)
+    knocker = Doors(store_file)
+    opened.append(knocker)
+    knocker.knock([("elsewhere:2", again)])
+    assert waiting.wait(5.0)
+    doors.forget("elsewhere:1")
+
+
+def test_a_knock_never_removes_a_socket_outside_the_folder_of_doors(
+    store_file: str, tmp_path: Path, opened: list[Doors]
+) -> None:
+    """A row's door is whatever the file says: one who may write the file (not the
+    folder elsewhere) could name any socket file there, which a knock finding nobody
+    behind it would remove."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    victim = str(elsewhere / "app.sock")
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dead.bind(victim)
+    dead.close()
+    doors = Doors(store_file)
+    opened.append(doors)
+    doors.knock([("elsewhere:1", victim)])
+    assert os.path.exists(victim)
