@@ -159,7 +159,7 @@ class Doors:
                     continue
                 # Ours but waiting behind another door of this process: the same file
                 # opened by another path (a symbolic link).
-            if door:
+            if door and _shaped_as_door(door):
                 self._send(door, lease)
 
     def _send(self, door: str, lease: str) -> None:
@@ -380,6 +380,17 @@ class Doors:
                 look()
             except Exception:
                 logger.debug("ratelimit: a look at %r failed", self._path, exc_info=True)
+
+
+def _shaped_as_door(door: str) -> bool:
+    """Whether a row's door names a door as this module makes them: a process id in a
+    folder of doors, or an abstract door of ours. A row says whatever the file says,
+    and one who may write the file must not make a promoting process (of another
+    user, maybe) send datagrams to any other socket (a log, a service manager's)."""
+    if door.startswith("@"):
+        return door.startswith("@ratelimit-")
+    folder, name = os.path.split(door)
+    return folder.endswith("-wake") and len(name) == 16 and all(c in "0123456789abcdef" for c in name)
 
 
 def _address(door: str) -> str:

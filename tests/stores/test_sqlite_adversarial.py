@@ -75,3 +75,21 @@ def test_a_knock_never_removes_a_socket_outside_the_folder_of_doors(
     opened.append(doors)
     doors.knock([("elsewhere:1", victim)])
     assert os.path.exists(victim)
+
+
+def test_a_knock_goes_only_to_a_socket_shaped_as_a_door(store_file: str, tmp_path: Path, opened: list[Doors]) -> None:
+    """A row naming another program's socket (a log, a service manager's) as its door:
+    the promoting process, maybe another user's, sends it nothing."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listening.bind(str(elsewhere / "log"))
+    listening.setblocking(False)
+    try:
+        doors = Doors(store_file)
+        opened.append(doors)
+        doors.knock([("<13>forged entry", str(elsewhere / "log"))])
+        with pytest.raises(BlockingIOError):
+            listening.recv(512)
+    finally:
+        listening.close()
