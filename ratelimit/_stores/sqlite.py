@@ -29,6 +29,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -544,6 +545,12 @@ class SQLiteGroupHandle(_Unavailable[Sequence[float]]):
         return self._group.rate()
 
 
+def _forked(ref: weakref.ref[SQLiteBackend]) -> None:
+    backend = ref()
+    if backend is not None:
+        backend._forked()
+
+
 @dataclass(frozen=True)
 class StoredState:
     """One row of a :class:`SQLiteBackend` file, as :meth:`SQLiteBackend.inspect` reads it."""
@@ -632,6 +639,14 @@ class SQLiteBackend(FailurePolicy):
         self.counts = Counts()
         self._local = MemoryBackend()
         self._sweep_at = time.monotonic() + SWEEP_SECONDS
+        self._sweep_lock = threading.Lock()
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _forked(ref))
+
+    def _forked(self) -> None:
+        # In a forked child (a multiprocessing.Pool's worker): its own counts, and
+        # locks no thread of the parent holds.
+        self.counts.forked()
         self._sweep_lock = threading.Lock()
 
     @classmethod

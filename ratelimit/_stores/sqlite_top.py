@@ -74,6 +74,15 @@ class Counts:
         self._epoch = 0
         self.flush_at = time.monotonic() + FLUSH_SECONDS
 
+    def forked(self) -> None:
+        """In a forked child: the parent's counts are the parent's to write (else each
+        child of a pool would add them again), and its lock may have been held by a
+        thread that did not come along. The epoch moves on, so that no cell of the
+        parent's counts into a row no longer here."""
+        self._lock = threading.Lock()
+        self._counts = {}
+        self._epoch += 1
+
     def _row(self, key: _Key) -> list[int]:
         row = self._counts.get(key)
         if row is None:

@@ -6,16 +6,18 @@ code it exercises says what holds.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ratelimit import SQLiteBackend
+from ratelimit import SQLiteBackend, TokenBucket
 from ratelimit._stores.sqlite_doors import Doors, folder_of
 from ratelimit._stores.wakeups import Waiting
 
@@ -93,3 +95,29 @@ def test_a_knock_goes_only_to_a_socket_shaped_as_a_door(store_file: str, tmp_pat
             listening.recv(512)
     finally:
         listening.close()
+
+
+def _child_decides(limiter: TokenBucket, backend: SQLiteBackend) -> None:
+    for _ in range(3):
+        assert limiter.try_acquire()
+    backend.write_counts()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="no fork")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() with threads running, on purpose
+def test_a_forked_child_counts_only_its_own_decisions_for_top(tmp_path: Path) -> None:
+    """A pool's worker forked after its parent decided: ``ratelimit top`` once
+    counted the parent's unwritten decisions again for each child."""
+    backend = SQLiteBackend(tmp_path / "top.db")
+    limiter = TokenBucket(100, 1, backend=backend, name="pool")
+    for _ in range(5):
+        assert limiter.try_acquire()
+    child = multiprocessing.get_context("fork").Process(target=_child_decides, args=(limiter, backend))
+    child.start()
+    child.join(20)
+    assert child.exitcode == 0
+    # The whole seconds of the last 5 before a moment 2 s from now: every decision above.
+    (row,) = backend.top(window=5.0, now=backend.now() + 2.0)
+    assert row.grants_per_sec is not None
+    assert round(row.grants_per_sec * 5.0) == 8
