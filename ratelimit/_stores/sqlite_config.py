@@ -173,6 +173,11 @@ def refuse_unchangeable(conn: sqlite3.Connection, name: str, burst: float | None
                 f"burst={burst!r}: limiter {name!r} is a {kind}, which has no burst apart from its limit "
                 f"(set its rate: the limit becomes rate x window)"
             )
+    # A ConcurrencyLimit's holders and waiters are rows of their own table
+    # (sqlite_slots.py), made by the first one to use the file.
+    slots = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ratelimit_slots'").fetchone()
+    if slots and conn.execute("SELECT 1 FROM ratelimit_slots WHERE name = ? LIMIT 1", (name,)).fetchone():
+        kept.append("a ConcurrencyLimit (slots held, not a rate)")
     if kept:
         what = " and ".join(sorted(set(kept)))
         raise UnchangeableLimit(

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from ratelimit import (
     AcquireTimeout,
     Composite,
+    ConcurrencyLimit,
     LeakyBucket,
     ManualClock,
     SlidingWindow,
@@ -180,6 +181,13 @@ def test_names_that_would_never_read_a_change_are_refused(path: Path) -> None:
         with pytest.raises(UnchangeableLimit, match=what):
             backend.set_limit(name, rate=1, clock=clock)
         assert backend.limit_override(name, clock=clock) is None
+    # A ConcurrencyLimit's slots are rows of another table: a change was once stored
+    # for it, which nothing would ever read.
+    held = ConcurrencyLimit(2, backend=backend, name="slots").take()
+    with pytest.raises(UnchangeableLimit, match="ConcurrencyLimit"):
+        backend.set_limit("slots", rate=1)
+    assert backend.limit_override("slots") is None
+    held.release()
     # A name no process has used yet takes the change, for the limiter that reads it.
     backend.set_limit("later", rate=2, clock=clock)
     assert backend.limit_override("later", clock=clock) == Override(2.0, None)
