@@ -603,7 +603,8 @@ class SQLiteBackend(FailurePolicy):
 
     Raises ``FileNotFoundError`` (no such folder), ``IsADirectoryError``,
     ``PermissionError`` (a file or folder this process may not write) or
-    ``ValueError`` (not a SQLite database, or not ours), each naming the path.
+    ``ValueError`` (not a SQLite database, or not ours; or ``":memory:"``, which would be a
+    file of that name in the working folder), each naming the path.
     """
 
     shared = True
@@ -621,6 +622,13 @@ class SQLiteBackend(FailurePolicy):
             raise TypeError(f"path must be a str or a path, got {type(path).__name__} {path!r}")
         if not os.fspath(path):
             raise ValueError("path must name a file, got ''")
+        if os.fspath(path) == ":memory:":
+            # SQLite's name for a private database: here it would be a file of that
+            # name in the working folder, which no other process finds.
+            raise ValueError(
+                "path ':memory:' would be a file of that name in the working folder: a SQLiteBackend shares "
+                "a budget among processes through a file they all name; in one process use MemoryBackend()"
+            )
         share = checked_local_share(local_share)
         if share == "auto":
             raise ValueError("local_share='auto' counts live processes through Redis; give SQLiteBackend a fraction")

@@ -121,3 +121,14 @@ def test_a_forked_child_counts_only_its_own_decisions_for_top(tmp_path: Path) ->
     (row,) = backend.top(window=5.0, now=backend.now() + 2.0)
     assert row.grants_per_sec is not None
     assert round(row.grants_per_sec * 5.0) == 8
+
+
+def test_memory_is_not_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite's name for a private database made a file called ``:memory:`` in the
+    working folder, which no other process would ever find."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="MemoryBackend"):
+        SQLiteBackend(":memory:")
+    with pytest.raises(ValueError, match="MemoryBackend"):
+        SQLiteBackend.from_url("sqlite:///:memory:")
+    assert list(tmp_path.iterdir()) == []
