@@ -419,8 +419,10 @@ def _inspect_file(args: argparse.Namespace) -> int:
 def _print_rows(rows: Sequence[StoredState]) -> None:
     for row in rows:
         member = "" if row.member is None else f" [{row.member}]"
+        # A keyed budget's row (limiter.for_key): told apart from the name's own.
+        key = "" if row.key is None else f" key {row.key!r}"
         idle = "idle" if row.idle_in <= 0 else f"as new in {row.idle_in:.3g} s"
-        print(printable(f"{row.name}{member}  {row.kind}  written {row.age:.3g} s ago, {idle}"))
+        print(printable(f"{row.name}{key}{member}  {row.kind}  written {row.age:.3g} s ago, {idle}"))
         print(printable(f"    {row.state}"))
         if row.override is not None:
             print(printable(f"    changed at run time: {override_text(row.override)}"))

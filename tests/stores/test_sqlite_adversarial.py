@@ -20,6 +20,7 @@ import pytest
 from ratelimit import SQLiteBackend, TokenBucket
 from ratelimit._stores.sqlite_doors import Doors, folder_of
 from ratelimit._stores.wakeups import Waiting
+from ratelimit.cli import main
 
 
 def _holding_all(leases: Any) -> list[str]:
@@ -132,3 +133,16 @@ def test_memory_is_not_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(ValueError, match="MemoryBackend"):
         SQLiteBackend.from_url("sqlite:///:memory:")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_inspect_tells_a_keyed_budget_from_its_name_s_own(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``ratelimit inspect --store`` printed a keyed budget's row under the bare name,
+    two rows alike but for their states."""
+    path = tmp_path / "keys.db"
+    limiter = TokenBucket(3, 1, backend=SQLiteBackend(path), name="geocode")
+    limiter.try_acquire()
+    limiter.for_key("tenant-7").try_acquire()
+    assert main(["inspect", "--store", f"sqlite:///{path}"]) == 0
+    heads = [line for line in capsys.readouterr().out.splitlines() if line.startswith("geocode")]
+    assert len(heads) == 2
+    assert sum("key 'tenant-7'" in line for line in heads) == 1
