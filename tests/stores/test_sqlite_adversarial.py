@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -102,10 +103,15 @@ def _holding_all(leases: Any) -> list[str]:
 
 
 @pytest.fixture
-def store_file(tmp_path: Path) -> str:
-    path = tmp_path / "adversarial.db"
+def store_file() -> Iterator[str]:
+    # A short folder of its own: under pytest-xdist a tmp_path is long enough that the
+    # doors' socket paths pass AF_UNIX's 107 bytes, and the doors become abstract
+    # sockets with no folder (which these tests delete and search).
+    folder = tempfile.mkdtemp(prefix="rl-", dir="/tmp")
+    path = os.path.join(folder, "adv.db")
     SQLiteBackend(path)
-    return str(path)
+    yield path
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
