@@ -57,10 +57,51 @@
 -- How long what the code says stays readable once no process has decided (a day).
 local CODE_KEPT_MS = '86400000'
 
+local now = clock(ARGV[2])
+
+-- The quick path. Most decisions are a reserve whose state is all there is: no change
+-- (KEYS[2]), no holes nor pause (<base>:holes), no slack record (<base>:slack). The
+-- full path learns that with an EXISTS, and decides through the tables and closures
+-- below; the quick path reads the state alone and decides with the algorithm's
+-- `quick`, the same arithmetic with none of them (so the same decisions, to the bit).
+--
+-- Its invariant: a state written "clean" (a mark in its text, see each algorithm's
+-- file) was written by a reserve that found none of those keys beside it and made
+-- none, and every later writer of one of them rewrote or deleted the state in the
+-- same call, without the mark:
+--   configure         `switch` saves the state moved to the new limit
+--   refund, batch     a give-back (holes, withdrawals) saves the state
+--   restrict          (a restriction, a pause) saves the state
+--   charge            saves the state (and only ever deletes holes)
+--   a slack record    written by `keep_slack`, right after a save, and only by a
+--                     process keeping a slack, which never takes the quick path
+--   reset             deletes the state
+-- So a clean state proves that nothing is beside it, and the EXISTS is skipped. A
+-- missing state (fresh, expired, evicted) or one not clean takes the full path, which
+-- writes it clean again when the EXISTS finds nothing. A side key outliving the state
+-- meets a missing state: the full path. Releases before this one write states
+-- without the mark, so a budget they share is decided on the full path.
+-- Keys written by hand (redis-cli) rewrite no state: a decision that also writes what
+-- the code says (KEYS[3]: a process's first, then one a minute) takes the full path,
+-- so such a change is seen within a minute (see docs/operations.md).
+local raw = nil  -- the state's text where the quick path read it (false: none)
+if ALG.quick and KEYS[2] and not KEYS[3] and (ARGV[1] == 'reserve' or ARGV[1] == '~reserve')
+    and tonumber(ARGV[7]) == 0 then
+  raw = redis.call('GET', KEYS[1])
+  if raw then
+    local max_wait = math.huge
+    if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
+    local wait, mask = ALG.quick(KEYS[1], raw, tonumber(ARGV[5]), tonumber(ARGV[6]), now, tonumber(ARGV[3]), max_wait)
+    if wait then
+      if ARGV[1] == 'reserve' then tally_one(KEYS[1], now, wait) end
+      return {fmt_wait(wait), fmt(now + wait), mask}
+    end
+  end
+end
+
 local op, counted = op_of(ARGV[1])
 local top_base = nil
 if counted then top_base = KEYS[1] end
-local now = clock(ARGV[2])
 local tokens = tonumber(ARGV[3])
 local code1, code2, slack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 
@@ -108,7 +149,8 @@ local function switch(from, to)
   if not ALG.rescale then return end
   local before = ALG.new(KEYS[1], effective(from))
   local after = ALG.new(KEYS[1], effective(to))
-  ALG.save(after, ALG.rescale(before, after, ALG.load(before), now), now)
+  ALG.save(after, ALG.rescale(before, after, ALG.load(before, raw), now), now)
+  raw = nil  -- written since
 end
 
 local change = nil
@@ -165,7 +207,7 @@ local self = ALG.new(KEYS[1], p1, p2)
 local function too_big(t)
   return t > p1 + EPSILON
 end
-local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self)}
+local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self, raw)}
 -- Holes are made only by give-backs and restrictions, never by a reserve: none found
 -- before this call's first one, none are there for any reserve of it that follows.
 local no_holes = beside == 0
@@ -203,7 +245,9 @@ if op == 'reserve' then
   local wait, changed, mask = -math.huge, false, ''
   if not too_big(tokens) then wait, changed, mask = reserve_members({member}, holes, now, max_wait, no_holes) end
   if changed or dirty(member.state) then
-    ALG.save(self, member.state, now)
+    -- Clean (see the quick path) when nothing was found beside the state: no change,
+    -- no holes, and no slack record, which the EXISTS asked after where none is kept.
+    ALG.save(self, member.state, now, no_holes and slack == 0)
     keep_slack(member.state)
   end
   tally_one(top_base, now, wait)

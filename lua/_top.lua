@@ -22,15 +22,32 @@ local function op_of(text)
   return text, true
 end
 
+-- The field names, built once: 'w' .. i at every call costs more than the HINCRBY.
+local WAIT_FIELDS = {}
+for i = 1, #WAIT_BOUNDS + 1 do WAIT_FIELDS[i] = 'w' .. i end
+
 local function wait_field(wait)
-  for i, bound in ipairs(WAIT_BOUNDS) do
-    if wait <= bound + EPSILON then return 'w' .. i end
+  -- Most grants go at once (0): the first bound, with no loop.
+  if wait <= EPSILON then return 'w1' end
+  for i = 2, #WAIT_BOUNDS do
+    if wait <= WAIT_BOUNDS[i] + EPSILON then return WAIT_FIELDS[i] end
   end
-  return 'w' .. (#WAIT_BOUNDS + 1)
+  return WAIT_FIELDS[#WAIT_BOUNDS + 1]
 end
 
+-- The key of the last second counted, kept between calls of the function library
+-- (a library's locals live as long as it is loaded; a script's die with the call, so
+-- a script builds it each time): a hot limiter counts into one key for a second, and
+-- string.format is paid once a second, not at each decision. Only the key's name is
+-- kept, never a count; a different base or second builds it again.
+local last_base, last_second, last_key = nil, nil, nil
+
 local function top_key(base, now)
-  return base .. ':top:' .. string.format('%d', math.floor(now))
+  local second = math.floor(now)
+  if second == last_second and base == last_base then return last_key end
+  last_key = base .. ':top:' .. string.format('%d', second)
+  last_base, last_second = base, second
+  return last_key
 end
 
 -- The counters' base of a limiter with several keys: its name's prefix and `what`.
