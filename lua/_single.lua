@@ -38,7 +38,10 @@
 -- Returns, as strings (seconds, %.17g):
 --   reserve: {signed_wait, at, mask}: signed_wait >= 0 granted after that wait, at
 --            store time `at`; < 0 refused, nothing recorded, -signed_wait is the wait
---            needed; mask '1' names a grant whose slot is known (see exact_mask), '' not
+--            needed; mask '1' names a grant whose slot is known (see exact_mask), '' not.
+--            The quick and lean paths reply a grant at once (wait 0, no name) as one
+--            string, the time it was granted at: "<seconds> <microseconds>" of the
+--            server's TIME, or ARGV[2] as sent (see at_once_reply in _prelude.lua)
 --   charge: {now, name}: the time a refund names the charge by (its slot's end less
 --            the tolerance: see give_back_members), '' where it has none
 --   refund, restrict, configure: {now}
@@ -57,7 +60,7 @@
 -- How long what the code says stays readable once no process has decided (a day).
 local CODE_KEPT_MS = '86400000'
 
-local now = clock(ARGV[2])
+local now, time = clock_read(ARGV[2])
 
 -- The quick path. Most decisions are a reserve whose state is all there is: no change
 -- (KEYS[2]), no holes nor pause (<base>:holes), no slack record (<base>:slack). The
@@ -84,16 +87,19 @@ local now = clock(ARGV[2])
 -- Keys written by hand (redis-cli) rewrite no state: a decision that also writes what
 -- the code says (KEYS[3]: a process's first, then one a minute) takes the full path,
 -- so such a change is seen within a minute (see docs/operations.md).
-local raw = nil  -- the state's text where the quick path read it (false: none)
+--
+-- A grant at once is replied as the time alone (see at_once_reply in _prelude.lua).
+local raw = nil  -- the state as the quick or lean path read it (false: none)
 if ALG.quick and KEYS[2] and not KEYS[3] and (ARGV[1] == 'reserve' or ARGV[1] == '~reserve')
-    and tonumber(ARGV[7]) == 0 then
+    and (ARGV[7] == '0.0' or ARGV[7] == '0') then
   raw = redis.call('GET', KEYS[1])
   if raw then
     local max_wait = math.huge
     if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
-    local wait, mask = ALG.quick(KEYS[1], raw, tonumber(ARGV[5]), tonumber(ARGV[6]), now, tonumber(ARGV[3]), max_wait)
+    local wait, mask = ALG.quick(KEYS[1], raw, ARGV[5], ARGV[6], now, tonumber(ARGV[3]), max_wait)
     if wait then
       if ARGV[1] == 'reserve' then tally_one(KEYS[1], now, wait) end
+      if wait == 0 and mask == '' then return at_once_reply(time, ARGV[2]) end
       return {fmt_wait(wait), fmt(now + wait), mask}
     end
   end
@@ -132,6 +138,25 @@ if recorded_slack and not (recorded_slack > 0 and recorded_slack <= 2e9) then re
 -- The slack the saved state was decided with: the one recorded, or none.
 local prior = 0.0
 if recorded_slack and now < recorded_until then prior = recorded_slack end
+
+-- The lean path: a reserve that the EXISTS found alone with its state, under the
+-- slack its state was decided with, goes to the algorithm's `lean` (the sliding window
+-- counter's), which decides as the full path below does, with none of its tables and
+-- closures; then the slack is recorded as `keep_slack` records it.
+if ALG.lean and beside == 0 and op == 'reserve' and not KEYS[3]
+    and not (prior > slack + EPSILON) and not (slack > prior + EPSILON) then
+  local max_wait = math.huge
+  if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
+  local wait, mask, idle = ALG.lean(ALG.new(KEYS[1], code1, code2), now, tokens, max_wait)
+  if wait then
+    if idle and slack > 0 then record_slack(fleet_slack, slack, idle, now, recorded_slack, recorded_until) end
+    tally_one(top_base, now, wait)
+    if wait == 0 and mask == '' then return at_once_reply(time, ARGV[2]) end
+    return {fmt_wait(wait), fmt(now + wait), mask}
+  end
+  raw = mask  -- the state as read, for `load`
+end
+
 if prior > slack + EPSILON then
   code1, code2 = ALG.guarded(code1, code2, prior - slack)
   slack = prior
@@ -217,14 +242,8 @@ local no_holes = beside == 0
 -- once per slack, not at every decision.
 local function keep_slack(state)
   if not (slack > 0) then return end
-  local idle = ALG.idle_until(self, state)
-  if idle < now then idle = now end
-  local needed = idle + slack
-  if recorded_slack == slack and recorded_until >= needed then return end
-  local untl = needed + slack
-  redis.call('HSET', fleet_slack, 'slack', fmt(slack), 'until', fmt(untl))
-  expire_after(fleet_slack, untl - now)
-  recorded_slack, recorded_until = slack, untl
+  recorded_slack, recorded_until = record_slack(fleet_slack, slack, ALG.idle_until(self, state), now,
+                                                recorded_slack, recorded_until)
 end
 
 -- A process keeping more slack than the state was decided with: a window counter cuts

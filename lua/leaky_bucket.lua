@@ -143,34 +143,44 @@ end
 -- arithmetic as new, load, plan (plan_all), decide, commit and save, with no table.
 -- Returns the signed wait and the grant's name (never one: no `room`), or nil where
 -- `raw` is not a clean state.
-function leaky_bucket.quick(key, raw, capacity, rate, now, tokens, max_wait)
-  local d, l = string.match(raw, '^(%S+) (%S+)$')
-  if l == nil or not leaky_is_clean(l) then return nil end
-  local drained, latest = tonumber(d), tonumber(l)
-  if drained == nil or latest == nil or drained ~= drained or latest ~= latest
-      or drained == math.huge or latest == math.huge or drained == -math.huge or latest == -math.huge then
-    return nil
-  end
-  if tokens > capacity + EPSILON then return -math.huge, '' end
-  local interval = 1.0 / rate
-  local admit_at, at = now, now
-  if tokens > 0 then
-    local start = now
-    if drained > now then start = drained end
-    local overflow = (start - now) * rate + tokens - capacity
-    if overflow > EPSILON then
-      local admit = now + overflow * interval
-      if admit > admit_at then admit_at = admit end
+do
+  local said1, said2, capacity, rate, interval = nil, nil, 0.0, 0.0, 0.0
+
+  function leaky_bucket.quick(key, raw, p1, p2, now, tokens, max_wait)
+    local d, l = string.match(raw, '^(%S+) (%S+)$')
+    if l == nil or not leaky_is_clean(l) then return nil end
+    local drained, latest = tonumber(d), tonumber(l)
+    if drained == nil or latest == nil or drained ~= drained or latest ~= latest
+        or drained == math.huge or latest == math.huge or drained == -math.huge or latest == -math.huge then
+      return nil
     end
-    if start > at then at = start end
+    if p1 ~= said1 or p2 ~= said2 then
+      said1, said2, capacity, rate = p1, p2, tonumber(p1), tonumber(p2)
+      interval = 1.0 / rate
+    end
+    if tokens > capacity + EPSILON then return -math.huge, '' end
+    local admit_at, at = now, now
+    if tokens > 0 then
+      local start = now
+      if drained > now then start = drained end
+      local overflow = (start - now) * rate + tokens - capacity
+      if overflow > EPSILON then
+        local admit = now + overflow * interval
+        if admit > admit_at then admit_at = admit end
+      end
+      if start > at then at = start end
+    end
+    local wait = decide(admit_at, at, now, max_wait)
+    if wait < 0 then return wait, '' end
+    if tokens > 0 then
+      local start = at
+      if drained > at then start = drained end
+      drained, latest = start + tokens * interval, start
+    end
+    local text
+    if latest < 0 or (latest == 0 and 1 / latest < 0) then text = string.format('%.17g -0%.17g', drained, -latest)
+    else text = string.format('%.17g 0%.17g', drained, latest) end
+    redis.call('SET', key, text, 'PX', idle_px(drained - now))
+    return wait, ''
   end
-  local wait = decide(admit_at, at, now, max_wait)
-  if wait < 0 then return wait, '' end
-  if tokens > 0 then
-    local start = at
-    if drained > at then start = drained end
-    drained, latest = start + tokens * interval, start
-  end
-  redis.call('SET', key, fmt(drained) .. ' ' .. leaky_clean(fmt(latest)), 'PX', idle_ms(drained - now))
-  return wait, ''
 end

@@ -126,34 +126,42 @@ function token_bucket.idle_until(self, state)
 end
 
 -- The quick path of a reserve (see _single.lua): `raw` is the state's text as read,
--- `capacity` and `rate` the code's (no change, no slack in force). The same arithmetic
--- as new, load, plan (plan_all), decide, commit, exact_mask and save, in that order,
--- with no table: the decisions are the full path's to the bit. Returns the signed
--- wait and the grant's name, or nil where `raw` is not a clean state (the full path
--- decides then).
-function token_bucket.quick(key, raw, capacity, rate, now, tokens, max_wait)
-  if string.byte(raw, -1) ~= 32 then return nil end
-  local tat = tonumber(raw)
-  if tat == nil or tat ~= tat or tat == math.huge or tat == -math.huge then return nil end
-  if tokens > capacity + EPSILON then return -math.huge, '' end
-  local interval, tolerance = 1.0 / rate, capacity / rate
-  local at = tat
-  if not (tat > now) then at = now end
-  at = at + tokens * interval - tolerance
-  if not (at > now) then at = now end
-  local wait = at - now
-  if wait <= EPSILON then wait = 0.0
-  elseif wait > max_wait + EPSILON then return -wait, ''
-  end
-  if not (tokens > 0) then
-    -- Nothing committed: the state is written back as it was.
-    redis.call('SET', key, fmt(tat) .. ' ', 'PX', idle_ms(tat - now))
+-- `p1` and `p2` the code's capacity and rate as sent (no change, no slack in force).
+-- The same arithmetic as new, load, plan (plan_all), decide, commit, exact_mask and
+-- save, in that order, with no table: the decisions are the full path's to the bit.
+-- Returns the signed wait and the grant's name, or nil where `raw` is not a clean
+-- state (the full path decides then).
+do
+  -- The numbers of the parameters last sent, kept between calls of the function
+  -- library (a script's die with the call): a pure function of their text.
+  local said1, said2, capacity, interval, tolerance = nil, nil, 0.0, 0.0, 0.0
+
+  function token_bucket.quick(key, raw, p1, p2, now, tokens, max_wait)
+    if string.byte(raw, -1) ~= 32 then return nil end
+    local tat = tonumber(raw)
+    if tat == nil or tat ~= tat or tat == math.huge or tat == -math.huge then return nil end
+    if p1 ~= said1 or p2 ~= said2 then
+      local c, rate = tonumber(p1), tonumber(p2)
+      said1, said2, capacity, interval, tolerance = p1, p2, c, 1.0 / rate, c / rate
+    end
+    if tokens > capacity + EPSILON then return -math.huge, '' end
+    local at = tat
+    if not (tat > now) then at = now end
+    at = at + tokens * interval - tolerance
+    if not (at > now) then at = now end
+    local wait = at - now
+    if wait <= EPSILON then wait = 0.0
+    elseif wait > max_wait + EPSILON then return -wait, ''
+    end
+    local state = tat
+    if tokens > 0 then
+      -- (Not committed, a request of no tokens writes the state back as it was.)
+      state = at
+      if tat > at then state = tat end
+      state = state + tokens * interval
+    end
+    redis.call('SET', key, string.format('%.17g ', state), 'PX', idle_px(state - now))
+    if wait > EPSILON and math.abs(state - tolerance - (now + wait)) <= EPSILON then return wait, '1' end
     return wait, ''
   end
-  local state = at
-  if tat > at then state = tat end
-  state = state + tokens * interval
-  redis.call('SET', key, fmt(state) .. ' ', 'PX', idle_ms(state - now))
-  if wait > EPSILON and math.abs(state - tolerance - (now + wait)) <= EPSILON then return wait, '1' end
-  return wait, ''
 end
