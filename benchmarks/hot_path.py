@@ -14,7 +14,7 @@ Three figures, each a ratio to a floor measured in the same run on the same serv
 
 ::
 
-    python benchmarks/hot_path.py --redis redis://127.0.0.1:6390/0 [--calls 10000] [--rounds 3]
+    python benchmarks/hot_path.py --redis redis://127.0.0.1:6390/0 [--calls 10000] [--rounds 3] [--server-only]
 
 Point it at a Redis of its own: it resets the server's statistics between measures.
 """
@@ -167,6 +167,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=1.0, help="each client-side rate's measure")
+    parser.add_argument("--server-only", action="store_true", help="only the server's time per decision")
     args = parser.parse_args()
     admin = redis.Redis.from_url(args.redis)
     server: dict[str, list[float]] = {}
@@ -174,9 +175,13 @@ def main() -> None:
     for _ in range(args.rounds):
         for label, value in _server_round(args.redis, admin, args.calls).items():
             server.setdefault(label, []).append(value)
-        for label, value in _client_round(args.redis, admin, args.seconds).items():
-            client.setdefault(label, []).append(value)
+        if not args.server_only:
+            for label, value in _client_round(args.redis, admin, args.seconds).items():
+                client.setdefault(label, []).append(value)
     _report("Redis server time per decision (median of rounds)", server, "floor", "us")
+    if args.server_only:
+        admin.close()
+        return
     _report("Uncontended try_acquire per second through Redis", client, "empty EVALSHA", "/s")
     hot = {
         mode: _hot(args.redis, scripts, 3 * args.seconds) for mode, scripts in (("scripts", True), ("functions", False))

@@ -86,7 +86,8 @@ local now, time = clock_read(ARGV[2])
 -- without the mark, so a budget they share is decided on the full path.
 -- Keys written by hand (redis-cli) rewrite no state: a decision that also writes what
 -- the code says (KEYS[3]: a process's first, then one a minute) takes the full path,
--- so such a change is seen within a minute (see docs/operations.md).
+-- whose EXISTS finds them and drops the mark (below, `unmarked`), so such a change is
+-- followed within a minute (see `set` in docs/operating.md).
 --
 -- A grant at once is replied as the time alone (see at_once_reply in _prelude.lua).
 local raw = nil  -- the state as the quick or lean path read it (false: none)
@@ -124,10 +125,26 @@ local holes = KEYS[1] .. ':holes'
 -- slack: most decisions find none of them, which one EXISTS tells for less than
 -- reading any one. A process with a slack of its own keeps the record itself, so it
 -- reads it and asks only after the others.
+-- An algorithm with a key of its own that is absent almost always (`ALG.beside`, the
+-- window log's caps) has it asked after in the same EXISTS: found none, `load` is told
+-- so (raw = false) and reads nothing more.
 local beside = 1
 if KEYS[2] then
-  if slack > 0 then beside = redis.call('EXISTS', KEYS[2], holes)
+  local own = ALG.beside and KEYS[1] .. ALG.beside
+  if slack > 0 then
+    if own then beside = redis.call('EXISTS', KEYS[2], holes, own)
+    else beside = redis.call('EXISTS', KEYS[2], holes) end
+  elseif own then beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes, own)
   else beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes) end
+  if beside == 0 and own then raw = false end
+end
+-- Something beside a clean state (a change or a record written by hand, see the quick
+-- path): the state loses its mark here, so that every process takes the full path
+-- from now on. (Not by the ops that only read: they write nothing.)
+if beside > 0 and ALG.unmarked and op ~= 'peek' and op ~= 'wait' then
+  if raw == nil then raw = redis.call('GET', KEYS[1]) end
+  local plain = raw and ALG.unmarked(raw)
+  if plain then redis.call('SET', KEYS[1], plain, 'KEEPTTL') end
 end
 local recorded = {false, false}
 if beside > 0 or slack > 0 then recorded = redis.call('HMGET', fleet_slack, 'slack', 'until') end
@@ -140,21 +157,39 @@ local prior = 0.0
 if recorded_slack and now < recorded_until then prior = recorded_slack end
 
 -- The lean path: a reserve that the EXISTS found alone with its state, under the
--- slack its state was decided with, goes to the algorithm's `lean` (the sliding window
--- counter's), which decides as the full path below does, with none of its tables and
--- closures; then the slack is recorded as `keep_slack` records it.
-if ALG.lean and beside == 0 and op == 'reserve' and not KEYS[3]
+-- slack its state was decided with, is decided as the full path below decides it,
+-- without defining its closures: by the algorithm's `lean` where it has one (the
+-- sliding window counter's, with none of its tables either), else by reserve_members;
+-- then the slack is recorded as `keep_slack` records it.
+if beside == 0 and op == 'reserve' and not KEYS[3]
     and not (prior > slack + EPSILON) and not (slack > prior + EPSILON) then
   local max_wait = math.huge
   if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
-  local wait, mask, idle = ALG.lean(ALG.new(KEYS[1], code1, code2), now, tokens, max_wait)
+  local self = ALG.new(KEYS[1], code1, code2)
+  local wait, mask, idle
+  if ALG.lean then
+    wait, mask, idle = ALG.lean(self, now, tokens, max_wait)
+    if not wait then raw = mask end  -- the state as read, for `load`
+  else
+    -- The full path's reserve (below) with none of its closures: no change is in
+    -- force, no holes are there, and the slack is the state's.
+    wait, mask = -math.huge, ''
+    local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self, raw)}
+    local changed = false
+    if not (tokens > code1 + EPSILON) then
+      wait, changed, mask = reserve_members({member}, holes, now, max_wait, true)
+    end
+    if changed or dirty(member.state) then
+      ALG.save(self, member.state, now, slack == 0)
+      idle = ALG.idle_until(self, member.state)
+    end
+  end
   if wait then
     if idle and slack > 0 then record_slack(fleet_slack, slack, idle, now, recorded_slack, recorded_until) end
     tally_one(top_base, now, wait)
     if wait == 0 and mask == '' then return at_once_reply(time, ARGV[2]) end
     return {fmt_wait(wait), fmt(now + wait), mask}
   end
-  raw = mask  -- the state as read, for `load`
 end
 
 if prior > slack + EPSILON then

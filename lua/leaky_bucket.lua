@@ -139,6 +139,14 @@ function leaky_bucket.idle_until(self, state)
   return state[1]
 end
 
+-- See token_bucket.unmarked.
+function leaky_bucket.unmarked(raw)
+  local d, l = string.match(raw, '^(%S+) (%S+)$')
+  if l == nil or not leaky_is_clean(l) then return nil end
+  if string.byte(l, 1) == 45 then return d .. ' -' .. string.sub(l, 3) end
+  return d .. ' ' .. string.sub(l, 2)
+end
+
 -- The quick path of a reserve (see _single.lua and token_bucket.quick): the same
 -- arithmetic as new, load, plan (plan_all), decide, commit and save, with no table.
 -- Returns the signed wait and the grant's name (never one: no `room`), or nil where

@@ -96,8 +96,13 @@ do
     return fmt(s) .. '|' .. fmt(w)
   end
 
-  function sliding_window.load(self)
+  -- The caps' key, which the driver asks after with its EXISTS (see _single.lua).
+  sliding_window.beside = ':caps'
+
+  -- `known`: false where the driver found no caps key (nothing to read).
+  function sliding_window.load(self, known)
     local caps = {}
+    if known == false then return {caps = caps} end
     local raw = redis.call('GET', self.caps)
     if raw then
       local xs = {}

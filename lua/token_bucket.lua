@@ -131,6 +131,13 @@ end
 -- save, in that order, with no table: the decisions are the full path's to the bit.
 -- Returns the signed wait and the grant's name, or nil where `raw` is not a clean
 -- state (the full path decides then).
+-- A clean state's text written again without the mark, its TTL kept (see the quick
+-- path in _single.lua: the full path found something beside it); nil if not clean.
+function token_bucket.unmarked(raw)
+  if string.byte(raw, -1) ~= 32 then return nil end
+  return string.sub(raw, 1, -2)
+end
+
 do
   -- The numbers of the parameters last sent, kept between calls of the function
   -- library (a script's die with the call): a pure function of their text.
