@@ -169,7 +169,7 @@ if beside == 0 and op == 'reserve' and not KEYS[3]
   local wait, mask, idle
   if ALG.lean then
     wait, mask, idle = ALG.lean(self, now, tokens, max_wait)
-    if not wait then raw = mask end  -- the state as read, for `load`
+    -- (Nothing: the state is one the full path reads again, and decides.)
   else
     -- The full path's reserve (below) with none of its closures: no change is in
     -- force, no holes are there, and the slack is the state's.

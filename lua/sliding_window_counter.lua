@@ -324,18 +324,30 @@ do
   -- limit, no slack to lay the state out for): load, plan (plan_all), decide, commit
   -- and save as the full path does them, in that order, with no table but the reply
   -- and reading only the sub-windows it counts (a count is read as load reads it).
-  -- Returns the signed wait, the grant's name ('' : none is named here, a grant at
-  -- once) and the idle time of the state saved (nil: nothing saved); or nothing where
-  -- the state is not one it can place (missing, `last` or `total` unreadable), which
-  -- the full path decides with `v`, the state as read.
+  -- Returns the signed wait, the grant's name ('' : none is named here) and the idle
+  -- time of the state saved (nil: nothing saved); or nothing where the state is not
+  -- one it can place (missing, `last` or `total` unreadable): the full path decides.
   function sliding_window_counter.lean(self, now, tokens, max_wait)
-    local v = redis.call('HMGET', self.key, unpack(FIELDS, 1, self.ring + 2))
-    local last, total = counter_field(v[1], nil), counter_field(v[2], nil)
-    if last == nil or total == nil or total < 0 then return nil, v end
-    if tokens > self.limit + EPSILON then return -math.huge, '' end
     local width, m, ring = self.width, self.subs, self.ring
+    -- A busy window's decision counts one sub-window: now's, where the grant goes and
+    -- which is the one that ages out when the latest grant was in the sub-window
+    -- before (the ring has one more than the window). So that one is read with `last`
+    -- and `total`, and every field only where another is counted (a window full, a
+    -- state idle for a while).
+    local here = slot(self, math.floor(now / width))
+    local v = redis.call('HMGET', self.key, 'last', 'total', FIELDS[here + 2])
+    local last, total = counter_field(v[1], nil), counter_field(v[2], nil)
+    if last == nil or total == nil or total < 0 then return nil end
+    if tokens > self.limit + EPSILON then return -math.huge, '' end
+    local all = nil
     local function count(s)
-      local c = counter_field(v[slot(self, s) + 2], 0.0)
+      local i = slot(self, s)
+      local c
+      if i == here then c = counter_field(v[3], 0.0)
+      else
+        if all == nil then all = redis.call('HMGET', self.key, unpack(FIELDS, 1, ring + 2)) end
+        c = counter_field(all[i + 2], 0.0)
+      end
       if c < 0 then return 0.0 end
       return c
     end

@@ -80,11 +80,11 @@ def client(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 @pytest.mark.parametrize("kind", list(ALGORITHMS))
 @pytest.mark.parametrize(("first", "second"), [(3.0, 1.0), (5.0, 2.5), (4.0, 0.3)])
-@pytest.mark.parametrize("named", [False, True], ids=["bare", "named"])
+@pytest.mark.parametrize("with_name", [False, True], ids=["bare", "named"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=requests)
 def test_script_matches_pure_step(
-    client: redis.Redis, kind: str, first: float, second: float, named: bool, scenario: list[Request]
+    client: redis.Redis, kind: str, first: float, second: float, with_name: bool, scenario: list[Request]
 ) -> None:
     alg: Algorithm[Any] = ALGORITHMS[kind](first, second)
     now = FixedTime()
@@ -93,8 +93,8 @@ def test_script_matches_pure_step(
     # a bucket's reserves take the quick path of lua/_single.lua while nothing is beside
     # the state, and the full path from a give-back or a restriction on; bare (the
     # script driven with its state key alone), always the full path.
-    name = unique_name()
-    handle = RedisHandle(RedisBackend(client), alg, key_for(name, kind), now, None, name if named else None)
+    limiter = unique_name()
+    handle = RedisHandle(RedisBackend(client), alg, key_for(limiter, kind), now, None, limiter if with_name else None)
     states: list[Any] = [alg.new_state()]
     holes = Holes()
     pending: list[tuple[float, float]] = []
