@@ -22,18 +22,13 @@ local function op_of(text)
   return text, true
 end
 
--- The field names, written out: building 'w' .. i at every call costs more than the
--- HINCRBY (and a script, which defines all this at each call, would build them all).
-local WAIT_FIELDS = {'w1', 'w2', 'w3', 'w4', 'w5', 'w6', 'w7', 'w8', 'w9', 'w10', 'w11', 'w12', 'w13', 'w14',
-                     'w15', 'w16', 'w17'}
-
 local function wait_field(wait)
-  -- Most grants go at once (0): the first bound, with no loop.
+  -- Most grants go at once (0): the first bound's field, with no loop and no name built.
   if wait <= EPSILON then return 'w1' end
   for i = 2, #WAIT_BOUNDS do
-    if wait <= WAIT_BOUNDS[i] + EPSILON then return WAIT_FIELDS[i] end
+    if wait <= WAIT_BOUNDS[i] + EPSILON then return 'w' .. i end
   end
-  return WAIT_FIELDS[#WAIT_BOUNDS + 1]
+  return 'w' .. (#WAIT_BOUNDS + 1)
 end
 
 -- The key of the last second counted, kept between calls of the function library
