@@ -100,7 +100,7 @@ local function idle_px(seconds)
 end
 
 local function expire_after(key, seconds)
-  redis.call('PEXPIRE', key, idle_ms(seconds))
+  redis.call('PEXPIRE', key, idle_px(seconds))
 end
 
 -- The fleet's slack record (see `fleet_slack` in _single.lua) after a decision with a

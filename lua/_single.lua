@@ -83,11 +83,14 @@ local now, time = clock_read(ARGV[2])
 -- missing state (fresh, expired, evicted) or one not clean takes the full path, which
 -- writes it clean again when the EXISTS finds nothing. A side key outliving the state
 -- meets a missing state: the full path. Releases before this one write states
--- without the mark, so a budget they share is decided on the full path.
--- Keys written by hand (redis-cli) rewrite no state: a decision that also writes what
--- the code says (KEYS[3]: a process's first, then one a minute) takes the full path,
--- whose EXISTS finds them and drops the mark (below, `unmarked`), so such a change is
--- followed within a minute (see `set` in docs/operating.md).
+-- without the mark (so a budget they share is decided on the full path), and read a
+-- clean state's numbers as they are (the marks are chosen so).
+-- Keys written by hand (redis-cli) rewrite no state, nor does `set` for a name whose
+-- code is unknown (ratelimit/_stores/config.py then writes the change itself: no
+-- process has decided for a day): a decision that also writes what the code says
+-- (KEYS[3]: a process's first, then one a minute) takes the full path, whose EXISTS
+-- finds them and drops the mark (below, `unmarked`), so such a change is followed
+-- within a minute (see `set` in docs/operating.md).
 --
 -- A grant at once is replied as the time alone (see at_once_reply in _prelude.lua).
 local raw = nil  -- the state as the quick or lean path read it (false: none)

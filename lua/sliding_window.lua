@@ -246,7 +246,8 @@ do
         -- Later than every entry: the newest one now, and the oldest is still the
         -- oldest (unless this member's text was the oldest's, which ZADD moves).
         local m = member(total, tokens)
-        redis.call('ZADD', self.key, fmt(at), m)
+        -- (The score as a number: redis.call writes it out exactly, for no format here.)
+        redis.call('ZADD', self.key, at, m)
         local first = state.first
         if first and first[4] == m then first = nil end
         written(state)
