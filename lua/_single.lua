@@ -172,7 +172,8 @@ if beside == 0 and op == 'reserve' and not KEYS[3]
   local wait, mask, idle
   if ALG.lean then
     wait, mask, idle = ALG.lean(self, now, tokens, max_wait)
-    -- (Nothing: the state is one the full path reads again, and decides.)
+    -- Nothing: the full path decides, on what the lean path read where it says so.
+    if not wait and mask ~= nil then raw = mask end
   else
     -- The full path's reserve (below) with none of its closures: no change is in
     -- force, no holes are there, and the slack is the state's.
