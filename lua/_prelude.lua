@@ -90,17 +90,8 @@ local function idle_ms(seconds)
   return string.format('%d', ms)
 end
 
--- idle_ms as a number, which redis.call sends as its digits (%.17g writes every
--- integer below 1e17 out), for no string.format in Lua.
-local function idle_px(seconds)
-  local ms = math.ceil((seconds + 1) * 1000)
-  if ms < 1000 then return 1000 end
-  if not (ms < MAX_IDLE_MS) then return MAX_IDLE_MS end
-  return ms
-end
-
 local function expire_after(key, seconds)
-  redis.call('PEXPIRE', key, idle_px(seconds))
+  redis.call('PEXPIRE', key, idle_ms(seconds))
 end
 
 -- The fleet's slack record (see `fleet_slack` in _single.lua) after a decision with a

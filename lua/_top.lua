@@ -58,7 +58,8 @@ local function tally_one(base, now, wait)
   local key = top_key(base, now)
   local field = 'r'
   if wait >= 0 then field = wait_field(wait) end
-  if redis.call('HINCRBY', key, field, 1) == 1 then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
+  -- ('1' as text: a number is written out with %.17g on the server's side, dearer.)
+  if redis.call('HINCRBY', key, field, '1') == 1 then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
 end
 
 -- `waits`: the signed waits decided (< 0 refused); `leased`, `pauses`: counts.
@@ -88,5 +89,5 @@ end
 local function tally_withdrawn(base, now)
   if base == nil then return end
   local key = top_key(base, now)
-  if redis.call('HINCRBY', key, 'c', 1) == 1 then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
+  if redis.call('HINCRBY', key, 'c', '1') == 1 then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
 end

@@ -188,7 +188,7 @@ do
     local text
     if latest < 0 or (latest == 0 and 1 / latest < 0) then text = string.format('%.17g -0%.17g', drained, -latest)
     else text = string.format('%.17g 0%.17g', drained, latest) end
-    redis.call('SET', key, text, 'PX', idle_px(drained - now))
+    redis.call('SET', key, text, 'PX', idle_ms(drained - now))
     return wait, ''
   end
 end

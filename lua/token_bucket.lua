@@ -167,7 +167,7 @@ do
       if tat > at then state = tat end
       state = state + tokens * interval
     end
-    redis.call('SET', key, string.format('%.17g ', state), 'PX', idle_px(state - now))
+    redis.call('SET', key, string.format('%.17g ', state), 'PX', idle_ms(state - now))
     if wait > EPSILON and math.abs(state - tolerance - (now + wait)) <= EPSILON then return wait, '1' end
     return wait, ''
   end
