@@ -18,6 +18,24 @@ local function clock(arg)
   return tonumber(arg)
 end
 
+-- clock(), and the TIME reply it read (nil: the time was given).
+local function clock_read(arg)
+  if arg == nil or arg == '' then
+    local t = redis.call('TIME')
+    return tonumber(t[1]) + tonumber(t[2]) / 1000000, t
+  end
+  return tonumber(arg), nil
+end
+
+-- A grant at once, replied as the time alone, in text the client reads back to the
+-- same double for no string.format here (about 0.4 us): "<seconds> <microseconds>" of
+-- the TIME reply `t` (read as clock reads it), or `arg`, the time as the client sent
+-- it. See at_once in ratelimit/_stores/redis_replies.py.
+local function at_once_reply(t, arg)
+  if t then return t[1] .. ' ' .. t[2] end
+  return arg
+end
+
 -- The decision of step() in ratelimit/_algorithms/algorithm.py, from a plan's admit and grant
 -- times: the signed wait (>= 0 granted after it; < 0 refused, -wait was needed).
 local function decide(admit_at, at, now, max_wait)
@@ -74,4 +92,18 @@ end
 
 local function expire_after(key, seconds)
   redis.call('PEXPIRE', key, idle_ms(seconds))
+end
+
+-- The fleet's slack record (see `fleet_slack` in _single.lua) after a decision with a
+-- slack in force: recorded until the state has been idle (from `idle`) for that
+-- slack, written ahead by as much again so that a busy budget rewrites it about once
+-- per slack, not at every decision. Returns the record as it now stands.
+local function record_slack(key, slack, idle, now, recorded_slack, recorded_until)
+  if idle < now then idle = now end
+  local needed = idle + slack
+  if recorded_slack == slack and recorded_until >= needed then return recorded_slack, recorded_until end
+  local untl = needed + slack
+  redis.call('HSET', key, 'slack', fmt(slack), 'until', fmt(untl))
+  expire_after(key, untl - now)
+  return slack, untl
 end

@@ -38,7 +38,10 @@
 -- Returns, as strings (seconds, %.17g):
 --   reserve: {signed_wait, at, mask}: signed_wait >= 0 granted after that wait, at
 --            store time `at`; < 0 refused, nothing recorded, -signed_wait is the wait
---            needed; mask '1' names a grant whose slot is known (see exact_mask), '' not
+--            needed; mask '1' names a grant whose slot is known (see exact_mask), '' not.
+--            The quick and lean paths reply a grant at once (wait 0, no name) as one
+--            string, the time it was granted at: "<seconds> <microseconds>" of the
+--            server's TIME, or ARGV[2] as sent (see at_once_reply in _prelude.lua)
 --   charge: {now, name}: the time a refund names the charge by (its slot's end less
 --            the tolerance: see give_back_members), '' where it has none
 --   refund, restrict, configure: {now}
@@ -57,10 +60,58 @@
 -- How long what the code says stays readable once no process has decided (a day).
 local CODE_KEPT_MS = '86400000'
 
+local now, time = clock_read(ARGV[2])
+
+-- The quick path. Most decisions are a reserve whose state is all there is: no change
+-- (KEYS[2]), no holes nor pause (<base>:holes), no slack record (<base>:slack). The
+-- full path learns that with an EXISTS, and decides through the tables and closures
+-- below; the quick path reads the state alone and decides with the algorithm's
+-- `quick`, the same arithmetic with none of them (so the same decisions, to the bit).
+--
+-- Its invariant: a state written "clean" (a mark in its text, see each algorithm's
+-- file) was written by a reserve that found none of those keys beside it and made
+-- none, and every later writer of one of them rewrote or deleted the state in the
+-- same call, without the mark:
+--   configure         `switch` saves the state moved to the new limit
+--   refund, batch     a give-back (holes, withdrawals) saves the state
+--   restrict          (a restriction, a pause) saves the state
+--   charge            saves the state (and only ever deletes holes)
+--   a slack record    written by `keep_slack`, right after a save, and only by a
+--                     process keeping a slack, which never takes the quick path
+--   reset             deletes the state
+-- So a clean state proves that nothing is beside it, and the EXISTS is skipped. A
+-- missing state (fresh, expired, evicted) or one not clean takes the full path, which
+-- writes it clean again when the EXISTS finds nothing. A side key outliving the state
+-- meets a missing state: the full path. Releases before this one write states
+-- without the mark (so a budget they share is decided on the full path), and read a
+-- clean state's numbers as they are (the marks are chosen so).
+-- Keys written by hand (redis-cli) rewrite no state, nor does `set` for a name whose
+-- code is unknown (ratelimit/_stores/config.py then writes the change itself: no
+-- process has decided for a day): a decision that also writes what the code says
+-- (KEYS[3]: a process's first, then one a minute) takes the full path, whose EXISTS
+-- finds them and drops the mark (below, `unmarked`), so such a change is followed
+-- within a minute (see `set` in docs/operating.md).
+--
+-- A grant at once is replied as the time alone (see at_once_reply in _prelude.lua).
+local raw = nil  -- the state as the quick or lean path read it (false: none)
+if ALG.quick and KEYS[2] and not KEYS[3] and (ARGV[1] == 'reserve' or ARGV[1] == '~reserve')
+    and (ARGV[7] == '0.0' or ARGV[7] == '0') then
+  raw = redis.call('GET', KEYS[1])
+  if raw then
+    local max_wait = math.huge
+    if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
+    local wait, mask = ALG.quick(KEYS[1], raw, ARGV[5], ARGV[6], now, tonumber(ARGV[3]), max_wait)
+    if wait then
+      if ARGV[1] == 'reserve' then tally_one(KEYS[1], now, wait) end
+      if wait == 0 and mask == '' then return at_once_reply(time, ARGV[2]) end
+      return {fmt_wait(wait), fmt(now + wait), mask}
+    end
+  end
+end
+
 local op, counted = op_of(ARGV[1])
 local top_base = nil
 if counted then top_base = KEYS[1] end
-local now = clock(ARGV[2])
 local tokens = tonumber(ARGV[3])
 local code1, code2, slack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 
@@ -77,10 +128,26 @@ local holes = KEYS[1] .. ':holes'
 -- slack: most decisions find none of them, which one EXISTS tells for less than
 -- reading any one. A process with a slack of its own keeps the record itself, so it
 -- reads it and asks only after the others.
+-- An algorithm with a key of its own that is absent almost always (`ALG.beside`, the
+-- window log's caps) has it asked after in the same EXISTS: found none, `load` is told
+-- so (raw = false) and reads nothing more.
 local beside = 1
 if KEYS[2] then
-  if slack > 0 then beside = redis.call('EXISTS', KEYS[2], holes)
+  local own = ALG.beside and KEYS[1] .. ALG.beside
+  if slack > 0 then
+    if own then beside = redis.call('EXISTS', KEYS[2], holes, own)
+    else beside = redis.call('EXISTS', KEYS[2], holes) end
+  elseif own then beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes, own)
   else beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes) end
+  if beside == 0 and own then raw = false end
+end
+-- Something beside a clean state (a change or a record written by hand, see the quick
+-- path): the state loses its mark here, so that every process takes the full path
+-- from now on. (Not by the ops that only read: they write nothing.)
+if beside > 0 and ALG.unmarked and op ~= 'peek' and op ~= 'wait' then
+  if raw == nil then raw = redis.call('GET', KEYS[1]) end
+  local plain = raw and ALG.unmarked(raw)
+  if plain then redis.call('SET', KEYS[1], plain, 'KEEPTTL') end
 end
 local recorded = {false, false}
 if beside > 0 or slack > 0 then recorded = redis.call('HMGET', fleet_slack, 'slack', 'until') end
@@ -91,6 +158,44 @@ if recorded_slack and not (recorded_slack > 0 and recorded_slack <= 2e9) then re
 -- The slack the saved state was decided with: the one recorded, or none.
 local prior = 0.0
 if recorded_slack and now < recorded_until then prior = recorded_slack end
+
+-- The lean path: a reserve that the EXISTS found alone with its state, under the
+-- slack its state was decided with, is decided as the full path below decides it,
+-- without defining its closures: by the algorithm's `lean` where it has one (the
+-- sliding window counter's, with none of its tables either), else by reserve_members;
+-- then the slack is recorded as `keep_slack` records it.
+if beside == 0 and op == 'reserve' and not KEYS[3]
+    and not (prior > slack + EPSILON) and not (slack > prior + EPSILON) then
+  local max_wait = math.huge
+  if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
+  local self = ALG.new(KEYS[1], code1, code2)
+  local wait, mask, idle
+  if ALG.lean then
+    wait, mask, idle = ALG.lean(self, now, tokens, max_wait)
+    -- Nothing: the full path decides, on what the lean path read where it says so.
+    if not wait and mask ~= nil then raw = mask end
+  else
+    -- The full path's reserve (below) with none of its closures: no change is in
+    -- force, no holes are there, and the slack is the state's.
+    wait, mask = -math.huge, ''
+    local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self, raw)}
+    local changed = false
+    if not (tokens > code1 + EPSILON) then
+      wait, changed, mask = reserve_members({member}, holes, now, max_wait, true)
+    end
+    if changed or dirty(member.state) then
+      ALG.save(self, member.state, now, slack == 0)
+      idle = ALG.idle_until(self, member.state)
+    end
+  end
+  if wait then
+    if idle and slack > 0 then record_slack(fleet_slack, slack, idle, now, recorded_slack, recorded_until) end
+    tally_one(top_base, now, wait)
+    if wait == 0 and mask == '' then return at_once_reply(time, ARGV[2]) end
+    return {fmt_wait(wait), fmt(now + wait), mask}
+  end
+end
+
 if prior > slack + EPSILON then
   code1, code2 = ALG.guarded(code1, code2, prior - slack)
   slack = prior
@@ -108,7 +213,8 @@ local function switch(from, to)
   if not ALG.rescale then return end
   local before = ALG.new(KEYS[1], effective(from))
   local after = ALG.new(KEYS[1], effective(to))
-  ALG.save(after, ALG.rescale(before, after, ALG.load(before), now), now)
+  ALG.save(after, ALG.rescale(before, after, ALG.load(before, raw), now), now)
+  raw = nil  -- written since
 end
 
 local change = nil
@@ -165,7 +271,7 @@ local self = ALG.new(KEYS[1], p1, p2)
 local function too_big(t)
   return t > p1 + EPSILON
 end
-local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self)}
+local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self, raw)}
 -- Holes are made only by give-backs and restrictions, never by a reserve: none found
 -- before this call's first one, none are there for any reserve of it that follows.
 local no_holes = beside == 0
@@ -175,14 +281,8 @@ local no_holes = beside == 0
 -- once per slack, not at every decision.
 local function keep_slack(state)
   if not (slack > 0) then return end
-  local idle = ALG.idle_until(self, state)
-  if idle < now then idle = now end
-  local needed = idle + slack
-  if recorded_slack == slack and recorded_until >= needed then return end
-  local untl = needed + slack
-  redis.call('HSET', fleet_slack, 'slack', fmt(slack), 'until', fmt(untl))
-  expire_after(fleet_slack, untl - now)
-  recorded_slack, recorded_until = slack, untl
+  recorded_slack, recorded_until = record_slack(fleet_slack, slack, ALG.idle_until(self, state), now,
+                                                recorded_slack, recorded_until)
 end
 
 -- A process keeping more slack than the state was decided with: a window counter cuts
@@ -203,7 +303,9 @@ if op == 'reserve' then
   local wait, changed, mask = -math.huge, false, ''
   if not too_big(tokens) then wait, changed, mask = reserve_members({member}, holes, now, max_wait, no_holes) end
   if changed or dirty(member.state) then
-    ALG.save(self, member.state, now)
+    -- Clean (see the quick path) when nothing was found beside the state: no change,
+    -- no holes, and no slack record, which the EXISTS asked after where none is kept.
+    ALG.save(self, member.state, now, no_holes and slack == 0)
     keep_slack(member.state)
   end
   tally_one(top_base, now, wait)

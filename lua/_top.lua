@@ -23,14 +23,27 @@ local function op_of(text)
 end
 
 local function wait_field(wait)
-  for i, bound in ipairs(WAIT_BOUNDS) do
-    if wait <= bound + EPSILON then return 'w' .. i end
+  -- Most grants go at once (0): the first bound's field, with no loop and no name built.
+  if wait <= EPSILON then return 'w1' end
+  for i = 2, #WAIT_BOUNDS do
+    if wait <= WAIT_BOUNDS[i] + EPSILON then return 'w' .. i end
   end
   return 'w' .. (#WAIT_BOUNDS + 1)
 end
 
+-- The key of the last second counted, kept between calls of the function library
+-- (a library's locals live as long as it is loaded; a script's die with the call, so
+-- a script builds it each time): a hot limiter counts into one key for a second, and
+-- string.format is paid once a second, not at each decision. Only the key's name is
+-- kept, never a count; a different base or second builds it again.
+local last_base, last_second, last_key = nil, nil, nil
+
 local function top_key(base, now)
-  return base .. ':top:' .. string.format('%d', math.floor(now))
+  local second = math.floor(now)
+  if second == last_second and base == last_base then return last_key end
+  last_key = base .. ':top:' .. string.format('%d', second)
+  last_base, last_second = base, second
+  return last_key
 end
 
 -- The counters' base of a limiter with several keys: its name's prefix and `what`.
@@ -45,7 +58,8 @@ local function tally_one(base, now, wait)
   local key = top_key(base, now)
   local field = 'r'
   if wait >= 0 then field = wait_field(wait) end
-  if redis.call('HINCRBY', key, field, 1) == 1 then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
+  -- ('1' as text: a number is written out with %.17g on the server's side, dearer.)
+  if redis.call('HINCRBY', key, field, '1') == 1 then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
 end
 
 -- `waits`: the signed waits decided (< 0 refused); `leased`, `pauses`: counts.
@@ -75,5 +89,5 @@ end
 local function tally_withdrawn(base, now)
   if base == nil then return end
   local key = top_key(base, now)
-  if redis.call('HINCRBY', key, 'c', 1) == 1 then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
+  if redis.call('HINCRBY', key, 'c', '1') == 1 then redis.call('PEXPIRE', key, TOP_KEPT_MS) end
 end

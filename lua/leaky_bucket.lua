@@ -1,7 +1,10 @@
 -- ratelimit: leaky bucket as a queue. Mirrors ratelimit/_algorithms/leaky_bucket.py.
 --
 -- State: one string key <base> holding "<drained_at> <latest>": when the bucket will
--- have drained, and when the latest grant started leaking.
+-- have drained, and when the latest grant started leaking. A "clean" state (see the
+-- quick path in _single.lua: written by a reserve that found nothing beside it) has
+-- a 0 before the digits of <latest> ("-0" for a negative one): %.17g never writes a
+-- 0 followed by a digit, and tonumber reads it alike, so every release reads both.
 -- Params: capacity (tokens the bucket holds), rate (tokens leaked per second).
 
 local leaky_bucket = {}
@@ -32,8 +35,10 @@ end
 
 -- A missing key (expired, evicted) or one that is not two finite numbers is an
 -- empty bucket: lost grants are forgotten, never an error or a queue stuck for ever.
-function leaky_bucket.load(self)
-  local value = redis.call('GET', self.key)
+-- `raw`: the key's text where the driver has read it already (false: missing).
+function leaky_bucket.load(self, raw)
+  local value = raw
+  if value == nil then value = redis.call('GET', self.key) end
   if not value then return {-math.huge, -math.huge} end
   local drained, latest = string.match(value, '^(%S+) (%S+)$')
   drained, latest = tonumber(drained), tonumber(latest)
@@ -82,9 +87,29 @@ function leaky_bucket.restrict(self, state, now, remaining, untl)
   return {target, latest}
 end
 
-function leaky_bucket.save(self, state, now)
+-- <latest> of a clean state (see the top of this file); a number %.17g does not
+-- write with a digit first (inf, nan) stays as it is, which is not clean.
+local function leaky_clean(text)
+  local first = string.byte(text, 1)
+  if first == 45 then return '-0' .. string.sub(text, 2) end
+  return '0' .. text
+end
+
+-- Whether <latest>'s text is a clean state's: a 0 and a digit, after a '-' if any.
+local function leaky_is_clean(text)
+  local a, b, c = string.byte(text, 1, 3)
+  if a == 45 then a, b = b, c end
+  return a == 48 and b ~= nil and b >= 48 and b <= 57
+end
+
+-- `clean`: marked as written by a reserve that found nothing beside the state.
+function leaky_bucket.save(self, state, now, clean)
   if state[1] == -math.huge then return end
-  redis.call('SET', self.key, fmt(state[1]) .. ' ' .. fmt(state[2]), 'PX', idle_ms(state[1] - now))
+  local latest = fmt(state[2])
+  if clean and state[2] == state[2] and state[2] ~= math.huge and state[2] ~= -math.huge then
+    latest = leaky_clean(latest)
+  end
+  redis.call('SET', self.key, fmt(state[1]) .. ' ' .. latest, 'PX', idle_ms(state[1] - now))
 end
 
 -- See LeakyQueue.tail / LeakyQueue.cancel: the last grant is the one whose tokens
@@ -112,4 +137,58 @@ end
 -- See LeakyQueue.idle_until: an empty queue from when it drains.
 function leaky_bucket.idle_until(self, state)
   return state[1]
+end
+
+-- See token_bucket.unmarked.
+function leaky_bucket.unmarked(raw)
+  local d, l = string.match(raw, '^(%S+) (%S+)$')
+  if l == nil or not leaky_is_clean(l) then return nil end
+  if string.byte(l, 1) == 45 then return d .. ' -' .. string.sub(l, 3) end
+  return d .. ' ' .. string.sub(l, 2)
+end
+
+-- The quick path of a reserve (see _single.lua and token_bucket.quick): the same
+-- arithmetic as new, load, plan (plan_all), decide, commit and save, with no table.
+-- Returns the signed wait and the grant's name (never one: no `room`), or nil where
+-- `raw` is not a clean state.
+do
+  local said1, said2, capacity, rate, interval = nil, nil, 0.0, 0.0, 0.0
+
+  function leaky_bucket.quick(key, raw, p1, p2, now, tokens, max_wait)
+    local d, l = string.match(raw, '^(%S+) (%S+)$')
+    if l == nil or not leaky_is_clean(l) then return nil end
+    local drained, latest = tonumber(d), tonumber(l)
+    if drained == nil or latest == nil or drained ~= drained or latest ~= latest
+        or drained == math.huge or latest == math.huge or drained == -math.huge or latest == -math.huge then
+      return nil
+    end
+    if p1 ~= said1 or p2 ~= said2 then
+      said1, said2, capacity, rate = p1, p2, tonumber(p1), tonumber(p2)
+      interval = 1.0 / rate
+    end
+    if tokens > capacity + EPSILON then return -math.huge, '' end
+    local admit_at, at = now, now
+    if tokens > 0 then
+      local start = now
+      if drained > now then start = drained end
+      local overflow = (start - now) * rate + tokens - capacity
+      if overflow > EPSILON then
+        local admit = now + overflow * interval
+        if admit > admit_at then admit_at = admit end
+      end
+      if start > at then at = start end
+    end
+    local wait = decide(admit_at, at, now, max_wait)
+    if wait < 0 then return wait, '' end
+    if tokens > 0 then
+      local start = at
+      if drained > at then start = drained end
+      drained, latest = start + tokens * interval, start
+    end
+    local text
+    if latest < 0 or (latest == 0 and 1 / latest < 0) then text = string.format('%.17g -0%.17g', drained, -latest)
+    else text = string.format('%.17g 0%.17g', drained, latest) end
+    redis.call('SET', key, text, 'PX', idle_ms(drained - now))
+    return wait, ''
+  end
 end

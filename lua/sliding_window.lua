@@ -96,8 +96,18 @@ do
     return fmt(s) .. '|' .. fmt(w)
   end
 
-  function sliding_window.load(self)
+  -- The caps' key, which the driver asks after with its EXISTS (see _single.lua).
+  sliding_window.beside = ':caps'
+
+  -- `known`: false where the driver found no caps key (nothing to read); a table
+  -- {first, last, dirty} where the lean path found no caps and read those entries
+  -- (after its prune, if it made one: then dirty).
+  function sliding_window.load(self, known)
     local caps = {}
+    if known == false then return {caps = caps} end
+    if type(known) == 'table' then
+      return {caps = caps, first = known.first, last = known.last, dirty = known.dirty or nil}
+    end
     local raw = redis.call('GET', self.caps)
     if raw then
       local xs = {}
@@ -241,7 +251,8 @@ do
         -- Later than every entry: the newest one now, and the oldest is still the
         -- oldest (unless this member's text was the oldest's, which ZADD moves).
         local m = member(total, tokens)
-        redis.call('ZADD', self.key, fmt(at), m)
+        -- (The score as a number: redis.call writes it out exactly, for no format here.)
+        redis.call('ZADD', self.key, at, m)
         local first = state.first
         if first and first[4] == m then first = nil end
         written(state)
@@ -375,5 +386,70 @@ do
     if not state.dirty then return end
     local last = edge(self, state, -1)
     if last ~= nil then expire_after(self.key, last[1] + self.window - now) end
+  end
+
+  -- The lean path of a reserve (see _single.lua: no caps, no holes, no change, the
+  -- state's slack): plan (prune, the oldest and the newest entry), decide, commit and
+  -- save as the full path does them, in that order, with no table. Returns the signed
+  -- wait, the grant's name ('': none is named) and the state's idle time where the
+  -- full path would keep the slack record (nil: it would not); or nil and the entries
+  -- read ({first, last}, for `load`) where the window is full (the search on the
+  -- sums is the full path's) or an entry is not ours.
+  function sliding_window.lean(self, now, tokens, max_wait)
+    if tokens > self.limit + EPSILON then return -math.huge, '' end
+    local key, window = self.key, self.window
+    local cutoff = now - window
+    local pruned = false
+    local got = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if #got > 0 and not (tonumber(got[2]) > cutoff) then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(cutoff))
+      pruned = true
+      got = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    end
+    local at = now
+    local lt, ls, lw, lm = nil, nil, nil, nil  -- the newest entry: time, sum, weight, member
+    if #got > 0 then
+      local fs, fw = string.match(got[1], '^([^|]+)|(.+)$')
+      fs, fw = tonumber(fs), tonumber(fw)
+      local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      if #newest == 0 then return nil end
+      local s, w = string.match(newest[1], '^([^|]+)|(.+)$')
+      s, w = tonumber(s), tonumber(w)
+      if fs == nil or fw == nil or s == nil or w == nil then return nil end  -- not ours
+      lt, ls, lw, lm = tonumber(newest[2]), s, w, newest[1]
+      if lt > now then at = lt end
+      if ls - (fs - fw) + tokens - self.limit > EPSILON then
+        return nil, {first = {tonumber(got[2]), fs, fw, got[1]}, last = {lt, ls, lw, lm}, dirty = pruned}
+      end
+    end
+    local wait = decide(now, at, now, max_wait)
+    if wait < 0 then
+      if not pruned then return wait, '' end
+      -- (Saved as the full path saves a pruned state: its newest entry's window.)
+      if lt == nil then return wait, '', -math.huge end
+      expire_after(key, lt + window - now)
+      return wait, '', lt + window
+    end
+    if tokens > 0 then
+      if lt == nil then
+        redis.call('ZADD', key, at, member(tokens, tokens))
+        lt = at
+      else
+        local total = ls + tokens
+        if at <= lt or total == ls then
+          if at > lt then lt = at end
+          redis.call('ZREM', key, lm)
+          redis.call('ZADD', key, fmt(lt), member(total, lw + tokens))
+        else
+          redis.call('ZADD', key, at, member(total, tokens))
+          lt = at
+        end
+        if total > REBASE then rebase_if_due(self, {}) end
+      end
+      pruned = true
+    end
+    if pruned then expire_after(key, lt + window - now) end
+    if lt == nil then return wait, '', -math.huge end
+    return wait, '', lt + window
   end
 end

@@ -78,8 +78,9 @@ do
   -- the total; a total that cannot be read is the sum of the counts; counts with no
   -- readable `last` cannot be placed in time, and are settled (see settle) as all
   -- granted at the first `now` this call sees.
-  function sliding_window_counter.load(self)
-    local v = redis.call('HMGET', self.key, unpack(FIELDS, 1, self.ring + 2))
+  -- `v`: the HMGET of every field where the lean path has read it already.
+  function sliding_window_counter.load(self, v)
+    if v == nil then v = redis.call('HMGET', self.key, unpack(FIELDS, 1, self.ring + 2)) end
     local state = fresh(self)
     local counts, sum = state.counts, 0.0
     for i = 1, self.ring do
@@ -318,6 +319,121 @@ do
 
   -- See WindowCounter.idle_until.
   sliding_window_counter.idle_until = idle_until
+
+  -- The lean path of a reserve (see _single.lua: nothing beside the state, the code's
+  -- limit, no slack to lay the state out for): load, plan (plan_all), decide, commit
+  -- and save as the full path does them, in that order, with no table but the reply
+  -- and reading only the sub-windows it counts (a count is read as load reads it).
+  -- Returns the signed wait, the grant's name ('' : none is named here) and the idle
+  -- time of the state saved (nil: nothing saved); or nothing where the state is not
+  -- one it can place (missing, `last` or `total` unreadable): the full path decides.
+  function sliding_window_counter.lean(self, now, tokens, max_wait)
+    local width, m, ring = self.width, self.subs, self.ring
+    -- A busy window's decision counts one sub-window: now's, where the grant goes and
+    -- which is the one that ages out when the latest grant was in the sub-window
+    -- before (the ring has one more than the window). So that one is read with `last`
+    -- and `total`, and every field only where another is counted (a window full, a
+    -- state idle for a while).
+    local here = slot(self, math.floor(now / width))
+    local v = redis.call('HMGET', self.key, 'last', 'total', FIELDS[here + 2])
+    local last, total = counter_field(v[1], nil), counter_field(v[2], nil)
+    if last == nil or total == nil or total < 0 then return nil end
+    if tokens > self.limit + EPSILON then return -math.huge, '' end
+    local all = nil
+    local function count(s)
+      local i = slot(self, s)
+      local c
+      if i == here then c = counter_field(v[3], 0.0)
+      else
+        if all == nil then all = redis.call('HMGET', self.key, unpack(FIELDS, 1, ring + 2)) end
+        c = counter_field(all[i + 2], 0.0)
+      end
+      if c < 0 then return 0.0 end
+      return c
+    end
+    local index = math.floor(last / width)
+    local t = now
+    if last > now then t = last end
+    local grant = t
+    local k = math.floor(t / width)
+    if not (k - index > m) then
+      local used = total
+      local s = index - m
+      while s < k - m do
+        used = used - count(s)
+        s = s + 1
+      end
+      if not (used + tokens - self.limit <= EPSILON) then
+        while s <= index do
+          used = used - count(s)
+          s = s + 1
+          if used + tokens - self.limit <= EPSILON then break end
+        end
+        grant = window_start(s + m, width)
+      end
+    end
+    local at = now
+    if grant > at then at = grant end
+    local wait = decide(now, at, now, max_wait)
+    if wait < 0 then return wait, '' end
+    local set = nil
+    local gone = nil
+    if tokens > 0 then
+      -- commit: the sub-window of `at`, those between cleared first (advance).
+      local ka = math.floor(at / width)
+      local i, c
+      if ka > index then
+        gone = {}
+        if ka - index > m then
+          total = 0.0
+          for j = 1, ring do gone[j] = FIELDS[j + 2] end
+        else
+          for s = index + 1, ka do
+            local j = slot(self, s)
+            total = total - count(s)
+            gone[#gone + 1] = FIELDS[j + 2]
+          end
+          if not (total > 0.0) then total = 0.0 end
+        end
+        index = ka
+        last = at
+        i, c = slot(self, ka), 0.0
+      else
+        if at > last then last = at end
+        local s = index
+        if ka ~= index then
+          s = index - m
+          if ka > s then s = ka end
+        end
+        i, c = slot(self, s), count(s)
+      end
+      c = c + tokens
+      total = total + tokens
+      if c > 0 then
+        set = FIELDS[i + 2]
+        if gone then
+          for j = #gone, 1, -1 do
+            if gone[j] == set then table.remove(gone, j) end
+          end
+        end
+      else
+        gone = gone or {}
+        gone[#gone + 1] = FIELDS[i + 2]
+      end
+      if set then
+        redis.call('HSET', self.key, 'last', fmt(last), 'total', fmt(total), set, fmt(c))
+      else
+        redis.call('HSET', self.key, 'last', fmt(last), 'total', fmt(total))
+      end
+    else
+      redis.call('HSET', self.key, 'last', fmt(last), 'total', fmt(total))
+    end
+    if gone and #gone > 0 then redis.call('HDEL', self.key, unpack(gone)) end
+    local idle = window_start(index + ring, width)
+    if last > idle then idle = last end
+    expire_after(self.key, idle - now)
+    return wait, '', idle
+  end
 
   -- A state whose sub-windows were cut for a window `grown` seconds shorter (written
   -- under a smaller slack: see fleet_slack in _single.lua), cut again for this one's:

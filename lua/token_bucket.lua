@@ -1,6 +1,9 @@
 -- ratelimit: token bucket as GCRA. Mirrors ratelimit/_algorithms/token_bucket.py operation for operation.
 --
--- State: one string key <base> holding the theoretical arrival time (TAT, seconds).
+-- State: one string key <base> holding the theoretical arrival time (TAT, seconds),
+-- followed by a space when the state is "clean" (see the quick path in _single.lua:
+-- written by a reserve that found nothing beside the state). Lua's tonumber reads
+-- through trailing spaces, so every release reads both forms alike.
 -- Params (ARGV, after the driver's own): capacity, rate (tokens per second).
 
 local token_bucket = {}
@@ -38,8 +41,10 @@ end
 
 -- A missing key (expired, evicted) or one that does not hold a finite number is a
 -- fresh bucket: lost grants are forgotten, never an error or a bucket stuck for ever.
-function token_bucket.load(self)
-  local tat = tonumber(redis.call('GET', self.key))
+-- `raw`: the key's text where the driver has read it already (false: missing).
+function token_bucket.load(self, raw)
+  if raw == nil then raw = redis.call('GET', self.key) end
+  local tat = tonumber(raw)
   if tat == nil or tat ~= tat or tat == math.huge then return -math.huge end
   return tat
 end
@@ -75,9 +80,12 @@ function token_bucket.restrict(self, state, now, remaining, untl)
   return tat
 end
 
-function token_bucket.save(self, state, now)
+-- `clean`: marked as written by a reserve that found nothing beside the state.
+function token_bucket.save(self, state, now, clean)
   if state == -math.huge then return end
-  redis.call('SET', self.key, fmt(state), 'PX', idle_ms(state - now))
+  local text = fmt(state)
+  if clean then text = text .. ' ' end
+  redis.call('SET', self.key, text, 'PX', idle_ms(state - now))
 end
 
 -- See Gcra.tail / Gcra.cancel: a reservation that waited left the TAT at exactly its
@@ -115,4 +123,52 @@ end
 -- See Gcra.idle_until: a full bucket from the TAT on.
 function token_bucket.idle_until(self, state)
   return state
+end
+
+-- The quick path of a reserve (see _single.lua): `raw` is the state's text as read,
+-- `p1` and `p2` the code's capacity and rate as sent (no change, no slack in force).
+-- The same arithmetic as new, load, plan (plan_all), decide, commit, exact_mask and
+-- save, in that order, with no table: the decisions are the full path's to the bit.
+-- Returns the signed wait and the grant's name, or nil where `raw` is not a clean
+-- state (the full path decides then).
+-- A clean state's text written again without the mark, its TTL kept (see the quick
+-- path in _single.lua: the full path found something beside it); nil if not clean.
+function token_bucket.unmarked(raw)
+  if string.byte(raw, -1) ~= 32 then return nil end
+  return string.sub(raw, 1, -2)
+end
+
+do
+  -- The numbers of the parameters last sent, kept between calls of the function
+  -- library (a script's die with the call): a pure function of their text.
+  local said1, said2, capacity, interval, tolerance = nil, nil, 0.0, 0.0, 0.0
+
+  function token_bucket.quick(key, raw, p1, p2, now, tokens, max_wait)
+    if string.byte(raw, -1) ~= 32 then return nil end
+    local tat = tonumber(raw)
+    if tat == nil or tat ~= tat or tat == math.huge or tat == -math.huge then return nil end
+    if p1 ~= said1 or p2 ~= said2 then
+      local c, rate = tonumber(p1), tonumber(p2)
+      said1, said2, capacity, interval, tolerance = p1, p2, c, 1.0 / rate, c / rate
+    end
+    if tokens > capacity + EPSILON then return -math.huge, '' end
+    local at = tat
+    if not (tat > now) then at = now end
+    at = at + tokens * interval - tolerance
+    if not (at > now) then at = now end
+    local wait = at - now
+    if wait <= EPSILON then wait = 0.0
+    elseif wait > max_wait + EPSILON then return -wait, ''
+    end
+    local state = tat
+    if tokens > 0 then
+      -- (Not committed, a request of no tokens writes the state back as it was.)
+      state = at
+      if tat > at then state = tat end
+      state = state + tokens * interval
+    end
+    redis.call('SET', key, string.format('%.17g ', state), 'PX', idle_ms(state - now))
+    if wait > EPSILON and math.abs(state - tolerance - (now + wait)) <= EPSILON then return wait, '1' end
+    return wait, ''
+  end
 end

@@ -35,8 +35,20 @@ def grant_time(at: bytes | str, mask: bytes | str) -> float:
     return GrantTime(float(at), tuple(flag == "1" for flag in text))
 
 
-def decision_of(reply: Sequence[bytes | str]) -> tuple[float, float]:
+def at_once(text: bytes | str) -> float:
+    """The time of a grant at once that the script replied alone (see ``at_once_reply``
+    in ``lua/_prelude.lua``): the server's TIME as ``"<seconds> <microseconds>"``, read
+    as the script reads it, or the time this client sent, to the same double."""
+    seconds, _, micros = (text.decode() if isinstance(text, bytes) else text).partition(" ")
+    if micros:
+        return float(seconds) + float(micros) / 1000000
+    return float(seconds)
+
+
+def decision_of(reply: Sequence[bytes | str] | bytes | str) -> tuple[float, float]:
     """A reservation's reply as ``(signed_wait, at)``."""
+    if isinstance(reply, (bytes, str)):
+        return 0.0, at_once(reply)
     return float(reply[0]), grant_time(reply[1], reply[2]) if len(reply) > 2 else float(reply[1])
 
 

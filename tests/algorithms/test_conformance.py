@@ -80,15 +80,21 @@ def client(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 @pytest.mark.parametrize("kind", list(ALGORITHMS))
 @pytest.mark.parametrize(("first", "second"), [(3.0, 1.0), (5.0, 2.5), (4.0, 0.3)])
+@pytest.mark.parametrize("with_name", [False, True], ids=["bare", "named"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=requests)
 def test_script_matches_pure_step(
-    client: redis.Redis, kind: str, first: float, second: float, scenario: list[Request]
+    client: redis.Redis, kind: str, first: float, second: float, with_name: bool, scenario: list[Request]
 ) -> None:
     alg: Algorithm[Any] = ALGORITHMS[kind](first, second)
     now = FixedTime()
     now.value = 1_700_000_000.0  # epoch-sized times, as the server's TIME gives
-    handle = RedisHandle(RedisBackend(client), alg, key_for(unique_name(), kind), now, None)
+    # Named, as every limiter of an application is: its calls name the change key, so
+    # a bucket's reserves take the quick path of lua/_single.lua while nothing is beside
+    # the state, and the full path from a give-back or a restriction on; bare (the
+    # script driven with its state key alone), always the full path.
+    limiter = unique_name()
+    handle = RedisHandle(RedisBackend(client), alg, key_for(limiter, kind), now, None, limiter if with_name else None)
     states: list[Any] = [alg.new_state()]
     holes = Holes()
     pending: list[tuple[float, float]] = []

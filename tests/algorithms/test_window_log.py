@@ -87,14 +87,17 @@ def test_uneven_weights_need_at_most_twice_log2_probes(quiet_client: redis.Redis
 
 
 @pytest.mark.stress
-def test_sums_are_rebased_and_decide_as_the_pure_log(client: redis.Redis) -> None:
+@pytest.mark.parametrize("with_name", [False, True], ids=["bare", "named"])
+def test_sums_are_rebased_and_decide_as_the_pure_log(client: redis.Redis, with_name: bool) -> None:
     # Weights of about 2e11, two grants a window that never empties: the base passes
     # REBASE_SPAN times the log's content after a few thousand grants, and both twins
     # start their sums again from zero at the same moment, so their floats stay equal.
+    # Named, the reserves take the lean path of lua/_single.lua (nothing beside the log).
     alg = WindowLog(1e12, 1.0)
     now = FixedTime(1_000.0)
-    key = key_for(unique_name("rebase"), alg.kind)
-    handle = RedisHandle(RedisBackend(client), alg, key, now, None)
+    name = unique_name("rebase")
+    key = key_for(name, alg.kind)
+    handle = RedisHandle(RedisBackend(client), alg, key, now, None, name if with_name else None)
     state = alg.new_state()
     shuffle = random.Random(3)
     rebased, newest = 0, 0.0
