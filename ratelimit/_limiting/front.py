@@ -88,6 +88,12 @@ class Acquirer(Protocol):
     async def feedback_async(self, headers: Any, status: int | None = None) -> RateLimitInfo: ...
 
 
+def _landed(landed: asyncio.Future[None], call: asyncio.Future[Any]) -> None:
+    # The caller's own future, done when its call is (unless the caller was cancelled).
+    if not landed.done():
+        landed.set_result(None)
+
+
 def placed(backend: object, name: object, clock: object) -> tuple[Backend, str | None, Clock]:
     """Where a limit keeps its state and its time, checked: ``(backend, name, clock)``,
     with the in-process store and real time for ``None``."""
@@ -335,13 +341,18 @@ class Limiter(Keyable, ABC, Generic[T]):
         if here is not None:
             return here
         # A task cancelled while the store decides must not strand what the store then
-        # grants: the call goes on, shielded, and a grant that lands is given back.
-        call = asyncio.ensure_future(handle.reserve_async(tokens, max_wait))
+        # grants: the call goes on in a task of its own, and a grant that lands is
+        # given back. (asyncio.shield's work, with one future and one callback.)
+        loop = asyncio.get_running_loop()
+        call = loop.create_task(handle.reserve_async(tokens, max_wait))
+        landed = loop.create_future()
+        call.add_done_callback(functools.partial(_landed, landed))
         try:
-            return await asyncio.shield(call)
+            await landed
         except asyncio.CancelledError:
             call.add_done_callback(functools.partial(self._landed_unwanted, tokens))
             raise
+        return call.result()
 
     def _landed_unwanted(self, tokens: T, call: asyncio.Future[tuple[float, float]]) -> None:
         if call.cancelled() or call.exception() is not None:
@@ -355,6 +366,12 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     async def try_acquire_async(self, tokens: float = 1.0) -> bool:
         """:meth:`try_acquire` for asyncio."""
+        if (tokens.__class__ is float or tokens.__class__ is int) and 0 < tokens <= self._quick_most:
+            # A plain limiter and the usual argument, as in try_acquire.
+            wait = (await self._reserve_async(tokens, 0.0))[0]  # type: ignore[arg-type]
+            if self._events.callbacks or EVERYONE.callbacks:
+                self._events.emit(Granted(self._name, tokens, 0.0) if wait >= 0 else Denied(self._name, tokens, -wait))
+            return wait >= 0
         n = self._tokens(tokens)
         wait, at = await self._reserve_async(n, 0.0)
         if self._shadow:
