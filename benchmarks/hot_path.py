@@ -8,13 +8,16 @@ Three figures, each a ratio to a floor measured in the same run on the same serv
   algorithm, a composite, a budget with priorities and an adaptive limiter; with the
   counters for ``ratelimit top`` on (the default) and off (``counters=False``).
 - **client**: uncontended ``try_acquire`` calls per second through Redis over empty
-  ``EVALSHA`` calls per second on the same client.
+  ``EVALSHA`` calls per second on the same client; and for asyncio, ``await
+  try_acquire_async()`` over ``await evalsha()`` on one ``redis.asyncio`` client. Each
+  algorithm one call per decision (``coalesce=False``), and a token bucket with the
+  default ``coalesce=True`` (a caller alone, whose round is the same single call).
 - **hot**: one hot limiter, 4 processes deciding as fast as they can: the aggregate
   decisions per second with the library's functions and with scripts.
 
 ::
 
-    python benchmarks/hot_path.py --redis redis://127.0.0.1:6390/0 [--calls 10000] [--rounds 3]
+    python benchmarks/hot_path.py --redis redis://127.0.0.1:6390/0 [--calls 10000] [--rounds 3] [--parts client]
 
 Point it at a Redis of its own: it resets the server's statistics between measures.
 """
@@ -22,14 +25,16 @@ Point it at a Redis of its own: it resets the server's statistics between measur
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing
 import statistics
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis
+import redis.asyncio
 
 from ratelimit import Adaptive, Composite, LeakyBucket, RedisBackend, SlidingWindow, TokenBucket
 from ratelimit._stores.scripts import call_by_script
@@ -92,9 +97,18 @@ def _rate(call: Callable[[], object], seconds: float) -> float:
     return done / elapsed
 
 
-def _backend(url: str, *, scripts: bool, counters: bool = True) -> RedisBackend:
+async def _rate_async(call: Callable[[], Awaitable[object]], seconds: float) -> float:
+    done, started = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - started) < seconds:
+        for _ in range(100):
+            await call()
+        done += 100
+    return done / elapsed
+
+
+def _backend(url: str, *, scripts: bool, counters: bool = True, coalesce: bool = False) -> RedisBackend:
     # coalesce=False: one call per decision, which is what is measured here.
-    backend = RedisBackend.from_url(url, coalesce=False, counters=counters)
+    backend = RedisBackend.from_url(url, coalesce=coalesce, counters=counters)
     if scripts:
         call_by_script(backend.client)
     return backend
@@ -124,6 +138,25 @@ def _client_round(url: str, admin: redis.Redis, seconds: float) -> dict[str, flo
         for label, limiter in list(_limiters(backend).items())[:4]:
             out[f"{label} | {mode}"] = _rate(limiter.try_acquire, seconds)
         backend.close()
+    backend = _backend(url, scripts=False, coalesce=True)
+    bucket = _limiters(backend)["token bucket"]
+    out["token bucket, coalesce=True | functions"] = _rate(bucket.try_acquire, seconds)
+    backend.close()
+    return out
+
+
+async def _async_client_round(url: str, seconds: float) -> dict[str, float]:
+    client = redis.asyncio.Redis.from_url(url)
+    empty = await client.script_load("return 1")
+    out = {"empty EVALSHA": await _rate_async(lambda: client.evalsha(empty, 0), seconds)}
+    for coalesce in (False, True):
+        backend = RedisBackend(client, coalesce=coalesce)
+        limiters = list(_limiters(backend).items())[:4]
+        for label, limiter in limiters if not coalesce else limiters[:1]:
+            await limiter.try_acquire_async()  # loads the library on this client
+            suffix = ", coalesce=True" if coalesce else ""
+            out[f"{label}{suffix} | functions"] = await _rate_async(limiter.try_acquire_async, seconds)
+    await client.aclose()
     return out
 
 
@@ -167,17 +200,32 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=1.0, help="each client-side rate's measure")
+    parser.add_argument(
+        "--parts", default="server,client,hot", help="which figures, comma-separated (default: all three)"
+    )
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     admin = redis.Redis.from_url(args.redis)
     server: dict[str, list[float]] = {}
     client: dict[str, list[float]] = {}
+    aclient: dict[str, list[float]] = {}
     for _ in range(args.rounds):
-        for label, value in _server_round(args.redis, admin, args.calls).items():
-            server.setdefault(label, []).append(value)
-        for label, value in _client_round(args.redis, admin, args.seconds).items():
-            client.setdefault(label, []).append(value)
-    _report("Redis server time per decision (median of rounds)", server, "floor", "us")
-    _report("Uncontended try_acquire per second through Redis", client, "empty EVALSHA", "/s")
+        if "server" in parts:
+            for label, value in _server_round(args.redis, admin, args.calls).items():
+                server.setdefault(label, []).append(value)
+        if "client" in parts:
+            for label, value in _client_round(args.redis, admin, args.seconds).items():
+                client.setdefault(label, []).append(value)
+            for label, value in asyncio.run(_async_client_round(args.redis, args.seconds)).items():
+                aclient.setdefault(label, []).append(value)
+    if server:
+        _report("Redis server time per decision (median of rounds)", server, "floor", "us")
+    if client:
+        _report("Uncontended try_acquire per second through Redis", client, "empty EVALSHA", "/s")
+        _report("Uncontended await try_acquire_async per second (redis.asyncio)", aclient, "empty EVALSHA", "/s")
+    if "hot" not in parts:
+        admin.close()
+        return
     hot = {
         mode: _hot(args.redis, scripts, 3 * args.seconds) for mode, scripts in (("scripts", True), ("functions", False))
     }

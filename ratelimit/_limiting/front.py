@@ -239,7 +239,7 @@ class Limiter(Keyable, ABC, Generic[T]):
         If the sleep is interrupted (``KeyboardInterrupt``, a signal handler raising),
         the reserved tokens are given back before the exception propagates.
         """
-        if (tokens.__class__ is float or tokens.__class__ is int) and 0 < tokens <= self._quick_most:
+        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._quick_most:
             # A plain limiter and the usual argument (see try_acquire): nothing is
             # shadowed nor remembered, and a grant at once leaves nothing more to do.
             n: T = tokens  # type: ignore[assignment]
@@ -279,12 +279,16 @@ class Limiter(Keyable, ABC, Generic[T]):
         # The hottest path of all. A plain float or int in (0, _quick_most] is a valid
         # request as it stands (NaN fails the comparison), and a plain limiter (one whose
         # _quick_most is set: no shadow, no grant remembered) has nothing else to do. The
-        # default is a float: the stores' arithmetic on floats alone runs faster.
-        if (tokens.__class__ is float or tokens.__class__ is int) and 0 < tokens <= self._quick_most:
+        # default is a float: the stores' arithmetic on floats alone runs faster. (Each
+        # comparison of floats is followed by a jump, not chained nor returned: CPython
+        # then runs it as a float's, not as a generic one.)
+        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._quick_most:
             wait = self._handle.reserve(tokens, 0.0)[0]  # type: ignore[arg-type]
             if self._events.callbacks or EVERYONE.callbacks:
                 self._events.emit(Granted(self._name, tokens, 0.0) if wait >= 0 else Denied(self._name, tokens, -wait))
-            return wait >= 0
+            if wait >= 0.0:  # noqa: SIM103 (see above)
+                return True
+            return False
         n = self._tokens(tokens)
         wait, at = self._handle.reserve(n, 0.0)
         if self._shadow:
@@ -366,7 +370,7 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     async def try_acquire_async(self, tokens: float = 1.0) -> bool:
         """:meth:`try_acquire` for asyncio."""
-        if (tokens.__class__ is float or tokens.__class__ is int) and 0 < tokens <= self._quick_most:
+        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._quick_most:
             # A plain limiter and the usual argument, as in try_acquire.
             wait = (await self._reserve_async(tokens, 0.0))[0]  # type: ignore[arg-type]
             if self._events.callbacks or EVERYONE.callbacks:
