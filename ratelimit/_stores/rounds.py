@@ -181,6 +181,7 @@ class Rounds:
         "_give_back_async",
         "_leasing",
         "_lock",
+        "_loop_queue",
         "_loops",
         "_now",
         "_opened",
@@ -224,6 +225,9 @@ class Rounds:
         self._lock = threading.Lock()
         self._threads = _Queue()
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = weakref.WeakKeyDictionary()
+        # The last loop's queue, the loop weakly: found without the weak dictionary's
+        # look-up, which makes a weak reference each time.
+        self._loop_queue: tuple[weakref.ref[asyncio.AbstractEventLoop], _Queue] | None = None
         # The lease being spent: tokens left, the store time they were granted at, and
         # the local time after which none may be spent.
         self._pool = 0.0
@@ -245,6 +249,7 @@ class Rounds:
         self._lock = threading.Lock()
         self._threads = _Queue()
         self._loops = weakref.WeakKeyDictionary()
+        self._loop_queue = None
         self._pool, self._pool_at, self._until = 0.0, math.nan, -math.inf
         self._voids = []
         self._asked, self._opened, self._rate = 0.0, None, None
@@ -552,10 +557,13 @@ class Rounds:
         """Decide ``tokens`` (or ``request``) for a task of the running loop: from the
         lease, or in a round."""
         loop = asyncio.get_running_loop()
-        queue = self._loops.get(loop)
-        if queue is None:
+        last = self._loop_queue
+        if last is not None and last[0]() is loop:
+            queue = last[1]
+        else:
             with self._lock:
                 queue = self._loops.setdefault(loop, _Queue())
+            self._loop_queue = (weakref.ref(loop), queue)
         one = self._decide_one_async
         if one is not None and self._alone(queue):
             request = tokens if request is None else request
