@@ -16,13 +16,17 @@ Three figures, each a ratio to a floor measured in the same run on the same serv
   FLUSH`` and ``SCRIPT FLUSH`` before a run compare two releases fairly), and
   ``--no-scripts`` for the functions' figures against a floor that holds nothing else.
 - **client**: uncontended ``try_acquire`` calls per second through Redis over empty
-  ``EVALSHA`` calls per second on the same client.
+  ``EVALSHA`` calls per second on the same client, the empty call measured just before
+  and just after each candidate (median of rounds, and the range); and for asyncio, ``await
+  try_acquire_async()`` over ``await evalsha()`` on one ``redis.asyncio`` client. Each
+  algorithm one call per decision (``coalesce=False``), and a token bucket with the
+  default ``coalesce=True`` (a caller alone, whose round is the same single call).
 - **hot**: one hot limiter, 4 processes deciding as fast as they can: the aggregate
   decisions per second with the library's functions and with scripts.
 
 ::
 
-    python benchmarks/hot_path.py --redis redis://127.0.0.1:6390/0 [--rounds 3] [--server-only]
+    python benchmarks/hot_path.py --redis redis://127.0.0.1:6390/0 [--parts server,client,hot] [--no-scripts]
 
 Point it at a Redis of its own: it resets the server's statistics between measures.
 """
@@ -30,14 +34,16 @@ Point it at a Redis of its own: it resets the server's statistics between measur
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing
 import statistics
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis
+import redis.asyncio
 
 from ratelimit import Adaptive, Composite, LeakyBucket, RedisBackend, SlidingWindow, TokenBucket
 from ratelimit._stores.scripts import call_by_script
@@ -98,9 +104,18 @@ def _rate(call: Callable[[], object], seconds: float) -> float:
     return done / elapsed
 
 
-def _backend(url: str, *, scripts: bool, counters: bool = True) -> RedisBackend:
+async def _rate_async(call: Callable[[], Awaitable[object]], seconds: float) -> float:
+    done, started = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - started) < seconds:
+        for _ in range(100):
+            await call()
+        done += 100
+    return done / elapsed
+
+
+def _backend(url: str, *, scripts: bool, counters: bool = True, coalesce: bool = False) -> RedisBackend:
     # coalesce=False: one call per decision, which is what is measured here.
-    backend = RedisBackend.from_url(url, coalesce=False, counters=counters)
+    backend = RedisBackend.from_url(url, coalesce=coalesce, counters=counters)
     if scripts:
         call_by_script(backend.client)
     return backend
@@ -138,13 +153,52 @@ def _server_round(url: str, admin: redis.Redis, calls: int, batches: int, script
 
 
 def _client_round(url: str, admin: redis.Redis, seconds: float) -> dict[str, float]:
-    empty = admin.script_load("return 1")
-    out = {"empty EVALSHA": _rate(lambda: admin.evalsha(empty, 0), seconds)}
+    """Each candidate's rate over the empty call's, measured just before and just after
+    it (the machine is shared: a floor of the round's start drifts)."""
+    sha = admin.script_load("return 1")
+
+    def empty() -> object:
+        return admin.evalsha(sha, 0)
+
+    def over_floor(call: Callable[[], object]) -> float:
+        before = _rate(empty, seconds / 2)
+        rate = _rate(call, seconds)
+        return 2 * rate / (before + _rate(empty, seconds / 2))
+
+    out = {"empty EVALSHA": 1.0}
     for mode, scripts in (("functions", False), ("scripts", True)):
         backend = _backend(url, scripts=scripts)
         for label, limiter in list(_limiters(backend).items())[:4]:
-            out[f"{label} | {mode}"] = _rate(limiter.try_acquire, seconds)
+            out[f"{label} | {mode}"] = over_floor(limiter.try_acquire)
         backend.close()
+    backend = _backend(url, scripts=False, coalesce=True)
+    bucket = _limiters(backend)["token bucket"]
+    out["token bucket, coalesce=True | functions"] = over_floor(bucket.try_acquire)
+    backend.close()
+    return out
+
+
+async def _async_client_round(url: str, seconds: float) -> dict[str, float]:
+    client = redis.asyncio.Redis.from_url(url)
+    sha = await client.script_load("return 1")
+
+    def empty() -> Awaitable[object]:
+        return client.evalsha(sha, 0)
+
+    async def over_floor(call: Callable[[], Awaitable[object]]) -> float:
+        before = await _rate_async(empty, seconds / 2)
+        rate = await _rate_async(call, seconds)
+        return 2 * rate / (before + await _rate_async(empty, seconds / 2))
+
+    out = {"empty EVALSHA": 1.0}
+    for coalesce in (False, True):
+        backend = RedisBackend(client, coalesce=coalesce)
+        limiters = list(_limiters(backend).items())[:4]
+        for label, limiter in limiters if not coalesce else limiters[:1]:
+            await limiter.try_acquire_async()  # loads the library on this client
+            suffix = ", coalesce=True" if coalesce else ""
+            out[f"{label}{suffix} | functions"] = await over_floor(limiter.try_acquire_async)
+    await client.aclose()
     return out
 
 
@@ -182,12 +236,10 @@ def _report_least(title: str, results: dict[str, list[float]]) -> None:
         print(f"  {label:44} {least:8.2f} us  {least / floor:5.2f}x floor   (medians: {median / floor_median:5.2f}x)")
 
 
-def _report(title: str, results: dict[str, list[float]], base: str, unit: str) -> None:
+def _report_ratios(title: str, results: dict[str, list[float]]) -> None:
     print(f"\n{title}")
-    floor = statistics.median(results[base])
     for label, values in results.items():
-        med = statistics.median(values)
-        print(f"  {label:44} {med:10.2f} {unit}  {med / floor:5.2f}x {base}")
+        print(f"  {label:44} {statistics.median(values):5.2f}x  ({min(values):.2f}-{max(values):.2f})")
 
 
 def main() -> None:
@@ -197,27 +249,39 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10, help="batches of each server figure in a round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=1.0, help="each client-side rate's measure")
-    parser.add_argument("--server-only", action="store_true", help="only the server's time per decision")
     parser.add_argument(
         "--no-scripts",
         action="store_true",
         help="no server figures by script: the floor's Lua then holds the floor alone (see the docstring)",
     )
+    parser.add_argument(
+        "--parts", default="server,client,hot", help="which figures, comma-separated (default: all three)"
+    )
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     admin = redis.Redis.from_url(args.redis)
     server: dict[str, list[float]] = {}
     client: dict[str, list[float]] = {}
+    aclient: dict[str, list[float]] = {}
     for _ in range(args.rounds):
-        for label, values in _server_round(args.redis, admin, args.calls, args.batches, not args.no_scripts).items():
-            server.setdefault(label, []).extend(values)
-        if not args.server_only:
+        if "server" in parts:
+            for label, values in _server_round(
+                args.redis, admin, args.calls, args.batches, not args.no_scripts
+            ).items():
+                server.setdefault(label, []).extend(values)
+        if "client" in parts:
             for label, value in _client_round(args.redis, admin, args.seconds).items():
                 client.setdefault(label, []).append(value)
-    _report_least("Redis server time per decision (the least batch of each, and the ratio of medians)", server)
-    if args.server_only:
+            for label, value in asyncio.run(_async_client_round(args.redis, args.seconds)).items():
+                aclient.setdefault(label, []).append(value)
+    if server:
+        _report_least("Redis server time per decision (the least batch of each, and the ratio of medians)", server)
+    if client:
+        _report_ratios("Uncontended try_acquire per second through Redis, over the empty EVALSHA's", client)
+        _report_ratios("Uncontended await try_acquire_async per second (redis.asyncio), over the empty's", aclient)
+    if "hot" not in parts:
         admin.close()
         return
-    _report("Uncontended try_acquire per second through Redis", client, "empty EVALSHA", "/s")
     hot = {
         mode: _hot(args.redis, scripts, 3 * args.seconds) for mode, scripts in (("scripts", True), ("functions", False))
     }

@@ -88,6 +88,12 @@ class Acquirer(Protocol):
     async def feedback_async(self, headers: Any, status: int | None = None) -> RateLimitInfo: ...
 
 
+def _landed(landed: asyncio.Future[None], call: asyncio.Future[Any]) -> None:
+    # The caller's own future, done when its call is (unless the caller was cancelled).
+    if not landed.done():
+        landed.set_result(None)
+
+
 def placed(backend: object, name: object, clock: object) -> tuple[Backend, str | None, Clock]:
     """Where a limit keeps its state and its time, checked: ``(backend, name, clock)``,
     with the in-process store and real time for ``None``."""
@@ -233,7 +239,7 @@ class Limiter(Keyable, ABC, Generic[T]):
         If the sleep is interrupted (``KeyboardInterrupt``, a signal handler raising),
         the reserved tokens are given back before the exception propagates.
         """
-        if (tokens.__class__ is float or tokens.__class__ is int) and 0 < tokens <= self._quick_most:
+        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._quick_most:
             # A plain limiter and the usual argument (see try_acquire): nothing is
             # shadowed nor remembered, and a grant at once leaves nothing more to do.
             n: T = tokens  # type: ignore[assignment]
@@ -273,12 +279,16 @@ class Limiter(Keyable, ABC, Generic[T]):
         # The hottest path of all. A plain float or int in (0, _quick_most] is a valid
         # request as it stands (NaN fails the comparison), and a plain limiter (one whose
         # _quick_most is set: no shadow, no grant remembered) has nothing else to do. The
-        # default is a float: the stores' arithmetic on floats alone runs faster.
-        if (tokens.__class__ is float or tokens.__class__ is int) and 0 < tokens <= self._quick_most:
+        # default is a float: the stores' arithmetic on floats alone runs faster. (Each
+        # comparison of floats is followed by a jump, not chained nor returned: CPython
+        # then runs it as a float's, not as a generic one.)
+        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._quick_most:
             wait = self._handle.reserve(tokens, 0.0)[0]  # type: ignore[arg-type]
             if self._events.callbacks or EVERYONE.callbacks:
                 self._events.emit(Granted(self._name, tokens, 0.0) if wait >= 0 else Denied(self._name, tokens, -wait))
-            return wait >= 0
+            if wait >= 0.0:  # noqa: SIM103 (see above)
+                return True
+            return False
         n = self._tokens(tokens)
         wait, at = self._handle.reserve(n, 0.0)
         if self._shadow:
@@ -335,13 +345,18 @@ class Limiter(Keyable, ABC, Generic[T]):
         if here is not None:
             return here
         # A task cancelled while the store decides must not strand what the store then
-        # grants: the call goes on, shielded, and a grant that lands is given back.
-        call = asyncio.ensure_future(handle.reserve_async(tokens, max_wait))
+        # grants: the call goes on in a task of its own, and a grant that lands is
+        # given back. (asyncio.shield's work, with one future and one callback.)
+        loop = asyncio.get_running_loop()
+        call = loop.create_task(handle.reserve_async(tokens, max_wait))
+        landed = loop.create_future()
+        call.add_done_callback(functools.partial(_landed, landed))
         try:
-            return await asyncio.shield(call)
+            await landed
         except asyncio.CancelledError:
             call.add_done_callback(functools.partial(self._landed_unwanted, tokens))
             raise
+        return call.result()
 
     def _landed_unwanted(self, tokens: T, call: asyncio.Future[tuple[float, float]]) -> None:
         if call.cancelled() or call.exception() is not None:
@@ -355,6 +370,12 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     async def try_acquire_async(self, tokens: float = 1.0) -> bool:
         """:meth:`try_acquire` for asyncio."""
+        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._quick_most:
+            # A plain limiter and the usual argument, as in try_acquire.
+            wait = (await self._reserve_async(tokens, 0.0))[0]  # type: ignore[arg-type]
+            if self._events.callbacks or EVERYONE.callbacks:
+                self._events.emit(Granted(self._name, tokens, 0.0) if wait >= 0 else Denied(self._name, tokens, -wait))
+            return wait >= 0
         n = self._tokens(tokens)
         wait, at = await self._reserve_async(n, 0.0)
         if self._shadow:

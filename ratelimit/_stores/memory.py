@@ -280,19 +280,22 @@ class MemoryHandle:
     def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
         slot = self._slot
         lock = self._lock
+        # Loaded before they are called: a callable held in a slot is loaded the quick
+        # way as an attribute, not as a method.
+        clock, step = self._now, self._step
         # acquire()/release() rather than `with`: measurably cheaper on this hot path,
         # and nothing between them can raise except a bug in the algorithm.
         lock.acquire()
         try:
             # Read inside the lock, so that decisions see time in the order they run.
-            now = self._now()
+            now = clock()
             if self._holes.items:
                 states, wait, name = _holes.reserve(self._algs, (slot.state,), self._holes, now, (tokens,), max_wait)
                 slot.state = states[0]
                 if self.tally is not None:
                     self.tally.record(tokens, wait)
                 return wait, name
-            slot.state, wait = self._step(slot.state, now, tokens, max_wait)
+            slot.state, wait = step(slot.state, now, tokens, max_wait)
             tally = self.tally
             if wait == 0.0:
                 # The usual decision, a grant at once: Tally.record's count of one,
@@ -300,7 +303,7 @@ class MemoryHandle:
                 if tally is not None:
                     tally.granted += 1
                     tally.tokens += tokens
-                return wait, now + wait
+                return wait, now  # now + 0.0, without the addition
             if tally is not None:
                 tally.record(tokens, wait)
             # Only a grant that waited is named (holes.exact): one that went at once

@@ -447,6 +447,8 @@ class RedisBackend(RedisCalls):
                 (clock or SystemClock()).now,
                 lease,
                 alg.most,
+                handle.reserve_one,
+                handle.reserve_one_async,
             )
             if lease is not None:
                 self._leasing.add(handle)
@@ -475,6 +477,8 @@ class RedisBackend(RedisCalls):
                 (clock or SystemClock()).now,
                 None,
                 math.inf,
+                handle.reserve_one,
+                handle.reserve_one_async,
             )
         return handle
 

@@ -23,7 +23,7 @@ from .fallback_share import Fallback, inner_handle, throttle_fallback
 from .keys import Keyed, code_key, config_key
 from .promises import LOCAL, STORE, Promises
 from .redis_calls import RedisCalls
-from .redis_replies import at_arg, charged_of, decision_of, grant_time, num, wait_arg
+from .redis_replies import at_arg, charged_of, decision_of, grant_time, kept_num, num, wait_arg
 from .rounds import Round, RoundReply, Rounds
 from .scripts import Script, group_script, lanes_script, single_script
 from .store import Pacing
@@ -120,9 +120,8 @@ class _ScriptHandle(ABC, Generic[T]):
         args = self._round_args(rnd)
         return self._round_reply(rnd, args, await self._backend.run_async(self._script, self._keys, args))
 
-    def _decision(self, reply: Sequence[bytes | str]) -> tuple[float, float]:
-        """A reservation's reply as ``(signed_wait, at)``."""
-        return decision_of(reply)
+    #: A reservation's reply as ``(signed_wait, at)``.
+    _decision = staticmethod(decision_of)
 
     def _refund_args(self, tokens: T, at: float | None) -> list[str]:
         """The script's arguments to give back ``tokens`` of the grant at ``at``."""
@@ -206,18 +205,44 @@ class _ScriptHandle(ABC, Generic[T]):
                 tally.record(weight(tokens), decision[0])
         return decision
 
+    def reserve_one(self, tokens: T, max_wait: float) -> tuple[float, float]:
+        """One reservation, one call of the script: a reserve without rounds, and the
+        round of a caller alone (``Rounds``), which is the same call."""
+        promises = self.promises
+        if promises is not None and promises.side != STORE:
+            self._to_store()
+        args = self._args("reserve", tokens, wait_arg(max_wait))
+        return self._decision(self._backend.run(self._script, self._keys, args))
+
+    async def reserve_one_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
+        promises = self.promises
+        if promises is not None and promises.side != STORE:
+            await self._to_store_async()
+        args = self._args("reserve", tokens, wait_arg(max_wait))
+        return self._decision(await self._backend.run_async(self._script, self._keys, args))
+
     def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
         rounds = self.rounds
         try:
             if rounds is not None:
-                decision = rounds.reserve(weight(tokens), max_wait, tokens)
+                w: float = tokens if tokens.__class__ is float else weight(tokens)  # type: ignore[assignment]
+                decision = rounds.reserve(w, max_wait, tokens)
             else:
-                self._to_store()
-                args = self._args("reserve", tokens, wait_arg(max_wait))
-                decision = self._decision(self._backend.run(self._script, self._keys, args))
+                decision = self.reserve_one(tokens, max_wait)
         except BackendUnavailable as exc:
             return self._count(tokens, self._fallback(tokens, max_wait, exc))
-        return self._decided(tokens, decision)
+        if self.promises is not None:
+            self.promises.made(STORE, decision[0])
+        tally = self.tally
+        if tally is not None:
+            # _count, with Tally.record's count of a grant at once inlined.
+            with tally.lock:
+                if decision[0] == 0.0:
+                    tally.granted += 1
+                    tally.tokens += tokens if tokens.__class__ is float else weight(tokens)  # type: ignore[operator]
+                else:
+                    tally.record(weight(tokens), decision[0])
+        return decision
 
     def reserve_here(self, tokens: T, max_wait: float) -> tuple[float, float] | None:
         return None
@@ -231,7 +256,10 @@ class _ScriptHandle(ABC, Generic[T]):
             if rounds is not None:
                 decision = await rounds.reserve_async(weight(tokens), max_wait, tokens)
             else:
-                await self._to_store_async()
+                # reserve_one_async, inlined: a coroutine less to make and await.
+                promises = self.promises
+                if promises is not None and promises.side != STORE:
+                    await self._to_store_async()
                 args = self._args("reserve", tokens, wait_arg(max_wait))
                 decision = self._decision(await self._backend.run_async(self._script, self._keys, args))
         except BackendUnavailable as exc:
@@ -390,7 +418,7 @@ class RedisHandle(_ScriptHandle[float]):
         self._code_due = -math.inf
 
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
-        return [self._quiet + op, self._now(), num(tokens), extra, *self._params]
+        return [self._quiet + op, self._now(), kept_num(tokens), extra, *self._params]
 
     def _batch_args(self, rnd: Round) -> list[str]:
         back = ("", "") if rnd.give_back is None else (num(rnd.give_back[0]), at_arg(rnd.give_back[1]))
@@ -540,7 +568,9 @@ class RedisLaneHandle(_ScriptHandle[float]):
             return [self._quiet + op, self._now(), num(high), num(low), LANES[self._lane], *self._tail]
         return [self._quiet + op, self._now(), num(tokens), extra, LANES[self._lane], *self._tail]
 
-    def _decision(self, reply: Sequence[bytes | str]) -> tuple[float, float]:
+    def _decision(self, reply: Sequence[bytes | str] | bytes | str) -> tuple[float, float]:
+        # The lanes' driver always names the lane: never the single driver's lone time.
+        assert not isinstance(reply, (bytes, str))
         lane = LOW if reply[2] in (b"lo", "lo") else HIGH
         wait = float(reply[0])
         if wait >= 0:

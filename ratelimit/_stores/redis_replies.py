@@ -19,6 +19,23 @@ def num(value: float) -> str:
     return repr(float(value))
 
 
+#: The text of the amounts and waits sent most (a token, no wait...), made once: at
+#: most :data:`KEPT_MOST` of them, the first met.
+_KEPT: dict[float, str] = {}
+KEPT_MOST = 64
+
+
+def kept_num(value: float) -> str:
+    """``num(value)``, for the amounts a process sends again and again (tokens, waits)."""
+    text = _KEPT.get(value)
+    if text is None:
+        text = repr(float(value))
+        # Equal values have one text, but for the zeros (0.0 == -0.0): none is kept.
+        if value and len(_KEPT) < KEPT_MOST:
+            _KEPT[value] = text
+    return text
+
+
 def grant_time(at: bytes | str, mask: bytes | str) -> float:
     """The time of a grant the script replied, with its name when it gave one."""
     # The script's name of a grant (see exact_mask and pieces_mask in lua/_members.lua):
@@ -49,7 +66,9 @@ def decision_of(reply: Sequence[bytes | str] | bytes | str) -> tuple[float, floa
     """A reservation's reply as ``(signed_wait, at)``."""
     if isinstance(reply, (bytes, str)):
         return 0.0, at_once(reply)
-    return float(reply[0]), grant_time(reply[1], reply[2]) if len(reply) > 2 else float(reply[1])
+    if len(reply) > 2 and reply[2]:
+        return float(reply[0]), grant_time(reply[1], reply[2])
+    return float(reply[0]), float(reply[1])  # no name: grant_time's first answer
 
 
 def charged_of(reply: Sequence[bytes | str]) -> float | None:
@@ -73,4 +92,8 @@ def at_arg(at: float | None) -> str:
 
 def wait_arg(max_wait: float) -> str:
     """``max_wait`` as a script argument (``""``: no limit)."""
-    return "" if max_wait == math.inf else num(max_wait)
+    if max_wait == math.inf:
+        return ""
+    if max_wait == 0.0:  # a try_acquire's: its text, without formatting it each time
+        return "0.0" if math.copysign(1.0, max_wait) > 0 else "-0.0"
+    return kept_num(max_wait)

@@ -175,10 +175,13 @@ class Rounds:
         "_asked",
         "_decide",
         "_decide_async",
+        "_decide_one",
+        "_decide_one_async",
         "_give_back",
         "_give_back_async",
         "_leasing",
         "_lock",
+        "_loop_queue",
         "_loops",
         "_now",
         "_opened",
@@ -202,9 +205,15 @@ class Rounds:
         now: Callable[[], float],
         lease: float | None,
         most: float,
+        decide_one: Callable[[Any, float], tuple[float, float]] | None = None,
+        decide_one_async: Callable[[Any, float], Awaitable[tuple[float, float]]] | None = None,
     ) -> None:
         self._decide = decide
         self._decide_async = decide_async
+        # A round of one request and nothing else (no lease: see _alone), decided as a
+        # plain reserve of ``(request, max_wait)``; None: as any round.
+        self._decide_one = decide_one if lease is None else None
+        self._decide_one_async = decide_one_async if lease is None else None
         self._give_back = give_back
         self._give_back_async = give_back_async
         self._now = now
@@ -216,6 +225,9 @@ class Rounds:
         self._lock = threading.Lock()
         self._threads = _Queue()
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = weakref.WeakKeyDictionary()
+        # The last loop's queue, the loop weakly: found without the weak dictionary's
+        # look-up, which makes a weak reference each time.
+        self._loop_queue: tuple[weakref.ref[asyncio.AbstractEventLoop], _Queue] | None = None
         # The lease being spent: tokens left, the store time they were granted at, and
         # the local time after which none may be spent.
         self._pool = 0.0
@@ -237,6 +249,7 @@ class Rounds:
         self._lock = threading.Lock()
         self._threads = _Queue()
         self._loops = weakref.WeakKeyDictionary()
+        self._loop_queue = None
         self._pool, self._pool_at, self._until = 0.0, math.nan, -math.inf
         self._voids = []
         self._asked, self._opened, self._rate = 0.0, None, None
@@ -477,10 +490,46 @@ class Rounds:
             self._hand_over(queue)
             return owed
 
+    # -- a caller alone: no lease, nobody queued, no round in flight -------------------
+    #
+    # Its round would carry its request and nothing else: the same single call as a
+    # reserve without rounds, made without the round's bookkeeping. It holds the
+    # queue busy as a round's leader does, so that callers arriving meanwhile queue,
+    # and hands the lead on as a leader does, whatever happens. Leaving on an
+    # exception: a grant decided for it goes back (as _leave's); one the store may
+    # have made with no reply heard is lost, as a leader's is.
+
+    def _alone(self, queue: _Queue) -> bool:
+        with self._lock:
+            if queue.busy:
+                return False
+            queue.busy = True
+            return True
+
+    def _handed_on(self, queue: _Queue) -> bool:
+        with self._lock:
+            self._hand_over(queue)
+            return True
+
     def reserve(self, tokens: float, max_wait: float, request: object = None) -> tuple[float, float]:
         """Decide ``tokens`` (``request``, if the store is asked otherwise) for a
         thread: from the lease, or in a round."""
         queue = self._threads
+        one = self._decide_one
+        if one is not None and self._alone(queue):
+            request = tokens if request is None else request
+            decision: tuple[float, float] | None = None
+            handed = False
+            try:
+                decision = one(request, max_wait)
+                handed = self._handed_on(queue)
+            except BaseException:
+                if not handed:
+                    self._handed_on(queue)  # twice at worst, if interrupted: as _complete
+                if decision is not None and decision[0] >= 0:
+                    self._return((request, decision[1]))
+                raise
+            return decision
         ask = Ask(tokens, max_wait, None, request)
         try:
             got = self._arrive(ask, queue, threading.Event)
@@ -508,10 +557,28 @@ class Rounds:
         """Decide ``tokens`` (or ``request``) for a task of the running loop: from the
         lease, or in a round."""
         loop = asyncio.get_running_loop()
-        queue = self._loops.get(loop)
-        if queue is None:
+        last = self._loop_queue
+        if last is not None and last[0]() is loop:
+            queue = last[1]
+        else:
             with self._lock:
                 queue = self._loops.setdefault(loop, _Queue())
+            self._loop_queue = (weakref.ref(loop), queue)
+        one = self._decide_one_async
+        if one is not None and self._alone(queue):
+            request = tokens if request is None else request
+            decision: tuple[float, float] | None = None
+            handed = False
+            try:
+                decision = await one(request, max_wait)
+                handed = self._handed_on(queue)
+            except BaseException:
+                if not handed:
+                    self._handed_on(queue)
+                if decision is not None and decision[0] >= 0:
+                    await self._return_async((request, decision[1]))
+                raise
+            return decision
         ask = Ask(tokens, max_wait, None, request)
         try:
             got = self._arrive(ask, queue, loop.create_future)

@@ -30,6 +30,7 @@ they came from (``lua/_members.lua:120``), not into the composed text.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import threading
@@ -193,12 +194,17 @@ def library() -> Library:
 # again only if its server refuses functions later.
 _BY_FUNCTION: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 _by_function_lock = threading.Lock()
+# Bumped at every mark: a Script's memo of the last client it was called on (see
+# Script._by_function) holds while this has not moved.
+_marks = 0
 
 
 def _remember(client: Any, by_function: bool) -> bool:
+    global _marks
     try:
         with _by_function_lock:
             _BY_FUNCTION[client] = by_function
+            _marks += 1
     except TypeError:  # a client that cannot be weakly referenced: asked each time
         pass
     return by_function
@@ -286,7 +292,7 @@ def _after_reload(exc: ResponseError) -> None:
 class Script:
     """One driver: a function of the library, or the same text as a script of its own."""
 
-    __slots__ = ("composed", "function", "name", "sha", "source")
+    __slots__ = ("_memo", "composed", "function", "name", "sha", "source")
 
     def __init__(self, name: str, composed: Composed, function: str | None) -> None:
         self.name = name
@@ -295,6 +301,8 @@ class Script:
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
         #: The library function that runs the same driver (None: a script only).
         self.function = function
+        # The last client called, weakly, how it calls, and the marks it was read at.
+        self._memo: tuple[weakref.ref[Any], bool, int] | None = None
 
     @classmethod
     def from_source(cls, name: str, source: str) -> Script:
@@ -307,17 +315,33 @@ class Script:
         return exc
 
     def _by_function(self, client: Any) -> bool:
-        return self.function is not None and by_function(client)
+        if self.function is None:
+            return False
+        # by_function's answer, remembered for the client of the last call: the weak
+        # dictionary's look-up makes a weak reference each time, which a decision
+        # need not pay while nobody marks a client.
+        memo = self._memo
+        if memo is not None and memo[2] == _marks and memo[0]() is client:
+            return memo[1]
+        marks = _marks
+        usable = by_function(client)
+        with contextlib.suppress(TypeError):  # a client that cannot be weakly referenced
+            self._memo = (weakref.ref(client), usable, marks)
+        return usable
 
-    def _steps(self, client: Any) -> Generator[str, Any, Any]:
+    def _steps(self, client: Any, failed: ResponseError | None = None) -> Generator[str, Any, Any]:
         """The calls one call of this driver makes, for the synchronous and the asyncio
         runner alike: each yields what to send next (``FCALL``, ``LISTED``, ``LOAD``,
-        ``EVALSHA``, ``EVAL``) and is sent its reply, or has its error reply thrown in."""
-        if self._by_function(client):
-            try:
-                return (yield FCALL)
-            except ResponseError as exc:
-                reload = _after_fcall(client, exc)
+        ``EVALSHA``, ``EVAL``) and is sent its reply, or has its error reply thrown in.
+        ``failed``: the error of an ``FCALL`` already sent (the runners send the first
+        themselves), from which the steps go on."""
+        if failed is not None or self._by_function(client):
+            if failed is None:
+                try:
+                    return (yield FCALL)
+                except ResponseError as exc:
+                    failed = exc
+            reload = _after_fcall(client, failed)
             if reload:
                 # Every call in flight when a server lost the library hears so (a fleet
                 # after a failover): one that finds it loaded meanwhile by another does
@@ -358,7 +382,21 @@ class Script:
         return client.function_load(library().source, replace=True)
 
     def __call__(self, client: Any, keys: Sequence[str], args: Sequence[str | float]) -> Any:
-        steps = self._steps(client)
+        # The usual call, one command, sent here without the steps' machinery; they
+        # take over from its error.
+        try:
+            if self._by_function(client):
+                try:
+                    return client.fcall(self.function, len(keys), *keys, *args)
+                except ResponseError as exc:
+                    steps = self._steps(client, exc)
+            else:
+                try:
+                    return client.evalsha(self.sha, len(keys), *keys, *args)
+                except NoScriptError:
+                    return client.eval(self.source, len(keys), *keys, *args)
+        except ResponseError as exc:
+            raise self._translated(exc) from None
         try:
             step = next(steps)
             while True:
@@ -374,7 +412,19 @@ class Script:
             raise self._translated(exc) from None
 
     async def call_async(self, client: Any, keys: Sequence[str], args: Sequence[str | float]) -> Any:
-        steps = self._steps(client)
+        try:
+            if self._by_function(client):
+                try:
+                    return await client.fcall(self.function, len(keys), *keys, *args)
+                except ResponseError as exc:
+                    steps = self._steps(client, exc)
+            else:
+                try:
+                    return await client.evalsha(self.sha, len(keys), *keys, *args)
+                except NoScriptError:
+                    return await client.eval(self.source, len(keys), *keys, *args)
+        except ResponseError as exc:
+            raise self._translated(exc) from None
         try:
             step = next(steps)
             while True:

@@ -90,6 +90,19 @@ class Calls:
             return await decide_async(rnd)
 
         rounds._decide, rounds._decide_async = seen, seen_async
+        # A caller alone skips the round's bookkeeping, not its call: a round of one.
+        one, one_async = rounds._decide_one, rounds._decide_one_async
+        if one is not None and one_async is not None:
+
+            def seen_one(request: Any, max_wait: float) -> Any:
+                self.rounds.append(1)
+                return one(request, max_wait)
+
+            async def seen_one_async(request: Any, max_wait: float) -> Any:
+                self.rounds.append(1)
+                return await one_async(request, max_wait)
+
+            rounds._decide_one, rounds._decide_one_async = seen_one, seen_one_async
 
 
 def rounds_of(limiter: Any) -> Rounds:
@@ -749,6 +762,20 @@ class HeldRounds:
             return decide(rnd)
 
         self.rounds._decide = held
+        # The round of a caller alone, held alike.
+        one = self.one = self.rounds._decide_one
+        assert one is not None
+
+        def held_one(request: Any, max_wait: float) -> Any:
+            i = len(self.sizes)
+            self.sizes.append(1)
+            self.entered[i].set()
+            gate = threading.Event()
+            self.gates.append(gate)
+            assert gate.wait(10)
+            return one(request, max_wait)
+
+        self.rounds._decide_one = held_one
         self.threads: list[threading.Thread] = []
         self.got: list[float] = []
 
@@ -807,6 +834,7 @@ class HeldRounds:
         for i in range(len(self.sizes), len(self.entered)):
             self.entered[i].set()
         self.rounds._decide = self.decide
+        self.rounds._decide_one = self.one
         for thread in self.threads:
             thread.join(10)
             assert not thread.is_alive(), "a caller hangs behind the interrupted thread"
