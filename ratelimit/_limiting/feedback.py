@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from .._headers import RateLimitInfo
 
 __all__ = ["restriction", "throttled"]
@@ -11,28 +9,34 @@ __all__ = ["restriction", "throttled"]
 #: Statuses that mean "you went too fast" (503 often carries Retry-After too).
 PUSHBACK = frozenset({429, 503})
 
-#: How far ahead a ``remaining`` is planned, in seconds (see ``_near``).
+#: A reset nearer than this many seconds is kept whole; a farther one is planned a
+#: grant at a time (see ``_near``).
 HORIZON = 10.0
 
 
-def _near(remaining: float, seconds: float) -> tuple[float, float]:
-    """``remaining`` until ``seconds``, as the share of it due over the near future.
+def _near(remaining: float, seconds: float, lead: float) -> tuple[float, float]:
+    """``remaining`` until ``seconds``, as the next grant at the even pace.
 
     A limiter keeps "at most R more before T" by placing those R grants as late as
-    they can go and still fit, so an hourly window read whole (GitHub: 4,000 of 5,000
+    they can go and still fit. Read whole, an hourly window (GitHub: 4,000 of 5,000
     left, reset in 58 minutes) would stall every worker for ten minutes while budget
-    remains. Planned over the next ``HORIZON`` seconds instead (or the time one grant
-    takes at the even pace R/T, if longer), the grants are spread at that pace, and
-    every later response plans the next stretch. The share is rounded down, so it
-    never allows more than the provider's own figures; a remaining of 0 is kept whole:
-    a pause until the reset.
+    remains; and planned over any stretch of several grants, each response fed back
+    plans a new stretch from its own moment, so the grants placed at a stretch's end
+    keep moving away (fed back after every response, one grant every 9 s where 1.15 a
+    second was the pace). So a far reset plans one grant only, due when the time one
+    grant takes at the even pace T/R is over: the next response plans the one after,
+    and a worker that feeds back every response goes at that pace (less the time each
+    response takes to come back). ``lead`` is the time the limiter's own rate puts
+    between two grants: "one more before T" lets it go that much before T, so T is
+    moved on by as much. A reset within ``HORIZON`` seconds, or fewer than one more
+    before it, is kept whole; a remaining of 0 is a pause until the reset.
     """
     if remaining <= 0 or seconds <= HORIZON:
         return remaining, seconds
-    horizon = max(HORIZON, seconds / remaining)
-    if horizon >= seconds:
+    due = seconds / remaining + lead
+    if due >= seconds:
         return remaining, seconds
-    return float(max(1, math.floor(remaining * horizon / seconds))), horizon
+    return 1.0, due
 
 
 def _until_more(info: RateLimitInfo, reset: float) -> float:
@@ -54,12 +58,12 @@ def _until_more(info: RateLimitInfo, reset: float) -> float:
     return reset
 
 
-def restriction(info: RateLimitInfo, status: int | None) -> tuple[float, float] | None:
+def restriction(info: RateLimitInfo, status: int | None, lead: float = 0.0) -> tuple[float, float] | None:
     """``(remaining, seconds)``: at most ``remaining`` more before ``seconds`` from now.
 
     - ``Retry-After`` on a refusal (or with no status given) pauses: ``(0, retry_after)``.
     - ``remaining`` with a reset lowers the budget to it until the reset (planned over
-      the next few seconds when the reset is far: see ``_near``); on a 429 the
+      a grant at a time when the reset is far: see ``_near``); on a 429 the
       provider has refused us, whatever it claims remains, so that pauses too. For a
       bucket that refills as it goes (``info.gradual``), "until the reset" is until
       one more is back (see ``_until_more``), not until it is full.
@@ -77,7 +81,7 @@ def restriction(info: RateLimitInfo, status: int | None) -> tuple[float, float] 
         if status == 429:
             return 0.0, seconds
         if info.remaining is not None:
-            return _near(info.remaining, seconds)
+            return _near(info.remaining, seconds, lead)
     return None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -92,9 +93,9 @@ def test_remaining_zero_with_a_reset_pauses(make: Make, clock: ManualClock) -> N
 
 def test_of_several_policies_the_binding_one_paces_whole(make: Make, clock: ManualClock) -> None:
     # 1,000 of the day left for an hour binds (0.28/s) over 50 a minute for 30 s (1.7/s).
-    # Its 1,000 over 3,600 s give 2 for the next 10 s, placed as late as they fit at the
-    # configured 0.2 s apart; the minute's 50 over the day's hour, a mix of the two,
-    # would have allowed one per 72 s.
+    # The next grant is due when one of its 1,000 over 3,600 s is (3.6 s), and the ones
+    # after it at the configured 0.2 s apart until the next response says more; the
+    # minute's 50 over the day's hour, a mix of the two, would have allowed one per 72 s.
     limiter = make(TokenBucket, 20, 5)
     headers = {
         "RateLimit": '"minute";r=50;t=30, "daily";r=1000;t=3600',
@@ -102,7 +103,7 @@ def test_of_several_policies_the_binding_one_paces_whole(make: Make, clock: Manu
     }
     info = limiter.feedback(headers, status=200)
     assert (info.limit, info.remaining, info.reset_after, info.window) == (5000, 1000, 3600, 86400)
-    assert [limiter.acquire() for _ in range(3)] == pytest.approx([9.6, 0.2, 0.2])
+    assert [limiter.acquire() for _ in range(3)] == pytest.approx([3.6, 0.2, 0.2])
 
 
 def test_a_success_with_a_retry_after_does_not_pause(make: Make, clock: ManualClock) -> None:
@@ -201,18 +202,36 @@ def test_a_429_without_retry_after_pauses_until_the_reset(make: Make) -> None:
     assert limiter.acquire() == pytest.approx(2.0)
 
 
-def test_a_far_reset_is_planned_over_the_near_future_not_stalled_for(make: Make, clock: ManualClock) -> None:
+def test_a_far_reset_is_planned_a_grant_at_a_time_not_stalled_for(make: Make, clock: ManualClock) -> None:
     # GitHub: 5,000 an hour; 4,000 left with 58 minutes to go. Read whole, the 4,000
     # grants would be placed as late as they fit: a ten-minute stall with budget left.
-    limiter = make(TokenBucket, 20, 5000 / 3600)
+    # The next grant is due when one is at the even pace (3,480 / 4,000 s).
+    limiter = make(TokenBucket, 20, 1000 / 60)
     limiter.feedback({"X-RateLimit-Remaining": "4000", "X-RateLimit-Reset-After": "3480"}, status=200)
-    granted_at = []
-    for _ in range(12):
-        assert limiter.acquire() < 10.0
-        granted_at.append(clock.now() - 1_000.0)
-    # The next ten seconds get their share of the 4,000, rounded down (11), no more.
-    assert all(t <= 10.0 + 1e-9 for t in granted_at[:11])
-    assert granted_at[11] >= 10.0 - 1e-9
+    assert limiter.acquire() == pytest.approx(3480 / 4000)
+
+
+def test_a_far_reset_fed_back_after_every_response_goes_at_its_pace(make: Make, clock: ManualClock) -> None:
+    # The known issue this replaces: planned over 10 s stretches, each response planned a
+    # new stretch from its own moment, and the grants placed at a stretch's end kept
+    # moving away: one every 9.3 s where 1.15 a second was the pace (0.09 of it).
+    limiter = make(TokenBucket, 20, 1000 / 60)
+    start, reset, left, latency = clock.now(), 3480.0, 4000, 0.2
+    sent = []
+    while clock.now() - start < 120:
+        limiter.acquire()
+        sent.append(clock.now() - start)
+        left -= 1
+        clock.advance(latency)
+        elapsed = clock.now() - start
+        headers = {"X-RateLimit-Remaining": str(left), "X-RateLimit-Reset-After": f"{reset - elapsed:.3f}"}
+        limiter.feedback(headers, status=200)
+    pace = 4000 / 3480
+    rate = (len(sent) - 1) / (sent[-1] - sent[0])
+    # Each grant is due one pace after the response before it came back: 1 / (0.87 +
+    # 0.2) s, 0.81 of the pace; never faster than the pace.
+    assert 0.75 * pace <= rate <= pace
+    assert all(b - a >= 3480 / 4000 - 1e-6 for a, b in itertools.pairwise(sent))
 
 
 def test_a_far_reset_with_little_left_spreads_it(make: Make, clock: ManualClock) -> None:
@@ -251,12 +270,23 @@ def grants_before(limiter: Any, clock: ManualClock, seconds: float) -> int:
 
 
 def test_gitlab_remaining_is_spread_up_to_its_epoch_reset(make: Make, clock: ManualClock) -> None:
-    # 594 of 600 left for the 57 s to the reset: the next 10 s get their share, 104.
-    # Read as a delay of 1.7e9 s (cut to an hour), they got 1: 60 times too slow.
+    # 594 of 600 left for the 57 s to the reset, fed back after each response: one grant
+    # per 57/594 s, 104 in the next 10 s. Read as a delay of 1.7e9 s (cut to an hour),
+    # they got 1: 60 times too slow.
     limiter = make(TokenBucket, 200, 100)
     info = limiter.feedback(gitlab(594, 57), status=200, now=GITLAB_NOW)
     assert info.reset_after == 57
-    assert grants_before(limiter, clock, 10.0) == 104
+    start, left = clock.now(), 594
+    granted = 0
+    while True:
+        limiter.acquire()
+        elapsed = clock.now() - start
+        if elapsed >= 10.0 - 1e-9:
+            break
+        granted += 1
+        left -= 1
+        limiter.feedback(gitlab(left, 57), status=200, now=GITLAB_NOW + elapsed)
+    assert granted == 104
 
 
 def test_gitlab_spent_pauses_until_its_epoch_reset_not_an_hour(make: Make, clock: ManualClock) -> None:
@@ -273,7 +303,7 @@ def test_gitlab_fed_back_on_every_response_uses_its_budget(make: Make, clock: Ma
     start, used = clock.now(), 6
     while True:
         elapsed = clock.now() - start
-        limiter.feedback(gitlab(600 - used, 57 - elapsed), status=200, now=GITLAB_NOW + elapsed)
+        limiter.feedback(gitlab(600 - used, 57), status=200, now=GITLAB_NOW + elapsed)
         limiter.acquire()
         if clock.now() - start >= 57:
             break
