@@ -181,13 +181,7 @@ class SQLiteSlots:
             call.exception()  # seen here, whether or not its caller is still there
 
     async def _off_loop(self, call: Callable[[], R]) -> R:
-        """``call()`` at once if the file is free, else in a thread."""
-        try:
-            with self._rows.at_once():
-                return call()
-        except Busy:
-            pass
-        return await asyncio.to_thread(call)
+        return await self._rows.off_loop(call)
 
     def _released_elsewhere(self, name: str) -> bool:
         self._doors.forget(name)

@@ -325,6 +325,18 @@ class SQLiteStore(MemoryStore):
         except BackendUnavailable as exc:
             return self._or_local(exc, self._local.peek)
 
+    # The memory store's async methods run the transition on the loop; the file's lock
+    # may be another process's for up to busy_timeout, which the loop must not wait on.
+
+    async def allow_async(self) -> Decision:
+        return await self._backend.file.off_loop(self.allow)
+
+    async def record_async(self, generation: int, probe: bool, ok: bool | None) -> tuple[BreakerState, BreakerState]:
+        return await self._backend.file.off_loop(lambda: self.record(generation, probe, ok))
+
+    async def peek_async(self) -> tuple[BreakerState, int, int]:
+        return await self._backend.file.off_loop(self.peek)
+
 
 def _mode(value: Any) -> BreakerState:
     return MODES[int(value)]

@@ -405,14 +405,7 @@ class _Unavailable(Generic[T]):
         return await asyncio.to_thread(self.reserve, tokens, max_wait)
 
     async def _off_loop(self, call: Callable[[], R]) -> R:
-        """``call()`` at once if the file is free, else in a thread (which a
-        cancellation lets finish: a refund or charge is made all the same)."""
-        try:
-            with self._backend.file.not_waiting():
-                return call()
-        except Busy:
-            pass
-        return await asyncio.to_thread(call)
+        return await self._backend.file.off_loop(call)
 
     def _lost(self, what: str, run: Callable[[], object], local: Callable[[Fallback[T]], object]) -> None:
         try:

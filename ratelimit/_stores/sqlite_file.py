@@ -16,6 +16,7 @@ Called by ``sqlite.py`` (its rows and sweeps); the time base is ``sqlite_time.py
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import logging
@@ -27,7 +28,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .._errors import BackendUnavailable
 from .sqlite_time import boot_id, boot_seconds, rebased_offset
@@ -127,6 +128,9 @@ def describe(path: str, exc: BaseException) -> str:
         if code == _CANTOPEN:
             return f"the SQLite store {path!r} cannot be opened ({exc})"
     return f"the SQLite store {path!r} failed: {exc!r}"
+
+
+R = TypeVar("R")
 
 
 class Busy(Exception):
@@ -409,6 +413,17 @@ class StoreFile:
             yield
         finally:
             flag.on = False
+
+    async def off_loop(self, call: Callable[[], R]) -> R:
+        """``call()`` at once if the file is free, else in a thread: an event loop never
+        waits for the file's lock (up to ``busy_timeout``). A task cancelled meanwhile
+        leaves the thread to finish, so what it decides is made all the same."""
+        try:
+            with self.not_waiting():
+                return call()
+        except Busy:
+            pass
+        return await asyncio.to_thread(call)
 
     def turn(self, step: Step) -> sqlite3.Connection | None:
         """This process's turn for one statement that commits by itself (the quick

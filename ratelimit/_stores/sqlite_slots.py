@@ -29,6 +29,7 @@ from .sqlite_file import StoreFile
 __all__ = ["TIDY_SECONDS", "Promoted", "SlotRows"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 #: A waiter that a transition made a holder: its lease id and its door (or ``None``).
 Promoted = tuple[str, "str | None"]
@@ -78,6 +79,11 @@ class SlotRows:
     def path(self) -> str:
         """The file's absolute path."""
         return self._file.path
+
+    async def off_loop(self, call: Callable[[], R]) -> R:
+        """``call()`` without making an event loop wait for the file (see
+        :meth:`~.sqlite_file.StoreFile.off_loop`)."""
+        return await self._file.off_loop(call)
 
     def at_once(self) -> contextlib.AbstractContextManager[None]:
         """In this block, a transition that would wait for the file's lock raises

@@ -759,6 +759,41 @@ def test_a_breaker_opened_by_one_process_is_open_for_the_others(tmp_path: Path) 
     assert second.backend.stats().failures == 1
 
 
+def test_a_breakers_async_calls_wait_for_the_lock_off_the_event_loop(tmp_path: Path) -> None:
+    """A breaker's transitions are transactions on the file too: the file locked by
+    another for 0.5 s, the loop keeps ticking while allow_async and record_async wait."""
+    path = tmp_path / "b.db"
+    breaker = CircuitBreaker(backend=SQLiteBackend(path), name="aio-breaker", min_calls=2, cooldown=10)
+    breaker.record(breaker.allow(), ok=True)  # the row exists
+
+    async def main() -> tuple[list[float], float, float]:
+        ticks: list[float] = []
+
+        async def ticker() -> None:
+            while True:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.01)
+
+        ticking = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        holder = _hold_write_lock(path, 0.5)
+        started = time.monotonic()
+        ticket = await breaker.allow_async()
+        await breaker.record_async(ticket, ok=False)
+        ended = time.monotonic()
+        ticking.cancel()
+        holder.join()
+        return ticks, started, ended
+
+    ticks, started, ended = asyncio.run(main())
+    assert ended - started >= 0.3  # it did wait for the lock
+    during = [t for t in ticks if started <= t <= ended]
+    assert len(during) >= 10
+    gaps = [b - a for a, b in zip([started, *during], [*during, ended], strict=True)]
+    assert max(gaps) < 0.25
+    assert breaker.stats().failures == 1
+
+
 # -- the command line -------------------------------------------------------------------
 
 
