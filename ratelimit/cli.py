@@ -422,7 +422,11 @@ def _print_rows(rows: Sequence[StoredState]) -> None:
         # A keyed budget's row (limiter.for_key): told apart from the name's own.
         key = "" if row.key is None else f" key {row.key!r}"
         idle = "idle" if row.idle_in <= 0 else f"as new in {row.idle_in:.3g} s"
-        print(printable(f"{row.name}{key}{member}  {row.kind}  written {row.age:.3g} s ago, {idle}"))
+        if row.age is None:  # a ConcurrencyLimit's slots: no one row written
+            idle = "every lease has run out" if row.idle_in <= 0 else f"the last lease runs out in {row.idle_in:.3g} s"
+            print(printable(f"{row.name}{key}{member}  {row.kind}  {idle}"))
+        else:
+            print(printable(f"{row.name}{key}{member}  {row.kind}  written {row.age:.3g} s ago, {idle}"))
         print(printable(f"    {row.state}"))
         if row.override is not None:
             print(printable(f"    changed at run time: {override_text(row.override)}"))

@@ -53,7 +53,7 @@ from .sqlite_config import read as read_change
 from .sqlite_config import write as write_change
 from .sqlite_file import Busy, StoreFile
 from .sqlite_quick import Quick
-from .sqlite_slots import SlotRows
+from .sqlite_slots import SlotRows, census
 from .sqlite_top import Cell, Counts, read_top
 from .sqlite_top import write as write_top
 from .store import Handle
@@ -555,9 +555,11 @@ class StoredState:
     kind: str
     #: The state, as the algorithm keeps it (times are store time).
     state: str
-    #: Seconds since a decision last wrote it.
-    age: float
-    #: Seconds until it is as good as new (then a sweep forgets it); <= 0: idle now.
+    #: Seconds since a decision last wrote it (``None`` for a ``ConcurrencyLimit``'s
+    #: slots, which are rows of their own, each holder's and waiter's).
+    age: float | None
+    #: Seconds until it is as good as new (then a sweep forgets it); <= 0: idle now. For
+    #: a ``ConcurrencyLimit``: until the last of its leases (or waiters' places) runs out.
     idle_in: float
     #: Written on a test clock (never swept).
     test: bool
@@ -890,6 +892,7 @@ class SQLiteBackend(FailurePolicy):
                 text: read_change(conn, text, now)
                 for text in {row[0] for row in rows if row[1] < 0 and row[2] in NAMES}
             }
+            slots = census(conn, [tag(name) for name in names])
         finally:
             file.rollback(conn)
         found: list[StoredState] = []
@@ -912,6 +915,12 @@ class SQLiteBackend(FailurePolicy):
                     changes.get(text) if member < 0 else None,
                 )
             )
+        # A ConcurrencyLimit's holders and waiters are rows of their own (sqlite_slots).
+        for text, member, held, waiting, until, test in slots:
+            name, key = untag(text)
+            state = f"{held} held, {waiting} waiting"
+            member_of = None if member < 0 else int(member)
+            found.append(StoredState(name, member_of, "concurrency", state, None, until - now, bool(test), key))
         return found
 
     # -- limits changed at run time ------------------------------------------------

@@ -56,6 +56,20 @@ TIDY_SECONDS = 60.0
 _tidy_at: dict[str, float] = {}
 
 
+def census(conn: sqlite3.Connection, tags: Sequence[str]) -> list[tuple[str, int, int, int, float, int]]:
+    """Each limit's slots as ``inspect`` shows them, read in the caller's transaction:
+    ``(name's tag, member, held, waiting, until, test)``, ``until`` the latest lease or
+    place to run out; every limit when ``tags`` is empty. Nothing when no
+    ``ConcurrencyLimit`` ever used the file (the table is made at its first use)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ratelimit_slots'").fetchone() is None:
+        return []
+    query = "SELECT name, member, SUM(held), SUM(1 - held), MAX(until), MAX(test) FROM ratelimit_slots"
+    grouped = " GROUP BY name, member ORDER BY name, member"
+    if not tags:
+        return list(conn.execute(query + grouped))
+    return [row for name in tags for row in conn.execute(query + " WHERE name = ?" + grouped, (name,))]
+
+
 class SlotRows:
     """The slots of one limit (``name``, ``member``) in ``file``: at most ``most``
     holders, leases of ``lease`` seconds. Each method is one transaction and raises

@@ -560,3 +560,36 @@ def test_a_take_while_another_process_holds_the_file_waits_off_the_loop(tmp_path
 
     assert asyncio.run(main()) >= 10
     assert (limit._store.held, limit._store.queued) == (0, 0)  # type: ignore[attr-defined]
+
+
+def test_inspect_shows_a_limits_holders_and_waiters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``ratelimit inspect --store`` lists a ConcurrencyLimit beside the limiters: how
+    many hold a slot and wait for one, and when the last lease runs out."""
+    from ratelimit.cli import main
+
+    path = tmp_path / "inspect.db"
+    backend = SQLiteBackend(path)
+    limit = ConcurrencyLimit(2, backend=backend, name="uploads", lease_seconds=30)
+    assert backend.inspect() == []  # no slots table yet: nothing, not an error
+    first, second = limit.take(), limit.take()
+    (row,) = backend.inspect(["uploads"])
+    assert (row.name, row.member, row.kind, row.state, row.age) == (
+        "uploads",
+        None,
+        "concurrency",
+        "2 held, 0 waiting",
+        None,
+    )
+    assert 0 < row.idle_in <= 30
+    assert main(["inspect", "--store", f"sqlite:///{path}", "uploads"]) == 0
+    out = capsys.readouterr().out
+    assert "uploads  concurrency  the last lease runs out in" in out
+    assert "2 held, 0 waiting" in out
+    assert main(["inspect", "--store", f"sqlite:///{path}", "--json"]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)
+    assert shown["kind"] == "concurrency"
+    assert shown["age"] is None
+    first.release()
+    second.release()
+    assert backend.inspect(["uploads"]) == []
+    backend.close()
