@@ -18,8 +18,8 @@ import math
 from collections.abc import Callable
 from typing import TypeVar
 
-from .._algorithms.semaphore import FULL, HELD, QUEUED
-from .._clock import Clock, SystemClock
+from .._algorithms.semaphore import HELD, QUEUED
+from .._clock import Clock
 from .._errors import BackendUnavailable
 from .._stores.keys import Keyed
 from .._stores.sqlite import SQLiteBackend
@@ -27,7 +27,7 @@ from .._stores.sqlite_doors import Doors, doors_for
 from .._stores.sqlite_file import Busy
 from .._stores.sqlite_slots import Promoted
 from .._stores.wakeups import Waiting
-from .concurrency_state import LOST, MemorySlots, taken_here
+from .concurrency_state import LOST, Elsewhere, taken_here
 
 __all__ = ["SQLiteSlots"]
 
@@ -55,11 +55,7 @@ class SQLiteSlots:
         self.check_every = lease / 3
         # One bound method for the doors to group the looks they make by.
         self._holding = self._rows.holding
-        self._local: MemorySlots | None = None
-        if backend.on_unavailable == "local":
-            self._local = MemorySlots(max(1, math.floor(most * backend.local_share)), clock or SystemClock())
-        #: Leases granted without the file: where each must be released.
-        self._elsewhere: dict[str, MemorySlots | None] = {}
+        self._elsewhere = Elsewhere(backend, self._label, "SQLite store", most, backend.local_share, clock)
         #: Takes in a thread (the file was locked) whose caller may be gone, by name.
         self._landing: dict[str, asyncio.Future[str]] = {}
 
@@ -82,41 +78,7 @@ class SQLiteSlots:
 
     def _fallback(self, exc: BackendUnavailable, name: str, waiting: Waiting | None) -> str:
         self._doors.forget(name)
-        local = self._local
-
-        def there() -> str:
-            assert local is not None
-            outcome = local.take(name, waiting)
-            if outcome != FULL:
-                self._elsewhere[name] = local
-            return outcome
-
-        def nowhere() -> str:
-            self._elsewhere[name] = None
-            return HELD
-
-        outcome: str = self._backend.without_store(
-            exc,
-            self._label,
-            local=None if local is None else there,
-            otherwise=nowhere,
-            says=(
-                "SQLite store unavailable; taking a slot of %r from this process's share: %s",
-                "SQLite store unavailable; taking a slot of %r without it (fail open): %s",
-            ),
-            decision=True,
-        )
-        return outcome
-
-    def _lost_release(self, exc: BackendUnavailable) -> None:
-        # The lease runs out on its own within lease_seconds: the slot is late, not lost.
-        self._backend.without_store(
-            exc,
-            self._label,
-            local=None,
-            otherwise=lambda: None,
-            says=("", "SQLite store unavailable; a slot of %r frees when its lease runs out: %s"),
-        )
+        return self._elsewhere.take(exc, name, waiting)
 
     # -- wake-ups ----------------------------------------------------------------------
 
@@ -185,12 +147,7 @@ class SQLiteSlots:
 
     def _released_elsewhere(self, name: str) -> bool:
         self._doors.forget(name)
-        if name not in self._elsewhere:
-            return False
-        local = self._elsewhere.pop(name)
-        if local is not None:
-            local.release(name)
-        return True
+        return self._elsewhere.release(name)
 
     def release(self, name: str) -> None:
         if self._released_elsewhere(name) or not taken_here(name):
@@ -198,7 +155,7 @@ class SQLiteSlots:
         try:
             promoted = self._rows.release(name)
         except BackendUnavailable as exc:
-            self._lost_release(exc)
+            self._elsewhere.lost_release(exc)
             return
         self._told(promoted)
 

@@ -182,6 +182,75 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+class Elsewhere:
+    """Slots taken while a shared store could not be used, and where each must be
+    released: the store's ``on_unavailable`` decides, for Redis and SQLite alike
+    (``"local"``: from this process's share, ``max(1, floor(most * share))`` slots;
+    ``"allow"``: a slot nobody counts). ``store`` names the store in the warnings."""
+
+    def __init__(self, backend: Any, label: str, store: str, most: int, share: float, clock: Clock | None) -> None:
+        self._backend = backend
+        self._label = label
+        self._store = store
+        self._local: MemorySlots | None = None
+        if backend.on_unavailable == "local":
+            self._local = MemorySlots(max(1, math.floor(most * share)), clock or SystemClock())
+        # Leases granted without the store, by name: where each must be released.
+        self._where: dict[str, MemorySlots | None] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
+
+    def take(self, exc: BackendUnavailable, name: str, waiting: Waiting | None) -> str:
+        """A take the store could not make: ``on_unavailable``'s outcome."""
+        local = self._local
+
+        def there() -> str:
+            assert local is not None
+            outcome = local.take(name, waiting)
+            if outcome != FULL:
+                self._where[name] = local
+            return outcome
+
+        def nowhere() -> str:
+            self._where[name] = None
+            return HELD
+
+        outcome: str = self._backend.without_store(
+            exc,
+            self._label,
+            local=None if local is None else there,
+            otherwise=nowhere,
+            says=(
+                f"{self._store} unavailable; taking a slot of %r from this process's share: %s",
+                f"{self._store} unavailable; taking a slot of %r without it (fail open): %s",
+            ),
+            decision=True,
+        )
+        return outcome
+
+    def lost_release(self, exc: BackendUnavailable) -> None:
+        """A release the store could not hear: its lease runs out on its own within
+        lease_seconds, so the slot is late, not lost."""
+        self._backend.without_store(
+            exc,
+            self._label,
+            local=None,
+            otherwise=lambda: None,
+            says=("", f"{self._store} unavailable; a slot of %r frees when its lease runs out: %s"),
+        )
+
+    def release(self, name: str) -> bool:
+        """Free ``name``'s slot where it was taken without the store (a local one, or
+        none at all), saying whether it was."""
+        if name not in self._where:
+            return False
+        local = self._where.pop(name)
+        if local is not None:
+            local.release(name)
+        return True
+
+
 class RedisSlots:
     """Slots in Redis, shared by every process; each transition is one script call.
 
@@ -209,11 +278,7 @@ class RedisSlots:
         self._params = (str(most), repr(float(lease)), CHANNEL_PREFIX)
         self._client = client
         self.check_every = lease / 3
-        self._local: MemorySlots | None = None
-        if backend.on_unavailable == "local":
-            self._local = MemorySlots(max(1, math.floor(most * backend.fallback_share())), clock or SystemClock())
-        # Leases granted without the store: where each must be released.
-        self._elsewhere: dict[str, MemorySlots | None] = {}
+        self._elsewhere = Elsewhere(backend, key, "Redis", most, backend.fallback_share(), clock)
         #: Takes on their way to Redis whose caller was cancelled meanwhile, by name.
         self._landing: dict[str, asyncio.Future[Any]] = {}
 
@@ -227,31 +292,7 @@ class RedisSlots:
 
     def _fallback(self, exc: BackendUnavailable, name: str, waiting: Waiting | None) -> str:
         self._listener.forget(name)
-        local = self._local
-
-        def there() -> str:
-            assert local is not None
-            outcome = local.take(name, waiting)
-            if outcome != FULL:
-                self._elsewhere[name] = local
-            return outcome
-
-        def nowhere() -> str:
-            self._elsewhere[name] = None
-            return HELD
-
-        outcome: str = self._backend.without_store(
-            exc,
-            self._keys[0],
-            local=None if local is None else there,
-            otherwise=nowhere,
-            says=(
-                "Redis unavailable; taking a slot of %r from this process's share: %s",
-                "Redis unavailable; taking a slot of %r without it (fail open): %s",
-            ),
-            decision=True,
-        )
-        return outcome
+        return self._elsewhere.take(exc, name, waiting)
 
     def _taken(self, reply: Any, name: str) -> str:
         outcome = _text(reply[0])
@@ -295,26 +336,10 @@ class RedisSlots:
             raise
         return self._taken(reply, name)
 
-    def _lost_release(self, exc: BackendUnavailable) -> None:
-        # The lease runs out on its own within lease_seconds: the slot is late, not lost.
-        self._backend.without_store(
-            exc,
-            self._keys[0],
-            local=None,
-            otherwise=lambda: None,
-            says=("", "Redis unavailable; a slot of %r frees when its lease runs out: %s"),
-        )
-
     def _released_elsewhere(self, name: str) -> bool:
-        """Forget ``name``'s wake-up; free its slot where it was taken without the store
-        (a local one, or none at all), saying whether it was."""
+        """Forget ``name``'s wake-up; free its slot if it was taken without the store."""
         self._listener.forget(name)
-        if name not in self._elsewhere:
-            return False
-        local = self._elsewhere.pop(name)
-        if local is not None:
-            local.release(name)
-        return True
+        return self._elsewhere.release(name)
 
     def release(self, name: str) -> None:
         if not self._released_elsewhere(name) and taken_here(name):
@@ -324,7 +349,7 @@ class RedisSlots:
         try:
             self._backend.run(self._script, self._keys, self._args("release", name))
         except BackendUnavailable as exc:
-            self._lost_release(exc)
+            self._elsewhere.lost_release(exc)
 
     async def release_async(self, name: str) -> None:
         if self._released_elsewhere(name) or not taken_here(name):
@@ -352,7 +377,7 @@ class RedisSlots:
         try:
             await self._backend.run_async(self._script, self._keys, self._args("release", name))
         except BackendUnavailable as exc:
-            self._lost_release(exc)
+            self._elsewhere.lost_release(exc)
 
     def _checked(self, reply: Any, name: str) -> str:
         held = [_text(x) for x in reply]
