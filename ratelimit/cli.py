@@ -493,26 +493,21 @@ def inspect_command(args: argparse.Namespace) -> int:
     return 1 if any(not each.known for each in seen) else 0
 
 
-def _top_file(args: argparse.Namespace) -> int:
-    """``top --store sqlite:///PATH``: the counts every process writes into the file."""
-    try:
-        backend = SQLiteBackend.from_url(args.store)
-    except (OSError, ValueError, RateLimitError) as exc:
-        print(printable(f"ratelimit top: error: {exc}"), file=sys.stderr)
-        return 1
+def _top_screens(args: argparse.Namespace, rows_now: Callable[[], Any], where: str, on: str) -> int:
+    """``top``'s refreshes: the screen redrawn in place on a terminal; one block a
+    refresh otherwise, so that a log of it reads in order (``--json``: one reading).
+    ``rows_now`` answers ``None`` where it could not read (and said why): exit 1."""
     tty = sys.stdout.isatty()
     shown = 0
     try:
         while True:
-            try:
-                rows = backend.top(args.window)
-            except RateLimitError as exc:
-                print(printable(f"ratelimit top: error: {exc}"), file=sys.stderr)
+            rows = rows_now()
+            if rows is None:
                 return 1
             if args.json:
                 print(json.dumps(top_json(rows, args.window), indent=2))
                 return 0
-            screen = top_text(rows, backend.path, args.window, on="in this file")
+            screen = top_text(rows, where, args.window, on=on)
             sys.stdout.write(("\033[H\033[2J" if tty else "") + screen + "\n" + ("" if tty else "\n"))
             sys.stdout.flush()
             shown += 1
@@ -521,6 +516,25 @@ def _top_file(args: argparse.Namespace) -> int:
             time.sleep(args.interval)
     except KeyboardInterrupt:
         return 0
+
+
+def _top_file(args: argparse.Namespace) -> int:
+    """``top --store sqlite:///PATH``: the counts every process writes into the file."""
+    try:
+        backend = SQLiteBackend.from_url(args.store)
+    except (OSError, ValueError, RateLimitError) as exc:
+        print(printable(f"ratelimit top: error: {exc}"), file=sys.stderr)
+        return 1
+
+    def rows_now() -> Any:
+        try:
+            return backend.top(args.window)
+        except RateLimitError as exc:
+            print(printable(f"ratelimit top: error: {exc}"), file=sys.stderr)
+            return None
+
+    try:
+        return _top_screens(args, rows_now, backend.path, "in this file")
     finally:
         backend.close()
 
@@ -533,26 +547,9 @@ def top_command(args: argparse.Namespace) -> int:
     if args.redis is None:
         raise _UsageError("give --redis URL or --store sqlite:///PATH")
     backend = _reading(lambda: _backend(args))
-    tty = sys.stdout.isatty()
     where = redact_url(args.redis)
-    shown = 0
     try:
-        while True:
-            rows = _reading(lambda: fleet(backend.client, args.window))
-            if args.json:
-                print(json.dumps(top_json(rows, args.window), indent=2))
-                return 0
-            # Like top: the screen redrawn in place on a terminal; one block a refresh
-            # otherwise, so that a log of it reads in order.
-            screen = top_text(rows, where, args.window)
-            sys.stdout.write(("\033[H\033[2J" if tty else "") + screen + "\n" + ("" if tty else "\n"))
-            sys.stdout.flush()
-            shown += 1
-            if args.iterations is not None and shown >= args.iterations:
-                return 0
-            time.sleep(args.interval)
-    except KeyboardInterrupt:
-        return 0
+        return _top_screens(args, lambda: _reading(lambda: fleet(backend.client, args.window)), where, "on this Redis")
     finally:
         backend.close()
 
