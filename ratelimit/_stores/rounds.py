@@ -157,7 +157,9 @@ class _Queue:
     __slots__ = ("busy", "waiting")
 
     def __init__(self) -> None:
-        self.busy = False
+        #: False: free; else held by a round's leader (True), or by a caller alone
+        #: (its own marker, see ``Rounds._alone``) until it hands the lead on.
+        self.busy: object = False
         self.waiting: collections.deque[Ask] = collections.deque()
 
 
@@ -388,6 +390,7 @@ class Rounds:
         if queue.waiting:
             head = queue.waiting[0]
             head.lead = True
+            queue.busy = True  # held by the next leader, no longer by a caller alone
             head.wake()
         else:
             queue.busy = False
@@ -498,38 +501,44 @@ class Rounds:
     # and hands the lead on as a leader does, whatever happens. Leaving on an
     # exception: a grant decided for it goes back (as _leave's); one the store may
     # have made with no reply heard is lost, as a leader's is.
+    #
+    # The queue names who holds it (``busy`` is the caller's own marker), not a local
+    # the caller sets after taking it: an interrupt falling between the two would
+    # leave the queue held by nobody, and every later caller waiting for ever.
 
-    def _alone(self, queue: _Queue) -> bool:
+    def _alone(self, queue: _Queue, me: object) -> bool:
+        """Whether the queue was free; then ``me`` holds it."""
         with self._lock:
             if queue.busy:
                 return False
-            queue.busy = True
+            queue.busy = me
             return True
 
-    def _handed_on(self, queue: _Queue) -> bool:
+    def _let_go(self, queue: _Queue, me: object) -> None:
+        """The lead handed on if ``me`` still holds the queue: once, wherever an
+        interrupt fell."""
         with self._lock:
-            self._hand_over(queue)
-            return True
+            if queue.busy is me:
+                self._hand_over(queue)
 
     def reserve(self, tokens: float, max_wait: float, request: object = None) -> tuple[float, float]:
         """Decide ``tokens`` (``request``, if the store is asked otherwise) for a
         thread: from the lease, or in a round."""
         queue = self._threads
         one = self._decide_one
-        if one is not None and self._alone(queue):
-            request = tokens if request is None else request
+        if one is not None:
+            me = object()
             decision: tuple[float, float] | None = None
-            handed = False
             try:
-                decision = one(request, max_wait)
-                handed = self._handed_on(queue)
+                if self._alone(queue, me):
+                    decision = one(tokens if request is None else request, max_wait)
+                    self._let_go(queue, me)
+                    return decision
             except BaseException:
-                if not handed:
-                    self._handed_on(queue)  # twice at worst, if interrupted: as _complete
+                self._let_go(queue, me)
                 if decision is not None and decision[0] >= 0:
-                    self._return((request, decision[1]))
+                    self._return((tokens if request is None else request, decision[1]))
                 raise
-            return decision
         ask = Ask(tokens, max_wait, None, request)
         try:
             got = self._arrive(ask, queue, threading.Event)
@@ -565,20 +574,19 @@ class Rounds:
                 queue = self._loops.setdefault(loop, _Queue())
             self._loop_queue = (weakref.ref(loop), queue)
         one = self._decide_one_async
-        if one is not None and self._alone(queue):
-            request = tokens if request is None else request
+        if one is not None:
+            me = object()
             decision: tuple[float, float] | None = None
-            handed = False
             try:
-                decision = await one(request, max_wait)
-                handed = self._handed_on(queue)
+                if self._alone(queue, me):
+                    decision = await one(tokens if request is None else request, max_wait)
+                    self._let_go(queue, me)
+                    return decision
             except BaseException:
-                if not handed:
-                    self._handed_on(queue)
+                self._let_go(queue, me)
                 if decision is not None and decision[0] >= 0:
-                    await self._return_async((request, decision[1]))
+                    await self._return_async((tokens if request is None else request, decision[1]))
                 raise
-            return decision
         ask = Ask(tokens, max_wait, None, request)
         try:
             got = self._arrive(ask, queue, loop.create_future)

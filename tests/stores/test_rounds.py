@@ -8,10 +8,12 @@ clock says so, and the bound is checked on the times the callers were granted.
 from __future__ import annotations
 
 import asyncio
+import linecache
 import math
 import os
 import random
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -977,3 +979,71 @@ def test_a_client_that_retries_is_named_at_construction(caplog: pytest.LogCaptur
         RedisBackend(redis.Redis(host="127.0.0.1", port=1, retry=Retry(NoBackoff(), 0))).close()
         RedisBackend.from_url("redis://127.0.0.1:1/0").close()
     assert not [r for r in caplog.records if "retries" in r.getMessage()]
+
+
+def _interrupted_alone_at(k: int) -> tuple[str, int] | None:
+    """``acquire(3)`` by a caller alone, a limiter's only caller, interrupted at the
+    ``k``-th line it runs in rounds.py: where (``None``: it has fewer lines), once
+    checked that later callers go and the budget holds no grant twice."""
+    rounds_file = Rounds.reserve.__code__.co_filename
+    clock = ManualClock(start=1_000.0)
+    client = fakeredis.FakeRedis()
+    name = unique_name("alone-interrupt")
+    limiter = TokenBucket(100, 0.001, backend=RedisBackend(client), name=name, clock=clock)
+    limiter.acquire()  # its first decision (what the code says) made
+    rounds = rounds_of(limiter)
+    lines = [0]
+    at: list[tuple[str, int]] = []
+    seen: set[tuple[int, int]] = set()
+
+    def line(frame: Any, event: str, arg: object) -> Any:
+        if event != "line":
+            return line
+        here = (id(frame), frame.f_lineno)
+        # A `with` line met again is its exit, where the tracer is called before the
+        # lock's release (no signal handler runs there): not an interrupt.
+        if here in seen and linecache.getline(rounds_file, frame.f_lineno).strip().startswith("with "):
+            return line
+        seen.add(here)
+        lines[0] += 1
+        if lines[0] == k:
+            at.append((frame.f_code.co_name, frame.f_lineno))
+            raise Interrupted
+        return line
+
+    def calls(frame: Any, event: str, arg: object) -> Any:
+        return line if frame.f_code.co_filename == rounds_file else None
+
+    sys.settrace(calls)
+    try:
+        limiter.acquire(3)
+    except Interrupted:
+        pass
+    finally:
+        sys.settrace(None)
+    if not at:
+        return None  # past the last line: the acquire went through uninterrupted
+    later = threading.Thread(target=limiter.acquire, daemon=True)
+    later.start()
+    later.join(5)
+    assert not later.is_alive(), f"every later caller waits, after an interrupt at {at[0]}"
+    assert not rounds._threads.busy
+    assert not rounds._threads.waiting
+    # The interrupted grant went back, or was never made (or made and not heard: lost,
+    # the budget the poorer for it), never kept as well: 1 + 1 spent, or 3 more.
+    other = TokenBucket(100, 0.001, backend=RedisBackend(client), name=name, clock=clock)
+    left = sum(1 for _ in iter(lambda: other.try_acquire(1), False))
+    assert left in (98, 95), f"{100 - left} spent after an interrupt at {at[0]}"
+    return at[0]
+
+
+def test_a_caller_alone_interrupted_at_any_line_leaves_the_queue_free() -> None:
+    # An interrupt (a signal handler raising) may fall between any two lines of a
+    # caller's way through, the caller alone's too: between taking the queue and the
+    # call, nobody must be left holding it, or every later caller waits for ever. A
+    # trace function raising at a line event is an interrupt at that line: tried at
+    # each line a caller alone runs in rounds.py, one after the other.
+    k = 1
+    while _interrupted_alone_at(k) is not None:
+        k += 1
+    assert k > 10

@@ -23,6 +23,7 @@ from ratelimit import (
     ConcurrencyLimit,
     LeakyBucket,
     ManualClock,
+    RedisBackend,
     SlidingWindow,
     SQLiteBackend,
     TokenBucket,
@@ -31,6 +32,8 @@ from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.token_bucket import Gcra
 from ratelimit._stores.config import Override, UnchangeableLimit
 from ratelimit.cli import main
+
+from conftest import unique_name
 
 
 def grants(limiter: Any, n: int = 1000) -> int:
@@ -292,3 +295,28 @@ def test_a_request_larger_than_a_lowered_burst_is_refused_with_holes_too(path: P
         limiter.acquire(5)
     assert caught.value.retry_after == math.inf
     assert limiter.peek(5) == math.inf
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found by a Redis/SQLite differential, cause not found: after a restriction "
+    "(feedback) and two run-time changes the SQLite store makes a reserve wait 0.08 s "
+    "where the Redis script grants at once (the bucket's TAT, 1003 restricted, moved to "
+    "1001.38 by the first change at 1000.3, is past by 1002.3); Redis with its quick "
+    "path disabled decides as it does with it",
+)
+def test_a_restriction_then_two_changes_decide_as_through_redis(path: Path, redis_client: Any) -> None:
+    waits = []
+    for backend in (RedisBackend(redis_client, coalesce=False), SQLiteBackend(path)):
+        clock = ManualClock(1_000.0)
+        name = unique_name("restricted-changes")
+        bucket = TokenBucket(4, 2, backend=backend, name=name, clock=clock)
+        assert bucket.try_acquire()
+        bucket.feedback({"RateLimit-Remaining": "1", "RateLimit-Reset": "2"})
+        clock.advance(0.3)
+        backend.set_limit(name, rate=5.0, burst=8.0, clock=clock)
+        clock.advance(2.0)
+        backend.set_limit(name, rate=5.0, burst=2.0, clock=clock)
+        waits.append(bucket.reserve(1, timeout=2).wait)
+    assert waits[0] == 0.0
+    assert waits[1] == waits[0]
