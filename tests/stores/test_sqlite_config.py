@@ -299,11 +299,13 @@ def test_a_request_larger_than_a_lowered_burst_is_refused_with_holes_too(path: P
 
 @pytest.mark.xfail(
     strict=True,
-    reason="found by a Redis/SQLite differential, cause not found: after a restriction "
-    "(feedback) and two run-time changes the SQLite store makes a reserve wait 0.08 s "
-    "where the Redis script grants at once (the bucket's TAT, 1003 restricted, moved to "
-    "1001.38 by the first change at 1000.3, is past by 1002.3); Redis with its quick "
-    "path disabled decides as it does with it",
+    reason="two changes stored before any decision: Redis moves the state at each change "
+    "(1003, restricted, to 1001.38 at the first, then left as it is, already past, at the "
+    "second); a SQLite file's processes move it lazily at their next decision, from the "
+    "limit it was decided under straight to the latest change, as of that change's time "
+    "(1003 at rate 2 to rate 5 at 1002.3: 1002.58), so the first change's move is lost. "
+    "Keeping the replaced change (and its time) in the config row would let the move go "
+    "through each in turn",
 )
 def test_a_restriction_then_two_changes_decide_as_through_redis(path: Path, redis_client: Any) -> None:
     waits = []
