@@ -466,12 +466,10 @@ def inspect_command(args: argparse.Namespace) -> int:
     if args.key is not None and not args.names:
         print("ratelimit inspect: error: --key needs the NAME (or names) whose key to show", file=sys.stderr)
         return 2
-    if args.store is not None:
+    if _on_file(args):
         if args.key is not None:
             raise _UsageError("--key shows a key's budget in Redis; a SQLite file's rows are listed whole")
         return _inspect_file(args)
-    if args.redis is None:
-        raise _UsageError("give --redis URL or --store sqlite:///PATH")
     backend = _reading(lambda: _backend(args))
     try:
         if args.key is not None:
@@ -539,13 +537,21 @@ def _top_file(args: argparse.Namespace) -> int:
         backend.close()
 
 
-def top_command(args: argparse.Namespace) -> int:
+def _on_file(args: argparse.Namespace) -> bool:
+    """Whether an operator command works on a SQLite file (``--store``, checked) rather
+    than on the Redis of ``--redis``, which must then be given."""
     if args.store is not None:
         if not args.store.startswith("sqlite:///"):
             raise _UsageError(f"--store takes sqlite:///PATH (a Redis goes with --redis), got {args.store!r}")
-        return _top_file(args)
+        return True
     if args.redis is None:
         raise _UsageError("give --redis URL or --store sqlite:///PATH")
+    return False
+
+
+def top_command(args: argparse.Namespace) -> int:
+    if _on_file(args):
+        return _top_file(args)
     backend = _reading(lambda: _backend(args))
     where = redact_url(args.redis)
     try:
@@ -559,12 +565,8 @@ def set_command(args: argparse.Namespace) -> int:
         raise _UsageError("--reset returns to the code's values: leave out --rate, --burst and --for")
     if not args.reset and args.rate is None and args.burst is None:
         raise _UsageError("give --rate, --burst or both (or --reset)")
-    if args.store is not None:
-        if not args.store.startswith("sqlite:///"):
-            raise _UsageError(f"--store takes sqlite:///PATH (a Redis goes with --redis), got {args.store!r}")
+    if _on_file(args):
         return _set_file(args)
-    if args.redis is None:
-        raise _UsageError("give --redis URL or --store sqlite:///PATH")
     backend = _reading(lambda: _backend(args))
     name = printable(args.name)
     try:
