@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -650,13 +651,9 @@ def _hold_write_lock(path: Path, seconds: float) -> threading.Thread:
     return thread
 
 
-def test_an_async_decision_waits_for_the_lock_off_the_event_loop(tmp_path: Path) -> None:
-    """The file locked by another for 0.5 s: the task waits for it in a thread, and a
-    ticker on the same loop keeps ticking meanwhile."""
-    path = tmp_path / "s.db"
-    backend = SQLiteBackend(path)
-    limiter = TokenBucket(10, 1, backend=backend, name="aio-locked")
-    assert limiter.try_acquire()  # the row exists: the next decision is the quick path's
+def _ticks_while_locked(path: Path, action: Callable[[], Awaitable[object]]) -> tuple[list[float], float, float]:
+    """Run ``action`` while another connection holds ``path``'s write lock for 0.5 s,
+    with a ticker on the same loop: its ticks, and when ``action`` started and ended."""
 
     async def main() -> tuple[list[float], float, float]:
         ticks: list[float] = []
@@ -670,18 +667,33 @@ def test_an_async_decision_waits_for_the_lock_off_the_event_loop(tmp_path: Path)
         await asyncio.sleep(0)
         holder = _hold_write_lock(path, 0.5)
         started = time.monotonic()
-        await limiter.acquire_async()
+        await action()
         ended = time.monotonic()
         ticking.cancel()
         holder.join()
         return ticks, started, ended
 
-    ticks, started, ended = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def _assert_the_loop_kept_ticking(ticks: list[float], started: float, ended: float) -> None:
     assert ended - started >= 0.3  # it did wait for the lock
     during = [t for t in ticks if started <= t <= ended]
     assert len(during) >= 10  # about 50 on a quiet machine
     gaps = [b - a for a, b in zip([started, *during], [*during, ended], strict=True)]
     assert max(gaps) < 0.25
+
+
+def test_an_async_decision_waits_for_the_lock_off_the_event_loop(tmp_path: Path) -> None:
+    """The file locked by another for 0.5 s: the task waits for it in a thread, and a
+    ticker on the same loop keeps ticking meanwhile."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(10, 1, backend=backend, name="aio-locked")
+    assert limiter.try_acquire()  # the row exists: the next decision is the quick path's
+
+    ticks, started, ended = _ticks_while_locked(path, limiter.acquire_async)
+    _assert_the_loop_kept_ticking(ticks, started, ended)
     assert backend.stats().lock_waits >= 1
 
 
@@ -766,31 +778,11 @@ def test_a_breakers_async_calls_wait_for_the_lock_off_the_event_loop(tmp_path: P
     breaker = CircuitBreaker(backend=SQLiteBackend(path), name="aio-breaker", min_calls=2, cooldown=10)
     breaker.record(breaker.allow(), ok=True)  # the row exists
 
-    async def main() -> tuple[list[float], float, float]:
-        ticks: list[float] = []
+    async def allow_and_record() -> None:
+        await breaker.record_async(await breaker.allow_async(), ok=False)
 
-        async def ticker() -> None:
-            while True:
-                ticks.append(time.monotonic())
-                await asyncio.sleep(0.01)
-
-        ticking = asyncio.create_task(ticker())
-        await asyncio.sleep(0)
-        holder = _hold_write_lock(path, 0.5)
-        started = time.monotonic()
-        ticket = await breaker.allow_async()
-        await breaker.record_async(ticket, ok=False)
-        ended = time.monotonic()
-        ticking.cancel()
-        holder.join()
-        return ticks, started, ended
-
-    ticks, started, ended = asyncio.run(main())
-    assert ended - started >= 0.3  # it did wait for the lock
-    during = [t for t in ticks if started <= t <= ended]
-    assert len(during) >= 10
-    gaps = [b - a for a, b in zip([started, *during], [*during, ended], strict=True)]
-    assert max(gaps) < 0.25
+    ticks, started, ended = _ticks_while_locked(path, allow_and_record)
+    _assert_the_loop_kept_ticking(ticks, started, ended)
     assert breaker.stats().failures == 1
 
 
