@@ -153,14 +153,23 @@ end
 -- `raw` is not a clean state.
 do
   local said1, said2, capacity, rate, interval = nil, nil, 0.0, 0.0, 0.0
+  -- The text this function wrote last and its two numbers: a hot bucket reads back
+  -- what it wrote, and a text's numbers are a pure function of it, so the match and
+  -- the two conversions are skipped (the strings are interned: one comparison).
+  local wrote, wrote_drained, wrote_latest = nil, 0.0, 0.0
 
   function leaky_bucket.quick(key, raw, p1, p2, now, tokens, max_wait)
-    local d, l = string.match(raw, '^(%S+) (%S+)$')
-    if l == nil or not leaky_is_clean(l) then return nil end
-    local drained, latest = tonumber(d), tonumber(l)
-    if drained == nil or latest == nil or drained ~= drained or latest ~= latest
-        or drained == math.huge or latest == math.huge or drained == -math.huge or latest == -math.huge then
-      return nil
+    local drained, latest
+    if raw == wrote then
+      drained, latest = wrote_drained, wrote_latest
+    else
+      local d, l = string.match(raw, '^(%S+) (%S+)$')
+      if l == nil or not leaky_is_clean(l) then return nil end
+      drained, latest = tonumber(d), tonumber(l)
+      if drained == nil or latest == nil or drained ~= drained or latest ~= latest
+          or drained == math.huge or latest == math.huge or drained == -math.huge or latest == -math.huge then
+        return nil
+      end
     end
     if p1 ~= said1 or p2 ~= said2 then
       said1, said2, capacity, rate = p1, p2, tonumber(p1), tonumber(p2)
@@ -189,6 +198,7 @@ do
     if latest < 0 or (latest == 0 and 1 / latest < 0) then text = string.format('%.17g -0%.17g', drained, -latest)
     else text = string.format('%.17g 0%.17g', drained, latest) end
     redis.call('SET', key, text, 'PX', idle_ms(drained - now))
+    wrote, wrote_drained, wrote_latest = text, drained, latest
     return wait, ''
   end
 end

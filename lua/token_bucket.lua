@@ -142,11 +142,18 @@ do
   -- The numbers of the parameters last sent, kept between calls of the function
   -- library (a script's die with the call): a pure function of their text.
   local said1, said2, capacity, interval, tolerance = nil, nil, 0.0, 0.0, 0.0
+  -- The text this function wrote last and its number (see leaky_bucket.quick).
+  local wrote, wrote_tat = nil, 0.0
 
   function token_bucket.quick(key, raw, p1, p2, now, tokens, max_wait)
-    if string.byte(raw, -1) ~= 32 then return nil end
-    local tat = tonumber(raw)
-    if tat == nil or tat ~= tat or tat == math.huge or tat == -math.huge then return nil end
+    local tat
+    if raw == wrote then
+      tat = wrote_tat
+    else
+      if string.byte(raw, -1) ~= 32 then return nil end
+      tat = tonumber(raw)
+      if tat == nil or tat ~= tat or tat == math.huge or tat == -math.huge then return nil end
+    end
     if p1 ~= said1 or p2 ~= said2 then
       local c, rate = tonumber(p1), tonumber(p2)
       said1, said2, capacity, interval, tolerance = p1, p2, c, 1.0 / rate, c / rate
@@ -167,7 +174,9 @@ do
       if tat > at then state = tat end
       state = state + tokens * interval
     end
-    redis.call('SET', key, string.format('%.17g ', state), 'PX', idle_ms(state - now))
+    local text = string.format('%.17g ', state)
+    redis.call('SET', key, text, 'PX', idle_ms(state - now))
+    wrote, wrote_tat = text, state
     if wait > EPSILON and math.abs(state - tolerance - (now + wait)) <= EPSILON then return wait, '1' end
     return wait, ''
   end

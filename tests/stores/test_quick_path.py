@@ -167,3 +167,27 @@ def test_a_clean_state_reads_as_its_numbers_to_releases_before_the_mark(client: 
     read, numbers = client.eval(older, 0, text)
     assert read == b"true"
     assert [float(x) for x in numbers.split()] == [float(x) for x in text.split()]
+
+
+@pytest.mark.parametrize("kind", list(BUCKETS))
+def test_a_state_written_by_hand_between_quick_decisions_is_read_as_written(client: Any, kind: str) -> None:
+    # The library keeps the text it wrote last, and its numbers, to skip parsing a
+    # hot bucket's state: a text is read from the key at every decision, and only
+    # ever stands for its own numbers, whichever key it was written to and by whom.
+    clock = ManualClock(1_000.0)
+    backend = RedisBackend(client, coalesce=False)
+    one, two = unique_name("quick"), unique_name("quick")
+    first, second = _bucket(kind, backend, clock, one), _bucket(kind, backend, clock, two)
+    twin = BUCKETS[kind](4, 1, clock=clock)
+    for _ in range(3):
+        assert [first.try_acquire() for _ in range(5)] == [twin.try_acquire() for _ in range(5)]
+        assert second.try_acquire()  # fresh: a state of its own, written last
+        # The first's text, copied by hand onto the second: read as the first's
+        # state, and the first's (no longer the text written last) still is.
+        copied = client.get(key_for(one, kind, injected=True))
+        client.set(key_for(two, kind, injected=True), copied, keepttl=True)
+        expected = twin.try_acquire()
+        assert second.try_acquire() == expected
+        assert first.try_acquire() == expected
+        clock.advance(2.5)
+        client.delete(key_for(two, kind, injected=True))
