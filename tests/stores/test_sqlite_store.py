@@ -603,21 +603,21 @@ def test_a_file_of_format_1_is_migrated_with_its_state(tmp_path: Path) -> None:
     # A bucket of 2 tokens at 1 per hour, both spent: its TAT two hours ahead.
     _format_1(path, [("spent", -1, "token_bucket", wall + 7200.0, None, wall + 7200.0, wall, 0)])
     backend = SQLiteBackend(path)
-    assert _rows(path, "SELECT value FROM ratelimit_meta WHERE key = 'version'") == [(2,)]
+    assert _rows(path, "SELECT value FROM ratelimit_meta WHERE key = 'version'") == [(3,)]
     assert _rows(path, "SELECT forget = idle FROM ratelimit_state") == [(1,)]
     assert _rows(path, "SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'ratelimit_forget'")
     # The state came through: the spent bucket still refuses, a new name grants.
     assert not TokenBucket(2, 1 / 3600, backend=backend, name="spent").try_acquire()
     assert TokenBucket(2, 1 / 3600, backend=backend, name="fresh").try_acquire()
-    assert SQLiteBackend(path).sweep() == 0  # a second process opens format 2 as it is
+    assert SQLiteBackend(path).sweep() == 0  # a second process opens format 3 as it is
 
 
 def test_a_file_of_a_later_format_is_refused_untouched(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
     _format_1(path, [])
-    _rows(path, "UPDATE ratelimit_meta SET value = 3 WHERE key = 'version'")
+    _rows(path, "UPDATE ratelimit_meta SET value = 4 WHERE key = 'version'")
     before = path.read_bytes()
-    with pytest.raises(ValueError, match="format version 3") as caught:
+    with pytest.raises(ValueError, match="format version 4") as caught:
         SQLiteBackend(path)
     assert str(path) in str(caught.value)
     assert path.read_bytes() == before
