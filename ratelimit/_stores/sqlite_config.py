@@ -15,10 +15,17 @@ transaction). A single limiter's transaction reads the name's config row with it
 own (:class:`Changeable`): where they differ, it moves the state from the one limit
 to the other before deciding, at the change's ``at``, as if the change had moved it
 then (Redis moves it in the ``configure`` call itself, which knows the code's values
-from a key each process writes; here the processes, which know them, move it, and
-nothing else is written). A change whose ``until`` has passed is ended by the first
-decision after it: the state moves back at that decision's time and the row goes,
-as on Redis. So every process follows a change from its next decision.
+from a key each process writes; here the processes, which know them, move it).
+A change replaced before any decision read it is kept in the new change's row
+(``past``: each such change and its ``at``, oldest first, as JSON), so that the next
+decision moves the state through each in turn, as Redis moved it at each change;
+that decision forgets them. They are kept against the state row as it was when the
+first was kept (``seen``, its ``updated``): a state row written since by a process
+of the release before format 3, which does not read them, no longer matches, and
+the state is moved as that release moves it. A change whose ``until`` has passed is
+ended by the first decision after it: the state moves to it (if no decision had)
+and back at that decision's time, and the row goes, as on Redis. So every process
+follows a change from its next decision.
 
 Only single limiters read a change. A name whose rows say it is a composite's
 members, an adaptive limiter, a budget with priorities or a ConcurrencyLimit is
