@@ -327,12 +327,16 @@ def test_a_restriction_then_two_changes_decide_as_through_redis(path: Path, redi
 Step = tuple[Any, ...]
 
 
-def decisions(backend: Any, alg: Any, steps: list[Step]) -> list[Any]:
+def decisions(backends: list[Any], alg: Any, steps: list[Step]) -> list[Any]:
+    """The steps' answers: changes made through the last of ``backends`` (processes,
+    for a file), decisions taking turns among the others (or made by the one)."""
     clock = ManualClock(1_000.0)
     name = unique_name("in-a-row")
-    handle = backend.bind(name, alg, clock)
+    handles = [each.bind(name, alg, clock) for each in backends[:-1] or backends]
+    backend = backends[-1]
     out: list[Any] = []
-    for kind, *args in steps:
+    for i, (kind, *args) in enumerate(steps):
+        handle = handles[i % len(handles)]
         if kind == "advance":
             clock.advance(args[0])
         elif kind == "reserve":
@@ -350,10 +354,11 @@ def decisions(backend: Any, alg: Any, steps: list[Step]) -> list[Any]:
 
 
 def through_both(path: Path, redis_client: Any, alg: Any, steps: list[Step]) -> list[Any]:
-    """The decisions through Redis, held equal to those through the file."""
-    want = decisions(RedisBackend(redis_client, coalesce=False), alg, steps)
-    got = decisions(SQLiteBackend(path), alg, steps)
-    assert got == want
+    """The decisions through Redis, held equal to those through the file: of one
+    process, and of two taking turns while a third makes the changes."""
+    want = decisions([RedisBackend(redis_client, coalesce=False)], alg, steps)
+    assert decisions([SQLiteBackend(path)], alg, steps) == want
+    assert decisions([SQLiteBackend(path) for _ in range(3)], alg, steps) == want
     return want
 
 
@@ -452,14 +457,25 @@ _steps = st.lists(
 )
 
 
-@pytest.mark.parametrize("kind", ["token", "leaky"])
+_KINDS = {
+    "token": lambda: TokenBucket(8, 2),
+    "leaky": lambda: LeakyBucket(8, 2),
+    "window": lambda: SlidingWindow(8, 4, guard=0),
+    "counter": lambda: SlidingWindow(8, 4, guard=0, approximate=True),
+}
+
+
+@pytest.mark.parametrize("kind", list(_KINDS))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=_steps)
 def test_changes_in_any_order_decide_as_through_redis(
     tmp_path: Path, redis_client: Any, kind: str, steps: list[Step]
 ) -> None:
     """Decisions, changes (for a while or not), resets and restrictions in any order,
-    as many changes in a row as drawn: the file decides as Redis does."""
-    algorithm = TokenBucket(8, 2) if kind == "token" else LeakyBucket(8, 2)
+    as many changes in a row as drawn: the file decides as Redis does. (A window has
+    no burst: its changes set the rate alone.)"""
+    algorithm = _KINDS[kind]()
+    if kind in ("window", "counter"):
+        steps = [("set", step[1] or 1.0, None, step[3]) if step[0] == "set" else step for step in steps]
     path = tmp_path / f"{unique_name('any')}.db"
     through_both(path, redis_client, algorithm.algorithm_for(ManualClock()), steps)
