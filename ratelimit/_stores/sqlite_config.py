@@ -59,10 +59,11 @@ __all__ = [
 Change = tuple[float | None, float | None] | None
 
 _READ = "SELECT rate, burst, until, at, past, seen FROM ratelimit_config WHERE name = ?"
+#: The state row of a single limiter of the name that reads a change (the latest
+#: written, should limiters of two kinds share the name).
 _READ_STATE = (
     "SELECT rate, burst, updated FROM ratelimit_state WHERE name = ? AND member = -1"
-    " AND kind IN ('token_bucket', 'leaky_bucket', 'sliding_window', 'sliding_window_counter')"
-    " ORDER BY updated DESC LIMIT 1"
+    f" AND kind IN ({', '.join(repr(kind) for kind in PARAMETERS)}) ORDER BY updated DESC LIMIT 1"
 )
 #: After a decision has moved the state through the changes kept: none kept now.
 FORGET_PAST = "UPDATE ratelimit_config SET past = NULL, seen = NULL WHERE name = ?"
