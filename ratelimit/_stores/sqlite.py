@@ -48,7 +48,7 @@ from .fleet import FleetRow
 from .keys import Keyed, tag, untag
 from .memory import Kept, MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
 from .sqlite_codec import CorruptState, decode, encode, holes_until
-from .sqlite_config import NAMES, Change, Changeable, refuse_unchangeable, under
+from .sqlite_config import FORGET_PAST, NAMES, Change, Changeable, refuse_unchangeable, under
 from .sqlite_config import read as read_change
 from .sqlite_config import write as write_change
 from .sqlite_file import Busy, StoreFile
@@ -267,12 +267,13 @@ class Rows:
         t = self.clock()
         if t < self._floor:
             t = self._floor
-        change = self._change = changeable.read(conn, self._keys[0][0], t)
+        self._change = changeable.read(conn, self._keys[0][0], t)
         was, pending = (None, False) if row is None else under(row[3], row[4])
-        if was != change or changeable.ended or pending:
+        steps = changeable.moves(was, pending, None if row is None else row[2], t)
+        if steps or pending:
             slot = self._slots[0]
             if row is not None:
-                slot.state = changeable.move(slot.state, was, change, t)
+                slot.state = changeable.move(slot.state, was, steps, t)
             self._loaded[0] = (math.nan, None)  # written back, whatever the decision
             self._written = t
 
@@ -294,6 +295,10 @@ class Rows:
             if changeable is not None and changeable.ended:
                 conn.execute(_END_CHANGE, (self._keys[0][0],))
                 changeable.ended = False
+                wrote = True
+            elif changeable is not None and changeable.forget_past:
+                conn.execute(FORGET_PAST, (self._keys[0][0],))
+                changeable.forget_past = False
                 wrote = True
             loaded = self._loaded
             for i, (key, slot) in enumerate(zip(self._keys, self._slots, strict=True)):

@@ -15,10 +15,17 @@ transaction). A single limiter's transaction reads the name's config row with it
 own (:class:`Changeable`): where they differ, it moves the state from the one limit
 to the other before deciding, at the change's ``at``, as if the change had moved it
 then (Redis moves it in the ``configure`` call itself, which knows the code's values
-from a key each process writes; here the processes, which know them, move it, and
-nothing else is written). A change whose ``until`` has passed is ended by the first
-decision after it: the state moves back at that decision's time and the row goes,
-as on Redis. So every process follows a change from its next decision.
+from a key each process writes; here the processes, which know them, move it).
+A change replaced before any decision read it is kept in the new change's row
+(``past``: each such change and its ``at``, oldest first, as JSON), so that the next
+decision moves the state through each in turn, as Redis moved it at each change;
+that decision forgets them. They are kept against the state row as it was when the
+first was kept (``seen``, its ``updated``): a state row written since by a process
+of the release before format 3, which does not read them, no longer matches, and
+the state is moved as that release moves it. A change whose ``until`` has passed is
+ended by the first decision after it: the state moves to it (if no decision had)
+and back at that decision's time, and the row goes, as on Redis. So every process
+follows a change from its next decision.
 
 Only single limiters read a change. A name whose rows say it is a composite's
 members, an adaptive limiter, a budget with priorities or a ConcurrencyLimit is
@@ -27,6 +34,7 @@ refused (:class:`~.config.UnchangeableLimit`), as on Redis.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 from typing import Any
@@ -35,6 +43,7 @@ from .._algorithms.algorithm import EPSILON, Algorithm
 from .config import PARAMETERS, WINDOWS, Override, UnchangeableLimit
 
 __all__ = [
+    "FORGET_PAST",
     "NAMES",
     "PENDING",
     "Change",
@@ -49,7 +58,15 @@ __all__ = [
 #: ``(rate, burst)`` of a change in force, either ``None``; ``None``: the code's values.
 Change = tuple[float | None, float | None] | None
 
-_READ = "SELECT rate, burst, until, at FROM ratelimit_config WHERE name = ?"
+_READ = "SELECT rate, burst, until, at, past, seen FROM ratelimit_config WHERE name = ?"
+#: The state row of a single limiter of the name that reads a change (the latest
+#: written, should limiters of two kinds share the name).
+_READ_STATE = (
+    "SELECT rate, burst, updated FROM ratelimit_state WHERE name = ? AND member = -1"
+    f" AND kind IN ({', '.join(repr(kind) for kind in PARAMETERS)}) ORDER BY updated DESC LIMIT 1"
+)
+#: After a decision has moved the state through the changes kept: none kept now.
+FORGET_PAST = "UPDATE ratelimit_config SET past = NULL, seen = NULL WHERE name = ?"
 
 #: A state row's ``rate`` when it was decided under the code's values and a change was
 #: stored since (never a rate: those are positive). Only a full transaction, which
@@ -65,6 +82,23 @@ def under(rate: float | None, burst: float | None) -> tuple[Change, bool]:
     if rate is None and burst is None:
         return None, False
     return (rate, burst), False
+
+
+def _change(rate: float | None, burst: float | None) -> Change:
+    return None if rate is None and burst is None else (rate, burst)
+
+
+def kept(row: tuple[Any, ...] | None, updated: float | None) -> list[tuple[Change, float]] | None:
+    """The changes a config row kept that no decision has read yet, oldest first, each
+    with the time it was made, if they are still those of the state row last written
+    at ``updated`` (``None``: no state row); ``None``: none kept, or no longer valid."""
+    if row is None or row[4] is None or updated is None or row[5] != updated:
+        return None
+    try:
+        past = json.loads(row[4])
+        return [(_change(rate, burst), float(at)) for rate, burst, at in past]
+    except (ValueError, TypeError):
+        return None  # garbled: decided as without it
 
 
 def change_in_force(row: tuple[Any, ...] | None, now: float) -> tuple[Change, bool]:
@@ -84,18 +118,21 @@ class Changeable:
     """A single limiter's algorithm as changed at run time: the handle decides with
     it, and each transaction points it at the change in force (:meth:`read`)."""
 
-    __slots__ = ("_made", "code", "current", "ended", "moved_at", "until")
+    __slots__ = ("_made", "_row", "code", "current", "ended", "forget_past", "until")
 
     def __init__(self, code: Algorithm[Any]) -> None:
         self.code = code
         #: What decisions use now: the code's algorithm, or as changed.
         self.current: Algorithm[Any] = code
         self._made: dict[Change, Algorithm[Any]] = {None: code}
-        #: The store time the change read ends (inf: none), whether the change read
-        #: had ended (its row to be deleted), and when the change read was made.
+        #: The store time the change read ends (inf: none), and whether the change
+        #: read had ended (its row to be deleted).
         self.until = math.inf
         self.ended = False
-        self.moved_at: float | None = None
+        #: Whether the config row read keeps replaced changes, which the decision
+        #: has read (they are to be forgotten).
+        self.forget_past = False
+        self._row: tuple[Any, ...] | None = None
 
     # The memory handle's algorithm: every call goes to the one in force.
     def __getattr__(self, name: str) -> Any:
@@ -134,22 +171,47 @@ class Changeable:
 
     def read(self, conn: sqlite3.Connection, name: str, now: float) -> Change:
         """Read the change in force for ``name`` at ``now`` and decide with it."""
-        row = conn.execute(_READ, (name,)).fetchone()
+        row = self._row = conn.execute(_READ, (name,)).fetchone()
         change, self.ended = change_in_force(row, now)
         self.until = math.inf if change is None or row is None or row[2] is None else float(row[2])
-        # A change (or a reset) moves the state at its own time; one that ended, now.
-        self.moved_at = None if row is None or self.ended else float(row[3])
+        self.forget_past = row is not None and row[4] is not None and not self.ended
         self.current = self.algorithm(change)
         return change
 
-    def move(self, state: Any, under: Change, change: Change, now: float) -> Any:
-        """``state``, decided under ``under``, moved to the limit of ``change``."""
-        rescale = getattr(self.code, "rescale", None)
-        if rescale is None:
+    def moves(self, was: Change, pending: bool, updated: float | None, now: float) -> list[tuple[Change, float]]:
+        """The moves that bring a state row decided under ``was`` (``pending``: under
+        the code's values, a change stored since), last written at ``updated``
+        (``None``: no row), to the change read: each change it has not been decided
+        under, with the time the state moves to it, in turn. As Redis moves it: at
+        each change (``configure``), then back to the code's values at the first
+        decision after a change's end."""
+        row = self._row
+        if row is None:
+            return [] if was is None else [(None, now)]  # the row gone with its change
+        latest = _change(row[0], row[1])
+        at = float(row[3])
+        past = kept(row, updated)
+        if past is not None:
+            steps = [*past, (latest, at)]
+        elif was != latest or pending:
+            steps = [(latest, at)]
+        else:
+            steps = []
+        if self.ended:
+            steps.append((None, now))
+        return steps
+
+    def move(self, state: Any, was: Change, steps: list[tuple[Change, float]], now: float) -> Any:
+        """``state``, decided under ``was``, moved through ``steps`` (:meth:`moves`),
+        each at its time (``now`` at the latest)."""
+        if getattr(self.code, "rescale", None) is None:
             return state  # a window: its log or counts mean the same under any limit
-        at = self.moved_at if self.moved_at is not None and self.moved_at <= now else now
-        before, after = self.algorithm(under), self.algorithm(change)
-        return before.rescale(after, state, at)  # type: ignore[attr-defined]
+        before = self.algorithm(was)
+        for change, at in steps:
+            after = self.algorithm(change)
+            state = before.rescale(after, state, at if at <= now else now)  # type: ignore[attr-defined]
+            before = after
+        return state
 
 
 def refuse_unchangeable(conn: sqlite3.Connection, name: str, burst: float | None) -> None:
@@ -189,9 +251,33 @@ def refuse_unchangeable(conn: sqlite3.Connection, name: str, burst: float | None
 def write(conn: sqlite3.Connection, name: str, change: Override | None, now: float) -> None:
     """Store ``change`` for ``name`` (``None``: a reset), made at ``now``; the name's
     rows decided under the code's values say a change may be pending (:data:`PENDING`),
-    which keeps the quick path (``sqlite_quick.py``) from deciding them."""
-    if change is None and conn.execute(_READ, (name,)).fetchone() is None:
-        return  # a reset with no change ever stored: nothing to move back
+    which keeps the quick path (``sqlite_quick.py``) from deciding them.
+
+    The change replaced is kept in the row (``past``, with the time it was made) if
+    no decision has read it yet, after those it replaced in turn: the next decision
+    moves the state through each, as Redis moved it at each ``configure``. They are
+    kept against the state row's ``updated`` (``seen``): a row written since by a
+    process that does not read them (of the release before) no longer matches, and is
+    moved as that release moved it (straight to the latest change)."""
+    old = conn.execute(_READ, (name,)).fetchone()
+    state = conn.execute(_READ_STATE, (name,)).fetchone()
+    if change is None and old is None and state is None:
+        return  # a reset with no change ever stored and no state: nothing to move back
+    past: list[tuple[float | None, float | None, float]] | None = None
+    seen = None
+    if state is not None:
+        seen = float(state[2])
+        stored = kept(old, seen)
+        was, pending = under(state[0], state[1])
+        if stored is not None:
+            # No decision since the last change: it is kept too.
+            assert old is not None
+            past = [(*(c or (None, None)), at) for c, at in stored] + [(old[0], old[1], float(old[3]))]
+        elif old is not None and (pending or was != _change(old[0], old[1])):
+            # The change replaced was stored since the state was last decided.
+            past = [(old[0], old[1], float(old[3]))]
+        else:
+            past = []
     conn.execute(
         "UPDATE ratelimit_state SET rate = ? WHERE name = ? AND member = -1 AND rate IS NULL AND burst IS NULL",
         (PENDING, name),
@@ -201,8 +287,8 @@ def write(conn: sqlite3.Connection, name: str, change: Override | None, now: flo
         rate, burst = change.rate, change.burst
         until = None if change.ttl is None else now + change.ttl
     conn.execute(
-        "REPLACE INTO ratelimit_config (name, rate, burst, until, at) VALUES (?, ?, ?, ?, ?)",
-        (name, rate, burst, until, now),
+        "REPLACE INTO ratelimit_config (name, rate, burst, until, at, past, seen) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (name, rate, burst, until, now, None if past is None else json.dumps(past), seen),
     )
 
 

@@ -46,16 +46,22 @@ logger = logging.getLogger("ratelimit")
 
 #: What the meta table's ``format`` says: a file whose tables say otherwise is not ours.
 FORMAT = "ratelimit-fleet sqlite store"
-VERSION = 2
+VERSION = 3
 
 #: The index of the rows a sweep may forget (format 2), partial: rows on a test clock
 #: are never swept.
 _INDEX = "CREATE INDEX IF NOT EXISTS ratelimit_forget ON ratelimit_state (forget) WHERE test = 0"
 
 #: Limits changed at run time, one row per name (format 2; see sqlite_config.py).
-_CONFIG = (
+_CONFIG_2 = (
     "CREATE TABLE IF NOT EXISTS ratelimit_config (name TEXT PRIMARY KEY, rate REAL, burst REAL, until REAL,"
     " at REAL NOT NULL) WITHOUT ROWID"
+)
+#: Format 3: a change also keeps the changes it replaced that no decision has read
+#: yet (``past``), and the state row's ``updated`` they were stored against (``seen``).
+_CONFIG = (
+    "CREATE TABLE IF NOT EXISTS ratelimit_config (name TEXT PRIMARY KEY, rate REAL, burst REAL, until REAL,"
+    " at REAL NOT NULL, past TEXT, seen REAL) WITHOUT ROWID"
 )
 
 #: Format 1 (no ``forget`` column) to 2, in the set-up's write transaction. Processes
@@ -67,9 +73,22 @@ _MIGRATE_1 = (
     "ALTER TABLE ratelimit_state ADD COLUMN burst REAL",
     "UPDATE ratelimit_state SET forget = idle",
     _INDEX,
-    _CONFIG,
+    _CONFIG_2,
     TOP_TABLE,
     "UPDATE ratelimit_meta SET value = 2 WHERE key = 'version'",
+)
+
+#: Format 2 to 3 (after ``_MIGRATE_1`` for a file of format 1), in the set-up's write
+#: transaction: two columns of ``ratelimit_config``, NULL in every row already there
+#: (no replaced change kept: each decides as format 2 did). Processes of the older
+#: release still running on the file keep deciding as they did: they write the
+#: config rows whole (``past`` NULL again) and never read the two columns, and a
+#: decision of theirs changes the state row's ``updated``, which the kept changes
+#: then no longer match (see sqlite_config.py).
+_MIGRATE_2 = (
+    "ALTER TABLE ratelimit_config ADD COLUMN past TEXT",
+    "ALTER TABLE ratelimit_config ADD COLUMN seen REAL",
+    "UPDATE ratelimit_meta SET value = 3 WHERE key = 'version'",
 )
 
 _HEADER = b"SQLite format 3\x00"
@@ -299,17 +318,22 @@ class StoreFile:
                 "SQLiteBackend leaves it untouched; give it a file of its own"
             )
         version = meta.get("version")
-        if version == 1 and not create:
-            return  # made format 2 in the set-up's write transaction, which checks again
+        if version in (1, 2) and not create:
+            return  # made format 3 in the set-up's write transaction, which checks again
         if version == 1:
             for statement in _MIGRATE_1:
                 conn.execute(statement)
             logger.info("the SQLite store %r was of format 1: made format 2 (an index of idle rows)", self.path)
+            version = 2
+        if version == 2:
+            for statement in _MIGRATE_2:
+                conn.execute(statement)
+            logger.info("the SQLite store %r was of format 2: made format 3 (replaced changes kept)", self.path)
             return
         if version != VERSION:
             raise ValueError(
                 f"{self.path!r} is a ratelimit store of format version {version!r}; "
-                f"this release reads versions 1 (which it makes 2) and {VERSION}"
+                f"this release reads versions 1 and 2 (which it makes {VERSION}) and {VERSION}"
             )
 
     def _time_base(self, conn: sqlite3.Connection) -> None:

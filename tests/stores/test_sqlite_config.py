@@ -297,16 +297,6 @@ def test_a_request_larger_than_a_lowered_burst_is_refused_with_holes_too(path: P
     assert limiter.peek(5) == math.inf
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="two changes stored before any decision: Redis moves the state at each change "
-    "(1003, restricted, to 1001.38 at the first, then left as it is, already past, at the "
-    "second); a SQLite file's processes move it lazily at their next decision, from the "
-    "limit it was decided under straight to the latest change, as of that change's time "
-    "(1003 at rate 2 to rate 5 at 1002.3: 1002.58), so the first change's move is lost. "
-    "Keeping the replaced change (and its time) in the config row would let the move go "
-    "through each in turn",
-)
 def test_a_restriction_then_two_changes_decide_as_through_redis(path: Path, redis_client: Any) -> None:
     waits = []
     for backend in (RedisBackend(redis_client, coalesce=False), SQLiteBackend(path)):
@@ -322,3 +312,170 @@ def test_a_restriction_then_two_changes_decide_as_through_redis(path: Path, redi
         waits.append(bucket.reserve(1, timeout=2).wait)
     assert waits[0] == 0.0
     assert waits[1] == waits[0]
+
+
+# -- changes in a row, through Redis and through the file ------------------------------
+# The same steps on a ManualClock through a RedisBackend (whose 'configure' moves the
+# state at each change, lua/_single.lua `switch`) and a SQLiteBackend (whose next
+# decision moves it through each change kept, sqlite_config.py): every decision alike,
+# to the bit.
+
+#: A step: ("advance", seconds), ("reserve", tokens, max_wait), ("set", rate, burst,
+#: ttl), ("reset",), ("restrict", remaining, seconds) or ("peek", tokens). Peeks are
+#: not drawn at random: once a change for a while has ended, Redis's peek reads the
+#: state not yet moved back to the code's limit, where a file's peek moves it first.
+Step = tuple[Any, ...]
+
+
+def decisions(backends: list[Any], alg: Any, steps: list[Step]) -> list[Any]:
+    """The steps' answers: changes made through the last of ``backends`` (processes,
+    for a file), decisions taking turns among the others (or made by the one)."""
+    clock = ManualClock(1_000.0)
+    name = unique_name("in-a-row")
+    handles = [each.bind(name, alg, clock) for each in backends[:-1] or backends]
+    backend = backends[-1]
+    out: list[Any] = []
+    for i, (kind, *args) in enumerate(steps):
+        handle = handles[i % len(handles)]
+        if kind == "advance":
+            clock.advance(args[0])
+        elif kind == "reserve":
+            wait, at = handle.reserve(args[0], args[1])
+            out.append((wait, float(at)))
+        elif kind == "set":
+            backend.set_limit(name, rate=args[0], burst=args[1], ttl=args[2], clock=clock)
+        elif kind == "reset":
+            out.append(backend.reset_limit(name, clock=clock))
+        elif kind == "restrict":
+            handle.restrict(args[0], args[1])
+        else:
+            out.append(handle.peek(args[0]))
+    return out
+
+
+def through_both(path: Path, redis_client: Any, alg: Any, steps: list[Step]) -> list[Any]:
+    """The decisions through Redis, held equal to those through the file: of one
+    process, and of two taking turns while a third makes the changes."""
+    want = decisions([RedisBackend(redis_client, coalesce=False)], alg, steps)
+    assert decisions([SQLiteBackend(path)], alg, steps) == want
+    assert decisions([SQLiteBackend(path) for _ in range(3)], alg, steps) == want
+    return want
+
+
+def spend(n: int) -> list[Step]:
+    return [("reserve", 1.0, 0.0)] * n
+
+
+def test_three_changes_in_a_row_decide_as_through_redis(path: Path, redis_client: Any) -> None:
+    steps: list[Step] = [
+        *spend(10),  # 10 owed at 1/s
+        ("set", 10.0, None, None),  # at 10/s: all repaid by 1001
+        ("advance", 0.5),
+        ("set", 0.5, 4.0, None),  # the 5 still owed at 0.5/s: 10 s more
+        ("advance", 1.0),
+        ("set", 100.0, 3.0, None),  # the 4.5 still owed at 100/s: repaid by 1001.545
+        ("advance", 0.05),
+        *spend(4),
+    ]
+    got = through_both(path, redis_client, TokenBucket(10, 1).algorithm_for(ManualClock()), steps)
+    # A full bucket of 3. Moved straight from the code's 1/s to the latest change at
+    # 1001.5, 8.5 would be owed, repaid at 1001.585 only: nothing would go.
+    assert [wait for wait, _ in got] == [0.0] * 13 + [pytest.approx(-0.01)]
+
+
+@pytest.mark.parametrize("seconds", [0.5, 5.0])
+def test_a_change_for_a_while_replaced_by_another_decides_as_through_redis(
+    path: Path, redis_client: Any, seconds: float
+) -> None:
+    """Replaced before its end (5 s) or after it with no decision between (0.5 s):
+    Redis moves the state from it to the next change either way."""
+    steps: list[Step] = [
+        *spend(10),
+        ("set", 10.0, 20.0, seconds),
+        ("advance", 1.0),
+        ("set", 0.5, None, None),
+        *spend(2),
+        ("advance", 1.0),
+        *spend(2),
+    ]
+    through_both(path, redis_client, TokenBucket(10, 1).algorithm_for(ManualClock()), steps)
+
+
+def test_a_change_for_a_while_ending_before_any_decision_decides_as_through_redis(
+    path: Path, redis_client: Any
+) -> None:
+    """The state moves to the change when it is made, and back at the first decision
+    after its end: not straight from the code's values to the code's values."""
+    steps: list[Step] = [
+        *spend(10),  # 10 owed at 1/s
+        ("set", 100.0, None, 1.0),  # repaid by 1000.1
+        ("advance", 2.0),
+        *spend(10),
+    ]
+    got = through_both(path, redis_client, TokenBucket(10, 1).algorithm_for(ManualClock()), steps)
+    assert [wait for wait, _ in got[-10:]] == [0.0] * 10
+
+
+@pytest.mark.parametrize("algorithm", [TokenBucket(10, 1), LeakyBucket(10, 1)], ids=["token", "leaky"])
+def test_a_reset_between_changes_decides_as_through_redis(path: Path, redis_client: Any, algorithm: Any) -> None:
+    steps: list[Step] = [
+        *spend(6),
+        ("set", 4.0, None, None),
+        ("advance", 0.5),
+        ("reset",),
+        ("advance", 0.5),
+        ("set", 0.25, 8.0, None),
+        ("advance", 0.5),
+        *spend(3),
+        ("reset",),
+        ("reset",),
+        *spend(3),
+    ]
+    through_both(path, redis_client, algorithm.algorithm_for(ManualClock()), steps)
+
+
+def test_a_reset_with_no_change_decides_as_through_redis(path: Path, redis_client: Any) -> None:
+    steps: list[Step] = [*spend(7), ("advance", 0.3), ("reset",), ("advance", 0.1), *spend(4)]
+    through_both(path, redis_client, TokenBucket(10, 3).algorithm_for(ManualClock()), steps)
+
+
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("advance"), st.sampled_from([0.0, 0.01, 0.1, 0.3, 1.0, 2.5])),
+        st.tuples(st.just("reserve"), st.sampled_from([1.0, 1.0, 2.0, 5.0]), st.sampled_from([0.0, 1.0, math.inf])),
+        st.tuples(
+            st.just("set"),
+            st.sampled_from([None, 0.5, 2.0, 7.0, 40.0]),
+            st.sampled_from([None, 2.0, 6.0, 30.0]),
+            st.sampled_from([None, None, 0.2, 1.5]),
+        ).filter(lambda s: s[1] is not None or s[2] is not None),
+        st.tuples(st.just("reset")),
+        st.tuples(st.just("restrict"), st.sampled_from([0.0, 1.0, 3.0]), st.sampled_from([0.5, 2.0])),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+_KINDS = {
+    "token": lambda: TokenBucket(8, 2),
+    "leaky": lambda: LeakyBucket(8, 2),
+    "window": lambda: SlidingWindow(8, 4, guard=0),
+    "counter": lambda: SlidingWindow(8, 4, guard=0, approximate=True),
+}
+
+
+@pytest.mark.parametrize("kind", list(_KINDS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=_steps)
+def test_changes_in_any_order_decide_as_through_redis(
+    tmp_path: Path, redis_client: Any, kind: str, steps: list[Step]
+) -> None:
+    """Decisions, changes (for a while or not), resets and restrictions in any order,
+    as many changes in a row as drawn: the file decides as Redis does. (A window has
+    no burst: its changes set the rate alone.)"""
+    algorithm = _KINDS[kind]()
+    if kind in ("window", "counter"):
+        steps = [("set", step[1] or 1.0, None, step[3]) if step[0] == "set" else step for step in steps]
+    path = tmp_path / f"{unique_name('any')}.db"
+    through_both(path, redis_client, algorithm.algorithm_for(ManualClock()), steps)

@@ -603,21 +603,98 @@ def test_a_file_of_format_1_is_migrated_with_its_state(tmp_path: Path) -> None:
     # A bucket of 2 tokens at 1 per hour, both spent: its TAT two hours ahead.
     _format_1(path, [("spent", -1, "token_bucket", wall + 7200.0, None, wall + 7200.0, wall, 0)])
     backend = SQLiteBackend(path)
-    assert _rows(path, "SELECT value FROM ratelimit_meta WHERE key = 'version'") == [(2,)]
+    assert _rows(path, "SELECT value FROM ratelimit_meta WHERE key = 'version'") == [(3,)]
     assert _rows(path, "SELECT forget = idle FROM ratelimit_state") == [(1,)]
     assert _rows(path, "SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'ratelimit_forget'")
     # The state came through: the spent bucket still refuses, a new name grants.
     assert not TokenBucket(2, 1 / 3600, backend=backend, name="spent").try_acquire()
     assert TokenBucket(2, 1 / 3600, backend=backend, name="fresh").try_acquire()
-    assert SQLiteBackend(path).sweep() == 0  # a second process opens format 2 as it is
+    assert SQLiteBackend(path).sweep() == 0  # a second process opens format 3 as it is
+
+
+def _format_2(path: Path, rows: list[tuple[Any, ...]], changes: list[tuple[Any, ...]]) -> None:
+    """A file as the release before format 3 made it: its config rows keep no
+    replaced change (no ``past``, ``seen``)."""
+    _format_1(path, [])
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "ALTER TABLE ratelimit_state ADD COLUMN forget REAL NOT NULL DEFAULT 0;"
+        "ALTER TABLE ratelimit_state ADD COLUMN rate REAL;"
+        "ALTER TABLE ratelimit_state ADD COLUMN burst REAL;"
+        "CREATE INDEX ratelimit_forget ON ratelimit_state (forget) WHERE test = 0;"
+        "CREATE TABLE ratelimit_config (name TEXT PRIMARY KEY, rate REAL, burst REAL, until REAL,"
+        " at REAL NOT NULL) WITHOUT ROWID;"
+        "UPDATE ratelimit_meta SET value = 2 WHERE key = 'version';"
+    )
+    conn.executemany("INSERT INTO ratelimit_state VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    conn.executemany("INSERT INTO ratelimit_config VALUES (?, ?, ?, ?, ?)", changes)
+    conn.commit()
+    conn.close()
+
+
+def test_a_file_of_format_2_is_migrated_with_its_changes(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    # On a test clock at 1000: a bucket of 10 at 1/s decided under a change to 2/s
+    # with 8 owed (its TAT 4 s ahead), and a change stored for it since (to 4/s at
+    # 1000), which no decision has read.
+    row = ("moved", -1, "token_bucket", 1004.0, None, 1004.0, 1000.0, 1, 1004.0, 2.0, None)
+    _format_2(path, [row], [("moved", 4.0, None, None, 1000.0)])
+    clock = ManualClock(1000.0)
+    backend = SQLiteBackend(path)
+    assert _rows(path, "SELECT value FROM ratelimit_meta WHERE key = 'version'") == [(3,)]
+    assert _rows(path, "SELECT rate, burst, until, at, past, seen FROM ratelimit_config") == [
+        (4.0, None, None, 1000.0, None, None)
+    ]
+    # Two changes more, no decision between: the state moves through each, as Redis
+    # moves it.
+    clock.advance(1.0)
+    backend.set_limit("moved", rate=1.0, clock=clock)
+    clock.advance(1.0)
+    backend.set_limit("moved", rate=100.0, clock=clock)
+    assert _rows(path, "SELECT past FROM ratelimit_config") == [
+        (json.dumps([[4.0, None, 1000.0], [1.0, None, 1001.0]]),)
+    ]
+    limiter = TokenBucket(10, 1, backend=backend, name="moved", clock=clock)
+    # 2/s to 4/s at 1000 (TAT 1002), to 1/s at 1001 (1005), to 100/s at 1002
+    # (1002.03): 3 owed. Moved straight from 2/s to 100/s at 1002, 4 would be.
+    assert limiter.try_acquire(7)
+    assert not limiter.try_acquire(1)
+    assert _rows(path, "SELECT past, seen FROM ratelimit_config") == [(None, None)]
+    clock.advance(0.03)
+    assert limiter.try_acquire(3)
+    assert SQLiteBackend(path).sweep() == 0  # a second process opens format 3 as it is
+
+
+def test_changes_kept_are_left_when_a_process_of_the_release_before_decided(tmp_path: Path) -> None:
+    """A process still running the release before format 3 decides without reading
+    the changes kept, and writes the state row (its ``updated``): the next decision
+    then moves the state as that release did, once, not through them again."""
+    path = tmp_path / "mixed.db"
+    clock = ManualClock(1000.0)
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(10, 1, backend=backend, name="mixed", clock=clock)
+    assert limiter.try_acquire(10)  # 10 owed at 1/s
+    backend.set_limit("mixed", rate=10.0, clock=clock)
+    clock.advance(0.5)
+    backend.set_limit("mixed", rate=0.5, clock=clock)
+    assert _rows(path, "SELECT past FROM ratelimit_config") == [(json.dumps([[10.0, None, 1000.0]]),)]
+    # The older process: the state moved straight from 1/s to 0.5/s at 1000.5, and
+    # written at 1000.6 under the change, as that release writes it.
+    _rows(path, "UPDATE ratelimit_state SET number = 1019.5, idle = 1019.5, updated = 1000.6, rate = 0.5")
+    clock.advance(0.1)
+    # 18.9 s ahead at 0.5/s: 9.45 owed of 10, one token in 0.9 s. Moved through the
+    # changes kept once more, 4.7 would be owed.
+    assert not limiter.try_acquire(1)
+    assert limiter.peek(1) == pytest.approx(0.9)
+    assert _rows(path, "SELECT past, seen FROM ratelimit_config") == [(None, None)]
 
 
 def test_a_file_of_a_later_format_is_refused_untouched(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
     _format_1(path, [])
-    _rows(path, "UPDATE ratelimit_meta SET value = 3 WHERE key = 'version'")
+    _rows(path, "UPDATE ratelimit_meta SET value = 4 WHERE key = 'version'")
     before = path.read_bytes()
-    with pytest.raises(ValueError, match="format version 3") as caught:
+    with pytest.raises(ValueError, match="format version 4") as caught:
         SQLiteBackend(path)
     assert str(path) in str(caught.value)
     assert path.read_bytes() == before
