@@ -171,7 +171,7 @@ if beside == 0 and op == 'reserve' and not KEYS[3]
   local self = ALG.new(KEYS[1], code1, code2)
   local wait, mask, idle
   if ALG.lean then
-    wait, mask, idle = ALG.lean(self, now, tokens, max_wait)
+    wait, mask, idle = ALG.lean(self, now, tokens, max_wait, time ~= nil)
     -- Nothing: the full path decides, on what the lean path read where it says so.
     if not wait and mask ~= nil then raw = mask end
   else

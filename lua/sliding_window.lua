@@ -395,7 +395,7 @@ do
   -- full path would keep the slack record (nil: it would not); or nil and the entries
   -- read ({first, last}, for `load`) where the window is full (the search on the
   -- sums is the full path's) or an entry is not ours.
-  function sliding_window.lean(self, now, tokens, max_wait)
+  function sliding_window.lean(self, now, tokens, max_wait, timed)
     if tokens > self.limit + EPSILON then return -math.huge, '' end
     local key, window = self.key, self.window
     local cutoff = now - window
@@ -430,6 +430,7 @@ do
       expire_after(key, lt + window - now)
       return wait, '', lt + window
     end
+    local was_lt, moved = lt, false  -- the newest entry before, and a rewrite of the set
     if tokens > 0 then
       if lt == nil then
         redis.call('ZADD', key, at, member(tokens, tokens))
@@ -440,15 +441,34 @@ do
           if at > lt then lt = at end
           redis.call('ZREM', key, lm)
           redis.call('ZADD', key, fmt(lt), member(total, lw + tokens))
+          moved = true  -- (the set's one entry removed: the key was deleted and made again)
         else
           redis.call('ZADD', key, at, member(total, tokens))
           lt = at
         end
-        if total > REBASE then rebase_if_due(self, {}) end
+        if total > REBASE then
+          rebase_if_due(self, {})
+          moved = true  -- (a rebase writes the set again: the key lost its TTL)
+        end
       end
       pruned = true
     end
-    if pruned then expire_after(key, lt + window - now) end
+    -- The key's deadline, its newest entry's window and a margin, as every writer of
+    -- the set gives it (see `save`), moves at each grant: on the server's clock
+    -- (`timed`, see sliding_window_counter.lean) it is set to the next half second
+    -- past that window's end, so that the grants of one half second share one and
+    -- only the first of them writes it. A deadline a writer set for the entry before,
+    -- less than half a second older, still leaves more than half the margin.
+    if pruned then
+      if not timed then
+        expire_after(key, lt + window - now)
+      else
+        local ends = math.ceil((lt + window) * 2) / 2
+        if moved or was_lt == nil or ends ~= math.ceil((was_lt + window) * 2) / 2 then
+          expire_after(key, ends - now)
+        end
+      end
+    end
     if lt == nil then return wait, '', -math.huge end
     return wait, '', lt + window
   end

@@ -327,7 +327,7 @@ do
   -- Returns the signed wait, the grant's name ('' : none is named here) and the idle
   -- time of the state saved (nil: nothing saved); or nothing where the state is not
   -- one it can place (missing, `last` or `total` unreadable): the full path decides.
-  function sliding_window_counter.lean(self, now, tokens, max_wait)
+  function sliding_window_counter.lean(self, now, tokens, max_wait, timed)
     local width, m, ring = self.width, self.subs, self.ring
     -- A busy window's decision counts one sub-window: now's, where the grant goes and
     -- which is the one that ages out when the latest grant was in the sub-window
@@ -352,6 +352,7 @@ do
       return c
     end
     local index = math.floor(last / width)
+    local was_index, was_last = index, last
     local t = now
     if last > now then t = last end
     local grant = t
@@ -429,9 +430,16 @@ do
       redis.call('HSET', self.key, 'last', fmt(last), 'total', fmt(total))
     end
     if gone and #gone > 0 then redis.call('HDEL', self.key, unpack(gone)) end
-    local idle = window_start(index + ring, width)
+    -- Every writer of the state gives the key its idle time's TTL (see `save`), which
+    -- moves only with the newest sub-window: a grant that leaves it where it was
+    -- leaves the key's deadline as it stands, and writes none. (`timed`: `now` is the
+    -- server's TIME, whose seconds pass as a TTL's do; a time the caller gave, a test's
+    -- held clock, may not, and the TTL is written from it at each grant as before.)
+    local ring_end = window_start(index + ring, width)
+    local idle, was = ring_end, ring_end
     if last > idle then idle = last end
-    expire_after(self.key, idle - now)
+    if was_last > was then was = was_last end
+    if not timed or index ~= was_index or idle ~= was then expire_after(self.key, idle - now) end
     return wait, '', idle
   end
 

@@ -9,8 +9,9 @@ beside the state: a window's caps and the holes a withdrawn reservation leaves.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -19,7 +20,7 @@ from ratelimit import Composite, LeakyBucket, ManualClock, RedisBackend, Sliding
 from ratelimit._algorithms.algorithm import charge, step
 from ratelimit._limiting.limiters import SingleLimiter
 
-from conftest import state_keys, unique_name
+from conftest import command_calls, state_keys, unique_name
 
 pytestmark = pytest.mark.redis
 
@@ -130,3 +131,37 @@ def test_every_key_of_a_composite_expires(redis_client: redis.Redis) -> None:
     # The longest any member's state matters here: the bucket's queue of 1 s plus its
     # 3 s refill, the windows' 4 s after their last grant at t=1001.
     assert all(0 < ttl <= promised_ms(4.0 + 1.0) for ttl in found.values()), found
+
+
+@pytest.mark.parametrize("approximate", [False, True], ids=["exact", "approximate"])
+def test_a_busy_window_on_the_servers_clock_writes_its_ttl_a_few_times_a_second_and_never_short(
+    quiet_client: redis.Redis, approximate: bool
+) -> None:
+    # On the server's clock (no clock given: TIME) a busy window's key keeps the
+    # deadline a grant before it set while that still holds: the approximate
+    # window's moves with its newest sub-window (5 s / 20 here), the exact one's is
+    # rounded up to the next half second. Never shorter than the state's idle time.
+    name = unique_name("ttl-busy")
+    backend = RedisBackend(quiet_client, coalesce=False)
+    limiter = SlidingWindow(100_000, 5, approximate=approximate, backend=backend, name=name)
+    assert limiter.try_acquire()  # the first writes what the code says: the full path
+    key = backend.key(name, "sliding_window_counter" if approximate else "sliding_window")
+    before, started = command_calls(quiet_client, "pexpire"), time.monotonic()
+    for _ in range(300):
+        assert limiter.try_acquire()
+    elapsed = time.monotonic() - started
+    written = command_calls(quiet_client, "pexpire") - before
+    # (Beside it, the slack record of the window's guard, written twice a guard.)
+    per_second = (4 if approximate else 2) + 2 / 0.05
+    assert written <= per_second * elapsed + 3, (written, elapsed)
+    ttl_ms = quiet_client.pttl(key)
+    seconds, micros = quiet_client.time()
+    now = seconds + micros / 1e6
+    if approximate:
+        newest = float(cast("bytes", quiet_client.hget(key, "last")))
+    else:
+        newest = cast("list[tuple[bytes, float]]", quiet_client.zrange(key, -1, -1, withscores=True))[0][1]
+    # The window as guarded (5.05 s): the state is fresh once its newest grant's
+    # window has passed, and the key outlives that by most of its second's margin.
+    fresh_in = newest + 5.05 - now
+    assert (fresh_in + 0.5) * 1000 - SLACK_MS <= ttl_ms <= (fresh_in + 0.25 + 1.5) * 1000, (ttl_ms, fresh_in)
