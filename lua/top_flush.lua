@@ -7,10 +7,11 @@
 --          number on one Redis; on a Cluster, bases of one slot only
 -- ARGV     none
 --
--- Returns the number of bases that had counts held, now written, each into its own
--- second's key (which is given its TTL if new). The bases go on holding their counts
--- of that second; they are written again by the next flush or the base's next call in
--- another second.
+-- Returns {written, held}: the number of bases given that had counts held, now
+-- written, each into its own second's key (given its TTL if new); and the number of
+-- bases the library holds counts for (at most TOP_HELD_MOST), for tests and the
+-- curious. The bases go on holding their counts of that second: a count after this
+-- is held, and written by the next flush or the base's next call in another second.
 local written = 0
 for _, base in ipairs(KEYS) do
   local counts = held[base]
@@ -24,4 +25,4 @@ for _, base in ipairs(KEYS) do
     end
   end
 end
-return written
+return {written, held_bases}
