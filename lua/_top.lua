@@ -160,25 +160,24 @@ local function tally_one(base, now, wait)
   if wait < 0 then tally_field(base, now, 'r') else tally_field(base, now, wait_field(wait)) end
 end
 
--- `waits`: the signed waits decided (< 0 refused); `leased`, `pauses`: counts.
+-- `waits`: the signed waits decided (< 0 refused); `leased`, `pauses`: counts. Held
+-- (the library, a base's later call in a second), added to what is held and no more;
+-- else written, a table of the counts built first.
 local function tally(base, now, waits, leased, pauses)
   if base == nil then return end
   local second = math.floor(now)
-  local counts
-  if TOP_HOLDS and held_at[base] == second then
-    counts = held[base]
-  else
-    counts = {}
-  end
-  local function add(field, n)
-    if n > 0 then counts[field] = (counts[field] or 0) + n end
-  end
+  local counts = nil
+  if TOP_HOLDS and held_at[base] == second then counts = held[base] end
+  local holding = counts ~= nil
+  if not holding then counts = {} end
   for _, wait in ipairs(waits) do
-    if wait < 0 then add('r', 1) else add(wait_field(wait), 1) end
+    local field = 'r'
+    if wait >= 0 then field = wait_field(wait) end
+    counts[field] = (counts[field] or 0) + 1
   end
-  add('l', leased)
-  add('p', pauses)
-  if counts == held[base] then return end
+  if leased > 0 then counts['l'] = (counts['l'] or 0) + leased end
+  if pauses > 0 then counts['p'] = (counts['p'] or 0) + pauses end
+  if holding then return end
   if TOP_HOLDS then hold_from(base, second) end
   local key = top_key(base, second)
   local new = false
