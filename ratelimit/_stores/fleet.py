@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.cluster
-from redis.exceptions import ResponseError
+from redis.exceptions import ReadOnlyError, ResponseError
 
 from .batch import Call, pipelined
 from .census import CONCURRENCY, breaker_mode, number, split
@@ -211,13 +211,20 @@ def flush_counts(client: Any, bases: Iterable[str]) -> None:
         for start in range(0, len(wanted), FLUSH_CHUNK):
             chunk = wanted[start : start + FLUSH_CHUNK]
             pipe.fcall(function, len(chunk), *chunk)
+    ours = library().function("top_flush")
+    calls = [function for function in functions for _ in range(0, len(wanted), FLUSH_CHUNK)]
     stale = False
-    for reply in pipe.execute(raise_on_error=False):
-        if isinstance(reply, ResponseError):
-            message = str(reply)
-            if "Function not found" in message or refuses_functions(message) or "NOPERM" in message:
-                stale = True
-                continue
+    for function, reply in zip(calls, pipe.execute(raise_on_error=False), strict=True):
+        if not isinstance(reply, ResponseError):
+            continue
+        message = str(reply)
+        if "Function not found" in message or refuses_functions(message):
+            stale = True  # flushed meanwhile, or no longer allowed: listed again next time
+        elif isinstance(reply, ReadOnlyError) or function != ours:
+            # A replica (what is held is on its master: it shows a second short), or
+            # another release's function failing: neither stops `top`.
+            continue
+        else:
             raise reply
     if stale:
         with _flushers_lock, contextlib.suppress(TypeError):  # a client that cannot be weakly referenced
