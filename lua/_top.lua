@@ -149,15 +149,29 @@ local function tally_field(base, now, field)
 end
 
 -- The counters' base of a limiter with several keys: its name's prefix and `what`.
--- (A name's braces are escaped, so the first '}' ends its hash tag.)
+-- (A name's braces are escaped, so the first '}' ends its hash tag.) The last one is
+-- kept, as the last key's name above: a hot composite builds no string a call.
+local group_key, group_what, group_of = nil, nil, nil
+
 local function group_base(key, what)
-  return string.match(key, '^(ratelimit:{.-}:)') .. what
+  if key == group_key and what == group_what then return group_of end
+  group_of = string.match(key, '^(ratelimit:{.-}:)') .. what
+  group_key, group_what = key, what
+  return group_of
 end
 
--- One decision's count: the hot path, with no table built.
+-- One decision's count: the hot path, with no table built (a held count is looked
+-- for here, one call less than through tally_field).
 local function tally_one(base, now, wait)
   if base == nil then return end
-  if wait < 0 then tally_field(base, now, 'r') else tally_field(base, now, wait_field(wait)) end
+  local field = 'r'
+  if wait >= 0 then field = wait_field(wait) end
+  if TOP_HOLDS and held_at[base] == math.floor(now) then
+    local counts = held[base]
+    counts[field] = (counts[field] or 0) + 1
+    return
+  end
+  tally_field(base, now, field)
 end
 
 -- `waits`: the signed waits decided (< 0 refused); `leased`, `pauses`: counts. Held
