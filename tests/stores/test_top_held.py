@@ -234,12 +234,15 @@ def test_the_counts_held_never_pass_the_cap_and_stay_exact(server: RedisServer) 
     replies = pipe.execute()
     assert replies[0] == expected
     assert all(reply == {b"w1": b"2"} for reply in replies[1:])
-    # Nothing left held from an earlier second: the next second's sweep forgets them.
-    fresh = key_for("cap-fresh", "token_bucket")
-    fcall_many(client, [(fresh, 9002.1 + k * 0.1) for k in range(3)])
-    assert held_bases(client) == 1
-    assert raw(client, f"{fresh}:top:9002") == {"w1": 1.0}
-    assert flushed(client, f"{fresh}:top:9002") == {"w1": 3.0}
+    # Nothing left held from an earlier second: a sweep (one a second, while full)
+    # forgets those it looks at (SWEEP_MOST, 500), and a new base takes the room made.
+    sweep = 500
+    for second in range(9002, 9005):
+        fresh = key_for(f"cap-fresh-{second}", "token_bucket")
+        fcall_many(client, [(fresh, second + 0.1 + k * 0.1) for k in range(3)])
+        assert raw(client, f"{fresh}:top:{second}") == {"w1": 1.0}  # held: there was room
+        assert flushed(client, f"{fresh}:top:{second}") == {"w1": 3.0}
+    assert held_bases(client) == most - sweep + 3
     client.close()
 
 
@@ -305,3 +308,26 @@ def test_top_on_a_replica_reads_what_it_has(server: RedisServer) -> None:
         backend.close()
         replica.close()
     master.close()
+
+
+@pytest.mark.servers
+def test_sweeps_go_round_the_bases_held_while_they_change(server: RedisServer) -> None:
+    """Each sweep starts where the last stopped, in a table that grew and shrank since
+    (next() must never be given a key gone): keyed traffic, every base counted once a
+    second, keeps the library full and sweeping for long enough to go round twice."""
+    client = redis.Redis.from_url(server.url)
+    most, sweep = 10_000, 500
+    single_script("token_bucket")(client, [key_for("round-0", "token_bucket")], reserve(9300.0))
+    fcall_many(client, [(key_for(f"round-{i}", "token_bucket"), 9300.5) for i in range(1, most)])
+    assert held_bases(client) == most
+    for second in range(9301, 9301 + 2 * most // sweep + 2):
+        # The first new base of the second sweeps, making room for `sweep` more; the
+        # rest write their count at once.
+        bases = [key_for(f"round-{second}-{i}", "token_bucket") for i in range(sweep + 20)]
+        fcall_many(client, [(base, second + 0.5) for base in bases])
+        assert held_bases(client) == most
+        pipe = client.pipeline(transaction=False)
+        for base in bases:
+            pipe.hgetall(f"{base}:top:{second}")
+        assert all(reply == {b"w1": b"1"} for reply in pipe.execute())
+    client.close()
