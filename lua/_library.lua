@@ -10,6 +10,7 @@
 --   <PREFIX>breaker        a shared circuit breaker (lua/breaker.lua)
 --   <PREFIX>concurrency    a shared semaphore, ConcurrencyLimit (lua/concurrency.lua)
 --   <PREFIX>live           the safe mode's heartbeat (lua/live.lua)
+--   <PREFIX>top_flush      writes the counts held for `ratelimit top` (lua/top_flush.lua)
 
 -- Written out one by one: while a library loads, Redis lets it call nothing but
 -- redis.register_function (not even pairs), so no loop over the kinds.
@@ -32,3 +33,4 @@ redis.register_function(PREFIX .. 'group', drive_group)
 redis.register_function(PREFIX .. 'breaker', drive_breaker)
 redis.register_function(PREFIX .. 'concurrency', drive_concurrency)
 redis.register_function(PREFIX .. 'live', drive_live)
+redis.register_function(PREFIX .. 'top_flush', drive_top_flush)

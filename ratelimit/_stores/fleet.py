@@ -14,22 +14,39 @@ queued now, and its maximum (``lua/concurrency.lua`` keeps it beside the holders
 The budgets of a limiter's keys (``for_key``) add up in the limiter's row: one row
 per name, never one per customer.
 
+On Redis 7 and later, the function library holds a hot limiter's counts in Lua
+between calls and writes them a second at a time (see "Counting in memory" in
+``lua/_top.lua``): before reading, ``fleet`` has every ratelimit library loaded on
+the server write what it holds for the bases found (:func:`flush_counts`), so what it
+shows is exact. Every library, not only this release's: during a rolling deploy the
+processes of the other release hold counts in their own library, which would
+otherwise show late (or, for a limiter gone idle, not at all).
+
 All of it costs one SCAN pass over the keyspace and a few pipelines, however many
 limiters there are.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
+import time
+import weakref
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+import redis.cluster
+from redis.exceptions import ReadOnlyError, ResponseError
 
 from .batch import Call, pipelined
 from .census import CONCURRENCY, breaker_mode, number, split
 from .keys import code_key, key_for, name_of, parts_of
+from .scripts import library, refuses_functions
 
-__all__ = ["WAIT_BOUNDS", "FleetRow", "fleet", "p99_wait"]
+__all__ = ["WAIT_BOUNDS", "FleetRow", "base_of", "fleet", "flush_counts", "p99_wait"]
 
 #: The upper bounds, in seconds, of the wait histogram's buckets (``WAIT_BOUNDS`` in
 #: ``lua/_single.lua``; field ``w<i>`` counts waits up to the i-th, 1-based, and the
@@ -120,6 +137,105 @@ def _parse(key: str) -> tuple[str, str, int] | None:
     return name, head.rpartition(":")[2], int(second)
 
 
+#: Seconds a server's list of flush functions is trusted (a library loaded since, by
+#: a release rolled out meanwhile, is flushed from the next list on).
+FLUSHERS_KEPT = 5.0
+#: Bases in one FCALL of a flush function.
+FLUSH_CHUNK = 500
+_FLUSHERS: weakref.WeakKeyDictionary[Any, tuple[float, tuple[str, ...]]] = weakref.WeakKeyDictionary()
+_flushers_lock = threading.Lock()
+_FLUSH = "_top_flush"
+
+
+def _text_of(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _fields(entry: Any) -> dict[str, Any]:
+    """A FUNCTION LIST entry as a dictionary (RESP3 replies one, RESP2 a flat list)."""
+    if isinstance(entry, dict):
+        return {_text_of(k): v for k, v in entry.items()}
+    items = list(entry)
+    return {_text_of(items[i]): items[i + 1] for i in range(0, len(items) - 1, 2)}
+
+
+def _listed_flushers(listed: Any) -> tuple[str, ...]:
+    names = []
+    for entry in listed or ():
+        lib = _fields(entry)
+        if not _text_of(lib.get("library_name", "")).startswith("ratelimit_"):
+            continue
+        for function in lib.get("functions") or ():
+            name = _text_of(_fields(function).get("name", ""))
+            if name.endswith(_FLUSH):
+                names.append(name)
+    return tuple(sorted(names))
+
+
+def _flushers(client: Any) -> tuple[str, ...]:
+    """The flush function of every ratelimit library loaded on the server (of this
+    release and any other that has one), as listed at most FLUSHERS_KEPT seconds ago.
+    A server without Functions holds no counts: none. A list refused (an ACL):
+    this release's function alone."""
+    at = time.monotonic()
+    known = None
+    with _flushers_lock, contextlib.suppress(TypeError):
+        known = _FLUSHERS.get(client)
+    if known is not None and at - known[0] < FLUSHERS_KEPT:
+        return known[1]
+    try:
+        found = _listed_flushers(client.function_list(library="ratelimit_*"))
+    except ResponseError as exc:
+        found = () if refuses_functions(str(exc)) and "NOPERM" not in str(exc) else (library().function("top_flush"),)
+    with _flushers_lock, contextlib.suppress(TypeError):  # a client that cannot be weakly referenced
+        _FLUSHERS[client] = (at, found)
+    return found
+
+
+def flush_counts(client: Any, bases: Iterable[str]) -> None:
+    """Have every ratelimit library on the server write the counts it holds in Lua
+    for ``bases`` (the part of a ``<base>:top:<second>`` key before ``:top:``), so
+    that their keys are exact. A Cluster holds none (its clients call scripts, which
+    hold nothing), nor does a server without Functions. A function gone meanwhile
+    (FUNCTION FLUSH: what it held went with it) is skipped."""
+    if isinstance(client, redis.cluster.RedisCluster):
+        return
+    wanted = sorted(set(bases))
+    if not wanted:
+        return
+    functions = _flushers(client)
+    if not functions:
+        return
+    pipe = client.pipeline(transaction=False)
+    for function in functions:
+        for start in range(0, len(wanted), FLUSH_CHUNK):
+            chunk = wanted[start : start + FLUSH_CHUNK]
+            pipe.fcall(function, len(chunk), *chunk)
+    ours = library().function("top_flush")
+    calls = [function for function in functions for _ in range(0, len(wanted), FLUSH_CHUNK)]
+    stale = False
+    for function, reply in zip(calls, pipe.execute(raise_on_error=False), strict=True):
+        if not isinstance(reply, ResponseError):
+            continue
+        message = str(reply)
+        if "Function not found" in message or refuses_functions(message):
+            stale = True  # flushed meanwhile, or no longer allowed: listed again next time
+        elif isinstance(reply, ReadOnlyError) or function != ours:
+            # A replica (what is held is on its master: it shows a second short), or
+            # another release's function failing: neither stops `top`.
+            continue
+        else:
+            raise reply
+    if stale:
+        with _flushers_lock, contextlib.suppress(TypeError):  # a client that cannot be weakly referenced
+            _FLUSHERS.pop(client, None)
+
+
+def base_of(key: str) -> str:
+    """The counters' base of a ``<base>:top:<second>`` key."""
+    return key.rpartition(":top:")[0]
+
+
 def fleet(client: Any, window: float = 5.0, now: float | None = None) -> list[FleetRow]:
     """Every limiter active in the last minute, busiest first: its rates over the last
     ``window`` whole seconds, and its pauses over the minute; then every
@@ -141,6 +257,8 @@ def fleet(client: Any, window: float = 5.0, now: float | None = None) -> list[Fl
             # A keyed limit's slots (``for_key``) are one customer's: not listed.
             if owner is not None and owner[1] is None:
                 slots.append(owner[0])
+    # The counts held in Lua for the bases found, written before they are read.
+    flush_counts(client, (base_of(key) for found in keys.values() for _, key in found))
     span = max(1, round(window))
     groups = [(name, kind, sorted(found)) for (name, kind), found in keys.items()]
     reads = [_reads(name, kind, found) for name, kind, found in groups]

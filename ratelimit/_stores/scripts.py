@@ -75,6 +75,7 @@ _DRIVERS = {
     "breaker": "KEYS, ARGV",
     "concurrency": "KEYS, ARGV",
     "live": "KEYS, ARGV",
+    "top_flush": "KEYS, ARGV",
 }
 
 
@@ -147,11 +148,16 @@ class Composed:
 _LINE = re.compile(r"@?(user_script|user_function):(\d+)")
 
 
-def _rate_limit_body(composed: Composed, kinds: Sequence[str]) -> Composed:
+def _rate_limit_body(composed: Composed, kinds: Sequence[str], holds: bool = False) -> Composed:
+    """The prelude, the algorithms ``kinds`` and the shared pieces. ``holds``: the
+    counters for ``ratelimit top`` may be held in Lua between calls (the function
+    library, whose locals outlive a call; never a script, whose die with it)."""
     composed.file("_prelude")
     for kind in kinds:
         composed.file(kind)
     for name in _SHARED:
+        if name == "_top":
+            composed.add(f"local TOP_HOLDS = {'true' if holds else 'false'}")
         composed.file(name)
     return composed
 
@@ -174,7 +180,7 @@ class Library:
 
 def _library_text(name: str) -> Composed:
     composed = Composed().add(f"#!lua name={name}")
-    _rate_limit_body(composed, ALGORITHMS + GROUP_ONLY)
+    _rate_limit_body(composed, ALGORITHMS + GROUP_ONLY, holds=True)
     for driver in _DRIVERS:
         composed.driver(driver)
     composed.add(f"local PREFIX = '{name}_'")

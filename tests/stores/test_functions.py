@@ -103,7 +103,8 @@ def test_the_library_registers_every_driver_of_every_kind(server: RedisServer) -
         concurrency_script(),
         live_script(),
     ]
-    assert registered == {script.function for script in scripts}
+    # ... and the flush of the counts held for `ratelimit top`, which no script has.
+    assert registered == {script.function for script in scripts} | {library().function("top_flush")}
     admin.close()
 
 
