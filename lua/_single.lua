@@ -94,7 +94,8 @@ local now, time = clock_read(ARGV[2])
 --
 -- A grant at once is replied as the time alone (see at_once_reply in _prelude.lua).
 local raw = nil  -- the state as the quick or lean path read it (false: none)
-if ALG.quick and KEYS[2] and not KEYS[3] and (ARGV[1] == 'reserve' or ARGV[1] == '~reserve')
+local first = ARGV[1]
+if ALG.quick and KEYS[2] and not KEYS[3] and (first == 'reserve' or first == '~reserve' or first == '!reserve')
     and (ARGV[7] == '0.0' or ARGV[7] == '0') then
   raw = redis.call('GET', KEYS[1])
   if raw then
@@ -102,7 +103,10 @@ if ALG.quick and KEYS[2] and not KEYS[3] and (ARGV[1] == 'reserve' or ARGV[1] ==
     if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
     local wait, mask = ALG.quick(KEYS[1], raw, ARGV[5], ARGV[6], now, tonumber(ARGV[3]), max_wait)
     if wait then
-      if ARGV[1] == 'reserve' then tally_one(KEYS[1], now, wait) end
+      if first ~= '~reserve' then
+        top_holds_now = TOP_HOLDS and first == 'reserve'  -- (see op_of in _top.lua)
+        tally_one(KEYS[1], now, wait)
+      end
       if wait == 0 and mask == '' then return at_once_reply(time, ARGV[2]) end
       return {fmt_wait(wait), fmt(now + wait), mask}
     end

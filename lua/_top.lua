@@ -25,8 +25,8 @@
 -- for the bases it reads, before reading them.
 -- What is held is lost with the library (FUNCTION FLUSH, a library replaced, a
 -- restart, a failover): at most a second's counts per limiter, less the first.
--- A library serves every database of its server: a limiter of one name in two
--- databases holds its counts in one place, and they may be written into either.
+-- A library serves every database of its server, and a call cannot tell which is its
+-- own: counts are held for database 0's calls only (see top_holds_now below).
 -- A script's locals die with the call: a script (a server without Functions, a
 -- Cluster's client) writes every count at once. TOP_HOLDS, set just before this file
 -- by ratelimit/_stores/scripts.py, tells the two apart: true in the library only.
@@ -38,9 +38,23 @@ local TOP_KEPT_SECONDS = 70
 -- at once as a script does (a keyed limiter may have millions of bases).
 local TOP_HELD_MOST = 10000
 
--- ARGV[1] of a rate limit's driver: the op, and whether the call is counted.
+-- Whether this call's counts may be held: a library's, called from database 0. A
+-- library serves every database of its server, and a call cannot tell which is its
+-- own, so a client of another one says so ('!' before the op, see op_of) and its
+-- counts are written at once, never pooled with a name's of another database. Set
+-- at every call, before it counts (by op_of, or by the quick path of _single.lua).
+local top_holds_now = TOP_HOLDS
+
+-- ARGV[1] of a rate limit's driver: the op, and whether the call is counted. '~'
+-- before it: counted not at all (counters=False); '!': counted at once (see above).
 local function op_of(text)
-  if string.byte(text, 1) == 126 then return string.sub(text, 2), false end
+  local mark = string.byte(text, 1)
+  if mark == 126 then return string.sub(text, 2), false end
+  if mark == 33 then
+    top_holds_now = false
+    return string.sub(text, 2), true
+  end
+  top_holds_now = TOP_HOLDS
   return text, true
 end
 
@@ -152,7 +166,7 @@ end
 -- One count of one field: on a hot limiter's path, a look-up and an increment.
 local function tally_field(base, now, field)
   local second = math.floor(now)
-  if TOP_HOLDS then
+  if top_holds_now then
     if held_at[base] == second then
       local counts = held[base]
       counts[field] = (counts[field] or 0) + 1
@@ -183,7 +197,7 @@ local function tally_one(base, now, wait)
   if base == nil then return end
   local field = 'r'
   if wait >= 0 then field = wait_field(wait) end
-  if TOP_HOLDS and held_at[base] == math.floor(now) then
+  if top_holds_now and held_at[base] == math.floor(now) then
     local counts = held[base]
     counts[field] = (counts[field] or 0) + 1
     return
@@ -198,7 +212,7 @@ local function tally(base, now, waits, leased, pauses)
   if base == nil then return end
   local second = math.floor(now)
   local counts = nil
-  if TOP_HOLDS and held_at[base] == second then counts = held[base] end
+  if top_holds_now and held_at[base] == second then counts = held[base] end
   local holding = counts ~= nil
   if not holding then counts = {} end
   for _, wait in ipairs(waits) do
@@ -209,7 +223,7 @@ local function tally(base, now, waits, leased, pauses)
   if leased > 0 then counts['l'] = (counts['l'] or 0) + leased end
   if pauses > 0 then counts['p'] = (counts['p'] or 0) + pauses end
   if holding then return end
-  if TOP_HOLDS then hold_from(base, second) end
+  if top_holds_now then hold_from(base, second) end
   local key = top_key(base, second)
   local new = false
   for field, n in pairs(counts) do

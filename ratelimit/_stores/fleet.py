@@ -44,6 +44,7 @@ from redis.exceptions import ReadOnlyError, ResponseError
 from .batch import Call, pipelined
 from .census import CONCURRENCY, breaker_mode, number, split
 from .keys import code_key, key_for, name_of, parts_of
+from .redis_clients import database
 from .scripts import library, refuses_functions
 
 __all__ = ["WAIT_BOUNDS", "FleetRow", "base_of", "fleet", "flush_counts", "p99_wait"]
@@ -196,9 +197,10 @@ def flush_counts(client: Any, bases: Iterable[str]) -> None:
     """Have every ratelimit library on the server write the counts it holds in Lua
     for ``bases`` (the part of a ``<base>:top:<second>`` key before ``:top:``), so
     that their keys are exact. A Cluster holds none (its clients call scripts, which
-    hold nothing), nor does a server without Functions. A function gone meanwhile
-    (FUNCTION FLUSH: what it held went with it) is skipped."""
-    if isinstance(client, redis.cluster.RedisCluster):
+    hold nothing), nor does a server without Functions, and what is held is database
+    0's alone (see op_of in lua/_top.lua): a client of another writes it nowhere. A
+    function gone meanwhile (FUNCTION FLUSH: what it held went with it) is skipped."""
+    if isinstance(client, redis.cluster.RedisCluster) or database(client) != 0:
         return
     wanted = sorted(set(bases))
     if not wanted:

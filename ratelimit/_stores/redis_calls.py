@@ -22,7 +22,7 @@ import redis.exceptions
 
 from .._errors import BackendUnavailable
 from .live import LiveCount
-from .redis_clients import drop_idle_connections, pool_limit
+from .redis_clients import database, drop_idle_connections, pool_limit
 from .redis_errors import STORE_ERRORS, is_unavailable
 from .redis_loops import LoopState, Turns, Watch, close_with_loop
 from .scripts import Script
@@ -60,6 +60,9 @@ class RedisCalls(FailurePolicy):
         #: each call starts it again in a forked child.
         self._live: LiveCount | None = None
         self.pool_size = min(pool_size, pool_limit(client) or pool_size)
+        #: The database the client selects: the library's counts held in Lua serve
+        #: database 0's calls only (see lua/_top.lua).
+        self.database = database(client)
         # Turns to call the store, taken and given back: a C queue costs a fraction of
         # a threading.Semaphore on this path.
         self._turns: queue.SimpleQueue[None] = queue.SimpleQueue()

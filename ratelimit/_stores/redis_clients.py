@@ -53,6 +53,17 @@ def retries(client: Any) -> int:
     return n if isinstance(n, int) and n > 0 else 0
 
 
+def database(client: Any) -> int:
+    """The database number ``client`` selects (0 where it says none: a Cluster's)."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    db = kwargs.get("db", 0) if isinstance(kwargs, dict) else 0
+    try:
+        return int(db)
+    except (TypeError, ValueError):
+        return 0
+
+
 def pool_limit(client: Any) -> int | None:
     """The most connections ``client``'s pool will open, where it says."""
     pool = getattr(client, "connection_pool", None)

@@ -61,8 +61,10 @@ class _ScriptHandle(ABC, Generic[T]):
         self._backend = backend
         self._script = script
         self._base_keys = tuple(keys)
-        # Before each op: '~' when the script is to count nothing for `ratelimit top`.
-        self._quiet = "" if counted else "~"
+        # Before each op: '~' when the script is to count nothing for `ratelimit top`;
+        # '!' when it is to count at once, for a database other than 0 (see op_of in
+        # lua/_top.lua: the library's counts held in Lua are database 0's).
+        self._quiet = "~" if not counted else ("" if backend.database == 0 else "!")
         self._now = now
         self._local = local
         #: Coalescing and leases (``rounds.py``); ``None``: one call per reserve.

@@ -13,6 +13,7 @@ private servers.
 from __future__ import annotations
 
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -181,6 +182,32 @@ def test_a_limiter_gone_idle_mid_second_shows_every_count_in_top(function_client
     rows = [row for row in fleet(function_client, window=2, now=server_now(function_client) + 1.0) if row.name == name]
     assert rows[0].grants_per_sec == pytest.approx(40 / 2)
     backend.close()
+
+
+def test_a_name_in_two_databases_keeps_its_counts_apart(function_client: redis.Redis) -> None:
+    # One library serves every database of a server and cannot tell them apart: a
+    # client of database 1 has its counts written at once, so they never pool with
+    # database 0's held under the same name, nor are written into the other's hash.
+    url = urllib.parse.urlsplit(REDIS_URL)
+    other = redis.Redis.from_url(urllib.parse.urlunsplit(url._replace(path="/1")))
+    assert other.connection_pool.connection_kwargs["db"] == 1
+    name = unique_name("two-dbs")
+    clock = ManualClock(5_000.0)
+    zero = TokenBucket(1_000, 1, backend=RedisBackend(function_client, coalesce=False), name=name, clock=clock)
+    one = TokenBucket(1_000, 1, backend=RedisBackend(other, coalesce=False), name=name, clock=clock)
+    for _ in range(30):
+        assert zero.try_acquire()
+    for _ in range(7):
+        assert one.try_acquire()
+    key = key_for(name, "token_bucket", injected=True) + ":top:5000"
+    assert raw(function_client, key) == {"w1": 1.0}  # the rest held
+    assert raw(other, key) == {"w1": 7.0}  # every count written at once
+    flush_counts(other, [base_of(key)])  # database 1: nothing held for it, nothing written
+    assert raw(function_client, key) == {"w1": 1.0}
+    assert flushed(function_client, key) == {"w1": 30.0}
+    assert raw(other, key) == {"w1": 7.0}
+    other.delete(key, key_for(name, "token_bucket", injected=True))
+    other.close()
 
 
 # -- private servers: the cap, a flush of the library, two libraries -----------------------
