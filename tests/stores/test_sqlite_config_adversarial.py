@@ -38,6 +38,7 @@ from ratelimit import (
     SQLiteBackend,
     TokenBucket,
 )
+from ratelimit._stores import sqlite_file
 from ratelimit._stores.config import UnchangeableLimit
 from ratelimit._stores.sqlite_config import MOST_KEPT
 
@@ -731,3 +732,22 @@ def test_a_second_backend_on_the_file_keeps_the_first_one_s_decisions(path: Path
     assert [limiter.try_acquire() for _ in range(3)] == [True] * 3
     assert _child_grants(path, 20) == 5
     assert Path(f"{path}-wal").exists()  # still this process's
+
+
+def test_a_migration_that_fails_halfway_leaves_the_file_of_format_2(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The migration is one write transaction: a process that fails (or dies) after its
+    first ALTER leaves the file as it was, and the next process migrates it whole."""
+    _format_2(path)
+    broken = (sqlite_file._MIGRATE_2[0], "ALTER TABLE no_such_table ADD COLUMN x", *sqlite_file._MIGRATE_2[1:])
+    monkeypatch.setattr(sqlite_file, "_MIGRATE_2", broken)
+    with pytest.raises(OSError, match="no_such_table"):
+        SQLiteBackend(path)
+    assert _rows(path, "SELECT value FROM ratelimit_meta WHERE key = 'version'") == [(2,)]
+    assert [row[1] for row in _rows(path, "PRAGMA table_info(ratelimit_config)")][-1] == "at"
+    monkeypatch.undo()
+    clock = ManualClock(1000.0)
+    limiter = TokenBucket(10, 1, backend=SQLiteBackend(path), name="moved", clock=clock)
+    assert limiter.peek(1) == 0.0
+    assert _rows(path, "SELECT value FROM ratelimit_meta WHERE key = 'version'") == [(3,)]
