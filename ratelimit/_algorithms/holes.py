@@ -387,6 +387,11 @@ def plan(
             admit_at = admit
         if grant > at:
             at = grant
+    if admit_at == math.inf:
+        # A request no limit could ever hold (larger than a limit as changed at run
+        # time: sqlite_config.Changeable): refused for ever, holes or not, as Lua's
+        # `too_big` refuses it before any hole is offered.
+        return admit_at, at, None
     if items and items[0][0] <= now + EPSILON and _pooled(algs, plans, items, now, tokens):
         if any(hole[0] > latest_all(algs, states) + EPSILON for hole in _due(items, now, len(algs))):
             items.clear()  # the state was lost, and the holes with it (see below)

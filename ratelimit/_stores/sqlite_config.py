@@ -19,13 +19,20 @@ from a key each process writes; here the processes, which know them, move it).
 A change replaced before any decision read it is kept in the new change's row
 (``past``: each such change and its ``at``, oldest first, as JSON), so that the next
 decision moves the state through each in turn, as Redis moved it at each change;
-that decision forgets them. They are kept against the state row as it was when the
+that decision forgets them (at most :data:`MOST_KEPT`: past that the oldest goes,
+so a row stays small however many changes no decision reads). They are kept against the state row as it was when the
 first was kept (``seen``, its ``updated``): a state row written since by a process
 of the release before format 3, which does not read them, no longer matches, and
 the state is moved as that release moves it. A change whose ``until`` has passed is
 ended by the first decision after it: the state moves to it (if no decision had)
 and back at that decision's time, and the row goes, as on Redis. So every process
 follows a change from its next decision.
+
+Whoever may write the file may write anything in a row. A stored rate or burst is
+read as Lua's ``valid`` reads the Redis hash (a number from ``MIN_SET`` to
+``MAX_SET``, else the code's value), a time must be a finite number, and changes
+kept that are not all valid are decided as without them: a decision never raises,
+nor writes a NaN, for a row written by hand.
 
 Only single limiters read a change. A name whose rows say it is a composite's
 members, an adaptive limiter, a budget with priorities or a ConcurrencyLimit is
@@ -40,10 +47,11 @@ import sqlite3
 from typing import Any
 
 from .._algorithms.algorithm import EPSILON, Algorithm
-from .config import PARAMETERS, WINDOWS, Override, UnchangeableLimit
+from .config import MAX_SET, MIN_SET, PARAMETERS, WINDOWS, Override, UnchangeableLimit
 
 __all__ = [
     "FORGET_PAST",
+    "MOST_KEPT",
     "NAMES",
     "PENDING",
     "Change",
@@ -73,19 +81,43 @@ FORGET_PAST = "UPDATE ratelimit_config SET past = NULL, seen = NULL WHERE name =
 #: reads the change, writes the row again.
 PENDING = -1.0
 
+#: The most replaced changes a config row keeps (``past``): past them the oldest is
+#: forgotten, and the state moves from the change it was decided under straight to
+#: the oldest kept, as the release before format 3 moved it. A row stays a few
+#: kilobytes, and a change costs the same, however many are made with no decision
+#: between (a script setting a limit every minute on a budget nobody uses).
+MOST_KEPT = 64
+
+
+def _value(value: Any) -> float | None:
+    """A rate or burst as stored, if it is one a change may set (Lua's ``valid``: a
+    number from ``MIN_SET`` to ``MAX_SET``); ``None`` otherwise: the code's value.
+    Whoever may write the file may write anything in it: text, a blob, a zero."""
+    if value.__class__ is not float and value.__class__ is not int:
+        return None  # NULL, text, a blob, JSON's true or a list
+    return float(value) if MIN_SET <= value <= MAX_SET else None
+
+
+def _finite(value: Any) -> float | None:
+    """A time as stored, if it is a finite number (Lua's ``finite``); else ``None``."""
+    if value.__class__ is not float and value.__class__ is not int:
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _change(rate: Any, burst: Any) -> Change:
+    """The change two stored values make: a value that is not one a change may set
+    keeps the code's, as Lua's ``valid`` reads a hash written by hand."""
+    rate, burst = _value(rate), _value(burst)
+    return None if rate is None and burst is None else (rate, burst)
+
 
 def under(rate: float | None, burst: float | None) -> tuple[Change, bool]:
     """The change a state row was decided under, from its two columns, and whether
     it says a change may be pending."""
     if rate == PENDING:
         return None, True
-    if rate is None and burst is None:
-        return None, False
-    return (rate, burst), False
-
-
-def _change(rate: float | None, burst: float | None) -> Change:
-    return None if rate is None and burst is None else (rate, burst)
+    return _change(rate, burst), False
 
 
 def kept(row: tuple[Any, ...] | None, updated: float | None) -> list[tuple[Change, float]] | None:
@@ -96,9 +128,23 @@ def kept(row: tuple[Any, ...] | None, updated: float | None) -> list[tuple[Chang
         return None
     try:
         past = json.loads(row[4])
-        return [(_change(rate, burst), float(at)) for rate, burst, at in past]
-    except (ValueError, TypeError):
-        return None  # garbled: decided as without it
+        if past.__class__ is not list:
+            return None
+        found = []
+        for rate, burst, at in past[-MOST_KEPT:]:
+            change, made = _change(rate, burst), _finite(at)
+            if made is None or (change is None and (rate is not None or burst is not None)):
+                return None  # a value no change sets, or no time
+            found.append((change, made))
+        return found
+    except (ValueError, TypeError, RecursionError):
+        return None  # garbled (written by hand): decided as without it
+
+
+def _made(row: tuple[Any, ...], now: float) -> float:
+    """When a config row's change was made: ``now`` if the row says no time."""
+    at = _finite(row[3])
+    return now if at is None else at
 
 
 def change_in_force(row: tuple[Any, ...] | None, now: float) -> tuple[Change, bool]:
@@ -106,12 +152,13 @@ def change_in_force(row: tuple[Any, ...] | None, now: float) -> tuple[Change, bo
     (its ``until`` passed: the row is to go)."""
     if row is None:
         return None, False
-    rate, burst, until = row[0], row[1], row[2]
-    if rate is None and burst is None:
+    change = _change(row[0], row[1])
+    if change is None:
         return None, False
+    until = _finite(row[2])
     if until is not None and now >= until:
         return None, True
-    return (rate, burst), False
+    return change, False
 
 
 class Changeable:
@@ -173,7 +220,8 @@ class Changeable:
         """Read the change in force for ``name`` at ``now`` and decide with it."""
         row = self._row = conn.execute(_READ, (name,)).fetchone()
         change, self.ended = change_in_force(row, now)
-        self.until = math.inf if change is None or row is None or row[2] is None else float(row[2])
+        until = None if change is None or row is None else _finite(row[2])
+        self.until = math.inf if until is None else until
         self.forget_past = row is not None and row[4] is not None and not self.ended
         self.current = self.algorithm(change)
         return change
@@ -189,7 +237,7 @@ class Changeable:
         if row is None:
             return [] if was is None else [(None, now)]  # the row gone with its change
         latest = _change(row[0], row[1])
-        at = float(row[3])
+        at = _made(row, now)
         past = kept(row, updated)
         if past is not None:
             steps = [*past, (latest, at)]
@@ -269,13 +317,16 @@ def write(conn: sqlite3.Connection, name: str, change: Override | None, now: flo
         seen = float(state[2])
         stored = kept(old, seen)
         was, pending = under(state[0], state[1])
+        replaced = None if old is None else _change(old[0], old[1])
         if stored is not None:
-            # No decision since the last change: it is kept too.
+            # No decision since the last change: it is kept too (and the oldest
+            # forgotten past MOST_KEPT).
             assert old is not None
-            past = [(*(c or (None, None)), at) for c, at in stored] + [(old[0], old[1], float(old[3]))]
-        elif old is not None and (pending or was != _change(old[0], old[1])):
+            past = [(*(c or (None, None)), at) for c, at in stored] + [(*(replaced or (None, None)), _made(old, now))]
+            past = past[-MOST_KEPT:]
+        elif old is not None and (pending or was != replaced):
             # The change replaced was stored since the state was last decided.
-            past = [(old[0], old[1], float(old[3]))]
+            past = [(*(replaced or (None, None)), _made(old, now))]
         else:
             past = []
     conn.execute(
@@ -298,7 +349,8 @@ def read(conn: sqlite3.Connection, name: str, now: float) -> Override | None:
     change, _ = change_in_force(row, now)
     if change is None or row is None:
         return None
-    return Override(change[0], change[1], None if row[2] is None else float(row[2]) - now)
+    until = _finite(row[2])
+    return Override(change[0], change[1], None if until is None else until - now)
 
 
 #: The two parameters a change sets, by kind (what ``inspect`` calls them).

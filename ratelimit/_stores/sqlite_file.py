@@ -91,8 +91,6 @@ _MIGRATE_2 = (
     "UPDATE ratelimit_meta SET value = 3 WHERE key = 'version'",
 )
 
-_HEADER = b"SQLite format 3\x00"
-
 #: Seconds between two checks that the path still names the file this process has
 #: open (deleted or replaced under a running fleet: this process then moves to it).
 CHECK_EVERY = 1.0
@@ -220,17 +218,18 @@ class StoreFile:
                 f"the folder {str(folder)!r} is not writable: the SQLite store keeps its -wal and -shm files beside it",
                 path,
             )
-        if target.exists():
-            if not os.access(path, os.R_OK | os.W_OK):
-                raise PermissionError(
-                    errno.EACCES,
-                    "the SQLite store must be readable and writable by this process: each decision writes it",
-                    path,
-                )
-            with open(path, "rb") as file:
-                header = file.read(len(_HEADER))
-            if header and header != _HEADER:
-                raise ValueError(f"{path!r} is not a SQLite database: SQLiteBackend leaves it untouched")
+        # Never opened here (nor anywhere but through SQLite): closing any descriptor
+        # of the file drops every POSIX lock this process holds on it, its other
+        # connections' too (another SQLiteBackend on the same path). Another process
+        # closing its last connection would then take the file for its own, check the
+        # WAL in and delete it under this one's feet: its decisions since, lost. A
+        # file that is not a database is refused by SQLite's first read (NOTADB).
+        if target.exists() and not os.access(path, os.R_OK | os.W_OK):
+            raise PermissionError(
+                errno.EACCES,
+                "the SQLite store must be readable and writable by this process: each decision writes it",
+                path,
+            )
 
     def _open(self) -> sqlite3.Connection:
         self.generation += 1
@@ -285,7 +284,9 @@ class StoreFile:
                 conn.execute("ROLLBACK")
                 raise
         except sqlite3.DatabaseError as exc:
-            if _code(exc) in (_NOTADB, _CORRUPT):
+            if _code(exc) == _NOTADB:
+                raise ValueError(f"{path!r} is not a SQLite database: SQLiteBackend leaves it untouched") from exc
+            if _code(exc) == _CORRUPT:
                 raise ValueError(f"{path!r} is not a SQLite database we can use ({exc}): left untouched") from exc
             if _code(exc) == _READONLY:
                 raise PermissionError(errno.EACCES, describe(path, exc), path) from exc
