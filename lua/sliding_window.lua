@@ -402,7 +402,7 @@ do
     local pruned = false
     local got = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     if #got > 0 and not (tonumber(got[2]) > cutoff) then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(cutoff))
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)  -- (a number: written out exactly by the server)
       pruned = true
       got = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     end

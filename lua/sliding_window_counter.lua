@@ -421,13 +421,15 @@ do
         gone = gone or {}
         gone[#gone + 1] = FIELDS[i + 2]
       end
+      -- (Numbers, not text: the server writes each out exactly, as %.17g or the
+      -- shortest text that reads back the same double, for no string made here.)
       if set then
-        redis.call('HSET', self.key, 'last', fmt(last), 'total', fmt(total), set, fmt(c))
+        redis.call('HSET', self.key, 'last', last, 'total', total, set, c)
       else
-        redis.call('HSET', self.key, 'last', fmt(last), 'total', fmt(total))
+        redis.call('HSET', self.key, 'last', last, 'total', total)
       end
     else
-      redis.call('HSET', self.key, 'last', fmt(last), 'total', fmt(total))
+      redis.call('HSET', self.key, 'last', last, 'total', total)
     end
     if gone and #gone > 0 then redis.call('HDEL', self.key, unpack(gone)) end
     -- Every writer of the state gives the key its idle time's TTL (see `save`), which
