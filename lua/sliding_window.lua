@@ -459,7 +459,9 @@ do
     -- past that window's end, so that the grants of one half second share one and
     -- only the first of them writes it. A deadline a writer set for the entry before,
     -- less than half a second older, still leaves more than half the margin.
-    if pruned then
+    -- (No newest entry: the prune emptied the set, and a request of no tokens added
+    -- none, so there is no key to give a deadline.)
+    if pruned and lt ~= nil then
       if not timed then
         expire_after(key, lt + window - now)
       else
