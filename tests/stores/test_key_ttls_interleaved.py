@@ -41,7 +41,7 @@ from ratelimit._stores.redis_handles import RedisHandle
 from ratelimit._stores.redis_replies import num
 from ratelimit._stores.scripts import call_by_script, library, single_script
 
-from conftest import private_server, unique_name
+from conftest import command_calls, private_server, unique_name
 from scenarios import same
 from servers import RedisServer
 
@@ -237,6 +237,25 @@ def test_an_exact_window_rebased_by_a_lean_grant_keeps_a_deadline(redis_client: 
     else:
         pytest.skip("B aged out before C came: no rebase to check")
     assert_ttl_covers(redis_client, key, False, 0.1, 0.5, "a rebase")
+
+
+def test_a_busy_exact_window_counting_billions_writes_its_ttl_a_few_times_a_second(quiet_client: redis.Redis) -> None:
+    # Running sums past 2^32 (an LLM budget of tokens: 5e9 here from the first grant)
+    # are checked for a rebase at each grant, which rewrites the set only once the
+    # grants under its base have aged out: a check that rewrites nothing leaves the
+    # deadline as it stands, as below 2^32.
+    backend = RedisBackend(quiet_client, coalesce=False)
+    name = unique_name("ttl-billions")
+    limiter = SlidingWindow(1e12, 60, backend=backend, name=name)
+    assert limiter.try_acquire(5e9)  # the first writes what the code says: the full path
+    before, started = command_calls(quiet_client, "pexpire"), time.monotonic()
+    for _ in range(200):
+        assert limiter.try_acquire(1e6)
+    elapsed = time.monotonic() - started
+    written = command_calls(quiet_client, "pexpire") - before
+    # (Beside it, the slack record of the window's guard, written twice a guard.)
+    assert written <= (2 + 2 / 0.05) * elapsed + 3, (written, elapsed)
+    assert_ttl_covers(quiet_client, backend.key(name, "sliding_window"), False, 60 + limiter.guard, 0.5, "a grant")
 
 
 @pytest.mark.parametrize("clock", ["given", "server"])
