@@ -343,35 +343,39 @@ def test_quick_decisions_read_every_state_as_its_text_says_whoever_wrote_it(
     handles = [RedisHandle(RedisBackend(redis_client), alg, k, at, None, n) for k, n in zip(keys, names, strict=True)]
     states: list[Any] = [alg.new_state(), alg.new_state()]
     texts: list[list[bytes]] = [[], []]
-    for what, i, dt, tokens, max_wait, pick in actions:
-        now[0] += dt
-        if what == "decide":
-            got = handles[i].reserve(tokens, max_wait)
-            new, wait, name = reserve([alg], [states[i]], Holes(), now[0], [tokens], max_wait)
-            same(got, (wait, name))
-            states[i] = new[0]
-            text = cast("bytes | None", redis_client.get(keys[i]))
-            if text is not None:
-                assert repr(read_text(kind, text)) == repr(states[i])
-                texts[i].append(text)
-            continue
-        if what == "copy":
-            text = cast("bytes | None", redis_client.get(keys[1 - i]))
-            if text is None:
+    # (A huge state is kept for as long as a TTL goes: gone with the example.)
+    try:
+        for what, i, dt, tokens, max_wait, pick in actions:
+            now[0] += dt
+            if what == "decide":
+                got = handles[i].reserve(tokens, max_wait)
+                new, wait, name = reserve([alg], [states[i]], Holes(), now[0], [tokens], max_wait)
+                same(got, (wait, name))
+                states[i] = new[0]
+                text = cast("bytes | None", redis_client.get(keys[i]))
+                if text is not None:
+                    assert repr(read_text(kind, text)) == repr(states[i])
+                    texts[i].append(text)
                 continue
-        elif what == "rewind":
-            if not texts[i]:
-                continue
-            text = texts[i][pick % len(texts[i])]
-        else:
-            edge = EDGES[pick % len(EDGES)]
-            if kind == "token_bucket":
-                text = clean_text(kind, edge)
-            elif what == "edge":
-                text = clean_text(kind, (edge, now[0] - 1.0))
+            if what == "copy":
+                text = cast("bytes | None", redis_client.get(keys[1 - i]))
+                if text is None:
+                    continue
+            elif what == "rewind":
+                if not texts[i]:
+                    continue
+                text = texts[i][pick % len(texts[i])]
             else:
-                text = clean_text(kind, (now[0] + 1.0, edge))
-        redis_client.set(keys[i], text, px=60_000)
-        states[i] = read_text(kind, text)
-        # (An edge the scripts read as no state, an infinite number, is not written.)
-        assert all(math.isfinite(x) for x in (states[i] if isinstance(states[i], tuple) else (states[i],)))
+                edge = EDGES[pick % len(EDGES)]
+                if kind == "token_bucket":
+                    text = clean_text(kind, edge)
+                elif what == "edge":
+                    text = clean_text(kind, (edge, now[0] - 1.0))
+                else:
+                    text = clean_text(kind, (now[0] + 1.0, edge))
+            redis_client.set(keys[i], text, px=60_000)
+            states[i] = read_text(kind, text)
+            # (An edge the scripts read as no state, an infinite number, is not written.)
+            assert all(math.isfinite(x) for x in (states[i] if isinstance(states[i], tuple) else (states[i],)))
+    finally:
+        redis_client.delete(*keys)
