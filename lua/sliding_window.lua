@@ -217,12 +217,13 @@ do
     return now, at
   end
 
-  -- See Log.rebase_if_due.
+  -- See Log.rebase_if_due. True where it wrote the set again (deleted and remade:
+  -- without a TTL).
   local function rebase_if_due(self, state)
     local first, last = edge(self, state, 0), edge(self, state, -1)
-    if first == nil or last == nil then return end
+    if first == nil or last == nil then return false end
     local base = first[2] - first[3]
-    if not (base > REBASE and base > REBASE_SPAN * (last[2] - base)) then return end
+    if not (base > REBASE and base > REBASE_SPAN * (last[2] - base)) then return false end
     local all = redis.call('ZRANGE', self.key, 0, -1, 'WITHSCORES')
     redis.call('DEL', self.key)
     written(state)
@@ -230,6 +231,7 @@ do
       local s, w = string.match(all[i], '^([^|]+)|(.+)$')
       redis.call('ZADD', self.key, all[i + 1], member(tonumber(s) - base, tonumber(w)))
     end
+    return true
   end
 
   function sliding_window.commit(self, state, now, tokens, at)
@@ -446,10 +448,9 @@ do
           redis.call('ZADD', key, at, member(total, tokens))
           lt = at
         end
-        if total > REBASE then
-          rebase_if_due(self, {})
-          moved = true  -- (a rebase writes the set again: the key lost its TTL)
-        end
+        -- (A rebase writes the set again: the key lost its TTL. Sums past 2^32 alone,
+        -- a budget of billions, move nothing.)
+        if total > REBASE and rebase_if_due(self, {}) then moved = true end
       end
       pruned = true
     end
@@ -459,7 +460,9 @@ do
     -- past that window's end, so that the grants of one half second share one and
     -- only the first of them writes it. A deadline a writer set for the entry before,
     -- less than half a second older, still leaves more than half the margin.
-    if pruned then
+    -- (No newest entry: the prune emptied the set, and a request of no tokens added
+    -- none, so there is no key to give a deadline.)
+    if pruned and lt ~= nil then
       if not timed then
         expire_after(key, lt + window - now)
       else
