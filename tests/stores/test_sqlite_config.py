@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -457,7 +458,7 @@ _steps = st.lists(
 )
 
 
-_KINDS = {
+_KINDS: dict[str, Callable[[], Any]] = {
     "token": lambda: TokenBucket(8, 2),
     "leaky": lambda: LeakyBucket(8, 2),
     "window": lambda: SlidingWindow(8, 4, guard=0),
