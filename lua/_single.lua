@@ -153,11 +153,13 @@ if beside > 0 and ALG.unmarked and op ~= 'peek' and op ~= 'wait' then
   local plain = raw and ALG.unmarked(raw)
   if plain then redis.call('SET', KEYS[1], plain, 'KEEPTTL') end
 end
-local recorded = {false, false}
-if beside > 0 or slack > 0 then recorded = redis.call('HMGET', fleet_slack, 'slack', 'until') end
 -- A record that does not hold a slack a limiter could keep (guard <= 1e9 s, lease <= 60
 -- s) and a finite end, hand-edited or garbled, is ignored, as a garbled change is.
-local recorded_slack, recorded_until = finite(recorded[1]), finite(recorded[2]) or -math.huge
+local recorded_slack, recorded_until = nil, -math.huge
+if beside > 0 or slack > 0 then
+  local recorded = redis.call('HMGET', fleet_slack, 'slack', 'until')
+  recorded_slack, recorded_until = finite(recorded[1]), finite(recorded[2]) or -math.huge
+end
 if recorded_slack and not (recorded_slack > 0 and recorded_slack <= 2e9) then recorded_slack = nil end
 -- The slack the saved state was decided with: the one recorded, or none.
 local prior = 0.0

@@ -35,12 +35,19 @@ do
     return limit, window + seconds
   end
 
+  -- The last one made, kept between calls of the function library: a hot window is
+  -- decided on the same, and its fields are never written once made.
+  local made_key, made_limit, made_window, made = nil, nil, nil, nil
+
   function sliding_window_counter.new(base, limit, window)
+    if base == made_key and limit == made_limit and window == made_window then return made end
     local subs = math.floor(window / SHORTEST)
     if subs > SUBWINDOWS then subs = SUBWINDOWS end
     if subs < 1 then subs = 1 end
-    return {key = base, limit = limit, window = window, subs = subs, ring = subs + 1,
+    made = {key = base, limit = limit, window = window, subs = subs, ring = subs + 1,
             width = window / subs}
+    made_key, made_limit, made_window = base, limit, window
+    return made
   end
 
   -- The place of sub-window s in `counts` (Python's s % ring, 1-based). fmod is exact
@@ -320,6 +327,22 @@ do
   -- See WindowCounter.idle_until.
   sliding_window_counter.idle_until = idle_until
 
+  -- Sub-window s's count on the lean path (as load reads it): now's sub-window (slot
+  -- `here`) from `v`, the lean path's HMGET; any other from every field, read where
+  -- first needed and returned as `all` for the next. (A function defined once, not a
+  -- closure made at each decision.)
+  local function lean_count(self, s, here, v, all)
+    local i = slot(self, s)
+    local c
+    if i == here then c = counter_field(v[3], 0.0)
+    else
+      if all == nil then all = redis.call('HMGET', self.key, unpack(FIELDS, 1, self.ring + 2)) end
+      c = counter_field(all[i + 2], 0.0)
+    end
+    if c < 0 then return 0.0, all end
+    return c, all
+  end
+
   -- The lean path of a reserve (see _single.lua: nothing beside the state, the code's
   -- limit, no slack to lay the state out for): load, plan (plan_all), decide, commit
   -- and save as the full path does them, in that order, with no table but the reply
@@ -339,18 +362,7 @@ do
     local last, total = counter_field(v[1], nil), counter_field(v[2], nil)
     if last == nil or total == nil or total < 0 then return nil end
     if tokens > self.limit + EPSILON then return -math.huge, '' end
-    local all = nil
-    local function count(s)
-      local i = slot(self, s)
-      local c
-      if i == here then c = counter_field(v[3], 0.0)
-      else
-        if all == nil then all = redis.call('HMGET', self.key, unpack(FIELDS, 1, ring + 2)) end
-        c = counter_field(all[i + 2], 0.0)
-      end
-      if c < 0 then return 0.0 end
-      return c
-    end
+    local all, n = nil, nil  -- every field, once read; a count read
     local index = math.floor(last / width)
     local was_index, was_last = index, last
     local t = now
@@ -361,12 +373,14 @@ do
       local used = total
       local s = index - m
       while s < k - m do
-        used = used - count(s)
+        n, all = lean_count(self, s, here, v, all)
+        used = used - n
         s = s + 1
       end
       if not (used + tokens - self.limit <= EPSILON) then
         while s <= index do
-          used = used - count(s)
+          n, all = lean_count(self, s, here, v, all)
+        used = used - n
           s = s + 1
           if used + tokens - self.limit <= EPSILON then break end
         end
@@ -391,7 +405,8 @@ do
         else
           for s = index + 1, ka do
             local j = slot(self, s)
-            total = total - count(s)
+            n, all = lean_count(self, s, here, v, all)
+            total = total - n
             gone[#gone + 1] = FIELDS[j + 2]
           end
           if not (total > 0.0) then total = 0.0 end
@@ -406,7 +421,8 @@ do
           s = index - m
           if ka > s then s = ka end
         end
-        i, c = slot(self, s), count(s)
+        i = slot(self, s)
+        c, all = lean_count(self, s, here, v, all)
       end
       c = c + tokens
       total = total + tokens
