@@ -400,7 +400,13 @@ def test_set_mid_run_changes_the_rate_of_every_live_process(redis_client: redis.
     assert max_in_any_window(late, 1.0) <= 5 + 50 + 1
     span = everyone[-1] - (after + 0.1)
     assert span > 1.0
-    assert 0.8 * 50 <= len(late) / span <= 1.1 * 50 + 5 / span
+    # At the change, up to the old burst (20 tokens) and a reservation of each of the
+    # 12 threads may be owed, made at 400/s: they keep their count and refill at the
+    # new rate, so the first (20 + 12) / 50 s after it may grant nothing (on a loaded
+    # machine the processes start late, the change comes late in their run, and that
+    # is a good part of a short span).
+    owed = (20 + 12) / 50
+    assert 0.8 * 50 * (span - owed) <= len(late) <= (1.1 * 50 + 5 / span) * span
     # Every process follows it: none gets more than the new rate alone.
     for r in results:
         assert len([t for t in r if t >= after + 0.1]) <= 50 * span + 5 + 1
