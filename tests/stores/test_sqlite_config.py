@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from changes import KINDS, Step, for_kind, steps, through_both
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -321,47 +321,6 @@ def test_a_restriction_then_two_changes_decide_as_through_redis(path: Path, redi
 # decision moves it through each change kept, sqlite_config.py): every decision alike,
 # to the bit.
 
-#: A step: ("advance", seconds), ("reserve", tokens, max_wait), ("set", rate, burst,
-#: ttl), ("reset",), ("restrict", remaining, seconds) or ("peek", tokens). Peeks are
-#: not drawn at random: once a change for a while has ended, Redis's peek reads the
-#: state not yet moved back to the code's limit, where a file's peek moves it first.
-Step = tuple[Any, ...]
-
-
-def decisions(backends: list[Any], alg: Any, steps: list[Step]) -> list[Any]:
-    """The steps' answers: changes made through the last of ``backends`` (processes,
-    for a file), decisions taking turns among the others (or made by the one)."""
-    clock = ManualClock(1_000.0)
-    name = unique_name("in-a-row")
-    handles = [each.bind(name, alg, clock) for each in backends[:-1] or backends]
-    backend = backends[-1]
-    out: list[Any] = []
-    for i, (kind, *args) in enumerate(steps):
-        handle = handles[i % len(handles)]
-        if kind == "advance":
-            clock.advance(args[0])
-        elif kind == "reserve":
-            wait, at = handle.reserve(args[0], args[1])
-            out.append((wait, float(at)))
-        elif kind == "set":
-            backend.set_limit(name, rate=args[0], burst=args[1], ttl=args[2], clock=clock)
-        elif kind == "reset":
-            out.append(backend.reset_limit(name, clock=clock))
-        elif kind == "restrict":
-            handle.restrict(args[0], args[1])
-        else:
-            out.append(handle.peek(args[0]))
-    return out
-
-
-def through_both(path: Path, redis_client: Any, alg: Any, steps: list[Step]) -> list[Any]:
-    """The decisions through Redis, held equal to those through the file: of one
-    process, and of two taking turns while a third makes the changes."""
-    want = decisions([RedisBackend(redis_client, coalesce=False)], alg, steps)
-    assert decisions([SQLiteBackend(path)], alg, steps) == want
-    assert decisions([SQLiteBackend(path) for _ in range(3)], alg, steps) == want
-    return want
-
 
 def spend(n: int) -> list[Step]:
     return [("reserve", 1.0, 0.0)] * n
@@ -440,33 +399,10 @@ def test_a_reset_with_no_change_decides_as_through_redis(path: Path, redis_clien
     through_both(path, redis_client, TokenBucket(10, 3).algorithm_for(ManualClock()), steps)
 
 
-_steps = st.lists(
-    st.one_of(
-        st.tuples(st.just("advance"), st.sampled_from([0.0, 0.01, 0.1, 0.3, 1.0, 2.5])),
-        st.tuples(st.just("reserve"), st.sampled_from([1.0, 1.0, 2.0, 5.0]), st.sampled_from([0.0, 1.0, math.inf])),
-        st.tuples(
-            st.just("set"),
-            st.sampled_from([None, 0.5, 2.0, 7.0, 40.0]),
-            st.sampled_from([None, 2.0, 6.0, 30.0]),
-            st.sampled_from([None, None, 0.2, 1.5]),
-        ).filter(lambda s: s[1] is not None or s[2] is not None),
-        st.tuples(st.just("reset")),
-        st.tuples(st.just("restrict"), st.sampled_from([0.0, 1.0, 3.0]), st.sampled_from([0.5, 2.0])),
-    ),
-    min_size=1,
-    max_size=30,
-)
+_steps = steps([None, 0.5, 2.0, 7.0, 40.0], [None, 2.0, 6.0, 30.0])
 
 
-_KINDS: dict[str, Callable[[], Any]] = {
-    "token": lambda: TokenBucket(8, 2),
-    "leaky": lambda: LeakyBucket(8, 2),
-    "window": lambda: SlidingWindow(8, 4, guard=0),
-    "counter": lambda: SlidingWindow(8, 4, guard=0, approximate=True),
-}
-
-
-@pytest.mark.parametrize("kind", list(_KINDS))
+@pytest.mark.parametrize("kind", list(KINDS))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=_steps)
 def test_changes_in_any_order_decide_as_through_redis(
@@ -475,8 +411,5 @@ def test_changes_in_any_order_decide_as_through_redis(
     """Decisions, changes (for a while or not), resets and restrictions in any order,
     as many changes in a row as drawn: the file decides as Redis does. (A window has
     no burst: its changes set the rate alone.)"""
-    algorithm = _KINDS[kind]()
-    if kind in ("window", "counter"):
-        steps = [("set", step[1] or 1.0, None, step[3]) if step[0] == "set" else step for step in steps]
     path = tmp_path / f"{unique_name('any')}.db"
-    through_both(path, redis_client, algorithm.algorithm_for(ManualClock()), steps)
+    through_both(path, redis_client, KINDS[kind]().algorithm_for(ManualClock()), for_kind(kind, steps))

@@ -18,13 +18,12 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from changes import KINDS, Step, for_kind, steps, through_both
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from ratelimit import (
     AcquireTimeout,
@@ -287,67 +286,12 @@ def test_a_request_larger_than_a_lowered_burst_takes_no_hole_as_on_redis(path: P
 
 # -- the Redis/SQLite differential, with refunds, charges and float extremes ---------------
 
-Step = tuple[Any, ...]
-
-
-def _decisions(backends: list[Any], alg: Any, steps: list[Step]) -> list[Any]:
-    clock = ManualClock(1000.0)
-    name = unique_name("refunds")
-    handles = [each.bind(name, alg, clock) for each in backends[:-1] or backends]
-    backend = backends[-1]
-    out: list[Any] = []
-    granted: list[tuple[float, float]] = []
-    for i, (kind, *args) in enumerate(steps):
-        handle = handles[i % len(handles)]
-        if kind == "advance":
-            clock.advance(args[0])
-        elif kind == "reserve":
-            wait, at = handle.reserve(args[0], args[1])
-            out.append((wait, float(at)))
-            if wait >= 0:
-                granted.append((float(at), args[0]))
-        elif kind == "refund" and granted:
-            at, tokens = granted.pop(args[0] % len(granted))
-            handle.refund(tokens, at if args[1] else None)
-        elif kind == "charge":
-            charged = handle.charge(args[0])
-            out.append(None if charged is None else float(charged))
-        elif kind == "set":
-            backend.set_limit(name, rate=args[0], burst=args[1], ttl=args[2], clock=clock)
-        elif kind == "reset":
-            out.append(backend.reset_limit(name, clock=clock))
-        elif kind == "restrict":
-            handle.restrict(args[0], args[1])
-    return out
-
-
-_RATES = [None, 0.5, 2.0, 7.0, 40.0, 1e-6, 3e-6, 5e11, 1e12]
-_BURSTS = [None, 2.0, 6.0, 30.0, 0.3, 1e-6, 1e12]
-_steps = st.lists(
-    st.one_of(
-        st.tuples(st.just("advance"), st.sampled_from([0.0, 0.01, 0.1, 0.3, 1.0, 2.5])),
-        st.tuples(st.just("reserve"), st.sampled_from([1.0, 1.0, 2.0, 5.0]), st.sampled_from([0.0, 1.0, math.inf])),
-        st.tuples(st.just("refund"), st.integers(0, 9), st.booleans()),
-        st.tuples(st.just("charge"), st.sampled_from([1.0, 3.0])),
-        st.tuples(
-            st.just("set"), st.sampled_from(_RATES), st.sampled_from(_BURSTS), st.sampled_from([None, None, 0.2, 1.5])
-        ).filter(lambda s: s[1] is not None or s[2] is not None),
-        st.tuples(st.just("reset")),
-        st.tuples(st.just("restrict"), st.sampled_from([0.0, 1.0, 3.0]), st.sampled_from([0.5, 2.0])),
-    ),
-    min_size=1,
-    max_size=40,
+_steps = steps(
+    [None, 0.5, 2.0, 7.0, 40.0, 1e-6, 3e-6, 5e11, 1e12], [None, 2.0, 6.0, 30.0, 0.3, 1e-6, 1e12], refunds=True, most=40
 )
 
-_KINDS: dict[str, Callable[[], Any]] = {
-    "token": lambda: TokenBucket(8, 2),
-    "leaky": lambda: LeakyBucket(8, 2),
-    "window": lambda: SlidingWindow(8, 4, guard=0),
-    "counter": lambda: SlidingWindow(8, 4, guard=0, approximate=True),
-}
 
-
-@pytest.mark.parametrize("kind", list(_KINDS))
+@pytest.mark.parametrize("kind", list(KINDS))
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=_steps)
 def test_changes_among_refunds_charges_and_restrictions_decide_as_through_redis(
@@ -355,13 +299,8 @@ def test_changes_among_refunds_charges_and_restrictions_decide_as_through_redis(
 ) -> None:
     """Rates and bursts from 1e-6 to 1e12 among refunds (named or not), charges and
     restrictions: one process, and two taking turns while a third makes the changes."""
-    alg = _KINDS[kind]().algorithm_for(ManualClock())
-    if kind in ("window", "counter"):
-        steps = [("set", step[1] or 1.0, None, step[3]) if step[0] == "set" else step for step in steps]
-    want = _decisions([RedisBackend(redis_client, coalesce=False)], alg, steps)
-    name = unique_name("db")
-    assert _decisions([SQLiteBackend(tmp_path / f"{name}-1.db")], alg, steps) == want
-    assert _decisions([SQLiteBackend(tmp_path / f"{name}-3.db") for _ in range(3)], alg, steps) == want
+    alg = KINDS[kind]().algorithm_for(ManualClock())
+    through_both(tmp_path / f"{unique_name('db')}.db", redis_client, alg, for_kind(kind, steps))
 
 
 # -- keyed budgets, composites and ConcurrencyLimit on a name with changes kept -----------
