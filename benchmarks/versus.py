@@ -73,6 +73,8 @@ def main() -> None:
     parser.add_argument("--redis", default="redis://127.0.0.1:6390/0")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--calls", type=int, default=500, help="calls in each batch")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="which algorithms, comma-separated")
+    parser.add_argument("--ops", default="reserve,~reserve", help="counted (reserve), counters off (~reserve)")
     args = parser.parse_args()
     here = Path(__file__).resolve().parent.parent
     admin = redis.Redis.from_url(args.redis)
@@ -85,8 +87,18 @@ def main() -> None:
     floor = admin.script_load(FLOOR)
     floor_key = f"versus-floor-{uuid.uuid4().hex[:8]}"
     print(f"server time per decision over the floor, median (quartiles) of {args.rounds} rounds")
-    for op, title in (("reserve", "counted"), ("~reserve", "counters off")):
+    kinds = args.kinds.split(",")
+    for kind in kinds:
+        if kind not in KINDS:
+            parser.error(f"--kinds: {kind!r} is none of {', '.join(KINDS)}")
+    titles = {"reserve": "counted", "~reserve": "counters off"}
+    for op in args.ops.split(","):
+        if op not in titles:
+            parser.error(f"--ops: {op!r} is none of {', '.join(titles)}")
         for i, kind in enumerate(KINDS):
+            if kind not in kinds:
+                continue
+            title = titles[op]
             floors: list[float] = []
             times: dict[str, list[float]] = {name: [] for name in libraries}
             for _ in range(args.rounds):

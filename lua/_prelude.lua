@@ -80,6 +80,68 @@ local function finite(text)
   return x
 end
 
+-- Kept between calls of the function library (a script's die with it): a limiter
+-- sends the same texts at each decision (its parameters, its tokens), and its keys
+-- name the same side keys, and reading a number or joining a key name is a sizeable
+-- part of a quick decision. A text is compared by reference (Lua's strings are
+-- interned), so a hit costs a comparison.
+
+-- The numbers of a driver's ARGV[3], ARGV[5], ARGV[6], ARGV[7] (tokens, the two
+-- parameters, the slack), as the texts last read.
+local said_tokens, said_p1, said_p2, said_slack = nil, nil, nil, nil
+local read_tokens, read_p1, read_p2, read_slack = nil, nil, nil, nil
+
+-- A reserve's tokens (ARGV[3]) alone, as numbers_of reads them.
+local function tokens_of(tokens)
+  if tokens ~= said_tokens then said_tokens, read_tokens = tokens, tonumber(tokens) end
+  return read_tokens
+end
+
+local function numbers_of(tokens, p1, p2, slack)
+  if tokens ~= said_tokens then said_tokens, read_tokens = tokens, tonumber(tokens) end
+  if p1 ~= said_p1 or p2 ~= said_p2 or slack ~= said_slack then
+    said_p1, said_p2, said_slack = p1, p2, slack
+    read_p1, read_p2, read_slack = tonumber(p1), tonumber(p2), tonumber(slack)
+  end
+  return read_tokens, read_p1, read_p2, read_slack
+end
+
+-- A reserve's max_wait (ARGV[4]): its number, math.huge for '' (no limit), as last read.
+local said_wait, read_wait = '', 1 / 0  -- (math.huge: no global may be read while a library loads)
+
+local function max_wait_of(text)
+  if text ~= said_wait then
+    said_wait = text
+    if text == '' then read_wait = math.huge else read_wait = tonumber(text) end
+  end
+  return read_wait
+end
+
+-- A base key's side keys: <base>:slack, <base>:holes and <base><own> (`own` nil: none),
+-- as last joined.
+local sides_base, sides_own, sides_slack, sides_holes, sides_mine = nil, nil, nil, nil, nil
+
+local function sides_of(base, own)
+  if base ~= sides_base or own ~= sides_own then
+    sides_base, sides_own = base, own
+    sides_slack, sides_holes = base .. ':slack', base .. ':holes'
+    sides_mine = own and base .. own
+  end
+  return sides_slack, sides_holes, sides_mine
+end
+
+-- finite() of a slack record's two fields, as last read: a busy budget's record is
+-- rewritten once per slack, and read at each decision.
+local record_texts_1, record_texts_2, record_1, record_2 = false, false, nil, nil
+
+local function record_of(slack_text, until_text)
+  if slack_text ~= record_texts_1 or until_text ~= record_texts_2 then
+    record_texts_1, record_texts_2 = slack_text, until_text
+    record_1, record_2 = finite(slack_text), finite(until_text)
+  end
+  return record_1, record_2
+end
+
 -- Keys vanish once idle: at the moment their state would be "fresh" anyway, plus a
 -- margin, so that TTLs never cut short a state that still matters. The milliseconds
 -- go to Redis as text: Lua writes a number of 1e14 or more in exponent form, which

@@ -99,9 +99,7 @@ if ALG.quick and KEYS[2] and not KEYS[3] and (first == 'reserve' or first == '~r
     and (ARGV[7] == '0.0' or ARGV[7] == '0') then
   raw = redis.call('GET', KEYS[1])
   if raw then
-    local max_wait = math.huge
-    if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
-    local wait, mask = ALG.quick(KEYS[1], raw, ARGV[5], ARGV[6], now, tonumber(ARGV[3]), max_wait)
+    local wait, mask = ALG.quick(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]))
     if wait then
       if first ~= '~reserve' then
         top_holds_now = TOP_HOLDS and first == 'reserve'  -- (see op_of in _top.lua)
@@ -113,11 +111,10 @@ if ALG.quick and KEYS[2] and not KEYS[3] and (first == 'reserve' or first == '~r
   end
 end
 
-local op, counted = op_of(ARGV[1])
+local op, counted, elsewhere = op_of(ARGV[1])
 local top_base = nil
 if counted then top_base = KEYS[1] end
-local tokens = tonumber(ARGV[3])
-local code1, code2, slack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local tokens, code1, code2, slack = numbers_of(ARGV[3], ARGV[5], ARGV[6], ARGV[7])
 
 -- Processes of one budget may keep different slacks: a rollout of `lease=` runs
 -- leased and plain processes side by side, and a leased token may be sent `lease`
@@ -126,8 +123,7 @@ local code1, code2, slack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[
 -- So the largest slack in use is recorded here, until the state has been idle for
 -- that long after the last decision made with it (every token granted under it has
 -- gone by then), and every process decides with the larger of its own and it.
-local fleet_slack = KEYS[1] .. ':slack'
-local holes = KEYS[1] .. ':holes'
+local fleet_slack, holes, own = sides_of(KEYS[1], ALG.beside)
 -- A change (KEYS[2]) and holes are rare, and so is the record where no process keeps a
 -- slack: most decisions find none of them, which one EXISTS tells for less than
 -- reading any one. A process with a slack of its own keeps the record itself, so it
@@ -135,9 +131,25 @@ local holes = KEYS[1] .. ':holes'
 -- An algorithm with a key of its own that is absent almost always (`ALG.beside`, the
 -- window log's caps) has it asked after in the same EXISTS: found none, `load` is told
 -- so (raw = false) and reads nothing more.
+-- What was found beside the state a moment ago, kept by the library (see
+-- _beside.lua): used instead of asking by the calls that write nothing there (a
+-- reserve, a batch giving nothing back, the ops that only read); forgotten by every
+-- other, which may. Not where the process keeps no slack and a record was found: the
+-- EXISTS counts the record, which keeps such a state from being written clean.
+local keeps = not elsewhere and KEYS[2] ~= nil
+  and (op == 'reserve' or op == 'peek' or op == 'wait' or (op == 'batch' and ARGV[3] == ''))
+local kept = nil
+if keeps and not KEYS[3] then  -- (a decision that writes what the code says asks: see above)
+  kept = beside_found(KEYS[1], now)
+  if kept and slack == 0 and kept[4] then kept = nil end
+elseif not elsewhere then
+  forget_beside(KEYS[1])
+end
 local beside = 1
-if KEYS[2] then
-  local own = ALG.beside and KEYS[1] .. ALG.beside
+if kept then
+  beside = 0
+  if own then raw = false end
+elseif KEYS[2] then
   if slack > 0 then
     if own then beside = redis.call('EXISTS', KEYS[2], holes, own)
     else beside = redis.call('EXISTS', KEYS[2], holes) end
@@ -156,11 +168,20 @@ end
 -- A record that does not hold a slack a limiter could keep (guard <= 1e9 s, lease <= 60
 -- s) and a finite end, hand-edited or garbled, is ignored, as a garbled change is.
 local recorded_slack, recorded_until = nil, -math.huge
-if beside > 0 or slack > 0 then
+if kept then
+  recorded_slack, recorded_until = kept[2] or nil, kept[3]
+elseif beside > 0 or slack > 0 then
   local recorded = redis.call('HMGET', fleet_slack, 'slack', 'until')
-  recorded_slack, recorded_until = finite(recorded[1]), finite(recorded[2]) or -math.huge
+  recorded_slack, recorded_until = record_of(recorded[1], recorded[2])
+  recorded_until = recorded_until or -math.huge
+  if recorded_slack and not (recorded_slack > 0 and recorded_slack <= 2e9) then recorded_slack = nil end
+  if beside == 0 and keeps then
+    found_alone(KEYS[1], now, recorded_slack, recorded_until, recorded[1] ~= false or recorded[2] ~= false)
+  end
+elseif beside == 0 and keeps then
+  found_alone(KEYS[1], now, nil, -math.huge, false)  -- (the EXISTS asked after the record too)
 end
-if recorded_slack and not (recorded_slack > 0 and recorded_slack <= 2e9) then recorded_slack = nil end
+if beside > 0 and not elsewhere then forget_beside(KEYS[1]) end
 -- The slack the saved state was decided with: the one recorded, or none.
 local prior = 0.0
 if recorded_slack and now < recorded_until then prior = recorded_slack end
@@ -172,8 +193,7 @@ if recorded_slack and now < recorded_until then prior = recorded_slack end
 -- then the slack is recorded as `keep_slack` records it.
 if beside == 0 and op == 'reserve' and not KEYS[3]
     and not (prior > slack + EPSILON) and not (slack > prior + EPSILON) then
-  local max_wait = math.huge
-  if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
+  local max_wait = max_wait_of(ARGV[4])
   local self = ALG.new(KEYS[1], code1, code2)
   local wait, mask, idle
   if ALG.lean then
@@ -195,7 +215,10 @@ if beside == 0 and op == 'reserve' and not KEYS[3]
     end
   end
   if wait then
-    if idle and slack > 0 then record_slack(fleet_slack, slack, idle, now, recorded_slack, recorded_until) end
+    if idle and slack > 0 then
+      recorded_slack, recorded_until = record_slack(fleet_slack, slack, idle, now, recorded_slack, recorded_until)
+      if not elsewhere then recorded_beside(KEYS[1], recorded_slack, recorded_until) end
+    end
     tally_one(top_base, now, wait)
     if wait == 0 and mask == '' then return at_once_reply(time, ARGV[2]) end
     return {fmt_wait(wait), fmt(now + wait), mask}
@@ -289,6 +312,7 @@ local function keep_slack(state)
   if not (slack > 0) then return end
   recorded_slack, recorded_until = record_slack(fleet_slack, slack, ALG.idle_until(self, state), now,
                                                 recorded_slack, recorded_until)
+  if not elsewhere then recorded_beside(KEYS[1], recorded_slack, recorded_until) end
 end
 
 -- A process keeping more slack than the state was decided with: a window counter cuts

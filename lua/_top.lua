@@ -45,17 +45,21 @@ local TOP_HELD_MOST = 10000
 -- at every call, before it counts (by op_of, or by the quick path of _single.lua).
 local top_holds_now = TOP_HOLDS
 
--- ARGV[1] of a rate limit's driver: the op, and whether the call is counted. '~'
--- before it: counted not at all (counters=False); '!': counted at once (see above).
+-- ARGV[1] of a rate limit's driver: the op, whether the call is counted, and whether
+-- its client's database is another than 0. '~' before it: counted not at all
+-- (counters=False); '!': counted at once (see above); '^': both, not counted and
+-- another database. (What a library keeps between calls is kept for database 0's
+-- calls only: see also _beside.lua.)
 local function op_of(text)
   local mark = string.byte(text, 1)
-  if mark == 126 then return string.sub(text, 2), false end
+  if mark == 126 then return string.sub(text, 2), false, false end
+  if mark == 94 then return string.sub(text, 2), false, true end
   if mark == 33 then
     top_holds_now = false
-    return string.sub(text, 2), true
+    return string.sub(text, 2), true, true
   end
   top_holds_now = TOP_HOLDS
-  return text, true
+  return text, true, false
 end
 
 local function wait_field(wait)

@@ -35,8 +35,15 @@ do
     return limit, window + seconds
   end
 
+  -- The last one made, kept between calls of the function library (a table and a
+  -- key's name less at each decision of a hot window): it is never written once made.
+  local made_key, made_limit, made_window, made = nil, nil, nil, nil
+
   function sliding_window.new(base, limit, window)
-    return {key = base, caps = base .. ':caps', limit = limit, window = window}
+    if base == made_key and limit == made_limit and window == made_window then return made end
+    made = {key = base, caps = base .. ':caps', limit = limit, window = window}
+    made_key, made_limit, made_window = base, limit, window
+    return made
   end
 
   -- The oldest and the newest entry are read by nearly every step of a decision

@@ -61,10 +61,15 @@ class _ScriptHandle(ABC, Generic[T]):
         self._backend = backend
         self._script = script
         self._base_keys = tuple(keys)
-        # Before each op: '~' when the script is to count nothing for `ratelimit top`;
-        # '!' when it is to count at once, for a database other than 0 (see op_of in
-        # lua/_top.lua: the library's counts held in Lua are database 0's).
-        self._quiet = "~" if not counted else ("" if backend.database == 0 else "!")
+        # Before each op, what the library is to keep between calls (see op_of in
+        # lua/_top.lua; it serves every database of its server, and keeps database 0's
+        # counts and what is found beside a state): '~' counts nothing for `ratelimit
+        # top`; '!' counts at once, for a database other than 0; '^' both.
+        elsewhere = backend.database != 0
+        if counted:
+            self._quiet = "!" if elsewhere else ""
+        else:
+            self._quiet = "^" if elsewhere else "~"
         self._now = now
         self._local = local
         #: Coalescing and leases (``rounds.py``); ``None``: one call per reserve.

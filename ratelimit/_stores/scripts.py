@@ -66,7 +66,7 @@ ALGORITHMS = ("token_bucket", "leaky_bucket", "sliding_window", "sliding_window_
 #: What only ever decides as a member of a group: the learned pace of ``adaptive=``.
 GROUP_ONLY = ("adaptive",)
 #: What every rate limit's driver needs defined before it, in order.
-_SHARED = ("_members", "_top")
+_SHARED = ("_members", "_top", "_beside")
 #: Each driver's parameters: the algorithm it runs (and its kind) where it runs one.
 _DRIVERS = {
     "_single": "ALG, KIND, KEYS, ARGV",
