@@ -25,6 +25,7 @@ from ratelimit._stores import redis_handles
 from ratelimit._stores.keys import config_key, key_for
 
 from conftest import command_calls, unique_name
+from marks import clean
 from servers import RedisServer
 
 BUCKETS = {"token_bucket": TokenBucket, "leaky_bucket": LeakyBucket}
@@ -38,29 +39,20 @@ def client(request: pytest.FixtureRequest) -> Iterator[Any]:
     yield request.getfixturevalue("redis_client")
 
 
-def _clean(text: bytes) -> bool:
-    """Whether a bucket's state text carries the mark (see lua/token_bucket.lua and
-    lua/leaky_bucket.lua)."""
-    if b" " not in text.rstrip(b" "):
-        return text.endswith(b" ")
-    latest = text.split(b" ")[1].lstrip(b"-")
-    return latest[:1] == b"0" and latest[1:2].isdigit()
-
-
 def _bucket(kind: str, backend: RedisBackend, clock: ManualClock, name: str) -> Any:
     # Four tokens, one a second: a few grants at once, then a queue.
     return BUCKETS[kind](4, 1, backend=backend, name=name, clock=clock)
 
 
 @pytest.mark.parametrize("kind", list(BUCKETS))
-def test_a_reserve_with_nothing_beside_writes_the_state_clean(client: Any, kind: str) -> None:
+def test_a_reserve_with_nothing_beside_writes_the_stateclean(client: Any, kind: str) -> None:
     name = unique_name("quick")
     clock = ManualClock(1_000.0)
     bucket = _bucket(kind, RedisBackend(client, coalesce=False), clock, name)
     alone = BUCKETS[kind](4, 1, clock=clock)  # in process: the same decisions
     for _ in range(3):
         assert [bucket.try_acquire() for _ in range(5)] == [alone.try_acquire() for _ in range(5)]
-        assert _clean(client.get(key_for(name, kind, injected=True)))
+        assert clean(client.get(key_for(name, kind, injected=True)))
         clock.advance(0.7)
 
 
@@ -96,9 +88,9 @@ def test_a_withdrawal_that_leaves_a_hole_drops_the_mark_and_the_hole_is_taken(cl
     # Two reservations queued behind the burst; the first is withdrawn: a hole.
     first = bucket.reserve()
     second = bucket.reserve()
-    assert _clean(client.get(state))
+    assert clean(client.get(state))
     first.cancel()
-    assert not _clean(client.get(state))
+    assert not clean(client.get(state))
     assert client.exists(f"{state}:holes")
     # The next reserve takes the full path, and the hole: it waits as the first did.
     third = bucket.reserve()
@@ -114,9 +106,9 @@ def test_a_change_set_through_the_library_is_followed_at_once(client: Any, kind:
     clock = ManualClock(1_000.0)
     bucket = _bucket(kind, backend, clock, name)
     assert bucket.try_acquire()
-    assert _clean(client.get(key_for(name, kind, injected=True)))
+    assert clean(client.get(key_for(name, kind, injected=True)))
     backend.set_limit(name, rate=1, burst=1, clock=clock)
-    assert not _clean(client.get(key_for(name, kind, injected=True)))
+    assert not clean(client.get(key_for(name, kind, injected=True)))
     # One token a second now, the one just granted still owed: nothing at once.
     assert not bucket.try_acquire()
 
@@ -142,7 +134,7 @@ def test_a_change_written_by_hand_is_followed_from_the_next_decision_that_writes
     # Its first decision writes what the code says: the full path finds the change and
     # drops the mark (keeping the state's TTL), and every decision follows it since.
     assert not fresh.try_acquire()
-    assert not _clean(client.get(state))
+    assert not clean(client.get(state))
     assert 0 < client.pttl(state) <= ttl
     monkeypatch.setattr(redis_handles, "CODE_EVERY", 60.0)
     assert not bucket.try_acquire()
@@ -164,7 +156,7 @@ def test_a_clean_state_reads_as_its_numbers_to_releases_before_the_mark(client: 
     for _ in range(6):
         bucket.try_acquire()
     text = client.get(key_for(name, kind, injected=True))
-    assert _clean(text)
+    assert clean(text)
     read, numbers = client.eval(older, 0, text)
     assert read == b"true"
     assert [float(x) for x in numbers.split()] == [float(x) for x in text.split()]
