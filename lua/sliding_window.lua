@@ -107,8 +107,8 @@ do
   sliding_window.beside = ':caps'
 
   -- `known`: false where the driver found no caps key (nothing to read); a table
-  -- {first, last, dirty} where the lean path found no caps and read those entries
-  -- (after its prune, if it made one: then dirty).
+  -- {last, dirty} where the lean path found no caps and read the newest entry (after
+  -- its prune, if it made one: then dirty); the oldest is read where first needed.
   function sliding_window.load(self, known)
     local caps = {}
     if known == false then return {caps = caps} end
@@ -401,20 +401,20 @@ do
   -- state's slack): plan (prune, the oldest and the newest entry), decide, commit and
   -- save as the full path does them, in that order, with no table. Returns the signed
   -- wait, the grant's name ('': none is named) and the state's idle time where the
-  -- full path would keep the slack record (nil: it would not); or nil and the entries
-  -- read ({first, last}, for `load`) where the window is full (the search on the
-  -- sums is the full path's) or an entry is not ours.
+  -- full path would keep the slack record (nil: it would not); or nil and the newest
+  -- entry read ({last}, for `load`) where the window is full (the search on the sums
+  -- is the full path's), or nothing where an entry is not ours.
   function sliding_window.lean(self, now, tokens, max_wait, timed)
     if tokens > self.limit + EPSILON then return -math.huge, '' end
     local key, window = self.key, self.window
-    local cutoff = now - window
-    local pruned = false
-    local got = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    if #got > 0 and not (tonumber(got[2]) > cutoff) then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)  -- (a number: written out exactly by the server)
-      pruned = true
-      got = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    end
+    -- The prune first, whether or not anything has aged out: a busy window's oldest
+    -- has, at nearly every decision, and the oldest counted is then read by its
+    -- member alone (a score read back is written out as text by the server, and read
+    -- again here: dearer than the prune that finds nothing). It writes only where it
+    -- removes, so a server at maxmemory still refuses the grant's ZADD as before (see
+    -- `prune`).
+    local pruned = redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window) > 0  -- (a number: written out exactly)
+    local got = redis.call('ZRANGE', key, 0, 0)
     local at = now
     local lt, ls, lw, lm = nil, nil, nil, nil  -- the newest entry: time, sum, weight, member
     if #got > 0 then
@@ -428,7 +428,8 @@ do
       lt, ls, lw, lm = tonumber(newest[2]), s, w, newest[1]
       if lt > now then at = lt end
       if ls - (fs - fw) + tokens - self.limit > EPSILON then
-        return nil, {first = {tonumber(got[2]), fs, fw, got[1]}, last = {lt, ls, lw, lm}, dirty = pruned}
+        -- (The oldest's time was not read: `load` leaves it to be.)
+        return nil, {last = {lt, ls, lw, lm}, dirty = pruned}
       end
     end
     local wait = decide(now, at, now, max_wait)
