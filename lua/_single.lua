@@ -138,6 +138,7 @@ local fleet_slack, holes, own = sides_of(KEYS[1], ALG.beside)
 -- EXISTS counts the record, which keeps such a state from being written clean.
 local keeps = not elsewhere and KEYS[2] ~= nil
   and (op == 'reserve' or op == 'peek' or op == 'wait' or (op == 'batch' and ARGV[3] == ''))
+-- (A state is written clean only by a call that asked: see the reserve below.)
 local kept = nil
 if keeps and not KEYS[3] then  -- (a decision that writes what the code says asks: see above)
   kept = beside_found(KEYS[1], now)
@@ -210,7 +211,7 @@ if beside == 0 and op == 'reserve' and not KEYS[3]
       wait, changed, mask = reserve_members({member}, holes, now, max_wait, true)
     end
     if changed or dirty(member.state) then
-      ALG.save(self, member.state, now, slack == 0)
+      ALG.save(self, member.state, now, slack == 0 and not kept)
       idle = ALG.idle_until(self, member.state)
     end
   end
@@ -335,7 +336,9 @@ if op == 'reserve' then
   if changed or dirty(member.state) then
     -- Clean (see the quick path) when nothing was found beside the state: no change,
     -- no holes, and no slack record, which the EXISTS asked after where none is kept.
-    ALG.save(self, member.state, now, no_holes and slack == 0)
+    -- Asked in this call, not kept from an earlier one: a writer beside the library
+    -- (an older release's `set`, which leaves the state unmarked) is followed at once.
+    ALG.save(self, member.state, now, no_holes and slack == 0 and not kept)
     keep_slack(member.state)
   end
   tally_one(top_base, now, wait)

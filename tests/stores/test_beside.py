@@ -194,3 +194,22 @@ def test_a_bucket_without_slack_never_writes_its_state_clean_beside_a_record(cli
     state = client.get(key_for(name, "token_bucket", injected=True))
     assert state is not None
     assert not clean(state)
+
+
+def test_a_bucket_follows_a_change_set_beside_the_library_once_a_tenth_has_passed(redis_client: redis.Redis) -> None:
+    # A writer beside the library that rewrites the state, as an older release's `set`
+    # does: this release's scripts on another client (they keep nothing). A decision
+    # that used what was kept writes the state unmarked, so the quick path does not
+    # hide the change for the minute until the code is written again.
+    client = redis_client
+    beside = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    call_by_script(beside)
+    name = unique_name("beside")
+    clock = ManualClock(1_000.0)
+    bucket = TokenBucket(4, 1, backend=RedisBackend(client, coalesce=False), name=name, clock=clock)
+    assert bucket.try_acquire()  # asks (it writes what the code says), and keeps it
+    write_override(beside, name, Override(rate=1.0, burst=1.0, ttl=None), now=clock.now())
+    bucket.try_acquire()  # may use what was kept: the code's burst of 4
+    clock.advance(2 * TRUSTED)
+    assert not bucket.try_acquire()  # the change's burst of 1, two taken
+    beside.close()
