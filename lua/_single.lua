@@ -1,7 +1,7 @@
 -- ratelimit: driver for one limiter. This file is the body of
 -- drive_single(ALG, KIND, KEYS, ARGV), run at each call: ALG the algorithm's table,
 -- KIND its name. What it calls is defined once before it, in _prelude.lua, the
--- algorithm's file, _members.lua and _top.lua (see ratelimit/_stores/scripts.py).
+-- algorithm's file, _members.lua, _top.lua and _beside.lua (see ratelimit/_stores/scripts.py).
 --
 -- KEYS[1]  the limiter's base key, ratelimit:{<name>}:<algorithm>; every key the
 --          algorithm touches is this one or starts with it, so all share its hash tag.
@@ -17,7 +17,8 @@
 --          budget keeps, a hash {slack, until}; see `fleet_slack` below
 -- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch' | 'peek' | 'wait' |
 --          'reset' | 'configure',
---          after a '~' when nothing is counted for `ratelimit top` (see _top.lua)
+--          after a '~' when nothing is counted for `ratelimit top`, a '!' when the
+--          client's database is not 0, a '^' for both (see op_of in _top.lua)
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  tokens (reserve, refund, charge, wait); restrict: the tokens still allowed
 -- ARGV[4]  reserve: max_wait in seconds, '' for no limit;
@@ -95,13 +96,14 @@ local now, time = clock_read(ARGV[2])
 -- A grant at once is replied as the time alone (see at_once_reply in _prelude.lua).
 local raw = nil  -- the state as the quick or lean path read it (false: none)
 local first = ARGV[1]
-if ALG.quick and KEYS[2] and not KEYS[3] and (first == 'reserve' or first == '~reserve' or first == '!reserve')
+if ALG.quick and KEYS[2] and not KEYS[3]
+    and (first == 'reserve' or first == '~reserve' or first == '!reserve' or first == '^reserve')
     and (ARGV[7] == '0.0' or ARGV[7] == '0') then
   raw = redis.call('GET', KEYS[1])
   if raw then
     local wait, mask = ALG.quick(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]))
     if wait then
-      if first ~= '~reserve' then
+      if first == 'reserve' or first == '!reserve' then  -- (counted: see op_of)
         top_holds_now = TOP_HOLDS and first == 'reserve'  -- (see op_of in _top.lua)
         tally_one(KEYS[1], now, wait)
       end

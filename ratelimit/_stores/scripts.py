@@ -2,7 +2,8 @@
 
 The scripts live as ``.lua`` files in the top-level ``lua/`` folder of the source tree
 and inside the wheel as ``ratelimit/lua/``. Each file reads top to bottom: the pieces
-every script shares (``_prelude``, the algorithms, ``_members``, ``_top``) define
+every script shares (``_prelude``, the algorithms, ``_members``, ``_top``,
+``_beside``) define
 functions only, and each driver (``_single``, ``_lanes``, ``_group``, ``breaker``,
 ``concurrency``, ``live``) is the body of one function, its KEYS/ARGV/return contract
 at its top.

@@ -116,6 +116,10 @@ def test_another_database_keeps_nothing_and_follows_a_change_at_once(counted: bo
         assert window.try_acquire()
         _change_by_hand(other, name)
         assert not window.try_acquire()
+        # A bucket there takes its quick path, and counts for `top` only if counted.
+        bucket = TokenBucket(4, 1, backend=backend, name=f"{name}-bucket", clock=clock)
+        assert [bucket.try_acquire() for _ in range(6)] == [True] * 4 + [False] * 2
+        assert bool(other.keys(f"ratelimit:{{{name}-bucket}}:*:top:*")) is counted
     finally:
         other.close()
 
