@@ -103,6 +103,18 @@ do
     return fmt(s) .. '|' .. fmt(w)
   end
 
+  -- The member the lean path added last, and its numbers, kept between calls of the
+  -- function library: a busy window's newest entry is, at nearly every decision, the
+  -- one its decision before added (a member's numbers are a pure function of its text).
+  local wrote_member, wrote_sum, wrote_weight = nil, nil, nil
+
+  -- The sum and weight of the newest entry's member (nil where it is not ours).
+  local function parsed_newest(text)
+    if text == wrote_member then return wrote_sum, wrote_weight end
+    local s, w = string.match(text, '^([^|]+)|(.+)$')
+    return tonumber(s), tonumber(w)
+  end
+
   -- The caps' key, which the driver asks after with its EXISTS (see _single.lua).
   sliding_window.beside = ':caps'
 
@@ -422,8 +434,7 @@ do
       fs, fw = tonumber(fs), tonumber(fw)
       local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
       if #newest == 0 then return nil end
-      local s, w = string.match(newest[1], '^([^|]+)|(.+)$')
-      s, w = tonumber(s), tonumber(w)
+      local s, w = parsed_newest(newest[1])
       if fs == nil or fw == nil or s == nil or w == nil then return nil end  -- not ours
       lt, ls, lw, lm = tonumber(newest[2]), s, w, newest[1]
       if lt > now then at = lt end
@@ -453,7 +464,9 @@ do
           redis.call('ZADD', key, fmt(lt), member(total, lw + tokens))
           moved = true  -- (the set's one entry removed: the key was deleted and made again)
         else
-          redis.call('ZADD', key, at, member(total, tokens))
+          local m = member(total, tokens)
+          redis.call('ZADD', key, at, m)
+          wrote_member, wrote_sum, wrote_weight = m, total, tokens
           lt = at
         end
         -- (A rebase writes the set again: the key lost its TTL. Sums past 2^32 alone,
