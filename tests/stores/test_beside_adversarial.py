@@ -320,6 +320,36 @@ def test_a_restriction_written_outside_the_library_holds_once_the_trusted_span_h
     assert after(by_script=True) == after(by_script=False)
 
 
+def test_a_lease_recorded_outside_the_library_is_kept_back_once_the_trusted_span_has_passed(
+    redis_client: redis.Redis,
+) -> None:
+    # A leased process refused FCALL records its slack by script: a plain bucket of the
+    # same name must keep that share back for the leased tokens still to go. Left clean
+    # on what was kept (no record), it would grant the whole burst on its quick path.
+    def grants(by_script: bool) -> list[int]:
+        clock = ManualClock(1_000.0)
+        name = unique_name("beside-lease")
+        mine = RedisBackend(_client(REDIS_URL, by_script=False), coalesce=False)
+        theirs = RedisBackend(_client(REDIS_URL, by_script=by_script), coalesce=False)
+        plain = TokenBucket(10, 10, backend=mine, name=name, clock=clock)
+        leased = TokenBucket(10, 10, lease=0.5, backend=theirs, name=name, clock=clock)
+        assert plain.try_acquire()  # asks: found nothing, kept
+        assert all(leased.try_acquire() for _ in range(3))  # records a slack of 0.5 s
+        clock.advance(TRUSTED / 2)
+        plain.try_acquire()  # (within the span: may decide with no slack)
+        got = []
+        for _ in range(3):
+            clock.advance(0.5)
+            got.append(sum(plain.try_acquire() for _ in range(12)))
+            leased.try_acquire()
+        for each in (mine, theirs):
+            each.close()
+        return got
+
+    want = grants(by_script=False)
+    assert all(got <= most for got, most in zip(grants(by_script=True), want, strict=True)), want
+
+
 # -- server-wide: a flush mid-run, the quick path of another database ----------------------
 
 
