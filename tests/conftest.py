@@ -183,6 +183,16 @@ def redis_client() -> Iterator[redis.Redis]:
     client.close()
 
 
+@pytest.fixture(params=["fakeredis", "redis"])
+def client(request: pytest.FixtureRequest) -> Any:
+    """A client of a server that runs the real ``lua/``: fakeredis (with lupa, no
+    server) and the real Redis at REDIS_URL (``redis_client``). A file may define a
+    ``client`` of its own."""
+    if request.param == "fakeredis":
+        return fakeredis.FakeRedis()
+    return request.getfixturevalue("redis_client")
+
+
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[Any]:
     """A three-master Redis Cluster on free loopback ports, for the whole session."""

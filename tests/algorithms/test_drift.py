@@ -129,13 +129,6 @@ class FixedTime:
         return repr(self.value)
 
 
-@pytest.fixture(params=["fakeredis", "redis"])
-def client(request: pytest.FixtureRequest) -> Any:
-    if request.param == "fakeredis":
-        return fakeredis.FakeRedis()
-    return request.getfixturevalue("redis_client")
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     limit=st.sampled_from(LIMITS),

@@ -37,13 +37,6 @@ class FixedTime:
         return repr(self.value)
 
 
-@pytest.fixture(params=["fakeredis", "redis"])
-def client(request: pytest.FixtureRequest) -> Any:
-    if request.param == "fakeredis":
-        return fakeredis.FakeRedis()
-    return request.getfixturevalue("redis_client")
-
-
 def zrange_calls(client: redis.Redis) -> int:
     stats: dict[str, Any] = client.info("commandstats")
     return int(stats.get("cmdstat_zrange", {}).get("calls", 0))

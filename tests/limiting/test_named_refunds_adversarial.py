@@ -279,13 +279,6 @@ def test_a_million_tokens_a_second_at_the_servers_clock_never_exceed_the_bucket(
 # -- Redis losing keys ------------------------------------------------------------------
 
 
-@pytest.fixture(params=["fakeredis", "redis"])
-def client(request: pytest.FixtureRequest) -> Any:
-    if request.param == "fakeredis":
-        return fakeredis.FakeRedis()
-    return request.getfixturevalue("redis_client")
-
-
 def test_a_named_refunds_hole_goes_with_an_evicted_state(client: Any) -> None:
     """The holes are void once the state they were cut from is lost (an evicted key):
     the script tells by a hole later than every grant the state holds. A named

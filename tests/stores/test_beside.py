@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from collections.abc import Iterator
 from typing import Any
 
-import fakeredis
 import pytest
 import redis
 
@@ -34,18 +32,21 @@ TRUSTED = 0.1
 KINDS = ["exact", "approximate"]
 
 
-@pytest.fixture(params=["fakeredis", "redis"])
-def client(request: pytest.FixtureRequest) -> Iterator[Any]:
-    if request.param == "fakeredis":
-        yield fakeredis.FakeRedis()
-        return
-    yield request.getfixturevalue("redis_client")
-
-
 def _window(kind: str, backend: RedisBackend, clock: ManualClock, name: str) -> SlidingWindow:
     # Four a second, with the default guard (a slack of 0.05 s): a window's every
     # decision reads the slack record, which is what the library keeps.
     return SlidingWindow(4, 1, approximate=kind == "approximate", backend=backend, name=name, clock=clock)
+
+
+def _two_granted(client: Any, kind: str) -> tuple[SlidingWindow, ManualClock, str]:
+    """A window of a new name that has granted two: its first decision asked what is
+    beside its state (it writes what the code says), and the library keeps that."""
+    name = unique_name("beside")
+    clock = ManualClock(1_000.0)
+    window = _window(kind, RedisBackend(client, coalesce=False), clock, name)
+    assert window.try_acquire()
+    assert window.try_acquire()
+    return window, clock, name
 
 
 def _change_by_hand(client: Any, name: str) -> None:
@@ -56,11 +57,7 @@ def _change_by_hand(client: Any, name: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_change_written_beside_the_library_is_followed_within_a_tenth_of_a_second(client: Any, kind: str) -> None:
-    name = unique_name("beside")
-    clock = ManualClock(1_000.0)
-    window = _window(kind, RedisBackend(client, coalesce=False), clock, name)
-    assert window.try_acquire()  # asks (it writes what the code says), and keeps it
-    assert window.try_acquire()
+    window, clock, name = _two_granted(client, kind)
     _change_by_hand(client, name)
     clock.advance(TRUSTED / 2)
     assert window.try_acquire()  # what was found is trusted: the code's limit of 4
@@ -70,22 +67,14 @@ def test_a_change_written_beside_the_library_is_followed_within_a_tenth_of_a_sec
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_change_set_through_the_library_is_followed_at_once(client: Any, kind: str) -> None:
-    name = unique_name("beside")
-    clock = ManualClock(1_000.0)
-    window = _window(kind, RedisBackend(client, coalesce=False), clock, name)
-    assert window.try_acquire()
-    assert window.try_acquire()
+    window, clock, name = _two_granted(client, kind)
     write_override(client, name, Override(rate=1.0, burst=None, ttl=None), now=clock.now())
     assert not window.try_acquire()
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_restriction_fed_back_through_the_library_holds_at_once(client: Any, kind: str) -> None:
-    name = unique_name("beside")
-    clock = ManualClock(1_000.0)
-    window = _window(kind, RedisBackend(client, coalesce=False), clock, name)
-    assert window.try_acquire()
-    assert window.try_acquire()
+    window, _, _ = _two_granted(client, kind)
     # The provider says one more may go in the next 30 s: the exact window keeps that
     # beside its state, in its caps (the approximate one, as grants ahead in its state,
     # takes more than one token's room; so nothing more goes).

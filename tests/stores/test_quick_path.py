@@ -13,10 +13,8 @@ cases).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import fakeredis
 import pytest
 import redis
 
@@ -29,14 +27,6 @@ from marks import clean
 from servers import RedisServer
 
 BUCKETS = {"token_bucket": TokenBucket, "leaky_bucket": LeakyBucket}
-
-
-@pytest.fixture(params=["fakeredis", "redis"])
-def client(request: pytest.FixtureRequest) -> Iterator[Any]:
-    if request.param == "fakeredis":
-        yield fakeredis.FakeRedis()
-        return
-    yield request.getfixturevalue("redis_client")
 
 
 def _bucket(kind: str, backend: RedisBackend, clock: ManualClock, name: str) -> Any:
