@@ -6,7 +6,9 @@ Three figures, each a ratio to a floor measured in the same run on the same serv
   FCALL's or EVALSHA's own time, which includes every command it runs) over the least a
   shared token bucket can do, one script of ``TIME``, ``GET`` and ``SET PX``. Each
   algorithm, a composite, a budget with priorities and an adaptive limiter; with the
-  counters for ``ratelimit top`` on (the default) and off (``counters=False``). Each is
+  counters for ``ratelimit top`` on (the default) and off (``counters=False``); and beside
+  the windows, their commands alone (``BARE``, a small library of its own, deleted after):
+  the least a window's steady decision could cost with the commands it sends. Each is
   measured in batches (``--batches`` of ``--calls``) taken in turn with the floor's, and
   given as its least batch over the floor's least (and the ratio of the medians): on a
   shared machine the server is slowed by turns, and the least batch is the one least
@@ -56,6 +58,52 @@ return v
 """
 
 BIG = 1e12
+
+#: A window's steady decision, its commands alone: what its lean path sends to Redis
+#: when a busy window grants at once (the window log: prune, its oldest and newest
+#: entries, the grant; the counter: now's sub-window with `last` and `total`, and the
+#: three written back), with only the arithmetic that feeds them. A library of its
+#: own, called as the decisions are (two keys, eight arguments): the least those
+#: commands could cost, to set a window's figure beside.
+BARE = {
+    "exact window": """local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 1.05)
+redis.call('ZRANGE', KEYS[1], 0, 0)
+local n = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+local s = 0
+if #n > 0 then s = tonumber(string.match(n[1], '^([^|]+)|')) end
+redis.call('ZADD', KEYS[1], now, (s + 1) .. '|1')
+return t[1] .. ' ' .. t[2]""",
+    "approximate window": """local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local v = redis.call('HMGET', KEYS[1], 'last', 'total', 'c3')
+redis.call('HSET', KEYS[1], 'last', now, 'total', (tonumber(v[2]) or 0) + 1, 'c3', (tonumber(v[3]) or 0) + 1)
+return t[1] .. ' ' .. t[2]""",
+}
+BARE_LIBRARY = "ratelimit_bench_bare"
+
+
+def _bare_calls(admin: redis.Redis) -> dict[str, Callable[[], object]]:
+    """Each of BARE as a function of a library loaded here, on a key of its own (the
+    approximate window's hash holds its 21 sub-windows, as a busy one's does)."""
+    bodies = "\n".join(
+        f"redis.register_function('bare_{i}', function(KEYS, ARGV)\n{body}\nend)"
+        for i, body in enumerate(BARE.values())
+    )
+    admin.function_load(f"#!lua name={BARE_LIBRARY}\n{bodies}", replace=True)
+    calls: dict[str, Callable[[], object]] = {}
+    for i, label in enumerate(BARE):
+        key = f"bare-{uuid.uuid4().hex[:8]}"
+        if label == "approximate window":
+            admin.hset(key, mapping={f"c{j}": 5 for j in range(21)})
+        args: list[Any] = [f"bare_{i}", 2, key, f"{key}:config", *(["0"] * 8)]
+
+        def call(args: list[Any] = args) -> object:
+            return admin.fcall(*args)
+
+        calls[f"{label} | its commands alone"] = call
+    return calls
 
 
 def _limiters(backend: RedisBackend) -> dict[str, Any]:
@@ -140,6 +188,8 @@ def _server_round(url: str, admin: redis.Redis, calls: int, batches: int, script
         backends.append(backend)
         for label, limiter in _limiters(backend).items():
             measured[f"{label} | {mode}"] = limiter.try_acquire
+        if mode == "functions":
+            measured.update(_bare_calls(admin))
     for call in measured.values():
         for _ in range(50):  # loads the library or script, and writes the code key
             call()
@@ -149,6 +199,7 @@ def _server_round(url: str, admin: redis.Redis, calls: int, batches: int, script
             out[label].append(_per_call(admin, call, calls))
     for backend in backends:
         backend.close()
+    admin.function_delete(BARE_LIBRARY)
     return out
 
 
