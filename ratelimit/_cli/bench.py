@@ -382,6 +382,27 @@ def _sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+@contextlib.contextmanager
+def _sigint_noted() -> Iterator[threading.Event]:
+    # Ctrl-C as a flag that the collecting loop reads, not a KeyboardInterrupt raised
+    # wherever the main thread happens to be: one raised inside a finalizer (which may
+    # run between any two bytecodes) is printed and dropped, and the run went on to
+    # its end. (A run in another thread, as tests make, keeps the default.)
+    noted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+
+    def note(signum: int, frame: object) -> None:
+        noted.set()
+
+    old = signal.signal(signal.SIGINT, note)
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def _stop_all(processes: list[Any]) -> None:
     end = time.monotonic() + EXIT_GRACE
     for process in processes:
@@ -435,7 +456,8 @@ def _run_workers(
         begin.value = time.monotonic()
         start.set()
         try:
-            _collect(processes, results, reports, begin.value, config.seconds, stop, granted, progress)
+            with _sigint_noted() as ctrl_c:
+                _collect(processes, results, reports, begin.value, config.seconds, stop, granted, progress, ctrl_c)
         except KeyboardInterrupt:
             interrupted = True
         ended = time.monotonic()
@@ -468,12 +490,16 @@ def _await_ready(processes: list[Any], ready: Any) -> None:
 
 def _collect(
     processes: list[Any], results: Any, reports: dict[int, WorkerReport], begin: float, seconds: float | None,
-    stop: Any, granted: Any, progress: Progress | None, wait: float | None = None,
+    stop: Any, granted: Any, progress: Progress | None, ctrl_c: threading.Event | None = None,
+    wait: float | None = None,
 ) -> None:  # fmt: skip
-    """Gather reports until every worker has sent one (or ``wait`` seconds pass)."""
+    """Gather reports until every worker has sent one (or ``wait`` seconds pass); a
+    KeyboardInterrupt once ``ctrl_c`` is set."""
     end = None if wait is None else time.monotonic() + wait
     give_up = None if seconds is None else begin + seconds + REPORT_GRACE
     while len(reports) < len(processes):
+        if ctrl_c is not None and ctrl_c.is_set():
+            raise KeyboardInterrupt
         now = time.monotonic()
         if end is not None and now > end:
             return
