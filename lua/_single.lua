@@ -1,7 +1,8 @@
 -- ratelimit: driver for one limiter. This file is the body of
 -- drive_single(ALG, KIND, KEYS, ARGV), run at each call: ALG the algorithm's table,
 -- KIND its name. What it calls is defined once before it, in _prelude.lua, the
--- algorithm's file, _members.lua, _top.lua and _beside.lua (see ratelimit/_stores/scripts.py).
+-- algorithm's file, _members.lua, _top.lua and _kept.lua (_kept_none.lua in a script;
+-- see ratelimit/_stores/scripts.py).
 --
 -- KEYS[1]  the limiter's base key, ratelimit:{<name>}:<algorithm>; every key the
 --          algorithm touches is this one or starts with it, so all share its hash tag.
@@ -134,7 +135,7 @@ local fleet_slack, holes, own = sides_of(KEYS[1], ALG.beside)
 -- window log's caps) has it asked after in the same EXISTS: found none, `load` is told
 -- so (raw = false) and reads nothing more.
 -- What was found beside the state a moment ago, kept by the library (see
--- _beside.lua): used instead of asking by the calls that write nothing there (a
+-- _kept.lua): used instead of asking by the calls that write nothing there (a
 -- reserve, a batch giving nothing back, the ops that only read); forgotten by every
 -- other, which may. Not where the process keeps no slack and a record was found: the
 -- EXISTS counts the record, which keeps such a state from being written clean.

@@ -2,8 +2,8 @@
 
 The scripts live as ``.lua`` files in the top-level ``lua/`` folder of the source tree
 and inside the wheel as ``ratelimit/lua/``. Each file reads top to bottom: the pieces
-every script shares (``_prelude``, the algorithms, ``_members``, ``_top``,
-``_beside``) define
+every script shares (``_prelude``, the algorithms, ``_members``, ``_top``, and
+``_kept`` in the library, ``_kept_none`` in a script) define
 functions only, and each driver (``_single``, ``_lanes``, ``_group``, ``breaker``,
 ``concurrency``, ``live``) is the body of one function, its KEYS/ARGV/return contract
 at its top.
@@ -67,7 +67,7 @@ ALGORITHMS = ("token_bucket", "leaky_bucket", "sliding_window", "sliding_window_
 #: What only ever decides as a member of a group: the learned pace of ``adaptive=``.
 GROUP_ONLY = ("adaptive",)
 #: What every rate limit's driver needs defined before it, in order.
-_SHARED = ("_members", "_top", "_beside")
+_SHARED = ("_members", "_top")
 #: Each driver's parameters: the algorithm it runs (and its kind) where it runs one.
 _DRIVERS = {
     "_single": "ALG, KIND, KEYS, ARGV",
@@ -160,7 +160,9 @@ def _rate_limit_body(composed: Composed, kinds: Sequence[str], holds: bool = Fal
         if name == "_top":
             composed.add(f"local TOP_HOLDS = {'true' if holds else 'false'}")
         composed.file(name)
-    return composed
+    # What the library keeps between calls; a script, whose locals die with it, the
+    # same functions keeping nothing.
+    return composed.file("_kept" if holds else "_kept_none")
 
 
 @dataclass(frozen=True)

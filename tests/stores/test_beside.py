@@ -1,4 +1,4 @@
-"""What a state was found beside, kept by the function library (``lua/_beside.lua``).
+"""What a state was found beside, kept by the function library (``lua/_kept.lua``).
 
 A decision asks after the keys beside its state (a change, holes, the slack record, a
 window log's caps) and reads the slack record; the library keeps what it found for
@@ -27,7 +27,7 @@ from conftest import command_calls, unique_name
 from marks import clean
 from servers import RedisServer
 
-#: How long the library trusts what it found (TRUSTED in lua/_beside.lua).
+#: How long the library trusts what it found (TRUSTED in lua/_kept.lua).
 TRUSTED = 0.1
 KINDS = ["exact", "approximate"]
 

@@ -1,6 +1,6 @@
 """What the function library keeps of the keys beside a limiter's state, attacked.
 
-``lua/_beside.lua`` keeps, per base key, what a decision found beside the state (no
+``lua/_kept.lua`` keeps, per base key, what a decision found beside the state (no
 change, no holes, no caps, the fleet's slack record), and reserves, batches giving
 nothing back and the read-only ops use it for ``TRUSTED`` (0.1) seconds of their own
 clock instead of asking; every other op of the library forgets it. Scripts keep
@@ -29,7 +29,7 @@ from ratelimit._stores.scripts import call_by_script
 
 from conftest import REDIS_URL, command_calls, private_server, unique_name
 
-#: lua/_beside.lua's TRUSTED: how long, on the calls' clock, what was found is used.
+#: lua/_kept.lua's TRUSTED: how long, on the calls' clock, what was found is used.
 TRUSTED = 0.1
 
 

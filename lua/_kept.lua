@@ -1,5 +1,70 @@
--- ratelimit: what a limiter's state was last found beside, kept between calls of the
--- function library. Loaded after _top.lua; used by _single.lua.
+-- ratelimit: what the function library keeps between calls, for _single.lua. Loaded
+-- after _top.lua, in the library only: a script's locals die with the call, and a
+-- script is composed with _kept_none.lua instead, the same functions keeping nothing
+-- (what is kept is read at each call there anyway; keeping it would only cost).
+--
+-- Read again only when it changes: a limiter sends the same texts at each decision
+-- (its parameters, its tokens), its keys name the same side keys, and reading a
+-- number or joining a key name is a sizeable part of a quick decision. A text is
+-- compared by reference (Lua's strings are interned), so a hit costs a comparison.
+
+-- The numbers of a driver's ARGV[3], ARGV[5], ARGV[6], ARGV[7] (tokens, the two
+-- parameters, the slack), as the texts last read.
+local said_tokens, said_p1, said_p2, said_slack = nil, nil, nil, nil
+local read_tokens, read_p1, read_p2, read_slack = nil, nil, nil, nil
+
+-- A reserve's tokens (ARGV[3]) alone, as numbers_of reads them.
+local function tokens_of(tokens)
+  if tokens ~= said_tokens then said_tokens, read_tokens = tokens, tonumber(tokens) end
+  return read_tokens
+end
+
+local function numbers_of(tokens, p1, p2, slack)
+  if tokens ~= said_tokens then said_tokens, read_tokens = tokens, tonumber(tokens) end
+  if p1 ~= said_p1 or p2 ~= said_p2 or slack ~= said_slack then
+    said_p1, said_p2, said_slack = p1, p2, slack
+    read_p1, read_p2, read_slack = tonumber(p1), tonumber(p2), tonumber(slack)
+  end
+  return read_tokens, read_p1, read_p2, read_slack
+end
+
+-- A reserve's max_wait (ARGV[4]): its number, math.huge for '' (no limit), as last read.
+local said_wait, read_wait = '', 1 / 0  -- (math.huge: no global may be read while a library loads)
+
+local function max_wait_of(text)
+  if text ~= said_wait then
+    said_wait = text
+    if text == '' then read_wait = math.huge else read_wait = tonumber(text) end
+  end
+  return read_wait
+end
+
+-- A base key's side keys: <base>:slack, <base>:holes and <base><own> (`own` nil: none),
+-- as last joined.
+local sides_base, sides_own, sides_slack, sides_holes, sides_mine = nil, nil, nil, nil, nil
+
+local function sides_of(base, own)
+  if base ~= sides_base or own ~= sides_own then
+    sides_base, sides_own = base, own
+    sides_slack, sides_holes = base .. ':slack', base .. ':holes'
+    sides_mine = own and base .. own
+  end
+  return sides_slack, sides_holes, sides_mine
+end
+
+-- finite() of a slack record's two fields, as last read: a busy budget's record is
+-- rewritten once per slack, and read at each decision.
+local record_texts_1, record_texts_2, record_1, record_2 = false, false, nil, nil
+
+local function record_of(slack_text, until_text)
+  if slack_text ~= record_texts_1 or until_text ~= record_texts_2 then
+    record_texts_1, record_texts_2 = slack_text, until_text
+    record_1, record_2 = finite(slack_text), finite(until_text)
+  end
+  return record_1, record_2
+end
+
+-- What a limiter's state was last found beside.
 --
 -- A decision asks after the keys beside its state (a change, holes, the fleet's slack
 -- record, the window log's caps: see `beside` in _single.lua) with an EXISTS, and
@@ -19,8 +84,8 @@
 -- writes the change itself), redis-cli. A change, a restriction or a slack then
 -- holds that much later than at once; the state itself is always read whole.
 --
--- A script's locals die with the call: a server's scripts (no Functions, a Cluster's
--- client) keep nothing and ask at every decision, as before. A library serves every
+-- Scripts (no Functions, a Cluster's client) keep nothing and ask at every decision,
+-- as before. A library serves every
 -- database of its server and cannot tell them apart: only database 0's calls (no
 -- '!' nor '^' before the op, see op_of) keep or use what was found. Times are each
 -- call's `now`: one earlier than the entry's (a clock behind another's) asks again.
@@ -48,7 +113,6 @@ end
 
 -- Nothing but the record (`slack`, `untl`, `present`) was found beside `base` at `now`.
 local function found_alone(base, now, slack, untl, present)
-  if not TOP_HOLDS then return end  -- a script's (see _top.lua): nothing outlives it
   local entry = found[base]
   if entry == nil then
     if found_count >= KEPT_MOST then found, found_count = {}, 0 end
