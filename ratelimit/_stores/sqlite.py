@@ -37,7 +37,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from .. import _validate
 from .._algorithms import lanes as _lanes
-from .._algorithms.algorithm import EPSILON, Algorithm
+from .._algorithms.algorithm import EPSILON, Algorithm, peek_all
 from .._algorithms.holes import Holes
 from .._algorithms.token_bucket import Gcra
 from .._clock import Clock, SystemClock, checked_clock
@@ -155,9 +155,11 @@ class Rows:
         "_file",
         "_floor",
         "_keys",
+        "_left",
         "_loaded",
         "_mark",
         "_outer",
+        "_reading",
         "_seen",
         "_slots",
         "_written",
@@ -195,6 +197,11 @@ class Rows:
         #: matched the rows; ``None``: read them at the next transaction.
         self._seen: tuple[int, int, int] | None = None
         self._mark: tuple[int, int, int] = (-1, -1, -1)
+        #: This transaction only reads (a peek): it writes nothing, as Redis's peek.
+        self._reading = False
+        #: A read found what a decision would have written (a change to follow, one
+        #: ended, changes kept to forget): the slots no longer match the rows.
+        self._left = False
 
     def now(self) -> float:
         """The time of this transaction's decision."""
@@ -204,11 +211,16 @@ class Rows:
         self._written = t
         return t
 
-    def acquire(self, blocking: bool = True) -> bool:
+    def acquire(self, blocking: bool = True, *, reading: bool = False) -> bool:
         """Begin the transaction and load the rows (waiting for the file's lock up to
-        its ``busy_timeout`` whatever ``blocking`` says)."""
+        its ``busy_timeout`` whatever ``blocking`` says); ``reading``: a transaction
+        that writes nothing, whatever the decision does (:meth:`release` rolls it
+        back), for a peek."""
         file = self._file
         conn = file.begin()
+        # Set in this process's turn (begin), so no other thread's transaction reads it.
+        self._reading = reading
+        self._left = False
         try:
             self._outer = sys.exc_info()[1]
             # No other connection has committed (data_version), nor this process
@@ -270,6 +282,20 @@ class Rows:
         self._change = changeable.read(conn, self._keys[0][0], t)
         was, pending = (None, False) if row is None else under(row[3], row[4])
         steps = changeable.moves(was, pending, None if row is None else row[2], t)
+        if self._reading:
+            # A peek moves the state in memory only, and answers as Redis's does (its
+            # 'peek' and 'wait' ops): the changes made since the last decision are
+            # followed (Redis moved the state in each change's own call), but a change
+            # that has ended is not undone: Redis's read-only ops leave that move, and
+            # the row's deletion, to the next decision, reading the state as the
+            # change left it under the code's limit. Nothing is written, so that the
+            # decisions after a peek are those without it.
+            self._left = bool(steps or pending or changeable.ended or changeable.forget_past)
+            if changeable.ended:
+                steps = steps[:-1]  # (the move back to the code's limit, at now)
+            if steps and row is not None:
+                self._slots[0].state = changeable.move(self._slots[0].state, was, steps, t)
+            return
         if steps or pending:
             slot = self._slots[0]
             if row is not None:
@@ -282,6 +308,17 @@ class Rows:
         self._conn = None
         file = self._file
         seen, self._seen = self._seen or self._mark, None
+        if self._reading:
+            self._reading = False
+            changeable = self._changeable
+            if changeable is not None:
+                # What the read found to write is found again by the next decision,
+                # which reads the rows again if the slots no longer match them.
+                changeable.ended = changeable.forget_past = False
+            file.rollback(conn)
+            if not self._left:
+                self._seen = seen  # (a peek changes no slot: they still match the rows)
+            return
         if sys.exc_info()[1] is not self._outer:
             # The decision raised (a bug, or an interrupt): nothing of it is kept, and
             # the slots are read again next time.
@@ -334,6 +371,23 @@ class Rows:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class _Followed(MemoryHandle):
+    """The memory handle of a single limiter that follows a change at run time: its
+    peek reads the file only (``Rows.acquire(reading=True)``), as Redis's does; a
+    decision would write the moves it makes there."""
+
+    __slots__ = ()
+
+    def peek(self, tokens: float) -> float:
+        slot = self._slot
+        rows = cast(Rows, slot.lock)
+        rows.acquire(reading=True)
+        try:
+            return peek_all(self._algs, (slot.state,), self._now(), (tokens,))
+        finally:
+            rows.release()
 
 
 class _Unavailable(Generic[T]):
@@ -700,7 +754,10 @@ class SQLiteBackend(FailurePolicy):
         slot = Slot(alg if changeable is None else changeable, clock)
         rows = Rows(self._file, [(named, -1, alg.kind)], [slot], clock, changeable)
         slot.lock = rows
-        inner = MemoryHandle(alg if changeable is None else cast(Algorithm[Any], changeable), slot, rows)
+        if changeable is None:
+            inner = MemoryHandle(alg, slot, rows)
+        else:
+            inner = _Followed(cast(Algorithm[Any], changeable), slot, rows)
         local = None
         if self.on_unavailable == "local":
             local = single_share(self._local, alg, clock, self.local_share)

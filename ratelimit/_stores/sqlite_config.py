@@ -26,7 +26,9 @@ of the release before format 3, which does not read them, no longer matches, and
 the state is moved as that release moves it. A change whose ``until`` has passed is
 ended by the first decision after it: the state moves to it (if no decision had)
 and back at that decision's time, and the row goes, as on Redis. So every process
-follows a change from its next decision.
+follows a change from its next decision. A peek is no decision: it moves the state
+in memory only (``Rows`` in ``sqlite.py``, reading), and leaves an ended change's
+move back to the next decision, as Redis's read-only ops do.
 
 Whoever may write the file may write anything in a row. A stored rate or burst is
 read as Lua's ``valid`` reads the Redis hash (a number from ``MIN_SET`` to

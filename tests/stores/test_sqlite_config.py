@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -359,6 +360,74 @@ def test_a_change_for_a_while_replaced_by_another_decides_as_through_redis(
         *spend(2),
     ]
     through_both(path, redis_client, TokenBucket(10, 1).algorithm_for(ManualClock()), steps)
+
+
+def _tables(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table of the file, each value as stored: its type and its
+    bytes (a REAL as its eight)."""
+    conn = sqlite3.connect(path)
+    try:
+        found = {}
+        for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+            rows = conn.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
+            stored = [
+                tuple((type(v).__name__, struct.pack("<d", v) if isinstance(v, float) else v) for v in row)
+                for row in rows
+            ]
+            found[table] = sorted(stored, key=repr)
+        return found
+    finally:
+        conn.close()
+
+
+def test_a_peek_after_a_change_for_a_while_ended_writes_nothing_and_answers_as_redis(
+    path: Path, redis_client: Any
+) -> None:
+    """A peek once a change for a while has ended (its row, and a change kept before
+    it, still in the file) moves the state in memory only, as Redis's read-only
+    'wait' op does: nothing written, the same answers, and the decisions after it
+    those without it (a peek that moved the state back at its own time would leave
+    1.5 owed at 1000.4, where Redis, moving it back then, finds the bucket full)."""
+    alg = TokenBucket(10, 1).algorithm_for(ManualClock())
+    before: list[Step] = [
+        *spend(10),  # 10 owed at 1/s
+        ("set", 10.0, None, None),  # replaced before any decision: kept in the row (past)
+        ("advance", 0.02),
+        ("set", 100.0, None, 0.05),  # the 9.8 owed at 100/s, repaid by 1000.118; ends at 1000.07
+        ("advance", 0.08),
+    ]
+    peeks: list[Step] = [("peek", 10.0), ("peek", 1.0), ("advance", 0.3), ("peek", 10.0)]
+    after: list[Step] = [("reserve", 9.0, 0.0), ("reserve", 2.0, 0.0), ("advance", 1.0), ("reserve", 2.0, 0.0)]
+
+    clock = ManualClock(1_000.0)
+    backend = SQLiteBackend(path)
+    handle = backend.bind("ended", alg, clock)
+    for _ in range(10):
+        assert handle.reserve(1.0, 0.0)[0] == 0.0
+    backend.set_limit("ended", rate=10.0, clock=clock)
+    clock.advance(0.02)
+    backend.set_limit("ended", rate=100.0, ttl=0.05, clock=clock)
+    clock.advance(0.08)
+    stored = _tables(path)
+    (config,) = stored["ratelimit_config"]
+    assert (config[-2][0], config[-1][0]) == ("str", "float")  # past and seen: a change kept
+    peeked = [handle.peek(10.0), handle.peek(1.0)]
+    assert _tables(path) == stored
+    clock.advance(0.3)
+    peeked.append(handle.peek(10.0))
+    assert _tables(path) == stored  # nothing saved, no row deleted nor forgotten
+    # Redis reads the state as the change left it (repaid by 1000.118), under the
+    # code's limit: 0.018 owed at 1000.1, none at 1000.4.
+    assert peeked == [pytest.approx(0.018), 0.0, 0.0]
+
+    steps = [*before, *peeks, *after]
+    want = through_both(path, redis_client, alg, steps)
+    assert want[10:13] == peeked
+    # The next decision moves the state back at its own time: 9 go of a full bucket,
+    # then 1 token is left, and one more comes in a second.
+    assert [wait for wait, _ in want[13:]] == [0.0, pytest.approx(-1.0), 0.0]
+    assert want[13:] == through_both(path, redis_client, alg, [step for step in steps if step[0] != "peek"])[10:]
 
 
 def test_a_change_for_a_while_ending_before_any_decision_decides_as_through_redis(

@@ -248,6 +248,9 @@ def test_garbage_in_seen_leaves_the_changes_kept_unread(path: Path, value: str) 
     # Not the state row's: moved straight from 1/s to 0.5/s at 1001, 9 owed: two
     # tokens in 2 s (through the changes kept, the bucket would be full).
     assert limiter.peek(2) == pytest.approx(2.0)
+    # A peek writes nothing; the next decision forgets them.
+    assert _rows(path, "SELECT past IS NOT NULL FROM ratelimit_config") == [(1,)]
+    assert limiter.try_acquire(1)
     assert _rows(path, "SELECT past, seen FROM ratelimit_config") == [(None, None)]
 
 
@@ -628,6 +631,8 @@ def test_a_process_of_the_release_before_keeps_deciding_once_the_file_is_migrate
         assert older("set", 100.0) is None  # its change replaces the row whole
         clock.advance(0.1)
         assert limiter.peek(1) == pytest.approx(0.0)  # 9.3 owed at 100/s, one free
+        # (At its own time: a peek writes nothing, so no row's time is its floor.)
+        older("at", 1000.8)
         assert older("peek") == pytest.approx(0.0)
     finally:
         older.close()
