@@ -141,6 +141,11 @@ local fleet_slack, holes, own = sides_of(KEYS[1], ALG.beside)
 -- EXISTS counts the record, which keeps such a state from being written clean.
 local keeps = not elsewhere and KEYS[2] ~= nil
   and (op == 'reserve' or op == 'peek' or op == 'wait' or (op == 'batch' and ARGV[3] == ''))
+-- What the ops that only read find is not kept: a process's peek may come before its
+-- first decision (which writes what the code says), and a `set` meanwhile finds no
+-- code and writes the change beside the library (ratelimit/_stores/config.py), which
+-- the next decision must then see at once.
+local stores = keeps and op ~= 'peek' and op ~= 'wait'
 -- (A state is written clean only by a call that asked: see the reserve below.)
 local kept = nil
 if keeps and not KEYS[3] then  -- (a decision that writes what the code says asks: see above)
@@ -179,10 +184,10 @@ elseif beside > 0 or slack > 0 then
   recorded_slack, recorded_until = record_of(recorded[1], recorded[2])
   recorded_until = recorded_until or -math.huge
   if recorded_slack and not (recorded_slack > 0 and recorded_slack <= 2e9) then recorded_slack = nil end
-  if beside == 0 and keeps then
+  if beside == 0 and stores then
     found_alone(KEYS[1], now, recorded_slack, recorded_until, recorded[1] ~= false or recorded[2] ~= false)
   end
-elseif beside == 0 and keeps then
+elseif beside == 0 and stores then
   found_alone(KEYS[1], now, nil, -math.huge, false)  -- (the EXISTS asked after the record too)
 end
 if beside > 0 and not elsewhere then forget_beside(KEYS[1]) end

@@ -11,6 +11,7 @@ decisions match the in-process ones is the conformance suite's.
 
 from __future__ import annotations
 
+import math
 import os
 import urllib.parse
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 
-from ratelimit import ManualClock, RedisBackend, SlidingWindow, TokenBucket
+from ratelimit import LeakyBucket, ManualClock, RedisBackend, SlidingWindow, TokenBucket
 from ratelimit._stores.config import Override, write_override
 from ratelimit._stores.keys import config_key, key_for
 from ratelimit._stores.scripts import call_by_script
@@ -206,3 +207,14 @@ def test_a_bucket_follows_a_change_set_beside_the_library_once_a_tenth_has_passe
     clock.advance(2 * TRUSTED)
     assert not bucket.try_acquire()  # the change's burst of 1, two taken
     beside.close()
+
+
+def test_a_peek_keeps_nothing_so_a_change_set_before_any_decision_is_seen_at_once(client: Any) -> None:
+    # No decision yet, so no code written: `set` writes the change itself, beside the
+    # library. What the first peek found must not hide it from the next.
+    name = unique_name("beside")
+    clock = ManualClock(1_000.0)
+    bucket = LeakyBucket(4, 1, backend=RedisBackend(client, coalesce=False), name=name, clock=clock)
+    assert bucket.peek(1) == 0.0
+    write_override(client, name, Override(rate=None, burst=0.3, ttl=None), now=clock.now())
+    assert bucket.peek(1) == math.inf  # more than the changed burst could ever hold

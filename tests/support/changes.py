@@ -60,17 +60,7 @@ def steps(
             st.tuples(st.just("refund"), st.integers(0, 9), st.booleans()),
             st.tuples(st.just("charge"), st.sampled_from([1.0, 3.0])),
         ]
-    return st.lists(st.one_of(*drawn), min_size=1, max_size=most).map(_peeks_after_a_decision)
-
-
-def _peeks_after_a_decision(drawn: list[Step]) -> list[Step]:
-    """``drawn`` without the peeks before its first decision. A Redis peek does not
-    write what the code says (its handle's other calls do), so a change set before
-    any decision is written by ``set`` itself, which a peek before it, having found
-    nothing beside the state, sees only ``TRUSTED`` (0.1) seconds later
-    (lua/_kept.lua, as documented there); the file sees it at once."""
-    first = next((i for i, step in enumerate(drawn) if step[0] in ("reserve", "charge", "restrict")), len(drawn))
-    return [step for i, step in enumerate(drawn) if i > first or step[0] != "peek"]
+    return st.lists(st.one_of(*drawn), min_size=1, max_size=most)
 
 
 def decisions(backends: list[Any], alg: Any, steps: list[Step]) -> list[Any]:
