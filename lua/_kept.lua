@@ -20,7 +20,7 @@ local function tokens_of(tokens)
 end
 
 local function numbers_of(tokens, p1, p2, slack)
-  if tokens ~= said_tokens then said_tokens, read_tokens = tokens, tonumber(tokens) end
+  tokens_of(tokens)
   if p1 ~= said_p1 or p2 ~= said_p2 or slack ~= said_slack then
     said_p1, said_p2, said_slack = p1, p2, slack
     read_p1, read_p2, read_slack = tonumber(p1), tonumber(p2), tonumber(slack)

@@ -96,27 +96,21 @@ local now, time = clock_read(ARGV[2])
 --
 -- A grant at once is replied as the time alone (see at_once_reply in _prelude.lua).
 local raw = nil  -- the state as the quick or lean path read it (false: none)
-local first = ARGV[1]
-if ALG.quick and KEYS[2] and not KEYS[3]
-    and (first == 'reserve' or first == '~reserve' or first == '!reserve' or first == '^reserve')
-    and (ARGV[7] == '0.0' or ARGV[7] == '0') then
+local op, counted, elsewhere = op_of(ARGV[1])
+local top_base = nil
+if counted then top_base = KEYS[1] end
+if ALG.quick and op == 'reserve' and KEYS[2] and not KEYS[3] and (ARGV[7] == '0.0' or ARGV[7] == '0') then
   raw = redis.call('GET', KEYS[1])
   if raw then
     local wait, mask = ALG.quick(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]))
     if wait then
-      if first == 'reserve' or first == '!reserve' then  -- (counted: see op_of)
-        top_holds_now = TOP_HOLDS and first == 'reserve'  -- (see op_of in _top.lua)
-        tally_one(KEYS[1], now, wait)
-      end
+      tally_one(top_base, now, wait)
       if wait == 0 and mask == '' then return at_once_reply(time, ARGV[2]) end
       return {fmt_wait(wait), fmt(now + wait), mask}
     end
   end
 end
 
-local op, counted, elsewhere = op_of(ARGV[1])
-local top_base = nil
-if counted then top_base = KEYS[1] end
 local tokens, code1, code2, slack = numbers_of(ARGV[3], ARGV[5], ARGV[6], ARGV[7])
 
 -- Processes of one budget may keep different slacks: a rollout of `lease=` runs
@@ -151,8 +145,8 @@ local kept = nil
 if keeps and not KEYS[3] then  -- (a decision that writes what the code says asks: see above)
   kept = beside_found(KEYS[1], now)
   if kept and slack == 0 and kept[4] then kept = nil end
-elseif not elsewhere then
-  forget_beside(KEYS[1])
+else
+  forget_beside(KEYS[1])  -- (forgetting is always safe, whatever the database)
 end
 local beside = 1
 if kept then
@@ -190,7 +184,7 @@ elseif beside > 0 or slack > 0 then
 elseif beside == 0 and stores then
   found_alone(KEYS[1], now, nil, -math.huge, false)  -- (the EXISTS asked after the record too)
 end
-if beside > 0 and not elsewhere then forget_beside(KEYS[1]) end
+if beside > 0 then forget_beside(KEYS[1]) end
 -- The slack the saved state was decided with: the one recorded, or none.
 local prior = 0.0
 if recorded_slack and now < recorded_until then prior = recorded_slack end

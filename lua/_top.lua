@@ -42,7 +42,7 @@ local TOP_HELD_MOST = 10000
 -- library serves every database of its server, and a call cannot tell which is its
 -- own, so a client of another one says so ('!' before the op, see op_of) and its
 -- counts are written at once, never pooled with a name's of another database. Set
--- at every call, before it counts (by op_of, or by the quick path of _single.lua).
+-- at every call, before it counts, by op_of.
 local top_holds_now = TOP_HOLDS
 
 -- ARGV[1] of a rate limit's driver: the op, whether the call is counted, and whether
