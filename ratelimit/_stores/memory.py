@@ -353,9 +353,13 @@ class MemoryHandle:
     async def restrict_async(self, remaining: float, seconds: float) -> None:
         self.restrict(remaining, seconds)
 
+    def _reading(self) -> Any:
+        """The slot's lock for a call that only reads (a store's may then write nothing)."""
+        return self._slot.lock
+
     def peek(self, tokens: float) -> float:
         slot = self._slot
-        with slot.lock:
+        with self._reading():
             return peek_all(self._algs, (slot.state,), self._now(), (tokens,))
 
     async def peek_async(self, tokens: float) -> float:

@@ -30,14 +30,14 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar, cast
 
 from .. import _validate
 from .._algorithms import lanes as _lanes
-from .._algorithms.algorithm import EPSILON, Algorithm, peek_all
+from .._algorithms.algorithm import EPSILON, Algorithm
 from .._algorithms.holes import Holes
 from .._algorithms.token_bucket import Gcra
 from .._clock import Clock, SystemClock, checked_clock
@@ -372,22 +372,25 @@ class Rows:
     def __exit__(self, *exc: object) -> None:
         self.release()
 
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """A transaction that writes nothing (``acquire(reading=True)``)."""
+        self.acquire(reading=True)
+        try:
+            yield
+        finally:
+            self.release()
+
 
 class _Followed(MemoryHandle):
     """The memory handle of a single limiter that follows a change at run time: its
-    peek reads the file only (``Rows.acquire(reading=True)``), as Redis's does; a
-    decision would write the moves it makes there."""
+    peek reads the file only, as Redis's does; a decision would write the moves it
+    makes there."""
 
     __slots__ = ()
 
-    def peek(self, tokens: float) -> float:
-        slot = self._slot
-        rows = cast(Rows, slot.lock)
-        rows.acquire(reading=True)
-        try:
-            return peek_all(self._algs, (slot.state,), self._now(), (tokens,))
-        finally:
-            rows.release()
+    def _reading(self) -> Any:
+        return cast(Rows, self._slot.lock).reading()
 
 
 class _Unavailable(Generic[T]):
