@@ -19,6 +19,7 @@ changes and reads at run time. The rest sits beside it, each module one concern:
 - ``redis_calls.py``: :class:`~.redis_calls.RedisCalls`, which :class:`RedisBackend`
   extends: ``run`` and ``run_async``, at most ``pool_size`` calls in flight, and the
   failure policy ``on_unavailable``;
+- ``redis_wire.py``: the synchronous client's calls, sent on a connection held;
 - ``redis_clients.py``: the clients :meth:`RedisBackend.from_url` makes;
 - ``redis_loops.py``: what a backend keeps per event loop;
 - ``redis_handles.py``: the handles ``bind``, ``bind_group`` and ``bind_lanes`` return;
@@ -230,7 +231,8 @@ class RedisBackend(RedisCalls):
         Makes a synchronous client now and an asyncio one for each event loop that
         uses it (closed when that loop shuts down), all with limiter-friendly
         defaults: ``socket_timeout`` and ``socket_connect_timeout`` of 0.5 s, no
-        retries, and a pool of ``pool_size`` connections. ``options`` go to the
+        retries, and a pool of ``pool_size`` + 1 connections (one held between
+        calls, see docs/performance.md). ``options`` go to the
         redis-py client and override those defaults. ``cluster=True`` uses a Redis
         Cluster client (``url`` names any one node).
 
@@ -297,6 +299,7 @@ class RedisBackend(RedisCalls):
         if self._sync_client is not None:
             for handle in list(self._leasing):
                 handle.give_back_lease()
+            self._close_wire()
             self._sync_client.close()
         with self._lock:
             self._forget_closed_loops()

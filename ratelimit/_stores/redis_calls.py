@@ -25,6 +25,7 @@ from .live import LiveCount
 from .redis_clients import database, drop_idle_connections, pool_limit
 from .redis_errors import STORE_ERRORS, is_unavailable
 from .redis_loops import LoopState, Turns, Watch, close_with_loop
+from .redis_wire import Wire, wire_for
 from .scripts import Script
 from .unavailable import BackendStats, FailurePolicy, OnUnavailable
 
@@ -73,6 +74,14 @@ class RedisCalls(FailurePolicy):
         self._loops: dict[asyncio.AbstractEventLoop, LoopState] = {}
         # Failures of calls that reached for the store (not of waiters failed behind them).
         self._outages = 0
+        #: How the synchronous client's calls are sent, where not through the client
+        #: (see redis_wire.py).
+        self._wire: Wire | None = None if self._sync_client is None else wire_for(client, turns=self.pool_size)
+        self._send: Callable[[tuple[str, ...]], Any] | None = None if self._wire is None else self._wire.call
+
+    def _close_wire(self) -> None:
+        if self._wire is not None:
+            self._wire.close()
 
     # -- clients of each event loop -------------------------------------------------
 
@@ -156,7 +165,7 @@ class RedisCalls(FailurePolicy):
             started = None
             while True:
                 try:
-                    return script(client, keys, args)
+                    return script(client, keys, args, self._send)
                 except redis.exceptions.MaxConnectionsError:
                     started = started or time.monotonic()
                     time.sleep(self._pool_full(started))

@@ -36,7 +36,7 @@ import hashlib
 import re
 import threading
 import weakref
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -390,17 +390,29 @@ class Script:
             return client.function_list(library=library().name)
         return client.function_load(library().source, replace=True)
 
-    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[str | float]) -> Any:
+    def __call__(
+        self,
+        client: Any,
+        keys: Sequence[str],
+        args: Sequence[str],
+        send: Callable[[tuple[str, ...]], Any] | None = None,
+    ) -> Any:
         # The usual call, one command, sent here without the steps' machinery; they
-        # take over from its error.
+        # take over from its error. ``send``: how that one command goes, where not
+        # through the client (redis_wire.py).
         try:
-            if self._by_function(client):
+            function = self.function
+            if function is not None and self._by_function(client):
                 try:
-                    return client.fcall(self.function, len(keys), *keys, *args)
+                    if send is not None:
+                        return send(("FCALL", function, str(len(keys)), *keys, *args))
+                    return client.fcall(function, len(keys), *keys, *args)
                 except ResponseError as exc:
                     steps = self._steps(client, exc)
             else:
                 try:
+                    if send is not None:
+                        return send(("EVALSHA", self.sha, str(len(keys)), *keys, *args))
                     return client.evalsha(self.sha, len(keys), *keys, *args)
                 except NoScriptError:
                     return client.eval(self.source, len(keys), *keys, *args)

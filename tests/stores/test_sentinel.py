@@ -120,7 +120,7 @@ def test_from_url_gives_the_sentinel_clients_the_plain_defaults() -> None:
     assert master["socket_connect_timeout"] == DEFAULT_CONNECT_TIMEOUT
     assert (master["db"], master["username"], master["password"]) == (2, "app", PLAIN_SECRET)
     assert master["retry"].get_retries() == 0
-    assert client.connection_pool.max_connections == DEFAULT_POOL_SIZE == backend.pool_size
+    assert client.connection_pool.max_connections == DEFAULT_POOL_SIZE + 1 == backend.pool_size + 1  # one held
     manager = client.connection_pool.sentinel_manager
     assert [(s.connection_pool.connection_kwargs["port"]) for s in manager.sentinels] == [1, 2]
     asking = manager.sentinels[0].connection_pool.connection_kwargs
@@ -136,7 +136,7 @@ def test_options_and_the_query_set_timeouts_and_pool() -> None:
     master = _master_kwargs(backend.client)
     # What the URL says wins over the options, as in redis-py's own from_url.
     assert (master["socket_timeout"], master["socket_connect_timeout"]) == (0.2, 0.3)
-    assert backend.client.connection_pool.max_connections == 4
+    assert backend.client.connection_pool.max_connections == 4 + 1  # pool_size and the one held
     asking = backend.client.connection_pool.sentinel_manager.sentinels[0].connection_pool.connection_kwargs
     assert (asking["socket_timeout"], asking["username"], asking["password"]) == (0.2, "w", "pw")
 
