@@ -23,15 +23,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+# Each candidate's limiter, made in the child (BIG, NAME, client and URL are its own).
+UNCOALESCED = "backend=RedisBackend(client, coalesce=False), name=NAME"
 CANDIDATES = {
     "empty EVALSHA (the floor)": "floor",
-    "TokenBucket.try_acquire, coalesce=False": "TokenBucket(BIG, BIG, backend=RedisBackend(client, coalesce=False), name=NAME)",
-    "LeakyBucket": "LeakyBucket(BIG, BIG, backend=RedisBackend(client, coalesce=False), name=NAME)",
-    "SlidingWindow (exact)": "SlidingWindow(BIG, 1, backend=RedisBackend(client, coalesce=False), name=NAME)",
-    "SlidingWindow(approximate=True)": (
-        "SlidingWindow(BIG, 1, approximate=True, backend=RedisBackend(client, coalesce=False), name=NAME)"
+    "TokenBucket.try_acquire, coalesce=False": f"TokenBucket(BIG, BIG, {UNCOALESCED})",
+    "LeakyBucket": f"LeakyBucket(BIG, BIG, {UNCOALESCED})",
+    "SlidingWindow (exact)": f"SlidingWindow(BIG, 1, {UNCOALESCED})",
+    "SlidingWindow(approximate=True)": f"SlidingWindow(BIG, 1, approximate=True, {UNCOALESCED})",
+    "TokenBucket.try_acquire, coalesce=True (the default)": (
+        "TokenBucket(BIG, BIG, backend=RedisBackend(client), name=NAME)"
     ),
-    "TokenBucket.try_acquire, coalesce=True (the default)": "TokenBucket(BIG, BIG, backend=RedisBackend(client), name=NAME)",
     "TokenBucket, RedisBackend.from_url": "TokenBucket(BIG, BIG, backend=RedisBackend.from_url(URL), name=NAME)",
 }
 

@@ -19,7 +19,9 @@ in flight at once beyond the first take connections from the pool for the call.
 It is used only where it changes nothing a caller can see: a synchronous
 ``redis.Redis`` whose command path (``execute_command`` and what it calls, ``fcall``,
 ``evalsha``) is redis-py's own, neither overridden by a subclass nor wrapped by
-instrumentation (tracing sees every call), with no single connection of its own. A
+instrumentation (tracing sees every call), with no single connection of its own, and
+redis-py's own metrics off when the backend is made (they count what passes through
+the client). A
 connection is held only where the pool has one to spare beyond the backend's
 ``pool_size`` calls in flight (:meth:`RedisBackend.from_url
 <ratelimit._stores.redis.RedisBackend.from_url>` makes its pool one larger for it);
@@ -74,7 +76,7 @@ def wire_for(client: Any, *, turns: int) -> Wire | None:
 
     ``turns``: the most calls the backend has in flight at once. One connection is
     held between calls only where the pool has one to spare beyond them."""
-    if not isinstance(client, redis.Redis) or not _plain_commands(client):
+    if not isinstance(client, redis.Redis) or not _plain_commands(client) or _observed():
         return None
     if getattr(client, "connection", None) is not None:  # single_connection_client
         return None
@@ -84,6 +86,19 @@ def wire_for(client: Any, *, turns: int) -> Wire | None:
     limit = getattr(pool, "max_connections", None)
     spare = not isinstance(limit, int) or limit > turns
     return Wire(pool, hold=spare, utf8=_utf8(pool))
+
+
+def _observed() -> bool:
+    """Whether redis-py's own metrics are on (redis-py 8's observability), which count
+    the commands that pass through its client."""
+    try:
+        from redis.observability.recorder import is_enabled
+    except ImportError:
+        return False
+    try:
+        return bool(is_enabled())
+    except Exception:  # a broken metrics set-up is not this call's to report
+        return False
 
 
 def _utf8(pool: Any) -> bool:

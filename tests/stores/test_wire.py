@@ -231,3 +231,13 @@ def test_a_client_of_other_settings_shares_one_budget_with_the_client_path(optio
     assert wait_of(first, 2_000.0) == pytest.approx(1_000.0)
     for b in (wired, through):
         b.close()
+
+
+def test_redis_pys_own_metrics_on_keep_every_call_through_the_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = pytest.importorskip("redis.observability.recorder")
+    monkeypatch.setattr(recorder, "is_enabled", lambda: True)
+    backend = RedisBackend(plain(), coalesce=False)
+    assert backend._wire is None
+    limiter = TokenBucket(10, 1, backend=backend, name=unique_name(), clock=ManualClock(1_000.0))
+    assert limiter.try_acquire()
+    backend.close()
