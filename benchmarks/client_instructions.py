@@ -37,6 +37,14 @@ CANDIDATES = {
     "TokenBucket, RedisBackend.from_url": "TokenBucket(BIG, BIG, backend=RedisBackend.from_url(URL), name=NAME)",
 }
 
+#: The same on one ``redis.asyncio`` client, against its own empty ``await evalsha``.
+ASYNC_CANDIDATES = {
+    "asyncio: empty await evalsha (its floor)": "floor",
+    "await TokenBucket.try_acquire_async(), coalesce=False": f"TokenBucket(BIG, BIG, {UNCOALESCED})",
+    "await SlidingWindow.try_acquire_async() (exact)": f"SlidingWindow(BIG, 1, {UNCOALESCED})",
+    "the same TokenBucket, coalesce=True": "TokenBucket(BIG, BIG, backend=RedisBackend(client), name=NAME)",
+}
+
 # The child: builds the candidate, warms it (the library loaded, the state made), then
 # makes the calls counted.
 CHILD = """
@@ -59,14 +67,37 @@ for _ in range(calls):
     call()
 """
 
+ASYNC_CHILD = """
+import asyncio, sys, uuid
+import redis.asyncio
+from ratelimit import LeakyBucket, RedisBackend, SlidingWindow, TokenBucket
+URL, what, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
+BIG = 1e9
+NAME = "instructions-" + uuid.uuid4().hex[:8]
 
-def instructions(python: str, path: str | None, url: str, what: str, calls: int) -> int:
+async def main():
+    client = redis.asyncio.Redis.from_url(URL)
+    if what == "floor":
+        sha = await client.script_load("return 1")
+        call = lambda: client.evalsha(sha, 0)
+    else:
+        call = eval(what).try_acquire_async
+    for _ in range(200):
+        await call()
+    for _ in range(calls):
+        await call()
+
+asyncio.run(main())
+"""
+
+
+def instructions(python: str, path: str | None, url: str, what: str, calls: int, child: str = CHILD) -> int:
     env = dict(os.environ)
     if path is not None:
         env["PYTHONPATH"] = path
     # Run from the checkout: ``python -c`` puts the working directory first on the path.
     run = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python, "-c", CHILD, url, what, str(calls)],
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python, "-c", child, url, what, str(calls)],
         env=env,
         cwd=path,
         capture_output=True,
@@ -79,8 +110,9 @@ def instructions(python: str, path: str | None, url: str, what: str, calls: int)
     return int(found.group(1))
 
 
-def per_call(python: str, path: str | None, url: str, what: str, calls: int) -> float:
-    return (instructions(python, path, url, what, 2 * calls) - instructions(python, path, url, what, calls)) / calls
+def per_call(python: str, path: str | None, url: str, what: str, calls: int, child: str = CHILD) -> float:
+    twice = instructions(python, path, url, what, 2 * calls, child)
+    return (twice - instructions(python, path, url, what, calls, child)) / calls
 
 
 def main() -> None:
@@ -93,15 +125,18 @@ def main() -> None:
     checkouts = {"this": here}
     if args.against:
         checkouts["against"] = str(Path(args.against).resolve())
-    floor = per_call(sys.executable, here, args.redis, "floor", args.calls)
     print(f"instructions per call ({args.calls} and {2 * args.calls} calls), floor/candidate in brackets")
     print(f"{'candidate':58}" + "".join(f"{name:>20}" for name in checkouts))
-    for label, what in CANDIDATES.items():
-        cells = []
-        for path in checkouts.values():
-            count = floor if what == "floor" else per_call(sys.executable, path, args.redis, what, args.calls)
-            cells.append(f"{count / 1000:.0f} k ({floor / count:.2f})")
-        print(f"{label:58}" + "".join(f"{cell:>20}" for cell in cells), flush=True)
+    for candidates, child in ((CANDIDATES, CHILD), (ASYNC_CANDIDATES, ASYNC_CHILD)):
+        floor = per_call(sys.executable, here, args.redis, "floor", args.calls, child)
+        for label, what in candidates.items():
+            cells = []
+            for path in checkouts.values():
+                count = (
+                    floor if what == "floor" else per_call(sys.executable, path, args.redis, what, args.calls, child)
+                )
+                cells.append(f"{count / 1000:.0f} k ({floor / count:.2f})")
+            print(f"{label:58}" + "".join(f"{cell:>20}" for cell in cells), flush=True)
 
 
 if __name__ == "__main__":

@@ -316,6 +316,8 @@ class RedisBackend(RedisCalls):
         with self._lock:
             state = self._loops.pop(asyncio.get_running_loop(), None)
         if state is not None and state.client is not None:
+            if state.wire is not None:
+                await state.wire.close()
             if state.closer is not None:
                 await state.closer.aclose()  # closes the client it guards
             else:

@@ -25,7 +25,7 @@ from .live import LiveCount
 from .redis_clients import database, drop_idle_connections, pool_limit
 from .redis_errors import STORE_ERRORS, is_unavailable
 from .redis_loops import LoopState, Turns, Watch, close_with_loop
-from .redis_wire import Wire, wire_for
+from .redis_wire import Wire, async_wire_for, wire_for
 from .scripts import Script
 from .unavailable import BackendStats, FailurePolicy, OnUnavailable
 
@@ -93,7 +93,8 @@ class RedisCalls(FailurePolicy):
             state = self._loops.get(loop)
             if state is None:
                 watch = None if self._deadline is None else Watch(loop, self._deadline)
-                state = LoopState(made or self._async_client, Turns(self.pool_size), watch)
+                client = made or self._async_client
+                state = LoopState(client, Turns(self.pool_size), watch, async_wire_for(client, turns=self.pool_size))
                 self._loops[loop] = state
                 made, closer = None, state
             else:
@@ -207,7 +208,7 @@ class RedisCalls(FailurePolicy):
             started = None
             while True:
                 try:
-                    return await script.call_async(state.client, keys, args)
+                    return await script.call_async(state.client, keys, args, state.send)
                 except asyncio.CancelledError:
                     if watch is None or task is None or not watch.timed_out(task):
                         raise

@@ -170,17 +170,16 @@ def url_clients(url: str, *, cluster: bool, pool_size: int, options: dict[str, A
         # As redis-py's own from_url does, what the URL says wins over the options.
         settings.update(found.timeouts)
         settings.update(found.master_settings())
-    sync_settings = dict(settings)
     if "max_connections" not in options and not cluster:
         # One more than the calls in flight: the backend holds one between its calls
         # (redis_wire.py), and the rest stay the pool's to lend as before.
-        sync_settings["max_connections"] = pool_size + 1
+        settings["max_connections"] = pool_size + 1
     sync_class: Any = redis.cluster.RedisCluster if cluster else redis.Redis
     async_class: Any = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis
     if found is not None:
-        sync_client = _sentinel_master(found, sync_settings, asynchronous=False)
+        sync_client = _sentinel_master(found, settings, asynchronous=False)
     else:
-        sync_client = sync_class.from_url(url, **sync_settings)
+        sync_client = sync_class.from_url(url, **settings)
     # An event loop busy with thousands of tasks reads a reply late; a socket
     # timeout would take that for a dead server. The asyncio clients get none of
     # their own: each call has a deadline that allows for the loop's lateness.

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import sys
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
+
+from .redis_wire import AsyncWire
 
 
 class Turns:
@@ -52,16 +54,19 @@ class Turns:
 
 
 class LoopState:
-    """What a backend keeps per event loop: its client, its turn-taking, and the
-    deadlines of its calls (``watch``, for clients without a socket timeout)."""
+    """What a backend keeps per event loop: its client, its turn-taking, the
+    deadlines of its calls (``watch``, for clients without a socket timeout), and the
+    wire its calls are sent on where not through the client (see redis_wire.py)."""
 
-    __slots__ = ("client", "closer", "gate", "watch")
+    __slots__ = ("client", "closer", "gate", "send", "watch", "wire")
 
-    def __init__(self, client: Any, gate: Turns, watch: Watch | None) -> None:
+    def __init__(self, client: Any, gate: Turns, watch: Watch | None, wire: AsyncWire | None) -> None:
         self.client = client
         self.gate = gate
         self.watch = watch
         self.closer: AsyncGenerator[None, None] | None = None
+        self.wire = wire
+        self.send: Callable[[tuple[str, ...]], Awaitable[Any]] | None = None if wire is None else wire.call
 
 
 async def close_with_loop(client: Any, forget: Callable[[], None]) -> AsyncGenerator[None, None]:

@@ -30,6 +30,7 @@ otherwise each call takes one from the pool and gives it back.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import contextlib
 import os
@@ -39,6 +40,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import redis
+import redis.asyncio
 import redis.exceptions
 
 _pack: Callable[[tuple[str, ...]], bytes] | None
@@ -49,43 +51,32 @@ try:
 except ImportError:  # pragma: no cover - hiredis is an extra; the connection's own packer then
     _pack = None
 
-__all__ = ["Wire", "wire_for"]
+__all__ = ["AsyncWire", "Wire", "async_wire_for", "wire_for"]
 
-#: The methods a command passes through in redis-py's client: a subclass that
+#: The methods a command passes through in redis-py's clients: a subclass that
 #: overrides one of them, or instrumentation that wraps one, sees every call only if
 #: the calls go through the client.
 _COMMAND_PATH = ("execute_command", "_execute_command", "_send_command_parse_response", "parse_response",
                  "fcall", "evalsha")  # fmt: skip
 
+_AS_IMPORTED: dict[type, dict[str, Any]] = {
+    base: {name: getattr(base, name, None) for name in _COMMAND_PATH} for base in (redis.Redis, redis.asyncio.Redis)
+}
 
-_AS_IMPORTED = {name: getattr(redis.Redis, name, None) for name in _COMMAND_PATH}
+#: What a connection's failure to send or read may raise: the call found the server
+#: gone, and the connection is closed before it goes back.
+_BROKEN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
 
 
-def _plain_commands(client: Any) -> bool:
-    """Whether ``client`` runs its commands as redis-py does: no method of the path
-    overridden, nor replaced since this module was imported, nor a wrapper."""
+def _plain_commands(client: Any, base: type) -> bool:
+    """Whether ``client`` runs its commands as redis-py's ``base`` does: no method of
+    the path overridden, nor replaced since this module was imported, nor a wrapper."""
+    imported = _AS_IMPORTED[base]
     for name in _COMMAND_PATH:
         runs = getattr(type(client), name, None)
-        if runs is None or runs is not _AS_IMPORTED[name] or hasattr(runs, "__wrapped__"):
+        if runs is not imported[name] or hasattr(runs, "__wrapped__"):
             return False
     return True
-
-
-def wire_for(client: Any, *, turns: int) -> Wire | None:
-    """The wire of ``client``, or ``None`` where calls must go through the client.
-
-    ``turns``: the most calls the backend has in flight at once. One connection is
-    held between calls only where the pool has one to spare beyond them."""
-    if not isinstance(client, redis.Redis) or not _plain_commands(client) or _observed():
-        return None
-    if getattr(client, "connection", None) is not None:  # single_connection_client
-        return None
-    pool = getattr(client, "connection_pool", None)
-    if pool is None or not callable(getattr(pool, "release", None)):
-        return None
-    limit = getattr(pool, "max_connections", None)
-    spare = not isinstance(limit, int) or limit > turns
-    return Wire(pool, hold=spare, utf8=_utf8(pool))
 
 
 def _observed() -> bool:
@@ -112,78 +103,132 @@ def _utf8(pool: Any) -> bool:
     return encoding == "utf-8" and kwargs.get("encoding_errors", "strict") == "strict"
 
 
-def _ready(conn: Any) -> None:
-    """What redis-py's pool does to a connection before it lends it: connect it if it
-    is not (a Sentinel's asks where the master is now), and if it is readable with no
-    command sent (the server closed it: a restart, a failover, an idle timeout), open
-    it afresh, so that a call is not the one to find it dead."""
-    conn.connect()
-    try:
-        if conn.can_read():
-            raise redis.exceptions.ConnectionError("a connection with data before its command")
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
-        conn.disconnect()
-        conn.connect()
+def _wired_pool(client: Any, base: type, turns: int) -> tuple[Any, bool] | None:
+    """``client``'s pool and whether one of its connections may be held, or ``None``
+    where calls must go through the client. ``turns``: the most calls the backend has
+    in flight at once on it; one is held only where the pool has one to spare."""
+    if not isinstance(client, base) or not _plain_commands(client, base) or _observed():
+        return None
+    if getattr(client, "connection", None) is not None:  # single_connection_client
+        return None
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or not callable(getattr(pool, "release", None)):
+        return None
+    limit = getattr(pool, "max_connections", None)
+    return pool, not isinstance(limit, int) or limit > turns
 
 
-def _give_back(pool: Any, held: list[Any]) -> None:
-    while held:
-        # A pool already closed or reset has nothing to give back to.
-        with contextlib.suppress(Exception):
-            pool.release(held.pop())
+def wire_for(client: Any, *, turns: int) -> Wire | None:
+    """The wire of a synchronous ``client``, or ``None`` where calls go through it."""
+    found = _wired_pool(client, redis.Redis, turns)
+    return None if found is None else Wire(*found)
 
 
-class Wire:
-    """One pool's connections, on which a command is sent packed and its reply read:
-    one of them held between calls (``hold``), the others taken from the pool for a
-    call and given back. Safe for any number of threads."""
+def async_wire_for(client: Any, *, turns: int) -> AsyncWire | None:
+    """The wire of an asyncio ``client`` (one event loop's), or ``None``."""
+    found = _wired_pool(client, redis.asyncio.Redis, turns)
+    return None if found is None else AsyncWire(*found)
 
-    def __init__(self, pool: Any, *, hold: bool, utf8: bool) -> None:
+
+class _Held:
+    """The connection held between calls, for either kind of wire: at most one, kept
+    only by the process that took it (a forked child drops its parent's, as redis-py's
+    pool starts afresh in a child)."""
+
+    def __init__(self, pool: Any, hold: bool) -> None:
         self._pool = pool
         self._hold = hold
         # hiredis packs text as UTF-8; another encoding is the connection's to apply.
-        self._pack = _pack if utf8 else None
-        # The held connection, if any, and who holds it: a forked child drops its
-        # parent's (redis-py's pool starts afresh in a child the same way).
-        self._held: list[Any] = []
+        self._pack = _pack if _utf8(pool) else None
+        # Weakly: the pool keeps every connection it lent, so one held lives as long as
+        # its pool, and a pool left to the garbage collector goes with its connections
+        # at once (nothing here keeps them for a finalizer).
+        self._held: list[weakref.ref[Any]] = []
         self._pid = os.getpid()
         self._lock = threading.Lock()
+
+    def _pop(self) -> Any:
+        """The held connection, taken (``None``: take one from the pool)."""
+        if not self._hold:
+            return None
+        with self._lock:
+            if self._pid != os.getpid():
+                self._held.clear()
+                self._pid = os.getpid()
+            return self._held.pop()() if self._held else None
+
+    def _keep(self, conn: Any) -> bool:
+        """Hold ``conn`` if none is held; ``False``: it goes back to the pool."""
+        if not self._hold:
+            return False
+        with self._lock:
+            if self._held or self._pid != os.getpid():
+                return False
+            self._held.append(weakref.ref(conn))
+            return True
+
+    def _packed(self, conn: Any, command: tuple[str, ...]) -> list[bytes]:
+        pack = self._pack
+        return [pack(command)] if pack is not None else list(conn.pack_command(*command))
+
+    @staticmethod
+    def _moving(conn: Any) -> bool:
+        """Whether the server asked this connection to move (redis-py 8's notices)."""
+        reconnect: Callable[[], bool] | None = getattr(conn, "should_reconnect", None)
+        return reconnect is not None and reconnect()
+
+
+def _give_back(pool: Any, held: list[weakref.ref[Any]]) -> None:
+    while held:
+        conn = held.pop()()
+        # A pool already closed or reset has nothing to give back to.
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                pool.release(conn)
+
+
+class Wire(_Held):
+    """A synchronous pool's connections, on which a command is sent packed and its
+    reply read: one held between calls (where the pool has one to spare), the others
+    taken from the pool for a call and given back. Safe for any number of threads."""
+
+    def __init__(self, pool: Any, hold: bool) -> None:
+        super().__init__(pool, hold)
         # A backend dropped unclosed gives its connection back to the pool.
         self._finalizer = weakref.finalize(self, _give_back, pool, self._held)
 
     def _take(self) -> Any:
-        if self._hold:
-            with self._lock:
-                if self._pid != os.getpid():
-                    self._held.clear()
-                    self._pid = os.getpid()
-                conn = self._held.pop() if self._held else None
-            if conn is not None:
-                _ready(conn)
-                return conn
+        conn = self._pop()
+        if conn is not None:
+            # What the pool does to a connection before it lends it: connect it if it
+            # is not (a Sentinel's asks where the master is now), and if it is readable
+            # with no command sent (the server closed it: a restart, a failover, an
+            # idle timeout), open it afresh, so that a call is not the one to find it dead.
+            conn.connect()
+            try:
+                if conn.can_read():
+                    raise redis.exceptions.ConnectionError("a connection with data before its command")
+            except _BROKEN:
+                conn.disconnect()
+                conn.connect()
+            return conn
         try:
             return self._pool.get_connection()
         except TypeError:  # redis-py 5 asks for a command's name
             return self._pool.get_connection("FCALL")
 
     def _give(self, conn: Any, *, failed: bool = False) -> None:
-        reconnect: Callable[[], bool] | None = getattr(conn, "should_reconnect", None)
-        if reconnect is not None and reconnect():  # the server moves (redis-py 8's notices)
+        if self._moving(conn):
             conn.disconnect()
-        if self._hold and not failed:
-            with self._lock:
-                if not self._held and self._pid == os.getpid():
-                    self._held.append(conn)
-                    return
-        self._pool.release(conn)
+        if failed or not self._keep(conn):
+            self._pool.release(conn)
 
     def call(self, command: tuple[str, ...]) -> Any:
         """Send ``command`` and return its reply, as ``client.execute_command`` would
         for a command without a reply callback (``FCALL``, ``EVALSHA``, ``EVAL``), with
         the connection's retry policy; an error reply is raised as its ``ResponseError``."""
         conn = self._take()
-        pack = self._pack
-        packed = [pack(command)] if pack is not None else conn.pack_command(*command)
+        packed = self._packed(conn, command)
 
         def send() -> Any:
             conn.send_packed_command(packed)
@@ -209,3 +254,94 @@ class Wire:
         """Give the held connection back to its pool."""
         with self._lock:
             _give_back(self._pool, self._held)
+
+
+def _give_back_on(
+    on: weakref.ref[asyncio.AbstractEventLoop], of: weakref.ref[Any], held: list[weakref.ref[Any]]
+) -> None:
+    # The asyncio pool's release is a coroutine: run on the connection's own loop, if
+    # it still runs, to the pool, if it is still used (one that closed has closed its
+    # client's connections, or left them to the garbage collector, which takes them
+    # sooner when nothing here keeps the loop or the pool alive).
+    loop, pool = on(), of()
+    if not held or loop is None or pool is None or loop.is_closed():
+        return
+    lent: Any = pool
+
+    def release() -> None:
+        while held:
+            if (conn := held.pop()()) is not None:
+                _releasing.add(task := asyncio.ensure_future(lent.release(conn)))
+                task.add_done_callback(_releasing.discard)
+
+    with contextlib.suppress(RuntimeError):  # closed meanwhile
+        loop.call_soon_threadsafe(release)
+
+
+#: Releases started by a finalizer, kept until done (the loop holds tasks weakly).
+_releasing: set[asyncio.Future[Any]] = set()
+
+
+class AsyncWire(_Held):
+    """:class:`Wire` for one event loop's asyncio client. A task cancelled between its
+    command and its reply (a deadline, the caller) leaves its connection closed, as
+    redis-py's own path does."""
+
+    def __init__(self, pool: Any, hold: bool) -> None:
+        super().__init__(pool, hold)
+        on, of = weakref.ref(asyncio.get_running_loop()), weakref.ref(pool)
+        self._finalizer = weakref.finalize(self, _give_back_on, on, of, self._held)
+
+    async def _take(self) -> Any:
+        conn = self._pop()
+        if conn is not None:
+            # As Wire._take, with the asyncio pool's own check where it has one.
+            ensure = getattr(self._pool, "ensure_connection", None)
+            try:
+                await (ensure(conn) if ensure is not None else conn.connect())
+            except BaseException:
+                await self._pool.release(conn)
+                raise
+            return conn
+        try:
+            return await self._pool.get_connection()
+        except TypeError:  # redis-py 5 asks for a command's name
+            return await self._pool.get_connection("FCALL")
+
+    async def _give(self, conn: Any, *, failed: bool = False) -> None:
+        if self._moving(conn):
+            await conn.disconnect()
+        if failed or not self._keep(conn):
+            await self._pool.release(conn)
+
+    async def call(self, command: tuple[str, ...]) -> Any:
+        """:meth:`Wire.call`, awaited."""
+        conn = await self._take()
+        packed = self._packed(conn, command)
+
+        async def send() -> Any:
+            await conn.send_packed_command(packed)
+            return await conn.read_response()
+
+        async def broken(_error: BaseException) -> None:
+            await conn.disconnect()
+
+        try:
+            reply = await conn.retry.call_with_retry(send, broken)
+        except redis.exceptions.ResponseError:
+            await self._give(conn)
+            raise
+        except BaseException:
+            # Closed without awaiting the transport's end: a cancelled task must not
+            # be held up, and nothing here may be cancelled again half-way.
+            await conn.disconnect(nowait=True)
+            await self._give(conn, failed=True)
+            raise
+        await self._give(conn)
+        return reply
+
+    async def close(self) -> None:
+        """Give the held connection back to its pool."""
+        while (conn := self._pop()) is not None:
+            with contextlib.suppress(Exception):
+                await self._pool.release(conn)

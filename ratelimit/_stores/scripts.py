@@ -36,12 +36,12 @@ import hashlib
 import re
 import threading
 import weakref
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
@@ -378,8 +378,28 @@ class Script:
         except NoScriptError:
             return (yield EVAL)
 
-    def _command(self, client: Any, step: str, keys: Sequence[str], args: Sequence[str | float]) -> Any:
-        """Send one step (a coroutine for an asyncio client)."""
+    def _command(
+        self,
+        client: Any,
+        step: str,
+        keys: Sequence[str],
+        args: Sequence[str],
+        send: Callable[[tuple[str, ...]], Any] | None = None,
+    ) -> Any:
+        """Send one step (a coroutine for an asyncio client), on ``send`` where given:
+        the library loaded on the connection the call holds, not on another of the
+        pool's (which asyncio cannot tell is dead after a restart until it reads)."""
+        if send is not None:
+            n = str(len(keys))
+            if step == FCALL:
+                return send(("FCALL", cast("str", self.function), n, *keys, *args))
+            if step == EVALSHA:
+                return send(("EVALSHA", self.sha, n, *keys, *args))
+            if step == EVAL:
+                return send(("EVAL", self.source, n, *keys, *args))
+            if step == LISTED:
+                return send(("FUNCTION", "LIST", "LIBRARYNAME", library().name))
+            return send(("FUNCTION", "LOAD", "REPLACE", library().source))
         if step == FCALL:
             return client.fcall(self.function, len(keys), *keys, *args)
         if step == EVALSHA:
@@ -422,7 +442,7 @@ class Script:
             step = next(steps)
             while True:
                 try:
-                    reply = self._command(client, step, keys, args)
+                    reply = self._command(client, step, keys, args, send)
                 except ResponseError as exc:
                     step = steps.throw(exc)
                 else:
@@ -432,15 +452,26 @@ class Script:
         except ResponseError as exc:
             raise self._translated(exc) from None
 
-    async def call_async(self, client: Any, keys: Sequence[str], args: Sequence[str | float]) -> Any:
+    async def call_async(
+        self,
+        client: Any,
+        keys: Sequence[str],
+        args: Sequence[str],
+        send: Callable[[tuple[str, ...]], Awaitable[Any]] | None = None,
+    ) -> Any:
         try:
-            if self._by_function(client):
+            function = self.function
+            if function is not None and self._by_function(client):
                 try:
-                    return await client.fcall(self.function, len(keys), *keys, *args)
+                    if send is not None:
+                        return await send(("FCALL", function, str(len(keys)), *keys, *args))
+                    return await client.fcall(function, len(keys), *keys, *args)
                 except ResponseError as exc:
                     steps = self._steps(client, exc)
             else:
                 try:
+                    if send is not None:
+                        return await send(("EVALSHA", self.sha, str(len(keys)), *keys, *args))
                     return await client.evalsha(self.sha, len(keys), *keys, *args)
                 except NoScriptError:
                     return await client.eval(self.source, len(keys), *keys, *args)
@@ -450,7 +481,7 @@ class Script:
             step = next(steps)
             while True:
                 try:
-                    reply = await self._command(client, step, keys, args)
+                    reply = await self._command(client, step, keys, args, send)
                 except ResponseError as exc:
                     step = steps.throw(exc)
                 else:

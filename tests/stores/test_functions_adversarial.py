@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+import redis.asyncio.connection
+import redis.connection
 
 from ratelimit import (
     BackendUnavailable,
@@ -51,18 +53,63 @@ def _bucket(backend: RedisBackend, capacity: int = 3, name: str | None = None) -
 # -- the library lost again between its load and the call sent after it ------------------
 
 
-def test_a_flush_between_the_load_and_the_second_call_reaches_no_caller(server: RedisServer) -> None:
+def _is_load(command: Any) -> bool:
+    """Whether a packed command (bytes, or a list of them) is a FUNCTION LOAD."""
+    head = (command if isinstance(command, bytes) else b"".join(command))[:64]
+    return b"FUNCTION" in head and b"LOAD" in head
+
+
+def _flush_after_each_load(monkeypatch: pytest.MonkeyPatch, admin: redis.Redis, asynchronous: bool) -> None:
+    """Another process flushes right after each load's reply is read, whether the load
+    went through the client or on a connection the backend holds: watched where every
+    command goes."""
+    loaded: set[Any] = set()
+    cls: Any = redis.asyncio.connection.Connection if asynchronous else redis.connection.Connection
+    send, read = cls.send_packed_command, cls.read_response
+
+    def sent(conn: Any, command: Any) -> None:
+        if _is_load(command):
+            loaded.add(conn)
+
+    def answered(conn: Any) -> None:
+        if conn in loaded:
+            loaded.discard(conn)
+            admin.function_flush()
+
+    if asynchronous:
+
+        async def async_send(self: Any, command: Any, *args: Any, **kwargs: Any) -> None:
+            await send(self, command, *args, **kwargs)
+            sent(self, command)
+
+        async def async_read(self: Any, *args: Any, **kwargs: Any) -> Any:
+            reply = await read(self, *args, **kwargs)
+            answered(self)
+            return reply
+
+        monkeypatch.setattr(cls, "send_packed_command", async_send)
+        monkeypatch.setattr(cls, "read_response", async_read)
+        return
+
+    def sync_send(self: Any, command: Any, *args: Any, **kwargs: Any) -> None:
+        send(self, command, *args, **kwargs)
+        sent(self, command)
+
+    def sync_read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        reply = read(self, *args, **kwargs)
+        answered(self)
+        return reply
+
+    monkeypatch.setattr(cls, "send_packed_command", sync_send)
+    monkeypatch.setattr(cls, "read_response", sync_read)
+
+
+def test_a_flush_between_the_load_and_the_second_call_reaches_no_caller(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     admin = redis.Redis.from_url(server.url)
     client = redis.Redis.from_url(server.url)
-    load = client.function_load
-
-    def load_then_lost(*args: Any, **kwargs: Any) -> Any:
-        # Another process flushes right after this one loaded: its FCALL finds nothing.
-        loaded = load(*args, **kwargs)
-        admin.function_flush()
-        return loaded
-
-    client.function_load = load_then_lost  # type: ignore[method-assign]
+    _flush_after_each_load(monkeypatch, admin, asynchronous=False)
     backend = RedisBackend(client, coalesce=False)
     bucket = _bucket(backend)
     assert [bucket.try_acquire() for _ in range(4)] == [True, True, True, False]
@@ -71,19 +118,14 @@ def test_a_flush_between_the_load_and_the_second_call_reaches_no_caller(server: 
     admin.close()
 
 
-def test_a_flush_between_the_load_and_the_second_call_for_an_asyncio_client(server: RedisServer) -> None:
+def test_a_flush_between_the_load_and_the_second_call_for_an_asyncio_client(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     admin = redis.Redis.from_url(server.url)
+    _flush_after_each_load(monkeypatch, admin, asynchronous=True)
 
     async def scenario() -> list[bool]:
         client = redis.asyncio.Redis.from_url(server.url)
-        load = client.function_load
-
-        async def load_then_lost(*args: Any, **kwargs: Any) -> Any:
-            loaded = await load(*args, **kwargs)
-            admin.function_flush()
-            return loaded
-
-        client.function_load = load_then_lost  # type: ignore[method-assign]
         backend = RedisBackend(client, coalesce=False)
         bucket = _bucket(backend)
         got = [await bucket.try_acquire_async() for _ in range(4)]
@@ -367,22 +409,26 @@ def test_an_error_names_its_file_alike_whether_called_by_function_or_script(serv
 # -- cancelled while loading -------------------------------------------------------------
 
 
-def test_a_task_cancelled_while_loading_leaves_the_next_decisions_sound(server: RedisServer) -> None:
+def test_a_task_cancelled_while_loading_leaves_the_next_decisions_sound(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async def scenario() -> list[bool]:
         client = redis.asyncio.Redis.from_url(server.url)
-        load = client.function_load
         loading = asyncio.Event()
+        send = redis.asyncio.connection.Connection.send_packed_command
 
-        async def watched_load(*args: Any, **kwargs: Any) -> Any:
-            loading.set()
-            return await load(*args, **kwargs)
+        # Watched where every command goes, through the client or on a connection held.
+        async def watched(self: Any, command: Any, *args: Any, **kwargs: Any) -> None:
+            await send(self, command, *args, **kwargs)
+            if _is_load(command):
+                loading.set()
 
-        client.function_load = watched_load  # type: ignore[method-assign]
+        monkeypatch.setattr(redis.asyncio.connection.Connection, "send_packed_command", watched)
         backend = RedisBackend(client, coalesce=False)
         bucket = _bucket(backend)
         first = asyncio.create_task(bucket.try_acquire_async())
-        await loading.wait()
-        first.cancel()  # lands in the middle of FUNCTION LOAD
+        await asyncio.wait_for(loading.wait(), 10)
+        first.cancel()  # lands in the middle of FUNCTION LOAD, sent and not yet answered
         with pytest.raises(asyncio.CancelledError):
             await first
         got = [await bucket.try_acquire_async() for _ in range(4)]

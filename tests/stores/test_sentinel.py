@@ -149,7 +149,7 @@ def test_options_and_the_query_set_timeouts_and_pool() -> None:
         assert master["socket_timeout"] is None
         assert master.get("password") is None
         pool: Any = client.connection_pool
-        assert pool.max_connections == 4
+        assert pool.max_connections == 4 + 1  # each loop holds one too
         sentinel = pool.sentinel_manager
         assert isinstance(sentinel, redis.asyncio.sentinel.Sentinel)
         assert sentinel.sentinels[0].connection_pool.connection_kwargs["socket_timeout"] == 0.2

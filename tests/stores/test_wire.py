@@ -7,18 +7,29 @@ must see every call, a text encoding other than UTF-8).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import gc
 import os
 import random
+import signal
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 import redis.connection
 
-from ratelimit import AcquireTimeout, LeakyBucket, ManualClock, RedisBackend, SlidingWindow, TokenBucket
+from ratelimit import (
+    AcquireTimeout,
+    BackendUnavailable,
+    LeakyBucket,
+    ManualClock,
+    RedisBackend,
+    SlidingWindow,
+    TokenBucket,
+)
 
 from conftest import REDIS_URL, private_server, unique_name
 
@@ -241,3 +252,88 @@ def test_redis_pys_own_metrics_on_keep_every_call_through_the_client(monkeypatch
     limiter = TokenBucket(10, 1, backend=backend, name=unique_name(), clock=ManualClock(1_000.0))
     assert limiter.try_acquire()
     backend.close()
+
+
+# -- asyncio ------------------------------------------------------------------------------
+
+
+class AsyncCounting(redis.asyncio.Redis):
+    """An asyncio client that sees its commands: never wired."""
+
+    commands = 0
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        AsyncCounting.commands += 1
+        return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_the_asyncio_wire_decides_as_the_client_does(kind: str) -> None:
+    rng = random.Random(kind)
+
+    async def run() -> None:
+        wired = RedisBackend(redis.asyncio.Redis.from_url(REDIS_URL), coalesce=False)
+        through = RedisBackend(AsyncCounting.from_url(REDIS_URL), coalesce=False)
+        clock = ManualClock(1_000.0)
+        limiters = [KINDS[kind](backend=b, name=unique_name(kind), clock=clock) for b in (wired, through)]
+        before = AsyncCounting.commands
+        for _ in range(200):
+            tokens = rng.choice([1, 1, 1, 2, 3])
+            outcomes = [await limiter.try_acquire_async(tokens) for limiter in limiters]
+            assert outcomes[0] == outcomes[1]
+            clock.advance(rng.choice([0.0, 0.01, 0.1, 0.5, 1.0]))
+        assert AsyncCounting.commands - before >= 200
+        state = wired._loops[asyncio.get_running_loop()]
+        assert state.wire is not None
+        assert through._loops[asyncio.get_running_loop()].wire is None
+        for b in (wired, through):
+            await b.aclose()
+
+    asyncio.run(run())
+
+
+@pytest.mark.servers
+def test_an_asyncio_call_past_its_deadline_leaves_no_reply_for_the_next() -> None:
+    # The server stops answering (SIGSTOP) while a decision waits for its reply: the
+    # call's deadline cancels it; the reply that comes once the server goes on must not
+    # be read by the next call as its own.
+    server = private_server()
+
+    async def run() -> None:
+        backend = RedisBackend.from_url(server.url, coalesce=False)
+        limiter = TokenBucket(10, 1, backend=backend, name=unique_name(), clock=ManualClock(1_000.0))
+        assert await limiter.try_acquire_async(10)
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(BackendUnavailable):
+                await limiter.try_acquire_async(1)  # refused, in a reply that comes late
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert not await limiter.try_acquire_async(1)  # its own reply: still empty
+        await backend.aclose()
+
+    try:
+        asyncio.run(run())
+    finally:
+        server.cleanup()
+
+
+def test_an_asyncio_backend_dropped_unclosed_gives_its_connection_back() -> None:
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(REDIS_URL, max_connections=3)
+        backend = RedisBackend(client, pool_size=2, coalesce=False)
+        limiter = TokenBucket(10, 1, backend=backend, name=unique_name(), clock=ManualClock(1_000.0))
+        assert await limiter.try_acquire_async()
+        assert backend._loops[asyncio.get_running_loop()].wire is not None
+        del backend, limiter
+        gc.collect()
+        await asyncio.sleep(0)  # the release, scheduled on this loop
+        await asyncio.sleep(0)
+        pool = client.connection_pool
+        taken = [await pool.get_connection() for _ in range(3)]  # type: ignore[no-untyped-call]
+        for conn in taken:
+            await pool.release(conn)
+        await client.aclose()
+
+    asyncio.run(run())
