@@ -19,7 +19,7 @@ changes and reads at run time. The rest sits beside it, each module one concern:
 - ``redis_calls.py``: :class:`~.redis_calls.RedisCalls`, which :class:`RedisBackend`
   extends: ``run`` and ``run_async``, at most ``pool_size`` calls in flight, and the
   failure policy ``on_unavailable``;
-- ``redis_wire.py``: the synchronous client's calls, sent on a connection held;
+- ``redis_wire.py``: the clients' calls, sent on a connection held;
 - ``redis_clients.py``: the clients :meth:`RedisBackend.from_url` makes;
 - ``redis_loops.py``: what a backend keeps per event loop;
 - ``redis_handles.py``: the handles ``bind``, ``bind_group`` and ``bind_lanes`` return;

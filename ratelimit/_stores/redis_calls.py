@@ -11,8 +11,11 @@ each waiting for its own timeout. ``on_unavailable`` is read in one place,
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
+import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -66,9 +69,8 @@ class RedisCalls(FailurePolicy):
         self.database = database(client)
         # Turns to call the store, taken and given back: a C queue costs a fraction of
         # a threading.Semaphore on this path.
-        self._turns: queue.SimpleQueue[None] = queue.SimpleQueue()
-        for _ in range(self.pool_size):
-            self._turns.put(None)
+        self._turns = _turns(self.pool_size)
+        _backends.add(self)
         # Not weakly keyed: each entry's client and gate refer to their loop. An entry
         # goes when its loop shuts down (see close_with_loop), or once found closed.
         self._loops: dict[asyncio.AbstractEventLoop, LoopState] = {}
@@ -225,3 +227,27 @@ class RedisCalls(FailurePolicy):
             if watch is not None and task is not None:
                 watch.calls.pop(task, None)
             gate.give()
+
+
+def _turns(count: int) -> queue.SimpleQueue[None]:
+    turns: queue.SimpleQueue[None] = queue.SimpleQueue()
+    for _ in range(count):
+        turns.put(None)
+    return turns
+
+
+#: Every backend made, for the fork handler.
+_backends: weakref.WeakSet[RedisCalls] = weakref.WeakSet()
+
+
+def _forked() -> None:
+    # The turns that the parent's threads had taken at the fork (their calls in
+    # flight) are never given back in the child, which has none of those threads: with
+    # all of them taken, its calls would wait forever. Its lock, held by one of those
+    # threads, would stay held: both are new.
+    for calls in list(_backends):
+        calls._turns = _turns(calls.pool_size)
+        calls._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)

@@ -1,31 +1,35 @@
-"""A script call sent straight on a connection of the synchronous client's pool,
-for :class:`~.redis_calls.RedisCalls`.
+"""A script call sent straight on a connection of the client's pool, for
+:class:`~.redis_calls.RedisCalls`: :class:`Wire` for a synchronous client,
+:class:`AsyncWire` for each event loop's asyncio client.
 
 ``client.fcall(...)`` spends most of an uncontended decision's client time around
 the command rather than on it: a connection taken from the pool and given back (its
 lock, its checks, its events), each argument encoded in Python, redis-py's metrics.
-So a :class:`Wire` holds one connection of the pool between calls and sends each call
-packed at once (hiredis's packer), reads the reply, and applies the connection's own
-retry policy as redis-py does. Counted with callgrind, a token bucket's decision took
-188 k client instructions through the client and 82 k this way; the empty
-``EVALSHA`` through the client takes 140 k (``benchmarks/client_instructions.py``).
+So a wire holds one connection of the pool between calls and sends each call packed
+at once (hiredis's packer), reads the reply, and applies the connection's own retry
+policy as redis-py does. Counted with callgrind, a token bucket's decision took 188 k
+client instructions through the client and 85 k this way; the empty ``EVALSHA``
+through the client takes 139 k (``benchmarks/client_instructions.py``).
 
 The connection held is checked as the pool checks one before lending it (connected,
-nothing unread on it: a server restarted or failed over under it is found before
-the call, not by it); one interrupted between its command and its reply is closed;
-a forked child drops its parent's; a backend dropped unclosed gives it back. Calls
-in flight at once beyond the first take connections from the pool for the call.
+nothing unread on it: a server restarted or failed over under it is found before the
+call, not by it), and goes back to the pool when that check fails; one interrupted
+between its command and its reply (a signal's exception, a cancelled task) is closed;
+a forked child drops its parent's and renews the lock; a backend dropped unclosed
+gives it back (from a thread of its own: never from inside the garbage collector,
+which may run where the pool's lock is held). Calls in flight at once beyond the
+first take connections from the pool for the call.
 
-It is used only where it changes nothing a caller can see: a synchronous
-``redis.Redis`` whose command path (``execute_command`` and what it calls, ``fcall``,
-``evalsha``) is redis-py's own, neither overridden by a subclass nor wrapped by
-instrumentation (tracing sees every call), with no single connection of its own, and
+It is used only where the calls' replies, errors and tracing stay as they were: a
+``redis.Redis`` or ``redis.asyncio.Redis`` whose command path (``execute_command`` and
+what it calls, ``fcall``, ``evalsha``) is redis-py's own, neither overridden by a
+subclass nor wrapped by instrumentation, with no single connection of its own, and
 redis-py's own metrics off when the backend is made (they count what passes through
-the client). A
-connection is held only where the pool has one to spare beyond the backend's
-``pool_size`` calls in flight (:meth:`RedisBackend.from_url
-<ratelimit._stores.redis.RedisBackend.from_url>` makes its pool one larger for it);
-otherwise each call takes one from the pool and gives it back.
+the client). A connection is held only where the pool has one to spare beyond the
+backend's ``pool_size`` calls in flight (:meth:`RedisBackend.from_url
+<ratelimit._stores.redis.RedisBackend.from_url>` makes its pools one larger for it);
+otherwise each call takes one from the pool and gives it back. A pool shared with the
+application so lends it one connection fewer while the backend is idle.
 """
 
 from __future__ import annotations
@@ -146,6 +150,7 @@ class _Held:
         self._held: list[weakref.ref[Any]] = []
         self._pid = os.getpid()
         self._lock = threading.Lock()
+        _wires.add(self)
 
     def _pop(self) -> Any:
         """The held connection, taken (``None``: take one from the pool)."""
@@ -178,6 +183,20 @@ class _Held:
         return reconnect is not None and reconnect()
 
 
+#: Every wire made, for the fork handler.
+_wires: weakref.WeakSet[_Held] = weakref.WeakSet()
+
+
+def _forked() -> None:
+    # A lock held by a thread of the parent at the fork (taking or giving back the
+    # held connection) would stay held in the child for ever: the child's is new.
+    for wire in list(_wires):
+        wire._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def _give_back(pool: Any, held: list[weakref.ref[Any]]) -> None:
     while held:
         conn = held.pop()()
@@ -185,6 +204,17 @@ def _give_back(pool: Any, held: list[weakref.ref[Any]]) -> None:
         if conn is not None:
             with contextlib.suppress(Exception):
                 pool.release(conn)
+
+
+def _give_back_later(pool: Any, held: list[weakref.ref[Any]]) -> None:
+    # A finalizer may run inside the garbage collector, set off by an allocation in
+    # any thread: one that holds the pool's lock (a BlockingConnectionPool's queue,
+    # an older redis-py's pool) would wait on itself for ever. Given back from a
+    # thread of its own instead, once that lock is free.
+    if not held:
+        return
+    with contextlib.suppress(RuntimeError):  # an interpreter shutting down
+        threading.Thread(target=_give_back, args=(pool, held), name="ratelimit-wire-give-back", daemon=True).start()
 
 
 class Wire(_Held):
@@ -195,7 +225,7 @@ class Wire(_Held):
     def __init__(self, pool: Any, hold: bool) -> None:
         super().__init__(pool, hold)
         # A backend dropped unclosed gives its connection back to the pool.
-        self._finalizer = weakref.finalize(self, _give_back, pool, self._held)
+        self._finalizer = weakref.finalize(self, _give_back_later, pool, self._held)
 
     def _take(self) -> Any:
         conn = self._pop()
@@ -204,13 +234,20 @@ class Wire(_Held):
             # is not (a Sentinel's asks where the master is now), and if it is readable
             # with no command sent (the server closed it: a restart, a failover, an
             # idle timeout), open it afresh, so that a call is not the one to find it dead.
-            conn.connect()
             try:
-                if conn.can_read():
-                    raise redis.exceptions.ConnectionError("a connection with data before its command")
-            except _BROKEN:
-                conn.disconnect()
                 conn.connect()
+                try:
+                    if conn.can_read():
+                        raise redis.exceptions.ConnectionError("a connection with data before its command")
+                except _BROKEN:
+                    conn.disconnect()
+                    conn.connect()
+            except BaseException:
+                # The server down, the connection refused, a signal's exception: the
+                # pool's again, as the pool gives back one it could not ready, or each
+                # failure would keep one of its connections from it.
+                self._lose(conn)
+                raise
             return conn
         try:
             return self._pool.get_connection()
@@ -223,18 +260,26 @@ class Wire(_Held):
         if failed or not self._keep(conn):
             self._pool.release(conn)
 
+    def _lose(self, conn: Any) -> None:
+        # Closed and the pool's: the next call that needs one is lent one afresh.
+        conn.disconnect()
+        self._give(conn, failed=True)
+
     def call(self, command: tuple[str, ...]) -> Any:
         """Send ``command`` and return its reply, as ``client.execute_command`` would
         for a command without a reply callback (``FCALL``, ``EVALSHA``, ``EVAL``), with
         the connection's retry policy; an error reply is raised as its ``ResponseError``."""
         conn = self._take()
-        packed = self._packed(conn, command)
+        packed: list[bytes] = []
 
         def send() -> Any:
             conn.send_packed_command(packed)
             return conn.read_response()
 
         try:
+            # Packed with the connection taken, so that a failure to pack (or a
+            # signal's exception meanwhile) gives it back too.
+            packed += self._packed(conn, command)
             reply = conn.retry.call_with_retry(send, lambda _error: conn.disconnect())
         except redis.exceptions.ResponseError:
             # An error reply, read whole: the connection is as good as before.
@@ -244,8 +289,7 @@ class Wire(_Held):
             # Anything else (a timeout, a signal's exception between sending and
             # reading) may leave a reply unread on it, which the next call would take
             # for its own.
-            conn.disconnect()
-            self._give(conn, failed=True)  # the pool's: the next call is lent one afresh
+            self._lose(conn)
             raise
         self._give(conn)
         return reply
@@ -300,7 +344,7 @@ class AsyncWire(_Held):
             try:
                 await (ensure(conn) if ensure is not None else conn.connect())
             except BaseException:
-                await self._pool.release(conn)
+                await self._lose(conn)
                 raise
             return conn
         try:
@@ -314,10 +358,16 @@ class AsyncWire(_Held):
         if failed or not self._keep(conn):
             await self._pool.release(conn)
 
+    async def _lose(self, conn: Any) -> None:
+        # Closed without awaiting the transport's end: a cancelled task must not be
+        # held up, and nothing here may be cancelled again half-way.
+        await conn.disconnect(nowait=True)
+        await self._give(conn, failed=True)
+
     async def call(self, command: tuple[str, ...]) -> Any:
         """:meth:`Wire.call`, awaited."""
         conn = await self._take()
-        packed = self._packed(conn, command)
+        packed: list[bytes] = []
 
         async def send() -> Any:
             await conn.send_packed_command(packed)
@@ -327,15 +377,13 @@ class AsyncWire(_Held):
             await conn.disconnect()
 
         try:
+            packed += self._packed(conn, command)
             reply = await conn.retry.call_with_retry(send, broken)
         except redis.exceptions.ResponseError:
             await self._give(conn)
             raise
         except BaseException:
-            # Closed without awaiting the transport's end: a cancelled task must not
-            # be held up, and nothing here may be cancelled again half-way.
-            await conn.disconnect(nowait=True)
-            await self._give(conn, failed=True)
+            await self._lose(conn)
             raise
         await self._give(conn)
         return reply
