@@ -162,11 +162,16 @@ def test_a_forked_child_decides_on_connections_of_its_own() -> None:
     backend.close()
 
 
+def decided(client: redis.Redis, pool_size: int) -> RedisBackend:
+    """A backend on ``client`` that has made one decision (and so holds, if it may)."""
+    backend = RedisBackend(client, pool_size=pool_size, coalesce=False)
+    assert TokenBucket(10, 1, backend=backend, name=unique_name(), clock=ManualClock(1_000.0)).try_acquire()
+    return backend
+
+
 def test_a_pool_with_no_connection_to_spare_is_not_held_from() -> None:
     client = plain(max_connections=2)
-    backend = RedisBackend(client, pool_size=2, coalesce=False)
-    limiter = TokenBucket(10, 1, backend=backend, name=unique_name(), clock=ManualClock(1_000.0))
-    assert limiter.try_acquire()
+    backend = decided(client, pool_size=2)
     pool = client.connection_pool
     taken = [pool.get_connection(), pool.get_connection()]  # both the pool's to lend
     for conn in taken:
@@ -189,10 +194,8 @@ def test_the_connection_held_leaves_the_pool_room_for_the_backends_own_commands(
 
 def test_a_backend_dropped_unclosed_gives_its_connection_back() -> None:
     client = plain(max_connections=3)
-    backend = RedisBackend(client, pool_size=2, coalesce=False)
-    limiter = TokenBucket(10, 1, backend=backend, name=unique_name(), clock=ManualClock(1_000.0))
-    assert limiter.try_acquire()
-    del backend, limiter
+    backend = decided(client, pool_size=2)
+    del backend
     gc.collect()
     # Given back from a thread of its own (never from inside the collector, which may
     # run where the pool's lock is held): all three lent again, soon.
