@@ -378,6 +378,19 @@ class Script:
         except NoScriptError:
             return (yield EVAL)
 
+    def _wired(self, step: str, keys: Sequence[str], args: Sequence[str]) -> tuple[str, ...]:
+        """The command of one step as it goes on a wire (redis_wire.py): the words the
+        client's method would send."""
+        if step == FCALL:
+            return ("FCALL", cast("str", self.function), str(len(keys)), *keys, *args)
+        if step == EVALSHA:
+            return ("EVALSHA", self.sha, str(len(keys)), *keys, *args)
+        if step == EVAL:
+            return ("EVAL", self.source, str(len(keys)), *keys, *args)
+        if step == LISTED:
+            return ("FUNCTION", "LIST", "LIBRARYNAME", library().name)
+        return ("FUNCTION", "LOAD", "REPLACE", library().source)
+
     def _command(
         self,
         client: Any,
@@ -390,16 +403,7 @@ class Script:
         the library loaded on the connection the call holds, not on another of the
         pool's (which asyncio cannot tell is dead after a restart until it reads)."""
         if send is not None:
-            n = str(len(keys))
-            if step == FCALL:
-                return send(("FCALL", cast("str", self.function), n, *keys, *args))
-            if step == EVALSHA:
-                return send(("EVALSHA", self.sha, n, *keys, *args))
-            if step == EVAL:
-                return send(("EVAL", self.source, n, *keys, *args))
-            if step == LISTED:
-                return send(("FUNCTION", "LIST", "LIBRARYNAME", library().name))
-            return send(("FUNCTION", "LOAD", "REPLACE", library().source))
+            return send(self._wired(step, keys, args))
         if step == FCALL:
             return client.fcall(self.function, len(keys), *keys, *args)
         if step == EVALSHA:
@@ -421,21 +425,20 @@ class Script:
         # take over from its error. ``send``: how that one command goes, where not
         # through the client (redis_wire.py).
         try:
-            function = self.function
-            if function is not None and self._by_function(client):
+            if self._by_function(client):
                 try:
                     if send is not None:
-                        return send(("FCALL", function, str(len(keys)), *keys, *args))
-                    return client.fcall(function, len(keys), *keys, *args)
+                        return send(self._wired(FCALL, keys, args))
+                    return client.fcall(self.function, len(keys), *keys, *args)
                 except ResponseError as exc:
                     steps = self._steps(client, exc)
             else:
                 try:
                     if send is not None:
-                        return send(("EVALSHA", self.sha, str(len(keys)), *keys, *args))
+                        return send(self._wired(EVALSHA, keys, args))
                     return client.evalsha(self.sha, len(keys), *keys, *args)
                 except NoScriptError:
-                    return client.eval(self.source, len(keys), *keys, *args)
+                    return self._command(client, EVAL, keys, args, send)
         except ResponseError as exc:
             raise self._translated(exc) from None
         try:
@@ -460,21 +463,20 @@ class Script:
         send: Callable[[tuple[str, ...]], Awaitable[Any]] | None = None,
     ) -> Any:
         try:
-            function = self.function
-            if function is not None and self._by_function(client):
+            if self._by_function(client):
                 try:
                     if send is not None:
-                        return await send(("FCALL", function, str(len(keys)), *keys, *args))
-                    return await client.fcall(function, len(keys), *keys, *args)
+                        return await send(self._wired(FCALL, keys, args))
+                    return await client.fcall(self.function, len(keys), *keys, *args)
                 except ResponseError as exc:
                     steps = self._steps(client, exc)
             else:
                 try:
                     if send is not None:
-                        return await send(("EVALSHA", self.sha, str(len(keys)), *keys, *args))
+                        return await send(self._wired(EVALSHA, keys, args))
                     return await client.evalsha(self.sha, len(keys), *keys, *args)
                 except NoScriptError:
-                    return await client.eval(self.source, len(keys), *keys, *args)
+                    return await self._command(client, EVAL, keys, args, send)
         except ResponseError as exc:
             raise self._translated(exc) from None
         try:
