@@ -79,7 +79,6 @@ class RedisCalls(FailurePolicy):
         #: How the synchronous client's calls are sent, where not through the client
         #: (see redis_wire.py).
         self._wire: Wire | None = None if self._sync_client is None else wire_for(client, turns=self.pool_size)
-        self._send: Callable[[tuple[str, ...]], Any] | None = None if self._wire is None else self._wire.call
 
     def _close_wire(self) -> None:
         if self._wire is not None:
@@ -164,11 +163,13 @@ class RedisCalls(FailurePolicy):
             if (outage := self._outage_seen(outages)) is not None:
                 turns.put(None)
                 raise outage from None
+        wire = self._wire
+        send = None if wire is None else wire.call
         try:
             started = None
             while True:
                 try:
-                    return script(client, keys, args, self._send)
+                    return script(client, keys, args, send)
                 except redis.exceptions.MaxConnectionsError:
                     started = started or time.monotonic()
                     time.sleep(self._pool_full(started))
@@ -202,7 +203,7 @@ class RedisCalls(FailurePolicy):
             if (outage := self._outage_seen(outages)) is not None:
                 gate.give()
                 raise outage
-        watch = state.watch
+        watch, wire = state.watch, state.wire
         task = asyncio.current_task()
         if watch is not None and task is not None:
             watch.start(task)
@@ -210,7 +211,7 @@ class RedisCalls(FailurePolicy):
             started = None
             while True:
                 try:
-                    return await script.call_async(state.client, keys, args, state.send)
+                    return await script.call_async(state.client, keys, args, None if wire is None else wire.call)
                 except asyncio.CancelledError:
                     if watch is None or task is None or not watch.timed_out(task):
                         raise

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import sys
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from .redis_wire import AsyncWire
@@ -58,7 +58,7 @@ class LoopState:
     deadlines of its calls (``watch``, for clients without a socket timeout), and the
     wire its calls are sent on where not through the client (see redis_wire.py)."""
 
-    __slots__ = ("client", "closer", "gate", "send", "watch", "wire")
+    __slots__ = ("client", "closer", "gate", "watch", "wire")
 
     def __init__(self, client: Any, gate: Turns, watch: Watch | None, wire: AsyncWire | None) -> None:
         self.client = client
@@ -66,7 +66,6 @@ class LoopState:
         self.watch = watch
         self.closer: AsyncGenerator[None, None] | None = None
         self.wire = wire
-        self.send: Callable[[tuple[str, ...]], Awaitable[Any]] | None = None if wire is None else wire.call
 
 
 async def close_with_loop(client: Any, forget: Callable[[], None]) -> AsyncGenerator[None, None]:

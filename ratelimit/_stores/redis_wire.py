@@ -136,8 +136,8 @@ def async_wire_for(client: Any, *, turns: int) -> AsyncWire | None:
 
 class _Held:
     """The connection held between calls, for either kind of wire: at most one, kept
-    only by the process that took it (a forked child drops its parent's, as redis-py's
-    pool starts afresh in a child)."""
+    only by the process that took it (a forked child drops its parent's, see
+    `_forked`, as redis-py's pool starts afresh in a child)."""
 
     def __init__(self, pool: Any, hold: bool) -> None:
         self._pool = pool
@@ -148,7 +148,6 @@ class _Held:
         # its pool, and a pool left to the garbage collector goes with its connections
         # at once (nothing here keeps them for a finalizer).
         self._held: list[weakref.ref[Any]] = []
-        self._pid = os.getpid()
         self._lock = threading.Lock()
         _wires.add(self)
 
@@ -157,9 +156,6 @@ class _Held:
         if not self._hold:
             return None
         with self._lock:
-            if self._pid != os.getpid():
-                self._held.clear()
-                self._pid = os.getpid()
             return self._held.pop()() if self._held else None
 
     def _keep(self, conn: Any) -> bool:
@@ -167,7 +163,7 @@ class _Held:
         if not self._hold:
             return False
         with self._lock:
-            if self._held or self._pid != os.getpid():
+            if self._held:
                 return False
             self._held.append(weakref.ref(conn))
             return True
@@ -188,9 +184,13 @@ _wires: weakref.WeakSet[_Held] = weakref.WeakSet()
 
 
 def _forked() -> None:
-    # A lock held by a thread of the parent at the fork (taking or giving back the
-    # held connection) would stay held in the child for ever: the child's is new.
+    # The parent's connection is the parent's: the child's pool lends it its own (a
+    # socket shared by two processes would hand each the other's replies). A lock held
+    # by a thread of the parent at the fork (taking or giving back the held connection)
+    # would stay held in the child for ever: the child's is new. (Here, not a process
+    # id compared at each call: two system calls a decision.)
     for wire in list(_wires):
+        wire._held.clear()
         wire._lock = threading.Lock()
 
 
