@@ -38,6 +38,7 @@ import asyncio
 import codecs
 import contextlib
 import os
+import queue
 import threading
 import weakref
 from collections.abc import Callable
@@ -189,9 +190,13 @@ def _forked() -> None:
     # by a thread of the parent at the fork (taking or giving back the held connection)
     # would stay held in the child for ever: the child's is new. (Here, not a process
     # id compared at each call: two system calls a decision.)
+    global _giver, _giver_lock
+    _giver, _giver_lock = None, threading.Lock()  # (the parent's thread is not the child's)
     for wire in list(_wires):
         wire._held.clear()
         wire._lock = threading.Lock()
+        if isinstance(wire, Wire) and wire._hold:
+            _start_giver()
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -206,15 +211,34 @@ def _give_back(pool: Any, held: list[weakref.ref[Any]]) -> None:
                 pool.release(conn)
 
 
+# A finalizer may run inside the garbage collector, set off by an allocation in any
+# thread: one that holds the pool's lock (a BlockingConnectionPool's queue, an older
+# redis-py's pool) would wait on itself for ever, and a wait of any kind there (even a
+# thread's start) is where a signal handler's exception is lost. So a dropped wire's
+# connection is only put on a queue (SimpleQueue.put never waits: made for
+# finalizers), and given back by one thread that waits for them, started with the
+# first wire that may hold one (and again in a forked child).
+_returns: queue.SimpleQueue[tuple[Any, list[weakref.ref[Any]]]] = queue.SimpleQueue()
+_giver: threading.Thread | None = None
+_giver_lock = threading.Lock()
+
+
+def _give_back_ever() -> None:
+    while True:
+        _give_back(*_returns.get())
+
+
+def _start_giver() -> None:
+    global _giver
+    with _giver_lock:
+        if _giver is None or not _giver.is_alive():
+            _giver = threading.Thread(target=_give_back_ever, name="ratelimit-wire-returns", daemon=True)
+            _giver.start()
+
+
 def _give_back_later(pool: Any, held: list[weakref.ref[Any]]) -> None:
-    # A finalizer may run inside the garbage collector, set off by an allocation in
-    # any thread: one that holds the pool's lock (a BlockingConnectionPool's queue,
-    # an older redis-py's pool) would wait on itself for ever. Given back from a
-    # thread of its own instead, once that lock is free.
-    if not held:
-        return
-    with contextlib.suppress(RuntimeError):  # an interpreter shutting down
-        threading.Thread(target=_give_back, args=(pool, held), name="ratelimit-wire-give-back", daemon=True).start()
+    if held:
+        _returns.put((pool, held))
 
 
 class Wire(_Held):
@@ -225,6 +249,8 @@ class Wire(_Held):
     def __init__(self, pool: Any, hold: bool) -> None:
         super().__init__(pool, hold)
         # A backend dropped unclosed gives its connection back to the pool.
+        if hold:
+            _start_giver()
         self._finalizer = weakref.finalize(self, _give_back_later, pool, self._held)
 
     def _take(self) -> Any:

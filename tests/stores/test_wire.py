@@ -13,6 +13,7 @@ import gc
 import os
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -192,6 +193,23 @@ def test_the_connection_held_leaves_the_pool_room_for_the_backends_own_commands(
     backend.close()
 
 
+def lent_again(client: redis.Redis, count: int) -> None:
+    """Waits (at most 5 s) until ``client``'s pool lends ``count`` connections at once."""
+    pool = client.connection_pool
+    deadline = time.monotonic() + 5
+    while True:
+        taken = []
+        try:
+            taken += [pool.get_connection() for _ in range(count)]
+            return
+        except redis.exceptions.MaxConnectionsError:
+            assert time.monotonic() < deadline, "the connection held never came back"
+        finally:
+            for conn in taken:
+                pool.release(conn)
+        time.sleep(0.01)
+
+
 def test_a_backend_dropped_unclosed_gives_its_connection_back() -> None:
     client = plain(max_connections=3)
     backend = decided(client, pool_size=2)
@@ -199,19 +217,26 @@ def test_a_backend_dropped_unclosed_gives_its_connection_back() -> None:
     gc.collect()
     # Given back from a thread of its own (never from inside the collector, which may
     # run where the pool's lock is held): all three lent again, soon.
-    pool = client.connection_pool
-    deadline = time.monotonic() + 5
-    while True:
-        taken = []
-        try:
-            taken += [pool.get_connection() for _ in range(3)]
-            break
-        except redis.exceptions.MaxConnectionsError:
-            assert time.monotonic() < deadline, "the connection held never came back"
-        finally:
-            for conn in taken:
-                pool.release(conn)
-        time.sleep(0.01)
+    lent_again(client, 3)
+    client.close()
+
+
+def test_a_dropped_backends_finalizer_waits_for_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The collector runs a finalizer between any two bytecodes: a wait there (for a
+    # lock, for a thread to start) is where a signal handler's exception is raised and
+    # lost, and where a thread holding the pool's lock waits on itself.
+    client = plain(max_connections=3)
+    backend = decided(client, pool_size=2)
+    assert backend._wire is not None
+
+    def waited(*args: Any, **kwargs: Any) -> bool:
+        raise AssertionError("the finalizer waited")
+
+    monkeypatch.setattr(threading.Condition, "wait", waited)
+    backend._wire._finalizer()  # as the collector calls it
+    monkeypatch.undo()
+    lent_again(client, 3)
+    backend.close()
     client.close()
 
 
