@@ -42,7 +42,7 @@ from ratelimit import (
 from ratelimit._stores.redis_handles import RedisHandle
 from ratelimit._stores.rounds import MOST_PER_ROUND, Ask, Round, Rounds
 
-from conftest import unique_name
+from conftest import REDIS_URL, unique_name
 
 REDIS_STORES = ["fakeredis", "redis", "cluster"]
 
@@ -340,7 +340,7 @@ def test_leased_windows_count_each_grant_for_the_lease_too(server: Any) -> None:
 
 def test_a_thousand_tasks_share_a_few_calls_and_each_gets_its_exact_wait(redis_client: redis.Redis) -> None:
     async def main() -> list[float]:
-        backend = RedisBackend.from_url("redis://127.0.0.1:6379")
+        backend = RedisBackend.from_url(REDIS_URL)
         calls = Calls(backend)
         clock = ManualClock(start=1_000.0)
         limiter = TokenBucket(100, 50, backend=backend, name=unique_name(), clock=clock)
@@ -449,7 +449,7 @@ def test_a_round_that_fails_fails_every_caller_in_it_and_nobody_hangs() -> None:
 
 def test_cancelled_tasks_give_their_grants_back(redis_client: redis.Redis) -> None:
     async def main() -> None:
-        backend = RedisBackend.from_url("redis://127.0.0.1:6379")
+        backend = RedisBackend.from_url(REDIS_URL)
         clock = ManualClock(start=1_000.0)
         name = unique_name()
         limiter = TokenBucket(500, 0.001, backend=backend, name=name, clock=clock)
@@ -631,7 +631,7 @@ def test_a_round_carries_at_most_its_share_of_a_crowd(redis_client: redis.Redis)
     # One script holds Redis for everyone: 2,000 tasks go in rounds of at most
     # MOST_PER_ROUND, each still in arrival order with its exact wait.
     async def main() -> list[float]:
-        backend = RedisBackend.from_url("redis://127.0.0.1:6379")
+        backend = RedisBackend.from_url(REDIS_URL)
         calls = Calls(backend)
         clock = ManualClock(start=1_000.0)
         limiter = TokenBucket(10, 100, backend=backend, name=unique_name(), clock=clock)
@@ -695,7 +695,7 @@ def test_a_composites_batch_decides_as_the_same_calls_one_by_one(
 
 def test_a_thousand_tasks_on_a_composite_share_rounds(redis_client: redis.Redis) -> None:
     async def main() -> list[float]:
-        backend = RedisBackend.from_url("redis://127.0.0.1:6379")
+        backend = RedisBackend.from_url(REDIS_URL)
         calls = Calls(backend)
         clock = ManualClock(start=1_000.0)
         llm = Composite(
