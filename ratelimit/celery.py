@@ -26,7 +26,9 @@ Each run of the task (in the worker, not an eager or direct call) goes this way:
    A re-run delivered more than ``late`` seconds after its grant reserves again
    instead: its slot is past, and late re-runs arriving together would reach the
    provider in one burst. The first such re-run in a process, for each limiter, is
-   logged as a warning (logger ``ratelimit``).
+   logged as a warning (logger ``ratelimit``). A grant serves one run: a retry of
+   the body (``self.retry()``, whose message carries the headers of the run it
+   retries) reserves anew, at once or after its countdown.
 4. If the body raises after the provider refused it (a 429 or 503 fed back to this
    limiter in this run, which pauses the budget for every worker), or raises a
    :class:`~ratelimit.RateLimitError` that says when to come back (an integration's
@@ -94,7 +96,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 #: The message header that carries a deferred task's grant to its re-run: a mapping
-#: ``{"name": limiter name, "due": epoch seconds (wall clock)}``.
+#: ``{"name": limiter name, "due": epoch seconds (wall clock), "retries": the
+#: request's retries when it was deferred}``. Celery copies a request's headers into
+#: every message made from it (``self.retry()`` among them), so the grant names the
+#: run it is for: a retry counts one more and reserves anew, and a grant is used once.
 HEADER = "ratelimit_grant"
 
 #: The default ``lead`` is this much of ``max_block``, and at most :data:`LEAD_MOST`.
@@ -318,6 +323,11 @@ class _Run:
         grant = (self.request.headers or {}).get(HEADER)
         if not isinstance(grant, dict) or grant.get("name") != self.spec.limiter.name:
             return None
+        # A retry (or any message copied from the run that used the grant) counts
+        # another retry than the deferral did: that run's grant is spent. (A header
+        # without the count is a deferral of a first run.)
+        if grant.get("retries", 0) != self.request.retries:
+            return None
         due = grant.get("due")
         if isinstance(due, bool) or not isinstance(due, (int, float)) or not math.isfinite(due):
             return None
@@ -341,7 +351,7 @@ class _Run:
         grant: the re-run reserves), and end this run as ignored."""
         headers = {key: value for key, value in (self.request.headers or {}).items() if key != HEADER}
         if due is not None:
-            headers[HEADER] = {"name": self.spec.limiter.name, "due": due}
+            headers[HEADER] = {"name": self.spec.limiter.name, "due": due, "retries": self.request.retries}
         eta = datetime.now(timezone.utc) + timedelta(seconds=min(delay, MAX_HORIZON))
         options: dict[str, Any] = {"eta": eta, "retries": self.request.retries, "headers": headers}
         priority = self.spec.priority

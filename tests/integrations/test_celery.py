@@ -17,7 +17,7 @@ from typing import Any
 import fakeredis
 import pytest
 from celery import Celery, Task
-from celery.exceptions import Ignore
+from celery.exceptions import Ignore, Retry
 
 from ratelimit import (
     AcquireTimeout,
@@ -64,7 +64,9 @@ def bucket(clock: ManualClock) -> TokenBucket:
     return TokenBucket(1, 1, backend=RedisBackend(fakeredis.FakeRedis()), name=unique_name("celery"), clock=clock)
 
 
-def in_worker(task: Any, *args: Any, headers: dict[str, Any] | None = None, redelivered: bool = False) -> Any:
+def in_worker(
+    task: Any, *args: Any, headers: dict[str, Any] | None = None, redelivered: bool = False, retries: int = 0
+) -> Any:
     """Run ``task`` as a worker would run one message of it; its sends are in ``task.sent``."""
     if not hasattr(task, "sent"):
         task.sent = []
@@ -76,7 +78,7 @@ def in_worker(task: Any, *args: Any, headers: dict[str, Any] | None = None, rede
         delivery_info={"exchange": "", "routing_key": "q", "redelivered": redelivered},
         called_directly=False,
         is_eager=False,
-        retries=0,
+        retries=retries,
     )
     try:
         return task.run(*args)
@@ -256,6 +258,36 @@ def test_a_grant_still_far_is_deferred_again_carrying_the_same_grant(app: Celery
         in_worker(lookup, 1, headers={HEADER: {"name": bucket.name, "due": due}})
     assert grant_in(lookup.sent[0]) == due
     assert bucket.try_acquire()  # the bucket's one token is still there
+
+
+def test_a_retry_of_a_run_on_a_carried_grant_reserves_anew(app: Celery, bucket: TokenBucket) -> None:
+    """``self.retry(countdown=0)`` copies the message's headers, the grant among them,
+    into the retry: the retry must not run on the grant its first run used."""
+    ran: list[int] = []
+
+    @app.task(bind=True, base=Recorder, max_retries=3)
+    @limited(bucket, max_block=0.5)
+    def lookup(self: Task, item: int) -> None:
+        ran.append(self.request.retries)
+        if self.request.retries == 0:
+            raise self.retry(countdown=0)
+
+    assert bucket.try_acquire()  # the bucket's one token: a second is a second away
+    with pytest.raises(Retry):
+        in_worker(lookup, 1, headers={HEADER: {"name": bucket.name, "due": time.time()}})
+    (retry,) = lookup.sent
+    assert retry["retries"] == 1
+    assert HEADER in retry["headers"]  # Celery carried the spent grant along
+    with pytest.raises(Ignore):  # it reserved: the next second, deferred to it
+        in_worker(lookup, 1, headers=retry["headers"], retries=1)
+    assert ran == [0]
+    before = time.time()
+    assert grant_in(lookup.sent[1]) == pytest.approx(before + 1.0, abs=0.5)
+    # Its re-run, counting the same retries, takes that grant.
+    deferred = lookup.sent[1]["headers"]
+    deferred[HEADER]["due"] = time.time()
+    in_worker(lookup, 1, headers=deferred, retries=1)
+    assert ran == [0, 1]
 
 
 @pytest.mark.parametrize(
