@@ -73,9 +73,11 @@ def horizon(name: str, value: object, seconds: float, what: str) -> None:
 MAX_NAME_LENGTH = 200
 
 
-def name(value: object, backend: object, *, shared: bool) -> str | None:
+def name(value: object, backend: object, *, shared: bool, found: bool = False) -> str | None:
     """A limiter's or breaker's ``name``: required with a ``shared`` backend, text of 1
-    to :data:`MAX_NAME_LENGTH` characters that UTF-8 can encode (a Redis key is bytes)."""
+    to :data:`MAX_NAME_LENGTH` characters that UTF-8 can encode (a Redis key is bytes).
+    ``found``: a name as a store's keys read back (``ratelimit inspect``, ``top``), in
+    which a byte that is not UTF-8 stands as its surrogate escape (U+DC80 to U+DCFF)."""
     if value is None:
         if shared:
             raise ValueError(f"name is required with a shared backend ({backend!r}): it names the shared budget")
@@ -85,7 +87,7 @@ def name(value: object, backend: object, *, shared: bool) -> str | None:
     if not value or len(value) > MAX_NAME_LENGTH:
         raise ValueError(f"name must be 1 to {MAX_NAME_LENGTH} characters, got {value!r}")
     try:
-        value.encode("utf-8")
+        value.encode("utf-8", "surrogateescape" if found else "strict")
     except UnicodeEncodeError as exc:
         # A lone surrogate: Redis keys are bytes, and it has none.
         raise ValueError(f"name must be text UTF-8 can encode, got {value!r}: {exc.reason}") from None

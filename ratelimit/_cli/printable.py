@@ -4,7 +4,9 @@ Limiter names often carry tenant ids: whoever picks a name picks what ``top`` an
 ``inspect`` write to the operator's terminal. Every character that is not printable
 (escape sequences, carriage returns, the 8-bit C1 controls, bidirectional overrides,
 line separators) is written as its Python escape (``\\x1b``, ``\\u202e``), so that a
-name can neither move the cursor, retitle the window nor leave a colour on. A cut
+name can neither move the cursor, retitle the window nor leave a colour on. A byte of
+a name that is not UTF-8 (read as its surrogate escape, see ``_stores/keys.py``) is
+written as that byte, ``\\xe9``, as a shell's ``$'...'`` would give it back. A cut
 works on whole escapes and on what the terminal shows: a wide character takes two
 columns, a combining one none.
 """
@@ -26,6 +28,8 @@ def _unit(char: str) -> str:
     if char in _SHORT:
         return _SHORT[char]
     code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:
+        code -= 0xDC00  # a byte that was not UTF-8, as the byte
     if code <= 0xFF:
         return f"\\x{code:02x}"
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"

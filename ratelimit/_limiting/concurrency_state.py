@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from .._algorithms.semaphore import FULL, HELD, QUEUED, Semaphore
 from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
-from .._stores.keys import Keyed
+from .._stores.keys import Keyed, text_of
 from .._stores.memory import MemoryBackend
 from .._stores.scripts import concurrency_script
 from .._stores.wakeups import CHANNEL_PREFIX, Listener, Waiting, listener_for, process_id
@@ -178,10 +178,6 @@ def memory_slots(
         return slots
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 class Elsewhere:
     """Slots taken while a shared store could not be used, and where each must be
     released: the store's ``on_unavailable`` decides, for Redis and SQLite alike
@@ -295,7 +291,7 @@ class RedisSlots:
         return self._elsewhere.take(exc, name, waiting)
 
     def _taken(self, reply: Any, name: str) -> str:
-        outcome = _text(reply[0])
+        outcome = text_of(reply[0])
         if outcome not in (HELD, QUEUED, FULL):
             raise ValueError(f"unexpected reply from the concurrency script: {reply!r}")
         if outcome != QUEUED:
@@ -380,7 +376,7 @@ class RedisSlots:
             self._elsewhere.lost_release(exc)
 
     def _checked(self, reply: Any, name: str) -> str:
-        held = [_text(x) for x in reply]
+        held = [text_of(x) for x in reply]
         if name in held[: held.index("|")]:
             self._listener.forget(name)
             return HELD
@@ -404,4 +400,4 @@ class RedisSlots:
         here = [n for n in names if n not in self._elsewhere and taken_here(n)]
         if not here:
             return []
-        return [_text(x) for x in self._backend.run(self._script, self._keys, self._args("keep", *here))]
+        return [text_of(x) for x in self._backend.run(self._script, self._keys, self._args("keep", *here))]

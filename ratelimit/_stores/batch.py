@@ -16,6 +16,8 @@ from typing import Any
 import redis.cluster
 import redis.exceptions
 
+from .keys import wire
+
 __all__ = ["CHUNK", "Call", "pipelined"]
 
 #: Calls in one pipeline.
@@ -43,7 +45,9 @@ def _run(client: Any, calls: Sequence[Call]) -> list[Any]:
 
 def pipelined(client: Any, calls: Sequence[Call]) -> list[Any]:
     """The replies of ``calls``, in order: ``len(calls) / CHUNK`` round trips (rounded
-    up; on a Cluster, that many per node)."""
+    up; on a Cluster, that many per node). Names read back from keys that are not UTF-8
+    go as their bytes (``keys.wire``)."""
+    calls = [(method, [wire(arg) for arg in args]) for method, args in calls]
     if not isinstance(client, redis.cluster.RedisCluster):
         return _run(client, calls)
     cluster: Any = client  # redis-py's cluster methods are untyped

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from .batch import Call, pipelined
-from .keys import Keyed, key_for, parts_of
+from .keys import Keyed, key_for, parts_of, text_of
 from .scripts import ALGORITHMS, GROUP_ONLY
 
 __all__ = ["CONCURRENCY", "Roots", "breaker_mode", "forms", "members", "number", "probe", "split", "survey"]
@@ -97,7 +97,7 @@ def survey(client: Any) -> dict[str, Roots]:
     """Every name with a root on this Redis, and its roots: one SCAN pass."""
     found: dict[str, set[str]] = defaultdict(set)
     for raw in client.scan_iter(match="ratelimit:{*", count=1000):
-        key = raw.decode() if isinstance(raw, bytes) else str(raw)
+        key = text_of(raw)
         parts, owner = split(key), parts_of(key)
         # A keyed budget (``for_key``) is one of its limiter's many: not a name of its own.
         if parts is not None and owner is not None and owner[1] is None and _is_root(parts[1]):

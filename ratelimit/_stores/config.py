@@ -36,7 +36,7 @@ from typing import Any
 from .. import _validate
 from .batch import Call, pipelined
 from .census import CONCURRENCY, Roots, breaker_mode, forms, members, number, probe, survey
-from .keys import Keyed, code_key, config_key, key_for
+from .keys import Keyed, code_key, config_key, key_for, text_of, wire
 from .scripts import ALGORITHMS, single_script
 
 __all__ = [
@@ -126,7 +126,7 @@ def _refusal(name: str, roots: Roots) -> UnchangeableLimit | None:
 
 
 def _code_of(raw: Mapping[Any, Any]) -> dict[str, str]:
-    return {_text(k): _text(v) for k, v in raw.items()}
+    return {text_of(k): text_of(v) for k, v in raw.items()}
 
 
 def _server_now(client: Any) -> float:
@@ -166,11 +166,11 @@ def _configure(client: Any, name: str, change: Override | None, now: float | Non
         ]
         # A time given is a test clock's: the state to move is that of limiters on one.
         state = key_for(name, kind, injected=now is not None)
-        single_script(kind)(client, [state, config_key(name)], args)
+        single_script(kind)(client, [wire(state), wire(config_key(name))], args)
         return
     # No process has decided yet (or what the code says is garbled): no state to move,
     # and no script known to write it.
-    key = config_key(name)
+    key = wire(config_key(name))
     pipe = client.pipeline(transaction=True)
     pipe.delete(key)
     if change is not None:
@@ -211,7 +211,7 @@ def _number(raw: Mapping[Any, Any], field: str) -> float | None:
 def read_override(client: Any, name: str, now: float | None = None) -> Override | None:
     """The change in force for ``name`` (as the scripts read it), or ``None``; its
     ``ttl`` is what is left of it at ``now`` (``None``: the server's time)."""
-    raw = client.hgetall(config_key(name))
+    raw = client.hgetall(wire(config_key(name)))
     return _override(raw, lambda: _server_now(client) if now is None else now)
 
 
@@ -328,10 +328,6 @@ PARAMETERS = {
 WINDOWS = ("sliding_window", "sliding_window_counter")
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _reads(name: str | Keyed, roots: Roots, at: float) -> list[Call]:
     """What ``inspect`` reads of one name, before asking its script."""
     calls: list[Call] = [
@@ -415,7 +411,7 @@ def _inspection(
         concurrency = Slots(int(held), int(queued), None if stored is None else int(stored))
     if kind is not None and reply is not None:
         # The script's time: a test clock's when one was given.
-        at = float(_text(reply[-1]))
+        at = float(text_of(reply[-1]))
     common: dict[str, Any] = dict(
         name=name.name if isinstance(name, Keyed) else name,
         key=name.key if isinstance(name, Keyed) else None,
@@ -431,7 +427,7 @@ def _inspection(
         # What the code says, if garbled (or of a kind this version does not know):
         # its kind only, nothing the script could be asked.
         return Inspection(**common, kind=code.get("kind"))
-    e1, e2, available, wait, latest, paused, _ = (_text(x) for x in reply)
+    e1, e2, available, wait, latest, paused, _ = (text_of(x) for x in reply)
     names = PARAMETERS[kind]
     return Inspection(
         **common,

@@ -43,7 +43,7 @@ from redis.exceptions import ReadOnlyError, ResponseError
 
 from .batch import Call, pipelined
 from .census import CONCURRENCY, breaker_mode, number, split
-from .keys import code_key, key_for, name_of, parts_of
+from .keys import code_key, key_for, name_of, parts_of, text_of, wire
 from .redis_clients import database
 from .scripts import library, refuses_functions
 
@@ -122,10 +122,6 @@ def p99_wait(buckets: dict[int, float]) -> float | None:
     return math.inf
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _parse(key: str) -> tuple[str, str, int] | None:
     """(name, kind, second) of a counters key, or ``None`` for another key."""
     name, parts = name_of(key), split(key)
@@ -148,26 +144,22 @@ _flushers_lock = threading.Lock()
 _FLUSH = "_top_flush"
 
 
-def _text_of(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _fields(entry: Any) -> dict[str, Any]:
     """A FUNCTION LIST entry as a dictionary (RESP3 replies one, RESP2 a flat list)."""
     if isinstance(entry, dict):
-        return {_text_of(k): v for k, v in entry.items()}
+        return {text_of(k): v for k, v in entry.items()}
     items = list(entry)
-    return {_text_of(items[i]): items[i + 1] for i in range(0, len(items) - 1, 2)}
+    return {text_of(items[i]): items[i + 1] for i in range(0, len(items) - 1, 2)}
 
 
 def _listed_flushers(listed: Any) -> tuple[str, ...]:
     names = []
     for entry in listed or ():
         lib = _fields(entry)
-        if not _text_of(lib.get("library_name", "")).startswith("ratelimit_"):
+        if not text_of(lib.get("library_name", "")).startswith("ratelimit_"):
             continue
         for function in lib.get("functions") or ():
-            name = _text_of(_fields(function).get("name", ""))
+            name = text_of(_fields(function).get("name", ""))
             if name.endswith(_FLUSH):
                 names.append(name)
     return tuple(sorted(names))
@@ -212,7 +204,7 @@ def flush_counts(client: Any, bases: Iterable[str]) -> None:
     for function in functions:
         for start in range(0, len(wanted), FLUSH_CHUNK):
             chunk = wanted[start : start + FLUSH_CHUNK]
-            pipe.fcall(function, len(chunk), *chunk)
+            pipe.fcall(function, len(chunk), *map(wire, chunk))
     ours = library().function("top_flush")
     calls = [function for function in functions for _ in range(0, len(wanted), FLUSH_CHUNK)]
     stale = False
@@ -250,7 +242,7 @@ def fleet(client: Any, window: float = 5.0, now: float | None = None) -> list[Fl
     keys: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
     slots: list[str] = []
     for raw in client.scan_iter(match="ratelimit:{*", count=1000):
-        key = _text(raw)
+        key = text_of(raw)
         parsed = _parse(key)
         if parsed is not None and parsed[2] > current - ACTIVE_SECONDS:
             keys[parsed[:2]].append((parsed[2], key))
@@ -296,7 +288,7 @@ def _row(name: str, kind: str, found: list[tuple[int, str]], answer: list[Any], 
     # The last `span` whole seconds: the current one is still filling.
     recent = range(current - span, current)
     for (second, _), fields in zip(found, hashes, strict=True):
-        values = {_text(k): float(v) for k, v in fields.items()}
+        values = {text_of(k): float(v) for k, v in fields.items()}
         pauses += int(values.get("p", 0))
         if second not in recent:
             continue
@@ -311,7 +303,7 @@ def _row(name: str, kind: str, found: list[tuple[int, str]], answer: list[Any], 
     return FleetRow(
         name=name,
         kind=kind,
-        shadow=shadow is not None and _text(shadow) == "1",
+        shadow=shadow is not None and text_of(shadow) == "1",
         # A reservation withdrawn before it was due (a timeout, a cancelled task) was
         # counted when granted; it never went. (Its wait stays in the histogram.)
         grants_per_sec=max(granted - withdrawn, 0.0) / span,

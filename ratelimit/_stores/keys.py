@@ -9,16 +9,58 @@ own, ``ratelimit:{<name>%/<key>}:...``, each part escaped as a name is: an escap
 part holds ``%`` only before ``25``, ``7B`` or ``7D``, so ``%/`` can only be the
 separator, and no pair of name and key shares a tag with another pair or with a
 plain name. Each key hashes to its own Cluster slot, so keys spread over the masters.
+
+A key read back from Redis is text by :func:`text_of`: a client of another encoding
+(``redis.Redis(encoding="latin-1")``) writes names that are not UTF-8, and such a name
+is read with each byte that is not UTF-8 as a surrogate escape (U+DC80 to U+DCFF).
+What is sent of it again goes through :func:`wire`, as the bytes it was read from,
+whatever the client's own encoding: ``inspect`` and ``set`` of that name address that
+same key.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["KEY_SEPARATOR", "Keyed", "code_key", "config_key", "key_for", "name_of", "parts_of", "tag", "untag"]
+__all__ = [
+    "KEY_ERRORS",
+    "KEY_SEPARATOR",
+    "Keyed",
+    "code_key",
+    "config_key",
+    "key_for",
+    "name_of",
+    "parts_of",
+    "tag",
+    "text_of",
+    "untag",
+    "wire",
+]
 
 #: What stands between a limiter's name and a key in a keyed budget's hash tag.
 KEY_SEPARATOR = "%/"
+#: How a key's bytes that are not UTF-8 are read and written again (see text_of).
+KEY_ERRORS = "surrogateescape"
+
+
+def text_of(value: object) -> str:
+    """A key, or text stored in Redis, as ``str``: bytes as UTF-8, with any byte that is
+    not as its surrogate escape. Never raises; ``wire(text_of(raw)) == raw`` for bytes
+    that are not UTF-8, and ``text_of(raw) == raw.decode()`` for those that are."""
+    return value.decode("utf-8", KEY_ERRORS) if isinstance(value, bytes) else str(value)
+
+
+def wire(value: Any) -> Any:
+    """An argument as sent to Redis: text holding surrogate escapes (what
+    :func:`text_of` read from bytes that are not UTF-8) as those bytes; anything else
+    as it is, for the client to encode."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", KEY_ERRORS)
+    return value
 
 
 @dataclass(frozen=True, slots=True)

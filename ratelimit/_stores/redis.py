@@ -544,9 +544,15 @@ class RedisBackend(RedisCalls):
         ``ManualClock``): the change is then made at that clock's time, to the
         state kept on it, and a ``ttl`` runs on it. ``None``: real time (the
         server's), for every limiter on real time.
+
+        ``name`` may be one ``ratelimit inspect`` read back from a key that is not
+        UTF-8 (named through a client of another encoding), each such byte standing
+        as its surrogate escape (``"caf\\udce9"``): it addresses the key of those
+        bytes, here and in :meth:`reset_limit`, :meth:`limit_override` and
+        :meth:`inspect`.
         """
         change = checked_override(rate, burst, ttl)
-        _validate.name(name, self, shared=True)
+        _validate.name(name, self, shared=True, found=True)
         now = _test_time(clock)
         self._admin(lambda client: write_override(client, name, change, now))
 
@@ -554,14 +560,14 @@ class RedisBackend(RedisCalls):
         """Return limiter ``name`` to what its code says, in every process from its
         next decision; ``True`` if a change was in force. ``clock`` as for
         :meth:`set_limit`."""
-        _validate.name(name, self, shared=True)
+        _validate.name(name, self, shared=True, found=True)
         now = _test_time(clock)
         return bool(self._admin(lambda client: reset_override(client, name, now)))
 
     def limit_override(self, name: str, *, clock: Clock | None = None) -> Override | None:
         """The change in force for limiter ``name`` (``set_limit``), or ``None``; its
         ``ttl`` is what is left of it (on ``clock``, as for :meth:`set_limit`)."""
-        _validate.name(name, self, shared=True)
+        _validate.name(name, self, shared=True, found=True)
         now = _test_time(clock)
         result: Override | None = self._admin(lambda client: read_override(client, name, now))
         return result
@@ -570,7 +576,7 @@ class RedisBackend(RedisCalls):
         """What this store holds of limiter ``name``: its configuration (as the code
         set it and as changed), what it could grant now, what is promised ahead, a
         pause from feedback, a breaker's state. ``ratelimit inspect`` prints it."""
-        _validate.name(name, self, shared=True)
+        _validate.name(name, self, shared=True, found=True)
         result: Inspection = self._admin(lambda client: inspect_name(client, name))
         return result
 

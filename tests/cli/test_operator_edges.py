@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import redis
 import redis.connection
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ratelimit import Adaptive, Composite, ConcurrencyLimit, RedisBackend, SlidingWindow, TokenBucket
 from ratelimit._stores.config import inspect
@@ -120,6 +122,52 @@ def _terminal_safe(text: str) -> None:
     assert bad == [], text
 
 
+def test_names_not_in_utf8_are_shown_and_addressed_as_their_bytes(
+    redis_client: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A limiter named through a latin-1 client (a redis-py option) has a key that is not
+    UTF-8: ``inspect`` of all names and ``top`` show it with the byte escaped, and the
+    name as a shell gives such bytes (``$'caf\\xe9'``) addresses that same key."""
+    run = unique_name("latin")
+    name = f"{run}-caf\u00e9"
+    latin = redis.Redis.from_url(REDIS_URL, encoding="latin-1")
+    backend = RedisBackend(latin, coalesce=False)
+    assert TokenBucket(5, 10, backend=backend, name=name).try_acquire()
+    shown = f"{run}-caf\\xe9"
+    assert main(["inspect", "--redis", REDIS_URL]) == 0
+    out = capsys.readouterr().out
+    _terminal_safe(out)
+    assert f"{shown}  (token_bucket)" in out
+    assert main(["inspect", "--redis", REDIS_URL, "--json"]) == 0
+    assert name.encode("latin-1").decode("utf-8", "surrogateescape") in {
+        each["name"] for each in json.loads(capsys.readouterr().out)["limiters"]
+    }
+    assert main(["top", "--redis", REDIS_URL, "--iterations", "1", "--interval", "0.01"]) == 0
+    out = capsys.readouterr().out
+    _terminal_safe(out)
+    assert any(line.startswith(shown) for line in out.splitlines())
+    # Through a client that encodes strictly too: what is read back is sent back as read.
+    read_back = name.encode("latin-1").decode("utf-8", "surrogateescape")
+    assert read_back in {row.name for row in fleet(redis_client)}
+    assert inspect(redis_client, read_back).kind == "token_bucket"
+    # The operator's shell hands the command those bytes as they are.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    raw = name.encode("latin-1")
+    argv: list[str | bytes] = [sys.executable, "-m", "ratelimit", "set", raw, "--rate", "1/s", "--redis", REDIS_URL]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"{shown}: rate 1/s" in done.stdout
+    assert backend.limit_override(name) is not None  # the limiter's own key holds it
+    argv = [sys.executable, "-m", "ratelimit", "inspect", raw, "--redis", REDIS_URL, "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    (seen,) = json.loads(done.stdout)["limiters"]
+    assert seen["kind"] == "token_bucket"
+    assert seen["override"]["rate"] == 1.0
+    latin.delete(*latin.scan_iter(match=f"ratelimit:{{{run}-*"))
+    latin.close()
+
+
 def test_names_reach_the_terminal_escaped(redis_client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
     run = unique_name("esc")
     backend = RedisBackend(redis_client, coalesce=False)
@@ -159,6 +207,28 @@ def test_a_cut_never_splits_an_escape() -> None:
         assert len(cut) <= width
     # Wide characters take two columns.
     assert fit("界界界界", 5) == "界界~"
+
+
+@given(st.binary(max_size=40))
+def test_any_key_bytes_are_read_as_text_that_is_sent_back_as_those_bytes(raw: bytes) -> None:
+    from ratelimit._cli.printable import printable
+    from ratelimit._stores.keys import text_of, wire
+
+    text = text_of(raw)
+    assert wire(text) in (raw, text)
+    assert (wire(text) if isinstance(wire(text), bytes) else text.encode()) == raw
+    shown = printable(text)
+    assert shown.isprintable()
+    shown.encode("utf-8")  # a terminal can take it whole (no lone surrogate)
+
+
+def test_a_byte_that_is_not_utf8_is_shown_as_that_byte() -> None:
+    from ratelimit._cli.printable import pad, printable
+    from ratelimit._stores.keys import text_of
+
+    assert printable(text_of(b"caf\xe9")) == "caf\\xe9"
+    assert printable(text_of("café".encode())) == "café"
+    assert pad(text_of(b"\xff\xfe"), 8) == "\\xff\\xfe"
 
 
 # -- item 8: round trips and SCANs --------------------------------------------------------
