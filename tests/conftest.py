@@ -29,6 +29,7 @@ import itertools
 import os
 import re
 import shutil
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -114,7 +115,80 @@ def stable_id(value: object) -> str:
 
 
 def unique_name(prefix: str = "test") -> str:
+    """A name no other run uses: every key a test writes in a shared Redis holds one
+    (``_forget_run`` deletes them at the end of the run)."""
     return f"{prefix}-{_RUN}-{next(_names)}"
+
+
+#: What every key of this run matches (``unique_name``), as a SCAN pattern.
+RUN_PATTERN = f"*-{_RUN}-*"
+
+
+def _in_database(url: str, db: int) -> str:
+    parts = urllib.parse.urlsplit(url)
+    query = "&".join(p for p in parts.query.split("&") if p and not p.startswith("db="))
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{db}", query=query))
+
+
+def _unlink_all(client: Any, pattern: str) -> int:
+    """Delete every key matching ``pattern`` (a Cluster's client scans each master),
+    a pipeline of UNLINKs per thousand; how many there were."""
+    found = 0
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=pattern, count=1000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            found += _unlink(client, batch)
+    return found + _unlink(client, batch)
+
+
+def _unlink(client: Any, keys: list[bytes]) -> int:
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.unlink(key)  # one key a call: a Cluster's keys sit in many slots
+    pipe.execute()
+    count = len(keys)
+    keys.clear()
+    return count
+
+
+def forget_run(url: str = REDIS_URL, pattern: str = RUN_PATTERN) -> int:
+    """Delete this run's keys (``pattern``) from every database of the server at
+    ``url`` that holds keys, or from every master of the Cluster it is a node of;
+    how many. Nothing else is touched (other runs share the server), and a server
+    that cannot be reached or refuses is left as it is."""
+    try:
+        probe = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=1)
+        try:
+            cluster = bool(probe.info("cluster").get("cluster_enabled"))
+            databases = [0] if cluster else sorted(int(db[2:]) for db in probe.info("keyspace"))
+        finally:
+            probe.close()
+        if cluster:
+            nodes = redis.cluster.RedisCluster.from_url(url, socket_timeout=5)
+            try:
+                return _unlink_all(nodes, pattern)
+            finally:
+                nodes.close()
+        deleted = 0
+        for db in databases:
+            client = redis.Redis.from_url(_in_database(url, db), socket_timeout=5, socket_connect_timeout=1)
+            try:
+                deleted += _unlink_all(client, pattern)
+            finally:
+                client.close()
+        return deleted
+    except redis.exceptions.RedisError:
+        return 0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _leave_nothing_behind() -> Iterator[None]:
+    """Tests leave nothing in the Redis at REDIS_URL (a developer's own, often): at the
+    end of the run (of each ``-n`` worker: each has a run id of its own), every key
+    holding this run's id goes, in every database the tests wrote to."""
+    yield
+    forget_run()
 
 
 def state_keys(client: redis.Redis, name: str) -> list[str]:
