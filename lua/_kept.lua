@@ -80,8 +80,7 @@ end
 -- Writers outside this library are seen within TRUSTED seconds, when it is asked
 -- again: another release's library or its scripts in a rolling deploy, this
 -- release's scripts (a client refused FCALL by an ACL, beside others that are not),
--- `ratelimit set` of a name no process has decided for (ratelimit/_stores/config.py
--- writes the change itself), redis-cli. A change, a restriction or a slack then
+-- redis-cli. A change, a restriction or a slack then
 -- holds that much later than at once; the state itself is always read whole.
 --
 -- Scripts (no Functions, a Cluster's client) keep nothing and ask at every decision,

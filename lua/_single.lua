@@ -9,15 +9,16 @@
 -- KEYS[2]  optional: the limit as changed at run time (`ratelimit set`), a hash
 --          ratelimit:{<name>}:config with `rate` and/or `burst` (and `until`, the
 --          store time it ends); read by every call, so a change holds from the next
---          decision on, in every process. Written by the 'configure' op only, which
---          moves the saved state to the new limit (see `switch`)
+--          decision on, in every process. Written by the 'configure' op, which
+--          moves the saved state to the new limit (see `switch`), or by the 'stage'
+--          op where the code's values are unknown, with `from` (see `staged`)
 -- KEYS[3]  optional: what the code says, a hash ratelimit:{<name>}:code (kind, the two
 --          parameters, slack, shadow), read by `inspect`/`top`; written when given, which
 --          a process does at its first decision and then once a minute, not at each
 -- <base>:slack (beside KEYS[1], as <base>:holes): the largest slack a process of this
 --          budget keeps, a hash {slack, until}; see `fleet_slack` below
 -- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch' | 'peek' | 'wait' |
---          'reset' | 'configure',
+--          'reset' | 'configure' | 'stage',
 --          after a '~' when nothing is counted for `ratelimit top`, a '!' when the
 --          client's database is not 0, a '^' for both (see op_of in _top.lua)
 -- ARGV[2]  now, seconds; '' reads the server's TIME
@@ -46,7 +47,7 @@
 --            server's TIME, or ARGV[2] as sent (see at_once_reply in _prelude.lua)
 --   charge: {now, name}: the time a refund names the charge by (its slot's end less
 --            the tolerance: see give_back_members), '' where it has none
---   refund, restrict, configure: {now}
+--   refund, restrict, configure, stage: {now}
 --   batch: {signed_wait, at, mask} per request, then {lease tokens granted, at}
 --   peek (read only, `ratelimit inspect`): {the two parameters in force, the most
 --            tokens one request could take now, the wait for one token, the latest
@@ -75,6 +76,8 @@ local now, time = clock_read(ARGV[2])
 -- none, and every later writer of one of them rewrote or deleted the state in the
 -- same call, without the mark:
 --   configure         `switch` saves the state moved to the new limit
+--   stage             (a change where the code's values are unknown) saves the state
+--                     without its mark, for the next decision to move it
 --   refund, batch     a give-back (holes, withdrawals) saves the state
 --   restrict          (a restriction, a pause) saves the state
 --   charge            saves the state (and only ever deletes holes)
@@ -87,16 +90,53 @@ local now, time = clock_read(ARGV[2])
 -- meets a missing state: the full path. Releases before this one write states
 -- without the mark (so a budget they share is decided on the full path), and read a
 -- clean state's numbers as they are (the marks are chosen so).
--- Keys written by hand (redis-cli) rewrite no state, nor does `set` for a name whose
--- code is unknown (ratelimit/_stores/config.py then writes the change itself: no
--- process has decided for a day): a decision that also writes what the code says
--- (KEYS[3]: a process's first, then one a minute) takes the full path, whose EXISTS
--- finds them and drops the mark (below, `unmarked`), so such a change is followed
--- within a minute (see `set` in docs/operating.md).
+-- Keys written by hand (redis-cli) rewrite no state: a decision that also writes what
+-- the code says (KEYS[3]: a process's first, then one a minute) takes the full path,
+-- whose EXISTS finds them and drops the mark (below, `unmarked`), so such a change is
+-- followed within a minute (see `set` in docs/operating.md).
 --
 -- A grant at once is replied as the time alone (see at_once_reply in _prelude.lua).
 local raw = nil  -- the state as the quick or lean path read it (false: none)
 local op, counted, elsewhere = op_of(ARGV[1])
+
+-- A change where what the code says (KEYS[3]) is gone (an evicting maxmemory-policy
+-- takes it first: it is written once a minute) or was never written: 'configure'
+-- cannot move the state, which needs the code's values. 'stage' (ARGV as for
+-- 'configure', ARGV[5] and ARGV[6] unused) writes the change with `from`, the limit
+-- the saved state is at and when it was staged ("<rate> <burst> <time>", '-' for a
+-- code's value), and drops the state's mark, so that the next decision takes the full
+-- path, finds the hash and moves the state with its own code's values as of that time
+-- (see `staged` below; nothing writes the state in between): a change holds from the
+-- next decision whether or not KEYS[3] is there. A return to the code's values leaves
+-- a hash of `from` alone, kept a day (a state idle that long has expired).
+if op == 'stage' then
+  local set = redis.call('HMGET', KEYS[2], 'rate', 'burst', 'from')
+  local from = set[3]
+  if not from then
+    -- Moved already: the state is at the change in force, if any (past its end too:
+    -- the first decision after the end moves it back).
+    local rate, burst = valid(set[1]), valid(set[2])
+    from = (rate and set[1] or '-') .. ' ' .. (burst and set[2] or '-') .. ' ' .. fmt(now)
+  end
+  redis.call('DEL', KEYS[2])
+  local rate, burst = valid(ARGV[3]), valid(ARGV[4])
+  if rate or burst then
+    redis.call('HSET', KEYS[2], 'rate', ARGV[3], 'burst', ARGV[4], 'from', from)
+    if ARGV[9] ~= '' then
+      local seconds = tonumber(ARGV[9])
+      redis.call('HSET', KEYS[2], 'until', fmt(now + seconds))
+      expire_after(KEYS[2], seconds + 86400)
+    end
+  elseif string.sub(from, 1, 4) ~= '- - ' then
+    redis.call('HSET', KEYS[2], 'from', from)
+    expire_after(KEYS[2], 86400)
+  end
+  local state = redis.call('GET', KEYS[1])
+  local plain = state and ALG.unmarked and ALG.unmarked(state)
+  if plain then redis.call('SET', KEYS[1], plain, 'KEEPTTL') end
+  forget_beside(KEYS[1])
+  return {fmt(now)}
+end
 local top_base = nil
 if counted then top_base = KEYS[1] end
 if ALG.quick and op == 'reserve' and KEYS[2] and not KEYS[3] and (ARGV[7] == '0.0' or ARGV[7] == '0') then
@@ -137,8 +177,8 @@ local keeps = not elsewhere and KEYS[2] ~= nil
   and (op == 'reserve' or op == 'peek' or op == 'wait' or (op == 'batch' and ARGV[3] == ''))
 -- What the ops that only read find is not kept: a process's peek may come before its
 -- first decision (which writes what the code says), and a `set` meanwhile finds no
--- code and writes the change beside the library (ratelimit/_stores/config.py), which
--- the next decision must then see at once.
+-- code and stages the change ('stage', which a script beside the library may run:
+-- a client refused FCALL), which the next decision must then see at once.
 local stores = keeps and op ~= 'peek' and op ~= 'wait'
 -- (A state is written clean only by a call that asked: see the reserve below.)
 local kept = nil
@@ -241,30 +281,58 @@ end
 
 -- Move the saved state from one limit to another: the tokens owed keep their count
 -- (a bucket's backlog is kept in time, which a new rate would otherwise rescale).
-local function switch(from, to)
+-- `when`: the time of the change, where the state is moved later (a staged change;
+-- nothing wrote the state since), else now.
+local function switch(from, to, when)
   if not ALG.rescale then return end
   local before = ALG.new(KEYS[1], effective(from))
   local after = ALG.new(KEYS[1], effective(to))
-  ALG.save(after, ALG.rescale(before, after, ALG.load(before, raw), now), now)
+  if not (when and when < now) then when = now end
+  ALG.save(after, ALG.rescale(before, after, ALG.load(before, raw), when), now)
   raw = nil  -- written since
 end
 
+-- A `from` (see 'stage'): the limit the state is at (nil: the code's, else {rate,
+-- burst}) and the time it was staged (nil if garbled: now).
+local function limit_of(text)
+  local rate, burst, staged_at = string.match(text, '^(%S+) (%S+) (%S+)$')
+  rate, burst = valid(rate), valid(burst)
+  staged_at = finite(staged_at)
+  if rate or burst then return {rate = rate, burst = burst}, staged_at end
+  return nil, staged_at
+end
+
 local change = nil
+-- The limit the saved state is at: the change in force, or a `from` the 'stage' op
+-- wrote beside a state it could not move (`staged`), which this call moves.
+local at = nil
+local staged, staged_at = false, nil
 if KEYS[2] and beside > 0 then
-  local set = redis.call('HMGET', KEYS[2], 'rate', 'burst', 'until')
+  local set = redis.call('HMGET', KEYS[2], 'rate', 'burst', 'until', 'from')
   local rate, burst = valid(set[1]), valid(set[2])
-  if rate or burst then
-    change = {rate = rate, burst = burst}
+  if rate or burst then change = {rate = rate, burst = burst} end
+  at = change
+  if set[4] then
+    staged = true
+    at, staged_at = limit_of(set[4])
+  end
+  if change then
     -- A change set for a while ends here, at the first decision after its end, so
     -- that the state moves back to the code's limit atomically with it.
     local untl = tonumber(set[3])
     if untl and now >= untl and op ~= 'configure' then
       if op ~= 'peek' and op ~= 'wait' then  -- the ops that read only
-        switch(change, nil)
+        switch(at, nil, staged_at)
         redis.call('DEL', KEYS[2])
+        at, staged = nil, false
       end
       change = nil
     end
+  end
+  if staged and op ~= 'peek' and op ~= 'wait' then
+    switch(at, change, staged_at)
+    if change then redis.call('HDEL', KEYS[2], 'from') else redis.call('DEL', KEYS[2]) end
+    at = change
   end
 end
 -- Given by each process at its first decision and then once a minute: a fleet rolling
@@ -281,7 +349,7 @@ if op == 'configure' then
   local rate, burst = valid(ARGV[3]), valid(ARGV[4])
   local to = nil
   if rate or burst then to = {rate = rate, burst = burst} end
-  switch(change, to)
+  switch(at, to)
   redis.call('DEL', KEYS[2])
   if to then
     redis.call('HSET', KEYS[2], 'rate', ARGV[3], 'burst', ARGV[4])

@@ -10,9 +10,13 @@ its own length. ``--reset`` deletes the hash: the code's values again, at once. 
 on the hash (``--for 1h``) ends a change by itself.
 
 Each script also writes what the code says (``ratelimit:{<name>}:code``: the kind, the
-two parameters and the seconds of guard they keep back) when that hash is missing, so
-that :func:`inspect` can ask the script itself what the limiter could grant now:
-the ``peek`` op of ``lua/_single.lua``, which decides nothing.
+two parameters and the seconds of guard they keep back) at a process's first decision
+and then once a minute, so that :func:`inspect` can ask the script itself what the
+limiter could grant now: the ``peek`` op of ``lua/_single.lua``, which decides
+nothing. A change is made by the limiter's own script either way: with what the code
+says, it moves the state to the new limit at once; without it (never written, or
+evicted), it leaves the state's limit beside the change for the next decision to move
+it (the ``stage`` op).
 
 Only single limiters (``TokenBucket``, ``LeakyBucket``, ``SlidingWindow`` without
 ``low_share`` or ``adaptive``) follow a change. A composite's members, an adaptive
@@ -28,7 +32,6 @@ a few pipelines.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +50,7 @@ __all__ = [
     "Slots",
     "UnchangeableLimit",
     "checked_override",
+    "eviction_risk",
     "inspect",
     "inspect_all",
     "inspect_many",
@@ -168,18 +172,37 @@ def _configure(client: Any, name: str, change: Override | None, now: float | Non
         state = key_for(name, kind, injected=now is not None)
         single_script(kind)(client, [wire(state), wire(config_key(name))], args)
         return
-    # No process has decided yet (or what the code says is garbled): no state to move,
-    # and no script known to write it.
-    key = wire(config_key(name))
-    pipe = client.pipeline(transaction=True)
-    pipe.delete(key)
-    if change is not None:
-        pipe.hset(key, mapping={"rate": rate, "burst": burst})
-        if change.ttl is not None:
-            until = (_server_now(client) if now is None else now) + change.ttl
-            pipe.hset(key, "until", repr(until))
-            pipe.pexpire(key, math.ceil((change.ttl + 86400) * 1000))
-    pipe.execute()
+    # What the code says is unknown: no process has decided in the last day, or its
+    # hash is gone (an evicting maxmemory-policy takes it first: it is written once a
+    # minute) or garbled while a state may be there. The script of each kind writes
+    # the change with the limit its state is at, and drops its state's mark, so that
+    # the next decision moves the state with its own code's values (`stage` in
+    # lua/_single.lua): the change holds from the next decision either way.
+    args = ["stage", "" if now is None else repr(now), rate, burst, "", "", "0", "0", ttl]
+    for each in ALGORITHMS:
+        state = key_for(name, each, injected=now is not None)
+        single_script(each)(client, [wire(state), wire(config_key(name))], args)
+
+
+def eviction_risk(client: Any, change: Override) -> str | None:
+    """Why ``change`` may be lost to the server's ``maxmemory-policy``, or ``None``: an
+    ``allkeys-*`` policy evicts its hash like any key, a ``volatile-*`` one a change set
+    for a while (its hash has a TTL). The limiters then go back to the code's values
+    with nothing said, so ``set`` says it. A server that will not tell: ``None``."""
+    try:
+        info = client.info("memory")
+    except Exception:  # an ACL without INFO, a Cluster node down: nothing to tell
+        return None
+    if isinstance(info, Mapping) and "maxmemory_policy" not in info:
+        info = next((each for each in info.values() if isinstance(each, Mapping)), {})  # per Cluster node
+    policy = text_of(info.get("maxmemory_policy", "")) if isinstance(info, Mapping) else ""
+    if policy.startswith("allkeys-") or (policy.startswith("volatile-") and change.ttl is not None):
+        return (
+            f"this Redis evicts keys (maxmemory-policy {policy}): the change is a key like any other and "
+            "may be evicted, and the limiters then go back to the code's values; run them on a Redis "
+            "with maxmemory-policy noeviction (see docs/redis.md)"
+        )
+    return None
 
 
 def write_override(client: Any, name: str, change: Override, now: float | None = None) -> None:

@@ -44,7 +44,15 @@ from .._algorithms.algorithm import Algorithm
 from .._algorithms.lanes import HIGH, LANES, LOW, Lanes
 from .._clock import Clock, SystemClock, checked_clock
 from .._errors import BackendUnavailable
-from .config import Inspection, Override, checked_override, read_override, reset_override, write_override
+from .config import (
+    Inspection,
+    Override,
+    checked_override,
+    eviction_risk,
+    read_override,
+    reset_override,
+    write_override,
+)
 from .config import inspect as inspect_name
 from .fallback_share import (
     AutoShare,
@@ -555,6 +563,9 @@ class RedisBackend(RedisCalls):
         _validate.name(name, self, shared=True, found=True)
         now = _test_time(clock)
         self._admin(lambda client: write_override(client, name, change, now))
+        risk = self._admin(lambda client: eviction_risk(client, change))
+        if risk is not None:
+            logger.warning("limiter %r: %s", name, risk)
 
     def reset_limit(self, name: str, *, clock: Clock | None = None) -> bool:
         """Return limiter ``name`` to what its code says, in every process from its

@@ -36,11 +36,11 @@ from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import WindowCounter
 from ratelimit._algorithms.token_bucket import Gcra
 from ratelimit._stores.config import Override, inspect, read_override, reset_override, write_override
-from ratelimit._stores.keys import config_key, key_for
+from ratelimit._stores.keys import code_key, config_key, key_for
 from ratelimit._stores.scripts import single_script
 from ratelimit.cli import main
 
-from conftest import REDIS_URL, SUPPORT, unique_name
+from conftest import REDIS_URL, SUPPORT, private_server, unique_name
 
 WORKER = SUPPORT / "shared_worker.py"
 
@@ -214,6 +214,105 @@ def test_set_limit_on_a_test_clock_carries_the_tokens_owed(backend: RedisBackend
     assert not backend.reset_limit(name, clock=clock)
     with pytest.raises(TypeError, match=r"clock must be a clock instance.*ManualClock"):
         backend.set_limit(name, rate=1, clock=ManualClock)  # type: ignore[arg-type]
+
+
+def _owed_trace(backend: RedisBackend, client: redis.Redis, lose_code: bool) -> list[object]:
+    """The grants of the sequence above, with what the code says deleted (as an evicting
+    ``maxmemory-policy`` takes it) before each change when ``lose_code``."""
+    clock = ManualClock(1000.0)
+    name = unique_name("set-codeless")
+    limiter = TokenBucket(10, 1, backend=backend, name=name, clock=clock)
+
+    def lose() -> None:
+        if lose_code:
+            client.delete(code_key(name))  # (written again at a process's first decision a minute on)
+
+    trace: list[object] = [grants(limiter)]
+    assert client.exists(code_key(name))
+    lose()
+    backend.set_limit(name, rate=0.1, ttl=30, clock=clock)
+    trace.append(grants(limiter))  # the 10 owed take 100 s at 0.1/s
+    clock.advance(10.0)
+    trace += [grants(limiter), backend.limit_override(name, clock=clock)]
+    clock.advance(20.0)  # ends by itself: 8 owed at 1/s again
+    trace += [backend.limit_override(name, clock=clock), grants(limiter)]
+    lose()
+    backend.set_limit(name, rate=100, burst=10, clock=clock)
+    trace.append(grants(limiter))  # 10 owed at 1/s become 10 owed at 100/s
+    clock.advance(0.05)
+    trace.append(grants(limiter))
+    lose()
+    trace.append(backend.reset_limit(name, clock=clock))
+    clock.advance(1.0)  # back at 1/s: what 100/s owed is owed at 1/s
+    trace.append(grants(limiter))
+    lose()
+    backend.set_limit(name, rate=1000, burst=1000, clock=clock)
+    lose()
+    backend.set_limit(name, rate=0.5, clock=clock)  # no decision between the two changes
+    clock.advance(4.0)
+    trace.append(grants(limiter))
+    return trace
+
+
+def test_a_change_holds_at_once_when_what_the_code_says_is_gone(
+    backend: RedisBackend, redis_client: redis.Redis
+) -> None:
+    """``:code`` (what the code says) is the key an evicting policy takes first: it is
+    written once a minute. ``set`` then knows neither the kind nor the code's values,
+    and the change must still hold from the next decision, moving the tokens owed as
+    it does when the code is known, not be ignored until a process writes ``:code``."""
+    kept = _owed_trace(backend, redis_client, lose_code=False)
+    assert kept == [10, 0, 1, Override(0.1, None, 20.0), None, 2, 0, 5, True, 1, 2]
+    assert _owed_trace(backend, redis_client, lose_code=True) == kept
+
+
+@pytest.mark.servers
+def test_a_change_holds_after_an_evicting_policy_took_what_the_code_says(caplog: pytest.LogCaptureFixture) -> None:
+    """The defect as found: on a server that evicts (allkeys-lru), ``:code`` is written
+    once a minute and goes first while the state, touched at every decision, stays.
+    ``set`` then still holds from the next decision, and says the change itself may be
+    evicted."""
+    server = private_server("--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru", "--maxmemory-samples", "10")
+    client = redis.Redis.from_url(server.url, socket_timeout=5)
+    try:
+        backend = RedisBackend(client, coalesce=False)
+        clock = ManualClock(1000.0)
+        name = unique_name("evicted")
+        limiter = TokenBucket(400, 400, backend=backend, name=name, clock=clock)
+        assert grants(limiter, 10) == 10
+        # Filled until what the code says is evicted.
+        filler = b"x" * 65536
+        for i in range(1000):
+            if not client.exists(code_key(name)):
+                break
+            client.set(f"filler-{i}", filler)
+            assert limiter.try_acquire()  # the state is touched, what the code says is not
+            clock.advance(1 / 400)
+        assert not client.exists(code_key(name))
+        assert client.exists(key_for(name, "token_bucket", injected=True))
+        with caplog.at_level("WARNING", logger="ratelimit"):
+            backend.set_limit(name, rate=10, burst=10, clock=clock)
+        # What is owed is kept (LRU is kept to the second: the state may have been
+        # evicted too, and started afresh): at most the new burst now, not ~390.
+        assert grants(limiter) <= 10
+        clock.advance(1.0)
+        assert grants(limiter) == 10
+        assert "maxmemory-policy allkeys-lru" in caplog.text  # said: the change may go too
+        backend.close()
+    finally:
+        client.close()
+        server.cleanup()
+
+
+def test_a_change_on_a_server_that_does_not_evict_says_nothing(
+    backend: RedisBackend, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = redis_client.info("memory")["maxmemory_policy"]
+    name = unique_name("quiet")
+    with caplog.at_level("WARNING", logger="ratelimit"):
+        backend.set_limit(name, rate=10)
+    assert ("maxmemory-policy" in caplog.text) == policy.startswith("allkeys-")
+    backend.reset_limit(name)
 
 
 def test_a_request_larger_than_a_lowered_burst_is_refused_for_ever(
