@@ -42,6 +42,8 @@ import redis
 
 from .._errors import RateLimitError
 from .._redact import redact_url, scrub, url_secrets
+from .._stores.keys import tag
+from .._stores.redis import RedisBackend
 from .._stores.scripts import ALGORITHMS, group_script, library, single_script
 from .._stores.sqlite import SQLiteBackend
 from ..testing import FakeProvider
@@ -467,7 +469,27 @@ def _run_workers(
     finally:
         stop.set()
         _stop_all(processes)
+        if config.redis is not None and redis_url == config.redis:
+            _forget_budget(redis_url, config.cluster, name)
     return [reports[i] for i in sorted(reports)], begin.value, ended, interrupted
+
+
+def _forget_budget(url: str, cluster: bool, name: str) -> None:
+    """Delete the run's keys from the user's Redis: the budget is the run's own (a name
+    no one else uses), and what its script keeps would stay (what the code says, a
+    day). One SCAN pass (on a Cluster, of each master), after the workers are gone; a
+    failure leaves the keys to their TTLs."""
+    with contextlib.suppress(RateLimitError, redis.exceptions.RedisError, OSError, ValueError):
+        backend = RedisBackend.from_url(url, cluster=cluster, coalesce=False)
+        try:
+            client: Any = backend.client
+            keys = list(client.scan_iter(match=f"ratelimit:{{{tag(name)}*", count=1000))
+            pipe = client.pipeline(transaction=False)
+            for key in keys:
+                pipe.unlink(key)  # one key a call: a Cluster's keys of keyed budgets sit in many slots
+            pipe.execute()
+        finally:
+            backend.close()
 
 
 def _await_ready(processes: list[Any], ready: Any) -> None:

@@ -23,14 +23,13 @@ import re
 import subprocess
 import sys
 import textwrap
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis
 
-from conftest import REDIS_URL, unavailable
+from conftest import REDIS_URL, unavailable, unique_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -119,7 +118,7 @@ def test_example_runs(block: Block, tmp_path: Path) -> None:
         except redis.RedisError as exc:
             unavailable(f"no Redis server answers at {REDIS_URL}: {exc}")
     script = tmp_path / "example.py"
-    script.write_text(prepared(block, uuid.uuid4().hex[:8]))
+    script.write_text(prepared(block, unique_name("docs")))  # the run's id: its keys go with the run
     env = {**os.environ, "PYTHONPATH": str(ROOT), "REDIS_URL": REDIS_URL, "RATELIMIT_REDIS_URL": REDIS_URL}
     result = subprocess.run(
         [sys.executable, str(script)],

@@ -27,7 +27,7 @@ from ratelimit._cli.plot import can_plot
 from ratelimit.cli import main
 from ratelimit.testing import FakeProvider
 
-from conftest import REDIS_URL
+from conftest import REDIS_URL, private_server
 from servers import free_port
 
 # -- statistics ------------------------------------------------------------------------
@@ -143,6 +143,25 @@ def test_two_processes_through_a_redis_cluster(capsys: pytest.CaptureFixture[str
     report = _bench_json(capsys, *RUN, "--redis", redis_cluster.url, "--cluster")
     assert report["backend"] == f"Redis Cluster at {redis_cluster.url}"
     _check_the_rate_holds(report)
+    nodes = redis.cluster.RedisCluster.from_url(redis_cluster.url)
+    assert list(nodes.scan_iter(match="ratelimit:{bench-*")) == []  # the run's keys went with it
+    nodes.close()
+
+
+@pytest.mark.slow
+@pytest.mark.servers
+def test_a_run_leaves_nothing_in_the_users_redis(capsys: pytest.CaptureFixture[str]) -> None:
+    """The budget is the run's own: what its script keeps (what the code says, a day;
+    the counters of `top`) goes when the run ends."""
+    server = private_server()
+    try:
+        argv = ["bench", "--limit", "100/s", "--burst", "5", "--processes", "2", "--threads", "2", "--calls", "40"]
+        assert _bench_json(capsys, *argv, "--redis", server.url)["grants"] == 40
+        client = redis.Redis.from_url(server.url)
+        assert client.info("keyspace") == {}
+        client.close()
+    finally:
+        server.cleanup()
 
 
 @pytest.mark.slow

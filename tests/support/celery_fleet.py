@@ -17,13 +17,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import redis
 from celery import Celery
+
+from conftest import unique_name
 
 HERE = Path(__file__).resolve().parent
 BROKER = os.environ.get("RATELIMIT_CELERY_BROKER", "amqp://guest:guest@127.0.0.1:5672//")
@@ -61,7 +62,8 @@ class Fleet:
         defer_queue: bool = False,
         prefetch: int = 4,
     ) -> None:
-        self.run = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        # The run's id in it: what a worker leaves (the limiter's keys) goes with the run.
+        self.run = unique_name(prefix)
         self.queue = self.run
         self.deferred = f"{self.run}-deferred" if defer_queue else None
         self.queues = [self.queue] if self.deferred is None else [self.queue, self.deferred]
