@@ -724,6 +724,26 @@ def test_a_refused_task_pauses_the_fleet_and_comes_back_after_retry_after(fleet:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fleet", [pytest.param({**RECOMMENDED, "rate": 4}, id="priority-queue")], indirect=True)
+def test_a_task_retried_at_once_reserves_for_its_retry(fleet: Fleet) -> None:
+    """Each task's body runs, then ``self.retry(countdown=0)``: a retry is a request of
+    its own, so the fleet's bodies, retries included, stay within R + B in any second
+    and at R over the run. (A retry copies its message's headers, the grant a deferred
+    run carried among them, and its priority, the top one: it came on time and ran on
+    that grant, about 2 R.)"""
+    fleet.start(2, concurrency=4)
+    count = fleet.send("retried_once", ([i] for i in range(30)))
+    deadline = time.monotonic() + 2 * count / fleet.rate + 30
+    while len(fleet.bodies()) < 2 * count and time.monotonic() < deadline:
+        time.sleep(0.25)
+    bodies = fleet.bodies()
+    assert len(bodies) == 2 * count, fleet.log()
+    times = [body["at"] for body in bodies]
+    assert most_in_any(times) <= fleet.capacity + fleet.rate
+    assert rate_of(times) <= 1.1 * fleet.rate
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("pool", ["threads", "solo"])
 def test_the_threads_and_solo_pools_with_a_composite(fleet: Fleet, pool: str) -> None:
     """A Composite (requests and tokens) with tokens from the arguments, on the threads

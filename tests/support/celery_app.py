@@ -149,6 +149,15 @@ def refused_once(self: Task, item: int, retry_after: float) -> None:
     _body(item)
 
 
+@app.task(bind=True, max_retries=3)
+@limited(limiter, max_block=MAX_BLOCK)
+def retried_once(self: Task, item: int) -> None:
+    """A request whose first answer asks for a retry at once: each run is a request."""
+    _body(item)
+    if self.request.retries == 0:
+        raise self.retry(countdown=0)
+
+
 @app.task(bind=True)
 @limited(llm, tokens=lambda item, prompt: [1, len(prompt)], max_block=MAX_BLOCK)
 def complete(self: Task, item: int, prompt: str) -> None:
