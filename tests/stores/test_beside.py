@@ -12,7 +12,6 @@ decisions match the in-process ones is the conformance suite's.
 from __future__ import annotations
 
 import math
-import os
 import urllib.parse
 from typing import Any
 
@@ -24,7 +23,7 @@ from ratelimit._stores.config import Override, write_override
 from ratelimit._stores.keys import config_key, key_for
 from ratelimit._stores.scripts import call_by_script
 
-from conftest import command_calls, unique_name
+from conftest import REDIS_URL, command_calls, unique_name
 from marks import clean
 from servers import RedisServer
 
@@ -95,7 +94,7 @@ def test_a_reset_through_the_library_is_followed_at_once(client: Any, kind: str)
 
 @pytest.mark.parametrize("counted", [True, False])
 def test_another_database_keeps_nothing_and_follows_a_change_at_once(counted: bool) -> None:
-    url = urllib.parse.urlsplit(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    url = urllib.parse.urlsplit(REDIS_URL)
     other = redis.Redis.from_url(urllib.parse.urlunsplit(url._replace(path="/1")))
     try:
         name = unique_name("beside")
@@ -115,7 +114,7 @@ def test_another_database_keeps_nothing_and_follows_a_change_at_once(counted: bo
 
 
 def test_scripts_keep_nothing_and_follow_a_change_at_once() -> None:
-    scripts = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    scripts = redis.Redis.from_url(REDIS_URL)
     call_by_script(scripts)  # a server without Functions: the same Lua, as scripts
     try:
         name = unique_name("beside")
@@ -196,7 +195,7 @@ def test_a_bucket_follows_a_change_set_beside_the_library_once_a_tenth_has_passe
     # that used what was kept writes the state unmarked, so the quick path does not
     # hide the change for the minute until the code is written again.
     client = redis_client
-    beside = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    beside = redis.Redis.from_url(REDIS_URL)
     call_by_script(beside)
     name = unique_name("beside")
     clock = ManualClock(1_000.0)
