@@ -418,6 +418,7 @@ def test_a_change_and_inspect_work_on_fakeredis() -> None:
     rate=st.sampled_from([2.0, 10.0]),
     burst=st.sampled_from([1.0, 2.0, 5.0, 20.0]),
     new_rate=st.sampled_from([0.5, 5.0, 50.0]),
+    code_lost=st.booleans(),
 )
 def test_after_a_change_no_interval_passes_the_new_limit(
     redis_client: redis.Redis,
@@ -427,7 +428,9 @@ def test_after_a_change_no_interval_passes_the_new_limit(
     rate: float,
     burst: float,
     new_rate: float,
+    code_lost: bool,
 ) -> None:
+    """... whether or not what the code says was there (evicted: ``code_lost``)."""
     clock = ManualClock(1000.0)
     name = unique_name("bound")
     backend = RedisBackend(redis_client, coalesce=False)
@@ -436,6 +439,8 @@ def test_after_a_change_no_interval_passes_the_new_limit(
     times: list[float] = []
     for i, (gap, tries) in enumerate(steps):
         if i == when:
+            if code_lost:
+                redis_client.delete(code_key(name))
             change(redis_client, name, clock, rate=new_rate, burst=burst)
             changed_at = clock.now()
         clock.advance(gap)
