@@ -516,6 +516,42 @@ def test_set_mid_run_changes_the_rate_of_every_live_process(redis_client: redis.
         assert len([t for t in r if t >= after + 0.1]) <= 50 * span + 5 + 1
 
 
+@pytest.mark.slow
+def test_a_change_holds_in_live_processes_once_what_the_code_says_is_evicted(redis_client: redis.Redis) -> None:
+    """The defect as found: processes at 400/s, ``:code`` evicted (deleted here), then
+    a change to 50/s, burst 5: from 0.1 s after it, no second holds more than the new
+    limit, in every process (it held the code's 400/s until a process wrote ``:code``
+    again, a minute on)."""
+    name = unique_name("live-evicted")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), REDIS_URL, name, "20", "400", "4", "6"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    deadline = time.monotonic() + 30
+    while not redis_client.exists(key_for(name, "token_bucket")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(1.0)
+    assert redis_client.delete(code_key(name)) == 1
+    backend = RedisBackend(redis_client, coalesce=False)
+    backend.set_limit(name, rate=50, burst=5)
+    after = time.time()
+    results = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, stderr
+        results.append(json.loads(stdout)["grants"])
+    late = sorted(t for r in results for t in r if t >= after + 0.1)
+    assert late, "the processes ended before the change"
+    assert max_in_any_window(late, 1.0) <= 5 + 50 + 1
+    assert not redis_client.exists(code_key(name))  # no process wrote it again meanwhile
+    backend.reset_limit(name)
+
+
 def test_inspect_and_set_commands(redis_client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
     name = unique_name("cmd")
     backend = RedisBackend.from_url(REDIS_URL, coalesce=False)
