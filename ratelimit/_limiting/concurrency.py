@@ -38,7 +38,7 @@ from .._stores.sqlite import SQLiteBackend
 from .._stores.store import Backend
 from .._stores.wakeups import Waiting
 from .concurrency_sqlite import SQLiteSlots
-from .concurrency_state import LOST, RedisSlots, SlotStore, lease_id, memory_slots
+from .concurrency_state import LOST, MemorySlots, RedisSlots, SlotStore, lease_id, memory_slots
 from .front import placed
 from .keyed import Keyable
 
@@ -258,24 +258,47 @@ class Hold:
     # files its blocks as ``with limit.hold():`` does.
 
     def _enter(self, frame: object) -> Lease:
-        lease = self._limit.take(self._timeout)
-        self._entries.add(frame, threading.get_ident(), lease)
-        return lease
+        return _enter(self._limit, self._timeout, self._entries, frame)
 
     def _exit(self, frame: object) -> None:
-        lease = self._entries.pop(frame, threading.get_ident())
-        if lease is not None:
-            lease.release()
+        _exit(self._entries, frame)
 
     async def _enter_async(self, frame: object) -> Lease:
-        lease = await self._limit.take_async(self._timeout)
-        self._entries.add(frame, entrant(), lease)
-        return lease
+        return await _enter_async(self._limit, self._timeout, self._entries, frame)
 
     async def _exit_async(self, frame: object) -> None:
-        lease = self._entries.pop(frame, entrant())
-        if lease is not None:
-            await lease.release_async()
+        await _exit_async(self._entries, frame)
+
+
+# A block's entry and exit, for a Hold and for ``with limit:`` (whose entries the limit
+# keeps itself: a Hold of its own would hold it in a cycle, which only the garbage
+# collector frees, and a key's view is let go of by reference counting).
+
+
+def _enter(limit: ConcurrencyLimit, timeout: float | timedelta | None, entries: Entries[Lease], frame: object) -> Lease:
+    lease = limit.take(timeout)
+    entries.add(frame, threading.get_ident(), lease)
+    return lease
+
+
+def _exit(entries: Entries[Lease], frame: object) -> None:
+    lease = entries.pop(frame, threading.get_ident())
+    if lease is not None:
+        lease.release()
+
+
+async def _enter_async(
+    limit: ConcurrencyLimit, timeout: float | timedelta | None, entries: Entries[Lease], frame: object
+) -> Lease:
+    lease = await limit.take_async(timeout)
+    entries.add(frame, entrant(), lease)
+    return lease
+
+
+async def _exit_async(entries: Entries[Lease], frame: object) -> None:
+    lease = entries.pop(frame, entrant())
+    if lease is not None:
+        await lease.release_async()
 
 
 class _Heartbeat:
@@ -405,11 +428,11 @@ class ConcurrencyLimit(Keyable):
         "_beat",
         "_clock",
         "_dropped",
+        "_entries",
         "_lease",
         "_live",
         "_most",
         "_name",
-        "_shared",
         "_store",
     )
 
@@ -460,7 +483,8 @@ class ConcurrencyLimit(Keyable):
         #: The leases taken here and not yet released, and those dropped unreleased.
         self._live: dict[str, bool] = {}
         self._dropped: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self._shared = Hold(self, None)
+        #: The blocks of ``with limit:`` (a shared hold with no timeout).
+        self._entries: Entries[Lease] = Entries()
 
     @property
     def max_in_flight(self) -> int:
@@ -487,6 +511,10 @@ class ConcurrencyLimit(Keyable):
 
     def _unnamed_in_process(self) -> bool:
         return self._name is None
+
+    def _idle(self) -> bool:
+        store = self._store
+        return isinstance(store, MemorySlots) and store.idle()
 
     # -- what a rate offers and a count of holders cannot ---------------------------
 
@@ -620,20 +648,20 @@ class ConcurrencyLimit(Keyable):
 
     def __enter__(self) -> Lease:
         """``with limit:`` holds one slot for the block, waiting as long as needed."""
-        return self._shared._enter(sys._getframe(1))
+        return _enter(self, None, self._entries, sys._getframe(1))
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._shared._exit(sys._getframe(1))
+        _exit(self._entries, sys._getframe(1))
 
     async def __aenter__(self) -> Lease:
-        return await self._shared._enter_async(sys._getframe(1))
+        return await _enter_async(self, None, self._entries, sys._getframe(1))
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self._shared._exit_async(sys._getframe(1))
+        await _exit_async(self._entries, sys._getframe(1))
 
     def _timed_out(self, waited: float) -> AcquireTimeout:
         return AcquireTimeout(

@@ -104,6 +104,16 @@ class MemorySlots:
         """How many callers wait for a slot now."""
         return len(self._state.waiters)
 
+    def idle(self) -> bool:
+        """Whether no slot is held and no caller waits (``False`` while a transition
+        holds the lock: it is looked at next time)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            return not self._state.holders and not self._state.waiters
+        finally:
+            self._lock.release()
+
     def _wake(self, promoted: list[str]) -> None:
         # Outside the lock: waking an asyncio waiter schedules a callback, which must
         # not run into this lock from another thread's loop.
@@ -175,7 +185,9 @@ def memory_slots(
                 f"max_in_flight={most} differs from the {slots._sem.most} of the limit already named {name!r} "
                 f"on this backend: one limit needs one size"
             )
-        return slots
+    # As a bind does: the sweep may be due (it asks caches of keys' views to let go).
+    backend.sweep_if_due()
+    return slots
 
 
 def _text(value: Any) -> str:

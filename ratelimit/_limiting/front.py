@@ -151,6 +151,13 @@ class Limiter(Keyable, ABC, Generic[T]):
     def _unnamed_in_process(self) -> bool:
         return self._name is None
 
+    def _idle(self) -> bool:
+        backend = self._backend
+        if not isinstance(backend, MemoryBackend):
+            return False
+        # A learned pace's group holds the limiter's own state beside the pace.
+        return backend.idle(self._pacing if self._pacing is not None else self._handle)
+
     def _adopt(self, parent: Any) -> None:
         # The limiter's subscribers hear every key's events.
         self._events = parent._events
