@@ -25,6 +25,7 @@ from .._stores.keys import Keyed
 from .._stores.memory import MemoryBackend
 from .._stores.scripts import concurrency_script
 from .._stores.wakeups import CHANNEL_PREFIX, Listener, Waiting, listener_for, process_id
+from .unfinished import finish_later
 
 __all__ = ["LOST", "MemorySlots", "RedisSlots", "SlotStore", "lease_id", "memory_slots", "taken_here"]
 
@@ -373,7 +374,20 @@ class RedisSlots:
             # its loop ended): nothing to await on, and no loop to block either.
             self._release(name)
             return
-        await asyncio.shield(self._release_async(name))
+        try:
+            await asyncio.shield(self._release_async(name))
+        except asyncio.CancelledError:
+            # The release's own task may never run: a loop that closes next leaves it.
+            self._release_in_thread(name)
+            raise
+
+    def _release_in_thread(self, name: str) -> None:
+        """Release ``name`` again in a thread, which nothing cancels: for a release
+        whose asyncio task was cancelled (asyncio.run cancels every task left before
+        it closes the loop). Made twice, a release frees one slot: names are never
+        reused."""
+        if self._backend.client is not None:
+            finish_later(functools.partial(self._release, name), f"the slot of lease {name}")
 
     def _landed(self, name: str, call: asyncio.Future[Any]) -> None:
         if self._landing.get(name) is call:
@@ -383,13 +397,17 @@ class RedisSlots:
             call.exception()
 
     async def _release_async(self, name: str) -> None:
-        call = self._landing.get(name)
-        if call is not None:
-            await asyncio.wait([call])
         try:
-            await self._backend.run_async(self._script, self._keys, self._args("release", name))
-        except BackendUnavailable as exc:
-            self._elsewhere.lost_release(exc)
+            call = self._landing.get(name)
+            if call is not None:
+                await asyncio.wait([call])
+            try:
+                await self._backend.run_async(self._script, self._keys, self._args("release", name))
+            except BackendUnavailable as exc:
+                self._elsewhere.lost_release(exc)
+        except asyncio.CancelledError:
+            self._release_in_thread(name)
+            raise
 
     def _checked(self, reply: Any, name: str) -> str:
         held = [_text(x) for x in reply]

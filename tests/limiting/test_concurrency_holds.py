@@ -244,6 +244,38 @@ def test_a_hold_collected_inside_its_block_is_not_renewed(redis_client: Any, kin
     assert free_slots(watched) == 2
 
 
+@pytest.mark.parametrize("how", ["limit", "own hold", "composite hold"])
+def test_a_slot_outlives_asyncio_run_closing_the_loop(make: Make, how: str) -> None:
+    """A holder cancelled inside its block, then ``asyncio.run`` returning at once: the
+    loop's shutdown cancels the release too (its task never ran), and the slot must
+    still come back (it stayed held, in Redis until its lease ran out)."""
+    if how == "composite hold":
+        both = make(Composite, [TokenBucket(100, 100), make(ConcurrencyLimit, 1)])
+        slots: ConcurrencyLimit = both._slots[0]
+        enter: Callable[[], Any] = both.hold
+    else:
+        slots = make(ConcurrencyLimit, 1)
+        enter = entering(slots, how)
+
+    async def scenario() -> None:
+        inside = asyncio.Event()
+
+        async def holder() -> None:
+            async with enter():
+                inside.set()
+                await asyncio.Event().wait()
+
+        task = asyncio.create_task(holder())
+        await inside.wait()
+        task.cancel()
+
+    asyncio.run(scenario())
+    deadline = time.monotonic() + 5
+    while free_slots(slots) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the release's thread
+    assert free_slots(slots) == 1
+
+
 # -- the heartbeat ------------------------------------------------------------------
 
 
