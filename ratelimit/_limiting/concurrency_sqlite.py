@@ -217,6 +217,12 @@ class SQLiteSlots:
     async def check_async(self, name: str, waiting: Waiting) -> str:
         return await self._off_loop(lambda: self.check(name, waiting))
 
+    def renew(self, names: list[str]) -> None:
+        here = [n for n in names if n not in self._elsewhere and taken_here(n)]
+        if here:
+            _, _, promoted = self._rows.renew(here)
+            self._told(promoted)
+
     def keep(self, names: list[str]) -> list[str]:
         here = [n for n in names if n not in self._elsewhere and taken_here(n)]
         if not here:

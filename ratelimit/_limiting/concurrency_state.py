@@ -81,6 +81,11 @@ class SlotStore(Protocol):
         returns those."""
         ...
 
+    def renew(self, names: list[str]) -> None:
+        """The heartbeat: renew these waiters' places (a lease, if one was granted
+        meanwhile), putting nothing back."""
+        ...
+
 
 class MemorySlots:
     """Slots in this process. A holder cannot die without its process, so leases
@@ -159,6 +164,9 @@ class MemorySlots:
 
     def keep(self, names: list[str]) -> list[str]:
         return []
+
+    def renew(self, names: list[str]) -> None:
+        pass  # places never run out here
 
 
 #: The in-process slots of each named ConcurrencyLimit, per MemoryBackend: limits that
@@ -435,3 +443,8 @@ class RedisSlots:
         if not here:
             return []
         return [_text(x) for x in self._backend.run(self._script, self._keys, self._args("keep", *here))]
+
+    def renew(self, names: list[str]) -> None:
+        here = [n for n in names if n not in self._elsewhere and taken_here(n)]
+        if here:
+            self._backend.run(self._script, self._keys, self._args("renew", *here))

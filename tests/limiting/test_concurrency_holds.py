@@ -306,17 +306,11 @@ def test_a_release_racing_the_heartbeat_is_not_put_back(redis_client: Any) -> No
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="a waiter renews its place only from its own task: on a stalled loop a place about to run out is "
-    "promoted into a slot that runs out before its holder runs, and another is given it (16 in flight on 8 "
-    "measured with 3 processes of 10,000 tasks). Renewing every place from the heartbeat (commit 9f8c5fd) "
-    "fixed it, but throughput at that scale fell in some runs (erratic without it too); left open",
-)
 def test_a_waiter_on_a_stalled_loop_keeps_its_place_and_its_grant(redis_client: Any) -> None:
     # A waiter renews its place itself, from its task; an event loop that runs late
     # (10,000 tasks on a loaded box) renews it late. Promoted with a place about to
-    # run out, it lost its slot before it could run, and another took it: both ran.
+    # run out, it lost its slot before it could run, and another took it: both ran
+    # (16 in flight on 8). The heartbeat renews the places of late waiters.
     clock = ManualClock(start=1_000.0)
     name = unique_name("stalled")
     limit = ConcurrencyLimit(1, lease_seconds=3, backend=RedisBackend(redis_client), name=name, clock=clock)
