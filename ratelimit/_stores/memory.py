@@ -150,8 +150,10 @@ class MemoryBackend:
         self._busy = False
         self._sweep_size = _SWEEP_SIZE
         self._sweep_time = time.monotonic() + SWEEP_SECONDS
-        # The caches of views decided here (for_key), while their limiters live.
+        # The caches of views decided here (for_key), while their limiters live, and
+        # how many views were made for them since the last sweep.
         self._views: weakref.WeakSet[Views] = weakref.WeakSet()
+        self._views_made = 0
 
     def _slot(self, name: str | Keyed | None, member: int | None, alg: Kept, clock: Clock | None) -> Slot:
         if name is None:
@@ -233,9 +235,13 @@ class MemoryBackend:
 
     def keep_views(self, views: Views) -> None:
         """Have each sweep ask ``views`` (a limiter's cache of views of its keys, whose
-        views decide here) to let go of idle keys' views first; held weakly."""
-        with self._lock:
-            self._views.add(views)
+        views decide here) to let go of idle keys' views first; held weakly. Called
+        for each view made: the views made count towards the next sweep."""
+        # A count for a heuristic: an increment lost to a race costs nothing.
+        self._views_made += 1
+        if views not in self._views:
+            with self._lock:
+                self._views.add(views)
 
     def idle(self, handle: object) -> bool:
         """Whether the state that ``handle`` (one this backend bound) decides on would
@@ -254,8 +260,7 @@ class MemoryBackend:
     def _sweep_if_due(self) -> None:
         if self._busy:
             return
-        kept = len(self._slots) + sum(len(views) for views in self._views)
-        if kept >= self._sweep_size or time.monotonic() >= self._sweep_time:
+        if len(self._slots) + self._views_made >= self._sweep_size or time.monotonic() >= self._sweep_time:
             self.sweep()
 
     def sweep(self) -> int:
@@ -280,6 +285,7 @@ class MemoryBackend:
                 self._busy = False
             kept = len(self._slots) + sum(len(views) for views in self._views)
             self._sweep_size = max(_SWEEP_SIZE, 2 * kept)
+            self._views_made = 0
             self._sweep_time = time.monotonic() + SWEEP_SECONDS
         return dropped
 

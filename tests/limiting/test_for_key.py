@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import threading
@@ -507,6 +508,61 @@ def test_a_view_used_elsewhere_keeps_its_budget_through_a_sweep() -> None:
     backend.sweep()
     assert drain(held) == 2
     assert drain(limiter.for_key("a")) == 0
+
+
+@pytest.mark.stress
+@pytest.mark.parametrize("where", ["unnamed", "named", "given"])
+def test_hundreds_of_threads_and_a_sweeper_keep_every_keys_bound(where: str) -> None:
+    """100 threads on 20 keys through a cache of 2 views, a thread sweeping without
+    pause: no key grants more than its budget, nor holds more than its one slot."""
+    import collections
+    import random
+
+    clock = ManualClock(start=1.0)
+    backend = MemoryBackend() if where == "given" else None
+    name = None if where == "unnamed" else unique_name()
+    bucket = TokenBucket(5, 1e-6, backend=backend, name=name, clock=clock)
+    slots = ConcurrencyLimit(1, backend=backend, name=None if name is None else name + "-slots")
+    bucket.key_views = slots.key_views = 2
+    granted: collections.Counter[str] = collections.Counter()
+    inside: collections.Counter[str] = collections.Counter()
+    peak: collections.Counter[str] = collections.Counter()
+    lock = threading.Lock()
+    done = threading.Event()
+
+    stores: list[Any] = [bucket.backend, slots.backend]
+
+    def sweeper() -> None:
+        while not done.is_set():
+            for store in stores:
+                store.sweep()
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(100):
+            key = f"k{rng.randrange(20)}"
+            if bucket.for_key(key).try_acquire():
+                with lock:
+                    granted[key] += 1
+            with contextlib.suppress(AcquireTimeout), slots.for_key(key).hold(timeout=0):
+                with lock:
+                    inside[key] += 1
+                    peak[key] = max(peak[key], inside[key])
+                with lock:
+                    inside[key] -= 1
+
+    sweeping = threading.Thread(target=sweeper)
+    sweeping.start()
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(100)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    done.set()
+    sweeping.join(30)
+    assert not any(thread.is_alive() for thread in [*threads, sweeping])
+    assert max(granted.values()) == 5
+    assert max(peak.values()) == 1
 
 
 @settings(max_examples=60, deadline=None)
