@@ -8,6 +8,8 @@ another grant's place) is made synchronously in a thread of this module's pool,
 which a cancellation of its caller does not stop and which the interpreter waits for
 at exit; the caller awaits it. One that may happen twice (a release of a lease, whose
 name is never reused) is made again in the pool when its asyncio call is cancelled.
+A Redis store built on an asyncio client alone has no synchronous call to make here:
+its give-backs stay on the loop.
 """
 
 from __future__ import annotations
