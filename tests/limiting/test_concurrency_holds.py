@@ -347,6 +347,54 @@ def test_a_waiter_on_a_stalled_loop_keeps_its_place_and_its_grant(redis_client: 
     assert held_in_redis(limit) == 0
 
 
+@pytest.mark.slow
+def test_a_waiter_on_a_stalled_loop_keeps_its_place_in_a_sqlite_file(tmp_path: Any) -> None:
+    """The same in a SQLite file: the heartbeat renews the place of a waiter whose
+    loop is stalled, and the slot it is then handed outlasts the stall."""
+    import sqlite3
+
+    from ratelimit import SQLiteBackend
+
+    clock = ManualClock(start=1_000.0)
+    path = tmp_path / "stalled.db"
+    limit = ConcurrencyLimit(1, lease_seconds=3, backend=SQLiteBackend(path), name="stalled", clock=clock)
+    other = ConcurrencyLimit(1, lease_seconds=3, backend=SQLiteBackend(path), name="stalled", clock=clock)
+    look = sqlite3.connect(path)
+
+    def place_until() -> float:
+        row = look.execute("SELECT max(until) FROM ratelimit_slots WHERE held = 0").fetchone()
+        return float(row[0] or 0)
+
+    holder = limit.take()
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    gate = threading.Event()
+    waiter = asyncio.run_coroutine_threadsafe(limit.take_async(timeout=10), loop)
+    try:
+        deadline = time.monotonic() + 5
+        while not place_until() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        loop.call_soon_threadsafe(gate.wait)  # the loop stalls
+        clock.advance(2.9)  # the place, taken at 1000, would run out at 1003
+        deadline = time.monotonic() + 5
+        while place_until() < 1_005 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        holder.release()  # the stalled waiter is handed the slot
+        clock.advance(0.6)
+        with pytest.raises(AcquireTimeout):
+            other.take(timeout=0).release()
+    finally:
+        gate.set()
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(waiter.result(15).release_async(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(10)
+        loop.close()
+        look.close()
+    assert free_slots(other) == 1
+
+
 # -- attacks ------------------------------------------------------------------------
 
 
