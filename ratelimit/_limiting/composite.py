@@ -166,6 +166,9 @@ class Composite(Limiter[Sequence[float]]):
         """How many rate limits it holds: the numbers a list of ``tokens`` gives."""
         return len(self._algs)
 
+    def _idle(self) -> bool:
+        return super()._idle() and all(slots._idle() for slots in self._slots)
+
     def _no_slots(self) -> None:
         if self._slots:
             raise TypeError(

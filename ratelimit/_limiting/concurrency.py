@@ -38,7 +38,7 @@ from .._stores.sqlite import SQLiteBackend
 from .._stores.store import Backend
 from .._stores.wakeups import Waiting
 from .concurrency_sqlite import SQLiteSlots
-from .concurrency_state import LOST, RedisSlots, SlotStore, lease_id, memory_slots
+from .concurrency_state import LOST, MemorySlots, RedisSlots, SlotStore, lease_id, memory_slots
 from .front import placed
 from .keyed import Keyable
 
@@ -258,41 +258,92 @@ class Hold:
     # files its blocks as ``with limit.hold():`` does.
 
     def _enter(self, frame: object) -> Lease:
-        lease = self._limit.take(self._timeout)
-        self._entries.add(frame, threading.get_ident(), lease)
-        return lease
+        return _enter(self._limit, self._timeout, self._entries, frame)
 
     def _exit(self, frame: object) -> None:
-        lease = self._entries.pop(frame, threading.get_ident())
-        if lease is not None:
-            lease.release()
+        _exit(self._entries, frame)
 
     async def _enter_async(self, frame: object) -> Lease:
-        lease = await self._limit.take_async(self._timeout)
-        self._entries.add(frame, entrant(), lease)
-        return lease
+        return await _enter_async(self._limit, self._timeout, self._entries, frame)
 
     async def _exit_async(self, frame: object) -> None:
-        lease = self._entries.pop(frame, entrant())
-        if lease is not None:
-            await lease.release_async()
+        await _exit_async(self._entries, frame)
+
+
+# A block's entry and exit, for a Hold and for ``with limit:`` (whose entries the limit
+# keeps itself: a Hold of its own would hold it in a cycle, which only the garbage
+# collector frees, and a key's view is let go of by reference counting).
+
+
+def _enter(limit: ConcurrencyLimit, timeout: float | timedelta | None, entries: Entries[Lease], frame: object) -> Lease:
+    lease = limit.take(timeout)
+    entries.add(frame, threading.get_ident(), lease)
+    return lease
+
+
+def _exit(entries: Entries[Lease], frame: object) -> None:
+    lease = entries.pop(frame, threading.get_ident())
+    if lease is not None:
+        lease.release()
+
+
+async def _enter_async(
+    limit: ConcurrencyLimit, timeout: float | timedelta | None, entries: Entries[Lease], frame: object
+) -> Lease:
+    lease = await limit.take_async(timeout)
+    entries.add(frame, entrant(), lease)
+    return lease
+
+
+async def _exit_async(entries: Entries[Lease], frame: object) -> None:
+    lease = entries.pop(frame, entrant())
+    if lease is not None:
+        await lease.release_async()
 
 
 class _Heartbeat:
     """Renews the leases one limit holds, all in one call, every ``check_every``
-    seconds, from a daemon thread that runs while something is held (and stops at
-    the first beat that finds nothing to renew). Each beat also frees the slots of
-    leases dropped unreleased."""
+    seconds, from a daemon thread that runs while something is held or waited for
+    (and stops at the first beat that finds nothing to renew). Each beat also frees
+    the slots of leases dropped unreleased.
+
+    A waiter renews its own place each time it looks for a lost wake-up, from its
+    task or thread, which may run late (an event loop stalled, or behind 10,000
+    tasks): a place that ran out while its waiter was alive became, once promoted, a
+    slot that ran out before its holder could run, and was handed to another while
+    that holder went ahead (16 in flight on 8). So each beat also renews the places
+    of this process's waiters that have not renewed their own for a beat and a half,
+    in one call: on time, waiters cost the beat nothing; late, their places (and a
+    slot one was handed meanwhile) last until their task runs."""
 
     def __init__(self, limit: ConcurrencyLimit, store: SlotStore) -> None:
         self._limit = weakref.ref(limit)
         self._store = store
         self._lock = threading.Lock()
         self._names: set[str] = set()
+        #: Each waiter's name, and when (monotonic) its place was last renewed.
+        self._waiting: dict[str, float] = {}
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
 
     def add(self, name: str) -> None:
+        """Renew held lease ``name`` (a waiter's, once granted) until discarded."""
+        self._track(name, None)
+
+    def wait(self, name: str) -> None:
+        """Renew the place of waiter ``name``, whenever its own renewal is late,
+        until it is granted or discarded."""
+        self._track(name, time.monotonic())
+
+    def renewed(self, name: str) -> None:
+        """Waiter ``name`` has just renewed its own place."""
+        if self._store.check_every == math.inf:
+            return
+        with self._lock:
+            if name in self._waiting:
+                self._waiting[name] = time.monotonic()
+
+    def _track(self, name: str, waiting_since: float | None) -> None:
         if self._store.check_every == math.inf:
             return
         with self._lock:
@@ -301,8 +352,13 @@ class _Heartbeat:
                 # parent's leases are the parent's to renew.
                 self._pid = os.getpid()
                 self._names = set()
+                self._waiting = {}
                 self._thread = None
-            self._names.add(name)
+            if waiting_since is None:
+                self._waiting.pop(name, None)
+                self._names.add(name)
+            else:
+                self._waiting[name] = waiting_since
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ratelimit-leases", daemon=True)
                 self._thread.start()
@@ -314,6 +370,7 @@ class _Heartbeat:
         # loop would otherwise start one per hold.
         with self._lock:
             self._names.discard(name)
+            self._waiting.pop(name, None)
 
     def _orphaned(self) -> None:
         with self._lock:
@@ -336,16 +393,28 @@ class _Heartbeat:
             limit._drain()
             del limit
             with self._lock:
-                if not self._names:
+                if not self._names and not self._waiting:
                     self._thread = None
                     return
                 names = sorted(self._names)
+                # Late: not renewed for one and a half beats. A waiter on time renews
+                # every beat; a late one's place (three beats long) is renewed here
+                # with half a beat to spare.
+                now = time.monotonic()
+                due = 1.5 * self._store.check_every
+                late = [name for name, since in self._waiting.items() if now - since >= due]
+                for name in late:
+                    self._waiting[name] = now
             try:
-                lost = self._store.keep(names)
+                lost = self._store.keep(names) if names else []
+                if late:
+                    # Renewing never puts a place back: one gone (its waiter granted
+                    # and done, or given up, meanwhile) stays gone.
+                    self._store.renew(late)
             except Exception:
                 logger.warning(
                     "could not renew %d lease(s); retrying in %.3g s",
-                    len(names),
+                    len(names) + len(late),
                     self._store.check_every,
                     exc_info=True,
                 )
@@ -405,11 +474,11 @@ class ConcurrencyLimit(Keyable):
         "_beat",
         "_clock",
         "_dropped",
+        "_entries",
         "_lease",
         "_live",
         "_most",
         "_name",
-        "_shared",
         "_store",
     )
 
@@ -460,7 +529,8 @@ class ConcurrencyLimit(Keyable):
         #: The leases taken here and not yet released, and those dropped unreleased.
         self._live: dict[str, bool] = {}
         self._dropped: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self._shared = Hold(self, None)
+        #: The blocks of ``with limit:`` (a shared hold with no timeout).
+        self._entries: Entries[Lease] = Entries()
 
     @property
     def max_in_flight(self) -> int:
@@ -487,6 +557,10 @@ class ConcurrencyLimit(Keyable):
 
     def _unnamed_in_process(self) -> bool:
         return self._name is None
+
+    def _idle(self) -> bool:
+        store = self._store
+        return isinstance(store, MemorySlots) and store.idle()
 
     # -- what a rate offers and a count of holders cannot ---------------------------
 
@@ -535,6 +609,7 @@ class ConcurrencyLimit(Keyable):
                 if outcome == HELD or limit == 0:
                     return self._granted(name, outcome, started)
             waiting = Waiting()
+            self._beat.wait(name)
             outcome = store.take(name, waiting)
             while outcome == QUEUED:
                 left = limit - (time.monotonic() - started)
@@ -544,10 +619,12 @@ class ConcurrencyLimit(Keyable):
                     outcome = HELD
                 else:
                     outcome = store.check(name, waiting)
+                    self._beat.renewed(name)
                     if outcome == LOST:  # its place is gone (an outage, eviction): queue again
                         outcome = store.take(name, waiting)
         except BaseException:
             # Interrupted or failed, at any point: whatever the store recorded goes.
+            self._beat.discard(name)
             with contextlib.suppress(Exception):
                 store.release(name)
             raise
@@ -570,6 +647,7 @@ class ConcurrencyLimit(Keyable):
                 if outcome == HELD or limit == 0:
                     return self._granted(name, outcome, started)
             waiting = Waiting(loop=asyncio.get_running_loop())
+            self._beat.wait(name)
             outcome = await store.take_async(name, waiting)
             while outcome == QUEUED:
                 left = limit - (time.monotonic() - started)
@@ -579,12 +657,14 @@ class ConcurrencyLimit(Keyable):
                     outcome = HELD
                 else:
                     outcome = await store.check_async(name, waiting)
+                    self._beat.renewed(name)
                     if outcome == LOST:
                         outcome = await store.take_async(name, waiting)
             if outcome != HELD:
                 await store.release_async(name)
         except BaseException:
             # Cancelled or failed at any await, granted or not: nothing stays held.
+            self._beat.discard(name)
             with contextlib.suppress(Exception):
                 await store.release_async(name)
             raise
@@ -592,6 +672,7 @@ class ConcurrencyLimit(Keyable):
 
     def _granted(self, name: str, outcome: str, started: float) -> Lease:
         if outcome != HELD:
+            self._beat.discard(name)
             raise self._timed_out(time.monotonic() - started)
         self._beat.add(name)
         self._live[name] = True
@@ -620,20 +701,20 @@ class ConcurrencyLimit(Keyable):
 
     def __enter__(self) -> Lease:
         """``with limit:`` holds one slot for the block, waiting as long as needed."""
-        return self._shared._enter(sys._getframe(1))
+        return _enter(self, None, self._entries, sys._getframe(1))
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._shared._exit(sys._getframe(1))
+        _exit(self._entries, sys._getframe(1))
 
     async def __aenter__(self) -> Lease:
-        return await self._shared._enter_async(sys._getframe(1))
+        return await _enter_async(self, None, self._entries, sys._getframe(1))
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self._shared._exit_async(sys._getframe(1))
+        await _exit_async(self._entries, sys._getframe(1))
 
     def _timed_out(self, waited: float) -> AcquireTimeout:
         return AcquireTimeout(

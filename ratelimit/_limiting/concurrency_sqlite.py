@@ -28,6 +28,7 @@ from .._stores.sqlite_file import Busy
 from .._stores.sqlite_slots import Promoted
 from .._stores.wakeups import Waiting
 from .concurrency_state import LOST, Elsewhere, taken_here
+from .unfinished import finish_later
 
 __all__ = ["SQLiteSlots"]
 
@@ -176,12 +177,28 @@ class SQLiteSlots:
             # Closed outside any loop: no loop to block, nothing to await on.
             self.release(name)
             return
-        await asyncio.shield(self._release_later(name, landing))
+        try:
+            await asyncio.shield(self._release_later(name, landing))
+        except asyncio.CancelledError:
+            # The release's own task may never run: a loop that closes next leaves it.
+            self._release_in_thread(name)
+            raise
+
+    def _release_in_thread(self, name: str) -> None:
+        """Release ``name`` again in a thread, which nothing cancels: for a release
+        whose asyncio task was cancelled (asyncio.run cancels every task left before
+        it closes the loop). Made twice, a release frees one slot: names are never
+        reused."""
+        finish_later(functools.partial(self.release, name), f"the slot of lease {name}")
 
     async def _release_later(self, name: str, landing: asyncio.Future[str] | None) -> None:
-        if landing is not None:
-            await asyncio.wait([landing])
-        await self._off_loop(lambda: self.release(name))
+        try:
+            if landing is not None:
+                await asyncio.wait([landing])
+            await self._off_loop(lambda: self.release(name))
+        except asyncio.CancelledError:
+            self._release_in_thread(name)
+            raise
 
     def check(self, name: str, waiting: Waiting) -> str:
         try:
@@ -199,6 +216,12 @@ class SQLiteSlots:
 
     async def check_async(self, name: str, waiting: Waiting) -> str:
         return await self._off_loop(lambda: self.check(name, waiting))
+
+    def renew(self, names: list[str]) -> None:
+        here = [n for n in names if n not in self._elsewhere and taken_here(n)]
+        if here:
+            _, _, promoted = self._rows.renew(here)
+            self._told(promoted)
 
     def keep(self, names: list[str]) -> list[str]:
         here = [n for n in names if n not in self._elsewhere and taken_here(n)]

@@ -25,6 +25,7 @@ from .._stores.keys import Keyed, text_of
 from .._stores.memory import MemoryBackend
 from .._stores.scripts import concurrency_script
 from .._stores.wakeups import CHANNEL_PREFIX, Listener, Waiting, listener_for, process_id
+from .unfinished import finish_later
 
 __all__ = ["LOST", "MemorySlots", "RedisSlots", "SlotStore", "lease_id", "memory_slots", "taken_here"]
 
@@ -80,6 +81,11 @@ class SlotStore(Protocol):
         returns those."""
         ...
 
+    def renew(self, names: list[str]) -> None:
+        """The heartbeat: renew these waiters' places (a lease, if one was granted
+        meanwhile), putting nothing back."""
+        ...
+
 
 class MemorySlots:
     """Slots in this process. A holder cannot die without its process, so leases
@@ -103,6 +109,16 @@ class MemorySlots:
     def queued(self) -> int:
         """How many callers wait for a slot now."""
         return len(self._state.waiters)
+
+    def idle(self) -> bool:
+        """Whether no slot is held and no caller waits (``False`` while a transition
+        holds the lock: it is looked at next time)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            return not self._state.holders and not self._state.waiters
+        finally:
+            self._lock.release()
 
     def _wake(self, promoted: list[str]) -> None:
         # Outside the lock: waking an asyncio waiter schedules a callback, which must
@@ -149,6 +165,9 @@ class MemorySlots:
     def keep(self, names: list[str]) -> list[str]:
         return []
 
+    def renew(self, names: list[str]) -> None:
+        pass  # places never run out here
+
 
 #: The in-process slots of each named ConcurrencyLimit, per MemoryBackend: limits that
 #: share a backend and a name share their slots, as long as one of them lives.
@@ -175,7 +194,9 @@ def memory_slots(
                 f"max_in_flight={most} differs from the {slots._sem.most} of the limit already named {name!r} "
                 f"on this backend: one limit needs one size"
             )
-        return slots
+    # As a bind does: the sweep may be due (it asks caches of keys' views to let go).
+    backend.sweep_if_due()
+    return slots
 
 
 class Elsewhere:
@@ -357,7 +378,20 @@ class RedisSlots:
             # its loop ended): nothing to await on, and no loop to block either.
             self._release(name)
             return
-        await asyncio.shield(self._release_async(name))
+        try:
+            await asyncio.shield(self._release_async(name))
+        except asyncio.CancelledError:
+            # The release's own task may never run: a loop that closes next leaves it.
+            self._release_in_thread(name)
+            raise
+
+    def _release_in_thread(self, name: str) -> None:
+        """Release ``name`` again in a thread, which nothing cancels: for a release
+        whose asyncio task was cancelled (asyncio.run cancels every task left before
+        it closes the loop). Made twice, a release frees one slot: names are never
+        reused."""
+        if self._backend.client is not None:
+            finish_later(functools.partial(self._release, name), f"the slot of lease {name}")
 
     def _landed(self, name: str, call: asyncio.Future[Any]) -> None:
         if self._landing.get(name) is call:
@@ -367,13 +401,17 @@ class RedisSlots:
             call.exception()
 
     async def _release_async(self, name: str) -> None:
-        call = self._landing.get(name)
-        if call is not None:
-            await asyncio.wait([call])
         try:
-            await self._backend.run_async(self._script, self._keys, self._args("release", name))
-        except BackendUnavailable as exc:
-            self._elsewhere.lost_release(exc)
+            call = self._landing.get(name)
+            if call is not None:
+                await asyncio.wait([call])
+            try:
+                await self._backend.run_async(self._script, self._keys, self._args("release", name))
+            except BackendUnavailable as exc:
+                self._elsewhere.lost_release(exc)
+        except asyncio.CancelledError:
+            self._release_in_thread(name)
+            raise
 
     def _checked(self, reply: Any, name: str) -> str:
         held = [text_of(x) for x in reply]
@@ -401,3 +439,8 @@ class RedisSlots:
         if not here:
             return []
         return [text_of(x) for x in self._backend.run(self._script, self._keys, self._args("keep", *here))]
+
+    def renew(self, names: list[str]) -> None:
+        here = [n for n in names if n not in self._elsewhere and taken_here(n)]
+        if here:
+            self._backend.run(self._script, self._keys, self._args("renew", *here))

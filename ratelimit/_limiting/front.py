@@ -26,6 +26,7 @@ from .._events import EVERYONE, Denied, Emitter, Event, Granted, Paused, Throttl
 from .._headers import RateLimitInfo, parse_rate_limit_headers
 from .._stores.keys import Keyed
 from .._stores.memory import MemoryBackend
+from .._stores.redis import RedisBackend
 from .._stores.store import Backend, Handle, Pacing
 from .._stores.tally import LimiterStats, Tally, weight
 from .._wrap import wrap
@@ -34,6 +35,7 @@ from .feedback import throttled
 from .keyed import Keyable
 from .named import Named, covers, equal
 from .reservation import Reservation
+from .unfinished import finish
 
 __all__ = ["Acquirer", "Decorator", "Limiter", "LimiterStats", "difference", "placed"]
 
@@ -150,6 +152,13 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     def _unnamed_in_process(self) -> bool:
         return self._name is None
+
+    def _idle(self) -> bool:
+        backend = self._backend
+        if not isinstance(backend, MemoryBackend):
+            return False
+        # A learned pace's group holds the limiter's own state beside the pace.
+        return backend.idle(self._pacing if self._pacing is not None else self._handle)
 
     def _adopt(self, parent: Any) -> None:
         # The limiter's subscribers hear every key's events.
@@ -331,7 +340,7 @@ class Limiter(Keyable, ABC, Generic[T]):
             except BaseException:
                 if self._named is not None:
                     self._named.forget(asyncio.current_task())
-                await self._give_back_async(n, at)
+                await self._give_back_async(n, at, outlasting=True)
                 raise
         if self._events.callbacks or EVERYONE.callbacks:
             self._granted(n, wait)
@@ -703,12 +712,28 @@ class Limiter(Keyable, ABC, Generic[T]):
             # The interruption that brought us here matters more; say what was lost.
             logger.warning("could not give back a cancelled reservation of %r on %r", tokens, self, exc_info=True)
 
-    async def _give_back_async(self, tokens: T, at: float) -> None:
+    async def _give_back_async(self, tokens: T, at: float, *, outlasting: bool = False) -> None:
+        """Give back a grant its task no longer wants. ``outlasting``: the task is
+        being cancelled, and the give-back must outlast it."""
         self._tally.count_cancelled()
+        handle = self._handle
+        if outlasting and handle.suspends and self._blocking_calls():
+            # Made in a thread and waited for: a cancellation now (asyncio.run cancels
+            # every task left before it closes the loop) would stop a store call that
+            # may or may not have been made, and a refund made twice frees another
+            # grant's place. The thread makes it once, whatever happens to this task.
+            what = f"a cancelled reservation of {tokens!r} on {self!r}"
+            await finish(functools.partial(handle.refund, tokens, at), what)
+            return
         try:
-            await self._handle.refund_async(tokens, at)
+            await handle.refund_async(tokens, at)
         except Exception:
             logger.warning("could not give back a cancelled reservation of %r on %r", tokens, self, exc_info=True)
+
+    def _blocking_calls(self) -> bool:
+        """Whether the store takes calls from threads (not a Redis store of an asyncio client)."""
+        backend = self._backend
+        return not isinstance(backend, RedisBackend) or backend.client is not None
 
     # -- sugar: context managers and decorators -----------------------------------
 

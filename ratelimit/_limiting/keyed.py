@@ -10,8 +10,15 @@ builds one that finds the same budget. Building a view binds a handle, which cos
 no round trip on any store (the Redis store writes what the code says with the
 view's first decision, in the same script call).
 
-An in-process limiter without a name keeps its keys itself, in a private
-``MemoryBackend`` of its own; a named one keeps them in its backend under its name.
+A view is built on the limiter's own backend, the one given or the private
+``MemoryBackend`` made for it without one, so that each key has one budget however many
+views are made and dropped. An unnamed limiter on a ``MemoryBackend`` it was given keeps
+its keys in a private ``MemoryBackend`` of its own: another unnamed limiter may share
+the backend given, and its keys are not this one's.
+
+In process, the sweep of the backend the views decide on (``MemoryBackend.sweep``) asks
+the cache to forget the views whose keys are idle, so that their state can go too: a
+key's budget outlives its views, and an idle key's views outlive nothing.
 """
 
 from __future__ import annotations
@@ -40,17 +47,20 @@ _making = threading.Lock()
 class KeyViews:
     """A limiter's views of its keys, the most recently used kept, at most ``size``.
 
-    Made and looked up under one lock, so that threads (and the tasks of any event
-    loop, which never await here) asking for one key at once all get one view.
+    Looked up and kept under one lock, so that threads (and the tasks of any event
+    loop, which never await here) asking for one key at once all get one view. A view
+    is built outside the lock: a bind may sweep its backend, and the sweep asks this
+    cache to forget idle views (:meth:`forget_idle`).
     """
 
-    __slots__ = ("_lock", "_views", "backend", "size")
+    __slots__ = ("__weakref__", "_lock", "_views", "backend", "size")
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._views: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()
-        #: Where an unnamed in-process limiter keeps its keys (made at the first).
+        #: Where an unnamed limiter keeps its keys when it shares a backend it was
+        #: given (made at the first).
         self.backend: MemoryBackend | None = None
 
     def get(self, key: str, make: Callable[[str], V]) -> V:
@@ -59,19 +69,52 @@ class KeyViews:
             if view is not None:
                 self._views.move_to_end(key)
                 return view  # type: ignore[no-any-return]
-            made = make(key)
+        made = make(key)
+        dropped: list[tuple[str, Any]] = []
+        with self._lock:
+            view = self._views.get(key)
+            if view is not None:
+                # Another thread made one meanwhile: both bound the same budget, and
+                # every caller gets the one kept.
+                self._views.move_to_end(key)
+                return view  # type: ignore[no-any-return]
             if self.size > 0:
                 self._views[key] = made
                 while len(self._views) > self.size:
                     # Dropping a view drops nothing of its budget: that lives in the store.
-                    self._views.popitem(last=False)
-            return made
+                    dropped.append(self._views.popitem(last=False))
+        # Let go outside the lock: a view collected here may start a sweep, which
+        # takes the lock to forget idle views.
+        del dropped
+        return made
 
     def resize(self, size: int) -> None:
+        dropped: list[tuple[str, Any]] = []
         with self._lock:
             self.size = size
             while len(self._views) > size:
-                self._views.popitem(last=False)
+                dropped.append(self._views.popitem(last=False))
+        del dropped
+
+    def forget_idle(self) -> int:
+        """Drop the views whose keys are idle (their budget as good as new, nothing
+        held or queued); return how many. A sweep calls it, before it looks for idle
+        state, which a view kept here holds: a view still used elsewhere keeps its
+        state, and the next ``for_key`` of its key finds the same budget. A cache
+        busy on another thread is left for the next sweep."""
+        if not self._lock.acquire(blocking=False):
+            return 0
+        try:
+            idle = [key for key, view in self._views.items() if view._idle()]
+            dropped = [self._views.pop(key) for key in idle]
+            if len(dropped) > len(self._views):
+                # An OrderedDict keeps its table at its largest size: copy it to let that go.
+                self._views = OrderedDict(self._views)
+        finally:
+            self._lock.release()
+        # The views are collected as this returns (inside the sweep, whose lock is
+        # re-entrant), so the same sweep finds their state unused.
+        return len(dropped)
 
     def __len__(self) -> int:
         return len(self._views)
@@ -179,16 +222,35 @@ class Keyable:
         view._key = key
         view._keys = None
         args, kwargs = self._made
-        if self._unnamed_in_process():
+        if kwargs.get("backend") is None:
+            # The private store made for this limiter: every view of a key finds the
+            # key's one budget there (a store of their own would each grant it whole).
+            kwargs = {**kwargs, "backend": self.backend}
+        elif self._unnamed_in_process():
             # No name to keep keys under in a store others may share: keys of its own.
             views = self._views()
-            if views.backend is None:
-                views.backend = MemoryBackend()
+            with _making:
+                if views.backend is None:
+                    views.backend = MemoryBackend()
             kwargs = {**kwargs, "backend": views.backend}
         view._made = (args, kwargs)
         cls.__init__(view, *args, **kwargs)
         view._adopt(self)
+        backend = view.backend
+        if isinstance(backend, MemoryBackend):
+            backend.keep_views(self._views())
         return view
+
+    @property
+    def backend(self) -> Any:
+        """Where this limiter's state is kept."""
+        raise NotImplementedError
+
+    def _idle(self) -> bool:
+        """Whether this view's in-process budget is as good as new, with nothing held or
+        queued (so that forgetting it changes no decision); ``False`` in a store beyond
+        this process, which forgets idle state itself."""
+        return False
 
     def _unnamed_in_process(self) -> bool:
         """Whether this limiter has no name (and so no shared store)."""

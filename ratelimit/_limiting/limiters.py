@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
 from abc import abstractmethod
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -142,12 +144,13 @@ class SingleLimiter(Limiter[float]):
             self._most = self._quick_most = lanes.high.most
             self._most_name = f"the high-priority share of {self._most_name}"
             self._handle = high
+            restrict, describe = _weakly(self)
             self._low = LowPriority(
                 handle=low,
                 most=lanes.low.most,
                 most_name=f"the low-priority share of {self.most_name_for(clock)}",
-                restriction=self._restriction,
-                describe=self.__repr__,
+                restriction=restrict,
+                describe=describe,
                 backend=self._backend,
                 name=self._name,
                 clock=self._clock,
@@ -279,6 +282,28 @@ class SingleLimiter(Limiter[float]):
         shadow = ", shadow=True" if self._shadow else ""
         made = f"{type(self).__name__}({self._describe()}{guard}{lanes}{learn}{leased}{shadow}{where})"
         return made + self._key_suffix()
+
+
+def _weakly(
+    limiter: SingleLimiter,
+) -> tuple[Callable[[RateLimitInfo, int | None], tuple[float, float] | None], Callable[[], str]]:
+    """What ``limiter.low`` asks of its limiter (a restriction, a repr), holding it
+    weakly: a strong hold is a cycle that only the garbage collector frees, and a key's
+    view must go when its cache lets go of it. A ``low`` kept alone, its limiter gone,
+    restricts at the limit's own pace and names its kind."""
+    alive = weakref.ref(limiter)
+    interval = 1.0 / limiter._alg.sustained_rate
+    kind = type(limiter).__name__
+
+    def restrict(info: RateLimitInfo, status: int | None) -> tuple[float, float] | None:
+        found = alive()
+        return restriction(info, status, interval) if found is None else found._restriction(info, status)
+
+    def describe() -> str:
+        found = alive()
+        return f"<{kind}, no longer referenced>" if found is None else repr(found)
+
+    return restrict, describe
 
 
 class TokenBucket(SingleLimiter):

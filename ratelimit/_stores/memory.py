@@ -8,6 +8,8 @@ asyncio tasks too (it is never held across an ``await``).
 Named state is kept as a Redis key is: while it matters. Once no limiter object uses a
 name and its state would decide as a new one would (``Algorithm.idle_until``), it is
 dropped, so per-tenant names in a long-running service cost memory only while active.
+A limiter's cache of views of its keys (``for_key``) is asked first to let go of the
+views whose keys are idle, which would otherwise keep their state in use.
 """
 
 from __future__ import annotations
@@ -103,6 +105,25 @@ class Slot:
         self.now: Callable[[], float] = (clock or SystemClock()).now
         self.users = 0
 
+    def idle(self) -> bool:
+        """Whether the state would decide as a new one would (``False`` while a
+        decision holds the lock: it is looked at next time)."""
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            return self.alg.idle_until(self.state) <= self.now()
+        finally:
+            self.lock.release()
+
+
+class Views(Protocol):
+    """A limiter's cache of views of its keys, whose views hold their state in use
+    here: a sweep asks it to drop those whose keys are idle, and counts what it holds."""
+
+    def forget_idle(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
 
 class MemoryBackend:
     """State held in this process.
@@ -129,6 +150,10 @@ class MemoryBackend:
         self._busy = False
         self._sweep_size = _SWEEP_SIZE
         self._sweep_time = time.monotonic() + SWEEP_SECONDS
+        # The caches of views decided here (for_key), while their limiters live, and
+        # how many views were made for them since the last sweep.
+        self._views: weakref.WeakSet[Views] = weakref.WeakSet()
+        self._views_made = 0
 
     def _slot(self, name: str | Keyed | None, member: int | None, alg: Kept, clock: Clock | None) -> Slot:
         if name is None:
@@ -208,18 +233,44 @@ class MemoryBackend:
 
     # -- dropping idle state ----------------------------------------------------------
 
+    def keep_views(self, views: Views) -> None:
+        """Have each sweep ask ``views`` (a limiter's cache of views of its keys, whose
+        views decide here) to let go of idle keys' views first; held weakly. Called
+        for each view made: the views made count towards the next sweep."""
+        # A count for a heuristic: an increment lost to a race costs nothing.
+        self._views_made += 1
+        if views not in self._views:
+            with self._lock:
+                self._views.add(views)
+
+    def idle(self, handle: object) -> bool:
+        """Whether the state that ``handle`` (one this backend bound) decides on would
+        decide as a new one would."""
+        if isinstance(handle, MemoryGroupHandle):
+            return all(slot.idle() for slot in handle._slots)
+        if isinstance(handle, (MemoryHandle, MemoryLaneHandle)):
+            return handle._slot.idle()
+        return False
+
+    def sweep_if_due(self) -> None:
+        """Sweep if it is time (see :meth:`sweep`): what binds and releases call."""
+        with self._lock:
+            self._sweep_if_due()
+
     def _sweep_if_due(self) -> None:
         if self._busy:
             return
-        if len(self._slots) >= self._sweep_size or time.monotonic() >= self._sweep_time:
+        if len(self._slots) + self._views_made >= self._sweep_size or time.monotonic() >= self._sweep_time:
             self.sweep()
 
     def sweep(self) -> int:
         """Drop every name no limiter uses whose state is as good as new; return how many.
 
-        Runs by itself when a limiter is made or dropped, at most every
-        ``SWEEP_SECONDS`` and whenever the number of names has doubled; call it to
-        free memory at a moment of your choosing.
+        The views of keys (``for_key``) whose budget is as good as new are dropped
+        from their limiter's cache first, and their state with them (a view in use
+        elsewhere keeps its state). Runs by itself when a limiter is made or dropped,
+        at most every ``SWEEP_SECONDS`` and whenever the number of names and cached
+        views has doubled; call it to free memory at a moment of your choosing.
         """
         dropped = 0
         with self._lock:
@@ -227,10 +278,14 @@ class MemoryBackend:
                 return 0
             self._busy = True
             try:
+                for views in list(self._views):
+                    views.forget_idle()
                 dropped = self._drop_idle()
             finally:
                 self._busy = False
-            self._sweep_size = max(_SWEEP_SIZE, 2 * len(self._slots))
+            kept = len(self._slots) + sum(len(views) for views in self._views)
+            self._sweep_size = max(_SWEEP_SIZE, 2 * kept)
+            self._views_made = 0
             self._sweep_time = time.monotonic() + SWEEP_SECONDS
         return dropped
 
@@ -238,13 +293,9 @@ class MemoryBackend:
         dropped = 0
         for key, slot in list(self._slots.items()):
             # A slot busy deciding is in use: it is looked at next time.
-            if slot.users > 0 or not slot.lock.acquire(blocking=False):
+            if slot.users > 0:
                 continue
-            try:
-                idle = slot.alg.idle_until(slot.state) <= slot.now()
-            finally:
-                slot.lock.release()
-            if idle and self._slots.pop(key, None) is not None:
+            if slot.idle() and self._slots.pop(key, None) is not None:
                 dropped += 1
         if dropped > len(self._slots):
             # A dict keeps its table at its largest size: copy it to let that go.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import threading
@@ -384,6 +385,255 @@ def test_idle_keys_are_forgotten_in_process() -> None:
     gc.collect()
     backend.sweep()
     assert len(backend) <= 16 + 1  # the views still cached (their limiter's own state is idle)
+
+
+def test_a_named_limiter_without_a_backend_keeps_one_budget_per_key() -> None:
+    """``name=`` and no ``backend=``: a view rebuilt after the cache dropped the last
+    one finds the key's budget spent, and views made at once share one budget."""
+    clock = ManualClock(start=1.0)
+    limiter = TokenBucket(5, 1e-3, name=unique_name(), clock=clock)
+    limiter.key_views = 1
+    assert drain(limiter.for_key("a")) == 5
+    limiter.for_key("b")  # drops a's view
+    gc.collect()
+    assert drain(limiter.for_key("a")) == 0
+    limiter.key_views = 0
+    assert sum(drain(limiter.for_key("c")) for _ in range(10)) == 5
+    assert limiter.for_key("c").backend is limiter.backend
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda clock: LeakyBucket(5, 1e-3, name=unique_name(), clock=clock),
+        lambda clock: SlidingWindow(5, 1_000, name=unique_name(), clock=clock),
+        lambda clock: TokenBucket(5, 1e-3, name=unique_name(), clock=clock, adaptive=Adaptive(floor=1e-4)),
+        lambda clock: TokenBucket(5, 1e-3, name=unique_name(), clock=clock, low_share=0.5),
+        lambda clock: Composite([TokenBucket(5, 1e-3), SlidingWindow(9, 1_000)], name=unique_name(), clock=clock),
+        lambda clock: TokenBucket(5, 1e-3, clock=clock),
+    ],
+    ids=["leaky", "window", "adaptive", "priorities", "composite", "unnamed"],
+)
+def test_every_kind_keeps_one_budget_per_key_without_a_backend(build: Callable[[ManualClock], Any]) -> None:
+    """Ten views of one key made and dropped one after another grant what one budget holds."""
+    limiter = build(ManualClock(start=1.0))
+    limiter.key_views = 0
+    once = drain(build(ManualClock(start=1.0)).for_key("k"))
+    assert sum(drain(limiter.for_key("k")) for _ in range(10)) == once
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed"])
+def test_a_concurrency_limit_without_a_backend_holds_per_key_across_views(named: bool) -> None:
+    """``ConcurrencyLimit(2, name=...)`` and a composite holding slots: views of one
+    key made apart share its slots, two holders at most."""
+    name = unique_name() if named else None
+    for limit in (
+        ConcurrencyLimit(2, name=name),
+        Composite([TokenBucket(100, 1), ConcurrencyLimit(2)], name=name),
+    ):
+        limit.key_views = 0
+        leases = [limit.for_key("k").hold(timeout=0) for _ in range(2)]
+        for lease in leases:
+            lease.__enter__()
+        with pytest.raises(AcquireTimeout), limit.for_key("k").hold(timeout=0):
+            pass
+        for lease in leases:
+            lease.__exit__(None, None, None)
+        with limit.for_key("k").hold(timeout=0):
+            pass
+
+
+def _keyed(kind: str, clock: ManualClock, backend: MemoryBackend | None, name: str | None) -> Any:
+    if kind == "token":
+        return TokenBucket(2, 1, backend=backend, name=name, clock=clock)
+    if kind == "window":
+        return SlidingWindow(2, 1, backend=backend, name=name, clock=clock)
+    if kind == "priorities":
+        return TokenBucket(2, 1, backend=backend, name=name, clock=clock, low_share=0.5)
+    if kind == "composite":
+        return Composite([TokenBucket(2, 1), ConcurrencyLimit(1)], backend=backend, name=name, clock=clock)
+    return ConcurrencyLimit(1, backend=backend, name=name, clock=clock)
+
+
+def _use(view: Any) -> None:
+    if isinstance(view, ConcurrencyLimit) or (isinstance(view, Composite) and view._slots):
+        with view.hold(timeout=0):
+            pass
+    else:
+        view.try_acquire()
+        if view.low_share is not None:
+            view.low.try_acquire()
+
+
+@pytest.mark.parametrize("kind", ["token", "window", "priorities", "composite", "concurrency"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "named",
+        # Tracemalloc slows each case to seconds: the other two places run with the stress tests.
+        pytest.param("unnamed", marks=pytest.mark.stress),
+        pytest.param("given", marks=pytest.mark.stress),
+    ],
+)
+def test_idle_keys_views_and_state_leave_memory_in_process(kind: str, where: str) -> None:
+    """Thousands of keys, every view kept by the cache: once every key is idle, one
+    sweep leaves less than a fifth of the memory they took (measured by tracemalloc)."""
+    import tracemalloc
+
+    clock = ManualClock(start=1.0)
+    backend = MemoryBackend() if where == "given" else None
+    limiter = _keyed(kind, clock, backend, None if where == "unnamed" else unique_name())
+    limiter.key_views = 100_000
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(1_000):
+            _use(limiter.for_key(f"t{i}"))
+        peak = tracemalloc.get_traced_memory()[0] - base
+        clock.advance(10.0)
+        limiter.backend.sweep()
+        left = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert left < 0.2 * peak, (left, peak)
+    assert limiter.key_views == 100_000
+
+
+def test_a_view_used_elsewhere_keeps_its_budget_through_a_sweep() -> None:
+    """The sweep drops an idle key's view from the cache, never a budget a view still
+    held by a caller decides on: the next view of the key shares it."""
+    clock = ManualClock(start=1.0)
+    backend = MemoryBackend()
+    limiter = TokenBucket(2, 1, backend=backend, name=unique_name(), clock=clock)
+    held = limiter.for_key("a")
+    backend.sweep()
+    again = limiter.for_key("a")
+    assert again is not held  # the idle key's view was let go by the cache
+    assert drain(again) == 2
+    assert drain(held) == 0
+    clock.advance(10.0)
+    backend.sweep()
+    assert drain(held) == 2
+    assert drain(limiter.for_key("a")) == 0
+
+
+@pytest.mark.stress
+@pytest.mark.parametrize("where", ["unnamed", "named", "given"])
+def test_hundreds_of_threads_and_a_sweeper_keep_every_keys_bound(where: str) -> None:
+    """100 threads on 20 keys through a cache of 2 views, a thread sweeping without
+    pause: no key grants more than its budget, nor holds more than its one slot."""
+    import collections
+    import random
+
+    clock = ManualClock(start=1.0)
+    backend = MemoryBackend() if where == "given" else None
+    name = None if where == "unnamed" else unique_name()
+    bucket = TokenBucket(5, 1e-6, backend=backend, name=name, clock=clock)
+    slots = ConcurrencyLimit(1, backend=backend, name=None if name is None else name + "-slots")
+    bucket.key_views = slots.key_views = 2
+    granted: collections.Counter[str] = collections.Counter()
+    inside: collections.Counter[str] = collections.Counter()
+    peak: collections.Counter[str] = collections.Counter()
+    lock = threading.Lock()
+    done = threading.Event()
+
+    stores: list[Any] = [bucket.backend, slots.backend]
+
+    def sweeper() -> None:
+        while not done.is_set():
+            for store in stores:
+                store.sweep()
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(100):
+            key = f"k{rng.randrange(20)}"
+            if bucket.for_key(key).try_acquire():
+                with lock:
+                    granted[key] += 1
+            with contextlib.suppress(AcquireTimeout), slots.for_key(key).hold(timeout=0):
+                with lock:
+                    inside[key] += 1
+                    peak[key] = max(peak[key], inside[key])
+                with lock:
+                    inside[key] -= 1
+
+    sweeping = threading.Thread(target=sweeper)
+    sweeping.start()
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(100)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    done.set()
+    sweeping.join(30)
+    assert not any(thread.is_alive() for thread in [*threads, sweeping])
+    assert max(granted.values()) == 5
+    assert max(peak.values()) == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from(["token", "leaky", "window", "approximate", "composite", "adaptive"]),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["try", "reserve", "cancel", "refund", "settle", "advance", "sweep"]),
+            st.integers(0, 2),
+            st.sampled_from([0.25, 0.5, 1.0, 2.0, 3.0]),
+        ),
+        max_size=40,
+    ),
+)
+def test_sweeps_never_change_a_decision(kind: str, steps: list[tuple[str, int, float]]) -> None:
+    """The same calls on two in-process limiters, one swept after every call: every
+    decision is the same (forgetting idle keys and their views never changes one)."""
+
+    def build(clock: ManualClock) -> Any:
+        backend = MemoryBackend()
+        name = unique_name()
+        if kind == "token":
+            return TokenBucket(3, 1, backend=backend, name=name, clock=clock)
+        if kind == "leaky":
+            return LeakyBucket(3, 1, backend=backend, name=name, clock=clock)
+        if kind in ("window", "approximate"):
+            return SlidingWindow(3, 2, backend=backend, name=name, clock=clock, approximate=kind == "approximate")
+        if kind == "adaptive":
+            return TokenBucket(3, 1, backend=backend, name=name, clock=clock, adaptive=Adaptive())
+        return Composite([TokenBucket(3, 1), SlidingWindow(4, 2)], backend=backend, name=name, clock=clock)
+
+    def run(swept: bool) -> list[Any]:
+        clock = ManualClock(start=100.0)
+        limiter = build(clock)
+        limiter.key_views = 1_000
+        reservations: list[Any] = []
+        seen: list[Any] = []
+        for op, key, amount in steps:
+            tokens = min(amount, 3.0)
+            view = limiter.for_key(f"k{key}")
+            if op == "try":
+                seen.append(view.try_acquire(tokens))
+            elif op == "reserve":
+                try:
+                    reservations.append(view.reserve(tokens, timeout=5))
+                    seen.append(reservations[-1].wait)
+                except AcquireTimeout as refused:
+                    seen.append(("refused", refused.retry_after))
+            elif op == "cancel":
+                seen.append(reservations.pop(0).cancel() if reservations else None)
+            elif op == "refund":
+                view.refund(tokens)
+            elif op == "settle":
+                view.settle(tokens, tokens / 2)
+            elif op == "advance":
+                clock.advance(amount)
+            seen.append(round(view.peek(1), 9))
+            del view
+            if swept:
+                limiter.backend.sweep()
+        return seen
+
+    assert run(swept=True) == run(swept=False)
 
 
 #: Keys the Redis test runs through (``benchmarks/keyed_limiters.py`` runs 100,000).
