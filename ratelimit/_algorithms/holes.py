@@ -28,9 +28,11 @@ line that ends no later than its time + ``tau`` (see ``token_bucket.py``); a hol
 tokens are the end of such a line, and a grant at ``t`` may take the part of it still
 ahead of ``t`` (``Algorithm.room``), so a hole goes only once its whole slot is past.
 That is also what a refund that *names* its grant leaves (:class:`GrantTime`): a grant
-that waited its own turn ends its slot at exactly its time + ``tau``, so the tokens it
-did not use become a hole at its time, whatever is queued behind it, where an unnamed
-refund could only give them up. A request of a composite may take a hole that holds
+that waited its own turn ends its slot at exactly its time + ``tau``, and one that went
+at once ends the line as its commit left it (:func:`at_once`, for a limiter that gives
+back), so the tokens it did not use become a hole where its slot ends, whatever is
+queued behind it, where an unnamed refund could only give them up; a grant whose slot
+is past frees nothing. A request of a composite may take a hole that holds
 tokens for some of its limits only, when the others grant it by themselves at that
 time (a refund of an LLM call's tokens, with the request counted as made).
 
