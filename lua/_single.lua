@@ -99,17 +99,16 @@ local now, time = clock_read(ARGV[2])
 local raw = nil  -- the state as the quick or lean path read it (false: none)
 local op, counted, elsewhere = op_of(ARGV[1])
 -- 'named' and 'nbatch' are 'reserve' and 'batch' for a limiter that gives back: a grant
--- at once is named too (see at_once_mask in _members.lua), which the quick path,
--- replying its time alone, does not do.
+-- at once is named too (see at_once_mask in _members.lua; the quick path names it so).
 local names = false
 if op == 'named' then op, names = 'reserve', true
 elseif op == 'nbatch' then op, names = 'batch', true end
 local top_base = nil
 if counted then top_base = KEYS[1] end
-if ALG.quick and op == 'reserve' and not names and KEYS[2] and not KEYS[3] and (ARGV[7] == '0.0' or ARGV[7] == '0') then
+if ALG.quick and op == 'reserve' and KEYS[2] and not KEYS[3] and (ARGV[7] == '0.0' or ARGV[7] == '0') then
   raw = redis.call('GET', KEYS[1])
   if raw then
-    local wait, mask = ALG.quick(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]))
+    local wait, mask = ALG.quick(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]), names)
     if wait then
       tally_one(top_base, now, wait)
       if wait == 0 and mask == '' then return at_once_reply(time, ARGV[2]) end

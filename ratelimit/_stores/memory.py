@@ -308,7 +308,9 @@ class MemoryHandle:
                     tally.granted += 1
                     tally.tokens += tokens
                 if self.names and self._alg.slotted:
-                    return wait, _holes.at_once(self._algs, (slot.state,), (tokens,), now)
+                    # holes.at_once for one limit, built directly (every grant of a
+                    # limiter that gives back).
+                    return wait, _holes.GrantTime(now, (), ((0, self._alg.latest(slot.state), float(tokens)),))
                 return wait, now  # now + 0.0, without the addition
             if tally is not None:
                 tally.record(tokens, wait)
