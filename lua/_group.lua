@@ -6,7 +6,8 @@
 -- KEYS[i]  member i's base key, ratelimit:{<composite name>}:<i>:<algorithm>: all
 --          members share the composite's hash tag, so this works on Redis Cluster.
 -- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'throttle' | 'rate' | 'batch' |
---          'wait' (read only, limiter.peek: {wait, now}) | 'reset' (limiter.reset: {now}),
+--          'wait' (read only, limiter.peek: {wait, now}) | 'reset' (limiter.reset: {now});
+--          'named' and 'nbatch' are 'reserve' and 'batch' that name a grant at once too,
 --          after a '~' when nothing is counted for `ratelimit top` (see _top.lua)
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  reserve: max_wait, '' for no limit; refund: the grant time ('' for a grant
@@ -37,6 +38,10 @@ local ALGORITHMS = {
 }
 
 local op, counted = op_of(ARGV[1])
+-- 'named' and 'nbatch': 'reserve' and 'batch' that name a grant at once too (see _single.lua).
+local names = false
+if op == 'named' then op, names = 'reserve', true
+elseif op == 'nbatch' then op, names = 'batch', true end
 -- Where its counters for `ratelimit top` go (nil: none, see _top.lua).
 local top_base = nil
 if counted then top_base = group_base(KEYS[1], 'composite') end
@@ -71,7 +76,7 @@ local holes = KEYS[1] .. ':holes:' .. table.concat(kinds, ',')
 if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[3] ~= '' then max_wait = tonumber(ARGV[3]) end
-  local wait, changed, mask = reserve_members(members, holes, now, max_wait)
+  local wait, changed, mask = reserve_members(members, holes, now, max_wait, nil, names)
   save_all(not changed)
   tally_one(top_base, now, wait)
   return {fmt_wait(wait), fmt(now + wait), mask}
@@ -86,7 +91,7 @@ elseif op == 'batch' then
     local max_wait = math.huge
     if ARGV[k] ~= '' then max_wait = tonumber(ARGV[k]) end
     for i, m in ipairs(members) do m.tokens = tonumber(ARGV[k + i]) end
-    local wait, moved, mask = reserve_members(members, holes, now, max_wait)
+    local wait, moved, mask = reserve_members(members, holes, now, max_wait, nil, names)
     if moved then changed = true end
     out[#out + 1] = fmt_wait(wait)
     out[#out + 1] = fmt(now + wait)

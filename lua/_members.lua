@@ -406,10 +406,24 @@ local function exact_mask(members, at)
   return ''
 end
 
+-- See at_once in holes.py: the name of a grant just recorded at once, as the pieces
+-- it ends the slotted members' lines with (their latest), '' where none took any.
+local function at_once_mask(members)
+  local parts = {}
+  for j, m in ipairs(members) do
+    if m.alg.room and m.tokens > 0 then
+      parts[#parts + 1] = j .. ':' .. fmt(m.alg.latest(m.self, m.state)) .. ':' .. fmt(m.tokens)
+    end
+  end
+  if #parts == 0 then return '' end
+  return 'P' .. table.concat(parts, ';')
+end
+
 -- See settle in holes.py: decide what plan_members planned and, if granted, record
 -- it. Returns the signed wait, whether the members' states changed, and the grant's
--- name for a refund (exact_mask; only a grant that waited is named).
-local function settle_members(members, holes, now, admit_at, at, hole, max_wait)
+-- name for a refund (exact_mask for a grant that waited; with `names`, at_once_mask
+-- for one that went at once).
+local function settle_members(members, holes, now, admit_at, at, hole, max_wait, names)
   local wait = decide(admit_at, at, now, max_wait)
   if wait < 0 then return wait, false, '' end
   if hole ~= nil and hole.pooled then
@@ -420,12 +434,13 @@ local function settle_members(members, holes, now, admit_at, at, hole, max_wait)
   end
   commit_all(members, now, at)
   if wait > EPSILON then return wait, true, exact_mask(members, now + wait) end
+  if names then return wait, true, at_once_mask(members) end
   return wait, true, ''
 end
 
-local function reserve_members(members, holes, now, max_wait, none)
+local function reserve_members(members, holes, now, max_wait, none, names)
   local admit_at, at, hole = plan_members(members, holes, now, none)
-  return settle_members(members, holes, now, admit_at, at, hole, max_wait)
+  return settle_members(members, holes, now, admit_at, at, hole, max_wait, names)
 end
 
 local function tail_all(members, tokens, at)

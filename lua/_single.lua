@@ -18,7 +18,8 @@
 -- <base>:slack (beside KEYS[1], as <base>:holes): the largest slack a process of this
 --          budget keeps, a hash {slack, until}; see `fleet_slack` below
 -- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch' | 'peek' | 'wait' |
---          'reset' | 'configure' | 'stage',
+--          'reset' | 'configure' | 'stage'; 'named' and 'nbatch' are 'reserve' and
+--          'batch' that name a grant at once too (see at_once_mask in _members.lua),
 --          after a '~' when nothing is counted for `ratelimit top`, a '!' when the
 --          client's database is not 0, a '^' for both (see op_of in _top.lua)
 -- ARGV[2]  now, seconds; '' reads the server's TIME
@@ -137,12 +138,18 @@ if op == 'stage' then
   forget_beside(KEYS[1])
   return {fmt(now)}
 end
+
+-- 'named' and 'nbatch' are 'reserve' and 'batch' for a limiter that gives back: a grant
+-- at once is named too (see at_once_mask in _members.lua; the quick path names it so).
+local names = false
+if op == 'named' then op, names = 'reserve', true
+elseif op == 'nbatch' then op, names = 'batch', true end
 local top_base = nil
 if counted then top_base = KEYS[1] end
 if ALG.quick and op == 'reserve' and KEYS[2] and not KEYS[3] and (ARGV[7] == '0.0' or ARGV[7] == '0') then
   raw = redis.call('GET', KEYS[1])
   if raw then
-    local wait, mask = ALG.quick(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]))
+    local wait, mask = ALG.quick(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]), names)
     if wait then
       tally_one(top_base, now, wait)
       if wait == 0 and mask == '' then return at_once_reply(time, ARGV[2]) end
@@ -250,7 +257,7 @@ if beside == 0 and op == 'reserve' and not KEYS[3]
     local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self, raw)}
     local changed = false
     if not (tokens > code1 + EPSILON) then
-      wait, changed, mask = reserve_members({member}, holes, now, max_wait, true)
+      wait, changed, mask = reserve_members({member}, holes, now, max_wait, true, names)
     end
     if changed or dirty(member.state) then
       ALG.save(self, member.state, now, slack == 0 and not kept)
@@ -402,7 +409,9 @@ if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
   local wait, changed, mask = -math.huge, false, ''
-  if not too_big(tokens) then wait, changed, mask = reserve_members({member}, holes, now, max_wait, no_holes) end
+  if not too_big(tokens) then
+    wait, changed, mask = reserve_members({member}, holes, now, max_wait, no_holes, names)
+  end
   if changed or dirty(member.state) then
     -- Clean (see the quick path) when nothing was found beside the state: no change,
     -- no holes, and no slack record, which the EXISTS asked after where none is kept.
@@ -433,7 +442,7 @@ elseif op == 'batch' then
     if ARGV[i + 1] ~= '' then max_wait = tonumber(ARGV[i + 1]) end
     local wait, moved, mask = -math.huge, false, ''
     if not too_big(member.tokens) then
-      wait, moved, mask = reserve_members({member}, holes, now, max_wait, no_holes)
+      wait, moved, mask = reserve_members({member}, holes, now, max_wait, no_holes, names)
     end
     if moved then changed = true end
     if wait ~= 0 then room = false end

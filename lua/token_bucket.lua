@@ -127,8 +127,9 @@ end
 
 -- The quick path of a reserve (see _single.lua): `raw` is the state's text as read,
 -- `p1` and `p2` the code's capacity and rate as sent (no change, no slack in force).
--- The same arithmetic as new, load, plan (plan_all), decide, commit, exact_mask and
--- save, in that order, with no table: the decisions are the full path's to the bit.
+-- The same arithmetic as new, load, plan (plan_all), decide, commit, exact_mask (and
+-- at_once_mask with `names`) and save, in that order, with no table: the decisions
+-- are the full path's to the bit.
 -- Returns the signed wait and the grant's name, or nil where `raw` is not a clean
 -- state (the full path decides then).
 -- A clean state's text written again without the mark, its TTL kept (see the quick
@@ -145,7 +146,7 @@ do
   -- The text this function wrote last and its number (see leaky_bucket.quick).
   local wrote, wrote_tat = nil, 0.0
 
-  function token_bucket.quick(key, raw, p1, p2, now, tokens, max_wait)
+  function token_bucket.quick(key, raw, p1, p2, now, tokens, max_wait, names)
     local tat
     if raw == wrote then
       tat = wrote_tat
@@ -178,6 +179,8 @@ do
     redis.call('SET', key, text, 'PX', idle_ms(state - now))
     wrote, wrote_tat = text, state
     if wait > EPSILON and math.abs(state - tolerance - (now + wait)) <= EPSILON then return wait, '1' end
+    -- (at_once_mask in _members.lua, for a limiter that gives back: `names`.)
+    if names and wait <= EPSILON then return wait, 'P1:' .. fmt(state - tolerance) .. ':' .. fmt(tokens) end
     return wait, ''
   end
 end

@@ -28,9 +28,11 @@ line that ends no later than its time + ``tau`` (see ``token_bucket.py``); a hol
 tokens are the end of such a line, and a grant at ``t`` may take the part of it still
 ahead of ``t`` (``Algorithm.room``), so a hole goes only once its whole slot is past.
 That is also what a refund that *names* its grant leaves (:class:`GrantTime`): a grant
-that waited its own turn ends its slot at exactly its time + ``tau``, so the tokens it
-did not use become a hole at its time, whatever is queued behind it, where an unnamed
-refund could only give them up. A request of a composite may take a hole that holds
+that waited its own turn ends its slot at exactly its time + ``tau``, and one that went
+at once ends the line as its commit left it (:func:`at_once`, for a limiter that gives
+back), so the tokens it did not use become a hole where its slot ends, whatever is
+queued behind it, where an unnamed refund could only give them up; a grant whose slot
+is past frees nothing. A request of a composite may take a hole that holds
 tokens for some of its limits only, when the others grant it by themselves at that
 time (a refund of an LLM call's tokens, with the request counted as made).
 
@@ -59,6 +61,7 @@ __all__ = [
     "Holes",
     "Piece",
     "Planned",
+    "at_once",
     "exact",
     "forget",
     "forget_late",
@@ -196,6 +199,21 @@ def exact(algs: Sequence[Algorithm[Any]], states: Sequence[Any], at: float) -> G
         alg.slotted and abs(alg.latest(state) - at) <= EPSILON for alg, state in zip(algs, states, strict=True)
     )
     return GrantTime(at, flags) if True in flags else at
+
+
+def at_once(
+    algs: Sequence[Algorithm[Any]], states: Sequence[Any], tokens: Sequence[float], at: float
+) -> GrantTime | float:
+    """The name of a grant just recorded at once at ``at`` from the states: in each
+    slotted limit its tokens end the line (a commit puts them there), so a piece per
+    such limit, named by that end less the tolerance (the limit's latest), says where
+    they sit; the plain time where no slotted limit took any."""
+    pieces = tuple(
+        (j, float(alg.latest(state)), float(n))
+        for j, (alg, state, n) in enumerate(zip(algs, states, tokens, strict=True))
+        if alg.slotted and n > 0
+    )
+    return GrantTime(at, (), pieces) if pieces else at
 
 
 def _drop_spent(algs: Sequence[Algorithm[Any]], holes: list[Hole], now: float) -> None:
@@ -424,17 +442,22 @@ def settle(
     tokens: Sequence[float],
     planned: Planned,
     max_wait: float,
+    named: bool = False,
 ) -> tuple[list[Any], float, float]:
     """Decide the request :func:`plan` planned and, if granted, record it (in the holes
     it takes, or in the states). Returns the states, the signed wait and the grant's
-    name for a refund (a :class:`GrantTime` where it is known where its tokens sit)."""
+    name for a refund (a :class:`GrantTime` where it is known where its tokens sit).
+    ``named``: a grant at once is named too (:func:`at_once`), for a limiter that
+    gives back; otherwise only one that waited its turn is."""
     admit_at, at, found = planned
     wait = decide(admit_at, at, now, max_wait)
     if wait < 0:
         return list(states), wait, now + wait
     if found is None:
         states = commit_all(algs, states, now, tokens, at)
-        return states, wait, exact(algs, states, now + wait) if wait > EPSILON else now + wait
+        if wait > EPSILON:
+            return states, wait, exact(algs, states, now + wait)
+        return states, wait, at_once(algs, states, tokens, now + wait) if named else now + wait
     if found == DUE:
         states, pieces = _take_pooled(algs, states, holes.items, now, tokens)
     else:
@@ -449,10 +472,11 @@ def reserve(
     now: float,
     tokens: Sequence[float],
     max_wait: float,
+    named: bool = False,
 ) -> tuple[list[Any], float, float]:
     """``step_all`` that first offers the request the holes it can take: :func:`plan`
     then :func:`settle` (and so the grant's name too)."""
-    return settle(algs, states, holes, now, tokens, plan(algs, states, holes, now, tokens), max_wait)
+    return settle(algs, states, holes, now, tokens, plan(algs, states, holes, now, tokens), max_wait, named)
 
 
 def _reserved_after(algs: Sequence[Algorithm[Any]], states: Sequence[Any], now: float, when: float) -> bool:

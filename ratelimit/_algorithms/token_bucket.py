@@ -17,8 +17,9 @@ the next request waits it off.
 Each grant fills a *slot* of the TAT's line (as long as its tokens take) that begins no
 earlier than the grant and ends no later than the grant's time + ``tau``; slots never
 overlap, which is what keeps any interval within ``capacity + rate·t``. A grant that
-waited its turn ends its slot exactly at its time + ``tau``, so a refund that names it
-knows where its unused tokens sit, and the part of them still ahead can be handed out
+waited its turn ends its slot exactly at its time + ``tau``, and any grant ends it at the
+TAT its commit leaves (``latest`` + ``tau``), so a refund that names it knows where its
+unused tokens sit, and the part of them still ahead can be handed out
 again (``room``, and ``holes.py``) whatever was queued behind it. Mirrored by
 ``lua/token_bucket.lua``.
 """

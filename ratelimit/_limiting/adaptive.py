@@ -163,6 +163,9 @@ class Paced:
     def reserve_here(self, tokens: float, max_wait: float) -> None:
         return None  # a group decides in the store
 
+    def name_grants(self) -> None:
+        self._group.name_grants()
+
     async def reserve_async(self, tokens: float, max_wait: float) -> tuple[float, float]:
         return await self._group.reserve_async((tokens, tokens), max_wait)
 

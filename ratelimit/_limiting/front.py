@@ -594,8 +594,10 @@ class Limiter(Keyable, ABC, Generic[T]):
         if named is None:
             named = self._named = Named()
             # The quick try_acquire path remembers nothing: from now on every grant goes
-            # the way that does.
+            # the way that does. And the store names a grant at once too, by where its
+            # tokens sit: a refund that names it then frees its own slot, never another's.
             self._quick_most = 0
+            self._handle.name_grants()
         return named
 
     # -- costs known after the call ------------------------------------------------

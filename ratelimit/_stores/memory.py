@@ -315,10 +315,12 @@ class MemoryHandle:
 
     suspends = False
 
-    __slots__ = ("__weakref__", "_alg", "_algs", "_holes", "_lock", "_now", "_slot", "_step", "tally")
+    __slots__ = ("__weakref__", "_alg", "_algs", "_holes", "_lock", "_now", "_slot", "_step", "names", "tally")
 
     def __init__(self, alg: Algorithm[Any], slot: Slot, clock: Timed) -> None:
         self.tally: Tally | None = None
+        #: Whether a grant at once is named too (see ``Handle.names``).
+        self.names = False
         self._alg = alg
         self._algs = (alg,)
         self._slot = slot
@@ -341,7 +343,9 @@ class MemoryHandle:
             # Read inside the lock, so that decisions see time in the order they run.
             now = clock()
             if self._holes.items:
-                states, wait, name = _holes.reserve(self._algs, (slot.state,), self._holes, now, (tokens,), max_wait)
+                states, wait, name = _holes.reserve(
+                    self._algs, (slot.state,), self._holes, now, (tokens,), max_wait, self.names
+                )
                 slot.state = states[0]
                 if self.tally is not None:
                     self.tally.record(tokens, wait)
@@ -354,6 +358,10 @@ class MemoryHandle:
                 if tally is not None:
                     tally.granted += 1
                     tally.tokens += tokens
+                if self.names and self._alg.slotted:
+                    # holes.at_once for one limit, built directly (every grant of a
+                    # limiter that gives back).
+                    return wait, _holes.GrantTime(now, (), ((0, self._alg.latest(slot.state), float(tokens)),))
                 return wait, now  # now + 0.0, without the addition
             if tally is not None:
                 tally.record(tokens, wait)
@@ -367,6 +375,9 @@ class MemoryHandle:
 
     def reserve_here(self, tokens: float, max_wait: float) -> None:
         return None  # never asked: nothing here suspends
+
+    def name_grants(self) -> None:
+        self.names = True
 
     async def reserve_async(self, tokens: float, max_wait: float) -> tuple[float, float]:
         return self.reserve(tokens, max_wait)
@@ -456,10 +467,12 @@ class MemoryGroupHandle:
 
     suspends = False
 
-    __slots__ = ("__weakref__", "_algs", "_holes", "_lock", "_members", "_now", "_slots", "tally")
+    __slots__ = ("__weakref__", "_algs", "_holes", "_lock", "_members", "_now", "_slots", "names", "tally")
 
     def __init__(self, algs: Sequence[Algorithm[Any]], slots: Sequence[Slot], clock: Timed) -> None:
         self.tally: Tally | None = None
+        #: Whether a grant at once is named too (see ``Handle.names``).
+        self.names = False
         self._algs = tuple(algs)
         self._slots = tuple(slots)
         # (index, plan, commit, slot) of each member, for the quick path of reserve: the
@@ -515,7 +528,7 @@ class MemoryGroupHandle:
                         slot.state = commit(slot.state, now, tokens[i], at)
                 tally = self.tally
                 if tally is not None:
-                    if wait == 0.0:
+                    if wait == 0.0 and not self.names:
                         # Tally.record's count of a grant at once, and weight() of a
                         # group's tokens, inlined (as MemoryHandle's).
                         tally.granted += 1
@@ -524,9 +537,11 @@ class MemoryGroupHandle:
                     tally.record(weight(tokens), wait)
                 if wait > EPSILON:
                     return wait, _holes.exact(self._algs, [slot.state for slot in self._slots], now + wait)
+                if wait == 0.0 and self.names:
+                    return wait, _holes.at_once(self._algs, [slot.state for slot in self._slots], tokens, now)
                 return wait, now + wait
             states, wait, name = _holes.reserve(
-                self._algs, [slot.state for slot in self._slots], holes, now, tokens, max_wait
+                self._algs, [slot.state for slot in self._slots], holes, now, tokens, max_wait, self.names
             )
             if wait >= 0:
                 for slot, state in zip(self._slots, states, strict=True):
@@ -543,6 +558,9 @@ class MemoryGroupHandle:
 
     def reserve_here(self, tokens: Sequence[float], max_wait: float) -> None:
         return None  # never asked: nothing here suspends
+
+    def name_grants(self) -> None:
+        self.names = True
 
     async def reserve_async(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float]:
         return self.reserve(tokens, max_wait)
@@ -672,6 +690,9 @@ class MemoryLaneHandle:
 
     def reserve_here(self, tokens: float, max_wait: float) -> None:
         return None  # never asked: nothing here suspends
+
+    def name_grants(self) -> None:
+        pass  # a lane's grants are not named: a refund finds its lane, not its slot
 
     async def reserve_async(self, tokens: float, max_wait: float) -> tuple[float, float]:
         return self.reserve(tokens, max_wait)

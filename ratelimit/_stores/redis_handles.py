@@ -44,7 +44,19 @@ class _ScriptHandle(ABC, Generic[T]):
     Subclasses say only how a request becomes the script's arguments.
     """
 
-    __slots__ = ("_backend", "_base_keys", "_local", "_now", "_quiet", "_script", "promises", "rounds", "tally")
+    __slots__ = (
+        "_backend",
+        "_base_keys",
+        "_batch_op",
+        "_local",
+        "_now",
+        "_quiet",
+        "_reserve_op",
+        "_script",
+        "promises",
+        "rounds",
+        "tally",
+    )
 
     suspends = True
 
@@ -72,11 +84,19 @@ class _ScriptHandle(ABC, Generic[T]):
             self._quiet = "^" if elsewhere else "~"
         self._now = now
         self._local = local
+        # The ops of a reserve and of a round: 'named' and 'nbatch' once a grant at once
+        # is named too (name_grants).
+        self._reserve_op = "reserve"
+        self._batch_op = "batch"
         #: Coalescing and leases (``rounds.py``); ``None``: one call per reserve.
         self.rounds: Rounds | None = None
         #: With a local fallback: the grants still to go, carried at a switch
         #: (``promises.py``).
         self.promises: Promises | None = None
+
+    def name_grants(self) -> None:
+        self._reserve_op = "named"
+        self._batch_op = "nbatch"
 
     @property
     def _keys(self) -> tuple[str, ...]:
@@ -105,7 +125,7 @@ class _ScriptHandle(ABC, Generic[T]):
         if self._lone(rnd):
             ask = rnd.asks[0]
             request: T = ask.request  # type: ignore[assignment]
-            return self._args("reserve", request, wait_arg(ask.max_wait))
+            return self._args(self._reserve_op, request, wait_arg(ask.max_wait))
         return self._batch_args(rnd)
 
     def _round_reply(self, rnd: Round, args: Sequence[str], reply: Sequence[bytes | str]) -> RoundReply:
@@ -218,14 +238,14 @@ class _ScriptHandle(ABC, Generic[T]):
         promises = self.promises
         if promises is not None and promises.side != STORE:
             self._to_store()
-        args = self._args("reserve", tokens, wait_arg(max_wait))
+        args = self._args(self._reserve_op, tokens, wait_arg(max_wait))
         return self._decision(self._backend.run(self._script, self._keys, args))
 
     async def reserve_one_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
         promises = self.promises
         if promises is not None and promises.side != STORE:
             await self._to_store_async()
-        args = self._args("reserve", tokens, wait_arg(max_wait))
+        args = self._args(self._reserve_op, tokens, wait_arg(max_wait))
         return self._decision(await self._backend.run_async(self._script, self._keys, args))
 
     def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
@@ -267,7 +287,7 @@ class _ScriptHandle(ABC, Generic[T]):
                 promises = self.promises
                 if promises is not None and promises.side != STORE:
                     await self._to_store_async()
-                args = self._args("reserve", tokens, wait_arg(max_wait))
+                args = self._args(self._reserve_op, tokens, wait_arg(max_wait))
                 decision = self._decision(await self._backend.run_async(self._script, self._keys, args))
         except BackendUnavailable as exc:
             return self._count(tokens, self._fallback(tokens, max_wait, exc))
@@ -429,7 +449,7 @@ class RedisHandle(_ScriptHandle[float]):
 
     def _batch_args(self, rnd: Round) -> list[str]:
         back = ("", "") if rnd.give_back is None else (num(rnd.give_back[0]), at_arg(rnd.give_back[1]))
-        args = [self._quiet + "batch", self._now(), *back, *self._params, num(rnd.want), num(rnd.least)]
+        args = [self._quiet + self._batch_op, self._now(), *back, *self._params, num(rnd.want), num(rnd.least)]
         for ask in rnd.asks:
             args += [num(ask.tokens), wait_arg(ask.max_wait)]
         return args
@@ -501,7 +521,7 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
     def _batch_args(self, rnd: Round) -> list[str]:
         # The members with no tokens of their own, then each request: its max_wait
         # and one weight per member (see lua/_group.lua). A group takes no lease.
-        args = self._args("batch", [0.0] * len(self._members), "")
+        args = self._args(self._batch_op, [0.0] * len(self._members), "")
         for ask in rnd.asks:
             request: Sequence[float] = ask.request  # type: ignore[assignment]
             args += [wait_arg(ask.max_wait), *(num(n) for n in request)]
@@ -567,6 +587,9 @@ class RedisLaneHandle(_ScriptHandle[float]):
             num(lanes.low_share),
             *(num(x) for alg in (lanes.high, lanes.low) for x in (alg.most, *alg.params())),
         )
+
+    def name_grants(self) -> None:
+        pass  # a lane's grants are not named: a refund finds its lane, not its slot
 
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
         if op == "charge":

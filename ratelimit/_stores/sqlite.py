@@ -420,6 +420,9 @@ class _Unavailable(Generic[T]):
     def tally(self, tally: Tally | None) -> None:
         self._inner.tally = tally
 
+    def name_grants(self) -> None:
+        self._inner.name_grants()
+
     def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
         try:
             decision = self._inner.reserve(tokens, max_wait)
@@ -550,6 +553,12 @@ class SQLiteHandle(_Unavailable[float]):
     ) -> None:
         super().__init__(backend, name, inner, local)
         self._quick = quick
+
+    def name_grants(self) -> None:
+        # The statement's decision says only when a grant goes, not where it sits: a
+        # limiter that gives back decides in the transaction.
+        self._quick = None
+        super().name_grants()
 
     def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
         quick = self._quick

@@ -44,6 +44,14 @@ class Handle(Protocol[T_contra]):
 
     async def reserve_async(self, tokens: T_contra, max_wait: float) -> tuple[float, float]: ...
 
+    def name_grants(self) -> None:
+        """From now on, name a grant that goes at once too, by where its tokens sit (a
+        ``holes.GrantTime``), as one that waited is: its limiter gives back, and a
+        refund that names its grant never frees another's. Asked by a limiter's first
+        give-back, so that one that never gives back pays nothing for it. A handle
+        that cannot say where its grants sit does nothing."""
+        ...
+
     def reserve_here(self, tokens: T_contra, max_wait: float) -> tuple[float, float] | None:
         """A decision this process can make at once, without suspending (a lease's
         grant; a SQLite file's decision when its lock is free), as ``reserve`` would

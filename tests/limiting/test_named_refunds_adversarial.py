@@ -104,12 +104,6 @@ def test_a_late_named_settle_gives_back_only_what_is_still_ahead(backend: Any) -
     assert not bucket.try_acquire(1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an unnamed refund (a grant that went at once is not named) still rolls the bucket back whenever "
-    "nothing is queued, though its slot may be past and the latest grant's is not, as before named refunds; "
-    "naming every grant by where its slot ends (latest after the commit) would make it exact",
-)
 def test_a_late_settle_of_a_grant_that_went_at_once_frees_nothing_past(backend: Any) -> None:
     """The same through a grant that did not wait (the front passes its time, unnamed):
     the bucket refilled to its capacity since, and the settle still handed its tokens
@@ -231,6 +225,58 @@ def test_the_script_keeps_a_named_refunds_hole_while_its_slot_is_ahead(server_ti
     now.advance(3.0)  # +7: 3 tokens of it are still ahead
     server_time.value += 3.0
     assert script.reserve(3.0, 0.0) == memory.reserve(3.0, 0.0)
+
+
+# (time step, tokens per limit, then: keep, settle a due grant by its name (the latest or
+# the earliest), withdraw the earliest reservation ahead)
+_Alike = tuple[float, tuple[float, float], str, float]
+_alike = st.lists(
+    st.tuples(
+        st.sampled_from([0.0, 0.0, 0.25, 1.0, 2.5]),
+        st.tuples(st.sampled_from([0.5, 1.0, 3.0]), st.sampled_from([0.0, 1.0, 4.0])),
+        st.sampled_from(["keep", "latest", "earliest", "withdraw"]),
+        st.sampled_from([0.5, 1.0]),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@pytest.mark.parametrize("members", [1, 2])
+@settings(max_examples=40, deadline=None)
+@given(scenario=_alike)
+def test_grants_named_at_once_decide_alike(members: int, scenario: list[_Alike]) -> None:
+    """Grants at once named by where their tokens sit, settles of any grant due and
+    withdrawals: the memory store and the script give the same decisions and names,
+    step by step."""
+    buckets: list[Algorithm[Any]] = [Gcra(3.0, 1.0), Gcra(8.0, 2.0)]
+    algs = buckets[:members]
+    now = _Now(1_000.0)
+    memory, script = _pair(algs, now, fakeredis.FakeRedis())
+    memory.name_grants()
+    script.name_grants()
+    grants: list[dict[str, Any]] = []
+    for dt, tokens, then, fraction in scenario:
+        now.advance(dt)
+        want: Any = list(tokens[:members]) if any(tokens[:members]) else [1.0] * members
+        if members == 1:
+            want = want[0]
+        decided = memory.reserve(want, math.inf)
+        assert repr(script.reserve(want, math.inf)) == repr(decided)
+        grants.append({"at": decided[1], "tokens": want, "done": False})
+        due = [g for g in grants if g["at"] <= now.value and not g["done"]]
+        ahead = [g for g in grants if g["at"] > now.value + EPSILON and not g["done"]]
+        if then in ("latest", "earliest") and due:
+            g = due[-1] if then == "latest" else due[0]
+            back = g["tokens"] * fraction if members == 1 else [n * fraction for n in g["tokens"]]
+            memory.refund(back, g["at"])
+            script.refund(back, g["at"])
+            g["done"] = True
+        elif then == "withdraw" and ahead:
+            g = ahead[0]
+            memory.refund(g["tokens"], g["at"])
+            script.refund(g["tokens"], g["at"])
+            g["done"] = True
 
 
 # -- composites and numbers at their limits -------------------------------------------
@@ -403,8 +449,9 @@ def test_giving_back_any_grant_never_lets_an_interval_exceed_capacity_plus_rate(
 ) -> None:
     """The property of test_named_refunds, but a settle may be of any grant already due
     (not only the latest one: callers finish in any order), a withdrawal of any one
-    ahead, and a composite's request may give a limit 0. Names are what the scripts
-    give: only a grant that waited its own turn, never one taken from a hole."""
+    ahead, and a composite's request may give a limit 0. Names are what the stores give
+    a limiter that gives back: every grant, one that went at once by where its tokens
+    sit."""
     buckets = [Gcra(3.0, 1.0), Gcra(3.0, 1.0)][:members]
     algs: list[Algorithm[Any]] = list(buckets)
     states: list[Any] = [alg.new_state() for alg in algs]
@@ -415,11 +462,10 @@ def test_giving_back_any_grant_never_lets_an_interval_exceed_capacity_plus_rate(
         now += dt
         want = list(tokens[:members]) if any(tokens[:members]) else [1.0] * members
         planned = plan(algs, states, holes, now, want)
-        states, wait, name = settle(algs, states, holes, now, want, planned, math.inf)
+        states, wait, name = settle(algs, states, holes, now, want, planned, math.inf, True)
         grants.append({"at": now + wait, "name": name, "used": list(want), "named": False})
         # Only what the store names (an unnamed refund that is not the bucket's latest
-        # can still free another grant's slot, as before named refunds: see the xfail
-        # above).
+        # can still free another grant's slot: the caveat docs/costs.md states).
         due = [
             g
             for g in grants
@@ -429,7 +475,7 @@ def test_giving_back_any_grant_never_lets_an_interval_exceed_capacity_plus_rate(
         if then in ("latest", "earliest") and due:
             g = due[-1] if then == "latest" else due[0]
             # Only from the limits the name locates the grant in (``exact``, or a piece
-            # of it): another limit's refund is unnamed, as before (the xfail above).
+            # of it): another limit's refund would be unnamed (the same caveat).
             located = [bool(g["name"].exact[i]) if i < len(g["name"].exact) else False for i in range(members)]
             for j, _, _ in g["name"].pieces:
                 located[j] = True
