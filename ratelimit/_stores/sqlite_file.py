@@ -98,6 +98,11 @@ CHECK_EVERY = 1.0
 #: The longest sleep between two tries for a held write lock.
 _MOST_SLEEP = 0.002
 
+#: SQLite's own size of the WAL (pages) past which a commit checks it into the file.
+_WAL_PAGES = 1000
+#: The fewest pages the WAL is checked in at, however little room the disk has.
+_WAL_FEWEST = 16
+
 _SCHEMA = (
     "CREATE TABLE ratelimit_meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
     # One row per limiter (member: its place in a composite, -1 for none; kind: its
@@ -196,6 +201,12 @@ class StoreFile:
         self._inherited: list[sqlite3.Connection] = []
         self._stepper = _Stepper()
         self._not_waiting = _NotWaiting()
+        #: A write found the disk full: the next transaction first checks the WAL into
+        #: the file and truncates it, at the connection's check (:meth:`_make_room`).
+        self._room = False
+        #: The WAL is checked in sooner than SQLite's default, to fit the room left on
+        #: the disk (looked at again once a second while so).
+        self._tight = False
         self._conn = self._open()
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _forked(ref))
@@ -381,6 +392,10 @@ class StoreFile:
         try:
             if conn is not None and self._same_file():
                 self._check_at = time.monotonic() + CHECK_EVERY
+                if self._room:
+                    self._make_room(conn)
+                elif self._tight:
+                    self._fit_wal(conn)
                 return conn
             if conn is not None:
                 logger.warning(
@@ -502,7 +517,7 @@ class StoreFile:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._abandon(conn)
-            raise BackendUnavailable(describe(self.path, exc)) from exc
+            raise self.unavailable(exc) from exc
         finally:
             self._lock.release()
 
@@ -522,9 +537,47 @@ class StoreFile:
 
     def unavailable(self, exc: BaseException) -> BackendUnavailable:
         """A ``sqlite3`` error met inside a transaction, as the store's."""
+        if isinstance(exc, sqlite3.Error) and _code(exc) == _FULL:
+            # The next transaction makes room first: a check of the connection is due
+            # now, which also keeps the one-statement path away until it has run.
+            self._room = True
+            self._check_at = 0.0
         error = BackendUnavailable(describe(self.path, exc))
         error.__cause__ = exc
         return error
+
+    # -- a full disk --------------------------------------------------------------
+
+    def _make_room(self, conn: sqlite3.Connection) -> None:
+        """The disk filled under a write: check the WAL into the file and truncate it
+        (in this process's turn, outside any transaction), and check it in from now on
+        before it outgrows the room left.
+
+        SQLite checks the WAL in only once it holds ``_WAL_PAGES`` pages (4 MB), and
+        only after a commit: with less room than that on the disk, the WAL fills it
+        again before any commit checks it in, and every write fails from then on, however
+        much room is made, up to those 4 MB. Truncated, the WAL gives its room back;
+        checked in within the room left, it never fills the disk again.
+        """
+        self._room = False
+        with contextlib.suppress(sqlite3.Error):
+            self._fit_wal(conn)
+            # Returns (busy, frames, checked in) rather than raising when another
+            # process reads or writes meanwhile: that process's own failure tries again.
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+    def _fit_wal(self, conn: sqlite3.Connection) -> None:
+        """Check the WAL in once it holds half the room left on the disk (at most
+        SQLite's default): tight only while the disk has little room."""
+        try:
+            room = os.statvfs(os.path.dirname(self.path))
+            free = room.f_bavail * room.f_frsize
+            page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        except (OSError, AttributeError, sqlite3.Error):
+            return  # no statvfs (Windows), or the file cannot be read now: as it was
+        pages = max(_WAL_FEWEST, min(_WAL_PAGES, free // (2 * page)))
+        conn.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+        self._tight = pages < _WAL_PAGES
 
     def close(self) -> None:
         """Close this process's connection (the next transaction opens it again)."""

@@ -10,6 +10,7 @@ reboot and a wall-clock step, idle names, and every bad path.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import math
 import multiprocessing
@@ -19,9 +20,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -306,6 +308,73 @@ def test_a_full_disk_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(BackendUnavailable, match="full"):
         fill()
     assert limiter.try_acquire()  # what fits still works
+
+
+@pytest.fixture
+def small_disk() -> Iterator[Path]:
+    """A filesystem of 4 MB of its own (tmpfs), to fill: mounting one needs root, which
+    CI runs as; elsewhere the test is skipped, saying so."""
+    if not ROOT or not sys.platform.startswith("linux"):
+        pytest.skip("a full disk is made by mounting a tmpfs of 4 MB, which needs root on Linux")
+    folder = Path(tempfile.mkdtemp(prefix="rl-disk-", dir="/tmp"))
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(folder)], capture_output=True, text=True
+    )
+    # Root that cannot mount (a container without the capability) is a machine this
+    # test cannot run on: fail rather than skip, so that CI never passes it unseen.
+    assert mounted.returncode == 0, f"cannot mount a tmpfs as root: {mounted.stderr}"
+    try:
+        yield folder
+    finally:
+        gc.collect()  # the backends' connections closed before the filesystem goes
+        subprocess.run(["umount", str(folder)], check=False, capture_output=True)
+        if os.path.ismount(folder):
+            subprocess.run(["umount", "-l", str(folder)], check=False, capture_output=True)
+        folder.rmdir()
+
+
+def _fill(folder: Path) -> Path:
+    """Fill the disk holding ``folder`` with a file of zeros; returns the file."""
+    filler = folder / "filler"
+    with open(filler, "wb") as out:
+        try:
+            while True:
+                out.write(bytes(65536))
+                out.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_disk_that_filled_up_serves_again_once_a_little_room_is_made(small_disk: Path) -> None:
+    """The disk filled, then 1 MB freed: the WAL, checked in only at 4 MB, grew into the
+    room made and filled it again within a few hundred decisions, and every write failed
+    from then on. It is checked in and truncated when the disk fills, and checked in
+    within the room left from then on: every decision is made again."""
+    backend = SQLiteBackend(small_disk / "s.db")
+    limiters = [TokenBucket(1e9, 1e9, backend=backend, name=f"n{i}") for i in range(50)]
+    for limiter in limiters:
+        assert limiter.try_acquire()
+    filler = _fill(small_disk)
+
+    def decide_until_full() -> None:
+        for _ in range(100):
+            for limiter in limiters:
+                limiter.try_acquire()
+
+    with pytest.raises(BackendUnavailable, match="full"):
+        decide_until_full()
+    os.truncate(filler, filler.stat().st_size - 1024 * 1024)
+    failed = 0
+    for i in range(5000):
+        try:
+            limiters[i % len(limiters)].try_acquire()
+        except BackendUnavailable:
+            failed += 1
+    assert failed <= 1, f"{failed} of 5000 decisions failed with 1 MB free"
+    wal = Path(f"{small_disk / 's.db'}-wal").stat().st_size
+    assert wal < 1024 * 1024  # it never takes all the room made
+    assert backend.stats().failures >= 1
 
 
 def test_the_file_deleted_under_a_running_fleet_is_made_again(
