@@ -51,7 +51,7 @@ from .sqlite_codec import CorruptState, decode, encode, holes_until
 from .sqlite_config import FORGET_PAST, NAMES, Change, Changeable, refuse_unchangeable, under
 from .sqlite_config import read as read_change
 from .sqlite_config import write as write_change
-from .sqlite_file import Busy, StoreFile
+from .sqlite_file import Busy, LockTimeout, StoreFile, Waited
 from .sqlite_quick import Quick
 from .sqlite_slots import SlotRows, census
 from .sqlite_top import Cell, Counts, read_top
@@ -398,7 +398,7 @@ class _Unavailable(Generic[T]):
     file cannot decide goes to the backend's failure policy, with the local fallback
     of ``on_unavailable="local"``."""
 
-    __slots__ = ("__weakref__", "_backend", "_inner", "_local", "_name", "top")
+    __slots__ = ("__weakref__", "_backend", "_calls", "_file", "_inner", "_local", "_name", "top")
 
     #: A decision that finds the file locked waits for it in a thread (see reserve_async).
     suspends = True
@@ -408,6 +408,8 @@ class _Unavailable(Generic[T]):
         #: under ``(name, kind, shadow)``; ``None``: not counted.
         self.top: Cell | None = None
         self._backend = backend
+        self._file = backend.file
+        self._calls = backend.file.calls
         self._name = name
         self._inner = inner
         self._local = local
@@ -421,8 +423,20 @@ class _Unavailable(Generic[T]):
         self._inner.tally = tally
 
     def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
+        # The caller's timeout bounds the wait for the file's lock too (sqlite_file.py).
+        calls = self._calls
+        calls.patience = max_wait
         try:
-            decision = self._inner.reserve(tokens, max_wait)
+            decision = self._reserve(tokens, max_wait)
+        except LockTimeout as exc:
+            # Another process holds the file longer than the caller would wait: a busy
+            # store, not an unavailable one. Refused, nothing decided, as a grant that
+            # would wait too long; the wait it tells is the one spent on the lock.
+            tally = self._inner.tally
+            if tally is not None:
+                with tally.lock:
+                    tally.denied += 1
+            return -exc.waited, math.nan
         except BackendUnavailable as exc:
             local = self._local
             return self._backend.without_store(
@@ -436,8 +450,22 @@ class _Unavailable(Generic[T]):
                 ),
                 decision=True,
             )
+        finally:
+            calls.patience = None
         self._decided(decision)
         return decision
+
+    def _reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
+        """The decision in a transaction; after a wait for the lock, with what is left
+        of ``max_wait`` (in the transaction that wait opened: see ``Waited``)."""
+        try:
+            return self._inner.reserve(tokens, max_wait)
+        except Waited as exc:
+            waited = exc.waited
+        try:
+            return self._inner.reserve(tokens, max(0.0, max_wait - waited))
+        finally:
+            self._file.let_go()
 
     def _decided(self, decision: tuple[float, float]) -> None:
         top = self.top
@@ -551,19 +579,19 @@ class SQLiteHandle(_Unavailable[float]):
         super().__init__(backend, name, inner, local)
         self._quick = quick
 
-    def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
+    def _reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
         quick = self._quick
         if quick is None:
-            return super().reserve(tokens, max_wait)
+            return super()._reserve(tokens, max_wait)
         if quick.on:
             # A token bucket whose row is one number: one statement (sqlite_quick.py).
             decision = quick.reserve(tokens, max_wait, self._inner.tally)
             if decision is not None:
-                self._decided(decision)
                 return decision
-        decision = super().reserve(tokens, max_wait)
-        quick.after_full()
-        return decision
+        try:
+            return super()._reserve(tokens, max_wait)
+        finally:
+            quick.after_full()
 
     def restrict(self, remaining: float, seconds: float) -> None:
         super().restrict(remaining, seconds)
@@ -652,8 +680,11 @@ class SQLiteBackend(FailurePolicy):
             ``local_share`` of the budget), as for :class:`RedisBackend`.
         local_share: the fraction of each limit the local fallback keeps (0 < share <= 1).
         busy_timeout: the seconds a decision may wait for another process's write
-            lock (``try_acquire`` too: contention alone never refuses a request the
-            budget allows); past it the store counts as unavailable. Waits are
+            lock; past it the store counts as unavailable. A caller's shorter
+            ``timeout`` bounds that wait too (at least 20 ms, ``try_acquire``'s):
+            past it the request is refused (``AcquireTimeout``, ``False``) as one
+            whose grant would wait too long, for a busy file is not an unavailable
+            one; and what it waited for the lock counts in its timeout. Waits are
             counted in :meth:`stats`.
         counters: whether decisions are counted for ``ratelimit top`` (a few
             additions each, written into the file once a second per process).

@@ -10,6 +10,7 @@ reboot and a wall-clock step, idle names, and every bad path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import math
@@ -178,14 +179,14 @@ def test_a_process_killed_inside_a_transaction_loses_nothing(tmp_path: Path) -> 
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "holding"
-        results: list[bool] = []
-        waiting = threading.Thread(target=lambda: results.append(limiter.try_acquire()))
+        results: list[float] = []
+        waiting = threading.Thread(target=lambda: results.append(limiter.acquire()))
         waiting.start()
         time.sleep(0.2)
         assert not results  # waiting for the lock, not refused for it
         os.kill(holder.pid, signal.SIGKILL)
         waiting.join(10)
-        assert results == [True]
+        assert results == [0.0]
     finally:
         holder.kill()
         holder.wait()
@@ -242,11 +243,11 @@ def _hold_lock(path: Path, seconds: float) -> threading.Thread:
 
 
 def test_contention_waits_for_the_lock_and_is_counted(tmp_path: Path) -> None:
-    """A decision that finds the file locked waits (try_acquire too) and is counted."""
+    """A decision with no timeout that finds the file locked waits, and is counted."""
     backend = SQLiteBackend(tmp_path / "s.db")
     limiter = TokenBucket(5, 1, backend=backend, name="busy")
     holder = _hold_lock(tmp_path / "s.db", 0.1)
-    assert limiter.try_acquire()
+    assert limiter.acquire() == 0.0
     holder.join()
     stats = backend.stats()
     assert stats.lock_waits == 1
@@ -262,12 +263,116 @@ def test_a_lock_held_past_busy_timeout_makes_the_store_unavailable(tmp_path: Pat
     try:
         started = time.monotonic()
         with pytest.raises(BackendUnavailable, match="stayed locked") as caught:
-            limiter.try_acquire()
+            limiter.acquire(timeout=10)  # a timeout past busy_timeout: the store is out
         assert time.monotonic() - started < 0.5
         assert str(tmp_path) in str(caught.value)
     finally:
         holder.join()
     assert limiter.try_acquire()
+
+
+@contextlib.contextmanager
+def _locked_by_another_process(path: Path, seconds: float) -> Iterator[float]:
+    """Another process takes ``path``'s write lock and keeps it ``seconds``: the block
+    runs while it holds it, given the monotonic time it took it (about)."""
+    holder = subprocess.Popen(
+        [sys.executable, str(WORKER), "lock", str(path), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "holding"
+        yield time.monotonic()
+        assert holder.wait(30) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["raise", "allow"])
+def test_a_timeout_bounds_the_wait_for_another_process_s_lock(tmp_path: Path, policy: str) -> None:
+    """Another process holds the file for 1 s: ``acquire(timeout=0.05)`` and
+    ``reserve(timeout=0.05)`` are refused (AcquireTimeout) within the timeout and a
+    little, and ``try_acquire`` at once; a busy file is not an unavailable one (no
+    failure counted, nothing granted without it); nothing is taken from the budget."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path, on_unavailable=policy)  # type: ignore[arg-type]
+    limiter = TokenBucket(3, 1e-6, backend=backend, name="held")
+    window = SlidingWindow(3, 3600, backend=backend, name="held-window")  # a full transaction
+    assert limiter.try_acquire()
+    assert window.try_acquire()
+    with _locked_by_another_process(path, 1.0) as since:
+        for call in (
+            lambda: limiter.acquire(timeout=0.05),
+            lambda: limiter.reserve(timeout=0.05),
+            lambda: window.acquire(timeout=0.05),
+        ):
+            started = time.monotonic()
+            with pytest.raises(AcquireTimeout) as caught:
+                call()
+            assert time.monotonic() - started < 0.05 + 0.25
+            assert caught.value.retry_after >= 0.05  # at least what it waited for the lock
+        for tried in (limiter.try_acquire, window.try_acquire):
+            started = time.monotonic()
+            assert not tried()
+            assert time.monotonic() - started < 0.25
+        assert time.monotonic() - since < 0.9  # all of it while the lock was held
+    assert backend.stats().failures == 0
+    assert limiter.stats().denied == 3
+    assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
+    assert [window.try_acquire() for _ in range(3)] == [True, True, False]
+
+
+@pytest.mark.slow
+def test_async_calls_keep_their_timeout_while_another_process_holds_the_file(tmp_path: Path) -> None:
+    """As their synchronous twins: refused within the timeout and a little, the event
+    loop never blocked meanwhile."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(3, 1e-6, backend=backend, name="held-aio")
+    assert limiter.try_acquire()
+
+    async def main() -> list[float]:
+        took: list[float] = []
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout):
+            await limiter.acquire_async(timeout=0.05)
+        took.append(time.monotonic() - started)
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout):
+            await limiter.reserve_async(timeout=0.05)
+        took.append(time.monotonic() - started)
+        started = time.monotonic()
+        assert not await limiter.try_acquire_async()
+        took.append(time.monotonic() - started)
+        return took
+
+    with _locked_by_another_process(path, 1.0):
+        took = asyncio.run(main())
+    assert max(took) < 0.05 + 0.25, took
+    assert backend.stats().failures == 0
+    assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
+
+
+@pytest.mark.slow
+def test_the_wait_for_the_lock_counts_in_the_timeout(tmp_path: Path) -> None:
+    """The file held for 1 s, and the next token due in about 3.6 s: an acquire whose
+    timeout is 0.4 s short of that would have it past its timeout (the lock, then the
+    grant's own wait): refused once it has the lock, rather than decided with its
+    whole timeout still to wait."""
+    path = tmp_path / "s.db"
+    limiter = TokenBucket(1, 0.25, backend=SQLiteBackend(path), name="lock-and-wait")
+    assert limiter.try_acquire()
+    spent = time.monotonic()
+    with _locked_by_another_process(path, 1.0):
+        started = time.monotonic()
+        due = spent + 4.0 - started
+        with pytest.raises(AcquireTimeout):
+            limiter.acquire(timeout=due - 0.4)
+        assert time.monotonic() - started < 1.0 + 0.3  # at the lock's end
+    assert not limiter.try_acquire()  # nothing of the refusal was taken
 
 
 @pytest.mark.parametrize("policy", ["allow", "local"])
@@ -276,8 +381,16 @@ def test_on_unavailable_applies_as_for_redis(tmp_path: Path, policy: str, caplog
     backend = SQLiteBackend(tmp_path / "s.db", busy_timeout=0.05, on_unavailable=policy, local_share=0.5)  # type: ignore[arg-type]
     limiter = TokenBucket(4, 1e-6, backend=backend, name="fallback")
     holder = _hold_lock(tmp_path / "s.db", 0.5)
+
+    def granted_within_a_second() -> bool:
+        try:
+            limiter.acquire(timeout=1)  # past busy_timeout
+        except AcquireTimeout:
+            return False
+        return True
+
     try:
-        granted = [limiter.try_acquire() for _ in range(3)]
+        granted = [granted_within_a_second() for _ in range(3)]
     finally:
         holder.join()
     stats = backend.stats()
