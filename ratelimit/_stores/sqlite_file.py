@@ -111,6 +111,10 @@ LOCK_GRACE = 0.02
 #: the thread holding the turn waits for another process's lock.
 _TURN_LOOK = 0.005
 
+#: A caller with a timeout that waited longer than this for its transaction decides
+#: with what is left of its timeout (:class:`Waited`); a shorter wait is left out.
+_WAITED_LEAST = 0.001
+
 #: SQLite's own size of the WAL (pages) past which a commit checks it into the file.
 _WAL_PAGES = 1000
 #: The fewest pages the WAL is checked in at, however little room the disk has.
@@ -484,8 +488,9 @@ class StoreFile:
         if held is not None:
             calls.held = None
             return held
+        came = None
         if not self._lock.acquire(blocking=False):
-            self._take_turn(calls)
+            came = self._take_turn(calls)
         try:
             if calls.on and self._conn is None:
                 raise Busy("the file is to be opened")
@@ -497,11 +502,13 @@ class StoreFile:
                     raise BackendUnavailable(describe(self.path, exc)) from exc
                 if calls.on:
                     raise Busy("another process holds the write lock") from exc
+                came = self._wait_for_lock(conn, calls.patience, came)
+            if came is not None:
                 patience = calls.patience
-                waited = self._wait_for_lock(conn, patience)
-                if patience is not None and 0.0 < patience < math.inf:
+                waited = time.monotonic() - came
+                if patience is not None and 0.0 < patience < math.inf and waited > _WAITED_LEAST:
                     calls.held = conn
-                    raise Waited(waited) from None
+                    raise Waited(waited)
         except Waited:
             raise  # the turn and the transaction stay this thread's
         except BaseException:
@@ -509,23 +516,25 @@ class StoreFile:
             raise
         return conn
 
-    def _take_turn(self, calls: _Calls) -> None:
+    def _take_turn(self, calls: _Calls) -> float:
         """Wait for this process's turn, taken by another thread: as long as it takes,
-        unless the thread has a ``patience`` and the one holding the turn has been
-        waiting for another process's lock longer than that since this one came."""
+        unless the thread has a ``patience``, has waited longer than that, and the
+        thread holding the turn waits for another process's lock. Returns when this
+        thread came (monotonic)."""
         if calls.on:
             raise Busy("this process's turn is taken")
+        came = time.monotonic()
         patience = calls.patience
         lock = self._lock
         if patience is None or patience >= self.busy_timeout:
             lock.acquire()
-            return
+            return came
         bound = max(patience, LOCK_GRACE)
-        came = time.monotonic()
         while not lock.acquire(timeout=_TURN_LOOK):
             now = time.monotonic()
-            if now - max(came, self._locked_since) > bound:
+            if now - came > bound and self._locked_since != math.inf:
                 raise LockTimeout(now - came)
+        return came
 
     def let_go(self) -> None:
         """End the transaction :class:`Waited` kept open for this thread, if it is
@@ -582,26 +591,26 @@ class StoreFile:
             self.writes += 1
         self._lock.release()
 
-    def _wait_for_lock(self, conn: sqlite3.Connection, patience: float | None) -> float:
+    def _wait_for_lock(self, conn: sqlite3.Connection, patience: float | None, came: float | None) -> float:
         """Another process holds the write lock: try again after short sleeps, which
         grow to ``_MOST_SLEEP``, until ``busy_timeout`` (``BackendUnavailable``) or,
-        sooner, the caller's ``patience`` (:class:`LockTimeout`); the seconds waited."""
+        sooner, the caller's ``patience`` from when it ``came`` (:class:`LockTimeout`).
+        Returns when the caller came (``came``, or when this wait began)."""
         started = self._locked_since = time.monotonic()
-        limit = self.busy_timeout
-        busy = True
+        since, limit, busy = started, self.busy_timeout, True
         if patience is not None and max(patience, LOCK_GRACE) < limit:
-            limit, busy = max(patience, LOCK_GRACE), False
+            since, limit, busy = started if came is None else came, max(patience, LOCK_GRACE), False
         delay = 0.00005
         try:
             while True:
                 time.sleep(delay * random.uniform(0.5, 1.5))
                 try:
                     conn.execute("BEGIN IMMEDIATE")
-                    return time.monotonic() - started
+                    return started if came is None else came
                 except sqlite3.OperationalError as exc:
                     if not _busy(exc):
                         raise BackendUnavailable(describe(self.path, exc)) from exc
-                    waited = time.monotonic() - started
+                    waited = time.monotonic() - since
                     if waited > limit:
                         if not busy:
                             raise LockTimeout(waited) from exc
@@ -609,7 +618,7 @@ class StoreFile:
                             f"the SQLite store {self.path!r} stayed locked by another process for "
                             f"{self.busy_timeout:g} s (busy_timeout)"
                         ) from exc
-                delay = min(delay * 2, _MOST_SLEEP, max(limit - (time.monotonic() - started), 0.0) + 0.0001)
+                delay = min(delay * 2, _MOST_SLEEP, max(limit - (time.monotonic() - since), 0.0) + 0.0001)
         finally:
             self._locked_since = math.inf
             self.lock_waits += 1

@@ -326,6 +326,46 @@ def test_a_timeout_bounds_the_wait_for_another_process_s_lock(tmp_path: Path, po
 
 
 @pytest.mark.slow
+def test_threads_by_the_hundred_each_keep_their_timeout_while_another_process_holds_the_file(
+    tmp_path: Path,
+) -> None:
+    """200 threads of one process call ``try_acquire`` (and ``acquire(timeout=0.05)``)
+    while another process holds the file for 2 s: they take turns in this process,
+    and each is refused within its timeout and a little of its arrival, not after the
+    turns of all those before it (each waiting its own 20 ms for the lock)."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(1000, 1e-6, backend=backend, name="crowd")
+    assert limiter.try_acquire()
+    took: list[float] = []
+    answers: list[object] = []
+    lock = threading.Lock()
+
+    def call(i: int) -> None:
+        started = time.monotonic()
+        try:
+            answer: object = limiter.try_acquire() if i % 2 else limiter.acquire(timeout=0.05)
+        except AcquireTimeout as exc:
+            answer = exc
+        with lock:
+            took.append(time.monotonic() - started)
+            answers.append(answer)
+
+    with _locked_by_another_process(path, 2.0) as since:
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(200)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert time.monotonic() - since < 1.8  # all of it while the lock was held
+    assert len(answers) == 200
+    assert all(answer is False or isinstance(answer, AcquireTimeout) for answer in answers)
+    assert max(took) < 0.05 + 0.45, sorted(took)[-5:]
+    assert backend.stats().failures == 0
+    assert limiter.try_acquire()
+
+
+@pytest.mark.slow
 def test_async_calls_keep_their_timeout_while_another_process_holds_the_file(tmp_path: Path) -> None:
     """As their synchronous twins: refused within the timeout and a little, the event
     loop never blocked meanwhile."""
