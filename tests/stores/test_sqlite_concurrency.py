@@ -496,18 +496,20 @@ def test_on_unavailable_applies_to_slots_as_for_redis(
     limit = ConcurrencyLimit(4, backend=backend, name="locked")
     held = limit.take()  # in the file
     done, thread = _lock_file(path)
+    # Timeouts past busy_timeout: the file locked that long is unavailable (a take
+    # with a shorter timeout is refused as the file is busy, not unavailable).
     try:
         if policy == "raise":
             with pytest.raises(BackendUnavailable):
-                limit.take(timeout=0)
+                limit.take(timeout=0.1)
             return
-        leases = [limit.take(timeout=0) for _ in range(2)]
+        leases = [limit.take(timeout=0.1) for _ in range(2)]
         if policy == "local":
             # This process's share: floor(4 * 0.5) = 2 slots, both taken.
             with pytest.raises(AcquireTimeout):
-                limit.take(timeout=0)
+                limit.take(timeout=0.1)
         else:
-            leases.append(limit.take(timeout=0))  # fail open: nobody counts
+            leases.append(limit.take(timeout=0.1))  # fail open: nobody counts
         assert "SQLite store unavailable" in caplog.text
     finally:
         done.set()

@@ -39,6 +39,7 @@ from ratelimit import (
     CircuitBreaker,
     CircuitOpen,
     Composite,
+    ConcurrencyLimit,
     LeakyBucket,
     ManualClock,
     SlidingWindow,
@@ -363,6 +364,34 @@ def test_threads_by_the_hundred_each_keep_their_timeout_while_another_process_ho
     assert max(took) < 0.05 + 0.45, sorted(took)[-5:]
     assert backend.stats().failures == 0
     assert limiter.try_acquire()
+
+
+@pytest.mark.slow
+def test_a_concurrency_limit_that_will_not_wait_does_not_wait_for_another_process_s_lock(tmp_path: Path) -> None:
+    """``hold(timeout=0)`` while another process holds the file: no slot (AcquireTimeout)
+    at once, as ``try_acquire``; nothing left held or queued."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limit = ConcurrencyLimit(2, backend=backend, name="held-slots")
+    with limit.hold():
+        pass  # the table is made
+    with _locked_by_another_process(path, 1.0):
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout), limit.hold(timeout=0):
+            pass
+        assert time.monotonic() - started < 0.25
+
+        async def main() -> None:
+            with pytest.raises(AcquireTimeout):
+                await limit.take_async(timeout=0)
+
+        started = time.monotonic()
+        asyncio.run(main())
+        assert time.monotonic() - started < 0.25
+    assert backend.stats().failures == 0
+    assert (limit._store.held, limit._store.queued) == (0, 0)  # type: ignore[attr-defined]
+    with limit.hold(timeout=0), limit.hold(timeout=0):
+        pass
 
 
 @pytest.mark.slow
