@@ -458,14 +458,18 @@ class _Unavailable(Generic[T]):
     def _reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
         """The decision in a transaction; after a wait for the lock, with what is left
         of ``max_wait`` (in the transaction that wait opened: see ``Waited``)."""
+        waited = None
         try:
-            return self._inner.reserve(tokens, max_wait)
-        except Waited as exc:
-            waited = exc.waited
-        try:
+            try:
+                return self._inner.reserve(tokens, max_wait)
+            except Waited as exc:
+                waited = exc.waited
+            # Out of the handler: the transaction's end tells a decision that raised
+            # by the exception being handled (Rows.release).
             return self._inner.reserve(tokens, max(0.0, max_wait - waited))
         finally:
-            self._file.let_go()
+            if waited is not None:
+                self._file.let_go()  # kept, if the decision never began again
 
     def _decided(self, decision: tuple[float, float]) -> None:
         top = self.top

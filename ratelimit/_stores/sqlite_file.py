@@ -512,6 +512,10 @@ class StoreFile:
         except Waited:
             raise  # the turn and the transaction stay this thread's
         except BaseException:
+            kept = calls.held
+            if kept is not None:  # interrupted as it raised Waited
+                calls.held = None
+                self._abandon(kept)
             self._lock.release()
             raise
         return conn
