@@ -51,7 +51,7 @@ from .sqlite_codec import CorruptState, decode, encode, holes_until
 from .sqlite_config import FORGET_PAST, NAMES, Change, Changeable, refuse_unchangeable, under
 from .sqlite_config import read as read_change
 from .sqlite_config import write as write_change
-from .sqlite_file import Busy, LockTimeout, StoreFile, Waited
+from .sqlite_file import LOCK_GRACE, WAITED_LEAST, Busy, LockTimeout, StoreFile, Waited
 from .sqlite_quick import Quick
 from .sqlite_slots import SlotRows, census
 from .sqlite_top import Cell, Counts, read_top
@@ -432,11 +432,7 @@ class _Unavailable(Generic[T]):
             # Another process holds the file longer than the caller would wait: a busy
             # store, not an unavailable one. Refused, nothing decided, as a grant that
             # would wait too long; the wait it tells is the one spent on the lock.
-            tally = self._inner.tally
-            if tally is not None:
-                with tally.lock:
-                    tally.denied += 1
-            return -exc.waited, math.nan
+            return self._refused(exc.waited)
         except BackendUnavailable as exc:
             local = self._local
             return self._backend.without_store(
@@ -454,6 +450,28 @@ class _Unavailable(Generic[T]):
             calls.patience = None
         self._decided(decision)
         return decision
+
+    def _refused(self, waited: float) -> tuple[float, float]:
+        """A refusal for the file's being busy ``waited`` seconds, counted as one."""
+        tally = self._inner.tally
+        if tally is not None:
+            with tally.lock:
+                tally.denied += 1
+        return -waited, math.nan
+
+    def _reserve_late(self, tokens: T, max_wait: float, came: float) -> tuple[float, float]:
+        """:meth:`reserve` in a thread that an asyncio caller, come at ``came``, waited
+        for (behind other callers' waits for a busy file): that wait counts in its
+        timeout as a wait for the lock would. Past it, it decides only if the file is
+        free at once."""
+        late = time.monotonic() - came
+        if max_wait == math.inf or late <= WAITED_LEAST:
+            return self.reserve(tokens, max_wait)
+        left = max(0.0, max_wait - late)
+        if late <= max(max_wait, LOCK_GRACE):
+            return self.reserve(tokens, left)
+        decided = self.reserve_here(tokens, left)
+        return self._refused(late) if decided is None else decided
 
     def _reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
         """The decision in a transaction; after a wait for the lock, with what is left
@@ -496,7 +514,7 @@ class _Unavailable(Generic[T]):
         decided = self.reserve_here(tokens, max_wait)
         if decided is not None:
             return decided
-        return await asyncio.to_thread(self.reserve, tokens, max_wait)
+        return await asyncio.to_thread(self._reserve_late, tokens, max_wait, time.monotonic())
 
     async def _off_loop(self, call: Callable[[], R]) -> R:
         return await self._backend.file.off_loop(call)
@@ -583,19 +601,23 @@ class SQLiteHandle(_Unavailable[float]):
         super().__init__(backend, name, inner, local)
         self._quick = quick
 
-    def _reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
+    def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
         quick = self._quick
         if quick is None:
-            return super()._reserve(tokens, max_wait)
+            return super().reserve(tokens, max_wait)
         if quick.on:
-            # A token bucket whose row is one number: one statement (sqlite_quick.py).
-            decision = quick.reserve(tokens, max_wait, self._inner.tally)
+            # A token bucket whose row is one number: one statement (sqlite_quick.py),
+            # which waits for no other process's lock (the full transaction does).
+            try:
+                decision = quick.reserve(tokens, max_wait, self._inner.tally)
+            except LockTimeout as exc:  # this process's turn held by a thread that waits for the lock
+                return self._refused(exc.waited)
             if decision is not None:
+                self._decided(decision)
                 return decision
-        try:
-            return super()._reserve(tokens, max_wait)
-        finally:
-            quick.after_full()
+        decision = super().reserve(tokens, max_wait)
+        quick.after_full()
+        return decision
 
     def restrict(self, remaining: float, seconds: float) -> None:
         super().restrict(remaining, seconds)

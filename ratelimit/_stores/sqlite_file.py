@@ -37,7 +37,17 @@ from .._errors import BackendUnavailable
 from .sqlite_time import boot_id, boot_seconds, rebased_offset
 from .sqlite_top import TOP_TABLE
 
-__all__ = ["FORMAT", "LOCK_GRACE", "STEP_FUNCTION", "Busy", "LockTimeout", "Step", "StoreFile", "Waited"]
+__all__ = [
+    "FORMAT",
+    "LOCK_GRACE",
+    "STEP_FUNCTION",
+    "WAITED_LEAST",
+    "Busy",
+    "LockTimeout",
+    "Step",
+    "StoreFile",
+    "Waited",
+]
 
 #: A decision on a row's number at a time: the row's new number.
 Step = Callable[[float, float], float]
@@ -113,7 +123,7 @@ _TURN_LOOK = 0.005
 
 #: A caller with a timeout that waited longer than this for its transaction decides
 #: with what is left of its timeout (:class:`Waited`); a shorter wait is left out.
-_WAITED_LEAST = 0.001
+WAITED_LEAST = 0.001
 
 #: SQLite's own size of the WAL (pages) past which a commit checks it into the file.
 _WAL_PAGES = 1000
@@ -490,7 +500,7 @@ class StoreFile:
             return held
         came = None
         if not self._lock.acquire(blocking=False):
-            came = self._take_turn(calls)
+            came = self._take_turn(calls, calls.patience)
         try:
             if calls.on and self._conn is None:
                 raise Busy("the file is to be opened")
@@ -506,7 +516,7 @@ class StoreFile:
             if came is not None:
                 patience = calls.patience
                 waited = time.monotonic() - came
-                if patience is not None and 0.0 < patience < math.inf and waited > _WAITED_LEAST:
+                if patience is not None and 0.0 < patience < math.inf and waited > WAITED_LEAST:
                     calls.held = conn
                     raise Waited(waited)
         except Waited:
@@ -520,15 +530,14 @@ class StoreFile:
             raise
         return conn
 
-    def _take_turn(self, calls: _Calls) -> float:
+    def _take_turn(self, calls: _Calls, patience: float | None) -> float:
         """Wait for this process's turn, taken by another thread: as long as it takes,
-        unless the thread has a ``patience``, has waited longer than that, and the
+        unless the caller has a ``patience``, has waited longer than that, and the
         thread holding the turn waits for another process's lock. Returns when this
         thread came (monotonic)."""
         if calls.on:
             raise Busy("this process's turn is taken")
         came = time.monotonic()
-        patience = calls.patience
         lock = self._lock
         if patience is None or patience >= self.busy_timeout:
             lock.acquire()
@@ -570,15 +579,16 @@ class StoreFile:
             pass
         return await asyncio.to_thread(call)
 
-    def turn(self, step: Step) -> sqlite3.Connection | None:
+    def turn(self, step: Step, patience: float) -> sqlite3.Connection | None:
         """This process's turn for one statement that commits by itself (the quick
         path, ``sqlite_quick.py``), with :data:`STEP_FUNCTION` calling ``step``: the
         connection, until :meth:`end_turn`. ``None`` (and no turn taken) while the
         connection is due for its check or not open: the caller then decides in a
-        full transaction (:meth:`begin`)."""
+        full transaction (:meth:`begin`). ``patience``: the caller's timeout, as for
+        :meth:`begin` (:class:`LockTimeout`)."""
         if not self._lock.acquire(blocking=False):
             try:
-                self._take_turn(self.calls)
+                self._take_turn(self.calls, patience)
             except Busy:
                 return None
         conn = self._conn

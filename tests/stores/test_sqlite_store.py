@@ -426,6 +426,36 @@ def test_async_calls_keep_their_timeout_while_another_process_holds_the_file(tmp
 
 
 @pytest.mark.slow
+def test_asyncio_tasks_by_the_hundred_are_refused_at_once_while_another_process_holds_the_file(
+    tmp_path: Path,
+) -> None:
+    """600 tasks' ``try_acquire_async`` while another process holds the file for 2 s:
+    the few threads that wait for the lock serve them in turn, and the time a task
+    waits for a thread counts as a wait for the lock: past its 20 ms, it is refused
+    at once rather than waiting its 20 ms again after all those before it."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(10_000, 1, backend=backend, name="aio-crowd")
+    assert limiter.try_acquire()
+
+    async def main() -> list[tuple[float, bool]]:
+        started = time.monotonic()
+
+        async def one() -> tuple[float, bool]:
+            granted = await limiter.try_acquire_async()
+            return time.monotonic() - started, granted
+
+        return list(await asyncio.gather(*(one() for _ in range(600))))
+
+    with _locked_by_another_process(path, 2.0) as since:
+        answers = asyncio.run(main())
+        assert time.monotonic() - since < 1.8  # all of it while the lock was held
+    assert not any(granted for _, granted in answers)
+    assert max(took for took, _ in answers) < 1.0
+    assert backend.stats().failures == 0
+
+
+@pytest.mark.slow
 def test_the_wait_for_the_lock_counts_in_the_timeout(tmp_path: Path) -> None:
     """The file held for 1 s, and the next token due in about 3.6 s: an acquire whose
     timeout is 0.4 s short of that would have it past its timeout (the lock, then the
