@@ -18,13 +18,13 @@ import math
 from collections.abc import Callable
 from typing import TypeVar
 
-from .._algorithms.semaphore import HELD, QUEUED
+from .._algorithms.semaphore import FULL, HELD, QUEUED
 from .._clock import Clock
 from .._errors import BackendUnavailable
 from .._stores.keys import Keyed
 from .._stores.sqlite import SQLiteBackend
 from .._stores.sqlite_doors import Doors, doors_for
-from .._stores.sqlite_file import Busy
+from .._stores.sqlite_file import Busy, LockTimeout
 from .._stores.sqlite_slots import Promoted
 from .._stores.wakeups import Waiting
 from .concurrency_state import LOST, Elsewhere, taken_here
@@ -59,6 +59,9 @@ class SQLiteSlots:
         self._elsewhere = Elsewhere(backend, self._label, "SQLite store", most, backend.local_share, clock)
         #: Takes in a thread (the file was locked) whose caller may be gone, by name.
         self._landing: dict[str, asyncio.Future[str]] = {}
+        #: Takes refused while another process held the file: nothing of them is in
+        #: the file, so their release (the front's, after any refusal) waits for nothing.
+        self._unwritten: set[str] = set()
 
     @property
     def _doors(self) -> Doors:
@@ -106,13 +109,24 @@ class SQLiteSlots:
         door = None
         if waiting is not None:
             door = self._doors.expect(name, waiting, self._holding)
+        calls = self._backend.file.calls
+        if waiting is None:
+            # A take that will not wait for a slot (``timeout=0``) does not wait for
+            # another process's lock either, past a moment (sqlite_file.LOCK_GRACE):
+            # no slot, as the file is busy, not unavailable.
+            calls.patience = 0.0
         try:
             outcome, promoted = self._rows.take(name, waiting is not None, door)
+        except LockTimeout:
+            self._unwritten.add(name)
+            return FULL
         except BackendUnavailable as exc:
             return self._fallback(exc, name, waiting)
         except BaseException:
             self._doors.forget(name)
             raise
+        finally:
+            calls.patience = None
         self._told(promoted)
         if outcome == QUEUED:
             self._remind()
@@ -152,6 +166,9 @@ class SQLiteSlots:
 
     def release(self, name: str) -> None:
         if self._released_elsewhere(name) or not taken_here(name):
+            return
+        if name in self._unwritten:
+            self._unwritten.discard(name)
             return
         try:
             promoted = self._rows.release(name)

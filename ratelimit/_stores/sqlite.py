@@ -51,7 +51,7 @@ from .sqlite_codec import CorruptState, decode, encode, holes_until
 from .sqlite_config import FORGET_PAST, NAMES, Change, Changeable, refuse_unchangeable, under
 from .sqlite_config import read as read_change
 from .sqlite_config import write as write_change
-from .sqlite_file import Busy, StoreFile
+from .sqlite_file import LOCK_GRACE, WAITED_LEAST, Busy, LockTimeout, StoreFile, Waited
 from .sqlite_quick import Quick
 from .sqlite_slots import SlotRows, census
 from .sqlite_top import Cell, Counts, read_top
@@ -398,7 +398,7 @@ class _Unavailable(Generic[T]):
     file cannot decide goes to the backend's failure policy, with the local fallback
     of ``on_unavailable="local"``."""
 
-    __slots__ = ("__weakref__", "_backend", "_inner", "_local", "_name", "top")
+    __slots__ = ("__weakref__", "_backend", "_calls", "_file", "_inner", "_local", "_name", "top")
 
     #: A decision that finds the file locked waits for it in a thread (see reserve_async).
     suspends = True
@@ -408,6 +408,8 @@ class _Unavailable(Generic[T]):
         #: under ``(name, kind, shadow)``; ``None``: not counted.
         self.top: Cell | None = None
         self._backend = backend
+        self._file = backend.file
+        self._calls = backend.file.calls
         self._name = name
         self._inner = inner
         self._local = local
@@ -424,8 +426,16 @@ class _Unavailable(Generic[T]):
         self._inner.name_grants()
 
     def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
+        # The caller's timeout bounds the wait for the file's lock too (sqlite_file.py).
+        calls = self._calls
+        calls.patience = max_wait
         try:
-            decision = self._inner.reserve(tokens, max_wait)
+            decision = self._reserve(tokens, max_wait)
+        except LockTimeout as exc:
+            # Another process holds the file longer than the caller would wait: a busy
+            # store, not an unavailable one. Refused, nothing decided, as a grant that
+            # would wait too long; the wait it tells is the one spent on the lock.
+            return self._refused(exc.waited)
         except BackendUnavailable as exc:
             local = self._local
             return self._backend.without_store(
@@ -439,8 +449,48 @@ class _Unavailable(Generic[T]):
                 ),
                 decision=True,
             )
+        finally:
+            calls.patience = None
         self._decided(decision)
         return decision
+
+    def _refused(self, waited: float) -> tuple[float, float]:
+        """A refusal for the file's being busy ``waited`` seconds, counted as one."""
+        tally = self._inner.tally
+        if tally is not None:
+            with tally.lock:
+                tally.denied += 1
+        return -waited, math.nan
+
+    def _reserve_late(self, tokens: T, max_wait: float, came: float) -> tuple[float, float]:
+        """:meth:`reserve` in a thread that an asyncio caller, come at ``came``, waited
+        for (behind other callers' waits for a busy file): that wait counts in its
+        timeout as a wait for the lock would. Past it, it decides only if the file is
+        free at once."""
+        late = time.monotonic() - came
+        if max_wait == math.inf or late <= WAITED_LEAST:
+            return self.reserve(tokens, max_wait)
+        left = max(0.0, max_wait - late)
+        if late <= max(max_wait, LOCK_GRACE):
+            return self.reserve(tokens, left)
+        decided = self.reserve_here(tokens, left)
+        return self._refused(late) if decided is None else decided
+
+    def _reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
+        """The decision in a transaction; after a wait for the lock, with what is left
+        of ``max_wait`` (in the transaction that wait opened: see ``Waited``)."""
+        waited = None
+        try:
+            try:
+                return self._inner.reserve(tokens, max_wait)
+            except Waited as exc:
+                waited = exc.waited
+            # Out of the handler: the transaction's end tells a decision that raised
+            # by the exception being handled (Rows.release).
+            return self._inner.reserve(tokens, max(0.0, max_wait - waited))
+        finally:
+            if waited is not None:
+                self._file.let_go()  # kept, if the decision never began again
 
     def _decided(self, decision: tuple[float, float]) -> None:
         top = self.top
@@ -467,7 +517,7 @@ class _Unavailable(Generic[T]):
         decided = self.reserve_here(tokens, max_wait)
         if decided is not None:
             return decided
-        return await asyncio.to_thread(self.reserve, tokens, max_wait)
+        return await asyncio.to_thread(self._reserve_late, tokens, max_wait, time.monotonic())
 
     async def _off_loop(self, call: Callable[[], R]) -> R:
         return await self._backend.file.off_loop(call)
@@ -565,8 +615,12 @@ class SQLiteHandle(_Unavailable[float]):
         if quick is None:
             return super().reserve(tokens, max_wait)
         if quick.on:
-            # A token bucket whose row is one number: one statement (sqlite_quick.py).
-            decision = quick.reserve(tokens, max_wait, self._inner.tally)
+            # A token bucket whose row is one number: one statement (sqlite_quick.py),
+            # which waits for no other process's lock (the full transaction does).
+            try:
+                decision = quick.reserve(tokens, max_wait, self._inner.tally)
+            except LockTimeout as exc:  # this process's turn held by a thread that waits for the lock
+                return self._refused(exc.waited)
             if decision is not None:
                 self._decided(decision)
                 return decision
@@ -661,8 +715,11 @@ class SQLiteBackend(FailurePolicy):
             ``local_share`` of the budget), as for :class:`RedisBackend`.
         local_share: the fraction of each limit the local fallback keeps (0 < share <= 1).
         busy_timeout: the seconds a decision may wait for another process's write
-            lock (``try_acquire`` too: contention alone never refuses a request the
-            budget allows); past it the store counts as unavailable. Waits are
+            lock; past it the store counts as unavailable. A caller's shorter
+            ``timeout`` bounds that wait too (at least 20 ms, ``try_acquire``'s):
+            past it the request is refused (``AcquireTimeout``, ``False``) as one
+            whose grant would wait too long, for a busy file is not an unavailable
+            one; and what it waited for the lock counts in its timeout. Waits are
             counted in :meth:`stats`.
         counters: whether decisions are counted for ``ratelimit top`` (a few
             additions each, written into the file once a second per process).

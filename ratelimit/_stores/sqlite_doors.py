@@ -24,6 +24,14 @@ file every third of its lease (as it must to renew its place), and sooner when a
 holder's lease runs out first; a lost knock costs time, never a slot. Doors of
 processes that died are removed when a knock finds nobody behind them, and when a
 process opens its own door.
+
+A door whose socket file is removed (a cleaner of old files, the folder removed whole)
+hears no knock. While the door is open, its thread looks every ``LOOK_EVERY``
+seconds that its file is still there; gone, it binds the door again
+under the same name (the folder made again), and its waiters look at the file at once,
+for the knocks lost meanwhile. A waiter whose row names a door this process no longer
+listens at (the door could only be bound again elsewhere, or not at all) is looked
+for in the file every ``LOOK_EVERY`` seconds by the thread until it is woken.
 """
 
 from __future__ import annotations
@@ -51,6 +59,11 @@ logger = logging.getLogger("ratelimit")
 
 #: A door nobody waits behind closes after this long (seconds).
 IDLE_SECONDS = 10.0
+
+#: While a door is open, its thread looks this often (seconds) that its socket file
+#: is still there, and looks in the file for the waiters whose rows name a door it no
+#: longer listens at.
+LOOK_EVERY = 0.05
 
 #: The longest ``AF_UNIX`` path (``sun_path`` holds 108 bytes with its NUL).
 _MOST_PATH = 107
@@ -93,8 +106,9 @@ class Doors:
     def __init__(self, path: str) -> None:
         self._path = path
         self._lock = threading.Lock()
-        #: Waiters by lease id, with the look that tells whether they hold a slot.
-        self._waiting: dict[str, tuple[Waiting, Holding]] = {}
+        #: Waiters by lease id, with the look that tells whether they hold a slot and
+        #: the door their row names.
+        self._waiting: dict[str, tuple[Waiting, Holding, str | None]] = {}
         self._sock: socket.socket | None = None
         #: This door's address as a row names it (``@`` for an abstract one), and its
         #: socket file (``None``: abstract, or none).
@@ -114,7 +128,6 @@ class Doors:
         """Wake ``waiting`` when a knock for ``lease`` comes and ``holding`` confirms
         it; returns the door to write in its row (``None``: no door, it looks by itself)."""
         with self._lock:
-            self._waiting[lease] = (waiting, holding)
             if self._thread is not None and self._file is not None and not os.path.exists(self._file):
                 # Its socket file was removed (a cleaner of old files, a careless rm):
                 # knocks at that name reach nobody. Bound again below, under the same
@@ -124,6 +137,7 @@ class Doors:
                 self._open()
                 self._thread = threading.Thread(target=self._run, name="ratelimit-sqlite-doors", daemon=True)
                 self._thread.start()
+            self._waiting[lease] = (waiting, holding, self.address)
             return self.address
 
     def forget(self, lease: str) -> None:
@@ -217,6 +231,23 @@ class Doors:
         self._sock = sock
         if self._file is not None:
             self._tidy(os.path.dirname(self._file))
+
+    def _rebind(self, me: threading.Thread) -> list[str]:
+        """Bind the door again (from its thread ``me``) if its socket file is gone:
+        the leases of the waiters to look for in the file now (those whose knocks may
+        have been lost, and those whose rows name a door no longer listened at)."""
+        with self._lock:
+            if self._thread is not me:
+                return []
+            if self._file is not None and not os.path.exists(self._file):
+                sock, self._sock = self._sock, None
+                if sock is not None:
+                    sock.close()
+                self._open()
+                logger.info("ratelimit: the door beside %r was removed: bound again", self._path)
+                return list(self._waiting)
+            address = self.address
+            return [lease for lease, (_, _, door) in self._waiting.items() if door != address]
 
     def _reopen(self) -> None:
         """Let go of the door (under the lock) to be bound again, keeping its waiters
@@ -314,7 +345,9 @@ class Doors:
                     return  # closed (and maybe opened again, with a thread of its own)
                 sock = self._sock
                 due = self._due[0][0] if self._due else None
-            wait = 1.0 if due is None else min(1.0, max(0.0, due - time.monotonic()))
+            # Never longer than LOOK_EVERY: a waiter that comes meanwhile is watched for
+            # from then on, with no knock of its own to wake the thread.
+            wait = LOOK_EVERY if due is None else min(LOOK_EVERY, max(0.0, due - time.monotonic()))
             heard: list[str] = []
             if sock is None:
                 time.sleep(wait)
@@ -334,6 +367,7 @@ class Doors:
                         logger.warning("ratelimit: the door beside %r failed; waiters look by themselves", self._path)
                         self._close()
                     return
+            heard.extend(self._rebind(me))
             self._confirm([lease for lease in heard if lease])
             self._looks_due()
             with self._lock:

@@ -6,7 +6,9 @@ The threads of a process take turns on a lock of their own before ``BEGIN
 IMMEDIATE``; processes take turns on SQLite's write lock. A transaction that finds
 it held waits for it (in short sleeps, counted in ``lock_waits``) up to
 ``busy_timeout`` seconds, and past that the store is unavailable
-(``BackendUnavailable``, and the backend's ``on_unavailable`` applies). Every
+(``BackendUnavailable``, and the backend's ``on_unavailable`` applies); a decision
+whose caller has a shorter timeout waits no longer than that (``LockTimeout``: the
+caller is refused, the store is busy, not unavailable). Every
 ``sqlite3`` error becomes one of ours, naming the file: at opening a
 ``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError`` or ``ValueError``;
 once open a ``BackendUnavailable`` chaining the ``sqlite3`` error.
@@ -20,6 +22,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import math
 import os
 import random
 import sqlite3
@@ -34,7 +37,17 @@ from .._errors import BackendUnavailable
 from .sqlite_time import boot_id, boot_seconds, rebased_offset
 from .sqlite_top import TOP_TABLE
 
-__all__ = ["FORMAT", "STEP_FUNCTION", "Busy", "Step", "StoreFile"]
+__all__ = [
+    "FORMAT",
+    "LOCK_GRACE",
+    "STEP_FUNCTION",
+    "WAITED_LEAST",
+    "Busy",
+    "LockTimeout",
+    "Step",
+    "StoreFile",
+    "Waited",
+]
 
 #: A decision on a row's number at a time: the row's new number.
 Step = Callable[[float, float], float]
@@ -98,6 +111,25 @@ CHECK_EVERY = 1.0
 #: The longest sleep between two tries for a held write lock.
 _MOST_SLEEP = 0.002
 
+#: The least a caller with a timeout waits for another process's write lock (seconds),
+#: ``try_acquire`` too: a transaction lasts tens of microseconds, and its process may
+#: be preempted for a few milliseconds while it holds the lock; a lock held longer is
+#: a transaction of another kind (an operator's shell, a process stopped).
+LOCK_GRACE = 0.02
+
+#: How often a thread waiting for its process's turn, with a timeout, looks whether
+#: the thread holding the turn waits for another process's lock.
+_TURN_LOOK = 0.005
+
+#: A caller with a timeout that waited longer than this for its transaction decides
+#: with what is left of its timeout (:class:`Waited`); a shorter wait is left out.
+WAITED_LEAST = 0.001
+
+#: SQLite's own size of the WAL (pages) past which a commit checks it into the file.
+_WAL_PAGES = 1000
+#: The fewest pages the WAL is checked in at, however little room the disk has.
+_WAL_FEWEST = 16
+
 _SCHEMA = (
     "CREATE TABLE ratelimit_meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
     # One row per limiter (member: its place in a composite, -1 for none; kind: its
@@ -157,8 +189,39 @@ class Busy(Exception):
     where waiting harms no one (an event loop's thread, off the loop)."""
 
 
-class _NotWaiting(threading.local):
+class LockTimeout(Exception):
+    """Raised where a transaction would wait for another process's write lock longer
+    than its caller's timeout (:attr:`StoreFile.calls` ``.patience``, at least
+    :data:`LOCK_GRACE`) and less than ``busy_timeout``: the store is busy, not
+    unavailable. Nothing was decided; ``waited``: the seconds waited."""
+
+    def __init__(self, waited: float) -> None:
+        super().__init__(f"another process held the write lock for the {waited:.3g} s waited")
+        self.waited = waited
+
+
+class Waited(Exception):
+    """Raised by :meth:`StoreFile.begin` for a caller with a timeout (neither 0 nor
+    infinite) once it has the write lock after waiting ``waited`` seconds for it: the
+    transaction is open, kept for this thread's next :meth:`~StoreFile.begin`, so that
+    the caller decides in it with what is left of its timeout. A caller that does not
+    begin again lets it go (:meth:`~StoreFile.let_go`)."""
+
+    def __init__(self, waited: float) -> None:
+        super().__init__(f"the write lock was had after {waited:.3g} s")
+        self.waited = waited
+
+
+class _Calls(threading.local):
+    """What a thread's transactions may wait for."""
+
+    #: Never wait (:meth:`StoreFile.not_waiting`): raise :class:`Busy` instead.
     on = False
+    #: The caller's timeout (seconds) that bounds the waits for the file's lock;
+    #: ``None``: ``busy_timeout`` alone.
+    patience: float | None = None
+    #: A transaction open for this thread's next begin (see :class:`Waited`).
+    held: sqlite3.Connection | None = None
 
 
 class StoreFile:
@@ -195,7 +258,18 @@ class StoreFile:
         # (closing one would checkpoint and could delete the parent's WAL).
         self._inherited: list[sqlite3.Connection] = []
         self._stepper = _Stepper()
-        self._not_waiting = _NotWaiting()
+        #: Each thread's waits (see :class:`_Calls`): a handle sets its ``patience``
+        #: for the decision it makes.
+        self.calls = _Calls()
+        #: Since when the thread holding this process's turn waits for another
+        #: process's write lock (``inf``: none waits).
+        self._locked_since = math.inf
+        #: A write found the disk full: the next transaction first checks the WAL into
+        #: the file and truncates it, at the connection's check (:meth:`_make_room`).
+        self._room = False
+        #: The WAL is checked in sooner than SQLite's default, to fit the room left on
+        #: the disk (looked at again once a second while so).
+        self._tight = False
         self._conn = self._open()
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _forked(ref))
@@ -369,6 +443,7 @@ class StoreFile:
     def _forked(self) -> None:
         # In the child: the parent's connection and lock are not ours to use.
         self._lock = threading.Lock()
+        self._locked_since = math.inf
         if self._conn is not None:
             self._inherited.append(self._conn)
         self._conn = None
@@ -381,6 +456,10 @@ class StoreFile:
         try:
             if conn is not None and self._same_file():
                 self._check_at = time.monotonic() + CHECK_EVERY
+                if self._room:
+                    self._make_room(conn)
+                elif self._tight:
+                    self._fit_wal(conn)
                 return conn
             if conn is not None:
                 logger.warning(
@@ -408,12 +487,22 @@ class StoreFile:
 
     def begin(self) -> sqlite3.Connection:
         """Take this process's turn and the file's write lock (``BEGIN IMMEDIATE``):
-        the connection, in a transaction that :meth:`commit` or :meth:`rollback` ends."""
-        not_waiting = self._not_waiting.on
-        if not self._lock.acquire(blocking=not not_waiting):
-            raise Busy("this process's turn is taken")
+        the connection, in a transaction that :meth:`commit` or :meth:`rollback` ends.
+
+        A thread with a ``patience`` (its caller's timeout) waits for another process's
+        lock no longer than that (at least :data:`LOCK_GRACE`), then raises
+        :class:`LockTimeout`; one that waited and has time left raises :class:`Waited`
+        with the transaction open for its next begin."""
+        calls = self.calls
+        held = calls.held
+        if held is not None:
+            calls.held = None
+            return held
+        came = None
+        if not self._lock.acquire(blocking=False):
+            came = self._take_turn(calls, calls.patience)
         try:
-            if not_waiting and self._conn is None:
+            if calls.on and self._conn is None:
                 raise Busy("the file is to be opened")
             conn = self._connection()
             try:
@@ -421,18 +510,58 @@ class StoreFile:
             except sqlite3.OperationalError as exc:
                 if not _busy(exc):
                     raise BackendUnavailable(describe(self.path, exc)) from exc
-                if not_waiting:
+                if calls.on:
                     raise Busy("another process holds the write lock") from exc
-                self._wait_for_lock(conn)
+                came = self._wait_for_lock(conn, calls.patience, came)
+            if came is not None:
+                patience = calls.patience
+                waited = time.monotonic() - came
+                if patience is not None and 0.0 < patience < math.inf and waited > WAITED_LEAST:
+                    calls.held = conn
+                    raise Waited(waited)
+        except Waited:
+            raise  # the turn and the transaction stay this thread's
         except BaseException:
+            kept = calls.held
+            if kept is not None:  # interrupted as it raised Waited
+                calls.held = None
+                self._abandon(kept)
             self._lock.release()
             raise
         return conn
 
+    def _take_turn(self, calls: _Calls, patience: float | None) -> float:
+        """Wait for this process's turn, taken by another thread: as long as it takes,
+        unless the caller has a ``patience``, has waited longer than that, and the
+        thread holding the turn waits for another process's lock. Returns when this
+        thread came (monotonic)."""
+        if calls.on:
+            raise Busy("this process's turn is taken")
+        came = time.monotonic()
+        lock = self._lock
+        if patience is None or patience >= self.busy_timeout:
+            lock.acquire()
+            return came
+        bound = max(patience, LOCK_GRACE)
+        while not lock.acquire(timeout=_TURN_LOOK):
+            now = time.monotonic()
+            if now - came > bound and self._locked_since != math.inf:
+                raise LockTimeout(now - came)
+        return came
+
+    def let_go(self) -> None:
+        """End the transaction :class:`Waited` kept open for this thread, if it is
+        still kept (nothing written)."""
+        calls = self.calls
+        held = calls.held
+        if held is not None:
+            calls.held = None
+            self.rollback(held)
+
     @contextlib.contextmanager
     def not_waiting(self) -> Iterator[None]:
         """In this block, this thread's transactions raise :class:`Busy` rather than wait."""
-        flag = self._not_waiting
+        flag = self.calls
         flag.on = True
         try:
             yield
@@ -450,14 +579,18 @@ class StoreFile:
             pass
         return await asyncio.to_thread(call)
 
-    def turn(self, step: Step) -> sqlite3.Connection | None:
+    def turn(self, step: Step, patience: float) -> sqlite3.Connection | None:
         """This process's turn for one statement that commits by itself (the quick
         path, ``sqlite_quick.py``), with :data:`STEP_FUNCTION` calling ``step``: the
         connection, until :meth:`end_turn`. ``None`` (and no turn taken) while the
         connection is due for its check or not open: the caller then decides in a
-        full transaction (:meth:`begin`)."""
-        if not self._lock.acquire(blocking=not self._not_waiting.on):
-            return None
+        full transaction (:meth:`begin`). ``patience``: the caller's timeout, as for
+        :meth:`begin` (:class:`LockTimeout`)."""
+        if not self._lock.acquire(blocking=False):
+            try:
+                self._take_turn(self.calls, patience)
+            except Busy:
+                return None
         conn = self._conn
         if conn is None or time.monotonic() >= self._check_at:
             self._lock.release()
@@ -472,27 +605,36 @@ class StoreFile:
             self.writes += 1
         self._lock.release()
 
-    def _wait_for_lock(self, conn: sqlite3.Connection) -> None:
+    def _wait_for_lock(self, conn: sqlite3.Connection, patience: float | None, came: float | None) -> float:
         """Another process holds the write lock: try again after short sleeps, which
-        grow to ``_MOST_SLEEP``, until ``busy_timeout``."""
-        started = time.monotonic()
+        grow to ``_MOST_SLEEP``, until ``busy_timeout`` (``BackendUnavailable``) or,
+        sooner, the caller's ``patience`` from when it ``came`` (:class:`LockTimeout`).
+        Returns when the caller came (``came``, or when this wait began)."""
+        started = self._locked_since = time.monotonic()
+        since, limit, busy = started, self.busy_timeout, True
+        if patience is not None and max(patience, LOCK_GRACE) < limit:
+            since, limit, busy = started if came is None else came, max(patience, LOCK_GRACE), False
         delay = 0.00005
         try:
             while True:
                 time.sleep(delay * random.uniform(0.5, 1.5))
                 try:
                     conn.execute("BEGIN IMMEDIATE")
-                    return
+                    return started if came is None else came
                 except sqlite3.OperationalError as exc:
                     if not _busy(exc):
                         raise BackendUnavailable(describe(self.path, exc)) from exc
-                    if time.monotonic() - started > self.busy_timeout:
+                    waited = time.monotonic() - since
+                    if waited > limit:
+                        if not busy:
+                            raise LockTimeout(waited) from exc
                         raise BackendUnavailable(
                             f"the SQLite store {self.path!r} stayed locked by another process for "
                             f"{self.busy_timeout:g} s (busy_timeout)"
                         ) from exc
-                delay = min(delay * 2, _MOST_SLEEP)
+                delay = min(delay * 2, _MOST_SLEEP, max(limit - (time.monotonic() - since), 0.0) + 0.0001)
         finally:
+            self._locked_since = math.inf
             self.lock_waits += 1
             self.lock_wait_seconds += time.monotonic() - started
 
@@ -502,7 +644,7 @@ class StoreFile:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._abandon(conn)
-            raise BackendUnavailable(describe(self.path, exc)) from exc
+            raise self.unavailable(exc) from exc
         finally:
             self._lock.release()
 
@@ -522,9 +664,47 @@ class StoreFile:
 
     def unavailable(self, exc: BaseException) -> BackendUnavailable:
         """A ``sqlite3`` error met inside a transaction, as the store's."""
+        if isinstance(exc, sqlite3.Error) and _code(exc) == _FULL:
+            # The next transaction makes room first: a check of the connection is due
+            # now, which also keeps the one-statement path away until it has run.
+            self._room = True
+            self._check_at = 0.0
         error = BackendUnavailable(describe(self.path, exc))
         error.__cause__ = exc
         return error
+
+    # -- a full disk --------------------------------------------------------------
+
+    def _make_room(self, conn: sqlite3.Connection) -> None:
+        """The disk filled under a write: check the WAL into the file and truncate it
+        (in this process's turn, outside any transaction), and check it in from now on
+        before it outgrows the room left.
+
+        SQLite checks the WAL in only once it holds ``_WAL_PAGES`` pages (4 MB), and
+        only after a commit: with less room than that on the disk, the WAL fills it
+        again before any commit checks it in, and every write fails from then on, however
+        much room is made, up to those 4 MB. Truncated, the WAL gives its room back;
+        checked in within the room left, it never fills the disk again.
+        """
+        self._room = False
+        with contextlib.suppress(sqlite3.Error):
+            self._fit_wal(conn)
+            # Returns (busy, frames, checked in) rather than raising when another
+            # process reads or writes meanwhile: that process's own failure tries again.
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+    def _fit_wal(self, conn: sqlite3.Connection) -> None:
+        """Check the WAL in once it holds half the room left on the disk (at most
+        SQLite's default): tight only while the disk has little room."""
+        try:
+            room = os.statvfs(os.path.dirname(self.path))
+            free = room.f_bavail * room.f_frsize
+            page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        except (OSError, AttributeError, sqlite3.Error):
+            return  # no statvfs (Windows), or the file cannot be read now: as it was
+        pages = max(_WAL_FEWEST, min(_WAL_PAGES, free // (2 * page)))
+        conn.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+        self._tight = pages < _WAL_PAGES
 
     def close(self) -> None:
         """Close this process's connection (the next transaction opens it again)."""

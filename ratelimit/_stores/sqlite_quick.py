@@ -97,7 +97,7 @@ class Quick:
         """The decision ``MemoryHandle.reserve`` makes, or ``None``: make it in a full
         transaction."""
         file = self._file
-        conn = file.turn(self._step)
+        conn = file.turn(self._step, max_wait)
         if conn is None:
             return None
         wrote = False

@@ -10,6 +10,8 @@ reboot and a wall-clock step, idle names, and every bad path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
 import math
 import multiprocessing
@@ -19,9 +21,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,7 @@ from ratelimit import (
     CircuitBreaker,
     CircuitOpen,
     Composite,
+    ConcurrencyLimit,
     LeakyBucket,
     ManualClock,
     SlidingWindow,
@@ -176,14 +180,14 @@ def test_a_process_killed_inside_a_transaction_loses_nothing(tmp_path: Path) -> 
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "holding"
-        results: list[bool] = []
-        waiting = threading.Thread(target=lambda: results.append(limiter.try_acquire()))
+        results: list[float] = []
+        waiting = threading.Thread(target=lambda: results.append(limiter.acquire()))
         waiting.start()
         time.sleep(0.2)
         assert not results  # waiting for the lock, not refused for it
         os.kill(holder.pid, signal.SIGKILL)
         waiting.join(10)
-        assert results == [True]
+        assert results == [0.0]
     finally:
         holder.kill()
         holder.wait()
@@ -240,11 +244,11 @@ def _hold_lock(path: Path, seconds: float) -> threading.Thread:
 
 
 def test_contention_waits_for_the_lock_and_is_counted(tmp_path: Path) -> None:
-    """A decision that finds the file locked waits (try_acquire too) and is counted."""
+    """A decision with no timeout that finds the file locked waits, and is counted."""
     backend = SQLiteBackend(tmp_path / "s.db")
     limiter = TokenBucket(5, 1, backend=backend, name="busy")
     holder = _hold_lock(tmp_path / "s.db", 0.1)
-    assert limiter.try_acquire()
+    assert limiter.acquire() == 0.0
     holder.join()
     stats = backend.stats()
     assert stats.lock_waits == 1
@@ -260,12 +264,214 @@ def test_a_lock_held_past_busy_timeout_makes_the_store_unavailable(tmp_path: Pat
     try:
         started = time.monotonic()
         with pytest.raises(BackendUnavailable, match="stayed locked") as caught:
-            limiter.try_acquire()
+            limiter.acquire(timeout=10)  # a timeout past busy_timeout: the store is out
         assert time.monotonic() - started < 0.5
         assert str(tmp_path) in str(caught.value)
     finally:
         holder.join()
     assert limiter.try_acquire()
+
+
+@contextlib.contextmanager
+def _locked_by_another_process(path: Path, seconds: float) -> Iterator[float]:
+    """Another process takes ``path``'s write lock and keeps it ``seconds``: the block
+    runs while it holds it, given the monotonic time it took it (about)."""
+    holder = subprocess.Popen(
+        [sys.executable, str(WORKER), "lock", str(path), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "holding"
+        yield time.monotonic()
+        assert holder.wait(30) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["raise", "allow"])
+def test_a_timeout_bounds_the_wait_for_another_process_s_lock(tmp_path: Path, policy: str) -> None:
+    """Another process holds the file for 1 s: ``acquire(timeout=0.05)`` and
+    ``reserve(timeout=0.05)`` are refused (AcquireTimeout) within the timeout and a
+    little, and ``try_acquire`` at once; a busy file is not an unavailable one (no
+    failure counted, nothing granted without it); nothing is taken from the budget."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path, on_unavailable=policy)  # type: ignore[arg-type]
+    limiter = TokenBucket(3, 1e-6, backend=backend, name="held")
+    window = SlidingWindow(3, 3600, backend=backend, name="held-window")  # a full transaction
+    assert limiter.try_acquire()
+    assert window.try_acquire()
+    with _locked_by_another_process(path, 1.0) as since:
+        for call in (
+            lambda: limiter.acquire(timeout=0.05),
+            lambda: limiter.reserve(timeout=0.05),
+            lambda: window.acquire(timeout=0.05),
+        ):
+            started = time.monotonic()
+            with pytest.raises(AcquireTimeout) as caught:
+                call()
+            assert time.monotonic() - started < 0.05 + 0.25
+            assert caught.value.retry_after >= 0.05  # at least what it waited for the lock
+        for tried in (limiter.try_acquire, window.try_acquire):
+            started = time.monotonic()
+            assert not tried()
+            assert time.monotonic() - started < 0.25
+        assert time.monotonic() - since < 0.9  # all of it while the lock was held
+    assert backend.stats().failures == 0
+    assert limiter.stats().denied == 3
+    assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
+    assert [window.try_acquire() for _ in range(3)] == [True, True, False]
+
+
+@pytest.mark.slow
+def test_threads_by_the_hundred_each_keep_their_timeout_while_another_process_holds_the_file(
+    tmp_path: Path,
+) -> None:
+    """200 threads of one process call ``try_acquire`` (and ``acquire(timeout=0.05)``)
+    while another process holds the file for 2 s: they take turns in this process,
+    and each is refused within its timeout and a little of its arrival, not after the
+    turns of all those before it (each waiting its own 20 ms for the lock)."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(1000, 1e-6, backend=backend, name="crowd")
+    assert limiter.try_acquire()
+    took: list[float] = []
+    answers: list[object] = []
+    lock = threading.Lock()
+
+    def call(i: int) -> None:
+        started = time.monotonic()
+        try:
+            answer: object = limiter.try_acquire() if i % 2 else limiter.acquire(timeout=0.05)
+        except AcquireTimeout as exc:
+            answer = exc
+        with lock:
+            took.append(time.monotonic() - started)
+            answers.append(answer)
+
+    with _locked_by_another_process(path, 2.0) as since:
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(200)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert time.monotonic() - since < 1.8  # all of it while the lock was held
+    assert len(answers) == 200
+    assert all(answer is False or isinstance(answer, AcquireTimeout) for answer in answers)
+    assert max(took) < 0.05 + 0.45, sorted(took)[-5:]
+    assert backend.stats().failures == 0
+    assert limiter.try_acquire()
+
+
+@pytest.mark.slow
+def test_a_concurrency_limit_that_will_not_wait_does_not_wait_for_another_process_s_lock(tmp_path: Path) -> None:
+    """``hold(timeout=0)`` while another process holds the file: no slot (AcquireTimeout)
+    at once, as ``try_acquire``; nothing left held or queued."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limit = ConcurrencyLimit(2, backend=backend, name="held-slots")
+    with limit.hold():
+        pass  # the table is made
+    with _locked_by_another_process(path, 1.0):
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout), limit.hold(timeout=0):
+            pass
+        assert time.monotonic() - started < 0.25
+
+        async def main() -> None:
+            with pytest.raises(AcquireTimeout):
+                await limit.take_async(timeout=0)
+
+        started = time.monotonic()
+        asyncio.run(main())
+        assert time.monotonic() - started < 0.25
+    assert backend.stats().failures == 0
+    assert (limit._store.held, limit._store.queued) == (0, 0)  # type: ignore[attr-defined]
+    with limit.hold(timeout=0), limit.hold(timeout=0):
+        pass
+
+
+@pytest.mark.slow
+def test_async_calls_keep_their_timeout_while_another_process_holds_the_file(tmp_path: Path) -> None:
+    """As their synchronous twins: refused within the timeout and a little, the event
+    loop never blocked meanwhile."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(3, 1e-6, backend=backend, name="held-aio")
+    assert limiter.try_acquire()
+
+    async def main() -> list[float]:
+        took: list[float] = []
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout):
+            await limiter.acquire_async(timeout=0.05)
+        took.append(time.monotonic() - started)
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout):
+            await limiter.reserve_async(timeout=0.05)
+        took.append(time.monotonic() - started)
+        started = time.monotonic()
+        assert not await limiter.try_acquire_async()
+        took.append(time.monotonic() - started)
+        return took
+
+    with _locked_by_another_process(path, 1.0):
+        took = asyncio.run(main())
+    assert max(took) < 0.05 + 0.25, took
+    assert backend.stats().failures == 0
+    assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
+
+
+@pytest.mark.slow
+def test_asyncio_tasks_by_the_hundred_are_refused_at_once_while_another_process_holds_the_file(
+    tmp_path: Path,
+) -> None:
+    """600 tasks' ``try_acquire_async`` while another process holds the file for 2 s:
+    the few threads that wait for the lock serve them in turn, and the time a task
+    waits for a thread counts as a wait for the lock: past its 20 ms, it is refused
+    at once rather than waiting its 20 ms again after all those before it."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(10_000, 1, backend=backend, name="aio-crowd")
+    assert limiter.try_acquire()
+
+    async def main() -> list[tuple[float, bool]]:
+        started = time.monotonic()
+
+        async def one() -> tuple[float, bool]:
+            granted = await limiter.try_acquire_async()
+            return time.monotonic() - started, granted
+
+        return list(await asyncio.gather(*(one() for _ in range(600))))
+
+    with _locked_by_another_process(path, 2.0) as since:
+        answers = asyncio.run(main())
+        assert time.monotonic() - since < 1.8  # all of it while the lock was held
+    assert not any(granted for _, granted in answers)
+    assert max(took for took, _ in answers) < 1.0
+    assert backend.stats().failures == 0
+
+
+@pytest.mark.slow
+def test_the_wait_for_the_lock_counts_in_the_timeout(tmp_path: Path) -> None:
+    """The file held for 1 s, and the next token due in about 3.6 s: an acquire whose
+    timeout is 0.4 s short of that would have it past its timeout (the lock, then the
+    grant's own wait): refused once it has the lock, rather than decided with its
+    whole timeout still to wait."""
+    path = tmp_path / "s.db"
+    limiter = TokenBucket(1, 0.25, backend=SQLiteBackend(path), name="lock-and-wait")
+    assert limiter.try_acquire()
+    spent = time.monotonic()
+    with _locked_by_another_process(path, 1.0):
+        started = time.monotonic()
+        due = spent + 4.0 - started
+        with pytest.raises(AcquireTimeout):
+            limiter.acquire(timeout=due - 0.4)
+        assert time.monotonic() - started < 1.0 + 0.3  # at the lock's end
+    assert not limiter.try_acquire()  # nothing of the refusal was taken
 
 
 @pytest.mark.parametrize("policy", ["allow", "local"])
@@ -274,8 +480,16 @@ def test_on_unavailable_applies_as_for_redis(tmp_path: Path, policy: str, caplog
     backend = SQLiteBackend(tmp_path / "s.db", busy_timeout=0.05, on_unavailable=policy, local_share=0.5)  # type: ignore[arg-type]
     limiter = TokenBucket(4, 1e-6, backend=backend, name="fallback")
     holder = _hold_lock(tmp_path / "s.db", 0.5)
+
+    def granted_within_a_second() -> bool:
+        try:
+            limiter.acquire(timeout=1)  # past busy_timeout
+        except AcquireTimeout:
+            return False
+        return True
+
     try:
-        granted = [limiter.try_acquire() for _ in range(3)]
+        granted = [granted_within_a_second() for _ in range(3)]
     finally:
         holder.join()
     stats = backend.stats()
@@ -306,6 +520,73 @@ def test_a_full_disk_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(BackendUnavailable, match="full"):
         fill()
     assert limiter.try_acquire()  # what fits still works
+
+
+@pytest.fixture
+def small_disk() -> Iterator[Path]:
+    """A filesystem of 4 MB of its own (tmpfs), to fill: mounting one needs root, which
+    CI runs as; elsewhere the test is skipped, saying so."""
+    if not ROOT or not sys.platform.startswith("linux"):
+        pytest.skip("a full disk is made by mounting a tmpfs of 4 MB, which needs root on Linux")
+    folder = Path(tempfile.mkdtemp(prefix="rl-disk-", dir="/tmp"))
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(folder)], capture_output=True, text=True
+    )
+    # Root that cannot mount (a container without the capability) is a machine this
+    # test cannot run on: fail rather than skip, so that CI never passes it unseen.
+    assert mounted.returncode == 0, f"cannot mount a tmpfs as root: {mounted.stderr}"
+    try:
+        yield folder
+    finally:
+        gc.collect()  # the backends' connections closed before the filesystem goes
+        subprocess.run(["umount", str(folder)], check=False, capture_output=True)
+        if os.path.ismount(folder):
+            subprocess.run(["umount", "-l", str(folder)], check=False, capture_output=True)
+        folder.rmdir()
+
+
+def _fill(folder: Path) -> Path:
+    """Fill the disk holding ``folder`` with a file of zeros; returns the file."""
+    filler = folder / "filler"
+    with open(filler, "wb") as out:
+        try:
+            while True:
+                out.write(bytes(65536))
+                out.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_disk_that_filled_up_serves_again_once_a_little_room_is_made(small_disk: Path) -> None:
+    """The disk filled, then 1 MB freed: the WAL, checked in only at 4 MB, grew into the
+    room made and filled it again within a few hundred decisions, and every write failed
+    from then on. It is checked in and truncated when the disk fills, and checked in
+    within the room left from then on: every decision is made again."""
+    backend = SQLiteBackend(small_disk / "s.db")
+    limiters = [TokenBucket(1e9, 1e9, backend=backend, name=f"n{i}") for i in range(50)]
+    for limiter in limiters:
+        assert limiter.try_acquire()
+    filler = _fill(small_disk)
+
+    def decide_until_full() -> None:
+        for _ in range(100):
+            for limiter in limiters:
+                limiter.try_acquire()
+
+    with pytest.raises(BackendUnavailable, match="full"):
+        decide_until_full()
+    os.truncate(filler, filler.stat().st_size - 1024 * 1024)
+    failed = 0
+    for i in range(5000):
+        try:
+            limiters[i % len(limiters)].try_acquire()
+        except BackendUnavailable:
+            failed += 1
+    assert failed <= 1, f"{failed} of 5000 decisions failed with 1 MB free"
+    wal = Path(f"{small_disk / 's.db'}-wal").stat().st_size
+    assert wal < 1024 * 1024  # it never takes all the room made
+    assert backend.stats().failures >= 1
 
 
 def test_the_file_deleted_under_a_running_fleet_is_made_again(

@@ -8,6 +8,11 @@
 from threads in a loop and prints one JSON list: each hold's (start, end) on
 ``time.monotonic()``, taken just inside the slot.
 
+``python sqlite_slots_worker.py PATH NAME MAX LEASE holds THREADS COUNT HOLD`` prints
+``ready``, waits for a line on its input, then each of THREADS threads holds a slot
+HOLD seconds COUNT times; it prints one JSON list of each hold's (start, end), as
+``loop``.
+
 ``python sqlite_slots_worker.py PATH NAME MAX LEASE wait HOLD [async]`` prints
 ``waiting``, takes one slot (waiting as long as needed, from a thread or an asyncio
 task), prints ``got <time.monotonic()>`` (one clock for every process of a Linux
@@ -35,6 +40,9 @@ def main() -> None:
         return
     if mode == "loop":
         loop(limit, int(sys.argv[6]), float(sys.argv[7]))
+        return
+    if mode == "holds":
+        holds(limit, int(sys.argv[6]), int(sys.argv[7]), float(sys.argv[8]))
         return
     hold = float(sys.argv[6])
     print("waiting", flush=True)
@@ -67,6 +75,29 @@ def loop(limit: ConcurrencyLimit, threads: int, seconds: float) -> None:
             with lock:
                 spans.append((start, end))
 
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    print(json.dumps(spans), flush=True)
+
+
+def holds(limit: ConcurrencyLimit, threads: int, count: int, hold: float) -> None:
+    spans: list[tuple[float, float]] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        for _ in range(count):
+            with limit.hold(timeout=60):
+                began = time.monotonic()
+                time.sleep(hold)
+                ended = time.monotonic()
+            with lock:
+                spans.append((began, ended))
+
+    print("ready", flush=True)
+    sys.stdin.readline()
     pool = [threading.Thread(target=work) for _ in range(threads)]
     for t in pool:
         t.start()

@@ -6,6 +6,9 @@ python sqlite_worker.py take PATH NAME CALLS START
 python sqlite_worker.py hold PATH
     takes the file's write lock and writes into it without committing, prints
     "holding", then sleeps until killed (a process SIGKILLed inside a transaction).
+python sqlite_worker.py lock PATH SECONDS
+    takes the file's write lock (``BEGIN IMMEDIATE``), prints "holding", keeps it
+    SECONDS and commits (another process's long transaction).
 """
 
 from __future__ import annotations
@@ -32,8 +35,19 @@ def hold(path: str) -> None:
     time.sleep(600)
 
 
+def lock(path: str, seconds: float) -> None:
+    conn = sqlite3.connect(path, isolation_level=None, timeout=5)
+    conn.execute("BEGIN IMMEDIATE")
+    print("holding", flush=True)
+    time.sleep(seconds)
+    conn.execute("COMMIT")
+    conn.close()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "take":
         take(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
+    elif sys.argv[1] == "lock":
+        lock(sys.argv[2], float(sys.argv[3]))
     else:
         hold(sys.argv[2])
