@@ -57,6 +57,7 @@ class SingleLimiter(Limiter[float]):
     __slots__ = (
         "_adaptive",
         "_alg",
+        "_changeable",
         "_configured",
         "_given_guard",
         "_guard",
@@ -112,6 +113,13 @@ class SingleLimiter(Limiter[float]):
             )
         super().__init__(backend=backend, name=name, clock=clock)
         self._most_name = self.most_name_for(clock)
+        # A single limiter on a store whose limits change at run time (set_limit)
+        # decides with the limit in force, which only the store knows: a request
+        # larger than the code's goes to the store, which grants it under a raised
+        # limit and refuses it for ever otherwise (see _never).
+        self._changeable = (
+            self._adaptive is None and self._priorities is None and callable(getattr(self._backend, "set_limit", None))
+        )
         self._low: LowPriority | None = None
         if self._adaptive is not None:
             # A group of two: this limit at the configured rate (the ceiling), and the
@@ -224,7 +232,16 @@ class SingleLimiter(Limiter[float]):
             ) from None
 
     def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False, cost: bool = False) -> float:
-        return _validate.tokens(tokens, math.inf if cost else self._most, self._most_name, name, zero=zero)
+        most = math.inf if cost or self._changeable else self._most
+        return _validate.tokens(tokens, most, self._most_name, name, zero=zero)
+
+    def _never(self, tokens: float) -> None:
+        if tokens > self._most:
+            # Larger than the code's limit and than the one in force: no limit can grant it.
+            raise ValueError(
+                f"tokens must be <= {self._most_name} ({self._most:g}), or the limit a change at run time "
+                f"(set_limit) puts in force, got {tokens!r}: such a request could never be granted"
+            )
 
     def _difference(self, estimate: float, actual: float) -> tuple[float | None, float | None]:
         return difference(estimate, actual)
