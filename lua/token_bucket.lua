@@ -8,6 +8,21 @@
 
 local token_bucket = {}
 
+-- See advanced in token_bucket.py: base + step rounded up, never down, so that a grant
+-- near the server's clock moves the TAT by no less than its tokens take. The next
+-- double up (Python's math.nextafter): one unit in the last place of the binade of
+-- `moved` (frexp: moved = m * 2^e, 0.5 <= |m| < 1), half that below a negative power
+-- of two, where the binade toward zero is finer.
+local function advanced(base, step)
+  local moved = base + step
+  if moved - base < step then
+    local m, e = math.frexp(moved)
+    if m == -0.5 then return moved + 2 ^ (e - 54) end
+    return moved + 2 ^ (e - 53)
+  end
+  return moved
+end
+
 function token_bucket.new(base, capacity, rate)
   return {key = base, capacity = capacity, rate = rate,
           interval = 1.0 / rate, tolerance = capacity / rate}
@@ -52,7 +67,7 @@ end
 function token_bucket.plan(self, state, now, tokens)
   local base = now
   if state > now then base = state end
-  local at = base + tokens * self.interval - self.tolerance
+  local at = advanced(base, tokens * self.interval) - self.tolerance
   if at > now then return now, at end
   return now, now
 end
@@ -61,7 +76,7 @@ function token_bucket.commit(self, state, now, tokens, at)
   if not (tokens > 0) then return state end
   local base = at
   if state > at then base = state end
-  return base + tokens * self.interval
+  return advanced(base, tokens * self.interval)
 end
 
 -- See Gcra.refund: only the latest reservation rolls back while others are pending.
@@ -161,7 +176,7 @@ do
     if tokens > capacity + EPSILON then return -math.huge, '' end
     local at = tat
     if not (tat > now) then at = now end
-    at = at + tokens * interval - tolerance
+    at = advanced(at, tokens * interval) - tolerance
     if not (at > now) then at = now end
     local wait = at - now
     if wait <= EPSILON then wait = 0.0
@@ -172,7 +187,7 @@ do
       -- (Not committed, a request of no tokens writes the state back as it was.)
       state = at
       if tat > at then state = tat end
-      state = state + tokens * interval
+      state = advanced(state, tokens * interval)
     end
     local text = string.format('%.17g ', state)
     redis.call('SET', key, text, 'PX', idle_ms(state - now))

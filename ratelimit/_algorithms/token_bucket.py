@@ -30,7 +30,27 @@ from dataclasses import dataclass, field
 
 from .algorithm import EPSILON, low_part
 
-__all__ = ["Gcra"]
+__all__ = ["Gcra", "advanced"]
+
+
+def advanced(base: float, step: float) -> float:
+    """``base + step`` rounded up, never down: the TAT a grant moves forward.
+
+    Near the server's clock (about 1.7e9 s) a double holds time to 2.4e-7 s, and a
+    sum rounded to nearest moves the TAT by less than the grant's tokens take about
+    half the time: at a million tokens a second that is 5 % more than the rate (40 %
+    at three million). One unit in the last place more whenever the sum fell short
+    keeps every grant's slot at least as long as its tokens take (``advanced`` in
+    ``lua/token_bucket.lua``, which finds the next double up with ``math.frexp``).
+    """
+    moved = base + step
+    if moved - base < step:
+        moved = _nextafter(moved, _UP)
+    return moved
+
+
+_nextafter = math.nextafter
+_UP = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +86,15 @@ class Gcra:
     def plan(self, state: float, now: float, tokens: float) -> tuple[float, float]:
         # Conditional expressions, not max(): this runs on every acquire, and the
         # builtin call costs more than the arithmetic.
-        at = (state if state > now else now) + tokens * self.interval - self.tolerance
+        # The TAT as a grant would move it, less the tolerance: the latest grant's time
+        # once committed (`latest`), to the bit.
+        at = advanced(state if state > now else now, tokens * self.interval) - self.tolerance
         return now, at if at > now else now
 
     def commit(self, state: float, now: float, tokens: float, at: float) -> float:
         if not tokens > 0:
             return state  # nothing taken from this limit (a composite's member)
-        return (state if state > at else at) + tokens * self.interval
+        return advanced(state if state > at else at, tokens * self.interval)
 
     def refund(self, state: float, now: float, tokens: float, at: float) -> float:
         # With grants reserved beyond now, the bucket's tokens are already promised to
@@ -175,12 +197,18 @@ class Gcra:
     def step(self, state: float, now: float, tokens: float, max_wait: float) -> tuple[float, float]:
         # plan() and commit() inlined, operation for operation: this is every
         # in-process acquire, and two calls and a tuple cost more than the arithmetic.
-        at = (state if state > now else now) + tokens * self.interval - self.tolerance
+        # advanced() inlined: its call would cost more than the usual case's check.
+        base = state if state > now else now
+        step = tokens * self.interval
+        tat = base + step
+        if tat - base < step:
+            tat = _nextafter(tat, _UP)
+        at = tat - self.tolerance
         if at <= now:
-            return (state if state > now else now) + tokens * self.interval, 0.0
+            return tat, 0.0
         wait = at - now
         if wait <= EPSILON:
-            return (state if state > at else at) + tokens * self.interval, 0.0
+            return advanced(state if state > at else at, tokens * self.interval), 0.0
         if wait > max_wait + EPSILON:
             return state, -wait
-        return (state if state > at else at) + tokens * self.interval, wait
+        return advanced(state if state > at else at, tokens * self.interval), wait
