@@ -43,14 +43,17 @@ end
 -- the slack kept back from it as `guarded` keeps it.
 function token_bucket.configured(capacity, rate, slack, new_rate, burst)
   local cap = burst
-  if cap == nil then cap = capacity + slack * rate end
+  if cap == nil then
+    cap = capacity
+    if slack > 0 then cap = cap + slack * rate end
+  end
   return token_bucket.guarded(cap, new_rate or rate, slack)
 end
 
 -- A change of limit at run time (ratelimit/_stores/config.py): the tokens still
 -- owed keep their count, and refill at the new rate. A bucket already full stays full.
 function token_bucket.rescale(old, new, state, now)
-  if not (state > now) then return state end
+  if not (state > now) or old.rate == math.huge then return state end
   return now + (state - now) * old.rate * new.interval
 end
 
@@ -173,7 +176,7 @@ do
       local c, rate = tonumber(p1), tonumber(p2)
       said1, said2, capacity, interval, tolerance = p1, p2, c, 1.0 / rate, c / rate
     end
-    if tokens > capacity + EPSILON then return -math.huge, '' end
+    if tokens > capacity + EPSILON and interval > 0 then return -math.huge, '' end
     local at = tat
     if not (tat > now) then at = now end
     at = advanced(at, tokens * interval) - tolerance

@@ -74,7 +74,8 @@ class Gcra:
 
     @property
     def most(self) -> float:
-        return self.capacity
+        # At an infinite rate the bucket refills at once: any weight goes.
+        return self.capacity if self.rate < math.inf else math.inf
 
     @property
     def sustained_rate(self) -> float:
@@ -181,7 +182,9 @@ class Gcra:
         # against no process's guard): a little late jitter, never a dead bucket.
         # (token_bucket.configured in lua/token_bucket.lua, operation for operation.)
         refill = self.rate if rate is None else rate
-        capacity = self.capacity + self.slack * self.rate if burst is None else burst
+        capacity = self.capacity if burst is None else burst
+        if burst is None and self.slack > 0:
+            capacity += self.slack * self.rate
         kept = capacity - self.slack * refill
         least = capacity if capacity < 1.0 else 1.0
         return Gcra(kept if kept > least else least, refill, self.slack)
@@ -190,7 +193,8 @@ class Gcra:
         # A change of limit at run time: the tokens still owed keep their count and
         # refill at the new rate; a full bucket stays full (token_bucket.rescale in
         # lua/token_bucket.lua, operation for operation).
-        if not state > now:
+        if not state > now or self.rate == math.inf:
+            # Nothing owed: full, or (at an infinite rate) a pause, which stays.
             return state
         return now + (state - now) * self.rate * new.interval
 

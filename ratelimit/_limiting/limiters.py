@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from abc import abstractmethod
 from datetime import timedelta
 from typing import Any
@@ -133,7 +134,9 @@ class SingleLimiter(Limiter[float]):
             self._pacing = paced.pacing
             self._last_grant = LastGrant()
         elif self._priorities is None:
-            self._most = self._quick_most = self._alg.most
+            self._most = self._alg.most
+            # Finite: an infinite request (refused as such) never takes the quick path.
+            self._quick_most = self._most if self._most < math.inf else sys.float_info.max
             # Only what is set goes to bind: a store of another make need not know it.
             extras: dict[str, Any] = {}
             if self._leased is not None:
@@ -147,7 +150,8 @@ class SingleLimiter(Limiter[float]):
             share, keep = self._priorities
             lanes = Lanes.of(self._alg, share)
             high, low = self._backend.bind_lanes(self._place, lanes, clock, keep)
-            self._most = self._quick_most = lanes.high.most
+            self._most = lanes.high.most
+            self._quick_most = self._most if self._most < math.inf else sys.float_info.max
             self._most_name = f"the high-priority share of {self._most_name}"
             self._handle = high
             self._low = LowPriority(
@@ -311,6 +315,9 @@ class TokenBucket(SingleLimiter):
     Args:
         capacity: the largest burst, in tokens (> 0).
         refill_per_sec: tokens added per second (> 0): the sustained rate.
+            ``math.inf`` is a limiter that never limits: every request is granted
+            at once, whatever its weight (a way to switch limiting off by
+            configuration); a pause fed back from a provider still holds it.
         backend: where the state lives; ``None`` for private in-process state.
         name: the shared budget's name; required with a shared backend.
         clock: time source and sleeper; tests pass a :class:`ManualClock`.
@@ -361,7 +368,10 @@ class TokenBucket(SingleLimiter):
         lease: float | timedelta | None = None,
         shadow: bool = False,
     ) -> None:
-        alg = Gcra(_validate.positive("capacity", capacity), _validate.rate("refill_per_sec", refill_per_sec))
+        alg = Gcra(
+            _validate.positive("capacity", capacity),
+            _validate.rate("refill_per_sec", refill_per_sec, unlimited=True),
+        )
         _bounded("refill_per_sec", refill_per_sec, alg.capacity, alg.rate)
         super().__init__(
             alg,

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ratelimit import (
     AcquireTimeout,
@@ -145,3 +147,103 @@ def test_a_holds_refusal_names_the_slot_or_the_rate(make: Make, clock: ManualClo
     with pytest.raises(AcquireTimeout) as caught, limiter.hold(timeout=0):
         pass
     assert caught.value.failing_limit == 1
+
+
+# -- a limit at the end of the scale: refilled at an infinite rate ------------------------------
+
+
+def test_an_infinite_rate_grants_every_request_at_once_whatever_its_weight(make: Make, clock: ManualClock) -> None:
+    bucket = make(TokenBucket, 5, math.inf)
+    assert repr(bucket).startswith("TokenBucket(capacity=5, refill_per_sec=inf")
+    assert bucket.refill_per_sec == math.inf
+    assert [bucket.acquire(1e9) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.try_acquire(7)
+    assert bucket.peek(1e12) == 0.0
+    assert bucket.reserve(3).wait == 0.0
+    with pytest.raises(ValueError, match="tokens must be finite"):
+        bucket.acquire(math.inf)
+    with pytest.raises(ValueError, match="tokens must be > 0"):
+        bucket.try_acquire(0)
+    # What a provider says still holds: a pause stops it until the pause ends.
+    bucket.feedback({"Retry-After": "10"}, status=429)
+    assert bucket.peek(1) == 10.0
+    assert not bucket.try_acquire()
+    clock.advance(10)
+    assert bucket.try_acquire(100)
+
+    async def scenario() -> None:
+        assert await bucket.acquire_async(1e6) == 0.0
+        assert await bucket.try_acquire_async(1e6)
+
+    asyncio.run(scenario())
+
+
+def test_an_infinite_rate_in_a_composite_leaves_the_other_limits(make: Make) -> None:
+    limiter: Composite = make(Composite, [TokenBucket(3, math.inf), SlidingWindow(2, 10)])
+    assert [limiter.try_acquire([50, 1]) for _ in range(3)] == [True, True, False]
+
+
+def test_an_infinite_rate_changed_at_run_time_and_back(make: Make, clock: ManualClock) -> None:
+    bucket = make(TokenBucket, 5, math.inf)
+    set_limit = _changeable(bucket)
+    assert bucket.try_acquire(50)
+    set_limit(bucket.name, rate=1, burst=2, clock=clock)
+    assert bucket.try_acquire(2)
+    assert not bucket.try_acquire(1)
+    assert bucket.peek(1) == 1.0
+    bucket.backend.reset_limit(bucket.name, clock=clock)
+    assert bucket.try_acquire(100)
+    assert bucket.peek(100) == 0.0
+
+
+def test_an_infinite_rate_writes_finite_numbers_and_short_ttls_to_redis(redis_client: Any) -> None:
+    from ratelimit import RedisBackend
+
+    from conftest import state_keys, unique_name
+
+    clock = ManualClock(1_700_000_000.0)
+    name = unique_name("unlimited")
+    bucket = TokenBucket(5, math.inf, backend=RedisBackend(redis_client), name=name, clock=clock)
+    for _ in range(100):
+        assert bucket.try_acquire(3)
+    bucket.feedback({"Retry-After": "10"}, status=429)
+    for key in state_keys(redis_client, name):
+        assert 0 < redis_client.pttl(key) <= 86_400_000 + 1_000, key
+        if redis_client.type(key) == b"string":
+            assert math.isfinite(float(redis_client.get(key))), key
+    for key in state_keys(redis_client, name):
+        redis_client.delete(key)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.0, 1e-6, 0.5, 3.0]),
+            st.floats(1e-3, 1e9),
+            st.one_of(st.none(), st.none(), st.none(), st.integers(1, 20)),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_an_infinite_rate_refuses_only_inside_a_pause(make: Make, clock: ManualClock, steps: Any) -> None:
+    """Any sequence of requests, of any weights, at any times: every one is granted at
+    once but those inside a pause fed back, which are refused until it ends."""
+    bucket = make(TokenBucket, 2, math.inf)
+    paused_until = -math.inf
+    for dt, tokens, pause in steps:
+        clock.advance(dt)
+        if pause is not None:
+            bucket.feedback({"Retry-After": str(pause)}, status=429)
+            paused_until = max(paused_until, clock.now() + pause)
+        assert bucket.try_acquire(tokens) is (clock.now() >= paused_until - 1e-6)
+
+
+def test_an_infinite_rate_with_priorities_grants_both_lanes_any_weight() -> None:
+    bucket = TokenBucket(10, math.inf, low_share=0.5)
+    assert bucket.try_acquire(1e9)
+    assert bucket.low.try_acquire(1e9)
+    for call in (bucket.try_acquire, bucket.low.try_acquire):
+        with pytest.raises(ValueError, match="tokens must be finite"):
+            call(math.inf)
