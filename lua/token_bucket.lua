@@ -177,9 +177,13 @@ do
       said1, said2, capacity, interval, tolerance = p1, p2, c, 1.0 / rate, c / rate
     end
     if tokens > capacity + EPSILON and interval > 0 then return -math.huge, '' end
-    local at = tat
-    if not (tat > now) then at = now end
-    at = advanced(at, tokens * interval) - tolerance
+    local base = tat
+    if not (tat > now) then base = now end
+    -- advanced(base, step) inlined where the sum needs no rounding up.
+    local step = tokens * interval
+    local moved = base + step
+    if moved - base < step then moved = advanced(base, step) end
+    local at = moved - tolerance
     if not (at > now) then at = now end
     local wait = at - now
     if wait <= EPSILON then wait = 0.0
@@ -188,9 +192,10 @@ do
     local state = tat
     if tokens > 0 then
       -- (Not committed, a request of no tokens writes the state back as it was.)
+      -- Committed from the plan's own base (the usual case): the sum planned with.
       state = at
       if tat > at then state = tat end
-      state = advanced(state, tokens * interval)
+      if state == base then state = moved else state = advanced(state, step) end
     end
     local text = string.format('%.17g ', state)
     redis.call('SET', key, text, 'PX', idle_ms(state - now))
