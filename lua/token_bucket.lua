@@ -70,9 +70,10 @@ end
 function token_bucket.plan(self, state, now, tokens)
   local base = now
   if state > now then base = state end
-  local at = advanced(base, tokens * self.interval) - self.tolerance
-  if at > now then return now, at end
-  return now, now
+  -- See Gcra.plan: at once decided on the sum to nearest, a wait to the TAT rounded up.
+  local step = tokens * self.interval
+  if base + step - self.tolerance <= now then return now, now end
+  return now, advanced(base, step) - self.tolerance
 end
 
 function token_bucket.commit(self, state, now, tokens, at)
@@ -182,9 +183,9 @@ do
     -- advanced(base, step) inlined where the sum needs no rounding up.
     local step = tokens * interval
     local moved = base + step
+    local at = moved - tolerance  -- (at once or not, decided on the sum to nearest)
     if moved - base < step then moved = advanced(base, step) end
-    local at = moved - tolerance
-    if not (at > now) then at = now end
+    if at > now then at = moved - tolerance else at = now end
     local wait = at - now
     if wait <= EPSILON then wait = 0.0
     elseif wait > max_wait + EPSILON then return -wait, ''

@@ -87,10 +87,15 @@ class Gcra:
     def plan(self, state: float, now: float, tokens: float) -> tuple[float, float]:
         # Conditional expressions, not max(): this runs on every acquire, and the
         # builtin call costs more than the arithmetic.
-        # The TAT as a grant would move it, less the tolerance: the latest grant's time
-        # once committed (`latest`), to the bit.
-        at = advanced(state if state > now else now, tokens * self.interval) - self.tolerance
-        return now, at if at > now else now
+        base = state if state > now else now
+        step = tokens * self.interval
+        moved = base + step
+        # Whether it goes at once is decided on the sum to nearest (an error of one
+        # unit, never added up); a grant that waits goes at the TAT as it moves it,
+        # less the tolerance: the latest grant's time once committed, to the bit.
+        if moved - self.tolerance <= now:
+            return now, now
+        return now, advanced(base, step) - self.tolerance
 
     def commit(self, state: float, now: float, tokens: float, at: float) -> float:
         if not tokens > 0:
@@ -205,11 +210,12 @@ class Gcra:
         base = state if state > now else now
         step = tokens * self.interval
         tat = base + step
+        at = tat - self.tolerance
         if tat - base < step:
             tat = _nextafter(tat, _UP)
-        at = tat - self.tolerance
         if at <= now:
             return tat, 0.0
+        at = tat - self.tolerance
         wait = at - now
         if wait <= EPSILON:
             return advanced(state if state > at else at, tokens * self.interval), 0.0

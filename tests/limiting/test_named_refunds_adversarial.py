@@ -271,6 +271,20 @@ def test_a_million_tokens_a_second_at_the_servers_clock_never_exceed_the_bucket(
     assert granted <= 1_000 + 1e6 * 20e-3, granted
 
 
+def test_a_full_bucket_grants_its_capacity_at_once_at_the_servers_clock(client: Any) -> None:
+    """Whether a request goes at once is decided on the sums to nearest: with the TAT
+    rounded up there too, a full bucket of one token refused its one token by a unit
+    in the last place (2.4e-7 s, more than the decisions' EPSILON)."""
+    now = _Now(1_700_000_000.0)
+    for capacity, rate in [(1.0, 1000.0), (3.0, 0.1), (10.0, 3e6)]:
+        alg = Gcra(capacity, rate)
+        assert alg.step(alg.new_state(), now.value, capacity, 0.0)[1] == 0.0
+        assert alg.plan(alg.new_state(), now.value, capacity) == (now.value, now.value)
+        memory, script = _pair([alg], now, client)
+        assert script.reserve(capacity, 0.0) == memory.reserve(capacity, 0.0) == (0.0, now.value)
+        now.advance(1.0)
+
+
 def test_the_tat_rounded_up_is_the_scripts_to_the_bit(client: Any) -> None:
     """The script moves the TAT as the algorithm does at the server's clock, where the
     sums round (3e6 tokens a second: a third of a step), on its quick path and on
