@@ -1,5 +1,6 @@
 """The limit in force decides: a limit raised at run time grants what the code's would
-refuse, and a composite's refusal says which of its limits refused.
+refuse, a composite's refusal says which of its limits refused, and a token bucket
+refilled at an infinite rate never limits (but for a pause fed back).
 
 Built with ``make`` (every store of the backend matrix) on the test's ManualClock.
 Only the shared stores change a limit at run time (``backend.set_limit``); in
