@@ -256,7 +256,7 @@ if beside == 0 and op == 'reserve' and not KEYS[3]
     wait, mask = -math.huge, ''
     local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self, raw)}
     local changed = false
-    if not (tokens > code1 + EPSILON) then
+    if not (tokens > code1 + EPSILON) or code2 == math.huge then  -- (as too_big, below)
       wait, changed, mask = reserve_members({member}, holes, now, max_wait, true, names)
     end
     if changed or dirty(member.state) then
@@ -376,7 +376,8 @@ local self = ALG.new(KEYS[1], p1, p2)
 -- own): refused for ever (an AcquireTimeout whose retry_after is infinite), as a
 -- bucket must not grant more at once than its capacity.
 local function too_big(t)
-  return t > p1 + EPSILON
+  -- (A token bucket refilled at an infinite rate grants any weight.)
+  return t > p1 + EPSILON and p2 ~= math.huge
 end
 local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self, raw)}
 -- Holes are made only by give-backs and restrictions, never by a reserve: none found

@@ -8,6 +8,21 @@
 
 local token_bucket = {}
 
+-- See advanced in token_bucket.py: base + step rounded up, never down, so that a grant
+-- near the server's clock moves the TAT by no less than its tokens take. The next
+-- double up (Python's math.nextafter): one unit in the last place of the binade of
+-- `moved` (frexp: moved = m * 2^e, 0.5 <= |m| < 1), half that below a negative power
+-- of two, where the binade toward zero is finer.
+local function advanced(base, step)
+  local moved = base + step
+  if moved - base < step then
+    local m, e = math.frexp(moved)
+    if m == -0.5 then return moved + 2 ^ (e - 54) end
+    return moved + 2 ^ (e - 53)
+  end
+  return moved
+end
+
 function token_bucket.new(base, capacity, rate)
   return {key = base, capacity = capacity, rate = rate,
           interval = 1.0 / rate, tolerance = capacity / rate}
@@ -28,14 +43,17 @@ end
 -- the slack kept back from it as `guarded` keeps it.
 function token_bucket.configured(capacity, rate, slack, new_rate, burst)
   local cap = burst
-  if cap == nil then cap = capacity + slack * rate end
+  if cap == nil then
+    cap = capacity
+    if slack > 0 then cap = cap + slack * rate end
+  end
   return token_bucket.guarded(cap, new_rate or rate, slack)
 end
 
 -- A change of limit at run time (ratelimit/_stores/config.py): the tokens still
 -- owed keep their count, and refill at the new rate. A bucket already full stays full.
 function token_bucket.rescale(old, new, state, now)
-  if not (state > now) then return state end
+  if not (state > now) or old.rate == math.huge then return state end
   return now + (state - now) * old.rate * new.interval
 end
 
@@ -52,16 +70,17 @@ end
 function token_bucket.plan(self, state, now, tokens)
   local base = now
   if state > now then base = state end
-  local at = base + tokens * self.interval - self.tolerance
-  if at > now then return now, at end
-  return now, now
+  -- See Gcra.plan: at once decided on the sum to nearest, a wait to the TAT rounded up.
+  local step = tokens * self.interval
+  if base + step - self.tolerance <= now then return now, now end
+  return now, advanced(base, step) - self.tolerance
 end
 
 function token_bucket.commit(self, state, now, tokens, at)
   if not (tokens > 0) then return state end
   local base = at
   if state > at then base = state end
-  return base + tokens * self.interval
+  return advanced(base, tokens * self.interval)
 end
 
 -- See Gcra.refund: only the latest reservation rolls back while others are pending.
@@ -159,11 +178,15 @@ do
       local c, rate = tonumber(p1), tonumber(p2)
       said1, said2, capacity, interval, tolerance = p1, p2, c, 1.0 / rate, c / rate
     end
-    if tokens > capacity + EPSILON then return -math.huge, '' end
-    local at = tat
-    if not (tat > now) then at = now end
-    at = at + tokens * interval - tolerance
-    if not (at > now) then at = now end
+    if tokens > capacity + EPSILON and interval > 0 then return -math.huge, '' end
+    local base = tat
+    if not (tat > now) then base = now end
+    -- advanced(base, step) inlined where the sum needs no rounding up.
+    local step = tokens * interval
+    local moved = base + step
+    local at = moved - tolerance  -- (at once or not, decided on the sum to nearest)
+    if moved - base < step then moved = advanced(base, step) end
+    if at > now then at = moved - tolerance else at = now end
     local wait = at - now
     if wait <= EPSILON then wait = 0.0
     elseif wait > max_wait + EPSILON then return -wait, ''
@@ -171,9 +194,10 @@ do
     local state = tat
     if tokens > 0 then
       -- (Not committed, a request of no tokens writes the state back as it was.)
+      -- Committed from the plan's own base (the usual case): the sum planned with.
       state = at
       if tat > at then state = tat end
-      state = state + tokens * interval
+      if state == base then state = moved else state = advanced(state, step) end
     end
     local text = string.format('%.17g ', state)
     redis.call('SET', key, text, 'PX', idle_ms(state - now))

@@ -35,10 +35,15 @@ class AcquireTimeout(RateLimitError, TimeoutError):
     Raised before any sleeping and before anything is consumed: the budget is exactly
     as it was. ``retry_after`` says how long the grant would have needed, in seconds,
     so a caller can decide whether to come back later or give up.
+
+    From a :class:`~ratelimit.Composite`, ``failing_limit`` is the index (in the
+    list the composite was built with) of the member that refused: the one whose own
+    wait is the longest. ``None`` from any other limiter.
     """
 
-    def __init__(self, retry_after: float, message: str | None = None) -> None:
+    def __init__(self, retry_after: float, message: str | None = None, *, failing_limit: int | None = None) -> None:
         self.retry_after = retry_after
+        self.failing_limit = failing_limit
         if message is None and retry_after == math.inf:
             # The store's answer for a request the limit in force can never hold.
             message = (

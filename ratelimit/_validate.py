@@ -52,8 +52,11 @@ def positive(name: str, value: object) -> float:
     return result
 
 
-def rate(name: str, value: object) -> float:
-    """A rate > 0 whose interval (1 / rate) is still a finite number of seconds."""
+def rate(name: str, value: object, *, unlimited: bool = False) -> float:
+    """A rate > 0 whose interval (1 / rate) is still a finite number of seconds, or
+    with ``unlimited`` ``math.inf`` too (a limit that never limits)."""
+    if unlimited and isinstance(value, float) and value == math.inf:
+        return value
     result = positive(name, value)
     if not math.isfinite(1.0 / result) or not math.isfinite(1.0 / result * 1e6):
         raise ValueError(f"{name} must be > 0 and not so small that its interval overflows, got {value!r}")

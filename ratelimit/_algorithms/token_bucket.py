@@ -31,7 +31,27 @@ from dataclasses import dataclass, field
 
 from .algorithm import EPSILON, low_part
 
-__all__ = ["Gcra"]
+__all__ = ["Gcra", "advanced"]
+
+
+def advanced(base: float, step: float) -> float:
+    """``base + step`` rounded up, never down: the TAT a grant moves forward.
+
+    Near the server's clock (about 1.7e9 s) a double holds time to 2.4e-7 s, and a
+    sum rounded to nearest moves the TAT by less than the grant's tokens take about
+    half the time: at a million tokens a second that is 5 % more than the rate (40 %
+    at three million). One unit in the last place more whenever the sum fell short
+    keeps every grant's slot at least as long as its tokens take (``advanced`` in
+    ``lua/token_bucket.lua``, which finds the next double up with ``math.frexp``).
+    """
+    moved = base + step
+    if moved - base < step:
+        moved = _nextafter(moved, _UP)
+    return moved
+
+
+_nextafter = math.nextafter
+_UP = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +75,8 @@ class Gcra:
 
     @property
     def most(self) -> float:
-        return self.capacity
+        # At an infinite rate the bucket refills at once: any weight goes.
+        return self.capacity if self.rate < math.inf else math.inf
 
     @property
     def sustained_rate(self) -> float:
@@ -67,13 +88,20 @@ class Gcra:
     def plan(self, state: float, now: float, tokens: float) -> tuple[float, float]:
         # Conditional expressions, not max(): this runs on every acquire, and the
         # builtin call costs more than the arithmetic.
-        at = (state if state > now else now) + tokens * self.interval - self.tolerance
-        return now, at if at > now else now
+        base = state if state > now else now
+        step = tokens * self.interval
+        moved = base + step
+        # Whether it goes at once is decided on the sum to nearest (an error of one
+        # unit, never added up); a grant that waits goes at the TAT as it moves it,
+        # less the tolerance: the latest grant's time once committed, to the bit.
+        if moved - self.tolerance <= now:
+            return now, now
+        return now, advanced(base, step) - self.tolerance
 
     def commit(self, state: float, now: float, tokens: float, at: float) -> float:
         if not tokens > 0:
             return state  # nothing taken from this limit (a composite's member)
-        return (state if state > at else at) + tokens * self.interval
+        return advanced(state if state > at else at, tokens * self.interval)
 
     def refund(self, state: float, now: float, tokens: float, at: float) -> float:
         # With grants reserved beyond now, the bucket's tokens are already promised to
@@ -160,7 +188,9 @@ class Gcra:
         # against no process's guard): a little late jitter, never a dead bucket.
         # (token_bucket.configured in lua/token_bucket.lua, operation for operation.)
         refill = self.rate if rate is None else rate
-        capacity = self.capacity + self.slack * self.rate if burst is None else burst
+        capacity = self.capacity if burst is None else burst
+        if burst is None and self.slack > 0:
+            capacity += self.slack * self.rate
         kept = capacity - self.slack * refill
         least = capacity if capacity < 1.0 else 1.0
         return Gcra(kept if kept > least else least, refill, self.slack)
@@ -169,19 +199,27 @@ class Gcra:
         # A change of limit at run time: the tokens still owed keep their count and
         # refill at the new rate; a full bucket stays full (token_bucket.rescale in
         # lua/token_bucket.lua, operation for operation).
-        if not state > now:
+        if not state > now or self.rate == math.inf:
+            # Nothing owed: full, or (at an infinite rate) a pause, which stays.
             return state
         return now + (state - now) * self.rate * new.interval
 
     def step(self, state: float, now: float, tokens: float, max_wait: float) -> tuple[float, float]:
         # plan() and commit() inlined, operation for operation: this is every
         # in-process acquire, and two calls and a tuple cost more than the arithmetic.
-        at = (state if state > now else now) + tokens * self.interval - self.tolerance
+        # advanced() inlined: its call would cost more than the usual case's check.
+        base = state if state > now else now
+        step = tokens * self.interval
+        tat = base + step
+        at = tat - self.tolerance
+        if tat - base < step:
+            tat = _nextafter(tat, _UP)
         if at <= now:
-            return (state if state > now else now) + tokens * self.interval, 0.0
+            return tat, 0.0
+        at = tat - self.tolerance
         wait = at - now
         if wait <= EPSILON:
-            return (state if state > at else at) + tokens * self.interval, 0.0
+            return advanced(state if state > at else at, tokens * self.interval), 0.0
         if wait > max_wait + EPSILON:
             return state, -wait
-        return (state if state > at else at) + tokens * self.interval, wait
+        return advanced(state if state > at else at, tokens * self.interval), wait

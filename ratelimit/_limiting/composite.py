@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from .. import _validate
 from .._clock import Clock
+from .._errors import AcquireTimeout, RateLimitError
 from .._headers import RateLimitInfo
 from .._stores.store import Backend
 from .concurrency import ConcurrencyLimit, Entries, Lease, entrant, rebound, release_all, release_all_async
@@ -63,7 +64,7 @@ class Composite(Limiter[Sequence[float]]):
     holds one slot).
     """
 
-    __slots__ = ("_algs", "_least", "_most", "_names", "_ones", "_slots")
+    __slots__ = ("_algs", "_least", "_most", "_names", "_ones", "_places", "_slot_places", "_slots")
 
     def __init__(
         self,
@@ -115,6 +116,9 @@ class Composite(Limiter[Sequence[float]]):
         self._least = least if least < math.inf else sys.float_info.max
         self._ones = (1.0,) * len(self._most)  # the default request, made once
         self._names = tuple(member.most_name_for(clock) for member in rates)
+        # Where each rate limit and each slot stand in `limits`: what failing_limit says.
+        self._places = tuple(i for i, member in enumerate(limits) if isinstance(member, SingleLimiter))
+        self._slot_places = tuple(i for i, member in enumerate(limits) if isinstance(member, ConcurrencyLimit))
         # Slots are kept as the rate limits are: under the composite's own name, each
         # at its place in the list.
         self._slots = tuple(
@@ -176,12 +180,44 @@ class Composite(Limiter[Sequence[float]]):
                 "use `with composite.hold(...)` (or `async with`) instead of acquire"
             )
 
+    def _alone(self, tokens: Sequence[float], i: int) -> tuple[float, ...]:
+        return tuple(n if j == i else 0.0 for j, n in enumerate(tokens))
+
+    def _blame(self, exc: AcquireTimeout, tokens: Tokens) -> None:
+        """Name the rate limit that refused (``failing_limit``): the one whose own wait
+        for its part of ``tokens`` is the longest, asked of the store one limit at a
+        time (read only). Only a refusal pays for it."""
+        n = self._tokens(tokens)
+        if len(n) == 1:
+            exc.failing_limit = self._places[0]
+            return
+        try:
+            waits = [self._handle.peek(self._alone(n, i)) if n[i] > 0 else -1.0 for i in range(len(n))]
+        except RateLimitError:
+            return  # the store cannot be asked now: the refusal stands without a name
+        exc.failing_limit = self._places[waits.index(max(waits))]
+
+    async def _blame_async(self, exc: AcquireTimeout, tokens: Tokens) -> None:
+        n = self._tokens(tokens)
+        if len(n) == 1:
+            exc.failing_limit = self._places[0]
+            return
+        try:
+            waits = [await self._handle.peek_async(self._alone(n, i)) if n[i] > 0 else -1.0 for i in range(len(n))]
+        except RateLimitError:
+            return
+        exc.failing_limit = self._places[waits.index(max(waits))]
+
     def acquire(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> float:
         if self._slots:
             self._no_slots()
-        # Limiter's method named rather than found through super(): a lookup less on
-        # every call.
-        return Limiter.acquire(self, tokens, timeout)  # type: ignore[arg-type]
+        try:
+            # Limiter's method named rather than found through super(): a lookup less
+            # on every call.
+            return Limiter.acquire(self, tokens, timeout)  # type: ignore[arg-type]
+        except AcquireTimeout as exc:
+            self._blame(exc, tokens)
+            raise
 
     def try_acquire(self, tokens: Tokens = 1) -> bool:
         if self._slots:
@@ -190,7 +226,11 @@ class Composite(Limiter[Sequence[float]]):
 
     async def acquire_async(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> float:
         self._no_slots()
-        return await super().acquire_async(tokens, timeout)  # type: ignore[arg-type]
+        try:
+            return await super().acquire_async(tokens, timeout)  # type: ignore[arg-type]
+        except AcquireTimeout as exc:
+            await self._blame_async(exc, tokens)
+            raise
 
     async def try_acquire_async(self, tokens: Tokens = 1) -> bool:
         self._no_slots()
@@ -202,13 +242,21 @@ class Composite(Limiter[Sequence[float]]):
         limit its part back. A composite with ConcurrencyLimit members has no time
         to reserve a slot for, and raises ``TypeError``."""
         self._no_slots()
-        return Limiter.reserve(self, tokens, timeout)  # type: ignore[arg-type]
+        try:
+            return Limiter.reserve(self, tokens, timeout)  # type: ignore[arg-type]
+        except AcquireTimeout as exc:
+            self._blame(exc, tokens)
+            raise
 
     async def reserve_async(
         self, tokens: Tokens = 1, timeout: float | timedelta | None = None
     ) -> Reservation[Sequence[float]]:
         self._no_slots()
-        return await Limiter.reserve_async(self, tokens, timeout)  # type: ignore[arg-type]
+        try:
+            return await Limiter.reserve_async(self, tokens, timeout)  # type: ignore[arg-type]
+        except AcquireTimeout as exc:
+            await self._blame_async(exc, tokens)
+            raise
 
     def hold(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> CompositeHold:
         """Hold a slot of every ConcurrencyLimit member and take ``tokens`` from every
@@ -278,9 +326,19 @@ class CompositeHold:
         limit = self._limit
         leases: list[Lease] = []
         try:
-            for slot in limit._slots:
-                leases.append(slot.take(self._left(started)))
+            for i, slot in enumerate(limit._slots):
+                try:
+                    leases.append(slot.take(self._left(started)))
+                except AcquireTimeout as exc:
+                    exc.failing_limit = limit._slot_places[i]
+                    raise
             Limiter.acquire(limit, self._tokens, self._left(started))  # type: ignore[arg-type]
+        except AcquireTimeout as exc:
+            with contextlib.suppress(Exception):
+                release_all(leases)
+            if exc.failing_limit is None:
+                limit._blame(exc, self._tokens)
+            raise
         except BaseException:
             with contextlib.suppress(Exception):
                 release_all(leases)
@@ -299,9 +357,19 @@ class CompositeHold:
         limit = self._limit
         leases: list[Lease] = []
         try:
-            for slot in limit._slots:
-                leases.append(await slot.take_async(self._left(started)))
+            for i, slot in enumerate(limit._slots):
+                try:
+                    leases.append(await slot.take_async(self._left(started)))
+                except AcquireTimeout as exc:
+                    exc.failing_limit = limit._slot_places[i]
+                    raise
             await Limiter.acquire_async(limit, self._tokens, self._left(started))  # type: ignore[arg-type]
+        except AcquireTimeout as exc:
+            with contextlib.suppress(Exception):
+                await release_all_async(leases)
+            if exc.failing_limit is None:
+                await limit._blame_async(exc, self._tokens)
+            raise
         except BaseException:
             with contextlib.suppress(Exception):
                 await release_all_async(leases)

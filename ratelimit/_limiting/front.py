@@ -211,6 +211,8 @@ class Limiter(Keyable, ABC, Generic[T]):
         return self._shadow
 
     def _shadowed(self, tokens: T, wait: float, at: float) -> None:
+        if wait == -math.inf:
+            self._never(tokens)
         # The decision stands in the store (a grant is recorded as usual, a refusal
         # records nothing) and in the counters; only the caller does not follow it.
         if wait >= 0 and self._last_grant is not None:
@@ -224,7 +226,15 @@ class Limiter(Keyable, ABC, Generic[T]):
         # EVERYONE.callbacks`): on the hot path, a call saved when no one does.
         self._events.emit(Granted(self._name, weight(tokens), wait))
 
+    def _never(self, tokens: T) -> None:
+        """Called with a request the store refused for ever (a wait of ``inf``): raise
+        the ``ValueError`` of a request no limit in force can grant, if this is one
+        (see ``SingleLimiter``: the store decides a weight a change at run time may
+        grant)."""
+
     def _denied(self, tokens: T, needed: float) -> None:
+        if needed == math.inf:
+            self._never(tokens)
         if self._events.callbacks or EVERYONE.callbacks:
             self._events.emit(Denied(self._name, weight(tokens), needed))
 
@@ -473,11 +483,19 @@ class Limiter(Keyable, ABC, Generic[T]):
         On a store that cannot be reached the backend's ``on_unavailable`` applies:
         ``BackendUnavailable``, the local fallback's answer, or ``0.0`` (fail open).
         """
-        return self._handle.peek(self._tokens(tokens))
+        n = self._tokens(tokens)
+        wait = self._handle.peek(n)
+        if wait == math.inf:
+            self._never(n)
+        return wait
 
     async def peek_async(self, tokens: float = 1.0) -> float:
         """:meth:`peek` for asyncio."""
-        return await self._handle.peek_async(self._tokens(tokens))
+        n = self._tokens(tokens)
+        wait = await self._handle.peek_async(n)
+        if wait == math.inf:
+            self._never(n)
+        return wait
 
     def reset(self) -> None:
         """Forget this limiter's usage: its budget is whole again, as a new limiter's.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import weakref
 from abc import abstractmethod
 from collections.abc import Callable
@@ -59,6 +60,7 @@ class SingleLimiter(Limiter[float]):
     __slots__ = (
         "_adaptive",
         "_alg",
+        "_changeable",
         "_configured",
         "_given_guard",
         "_guard",
@@ -114,6 +116,13 @@ class SingleLimiter(Limiter[float]):
             )
         super().__init__(backend=backend, name=name, clock=clock)
         self._most_name = self.most_name_for(clock)
+        # A single limiter on a store whose limits change at run time (set_limit)
+        # decides with the limit in force, which only the store knows: a request
+        # larger than the code's goes to the store, which grants it under a raised
+        # limit and refuses it for ever otherwise (see _never).
+        self._changeable = (
+            self._adaptive is None and self._priorities is None and callable(getattr(self._backend, "set_limit", None))
+        )
         self._low: LowPriority | None = None
         if self._adaptive is not None:
             # A group of two: this limit at the configured rate (the ceiling), and the
@@ -127,7 +136,9 @@ class SingleLimiter(Limiter[float]):
             self._pacing = paced.pacing
             self._last_grant = LastGrant()
         elif self._priorities is None:
-            self._most = self._quick_most = self._alg.most
+            self._most = self._alg.most
+            # Finite: an infinite request (refused as such) never takes the quick path.
+            self._quick_most = self._most if self._most < math.inf else sys.float_info.max
             # Only what is set goes to bind: a store of another make need not know it.
             extras: dict[str, Any] = {}
             if self._leased is not None:
@@ -141,7 +152,8 @@ class SingleLimiter(Limiter[float]):
             share, keep = self._priorities
             lanes = Lanes.of(self._alg, share)
             high, low = self._backend.bind_lanes(self._place, lanes, clock, keep)
-            self._most = self._quick_most = lanes.high.most
+            self._most = lanes.high.most
+            self._quick_most = self._most if self._most < math.inf else sys.float_info.max
             self._most_name = f"the high-priority share of {self._most_name}"
             self._handle = high
             restrict, describe = _weakly(self)
@@ -227,7 +239,16 @@ class SingleLimiter(Limiter[float]):
             ) from None
 
     def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False, cost: bool = False) -> float:
-        return _validate.tokens(tokens, math.inf if cost else self._most, self._most_name, name, zero=zero)
+        most = math.inf if cost or self._changeable else self._most
+        return _validate.tokens(tokens, most, self._most_name, name, zero=zero)
+
+    def _never(self, tokens: float) -> None:
+        if tokens > self._most:
+            # Larger than the code's limit and than the one in force: no limit can grant it.
+            raise ValueError(
+                f"tokens must be <= {self._most_name} ({self._most:g}), or the limit a change at run time "
+                f"(set_limit) puts in force, got {tokens!r}: such a request could never be granted"
+            )
 
     def _difference(self, estimate: float, actual: float) -> tuple[float | None, float | None]:
         return difference(estimate, actual)
@@ -319,6 +340,9 @@ class TokenBucket(SingleLimiter):
     Args:
         capacity: the largest burst, in tokens (> 0).
         refill_per_sec: tokens added per second (> 0): the sustained rate.
+            ``math.inf`` is a limiter that never limits: every request is granted
+            at once, whatever its weight (a way to switch limiting off by
+            configuration); a pause fed back from a provider still holds it.
         backend: where the state lives; ``None`` for private in-process state.
         name: the shared budget's name; required with a shared backend.
         clock: time source and sleeper; tests pass a :class:`ManualClock`.
@@ -369,7 +393,10 @@ class TokenBucket(SingleLimiter):
         lease: float | timedelta | None = None,
         shadow: bool = False,
     ) -> None:
-        alg = Gcra(_validate.positive("capacity", capacity), _validate.rate("refill_per_sec", refill_per_sec))
+        alg = Gcra(
+            _validate.positive("capacity", capacity),
+            _validate.rate("refill_per_sec", refill_per_sec, unlimited=True),
+        )
         _bounded("refill_per_sec", refill_per_sec, alg.capacity, alg.rate)
         super().__init__(
             alg,

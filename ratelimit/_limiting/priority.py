@@ -9,6 +9,7 @@ low priority: the same state and store, its own counters and events.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 
 from .. import _validate
@@ -80,7 +81,9 @@ class LowPriority(Limiter[float]):
         super().__init__(backend=backend, name=name, clock=clock)
         self._handle = handle
         self._handle.tally = self._tally
-        self._most = self._quick_most = most
+        self._most = most
+        # Finite: an infinite request (refused as such) never takes the quick path.
+        self._quick_most = most if most < math.inf else sys.float_info.max
         if shadow:  # as the limiter it is the low priority of
             self._shadow = True
             self._quick_most = 0

@@ -32,6 +32,7 @@ a few pipelines.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -377,7 +378,9 @@ def _peek_args(code: Mapping[str, str], now: float | None) -> list[str]:
 def _single(code: Mapping[str, str]) -> str | None:
     """The kind of a single limiter whose script can be asked, from what its code says."""
     kind = code.get("kind")
-    numbers = [number(code.get("p1")), number(code.get("p2")), number(code.get("slack", "0"))]
+    # A token bucket's rate may be infinite (a limiter that never limits).
+    rate = math.inf if kind == "token_bucket" and code.get("p2") == "inf" else number(code.get("p2"))
+    numbers = [number(code.get("p1")), rate, number(code.get("slack", "0"))]
     return kind if kind in ALGORITHMS and None not in numbers else None
 
 

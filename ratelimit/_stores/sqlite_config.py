@@ -189,15 +189,16 @@ class Changeable:
 
     def step(self, state: Any, now: float, tokens: float, max_wait: float) -> tuple[Any, float]:
         current = self.current
-        if current is not self.code and tokens > current.params()[0] + EPSILON:
-            # More than the limit as changed could ever hold (the code checked the
-            # request against its own): refused for ever, as on Redis (too_big).
+        if tokens > current.most + EPSILON:
+            # More than the limit in force could ever hold (the front lets a request
+            # larger than the code's limit through to the store, which knows whether
+            # a change raised it): refused for ever, as on Redis (too_big).
             return state, -math.inf
         return current.step(state, now, tokens, max_wait)
 
     def plan(self, state: Any, now: float, tokens: float) -> tuple[float, float]:
         current = self.current
-        if current is not self.code and tokens > current.params()[0] + EPSILON:
+        if tokens > current.most + EPSILON:
             return math.inf, math.inf  # never admitted: a refusal for ever, as in step
         return current.plan(state, now, tokens)
 

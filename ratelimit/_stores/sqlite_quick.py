@@ -96,6 +96,8 @@ class Quick:
     def reserve(self, tokens: float, max_wait: float, tally: Tally | None) -> tuple[float, float] | None:
         """The decision ``MemoryHandle.reserve`` makes, or ``None``: make it in a full
         transaction."""
+        if tokens > self._alg.most + EPSILON:
+            return None  # more than the code's limit: the full transaction reads the one in force
         file = self._file
         conn = file.turn(self._step, max_wait)
         if conn is None:

@@ -78,8 +78,13 @@ def client(request: pytest.FixtureRequest) -> Iterator[Any]:
     yield request.getfixturevalue("cluster_client")
 
 
-@pytest.mark.parametrize("kind", list(ALGORITHMS))
-@pytest.mark.parametrize(("first", "second"), [(3.0, 1.0), (5.0, 2.5), (4.0, 0.3)])
+@pytest.mark.parametrize(
+    ("kind", "first", "second"),
+    # Every algorithm at three limits, and a token bucket refilled at an infinite rate
+    # (a limiter that never limits, but for a pause fed back).
+    [(kind, *limits) for kind in ALGORITHMS for limits in [(3.0, 1.0), (5.0, 2.5), (4.0, 0.3)]]
+    + [("token_bucket", 3.0, math.inf)],
+)
 @pytest.mark.parametrize("with_name", [False, True], ids=["bare", "named"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=requests)

@@ -300,16 +300,11 @@ def test_a_grant_delayed_by_a_leaky_bucket_it_gives_nothing_stays_reserved(make:
     assert 4 + 2 * later + 1e-9 >= 0.5 + 2 + 3, later
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a double near the server's clock (1.7e9 s) resolves about 0.24 us, so a bucket refilled at a million "
-    "tokens a second is coarse there; older than named refunds (a time origin in the scripts would fix it)",
-)
 def test_a_million_tokens_a_second_at_the_servers_clock_never_exceed_the_bucket() -> None:
     """The scripts decide at the server's TIME, about 1.7e9 s, where a double holds
-    time to 2.4e-7 s: an emission interval of 1e-6 s moves the TAT by 4 of those
-    steps (0.95 us), so the bucket grants about 5 % more than its rate (40 % more at
-    3e6/s). The memory store's monotonic clock, near 0, does not."""
+    time to 2.4e-7 s: an emission interval of 1e-6 s rounded to the nearest step
+    moved the TAT by 4 of those steps (0.95 us), and the bucket granted about 5 %
+    more than its rate (40 % more at 3e6/s). The TAT is moved by the sum rounded up."""
     alg = Gcra(1_000.0, 1e6)
     state, start, granted = alg.new_state(), 1_700_000_000.0, 0
     for step in range(21):
@@ -320,6 +315,38 @@ def test_a_million_tokens_a_second_at_the_servers_clock_never_exceed_the_bucket(
                 break
             state, granted = after, granted + 1
     assert granted <= 1_000 + 1e6 * 20e-3, granted
+
+
+def test_a_full_bucket_grants_its_capacity_at_once_at_the_servers_clock(client: Any) -> None:
+    """Whether a request goes at once is decided on the sums to nearest: with the TAT
+    rounded up there too, a full bucket of one token refused its one token by a unit
+    in the last place (2.4e-7 s, more than the decisions' EPSILON)."""
+    now = _Now(1_700_000_000.0)
+    for capacity, rate in [(1.0, 1000.0), (3.0, 0.1), (10.0, 3e6)]:
+        alg = Gcra(capacity, rate)
+        assert alg.step(alg.new_state(), now.value, capacity, 0.0)[1] == 0.0
+        assert alg.plan(alg.new_state(), now.value, capacity) == (now.value, now.value)
+        memory, script = _pair([alg], now, client)
+        assert script.reserve(capacity, 0.0) == memory.reserve(capacity, 0.0) == (0.0, now.value)
+        now.advance(1.0)
+
+
+def test_the_tat_rounded_up_is_the_scripts_to_the_bit(client: Any) -> None:
+    """The script moves the TAT as the algorithm does at the server's clock, where the
+    sums round (3e6 tokens a second: a third of a step), on its quick path and on
+    the full one (a hole beside the state)."""
+    alg = Gcra(10.0, 3e6)
+    now = _Now(1_700_000_000.0)
+    memory, script = _pair([alg], now, client)
+    for i in range(200):
+        tokens = (1.0, 3.0, 0.5)[i % 3]
+        assert script.reserve(tokens, math.inf) == memory.reserve(tokens, math.inf), i
+        if i == 100:
+            _, at = memory.reserve(1.0, math.inf)
+            assert script.reserve(1.0, math.inf)[1] == at
+            memory.refund(1.0, at - 1e-6)
+            script.refund(1.0, at - 1e-6)
+        now.advance(1e-6 * (i % 4))
 
 
 # -- Redis losing keys ------------------------------------------------------------------
