@@ -289,8 +289,9 @@ class MemoryHandle:
         try:
             # Read inside the lock, so that decisions see time in the order they run.
             now = clock()
-            if self._holes.items:
-                states, wait, name = _holes.reserve(self._algs, (slot.state,), self._holes, now, (tokens,), max_wait)
+            holes = self._holes
+            if holes.items or holes.paced is not None:
+                states, wait, name = _holes.reserve(self._algs, (slot.state,), holes, now, (tokens,), max_wait)
                 slot.state = states[0]
                 if self.tally is not None:
                     self.tally.record(tokens, wait)
@@ -345,10 +346,7 @@ class MemoryHandle:
         slot = self._slot
         with slot.lock:
             now = self._now()
-            slot.state = self._alg.restrict(slot.state, now, remaining, now + seconds)
-            _holes.restricted(slot.holes, now, now + seconds)
-            if remaining <= EPSILON:
-                _holes.pause(slot.holes, now + seconds)
+            slot.state = _holes.restrict(self._algs, (slot.state,), slot.holes, now, (remaining,), now + seconds)[0]
 
     async def restrict_async(self, remaining: float, seconds: float) -> None:
         self.restrict(remaining, seconds)
@@ -541,13 +539,7 @@ class MemoryGroupHandle:
 
     def restrict(self, remaining: Sequence[float], seconds: float) -> None:
         def change(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
-            _holes.restricted(holes, now, now + seconds)
-            if all(n <= EPSILON for n in remaining):
-                _holes.pause(holes, now + seconds)
-            return [
-                alg.restrict(state, now, n, now + seconds)
-                for alg, state, n in zip(self._algs, states, remaining, strict=True)
-            ]
+            return _holes.restrict(self._algs, states, holes, now, remaining, now + seconds)
 
         self._locked(change)
 

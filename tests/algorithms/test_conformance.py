@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from ratelimit import RedisBackend
 from ratelimit._algorithms.algorithm import Algorithm, charge_all, peek_all
-from ratelimit._algorithms.holes import GrantTime, Holes, give_back, pause, reserve, restricted, void
+from ratelimit._algorithms.holes import GrantTime, Holes, give_back, reserve, restrict, void
 from ratelimit._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime
 from ratelimit._algorithms.lanes import give_back as give_back_lane
 from ratelimit._algorithms.lanes import peek as peek_lanes
@@ -102,10 +102,7 @@ def test_script_matches_pure_step(
         now.value += dt
         if restriction is not None:
             remaining, seconds = restriction
-            states = [alg.restrict(states[0], now.value, remaining, now.value + seconds)]
-            restricted(holes, now.value, now.value + seconds)
-            if remaining == 0:
-                pause(holes, now.value + seconds)
+            states = restrict([alg], states, holes, now.value, [remaining], now.value + seconds)
             handle.restrict(remaining, seconds)
         n = min(tokens, first)
         # limiter.peek: the script's read-only wait, as the pure one says it.
@@ -148,12 +145,7 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
         if restriction is not None:
             remaining, seconds = restriction
             left = [remaining] * len(algs)
-            states = [
-                alg.restrict(s, now.value, remaining, now.value + seconds) for alg, s in zip(algs, states, strict=True)
-            ]
-            restricted(holes, now.value, now.value + seconds)
-            if remaining == 0:
-                pause(holes, now.value + seconds)
+            states = restrict(algs, states, holes, now.value, left, now.value + seconds)
             handle.restrict(left, seconds)
         weights = member_weights(algs, tokens, zeros)
         assert handle.peek(weights) == peek_all(algs, states, now.value, weights)

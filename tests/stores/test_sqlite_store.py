@@ -43,7 +43,7 @@ from ratelimit import (
     TokenBucket,
 )
 from ratelimit._algorithms.algorithm import Algorithm, charge_all
-from ratelimit._algorithms.holes import Holes, give_back, pause, reserve, restricted, void
+from ratelimit._algorithms.holes import Holes, give_back, reserve, restrict, void
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import WindowCounter
@@ -86,10 +86,7 @@ def test_decisions_through_the_file_match_the_pure_step(store_path: Path, kind: 
         now = clock.now()
         if restriction is not None:
             remaining, seconds = restriction
-            states = [alg.restrict(states[0], now, remaining, now + seconds)]
-            restricted(holes, now, now + seconds)
-            if remaining == 0:
-                pause(holes, now + seconds)
+            states = restrict([alg], states, holes, now, [remaining], now + seconds)
             handle.restrict(remaining, seconds)
         n = min(tokens, 3.0)
         states, wait, at = reserve([alg], states, holes, now, [n], max_wait)
