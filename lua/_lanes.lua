@@ -86,7 +86,9 @@ local function reserve(max_wait, low, keep)
   if low then
     local planned = plan_lane(LOW)
     local high = lanes[HIGH].member
-    if not grants_now(planned) and keep ~= nil and tokens + keep <= lanes[HIGH].most + EPSILON then
+    -- (Not from a high lane a provider's pace holds: see reserve in lanes.py.)
+    if not grants_now(planned) and keep ~= nil and tokens + keep <= lanes[HIGH].most + EPSILON
+        and not pace_of(lanes[HIGH].holes .. ':pace', now) then
       local admit_at, at = ALG.plan(high.self, high.state, now, tokens + keep)
       if decide(admit_at, at, now, 0.0) >= 0 then
         high.state = ALG.commit(high.self, high.state, now, tokens, at)

@@ -194,7 +194,14 @@ def reserve(
             return 0.0, lane
     if low:
         planned = _plan(low_alg, states[LOW], holes[LOW], now, tokens)
-        if not _now(planned, now) and keep is not None and tokens + keep <= high.most + EPSILON:
+        # (Not from a high lane a provider's pace holds: the borrow would go ahead of it.)
+        paced = holes[HIGH].paced
+        if (
+            not _now(planned, now)
+            and keep is not None
+            and tokens + keep <= high.most + EPSILON
+            and (paced is None or paced[2] <= now)
+        ):
             admit_at, at = high.plan(states[HIGH], now, tokens + keep)
             if decide(admit_at, at, now, 0.0) >= 0:
                 # Granted now, so nothing is reserved in the high lane ahead of it.

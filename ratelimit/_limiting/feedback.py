@@ -29,9 +29,10 @@ def _paced(info: RateLimitInfo, remaining: float, reset: float) -> tuple[float, 
       ``limit`` over the reset, which leaves it empty just when it would have been
       full, and never asks for a token before it is back (the k-th is due at k times
       the interval, when the bucket has gained at least k less what it held).
-    - A policy of ``limit`` per ``window`` (``RateLimit-Policy``'s ``q`` and ``w``) is
-      a budget that comes back at that pace: the reset is when more comes, not all of
-      it, so the policy's pace over the reset is allowed where less remains now.
+    - A budget that ``refills`` at a policy's ``limit`` per ``window`` (the IETF
+      structured fields: ``RateLimit-Policy``'s ``q`` and ``w``) comes back at that
+      pace: ``t`` is when more comes, not all of it, so the policy's pace over it is
+      allowed where less remains now.
       With none left, a reset of more than a second is waited out; one of a second
       or less may be a fraction of a second rounded up (the fields count whole
       seconds), so it is the policy's pace that decides.
@@ -41,7 +42,7 @@ def _paced(info: RateLimitInfo, remaining: float, reset: float) -> tuple[float, 
     limit = info.limit
     if info.gradual and limit is not None and limit > remaining and limit >= 1.0:
         return limit, reset
-    pace = _policy(info)
+    pace = _policy(info) if info.refills else None
     if pace is not None and (remaining >= 1.0 or reset <= 1.0):
         refill = pace * reset
         return (refill, reset) if refill > remaining and refill >= 1.0 else _whole(remaining, reset)
@@ -65,14 +66,14 @@ def _until_more(info: RateLimitInfo, reset: float) -> float:
     the provider's own figures; nor does the shorter time, since up to it no more than
     ``remaining`` can be back.
 
-    A reset in whole seconds (the IETF fields' ``t``, an epoch second rounded up) of
-    one second or less says more comes within the second, not at its end: a policy
-    of ``limit`` per ``window`` has one back in ``window / limit``.
+    A reset in whole seconds (the IETF fields' ``t``) of one second or less says more
+    comes within the second, not at its end: a budget that ``refills`` at ``limit``
+    per ``window`` has one back in ``window / limit``.
     """
     limit, remaining = info.limit, info.remaining
     if info.gradual and limit is not None and remaining is not None and limit > remaining:
         return reset / max(1.0, limit - remaining)
-    pace = _policy(info)
+    pace = _policy(info) if info.refills else None
     if reset <= 1.0 and pace is not None and 1.0 / pace < reset:
         return 1.0 / pace
     return reset
