@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -656,3 +657,52 @@ def test_a_response_bounds_every_grant_until_its_reset(remaining: int, seconds: 
     assert sum(n for _, n in before) <= remaining
     for (a, n), (b, _) in itertools.pairwise(before):
         assert b - a >= n * interval - 1e-6
+
+
+# -- attacked: many callers at once, extreme figures -----------------------------------
+
+
+def test_a_pace_holds_against_many_threads_at_once(make: Make, clock: ManualClock) -> None:
+    # One response: 5 left for 10 s, one every 2 s. Thirty-two threads asking at once get
+    # nothing now, and exactly one of them the slot at 2 s.
+    name = unique_name("crowd")
+    limiters = [make(TokenBucket, 100, 1000, name=name) for _ in range(4)]
+    limiters[0].feedback({"X-RateLimit-Remaining": "5", "X-RateLimit-Reset-After": "10"}, status=200)
+
+    def crowd() -> int:
+        results: list[bool] = []
+        lock = threading.Lock()
+
+        def ask(limiter: Any) -> None:
+            granted = limiter.try_acquire()
+            with lock:
+                results.append(granted)
+
+        pool = [threading.Thread(target=ask, args=(limiters[i % 4],)) for i in range(32)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+        return sum(results)
+
+    assert crowd() == 0
+    clock.advance(2.0)
+    assert crowd() == 1
+    clock.advance(1.0)
+    assert crowd() == 0
+
+
+@pytest.mark.parametrize(
+    ("remaining", "reset"),
+    [("1e300", "3600"), ("1", "0.000001"), ("1", "3600"), ("999999999999", "0.001"), ("1.5", "0.0000001")],
+)
+def test_extreme_figures_never_raise_nor_stall_past_the_reset(
+    make: Make, clock: ManualClock, remaining: str, reset: str
+) -> None:
+    limiter = make(TokenBucket, 10, 10)
+    info = limiter.feedback({"X-RateLimit-Remaining": remaining, "X-RateLimit-Reset-After": reset}, status=200)
+    assert info.reset_after is not None
+    # The first grant comes no later than the reset, and the pace never outlives it.
+    assert limiter.acquire() <= info.reset_after + 1e-6
+    clock.advance(info.reset_after)
+    assert limiter.acquire() <= 0.1 + 1e-9
