@@ -100,7 +100,7 @@ elseif op == 'batch' then
   out[#out + 1] = fmt(now)
   return out
 elseif op == 'wait' then
-  return {fmt(peek_members(members, now)), fmt(now)}
+  return {fmt(math.max(peek_members(members, now), pace_wait(holes, now))), fmt(now)}
 elseif op == 'reset' then
   forget_members(members, holes)
   return {fmt(now)}

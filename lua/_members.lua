@@ -333,6 +333,17 @@ local function pace(holes, now, remaining, untl)
   pace_save({key = key, interval = interval, at = at, untl = untl}, now)
 end
 
+-- See pace_wait in holes.py: the wait the provider's pace alone puts on a request now.
+local function pace_wait(holes, now)
+  local p = pace_of(holes .. ':pace', now)
+  if not p or not (p.at > now + EPSILON) then return 0.0 end
+  local gate = p.untl
+  if p.at < gate then gate = p.at end
+  local wait = gate - now
+  if wait > EPSILON then return wait end
+  return 0.0
+end
+
 -- See plan in holes.py: the plan of the members with the earliest of the first
 -- HOLE_SCAN holes the request can take, which wins when it comes before the
 -- algorithms' own plan (or they would not admit it now). Returns admit_at, at, the

@@ -433,7 +433,7 @@ elseif op == 'peek' then
           fmt(ALG.latest(self, member.state)), paused or '', fmt(now)}
 elseif op == 'wait' then
   if too_big(tokens) then return {'inf', fmt(now)} end
-  return {fmt(peek_members({member}, now)), fmt(now)}
+  return {fmt(math.max(peek_members({member}, now), pace_wait(holes, now))), fmt(now)}
 elseif op == 'reset' then
   forget_members({member}, holes)
   return {fmt(now)}

@@ -66,6 +66,7 @@ __all__ = [
     "forget_late",
     "give_back",
     "pace",
+    "pace_wait",
     "pause",
     "plan",
     "reserve",
@@ -547,6 +548,17 @@ def pace(holes: Holes, now: float, remaining: float, until: float) -> None:
     old = holes.paced
     at = old[1] if old is not None and old[2] > now else now + interval
     holes.paced = [interval, at, until]
+
+
+def pace_wait(holes: Holes, now: float) -> float:
+    """The wait a provider's pace alone puts on a request now (``limiter.peek``): until
+    its next slot, or its end if sooner; 0 where none holds. (``pace_wait`` in
+    ``lua/_members.lua`` is the same function.)"""
+    paced = holes.paced
+    if paced is None or paced[2] <= now or not paced[1] > now + EPSILON:
+        return 0.0
+    wait = (paced[1] if paced[1] < paced[2] else paced[2]) - now
+    return wait if wait > EPSILON else 0.0
 
 
 def forget_late(holes: Holes, now: float) -> None:

@@ -358,7 +358,10 @@ class MemoryHandle:
     def peek(self, tokens: float) -> float:
         slot = self._slot
         with self._reading():
-            return peek_all(self._algs, (slot.state,), self._now(), (tokens,))
+            now = self._now()
+            wait = peek_all(self._algs, (slot.state,), now, (tokens,))
+            paced = _holes.pace_wait(slot.holes, now)
+            return paced if paced > wait else wait
 
     async def peek_async(self, tokens: float) -> float:
         return self.peek(tokens)
@@ -552,6 +555,9 @@ class MemoryGroupHandle:
         def read(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
             nonlocal wait
             wait = peek_all(self._algs, states, now, tokens)
+            paced = _holes.pace_wait(holes, now)
+            if paced > wait:
+                wait = paced
             return states
 
         self._locked(read)

@@ -706,3 +706,11 @@ def test_extreme_figures_never_raise_nor_stall_past_the_reset(
     assert limiter.acquire() <= info.reset_after + 1e-6
     clock.advance(info.reset_after)
     assert limiter.acquire() <= 0.1 + 1e-9
+
+
+def test_peek_tells_the_wait_a_pace_puts_on_a_request(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 40, 20)
+    limiter.feedback({"X-RateLimit-Remaining": "4", "X-RateLimit-Reset-After": "2"}, status=200)
+    assert limiter.peek() == pytest.approx(0.5)
+    assert limiter.acquire() == pytest.approx(0.5)
+    assert limiter.peek() == pytest.approx(0.5)
