@@ -193,6 +193,21 @@ local function group_latest(members)
   return latest
 end
 
+-- The provider's pace (see pace in holes.py), kept at <holes>:pace as
+-- "<interval> <at> <until>"; nil where there is none, or it is over.
+local function pace_of(key, now)
+  local text = redis.call('GET', key)
+  if not text then return nil end
+  local interval, at, untl = string.match(text, '^(%S+) (%S+) (%S+)$')
+  interval, at, untl = tonumber(interval), tonumber(at), tonumber(untl)
+  if not (interval and at and untl) or untl <= now then return nil end
+  return {key = key, interval = interval, at = at, untl = untl}
+end
+
+local function pace_save(p, now)
+  redis.call('SET', p.key, fmt(p.interval) .. ' ' .. fmt(p.at) .. ' ' .. fmt(p.untl), 'PX', idle_ms(p.untl - now))
+end
+
 -- charge: the members' tokens taken whatever the budget, at the latest grant any of
 -- them recorded if that is still ahead, else now (see charge_all in algorithm.py).
 -- The holes are void, the pause kept (see void in holes.py).
@@ -200,6 +215,14 @@ local function charge_members(members, holes, now)
   local at = group_latest(members)
   if not (at > now) then at = now end
   commit_all(members, now, at)
+  -- See pace_charge in holes.py: the charge takes its place in the provider's pace.
+  local p = pace_of(holes .. ':pace', now)
+  if p then
+    local t = p.at
+    if not (t > now) then t = now end
+    p.at = t + members[1].tokens * p.interval
+    pace_save(p, now)
+  end
   local paused = redis.call('ZSCORE', holes, 'pause')
   if redis.call('DEL', holes) == 1 and paused then
     redis.call('ZADD', holes, paused, 'pause')
@@ -305,21 +328,6 @@ local function take_pooled(members, holes, now, due)
     if left_any then redis.call('ZADD', holes, fmt(h.at), hole_member(h.at, rest, h.late)) end
   end
   return pieces
-end
-
--- The provider's pace (see pace in holes.py), kept at <holes>:pace as
--- "<interval> <at> <until>"; nil where there is none, or it is over.
-local function pace_of(key, now)
-  local text = redis.call('GET', key)
-  if not text then return nil end
-  local interval, at, untl = string.match(text, '^(%S+) (%S+) (%S+)$')
-  interval, at, untl = tonumber(interval), tonumber(at), tonumber(untl)
-  if not (interval and at and untl) or untl <= now then return nil end
-  return {key = key, interval = interval, at = at, untl = untl}
-end
-
-local function pace_save(p, now)
-  redis.call('SET', p.key, fmt(p.interval) .. ' ' .. fmt(p.at) .. ' ' .. fmt(p.untl), 'PX', idle_ms(p.untl - now))
 end
 
 -- See pace in holes.py: at most `remaining` (one or more) before `untl`, spread

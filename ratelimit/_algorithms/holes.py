@@ -66,6 +66,7 @@ __all__ = [
     "forget_late",
     "give_back",
     "pace",
+    "pace_charge",
     "pace_wait",
     "pause",
     "plan",
@@ -548,6 +549,14 @@ def pace(holes: Holes, now: float, remaining: float, until: float) -> None:
     old = holes.paced
     at = old[1] if old is not None and old[2] > now else now + interval
     holes.paced = [interval, at, until]
+
+
+def pace_charge(holes: Holes, now: float, tokens: float) -> None:
+    """A charge (tokens taken whatever the budget, ``algorithm.charge``) takes its place
+    in a provider's pace too: what the provider said remains, it has used."""
+    paced = holes.paced
+    if paced is not None and paced[2] > now:
+        paced[1] = (paced[1] if paced[1] > now else now) + tokens * paced[0]
 
 
 def pace_wait(holes: Holes, now: float) -> float:

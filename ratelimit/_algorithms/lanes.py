@@ -312,6 +312,7 @@ def charge(lanes: Lanes, state: LaneState, now: float, tokens: float) -> None:
         if part > 0:
             state.states[lane] = _charge(alg, state.states[lane], now, part)
             _holes.void(state.holes[lane])
+            _holes.pace_charge(state.holes[lane], now, part)
 
 
 def restrict(lanes: Lanes, state: LaneState, now: float, remaining: float, until: float) -> None:

@@ -333,8 +333,10 @@ class MemoryHandle:
     def charge(self, tokens: float) -> float | None:
         slot = self._slot
         with slot.lock:
-            slot.state = charge(self._alg, slot.state, self._now(), tokens)
+            now = self._now()
+            slot.state = charge(self._alg, slot.state, now, tokens)
             _holes.void(slot.holes)
+            _holes.pace_charge(slot.holes, now, tokens)
             # A charge ends the slot line: a refund names it by that end, less the
             # tolerance, as it would a grant that waited (see charge_members in Lua).
             return _holes.GrantTime(self._alg.latest(slot.state), (True,)) if self._alg.slotted else None
@@ -506,6 +508,7 @@ class MemoryGroupHandle:
     def charge(self, tokens: Sequence[float]) -> None:
         def change(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
             _holes.void(holes)
+            _holes.pace_charge(holes, now, tokens[0])
             return charge_all(self._algs, states, now, tokens)
 
         self._locked(change)

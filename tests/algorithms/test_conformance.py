@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from ratelimit import RedisBackend
 from ratelimit._algorithms.algorithm import Algorithm, charge_all, peek_all
-from ratelimit._algorithms.holes import GrantTime, Holes, give_back, pace_wait, reserve, restrict, void
+from ratelimit._algorithms.holes import GrantTime, Holes, give_back, pace_charge, pace_wait, reserve, restrict, void
 from ratelimit._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime
 from ratelimit._algorithms.lanes import give_back as give_back_lane
 from ratelimit._algorithms.lanes import peek as peek_lanes
@@ -114,6 +114,7 @@ def test_script_matches_pure_step(
         if charged:
             states = charge_all([alg], states, now.value, [min(charged, first)])
             void(holes)
+            pace_charge(holes, now.value, min(charged, first))
             named = handle.charge(min(charged, first))
             if alg.slotted:
                 assert named == alg.latest(states[0])
@@ -158,6 +159,7 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
             costs = member_weights(algs, charged, zeros >> 1)
             states = charge_all(algs, states, now.value, costs)
             void(holes)
+            pace_charge(holes, now.value, costs[0])
             handle.charge(costs)
         given = take_back(back, pending, now.value)
         if given is not None:
