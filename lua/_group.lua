@@ -105,7 +105,7 @@ elseif op == 'batch' then
   out[#out + 1] = fmt(now)
   return out
 elseif op == 'wait' then
-  return {fmt(peek_members(members, now)), fmt(now)}
+  return {fmt(math.max(peek_members(members, now), pace_wait(holes, now))), fmt(now)}
 elseif op == 'reset' then
   forget_members(members, holes)
   return {fmt(now)}
@@ -115,13 +115,22 @@ elseif op == 'restrict' then
   for _, m in ipairs(members) do
     if m.tokens > EPSILON then paused = false end
   end
-  restricted(holes, now, untl)
-  if paused then
-    pause(holes, now, untl)
-    tally(top_base, now, {}, 0, 1)
-  end
+  local paced = true
   for _, m in ipairs(members) do
-    m.state = m.alg.restrict(m.self, m.state, now, m.tokens, untl)
+    if not (m.tokens >= 1.0) then paced = false end
+  end
+  restricted(holes, now, untl)
+  if paced then
+    -- (Counted in the first member's tokens, which a grant weighs in.)
+    pace(holes, now, members[1].tokens, untl)
+  else
+    if paused then
+      pause(holes, now, untl)
+      tally(top_base, now, {}, 0, 1)
+    end
+    for _, m in ipairs(members) do
+      m.state = m.alg.restrict(m.self, m.state, now, m.tokens, untl)
+    end
   end
   save_all(false)
   return {fmt(now)}

@@ -59,8 +59,8 @@ local function save(lane, only_dirty)
 end
 
 local function plan_lane(lane)
-  local admit_at, at, hole = plan_members({lanes[lane].member}, lanes[lane].holes, now)
-  return {admit_at, at, hole}
+  local admit_at, at, hole, paced = plan_members({lanes[lane].member}, lanes[lane].holes, now)
+  return {admit_at, at, hole, paced}
 end
 
 -- See _now and _when in lanes.py.
@@ -75,7 +75,8 @@ end
 
 local function settle(lane, planned, max_wait)
   local l = lanes[lane]
-  local wait, changed = settle_members({l.member}, l.holes, now, planned[1], planned[2], planned[3], max_wait)
+  local wait, changed = settle_members({l.member}, l.holes, now, planned[1], planned[2], planned[3], max_wait,
+                                        planned[4])
   l.changed = changed
   return wait, lane
 end
@@ -85,7 +86,9 @@ local function reserve(max_wait, low, keep)
   if low then
     local planned = plan_lane(LOW)
     local high = lanes[HIGH].member
-    if not grants_now(planned) and keep ~= nil and tokens + keep <= lanes[HIGH].most + EPSILON then
+    -- (Not from a high lane a provider's pace holds: see reserve in lanes.py.)
+    if not grants_now(planned) and keep ~= nil and tokens + keep <= lanes[HIGH].most + EPSILON
+        and not pace_of(lanes[HIGH].holes .. ':pace', now) then
       local admit_at, at = ALG.plan(high.self, high.state, now, tokens + keep)
       if decide(admit_at, at, now, 0.0) >= 0 then
         high.state = ALG.commit(high.self, high.state, now, tokens, at)
@@ -180,9 +183,13 @@ elseif op == 'restrict' then
   if tokens <= EPSILON then tally(top_base, now, {}, 0, 1) end
   for lane = 1, 2 do
     local m = lanes[lane].member
-    m.state = ALG.restrict(m.self, m.state, now, parts[lane], untl)
     restricted(lanes[lane].holes, now, untl)
-    if parts[lane] <= EPSILON then pause(lanes[lane].holes, now, untl) end
+    if parts[lane] >= 1.0 then
+      pace(lanes[lane].holes, now, parts[lane], untl)
+    else
+      m.state = ALG.restrict(m.self, m.state, now, parts[lane], untl)
+      if parts[lane] <= EPSILON then pause(lanes[lane].holes, now, untl) end
+    end
     save(lane, false)
   end
   return {fmt(now)}

@@ -10,6 +10,7 @@
 -- withdrawn grant was due, member = "<time>|<tokens>,<tokens>,..." with one number
 -- per limit of the group. At most one hole per time (within EPSILON). The member
 -- "pause", scored with the end of the latest pause from the provider, is no hole.
+-- The provider's pace (see pace in holes.py) is kept beside them, at <holes>:pace.
 -- A token bucket's hole stays good past its time for the part of its slot still
 -- ahead (`room`), and a refund that names a grant which waited its own turn leaves
 -- one ('release'); see the docstring of holes.py.
@@ -49,7 +50,7 @@ local function forget_members(members, holes)
   for _, m in ipairs(members) do
     redis.call('DEL', m.self.key, m.self.key .. ':caps', m.self.key .. ':meta')
   end
-  redis.call('DEL', holes, holes .. ':restricted')
+  redis.call('DEL', holes, holes .. ':restricted', holes .. ':pace')
 end
 
 local function commit_all(members, now, at)
@@ -192,6 +193,21 @@ local function group_latest(members)
   return latest
 end
 
+-- The provider's pace (see pace in holes.py), kept at <holes>:pace as
+-- "<interval> <at> <until>"; nil where there is none, or it is over.
+local function pace_of(key, now)
+  local text = redis.call('GET', key)
+  if not text then return nil end
+  local interval, at, untl = string.match(text, '^(%S+) (%S+) (%S+)$')
+  interval, at, untl = tonumber(interval), tonumber(at), tonumber(untl)
+  if not (interval and at and untl) or untl <= now then return nil end
+  return {key = key, interval = interval, at = at, untl = untl}
+end
+
+local function pace_save(p, now)
+  redis.call('SET', p.key, fmt(p.interval) .. ' ' .. fmt(p.at) .. ' ' .. fmt(p.untl), 'PX', idle_ms(p.untl - now))
+end
+
 -- charge: the members' tokens taken whatever the budget, at the latest grant any of
 -- them recorded if that is still ahead, else now (see charge_all in algorithm.py).
 -- The holes are void, the pause kept (see void in holes.py).
@@ -199,6 +215,14 @@ local function charge_members(members, holes, now)
   local at = group_latest(members)
   if not (at > now) then at = now end
   commit_all(members, now, at)
+  -- See pace_charge in holes.py: the charge takes its place in the provider's pace.
+  local p = pace_of(holes .. ':pace', now)
+  if p then
+    local t = p.at
+    if not (t > now) then t = now end
+    p.at = t + members[1].tokens * p.interval
+    pace_save(p, now)
+  end
   local paused = redis.call('ZSCORE', holes, 'pause')
   if redis.call('DEL', holes) == 1 and paused then
     redis.call('ZADD', holes, paused, 'pause')
@@ -306,19 +330,56 @@ local function take_pooled(members, holes, now, due)
   return pieces
 end
 
+-- See pace in holes.py: at most `remaining` (one or more) before `untl`, spread
+-- evenly, the first an interval from now; a pace still in force keeps its next slot.
+local function pace(holes, now, remaining, untl)
+  local interval = (untl - now) / remaining
+  local key = holes .. ':pace'
+  local old = pace_of(key, now)
+  local at = now + interval
+  if old then at = old.at end
+  pace_save({key = key, interval = interval, at = at, untl = untl}, now)
+end
+
+-- See pace_wait in holes.py: the wait the provider's pace alone puts on a request now.
+local function pace_wait(holes, now)
+  local p = pace_of(holes .. ':pace', now)
+  if not p or not (p.at > now + EPSILON) then return 0.0 end
+  local gate = p.untl
+  if p.at < gate then gate = p.at end
+  local wait = gate - now
+  if wait > EPSILON then return wait end
+  return 0.0
+end
+
 -- See plan in holes.py: the plan of the members with the earliest of the first
 -- HOLE_SCAN holes the request can take, which wins when it comes before the
--- algorithms' own plan (or they would not admit it now). Returns admit_at, at, and
--- the hole to take (nil: the algorithms' own plan). `none`: the caller knows there
--- are no holes.
+-- algorithms' own plan (or they would not admit it now). Returns admit_at, at, the
+-- hole to take (nil: the algorithms' own plan) and the provider's pace (nil: none).
+-- `none`: the caller knows there are no holes nor pace.
 local function plan_members(members, holes, now, none)
   -- The common path has no holes at all: EXISTS is the cheapest way to learn it
   -- (about 0.5 us in a ~20 us script). Read by rank, then drop spent holes (they sort
   -- first) only if there are any past.
   -- One entry more than the scan: the pause, if any, is among them and is no hole.
-  if none or redis.call('EXISTS', holes) == 0 then
+  if none then
     local admit_at, at = plan_all(members, now)
-    return admit_at, at, nil
+    return admit_at, at, nil, nil
+  end
+  local key = holes .. ':pace'
+  local present = redis.call('EXISTS', holes, key)
+  if present == 0 then
+    local admit_at, at = plan_all(members, now)
+    return admit_at, at, nil, nil
+  end
+  local paced = pace_of(key, now)
+  if paced and paced.at > now + EPSILON then
+    -- The provider's next slot is ahead: no grant before it, nor a hole's.
+    local admit_at, at = plan_all(members, now)
+    local gate = paced.untl
+    if paced.at < gate then gate = paced.at end
+    if gate > at then at = gate end
+    return admit_at, at, nil, paced
   end
   for _, m in ipairs(members) do
     if m.alg.room and m.alg.latest(m.self, m.state) == -math.huge then
@@ -326,7 +387,7 @@ local function plan_members(members, holes, now, none)
       -- its holes and pause with it.
       redis.call('DEL', holes)
       local admit_at, at = plan_all(members, now)
-      return admit_at, at, nil
+      return admit_at, at, nil, paced
     end
   end
   local found = redis.call('ZRANGE', holes, 0, HOLE_SCAN, 'WITHSCORES')
@@ -353,7 +414,7 @@ local function plan_members(members, holes, now, none)
       redis.call('DEL', holes)
       found = {}
     elseif admit_at - now > EPSILON or at > now + EPSILON then
-      return now, now, {pooled = due}
+      return now, now, {pooled = due}, paced
     end
   end
   local hole = nil
@@ -379,9 +440,9 @@ local function plan_members(members, holes, now, none)
     hole = nil
   end
   if hole ~= nil and (admit_at - now > EPSILON or hole.t < at) then
-    return now, hole.t, hole
+    return now, hole.t, hole, paced
   end
-  return admit_at, at, nil
+  return admit_at, at, nil, paced
 end
 
 -- See exact in holes.py: the name of a grant just recorded at `at`, as the members
@@ -422,10 +483,17 @@ end
 -- See settle in holes.py: decide what plan_members planned and, if granted, record
 -- it. Returns the signed wait, whether the members' states changed, and the grant's
 -- name for a refund (exact_mask for a grant that waited; with `names`, at_once_mask
--- for one that went at once).
-local function settle_members(members, holes, now, admit_at, at, hole, max_wait, names)
+-- for one that went at once). `paced`: the pace plan_members found in force, if any.
+local function settle_members(members, holes, now, admit_at, at, hole, max_wait, paced, names)
   local wait = decide(admit_at, at, now, max_wait)
   if wait < 0 then return wait, false, '' end
+  if paced and now + wait < paced.untl then
+    -- (A pace counts in the first member's tokens, as holes.settle does.)
+    local t = now + wait
+    if paced.at > t then t = paced.at end
+    paced.at = t + members[1].tokens * paced.interval
+    pace_save(paced, now)
+  end
   if hole ~= nil and hole.pooled then
     return wait, true, pieces_mask(take_pooled(members, holes, now, hole.pooled))
   end
@@ -439,8 +507,8 @@ local function settle_members(members, holes, now, admit_at, at, hole, max_wait,
 end
 
 local function reserve_members(members, holes, now, max_wait, none, names)
-  local admit_at, at, hole = plan_members(members, holes, now, none)
-  return settle_members(members, holes, now, admit_at, at, hole, max_wait, names)
+  local admit_at, at, hole, paced = plan_members(members, holes, now, none)
+  return settle_members(members, holes, now, admit_at, at, hole, max_wait, paced, names)
 end
 
 local function tail_all(members, tokens, at)

@@ -67,7 +67,8 @@ local CODE_KEPT_MS = '86400000'
 local now, time = clock_read(ARGV[2])
 
 -- The quick path. Most decisions are a reserve whose state is all there is: no change
--- (KEYS[2]), no holes nor pause (<base>:holes), no slack record (<base>:slack). The
+-- (KEYS[2]), no holes nor pause (<base>:holes) nor pace (<base>:holes:pace), no slack
+-- record (<base>:slack). The
 -- full path learns that with an EXISTS, and decides through the tables and closures
 -- below; the quick path reads the state alone and decides with the algorithm's
 -- `quick`, the same arithmetic with none of them (so the same decisions, to the bit).
@@ -167,7 +168,7 @@ local tokens, code1, code2, slack = numbers_of(ARGV[3], ARGV[5], ARGV[6], ARGV[7
 -- So the largest slack in use is recorded here, until the state has been idle for
 -- that long after the last decision made with it (every token granted under it has
 -- gone by then), and every process decides with the larger of its own and it.
-local fleet_slack, holes, own = sides_of(KEYS[1], ALG.beside)
+local fleet_slack, holes, own, paced = sides_of(KEYS[1], ALG.beside)
 -- A change (KEYS[2]) and holes are rare, and so is the record where no process keeps a
 -- slack: most decisions find none of them, which one EXISTS tells for less than
 -- reading any one. A process with a slack of its own keeps the record itself, so it
@@ -201,10 +202,10 @@ if kept then
   if own then raw = false end
 elseif KEYS[2] then
   if slack > 0 then
-    if own then beside = redis.call('EXISTS', KEYS[2], holes, own)
-    else beside = redis.call('EXISTS', KEYS[2], holes) end
-  elseif own then beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes, own)
-  else beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes) end
+    if own then beside = redis.call('EXISTS', KEYS[2], holes, paced, own)
+    else beside = redis.call('EXISTS', KEYS[2], holes, paced) end
+  elseif own then beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes, paced, own)
+  else beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes, paced) end
   if beside == 0 and own then raw = false end
 end
 -- Something beside a clean state (a change or a record written by hand, see the quick
@@ -510,16 +511,23 @@ elseif op == 'peek' then
           fmt(ALG.latest(self, member.state)), paused or '', fmt(now)}
 elseif op == 'wait' then
   if too_big(tokens) then return {'inf', fmt(now)} end
-  return {fmt(peek_members({member}, now)), fmt(now)}
+  return {fmt(math.max(peek_members({member}, now), pace_wait(holes, now))), fmt(now)}
 elseif op == 'reset' then
   forget_members({member}, holes)
   return {fmt(now)}
 elseif op == 'restrict' then
-  member.state = ALG.restrict(self, member.state, now, tokens, now + tonumber(ARGV[4]))
-  restricted(holes, now, now + tonumber(ARGV[4]))
-  if tokens <= EPSILON then
-    pause(holes, now, now + tonumber(ARGV[4]))
-    tally(top_base, now, {}, 0, 1)
+  local untl = now + tonumber(ARGV[4])
+  restricted(holes, now, untl)
+  if tokens >= 1.0 then
+    -- One or more left: a pace every grant keeps (see pace in holes.py), the state
+    -- saved unmarked so that the next decision asks what is beside it.
+    pace(holes, now, tokens, untl)
+  else
+    member.state = ALG.restrict(self, member.state, now, tokens, untl)
+    if tokens <= EPSILON then
+      pause(holes, now, untl)
+      tally(top_base, now, {}, 0, 1)
+    end
   end
   ALG.save(self, member.state, now)
   keep_slack(member.state)  -- a window counter's placeholders are grants ahead

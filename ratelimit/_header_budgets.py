@@ -44,9 +44,9 @@ def merge(a: RateLimitInfo, b: RateLimitInfo) -> RateLimitInfo:
     """Two readings of one response: the most conservative of each field.
 
     The lowest remaining, the latest reset and ``Retry-After``, the lowest limit with
-    its own window (see ``_limit_and_window``). ``gradual`` only if every reading that
-    says anything of the budget is: fields of one read with the other's refill could
-    make its pace faster than either says.
+    its own window (see ``_limit_and_window``). ``gradual`` (and ``refills``) only if
+    every reading that says anything of the budget is: fields of one read with the
+    other's refill could make its pace faster than either says.
     """
     limit, window = _limit_and_window(a, b)
     telling = [r for r in (a, b) if (r.limit, r.remaining, r.reset_after) != (None, None, None)]
@@ -57,6 +57,7 @@ def merge(a: RateLimitInfo, b: RateLimitInfo) -> RateLimitInfo:
         retry_after=_high(a.retry_after, b.retry_after),
         window=window,
         gradual=bool(telling) and all(r.gradual for r in telling),
+        refills=bool(telling) and all(r.refills for r in telling),
     )
 
 

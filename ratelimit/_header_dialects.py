@@ -129,7 +129,8 @@ def _ietf_list(fields: Fields, items: list[Item], policies: list[Item]) -> RateL
     """The ``RateLimit`` list: one service limit per named policy; the binding one.
 
     Each item ``"name";r=..;t=..`` is read with the ``RateLimit-Policy`` item of the
-    same name, for its quota (the limit) and window. An item naming no policy keeps
+    same name, for its quota (the limit) and window; ``t`` is until more quota, which
+    the policy brings back at ``q`` per ``w`` (``refills``). An item naming no policy keeps
     its remaining and reset, with no limit and no window: another policy's are not
     its own. An item without ``r`` is malformed and ignored. The older dictionary
     form (``limit=100, remaining=50, reset=30``) is one reading, whose window is
@@ -150,7 +151,11 @@ def _ietf_list(fields: Fields, items: list[Item], policies: list[Item]) -> RateL
             loose = merge(loose, piece)
         elif remaining is not None:
             limit, window = named.get(name, (None, None))
-            readings.append(RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, window=window))
+            # `t` is until more quota, which its policy brings back at q per w.
+            refills = limit is not None and bool(window)
+            readings.append(
+                RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, window=window, refills=refills)
+            )
     if loose != RateLimitInfo():
         window = None
         for policy, params in policies:

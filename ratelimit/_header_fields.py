@@ -44,6 +44,9 @@ class RateLimitInfo:
             reset is when it is *full* again, and with ``limit`` known one more comes
             back every ``reset_after / (limit - remaining)`` seconds. Only set when the
             reset was not cut to the cap (a cut reset says nothing of the pace).
+        refills: the reset is when *more* comes back, not when the budget is whole,
+            and it comes back at ``limit`` per ``window`` (the IETF structured fields'
+            ``t``, with the ``q`` and ``w`` of their ``RateLimit-Policy``).
     """
 
     limit: float | None = None
@@ -53,6 +56,7 @@ class RateLimitInfo:
     window: float | None = None
     tokens: RateLimitInfo | None = None
     gradual: bool = False
+    refills: bool = False
 
 
 class Fields:

@@ -18,7 +18,9 @@ first ``SCAN`` holes only, so its cost stays bounded however many callers gave u
 
 A provider's pause (a restriction to nothing more until ``until``) drops the holes
 before its end, and until then a place withdrawn before the end is lost and a refund
-frees nothing: no request that was not already promised goes out during a pause.
+frees nothing: no request that was not already promised goes out during a pause. A
+provider's word that one or more remain is kept beside the holes as a pace (see
+:func:`pace`), which every grant keeps until its end, a hole's too.
 
 Everything here works on a group of limits granted together (a composite); one limiter
 is a group of one. ``tokens`` is one number per limit. Mirrored by ``lua/_members.lua``.
@@ -51,7 +53,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .algorithm import EPSILON, Algorithm, commit_all, decide, exact_room, latest_all
+from .algorithm import EPSILON, Algorithm, commit_all, decide, exact_room, latest_all, plan_all
 
 __all__ = [
     "DUE",
@@ -66,9 +68,13 @@ __all__ = [
     "forget",
     "forget_late",
     "give_back",
+    "pace",
+    "pace_charge",
+    "pace_wait",
     "pause",
     "plan",
     "reserve",
+    "restrict",
     "restricted",
     "settle",
     "void",
@@ -89,7 +95,7 @@ class Holes:
     """One limiter's (or composite's) holes, earliest first, and the end of the
     latest pause."""
 
-    __slots__ = ("items", "paused_until", "restricted_until")
+    __slots__ = ("items", "paced", "paused_until", "restricted_until")
 
     def __init__(self) -> None:
         self.items: list[Hole] = []
@@ -97,6 +103,10 @@ class Holes:
         #: The end of the latest restriction from the provider: until then a named
         #: refund leaves no hole (the provider's count already has that grant's use).
         self.restricted_until = -math.inf
+        #: The provider's pace (see :func:`pace`): ``[interval, at, until]``, every
+        #: grant before ``until`` at ``at`` or later, each moving ``at`` on by its
+        #: tokens times ``interval``; ``None`` when no provider has set one.
+        self.paced: list[float] | None = None
 
     def __repr__(self) -> str:
         return f"Holes({self.items!r}, paused_until={self.paused_until!r})"
@@ -132,11 +142,12 @@ def void(holes: Holes) -> None:
 
 
 def forget(holes: Holes) -> None:
-    """The limiter's usage is forgotten (``limiter.reset``): its holes, pause and
-    restriction with it."""
+    """The limiter's usage is forgotten (``limiter.reset``): its holes, pause,
+    restriction and pace with it."""
     holes.items.clear()
     holes.paused_until = -math.inf
     holes.restricted_until = -math.inf
+    holes.paced = None
 
 
 def pause(holes: Holes, until: float) -> None:
@@ -390,6 +401,16 @@ def plan(
     even admit the request now: a full leaky queue still has the hole's room). Drops
     holes that are spent or void, which changes nothing they mean.
     """
+    paced = holes.paced
+    if paced is not None:
+        if paced[2] <= now:
+            holes.paced = None  # over: nothing before its end is left to grant
+        elif paced[1] > now + EPSILON:
+            # The provider's next slot is ahead: no grant before it (nor a hole's,
+            # which would go out ahead of the pace as much as any other).
+            admit_at, at = plan_all(algs, states, now, tokens)
+            gate = paced[1] if paced[1] < paced[2] else paced[2]
+            return admit_at, gate if gate > at else at, None
     items = holes.items
     kept = items or holes.paused_until > -math.inf
     if kept and any(alg.slotted and alg.latest(state) == -math.inf for alg, state in zip(algs, states, strict=True)):
@@ -453,6 +474,11 @@ def settle(
     wait = decide(admit_at, at, now, max_wait)
     if wait < 0:
         return list(states), wait, now + wait
+    paced = holes.paced
+    if paced is not None and now + wait < paced[2]:
+        # (A pace is kept on one limiter's holes only: its tokens are the first.)
+        t = now + wait
+        paced[1] = (paced[1] if paced[1] > t else t) + tokens[0] * paced[0]
     if found is None:
         states = commit_all(algs, states, now, tokens, at)
         if wait > EPSILON:
@@ -504,6 +530,68 @@ def restricted(holes: Holes, now: float, until: float) -> None:
     forget_late(holes, now)
     if until > holes.restricted_until:
         holes.restricted_until = until
+
+
+def restrict(
+    algs: Sequence[Algorithm[Any]],
+    states: Sequence[Any],
+    holes: Holes,
+    now: float,
+    remaining: Sequence[float],
+    until: float,
+) -> list[Any]:
+    """A provider's word: at most ``remaining`` more (per limit) before ``until``.
+
+    One or more in every limit is kept as a pace every grant keeps (:func:`pace`, in
+    the first limit's tokens, which a grant weighs in), the states as they are; less
+    restricts the states (``Algorithm.restrict``), and nothing at all is a pause too.
+    Returns the states. (``restrict`` in ``lua/_single.lua``, ``_group.lua`` and
+    ``_lanes.lua`` does the same.)
+    """
+    restricted(holes, now, until)
+    if all(n >= 1.0 for n in remaining):
+        pace(holes, now, remaining[0], until)
+        return list(states)
+    if all(n <= EPSILON for n in remaining):
+        pause(holes, until)
+    return [alg.restrict(state, now, n, until) for alg, state, n in zip(algs, states, remaining, strict=True)]
+
+
+def pace(holes: Holes, now: float, remaining: float, until: float) -> None:
+    """A provider's word that at most ``remaining`` (one or more) go before ``until``,
+    kept as a pace that every grant of the budget keeps until then, whoever asks: one
+    token every ``(until - now) / remaining`` seconds, spread evenly over the time left
+    rather than held back to its end, the last due at ``until``. (The first is due one
+    interval from now, not now: requests sent and not yet counted by the provider take
+    from what it said remains.)
+
+    A pace still in force keeps its next slot, and takes the new interval and end: the
+    word of the latest response, from the grant before, so that the time a response
+    takes to come back is not lost at every one.
+    """
+    interval = (until - now) / remaining
+    old = holes.paced
+    at = old[1] if old is not None and old[2] > now else now + interval
+    holes.paced = [interval, at, until]
+
+
+def pace_charge(holes: Holes, now: float, tokens: float) -> None:
+    """A charge (tokens taken whatever the budget, ``algorithm.charge``) takes its place
+    in a provider's pace too: what the provider said remains, it has used."""
+    paced = holes.paced
+    if paced is not None and paced[2] > now:
+        paced[1] = (paced[1] if paced[1] > now else now) + tokens * paced[0]
+
+
+def pace_wait(holes: Holes, now: float) -> float:
+    """The wait a provider's pace alone puts on a request now (``limiter.peek``): until
+    its next slot, or its end if sooner; 0 where none holds. (``pace_wait`` in
+    ``lua/_members.lua`` is the same function.)"""
+    paced = holes.paced
+    if paced is None or paced[2] <= now or not paced[1] > now + EPSILON:
+        return 0.0
+    wait = (paced[1] if paced[1] < paced[2] else paced[2]) - now
+    return wait if wait > EPSILON else 0.0
 
 
 def forget_late(holes: Holes, now: float) -> None:

@@ -149,7 +149,7 @@ def _plan(alg: Algorithm[Any], state: Any, holes: _holes.Holes, now: float, toke
     """``holes.plan`` in one lane. A lane with no holes and no pause has nothing to
     offer nor to drop, and its plan is then the algorithm's own, no earlier than now,
     built without a list (the same numbers holes.plan would give)."""
-    if not holes.items and holes.paused_until == -math.inf:
+    if not holes.items and holes.paused_until == -math.inf and holes.paced is None:
         admit_at, at = alg.plan(state, now, tokens)
         return (admit_at if admit_at > now else now), (at if at > now else now), None
     return _holes.plan((alg,), (state,), holes, now, (tokens,))
@@ -160,7 +160,7 @@ def _settle(
 ) -> tuple[float, int]:
     alg = lanes.high if lane == HIGH else lanes.low
     admit_at, at, found = planned
-    if found is None:
+    if found is None and state.holes[lane].paced is None:
         # holes.settle of a plan that took no hole, but for the grant's name, which no
         # one here reads (a lane's grant is named by its LaneTime).
         wait = decide(admit_at, at, now, max_wait)
@@ -187,14 +187,21 @@ def reserve(
     lane = LOW if low else HIGH
     alg = low_alg if low else high
     own = holes[lane]
-    if not own.items and own.paused_until == -math.inf:
+    if not own.items and own.paused_until == -math.inf and own.paced is None:
         admit_at, at = alg.plan(states[lane], now, tokens)
         if admit_at - now <= EPSILON and at - now <= EPSILON:
             states[lane] = alg.commit(states[lane], now, tokens, at if at > now else now)
             return 0.0, lane
     if low:
         planned = _plan(low_alg, states[LOW], holes[LOW], now, tokens)
-        if not _now(planned, now) and keep is not None and tokens + keep <= high.most + EPSILON:
+        # (Not from a high lane a provider's pace holds: the borrow would go ahead of it.)
+        paced = holes[HIGH].paced
+        if (
+            not _now(planned, now)
+            and keep is not None
+            and tokens + keep <= high.most + EPSILON
+            and (paced is None or paced[2] <= now)
+        ):
             admit_at, at = high.plan(states[HIGH], now, tokens + keep)
             if decide(admit_at, at, now, 0.0) >= 0:
                 # Granted now, so nothing is reserved in the high lane ahead of it.
@@ -305,15 +312,13 @@ def charge(lanes: Lanes, state: LaneState, now: float, tokens: float) -> None:
         if part > 0:
             state.states[lane] = _charge(alg, state.states[lane], now, part)
             _holes.void(state.holes[lane])
+            _holes.pace_charge(state.holes[lane], now, part)
 
 
 def restrict(lanes: Lanes, state: LaneState, now: float, remaining: float, until: float) -> None:
-    """``Algorithm.restrict`` for both lanes, ``remaining`` split by :func:`shares`. A lane
-    left nothing is paused, as a single limiter is by a pause (``holes.pause``)."""
+    """A provider's restriction (``holes.restrict``) in both lanes, ``remaining`` split
+    by :func:`shares`."""
     parts = shares(lanes, remaining)
     for lane, alg in ((HIGH, lanes.high), (LOW, lanes.low)):
         part = parts[lane]
-        state.states[lane] = alg.restrict(state.states[lane], now, part, until)
-        _holes.restricted(state.holes[lane], now, until)
-        if part <= EPSILON:
-            _holes.pause(state.holes[lane], until)
+        state.states[lane] = _holes.restrict((alg,), (state.states[lane],), state.holes[lane], now, (part,), until)[0]

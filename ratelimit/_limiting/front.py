@@ -534,8 +534,9 @@ class Limiter(Keyable, ABC, Generic[T]):
         """Correct the budget from a response's rate-limit headers; return what they said.
 
         Only ever lowers the budget, atomically for every worker sharing it:
-        ``remaining`` below what this limiter would still grant before the reset
-        lowers it to that; a 429/503 with ``Retry-After`` (or ``remaining: 0`` with a
+        ``remaining`` with a reset bounds every grant until the reset, spread evenly
+        over it (a budget the provider says refills, at the pace it refills); a
+        429/503 with ``Retry-After`` (or ``remaining: 0`` with a
         reset) pauses every worker until then, after which grants resume at the
         configured rate, in order, without a burst. A reset already past, garbage
         headers or a higher ``remaining`` change nothing; waits are capped at an hour.

@@ -255,7 +255,7 @@ class SingleLimiter(Limiter[float]):
 
     def _restriction(self, info: RateLimitInfo, status: int | None) -> tuple[float, float] | None:
         self._check_policy(info)
-        return restriction(info, status, 1.0 / self._alg.sustained_rate)
+        return restriction(info, status)
 
     def _check_policy(self, info: RateLimitInfo) -> None:
         # A provider announcing a lower rate than configured is worth a loud word; it

@@ -342,9 +342,10 @@ class MemoryHandle:
         try:
             # Read inside the lock, so that decisions see time in the order they run.
             now = clock()
-            if self._holes.items:
+            holes = self._holes
+            if holes.items or holes.paced is not None:
                 states, wait, name = _holes.reserve(
-                    self._algs, (slot.state,), self._holes, now, (tokens,), max_wait, self.names
+                    self._algs, (slot.state,), holes, now, (tokens,), max_wait, self.names
                 )
                 slot.state = states[0]
                 if self.tally is not None:
@@ -365,8 +366,8 @@ class MemoryHandle:
                 return wait, now  # now + 0.0, without the addition
             if tally is not None:
                 tally.record(tokens, wait)
-            # Only a grant that waited is named (holes.exact): one that went at once
-            # may sit anywhere in the slots still free.
+            # Without names, only a grant that waited is named (holes.exact): one that
+            # went at once may sit anywhere in the slots still free.
             if wait > EPSILON and self._alg.slotted:
                 return wait, _holes.exact(self._algs, (slot.state,), now + wait)
         finally:
@@ -394,8 +395,10 @@ class MemoryHandle:
     def charge(self, tokens: float) -> float | None:
         slot = self._slot
         with slot.lock:
-            slot.state = charge(self._alg, slot.state, self._now(), tokens)
+            now = self._now()
+            slot.state = charge(self._alg, slot.state, now, tokens)
             _holes.void(slot.holes)
+            _holes.pace_charge(slot.holes, now, tokens)
             # A charge ends the slot line: a refund names it by that end, less the
             # tolerance, as it would a grant that waited (see charge_members in Lua).
             return _holes.GrantTime(self._alg.latest(slot.state), (True,)) if self._alg.slotted else None
@@ -407,10 +410,7 @@ class MemoryHandle:
         slot = self._slot
         with slot.lock:
             now = self._now()
-            slot.state = self._alg.restrict(slot.state, now, remaining, now + seconds)
-            _holes.restricted(slot.holes, now, now + seconds)
-            if remaining <= EPSILON:
-                _holes.pause(slot.holes, now + seconds)
+            slot.state = _holes.restrict(self._algs, (slot.state,), slot.holes, now, (remaining,), now + seconds)[0]
 
     async def restrict_async(self, remaining: float, seconds: float) -> None:
         self.restrict(remaining, seconds)
@@ -422,7 +422,10 @@ class MemoryHandle:
     def peek(self, tokens: float) -> float:
         slot = self._slot
         with self._reading():
-            return peek_all(self._algs, (slot.state,), self._now(), (tokens,))
+            now = self._now()
+            wait = peek_all(self._algs, (slot.state,), now, (tokens,))
+            paced = _holes.pace_wait(slot.holes, now)
+            return paced if paced > wait else wait
 
     async def peek_async(self, tokens: float) -> float:
         return self.peek(tokens)
@@ -574,6 +577,7 @@ class MemoryGroupHandle:
     def charge(self, tokens: Sequence[float]) -> None:
         def change(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
             _holes.void(holes)
+            _holes.pace_charge(holes, now, tokens[0])
             return charge_all(self._algs, states, now, tokens)
 
         self._locked(change)
@@ -610,13 +614,7 @@ class MemoryGroupHandle:
 
     def restrict(self, remaining: Sequence[float], seconds: float) -> None:
         def change(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
-            _holes.restricted(holes, now, now + seconds)
-            if all(n <= EPSILON for n in remaining):
-                _holes.pause(holes, now + seconds)
-            return [
-                alg.restrict(state, now, n, now + seconds)
-                for alg, state, n in zip(self._algs, states, remaining, strict=True)
-            ]
+            return _holes.restrict(self._algs, states, holes, now, remaining, now + seconds)
 
         self._locked(change)
 
@@ -629,6 +627,9 @@ class MemoryGroupHandle:
         def read(now: float, states: list[Any], holes: _holes.Holes) -> list[Any]:
             nonlocal wait
             wait = peek_all(self._algs, states, now, tokens)
+            paced = _holes.pace_wait(holes, now)
+            if paced > wait:
+                wait = paced
             return states
 
         self._locked(read)

@@ -129,6 +129,8 @@ def _fill(mine: Holes, loaded: Holes) -> None:
     mine.items[:] = loaded.items
     mine.paused_until = loaded.paused_until
     mine.restricted_until = loaded.restricted_until
+    # A row written by a release that kept no pace has none.
+    mine.paced = getattr(loaded, "paced", None)
 
 
 def _fill_groups(mine: dict[tuple[str, ...], Holes], loaded: dict[tuple[str, ...], Holes]) -> None:

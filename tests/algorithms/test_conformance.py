@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from ratelimit import RedisBackend
 from ratelimit._algorithms.algorithm import Algorithm, charge_all, peek_all
-from ratelimit._algorithms.holes import GrantTime, Holes, give_back, pause, reserve, restricted, void
+from ratelimit._algorithms.holes import GrantTime, Holes, give_back, pace_charge, pace_wait, reserve, restrict, void
 from ratelimit._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime
 from ratelimit._algorithms.lanes import give_back as give_back_lane
 from ratelimit._algorithms.lanes import peek as peek_lanes
@@ -107,14 +107,11 @@ def test_script_matches_pure_step(
         now.value += dt
         if restriction is not None:
             remaining, seconds = restriction
-            states = [alg.restrict(states[0], now.value, remaining, now.value + seconds)]
-            restricted(holes, now.value, now.value + seconds)
-            if remaining == 0:
-                pause(holes, now.value + seconds)
+            states = restrict([alg], states, holes, now.value, [remaining], now.value + seconds)
             handle.restrict(remaining, seconds)
         n = min(tokens, first)
         # limiter.peek: the script's read-only wait, as the pure one says it.
-        assert handle.peek(n) == peek_all([alg], states, now.value, [n])
+        assert handle.peek(n) == max(peek_all([alg], states, now.value, [n]), pace_wait(holes, now.value))
         states, wait, name = reserve([alg], states, holes, now.value, [n], max_wait)
         same(handle.reserve(n, max_wait), (wait, name))
         if wait >= 0:
@@ -122,6 +119,7 @@ def test_script_matches_pure_step(
         if charged:
             states = charge_all([alg], states, now.value, [min(charged, first)])
             void(holes)
+            pace_charge(holes, now.value, min(charged, first))
             named = handle.charge(min(charged, first))
             if alg.slotted:
                 assert named == alg.latest(states[0])
@@ -153,15 +151,10 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
         if restriction is not None:
             remaining, seconds = restriction
             left = [remaining] * len(algs)
-            states = [
-                alg.restrict(s, now.value, remaining, now.value + seconds) for alg, s in zip(algs, states, strict=True)
-            ]
-            restricted(holes, now.value, now.value + seconds)
-            if remaining == 0:
-                pause(holes, now.value + seconds)
+            states = restrict(algs, states, holes, now.value, left, now.value + seconds)
             handle.restrict(left, seconds)
         weights = member_weights(algs, tokens, zeros)
-        assert handle.peek(weights) == peek_all(algs, states, now.value, weights)
+        assert handle.peek(weights) == max(peek_all(algs, states, now.value, weights), pace_wait(holes, now.value))
         states, wait, granted = reserve(algs, states, holes, now.value, weights, max_wait)
         same(handle.reserve(weights, max_wait), (wait, granted))
         if wait >= 0:
@@ -171,6 +164,7 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, scenario: list[
             costs = member_weights(algs, charged, zeros >> 1)
             states = charge_all(algs, states, now.value, costs)
             void(holes)
+            pace_charge(holes, now.value, costs[0])
             handle.charge(costs)
         given = take_back(back, pending, now.value)
         if given is not None:

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 from ratelimit import AcquireTimeout, ManualClock, RedisBackend, SlidingWindow
 from ratelimit._algorithms.algorithm import EPSILON, step
-from ratelimit._algorithms.holes import Holes, give_back, pause, reserve
+from ratelimit._algorithms.holes import Holes, give_back, pause, reserve, restrict
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import SUBWINDOWS, WindowCounter
 from ratelimit._stores.keys import key_for
@@ -502,9 +502,7 @@ def test_script_decides_as_the_pure_algorithm(
         elif then == "restrict" or then == "pause":
             left = 0.0 if then == "pause" else weight * limit
             seconds = fraction * window + 1e-3
-            states = [alg.restrict(states[0], now.value, left, now.value + seconds)]
-            if left == 0:
-                pause(holes, now.value + seconds)
+            states = restrict([alg], states, holes, now.value, [left], now.value + seconds)
             handle.restrict(left, seconds)
         elif then != "-" and pending:
             ahead = [p for p in pending if p[0] > now.value]

@@ -19,7 +19,7 @@ NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 #: What each dialect's sample means, alone and as the whole parse.
 EXPECTED: dict[str, RateLimitInfo] = {
     "x_ratelimit": RateLimitInfo(limit=5000, remaining=4999, reset_after=600),
-    "ietf": RateLimitInfo(limit=100, remaining=50, reset_after=30, window=60),
+    "ietf": RateLimitInfo(limit=100, remaining=50, reset_after=30, window=60, refills=True),
     "openai": RateLimitInfo(
         limit=60,
         remaining=59,

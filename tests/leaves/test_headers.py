@@ -71,7 +71,7 @@ PROVIDERS: dict[str, tuple[Any, RateLimitInfo]] = {
     ),
     "ietf structured fields": (
         {"RateLimit": '"default";r=50;t=30', "RateLimit-Policy": '"default";q=100;w=60'},
-        info(limit=100, remaining=50, reset_after=30, window=60),
+        info(limit=100, remaining=50, reset_after=30, window=60, refills=True),
     ),
     "openai": (
         {
@@ -137,22 +137,22 @@ DAILY_AND_MINUTE = '"default";q=100;w=60, "daily";q=5000;w=86400'
 IETF_LISTS: dict[str, tuple[Any, RateLimitInfo]] = {
     "the daily policy runs out first: its pace is 0.28/s against 1.7/s": (
         {"RateLimit": '"default";r=50;t=30, "daily";r=1000;t=3600', "RateLimit-Policy": DAILY_AND_MINUTE},
-        info(limit=5000, remaining=1000, reset_after=3600, window=86400),
+        info(limit=5000, remaining=1000, reset_after=3600, window=86400, refills=True),
     ),
     "a spent policy binds, whatever the others' pace": (
         {"RateLimit": '"default";r=0;t=30, "daily";r=10;t=3600', "RateLimit-Policy": DAILY_AND_MINUTE},
-        info(limit=100, remaining=0, reset_after=30, window=60),
+        info(limit=100, remaining=0, reset_after=30, window=60, refills=True),
     ),
     "of two spent policies, the later reset": (
         {"RateLimit": '"default";r=0;t=30, "daily";r=0;t=3000', "RateLimit-Policy": DAILY_AND_MINUTE},
-        info(limit=5000, remaining=0, reset_after=3000, window=86400),
+        info(limit=5000, remaining=0, reset_after=3000, window=86400, refills=True),
     ),
     "a pace tie goes to the longer time": (
         {
             "RateLimit": '"permin";r=10;t=20,"perhr";r=900;t=1800',
             "RateLimit-Policy": '"permin";q=50;w=60,"perhr";q=1000;w=3600',
         },
-        info(limit=1000, remaining=900, reset_after=1800, window=3600),
+        info(limit=1000, remaining=900, reset_after=1800, window=3600, refills=True),
     ),
     "a list split over two fields": (
         [
@@ -161,19 +161,19 @@ IETF_LISTS: dict[str, tuple[Any, RateLimitInfo]] = {
             ("RateLimit-Policy", '"default";q=100;w=60'),
             ("RateLimit-Policy", '"daily";q=5000;w=86400'),
         ],
-        info(limit=5000, remaining=1000, reset_after=3600, window=86400),
+        info(limit=5000, remaining=1000, reset_after=3600, window=86400, refills=True),
     ),
     "the first policy binds when it is the slower": (
         {"RateLimit": '"default";r=5;t=30, "daily";r=4000;t=3600', "RateLimit-Policy": DAILY_AND_MINUTE},
-        info(limit=100, remaining=5, reset_after=30, window=60),
+        info(limit=100, remaining=5, reset_after=30, window=60, refills=True),
     ),
     "no reset: the window bounds the time": (
         {"RateLimit": '"default";r=50;t=30, "daily";r=100', "RateLimit-Policy": DAILY_AND_MINUTE},
-        info(limit=5000, remaining=100, window=86400),
+        info(limit=5000, remaining=100, window=86400, refills=True),
     ),
     "refilling now is not spent": (
         {"RateLimit": '"default";r=0;t=0, "daily";r=10;t=10', "RateLimit-Policy": DAILY_AND_MINUTE},
-        info(limit=5000, remaining=10, reset_after=10, window=86400),
+        info(limit=5000, remaining=10, reset_after=10, window=86400, refills=True),
     ),
     "an item naming no policy: its own remaining and reset, no borrowed limit": (
         {"RateLimit": '"burst";r=5;t=2', "RateLimit-Policy": '"default";q=100;w=60'},
@@ -215,11 +215,11 @@ IETF_LISTS: dict[str, tuple[Any, RateLimitInfo]] = {
     "r huge": ({"RateLimit": f'"default";r={"9" * 400};t=30'}, info()),
     "garbage items beside a good one": (
         {"RateLimit": '"default";r=x;t=30, "daily";r=10;t=-3, ;;;, "", =', "RateLimit-Policy": DAILY_AND_MINUTE},
-        info(limit=5000, remaining=10, window=86400),
+        info(limit=5000, remaining=10, window=86400, refills=True),
     ),
     "t negative is no reset": (
         {"RateLimit": '"default";r=50;t=-1', "RateLimit-Policy": DAILY_AND_MINUTE},
-        info(limit=100, remaining=50, window=60),
+        info(limit=100, remaining=50, window=60, refills=True),
     ),
     "t of a year is cut to the cap": ({"RateLimit": '"default";r=0;t=31536000'}, info(remaining=0, reset_after=3600)),
     "a policy's q is not a number": (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,8 @@ from ratelimit import (
 )
 from ratelimit._limiting.feedback import restriction
 
+from conftest import unique_name
+
 Make = Callable[..., Any]
 
 
@@ -40,18 +43,20 @@ def test_a_429_with_retry_after_pauses_then_resumes_at_the_configured_rate(make:
 def test_remaining_below_what_the_limiter_would_grant_lowers_it(make: Make, clock: ManualClock) -> None:
     limiter = make(TokenBucket, 10, 1)
     limiter.feedback({"X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "5"}, status=200)
-    # Two grants before the reset, spaced at the configured rate so that the third
-    # lands on the reset itself and the rate carries on from there.
+    # Two grants before the reset, spread evenly over it, at 2.5 s and 5 s: not the
+    # limiter's own burst now, nor both at the end. From the reset on, the limiter's
+    # own budget, whole again.
     assert not limiter.try_acquire()
-    waits = [limiter.acquire() for _ in range(4)]
-    assert waits == pytest.approx([3.0, 1.0, 1.0, 1.0])
-    assert clock.now() == pytest.approx(1_000.0 + 6.0)
+    assert [limiter.acquire() for _ in range(2)] == pytest.approx([2.5, 2.5])
+    assert clock.now() == pytest.approx(1_000.0 + 5.0)
+    assert limiter.try_acquire()
 
 
-def test_remaining_close_to_the_reset_is_granted_at_once(make: Make, clock: ManualClock) -> None:
+def test_remaining_close_to_the_reset_is_spread_over_it(make: Make, clock: ManualClock) -> None:
     limiter = make(TokenBucket, 10, 1)
     limiter.feedback({"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": "1"}, status=200)
-    assert [limiter.try_acquire() for _ in range(4)] == [True, True, True, False]
+    assert not limiter.try_acquire()
+    assert [limiter.acquire() for _ in range(3)] == pytest.approx([1 / 3, 1 / 3, 1 / 3])
 
 
 def test_a_higher_remaining_never_raises_the_budget(make: Make, clock: ManualClock) -> None:
@@ -93,9 +98,8 @@ def test_remaining_zero_with_a_reset_pauses(make: Make, clock: ManualClock) -> N
 
 def test_of_several_policies_the_binding_one_paces_whole(make: Make, clock: ManualClock) -> None:
     # 1,000 of the day left for an hour binds (0.28/s) over 50 a minute for 30 s (1.7/s).
-    # The next grant is due when one of its 1,000 over 3,600 s is (3.6 s), and the ones
-    # after it at the configured 0.2 s apart until the next response says more; the
-    # minute's 50 over the day's hour, a mix of the two, would have allowed one per 72 s.
+    # Its 1,000 are spread over the 3,600 s: one every 3.6 s, every grant; the minute's
+    # 50 over the day's hour, a mix of the two, would have allowed one per 72 s.
     limiter = make(TokenBucket, 20, 5)
     headers = {
         "RateLimit": '"minute";r=50;t=30, "daily";r=1000;t=3600',
@@ -103,7 +107,7 @@ def test_of_several_policies_the_binding_one_paces_whole(make: Make, clock: Manu
     }
     info = limiter.feedback(headers, status=200)
     assert (info.limit, info.remaining, info.reset_after, info.window) == (5000, 1000, 3600, 86400)
-    assert [limiter.acquire() for _ in range(3)] == pytest.approx([3.6, 0.2, 0.2])
+    assert [limiter.acquire() for _ in range(3)] == pytest.approx([3.6, 3.6, 3.6])
 
 
 def test_a_success_with_a_retry_after_does_not_pause(make: Make, clock: ManualClock) -> None:
@@ -131,7 +135,7 @@ def test_leaky_bucket_pause(make: Make, clock: ManualClock) -> None:
 def test_sliding_window_pause_and_remaining(make: Make, clock: ManualClock) -> None:
     limiter = make(SlidingWindow, 4, 10)
     limiter.feedback({"X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "6"}, status=200)
-    assert [limiter.try_acquire() for _ in range(2)] == [True, False]
+    assert not limiter.try_acquire()
     assert limiter.acquire() == 6.0
     limiter.feedback({"Retry-After": "20"}, status=429)
     assert limiter.acquire() == 20.0
@@ -202,19 +206,21 @@ def test_a_429_without_retry_after_pauses_until_the_reset(make: Make) -> None:
     assert limiter.acquire() == pytest.approx(2.0)
 
 
-def test_a_far_reset_is_planned_a_grant_at_a_time_not_stalled_for(make: Make, clock: ManualClock) -> None:
-    # GitHub: 5,000 an hour; 4,000 left with 58 minutes to go. Read whole, the 4,000
-    # grants would be placed as late as they fit: a ten-minute stall with budget left.
-    # The next grant is due when one is at the even pace (3,480 / 4,000 s).
+def test_a_far_reset_is_paced_evenly_not_stalled_for(make: Make, clock: ManualClock) -> None:
+    # GitHub: 5,000 an hour; 4,000 left with 58 minutes to go. Placed as late as they
+    # fit, the 4,000 grants would wait ten minutes with budget left. Spread evenly, each
+    # goes at the even pace (3,480 / 4,000 s), whoever asks.
     limiter = make(TokenBucket, 20, 1000 / 60)
     limiter.feedback({"X-RateLimit-Remaining": "4000", "X-RateLimit-Reset-After": "3480"}, status=200)
-    assert limiter.acquire() == pytest.approx(3480 / 4000)
+    assert [limiter.acquire() for _ in range(4)] == pytest.approx([3480 / 4000] * 4)
 
 
 def test_a_far_reset_fed_back_after_every_response_goes_at_its_pace(make: Make, clock: ManualClock) -> None:
-    # The known issue this replaces: planned over 10 s stretches, each response planned a
-    # new stretch from its own moment, and the grants placed at a stretch's end kept
-    # moving away: one every 9.3 s where 1.15 a second was the pace (0.09 of it).
+    # Planned over stretches from each response's own moment, the grants placed at a
+    # stretch's end kept moving away (one every 9.3 s where 1.15 a second was the
+    # pace); planned a grant at a time from each response, the time a response takes to
+    # come back was lost at each (0.81 of the pace). The pace is kept from grant to
+    # grant instead.
     limiter = make(TokenBucket, 20, 1000 / 60)
     start, reset, left, latency = clock.now(), 3480.0, 4000, 0.2
     sent = []
@@ -227,11 +233,11 @@ def test_a_far_reset_fed_back_after_every_response_goes_at_its_pace(make: Make, 
         headers = {"X-RateLimit-Remaining": str(left), "X-RateLimit-Reset-After": f"{reset - elapsed:.3f}"}
         limiter.feedback(headers, status=200)
     pace = 4000 / 3480
-    rate = (len(sent) - 1) / (sent[-1] - sent[0])
-    # Each grant is due one pace after the response before it came back: 1 / (0.87 +
-    # 0.2) s, 0.81 of the pace; never faster than the pace.
-    assert 0.75 * pace <= rate <= pace
-    assert all(b - a >= 3480 / 4000 - 1e-6 for a, b in itertools.pairwise(sent))
+    # The first grant went before any response; from the second on, the even pace.
+    paced = sent[1:]
+    rate = (len(paced) - 1) / (paced[-1] - paced[0])
+    assert 0.99 * pace <= rate <= pace * (1 + 1e-9)
+    assert all(b - a >= 3480 / 4000 - 1e-6 for a, b in itertools.pairwise(paced))
 
 
 def test_a_far_reset_with_little_left_spreads_it(make: Make, clock: ManualClock) -> None:
@@ -349,12 +355,12 @@ def test_openai_refused_pauses_until_one_request_is_back(make: Make, clock: Manu
 
 
 def test_openai_a_little_left_goes_before_the_next_one_is_back(make: Make, clock: ManualClock) -> None:
-    # 1 of 60 left, full again in 59 s: one comes back each second. The one left may
-    # go now and the next after a second, not one grant placed at the end of 59 s.
+    # 1 of 60 left, full again in 59 s: one comes back each second. Spent evenly until
+    # it would be full, that is 60 over the 59 s: one every 59/60 s, not one grant
+    # placed at the end of 59 s.
     limiter = make(TokenBucket, 20, 1)
     limiter.feedback(openai(60, 1, "59s"), status=200)
-    assert limiter.try_acquire()
-    assert limiter.acquire() == pytest.approx(1.0)
+    assert [limiter.acquire() for _ in range(2)] == pytest.approx([59 / 60, 59 / 60])
 
 
 def test_anthropic_spent_pauses_until_one_request_is_back(make: Make, clock: ManualClock) -> None:
@@ -483,8 +489,17 @@ def test_odd_headers_ask_for_no_more_than_they_say_and_never_past_the_cap(
     remaining, seconds = change
     assert 0 < seconds <= CAP
     assert remaining >= 0
-    if info.remaining is not None:
-        assert remaining <= info.remaining
+    if info.remaining is not None and remaining > 0:
+        # Spread over the reset: what remains, or what the provider says comes back by
+        # then (a bucket full again at its reset, a policy's quota per window).
+        most = info.remaining
+        if info.gradual and info.limit is not None:
+            most = max(most, info.limit)
+        if info.limit is not None and info.window:
+            most = max(most, info.limit * seconds / info.window)
+        assert remaining <= most * (1 + 1e-9)
+    if remaining > 0:
+        assert remaining >= 1
     if info.gradual and seconds != info.retry_after:
         assert info.reset_after is not None
         assert seconds <= info.reset_after
@@ -504,3 +519,198 @@ def test_odd_headers_never_give_a_limiter_more(headers: dict[str, str], status: 
     assert granted[1] <= granted[0]
     # and the pause it set ends within the cap (plus one grant's spacing)
     assert fed.acquire() <= CAP + 0.5 + 1e-6
+
+
+# -- what a response says bounds every grant until its reset, evenly ---------------------
+
+
+def test_a_near_reset_is_spread_over_it_not_sent_at_its_end(make: Make, clock: ManualClock) -> None:
+    # "11 left in 10 s" on a limiter that would send 20 a second: one every 10/11 s,
+    # the last at the reset; not a wait of 9.3 s and then all 11 at once.
+    limiter = make(TokenBucket, 40, 20)
+    limiter.feedback({"X-RateLimit-Remaining": "11", "X-RateLimit-Reset-After": "10"}, status=200)
+    start = clock.now()
+    sent = []
+    for _ in range(11):
+        limiter.acquire()
+        sent.append(clock.now() - start)
+    assert sent == pytest.approx([10 / 11 * k for k in range(1, 12)])
+
+
+def test_one_response_bounds_the_grants_of_every_caller_sharing_the_budget(make: Make, clock: ManualClock) -> None:
+    # Two limiters on one name (two processes, or two threads' handles): one response fed
+    # back by one of them paces both, grant after grant, with no response of their own.
+    name = unique_name("paced")
+    first, second = make(TokenBucket, 40, 20, name=name), make(TokenBucket, 40, 20, name=name)
+    first.feedback({"X-RateLimit-Remaining": "5", "X-RateLimit-Reset-After": "2"}, status=200)
+    waits = [(first, second)[i % 2].acquire() for i in range(5)]
+    assert waits == pytest.approx([0.4] * 5)
+    # From the reset on, the limiter's own budget.
+    assert second.try_acquire()
+
+
+def test_a_pace_is_kept_from_grant_to_grant_across_responses(make: Make, clock: ManualClock) -> None:
+    # Responses fed back while grants are queued keep the pace's next slot: the time a
+    # response takes to come back is not added to every grant.
+    limiter = make(TokenBucket, 40, 20)
+    limiter.feedback({"X-RateLimit-Remaining": "10", "X-RateLimit-Reset-After": "10"}, status=200)
+    assert limiter.acquire() == pytest.approx(1.0)
+    clock.advance(0.3)
+    limiter.feedback({"X-RateLimit-Remaining": "9", "X-RateLimit-Reset-After": "8.7"}, status=200)
+    assert limiter.acquire() == pytest.approx(0.7)
+
+
+def test_a_later_response_sets_the_pace(make: Make, clock: ManualClock) -> None:
+    # The latest word on what is left sets the interval from the next slot on, slower or
+    # faster (never faster than the limiter's own rate).
+    limiter = make(TokenBucket, 40, 20)
+    limiter.feedback({"X-RateLimit-Remaining": "10", "X-RateLimit-Reset-After": "1"}, status=200)
+    limiter.feedback({"X-RateLimit-Remaining": "2", "X-RateLimit-Reset-After": "1"}, status=200)
+    assert [limiter.acquire() for _ in range(3)] == pytest.approx([0.1, 0.5, 0.4])
+
+
+def test_reset_forgets_the_pace(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 40, 20)
+    limiter.feedback({"X-RateLimit-Remaining": "2", "X-RateLimit-Reset-After": "60"}, status=200)
+    assert not limiter.try_acquire()
+    limiter.reset()
+    assert [limiter.try_acquire() for _ in range(3)] == [True, True, True]
+
+
+def test_a_pause_holds_inside_a_pace(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 40, 20)
+    limiter.feedback({"X-RateLimit-Remaining": "100", "X-RateLimit-Reset-After": "10"}, status=200)
+    limiter.feedback({"Retry-After": "3"}, status=429)
+    assert limiter.acquire() == pytest.approx(3.0)
+    assert limiter.acquire() == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("kind", ["leaky", "window", "approximate"])
+def test_every_algorithm_keeps_the_pace(make: Make, clock: ManualClock, kind: str) -> None:
+    limiter = {
+        "leaky": lambda: make(LeakyBucket, 10, 20),
+        "window": lambda: make(SlidingWindow, 20, 1),
+        "approximate": lambda: make(SlidingWindow, 20, 1, approximate=True),
+    }[kind]()
+    limiter.feedback({"X-RateLimit-Remaining": "4", "X-RateLimit-Reset-After": "2"}, status=200)
+    assert [limiter.acquire() for _ in range(4)] == pytest.approx([0.5] * 4)
+
+
+# -- the IETF fields: whole seconds, a policy's pace ------------------------------------
+
+
+def ietf(remaining: int, seconds: int, quota: int = 20, window: int = 1) -> dict[str, str]:
+    return {"RateLimit": f'"default";r={remaining};t={seconds}', "RateLimit-Policy": f'"default";q={quota};w={window}'}
+
+
+def test_ietf_fields_pace_at_the_policy_not_at_the_end_of_the_second(make: Make, clock: ManualClock) -> None:
+    # A bucket of 10 refilled at 20 a second says "3 left, more within the second"
+    # (t is whole seconds, rounded up): its quota comes back at 20 a second, so the
+    # grants go at that pace, not 3 placed at the end of the second.
+    limiter = make(TokenBucket, 20, 40)
+    limiter.feedback(ietf(3, 1), status=200)
+    assert [limiter.acquire() for _ in range(4)] == pytest.approx([0.05] * 4)
+
+
+def test_ietf_fields_spent_within_a_second_is_no_stall_of_a_second(make: Make, clock: ManualClock) -> None:
+    # None left, t=1: a fraction of a second rounded up. At the policy's 20 a second,
+    # the next is back in 0.05 s, not in a whole second.
+    limiter = make(TokenBucket, 20, 40)
+    limiter.feedback(ietf(0, 1), status=200)
+    assert [limiter.acquire() for _ in range(3)] == pytest.approx([0.05] * 3)
+
+
+def test_ietf_fields_spent_for_longer_pause_until_then(make: Make, clock: ManualClock) -> None:
+    # None left for 30 s: a wait of more than the rounding; a window's budget comes
+    # back at its reset, so nothing goes before it.
+    limiter = make(TokenBucket, 20, 40)
+    limiter.feedback(ietf(0, 30, quota=100, window=60), status=200)
+    assert limiter.acquire() == pytest.approx(30.0)
+
+
+def test_ietf_refusal_pauses_for_its_retry_after(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 20, 40)
+    limiter.feedback({**ietf(0, 1), "Retry-After": "1"}, status=429)
+    assert limiter.acquire() == pytest.approx(1.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(min_value=1, max_value=50),
+    st.floats(min_value=0.01, max_value=100),
+    st.lists(st.tuples(st.floats(min_value=0, max_value=5), st.sampled_from([1, 2])), max_size=60),
+)
+def test_a_response_bounds_every_grant_until_its_reset(remaining: int, seconds: float, steps: Any) -> None:
+    # Whatever callers ask and when: no more than `remaining` tokens go by the reset, and
+    # never two closer than the even pace.
+    clock = ManualClock(start=1_000.0)
+    limiter = TokenBucket(100, 1000, clock=clock)
+    limiter.feedback({"X-RateLimit-Remaining": str(remaining), "X-RateLimit-Reset-After": f"{seconds!r}"}, status=200)
+    end = clock.now() + seconds
+    interval = seconds / remaining
+    granted: list[tuple[float, int]] = []
+    for pause, tokens in steps:
+        clock.advance(pause * interval)
+        if limiter.try_acquire(tokens):
+            granted.append((clock.now(), tokens))
+    before = [(t, n) for t, n in granted if t < end - 1e-9]
+    assert sum(n for _, n in before) <= remaining
+    for (a, n), (b, _) in itertools.pairwise(before):
+        assert b - a >= n * interval - 1e-6
+
+
+# -- attacked: many callers at once, extreme figures -----------------------------------
+
+
+def test_a_pace_holds_against_many_threads_at_once(make: Make, clock: ManualClock) -> None:
+    # One response: 5 left for 10 s, one every 2 s. Thirty-two threads asking at once get
+    # nothing now, and exactly one of them the slot at 2 s.
+    name = unique_name("crowd")
+    limiters = [make(TokenBucket, 100, 1000, name=name) for _ in range(4)]
+    limiters[0].feedback({"X-RateLimit-Remaining": "5", "X-RateLimit-Reset-After": "10"}, status=200)
+
+    def crowd() -> int:
+        results: list[bool] = []
+        lock = threading.Lock()
+
+        def ask(limiter: Any) -> None:
+            granted = limiter.try_acquire()
+            with lock:
+                results.append(granted)
+
+        pool = [threading.Thread(target=ask, args=(limiters[i % 4],)) for i in range(32)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+        return sum(results)
+
+    assert crowd() == 0
+    clock.advance(2.0)
+    assert crowd() == 1
+    clock.advance(1.0)
+    assert crowd() == 0
+
+
+@pytest.mark.parametrize(
+    ("remaining", "reset"),
+    [("1e300", "3600"), ("1", "0.000001"), ("1", "3600"), ("999999999999", "0.001"), ("1.5", "0.0000001")],
+)
+def test_extreme_figures_never_raise_nor_stall_past_the_reset(
+    make: Make, clock: ManualClock, remaining: str, reset: str
+) -> None:
+    limiter = make(TokenBucket, 10, 10)
+    info = limiter.feedback({"X-RateLimit-Remaining": remaining, "X-RateLimit-Reset-After": reset}, status=200)
+    assert info.reset_after is not None
+    # The first grant comes no later than the reset, and the pace never outlives it.
+    assert limiter.acquire() <= info.reset_after + 1e-6
+    clock.advance(info.reset_after)
+    assert limiter.acquire() <= 0.1 + 1e-9
+
+
+def test_peek_tells_the_wait_a_pace_puts_on_a_request(make: Make, clock: ManualClock) -> None:
+    limiter = make(TokenBucket, 40, 20)
+    limiter.feedback({"X-RateLimit-Remaining": "4", "X-RateLimit-Reset-After": "2"}, status=200)
+    assert limiter.peek() == pytest.approx(0.5)
+    assert limiter.acquire() == pytest.approx(0.5)
+    assert limiter.peek() == pytest.approx(0.5)

@@ -84,17 +84,21 @@ def test_a_charge_into_debt_keeps_the_key_until_the_debt_is_waited_off(redis_cli
     assert_within(found, alg.idle_until(state) - clock.now())
 
 
-def test_a_windows_caps_expire_with_the_restriction(redis_client: redis.Redis) -> None:
+def test_a_windows_pace_and_caps_expire_with_the_restriction(redis_client: redis.Redis) -> None:
     clock = ManualClock(1_000.0)
     name = unique_name("ttl-caps")
     limiter = SlidingWindow(100, 10, backend=RedisBackend(redis_client), name=name, clock=clock)
     assert limiter.try_acquire()
+    # Some left: a pace beside the holes, kept until the reset's 4 s at most.
     limiter.feedback({"X-RateLimit-Remaining": "3", "X-RateLimit-Reset-After": "4"})
+    paces = {key: ttl for key, ttl in ttls(redis_client, name).items() if key.endswith(":pace")}
+    assert len(paces) == 1
+    assert 0 < next(iter(paces.values())) <= promised_ms(4.0)
+    # None left: the window's caps, kept as long.
+    limiter.feedback({"X-RateLimit-Remaining": "0", "X-RateLimit-Reset-After": "4"})
     caps = {key: ttl for key, ttl in ttls(redis_client, name).items() if key.endswith(":caps")}
     assert len(caps) == 1
-    # The restriction is planned over the reset's 4 s at most (see feedback.py).
-    found = next(iter(caps.values()))
-    assert 0 < found <= promised_ms(4.0)
+    assert 0 < next(iter(caps.values())) <= promised_ms(4.0)
 
 
 def test_holes_expire_with_the_queue_they_were_left_in(redis_client: redis.Redis) -> None:

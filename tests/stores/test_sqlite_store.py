@@ -47,7 +47,7 @@ from ratelimit import (
     TokenBucket,
 )
 from ratelimit._algorithms.algorithm import Algorithm, charge_all
-from ratelimit._algorithms.holes import Holes, give_back, pause, reserve, restricted, void
+from ratelimit._algorithms.holes import Holes, give_back, pace_charge, reserve, restrict, void
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import WindowCounter
@@ -90,10 +90,7 @@ def test_decisions_through_the_file_match_the_pure_step(store_path: Path, kind: 
         now = clock.now()
         if restriction is not None:
             remaining, seconds = restriction
-            states = [alg.restrict(states[0], now, remaining, now + seconds)]
-            restricted(holes, now, now + seconds)
-            if remaining == 0:
-                pause(holes, now + seconds)
+            states = restrict([alg], states, holes, now, [remaining], now + seconds)
             handle.restrict(remaining, seconds)
         n = min(tokens, 3.0)
         states, wait, at = reserve([alg], states, holes, now, [n], max_wait)
@@ -103,6 +100,7 @@ def test_decisions_through_the_file_match_the_pure_step(store_path: Path, kind: 
         if charged:
             states = charge_all([alg], states, now, [min(charged, 3.0)])
             void(holes)
+            pace_charge(holes, now, min(charged, 3.0))
             named = handle.charge(min(charged, 3.0))
             if alg.slotted:
                 assert named == alg.latest(states[0])
@@ -138,6 +136,7 @@ def test_a_composite_through_the_file_matches_the_pure_step(store_path: Path, sc
             costs = member_weights(algs, charged, zeros >> 1)
             states = charge_all(algs, states, now, costs)
             void(holes)
+            pace_charge(holes, now, costs[0])
             handle.charge(costs)
         given_back = take_back(back, pending, now)
         if given_back is not None:
