@@ -311,14 +311,13 @@ def _weakly(
     """What ``limiter.low`` asks of its limiter (a restriction, a repr), holding it
     weakly: a strong hold is a cycle that only the garbage collector frees, and a key's
     view must go when its cache lets go of it. A ``low`` kept alone, its limiter gone,
-    restricts at the limit's own pace and names its kind."""
+    restricts as the response says and names its kind."""
     alive = weakref.ref(limiter)
-    interval = 1.0 / limiter._alg.sustained_rate
     kind = type(limiter).__name__
 
     def restrict(info: RateLimitInfo, status: int | None) -> tuple[float, float] | None:
         found = alive()
-        return restriction(info, status, interval) if found is None else found._restriction(info, status)
+        return restriction(info, status) if found is None else found._restriction(info, status)
 
     def describe() -> str:
         found = alive()

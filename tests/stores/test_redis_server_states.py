@@ -115,19 +115,20 @@ def test_a_lost_set_is_a_fresh_window_not_an_error(client: redis.Redis) -> None:
     assert_window_state_consistent(client, name)
 
 
-def test_lost_caps_lift_only_the_restriction(client: redis.Redis) -> None:
-    # A provider's "1 left for the next 10 s" is kept beside the log; losing it loses
-    # that restriction, never a grant.
+def test_a_lost_pace_lifts_only_the_restriction(client: redis.Redis) -> None:
+    # A provider's "1 left for the next 10 s" is a pace kept beside the log's holes;
+    # losing it loses that restriction, never a grant.
     clock = ManualClock(1_000.0)
     name = unique_name("evict")
     limiter = SlidingWindow(5, 10, backend=RedisBackend(client), name=name, clock=clock)
     assert limiter.try_acquire()
     assert limiter.try_acquire()
     limiter.feedback({"X-RateLimit-Remaining": "1", "X-RateLimit-Reset-After": "10"})
-    caps = [k for k in keys_of(client, name) if k.endswith(":caps")]
-    assert len(caps) == 1
-    assert client.pttl(caps[0]) > 0  # it goes once over
-    client.delete(*caps)
+    assert not limiter.try_acquire()  # paced: the one left is due at the reset
+    paces = [k for k in keys_of(client, name) if k.endswith(":pace")]
+    assert len(paces) == 1
+    assert client.pttl(paces[0]) > 0  # it goes once over
+    client.delete(*paces)
     assert burst(limiter) == 3  # the log's own room: 5 less the 2 granted
 
 
