@@ -37,7 +37,7 @@ from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.token_bucket import Gcra
 
 from conftest import REDIS_URL, unique_name
-from held import held, held_clock
+from held import HeldClock, held, held_clock
 
 Make = Callable[..., Any]
 
@@ -259,22 +259,20 @@ def test_a_give_back_outlives_asyncio_run_closing_the_loop(store: str, request: 
     shutdown cancels the give-back too, which must still be made (it was lost: the
     next 2 tokens came 2 s later than they should)."""
     backend = request.getfixturevalue("backend")
-    limiter = TokenBucket(2, 1, backend=backend, name=unique_name())
+    clock = HeldClock(ManualClock(1_000.0))  # time stands still: only the give-back moves peek
+    limiter = TokenBucket(2, 1, backend=backend, name=unique_name(), clock=clock)
 
     async def scenario() -> None:
         assert await limiter.acquire_async(2) == 0.0
-        waiter = asyncio.create_task(limiter.acquire_async(2))
-        for _ in range(500):
-            if await limiter.peek_async(2) >= 3.0:  # the waiter has reserved its place
-                break
-            await asyncio.sleep(0.01)
+        waiter = await clock.start(limiter.acquire_async(2))  # parked in its sleep, its place reserved
+        assert await limiter.peek_async(2) == pytest.approx(4.0)
         waiter.cancel()
 
     asyncio.run(scenario())
-    deadline = time.monotonic() + 5
-    while limiter.peek(2) >= 3.0 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 10
+    while limiter.peek(2) > 2.0 + 1e-6 and time.monotonic() < deadline:
         time.sleep(0.01)  # the give-back's thread
-    assert limiter.peek(2) < 2.5
+    assert limiter.peek(2) == pytest.approx(2.0)
 
 
 # -- found by trying to break it ------------------------------------------------------
