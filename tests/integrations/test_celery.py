@@ -544,7 +544,6 @@ def test_a_budget_in_this_process_is_refused_unless_local(backend: MemoryBackend
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"tokens": 5}, ValueError, "tokens must be <= capacity"),
         ({"tokens": 0}, ValueError, "tokens must be > 0"),
         ({"tokens": "1"}, TypeError, "tokens must be a number"),
         ({"max_block": -1}, ValueError, "max_block must be seconds >= 0"),
@@ -566,11 +565,25 @@ def test_bad_arguments_are_refused_at_decoration(
         limited(bucket, **kwargs)
 
 
+def test_a_weight_above_the_codes_capacity_is_decided_by_the_store(app: Celery, bucket: TokenBucket) -> None:
+    """On a shared store a limit raised at run time (set_limit) may grant more than the
+    code's capacity, so decoration accepts it; a run the limit in force refuses for ever
+    fails clearly, naming the capacity."""
+
+    @app.task(bind=True, base=Recorder)
+    @limited(bucket, tokens=5)
+    def lookup(self: Task, item: int) -> None: ...
+
+    with pytest.raises(ValueError, match=r"tokens must be <= capacity \(1\), or the limit a change at run time"):
+        in_worker(lookup, 1)
+    assert bucket.try_acquire()
+
+
 @pytest.mark.parametrize(
     ("returned", "error", "match"),
     [
         (-1, ValueError, r"tokens=<lambda> returned -1: tokens must be > 0"),
-        (5, ValueError, r"returned 5: tokens must be <= capacity"),
+        (5, ValueError, r"tokens must be <= capacity \(1\), or the limit a change at run time"),
         (None, TypeError, r"tokens=<lambda> must return a number .* got NoneType None"),
         (True, TypeError, "must return a number"),
         ("x" * 10_000, TypeError, r"got str 'xxxx.*\.\.\.x'$"),
