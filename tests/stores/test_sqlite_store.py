@@ -456,6 +456,35 @@ def test_asyncio_tasks_by_the_hundred_are_refused_at_once_while_another_process_
 
 
 @pytest.mark.slow
+def test_a_timeout_is_kept_while_untimed_tasks_hold_every_thread_waiting_for_the_lock(tmp_path: Path) -> None:
+    """Another process holds the file for 3 s; 40 tasks wait for it without a timeout,
+    each in a thread of asyncio's default executor (a few): a task with ``timeout=0.05``
+    behind them is refused within its timeout and a little, not when their waits end
+    (it waited for the lock's release, 3 s, or for ``busy_timeout``)."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(100, 1e-6, backend=backend, name="aio-starved")
+    assert limiter.try_acquire()
+
+    async def main() -> float:
+        untimed = [asyncio.create_task(limiter.acquire_async()) for _ in range(40)]
+        await asyncio.sleep(0.1)  # each in its thread, waiting for the lock
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout):
+            await limiter.acquire_async(timeout=0.05)
+        took = time.monotonic() - started
+        await asyncio.gather(*untimed)
+        return took
+
+    with _locked_by_another_process(path, 3.0):
+        took = asyncio.run(main())
+    assert took < 0.05 + 0.5, took
+    assert backend.stats().failures == 0
+    assert limiter.peek(59) == 0.0  # the 40 granted, nothing else
+    assert limiter.peek(60) > 0.0
+
+
+@pytest.mark.slow
 def test_the_wait_for_the_lock_counts_in_the_timeout(tmp_path: Path) -> None:
     """The file held for 1 s, and the next token due in about 3.6 s: an acquire whose
     timeout is 0.4 s short of that would have it past its timeout (the lock, then the
