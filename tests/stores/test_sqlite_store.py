@@ -395,6 +395,36 @@ def test_a_concurrency_limit_that_will_not_wait_does_not_wait_for_another_proces
 
 
 @pytest.mark.slow
+def test_a_concurrency_limit_keeps_its_timeout_while_another_process_holds_the_file(tmp_path: Path) -> None:
+    """``hold(timeout=0.05)`` and ``take_async(timeout=0.05)`` while another process
+    holds the file for 2 s: AcquireTimeout within the timeout and a little (they
+    waited for the lock until it was let go, or past ``busy_timeout`` twice and then
+    raised BackendUnavailable); nothing left held or queued."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limit = ConcurrencyLimit(2, backend=backend, name="held-slots-timed")
+    with limit.hold():
+        pass  # the table is made
+    with _locked_by_another_process(path, 2.0):
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout), limit.hold(timeout=0.05):
+            pass
+        assert time.monotonic() - started < 0.05 + 0.25
+
+        async def main() -> None:
+            with pytest.raises(AcquireTimeout):
+                await limit.take_async(timeout=0.05)
+
+        started = time.monotonic()
+        asyncio.run(main())
+        assert time.monotonic() - started < 0.05 + 0.25
+    assert backend.stats().failures == 0
+    assert (limit._store.held, limit._store.queued) == (0, 0)  # type: ignore[attr-defined]
+    with limit.hold(timeout=0), limit.hold(timeout=0):
+        pass
+
+
+@pytest.mark.slow
 def test_async_calls_keep_their_timeout_while_another_process_holds_the_file(tmp_path: Path) -> None:
     """As their synchronous twins: refused within the timeout and a little, the event
     loop never blocked meanwhile."""
