@@ -180,6 +180,25 @@ class SQLiteSlots:
         if name in self._unwritten:
             self._unwritten.discard(name)
             return
+        # Not past a moment behind another process's lock (sqlite_file.LOCK_GRACE): a
+        # holder done, or a waiter whose timeout passed, goes on at once, and a thread
+        # of the pool makes the release when the file is free.
+        calls = self._backend.file.calls
+        calls.patience = 0.0
+        try:
+            promoted = self._rows.release(name)
+        except LockTimeout:
+            finish_later(functools.partial(self._release_waiting, name), f"the slot of lease {name}")
+            return
+        except BackendUnavailable as exc:
+            self._elsewhere.lost_release(exc)
+            return
+        finally:
+            calls.patience = None
+        self._told(promoted)
+
+    def _release_waiting(self, name: str) -> None:
+        """:meth:`release` waiting for the file's lock (up to ``busy_timeout``)."""
         try:
             promoted = self._rows.release(name)
         except BackendUnavailable as exc:
@@ -228,10 +247,20 @@ class SQLiteSlots:
             raise
 
     def check(self, name: str, waiting: Waiting) -> str:
+        calls = self._backend.file.calls
+        if waiting.patience is not None:
+            # A waiter with a timeout does not wait for another process's lock past a
+            # moment to look: its place stays as it was (its door still wakes it), and
+            # its timeout is kept.
+            calls.patience = 0.0
         try:
             held, lost, promoted = self._rows.renew([name])
+        except LockTimeout:
+            return QUEUED
         except BackendUnavailable as exc:
             return self._fallback(exc, name, waiting)
+        finally:
+            calls.patience = None
         self._told(promoted)
         if name in held:
             self._doors.forget(name)

@@ -425,6 +425,39 @@ def test_a_concurrency_limit_keeps_its_timeout_while_another_process_holds_the_f
 
 
 @pytest.mark.slow
+def test_a_queued_hold_keeps_its_timeout_when_another_process_takes_the_file_meanwhile(tmp_path: Path) -> None:
+    """A ``hold(timeout=1)`` queued behind this process's holder; another process then
+    holds the file for 3 s: AcquireTimeout at about 1 s (the waiter's look at its
+    place and its withdrawal each waited for the lock, 3 s), and its withdrawal is
+    made once the file is free, leaving the slot to the next holder."""
+    path = tmp_path / "s.db"
+    limit = ConcurrencyLimit(1, backend=SQLiteBackend(path), name="queued-timed")
+    lease = limit.take()
+    took: list[float] = []
+
+    def wait_in_the_queue() -> None:
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout), limit.hold(timeout=1.0):
+            pass
+        took.append(time.monotonic() - started)
+
+    waiter = threading.Thread(target=wait_in_the_queue)
+    waiter.start()
+    while not limit._store.queued:  # type: ignore[attr-defined]
+        time.sleep(0.001)
+    with _locked_by_another_process(path, 3.0):
+        waiter.join()
+    assert took[0] < 1.0 + 0.4, took
+    lease.release()
+    deadline = time.monotonic() + 10
+    while limit._store.queued and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.01)  # the withdrawal's thread
+    assert (limit._store.held, limit._store.queued) == (0, 0)  # type: ignore[attr-defined]
+    with limit.hold(timeout=0):
+        pass
+
+
+@pytest.mark.slow
 def test_async_calls_keep_their_timeout_while_another_process_holds_the_file(tmp_path: Path) -> None:
     """As their synchronous twins: refused within the timeout and a little, the event
     loop never blocked meanwhile."""
