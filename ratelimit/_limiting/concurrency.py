@@ -117,6 +117,11 @@ class Lease:
         return f"Lease({self.name!r}, released={self.released})"
 
 
+def _patience(limit: float) -> float | None:
+    """A take's timeout as a waiter's patience (``None``: it waits as long as needed)."""
+    return None if limit == math.inf else limit
+
+
 def release_all(leases: Iterable[Lease]) -> None:
     """Release every one of ``leases``, even if one release fails or is interrupted
     (the first error is raised once all were tried)."""
@@ -608,7 +613,7 @@ class ConcurrencyLimit(Keyable):
                 outcome = store.take(name, None)
                 if outcome == HELD or limit == 0:
                     return self._granted(name, outcome, started)
-            waiting = Waiting()
+            waiting = Waiting(patience=_patience(limit))
             self._beat.wait(name)
             outcome = store.take(name, waiting)
             while outcome == QUEUED:
@@ -646,7 +651,7 @@ class ConcurrencyLimit(Keyable):
                 outcome = await store.take_async(name, None)
                 if outcome == HELD or limit == 0:
                     return self._granted(name, outcome, started)
-            waiting = Waiting(loop=asyncio.get_running_loop())
+            waiting = Waiting(loop=asyncio.get_running_loop(), patience=_patience(limit))
             self._beat.wait(name)
             outcome = await store.take_async(name, waiting)
             while outcome == QUEUED:

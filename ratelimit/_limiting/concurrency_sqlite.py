@@ -24,7 +24,7 @@ from .._errors import BackendUnavailable
 from .._stores.keys import Keyed
 from .._stores.sqlite import SQLiteBackend
 from .._stores.sqlite_doors import Doors, doors_for
-from .._stores.sqlite_file import Busy, LockTimeout
+from .._stores.sqlite_file import Busy, LockTimeout, Waited
 from .._stores.sqlite_slots import Promoted
 from .._stores.wakeups import Waiting
 from .concurrency_state import LOST, Elsewhere, taken_here
@@ -110,14 +110,22 @@ class SQLiteSlots:
         if waiting is not None:
             door = self._doors.expect(name, waiting, self._holding)
         calls = self._backend.file.calls
-        if waiting is None:
-            # A take that will not wait for a slot (``timeout=0``) does not wait for
-            # another process's lock either, past a moment (sqlite_file.LOCK_GRACE):
-            # no slot, as the file is busy, not unavailable.
-            calls.patience = 0.0
+        # A take does not wait for another process's lock past its caller's timeout (at
+        # least a moment, sqlite_file.LOCK_GRACE; one that will not wait for a slot,
+        # ``timeout=0``, that moment): no slot, as the file is busy, not unavailable.
+        calls.patience = 0.0 if waiting is None else waiting.patience
+        waited = False
         try:
-            outcome, promoted = self._rows.take(name, waiting is not None, door)
+            try:
+                outcome, promoted = self._rows.take(name, waiting is not None, door)
+            except Waited:
+                waited = True
+            if waited:
+                # Had the lock after a wait: the take is made in the transaction that wait
+                # opened (out of the handler, as SQLiteHandle's decision after one is).
+                outcome, promoted = self._rows.take(name, waiting is not None, door)
         except LockTimeout:
+            self._doors.forget(name)
             self._unwritten.add(name)
             return FULL
         except BackendUnavailable as exc:
@@ -127,6 +135,8 @@ class SQLiteSlots:
             raise
         finally:
             calls.patience = None
+            if waited:
+                self._backend.file.let_go()  # kept, if the take never began again
         self._told(promoted)
         if outcome == QUEUED:
             self._remind()
@@ -170,6 +180,25 @@ class SQLiteSlots:
         if name in self._unwritten:
             self._unwritten.discard(name)
             return
+        # Not past a moment behind another process's lock (sqlite_file.LOCK_GRACE): a
+        # holder done, or a waiter whose timeout passed, goes on at once, and a thread
+        # of the pool makes the release when the file is free.
+        calls = self._backend.file.calls
+        calls.patience = 0.0
+        try:
+            promoted = self._rows.release(name)
+        except LockTimeout:
+            finish_later(functools.partial(self._release_waiting, name), f"the slot of lease {name}")
+            return
+        except BackendUnavailable as exc:
+            self._elsewhere.lost_release(exc)
+            return
+        finally:
+            calls.patience = None
+        self._told(promoted)
+
+    def _release_waiting(self, name: str) -> None:
+        """:meth:`release` waiting for the file's lock (up to ``busy_timeout``)."""
         try:
             promoted = self._rows.release(name)
         except BackendUnavailable as exc:
@@ -218,10 +247,20 @@ class SQLiteSlots:
             raise
 
     def check(self, name: str, waiting: Waiting) -> str:
+        calls = self._backend.file.calls
+        if waiting.patience is not None:
+            # A waiter with a timeout does not wait for another process's lock past a
+            # moment to look: its place stays as it was (its door still wakes it), and
+            # its timeout is kept.
+            calls.patience = 0.0
         try:
             held, lost, promoted = self._rows.renew([name])
+        except LockTimeout:
+            return QUEUED
         except BackendUnavailable as exc:
             return self._fallback(exc, name, waiting)
+        finally:
+            calls.patience = None
         self._told(promoted)
         if name in held:
             self._doors.forget(name)

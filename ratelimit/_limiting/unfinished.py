@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,6 +29,18 @@ logger = logging.getLogger("ratelimit")
 #: after the work queued on them.
 _pool: ThreadPoolExecutor | None = None
 _making = threading.Lock()
+
+
+def _forget_the_pool() -> None:
+    """In a forked child: the pool's threads are the parent's, and a pool that counts
+    them as idle runs nothing queued here; the child's first give-back makes its own."""
+    global _pool, _making
+    _pool = None
+    _making = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_the_pool)
 
 
 def _the_pool() -> ThreadPoolExecutor:

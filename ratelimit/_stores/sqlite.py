@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import os
 import sys
@@ -51,7 +52,7 @@ from .sqlite_codec import CorruptState, decode, encode, holes_until
 from .sqlite_config import FORGET_PAST, NAMES, Change, Changeable, refuse_unchangeable, under
 from .sqlite_config import read as read_change
 from .sqlite_config import write as write_change
-from .sqlite_file import LOCK_GRACE, WAITED_LEAST, Busy, LockTimeout, StoreFile, Waited
+from .sqlite_file import LOCK_GRACE, WAITED_LEAST, Busy, LockTimeout, StoreFile, Waited, in_thread_within
 from .sqlite_quick import Quick
 from .sqlite_slots import SlotRows, census
 from .sqlite_top import Cell, Counts, read_top
@@ -519,7 +520,13 @@ class _Unavailable(Generic[T]):
         decided = self.reserve_here(tokens, max_wait)
         if decided is not None:
             return decided
-        return await asyncio.to_thread(self._reserve_late, tokens, max_wait, time.monotonic())
+        came = time.monotonic()
+        late = functools.partial(self._reserve_late, tokens, max_wait, came)
+        if max_wait == math.inf:
+            return await asyncio.to_thread(late)
+        # A timeout bounds the wait for a thread too: one not begun by the time the
+        # lock's wait would have been given up is refused, as that wait is.
+        return await in_thread_within(late, max(max_wait, LOCK_GRACE), lambda: self._refused(time.monotonic() - came))
 
     async def _off_loop(self, call: Callable[[], R]) -> R:
         return await self._backend.file.off_loop(call)

@@ -47,6 +47,7 @@ __all__ = [
     "Step",
     "StoreFile",
     "Waited",
+    "in_thread_within",
 ]
 
 #: A decision on a row's number at a time: the row's new number.
@@ -180,6 +181,51 @@ def describe(path: str, exc: BaseException) -> str:
 
 
 R = TypeVar("R")
+
+
+class _Dropped(Exception):
+    """A call dropped before a thread began it (:func:`in_thread_within`)."""
+
+
+async def in_thread_within(call: Callable[[], R], bound: float, otherwise: Callable[[], R]) -> R:
+    """``call()`` in a thread of the default executor, or ``otherwise()`` if no thread
+    has begun it within ``bound`` seconds (or its caller is cancelled before): then it
+    is dropped, never run. The executor's threads are few, and callers waiting for a
+    busy file's lock without a timeout can hold them all, so a caller with a timeout
+    would otherwise wait for one of those waits to end. A call begun runs to its end."""
+    gate = threading.Lock()
+    begun = dropped = False
+
+    def run() -> R:
+        nonlocal begun
+        with gate:
+            if dropped:
+                raise _Dropped
+            begun = True
+        return call()
+
+    def drop() -> bool:
+        nonlocal dropped
+        with gate:
+            dropped = not begun
+        return dropped
+
+    task = asyncio.ensure_future(asyncio.to_thread(run))
+    try:
+        done, _ = await asyncio.wait({task}, timeout=bound)
+    except asyncio.CancelledError:
+        drop()
+        task.add_done_callback(_seen)
+        raise
+    if not done and drop():
+        task.add_done_callback(_seen)
+        return otherwise()
+    return await task
+
+
+def _seen(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # looked at: a dropped call's end is no error to report
 
 
 class Busy(Exception):

@@ -57,11 +57,14 @@ class Waiting:
     """One waiter's wake-up, for a thread or for an asyncio task; ``wake`` may be
     called from any thread, any number of times."""
 
-    __slots__ = ("_future", "_lock", "_loop", "woken")
+    __slots__ = ("_future", "_lock", "_loop", "patience", "woken")
 
-    def __init__(self, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(self, *, loop: asyncio.AbstractEventLoop | None = None, patience: float | None = None) -> None:
         self._loop = loop
         self.woken = False
+        #: The waiter's timeout (seconds), which bounds a store's wait for a busy
+        #: file's lock too; ``None``: no timeout.
+        self.patience = patience
         # A thread waits on a lock held from the start, released by the waker: a
         # one-shot signal at a tenth of a threading.Event's cost to make.
         self._lock: Any = None

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +30,7 @@ from ratelimit import (
     MemoryBackend,
     RedisBackend,
     SlidingWindow,
+    SQLiteBackend,
     TokenBucket,
 )
 from ratelimit._algorithms.algorithm import Algorithm, step_all
@@ -427,3 +430,45 @@ def test_a_hole_is_only_for_a_composite_of_the_same_algorithms(make: Make, clock
     first, needed = asyncio.run(scenario())
     assert first == 0.0
     assert needed >= 2.0  # refused: B's queue has room at t=1002, not the place at t=1001
+
+
+def _cancel_a_waiter_as_the_loop_closes(limiter: TokenBucket) -> None:
+    async def scenario() -> None:
+        assert await limiter.acquire_async(2) == 0.0
+        waiter = asyncio.create_task(limiter.acquire_async(2))
+        for _ in range(500):
+            if await limiter.peek_async(2) >= 3.0:  # the waiter has reserved its place
+                break
+            await asyncio.sleep(0.01)
+        waiter.cancel()
+
+    asyncio.run(scenario())
+
+
+def _given_back(limiter: TokenBucket) -> bool:
+    deadline = time.monotonic() + 5
+    while limiter.peek(2) >= 3.0 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the give-back's thread
+    return limiter.peek(2) < 2.5
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() with threads running, on purpose
+def test_a_forked_child_makes_its_own_give_backs(tmp_path: Path) -> None:
+    """The threads that make give-backs outliving their loop are the parent's: a child
+    forked after the parent used them must make its own (it queued them to threads it
+    does not have, and a cancelled wait's tokens were never given back)."""
+    parent = TokenBucket(2, 1, backend=SQLiteBackend(tmp_path / "parent.db"), name=unique_name())
+    _cancel_a_waiter_as_the_loop_closes(parent)
+    assert _given_back(parent)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit code
+        code = 1
+        try:
+            child = TokenBucket(2, 1, backend=SQLiteBackend(tmp_path / "child.db"), name=unique_name())
+            _cancel_a_waiter_as_the_loop_closes(child)
+            code = 0 if _given_back(child) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -394,6 +394,69 @@ def test_a_concurrency_limit_that_will_not_wait_does_not_wait_for_another_proces
 
 
 @pytest.mark.slow
+def test_a_concurrency_limit_keeps_its_timeout_while_another_process_holds_the_file(tmp_path: Path) -> None:
+    """``hold(timeout=0.05)`` and ``take_async(timeout=0.05)`` while another process
+    holds the file for 2 s: AcquireTimeout within the timeout and a little (they
+    waited for the lock until it was let go, or past ``busy_timeout`` twice and then
+    raised BackendUnavailable); nothing left held or queued."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limit = ConcurrencyLimit(2, backend=backend, name="held-slots-timed")
+    with limit.hold():
+        pass  # the table is made
+    with _locked_by_another_process(path, 2.0):
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout), limit.hold(timeout=0.05):
+            pass
+        assert time.monotonic() - started < 0.05 + 0.25
+
+        async def main() -> None:
+            with pytest.raises(AcquireTimeout):
+                await limit.take_async(timeout=0.05)
+
+        started = time.monotonic()
+        asyncio.run(main())
+        assert time.monotonic() - started < 0.05 + 0.25
+    assert backend.stats().failures == 0
+    assert (limit._store.held, limit._store.queued) == (0, 0)  # type: ignore[attr-defined]
+    with limit.hold(timeout=0), limit.hold(timeout=0):
+        pass
+
+
+@pytest.mark.slow
+def test_a_queued_hold_keeps_its_timeout_when_another_process_takes_the_file_meanwhile(tmp_path: Path) -> None:
+    """A ``hold(timeout=1)`` queued behind this process's holder; another process then
+    holds the file for 3 s: AcquireTimeout at about 1 s (the waiter's look at its
+    place and its withdrawal each waited for the lock, 3 s), and its withdrawal is
+    made once the file is free, leaving the slot to the next holder."""
+    path = tmp_path / "s.db"
+    limit = ConcurrencyLimit(1, backend=SQLiteBackend(path), name="queued-timed")
+    lease = limit.take()
+    took: list[float] = []
+
+    def wait_in_the_queue() -> None:
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout), limit.hold(timeout=1.0):
+            pass
+        took.append(time.monotonic() - started)
+
+    waiter = threading.Thread(target=wait_in_the_queue)
+    waiter.start()
+    while not limit._store.queued:  # type: ignore[attr-defined]
+        time.sleep(0.001)
+    with _locked_by_another_process(path, 3.0):
+        waiter.join()
+    assert took[0] < 1.0 + 0.4, took
+    lease.release()
+    deadline = time.monotonic() + 10
+    while limit._store.queued and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.01)  # the withdrawal's thread
+    assert (limit._store.held, limit._store.queued) == (0, 0)  # type: ignore[attr-defined]
+    with limit.hold(timeout=0):
+        pass
+
+
+@pytest.mark.slow
 def test_async_calls_keep_their_timeout_while_another_process_holds_the_file(tmp_path: Path) -> None:
     """As their synchronous twins: refused within the timeout and a little, the event
     loop never blocked meanwhile."""
@@ -452,6 +515,35 @@ def test_asyncio_tasks_by_the_hundred_are_refused_at_once_while_another_process_
     assert not any(granted for _, granted in answers)
     assert max(took for took, _ in answers) < 1.0
     assert backend.stats().failures == 0
+
+
+@pytest.mark.slow
+def test_a_timeout_is_kept_while_untimed_tasks_hold_every_thread_waiting_for_the_lock(tmp_path: Path) -> None:
+    """Another process holds the file for 3 s; 40 tasks wait for it without a timeout,
+    each in a thread of asyncio's default executor (a few): a task with ``timeout=0.05``
+    behind them is refused within its timeout and a little, not when their waits end
+    (it waited for the lock's release, 3 s, or for ``busy_timeout``)."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(100, 1e-6, backend=backend, name="aio-starved")
+    assert limiter.try_acquire()
+
+    async def main() -> float:
+        untimed = [asyncio.create_task(limiter.acquire_async()) for _ in range(40)]
+        await asyncio.sleep(0.1)  # each in its thread, waiting for the lock
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout):
+            await limiter.acquire_async(timeout=0.05)
+        took = time.monotonic() - started
+        await asyncio.gather(*untimed)
+        return took
+
+    with _locked_by_another_process(path, 3.0):
+        took = asyncio.run(main())
+    assert took < 0.05 + 0.5, took
+    assert backend.stats().failures == 0
+    assert limiter.peek(59) == 0.0  # the 40 granted, nothing else
+    assert limiter.peek(60) > 0.0
 
 
 @pytest.mark.slow
