@@ -300,6 +300,17 @@ local function switch(from, to, when)
   raw = nil  -- written since
 end
 
+-- What `switch` would save, for the ops that read only (peek, wait): a staged change
+-- is told as the next decision will find it, and nothing is written.
+local moved = nil
+local function switched(from, to, when)
+  if not ALG.rescale then return end
+  local before = ALG.new(KEYS[1], effective(from))
+  local after = ALG.new(KEYS[1], effective(to))
+  if not (when and when < now) then when = now end
+  moved = ALG.rescale(before, after, ALG.load(before, raw), when)
+end
+
 -- A `from` (see 'stage'): the limit the state is at (nil: the code's, else {rate,
 -- burst}) and the time it was staged (nil if garbled: now).
 local function limit_of(text)
@@ -341,6 +352,8 @@ if KEYS[2] and beside > 0 then
     switch(at, change, staged_at)
     if change then redis.call('HDEL', KEYS[2], 'from') else redis.call('DEL', KEYS[2]) end
     at = change
+  elseif staged then
+    switched(at, change, staged_at)
   end
 end
 -- Given by each process at its first decision and then once a minute: a fleet rolling
@@ -380,7 +393,9 @@ local function too_big(t)
   -- (A token bucket refilled at an infinite rate grants any weight.)
   return t > p1 + EPSILON and p2 ~= math.huge
 end
-local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self, raw)}
+local loaded = moved
+if loaded == nil then loaded = ALG.load(self, raw) end
+local member = {alg = ALG, self = self, tokens = tokens, state = loaded}
 -- Holes are made only by give-backs and restrictions, never by a reserve: none found
 -- before this call's first one, none are there for any reserve of it that follows.
 local no_holes = beside == 0

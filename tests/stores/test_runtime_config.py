@@ -701,13 +701,6 @@ def _peeks_after_a_change(backend: RedisBackend, client: redis.Redis, lose_code:
     return peeks
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="peek (the 'wait' op) reads a staged change's state as not yet moved: the state "
-    "is moved by the next decision only ('stage' in lua/_single.lua), and the read-only "
-    "ops do not move it, so a peek after a 'set' whose :code was gone tells 6 s where "
-    "the decision that follows waits 16 s",
-)
 def test_peek_after_a_change_whose_code_was_gone_tells_the_wait_the_decision_keeps(
     backend: RedisBackend, redis_client: redis.Redis
 ) -> None:
