@@ -38,7 +38,7 @@ from .._stores.sqlite import SQLiteBackend
 from .._stores.store import Backend
 from .._stores.wakeups import Waiting
 from .concurrency_sqlite import SQLiteSlots
-from .concurrency_state import LOST, MemorySlots, RedisSlots, SlotStore, lease_id, memory_slots
+from .concurrency_state import LOST, RedisSlots, SlotStore, lease_id, memory_slots
 from .front import placed
 from .keyed import Keyable
 
@@ -564,8 +564,7 @@ class ConcurrencyLimit(Keyable):
         return self._name is None
 
     def _idle(self) -> bool:
-        store = self._store
-        return isinstance(store, MemorySlots) and store.idle()
+        return self._store.idle()
 
     # -- what a rate offers and a count of holders cannot ---------------------------
 

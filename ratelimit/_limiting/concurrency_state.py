@@ -63,6 +63,11 @@ class SlotStore(Protocol):
 
     def release(self, name: str) -> None: ...
 
+    def idle(self) -> bool:
+        """Whether no slot is held nor waited for here, so that a key's view may be
+        forgotten (``False`` where the store's keys expire by themselves)."""
+        ...
+
     async def release_async(self, name: str) -> None:
         """:meth:`release` for asyncio, carried through if the caller is cancelled
         meanwhile. A store that needs no I/O releases without suspending, so that a
@@ -357,6 +362,9 @@ class RedisSlots:
         """Forget ``name``'s wake-up; free its slot if it was taken without the store."""
         self._listener.forget(name)
         return self._elsewhere.release(name)
+
+    def idle(self) -> bool:
+        return False  # its keys expire by themselves
 
     def release(self, name: str) -> None:
         if not self._released_elsewhere(name) and taken_here(name):

@@ -26,7 +26,6 @@ from .._events import EVERYONE, Denied, Emitter, Event, Granted, Paused, Throttl
 from .._headers import RateLimitInfo, parse_rate_limit_headers
 from .._stores.keys import Keyed
 from .._stores.memory import MemoryBackend
-from .._stores.redis import RedisBackend
 from .._stores.store import Backend, Handle, Pacing
 from .._stores.tally import LimiterStats, Tally, weight
 from .._wrap import wrap
@@ -154,11 +153,8 @@ class Limiter(Keyable, ABC, Generic[T]):
         return self._name is None
 
     def _idle(self) -> bool:
-        backend = self._backend
-        if not isinstance(backend, MemoryBackend):
-            return False
         # A learned pace's group holds the limiter's own state beside the pace.
-        return backend.idle(self._pacing if self._pacing is not None else self._handle)
+        return self._backend.idle(self._pacing if self._pacing is not None else self._handle)
 
     def _adopt(self, parent: Any) -> None:
         # The limiter's subscribers hear every key's events.
@@ -753,8 +749,7 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     def _blocking_calls(self) -> bool:
         """Whether the store takes calls from threads (not a Redis store of an asyncio client)."""
-        backend = self._backend
-        return not isinstance(backend, RedisBackend) or backend.client is not None
+        return self._backend.calls_from_threads()
 
     # -- sugar: context managers and decorators -----------------------------------
 

@@ -236,9 +236,7 @@ class Keyable:
         view._made = (args, kwargs)
         cls.__init__(view, *args, **kwargs)
         view._adopt(self)
-        backend = view.backend
-        if isinstance(backend, MemoryBackend):
-            backend.keep_views(self._views())
+        view.backend.keep_views(self._views())
         return view
 
     @property

@@ -27,6 +27,7 @@ from .._algorithms.adaptive import Cubic
 from .._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, decide, peek_all
 from .._clock import Clock, SystemClock
 from .keys import Keyed
+from .store import Views
 from .tally import Tally, weight
 
 __all__ = [
@@ -114,15 +115,6 @@ class Slot:
             return self.alg.idle_until(self.state) <= self.now()
         finally:
             self.lock.release()
-
-
-class Views(Protocol):
-    """A limiter's cache of views of its keys, whose views hold their state in use
-    here: a sweep asks it to drop those whose keys are idle, and counts what it holds."""
-
-    def forget_idle(self) -> int: ...
-
-    def __len__(self) -> int: ...
 
 
 class MemoryBackend:
@@ -232,6 +224,9 @@ class MemoryBackend:
         return handles
 
     # -- dropping idle state ----------------------------------------------------------
+
+    def calls_from_threads(self) -> bool:
+        return True
 
     def keep_views(self, views: Views) -> None:
         """Have each sweep ask ``views`` (a limiter's cache of views of its keys, whose

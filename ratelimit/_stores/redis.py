@@ -83,6 +83,7 @@ from .redis_handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
 from .redis_replies import num
 from .rounds import Rounds
 from .scripts import live_script
+from .store import Views
 
 logger = logging.getLogger("ratelimit")
 
@@ -494,6 +495,17 @@ class RedisBackend(RedisCalls):
                 handle.reserve_one_async,
             )
         return handle
+
+    # -- what a front asks of any store (store.Backend) ------------------------------
+
+    def keep_views(self, views: Views) -> None:
+        return None  # its keys expire by themselves: nothing to sweep here
+
+    def idle(self, handle: object) -> bool:
+        return False  # its keys expire by themselves
+
+    def calls_from_threads(self) -> bool:
+        return self.client is not None  # not a store of an asyncio client alone
 
     def bind_lanes(
         self, name: str | Keyed | None, lanes: Lanes, clock: Clock | None, keep: float | None

@@ -57,7 +57,7 @@ from .sqlite_quick import Quick
 from .sqlite_slots import SlotRows, census
 from .sqlite_top import Cell, Counts, read_top
 from .sqlite_top import write as write_top
-from .store import Handle
+from .store import Handle, Views
 from .tally import Tally
 from .unavailable import BackendStats, FailurePolicy, OnUnavailable, checked_on_unavailable
 
@@ -863,6 +863,17 @@ class SQLiteBackend(FailurePolicy):
         if rows.test == 0 and self._counters:
             handle.top = Cell((named, "composite", 0))
         return handle
+
+    # -- what a front asks of any store (store.Backend) ------------------------------
+
+    def keep_views(self, views: Views) -> None:
+        return None  # its keys expire by themselves: nothing to sweep here
+
+    def idle(self, handle: object) -> bool:
+        return False  # its keys expire by themselves
+
+    def calls_from_threads(self) -> bool:
+        return True
 
     def bind_lanes(
         self, name: str | Keyed | None, lanes: _lanes.Lanes, clock: Clock | None, keep: float | None

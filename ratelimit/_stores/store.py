@@ -111,6 +111,15 @@ class Pacing(Protocol):
         ...
 
 
+class Views(Protocol):
+    """A limiter's cache of views of its keys, whose views hold their state in use
+    here: a sweep asks it to drop those whose keys are idle, and counts what it holds."""
+
+    def forget_idle(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+
 class Backend(Protocol):
     """Where limiters keep their state."""
 
@@ -142,4 +151,21 @@ class Backend(Protocol):
         """A budget with priorities (see ``lanes.py``): the handles that acquire at high
         and at low priority, on one state. ``keep``: the high lane's tokens a low
         request borrowing it must leave (``None``: lows never borrow)."""
+        ...
+
+    def keep_views(self, views: Views) -> None:
+        """Have this store's sweeps ask ``views`` (a limiter's cache of views of its
+        keys, whose views decide here) to let go of idle keys' views first. A store
+        whose keys expire by themselves keeps nothing."""
+        ...
+
+    def idle(self, handle: object) -> bool:
+        """Whether the state that ``handle`` (one this store bound) decides on would
+        decide as a new one would, so that its key's view may be forgotten. A store
+        whose keys expire by themselves says ``False``."""
+        ...
+
+    def calls_from_threads(self) -> bool:
+        """Whether the store takes calls from threads (a give-back that must outlast
+        its event loop is made in one)."""
         ...
