@@ -27,7 +27,7 @@ from .._stores.sqlite_doors import Doors, doors_for
 from .._stores.sqlite_file import Busy, LockTimeout, Waited
 from .._stores.sqlite_slots import Promoted
 from .._stores.wakeups import Waiting
-from .concurrency_state import LOST, Elsewhere, taken_here
+from .concurrency_state import LOST, Elsewhere, release_outlasting, taken_here
 from .unfinished import finish_later
 
 __all__ = ["SQLiteSlots"]
@@ -220,24 +220,13 @@ class SQLiteSlots:
                 return
             except Busy:
                 pass
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            # Closed outside any loop: no loop to block, nothing to await on.
-            self.release(name)
-            return
-        try:
-            await asyncio.shield(self._release_later(name, landing))
-        except asyncio.CancelledError:
-            # The release's own task may never run: a loop that closes next leaves it.
-            self._release_in_thread(name)
-            raise
+        await release_outlasting(
+            functools.partial(self.release, name),
+            functools.partial(self._release_later, name, landing),
+            functools.partial(self._release_in_thread, name),
+        )
 
     def _release_in_thread(self, name: str) -> None:
-        """Release ``name`` again in a thread, which nothing cancels: for a release
-        whose asyncio task was cancelled (asyncio.run cancels every task left before
-        it closes the loop). Made twice, a release frees one slot: names are never
-        reused."""
         finish_later(functools.partial(self.release, name), f"the slot of lease {name}")
 
     async def _release_later(self, name: str, landing: asyncio.Future[str] | None) -> None:

@@ -16,6 +16,7 @@ import logging
 import math
 import threading
 import weakref
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from .._algorithms.semaphore import FULL, HELD, QUEUED, Semaphore
@@ -204,6 +205,28 @@ def memory_slots(
     return slots
 
 
+async def release_outlasting(
+    release: Callable[[], None], later: Callable[[], Coroutine[Any, Any, None]], in_thread: Callable[[], None]
+) -> None:
+    """A slot's release from a coroutine, made whatever happens to its task: ``later()``
+    (the release on the loop) shielded from the task's cancellation, ``in_thread()``
+    (the release again in a thread nothing cancels) if the task is cancelled, for
+    ``asyncio.run`` cancels every task left before it closes the loop, and ``release()``
+    at once from a coroutine closed outside any loop (an async generator collected
+    after its loop ended: nothing to await on, no loop to block). Made twice, a release
+    frees one slot: lease names are never reused."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        release()
+        return
+    try:
+        await asyncio.shield(later())
+    except asyncio.CancelledError:
+        in_thread()
+        raise
+
+
 class Elsewhere:
     """Slots taken while a shared store could not be used, and where each must be
     released: the store's ``on_unavailable`` decides, for Redis and SQLite alike
@@ -379,25 +402,14 @@ class RedisSlots:
     async def release_async(self, name: str) -> None:
         if self._released_elsewhere(name) or not taken_here(name):
             return
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            # A coroutine closed outside any loop (an async generator collected after
-            # its loop ended): nothing to await on, and no loop to block either.
-            self._release(name)
-            return
-        try:
-            await asyncio.shield(self._release_async(name))
-        except asyncio.CancelledError:
-            # The release's own task may never run: a loop that closes next leaves it.
-            self._release_in_thread(name)
-            raise
+        await release_outlasting(
+            functools.partial(self._release, name),
+            functools.partial(self._release_async, name),
+            functools.partial(self._release_in_thread, name),
+        )
 
     def _release_in_thread(self, name: str) -> None:
-        """Release ``name`` again in a thread, which nothing cancels: for a release
-        whose asyncio task was cancelled (asyncio.run cancels every task left before
-        it closes the loop). Made twice, a release frees one slot: names are never
-        reused."""
+        # (A store of an asyncio client alone takes no call from a thread.)
         if self._backend.client is not None:
             finish_later(functools.partial(self._release, name), f"the slot of lease {name}")
 
