@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._stores.fleet import FleetRow
+from .._stores.records import FleetRow
 from .printable import pad, printable
 
 __all__ = ["top_json", "top_text"]

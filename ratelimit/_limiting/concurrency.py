@@ -36,7 +36,7 @@ from .._stores.memory import MemoryBackend
 from .._stores.redis import RedisBackend
 from .._stores.sqlite import SQLiteBackend
 from .._stores.store import Backend
-from .._stores.wakeups import Waiting
+from .._stores.waiting import Waiting
 from .concurrency_sqlite import SQLiteSlots
 from .concurrency_state import LOST, RedisSlots, SlotStore, lease_id, memory_slots
 from .front import placed

@@ -26,7 +26,7 @@ from .._stores.sqlite import SQLiteBackend
 from .._stores.sqlite_doors import Doors, doors_for
 from .._stores.sqlite_file import Busy, LockTimeout, Waited
 from .._stores.sqlite_slots import Promoted
-from .._stores.wakeups import Waiting
+from .._stores.waiting import Waiting
 from .concurrency_state import LOST, Elsewhere, release_outlasting, taken_here
 from .unfinished import finish_later
 

@@ -25,7 +25,8 @@ from .._errors import BackendUnavailable
 from .._stores.keys import Keyed, text_of
 from .._stores.memory import MemoryBackend
 from .._stores.scripts import concurrency_script
-from .._stores.wakeups import CHANNEL_PREFIX, Listener, Waiting, listener_for, process_id
+from .._stores.waiting import Waiting, process_id
+from .._stores.wakeups import CHANNEL_PREFIX, Listener, listener_for
 from .unfinished import finish_later
 
 __all__ = ["LOST", "MemorySlots", "RedisSlots", "SlotStore", "lease_id", "memory_slots", "taken_here"]

@@ -2,7 +2,7 @@
 limiter of the same algorithm at this process's share of the budget.
 
 A fixed ``local_share`` builds it at bind time (:class:`Share`); ``"auto"`` builds it at
-the first failure at one over the live processes counted by then (``live.py``), and again
+the first failure at one over the live processes counted by then (the store's count, :class:`Counted`), and again
 when that count has changed (:class:`Rebuilt`, :class:`AutoShare`).
 """
 
@@ -16,7 +16,6 @@ from .. import _validate
 from .._algorithms.algorithm import Algorithm
 from .._algorithms.lanes import HIGH, LOW, Lanes
 from .._clock import Clock
-from .live import LiveCount
 from .memory import MemoryBackend
 from .store import Handle, Pacing
 
@@ -24,6 +23,13 @@ from .store import Handle, Pacing
 LocalShare = float | Literal["auto"]
 T = TypeVar("T")
 T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class Counted(Protocol):
+    """A store's count of the live processes sharing its budget (the Redis store's
+    ``live.py``): ``share()`` is one over the count last seen."""
+
+    def share(self) -> float: ...
 
 
 class Fallback(Protocol[T_contra]):
@@ -99,7 +105,7 @@ class Rebuilt:
 
     __slots__ = ("_build", "_live", "_locals", "_lock", "_share")
 
-    def __init__(self, live: LiveCount, build: Callable[[float], Sequence[Fallback[Any]]]) -> None:
+    def __init__(self, live: Counted, build: Callable[[float], Sequence[Fallback[Any]]]) -> None:
         self._live = live
         self._build = build
         self._lock = threading.Lock()

@@ -35,7 +35,6 @@ import time
 import weakref
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import redis.cluster
@@ -44,82 +43,11 @@ from redis.exceptions import ReadOnlyError, ResponseError
 from .batch import Call, pipelined
 from .census import CONCURRENCY, breaker_mode, number, split
 from .keys import code_key, key_for, name_of, parts_of, text_of, wire
+from .records import ACTIVE_SECONDS, FleetRow, p99_wait
 from .redis_clients import database
 from .scripts import library, refuses_functions
 
-__all__ = ["WAIT_BOUNDS", "FleetRow", "base_of", "fleet", "flush_counts", "p99_wait"]
-
-#: The upper bounds, in seconds, of the wait histogram's buckets (``WAIT_BOUNDS`` in
-#: ``lua/_single.lua``; field ``w<i>`` counts waits up to the i-th, 1-based, and the
-#: one after the last counts longer waits).
-WAIT_BOUNDS = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
-#: Seconds of history a hash keeps; ``top`` shows what was active within a minute.
-ACTIVE_SECONDS = 60
-
-
-@dataclass(frozen=True)
-class FleetRow:
-    """One limiter across the fleet, over the last ``window`` seconds."""
-
-    name: str
-    kind: str
-    #: A shadow limiter's counts are what it would have done (see ``shadow=True``).
-    shadow: bool
-    #: Requests granted and refused per second, leased tokens per second (``None``
-    #: for a ConcurrencyLimit, which counts no rate). Grants are those that went:
-    #: reservations withdrawn before they were due are counted apart.
-    grants_per_sec: float | None
-    refusals_per_sec: float | None
-    leased_per_sec: float | None
-    #: The 99th percentile of the waits granted, as the bound of its histogram bucket
-    #: (``inf``: longer than the last bound); ``None``: no grant in the window.
-    p99_wait: float | None
-    #: Pauses fed back by a provider (a 429's ``Retry-After``) in the last minute.
-    pauses: int
-    #: Seconds left of a pause in force, ``None``: none.
-    paused_for: float | None
-    #: A breaker of the same name: ``closed``, ``open``, ``half-open``; ``None``: none.
-    breaker: str | None
-    #: Seconds since its latest second of activity (``None``: a ConcurrencyLimit).
-    idle: float | None
-    #: A ConcurrencyLimit's slots held now, callers queued, and its maximum as its
-    #: latest process was built with (``None``: not one, or not stored).
-    held: int | None = None
-    queued: int | None = None
-    most: int | None = None
-    #: Reservations withdrawn before they were due, per second (a timeout, a cancel).
-    withdrawn_per_sec: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "shadow": self.shadow,
-            "grants_per_sec": self.grants_per_sec,
-            "refusals_per_sec": self.refusals_per_sec,
-            "leased_per_sec": self.leased_per_sec,
-            "withdrawn_per_sec": self.withdrawn_per_sec,
-            "p99_wait": None if self.p99_wait is None else (self.p99_wait if math.isfinite(self.p99_wait) else "inf"),
-            "pauses_last_minute": self.pauses,
-            "paused_for": self.paused_for,
-            "breaker": self.breaker,
-            "idle_seconds": self.idle,
-            "in_flight": None if self.held is None else {"held": self.held, "max": self.most, "queued": self.queued},
-        }
-
-
-def p99_wait(buckets: dict[int, float]) -> float | None:
-    """The bound of the bucket where 99 % of the granted waits are reached, from the
-    counts per bucket index (1-based, as the fields ``w<i>``)."""
-    total = sum(buckets.values())
-    if total <= 0:
-        return None
-    seen = 0.0
-    for index in sorted(buckets):
-        seen += buckets[index]
-        if seen >= 0.99 * total:
-            return WAIT_BOUNDS[index - 1] if index <= len(WAIT_BOUNDS) else math.inf
-    return math.inf
+__all__ = ["base_of", "fleet", "flush_counts"]
 
 
 def _parse(key: str) -> tuple[str, str, int] | None:

@@ -26,7 +26,7 @@ counts every live process (each beats once a period), and the third drops the co
 from before it. A process that died leaves the count a ``ttl`` later than it leaves
 the set: a smaller share meanwhile, the safe side.
 
-What is counted: processes, by the id of :func:`~.wakeups.process_id` (a forked child
+What is counted: processes, by the id of :func:`~.waiting.process_id` (a forked child
 has its own). Two backends of one process on the same Redis beat under one id and
 count once. Every process with an ``"auto"`` backend on that Redis (and database)
 counts, whatever limiters it holds: over-counting makes each share smaller, which is
@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import BackendUnavailable
-from .wakeups import process_id
+from .waiting import process_id
 
 __all__ = ["KEPT_BEATS", "LIVE_KEY", "LIVE_TTL", "UNCOUNTED_SHARE", "LiveCount"]
 

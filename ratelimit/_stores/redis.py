@@ -44,15 +44,7 @@ from .._algorithms.algorithm import Algorithm
 from .._algorithms.lanes import HIGH, LANES, LOW, Lanes
 from .._clock import Clock, SystemClock, checked_clock
 from .._errors import BackendUnavailable
-from .config import (
-    Inspection,
-    Override,
-    checked_override,
-    eviction_risk,
-    read_override,
-    reset_override,
-    write_override,
-)
+from .config import eviction_risk, read_override, reset_override, write_override
 from .config import inspect as inspect_name
 from .fallback_share import (
     AutoShare,
@@ -69,6 +61,7 @@ from .lease_returns import LeaseReturns
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
 from .memory import MemoryBackend
 from .promises import Promises
+from .records import Inspection, Override, checked_override
 from .redis_calls import DEFAULT_POOL_SIZE, BackendStats, OnUnavailable, RedisCalls
 from .redis_clients import (
     DEFAULT_CONNECT_TIMEOUT,

@@ -43,11 +43,10 @@ from .._algorithms.holes import Holes
 from .._algorithms.token_bucket import Gcra
 from .._clock import Clock, SystemClock, checked_clock
 from .._errors import BackendUnavailable
-from .config import Override, checked_override
 from .fallback_share import Fallback, checked_local_share, group_share, lanes_shares, single_share
-from .fleet import FleetRow
 from .keys import Keyed, tag, untag
 from .memory import Kept, MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
+from .records import FleetRow, Override, checked_override
 from .sqlite_codec import CorruptState, decode, encode, holes_until
 from .sqlite_config import FORGET_PAST, NAMES, Change, Changeable, refuse_unchangeable, under
 from .sqlite_config import read as read_change

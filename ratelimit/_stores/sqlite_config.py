@@ -49,7 +49,7 @@ import sqlite3
 from typing import Any
 
 from .._algorithms.algorithm import EPSILON, Algorithm
-from .config import MAX_SET, MIN_SET, PARAMETERS, WINDOWS, Override, UnchangeableLimit
+from .records import MAX_SET, MIN_SET, PARAMETERS, WINDOWS, Override, UnchangeableLimit
 
 __all__ = [
     "FORGET_PAST",

@@ -51,7 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from .wakeups import Waiting, process_id
+from .waiting import Waiting, process_id
 
 __all__ = ["Doors", "doors_for", "folder_of"]
 

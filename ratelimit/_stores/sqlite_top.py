@@ -23,7 +23,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from .fleet import ACTIVE_SECONDS, WAIT_BOUNDS, FleetRow, p99_wait
+from .records import ACTIVE_SECONDS, WAIT_BOUNDS, FleetRow, p99_wait
 
 __all__ = ["FLUSH_SECONDS", "TOP_TABLE", "Cell", "Counts", "read_top", "write"]
 

@@ -19,8 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ratelimit import CircuitBreaker, ManualClock, RedisBackend, TokenBucket
-from ratelimit._stores.fleet import WAIT_BOUNDS, base_of, fleet, flush_counts, p99_wait
+from ratelimit._stores.fleet import base_of, fleet, flush_counts
 from ratelimit._stores.keys import key_for
+from ratelimit._stores.records import WAIT_BOUNDS, p99_wait
 from ratelimit._stores.scripts import single_script
 from ratelimit.cli import main
 

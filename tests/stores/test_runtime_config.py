@@ -35,8 +35,9 @@ from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import WindowCounter
 from ratelimit._algorithms.token_bucket import Gcra
-from ratelimit._stores.config import Override, inspect, read_override, reset_override, write_override
+from ratelimit._stores.config import inspect, read_override, reset_override, write_override
 from ratelimit._stores.keys import code_key, config_key, key_for
+from ratelimit._stores.records import Override
 from ratelimit._stores.scripts import single_script
 from ratelimit.cli import main
 

@@ -36,7 +36,7 @@ from ratelimit import AcquireTimeout, BackendUnavailable, ConcurrencyLimit, Leas
 from ratelimit._algorithms.semaphore import Semaphore
 from ratelimit._stores import sqlite_slots
 from ratelimit._stores.sqlite_doors import Doors, folder_of
-from ratelimit._stores.wakeups import Waiting
+from ratelimit._stores.waiting import Waiting
 
 from conftest import SUPPORT
 

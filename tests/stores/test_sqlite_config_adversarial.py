@@ -38,7 +38,7 @@ from ratelimit import (
     TokenBucket,
 )
 from ratelimit._stores import sqlite_file
-from ratelimit._stores.config import UnchangeableLimit
+from ratelimit._stores.records import UnchangeableLimit
 from ratelimit._stores.sqlite_config import MOST_KEPT
 
 from conftest import unique_name
