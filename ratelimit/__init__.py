@@ -28,8 +28,9 @@ from ._resilience.breaker import BreakerStats, CircuitBreaker, Ticket
 from ._resilience.outcome import classify
 from ._resilience.retry import Retry, RetryStats
 from ._stores.memory import MemoryBackend
-from ._stores.redis import BackendStats, RedisBackend
+from ._stores.redis import RedisBackend
 from ._stores.sqlite import SQLiteBackend
+from ._stores.unavailable import BackendStats
 
 __all__ = [
     "AcquireTimeout",

@@ -1,4 +1,4 @@
-"""What ``ratelimit top`` draws: one screen of the fleet's limiters (``_stores/fleet.py``)."""
+"""What ``ratelimit top`` draws: one screen of the fleet's limiters (``_stores/redis/fleet.py``)."""
 
 from __future__ import annotations
 

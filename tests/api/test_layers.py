@@ -183,3 +183,88 @@ def test_each_folder_says_what_it_holds(folder: str) -> None:
     init = PACKAGE / folder / "__init__.py"
     docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
     assert docstring, f"{folder}/__init__.py has no docstring"
+
+
+# -- the stores ---------------------------------------------------------------------
+
+#: A folder per store. The files directly in ``_stores/`` are shared by them.
+STORES = ("memory", "redis", "sqlite")
+
+#: Reaches past a store's face from above ``_stores/`` that are still to go: each is
+#: store state that the layer above picks by the backend's type (a ConcurrencyLimit's
+#: slots, a breaker's state) or an operator command written per store. This set may
+#: only shrink; a new reach is a failure.
+NOT_YET_THROUGH_THE_FACE = {
+    ("_limiting.concurrency_state", "_stores.redis.scripts"),
+    ("_limiting.concurrency_state", "_stores.redis.wakeups"),
+    ("_limiting.concurrency_sqlite", "_stores.sqlite.doors"),
+    ("_limiting.concurrency_sqlite", "_stores.sqlite.file"),
+    ("_limiting.concurrency_sqlite", "_stores.sqlite.slots"),
+    ("_resilience.breaker_state", "_stores.memory.backend"),
+    ("_resilience.breaker_state", "_stores.redis.scripts"),
+    ("_resilience.breaker_state", "_stores.sqlite.codec"),
+    ("_cli.bench", "_stores.redis.scripts"),
+    ("_cli.bench_worker", "_stores.redis.clients"),
+    ("cli", "_stores.redis.clients"),
+    ("cli", "_stores.redis.config"),
+    ("cli", "_stores.redis.fleet"),
+    ("cli", "_stores.redis.sentinel"),
+    ("cli", "_stores.sqlite.backend"),
+}
+
+
+def _store_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] == "_stores" and len(parts) > 1 and parts[1] in STORES:
+        return parts[1]
+    return None
+
+
+def _store_imports() -> Iterator[tuple[str, str, int]]:
+    known = modules()
+    for module, path in known.items():
+        for target, _, line in imports(module, path, known):
+            if target != module:
+                yield module, target, line
+
+
+def test_the_shared_store_files_import_no_store_folder() -> None:
+    reached = [
+        f"{module} imports {target} at line {line}"
+        for module, target, line in _store_imports()
+        if module.startswith("_stores") and _store_of(module) is None and _store_of(target) is not None
+    ]
+    assert reached == []
+
+
+def test_store_folders_never_import_each_other_but_may_reuse_memory() -> None:
+    crossed = [
+        f"{module} imports {target} at line {line}"
+        for module, target, line in _store_imports()
+        if (here := _store_of(module)) is not None
+        and (there := _store_of(target)) is not None
+        and here != there
+        and there != "memory"
+    ]
+    assert crossed == []
+
+
+def test_above_the_stores_a_store_is_reached_through_its_face() -> None:
+    # The face of a store is its folder's __init__ (``_stores.redis``); the shared files
+    # of ``_stores/`` may be imported by name.
+    reached = {
+        (module, target)
+        for module, target, _ in _store_imports()
+        if not module.startswith("_stores") and _store_of(target) is not None and target.count(".") > 1
+    }
+    assert reached - NOT_YET_THROUGH_THE_FACE == set()
+    assert NOT_YET_THROUGH_THE_FACE - reached == set(), "a reach went: take it off the list"
+
+
+def test_only_the_redis_folder_reads_the_lua_scripts() -> None:
+    readers = sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if '"lua"' in path.read_text(encoding="utf-8") or "lua_source" in path.read_text(encoding="utf-8")
+    )
+    assert all(reader.startswith("_stores/redis/") for reader in readers), readers

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from ratelimit import ManualClock, SQLiteBackend, TokenBucket
 from ratelimit._algorithms.token_bucket import Gcra
-from ratelimit._stores.sqlite_doors import Doors, folder_of
+from ratelimit._stores.sqlite.doors import Doors, folder_of
 from ratelimit._stores.waiting import Waiting
 from ratelimit.cli import main
 
