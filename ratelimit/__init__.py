@@ -16,7 +16,7 @@ import logging
 from ._clock import Clock, ManualClock, SystemClock
 from ._errors import AcquireTimeout, BackendUnavailable, CircuitOpen, RateLimitError, RetryError
 from ._events import Attempt, subscribe
-from ._headers import RateLimitInfo, parse_rate_limit_headers
+from ._headers.parse import RateLimitInfo, parse_rate_limit_headers
 from ._limiting.adaptive import Adaptive
 from ._limiting.composite import Composite
 from ._limiting.concurrency import ConcurrencyLimit, Hold, Lease

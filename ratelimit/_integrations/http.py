@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._limiting.concurrency import ConcurrencyLimit
-from .retry import Retry
+from .._resilience.retry import Retry
 
 if TYPE_CHECKING:
     from .._limiting.front import Acquirer
-    from .breaker import CircuitBreaker
+    from .._resilience.breaker import CircuitBreaker
 
 __all__ = ["Policy", "runner"]
 

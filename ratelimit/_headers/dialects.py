@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ._header_budgets import binding, merge
-from ._header_fields import Fields, RateLimitInfo
-from ._header_values import Item, duration, http_date, number, parameters, pieces, rfc3339
+from .budgets import binding, merge
+from .fields import Fields, RateLimitInfo
+from .values import Item, duration, http_date, number, parameters, pieces, rfc3339
 
 __all__ = ["DIALECTS", "Dialect"]
 

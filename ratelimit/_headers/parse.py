@@ -1,7 +1,7 @@
 """Reading a provider's rate-limit headers into one shape: :class:`RateLimitInfo`.
 
 Providers say the same four things in a dozen dialects, each read by one function of
-``_header_dialects`` (its docstring names the provider's documentation and holds a
+``dialects.py`` (its docstring names the provider's documentation and holds a
 sample): ``X-RateLimit-*`` and ``X-Rate-Limit-*`` (GitHub, Discord, Okta, Twitter,
 Reddit, Jira Cloud), the IETF drafts' ``RateLimit`` headers (and GitLab's use of them),
 OpenAI's and Groq's, Anthropic's, Shopify's, HubSpot's, Salesforce's, Zendesk's, and
@@ -59,9 +59,9 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from ._header_budgets import binding
-from ._header_dialects import DIALECTS
-from ._header_fields import MAX_REPEATS, Fields, RateLimitInfo
+from .budgets import binding
+from .dialects import DIALECTS
+from .fields import MAX_REPEATS, Fields, RateLimitInfo
 
 __all__ = ["DEFAULT_CAP", "RateLimitInfo", "parse_rate_limit_headers"]
 

@@ -1,6 +1,6 @@
 """What an LLM call costs in tokens, with no I/O: the estimate read from its request
 and the real cost read from its response's ``usage``, in a JSON body or in the events
-of a stream. ``_resilience/llm.py`` calls it for the ``ratelimit.llm`` transports.
+of a stream. ``llm.py`` beside it calls it for the ``ratelimit.llm`` transports.
 
 The estimate is what OpenAI's own limiter counts a request as: the prompt's size
 (its characters / 4, or what a tokenizer the user passes says) plus the most the

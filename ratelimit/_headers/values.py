@@ -3,7 +3,7 @@
 Everything here reads one value a server sent, so from anyone: each function runs in
 linear time and checks its kind's cap before any regular expression or scanner sees
 the text. Anything over a cap, or malformed, comes back as ``None``; nothing raises.
-What the values *mean* (which header, which provider) is ``_headers``' business.
+What the values *mean* (which header, which provider) is the business of ``dialects.py``.
 """
 
 from __future__ import annotations

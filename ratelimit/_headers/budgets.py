@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from ._header_fields import RateLimitInfo
+from .fields import RateLimitInfo
 
 __all__ = ["binding", "merge"]
 

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .._headers import RateLimitInfo, parse_rate_limit_headers
+from .._headers.parse import RateLimitInfo, parse_rate_limit_headers
 from .._limiting.composite import Composite
 from .._limiting.front import Acquirer
-from .._llm_costs import BodyUsage, Estimator, StreamUsage
+from .llm_costs import BodyUsage, Estimator, StreamUsage
 
 __all__ = ["Budget", "Passage"]
 

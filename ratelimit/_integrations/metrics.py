@@ -7,7 +7,7 @@ event are decided here once.
 
 from __future__ import annotations
 
-from ._events import AttemptFinished, BreakerState, RetryScheduled
+from .._events import AttemptFinished, BreakerState, RetryScheduled
 
 __all__ = ["ATTEMPT_BUCKETS", "BREAKER_STATES", "WAIT_BUCKETS", "attempt_status", "retry_reason"]
 

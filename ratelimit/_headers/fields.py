@@ -4,8 +4,8 @@
 :class:`Fields` is one parse's headers (lower-cased names to their values), its time and
 its cap, with the readings every dialect shares: the lowest number of several headers,
 a reset in any of the forms providers send, a wait made safe. Which header means what
-is each dialect's business (``_header_dialects``); the grammar of one value is
-``_header_values``'.
+is each dialect's business (``dialects.py``); the grammar of one value is
+``values.py``'s.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ._header_values import http_date, number, pieces, rfc3339
+from .values import http_date, number, pieces, rfc3339
 
 __all__ = ["MAX_REPEATS", "Fields", "RateLimitInfo", "from_now"]
 
