@@ -2,7 +2,8 @@
 
 Every decision is one short write transaction (``BEGIN IMMEDIATE`` in WAL mode) that
 loads the limiter's row, runs exactly what the in-process store runs (the handles of
-``memory/backend.py``, whose lock here is the transaction: :class:`Rows`) and writes the row
+``memory/backend.py``, whose lock here is the transaction: ``rows.py``; the handles
+this backend binds are ``handles.py``'s) and writes the row
 back. So the decisions are the memory store's, and so the Redis scripts' (the
 conformance suite holds all three to them), whichever process makes them. A token
 bucket whose row is one number, the usual case, decides in one self-committing
@@ -22,24 +23,19 @@ backend's ``on_unavailable`` applies as for :class:`~.redis.RedisBackend`
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
-import math
 import os
-import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from ... import _validate
 from ..._algorithms import lanes as _lanes
-from ..._algorithms.algorithm import EPSILON, Algorithm
-from ..._algorithms.holes import Holes
+from ..._algorithms.algorithm import Algorithm
 from ..._algorithms.token_bucket import Gcra
 from ..._clock import Clock, SystemClock, checked_clock
 from ..._errors import BackendUnavailable
@@ -47,28 +43,21 @@ from ..keys import Keyed, tag, untag
 from ..memory.backend import Kept, MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
 from ..memory.fallback import Fallback, checked_local_share, group_share, lanes_shares, single_share
 from ..records import FleetRow, Override, checked_override
-from ..store import Handle, Views
-from ..tally import Tally
+from ..store import Views
 from ..unavailable import BackendStats, FailurePolicy, OnUnavailable, checked_on_unavailable
-from .codec import CorruptState, decode, encode, holes_until
-from .config import FORGET_PAST, NAMES, Change, Changeable, refuse_unchangeable, under
+from .codec import CorruptState, decode
+from .config import NAMES, Changeable, refuse_unchangeable
 from .config import read as read_change
 from .config import write as write_change
-from .file import LOCK_GRACE, WAITED_LEAST, Busy, LockTimeout, StoreFile, Waited, in_thread_within
+from .file import Busy, StoreFile
+from .handles import Followed, SQLiteGroupHandle, SQLiteHandle
 from .quick import Quick
+from .rows import Rows
 from .slots import SlotRows, census
 from .top import Cell, Counts, read_top
 from .top import write as write_top
 
-__all__ = [
-    "DEFAULT_BUSY_TIMEOUT",
-    "SWEEP_SECONDS",
-    "Rows",
-    "SQLiteBackend",
-    "SQLiteGroupHandle",
-    "SQLiteHandle",
-    "StoredState",
-]
+__all__ = ["DEFAULT_BUSY_TIMEOUT", "SWEEP_SECONDS", "SQLiteBackend", "StoredState"]
 
 #: Seconds a decision waits for the file's write lock before the store counts as
 #: unavailable. Transactions last tens of microseconds: only a process stopped while
@@ -78,597 +67,12 @@ DEFAULT_BUSY_TIMEOUT = 5.0
 #: Each process looks for idle names at most this often (seconds).
 SWEEP_SECONDS = 60.0
 
-T = TypeVar("T")
 R = TypeVar("R")
-
-_SELECT = "SELECT number, blob, updated, rate, burst FROM ratelimit_state WHERE name = ? AND member = ? AND kind = ?"
-_WRITE = (
-    "REPLACE INTO ratelimit_state (name, member, kind, number, blob, idle, updated, test, forget, rate, burst)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?6, ?9, ?10)"
-)
-_END_CHANGE = "DELETE FROM ratelimit_config WHERE name = ?"
-
-_VERSION = "PRAGMA data_version"
 
 # A sweep visits only the rows its index says may be idle (`forget` is never later than
 # `idle`; see sqlite/file.py): never the whole table.
 _SWEEP = "DELETE FROM ratelimit_state WHERE test = 0 AND forget <= ?1 AND idle <= ?1"
 _CATCH_UP = "UPDATE ratelimit_state SET forget = idle WHERE test = 0 AND forget <= ?1 AND idle > ?1"
-
-_Key = tuple[str, int, str]
-
-
-def _bare(slot: Slot) -> bool:
-    """Whether a slot has no holes, pause nor restriction: its state is all there is."""
-    holes = slot.holes
-    return (
-        not holes.items
-        and holes.paused_until == -math.inf
-        and holes.restricted_until == -math.inf
-        and not slot.group_holes
-    )
-
-
-def _load_holes(slot: Slot, holes: Holes, groups: dict[tuple[str, ...], Holes]) -> None:
-    _fill(slot.holes, holes)
-    _fill_groups(slot.group_holes, groups)
-
-
-def _idle(slot: Slot) -> float:
-    """The store time from which a slot's row decides as a fresh one would."""
-    idle = slot.alg.idle_until(slot.state)
-    for holes in (slot.holes, *slot.group_holes.values()):
-        until = holes_until(holes)
-        if until > idle:
-            idle = until
-    return idle
-
-
-def _fill(mine: Holes, loaded: Holes) -> None:
-    """``mine`` made ``loaded``, in place (a handle holds on to ``mine``)."""
-    mine.items[:] = loaded.items
-    mine.paused_until = loaded.paused_until
-    mine.restricted_until = loaded.restricted_until
-    # A row written by a release that kept no pace has none.
-    mine.paced = getattr(loaded, "paced", None)
-
-
-def _fill_groups(mine: dict[tuple[str, ...], Holes], loaded: dict[tuple[str, ...], Holes]) -> None:
-    for kinds, holes in mine.items():
-        _fill(holes, loaded.get(kinds) or Holes())
-    for kinds, holes in loaded.items():
-        mine.setdefault(kinds, holes)
-
-
-class Rows:
-    """The rows one handle decides on, read and written in one transaction.
-
-    It is the lock of the memory handles it serves (``acquire``/``release`` and
-    ``with``): taking it begins the transaction and loads each row into its
-    :class:`~.memory.Slot`; releasing it writes back what changed and commits. An
-    exception raised in between rolls the transaction back. Its :meth:`now` is the
-    handles' clock: store time, never before the time written into the rows read.
-    """
-
-    __slots__ = (
-        "_change",
-        "_changeable",
-        "_conn",
-        "_file",
-        "_floor",
-        "_keys",
-        "_left",
-        "_loaded",
-        "_mark",
-        "_outer",
-        "_reading",
-        "_seen",
-        "_slots",
-        "_written",
-        "clock",
-        "test",
-    )
-
-    def __init__(
-        self,
-        file: StoreFile,
-        keys: Sequence[_Key],
-        slots: Sequence[Slot],
-        clock: Clock | None,
-        changeable: Changeable | None = None,
-    ) -> None:
-        self._file = file
-        #: A single limiter's algorithm, which follows a change at run time
-        #: (sqlite/config.py); ``None``: the rows keep the code's values.
-        self._changeable = changeable
-        #: The change the rows are decided under in this transaction.
-        self._change: Change = None
-        self._keys = tuple(keys)
-        self._slots = tuple(slots)
-        test = not (clock is None or isinstance(clock, SystemClock))
-        #: Written into each row: 1 when its times are a test clock's (never swept).
-        self.test = 1 if test else 0
-        #: Where the time of each decision is read (before the rows' floor).
-        self.clock: Callable[[], float] = clock.now if clock is not None and test else file.now
-        self._conn: Any = None
-        self._floor = -math.inf
-        self._written = -math.inf
-        self._outer: BaseException | None = None
-        self._loaded: list[tuple[float | None, bytes | None]] = []
-        #: ``(connection, data_version, this process's writes)`` when the slots last
-        #: matched the rows; ``None``: read them at the next transaction.
-        self._seen: tuple[int, int, int] | None = None
-        self._mark: tuple[int, int, int] = (-1, -1, -1)
-        #: This transaction only reads (a peek): it writes nothing, as Redis's peek.
-        self._reading = False
-        #: A read found what a decision would have written (a change to follow, one
-        #: ended, changes kept to forget): the slots no longer match the rows.
-        self._left = False
-
-    def now(self) -> float:
-        """The time of this transaction's decision."""
-        t = self.clock()
-        if t < self._floor:
-            t = self._floor
-        self._written = t
-        return t
-
-    def acquire(self, blocking: bool = True, *, reading: bool = False) -> bool:
-        """Begin the transaction and load the rows (waiting for the file's lock up to
-        its ``busy_timeout`` whatever ``blocking`` says); ``reading``: a transaction
-        that writes nothing, whatever the decision does (:meth:`release` rolls it
-        back), for a peek."""
-        file = self._file
-        conn = file.begin()
-        # Set in this process's turn (begin), so no other thread's transaction reads it.
-        self._reading = reading
-        self._left = False
-        try:
-            self._outer = sys.exc_info()[1]
-            # No other connection has committed (data_version), nor this process
-            # written (file.writes), since this handle last read or wrote its rows:
-            # the slots hold them already.
-            mark = (file.generation, conn.execute(_VERSION).fetchone()[0], file.writes)
-            changeable = self._changeable
-            if mark == self._seen and (changeable is None or self.clock() < changeable.until):
-                self._written = self._floor
-            else:
-                self._seen = None
-                self._load(conn)
-                self._mark = mark
-        except CorruptState as exc:
-            file.rollback(conn)
-            raise BackendUnavailable(f"the SQLite store {file.path!r} holds a row it did not write: {exc}") from exc
-        except BaseException as exc:
-            file.rollback(conn)
-            if isinstance(exc, file.errors):
-                raise file.unavailable(exc) from exc
-            raise
-        self._conn = conn
-        return True
-
-    def _load(self, conn: Any) -> None:
-        loaded = self._loaded
-        loaded.clear()
-        floor = -math.inf
-        row = None
-        for key, slot in zip(self._keys, self._slots, strict=True):
-            row = conn.execute(_SELECT, key).fetchone()
-            if row is None:
-                number = blob = None
-                slot.state = slot.alg.new_state()
-                if not _bare(slot):
-                    _load_holes(slot, Holes(), {})
-            else:
-                number, blob, updated = row[0], row[1], row[2]
-                if updated > floor:
-                    floor = updated
-                if blob is None and number.__class__ is float and _bare(slot):
-                    slot.state = number  # a token bucket's: the usual row, one number
-                else:
-                    state, holes, groups = decode(number, blob)
-                    slot.state = state
-                    _load_holes(slot, holes, groups)
-            loaded.append((number, blob))
-        self._floor = self._written = floor
-        changeable = self._changeable
-        if changeable is not None:
-            self._follow(conn, changeable, row)
-
-    def _follow(self, conn: Any, changeable: Changeable, row: Any) -> None:
-        """Decide under the change in force: the state moved to its limit if it was
-        last decided under another (see sqlite/config.py)."""
-        t = self.clock()
-        if t < self._floor:
-            t = self._floor
-        self._change = changeable.read(conn, self._keys[0][0], t)
-        was, pending = (None, False) if row is None else under(row[3], row[4])
-        steps = changeable.moves(was, pending, None if row is None else row[2], t)
-        if self._reading:
-            # A peek moves the state in memory only, and answers as Redis's does (its
-            # 'peek' and 'wait' ops): the changes made since the last decision are
-            # followed (Redis moved the state in each change's own call), but a change
-            # that has ended is not undone: Redis's read-only ops leave that move, and
-            # the row's deletion, to the next decision, reading the state as the
-            # change left it under the code's limit. Nothing is written, so that the
-            # decisions after a peek are those without it.
-            self._left = bool(steps or pending or changeable.ended or changeable.forget_past)
-            if changeable.ended:
-                steps = steps[:-1]  # (the move back to the code's limit, at now)
-            if steps and row is not None:
-                self._slots[0].state = changeable.move(self._slots[0].state, was, steps, t)
-            return
-        if steps or pending:
-            slot = self._slots[0]
-            if row is not None:
-                slot.state = changeable.move(slot.state, was, steps, t)
-            self._loaded[0] = (math.nan, None)  # written back, whatever the decision
-            self._written = t
-
-    def release(self) -> None:
-        conn = self._conn
-        self._conn = None
-        file = self._file
-        seen, self._seen = self._seen or self._mark, None
-        if self._reading:
-            self._reading = False
-            changeable = self._changeable
-            if changeable is not None:
-                # What the read found to write is found again by the next decision,
-                # which reads the rows again if the slots no longer match them.
-                changeable.ended = changeable.forget_past = False
-            file.rollback(conn)
-            if not self._left:
-                self._seen = seen  # (a peek changes no slot: they still match the rows)
-            return
-        if sys.exc_info()[1] is not self._outer:
-            # The decision raised (a bug, or an interrupt): nothing of it is kept, and
-            # the slots are read again next time.
-            file.rollback(conn)
-            return
-        wrote = False
-        change = self._change
-        under = (None, None) if change is None else change
-        try:
-            changeable = self._changeable
-            if changeable is not None and changeable.ended:
-                conn.execute(_END_CHANGE, (self._keys[0][0],))
-                changeable.ended = False
-                wrote = True
-            elif changeable is not None and changeable.forget_past:
-                conn.execute(FORGET_PAST, (self._keys[0][0],))
-                changeable.forget_past = False
-                wrote = True
-            loaded = self._loaded
-            for i, (key, slot) in enumerate(zip(self._keys, self._slots, strict=True)):
-                state = slot.state
-                before = loaded[i]
-                if state.__class__ is float and _bare(slot):
-                    if before[0] == state and before[1] is None:
-                        continue  # a refusal: nothing changed
-                    conn.execute(
-                        _WRITE, (*key, state, None, slot.alg.idle_until(state), self._written, self.test, *under)
-                    )
-                    loaded[i] = (state, None)
-                else:
-                    number, blob = encode(state, slot.holes, slot.group_holes)
-                    if (number, blob) == before:
-                        continue
-                    conn.execute(_WRITE, (*key, number, blob, _idle(slot), self._written, self.test, *under))
-                    loaded[i] = (number, blob)
-                wrote = True
-        except BaseException as exc:
-            file.rollback(conn)
-            if isinstance(exc, file.errors):
-                raise file.unavailable(exc) from exc
-            raise
-        if wrote:
-            file.writes += 1
-            self._floor = self._written
-        file.commit(conn)  # raises (and leaves the slots to be read again) if it cannot
-        self._seen = (seen[0], seen[1], file.writes)
-
-    def __enter__(self) -> None:
-        self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[None]:
-        """A transaction that writes nothing (``acquire(reading=True)``)."""
-        self.acquire(reading=True)
-        try:
-            yield
-        finally:
-            self.release()
-
-
-class _Followed(MemoryHandle):
-    """The memory handle of a single limiter that follows a change at run time: its
-    peek reads the file only, as Redis's does; a decision would write the moves it
-    makes there."""
-
-    __slots__ = ()
-
-    def _reading(self) -> Any:
-        return cast(Rows, self._slot.lock).reading()
-
-
-class _Unavailable(Generic[T]):
-    """A SQLite handle: the memory handle it wraps decides in the file, and what the
-    file cannot decide goes to the backend's failure policy, with the local fallback
-    of ``on_unavailable="local"``."""
-
-    __slots__ = ("__weakref__", "_backend", "_calls", "_file", "_inner", "_local", "_name", "top")
-
-    #: A decision that finds the file locked waits for it in a thread (see reserve_async).
-    suspends = True
-
-    def __init__(self, backend: SQLiteBackend, name: str, inner: Handle[T], local: Fallback[T] | None) -> None:
-        #: Where its decisions are counted for ``ratelimit top`` (sqlite/top.py):
-        #: under ``(name, kind, shadow)``; ``None``: not counted.
-        self.top: Cell | None = None
-        self._backend = backend
-        self._file = backend.file
-        self._calls = backend.file.calls
-        self._name = name
-        self._inner = inner
-        self._local = local
-
-    @property
-    def tally(self) -> Tally | None:
-        return self._inner.tally
-
-    @tally.setter
-    def tally(self, tally: Tally | None) -> None:
-        self._inner.tally = tally
-
-    def name_grants(self) -> None:
-        self._inner.name_grants()
-
-    def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
-        # The caller's timeout bounds the wait for the file's lock too (sqlite/file.py).
-        calls = self._calls
-        calls.patience = max_wait
-        try:
-            decision = self._reserve(tokens, max_wait)
-        except LockTimeout as exc:
-            # Another process holds the file longer than the caller would wait: a busy
-            # store, not an unavailable one. Refused, nothing decided, as a grant that
-            # would wait too long; the wait it tells is the one spent on the lock.
-            return self._refused(exc.waited)
-        except BackendUnavailable as exc:
-            local = self._local
-            return self._backend.without_store(
-                exc,
-                self._name,
-                local=None if local is None else lambda: local.reserve(tokens, max_wait),
-                otherwise=lambda: (0.0, math.nan),
-                says=(
-                    "SQLite store unavailable; deciding %r locally: %s",
-                    "SQLite store unavailable; granting %r without it (fail open): %s",
-                ),
-                decision=True,
-            )
-        finally:
-            calls.patience = None
-        self._decided(decision)
-        return decision
-
-    def _refused(self, waited: float) -> tuple[float, float]:
-        """A refusal for the file's being busy ``waited`` seconds, counted as one."""
-        tally = self._inner.tally
-        if tally is not None:
-            with tally.lock:
-                tally.denied += 1
-        return -waited, math.nan
-
-    def _reserve_late(self, tokens: T, max_wait: float, came: float) -> tuple[float, float]:
-        """:meth:`reserve` in a thread that an asyncio caller, come at ``came``, waited
-        for (behind other callers' waits for a busy file): that wait counts in its
-        timeout as a wait for the lock would. Past it, it decides only if the file is
-        free at once."""
-        late = time.monotonic() - came
-        if max_wait == math.inf or late <= WAITED_LEAST:
-            return self.reserve(tokens, max_wait)
-        left = max(0.0, max_wait - late)
-        if late <= max(max_wait, LOCK_GRACE):
-            return self.reserve(tokens, left)
-        decided = self.reserve_here(tokens, left)
-        return self._refused(late) if decided is None else decided
-
-    def _reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
-        """The decision in a transaction; after a wait for the lock, with what is left
-        of ``max_wait`` (in the transaction that wait opened: see ``Waited``)."""
-        waited = None
-        try:
-            try:
-                return self._inner.reserve(tokens, max_wait)
-            except Waited as exc:
-                waited = exc.waited
-            # Out of the handler: the transaction's end tells a decision that raised
-            # by the exception being handled (Rows.release).
-            return self._inner.reserve(tokens, max(0.0, max_wait - waited))
-        finally:
-            if waited is not None:
-                self._file.let_go()  # kept, if the decision never began again
-
-    def _decided(self, decision: tuple[float, float]) -> None:
-        top = self.top
-        backend = self._backend
-        if top is not None:
-            wait = decision[0]
-            backend.counts.decided(top, decision[1] - wait, wait)
-        backend.sweep_if_due()
-
-    def reserve_here(self, tokens: T, max_wait: float) -> tuple[float, float] | None:
-        """The decision if the file is free now, ``None`` if it would have to wait
-        (then :meth:`reserve_async` waits for it off the event loop)."""
-        try:
-            with self._backend.file.not_waiting():
-                return self.reserve(tokens, max_wait)
-        except Busy:
-            return None
-
-    async def reserve_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
-        # At once when the file is free; else the wait for its lock (up to
-        # busy_timeout) is a thread's, never the event loop's. A task cancelled
-        # meanwhile leaves the thread to finish: the front gives back what it then
-        # grants (``suspends``), as for a Redis round trip.
-        decided = self.reserve_here(tokens, max_wait)
-        if decided is not None:
-            return decided
-        came = time.monotonic()
-        late = functools.partial(self._reserve_late, tokens, max_wait, came)
-        if max_wait == math.inf:
-            return await asyncio.to_thread(late)
-        # A timeout bounds the wait for a thread too: one not begun by the time the
-        # lock's wait would have been given up is refused, as that wait is.
-        return await in_thread_within(late, max(max_wait, LOCK_GRACE), lambda: self._refused(time.monotonic() - came))
-
-    async def _off_loop(self, call: Callable[[], R]) -> R:
-        return await self._backend.file.off_loop(call)
-
-    def _lost(self, what: str, run: Callable[[], object], local: Callable[[Fallback[T]], object]) -> None:
-        try:
-            run()
-        except BackendUnavailable as exc:
-            fallback = self._local
-            self._backend.without_store(
-                exc,
-                self._name,
-                local=None if fallback is None else lambda: local(fallback),
-                otherwise=lambda: None,
-                says=("", f"SQLite store unavailable; the {what} on %r is lost: %s"),
-            )
-
-    def refund(self, tokens: T, at: float | None) -> None:
-        self._lost("refund", lambda: self._inner.refund(tokens, at), lambda local: local.refund(tokens, None))
-
-    async def refund_async(self, tokens: T, at: float | None) -> None:
-        await self._off_loop(lambda: self.refund(tokens, at))
-
-    def charge(self, tokens: T) -> float | None:
-        charged: float | None = None
-
-        def run() -> None:
-            nonlocal charged
-            charged = self._inner.charge(tokens)
-
-        self._lost("charge", run, lambda local: local.charge(tokens))
-        return charged
-
-    async def charge_async(self, tokens: T) -> float | None:
-        return await self._off_loop(lambda: self.charge(tokens))
-
-    def restrict(self, remaining: T, seconds: float) -> None:
-        self._lost(
-            "restriction",
-            lambda: self._inner.restrict(remaining, seconds),
-            lambda local: local.restrict(remaining, seconds),
-        )
-
-    async def restrict_async(self, remaining: T, seconds: float) -> None:
-        await self._off_loop(lambda: self.restrict(remaining, seconds))
-
-    def peek(self, tokens: T) -> float:
-        try:
-            return self._inner.peek(tokens)
-        except BackendUnavailable as exc:
-            local = self._local
-            # As a decision would: the local fallback's own answer, or at once (fail open).
-            return self._backend.without_store(
-                exc,
-                self._name,
-                local=None if local is None else lambda: local.peek(tokens),
-                otherwise=lambda: 0.0,
-                says=("", ""),  # a read: nothing decided without the store to tell of
-            )
-
-    async def peek_async(self, tokens: T) -> float:
-        return await self._off_loop(lambda: self.peek(tokens))
-
-    def reset(self) -> None:
-        self._lost("reset", self._inner.reset, lambda local: local.reset())
-
-    async def reset_async(self) -> None:
-        await self._off_loop(self.reset)
-
-
-class SQLiteHandle(_Unavailable[float]):
-    """One limiter, or one priority of a budget with lanes, in the file."""
-
-    __slots__ = ("_quick",)
-
-    def __init__(
-        self,
-        backend: SQLiteBackend,
-        name: str,
-        inner: Handle[float],
-        local: Fallback[float] | None,
-        quick: Quick | None = None,
-    ) -> None:
-        super().__init__(backend, name, inner, local)
-        self._quick = quick
-
-    def name_grants(self) -> None:
-        # The statement's decision says only when a grant goes, not where it sits: a
-        # limiter that gives back decides in the transaction.
-        self._quick = None
-        super().name_grants()
-
-    def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
-        quick = self._quick
-        if quick is None:
-            return super().reserve(tokens, max_wait)
-        if quick.on:
-            # A token bucket whose row is one number: one statement (sqlite/quick.py),
-            # which waits for no other process's lock (the full transaction does).
-            try:
-                decision = quick.reserve(tokens, max_wait, self._inner.tally)
-            except LockTimeout as exc:  # this process's turn held by a thread that waits for the lock
-                return self._refused(exc.waited)
-            if decision is not None:
-                self._decided(decision)
-                return decision
-        decision = super().reserve(tokens, max_wait)
-        quick.after_full()
-        return decision
-
-    def restrict(self, remaining: float, seconds: float) -> None:
-        super().restrict(remaining, seconds)
-        top = self.top
-        if top is not None and remaining <= EPSILON:
-            # A pause fed back (a 429's Retry-After), counted for `ratelimit top`.
-            self._backend.counts.paused(top, self._backend.now())
-
-
-class SQLiteGroupHandle(_Unavailable[Sequence[float]]):
-    """A composite's limits (or a limiter and its learned pace), in one transaction."""
-
-    __slots__ = ("_group",)
-
-    def __init__(
-        self,
-        backend: SQLiteBackend,
-        name: str,
-        inner: MemoryGroupHandle,
-        local: Fallback[Sequence[float]] | None,
-    ) -> None:
-        super().__init__(backend, name, inner, local)
-        self._group = inner
-
-    def throttle(self, decided: float | None, at: float | None) -> None:
-        """A refusal of the request decided at ``decided`` to go at ``at``: the learned pace cuts its rate."""
-        self._lost("throttle", lambda: self._group.throttle(decided, at), lambda local: None)
-
-    async def throttle_async(self, decided: float | None, at: float | None) -> None:
-        await self._off_loop(lambda: self.throttle(decided, at))
-
-    def rate(self) -> float:
-        """The learned pace's rate now (``BackendUnavailable`` while the file cannot be read)."""
-        return self._group.rate()
 
 
 def _forked(ref: weakref.ref[SQLiteBackend]) -> None:
@@ -834,7 +238,7 @@ class SQLiteBackend(FailurePolicy):
         if changeable is None:
             inner = MemoryHandle(alg, slot, rows)
         else:
-            inner = _Followed(cast(Algorithm[Any], changeable), slot, rows)
+            inner = Followed(cast(Algorithm[Any], changeable), slot, rows)
         local = None
         if self.on_unavailable == "local":
             local = single_share(self._local, alg, clock, self.local_share)
