@@ -1,6 +1,6 @@
 -- ratelimit: a circuit breaker shared by every process. This file is the body of
 -- drive_breaker(KEYS, ARGV), defined after _prelude.lua (see ratelimit/_stores/redis/scripts.py).
--- Mirrors allow() and record() in ratelimit/_resilience/breaker_state.py, line for line.
+-- Mirrors allow() and record() in ratelimit/_algorithms/breaker.py, line for line.
 --
 -- KEYS[1]  the breaker's hash, ratelimit:{<name>}:breaker. Fields: mode (0 closed,
 --          1 open, 2 half-open), opened_at, gen, probes, probe_at, and per bucket slot

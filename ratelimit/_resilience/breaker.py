@@ -19,15 +19,13 @@ from datetime import timedelta
 from typing import Any, NamedTuple, ParamSpec, TypeVar, overload
 
 from .. import _validate
+from .._algorithms.breaker import Decision, Policy
 from .._clock import Clock, SystemClock, checked_clock
 from .._errors import CircuitOpen
 from .._events import BreakerState, Emitter, Event, Rejected, StateChanged
 from .._stores.memory import MemoryBackend
-from .._stores.redis import RedisBackend
-from .._stores.sqlite import SQLiteBackend
 from .._stores.store import Backend
 from .._wrap import wrap
-from .breaker_state import Decision, MemoryStore, Policy, RedisStore, SQLiteStore
 from .outcome import classify, status_of
 
 __all__ = ["BreakerStats", "CircuitBreaker", "Ticket"]
@@ -107,19 +105,15 @@ class CircuitBreaker:
         checked_clock(clock)
         if backend is None:
             backend = MemoryBackend()
-        elif not isinstance(backend, (MemoryBackend, RedisBackend, SQLiteBackend)):
-            raise TypeError(f"backend must be a MemoryBackend, RedisBackend or SQLiteBackend instance, got {backend!r}")
+        elif not hasattr(type(backend), "bind_breaker"):  # on its class: a class passed is refused too
+            raise TypeError(
+                "backend must be a MemoryBackend, RedisBackend or SQLiteBackend instance (a Backend with "
+                f"bind_breaker), got {type(backend).__name__} {backend!r}"
+            )
         self.name = _validate.name(name, backend, shared=backend.shared)
         self.clock: Clock = clock or SystemClock()
         self.backend = backend
-        local = MemoryStore(self.policy, self.clock)
-        self._store: MemoryStore | RedisStore = local
-        if isinstance(backend, SQLiteBackend):
-            assert self.name is not None
-            self._store = SQLiteStore(backend, self.name, self.policy, clock, local)
-        elif isinstance(backend, RedisBackend):
-            assert self.name is not None
-            self._store = RedisStore(backend, backend.key(self.name, "breaker", clock=clock), self.policy, clock, local)
+        self._store = backend.bind_breaker(self.name, self.policy, clock)
         self._events = Emitter()
         self._lock = threading.Lock()
         # allowed, probes, rejected, successes, failures, opened

@@ -12,12 +12,14 @@ from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .._algorithms.algorithm import Algorithm
+from .._algorithms.breaker import Decision, Policy
 from .._algorithms.lanes import Lanes
 from .._clock import Clock
+from .._events import BreakerState
 from .keys import Keyed
 from .tally import Tally
 
-__all__ = ["Backend", "Handle", "Pacing"]
+__all__ = ["Backend", "BreakerHandle", "Handle", "Pacing"]
 
 T_contra = TypeVar("T_contra", contravariant=True)
 
@@ -120,6 +122,29 @@ class Views(Protocol):
     def __len__(self) -> int: ...
 
 
+class BreakerHandle(Protocol):
+    """A circuit breaker's state in a store (``Backend.bind_breaker``): each method one
+    atomic transition of ``_algorithms/breaker.py`` at the store's time."""
+
+    def allow(self) -> Decision: ...
+
+    async def allow_async(self) -> Decision: ...
+
+    def record(self, generation: int, probe: bool, ok: bool | None) -> tuple[BreakerState, BreakerState]:
+        """Report the outcome of a call ``allow`` let through; ``(previous, state)``."""
+        ...
+
+    async def record_async(
+        self, generation: int, probe: bool, ok: bool | None
+    ) -> tuple[BreakerState, BreakerState]: ...
+
+    def peek(self) -> tuple[BreakerState, int, int]:
+        """The mode a call now would find, and the window's calls and failures."""
+        ...
+
+    async def peek_async(self) -> tuple[BreakerState, int, int]: ...
+
+
 class Backend(Protocol):
     """Where limiters keep their state."""
 
@@ -151,6 +176,12 @@ class Backend(Protocol):
         """A budget with priorities (see ``lanes.py``): the handles that acquire at high
         and at low priority, on one state. ``keep``: the high lane's tokens a low
         request borrowing it must leave (``None``: lows never borrow)."""
+        ...
+
+    def bind_breaker(self, name: str | None, policy: Policy, clock: Clock | None) -> BreakerHandle:
+        """A circuit breaker's state (``name`` is given on a shared store). When the
+        store cannot be reached, its ``on_unavailable`` decides: raise, or go on with
+        state in this process."""
         ...
 
     def keep_views(self, views: Views) -> None:

@@ -181,7 +181,7 @@ STORES = ("memory", "redis", "sqlite")
 
 #: Reaches past a store's face from above ``_stores/`` that are still to go: each is
 #: store state that the layer above picks by the backend's type (a ConcurrencyLimit's
-#: slots, a breaker's state) or an operator command written per store. This set may
+#: slots) or an operator command written per store. This set may
 #: only shrink; a new reach is a failure.
 NOT_YET_THROUGH_THE_FACE = {
     ("_limiting.concurrency_state", "_stores.redis.scripts"),
@@ -189,9 +189,6 @@ NOT_YET_THROUGH_THE_FACE = {
     ("_limiting.concurrency_sqlite", "_stores.sqlite.doors"),
     ("_limiting.concurrency_sqlite", "_stores.sqlite.file"),
     ("_limiting.concurrency_sqlite", "_stores.sqlite.slots"),
-    ("_resilience.breaker_state", "_stores.memory.backend"),
-    ("_resilience.breaker_state", "_stores.redis.scripts"),
-    ("_resilience.breaker_state", "_stores.sqlite.codec"),
     ("_cli.bench", "_stores.redis.scripts"),
     ("_cli.bench_worker", "_stores.redis.clients"),
     ("cli", "_stores.redis.clients"),

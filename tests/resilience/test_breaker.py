@@ -18,8 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratelimit import BackendUnavailable, CircuitBreaker, CircuitOpen, ManualClock, RedisBackend, Ticket
-from ratelimit._resilience.breaker_state import MemoryStore, Policy, RedisStore
+from ratelimit._algorithms.breaker import Policy
+from ratelimit._stores.memory.breaker import MemoryStore
 from ratelimit._stores.redis.backend import key_for
+from ratelimit._stores.redis.breaker import RedisStore
 from ratelimit.events import Event, Rejected, StateChanged
 
 from conftest import REDIS_URL, SUPPORT, unique_name

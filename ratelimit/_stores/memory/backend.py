@@ -25,10 +25,12 @@ from ..._algorithms import holes as _holes
 from ..._algorithms import lanes as _lanes
 from ..._algorithms.adaptive import Cubic
 from ..._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, decide, peek_all
+from ..._algorithms.breaker import Policy
 from ..._clock import Clock, SystemClock
 from ..keys import Keyed
 from ..store import Views
 from ..tally import Tally, weight
+from .breaker import MemoryStore
 
 __all__ = [
     "SWEEP_SECONDS",
@@ -222,6 +224,10 @@ class MemoryBackend:
         for handle in handles:
             self._watch(handle, name, [slot])
         return handles
+
+    def bind_breaker(self, name: str | None, policy: Policy, clock: Clock | None) -> MemoryStore:
+        """A circuit breaker's state, its own (``name`` shares nothing here)."""
+        return MemoryStore(policy, clock or SystemClock())
 
     # -- dropping idle state ----------------------------------------------------------
 

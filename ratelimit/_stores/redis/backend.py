@@ -41,11 +41,13 @@ from typing import Any, Literal
 
 from ... import _validate
 from ..._algorithms.algorithm import Algorithm
+from ..._algorithms.breaker import Policy
 from ..._algorithms.lanes import HIGH, LANES, LOW, Lanes
 from ..._clock import Clock, SystemClock, checked_clock
 from ..._errors import BackendUnavailable
 from ..keys import Keyed, key_for
 from ..memory.backend import MemoryBackend
+from ..memory.breaker import MemoryStore
 from ..memory.fallback import (
     AutoShare,
     Fallback,
@@ -58,6 +60,7 @@ from ..memory.fallback import (
 )
 from ..records import Inspection, Override, checked_override
 from ..store import Views
+from .breaker import RedisStore
 from .calls import DEFAULT_POOL_SIZE, BackendStats, OnUnavailable, RedisCalls
 from .clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, REDIS_URL_ENV, retries, url_clients, url_from_env
 from .config import eviction_risk, read_override, reset_override, write_override
@@ -511,6 +514,13 @@ class RedisBackend(RedisCalls):
             for handle in handles:
                 handle.promises = Promises((clock or SystemClock()).now)
         return handles
+
+    def bind_breaker(self, name: str | None, policy: Policy, clock: Clock | None) -> RedisStore:
+        """A circuit breaker's state in one hash (``redis/breaker.py``), and the state in
+        this process it goes on with while Redis cannot be reached."""
+        assert name is not None  # a shared store: CircuitBreaker required it
+        local = MemoryStore(policy, clock or SystemClock())
+        return RedisStore(self, self.key(name, "breaker", clock=clock), policy, clock, local)
 
     # -- run-time changes and inspection (redis/config.py) -------------------------------
 

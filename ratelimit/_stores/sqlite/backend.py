@@ -36,15 +36,18 @@ from typing import Any, TypeVar, cast
 from ... import _validate
 from ..._algorithms import lanes as _lanes
 from ..._algorithms.algorithm import Algorithm
+from ..._algorithms.breaker import Policy
 from ..._algorithms.token_bucket import Gcra
 from ..._clock import Clock, SystemClock, checked_clock
 from ..._errors import BackendUnavailable
 from ..keys import Keyed, tag, untag
-from ..memory.backend import Kept, MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
+from ..memory.backend import MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
+from ..memory.breaker import MemoryStore
 from ..memory.fallback import Fallback, checked_local_share, group_share, lanes_shares, single_share
 from ..records import FleetRow, Override, checked_override
 from ..store import Views
 from ..unavailable import BackendStats, FailurePolicy, OnUnavailable, checked_on_unavailable
+from .breaker import Kept, SQLiteStore
 from .codec import CorruptState, decode
 from .config import NAMES, Changeable, refuse_unchangeable
 from .config import read as read_change
@@ -298,14 +301,17 @@ class SQLiteBackend(FailurePolicy):
                 handle.top = cell
         return handles
 
-    def cell(self, name: str, kept: Kept, clock: Clock | None) -> tuple[Slot, Rows]:
-        """One row of state of another kind than a limiter's (the circuit breaker's,
-        ``kept.kind`` telling it apart): the slot it is loaded into, and the
-        transaction that is both its lock and its clock."""
+    def bind_breaker(self, name: str | None, policy: Policy, clock: Clock | None) -> SQLiteStore:
+        """A circuit breaker's state in one row (``sqlite/breaker.py``), loaded into a
+        slot whose lock and clock are a transaction, and the state in this process it
+        goes on with while the file cannot be used."""
+        assert name is not None  # a shared store: CircuitBreaker required it
+        kept = Kept(policy)
         slot = Slot(kept, clock)
         rows = Rows(self._file, [(tag(name), -1, kept.kind)], [slot], clock)
         slot.lock = rows
-        return slot, rows
+        here = clock or SystemClock()
+        return SQLiteStore(self, self._file, name, (slot, rows), policy, here, MemoryStore(policy, here))
 
     def slot_rows(
         self, name: str | Keyed | None, member: int | None, most: int, lease: float, clock: Clock | None

@@ -17,6 +17,7 @@ import pickle
 from collections import OrderedDict
 from typing import Any
 
+from ..._algorithms import breaker
 from ..._algorithms.adaptive import Pace
 from ..._algorithms.holes import GrantTime, Holes
 from ..._algorithms.lanes import LaneState, LaneTime
@@ -24,20 +25,13 @@ from ..._algorithms.semaphore import Slots
 from ..._algorithms.sliding_window import Log
 from ..._algorithms.sliding_window_counter import CounterState
 
-__all__ = ["CorruptState", "allow", "decode", "encode", "holes_until"]
+__all__ = ["CorruptState", "decode", "encode", "holes_until"]
 
 #: The classes a row may hold, by (module, name): nothing else is ever made.
 _ALLOWED: dict[tuple[str, str], type] = {
     (cls.__module__, cls.__qualname__): cls
-    for cls in (Pace, Holes, GrantTime, LaneState, LaneTime, Slots, Log, CounterState, OrderedDict)
+    for cls in (Pace, Holes, GrantTime, LaneState, LaneTime, Slots, Log, CounterState, breaker.State, OrderedDict)
 }
-
-
-def allow(cls: type) -> type:
-    """Let rows hold instances of ``cls`` (a layer above keeps its own state here:
-    the circuit breaker's); returns ``cls``."""
-    _ALLOWED[(cls.__module__, cls.__qualname__)] = cls
-    return cls
 
 
 #: What a row holds: the algorithm's state, its holes, and a composite's holes by the
