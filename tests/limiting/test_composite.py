@@ -171,6 +171,7 @@ def test_a_leaky_member_counts_only_what_is_queued(make: Make, clock: ManualCloc
     clock.advance(1)
     # t=1001: the first has leaked; one request waits, in a leaky queue of 2. A third
     # fits the queue and goes when the bucket allows, at t=1020.
+    assert limiter.peek() == 19.0
     assert limiter.acquire() == 19.0
     # Two wait now (t=1010, t=1020): the queue is full, a fourth overflows.
     with pytest.raises(AcquireTimeout):
