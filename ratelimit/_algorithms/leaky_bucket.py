@@ -218,9 +218,10 @@ class LeakyQueue:
                 if admit_at - now > EPSILON:
                     return state, now - admit_at
             return (now + tokens * self.interval, now), 0.0
-        if len(state) > 2:
-            return step(self, state, now, tokens, max_wait)  # gaps ahead (a composite's)
-        start = drained_at
+        try:
+            start, _ = state  # two times alone: the grant starts where the queue drains
+        except ValueError:  # gaps ahead (a composite's member): plan and commit
+            return step(self, state, now, tokens, max_wait)
         overflow = (start - now) * self.rate + tokens - self.capacity
         if overflow > EPSILON:
             admit_at = now + overflow * self.interval
