@@ -90,6 +90,20 @@ def test_redis_reads_a_state_of_the_release_before_gaps_as_no_gap_known(client: 
         assert caught.value.retry_after == 9.0
 
 
+@pytest.mark.parametrize("gaps", ["1001 x", "1001", "1001 inf", ""])
+def test_redis_forgets_gaps_that_are_not_pairs_of_times(client: Any, gaps: str) -> None:
+    """Gaps written by hand or garbled are forgotten: the time counts as queued, as
+    the release before gaps counted it, never an error."""
+    clock, name = ManualClock(1000.0), unique_name("garbled")
+    limiter = _composite(RedisBackend(client), name, clock)
+    _two_ahead(limiter)
+    client.set(key_for(name, "leaky_bucket", 1, injected=True) + ":gaps", gaps, keepttl=True)
+    clock.advance(1)
+    with pytest.raises(AcquireTimeout) as caught:
+        limiter.reserve()
+    assert caught.value.retry_after == 9.0
+
+
 def test_the_release_before_gaps_reads_a_state_with_gaps_as_its_two_times(client: Any) -> None:
     """Its parse of the state's text (two numbers, a space between) finds the drain
     time and the latest grant: the queue it always counted, gaps included."""
