@@ -99,7 +99,7 @@ def decode(number: float | None, blob: bytes | None) -> Row:
             and len(state) == 2
             and isinstance(gaps, tuple)
             and len(gaps) % 2 == 0
-            and all(x.__class__ is float for x in (*state, *gaps))
+            and all(isinstance(x, float) for x in (*state, *gaps))  # (a time may be a GrantTime)
         ):
             raise CorruptState("a row's gaps are not a leaky bucket's")
         return (*state, *gaps), row[1], row[2]
