@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratelimit import AcquireTimeout, LeakyBucket, ManualClock, RedisBackend, SlidingWindow, TokenBucket
-from ratelimit._stores.scripts import call_by_script
+from ratelimit._stores.redis.scripts import call_by_script
 
 from conftest import REDIS_URL, command_calls, private_server, unique_name
 

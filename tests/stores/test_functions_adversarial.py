@@ -30,7 +30,7 @@ from ratelimit import (
     TokenBucket,
 )
 from ratelimit._stores.keys import code_key
-from ratelimit._stores.scripts import by_function, call_by_script, library, single_script
+from ratelimit._stores.redis.scripts import by_function, call_by_script, library, single_script
 
 from conftest import command_calls, private_server, unique_name
 from servers import RedisServer

@@ -30,7 +30,7 @@ from ratelimit import (
 )
 from ratelimit._algorithms.holes import Holes
 from ratelimit._stores.keys import key_for
-from ratelimit._stores.sqlite_codec import decode
+from ratelimit._stores.sqlite.codec import decode
 
 from conftest import unique_name
 

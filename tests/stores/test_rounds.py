@@ -1,4 +1,4 @@
-"""Coalescing and leases (``_stores/rounds.py``): one script call per round, and a
+"""Coalescing and leases (``_stores/redis/rounds.py``): one script call per round, and a
 batch of the shared budget spent locally.
 
 Leases run on an injected clock, so their time is the test's: a lease ends when the
@@ -39,8 +39,8 @@ from ratelimit import (
     SlidingWindow,
     TokenBucket,
 )
-from ratelimit._stores.redis_handles import RedisHandle
-from ratelimit._stores.rounds import MOST_PER_ROUND, Ask, Round, Rounds
+from ratelimit._stores.redis.handles import RedisHandle
+from ratelimit._stores.redis.rounds import MOST_PER_ROUND, Ask, Round, Rounds
 
 from conftest import REDIS_URL, unique_name
 

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 
 from ratelimit import ManualClock, SQLiteBackend, TokenBucket
 from ratelimit._algorithms.token_bucket import Gcra
-from ratelimit._stores.sqlite_doors import Doors, folder_of
-from ratelimit._stores.wakeups import Waiting
+from ratelimit._stores.sqlite.doors import Doors, folder_of
+from ratelimit._stores.waiting import Waiting
 from ratelimit.cli import main
 
 # -- the quick path and the full transaction, mixed, decide as the full one alone --------

@@ -34,9 +34,9 @@ from hypothesis import strategies as st
 
 from ratelimit import AcquireTimeout, BackendUnavailable, ConcurrencyLimit, Lease, ManualClock, SQLiteBackend
 from ratelimit._algorithms.semaphore import Semaphore
-from ratelimit._stores import sqlite_slots
-from ratelimit._stores.sqlite_doors import Doors, folder_of
-from ratelimit._stores.wakeups import Waiting
+from ratelimit._stores.sqlite import slots as sqlite_slots
+from ratelimit._stores.sqlite.doors import Doors, folder_of
+from ratelimit._stores.waiting import Waiting
 
 from conftest import SUPPORT
 

@@ -32,7 +32,7 @@ from ratelimit import (
 )
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.token_bucket import Gcra
-from ratelimit._stores.config import Override, UnchangeableLimit
+from ratelimit._stores.records import Override, UnchangeableLimit
 from ratelimit.cli import main
 
 from conftest import unique_name

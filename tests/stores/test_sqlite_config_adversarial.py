@@ -37,9 +37,9 @@ from ratelimit import (
     SQLiteBackend,
     TokenBucket,
 )
-from ratelimit._stores import sqlite_file
-from ratelimit._stores.config import UnchangeableLimit
-from ratelimit._stores.sqlite_config import MOST_KEPT
+from ratelimit._stores.records import UnchangeableLimit
+from ratelimit._stores.sqlite import file as sqlite_file
+from ratelimit._stores.sqlite.config import MOST_KEPT
 
 from conftest import unique_name
 

@@ -1,5 +1,5 @@
 """A synchronous client's script calls sent straight on a connection of its pool
-(``ratelimit/_stores/redis_wire.py``): the same decisions as through the client, and
+(``ratelimit/_stores/redis/wire.py``): the same decisions as through the client, and
 none of the ways a held connection can go wrong (a reply left unread, a server
 restarted under it, a fork, a pool too small to hold from, instrumentation that
 must see every call, a text encoding other than UTF-8).

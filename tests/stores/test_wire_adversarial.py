@@ -1,4 +1,4 @@
-"""The held connection of ``ratelimit/_stores/redis_wire.py`` attacked: exceptions at
+"""The held connection of ``ratelimit/_stores/redis/wire.py`` attacked: exceptions at
 each step of a call, outages met by the connection held, hundreds of threads with
 the server's scripts flushed under them, a server stopped mid-call, a fork while a
 thread holds the wire's lock, clients of other kinds, and a retried call compared
@@ -24,7 +24,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ratelimit import BackendUnavailable, ManualClock, RedisBackend, TokenBucket
-from ratelimit._stores import redis_calls
+from ratelimit._stores.redis import calls as redis_calls
 
 from conftest import REDIS_URL, private_server, unique_name
 
