@@ -43,12 +43,12 @@ local function peek_members(members, now)
 end
 
 -- What limiter.reset does: forget the members' usage, which is their state (each
--- algorithm's key; a window log's also <key>:caps and <key>:meta), their holes and
--- pause, and the restriction mark beside them. A change set by an operator (the
--- config hash) and what the code says are not usage, and stay.
+-- algorithm's key; a window log's also <key>:caps and <key>:meta, a leaky bucket's
+-- <key>:gaps), their holes and pause, and the restriction mark beside them. A change
+-- set by an operator (the config hash) and what the code says are not usage, and stay.
 local function forget_members(members, holes)
   for _, m in ipairs(members) do
-    redis.call('DEL', m.self.key, m.self.key .. ':caps', m.self.key .. ':meta')
+    redis.call('DEL', m.self.key, m.self.key .. ':caps', m.self.key .. ':meta', m.self.key .. ':gaps')
   end
   redis.call('DEL', holes, holes .. ':restricted', holes .. ':pace')
 end

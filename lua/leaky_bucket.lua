@@ -5,9 +5,43 @@
 -- quick path in _single.lua: written by a reserve that found nothing beside it) has
 -- a 0 before the digits of <latest> ("-0" for a negative one): %.17g never writes a
 -- 0 followed by a digit, and tonumber reads it alike, so every release reads both.
+-- A state with gaps (idle stretches still ahead, see LeakyQueue) has the same mark
+-- before the digits of <drained_at> instead, and its gaps in <base>:gaps, a string
+-- "<start> <end> ..." written with it: a release before gaps reads the two numbers
+-- (counting the gaps as queued, as it always did) and writes them back unmarked, so
+-- a <base>:gaps beside an unmarked state is stale, and never read.
 -- Params: capacity (tokens the bucket holds), rate (tokens leaked per second).
 
 local leaky_bucket = {}
+
+-- A number's text with the mark (see the top of this file: <latest> of a clean state,
+-- <drained_at> of one with gaps); a number %.17g does not write with a digit first
+-- (inf, nan) stays as it is, unmarked.
+local function leaky_clean(text)
+  local first = string.byte(text, 1)
+  if first == 45 then return '-0' .. string.sub(text, 2) end
+  return '0' .. text
+end
+
+-- Whether a number's text has the mark: a 0 and a digit, after a '-' if any.
+local function leaky_is_clean(text)
+  local a, b, c = string.byte(text, 1, 3)
+  if a == 45 then a, b = b, c end
+  return a == 48 and b ~= nil and b >= 48 and b <= 57
+end
+
+-- See _idle in leaky_bucket.py: seconds of the state's gaps after `now`.
+local function leaky_idle(state, now)
+  local idle = 0.0
+  for i = 3, #state, 2 do
+    local stop = state[i + 1]
+    if stop > now then
+      local start = state[i]
+      if start > now then idle = idle + (stop - start) else idle = idle + (stop - now) end
+    end
+  end
+  return idle
+end
 
 function leaky_bucket.new(base, capacity, rate)
   return {key = base, capacity = capacity, rate = rate, interval = 1.0 / rate}
@@ -27,7 +61,8 @@ function leaky_bucket.guarded(capacity, rate, seconds)
   return capacity, 1.0 / (1.0 / rate + seconds)
 end
 
--- See token_bucket.rescale: the queue keeps its tokens, and leaks at the new rate.
+-- See token_bucket.rescale: the queue keeps its tokens, and leaks at the new rate;
+-- its gaps are dropped (counted as queued, never less than is).
 function leaky_bucket.rescale(old, new, state, now)
   if not (state[1] > now) then return state end
   return {now + (state[1] - now) * old.rate * new.interval, state[2]}
@@ -36,17 +71,30 @@ end
 -- A missing key (expired, evicted) or one that is not two finite numbers is an
 -- empty bucket: lost grants are forgotten, never an error or a queue stuck for ever.
 -- `raw`: the key's text where the driver has read it already (false: missing).
+-- Gaps that are not pairs of finite numbers are forgotten: the time counts as queued.
 function leaky_bucket.load(self, raw)
   local value = raw
   if value == nil then value = redis.call('GET', self.key) end
   if not value then return {-math.huge, -math.huge} end
-  local drained, latest = string.match(value, '^(%S+) (%S+)$')
-  drained, latest = tonumber(drained), tonumber(latest)
+  local d, l = string.match(value, '^(%S+) (%S+)$')
+  local drained, latest = tonumber(d), tonumber(l)
   if drained == nil or latest == nil or drained ~= drained or latest ~= latest
       or drained == math.huge or latest == math.huge then
     return {-math.huge, -math.huge}
   end
-  return {drained, latest}
+  local state = {drained, latest}
+  if leaky_is_clean(d) then
+    local gaps = redis.call('GET', self.key .. ':gaps')
+    if gaps then
+      for piece in string.gmatch(gaps, '%S+') do
+        local x = finite(piece)
+        if x == nil then return {drained, latest} end
+        state[#state + 1] = x
+      end
+      if #state % 2 == 1 then return {drained, latest} end
+    end
+  end
+  return state
 end
 
 function leaky_bucket.plan(self, state, now, tokens)
@@ -54,18 +102,43 @@ function leaky_bucket.plan(self, state, now, tokens)
   if not (tokens > 0) then return now, now end
   local start = now
   if state[1] > now then start = state[1] end
-  local overflow = (start - now) * self.rate + tokens - self.capacity
+  local queued = start - now
+  if #state > 2 then queued = queued - leaky_idle(state, now) end
+  local overflow = queued * self.rate + tokens - self.capacity
   if overflow > EPSILON then
     return now + overflow * self.interval, start
   end
   return now, start
 end
 
+-- See LeakyQueue.commit: a grant later than the queue would have it leaves a gap.
 function leaky_bucket.commit(self, state, now, tokens, at)
   if not (tokens > 0) then return state end
+  local drained = state[1]
   local start = at
-  if state[1] > at then start = state[1] end
-  return {start + tokens * self.interval, start}
+  if drained > at then start = drained end
+  local out = {start + tokens * self.interval, start}
+  if #state == 2 and not (at > drained) then return out end
+  for i = 3, #state, 2 do
+    if state[i + 1] > now then
+      out[#out + 1] = state[i]
+      out[#out + 1] = state[i + 1]
+    end
+  end
+  local idle_from = now
+  if drained > now then idle_from = drained end
+  if at - idle_from > EPSILON then
+    out[#out + 1] = idle_from
+    out[#out + 1] = at
+  end
+  return out
+end
+
+-- The state {drained, latest} with the gaps of `state` after them.
+local function leaky_with_gaps(drained, latest, state)
+  local out = {drained, latest}
+  for i = 3, #state do out[i] = state[i] end
+  return out
 end
 
 -- See LeakyQueue.refund: only the latest grant gives its place back.
@@ -75,36 +148,30 @@ function leaky_bucket.refund(self, state, now, tokens, at)
   drained = drained - tokens * self.interval
   local floor = now
   if latest > now then floor = latest end
-  if drained > floor then return {drained, latest} end
-  return {floor, latest}
+  if drained > floor then return leaky_with_gaps(drained, latest, state) end
+  return leaky_with_gaps(floor, latest, state)
 end
 
 function leaky_bucket.restrict(self, state, now, remaining, untl)
   local drained, latest = state[1], state[2]
   local target = untl - remaining * self.interval
   if drained >= target then return state end
-  if target > latest then return {target, target} end
-  return {target, latest}
+  if target > latest then return leaky_with_gaps(target, target, state) end
+  return leaky_with_gaps(target, latest, state)
 end
 
--- <latest> of a clean state (see the top of this file); a number %.17g does not
--- write with a digit first (inf, nan) stays as it is, which is not clean.
-local function leaky_clean(text)
-  local first = string.byte(text, 1)
-  if first == 45 then return '-0' .. string.sub(text, 2) end
-  return '0' .. text
-end
-
--- Whether <latest>'s text is a clean state's: a 0 and a digit, after a '-' if any.
-local function leaky_is_clean(text)
-  local a, b, c = string.byte(text, 1, 3)
-  if a == 45 then a, b = b, c end
-  return a == 48 and b ~= nil and b >= 48 and b <= 57
-end
-
--- `clean`: marked as written by a reserve that found nothing beside the state.
+-- `clean`: marked as written by a reserve that found nothing beside the state (a
+-- state with gaps never is: they are beside it).
 function leaky_bucket.save(self, state, now, clean)
   if state[1] == -math.huge then return end
+  if #state > 2 then
+    local ms = idle_ms(state[1] - now)
+    local gaps = {}
+    for i = 3, #state do gaps[i - 2] = fmt(state[i]) end
+    redis.call('SET', self.key, leaky_clean(fmt(state[1])) .. ' ' .. fmt(state[2]), 'PX', ms)
+    redis.call('SET', self.key .. ':gaps', table.concat(gaps, ' '), 'PX', ms)
+    return
+  end
   local latest = fmt(state[2])
   if clean and state[2] == state[2] and state[2] ~= math.huge and state[2] ~= -math.huge then
     latest = leaky_clean(latest)
@@ -121,8 +188,8 @@ end
 function leaky_bucket.cancel(self, state, now, tokens, at)
   if not (tokens > 0) then return state end
   local latest = state[2]
-  if latest < at then return {at, latest} end
-  return {at, at}
+  if latest < at then return leaky_with_gaps(at, latest, state) end
+  return leaky_with_gaps(at, at, state)
 end
 
 -- See LeakyQueue.latest / LeakyQueue.next_free: a grant leaks for tokens / rate.

@@ -18,6 +18,20 @@ Timeline, ``capacity=3, rate=1/s``, four requests at t=0::
 A charge (``algorithm.charge``) pours its tokens in behind everything queued, even
 into a full bucket: requests then overflow until it has drained below ``capacity``.
 
+In a composite a grant may go later than this queue alone would let it (another
+limit sets the time): its tokens wait in the bucket from now, and the bucket lies
+idle between its drain and that grant. Such idle stretches still ahead are kept
+after the two times (*gaps*), so that only what is queued counts against
+``capacity``::
+
+    TokenBucket(1, 0.1) and LeakyBucket(2, 1), requests at t=0, 0, 1:
+    t=0  granted at 0          (bucket: 1, leaks 0-1)
+    t=0  granted at 10         (bucket: 2; idle 1-10, leaks 10-11)
+    t=1  granted at 20         (bucket: 2 at t=1, the one at 10 and this one)
+
+A queue with no gap ahead is the two times alone, as a LeakyBucket on its own
+always is.
+
 Mirrored by ``lua/leaky_bucket.lua``.
 """
 
@@ -26,13 +40,34 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .algorithm import EPSILON, exact_room
+from .algorithm import EPSILON, exact_room, step
 
 __all__ = ["LeakyQueue", "LeakyState"]
 
-#: ``(drained_at, latest)``: when everything poured in has leaked out, and when the
-#: latest grant started leaking (only that one may give its place back).
-LeakyState = tuple[float, float]
+#: ``(drained_at, latest, *gaps)``: when everything poured in has leaked out, when
+#: the latest grant started leaking (only that one may give its place back), and the
+#: idle stretches still ahead, ``start, end`` pairs in time order, all before
+#: ``latest`` (none: the usual two times alone).
+LeakyState = tuple[float, ...]
+
+
+def _idle(state: LeakyState, now: float) -> float:
+    """Seconds of the gaps in ``state`` after ``now``: time the queue does not leak."""
+    idle = 0.0
+    for i in range(2, len(state), 2):
+        end = state[i + 1]
+        if end > now:
+            start = state[i]
+            idle += end - (start if start > now else now)
+    return idle
+
+
+def _ahead(state: LeakyState, now: float) -> LeakyState:
+    """The gaps of ``state`` that end after ``now``."""
+    for i in range(2, len(state), 2):
+        if state[i + 1] > now:
+            return state[i:]
+    return ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +105,10 @@ class LeakyQueue:
             return now, now
         drained_at = state[0]
         start = drained_at if drained_at > now else now
-        overflow = (start - now) * self.rate + tokens - self.capacity
+        queued = start - now
+        if len(state) > 2:
+            queued -= _idle(state, now)  # the bucket is idle in its gaps: nothing queued there
+        overflow = queued * self.rate + tokens - self.capacity
         if overflow > EPSILON:
             return now + overflow * self.interval, start
         return now, start
@@ -80,17 +118,26 @@ class LeakyQueue:
             return state  # nothing poured in (a composite's member)
         drained_at = state[0]
         start = drained_at if drained_at > at else at
-        return (start + tokens * self.interval, start)
+        if len(state) == 2 and not at > drained_at:
+            return (start + tokens * self.interval, start)
+        # Granted later than the queue would have it (or after a gap): the bucket is
+        # idle from its drain (or from now) until the grant; gaps already past go.
+        gaps = _ahead(state, now)
+        idle_from = drained_at if drained_at > now else now
+        if at - idle_from > EPSILON:
+            gaps = (*gaps, idle_from, at)
+        return (start + tokens * self.interval, start, *gaps)
 
     def refund(self, state: LeakyState, now: float, tokens: float, at: float) -> LeakyState:
         # Only the grant at the end of the queue can give its slot back: those behind
         # any other are already told when to go, and would end up side by side.
-        drained_at, latest = state
+        drained_at, latest = state[0], state[1]
         if at < latest - EPSILON or not tokens > 0:
             return state
         drained_at -= tokens * self.interval
         floor = latest if latest > now else now
-        return (drained_at if drained_at > floor else floor, latest)
+        # (The gaps are all before `latest`, where the queue still ends at the earliest.)
+        return (drained_at if drained_at > floor else floor, latest, *state[2:])
 
     def tail(self, state: LeakyState, tokens: float, at: float) -> bool:
         # The last grant in the queue is the one whose tokens drain last.
@@ -99,11 +146,12 @@ class LeakyQueue:
     def cancel(self, state: LeakyState, now: float, tokens: float, at: float) -> LeakyState:
         # Its start is where the queue now ends. Who started before it is not known,
         # so `latest` stays no earlier than that: a plain refund then never reaches
-        # back past a grant still queued. A grant of nothing poured nothing in.
+        # back past a grant still queued. A grant of nothing poured nothing in. A gap
+        # before it stays: the queue is idle there still, up to where it now ends.
         if not tokens > 0:
             return state
         latest = state[1]
-        return (at, latest if latest < at else at)
+        return (at, latest if latest < at else at, *state[2:])
 
     def latest(self, state: LeakyState) -> float:
         return state[1]
@@ -121,11 +169,11 @@ class LeakyQueue:
     def restrict(self, state: LeakyState, now: float, remaining: float, until: float) -> LeakyState:
         # Drained so that the (remaining + 1)-th grant leaves at `until`; nothing
         # granted before may give back a place that would cut the restriction short.
-        drained_at, latest = state
+        drained_at, latest = state[0], state[1]
         target = until - remaining * self.interval
         if drained_at >= target:
             return state
-        return (target, target if target > latest else latest)
+        return (target, target if target > latest else latest, *state[2:])
 
     def params(self) -> tuple[float, ...]:
         return (self.capacity, self.rate)
@@ -151,7 +199,8 @@ class LeakyQueue:
 
     def rescale(self, new: LeakyQueue, state: LeakyState, now: float) -> LeakyState:
         # As Gcra.rescale: the queue keeps its tokens and leaks at the new rate
-        # (leaky_bucket.rescale in lua/leaky_bucket.lua).
+        # (leaky_bucket.rescale in lua/leaky_bucket.lua). Its gaps are dropped: the
+        # time they held counts as queued at the new rate, never less than is.
         if not state[0] > now:
             return state
         return (now + (state[0] - now) * self.rate * new.interval, state[1])
@@ -169,7 +218,10 @@ class LeakyQueue:
                 if admit_at - now > EPSILON:
                     return state, now - admit_at
             return (now + tokens * self.interval, now), 0.0
-        start = drained_at
+        try:
+            start, _ = state  # two times alone: the grant starts where the queue drains
+        except ValueError:  # gaps ahead (a composite's member): plan and commit
+            return step(self, state, now, tokens, max_wait)
         overflow = (start - now) * self.rate + tokens - self.capacity
         if overflow > EPSILON:
             admit_at = now + overflow * self.interval

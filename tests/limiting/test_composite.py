@@ -163,19 +163,19 @@ def test_members_keep_their_own_state(make: Make, clock: ManualClock) -> None:
     assert not bucket.try_acquire()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a leaky member charged at a later grant time (set by another member) counts the idle gap "
-    "before it as queued water: the queue reads as overflowing while it holds fewer than capacity",
-)
 def test_a_leaky_member_counts_only_what_is_queued(make: Make, clock: ManualClock) -> None:
+    """A leaky member granted later than its own queue would (another limit sets the
+    time) is idle until then: that idle time is not counted as queued."""
     limiter: Composite = make(held(Composite), [TokenBucket(1, 0.1), LeakyBucket(2, 1)])
     assert [limiter.acquire() for _ in range(2)] == [0.0, 10.0]  # the bucket's pace: t=1000, t=1010
     clock.advance(1)
     # t=1001: the first has leaked; one request waits, in a leaky queue of 2. A third
-    # fits the queue and goes when the bucket allows, at t=1020. Actually it is refused
-    # as an overflow (AcquireTimeout, retry_after=9.0) even with timeout=None.
+    # fits the queue and goes when the bucket allows, at t=1020.
+    assert limiter.peek() == 19.0
     assert limiter.acquire() == 19.0
+    # Two wait now (t=1010, t=1020): the queue is full, a fourth overflows.
+    with pytest.raises(AcquireTimeout):
+        limiter.acquire()
 
 
 # -- asyncio --------------------------------------------------------------------------

@@ -6,6 +6,11 @@ a ``REAL`` column; anything else is a pickle in a ``BLOB``, read back by an
 unpickler that makes nothing but plain data and the algorithms' state classes, so a
 file writable by others can corrupt a budget but never run code in this process.
 
+A leaky bucket's state with gaps (``leaky_bucket.py``) is written as two pickles, one
+after the other: the row with the state's two times, which a release before gaps
+reads alone (counting the gaps as queued, as it always did) and writes back without
+the second, and then the gaps.
+
 ``sqlite/backend.py`` calls :func:`encode` and :func:`decode` inside each transaction.
 """
 
@@ -59,6 +64,9 @@ def encode(state: Any, holes: Holes, group_holes: dict[tuple[str, ...], Holes]) 
     """``(number, blob)``: the row's two columns, one of them ``None``."""
     if state.__class__ is float and _bare(holes) and all(_bare(h) for h in group_holes.values()):
         return state, None
+    if state.__class__ is tuple and len(state) > 2:  # a leaky bucket's, with gaps
+        row = pickle.dumps((state[:2], holes, group_holes), protocol=pickle.HIGHEST_PROTOCOL)
+        return None, row + pickle.dumps(state[2:], protocol=pickle.HIGHEST_PROTOCOL)
     return None, pickle.dumps((state, holes, group_holes), protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -68,14 +76,27 @@ def decode(number: float | None, blob: bytes | None) -> Row:
         if number.__class__ is not float:
             raise CorruptState(f"a row holds neither a number nor a state: {number!r}")
         return number, Holes(), {}
+    stream = io.BytesIO(blob)
     try:
-        row = _Unpickler(io.BytesIO(blob)).load()
+        row = _Unpickler(stream).load()
+        gaps = _Unpickler(stream).load() if stream.tell() < len(blob) else None
     except CorruptState:
         raise
     except Exception as exc:
         raise CorruptState(f"a row's state cannot be read: {exc!r}") from exc
     if not (isinstance(row, tuple) and len(row) == 3 and isinstance(row[1], Holes) and isinstance(row[2], dict)):
         raise CorruptState(f"a row holds {type(row).__name__}, not a state")
+    if gaps is not None:
+        state = row[0]
+        if not (
+            isinstance(state, tuple)
+            and len(state) == 2
+            and isinstance(gaps, tuple)
+            and len(gaps) % 2 == 0
+            and all(isinstance(x, float) for x in (*state, *gaps))  # (a time may be a GrantTime)
+        ):
+            raise CorruptState("a row's gaps are not a leaky bucket's")
+        return (*state, *gaps), row[1], row[2]
     return row
 
 
