@@ -43,8 +43,7 @@ import redis
 from .._errors import RateLimitError
 from .._redact import redact_url, scrub, url_secrets
 from .._stores.keys import tag
-from .._stores.redis import RedisBackend
-from .._stores.redis.scripts import ALGORITHMS, group_script, library, single_script
+from .._stores.redis import RedisBackend, preload
 from .._stores.sqlite import SQLiteBackend
 from ..testing import FakeProvider
 from .bench_adaptive import AdaptiveStats, adaptive_stats
@@ -354,9 +353,7 @@ def _embedded_redis() -> Iterator[str]:
         # limiter: its own algorithm and the learned pace).
         client = redis.Redis.from_url(url, socket_timeout=5)
         try:
-            client.function_load(library().source, replace=True)
-            for script in [*(single_script(kind) for kind in ALGORITHMS), group_script()]:
-                client.script_load(script.source)
+            preload(client)
         finally:
             client.close()
         yield url

@@ -32,8 +32,7 @@ from .._errors import AcquireTimeout, RateLimitError
 from .._limiting.adaptive import Adaptive
 from .._limiting.limiters import LeakyBucket, SingleLimiter, SlidingWindow, TokenBucket
 from .._redact import redact_url, scrub, url_secrets
-from .._stores.redis import RedisBackend
-from .._stores.redis.clients import DEFAULT_SOCKET_TIMEOUT
+from .._stores.redis import DEFAULT_SOCKET_TIMEOUT, RedisBackend
 from .._stores.sqlite import SQLiteBackend
 from .._stores.store import Backend
 

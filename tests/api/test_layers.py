@@ -189,8 +189,6 @@ NOT_YET_THROUGH_THE_FACE = {
     ("_limiting.concurrency_sqlite", "_stores.sqlite.doors"),
     ("_limiting.concurrency_sqlite", "_stores.sqlite.file"),
     ("_limiting.concurrency_sqlite", "_stores.sqlite.slots"),
-    ("_cli.bench", "_stores.redis.scripts"),
-    ("_cli.bench_worker", "_stores.redis.clients"),
     ("cli", "_stores.redis.clients"),
     ("cli", "_stores.redis.config"),
     ("cli", "_stores.redis.fleet"),

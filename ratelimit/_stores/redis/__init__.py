@@ -5,5 +5,7 @@ named for what it holds (see ARCHITECTURE.md). Only this folder reads ``lua/``.
 """
 
 from .backend import RedisBackend
+from .clients import DEFAULT_SOCKET_TIMEOUT
+from .scripts import preload
 
-__all__ = ["RedisBackend"]
+__all__ = ["DEFAULT_SOCKET_TIMEOUT", "RedisBackend", "preload"]

@@ -58,6 +58,7 @@ __all__ = [
     "library",
     "live_script",
     "lua_source",
+    "preload",
     "refuses_functions",
     "single_script",
 ]
@@ -548,3 +549,12 @@ def concurrency_script() -> Script:
 def live_script() -> Script:
     """The script of the safe mode's heartbeat: the live processes (``redis/live.py``)."""
     return _script("live", "live", (), "drive_live(KEYS, ARGV)", "live")
+
+
+def preload(client: Any) -> None:
+    """Load the function library and every script on ``client``'s server, before any
+    call asks for one (for a server that hangs up after an error reply, as
+    fakeredis's does after NOSCRIPT or "Function not found")."""
+    client.function_load(library().source, replace=True)
+    for script in [*(single_script(kind) for kind in ALGORITHMS), group_script()]:
+        client.script_load(script.source)
