@@ -1,4 +1,5 @@
-"""Algorithms that fuse plan + commit into ``step`` for speed must not change a decision."""
+"""A decision taken in one ``step`` (plan and commit fused, for speed) is the decision
+that ``plan`` then ``commit`` take, for every algorithm that fuses them."""
 
 from __future__ import annotations
 
