@@ -428,8 +428,8 @@ def bucket(backend: RedisBackend, capacity: int = 10, clock: ManualClock | None 
 @pytest.mark.usefixtures("short_pool_wait")
 def test_outages_met_by_the_held_connection_do_not_take_it_from_the_pool() -> None:
     # pool_size=1: from_url's pool has two connections. The held one found dead
-    # before a call (readable, then refused on reconnecting) was once kept from the
-    # pool: one outage later the library's load after the restart found it full.
+    # before a call (readable, then refused on reconnecting) goes back to the pool,
+    # or one outage later the library's load after the restart would find it full.
     server = private_server()
     try:
         backend = RedisBackend.from_url(server.url, pool_size=1, coalesce=False)
