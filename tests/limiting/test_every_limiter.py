@@ -57,27 +57,39 @@ def tries(limiter: Any, n: int) -> list[bool]:
 # -- refunds -----------------------------------------------------------------------------
 
 
+def give_back(limiter: Any, tokens: float, way: str) -> None:
+    if way == "sync":
+        limiter.refund(tokens)
+    else:
+        asyncio.run(limiter.refund_async(tokens))
+
+
+@pytest.mark.parametrize("way", ["sync", "async"])
 @pytest.mark.parametrize("limit", list(EVERY.values()), ids=list(EVERY))
-def test_refund_makes_the_next_try_succeed(make: Make, clock: ManualClock, limit: Limit) -> None:
+def test_refund_makes_the_next_try_succeed(make: Make, clock: ManualClock, limit: Limit, way: str) -> None:
+    """A token given back (``refund`` or ``refund_async``) goes to the next request at
+    once, and only that one."""
     limiter = limit.build(make)
     assert tries(limiter, limit.room + 1) == [True] * limit.room + [False]
-    limiter.refund()
+    give_back(limiter, 1, way)
     assert limiter.try_acquire()
     assert not limiter.try_acquire()
+    assert clock.sleeps == []
 
 
+@pytest.mark.parametrize("way", ["sync", "async"])
 @pytest.mark.parametrize(
     "limit", [TOKEN, EXACT, APPROXIMATE], ids=["token_bucket", "exact_window", "approximate_window"]
 )
-def test_a_refund_never_makes_room_beyond_the_limit(make: Make, clock: ManualClock, limit: Limit) -> None:
+def test_a_refund_never_makes_room_beyond_the_limit(make: Make, clock: ManualClock, limit: Limit, way: str) -> None:
     """Given back before anything was granted, or more than was: the limit still grants
     its own room and no more. (A leaky bucket's twin, whose queue cannot go below
     empty, is in its module.)"""
     limiter = limit.build(make)
-    limiter.refund(limit.room)  # nothing granted yet: nothing to give back
+    give_back(limiter, limit.room, way)  # nothing granted yet: nothing to give back
     assert tries(limiter, limit.room + 1) == [True] * limit.room + [False]
-    limiter.refund(limit.room)
-    limiter.refund(limit.room)
+    give_back(limiter, limit.room, way)
+    give_back(limiter, limit.room, way)
     assert tries(limiter, limit.room + 1) == [True] * limit.room + [False]
 
 
