@@ -39,7 +39,7 @@ from redis.cluster import RedisCluster
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 from ratelimit import RedisBackend, TokenBucket
-from ratelimit._stores.redis import key_for
+from ratelimit._stores.redis.backend import key_for
 
 from servers import RedisCluster as ClusterProcesses
 

@@ -24,7 +24,7 @@ from typing import Any
 import redis
 
 from ratelimit._stores.keys import key_for
-from ratelimit._stores.scripts import single_script
+from ratelimit._stores.redis.scripts import single_script
 
 FLOOR = """
 local t = redis.call('TIME')

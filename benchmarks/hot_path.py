@@ -48,7 +48,7 @@ import redis
 import redis.asyncio
 
 from ratelimit import Adaptive, Composite, LeakyBucket, RedisBackend, SlidingWindow, TokenBucket
-from ratelimit._stores.scripts import call_by_script
+from ratelimit._stores.redis.scripts import call_by_script
 
 FLOOR = """
 local t = redis.call('TIME')

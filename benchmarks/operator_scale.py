@@ -27,7 +27,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 from ratelimit._stores.keys import key_for
-from ratelimit._stores.scripts import single_script
+from ratelimit._stores.redis.scripts import single_script
 from ratelimit.cli import main
 
 from servers import RedisServer

@@ -30,7 +30,7 @@ from typing import Any
 import redis
 
 from ratelimit._stores.keys import code_key, config_key, key_for
-from ratelimit._stores.scripts import ALGORITHMS, Script, single_script
+from ratelimit._stores.redis.scripts import ALGORITHMS, Script, single_script
 
 READ = "local recorded = redis.call('HMGET', fleet_slack, 'slack', 'until')\n"
 KEEP = "local function keep_slack(state)\n"

@@ -45,7 +45,7 @@ ARGS = {
 def library_of(tree: Path) -> tuple[str, list[str]]:
     """The library text of the checkout at ``tree``, and its functions for KINDS."""
     code = (
-        "import json; from ratelimit._stores.scripts import library; l = library(); "
+        "import json; from ratelimit._stores.redis.scripts import library; l = library(); "
         f"print(json.dumps([l.source, [l.function(k) for k in {KINDS!r}]]))"
     )
     out = subprocess.check_output([sys.executable, "-c", code], cwd=tree, env={"PYTHONPATH": str(tree)})

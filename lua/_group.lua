@@ -1,7 +1,7 @@
 -- ratelimit: driver for a composite, several limits granted all-or-nothing in one
 -- call. This file is the body of drive_group(KEYS, ARGV), run at each call; what it
 -- calls is defined once before it, in _prelude.lua, every algorithm's file,
--- _members.lua and _top.lua (see ratelimit/_stores/scripts.py).
+-- _members.lua and _top.lua (see ratelimit/_stores/redis/scripts.py).
 --
 -- KEYS[i]  member i's base key, ratelimit:{<composite name>}:<i>:<algorithm>: all
 --          members share the composite's hash tag, so this works on Redis Cluster.
@@ -19,13 +19,13 @@
 -- then for each member i: algorithm, tokens, and the algorithm's parameters (two; the
 -- adaptive pace's table says how many it takes in `arity`)
 --
--- batch (one process's concurrent acquires in one call; see ratelimit/_stores/rounds.py):
+-- batch (one process's concurrent acquires in one call; see ratelimit/_stores/redis/rounds.py):
 -- the members' own tokens are 0; after the members, each request's max_wait ('' no
 -- limit) and one weight per member, in arrival order. Returns {signed_wait, at, mask}
 -- per request, then {0, now} (a group takes no lease), as _single.lua's batch does.
 --
 -- Otherwise returns as the single-limiter driver does. Mirrors MemoryGroupHandle in
--- ratelimit/_stores/memory.py: every member plans; the grant happens at the latest of their
+-- ratelimit/_stores/memory/backend.py: every member plans; the grant happens at the latest of their
 -- times, or nowhere; the group's holes are kept beside its first member's key, at
 -- <KEYS[1]>:holes:<algorithm>,<algorithm>,... (one set per list of algorithms).
 

@@ -1,7 +1,7 @@
 -- ratelimit: driver for a budget with priorities, two lanes of one algorithm decided
 -- in one call. This file is the body of drive_lanes(ALG, KIND, KEYS, ARGV), run at each
 -- call; what it calls is defined once before it, in _prelude.lua, the algorithm's
--- file, _members.lua and _top.lua (see ratelimit/_stores/scripts.py).
+-- file, _members.lua and _top.lua (see ratelimit/_stores/redis/scripts.py).
 --
 -- KEYS[1]  the high lane's base key, ratelimit:{<name>}:hi:<algorithm>
 -- KEYS[2]  the low lane's base key, ratelimit:{<name>}:lo:<algorithm>

@@ -1,5 +1,5 @@
 -- ratelimit: the function library's registrations. Loaded last, after every piece and
--- every driver (see ratelimit/_stores/scripts.py), once per server with FUNCTION LOAD;
+-- every driver (see ratelimit/_stores/redis/scripts.py), once per server with FUNCTION LOAD;
 -- PREFIX, set just before this file, is the library's name: ratelimit_<version>_.
 --
 -- Each function takes the KEYS and ARGV its driver's file documents and returns what

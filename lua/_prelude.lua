@@ -1,5 +1,5 @@
 -- ratelimit: shared prelude, first in the function library and in every script (see
--- ratelimit/_stores/scripts.py). Definitions only: a library may call nothing while
+-- ratelimit/_stores/redis/scripts.py). Definitions only: a library may call nothing while
 -- it loads, and what is defined here is defined once per server.
 --
 -- Times are seconds as doubles. A script reads the server's clock (TIME) unless the
@@ -30,7 +30,7 @@ end
 -- A grant at once, replied as the time alone, in text the client reads back to the
 -- same double for no string.format here (about 0.4 us): "<seconds> <microseconds>" of
 -- the TIME reply `t` (read as clock reads it), or `arg`, the time as the client sent
--- it. See at_once in ratelimit/_stores/redis_replies.py.
+-- it. See at_once in ratelimit/_stores/redis/replies.py.
 local function at_once_reply(t, arg)
   if t then return t[1] .. ' ' .. t[2] end
   return arg
@@ -65,7 +65,7 @@ end
 -- What the drivers read back from keys anyone may edit. (Defined here, once, not in a
 -- driver, whose body runs at every call: each closure made there is made per call.)
 
--- A run-time change's value, as MIN_SET and MAX_SET in ratelimit/_stores/config.py:
+-- A run-time change's value, as MIN_SET and MAX_SET in ratelimit/_stores/redis/config.py:
 -- a value outside (hand-written, garbled) is ignored, never a stuck or exploding limit.
 local function valid(text)
   local x = tonumber(text)

@@ -2,7 +2,7 @@
 -- drive_single(ALG, KIND, KEYS, ARGV), run at each call: ALG the algorithm's table,
 -- KIND its name. What it calls is defined once before it, in _prelude.lua, the
 -- algorithm's file, _members.lua, _top.lua and _kept.lua (_kept_none.lua in a script;
--- see ratelimit/_stores/scripts.py).
+-- see ratelimit/_stores/redis/scripts.py).
 --
 -- KEYS[1]  the limiter's base key, ratelimit:{<name>}:<algorithm>; every key the
 --          algorithm touches is this one or starts with it, so all share its hash tag.
@@ -34,7 +34,7 @@
 -- ARGV[8]  '1' for a shadow limiter (never enforced), else '0': said in KEYS[3]
 --
 -- batch (one process's concurrent acquires in one call, and its lease; see
--- ratelimit/_stores/rounds.py): ARGV[3], ARGV[4] the tokens of an ended lease given
+-- ratelimit/_stores/redis/rounds.py): ARGV[3], ARGV[4] the tokens of an ended lease given
 -- back and its grant time ('' none); ARGV[9] the lease wanted, in tokens ('0' none);
 -- ARGV[10] the smallest lease worth taking; ARGV[11], ARGV[12], ... each request's
 -- tokens and max_wait ('' no limit), in arrival order.
@@ -59,7 +59,7 @@
 --   reset (limiter.reset): {now}; the state, holes and pause are forgotten
 -- reserve, batch and a restrict that pauses also count what they decided for
 -- `ratelimit top` (see `tally`).
--- Mirrors MemoryHandle in ratelimit/_stores/memory.py: the algorithm's step, with holes.
+-- Mirrors MemoryHandle in ratelimit/_stores/memory/backend.py: the algorithm's step, with holes.
 
 -- How long what the code says stays readable once no process has decided (a day).
 local CODE_KEPT_MS = '86400000'

@@ -1,4 +1,4 @@
--- ratelimit: the fleet's counters, for `ratelimit top` (read by ratelimit/_stores/fleet.py).
+-- ratelimit: the fleet's counters, for `ratelimit top` (read by ratelimit/_stores/redis/fleet.py).
 -- Loaded after _members.lua by every driver of a rate limit.
 --
 -- One hash per limiter and second, <base>:top:<second>, gone after TOP_KEPT_MS: a
@@ -29,7 +29,7 @@
 -- own: counts are held for database 0's calls only (see top_holds_now below).
 -- A script's locals die with the call: a script (a server without Functions, a
 -- Cluster's client) writes every count at once. TOP_HOLDS, set just before this file
--- by ratelimit/_stores/scripts.py, tells the two apart: true in the library only.
+-- by ratelimit/_stores/redis/scripts.py, tells the two apart: true in the library only.
 
 local WAIT_BOUNDS = {0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60}
 local TOP_KEPT_MS = '70000'

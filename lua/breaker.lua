@@ -1,5 +1,5 @@
 -- ratelimit: a circuit breaker shared by every process. This file is the body of
--- drive_breaker(KEYS, ARGV), defined after _prelude.lua (see ratelimit/_stores/scripts.py).
+-- drive_breaker(KEYS, ARGV), defined after _prelude.lua (see ratelimit/_stores/redis/scripts.py).
 -- Mirrors allow() and record() in ratelimit/_resilience/breaker_state.py, line for line.
 --
 -- KEYS[1]  the breaker's hash, ratelimit:{<name>}:breaker. Fields: mode (0 closed,

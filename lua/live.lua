@@ -1,5 +1,5 @@
 -- ratelimit: the live processes of the safe mode (local_share="auto"). This file is
--- the body of drive_live(KEYS, ARGV), defined after _prelude.lua. Twin of nothing: ratelimit/_stores/live.py only calls it.
+-- the body of drive_live(KEYS, ARGV), defined after _prelude.lua. Twin of nothing: ratelimit/_stores/redis/live.py only calls it.
 --
 -- KEYS[1]  the sorted set of live processes, ratelimit:live: each member a process id,
 --          its score the time its heartbeat runs out.

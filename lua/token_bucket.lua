@@ -50,7 +50,7 @@ function token_bucket.configured(capacity, rate, slack, new_rate, burst)
   return token_bucket.guarded(cap, new_rate or rate, slack)
 end
 
--- A change of limit at run time (ratelimit/_stores/config.py): the tokens still
+-- A change of limit at run time (ratelimit/_stores/redis/config.py): the tokens still
 -- owed keep their count, and refill at the new rate. A bucket already full stays full.
 function token_bucket.rescale(old, new, state, now)
   if not (state > now) or old.rate == math.huge then return state end

@@ -16,7 +16,7 @@ import logging
 from ._clock import Clock, ManualClock, SystemClock
 from ._errors import AcquireTimeout, BackendUnavailable, CircuitOpen, RateLimitError, RetryError
 from ._events import Attempt, subscribe
-from ._headers import RateLimitInfo, parse_rate_limit_headers
+from ._headers.parse import RateLimitInfo, parse_rate_limit_headers
 from ._limiting.adaptive import Adaptive
 from ._limiting.composite import Composite
 from ._limiting.concurrency import ConcurrencyLimit, Hold, Lease
@@ -28,8 +28,9 @@ from ._resilience.breaker import BreakerStats, CircuitBreaker, Ticket
 from ._resilience.outcome import classify
 from ._resilience.retry import Retry, RetryStats
 from ._stores.memory import MemoryBackend
-from ._stores.redis import BackendStats, RedisBackend
+from ._stores.redis import RedisBackend
 from ._stores.sqlite import SQLiteBackend
+from ._stores.unavailable import BackendStats
 
 __all__ = [
     "AcquireTimeout",

@@ -39,8 +39,8 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError("ratelimit.aiohttp needs aiohttp 3.12 or later: pip install 'ratelimit-fleet[aiohttp]'") from exc
 
+from ._integrations.http import Policy
 from ._limiting.concurrency import ConcurrencyLimit, Lease
-from ._resilience.http import Policy
 
 if TYPE_CHECKING:
     from ._limiting.front import Acquirer

@@ -25,8 +25,8 @@ import httpx2
 from .llm import AsyncLLMTransport, LLMTransport
 
 if TYPE_CHECKING:
+    from ._integrations.llm_costs import Estimate, Tokenizer
     from ._limiting.front import Acquirer
-    from ._llm_costs import Estimate, Tokenizer
 
 __all__ = ["async_client", "client"]
 

@@ -81,7 +81,7 @@ from celery.exceptions import Ignore
 
 from ._errors import RateLimitError, RetryError
 from ._events import Event, Paused
-from ._headers import parse_rate_limit_headers
+from ._headers.parse import parse_rate_limit_headers
 from ._limiting.feedback import PUSHBACK
 from ._limiting.front import Limiter
 from ._limiting.guard import DEFAULT_GUARD

@@ -62,13 +62,15 @@ from ._cli.sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
 from ._cli.top_report import top_json, top_text
 from ._errors import BackendUnavailable, RateLimitError
 from ._redact import redact_url, scrub, url_secrets
-from ._stores.config import UnchangeableLimit, inspect_all, inspect_many
-from ._stores.fleet import fleet
 from ._stores.keys import Keyed
+from ._stores.records import UnchangeableLimit
 from ._stores.redis import RedisBackend
-from ._stores.redis_clients import REDIS_URL_ENV, url_from_env
-from ._stores.sentinel import is_sentinel_url, parse_sentinel_url
-from ._stores.sqlite import SQLiteBackend, StoredState
+from ._stores.redis.clients import REDIS_URL_ENV, url_from_env
+from ._stores.redis.config import inspect_all, inspect_many
+from ._stores.redis.fleet import fleet
+from ._stores.redis.sentinel import is_sentinel_url, parse_sentinel_url
+from ._stores.sqlite import SQLiteBackend
+from ._stores.sqlite.backend import StoredState
 
 __all__ = ["main"]
 

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import httpx
 
+from ._integrations.http import Policy
 from ._limiting.concurrency import ConcurrencyLimit, Lease
-from ._resilience.http import Policy
 from ._resilience.retry import Retry
 
 if TYPE_CHECKING:

@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
-from ._llm_costs import Estimate, Estimator, Tokenizer
-from ._resilience.llm import Budget, Passage
+from ._integrations.llm import Budget, Passage
+from ._integrations.llm_costs import Estimate, Estimator, Tokenizer
 
 if TYPE_CHECKING:
     from ._limiting.front import Acquirer

@@ -24,8 +24,8 @@ import openai
 from .llm import AsyncLLMTransport, LLMTransport
 
 if TYPE_CHECKING:
+    from ._integrations.llm_costs import Estimate, Tokenizer
     from ._limiting.front import Acquirer
-    from ._llm_costs import Estimate, Tokenizer
 
 __all__ = ["async_client", "client"]
 

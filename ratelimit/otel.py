@@ -92,7 +92,7 @@ from ._events import (
     Throttled,
     subscribe,
 )
-from ._metrics import ATTEMPT_BUCKETS, BREAKER_STATES, WAIT_BUCKETS, attempt_status, retry_reason
+from ._integrations.metrics import ATTEMPT_BUCKETS, BREAKER_STATES, WAIT_BUCKETS, attempt_status, retry_reason
 
 __all__ = ["ATTEMPT_BOUNDARIES", "BREAKER_STATES", "WAIT_BOUNDARIES", "OpenTelemetryMetrics"]
 

@@ -34,8 +34,8 @@ import requests
 from requests.adapters import HTTPAdapter
 from requests.utils import rewind_body
 
+from ._integrations.http import Policy
 from ._limiting.concurrency import ConcurrencyLimit
-from ._resilience.http import Policy
 from ._resilience.retry import Retry
 
 if TYPE_CHECKING:

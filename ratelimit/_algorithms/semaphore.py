@@ -14,7 +14,7 @@ moment it is granted until it is released. What makes it shareable across proces
 Identifiers are unique for the life of a lease and never reused, so a lease that has
 been released or has expired can never be released twice: the second release finds
 nothing under its name. Mirrored by ``lua/concurrency.lua`` and, in a SQLite file,
-by ``_stores/sqlite_slots.py``, transition for transition; the tests hold each twin to
+by ``_stores/sqlite/slots.py``, transition for transition; the tests hold each twin to
 the same outcomes.
 """
 

@@ -44,7 +44,7 @@ from .._errors import RateLimitError
 from .._redact import redact_url, scrub, url_secrets
 from .._stores.keys import tag
 from .._stores.redis import RedisBackend
-from .._stores.scripts import ALGORITHMS, group_script, library, single_script
+from .._stores.redis.scripts import ALGORITHMS, group_script, library, single_script
 from .._stores.sqlite import SQLiteBackend
 from ..testing import FakeProvider
 from .bench_adaptive import AdaptiveStats, adaptive_stats

@@ -33,7 +33,7 @@ from .._limiting.adaptive import Adaptive
 from .._limiting.limiters import LeakyBucket, SingleLimiter, SlidingWindow, TokenBucket
 from .._redact import redact_url, scrub, url_secrets
 from .._stores.redis import RedisBackend
-from .._stores.redis_clients import DEFAULT_SOCKET_TIMEOUT
+from .._stores.redis.clients import DEFAULT_SOCKET_TIMEOUT
 from .._stores.sqlite import SQLiteBackend
 from .._stores.store import Backend
 

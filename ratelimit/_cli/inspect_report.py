@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._stores.config import Inspection, Override
+from .._stores.records import Inspection, Override
 from .printable import printable
 
 __all__ = ["inspect_json", "inspect_text", "override_text"]

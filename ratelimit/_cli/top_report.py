@@ -1,4 +1,4 @@
-"""What ``ratelimit top`` draws: one screen of the fleet's limiters (``_stores/fleet.py``)."""
+"""What ``ratelimit top`` draws: one screen of the fleet's limiters (``_stores/redis/fleet.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._stores.fleet import FleetRow
+from .._stores.records import FleetRow
 from .printable import pad, printable
 
 __all__ = ["top_json", "top_text"]

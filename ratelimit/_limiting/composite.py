@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from .. import _validate
 from .._clock import Clock
 from .._errors import AcquireTimeout, RateLimitError
-from .._headers import RateLimitInfo
+from .._headers.parse import RateLimitInfo
 from .._stores.store import Backend
 from .concurrency import ConcurrencyLimit, Entries, Lease, entrant, rebound, release_all, release_all_async
 from .feedback import restriction

@@ -5,7 +5,7 @@ slot is a lease that a heartbeat thread renews while its holder lives, so a proc
 killed with SIGKILL frees its slots within ``lease_seconds`` and a live holder keeps
 its slot however long it takes. Waiters queue in arrival order across processes, and
 the release that frees a slot hands it to the head of the queue and tells that waiter
-(see ``_stores/wakeups.py``): a take and a release are one script call each, and
+(see ``_stores/redis/wakeups.py``): a take and a release are one script call each, and
 waiting costs no polling. A SQLite file shares them among the processes of one box
 the same way, each transition one transaction (see ``concurrency_sqlite.py``).
 """
@@ -36,7 +36,7 @@ from .._stores.memory import MemoryBackend
 from .._stores.redis import RedisBackend
 from .._stores.sqlite import SQLiteBackend
 from .._stores.store import Backend
-from .._stores.wakeups import Waiting
+from .._stores.waiting import Waiting
 from .concurrency_sqlite import SQLiteSlots
 from .concurrency_state import LOST, RedisSlots, SlotStore, lease_id, memory_slots
 from .front import placed

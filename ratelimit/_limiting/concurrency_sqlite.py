@@ -1,8 +1,8 @@
 """A ConcurrencyLimit's slots in a SQLite file, shared by the processes of one box.
 
-Each transition is one transaction of the file (``_stores/sqlite_slots.py``, the SQL
+Each transition is one transaction of the file (``_stores/sqlite/slots.py``, the SQL
 twin of ``_algorithms/semaphore.py``). A waiter is told of its grant, never polls:
-its row names its process's door (``_stores/sqlite_doors.py``), and whoever promotes
+its row names its process's door (``_stores/sqlite/doors.py``), and whoever promotes
 it (a release, or a transition that finds a lease run out) knocks there after the
 commit. A holder's lease is renewed by the limit's heartbeat, so a process killed
 with SIGKILL frees its slots once their leases run out; the door's thread then looks
@@ -23,10 +23,10 @@ from .._clock import Clock
 from .._errors import BackendUnavailable
 from .._stores.keys import Keyed
 from .._stores.sqlite import SQLiteBackend
-from .._stores.sqlite_doors import Doors, doors_for
-from .._stores.sqlite_file import Busy, LockTimeout, Waited
-from .._stores.sqlite_slots import Promoted
-from .._stores.wakeups import Waiting
+from .._stores.sqlite.doors import Doors, doors_for
+from .._stores.sqlite.file import Busy, LockTimeout, Waited
+from .._stores.sqlite.slots import Promoted
+from .._stores.waiting import Waiting
 from .concurrency_state import LOST, Elsewhere, release_outlasting, taken_here
 from .unfinished import finish_later
 

@@ -4,7 +4,7 @@ file: ``concurrency_sqlite.py``).
 Both stores run the transitions of ``_algorithms/semaphore.py`` (Redis through its
 twin, ``lua/concurrency.lua``) and wake the waiters a transition promotes: in
 process directly, across processes by a message from the script (see
-``_stores/wakeups.py``). Every transition is one call: a take, a release, a renewal.
+``_stores/redis/wakeups.py``). Every transition is one call: a take, a release, a renewal.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
 from .._stores.keys import Keyed, text_of
 from .._stores.memory import MemoryBackend
-from .._stores.scripts import concurrency_script
-from .._stores.wakeups import CHANNEL_PREFIX, Listener, Waiting, listener_for, process_id
+from .._stores.redis.scripts import concurrency_script
+from .._stores.redis.wakeups import CHANNEL_PREFIX, Listener, listener_for
+from .._stores.waiting import Waiting, process_id
 from .unfinished import finish_later
 
 __all__ = ["LOST", "MemorySlots", "RedisSlots", "SlotStore", "lease_id", "memory_slots", "taken_here"]

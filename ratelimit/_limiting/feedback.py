@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._headers import RateLimitInfo
+from .._headers.parse import RateLimitInfo
 
 __all__ = ["restriction", "throttled"]
 

@@ -23,7 +23,7 @@ from .. import _validate
 from .._clock import Clock, SystemClock, checked_clock
 from .._errors import AcquireTimeout
 from .._events import EVERYONE, Denied, Emitter, Event, Granted, Paused, Throttled
-from .._headers import RateLimitInfo, parse_rate_limit_headers
+from .._headers.parse import RateLimitInfo, parse_rate_limit_headers
 from .._stores.keys import Keyed
 from .._stores.memory import MemoryBackend
 from .._stores.store import Backend, Handle, Pacing

@@ -19,7 +19,7 @@ from .._algorithms.sliding_window import WindowLog
 from .._algorithms.sliding_window_counter import WindowCounter
 from .._algorithms.token_bucket import Gcra
 from .._clock import Clock
-from .._headers import RateLimitInfo
+from .._headers.parse import RateLimitInfo
 from .._stores.store import Backend
 from .adaptive import Adaptive, LastGrant, Paced
 from .adaptive import adaptive as learned

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from .. import _validate
 from .._clock import Clock
-from .._headers import RateLimitInfo
+from .._headers.parse import RateLimitInfo
 from .._stores.store import Backend, Handle
 from .front import Limiter, difference
 

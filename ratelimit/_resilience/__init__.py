@@ -1,5 +1,4 @@
 """What to do when a call fails: backoff, the classification of an outcome, the retry
-runner, the circuit breaker (its pure state machine and stores in
-``breaker_state.py``) and the runner the HTTP integrations share (``http.py``). Built
-on ``_limiting`` and ``_stores``.
+runner and the circuit breaker (its pure state machine and stores in
+``breaker_state.py``). Built on ``_limiting`` and ``_stores``.
 """

@@ -31,10 +31,10 @@ from .._algorithms.algorithm import EPSILON
 from .._clock import Clock, SystemClock
 from .._errors import BackendUnavailable
 from .._events import BreakerState
-from .._stores.memory import Lock, Slot
-from .._stores.scripts import breaker_script
+from .._stores.memory.backend import Lock, Slot
+from .._stores.redis.scripts import breaker_script
 from .._stores.sqlite import SQLiteBackend
-from .._stores.sqlite_codec import allow as allow_in_rows
+from .._stores.sqlite.codec import allow as allow_in_rows
 
 __all__ = ["Decision", "Kept", "MemoryStore", "Policy", "RedisStore", "SQLiteStore", "State", "allow", "record"]
 

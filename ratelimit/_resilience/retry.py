@@ -23,7 +23,7 @@ from .. import _validate
 from .._clock import Clock, SystemClock
 from .._errors import AcquireTimeout, CircuitOpen, RetryError
 from .._events import Attempt, AttemptFinished, CallFinished, Emitter, Event, GaveUp, RetryScheduled
-from .._headers import parse_rate_limit_headers
+from .._headers.parse import parse_rate_limit_headers
 from .._limiting.front import Acquirer
 from .._wrap import wrap
 from .backoff import Backoff

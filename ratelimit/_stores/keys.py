@@ -129,7 +129,7 @@ def key_for(
 
 
 def config_key(name: str | Keyed) -> str:
-    """The hash of limiter ``name``'s limit as changed at run time (``config.py``)."""
+    """The hash of limiter ``name``'s limit as changed at run time (``redis/config.py``)."""
     return f"ratelimit:{{{tag(name)}}}:config"
 
 

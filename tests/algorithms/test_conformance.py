@@ -36,7 +36,7 @@ from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import WindowCounter
 from ratelimit._algorithms.token_bucket import Gcra
 from ratelimit._stores.keys import key_for
-from ratelimit._stores.redis_handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
+from ratelimit._stores.redis.handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
 
 from conftest import unique_name
 from scenarios import ALGORITHMS, Request, member_weights, requests, same, take_back

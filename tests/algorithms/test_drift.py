@@ -31,7 +31,7 @@ from ratelimit import AcquireTimeout, ManualClock, MemoryBackend, RedisBackend, 
 from ratelimit._algorithms.algorithm import step
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._stores.keys import key_for
-from ratelimit._stores.redis_handles import RedisHandle
+from ratelimit._stores.redis.handles import RedisHandle
 from ratelimit._stores.store import Backend
 
 from conftest import unique_name

@@ -38,7 +38,7 @@ from ratelimit._algorithms.holes import Holes, give_back, pause, reserve, restri
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import SUBWINDOWS, WindowCounter
 from ratelimit._stores.keys import key_for
-from ratelimit._stores.redis_handles import RedisHandle
+from ratelimit._stores.redis.handles import RedisHandle
 
 from conftest import REDIS_URL, SUPPORT, state_keys, unique_name
 from held import held, held_clock

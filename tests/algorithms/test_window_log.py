@@ -22,7 +22,7 @@ from ratelimit import ManualClock, RedisBackend, SlidingWindow
 from ratelimit._algorithms.algorithm import step
 from ratelimit._algorithms.sliding_window import MAX_CAPS, REBASE, REBASE_SPAN, WindowLog
 from ratelimit._stores.keys import key_for
-from ratelimit._stores.redis_handles import RedisHandle
+from ratelimit._stores.redis.handles import RedisHandle
 
 from conftest import command_calls, unique_name
 

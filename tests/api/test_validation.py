@@ -32,8 +32,8 @@ from ratelimit import (
 )
 from ratelimit._algorithms.algorithm import Algorithm
 from ratelimit._limiting.front import Limiter
-from ratelimit._stores.memory import MemoryGroupHandle, MemoryHandle
-from ratelimit._stores.redis import key_for
+from ratelimit._stores.memory.backend import MemoryGroupHandle, MemoryHandle
+from ratelimit._stores.redis.backend import key_for
 from ratelimit._validate import MAX_NAME_LENGTH
 
 from conftest import REDIS_URL, stable_id, unique_name

@@ -1,4 +1,4 @@
-"""The fleet's counters (``tally`` in ``lua/_single.lua``, read by ``_stores/fleet.py``)
+"""The fleet's counters (``tally`` in ``lua/_single.lua``, read by ``_stores/redis/fleet.py``)
 and ``ratelimit top``, the live view, driven in a pseudo-terminal."""
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ratelimit import CircuitBreaker, ManualClock, RedisBackend, TokenBucket
-from ratelimit._stores.fleet import WAIT_BOUNDS, base_of, fleet, flush_counts, p99_wait
 from ratelimit._stores.keys import key_for
-from ratelimit._stores.scripts import single_script
+from ratelimit._stores.records import WAIT_BOUNDS, p99_wait
+from ratelimit._stores.redis.fleet import base_of, fleet, flush_counts
+from ratelimit._stores.redis.scripts import single_script
 from ratelimit.cli import main
 
 from conftest import REDIS_URL, SUPPORT, unique_name

@@ -19,10 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ratelimit import Adaptive, Composite, ConcurrencyLimit, RedisBackend, SlidingWindow, TokenBucket
-from ratelimit._stores.config import inspect
-from ratelimit._stores.fleet import fleet
 from ratelimit._stores.keys import config_key, key_for
-from ratelimit._stores.scripts import library, single_script
+from ratelimit._stores.redis.config import inspect
+from ratelimit._stores.redis.fleet import fleet
+from ratelimit._stores.redis.scripts import library, single_script
 from ratelimit.cli import main
 
 from conftest import REDIS_URL, unique_name

@@ -1,7 +1,7 @@
 """LLM clients held to a budget of requests and tokens: ``ratelimit.llm``'s transports,
 ``ratelimit.openai`` and ``ratelimit.anthropic``.
 
-The estimate and the usage are read without I/O (``_llm_costs``); the transports are
+The estimate and the usage are read without I/O (``_integrations/llm_costs.py``); the transports are
 checked over ``httpx.MockTransport`` on a :class:`ManualClock`, where what a settle
 gave back is exactly what the next request may take; and the real SDKs run against a
 local API that limits requests and tokens as the providers do (``llm_provider``),
@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 import ratelimit.anthropic
 import ratelimit.openai
 from ratelimit import Composite, ManualClock, TokenBucket
-from ratelimit._llm_costs import Estimator, StreamUsage, usage_tokens
-from ratelimit._resilience.llm import Budget
+from ratelimit._integrations.llm import Budget
+from ratelimit._integrations.llm_costs import Estimator, StreamUsage, usage_tokens
 from ratelimit.llm import AsyncLLMTransport, LLMTransport
 
 from conftest import REDIS_URL, unique_name

@@ -11,8 +11,8 @@ import inspect
 import pytest
 
 from ratelimit import RateLimitInfo, parse_rate_limit_headers
-from ratelimit._header_dialects import DIALECTS, Dialect
-from ratelimit._header_fields import Fields
+from ratelimit._headers.dialects import DIALECTS, Dialect
+from ratelimit._headers.fields import Fields
 
 NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 

@@ -21,10 +21,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratelimit import RateLimitInfo, TokenBucket, parse_rate_limit_headers
-from ratelimit import _header_values as values_module
-from ratelimit import _headers as headers_module
-from ratelimit._header_values import MAX_DURATION, MAX_HTTP_DATE, MAX_ITEMS, MAX_NUMBER, MAX_RFC3339
-from ratelimit._headers import _MAX_HEADERS, _MAX_REPEATS, _MAX_VALUE
+from ratelimit._headers import parse as headers_module
+from ratelimit._headers import values as values_module
+from ratelimit._headers.parse import _MAX_HEADERS, _MAX_REPEATS, _MAX_VALUE
+from ratelimit._headers.values import MAX_DURATION, MAX_HTTP_DATE, MAX_ITEMS, MAX_NUMBER, MAX_RFC3339
 
 NOW = 1_700_000_000.0
 

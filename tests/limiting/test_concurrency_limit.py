@@ -29,8 +29,8 @@ from ratelimit import (
     TokenBucket,
 )
 from ratelimit._algorithms.semaphore import FULL, HELD, QUEUED, Semaphore
-from ratelimit._stores.scripts import concurrency_script
-from ratelimit._stores.wakeups import CHANNEL_PREFIX
+from ratelimit._stores.redis.scripts import concurrency_script
+from ratelimit._stores.redis.wakeups import CHANNEL_PREFIX
 
 from conftest import REDIS_URL, SUPPORT, unique_name
 

@@ -697,7 +697,7 @@ def test_inspect_shows_one_key_escaped(redis_client: redis.Redis, capsys: pytest
 
 def test_a_names_census_lists_no_keys(redis_client: redis.Redis) -> None:
     """``inspect`` of every name does not list a limiter's keys as names of their own."""
-    from ratelimit._stores.census import survey
+    from ratelimit._stores.redis.census import survey
 
     name = unique_name()
     TokenBucket(3, 1, backend=RedisBackend(redis_client), name=name).for_key("k").acquire()
@@ -706,7 +706,7 @@ def test_a_names_census_lists_no_keys(redis_client: redis.Redis) -> None:
 
 def test_top_adds_a_limiters_keys_up_in_its_row(redis_client: redis.Redis) -> None:
     """``ratelimit top`` shows one row per limiter, its keys' decisions added up: no row per customer."""
-    from ratelimit._stores.fleet import fleet
+    from ratelimit._stores.redis.fleet import fleet
 
     name = unique_name()
     limiter = TokenBucket(100, 1e-3, backend=RedisBackend(redis_client), name=name)

@@ -40,7 +40,7 @@ from ratelimit._algorithms.holes import (
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.token_bucket import Gcra
 from ratelimit._stores.keys import key_for
-from ratelimit._stores.redis_handles import RedisGroupHandle, RedisHandle
+from ratelimit._stores.redis.handles import RedisGroupHandle, RedisHandle
 
 from conftest import state_keys, unique_name
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from ratelimit import BackendUnavailable, CircuitBreaker, CircuitOpen, ManualClock, RedisBackend, Ticket
 from ratelimit._resilience.breaker_state import MemoryStore, Policy, RedisStore
-from ratelimit._stores.redis import key_for
+from ratelimit._stores.redis.backend import key_for
 from ratelimit.events import Event, Rejected, StateChanged
 
 from conftest import REDIS_URL, SUPPORT, unique_name

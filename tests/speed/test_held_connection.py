@@ -42,7 +42,7 @@ from ratelimit import (
     SlidingWindow,
     TokenBucket,
 )
-from ratelimit._stores import redis_calls
+from ratelimit._stores.redis import calls as redis_calls
 
 from conftest import REDIS_URL, private_server, unique_name
 

@@ -27,9 +27,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratelimit import AcquireTimeout, LeakyBucket, ManualClock, RedisBackend, SlidingWindow, TokenBucket
-from ratelimit._stores.config import Override, write_override
 from ratelimit._stores.keys import config_key, key_for
-from ratelimit._stores.scripts import call_by_script
+from ratelimit._stores.records import Override
+from ratelimit._stores.redis.config import write_override
+from ratelimit._stores.redis.scripts import call_by_script
 
 from conftest import REDIS_URL, command_calls, private_server, unique_name
 from marks import clean

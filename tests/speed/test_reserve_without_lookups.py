@@ -20,8 +20,8 @@ import pytest
 import redis
 
 from ratelimit import LeakyBucket, ManualClock, RedisBackend, TokenBucket
-from ratelimit._stores import redis_handles
 from ratelimit._stores.keys import config_key, key_for
+from ratelimit._stores.redis import handles as redis_handles
 
 from conftest import command_calls, unique_name
 from marks import clean

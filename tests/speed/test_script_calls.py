@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ratelimit._stores.redis_replies import decision_of, kept_num, num, wait_arg
-from ratelimit._stores.scripts import by_function, call_by_script, single_script
+from ratelimit._stores.redis.replies import decision_of, kept_num, num, wait_arg
+from ratelimit._stores.redis.scripts import by_function, call_by_script, single_script
 
 
 class Client:

@@ -17,7 +17,7 @@ from ratelimit._algorithms.sliding_window import Log, WindowLog
 from ratelimit._algorithms.sliding_window_counter import CounterState, WindowCounter
 from ratelimit._algorithms.token_bucket import Gcra
 from ratelimit._clock import ManualClock
-from ratelimit._stores.memory import MemoryBackend
+from ratelimit._stores.memory.backend import MemoryBackend
 from ratelimit._stores.tally import Tally
 
 times = st.floats(min_value=0.0, max_value=2e9, allow_nan=False)

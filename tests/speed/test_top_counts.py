@@ -22,9 +22,9 @@ import pytest
 import redis
 
 from ratelimit import Composite, ManualClock, RedisBackend, SlidingWindow, TokenBucket
-from ratelimit._stores.fleet import base_of, fleet, flush_counts
 from ratelimit._stores.keys import key_for
-from ratelimit._stores.scripts import _library_text, by_function, call_by_script, library, single_script
+from ratelimit._stores.redis.fleet import base_of, fleet, flush_counts
+from ratelimit._stores.redis.scripts import _library_text, by_function, call_by_script, library, single_script
 
 from conftest import REDIS_URL, private_server, unique_name
 from servers import RedisServer

@@ -39,8 +39,8 @@ from ratelimit import (
     SlidingWindow,
     TokenBucket,
 )
-from ratelimit._stores.redis_handles import RedisHandle
-from ratelimit._stores.rounds import MOST_PER_ROUND, Ask, Round, Rounds
+from ratelimit._stores.redis.handles import RedisHandle
+from ratelimit._stores.redis.rounds import MOST_PER_ROUND, Ask, Round, Rounds
 
 from conftest import REDIS_URL, unique_name
 

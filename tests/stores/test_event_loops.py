@@ -27,7 +27,7 @@ from ratelimit import (
     SystemClock,
     TokenBucket,
 )
-from ratelimit._stores.redis import key_for
+from ratelimit._stores.redis.backend import key_for
 
 from conftest import REDIS_URL, unique_name
 

@@ -37,9 +37,9 @@ from ratelimit import (
     SlidingWindow,
     TokenBucket,
 )
-from ratelimit._stores import redis_handles
 from ratelimit._stores.keys import code_key
-from ratelimit._stores.scripts import (
+from ratelimit._stores.redis import handles as redis_handles
+from ratelimit._stores.redis.scripts import (
     ALGORITHMS,
     Composed,
     Script,

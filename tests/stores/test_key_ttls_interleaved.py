@@ -37,9 +37,9 @@ from ratelimit._algorithms.holes import Holes, reserve
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.token_bucket import Gcra
 from ratelimit._stores.keys import config_key, key_for
-from ratelimit._stores.redis_handles import RedisHandle
-from ratelimit._stores.redis_replies import num
-from ratelimit._stores.scripts import call_by_script, library, single_script
+from ratelimit._stores.redis.handles import RedisHandle
+from ratelimit._stores.redis.replies import num
+from ratelimit._stores.redis.scripts import call_by_script, library, single_script
 
 from conftest import command_calls, private_server, unique_name
 from scenarios import same

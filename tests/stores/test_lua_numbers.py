@@ -12,7 +12,7 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit._stores.scripts import lua_source
+from ratelimit._stores.redis.scripts import lua_source
 
 pytestmark = pytest.mark.redis
 

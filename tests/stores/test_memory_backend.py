@@ -13,7 +13,7 @@ import tracemalloc
 import pytest
 
 from ratelimit import Composite, LeakyBucket, ManualClock, MemoryBackend, SlidingWindow, TokenBucket
-from ratelimit._stores.memory import SWEEP_SECONDS
+from ratelimit._stores.memory.backend import SWEEP_SECONDS
 
 
 def _use_and_drop(backend: MemoryBackend, clock: ManualClock, name: str) -> None:
@@ -88,7 +88,7 @@ def test_idle_names_are_looked_for_every_few_seconds(monkeypatch: pytest.MonkeyP
     clock.advance(10)
     assert len(backend) == 100
     wall = time.monotonic() + SWEEP_SECONDS + 1
-    monkeypatch.setattr("ratelimit._stores.memory.time.monotonic", lambda: wall)
+    monkeypatch.setattr("ratelimit._stores.memory.backend.time.monotonic", lambda: wall)
     _use_and_drop(backend, clock, "one-more")
     assert len(backend) == 1  # only the one just used
 

@@ -32,9 +32,9 @@ from ratelimit._algorithms.sliding_window_counter import WindowCounter
 from ratelimit._algorithms.token_bucket import Gcra
 from ratelimit._limiting.limiters import SingleLimiter
 from ratelimit._stores.keys import key_for
-from ratelimit._stores.redis_handles import RedisHandle
-from ratelimit._stores.rounds import Rounds
-from ratelimit._stores.scripts import single_script
+from ratelimit._stores.redis.handles import RedisHandle
+from ratelimit._stores.redis.rounds import Rounds
+from ratelimit._stores.redis.scripts import single_script
 
 from conftest import REDIS_URL, SUPPORT, unique_name
 

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from ratelimit import ManualClock, RedisBackend, TokenBucket
-from ratelimit._stores.redis import REDIS_URL_ENV
+from ratelimit._stores.redis.backend import REDIS_URL_ENV
 from ratelimit.cli import main
 
 from conftest import REDIS_URL, unique_name

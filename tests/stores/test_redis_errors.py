@@ -1,7 +1,7 @@
 """Which error replies go through the failure policy, and which surface as bugs.
 
 Each reply is turned into an exception by redis-py's own parser, as it would be off
-the wire, and classified by ``ratelimit._stores.redis_errors``. The same replies from real
+the wire, and classified by ``ratelimit._stores.redis.errors``. The same replies from real
 servers are in test_redis_server_states.py.
 """
 
@@ -15,7 +15,7 @@ import redis.exceptions
 import redis.sentinel
 from redis._parsers.base import BaseParser
 
-from ratelimit._stores.redis_errors import STORE_ERRORS, error_code, is_unavailable
+from ratelimit._stores.redis.errors import STORE_ERRORS, error_code, is_unavailable
 
 OUTAGES = [
     "OOM command not allowed when used memory > 'maxmemory'. script: 5d8a, on @user_script:102.",

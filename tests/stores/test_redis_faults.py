@@ -28,7 +28,7 @@ from ratelimit import (
     SlidingWindow,
     TokenBucket,
 )
-from ratelimit._stores.redis import key_for
+from ratelimit._stores.redis.backend import key_for
 
 from conftest import unique_name
 from servers import RedisServer, SilentServer
@@ -300,7 +300,7 @@ def test_client_time_source_sends_this_machine_s_clock(
     redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A client clock far from the server's shows which one the script used.
-    monkeypatch.setattr("ratelimit._stores.redis.time.time", lambda: 5_000.0)
+    monkeypatch.setattr("ratelimit._stores.redis.backend.time.time", lambda: 5_000.0)
     backend = RedisBackend(redis_client, time_source="client")
     limiter = TokenBucket(2, 1, backend=backend, name=unique_name())
     assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]

@@ -52,11 +52,12 @@ from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import WindowCounter
 from ratelimit._algorithms.token_bucket import Gcra
-from ratelimit._stores import sqlite_file
-from ratelimit._stores.config import Override, UnchangeableLimit, inspect, read_override, write_override
 from ratelimit._stores.keys import code_key, config_key, key_for
-from ratelimit._stores.scripts import single_script
-from ratelimit._stores.sqlite_config import MOST_KEPT
+from ratelimit._stores.records import Override, UnchangeableLimit
+from ratelimit._stores.redis.config import inspect, read_override, write_override
+from ratelimit._stores.redis.scripts import single_script
+from ratelimit._stores.sqlite import file as sqlite_file
+from ratelimit._stores.sqlite.config import MOST_KEPT
 from ratelimit.cli import main
 
 from conftest import REDIS_URL, SUPPORT, private_server, unique_name
@@ -758,7 +759,7 @@ def test_inspect_shows_a_breaker_and_a_composites_members(redis_client: redis.Re
 
 
 def test_set_inspect_and_top_on_a_cluster(cluster_client: Any) -> None:
-    from ratelimit._stores.fleet import fleet
+    from ratelimit._stores.redis.fleet import fleet
 
     backend = RedisBackend(cluster_client, coalesce=False)
     name = unique_name("cluster")

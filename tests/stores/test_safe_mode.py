@@ -23,10 +23,10 @@ import redis.asyncio
 import redis.cluster
 
 from ratelimit import Composite, ManualClock, RedisBackend, SlidingWindow, TokenBucket
-from ratelimit._stores import live as live_module
-from ratelimit._stores.live import KEPT_BEATS, LIVE_KEY, UNCOUNTED_SHARE, LiveCount
-from ratelimit._stores.scripts import Script, live_script, single_script
-from ratelimit._stores.wakeups import process_id
+from ratelimit._stores.redis import live as live_module
+from ratelimit._stores.redis.live import KEPT_BEATS, LIVE_KEY, UNCOUNTED_SHARE, LiveCount
+from ratelimit._stores.redis.scripts import Script, live_script, single_script
+from ratelimit._stores.waiting import process_id
 
 from conftest import unique_name
 from servers import RedisServer

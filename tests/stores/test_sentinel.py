@@ -23,9 +23,9 @@ import redis.exceptions
 import redis.sentinel
 
 from ratelimit import BackendUnavailable, RedisBackend, TokenBucket
-from ratelimit._stores.redis_calls import DEFAULT_POOL_SIZE
-from ratelimit._stores.redis_clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT
-from ratelimit._stores.sentinel import parse_sentinel_url
+from ratelimit._stores.redis.calls import DEFAULT_POOL_SIZE
+from ratelimit._stores.redis.clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT
+from ratelimit._stores.redis.sentinel import parse_sentinel_url
 
 from conftest import unavailable, unique_name
 from servers import HOST, RedisSentinelSet, RedisServer

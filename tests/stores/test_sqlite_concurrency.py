@@ -42,9 +42,9 @@ from ratelimit import (
     SQLiteBackend,
 )
 from ratelimit._algorithms.semaphore import Semaphore
-from ratelimit._stores import sqlite_slots
-from ratelimit._stores.sqlite_doors import Doors, folder_of
-from ratelimit._stores.wakeups import Waiting
+from ratelimit._stores.sqlite import slots as sqlite_slots
+from ratelimit._stores.sqlite.doors import Doors, folder_of
+from ratelimit._stores.waiting import Waiting
 from ratelimit.cli import main
 
 from conftest import SUPPORT

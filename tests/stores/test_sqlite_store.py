@@ -35,8 +35,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import ratelimit._stores.sqlite as sqlite_store
-import ratelimit._stores.sqlite_file as sqlite_file
+import ratelimit._stores.sqlite.backend as sqlite_store
+import ratelimit._stores.sqlite.file as sqlite_file
 from ratelimit import (
     AcquireTimeout,
     BackendUnavailable,
@@ -834,8 +834,8 @@ def test_store_time_survives_a_reboot_and_a_wall_clock_step(tmp_path: Path, monk
     wall = {"now": 1_700_000_000.0}
     monkeypatch.setattr(sqlite_file, "boot_id", lambda: boot["id"])
     monkeypatch.setattr(sqlite_file, "boot_seconds", lambda: boot["seconds"])
-    monkeypatch.setattr("ratelimit._stores.sqlite_time.boot_seconds", lambda: boot["seconds"])
-    monkeypatch.setattr("ratelimit._stores.sqlite_time.time.time", lambda: wall["now"])
+    monkeypatch.setattr("ratelimit._stores.sqlite.clock.boot_seconds", lambda: boot["seconds"])
+    monkeypatch.setattr("ratelimit._stores.sqlite.clock.time.time", lambda: wall["now"])
     path = tmp_path / "t.db"
     first = SQLiteBackend(path)
     limiter = TokenBucket(2, 0.01, backend=first, name="slow")  # a token per 100 s

@@ -323,7 +323,7 @@ def test_a_cpu_busy_event_loop_is_not_an_unavailable_server(redis_client: redis.
 def test_a_cancellation_that_meets_a_deadline_is_not_swallowed() -> None:
     # Found by trying: cancelled by its owner in the same turn as its call timed out,
     # a task saw BackendUnavailable and kept its cancellation pending for ever.
-    from ratelimit._stores.redis_loops import Watch
+    from ratelimit._stores.redis.loops import Watch
 
     async def scenario() -> str:
         loop = asyncio.get_running_loop()

@@ -1,0 +1,252 @@
+"""What the operator's commands read and write, whichever store holds the limiter.
+
+A limit changed at run time (:class:`Override`, checked by :func:`checked_override`),
+what a store tells of one limiter (:class:`Inspection`) and of the fleet's traffic
+(:class:`FleetRow`, as ``ratelimit top`` shows it). The Redis and SQLite stores both
+make these; the CLI prints them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _validate
+
+__all__ = [
+    "ACTIVE_SECONDS",
+    "MAX_SET",
+    "MAX_TTL_SECONDS",
+    "MIN_SET",
+    "PARAMETERS",
+    "WAIT_BOUNDS",
+    "WINDOWS",
+    "FleetRow",
+    "Inspection",
+    "Override",
+    "Slots",
+    "UnchangeableLimit",
+    "checked_override",
+    "p99_wait",
+]
+
+#: The range a run-time ``rate`` (tokens per second) or ``burst`` must lie in: a
+#: token per eleven days to a trillion. The scripts ignore a stored value outside it.
+MIN_SET = 1e-6
+MAX_SET = 1e12
+#: The longest a change may be set to last, and the longest a TTL may hold a key.
+MAX_TTL_SECONDS = 366 * 86400.0
+
+
+@dataclass(frozen=True)
+class Override:
+    """A limit as changed at run time: ``None`` keeps what the code says."""
+
+    rate: float | None
+    burst: float | None
+    #: Seconds until the change ends by itself; ``None``: until reset.
+    ttl: float | None = None
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {"rate": self.rate, "burst": self.burst, "ttl": self.ttl}
+
+
+def _bounded(argument: str, value: object) -> float:
+    number = _validate.positive(argument, value)
+    if not MIN_SET <= number <= MAX_SET:
+        raise ValueError(f"{argument} must be between {MIN_SET:g} and {MAX_SET:g}, got {value!r}")
+    return number
+
+
+def checked_override(rate: object, burst: object, ttl: object) -> Override:
+    """The change asked for, checked; ``ValueError``/``TypeError`` naming the argument."""
+    if rate is None and burst is None:
+        raise ValueError("give rate, burst or both: to return to what the code says, reset the limit")
+    seconds = None
+    if ttl is not None:
+        seconds = _validate.duration("ttl", ttl)
+        if not 0 < seconds <= MAX_TTL_SECONDS:
+            raise ValueError(f"ttl must be > 0 and at most {MAX_TTL_SECONDS:g} seconds (a year), got {ttl!r}")
+    return Override(
+        None if rate is None else _bounded("rate", rate),
+        None if burst is None else _bounded("burst", burst),
+        seconds,
+    )
+
+
+class UnchangeableLimit(ValueError):
+    """A change at run time asked of a limiter that would never read it."""
+
+
+@dataclass(frozen=True)
+class Slots:
+    """A ConcurrencyLimit's slots now."""
+
+    #: Slots held (leases not run out) and callers queued for one.
+    held: int
+    queued: int
+    #: The most holders at once, as the latest process to take or give back a slot
+    #: was built with; ``None``: not stored (a process of an older version).
+    most: int | None
+
+    def as_dict(self) -> dict[str, int | None]:
+        return {"held": self.held, "max": self.most, "queued": self.queued}
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What Redis holds of one limiter name (or of one of its keys: ``key``), as
+    ``ratelimit inspect`` shows it."""
+
+    name: str
+    #: The algorithm the code of its processes runs, ``None``: no single limiter of
+    #: this name has decided in the last day (see ``known``).
+    kind: str | None = None
+    #: The parameters the code configured (``capacity``/``refill_per_sec``, or
+    #: ``limit``/``window``), the guard included, and the seconds of guard.
+    code: Mapping[str, float] | None = None
+    slack: float = 0.0
+    #: Whether the latest process to decide runs it in shadow mode (never enforced).
+    shadow: bool = False
+    override: Override | None = None
+    #: The parameters the decisions use now: the code's, or as changed.
+    effective: Mapping[str, float] | None = None
+    #: The most tokens one request could take now, and the wait for one token.
+    available: float | None = None
+    wait_for_one: float | None = None
+    #: Seconds until the latest grant already promised (0: none ahead).
+    promised_ahead: float | None = None
+    #: Seconds until a pause fed back from a provider (a 429) ends; ``None``: none.
+    paused_for: float | None = None
+    #: A breaker of this name: ``closed``, ``open`` or ``half-open``; ``None``: none.
+    breaker: str | None = None
+    breaker_opened_at: float | None = None
+    #: Other state of this name: a composite's members (``0:token_bucket``, ...),
+    #: priority lanes (``hi:token_bucket``, ``lo:token_bucket``).
+    other_keys: tuple[str, ...] = ()
+    now: float | None = None
+    #: What the name is besides a single limiter: ``adaptive``, ``composite``,
+    #: ``priorities``, ``concurrency`` (``census.forms``); none of them reads a change.
+    forms: tuple[str, ...] = ()
+    #: A ConcurrencyLimit of this name: its slots now.
+    concurrency: Slots | None = None
+    #: The key whose budget this is (``limiter.for_key``); ``None``: the name's own.
+    key: str | None = None
+
+    @property
+    def known(self) -> bool:
+        return (
+            self.kind is not None
+            or self.breaker is not None
+            or bool(self.other_keys)
+            or self.override is not None
+            or bool(self.forms)
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "key": self.key,
+            "known": self.known,
+            "kind": self.kind,
+            "code": None if self.code is None else dict(self.code),
+            "guard_seconds": self.slack,
+            "shadow": self.shadow,
+            "override": None if self.override is None else self.override.as_dict(),
+            "effective": None if self.effective is None else dict(self.effective),
+            "available": self.available,
+            "wait_for_one": self.wait_for_one,
+            "promised_ahead": self.promised_ahead,
+            "paused_for": self.paused_for,
+            "breaker": self.breaker,
+            "breaker_opened_at": self.breaker_opened_at,
+            "other_keys": list(self.other_keys),
+            "forms": list(self.forms),
+            "concurrency": None if self.concurrency is None else self.concurrency.as_dict(),
+            "now": self.now,
+        }
+
+
+#: What each kind's two parameters are called (the limiter's own argument names).
+PARAMETERS = {
+    "token_bucket": ("capacity", "refill_per_sec"),
+    "leaky_bucket": ("capacity", "leak_per_sec"),
+    "sliding_window": ("limit", "window"),
+    "sliding_window_counter": ("limit", "window"),
+}
+WINDOWS = ("sliding_window", "sliding_window_counter")
+
+
+#: The upper bounds, in seconds, of the wait histogram's buckets (``WAIT_BOUNDS`` in
+#: ``lua/_single.lua``; field ``w<i>`` counts waits up to the i-th, 1-based, and the
+#: one after the last counts longer waits).
+WAIT_BOUNDS = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+#: Seconds of history a hash keeps; ``top`` shows what was active within a minute.
+ACTIVE_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class FleetRow:
+    """One limiter across the fleet, over the last ``window`` seconds."""
+
+    name: str
+    kind: str
+    #: A shadow limiter's counts are what it would have done (see ``shadow=True``).
+    shadow: bool
+    #: Requests granted and refused per second, leased tokens per second (``None``
+    #: for a ConcurrencyLimit, which counts no rate). Grants are those that went:
+    #: reservations withdrawn before they were due are counted apart.
+    grants_per_sec: float | None
+    refusals_per_sec: float | None
+    leased_per_sec: float | None
+    #: The 99th percentile of the waits granted, as the bound of its histogram bucket
+    #: (``inf``: longer than the last bound); ``None``: no grant in the window.
+    p99_wait: float | None
+    #: Pauses fed back by a provider (a 429's ``Retry-After``) in the last minute.
+    pauses: int
+    #: Seconds left of a pause in force, ``None``: none.
+    paused_for: float | None
+    #: A breaker of the same name: ``closed``, ``open``, ``half-open``; ``None``: none.
+    breaker: str | None
+    #: Seconds since its latest second of activity (``None``: a ConcurrencyLimit).
+    idle: float | None
+    #: A ConcurrencyLimit's slots held now, callers queued, and its maximum as its
+    #: latest process was built with (``None``: not one, or not stored).
+    held: int | None = None
+    queued: int | None = None
+    most: int | None = None
+    #: Reservations withdrawn before they were due, per second (a timeout, a cancel).
+    withdrawn_per_sec: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "shadow": self.shadow,
+            "grants_per_sec": self.grants_per_sec,
+            "refusals_per_sec": self.refusals_per_sec,
+            "leased_per_sec": self.leased_per_sec,
+            "withdrawn_per_sec": self.withdrawn_per_sec,
+            "p99_wait": None if self.p99_wait is None else (self.p99_wait if math.isfinite(self.p99_wait) else "inf"),
+            "pauses_last_minute": self.pauses,
+            "paused_for": self.paused_for,
+            "breaker": self.breaker,
+            "idle_seconds": self.idle,
+            "in_flight": None if self.held is None else {"held": self.held, "max": self.most, "queued": self.queued},
+        }
+
+
+def p99_wait(buckets: dict[int, float]) -> float | None:
+    """The bound of the bucket where 99 % of the granted waits are reached, from the
+    counts per bucket index (1-based, as the fields ``w<i>``)."""
+    total = sum(buckets.values())
+    if total <= 0:
+        return None
+    seen = 0.0
+    for index in sorted(buckets):
+        seen += buckets[index]
+        if seen >= 0.99 * total:
+            return WAIT_BOUNDS[index - 1] if index <= len(WAIT_BOUNDS) else math.inf
+    return math.inf

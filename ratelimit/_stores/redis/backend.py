@@ -1,0 +1,609 @@
+"""Shared state in Redis (or Valkey, or a Redis Cluster): one budget for every worker.
+
+Every decision is one script call: the script reads the state, decides, records the
+reservation and returns the wait, atomically, with the server's clock. So each
+``acquire`` is exactly one round trip, however many workers contend.
+
+Keys: ``ratelimit:{<name>}:<algorithm>`` (a composite's members:
+``ratelimit:{<name>}:<i>:<algorithm>``; the lanes of a budget with priorities:
+``ratelimit:{<name>}:hi:<algorithm>`` and ``...:lo:<algorithm>``). The braces are a hash tag: all of one
+limiter's keys live in one Cluster slot, which multi-key scripts need. Inside the tag
+only ``{``, ``}`` and ``%`` are escaped (``%7B``, ``%7D``, ``%25``), so an operator
+finds a limiter's keys by its name. Every key expires once idle. A limiter on an
+injected test clock keeps its state under ``ratelimit:{<name>}:injected:...``: its
+times are not the server's, and must never meet a real budget's.
+
+This module is the backend: what it is made of, what it binds, and what an operator
+changes and reads at run time. The rest sits beside it, each module one concern:
+
+- ``redis/calls.py``: :class:`~.redis_calls.RedisCalls`, which :class:`RedisBackend`
+  extends: ``run`` and ``run_async``, at most ``pool_size`` calls in flight, and the
+  failure policy ``on_unavailable``;
+- ``redis/wire.py``: the clients' calls, sent on a connection held;
+- ``redis/clients.py``: the clients :meth:`RedisBackend.from_url` makes;
+- ``redis/loops.py``: what a backend keeps per event loop;
+- ``redis/handles.py``: the handles ``bind``, ``bind_group`` and ``bind_lanes`` return;
+- ``memory/fallback.py``: the local fallback of ``on_unavailable="local"``;
+- ``redis/replies.py``: the scripts' argument text and what their replies mean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Literal
+
+from ... import _validate
+from ..._algorithms.algorithm import Algorithm
+from ..._algorithms.lanes import HIGH, LANES, LOW, Lanes
+from ..._clock import Clock, SystemClock, checked_clock
+from ..._errors import BackendUnavailable
+from ..keys import Keyed, key_for
+from ..memory.backend import MemoryBackend
+from ..memory.fallback import (
+    AutoShare,
+    Fallback,
+    LocalShare,
+    Rebuilt,
+    checked_local_share,
+    group_share,
+    lanes_shares,
+    single_share,
+)
+from ..records import Inspection, Override, checked_override
+from ..store import Views
+from .calls import DEFAULT_POOL_SIZE, BackendStats, OnUnavailable, RedisCalls
+from .clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, REDIS_URL_ENV, retries, url_clients, url_from_env
+from .config import eviction_risk, read_override, reset_override, write_override
+from .config import inspect as inspect_name
+from .errors import STORE_ERRORS, is_unavailable
+from .handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
+from .lease_returns import LeaseReturns
+from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
+from .promises import Promises
+from .replies import num
+from .rounds import Rounds
+from .scripts import live_script
+
+logger = logging.getLogger("ratelimit")
+
+# The public names this module held before it was split (issue 25) are still
+# importable from here; each lives in the module beside this one that it is imported from.
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_POOL_SIZE",
+    "DEFAULT_SOCKET_TIMEOUT",
+    "REDIS_URL_ENV",
+    "BackendStats",
+    "RedisBackend",
+    "RedisGroupHandle",
+    "RedisHandle",
+    "RedisLaneHandle",
+    "key_for",
+]
+
+
+def _injected(clock: Clock | None) -> bool:
+    """Whether ``clock`` is a test clock, whose time the store must use instead of its own."""
+    return clock is not None and not isinstance(clock, SystemClock)
+
+
+def _test_time(clock: object) -> float | None:
+    """The time of ``clock`` when it is a test clock (a change made to limiters on it
+    is made at their time), ``None`` for real time (the server's)."""
+    checked = checked_clock(clock)
+    return None if checked is None or not _injected(checked) else checked.now()
+
+
+class RedisBackend(RedisCalls):
+    """Limiter state in Redis, shared by every process that uses the same keys.
+
+    Args:
+        client: a ``redis.Redis``, ``redis.asyncio.Redis`` or ``redis.cluster.RedisCluster``
+            (Valkey speaks the same). A synchronous client also serves the ``_async``
+            methods, from a worker thread; an asyncio client serves only them, on one
+            event loop (use :meth:`from_url` to serve several).
+        on_unavailable: what an acquire does when the store cannot be reached:
+            ``"raise"`` (default) raises :class:`BackendUnavailable`; ``"allow"``
+            grants and logs a warning (fail open); ``"local"`` decides with an
+            in-process limiter of the same algorithm at ``local_share`` of its rate
+            and burst (give each process its share of the budget).
+        local_share: the fraction of the configured limits each process keeps for
+            itself when falling back locally (0 < share <= 1); or ``"auto"`` (the
+            safe mode): ``1 / N``, N the live processes last counted while Redis
+            answered (see ``redis/live.py``; :data:`~.live.UNCOUNTED_SHARE` before the first
+            count). ``"auto"`` needs a synchronous client, which beats from a thread.
+        time_source: ``"server"`` (default) reads the server's clock inside the
+            script; ``"client"`` sends this machine's ``time.time()`` instead, for
+            managed services that refuse ``TIME`` in scripts (keep the workers'
+            clocks in sync, e.g. with NTP).
+        pool_size: the most script calls this backend has in flight at once (per
+            event loop for asyncio); more callers wait their turn. Capped by the
+            client's own pool size.
+        counters: whether each decision also counts itself for ``ratelimit top``
+            (default ``True``): one ``HINCRBY`` on the server per decision. With
+            ``False`` nothing is counted, and ``top`` shows nothing of the limiters
+            of this backend.
+        coalesce: whether the concurrent acquires of one limiter in this process
+            share one script call per round (default ``True``; see ``redis/rounds.py``):
+            each still gets its own exact wait, and a limiter needs one connection
+            per event loop (and one for its threads), however many callers it has.
+
+    The client's own timeouts and retries apply; :meth:`from_url` sets ones that
+    suit a limiter (see ``DEFAULT_SOCKET_TIMEOUT``). Do not give it a client that
+    retries commands after a timeout: a script call is not idempotent.
+
+    Use it as a context manager (``with`` or ``async with``), or call :meth:`close` /
+    :meth:`aclose`, to release its connections.
+
+    Its script calls (:meth:`run`, :meth:`run_async`, :meth:`without_store`,
+    :meth:`stats`) are those of :class:`~.redis_calls.RedisCalls`.
+    """
+
+    shared = True
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        on_unavailable: OnUnavailable = "raise",
+        local_share: LocalShare = 1.0,
+        time_source: Literal["server", "client"] = "server",
+        pool_size: int = DEFAULT_POOL_SIZE,
+        coalesce: bool = True,
+        counters: bool = True,
+    ) -> None:
+        if not hasattr(client, "evalsha"):
+            raise TypeError(
+                f"client must be a redis-py client (Redis, RedisCluster, redis.asyncio.Redis), got {client!r}"
+            )
+        if on_unavailable not in ("raise", "allow", "local"):
+            raise ValueError(f"on_unavailable must be 'raise', 'allow' or 'local', got {on_unavailable!r}")
+        if time_source not in ("server", "client"):
+            raise ValueError(f"time_source must be 'server' or 'client', got {time_source!r}")
+        share = checked_local_share(local_share)
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int):
+            raise TypeError(f"pool_size must be an int, got {type(pool_size).__name__} {pool_size!r}")
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be >= 1, got {pool_size!r}")
+        if not isinstance(coalesce, bool):
+            raise TypeError(f"coalesce must be a bool, got {coalesce!r}")
+        if not isinstance(counters, bool):
+            raise TypeError(f"counters must be a bool, got {counters!r}")
+        if n := retries(client):
+            # Not changed behind the caller's back (the client is theirs), but said once:
+            # against a dead server each decision waits out every retry before the
+            # failure policy is heard, and a script call that reached the server before
+            # its connection failed is recorded again when retried.
+            logger.warning(
+                "the Redis client given to RedisBackend retries failed calls %d times (redis-py's default): "
+                "against an unreachable server each decision waits out the retries before on_unavailable "
+                "applies, and a retried decision may be recorded twice; make the client with "
+                "retry=Retry(NoBackoff(), 0), or the backend with RedisBackend.from_url(...)",
+                n,
+            )
+        self.coalesce = coalesce
+        #: Whether decisions count themselves for ``ratelimit top``.
+        self.counters = counters
+        # Handles spending a lease, whose rests go back at close, and as each lease
+        # ends (from a thread that needs the synchronous client).
+        self._leasing: weakref.WeakSet[RedisHandle] = weakref.WeakSet()
+        super().__init__(client, on_unavailable=on_unavailable, pool_size=pool_size)
+        if share == "auto" and self._sync_client is None:
+            raise TypeError(
+                "local_share='auto' needs a synchronous client, which counts the live processes from a thread: "
+                "make the backend with RedisBackend.from_url(...) or RedisBackend(redis.Redis(...))"
+            )
+        self._returns = None if self._sync_client is None else LeaseReturns()
+        #: As configured: a fraction, or ``"auto"`` (see :meth:`fallback_share`).
+        self.local_share: LocalShare = share
+        self.time_source = time_source
+        self._local = MemoryBackend()
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        cluster: bool = False,
+        on_unavailable: OnUnavailable = "raise",
+        local_share: LocalShare = 1.0,
+        time_source: Literal["server", "client"] = "server",
+        pool_size: int = DEFAULT_POOL_SIZE,
+        coalesce: bool = True,
+        counters: bool = True,
+        **options: Any,
+    ) -> RedisBackend:
+        """A backend on ``url`` (``redis://``, ``rediss://``, ``unix://``, or
+        ``redis+sentinel://`` for a master found through Redis Sentinel).
+
+        Makes a synchronous client now and an asyncio one for each event loop that
+        uses it (closed when that loop shuts down), all with limiter-friendly
+        defaults: ``socket_timeout`` and ``socket_connect_timeout`` of 0.5 s, no
+        retries, and a pool of ``pool_size`` + 1 connections (one held between
+        calls, see docs/performance.md). ``options`` go to the
+        redis-py client and override those defaults. ``cluster=True`` uses a Redis
+        Cluster client (``url`` names any one node).
+
+        ``redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]``
+        asks the sentinels at ``host:port`` (26379 by default) where the master of
+        ``service`` is, and again after each failover; ``user`` and ``password`` are
+        the master's. Options in the query: ``socket_timeout``,
+        ``socket_connect_timeout``, ``sentinel_username``, ``sentinel_password``
+        (see :mod:`ratelimit._stores.redis.sentinel`). A malformed URL raises ``ValueError``
+        naming the part, with its passwords shown as ``***``.
+        """
+        clients = url_clients(url, cluster=cluster, pool_size=pool_size, options=options)
+        backend = cls(
+            clients.sync,
+            on_unavailable=on_unavailable,
+            local_share=local_share,
+            time_source=time_source,
+            pool_size=pool_size,
+            coalesce=coalesce,
+            counters=counters,
+        )
+        backend._async_factory = clients.make_async
+        backend._deadline = clients.deadline
+        return backend
+
+    @classmethod
+    def from_env(cls, variable: str = REDIS_URL_ENV, **options: Any) -> RedisBackend:
+        """A backend on the URL in environment variable ``variable``
+        (``RATELIMIT_REDIS_URL`` by default, which the command line's ``--redis``
+        also defaults to): :meth:`from_url` of it, ``options`` passed on (``cluster``,
+        ``on_unavailable``, ``counters``, client options...). A password then stays out
+        of the code and off command lines.
+
+        Raises ``ValueError`` naming the variable if it is unset or blank, and as
+        :meth:`from_url` does for a malformed URL (its passwords shown as ``***``).
+        """
+        if not isinstance(variable, str) or not variable:
+            raise TypeError(f"variable must be the name of an environment variable, got {variable!r}")
+        url = url_from_env(variable)
+        if url is None:
+            raise ValueError(
+                f"the environment variable {variable} is not set: set it to the URL of the Redis the limiters "
+                "share (redis://host:6379/0, rediss://..., redis+sentinel://...)"
+            )
+        return cls.from_url(url, **options)
+
+    # -- clients ------------------------------------------------------------------
+
+    @property
+    def client(self) -> Any:
+        """The synchronous client (``None`` if this backend wraps an asyncio client)."""
+        return self._sync_client
+
+    def close(self) -> None:
+        """Close the synchronous client's connections, and forget the asyncio clients
+        of event loops that have closed. With ``local_share="auto"``, stop beating and
+        leave the live processes first."""
+        live = self._live
+        if live is not None:
+            live.stop()
+        self._stop_leasing()
+        if self._returns is not None:
+            self._returns.stop()
+        if self._sync_client is not None:
+            for handle in list(self._leasing):
+                handle.give_back_lease()
+            self._close_wire()
+            self._sync_client.close()
+        with self._lock:
+            self._forget_closed_loops()
+
+    async def aclose(self) -> None:
+        """Close the running event loop's asyncio client (and the synchronous one).
+
+        Clients of other event loops close when their loop shuts down.
+        """
+        self._stop_leasing()
+        if self._sync_client is None:
+            for handle in list(self._leasing):
+                await handle.give_back_lease_async()
+        with self._lock:
+            state = self._loops.pop(asyncio.get_running_loop(), None)
+        if state is not None and state.client is not None:
+            if state.wire is not None:
+                await state.wire.close()
+            if state.closer is not None:
+                await state.closer.aclose()  # closes the client it guards
+            else:
+                await state.client.aclose()
+        self.close()
+
+    def _stop_leasing(self) -> None:
+        # A lease taken after close would never go back: the thread that returns them
+        # has stopped, and the owner may never call again.
+        for handle in list(self._leasing):
+            if handle.rounds is not None:
+                handle.rounds.stop_leasing()
+
+    def __enter__(self) -> RedisBackend:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> RedisBackend:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    # -- binding limiters ---------------------------------------------------------
+
+    def now_source(self, clock: Clock | None) -> Callable[[], str]:
+        """What a script is told the time is: ``""`` (the server reads its own clock),
+        this machine's epoch time (``time_source="client"``), or an injected test clock's."""
+        if clock is not None and _injected(clock):
+            now = clock.now
+            return lambda: num(now())
+        if self.time_source == "client":
+            return lambda: num(time.time())
+        return lambda: ""
+
+    def key(
+        self,
+        name: str | Keyed,
+        kind: str,
+        member: int | None = None,
+        *,
+        clock: Clock | None = None,
+        lane: str | None = None,
+    ) -> str:
+        """The key of limiter ``name``'s state of algorithm ``kind`` on this store (a
+        ``Keyed`` name: of one of its keys)."""
+        return key_for(name, kind, member, injected=_injected(clock), lane=lane)
+
+    def fallback_share(self) -> float:
+        """The share of each limit a local fallback takes if Redis fails now:
+        ``local_share``, or with ``"auto"`` one over the live processes last counted
+        (:data:`~.live.UNCOUNTED_SHARE` if none were)."""
+        share = self.local_share
+        if share != "auto":
+            return share
+        live = self._live
+        return live.share() if live is not None else UNCOUNTED_SHARE
+
+    @property
+    def live_processes(self) -> int | None:
+        """With ``local_share="auto"``: the live processes this process last counted,
+        itself included (``None`` before its first count, or without ``"auto"``)."""
+        live = self._live
+        return None if live is None else live.count
+
+    def _counting(self) -> LiveCount:
+        """The heartbeat of ``"auto"``, beating from the first limiter bound."""
+        with self._lock:
+            live = self._live
+            if live is None:
+                script, keys, now = live_script(), (LIVE_KEY,), self.now_source(None)
+                live = self._live = LiveCount(lambda args: self.run(script, keys, args), now)
+        live.start()
+        return live
+
+    def _fallback_of(
+        self, build: Callable[[float], Sequence[Fallback[Any]]], width: int = 1
+    ) -> Sequence[Fallback[Any]] | None:
+        """The ``width`` local fallbacks of one bind (one, or one per lane), as
+        ``build`` makes them at a share; ``None`` without ``on_unavailable="local"``.
+
+        A fixed share builds them now. ``"auto"`` builds them at the first failure,
+        at the share of the live processes counted by then, and again whenever that
+        count has changed (see :class:`Rebuilt`).
+        """
+        if self.on_unavailable != "local":
+            return None
+        share = self.local_share
+        if share != "auto":
+            return build(share)
+        rebuilt = Rebuilt(self._counting(), build)
+        return [AutoShare(rebuilt, i) for i in range(width)]
+
+    def bind(
+        self,
+        name: str | Keyed | None,
+        alg: Algorithm[Any],
+        clock: Clock | None,
+        *,
+        lease: float | None = None,
+        shadow: bool = False,
+    ) -> RedisHandle:
+        """One limiter; ``lease``: the seconds of a lease it spends here (see
+        ``redis/rounds.py``), which its algorithm's guard must already include; ``shadow``:
+        said in what the code says (``redis/config.py``), for ``inspect`` and ``top``."""
+        assert name is not None  # the front requires a name for a shared backend
+        local = self._fallback_of(lambda share: [single_share(self._local, alg, clock, share)])
+        handle = RedisHandle(
+            self,
+            alg,
+            self.key(name, alg.kind, clock=clock),
+            self.now_source(clock),
+            None if local is None else local[0],
+            name,
+            shadow,
+            counted=self.counters,
+        )
+        if local is not None:
+            handle.promises = Promises((clock or SystemClock()).now)
+        if lease is not None or self.coalesce:
+            rounds = handle.rounds = Rounds(
+                handle.decide,
+                handle.decide_async,
+                handle.refund,
+                handle.refund_async,
+                (clock or SystemClock()).now,
+                lease,
+                alg.most,
+                handle.reserve_one,
+                handle.reserve_one_async,
+            )
+            if lease is not None:
+                self._leasing.add(handle)
+                if self._returns is not None and not _injected(clock):
+                    returns, give_back = self._returns, handle.give_back_ended
+                    rounds.on_lease = lambda seconds: returns.watch(seconds, give_back)
+        return handle
+
+    def bind_group(
+        self, name: str | Keyed | None, algs: Sequence[Algorithm[Any]], clock: Clock | None
+    ) -> RedisGroupHandle:
+        assert name is not None
+        keys = [self.key(name, alg.kind, i, clock=clock) for i, alg in enumerate(algs)]
+        local = self._fallback_of(lambda share: [group_share(self._local, algs, clock, share)])
+        handle = RedisGroupHandle(
+            self, algs, keys, self.now_source(clock), None if local is None else local[0], counted=self.counters
+        )
+        if local is not None:
+            handle.promises = Promises((clock or SystemClock()).now)
+        if self.coalesce:
+            handle.rounds = Rounds(
+                handle.decide,
+                handle.decide_async,
+                handle.refund,
+                handle.refund_async,
+                (clock or SystemClock()).now,
+                None,
+                math.inf,
+                handle.reserve_one,
+                handle.reserve_one_async,
+            )
+        return handle
+
+    # -- what a front asks of any store (store.Backend) ------------------------------
+
+    def keep_views(self, views: Views) -> None:
+        return None  # its keys expire by themselves: nothing to sweep here
+
+    def idle(self, handle: object) -> bool:
+        return False  # its keys expire by themselves
+
+    def calls_from_threads(self) -> bool:
+        return self.client is not None  # not a store of an asyncio client alone
+
+    def bind_lanes(
+        self, name: str | Keyed | None, lanes: Lanes, clock: Clock | None, keep: float | None
+    ) -> tuple[RedisLaneHandle, RedisLaneHandle]:
+        """Both lanes of a budget with priorities, decided by one script call: the
+        handle that acquires at high priority, and the one at low."""
+        assert name is not None
+        keys = [self.key(name, lanes.high.kind, clock=clock, lane=lane) for lane in LANES]
+        local = self._fallback_of(lambda share: lanes_shares(self._local, lanes, clock, keep, share), width=2)
+        high, low = (None, None) if local is None else (local[HIGH], local[LOW])
+        now = self.now_source(clock)
+        handles = (
+            RedisLaneHandle(self, lanes, keys, now, high, HIGH, keep, counted=self.counters),
+            RedisLaneHandle(self, lanes, keys, now, low, LOW, keep, counted=self.counters),
+        )
+        if local is not None:
+            for handle in handles:
+                handle.promises = Promises((clock or SystemClock()).now)
+        return handles
+
+    # -- run-time changes and inspection (redis/config.py) -------------------------------
+
+    def _admin_client(self) -> Any:
+        if self._sync_client is None:
+            raise TypeError(
+                "this RedisBackend wraps an asyncio client: changing or inspecting a limit needs a sync one "
+                "(RedisBackend.from_url(url) makes both)"
+            )
+        return self._sync_client
+
+    def set_limit(
+        self,
+        name: str,
+        *,
+        rate: float | None = None,
+        burst: float | None = None,
+        ttl: float | timedelta | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        """Change limiter ``name``'s limit at run time, in every process.
+
+        Every process follows it from its next decision: the limiter's script reads
+        the change atomically with the decision. ``rate`` is in tokens per second
+        (a token bucket's refill, a leaky bucket's leak; a window's limit becomes
+        ``rate`` times its length), ``burst`` a bucket's capacity (windows have
+        none); ``None`` keeps what the code says. ``ttl``: seconds (or a
+        ``timedelta``) after which the change ends by itself. A new change replaces
+        the last one whole. Bad values raise ``ValueError`` and change nothing.
+
+        Only single limiters follow it. A name whose keys say it is a ``Composite``'s,
+        an ``adaptive=`` limiter, a limiter with ``low_share`` or a
+        ``ConcurrencyLimit`` raises ``UnchangeableLimit`` (a ``ValueError``) saying
+        so, and nothing is stored. ``ratelimit set`` is the same from a shell.
+
+        ``clock``: the limiter's, when it keeps time on a test clock (a
+        ``ManualClock``): the change is then made at that clock's time, to the
+        state kept on it, and a ``ttl`` runs on it. ``None``: real time (the
+        server's), for every limiter on real time.
+
+        ``name`` may be one ``ratelimit inspect`` read back from a key that is not
+        UTF-8 (named through a client of another encoding), each such byte standing
+        as its surrogate escape (``"caf\\udce9"``): it addresses the key of those
+        bytes, here and in :meth:`reset_limit`, :meth:`limit_override` and
+        :meth:`inspect`.
+        """
+        change = checked_override(rate, burst, ttl)
+        _validate.name(name, self, shared=True, found=True)
+        now = _test_time(clock)
+        self._admin(lambda client: write_override(client, name, change, now))
+        risk = self._admin(lambda client: eviction_risk(client, change))
+        if risk is not None:
+            logger.warning("limiter %r: %s", name, risk)
+
+    def reset_limit(self, name: str, *, clock: Clock | None = None) -> bool:
+        """Return limiter ``name`` to what its code says, in every process from its
+        next decision; ``True`` if a change was in force. ``clock`` as for
+        :meth:`set_limit`."""
+        _validate.name(name, self, shared=True, found=True)
+        now = _test_time(clock)
+        return bool(self._admin(lambda client: reset_override(client, name, now)))
+
+    def limit_override(self, name: str, *, clock: Clock | None = None) -> Override | None:
+        """The change in force for limiter ``name`` (``set_limit``), or ``None``; its
+        ``ttl`` is what is left of it (on ``clock``, as for :meth:`set_limit`)."""
+        _validate.name(name, self, shared=True, found=True)
+        now = _test_time(clock)
+        result: Override | None = self._admin(lambda client: read_override(client, name, now))
+        return result
+
+    def inspect(self, name: str) -> Inspection:
+        """What this store holds of limiter ``name``: its configuration (as the code
+        set it and as changed), what it could grant now, what is promised ahead, a
+        pause from feedback, a breaker's state. ``ratelimit inspect`` prints it."""
+        _validate.name(name, self, shared=True, found=True)
+        result: Inspection = self._admin(lambda client: inspect_name(client, name))
+        return result
+
+    def _admin(self, call: Callable[[Any], Any]) -> Any:
+        client = self._admin_client()
+        try:
+            return call(client)
+        except STORE_ERRORS as exc:
+            if is_unavailable(exc):
+                raise BackendUnavailable(f"the Redis store is unavailable: {exc!r}") from exc
+            raise
+
+    def __repr__(self) -> str:
+        client = self._sync_client or self._async_client
+        pool = getattr(client, "connection_pool", None)
+        where = getattr(pool, "connection_kwargs", {}) if pool is not None else {}
+        target = f"{where.get('host', '?')}:{where.get('port', '?')}" if where else type(client).__name__
+        service = getattr(pool, "service_name", None)
+        if isinstance(service, str):  # a master found through Sentinel: no fixed address
+            target = f"sentinel service {service}"
+        return f"RedisBackend({target}, on_unavailable={self.on_unavailable!r})"

@@ -1,0 +1,254 @@
+"""How a :class:`~.redis.RedisBackend` calls its scripts, and what it does when a
+call cannot reach the store.
+
+At most ``pool_size`` script calls are in flight at once (per event loop for
+asyncio); the rest wait their turn, which is not a failure. When a call finds the
+store unavailable, the callers that were waiting behind it fail at once instead of
+each waiting for its own timeout. ``on_unavailable`` is read in one place,
+``FailurePolicy.without_store`` (``unavailable.py``), for every shared store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.exceptions
+
+from ..._errors import BackendUnavailable
+from ..unavailable import BackendStats, FailurePolicy, OnUnavailable
+from .clients import database, drop_idle_connections, pool_limit
+from .errors import STORE_ERRORS, is_unavailable
+from .live import LiveCount
+from .loops import LoopState, Turns, Watch, close_with_loop
+from .scripts import Script
+from .wire import Wire, async_wire_for, wire_for
+
+__all__ = ["DEFAULT_POOL_SIZE", "BackendStats", "OnUnavailable", "RedisCalls"]
+
+
+#: Script calls in flight at once per backend (per event loop for asyncio). Redis runs
+#: one script at a time and a client process is bound by its own CPU long before this:
+#: more connections only queue inside the server (see docs/performance.md).
+DEFAULT_POOL_SIZE = 16
+
+#: How long a call waits for a connection that other code sharing the client's pool
+#: holds, before it is reported as unavailable.
+POOL_WAIT_SECONDS = 30.0
+
+
+class RedisCalls(FailurePolicy):
+    """The script calls of a :class:`~.redis.RedisBackend`, which extends it: its
+    clients (a synchronous one, and an asyncio one per event loop), the turns that
+    keep at most ``pool_size`` calls in flight, :meth:`run` and :meth:`run_async`,
+    and the failure policy ``on_unavailable``.
+    """
+
+    def __init__(self, client: Any, *, on_unavailable: OnUnavailable, pool_size: int) -> None:
+        # evalsha itself is a plain method on both kinds of client; the class tells.
+        self._is_async = isinstance(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster))
+        self._sync_client = None if self._is_async else client
+        self._async_client = client if self._is_async else None
+        self._async_factory: Callable[[], Any] | None = None
+        self._deadline: float | None = None
+        super().__init__(on_unavailable)
+        #: The heartbeat of ``local_share="auto"``, made when the first limiter binds:
+        #: each call starts it again in a forked child.
+        self._live: LiveCount | None = None
+        self.pool_size = min(pool_size, pool_limit(client) or pool_size)
+        #: The database the client selects: the library's counts held in Lua serve
+        #: database 0's calls only (see lua/_top.lua).
+        self.database = database(client)
+        # Turns to call the store, taken and given back: a C queue costs a fraction of
+        # a threading.Semaphore on this path.
+        self._turns = _turns(self.pool_size)
+        _backends.add(self)
+        # Not weakly keyed: each entry's client and gate refer to their loop. An entry
+        # goes when its loop shuts down (see close_with_loop), or once found closed.
+        self._loops: dict[asyncio.AbstractEventLoop, LoopState] = {}
+        # Failures of calls that reached for the store (not of waiters failed behind them).
+        self._outages = 0
+        #: How the synchronous client's calls are sent, where not through the client
+        #: (see redis/wire.py).
+        self._wire: Wire | None = None if self._sync_client is None else wire_for(client, turns=self.pool_size)
+
+    def _close_wire(self) -> None:
+        if self._wire is not None:
+            self._wire.close()
+
+    # -- clients of each event loop -------------------------------------------------
+
+    async def _attach(self, loop: asyncio.AbstractEventLoop) -> LoopState:
+        """This backend's state for ``loop``, made on its first call there."""
+        made = self._async_factory() if self._async_factory is not None else None
+        with self._lock:
+            self._forget_closed_loops()
+            state = self._loops.get(loop)
+            if state is None:
+                watch = None if self._deadline is None else Watch(loop, self._deadline)
+                client = made or self._async_client
+                state = LoopState(client, Turns(self.pool_size), watch, async_wire_for(client, turns=self.pool_size))
+                self._loops[loop] = state
+                made, closer = None, state
+            else:
+                closer = None
+        if closer is not None and self._async_factory is not None:
+            closer.closer = close_with_loop(closer.client, lambda: self._forget(loop, closer))
+            await closer.closer.__anext__()
+        if made is not None:  # another task of this loop got there first
+            await made.aclose()
+        return state
+
+    def _forget(self, loop: asyncio.AbstractEventLoop, state: LoopState) -> None:
+        with self._lock:
+            if self._loops.get(loop) is state:
+                del self._loops[loop]
+
+    def _forget_closed_loops(self) -> None:
+        # A loop closed without shutting down its async generators never closed its
+        # client: dropping it lets the garbage collector close the sockets (with a
+        # ResourceWarning, which is the loop's owner's to hear).
+        for loop in [loop for loop in self._loops if loop.is_closed()]:
+            del self._loops[loop]
+
+    # -- running scripts ----------------------------------------------------------
+
+    def _unavailable(self, exc: BaseException) -> BackendUnavailable:
+        with self._lock:
+            self._failures += 1
+            self._outages += 1
+        return BackendUnavailable(f"the Redis store is unavailable: {exc!r}")
+
+    def _outage_seen(self, outages: int) -> BackendUnavailable | None:
+        # A call that waited its turn while a call ahead of it found the store
+        # unavailable fails at once: each waiter timing out on its own would take
+        # pool_size at a time. Only calls that reached for the store count: a waiter
+        # failed this way must not fail the ones behind it, or a queue that never
+        # empties would never try the store again.
+        if self._outages == outages:
+            return None
+        with self._lock:
+            self._failures += 1
+        return BackendUnavailable("the Redis store is unavailable (a call ahead of this one failed)")
+
+    def _pool_full(self, started: float) -> float:
+        # The client's pool is shared with other code and full: busy, not down.
+        waited = time.monotonic() - started
+        if waited > POOL_WAIT_SECONDS:
+            raise self._unavailable(
+                redis.exceptions.MaxConnectionsError(f"the client's connection pool stayed full for {waited:.0f} s")
+            )
+        return min(0.05, 0.001 + waited / 10)
+
+    def run(self, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
+        client = self._sync_client
+        if client is None:
+            raise TypeError("this RedisBackend wraps an asyncio client: use the _async methods")
+        if self._live is not None:
+            self._live.start()  # nothing, unless this is a forked child's first call
+        turns = self._turns
+        try:
+            turns.get_nowait()
+        except queue.Empty:
+            outages = self._outages
+            turns.get()
+            if (outage := self._outage_seen(outages)) is not None:
+                turns.put(None)
+                raise outage from None
+        wire = self._wire
+        send = None if wire is None else wire.call
+        try:
+            started = None
+            while True:
+                try:
+                    return script(client, keys, args, send)
+                except redis.exceptions.MaxConnectionsError:
+                    started = started or time.monotonic()
+                    time.sleep(self._pool_full(started))
+                except STORE_ERRORS as exc:
+                    if not is_unavailable(exc):
+                        raise  # a bug (in a script, in the deployment): not for the failure policy
+                    raise self._unavailable(exc) from exc
+                except BaseException:
+                    drop_idle_connections(client)
+                    raise
+        finally:
+            turns.put(None)
+
+    @property
+    def threaded(self) -> bool:
+        """Whether asyncio callers are served by the synchronous client, from threads."""
+        return self._sync_client is not None and self._async_factory is None
+
+    async def run_async(self, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
+        if self._sync_client is not None and self._async_factory is None:
+            # A synchronous client only: keep the event loop free while it blocks.
+            return await asyncio.to_thread(self.run, script, keys, args)
+        if self._live is not None:
+            self._live.start()  # nothing, unless this is a forked child's first call
+        loop = asyncio.get_running_loop()
+        state = self._loops.get(loop) or await self._attach(loop)
+        gate = state.gate
+        if not gate.take_now():
+            outages = self._outages
+            await gate.take()
+            if (outage := self._outage_seen(outages)) is not None:
+                gate.give()
+                raise outage
+        watch, wire = state.watch, state.wire
+        task = asyncio.current_task()
+        if watch is not None and task is not None:
+            watch.start(task)
+        try:
+            started = None
+            while True:
+                try:
+                    return await script.call_async(state.client, keys, args, None if wire is None else wire.call)
+                except asyncio.CancelledError:
+                    if watch is None or task is None or not watch.timed_out(task):
+                        raise
+                    error = redis.exceptions.TimeoutError(f"no reply from Redis within {watch.seconds:g} s")
+                    raise self._unavailable(error) from error
+                except redis.exceptions.MaxConnectionsError:
+                    started = started or time.monotonic()
+                    await asyncio.sleep(self._pool_full(started))
+                except STORE_ERRORS as exc:
+                    if not is_unavailable(exc):
+                        raise  # a bug (in a script, in the deployment): not for the failure policy
+                    raise self._unavailable(exc) from exc
+        finally:
+            if watch is not None and task is not None:
+                watch.calls.pop(task, None)
+            gate.give()
+
+
+def _turns(count: int) -> queue.SimpleQueue[None]:
+    turns: queue.SimpleQueue[None] = queue.SimpleQueue()
+    for _ in range(count):
+        turns.put(None)
+    return turns
+
+
+#: Every backend made, for the fork handler.
+_backends: weakref.WeakSet[RedisCalls] = weakref.WeakSet()
+
+
+def _forked() -> None:
+    # The turns that the parent's threads had taken at the fork (their calls in
+    # flight) are never given back in the child, which has none of those threads: with
+    # all of them taken, its calls would wait forever. Its lock, held by one of those
+    # threads, would stay held: both are new.
+    for calls in list(_backends):
+        calls._turns = _turns(calls.pool_size)
+        calls._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)

@@ -1,0 +1,197 @@
+"""The redis-py clients of a :class:`~.redis.RedisBackend`: those
+:meth:`RedisBackend.from_url <ratelimit._stores.redis.backend.RedisBackend.from_url>` makes
+(a plain, Cluster or Sentinel URL; timeouts that suit a limiter; never a retried
+script call), and the care a client's pool needs after an interrupted call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.retry
+import redis.asyncio.sentinel
+import redis.cluster
+import redis.sentinel
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ..._redact import redact_url
+from .sentinel import SentinelURL, is_sentinel_url, parse_sentinel_url
+
+#: Defaults for clients made by :meth:`RedisBackend.from_url`: a dead server costs an
+#: acquire at most about half a second, and a script call is never retried (it is not
+#: idempotent: a call that timed out after reaching the server may have been recorded).
+DEFAULT_SOCKET_TIMEOUT = 0.5
+DEFAULT_CONNECT_TIMEOUT = 0.5
+
+#: The environment variable that names the Redis the limiters share: read by
+#: :meth:`RedisBackend.from_env` and the default of the command line's ``--redis``, so
+#: that a password need not travel on a command line (``ps``, shell history).
+REDIS_URL_ENV = "RATELIMIT_REDIS_URL"
+
+
+def url_from_env(variable: str = REDIS_URL_ENV) -> str | None:
+    """The URL in environment variable ``variable``, or ``None`` if it is unset or blank."""
+    url = os.environ.get(variable, "").strip()
+    return url or None
+
+
+def retries(client: Any) -> int:
+    """How many times ``client`` retries a failed call of its own accord (redis-py 6 and
+    later retry by default: a ``redis.Redis()`` ten times, with backoff), or 0."""
+    get_retry = getattr(client, "get_retry", None)
+    retry = get_retry() if callable(get_retry) else None
+    count = getattr(retry, "get_retries", None)
+    n = count() if callable(count) else 0
+    return n if isinstance(n, int) and n > 0 else 0
+
+
+def database(client: Any) -> int:
+    """The database number ``client`` selects (0 where it says none: a Cluster's)."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    db = kwargs.get("db", 0) if isinstance(kwargs, dict) else 0
+    try:
+        return int(db)
+    except (TypeError, ValueError):
+        return 0
+
+
+def pool_limit(client: Any) -> int | None:
+    """The most connections ``client``'s pool will open, where it says."""
+    pool = getattr(client, "connection_pool", None)
+    limit = getattr(pool, "max_connections", None) if pool is not None else getattr(client, "max_connections", None)
+    return limit if isinstance(limit, int) and limit > 0 else None
+
+
+class _SentinelMaster(redis.Redis):
+    """The master's client made from a Sentinel URL: closing it closes the clients of
+    the sentinels it asks as well (redis-py leaves those to the caller)."""
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            manager = getattr(self.connection_pool, "sentinel_manager", None)
+            if manager is not None:
+                manager.close()
+
+
+class _AsyncSentinelMaster(redis.asyncio.Redis):
+    """:class:`_SentinelMaster` for asyncio."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        try:
+            await super().aclose(close_connection_pool)
+        finally:
+            manager = getattr(self.connection_pool, "sentinel_manager", None)
+            if manager is not None:
+                await manager.aclose()
+
+
+def _sentinel_master(
+    found: SentinelURL, settings: dict[str, Any], *, asynchronous: bool, sentinel_timeouts: dict[str, Any] | None = None
+) -> Any:
+    """A client of the master that ``found``'s sentinels name, which asks them again
+    (and so follows a failover) whenever it opens a connection.
+
+    ``settings`` go to the master's connections; the sentinels are asked with the
+    socket timeouts of ``sentinel_timeouts`` (``settings`` when not given), never
+    retried, with the credentials the URL gives for them.
+    """
+    timeouts = settings if sentinel_timeouts is None else sentinel_timeouts
+    asking: dict[str, Any] = {name: timeouts[name] for name in ("socket_timeout", "socket_connect_timeout")}
+    asking.update(found.sentinel_settings())
+    # redis-py's sync Sentinel is untyped: held as Any, as any client is here.
+    make: Any = redis.asyncio.sentinel.Sentinel if asynchronous else redis.sentinel.Sentinel
+    asking["retry"] = redis.asyncio.retry.Retry(NoBackoff(), 0) if asynchronous else Retry(NoBackoff(), 0)
+    sentinel = make(list(found.sentinels), sentinel_kwargs=asking)
+    master_class = _AsyncSentinelMaster if asynchronous else _SentinelMaster
+    return sentinel.master_for(found.service, redis_class=master_class, **settings)
+
+
+def drop_idle_connections(client: Any) -> None:
+    """Close the idle connections of ``client``'s pools, after a call interrupted by
+    an exception of the caller's own (a signal handler raising): interrupted between
+    sending its command and reading the reply, redis-py puts the connection back in
+    its pool with the reply unread, and the next call on it would read that reply as
+    its own (measured: a round read another's decisions). Closed, they reconnect
+    when next used; those in use by other threads are left alone."""
+    pools = [getattr(client, "connection_pool", None)]
+    if hasattr(client, "get_nodes"):  # a Cluster: a pool per node
+        pools = [getattr(node.redis_connection, "connection_pool", None) for node in client.get_nodes()]
+    for pool in pools:
+        disconnect = getattr(pool, "disconnect", None)
+        if disconnect is not None:
+            with contextlib.suppress(Exception):
+                disconnect(inuse_connections=False)
+
+
+@dataclass(frozen=True)
+class UrlClients:
+    """What :meth:`RedisBackend.from_url <ratelimit._stores.redis.backend.RedisBackend.from_url>`
+    makes of a URL."""
+
+    #: The synchronous client, made now.
+    sync: Any
+    #: Makes an asyncio client, one for each event loop that calls.
+    make_async: Callable[[], Any]
+    #: The deadline of each asyncio call (``None``: none), which their clients' own
+    #: socket timeouts would not allow for a busy loop.
+    deadline: float | None
+
+
+def url_clients(url: str, *, cluster: bool, pool_size: int, options: dict[str, Any]) -> UrlClients:
+    """The clients of ``url``, with the defaults above and ``options`` over them
+    (see :meth:`RedisBackend.from_url <ratelimit._stores.redis.backend.RedisBackend.from_url>`)."""
+    if not isinstance(url, str) or not url:
+        raise TypeError(f"url must be a non-empty str, got {url!r}")
+    if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+        raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
+    settings: dict[str, Any] = {
+        "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
+        "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT,
+        "max_connections": pool_size,
+    }
+    settings.update(options)
+    settings.setdefault("retry", Retry(NoBackoff(), 0))
+    found: SentinelURL | None = None
+    if is_sentinel_url(url):
+        found = parse_sentinel_url(url)
+        if cluster:
+            raise ValueError(f"cluster=True does not go with a Redis Sentinel URL ({redact_url(url)})")
+        # As redis-py's own from_url does, what the URL says wins over the options.
+        settings.update(found.timeouts)
+        settings.update(found.master_settings())
+    if "max_connections" not in options and not cluster:
+        # One more than the calls in flight: the backend holds one between its calls
+        # (redis/wire.py), and the rest stay the pool's to lend as before.
+        settings["max_connections"] = pool_size + 1
+    sync_class: Any = redis.cluster.RedisCluster if cluster else redis.Redis
+    async_class: Any = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis
+    if found is not None:
+        sync_client = _sentinel_master(found, settings, asynchronous=False)
+    else:
+        sync_client = sync_class.from_url(url, **settings)
+    # An event loop busy with thousands of tasks reads a reply late; a socket
+    # timeout would take that for a dead server. The asyncio clients get none of
+    # their own: each call has a deadline that allows for the loop's lateness.
+    limits = [settings["socket_timeout"], settings["socket_connect_timeout"]]
+    deadline = max((t for t in limits if isinstance(t, (int, float))), default=None)
+    async_settings = dict(
+        settings, retry=redis.asyncio.retry.Retry(NoBackoff(), 0), socket_timeout=None, socket_connect_timeout=None
+    )
+
+    def make_async() -> Any:
+        if found is not None:
+            return _sentinel_master(found, async_settings, asynchronous=True, sentinel_timeouts=settings)
+        return async_class.from_url(url, **async_settings)
+
+    return UrlClients(sync_client, make_async, deadline)

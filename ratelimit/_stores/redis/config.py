@@ -1,0 +1,322 @@
+"""Limits changed at run time, and what a Redis store can tell about a limiter.
+
+``ratelimit set NAME --rate 500/min --burst 10`` (or :meth:`RedisBackend.set_limit`)
+writes a hash beside the limiter's state, ``ratelimit:{<name>}:config``, with ``rate``
+(tokens per second) and/or ``burst``. The limiter's script reads it in every call,
+atomically with the decision, so every process follows it from its next decision on
+and nothing restarts. The algorithm maps it (``Algorithm.configured``): a token
+bucket's refill and capacity, a leaky bucket's leak and queue, a window's limit over
+its own length. ``--reset`` deletes the hash: the code's values again, at once. A TTL
+on the hash (``--for 1h``) ends a change by itself.
+
+Each script also writes what the code says (``ratelimit:{<name>}:code``: the kind, the
+two parameters and the seconds of guard they keep back) at a process's first decision
+and then once a minute, so that :func:`inspect` can ask the script itself what the
+limiter could grant now: the ``peek`` op of ``lua/_single.lua``, which decides
+nothing. A change is made by the limiter's own script either way: with what the code
+says, it moves the state to the new limit at once; without it (never written, or
+evicted), it leaves the state's limit beside the change for the next decision to move
+it (the ``stage`` op).
+
+Only single limiters (``TokenBucket``, ``LeakyBucket``, ``SlidingWindow`` without
+``low_share`` or ``adaptive``) follow a change. A composite's members, an adaptive
+limiter, the lanes of a budget with priorities and a ConcurrencyLimit keep the code's
+values, so a change to a name whose keys say it is one of them is refused
+(:class:`UnchangeableLimit`) and nothing is stored. A name no process has used yet
+takes the change, for the single limiter that will read it.
+
+Nothing here scans a name's keys: what a name is comes from an EXISTS for each key it
+may have (``redis/census.py``), in one pipeline; ``inspect`` of many names reads them all in
+a few pipelines.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..keys import Keyed, code_key, config_key, key_for, text_of, wire
+from ..records import MAX_SET, MIN_SET, PARAMETERS, WINDOWS, Inspection, Override, Slots, UnchangeableLimit
+from .batch import Call, pipelined
+from .census import CONCURRENCY, Roots, breaker_mode, forms, members, number, probe, survey
+from .scripts import ALGORITHMS, single_script
+
+__all__ = [
+    "eviction_risk",
+    "inspect",
+    "inspect_all",
+    "inspect_many",
+    "read_override",
+    "reset_override",
+    "write_override",
+]
+
+#: What each form that keeps the code's values is, for the refusal.
+_UNCHANGEABLE = {
+    "adaptive": "an adaptive limiter (its rate is learned from the provider's answers)",
+    "composite": "a composite's members",
+    "priorities": "a budget with priorities (low_share: two lanes)",
+    "concurrency": "a ConcurrencyLimit (slots held, not a rate)",
+}
+
+
+def _refusal(name: str, roots: Roots) -> UnchangeableLimit | None:
+    kept = forms(roots)
+    if not kept:
+        return None
+    what = " and ".join(_UNCHANGEABLE[form] for form in kept)
+    parts = members(roots)
+    listed = f" ({', '.join(parts)})" if parts else ""
+    return UnchangeableLimit(
+        f"limiter {name!r} is {what}{listed}, which keeps the code's values: only a single TokenBucket, "
+        f"LeakyBucket or SlidingWindow reads a change at run time; nothing was changed"
+    )
+
+
+def _code_of(raw: Mapping[Any, Any]) -> dict[str, str]:
+    return {text_of(k): text_of(v) for k, v in raw.items()}
+
+
+def _server_now(client: Any) -> float:
+    seconds, micros = client.time()
+    return float(seconds) + float(micros) / 1e6
+
+
+def _configure(client: Any, name: str, change: Override | None, now: float | None) -> None:
+    found, (raw,) = probe(client, [name], [("hgetall", (code_key(name),))])
+    if change is not None:
+        refused = _refusal(name, found[name])
+        if refused is not None:
+            raise refused
+    code = _code_of(raw)
+    kind = code.get("kind")
+    rate = "" if change is None or change.rate is None else repr(change.rate)
+    burst = "" if change is None or change.burst is None else repr(change.burst)
+    ttl = "" if change is None or change.ttl is None else repr(change.ttl)
+    if change is not None and change.burst is not None and kind in WINDOWS:
+        raise ValueError(
+            f"burst={change.burst!r}: limiter {name!r} is a {kind}, which has no burst apart from its limit "
+            f"(set its rate: the limit becomes rate x window)"
+        )
+    if kind is not None and _single(code) == kind:
+        # The limiter's own script: it moves the saved state to the new limit in the
+        # same step (a bucket's backlog keeps its tokens, see `switch` in _single.lua).
+        args = [
+            "configure",
+            "" if now is None else repr(now),
+            rate,
+            burst,
+            code["p1"],
+            code["p2"],
+            code.get("slack", "0"),
+            "0",
+            ttl,
+        ]
+        # A time given is a test clock's: the state to move is that of limiters on one.
+        state = key_for(name, kind, injected=now is not None)
+        single_script(kind)(client, [wire(state), wire(config_key(name))], args)
+        return
+    # What the code says is unknown: no process has decided in the last day, or its
+    # hash is gone (an evicting maxmemory-policy takes it first: it is written once a
+    # minute) or garbled while a state may be there. The script of each kind writes
+    # the change with the limit its state is at, and drops its state's mark, so that
+    # the next decision moves the state with its own code's values (`stage` in
+    # lua/_single.lua): the change holds from the next decision either way.
+    args = ["stage", "" if now is None else repr(now), rate, burst, "", "", "0", "0", ttl]
+    for each in ALGORITHMS:
+        state = key_for(name, each, injected=now is not None)
+        single_script(each)(client, [wire(state), wire(config_key(name))], args)
+
+
+def eviction_risk(client: Any, change: Override) -> str | None:
+    """Why ``change`` may be lost to the server's ``maxmemory-policy``, or ``None``: an
+    ``allkeys-*`` policy evicts its hash like any key, a ``volatile-*`` one a change set
+    for a while (its hash has a TTL). The limiters then go back to the code's values
+    with nothing said, so ``set`` says it. A server that will not tell: ``None``."""
+    try:
+        info = client.info("memory")
+    except Exception:  # an ACL without INFO, a Cluster node down: nothing to tell
+        return None
+    if isinstance(info, Mapping) and "maxmemory_policy" not in info:
+        info = next((each for each in info.values() if isinstance(each, Mapping)), {})  # per Cluster node
+    policy = text_of(info.get("maxmemory_policy", "")) if isinstance(info, Mapping) else ""
+    if policy.startswith("allkeys-") or (policy.startswith("volatile-") and change.ttl is not None):
+        return (
+            f"this Redis evicts keys (maxmemory-policy {policy}): the change is a key like any other and "
+            "may be evicted, and the limiters then go back to the code's values; run them on a Redis "
+            "with maxmemory-policy noeviction (see docs/redis.md)"
+        )
+    return None
+
+
+def write_override(client: Any, name: str, change: Override, now: float | None = None) -> None:
+    """Store ``change`` for limiter ``name``: it replaces any earlier change whole.
+    ``now``: a test clock's time, for limiters on test clocks; ``None``: the server's.
+    :class:`UnchangeableLimit` if the name's keys say it is a limiter that would
+    never read it (a composite's members, adaptive, priorities, a ConcurrencyLimit)."""
+    _configure(client, name, change, now)
+
+
+def reset_override(client: Any, name: str, now: float | None = None) -> bool:
+    """Return limiter ``name`` to what the code says; whether a change was in force."""
+    was = read_override(client, name, now) is not None
+    _configure(client, name, None, now)
+    return was
+
+
+def _number(raw: Mapping[Any, Any], field: str) -> float | None:
+    value = raw.get(field, raw.get(field.encode()))
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if MIN_SET <= number <= MAX_SET else None
+
+
+def read_override(client: Any, name: str, now: float | None = None) -> Override | None:
+    """The change in force for ``name`` (as the scripts read it), or ``None``; its
+    ``ttl`` is what is left of it at ``now`` (``None``: the server's time)."""
+    raw = client.hgetall(wire(config_key(name)))
+    return _override(raw, lambda: _server_now(client) if now is None else now)
+
+
+def _override(raw: Mapping[Any, Any], now: Callable[[], float]) -> Override | None:
+    rate, burst = _number(raw, "rate"), _number(raw, "burst")
+    if rate is None and burst is None:
+        return None
+    until = raw.get("until", raw.get(b"until"))
+    if until is None:
+        return Override(rate, burst)
+    try:
+        left = float(until) - now()
+    except ValueError:
+        return Override(rate, burst)  # a garbled end: the scripts never end it either
+    return None if left <= 0 else Override(rate, burst, left)
+
+
+def _reads(name: str | Keyed, roots: Roots, at: float) -> list[Call]:
+    """What ``inspect`` reads of one name, before asking its script."""
+    calls: list[Call] = [
+        ("hgetall", (code_key(name),)),
+        ("hgetall", (config_key(name),)),
+        ("hmget", (key_for(name, "breaker"), "mode", "opened_at")),
+    ]
+    if CONCURRENCY in roots:
+        # See lua/concurrency.lua: holders and places scored by when they run out.
+        holders = key_for(name, CONCURRENCY)
+        after = f"({at!r}"
+        calls += [
+            ("zcount", (holders, after, "+inf")),
+            ("zcount", (holders + ":expiry", after, "+inf")),
+            ("get", (holders + ":max",)),
+        ]
+    return calls
+
+
+def _peek_args(code: Mapping[str, str], now: float | None) -> list[str]:
+    return ["peek", "" if now is None else repr(now), "1", "", code["p1"], code["p2"], code.get("slack", "0")]
+
+
+def _single(code: Mapping[str, str]) -> str | None:
+    """The kind of a single limiter whose script can be asked, from what its code says."""
+    kind = code.get("kind")
+    # A token bucket's rate may be infinite (a limiter that never limits).
+    rate = math.inf if kind == "token_bucket" and code.get("p2") == "inf" else number(code.get("p2"))
+    numbers = [number(code.get("p1")), rate, number(code.get("slack", "0"))]
+    return kind if kind in ALGORITHMS and None not in numbers else None
+
+
+def inspect(client: Any, name: str | Keyed, now: float | None = None) -> Inspection:
+    """What Redis holds of limiter ``name``: its configuration as the code set it and
+    as changed, what it could grant now, what is promised ahead, a pause, a breaker,
+    a ConcurrencyLimit's slots. A ``Keyed`` name: the budget of one of its keys."""
+    return inspect_many(client, [name], now)[0]
+
+
+def inspect_many(
+    client: Any,
+    names: Sequence[str | Keyed],
+    now: float | None = None,
+    found: Mapping[Any, Roots] | None = None,
+) -> list[Inspection]:
+    """:func:`inspect` of each of ``names`` in a few pipelines, whatever their number.
+    ``found``: each name's roots if known (``census.survey``); else they are probed."""
+    if found is None:
+        found = probe(client, names)[0]
+    at = _server_now(client) if now is None else now
+    roots = [found.get(name, frozenset()) for name in names]
+    reads = [_reads(name, each, at) for name, each in zip(names, roots, strict=True)]
+    replies = iter(pipelined(client, [call for calls in reads for call in calls]))
+    raw = [[next(replies) for _ in calls] for calls in reads]
+    codes = [_code_of(each[0]) for each in raw]
+    # Then every single limiter's own script, in one more pass: what it could grant.
+    kinds = [_single(code) for code in codes]
+    for kind in set(kinds) - {None}:
+        assert kind is not None
+        script = single_script(kind)
+        client.script_load(script.source)
+    peeks: list[Call] = []
+    for name, code, kind in zip(names, codes, kinds, strict=True):
+        if kind is not None:
+            keys = [key_for(name, kind), config_key(name)]
+            peeks.append(("evalsha", (single_script(kind).sha, len(keys), *keys, *_peek_args(code, now))))
+    peeked = iter(pipelined(client, peeks))
+    return [
+        _inspection(name, each_roots, each, code, kind, None if kind is None else next(peeked), at)
+        for name, each_roots, each, code, kind in zip(names, roots, raw, codes, kinds, strict=True)
+    ]
+
+
+def _inspection(
+    name: str | Keyed, roots: Roots, raw: list[Any], code: Mapping[str, str], kind: str | None, reply: Any, at: float
+) -> Inspection:
+    _, config_raw, (mode, opened), *slots = raw
+    breaker = breaker_mode(mode)
+    concurrency = None
+    if slots:
+        held, queued, most = slots
+        stored = number(most)
+        concurrency = Slots(int(held), int(queued), None if stored is None else int(stored))
+    if kind is not None and reply is not None:
+        # The script's time: a test clock's when one was given.
+        at = float(text_of(reply[-1]))
+    common: dict[str, Any] = dict(
+        name=name.name if isinstance(name, Keyed) else name,
+        key=name.key if isinstance(name, Keyed) else None,
+        breaker=breaker,
+        breaker_opened_at=None if breaker != "open" else number(opened),
+        override=_override(config_raw, lambda: at),
+        other_keys=members(roots),
+        forms=forms(roots),
+        concurrency=concurrency,
+        now=at,
+    )
+    if kind is None or reply is None:
+        # What the code says, if garbled (or of a kind this version does not know):
+        # its kind only, nothing the script could be asked.
+        return Inspection(**common, kind=code.get("kind"))
+    e1, e2, available, wait, latest, paused, _ = (text_of(x) for x in reply)
+    names = PARAMETERS[kind]
+    return Inspection(
+        **common,
+        kind=kind,
+        code=dict(zip(names, (float(code["p1"]), float(code["p2"])), strict=True)),
+        slack=float(code.get("slack", 0.0)),
+        shadow=code.get("shadow") == "1",
+        effective=dict(zip(names, (float(e1), float(e2)), strict=True)),
+        available=float(available),
+        wait_for_one=float(wait),
+        promised_ahead=max(0.0, float(latest) - at),
+        paused_for=None if paused == "" else float(paused) - at,
+    )
+
+
+def inspect_all(client: Any, now: float | None = None) -> list[Inspection]:
+    """:func:`inspect` of every name with something to show (a limiter that decided
+    in the last day, a composite's or a ConcurrencyLimit's state, a change in force,
+    a breaker), sorted: one SCAN pass, then a few pipelines."""
+    found = survey(client)
+    return inspect_many(client, sorted(found), now, found)

@@ -1,0 +1,550 @@
+"""The Lua scripts: found, composed, loaded once per server, and called.
+
+The scripts live as ``.lua`` files in the top-level ``lua/`` folder of the source tree
+and inside the wheel as ``ratelimit/lua/``. Each file reads top to bottom: the pieces
+every script shares (``_prelude``, the algorithms, ``_members``, ``_top``, and
+``_kept`` in the library, ``_kept_none`` in a script) define
+functions only, and each driver (``_single``, ``_lanes``, ``_group``, ``breaker``,
+``concurrency``, ``live``) is the body of one function, its KEYS/ARGV/return contract
+at its top.
+
+On Redis 7 and later the pieces and the drivers are one function library,
+``ratelimit_<version>``, loaded once per server (``FUNCTION LOAD``): what the pieces
+define is defined once, not at every call, and each decision is an ``FCALL`` of the
+driver's function. The version is a digest of the text, so two releases side by side
+(a rolling deploy) each keep a library of their own. A server that lost the library
+(``FUNCTION FLUSH``, a failover to a replica that never had it, a restart without
+persistence, a Cluster master added later) answers "Function not found", and the call
+loads it and is sent again, once; lost again by then (a flush in a loop), that one call
+goes as a script.
+
+A server without Functions (Redis 6, a managed service that forbids them, an ACL
+without ``FCALL``/``FUNCTION``) gets the same text as one script per driver, called by
+SHA (``EVALSHA``, repeated as ``EVAL`` if the server does not know it). That choice is
+made once per client, at its first refusal, not per call. A Redis Cluster client
+calls scripts too: redis-py finds an FCALL's keys by asking a node (``COMMAND
+GETKEYS``, one more round trip per call), an EVALSHA's by reading them.
+
+Line numbers in an error from either form are translated back to the file and line
+they came from (``lua/_members.lua:120``), not into the composed text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, cast
+
+from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
+
+__all__ = [
+    "ALGORITHMS",
+    "Library",
+    "Script",
+    "breaker_script",
+    "by_function",
+    "call_by_script",
+    "concurrency_script",
+    "group_script",
+    "lanes_script",
+    "library",
+    "live_script",
+    "lua_source",
+    "refuses_functions",
+    "single_script",
+]
+
+#: Every algorithm kind that has a script, in a fixed order.
+ALGORITHMS = ("token_bucket", "leaky_bucket", "sliding_window", "sliding_window_counter")
+#: What only ever decides as a member of a group: the learned pace of ``adaptive=``.
+GROUP_ONLY = ("adaptive",)
+#: What every rate limit's driver needs defined before it, in order.
+_SHARED = ("_members", "_top")
+#: Each driver's parameters: the algorithm it runs (and its kind) where it runs one.
+_DRIVERS = {
+    "_single": "ALG, KIND, KEYS, ARGV",
+    "_lanes": "ALG, KIND, KEYS, ARGV",
+    "_group": "KEYS, ARGV",
+    "breaker": "KEYS, ARGV",
+    "concurrency": "KEYS, ARGV",
+    "live": "KEYS, ARGV",
+    "top_flush": "KEYS, ARGV",
+}
+
+
+def _lua_dir() -> Path:
+    packaged = resources.files("ratelimit").joinpath("lua")
+    if packaged.is_dir():
+        return Path(str(packaged))
+    # A source checkout (or editable install): the top-level lua/ beside the package.
+    source = Path(__file__).resolve().parents[3] / "lua"
+    if source.is_dir():
+        return source
+    raise FileNotFoundError(f"ratelimit's Lua scripts are missing: looked in {packaged} and {source}")
+
+
+@cache
+def lua_source(name: str) -> str:
+    """The text of ``lua/<name>.lua``."""
+    return (_lua_dir() / f"{name}.lua").read_text(encoding="utf-8")
+
+
+class Composed:
+    """Lua text put together from files, which knows where each of its lines came from."""
+
+    __slots__ = ("_lines", "_spans")
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        # (first line in the text, file name or None for glue, its line count)
+        self._spans: list[tuple[int, str | None, int]] = []
+
+    def add(self, text: str, file: str | None = None) -> Composed:
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        self._spans.append((len(self._lines) + 1, file, len(lines)))
+        self._lines.extend(lines)
+        return self
+
+    def file(self, name: str) -> Composed:
+        return self.add(lua_source(name), f"lua/{name}.lua")
+
+    def driver(self, name: str) -> Composed:
+        """``lua/<name>.lua`` as the body of the function ``drive<name>``."""
+        self.add(f"local function drive_{name.lstrip('_')}({_DRIVERS[name]})")
+        self.file(name)
+        return self.add("end")
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self._lines) + "\n"
+
+    def where(self, line: int) -> str | None:
+        """The file and line that line ``line`` of the text came from."""
+        for first, file, count in self._spans:
+            if first <= line < first + count:
+                return None if file is None else f"{file}:{line - first + 1}"
+        return None
+
+    def translate(self, message: str) -> str:
+        """``message`` with each line of the composed text named by its file instead."""
+
+        def named(match: re.Match[str]) -> str:
+            found = self.where(int(match.group(2)))
+            return match.group(0) if found is None else found
+
+        return _LINE.sub(named, message)
+
+
+# How Redis names a line of a script (EVAL) or of a function library (FCALL).
+_LINE = re.compile(r"@?(user_script|user_function):(\d+)")
+
+
+def _rate_limit_body(composed: Composed, kinds: Sequence[str], holds: bool = False) -> Composed:
+    """The prelude, the algorithms ``kinds`` and the shared pieces. ``holds``: the
+    counters for ``ratelimit top`` may be held in Lua between calls (the function
+    library, whose locals outlive a call; never a script, whose die with it)."""
+    composed.file("_prelude")
+    for kind in kinds:
+        composed.file(kind)
+    for name in _SHARED:
+        if name == "_top":
+            composed.add(f"local TOP_HOLDS = {'true' if holds else 'false'}")
+        composed.file(name)
+    # What the library keeps between calls; a script, whose locals die with it, the
+    # same functions keeping nothing.
+    return composed.file("_kept" if holds else "_kept_none")
+
+
+@dataclass(frozen=True)
+class Library:
+    """The function library of this release: its name, text and where each line came from."""
+
+    name: str
+    composed: Composed
+
+    @property
+    def source(self) -> str:
+        return self.composed.text
+
+    def function(self, what: str) -> str:
+        """The full name of the library's function ``what`` (``token_bucket``, ``group``...)."""
+        return f"{self.name}_{what}"
+
+
+def _library_text(name: str) -> Composed:
+    composed = Composed().add(f"#!lua name={name}")
+    _rate_limit_body(composed, ALGORITHMS + GROUP_ONLY, holds=True)
+    for driver in _DRIVERS:
+        composed.driver(driver)
+    composed.add(f"local PREFIX = '{name}_'")
+    return composed.file("_library")
+
+
+@cache
+def library() -> Library:
+    """Every script of this release as one Redis function library, named by its version."""
+    version = hashlib.sha1(_library_text("").text.encode("utf-8")).hexdigest()[:12]
+    name = f"ratelimit_{version}"
+    return Library(name, _library_text(name))
+
+
+# Each client's way of calling: True by function, False by script (no Functions on its
+# server, none allowed, or a client without ``fcall``). Decided at its first call, and
+# again only if its server refuses functions later.
+_BY_FUNCTION: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+_by_function_lock = threading.Lock()
+# Bumped at every mark: a Script's memo of the last client it was called on (see
+# Script._by_function) holds while this has not moved.
+_marks = 0
+
+
+def _remember(client: Any, by_function: bool) -> bool:
+    global _marks
+    try:
+        with _by_function_lock:
+            _BY_FUNCTION[client] = by_function
+            _marks += 1
+    except TypeError:  # a client that cannot be weakly referenced: asked each time
+        pass
+    return by_function
+
+
+def by_function(client: Any) -> bool:
+    """Whether ``client`` calls the library's functions (else scripts by SHA)."""
+    try:
+        known = _BY_FUNCTION.get(client)
+    except TypeError:
+        known = None
+    if known is None:
+        # A Cluster client asks a node for the keys of every FCALL (COMMAND GETKEYS: a
+        # second round trip per decision) where it reads EVALSHA's itself, so it calls
+        # scripts.
+        usable = hasattr(client, "fcall") and hasattr(client, "function_load") and not hasattr(client, "nodes_manager")
+        return _remember(client, usable)
+    return known
+
+
+def call_by_script(client: Any) -> None:
+    """Make ``client`` call scripts by SHA from now on, never functions (benchmarks
+    compare the two on one server)."""
+    _remember(client, False)
+
+
+# What the server says when it has no FCALL or FUNCTION: unknown (Redis 6, a command
+# renamed away) or not allowed (an ACL, a managed service).
+_REFUSED = re.compile(
+    r"unknown command|unknown subcommand|NOPERM|no permission|not supported|disabled|not allowed", re.I
+)
+# ... of FCALL or FUNCTION itself: a server that is full ("OOM command not allowed") or
+# an ACL that denies a key refuses the call, not Functions, and an error raised inside
+# the library (user_function:<line>) is the library's own.
+_FUNCTIONS = re.compile(r"\b(fcall|function)\b", re.I)
+_NOT_LOADED = "Function not found"
+
+
+def refuses_functions(message: str) -> bool:
+    """Whether an error reply says that the server has no Functions or does not allow them."""
+    return (
+        "user_function" not in message
+        and _NOT_LOADED not in message
+        and _REFUSED.search(message) is not None
+        and _FUNCTIONS.search(message) is not None
+    )
+
+
+# What a call sends: the library's function, a look for the library, the library
+# itself, the script by SHA or by its text.
+FCALL, LISTED, LOAD, EVALSHA, EVAL = "fcall", "listed", "load", "evalsha", "eval"
+
+
+def _after_fcall(client: Any, exc: ResponseError) -> bool:
+    """A failed FCALL: True to load the library and call again, False to call by SHA
+    instead (the client is marked: its server has no Functions); anything else raises."""
+    message = str(exc)
+    if _NOT_LOADED in message:
+        return True
+    if refuses_functions(message):
+        call_by_script(client)
+        return False
+    raise exc
+
+
+def _after_load(client: Any, exc: ResponseError) -> bool:
+    """A failed FUNCTION LOAD: False sends this call by script. A server without
+    Functions is marked; a full one is not (it takes no library, yet runs a script
+    until its first write, so what only reads is still answered); anything else raises."""
+    if refuses_functions(str(exc)):
+        call_by_script(client)
+        return False
+    if isinstance(exc, OutOfMemoryError):
+        return False
+    raise exc
+
+
+def _after_reload(exc: ResponseError) -> None:
+    """The call sent again after a load failed: a library lost again in between
+    (another process flushing in a loop) sends this one call by script; else raise."""
+    if _NOT_LOADED not in str(exc):
+        raise exc
+
+
+class Script:
+    """One driver: a function of the library, or the same text as a script of its own."""
+
+    __slots__ = ("_memo", "composed", "function", "name", "sha", "source")
+
+    def __init__(self, name: str, composed: Composed, function: str | None) -> None:
+        self.name = name
+        self.composed = composed
+        self.source = composed.text
+        self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
+        #: The library function that runs the same driver (None: a script only).
+        self.function = function
+        # The last client called, weakly, how it calls, and the marks it was read at.
+        self._memo: tuple[weakref.ref[Any], bool, int] | None = None
+
+    @classmethod
+    def from_source(cls, name: str, source: str) -> Script:
+        """A script of ``source`` called by SHA only (benchmarks time variants of one)."""
+        return cls(name, Composed().add(source), None)
+
+    def _translated(self, exc: ResponseError) -> ResponseError:
+        text = library().composed if self.function is not None and "user_function" in str(exc) else self.composed
+        exc.args = (text.translate(str(exc)), *exc.args[1:])
+        return exc
+
+    def _by_function(self, client: Any) -> bool:
+        if self.function is None:
+            return False
+        # by_function's answer, remembered for the client of the last call: the weak
+        # dictionary's look-up makes a weak reference each time, which a decision
+        # need not pay while nobody marks a client.
+        memo = self._memo
+        if memo is not None and memo[2] == _marks and memo[0]() is client:
+            return memo[1]
+        marks = _marks
+        usable = by_function(client)
+        with contextlib.suppress(TypeError):  # a client that cannot be weakly referenced
+            self._memo = (weakref.ref(client), usable, marks)
+        return usable
+
+    def _steps(self, client: Any, failed: ResponseError | None = None) -> Generator[str, Any, Any]:
+        """The calls one call of this driver makes, for the synchronous and the asyncio
+        runner alike: each yields what to send next (``FCALL``, ``LISTED``, ``LOAD``,
+        ``EVALSHA``, ``EVAL``) and is sent its reply, or has its error reply thrown in.
+        ``failed``: the error of an ``FCALL`` already sent (the runners send the first
+        themselves), from which the steps go on."""
+        if failed is not None or self._by_function(client):
+            if failed is None:
+                try:
+                    return (yield FCALL)
+                except ResponseError as exc:
+                    failed = exc
+            reload = _after_fcall(client, failed)
+            if reload:
+                # Every call in flight when a server lost the library hears so (a fleet
+                # after a failover): one that finds it loaded meanwhile by another does
+                # not load it again. Redis runs one command at a time, so every look
+                # that comes after the first load sees it; a look refused (an ACL)
+                # goes on to load.
+                try:
+                    listed = yield LISTED
+                except ResponseError:
+                    listed = None
+                loaded = bool(listed)
+                if not loaded:
+                    try:
+                        yield LOAD
+                        loaded = True
+                    except ResponseError as exc:
+                        loaded = _after_load(client, exc)
+                if loaded:
+                    try:
+                        return (yield FCALL)
+                    except ResponseError as exc:
+                        _after_reload(exc)
+        try:
+            return (yield EVALSHA)
+        except NoScriptError:
+            return (yield EVAL)
+
+    def _wired(self, step: str, keys: Sequence[str], args: Sequence[str]) -> tuple[str, ...]:
+        """The command of one step as it goes on a wire (redis/wire.py): the words the
+        client's method would send."""
+        if step == FCALL:
+            return ("FCALL", cast("str", self.function), str(len(keys)), *keys, *args)
+        if step == EVALSHA:
+            return ("EVALSHA", self.sha, str(len(keys)), *keys, *args)
+        if step == EVAL:
+            return ("EVAL", self.source, str(len(keys)), *keys, *args)
+        if step == LISTED:
+            return ("FUNCTION", "LIST", "LIBRARYNAME", library().name)
+        return ("FUNCTION", "LOAD", "REPLACE", library().source)
+
+    def _command(
+        self,
+        client: Any,
+        step: str,
+        keys: Sequence[str],
+        args: Sequence[str],
+        send: Callable[[tuple[str, ...]], Any] | None = None,
+    ) -> Any:
+        """Send one step (a coroutine for an asyncio client), on ``send`` where given:
+        the library loaded on the connection the call holds, not on another of the
+        pool's (which asyncio cannot tell is dead after a restart until it reads)."""
+        if send is not None:
+            return send(self._wired(step, keys, args))
+        if step == FCALL:
+            return client.fcall(self.function, len(keys), *keys, *args)
+        if step == EVALSHA:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        if step == EVAL:
+            return client.eval(self.source, len(keys), *keys, *args)
+        if step == LISTED:
+            return client.function_list(library=library().name)
+        return client.function_load(library().source, replace=True)
+
+    def __call__(
+        self,
+        client: Any,
+        keys: Sequence[str],
+        args: Sequence[str],
+        send: Callable[[tuple[str, ...]], Any] | None = None,
+    ) -> Any:
+        # The usual call, one command, sent here without the steps' machinery; they
+        # take over from its error. ``send``: how that one command goes, where not
+        # through the client (redis/wire.py).
+        try:
+            if self._by_function(client):
+                try:
+                    if send is not None:
+                        return send(self._wired(FCALL, keys, args))
+                    return client.fcall(self.function, len(keys), *keys, *args)
+                except ResponseError as exc:
+                    steps = self._steps(client, exc)
+            else:
+                try:
+                    if send is not None:
+                        return send(self._wired(EVALSHA, keys, args))
+                    return client.evalsha(self.sha, len(keys), *keys, *args)
+                except NoScriptError:
+                    return self._command(client, EVAL, keys, args, send)
+        except ResponseError as exc:
+            raise self._translated(exc) from None
+        try:
+            step = next(steps)
+            while True:
+                try:
+                    reply = self._command(client, step, keys, args, send)
+                except ResponseError as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(reply)
+        except StopIteration as done:
+            return done.value
+        except ResponseError as exc:
+            raise self._translated(exc) from None
+
+    async def call_async(
+        self,
+        client: Any,
+        keys: Sequence[str],
+        args: Sequence[str],
+        send: Callable[[tuple[str, ...]], Awaitable[Any]] | None = None,
+    ) -> Any:
+        try:
+            if self._by_function(client):
+                try:
+                    if send is not None:
+                        return await send(self._wired(FCALL, keys, args))
+                    return await client.fcall(self.function, len(keys), *keys, *args)
+                except ResponseError as exc:
+                    steps = self._steps(client, exc)
+            else:
+                try:
+                    if send is not None:
+                        return await send(self._wired(EVALSHA, keys, args))
+                    return await client.evalsha(self.sha, len(keys), *keys, *args)
+                except NoScriptError:
+                    return await self._command(client, EVAL, keys, args, send)
+        except ResponseError as exc:
+            raise self._translated(exc) from None
+        try:
+            step = next(steps)
+            while True:
+                try:
+                    reply = await self._command(client, step, keys, args, send)
+                except ResponseError as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(reply)
+        except StopIteration as done:
+            return done.value
+        except ResponseError as exc:
+            raise self._translated(exc) from None
+
+    def __repr__(self) -> str:
+        return f"Script({self.name!r}, sha={self.sha[:12]})"
+
+
+def _script(name: str, driver: str, kinds: Sequence[str], call: str, function: str) -> Script:
+    composed = Composed()
+    if driver in ("_single", "_lanes", "_group"):
+        _rate_limit_body(composed, kinds)
+    else:
+        composed.file("_prelude")
+    composed.driver(driver)
+    composed.add(f"return {call}")
+    return Script(name, composed, library().function(function))
+
+
+def _driven(kind: str, driver: str, name: str, function: str) -> Script:
+    if kind not in ALGORITHMS:
+        raise ValueError(f"no script for algorithm {kind!r}")
+    return _script(name, driver, (kind,), f"drive_{driver.lstrip('_')}({kind}, '{kind}', KEYS, ARGV)", function)
+
+
+@cache
+def single_script(kind: str) -> Script:
+    """The script of one limiter of algorithm ``kind``."""
+    return _driven(kind, "_single", kind, kind)
+
+
+@cache
+def lanes_script(kind: str) -> Script:
+    """The script of a budget with priorities: two lanes of algorithm ``kind``."""
+    return _driven(kind, "_lanes", f"{kind}:lanes", f"lanes_{kind}")
+
+
+@cache
+def group_script() -> Script:
+    """The script of a composite: every algorithm, and the group driver."""
+    return _script("group", "_group", ALGORITHMS + GROUP_ONLY, "drive_group(KEYS, ARGV)", "group")
+
+
+@cache
+def breaker_script() -> Script:
+    """The script of a shared circuit breaker."""
+    return _script("breaker", "breaker", (), "drive_breaker(KEYS, ARGV)", "breaker")
+
+
+@cache
+def concurrency_script() -> Script:
+    """The script of a shared semaphore (``ConcurrencyLimit``)."""
+    return _script("concurrency", "concurrency", (), "drive_concurrency(KEYS, ARGV)", "concurrency")
+
+
+@cache
+def live_script() -> Script:
+    """The script of the safe mode's heartbeat: the live processes (``redis/live.py``)."""
+    return _script("live", "live", (), "drive_live(KEYS, ARGV)", "live")

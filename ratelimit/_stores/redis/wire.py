@@ -1,0 +1,421 @@
+"""A script call sent straight on a connection of the client's pool, for
+:class:`~.redis_calls.RedisCalls`: :class:`Wire` for a synchronous client,
+:class:`AsyncWire` for each event loop's asyncio client.
+
+``client.fcall(...)`` spends most of an uncontended decision's client time around
+the command rather than on it: a connection taken from the pool and given back (its
+lock, its checks, its events), each argument encoded in Python, redis-py's metrics.
+So a wire holds one connection of the pool between calls and sends each call packed
+at once (hiredis's packer), reads the reply, and applies the connection's own retry
+policy as redis-py does. Counted with callgrind, a token bucket's decision took 188 k
+client instructions through the client and 85 k this way; the empty ``EVALSHA``
+through the client takes 139 k (``benchmarks/client_instructions.py``).
+
+The connection held is checked as the pool checks one before lending it (connected,
+nothing unread on it: a server restarted or failed over under it is found before the
+call, not by it), and goes back to the pool when that check fails; one interrupted
+between its command and its reply (a signal's exception, a cancelled task) is closed;
+a forked child drops its parent's and renews the lock; a backend dropped unclosed
+gives it back (from a thread of its own: never from inside the garbage collector,
+which may run where the pool's lock is held). Calls in flight at once beyond the
+first take connections from the pool for the call.
+
+It is used only where the calls' replies, errors and tracing stay as they were: a
+``redis.Redis`` or ``redis.asyncio.Redis`` whose command path (``execute_command`` and
+what it calls, ``fcall``, ``evalsha``) is redis-py's own, neither overridden by a
+subclass nor wrapped by instrumentation, with no single connection of its own, and
+redis-py's own metrics off when the backend is made (they count what passes through
+the client). A connection is held only where the pool has one to spare beyond the
+backend's ``pool_size`` calls in flight (:meth:`RedisBackend.from_url
+<ratelimit._stores.redis.backend.RedisBackend.from_url>` makes its pools one larger for it);
+otherwise each call takes one from the pool and gives it back. A pool shared with the
+application so lends it one connection fewer while the backend is idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import os
+import queue
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, cast
+
+import redis
+import redis.asyncio
+import redis.exceptions
+
+_pack: Callable[[tuple[str, ...]], bytes] | None
+try:
+    import hiredis
+
+    _pack = cast("Callable[[tuple[str, ...]], bytes]", hiredis.pack_command)
+except ImportError:  # pragma: no cover - hiredis is an extra; the connection's own packer then
+    _pack = None
+
+__all__ = ["AsyncWire", "Wire", "async_wire_for", "wire_for"]
+
+#: The methods a command passes through in redis-py's clients: a subclass that
+#: overrides one of them, or instrumentation that wraps one, sees every call only if
+#: the calls go through the client.
+_COMMAND_PATH = ("execute_command", "_execute_command", "_send_command_parse_response", "parse_response",
+                 "fcall", "evalsha")  # fmt: skip
+
+_AS_IMPORTED: dict[type, dict[str, Any]] = {
+    base: {name: getattr(base, name, None) for name in _COMMAND_PATH} for base in (redis.Redis, redis.asyncio.Redis)
+}
+
+#: What a connection's failure to send or read may raise: the call found the server
+#: gone, and the connection is closed before it goes back.
+_BROKEN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+
+
+def _plain_commands(client: Any, base: type) -> bool:
+    """Whether ``client`` runs its commands as redis-py's ``base`` does: no method of
+    the path overridden, nor replaced since this module was imported, nor a wrapper."""
+    imported = _AS_IMPORTED[base]
+    for name in _COMMAND_PATH:
+        runs = getattr(type(client), name, None)
+        if runs is not imported[name] or hasattr(runs, "__wrapped__"):
+            return False
+    return True
+
+
+def _observed() -> bool:
+    """Whether redis-py's own metrics are on (redis-py 8's observability), which count
+    the commands that pass through its client."""
+    try:
+        from redis.observability.recorder import is_enabled
+    except ImportError:
+        return False
+    try:
+        return bool(is_enabled())
+    except Exception:  # a broken metrics set-up is not this call's to report
+        return False
+
+
+def _utf8(pool: Any) -> bool:
+    """Whether the pool's connections encode text as hiredis's packer does: UTF-8, strictly."""
+    kwargs = getattr(pool, "connection_kwargs", None)
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
+    try:
+        encoding = codecs.lookup(kwargs.get("encoding", "utf-8")).name
+    except (LookupError, TypeError):
+        return False
+    return encoding == "utf-8" and kwargs.get("encoding_errors", "strict") == "strict"
+
+
+def _wired_pool(client: Any, base: type, turns: int) -> tuple[Any, bool] | None:
+    """``client``'s pool and whether one of its connections may be held, or ``None``
+    where calls must go through the client. ``turns``: the most calls the backend has
+    in flight at once on it; one is held only where the pool has one to spare."""
+    if not isinstance(client, base) or not _plain_commands(client, base) or _observed():
+        return None
+    if getattr(client, "connection", None) is not None:  # single_connection_client
+        return None
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or not callable(getattr(pool, "release", None)):
+        return None
+    limit = getattr(pool, "max_connections", None)
+    return pool, not isinstance(limit, int) or limit > turns
+
+
+def wire_for(client: Any, *, turns: int) -> Wire | None:
+    """The wire of a synchronous ``client``, or ``None`` where calls go through it."""
+    found = _wired_pool(client, redis.Redis, turns)
+    return None if found is None else Wire(*found)
+
+
+def async_wire_for(client: Any, *, turns: int) -> AsyncWire | None:
+    """The wire of an asyncio ``client`` (one event loop's), or ``None``."""
+    found = _wired_pool(client, redis.asyncio.Redis, turns)
+    return None if found is None else AsyncWire(*found)
+
+
+class _Held:
+    """The connection held between calls, for either kind of wire: at most one, kept
+    only by the process that took it (a forked child drops its parent's, see
+    `_forked`, as redis-py's pool starts afresh in a child)."""
+
+    def __init__(self, pool: Any, hold: bool) -> None:
+        self._pool = pool
+        self._hold = hold
+        # hiredis packs text as UTF-8; another encoding is the connection's to apply.
+        self._pack = _pack if _utf8(pool) else None
+        # Weakly: the pool keeps every connection it lent, so one held lives as long as
+        # its pool, and a pool left to the garbage collector goes with its connections
+        # at once (nothing here keeps them for a finalizer).
+        self._held: list[weakref.ref[Any]] = []
+        self._lock = threading.Lock()
+        _wires.add(self)
+
+    def _pop(self) -> Any:
+        """The held connection, taken (``None``: take one from the pool)."""
+        if not self._hold:
+            return None
+        with self._lock:
+            return self._held.pop()() if self._held else None
+
+    def _keep(self, conn: Any) -> bool:
+        """Hold ``conn`` if none is held; ``False``: it goes back to the pool."""
+        if not self._hold:
+            return False
+        with self._lock:
+            if self._held:
+                return False
+            self._held.append(weakref.ref(conn))
+            return True
+
+    def _packed(self, conn: Any, command: tuple[str, ...]) -> list[bytes]:
+        pack = self._pack
+        return [pack(command)] if pack is not None else list(conn.pack_command(*command))
+
+    @staticmethod
+    def _moving(conn: Any) -> bool:
+        """Whether the server asked this connection to move (redis-py 8's notices)."""
+        reconnect: Callable[[], bool] | None = getattr(conn, "should_reconnect", None)
+        return reconnect is not None and reconnect()
+
+
+#: Every wire made, for the fork handler.
+_wires: weakref.WeakSet[_Held] = weakref.WeakSet()
+
+
+def _forked() -> None:
+    # The parent's connection is the parent's: the child's pool lends it its own (a
+    # socket shared by two processes would hand each the other's replies). A lock held
+    # by a thread of the parent at the fork (taking or giving back the held connection)
+    # would stay held in the child for ever: the child's is new. (Here, not a process
+    # id compared at each call: two system calls a decision.)
+    global _giver, _giver_lock
+    _giver, _giver_lock = None, threading.Lock()  # (the parent's thread is not the child's)
+    for wire in list(_wires):
+        wire._held.clear()
+        wire._lock = threading.Lock()
+        if isinstance(wire, Wire) and wire._hold:
+            _start_giver()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def _give_back(pool: Any, held: list[weakref.ref[Any]]) -> None:
+    while held:
+        conn = held.pop()()
+        # A pool already closed or reset has nothing to give back to.
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                pool.release(conn)
+
+
+# A finalizer may run inside the garbage collector, set off by an allocation in any
+# thread: one that holds the pool's lock (a BlockingConnectionPool's queue, an older
+# redis-py's pool) would wait on itself for ever, and a wait of any kind there (even a
+# thread's start) is where a signal handler's exception is lost. So a dropped wire's
+# connection is only put on a queue (SimpleQueue.put never waits: made for
+# finalizers), and given back by one thread that waits for them, started with the
+# first wire that may hold one (and again in a forked child).
+_returns: queue.SimpleQueue[tuple[Any, list[weakref.ref[Any]]]] = queue.SimpleQueue()
+_giver: threading.Thread | None = None
+_giver_lock = threading.Lock()
+
+
+def _give_back_ever() -> None:
+    while True:
+        _give_back(*_returns.get())
+
+
+def _start_giver() -> None:
+    global _giver
+    with _giver_lock:
+        if _giver is None or not _giver.is_alive():
+            _giver = threading.Thread(target=_give_back_ever, name="ratelimit-wire-returns", daemon=True)
+            _giver.start()
+
+
+def _give_back_later(pool: Any, held: list[weakref.ref[Any]]) -> None:
+    if held:
+        _returns.put((pool, held))
+
+
+class Wire(_Held):
+    """A synchronous pool's connections, on which a command is sent packed and its
+    reply read: one held between calls (where the pool has one to spare), the others
+    taken from the pool for a call and given back. Safe for any number of threads."""
+
+    def __init__(self, pool: Any, hold: bool) -> None:
+        super().__init__(pool, hold)
+        # A backend dropped unclosed gives its connection back to the pool.
+        if hold:
+            _start_giver()
+        self._finalizer = weakref.finalize(self, _give_back_later, pool, self._held)
+
+    def _take(self) -> Any:
+        conn = self._pop()
+        if conn is not None:
+            # What the pool does to a connection before it lends it: connect it if it
+            # is not (a Sentinel's asks where the master is now), and if it is readable
+            # with no command sent (the server closed it: a restart, a failover, an
+            # idle timeout), open it afresh, so that a call is not the one to find it dead.
+            try:
+                conn.connect()
+                try:
+                    if conn.can_read():
+                        raise redis.exceptions.ConnectionError("a connection with data before its command")
+                except _BROKEN:
+                    conn.disconnect()
+                    conn.connect()
+            except BaseException:
+                # The server down, the connection refused, a signal's exception: the
+                # pool's again, as the pool gives back one it could not ready, or each
+                # failure would keep one of its connections from it.
+                self._lose(conn)
+                raise
+            return conn
+        try:
+            return self._pool.get_connection()
+        except TypeError:  # redis-py 5 asks for a command's name
+            return self._pool.get_connection("FCALL")
+
+    def _give(self, conn: Any, *, failed: bool = False) -> None:
+        if self._moving(conn):
+            conn.disconnect()
+        if failed or not self._keep(conn):
+            self._pool.release(conn)
+
+    def _lose(self, conn: Any) -> None:
+        # Closed and the pool's: the next call that needs one is lent one afresh.
+        conn.disconnect()
+        self._give(conn, failed=True)
+
+    def call(self, command: tuple[str, ...]) -> Any:
+        """Send ``command`` and return its reply, as ``client.execute_command`` would
+        for a command without a reply callback (``FCALL``, ``EVALSHA``, ``EVAL``), with
+        the connection's retry policy; an error reply is raised as its ``ResponseError``."""
+        conn = self._take()
+        packed: list[bytes] = []
+
+        def send() -> Any:
+            conn.send_packed_command(packed)
+            return conn.read_response()
+
+        try:
+            # Packed with the connection taken, so that a failure to pack (or a
+            # signal's exception meanwhile) gives it back too.
+            packed += self._packed(conn, command)
+            reply = conn.retry.call_with_retry(send, lambda _error: conn.disconnect())
+        except redis.exceptions.ResponseError:
+            # An error reply, read whole: the connection is as good as before.
+            self._give(conn)
+            raise
+        except BaseException:
+            # Anything else (a timeout, a signal's exception between sending and
+            # reading) may leave a reply unread on it, which the next call would take
+            # for its own.
+            self._lose(conn)
+            raise
+        self._give(conn)
+        return reply
+
+    def close(self) -> None:
+        """Give the held connection back to its pool."""
+        with self._lock:
+            _give_back(self._pool, self._held)
+
+
+def _give_back_on(
+    on: weakref.ref[asyncio.AbstractEventLoop], of: weakref.ref[Any], held: list[weakref.ref[Any]]
+) -> None:
+    # The asyncio pool's release is a coroutine: run on the connection's own loop, if
+    # it still runs, to the pool, if it is still used (one that closed has closed its
+    # client's connections, or left them to the garbage collector, which takes them
+    # sooner when nothing here keeps the loop or the pool alive).
+    loop, pool = on(), of()
+    if not held or loop is None or pool is None or loop.is_closed():
+        return
+    lent: Any = pool
+
+    def release() -> None:
+        while held:
+            if (conn := held.pop()()) is not None:
+                _releasing.add(task := asyncio.ensure_future(lent.release(conn)))
+                task.add_done_callback(_releasing.discard)
+
+    with contextlib.suppress(RuntimeError):  # closed meanwhile
+        loop.call_soon_threadsafe(release)
+
+
+#: Releases started by a finalizer, kept until done (the loop holds tasks weakly).
+_releasing: set[asyncio.Future[Any]] = set()
+
+
+class AsyncWire(_Held):
+    """:class:`Wire` for one event loop's asyncio client. A task cancelled between its
+    command and its reply (a deadline, the caller) leaves its connection closed, as
+    redis-py's own path does."""
+
+    def __init__(self, pool: Any, hold: bool) -> None:
+        super().__init__(pool, hold)
+        on, of = weakref.ref(asyncio.get_running_loop()), weakref.ref(pool)
+        self._finalizer = weakref.finalize(self, _give_back_on, on, of, self._held)
+
+    async def _take(self) -> Any:
+        conn = self._pop()
+        if conn is not None:
+            # As Wire._take, with the asyncio pool's own check where it has one.
+            ensure = getattr(self._pool, "ensure_connection", None)
+            try:
+                await (ensure(conn) if ensure is not None else conn.connect())
+            except BaseException:
+                await self._lose(conn)
+                raise
+            return conn
+        try:
+            return await self._pool.get_connection()
+        except TypeError:  # redis-py 5 asks for a command's name
+            return await self._pool.get_connection("FCALL")
+
+    async def _give(self, conn: Any, *, failed: bool = False) -> None:
+        if self._moving(conn):
+            await conn.disconnect()
+        if failed or not self._keep(conn):
+            await self._pool.release(conn)
+
+    async def _lose(self, conn: Any) -> None:
+        # Closed without awaiting the transport's end: a cancelled task must not be
+        # held up, and nothing here may be cancelled again half-way.
+        await conn.disconnect(nowait=True)
+        await self._give(conn, failed=True)
+
+    async def call(self, command: tuple[str, ...]) -> Any:
+        """:meth:`Wire.call`, awaited."""
+        conn = await self._take()
+        packed: list[bytes] = []
+
+        async def send() -> Any:
+            await conn.send_packed_command(packed)
+            return await conn.read_response()
+
+        async def broken(_error: BaseException) -> None:
+            await conn.disconnect()
+
+        try:
+            packed += self._packed(conn, command)
+            reply = await conn.retry.call_with_retry(send, broken)
+        except redis.exceptions.ResponseError:
+            await self._give(conn)
+            raise
+        except BaseException:
+            await self._lose(conn)
+            raise
+        await self._give(conn)
+        return reply
+
+    async def close(self) -> None:
+        """Give the held connection back to its pool."""
+        while (conn := self._pop()) is not None:
+            with contextlib.suppress(Exception):
+                await self._pool.release(conn)
