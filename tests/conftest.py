@@ -6,7 +6,7 @@ the same scenario must give the same decisions everywhere:
 
 - ``memory``: the in-process store;
 - ``fakeredis``: fakeredis with lupa, running the real ``lua/`` scripts, no server;
-- ``redis``: a real server at ``REDIS_URL`` (default ``redis://127.0.0.1:6379/0``);
+- ``redis``: a real server at ``REDIS_URL`` (default ``DEFAULT_REDIS_URL``);
 - ``cluster``: a real three-master Redis Cluster started on loopback for the session;
 - ``sqlite``: a ``SQLiteBackend`` on a file of the test's own.
 
@@ -53,7 +53,10 @@ L = TypeVar("L")
 #: ``sys.path`` through pyproject.toml's ``pythonpath``; the tests start the workers by path.
 SUPPORT = Path(__file__).resolve().parent / "support"
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+#: Where the documentation and ``docker compose`` put the server; the tests run on
+#: ``REDIS_URL`` instead when it is set. Every test, helper and worker takes its URL from here.
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+REDIS_URL = os.environ.get("REDIS_URL", DEFAULT_REDIS_URL)
 # The command line's --redis defaults to it: a developer's own must not steer the tests
 # (those of RATELIMIT_REDIS_URL set it themselves).
 os.environ.pop("RATELIMIT_REDIS_URL", None)

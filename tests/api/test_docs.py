@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from conftest import DEFAULT_REDIS_URL
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,7 +29,7 @@ def test_compose_parses_and_names_the_documented_services() -> None:
     for name in services:
         assert f"docker compose up -d {name}" in readme or f"--profile cluster up -d {name}" in readme
     assert services["redis"]["ports"] == ["6379:6379"]
-    assert "redis://127.0.0.1:6379/0" in readme
+    assert DEFAULT_REDIS_URL in readme
     cluster_ports = [p.split(":")[0] for p in services["redis-cluster"]["ports"]]
     assert cluster_ports == ["7001", "7002", "7003"]
     assert "127.0.0.1:7001" in readme

@@ -9,7 +9,7 @@ its fence, which the pages do not render::
 
 Such blocks are still compiled, so they cannot rot into invalid Python.
 
-Blocks that use Redis run against ``REDIS_URL`` (default ``redis://127.0.0.1:6379/0``),
+Blocks that use Redis run against ``REDIS_URL`` (the pages' address, ``DEFAULT_REDIS_URL``, by default),
 also given to them as ``RATELIMIT_REDIS_URL``; they are skipped, or fail under
 ``RATELIMIT_REQUIRE_REDIS=1``, when no server answers. The shared server may be in use
 by other runs, so every limiter name a block gives as ``name="..."`` gets a suffix of
@@ -29,11 +29,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import REDIS_URL, unavailable, unique_name
+from conftest import DEFAULT_REDIS_URL, REDIS_URL, unavailable, unique_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-DEFAULT_URL = "redis://127.0.0.1:6379/0"
 # Seconds one block may take: the pages promise quick examples.
 TIMEOUT = 60
 # Few blocks may be exempt; a new one must be argued for here, not only on its page.
@@ -83,7 +82,7 @@ BLOCKS = blocks()
 
 def prepared(block: Block, run: str) -> str:
     """The block's code with this run's Redis and its own limiter names."""
-    code = block.code.replace(DEFAULT_URL, REDIS_URL)
+    code = block.code.replace(DEFAULT_REDIS_URL, REDIS_URL)
     for name in sorted(set(NAME.findall(code)), key=len, reverse=True):
         code = code.replace(f'"{name}"', f'"{name}-{run}"')
     return code

@@ -40,8 +40,8 @@ def test_a_run_leaves_no_key_in_the_redis_it_ran_on() -> None:
     server = private_server()
     try:
         env = {**os.environ, "REDIS_URL": server.url, "RATELIMIT_REQUIRE_REDIS": "1"}
-        files = ["tests/cli/test_operator_edges.py", "tests/stores/test_runtime_config.py"]
-        files.append("tests/stores/test_beside.py")
+        files = ["tests/cli/test_operator_edges.py", "tests/stores/test_run_time_limits.py"]
+        files.append("tests/speed/test_remembered_lookups.py")
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", *files,
              "-m", "not slow and not cluster and not servers and not stress", "--hypothesis-profile=fast"],

@@ -36,7 +36,7 @@ from ratelimit._stores.memory.backend import MemoryGroupHandle, MemoryHandle
 from ratelimit._stores.redis.backend import key_for
 from ratelimit._validate import MAX_NAME_LENGTH
 
-from conftest import stable_id, unique_name
+from conftest import REDIS_URL, stable_id, unique_name
 from held import HeldClock
 
 
@@ -304,7 +304,7 @@ def test_passing_the_clock_class_instead_of_an_instance_is_refused_at_constructi
         TokenBucket(10, 1, clock=ManualClock)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("backend", [object(), "redis://127.0.0.1:6379/0", 6379, True], ids=stable_id)
+@pytest.mark.parametrize("backend", [object(), REDIS_URL, 6379, True], ids=stable_id)
 @pytest.mark.parametrize("construct", LIMITER_CLASSES, ids=LIMITER_CLASS_IDS)
 def test_a_backend_of_the_wrong_type_is_a_type_error(construct: Construct, backend: Any) -> None:
     with pytest.raises(TypeError, match="backend") as caught:

@@ -30,7 +30,7 @@ SECRET = "s3cretPW"
 # -- the redaction function -------------------------------------------------------------
 
 SHAPES = {
-    "no credentials": ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    "no credentials": ("redis://cache.internal:6379/0", "redis://cache.internal:6379/0"),
     "password only": ("redis://:pw@host:6379/0", "redis://:***@host:6379/0"),
     "user and password": ("http://user:pw@h/", "http://user:***@h/"),
     "user only, often a token": ("https://tok3n@github.com/x", "https://***@github.com/x"),
@@ -65,7 +65,7 @@ def test_redact_url(url: str, expected: str) -> None:
 @pytest.mark.parametrize(
     ("url", "secrets"),
     [
-        ("redis://127.0.0.1:6379/0", set()),
+        ("redis://cache.internal:6379/0", set()),
         ("redis://:pw@h/", {"pw"}),
         ("http://user:pw@h/", {"pw"}),  # the user name is shown, so it is no secret
         ("https://tok3n@h/", {"tok3n"}),

@@ -1,4 +1,6 @@
 """LeakyBucket behaviour through the public API, on every store of the backend matrix.
+What every limiter promises alike (refunds, requests that can never go, first come
+first served, cancelled acquires) is in ``test_every_limiter.py``.
 
 A leaky bucket smooths: grants leave ``1 / leak_per_sec`` apart, never in a burst, and
 at most ``capacity`` tokens wait in the bucket; a request that would overflow it is
@@ -59,12 +61,6 @@ def test_exact_spacing_boundary(make: Make, clock: ManualClock) -> None:
     assert clock.sleeps == [0.25]
 
 
-def test_reservations_at_one_instant_are_fifo_and_evenly_spaced(make: Make, clock: ManualClock) -> None:
-    limiter: LeakyBucket = make(held(LeakyBucket), 5, 4)
-    assert [limiter.acquire() for _ in range(5)] == [0.0, 0.25, 0.5, 0.75, 1.0]
-    assert held_clock(limiter).sleeps == [0.25, 0.5, 0.75, 1.0]
-
-
 def test_weighted_requests_leak_for_their_weight(make: Make, clock: ManualClock) -> None:
     limiter: LeakyBucket = make(held(LeakyBucket), 10, 2)
     assert limiter.acquire(4) == 0.0  # leaks for 2 s
@@ -74,19 +70,6 @@ def test_weighted_requests_leak_for_their_weight(make: Make, clock: ManualClock)
     with pytest.raises(AcquireTimeout):
         limiter.acquire(0.5)
     assert held_clock(limiter).sleeps == [2.0, 3.0, 3.5]
-
-
-def test_async_tasks_reserve_in_arrival_order(make: Make, clock: ManualClock) -> None:
-    limiter: LeakyBucket = make(held(LeakyBucket), 4, 2)
-    held_time = held_clock(limiter)
-
-    async def scenario() -> list[float]:
-        tasks = [await held_time.start(limiter.acquire_async()) for _ in range(4)]
-        assert [task.done() for task in tasks] == [True, False, False, False]
-        held_time.release()
-        return list(await asyncio.gather(*tasks))
-
-    assert asyncio.run(scenario()) == [0.0, 0.5, 1.0, 1.5]
 
 
 # -- overflow -------------------------------------------------------------------------
@@ -150,25 +133,7 @@ def test_a_timed_out_request_consumes_nothing(make: Make, clock: ManualClock) ->
     assert limiter.acquire() == 2.0
 
 
-def test_tokens_above_capacity_raise_value_error(make: Make) -> None:
-    limiter: LeakyBucket = make(LeakyBucket, 3, 1)
-    with pytest.raises(ValueError, match="capacity"):
-        limiter.acquire(3.5)
-    with pytest.raises(ValueError, match="tokens"):
-        limiter.try_acquire(-1)
-    assert limiter.try_acquire(3)
-
-
-# -- refund ---------------------------------------------------------------------------
-
-
-def test_refund_makes_the_next_try_succeed(make: Make, clock: ManualClock) -> None:
-    limiter: LeakyBucket = make(LeakyBucket, 3, 1)
-    assert limiter.try_acquire()
-    assert not limiter.try_acquire()
-    limiter.refund()
-    assert limiter.try_acquire()
-    assert not limiter.try_acquire()
+# -- refund (what every limiter's refund does: test_every_limiter.py) ------------------
 
 
 def test_refund_never_empties_below_zero(make: Make, clock: ManualClock) -> None:
@@ -216,29 +181,9 @@ def test_async_twins(make: Make, clock: ManualClock) -> None:
     asyncio.run(scenario())
 
 
-def test_cancelled_acquire_async_gives_its_reservation_back(make: Make, clock: ManualClock) -> None:
-    limiter: LeakyBucket = make(held(LeakyBucket), 3, 1)
-    held_time = held_clock(limiter)
-
-    async def scenario() -> None:
-        assert await limiter.acquire_async() == 0.0
-        task = await held_time.start(limiter.acquire_async())
-        assert not task.done()
-        assert held_time.sleeps == [1.0]  # reserved for t=1001, asleep
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        with pytest.raises(AcquireTimeout) as info:
-            await limiter.acquire_async(timeout=0.5)
-        assert info.value.retry_after == 1.0  # the same answer the cancelled one had
-        clock.advance(1)
-        assert await limiter.try_acquire_async()  # had the reservation stayed: not before t=1002
-        assert not await limiter.try_acquire_async()
-
-    asyncio.run(scenario())
-
-
-def test_a_cancelled_middle_reservation_is_taken_at_its_own_time(make: Make, clock: ManualClock) -> None:
+def test_a_cancelled_middle_place_of_a_full_queue_is_taken_and_the_queue_is_full_again(
+    make: Make, clock: ManualClock
+) -> None:
     limiter: LeakyBucket = make(held(LeakyBucket), 3, 1)
     held_time = held_clock(limiter)
 

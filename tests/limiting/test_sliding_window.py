@@ -1,4 +1,6 @@
 """SlidingWindow behaviour through the public API, exact log and approximate counter.
+What every limiter promises alike (refunds, requests that can never go, first come
+first served, cancelled acquires) is in ``test_every_limiter.py``.
 
 Every limiter is built with ``make`` (so it runs on every store of the backend matrix)
 on the test's :class:`ManualClock`, 1000.0 at the start; a blocking sleep moves it.
@@ -121,15 +123,6 @@ def test_timedelta_window(make: Make, clock: ManualClock) -> None:
     assert limiter.acquire() == 0.5
 
 
-def test_tokens_above_limit_raise_value_error(make: Make, approximate: bool) -> None:
-    limiter: SlidingWindow = make(SlidingWindow, 2, 10, approximate=approximate)
-    with pytest.raises(ValueError, match="limit"):
-        limiter.acquire(3)
-    with pytest.raises(ValueError, match="tokens"):
-        limiter.try_acquire(0)
-    assert limiter.try_acquire(2)
-
-
 # -- the approximate counter ----------------------------------------------------------
 # It counts aligned sub-windows of window / 20 = 0.5 s: a grant at t=1000 counts in
 # sub-window [1000, 1000.5) and is counted by every decision up to t=1010.5, one
@@ -213,24 +206,7 @@ def test_approximate_a_timed_out_request_consumes_nothing(make: Make, clock: Man
     assert limiter.acquire(timeout=10.5) == 10.5
 
 
-# -- refund ---------------------------------------------------------------------------
-
-
-def test_refund_makes_the_next_try_succeed(make: Make, clock: ManualClock, approximate: bool) -> None:
-    limiter: SlidingWindow = make(SlidingWindow, 2, 10, approximate=approximate)
-    assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
-    limiter.refund()
-    assert limiter.try_acquire()
-    assert not limiter.try_acquire()
-
-
-def test_refund_never_lifts_the_limit(make: Make, clock: ManualClock, approximate: bool) -> None:
-    limiter: SlidingWindow = make(SlidingWindow, 2, 10, approximate=approximate)
-    limiter.refund(2)  # nothing granted yet: nothing to give back
-    assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
-    limiter.refund(2)
-    limiter.refund(2)
-    assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
+# -- refund (what every limiter's refund does: test_every_limiter.py) ------------------
 
 
 def test_refund_later_in_the_window(make: Make, clock: ManualClock) -> None:
@@ -296,48 +272,3 @@ def test_async_twins(make: Make, clock: ManualClock, approximate: bool) -> None:
         assert await limiter.try_acquire_async()
 
     asyncio.run(scenario())
-
-
-def test_cancelled_acquire_async_gives_its_reservation_back(make: Make, clock: ManualClock, approximate: bool) -> None:
-    limiter: SlidingWindow = make(held(SlidingWindow), 2, 10, approximate=approximate)
-    held_time = held_clock(limiter)
-    wait = 10.5 if approximate else 10.0
-
-    async def scenario() -> None:
-        assert [await limiter.acquire_async() for _ in range(2)] == [0.0, 0.0]
-        task = await held_time.start(limiter.acquire_async())
-        assert not task.done()
-        assert held_time.sleeps == [wait]
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        with pytest.raises(AcquireTimeout) as info:
-            await limiter.acquire_async(timeout=1)
-        assert info.value.retry_after == wait  # the same answer the cancelled one had
-        clock.advance(wait)
-        # Had the reservation stayed, it would hold one of the two places here.
-        assert await limiter.try_acquire_async()
-
-    asyncio.run(scenario())
-
-
-def test_a_cancelled_middle_reservation_is_taken_at_its_own_time(make: Make, clock: ManualClock) -> None:
-    limiter: SlidingWindow = make(held(SlidingWindow), 1, 10)
-    held_time = held_clock(limiter)
-
-    async def scenario() -> list[float]:
-        first = await held_time.start(limiter.acquire_async())  # t=1000
-        middle = await held_time.start(limiter.acquire_async())  # t=1010
-        last = await held_time.start(limiter.acquire_async())  # t=1020
-        assert first.done()
-        middle.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await middle
-        # The gap at t=1010 goes to the next request; the one after queues at t=1030.
-        taken = await held_time.start(limiter.acquire_async())
-        after = await held_time.start(limiter.acquire_async())
-        held_time.release()
-        await last
-        return [await taken, await after]
-
-    assert asyncio.run(scenario()) == [10.0, 30.0]

@@ -1,4 +1,6 @@
 """TokenBucket behaviour through the public API, on every store of the backend matrix.
+What every limiter promises alike (refunds, requests that can never go, first come
+first served, cancelled acquires) is in ``test_every_limiter.py``.
 
 Every limiter is built with the ``make`` fixture and runs on the test's
 :class:`ManualClock` (starting at 1000.0), whose ``sleep`` advances the clock: a
@@ -95,18 +97,6 @@ def test_fractional_tokens(make: Make, clock: ManualClock) -> None:
     assert not limiter.try_acquire(0.25)
 
 
-def test_requests_that_can_never_be_granted_raise_value_error(make: Make) -> None:
-    limiter: TokenBucket = make(TokenBucket, 3, 1)
-    with pytest.raises(ValueError, match="capacity"):
-        limiter.acquire(4)
-    with pytest.raises(ValueError, match="tokens"):
-        limiter.try_acquire(0)
-    with pytest.raises(ValueError, match="timeout"):
-        limiter.acquire(timeout=-1)
-    # Nothing was charged by the rejected calls.
-    assert [limiter.try_acquire() for _ in range(4)] == [True, True, True, False]
-
-
 # -- timeouts -------------------------------------------------------------------------
 
 
@@ -154,14 +144,12 @@ def test_a_timed_out_request_leaves_the_queue_as_it_was(make: Make, clock: Manua
     assert held_clock(limiter).sleeps == [1.0, 2.0, 3.0]
 
 
-# -- reservations: FIFO, evenly spaced ---------------------------------------------------
+# -- reservations: FIFO, evenly spaced (every limiter's: test_every_limiter.py) ----------
 
 
-def test_reservations_at_one_instant_are_fifo_and_evenly_spaced(make: Make, clock: ManualClock) -> None:
+def test_time_passing_does_not_shorten_a_queue_reserved_ahead(make: Make, clock: ManualClock) -> None:
     limiter: TokenBucket = make(held(TokenBucket), 3, 1)
-    waits = [limiter.acquire() for _ in range(7)]
-    assert waits == [0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 4.0]
-    assert held_clock(limiter).sleeps == [1.0, 2.0, 3.0, 4.0]
+    assert [limiter.acquire() for _ in range(7)] == [0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 4.0]
     # Two seconds later the queue still runs to t=1004: the next slot is t=1005.
     clock.advance(2)
     assert not limiter.try_acquire()
@@ -176,41 +164,15 @@ def test_weighted_reservations_queue_behind_each_other(make: Make, clock: Manual
     assert limiter.acquire(4) == 4.0
 
 
-def test_async_tasks_reserve_in_arrival_order(make: Make, clock: ManualClock) -> None:
-    limiter: TokenBucket = make(held(TokenBucket), 3, 1)
-    held_time = held_clock(limiter)
-
-    async def scenario() -> list[float]:
-        tasks = [await held_time.start(limiter.acquire_async()) for _ in range(6)]
-        assert [task.done() for task in tasks] == [True, True, True, False, False, False]
-        held_time.release()
-        return list(await asyncio.gather(*tasks))
-
-    assert asyncio.run(scenario()) == [0.0, 0.0, 0.0, 1.0, 2.0, 3.0]
-    assert held_time.sleeps == [1.0, 2.0, 3.0]
+# -- refund (what every limiter's refund does: test_every_limiter.py) ------------------
 
 
-# -- refund ---------------------------------------------------------------------------
-
-
-def test_refund_makes_the_next_try_succeed(make: Make, clock: ManualClock) -> None:
+def test_a_refund_of_several_tokens_lets_a_request_of_as_many_go(make: Make, clock: ManualClock) -> None:
     limiter: TokenBucket = make(TokenBucket, 3, 1)
     assert [limiter.try_acquire() for _ in range(4)] == [True, True, True, False]
-    limiter.refund()
-    assert limiter.try_acquire()
-    assert not limiter.try_acquire()
     limiter.refund(2)
     assert limiter.try_acquire(2)
     assert not limiter.try_acquire()
-
-
-def test_refund_never_fills_above_capacity(make: Make, clock: ManualClock) -> None:
-    limiter: TokenBucket = make(TokenBucket, 3, 1)
-    limiter.refund(2)  # the bucket is already full
-    assert [limiter.try_acquire() for _ in range(4)] == [True, True, True, False]
-    limiter.refund(3)
-    limiter.refund(3)
-    assert [limiter.try_acquire() for _ in range(4)] == [True, True, True, False]
 
 
 def test_refund_of_a_waited_grant(make: Make, clock: ManualClock) -> None:
@@ -269,29 +231,6 @@ def test_async_tokens_and_timeout_validation(make: Make) -> None:
     asyncio.run(scenario())
 
 
-def test_cancelled_acquire_async_gives_its_reservation_back(make: Make, clock: ManualClock) -> None:
-    limiter: TokenBucket = make(held(TokenBucket), 3, 1)
-    held_time = held_clock(limiter)
-
-    async def scenario() -> None:
-        assert [await limiter.try_acquire_async() for _ in range(3)] == [True, True, True]
-        task = await held_time.start(limiter.acquire_async())
-        assert not task.done()
-        assert held_time.sleeps == [1.0]  # reserved for t=1001, now asleep
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        # The slot at t=1001 is free again: the same request gets the same answer.
-        with pytest.raises(AcquireTimeout) as info:
-            await limiter.acquire_async(timeout=0.5)
-        assert info.value.retry_after == 1.0
-        clock.advance(1)
-        assert await limiter.try_acquire_async()  # had the reservation stayed, not before t=1002
-        assert not await limiter.try_acquire_async()
-
-    asyncio.run(scenario())
-
-
 def test_cancelled_by_wait_for_wastes_nothing(make: Make, clock: ManualClock) -> None:
     limiter: TokenBucket = make(held(TokenBucket), 1, 1)
     held_time = held_clock(limiter)
@@ -307,27 +246,3 @@ def test_cancelled_by_wait_for_wastes_nothing(make: Make, clock: ManualClock) ->
         assert await limiter.try_acquire_async()
 
     asyncio.run(scenario())
-
-
-def test_a_cancelled_middle_reservation_is_taken_at_its_own_time(make: Make, clock: ManualClock) -> None:
-    limiter: TokenBucket = make(held(TokenBucket), 1, 1)
-    held_time = held_clock(limiter)
-
-    async def scenario() -> list[float]:
-        first = await held_time.start(limiter.acquire_async())  # t=1000
-        middle = await held_time.start(limiter.acquire_async())  # t=1001
-        last = await held_time.start(limiter.acquire_async())  # t=1002
-        assert first.done()
-        assert held_time.sleeps == [1.0, 2.0]
-        middle.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await middle
-        # The next request takes the withdrawn place at t=1001: one second from the
-        # grants on either side, as before. The one after it queues behind `last`.
-        taken = await held_time.start(limiter.acquire_async())
-        after = await held_time.start(limiter.acquire_async())
-        held_time.release()
-        await last
-        return [await taken, await after]
-
-    assert asyncio.run(scenario()) == [1.0, 3.0]

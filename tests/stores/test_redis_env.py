@@ -138,7 +138,7 @@ def test_bench_keeps_its_limiter_in_the_redis_of_the_variable(
 def test_the_help_names_the_variable_not_its_value(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv(REDIS_URL_ENV, f"redis://:{SECRET}@127.0.0.1:6379/0")
+    monkeypatch.setenv(REDIS_URL_ENV, f"redis://:{SECRET}@cache.internal:6379/0")
     with pytest.raises(SystemExit):
         main(["inspect", "--help"])
     out = capsys.readouterr().out

@@ -3,8 +3,9 @@
 The behaviour tests of the backend matrix run on the ``sqlite`` store too; here is
 what only a file shared by processes has: the SQL twin held to the pure semaphore,
 the doors that wake a waiter of another process (sockets beside the file, abstract
-ones for paths too long, stale and forged knocks), a holder killed with SIGKILL,
-FIFO across processes, a forked child, and ten thousand asyncio tasks.
+ones for paths too long, a folder removed, stale and forged knocks, rows naming
+sockets that are not doors), a holder killed with SIGKILL, FIFO across processes, a
+forked child, and ten thousand asyncio tasks.
 """
 
 from __future__ import annotations
@@ -32,11 +33,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit import AcquireTimeout, BackendUnavailable, ConcurrencyLimit, Lease, ManualClock, SQLiteBackend
+from ratelimit import (
+    AcquireTimeout,
+    BackendUnavailable,
+    ConcurrencyLimit,
+    Lease,
+    ManualClock,
+    SQLiteBackend,
+)
 from ratelimit._algorithms.semaphore import Semaphore
 from ratelimit._stores.sqlite import slots as sqlite_slots
 from ratelimit._stores.sqlite.doors import Doors, folder_of
 from ratelimit._stores.waiting import Waiting
+from ratelimit.cli import main
 
 from conftest import SUPPORT
 
@@ -614,7 +623,6 @@ def test_a_take_while_another_process_holds_the_file_waits_off_the_loop(tmp_path
 def test_inspect_shows_a_limits_holders_and_waiters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``ratelimit inspect --store`` lists a ConcurrencyLimit beside the limiters: how
     many hold a slot and wait for one, and when the last lease runs out."""
-    from ratelimit.cli import main
 
     path = tmp_path / "inspect.db"
     backend = SQLiteBackend(path)
@@ -642,3 +650,76 @@ def test_inspect_shows_a_limits_holders_and_waiters(tmp_path: Path, capsys: pyte
     second.release()
     assert backend.inspect(["uploads"]) == []
     backend.close()
+
+
+# -- doors whose folder was removed, rows naming sockets that are not doors ----------
+
+
+@pytest.fixture
+def short_store_file() -> Iterator[str]:
+    # A short folder of its own: under pytest-xdist a tmp_path is long enough that the
+    # doors' socket paths pass AF_UNIX's 107 bytes, and the doors become abstract
+    # sockets with no folder (which these tests delete and search).
+    folder = tempfile.mkdtemp(prefix="rl-", dir="/tmp")
+    path = os.path.join(folder, "doors.db")
+    SQLiteBackend(path)
+    yield path
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_door_whose_folder_was_deleted_is_opened_again(short_store_file: str, opened: list[Doors]) -> None:
+    """A cleaner (systemd-tmpfiles, a careless rm) removes the folder of doors while a
+    process keeps waiters behind its door: its next waiter gets a door that knocks
+    reach, not a socket bound to a name that no longer exists."""
+    doors = Doors(short_store_file)
+    opened.append(doors)
+    address = doors.expect("elsewhere:1", Waiting(), _holding_all)
+    assert address is not None
+    shutil.rmtree(folder_of(short_store_file))
+    waiting = Waiting()
+    again = doors.expect("elsewhere:2", waiting, _holding_all)
+    assert again is not None
+    assert os.path.exists(again)
+    knocker = Doors(short_store_file)
+    opened.append(knocker)
+    knocker.knock([("elsewhere:2", again)])
+    assert waiting.wait(5.0)
+    doors.forget("elsewhere:1")
+
+
+def test_a_knock_never_removes_a_socket_outside_the_folder_of_doors(
+    short_store_file: str, tmp_path: Path, opened: list[Doors]
+) -> None:
+    """A row's door is whatever the file says: one who may write the file (not the
+    folder elsewhere) could name any socket file there, which a knock finding nobody
+    behind it would remove."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    victim = str(elsewhere / "app.sock")
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dead.bind(victim)
+    dead.close()
+    doors = Doors(short_store_file)
+    opened.append(doors)
+    doors.knock([("elsewhere:1", victim)])
+    assert os.path.exists(victim)
+
+
+def test_a_knock_goes_only_to_a_socket_shaped_as_a_door(
+    short_store_file: str, tmp_path: Path, opened: list[Doors]
+) -> None:
+    """A row naming another program's socket (a log, a service manager's) as its door:
+    the promoting process, maybe another user's, sends it nothing."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listening.bind(str(elsewhere / "log"))
+    listening.setblocking(False)
+    try:
+        doors = Doors(short_store_file)
+        opened.append(doors)
+        doors.knock([("<13>forged entry", str(elsewhere / "log"))])
+        with pytest.raises(BlockingIOError):
+            listening.recv(512)
+    finally:
+        listening.close()

@@ -3,8 +3,10 @@
 Every behaviour test parametrised over stores runs on it too (the ``sqlite`` case of
 ``conftest.py``); here are what only a file has: its decisions held to the pure
 algorithms through the rows (two backends on one file standing for two processes),
+the quick path and full transactions mixed by processes deciding as full ones alone,
 processes, locks, a process killed inside a transaction, the file's time across a
-reboot and a wall-clock step, idle names, and every bad path.
+reboot and a wall-clock step, idle names, a forked child's counts for ``ratelimit
+top``, keyed rows in ``ratelimit inspect``, and every bad path (``:memory:`` too).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import json
 import math
 import multiprocessing
@@ -30,6 +33,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import ratelimit._stores.sqlite.backend as sqlite_store
 import ratelimit._stores.sqlite.file as sqlite_file
@@ -1257,3 +1261,118 @@ def test_bench_and_inspect_take_a_sqlite_store(tmp_path: Path, capsys: pytest.Ca
         main(["bench", "--store", "redis://x"])
     assert exited.value.code == 2
     assert "--store takes sqlite:///PATH" in capsys.readouterr().err
+
+
+# -- the quick path and the full transaction mixed by processes; top, paths, inspect ---
+
+_mixed_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["reserve", "reserve", "reserve", "refund", "pause", "charge", "set", "reset", "time"]),
+        st.integers(0, 3),  # which handle: two per backend, two backends (processes) on one file
+        st.sampled_from([0.0, 0.1, 0.5, 1.0, 2.5, 3.0]),
+        st.sampled_from([0.0, 0.5, 2.0, math.inf]),
+        st.sampled_from([None, 0.5, 2.0, 6.0]),
+        st.sampled_from([None, 1.0, 5.0]),
+        st.sampled_from([None, 0.5, 3.0]),
+    ),
+    max_size=50,
+)
+_mixed_numbers = itertools.count()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=_mixed_steps)
+def test_quick_and_full_decisions_mixed_across_processes_decide_as_full_transactions(
+    tmp_path: Path, steps: list[tuple[str, int, float, float, float | None, float | None, float | None]]
+) -> None:
+    """Four handles of one bucket on two backends of one file (two processes, two
+    handles each), the quick path on, against one handle deciding every call in a full
+    transaction on a file of its own: refunds (holes), pauses, charges and changes at
+    run time (with ends) come and go between the decisions; every answer is the same."""
+    name = f"mixed-{next(_mixed_numbers)}"
+    clock = ManualClock(start=1_700_000_000.0)
+    alg = Gcra(3.0, 1.0)
+    backends = [SQLiteBackend(tmp_path / "mixed.db") for _ in range(2)]
+    handles = [backends[i // 2].bind(name, alg, clock) for i in range(4)]
+    alone = SQLiteBackend(tmp_path / "alone.db")
+    full = alone.bind(name, alg, clock)
+    full._quick = None  # every decision in a full transaction
+    granted: list[tuple[float, float]] = []
+    for what, which, tokens, max_wait, rate, burst, ttl in steps:
+        handle, backend = handles[which], backends[which // 2]
+        if what == "reserve":
+            expected = full.reserve(tokens, max_wait)
+            got = handle.reserve(tokens, max_wait)
+            assert got[0] == expected[0]
+            assert got[1] == expected[1] or (math.isnan(got[1]) and math.isnan(expected[1]))
+            if got[0] >= 0:
+                granted.append((got[1], tokens))
+        elif what == "refund" and granted:
+            at, back = granted.pop()
+            full.refund(back, at)
+            handle.refund(back, at)
+        elif what == "pause":
+            remaining = 0.0 if tokens < 1 else 1.0
+            full.restrict(remaining, 2.0)
+            handle.restrict(remaining, 2.0)
+        elif what == "charge":
+            assert handle.charge(tokens) == full.charge(tokens)
+        elif what == "set" and (rate is not None or burst is not None):
+            alone.set_limit(name, rate=rate, burst=burst, ttl=ttl, clock=clock)
+            backend.set_limit(name, rate=rate, burst=burst, ttl=ttl, clock=clock)
+        elif what == "reset":
+            assert backend.reset_limit(name, clock=clock) == alone.reset_limit(name, clock=clock)
+        elif what == "time":
+            clock.advance(tokens)
+        assert handle.peek(1.0) == full.peek(1.0)
+
+
+def _child_decides(limiter: TokenBucket, backend: SQLiteBackend) -> None:
+    for _ in range(3):
+        assert limiter.try_acquire()
+    backend.write_counts()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="no fork")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() with threads running, on purpose
+def test_a_forked_child_counts_only_its_own_decisions_for_top(tmp_path: Path) -> None:
+    """A pool's worker forked after its parent decided counts, for ``ratelimit top``,
+    only its own decisions, not the parent's still unwritten ones again."""
+    backend = SQLiteBackend(tmp_path / "top.db")
+    limiter = TokenBucket(100, 1, backend=backend, name="pool")
+    for _ in range(5):
+        assert limiter.try_acquire()
+    child = multiprocessing.get_context("fork").Process(target=_child_decides, args=(limiter, backend))
+    child.start()
+    child.join(20)
+    assert child.exitcode == 0
+    # The whole seconds of the last 5 before a moment 2 s from now: every decision above.
+    (row,) = backend.top(window=5.0, now=backend.now() + 2.0)
+    assert row.grants_per_sec is not None
+    assert round(row.grants_per_sec * 5.0) == 8
+
+
+def test_memory_is_not_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite's name for a private database is refused, pointing to the memory store:
+    no file called ``:memory:`` is made in the working folder, where no other process
+    would find it."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="MemoryBackend"):
+        SQLiteBackend(":memory:")
+    with pytest.raises(ValueError, match="MemoryBackend"):
+        SQLiteBackend.from_url("sqlite:///:memory:")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_inspect_tells_a_keyed_budget_from_its_name_s_own(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``ratelimit inspect --store`` shows a keyed budget's row with its key, apart from
+    the bare name's own row."""
+    path = tmp_path / "keys.db"
+    limiter = TokenBucket(3, 1, backend=SQLiteBackend(path), name="geocode")
+    limiter.try_acquire()
+    limiter.for_key("tenant-7").try_acquire()
+    assert main(["inspect", "--store", f"sqlite:///{path}"]) == 0
+    heads = [line for line in capsys.readouterr().out.splitlines() if line.startswith("geocode")]
+    assert len(heads) == 2
+    assert sum("key 'tenant-7'" in line for line in heads) == 1

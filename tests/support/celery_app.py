@@ -41,7 +41,7 @@ from ratelimit import Composite, RedisBackend, TokenBucket
 from ratelimit.celery import HEADER, limited
 
 BROKER = os.environ.get("RATELIMIT_CELERY_BROKER", "amqp://guest:guest@127.0.0.1:5672//")
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+REDIS_URL = os.environ["REDIS_URL"]  # celery_fleet.Fleet sets it, from the suite's fixture
 RUN = os.environ.get("RATELIMIT_CELERY_RUN", "celery-app-unconfigured")
 CAPACITY, RATE, GUARD = (float(x) for x in os.environ.get("RATELIMIT_CELERY_LIMIT", "4,10,0.1").split(","))
 MAX_BLOCK = float(os.environ.get("RATELIMIT_CELERY_MAX_BLOCK", "1.0"))

@@ -24,11 +24,10 @@ from typing import Any
 import redis
 from celery import Celery
 
-from conftest import unique_name
+from conftest import REDIS_URL, unique_name
 
 HERE = Path(__file__).resolve().parent
 BROKER = os.environ.get("RATELIMIT_CELERY_BROKER", "amqp://guest:guest@127.0.0.1:5672//")
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 def broker_reachable() -> str | None:

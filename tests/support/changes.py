@@ -1,6 +1,6 @@
 """Run-time changes among decisions, run through Redis and through a SQLite file alike
-(``stores/test_sqlite_config.py`` and its adversarial twin): the steps, the limiters
-they are drawn for, and the runner whose answers the two stores must agree on."""
+(``stores/test_run_time_limits.py``, its SQLite part): the steps, the limiters they
+are drawn for, and the runner whose answers the two stores must agree on."""
 
 from __future__ import annotations
 

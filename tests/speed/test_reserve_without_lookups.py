@@ -1,4 +1,5 @@
-"""The quick path of a bucket's reserve, and the mark in its state that allows it.
+"""A bucket's reserve that decides on its state alone (the quick path), and the mark in
+its state that allows it.
 
 A bucket's state written by a reserve that found nothing beside it (no change, no
 holes or pause, no slack record) is "clean" (a mark in its text, see the top of

@@ -1,10 +1,10 @@
 """Thousands of callers in one process on one limiter through Redis.
 
 A busy client is not an unreachable store: callers beyond the backend's pool wait
-their turn and get exact answers. Each test here reproduces a defect seen before:
-1,000 asyncio tasks on ``TokenBucket(10, 1)`` under ``on_unavailable="allow"`` were
-granted 910, and 150 threads 28, because redis-py's pool (100 connections) raised
-``MaxConnectionsError`` and the backend took it for "Redis is down".
+their turn and get exact answers, whatever ``on_unavailable`` says (a pool with no
+connection to spare is not "Redis is down"): tasks and threads by the thousand, a
+small or already busy pool, a hung server that fails its queued callers together,
+cancelled waiters, a CPU-busy event loop.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Coalescing and leases (``_stores/redis/rounds.py``): one script call per round, and a
-batch of the shared budget spent locally.
+"""Coalescing (``coalesce=``: the calls of many callers sent as one script call per
+round) and leases (``lease=``: a batch of the shared budget spent locally).
 
 Leases run on an injected clock, so their time is the test's: a lease ends when the
 clock says so, and the bound is checked on the times the callers were granted.

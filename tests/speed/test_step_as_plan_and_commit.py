@@ -1,4 +1,5 @@
-"""Algorithms that fuse plan + commit into ``step`` for speed must not change a decision."""
+"""A decision taken in one ``step`` (plan and commit fused, for speed) is the decision
+that ``plan`` then ``commit`` take, for every algorithm that fuses them."""
 
 from __future__ import annotations
 
@@ -89,6 +90,63 @@ def test_the_logs_fused_step_decides_as_plan_then_commit(
         elif extra == "restrict":
             fused, plain = (alg.restrict(s, now, limit * share, now + dt) for s in (fused, plain))
         assert _pruned(alg, fused, now) == _pruned(alg, plain, now)
+
+
+# -- the approximate window's fused step ------------------------------------------------------------------
+
+#: Time steps as fractions of the window: within a sub-window, across one, across the ring.
+fractions = st.one_of(
+    st.sampled_from([0.0, 0.0, 0.0, 0.01, 0.03, 0.05, 0.25, 0.5, 0.9, 0.97, 0.99, 1.0, 1.05, 2.0]),
+    st.floats(min_value=0.0, max_value=3.0, allow_nan=False),
+)
+epoch_windows = st.sampled_from([1e-6, 3e-5, 0.3, 1.0, 2.5, 60.0, 3600.0, 1e9])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    window=epoch_windows,
+    limit=st.sampled_from([1.0, 3.0, 100.0, 1e15]),
+    start=st.sampled_from([0.0, 1_000.0, 1_700_000_000.0]),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["acquire", "acquire", "acquire", "refund", "restrict"]),
+            fractions,
+            st.floats(min_value=0.01, max_value=1.0),
+            st.sampled_from([0.0, 0.5, math.inf]),
+        ),
+        max_size=50,
+    ),
+)
+def test_the_counters_fused_step_decides_as_plan_then_commit(
+    window: float, limit: float, start: float, ops: list[tuple[str, float, float, float]]
+) -> None:
+    alg = WindowCounter(limit, window)
+    state = alg.new_state()
+    now = start
+    for op, fraction, weight, max_wait in ops:
+        now += fraction * window
+        tokens = weight * limit
+        if op == "refund":
+            state = alg.refund(state, now, tokens, now)
+        elif op == "restrict":
+            state = alg.restrict(state, now, tokens, now + fraction * window)
+        else:
+            fused, fused_wait = alg.step(state.copy(), now, tokens, max_wait * window)
+            plain, plain_wait = step(alg, state.copy(), now, tokens, max_wait * window)
+            assert (fused, fused_wait) == (plain, plain_wait)
+            assert math.copysign(1.0, fused_wait) == math.copysign(1.0, plain_wait)
+            state = fused
+
+
+def test_the_common_step_touches_only_the_newest_sub_window() -> None:
+    alg = WindowCounter(100.0, 1.0)
+    state, _ = alg.step(alg.new_state(), 1_000.0, 1.0, 0.0)
+    counts = state.counts
+    state, wait = alg.step(state, 1_000.0 + 0.01, 2.0, 0.0)
+    assert wait == 0.0
+    assert state.counts is counts  # updated in place, nothing allocated
+    assert state.total == 3.0
+    assert state.counts[state.slot] == 3.0
 
 
 # -- the in-process group handle's quick path -------------------------------------------

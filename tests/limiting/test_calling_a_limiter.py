@@ -1,5 +1,7 @@
-"""The limiter front: the sugar (decorators, context managers), refunds, the wait
-``acquire`` returns, and an interrupted wait giving its reservation back.
+"""Every way to call a limiter: as a decorator, as a context manager (``with`` and
+``async with``), ``acquire`` and the wait it returns, ``try_acquire_async``, a refund
+of a weighted grant or a composite's, and an interrupted wait giving its reservation
+back.
 
 Every test runs on every store of the backend matrix (``make``), with time injected
 through the ``clock`` fixture: a :class:`ManualClock` at 1000.0 whose ``sleep``
@@ -392,43 +394,7 @@ def test_try_acquire_async_with_a_weight(make: Make, clock: ManualClock) -> None
     assert asyncio.run(scenario()) == [True, False, True, False]
 
 
-# -- refund and refund_async ----------------------------------------------------------
-
-
-@pytest.mark.parametrize("kind", ["sync", "async"])
-@pytest.mark.parametrize(
-    ("cls", "args", "take"),
-    [(TokenBucket, (3, 1), 3), (SlidingWindow, (3, 10), 3), (LeakyBucket, (3, 1), 1)],
-    ids=["TokenBucket", "SlidingWindow", "LeakyBucket"],
-)
-def test_a_refund_gives_back_unused_tokens(
-    make: Make, clock: ManualClock, cls: type[Any], args: tuple[float, float], take: float, kind: str
-) -> None:
-    limiter = make(cls, *args)
-    # `take` tokens leave nothing grantable right now.
-    assert limiter.try_acquire(take)
-    assert not limiter.try_acquire()
-
-    if kind == "sync":
-        limiter.refund(1)
-    else:
-        asyncio.run(limiter.refund_async(1))
-
-    assert limiter.try_acquire()  # the refunded token, at once
-    assert not limiter.try_acquire()
-    assert clock.sleeps == []
-
-
-@pytest.mark.parametrize("kind", ["sync", "async"])
-def test_a_refund_never_leaves_more_than_capacity(make: Make, kind: str) -> None:
-    limiter: TokenBucket = make(TokenBucket, 3, 1)
-    # A full bucket, refunded: still just 3.
-    if kind == "sync":
-        limiter.refund(3)
-    else:
-        asyncio.run(limiter.refund_async(3))
-    assert limiter.try_acquire(3)
-    assert not limiter.try_acquire()
+# -- refund of a weighted grant, of a composite (every limiter's: test_every_limiter.py) --
 
 
 def test_a_partial_refund_of_a_weighted_grant(make: Make, clock: ManualClock) -> None:
