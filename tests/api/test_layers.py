@@ -194,11 +194,6 @@ NOT_YET_THROUGH_THE_FACE = {
     ("_resilience.breaker_state", "_stores.sqlite.codec"),
     ("_cli.bench", "_stores.redis.scripts"),
     ("_cli.bench_worker", "_stores.redis.clients"),
-    ("cli", "_stores.redis.clients"),
-    ("cli", "_stores.redis.config"),
-    ("cli", "_stores.redis.fleet"),
-    ("cli", "_stores.redis.sentinel"),
-    ("cli", "_stores.sqlite.backend"),
 }
 
 

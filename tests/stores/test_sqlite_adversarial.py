@@ -217,12 +217,14 @@ def test_memory_is_not_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 def test_inspect_tells_a_keyed_budget_from_its_name_s_own(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``ratelimit inspect --store`` printed a keyed budget's row under the bare name,
-    two rows alike but for their states."""
+    two rows alike but for their states: the listing shows names, as on Redis, and
+    ``--key`` one key's budget."""
     path = tmp_path / "keys.db"
     limiter = TokenBucket(3, 1, backend=SQLiteBackend(path), name="geocode")
     limiter.try_acquire()
     limiter.for_key("tenant-7").try_acquire()
     assert main(["inspect", "--store", f"sqlite:///{path}"]) == 0
     heads = [line for line in capsys.readouterr().out.splitlines() if line.startswith("geocode")]
-    assert len(heads) == 2
-    assert sum("key 'tenant-7'" in line for line in heads) == 1
+    assert heads == ["geocode  (token_bucket)"]
+    assert main(["inspect", "geocode", "--key", "tenant-7", "--store", f"sqlite:///{path}"]) == 0
+    assert capsys.readouterr().out.startswith("geocode key tenant-7  (token_bucket)")

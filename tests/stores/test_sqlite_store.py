@@ -1248,7 +1248,7 @@ def test_bench_and_inspect_take_a_sqlite_store(tmp_path: Path, capsys: pytest.Ca
     assert report["backend"].startswith("SQLite file")
     assert report["grants"] > 0
     assert main(["inspect", "--store", url, "--json"]) == 0
-    (row,) = json.loads(capsys.readouterr().out)
+    (row,) = json.loads(capsys.readouterr().out)["limiters"]
     assert row["kind"] == "token_bucket"
     assert main(["inspect", "--store", url, "nobody"]) == 1
     assert main(["inspect", "--store", f"sqlite:///{tmp_path}/missing/x.db"]) == 1
