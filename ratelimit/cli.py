@@ -390,10 +390,12 @@ def _unreachable(args: argparse.Namespace, exc: BaseException) -> int:
     told = None
     while isinstance(cause, BackendUnavailable) and cause.__cause__ is not None:
         told, cause = cause, cause.__cause__
-    # redis-py's text of this one is a kilobyte of its connection objects: the store's is one line.
-    said = str(told) if isinstance(cause, MasterNotFoundError) and told is not None else str(cause)
     url = _store_url(args)
-    what = "use the SQLite store" if url.startswith(SQLITE_PREFIX) else "reach Redis"
+    file = url.startswith(SQLITE_PREFIX)
+    # redis-py's text of a master not found is a kilobyte of its connection objects, and
+    # sqlite3's of a lock says nothing of the wait: the store's own text is one line.
+    said = str(told) if told is not None and (file or isinstance(cause, MasterNotFoundError)) else str(cause)
+    what = "use the SQLite store" if file else "reach Redis"
     text = f"ratelimit {args.command}: error: cannot {what} at {redact_url(url)}: {said}"
     print(printable(scrub(text, _secrets(args))), file=sys.stderr)
     return 1
