@@ -9,9 +9,13 @@
   ``--sweep`` tries several headrooms, no guard, and capacities, and marks the best.
   ``--adaptive`` hides the provider's limit (and lowers it mid-run) and measures how
   an adaptive limiter finds and follows it.
+- ``ratelimit inspect``, ``set`` and ``top``: what an operator reads and changes in a
+  shared store, written once against the operator protocol (``_stores/operated.py``)
+  for whichever store the URL names (``ratelimit._cli.stores``), printed by
+  ``_cli/inspect_report.py`` and ``_cli/top_report.py``.
 
 Bad arguments end the command with one line on stderr and exit code 2; a run that
-cannot start (unreachable Redis or target) with one line and exit code 1; Ctrl-C
+cannot start (an unreachable store or target) with one line and exit code 1; Ctrl-C
 during a bench prints the partial report and exits with 130. Output whose reader has
 gone (``ratelimit inspect | head``) ends the command quietly with 141, as SIGPIPE
 ends a Unix tool.
@@ -25,7 +29,6 @@ error text is scrubbed of the secrets the command line holds, in case it quotes 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import io
 import json
 import math
@@ -59,18 +62,13 @@ from ._cli.printable import printable
 from ._cli.rates import UNITS, Rate, parse_rate
 from ._cli.size_report import size_json, size_text
 from ._cli.sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
+from ._cli.stores import SQLITE_PREFIX, UnknownStore, backend_from_url, is_cluster_node, store_of
 from ._cli.top_report import top_json, top_text
-from ._errors import BackendUnavailable, RateLimitError
+from ._errors import BackendUnavailable
 from ._redact import redact_url, scrub, url_secrets
-from ._stores.keys import Keyed
-from ._stores.records import UnchangeableLimit
-from ._stores.redis import RedisBackend
-from ._stores.redis.clients import REDIS_URL_ENV, url_from_env
-from ._stores.redis.config import inspect_all, inspect_many
-from ._stores.redis.fleet import fleet
-from ._stores.redis.sentinel import is_sentinel_url, parse_sentinel_url
-from ._stores.sqlite import SQLiteBackend
-from ._stores.sqlite.backend import StoredState
+from ._stores.operated import Operated
+from ._stores.records import FleetRow, UnchangeableLimit
+from ._stores.redis import REDIS_URL_ENV, url_from_env
 
 __all__ = ["main"]
 
@@ -196,7 +194,7 @@ def _argv_secrets(argv: Sequence[str]) -> tuple[str, ...]:
 
 def _secrets(args: argparse.Namespace) -> tuple[str, ...]:
     """The secrets of the URLs a command was given."""
-    urls = [getattr(args, name, None) for name in ("redis", "target")]
+    urls = [getattr(args, name, None) for name in ("redis", "store", "target")]
     return tuple(secret for url in urls if url is not None for secret in url_secrets(url))
 
 
@@ -330,180 +328,115 @@ class _Progress:
             sys.stderr.flush()
 
 
-#: How long an operator command waits for one reply: a pipeline of thousands of
-#: reads is no limiter's hot path.
-_ADMIN_TIMEOUT = 5.0
+def _store_url(args: argparse.Namespace) -> str:
+    """The URL of the store an operator command works on: ``--store``, else ``--redis``."""
+    url: str | None = args.store if args.store is not None else args.redis
+    if url is None:
+        raise _UsageError("give --redis URL or --store URL (redis://..., or sqlite:///PATH for a SQLite file)")
+    return url
 
 
-def _is_cluster_node(args: argparse.Namespace) -> bool:
-    """Whether ``--redis`` names a node of a Redis Cluster (``cluster_enabled:1``)."""
-    if is_sentinel_url(args.redis):
-        return False  # a master found through Sentinel; --cluster beside it is refused by from_url
+def _flag(args: argparse.Namespace) -> str:
+    return "--store" if args.store is not None else "--redis"
+
+
+def _open(args: argparse.Namespace) -> Operated:
+    """The store of the command (``--store`` or ``--redis``): for a Redis, a Cluster's
+    client whenever it names a Cluster node, with or without ``--cluster`` (a single
+    node's client would see a part of it)."""
+    url = _store_url(args)
     try:
-        client = redis.Redis.from_url(args.redis, socket_connect_timeout=0.5, socket_timeout=_ADMIN_TIMEOUT)
+        store = store_of(url)
+    except UnknownStore as exc:
+        raise _UsageError(f"{_flag(args)}: {exc}") from None
+    if store == "sqlite":
+        if args.cluster:
+            raise _UsageError("--cluster names a node of a Redis Cluster: leave it out with a SQLite store")
+        try:
+            return backend_from_url(url)
+        except (OSError, ValueError) as exc:  # no such folder, not a store of ours
+            raise _Unreachable() from exc
+    try:
+        cluster = is_cluster_node(url)
     except ValueError as exc:
-        raise _UsageError(f"--redis: {exc}") from None
-    try:
-        info: dict[str, Any] = client.info("cluster")
-    except redis.exceptions.ResponseError:
-        return False  # INFO refused or renamed: not a Cluster's node, which needs it
-    finally:
-        client.close()
-    return bool(info.get("cluster_enabled"))
-
-
-def _backend(args: argparse.Namespace) -> RedisBackend:
-    """The backend of ``--redis``: a Cluster's client whenever it names a Cluster node,
-    with or without ``--cluster`` (a single node's client would see a part of it)."""
-    cluster = _is_cluster_node(args)
-    if args.cluster and not cluster and not is_sentinel_url(args.redis):
+        raise _UsageError(f"{_flag(args)}: {exc}") from None
+    if args.cluster and not cluster and not url.lower().startswith("redis+sentinel://"):
         raise _UsageError(
-            f"--cluster: {redact_url(args.redis)} is not a node of a Redis Cluster (its cluster mode is off); "
+            f"--cluster: {redact_url(url)} is not a node of a Redis Cluster (its cluster mode is off); "
             "leave out --cluster"
         )
     try:
-        return RedisBackend.from_url(args.redis, cluster=cluster, coalesce=False, socket_timeout=_ADMIN_TIMEOUT)
+        return backend_from_url(url, cluster=cluster)
     except ValueError as exc:
-        raise _UsageError(f"--redis: {exc}") from None
+        raise _UsageError(f"{_flag(args)}: {exc}") from None
 
 
 class _Unreachable(Exception):
-    """Redis could not be reached (the cause is chained); said in one line, exit 1."""
+    """The store could not be reached or used (the cause is chained); said in one
+    line, exit 1."""
 
 
 def _reading(call: Callable[[], T]) -> T:
-    """``call()``, its failure to reach Redis raised as :class:`_Unreachable` (so that
-    an error of our own output, a closed pipe, is never taken for one)."""
+    """``call()``, its failure to reach the store raised as :class:`_Unreachable` (so
+    that an error of our own output, a closed pipe, is never taken for one)."""
     try:
         return call()
     except (BackendUnavailable, *_CONNECTION_ERRORS) as exc:
         raise _Unreachable() from exc
 
 
-def _no_master(args: argparse.Namespace) -> str:
-    found = parse_sentinel_url(args.redis)
-    where = ", ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in found.sentinels)
-    return f"no master found for service {found.service!r}: none of the sentinels at {where} named one"
-
-
 def _unreachable(args: argparse.Namespace, exc: BaseException) -> int:
     cause = exc.__cause__ or exc
+    told = None
     while isinstance(cause, BackendUnavailable) and cause.__cause__ is not None:
-        cause = cause.__cause__
-    # redis-py's text of this one is a kilobyte of its connection objects.
-    said = _no_master(args) if isinstance(cause, MasterNotFoundError) else str(cause)
-    text = f"ratelimit {args.command}: error: cannot reach Redis at {redact_url(args.redis)}: {said}"
+        told, cause = cause, cause.__cause__
+    url = _store_url(args)
+    file = url.startswith(SQLITE_PREFIX)
+    # redis-py's text of a master not found is a kilobyte of its connection objects, and
+    # sqlite3's of a lock says nothing of the wait: the store's own text is one line.
+    said = str(told) if told is not None and (file or isinstance(cause, MasterNotFoundError)) else str(cause)
+    what = "use the SQLite store" if file else "reach Redis"
+    text = f"ratelimit {args.command}: error: cannot {what} at {redact_url(url)}: {said}"
     print(printable(scrub(text, _secrets(args))), file=sys.stderr)
     return 1
 
 
-def _inspect_file(args: argparse.Namespace) -> int:
-    """``inspect --store sqlite:///PATH``: the file's rows."""
-    try:
-        backend = SQLiteBackend.from_url(args.store)
-        try:
-            rows = backend.inspect(args.names)
-        finally:
-            backend.close()
-    except (OSError, ValueError, RateLimitError) as exc:
-        print(printable(f"ratelimit inspect: error: {exc}"), file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps([dataclasses.asdict(row) for row in rows], indent=2))
-    elif not rows:
-        print(f"no limiter state in {printable(backend.path)}")
-    else:
-        _print_rows(rows)
-    found = {row.name for row in rows}
-    return 1 if any(name not in found for name in args.names) else 0
-
-
-def _print_rows(rows: Sequence[StoredState]) -> None:
-    for row in rows:
-        member = "" if row.member is None else f" [{row.member}]"
-        # A keyed budget's row (limiter.for_key): told apart from the name's own.
-        key = "" if row.key is None else f" key {row.key!r}"
-        idle = "idle" if row.idle_in <= 0 else f"as new in {row.idle_in:.3g} s"
-        if row.age is None:  # a ConcurrencyLimit's slots: no one row written
-            idle = "every lease has run out" if row.idle_in <= 0 else f"the last lease runs out in {row.idle_in:.3g} s"
-            print(printable(f"{row.name}{key}{member}  {row.kind}  {idle}"))
-        else:
-            print(printable(f"{row.name}{key}{member}  {row.kind}  written {row.age:.3g} s ago, {idle}"))
-        print(printable(f"    {row.state}"))
-        if row.override is not None:
-            print(printable(f"    changed at run time: {override_text(row.override)}"))
-
-
-def _set_file(args: argparse.Namespace) -> int:
-    """``set --store sqlite:///PATH``: the change stored in the file."""
-    name = printable(args.name)
-    try:
-        backend = SQLiteBackend.from_url(args.store)
-        try:
-            if args.reset:
-                was = backend.reset_limit(args.name)
-                said = "back to the code's values" + ("" if was else " (no change was in force)")
-            else:
-                rate = None if args.rate is None else args.rate.per_second
-                try:
-                    backend.set_limit(args.name, rate=rate, burst=args.burst, ttl=args.ttl)
-                except UnchangeableLimit as exc:
-                    print(f"ratelimit set: error: {printable(str(exc))}", file=sys.stderr)
-                    return 1
-                except ValueError as exc:
-                    raise _UsageError(str(exc)) from None
-                said = override_text(backend.limit_override(args.name))
-            rows = backend.inspect([args.name])
-        finally:
-            backend.close()
-    except (OSError, ValueError, RateLimitError) as exc:
-        print(printable(f"ratelimit set: error: {exc}"), file=sys.stderr)
-        return 1
-    print(f"{name}: {said}")
-    _print_rows(rows)
-    return 0
+def _on(args: argparse.Namespace) -> str:
+    """Where the limiters decide, for the lines that say none did."""
+    return "in this SQLite file" if _store_url(args).startswith(SQLITE_PREFIX) else "on this Redis"
 
 
 def inspect_command(args: argparse.Namespace) -> int:
     if args.key is not None and not args.names:
         print("ratelimit inspect: error: --key needs the NAME (or names) whose key to show", file=sys.stderr)
         return 2
-    if _on_file(args):
-        if args.key is not None:
-            raise _UsageError("--key shows a key's budget in Redis; a SQLite file's rows are listed whole")
-        return _inspect_file(args)
-    backend = _reading(lambda: _backend(args))
+    backend = _reading(lambda: _open(args))
     try:
-        if args.key is not None:
-            keyed = [Keyed(name, args.key) for name in args.names]
-            seen = _reading(lambda: inspect_many(backend.client, keyed))
-        elif args.names:
-            seen = _reading(lambda: inspect_many(backend.client, args.names))
+        if args.names:
+            seen = _reading(lambda: backend.inspect_many(args.names, key=args.key))
         else:
-            # Found by a key that says nothing (a garbled change): nothing to show.
-            seen = [each for each in _reading(lambda: inspect_all(backend.client)) if each.known]
+            seen = _reading(backend.inspect_all)
+    except ValueError as exc:  # a name no limiter could have (too long)
+        raise _UsageError(str(exc)) from None
     finally:
         backend.close()
     if args.json:
         print(json.dumps(inspect_json(seen), indent=2))
     elif not seen:
-        print("no limiter has decided on this Redis in the last day")
+        print(f"no limiter has decided {_on(args)} in the last day")
     else:
         print(inspect_text(seen))
     return 1 if any(not each.known for each in seen) else 0
 
 
-def _top_screens(args: argparse.Namespace, rows_now: Callable[[], Any], where: str, on: str) -> int:
+def _top_screens(args: argparse.Namespace, rows_now: Callable[[], Sequence[FleetRow]], where: str, on: str) -> int:
     """``top``'s refreshes: the screen redrawn in place on a terminal; one block a
-    refresh otherwise, so that a log of it reads in order (``--json``: one reading).
-    ``rows_now`` answers ``None`` where it could not read (and said why): exit 1."""
+    refresh otherwise, so that a log of it reads in order (``--json``: one reading)."""
     tty = sys.stdout.isatty()
     shown = 0
     try:
         while True:
             rows = rows_now()
-            if rows is None:
-                return 1
             if args.json:
                 print(json.dumps(top_json(rows, args.window), indent=2))
                 return 0
@@ -518,46 +451,14 @@ def _top_screens(args: argparse.Namespace, rows_now: Callable[[], Any], where: s
         return 0
 
 
-def _top_file(args: argparse.Namespace) -> int:
-    """``top --store sqlite:///PATH``: the counts every process writes into the file."""
-    try:
-        backend = SQLiteBackend.from_url(args.store)
-    except (OSError, ValueError, RateLimitError) as exc:
-        print(printable(f"ratelimit top: error: {exc}"), file=sys.stderr)
-        return 1
-
-    def rows_now() -> Any:
-        try:
-            return backend.top(args.window)
-        except RateLimitError as exc:
-            print(printable(f"ratelimit top: error: {exc}"), file=sys.stderr)
-            return None
-
-    try:
-        return _top_screens(args, rows_now, backend.path, "in this file")
-    finally:
-        backend.close()
-
-
-def _on_file(args: argparse.Namespace) -> bool:
-    """Whether an operator command works on a SQLite file (``--store``, checked) rather
-    than on the Redis of ``--redis``, which must then be given."""
-    if args.store is not None:
-        if not args.store.startswith("sqlite:///"):
-            raise _UsageError(f"--store takes sqlite:///PATH (a Redis goes with --redis), got {args.store!r}")
-        return True
-    if args.redis is None:
-        raise _UsageError("give --redis URL or --store sqlite:///PATH")
-    return False
-
-
 def top_command(args: argparse.Namespace) -> int:
-    if _on_file(args):
-        return _top_file(args)
-    backend = _reading(lambda: _backend(args))
-    where = redact_url(args.redis)
+    backend = _reading(lambda: _open(args))
+
+    def rows_now() -> list[FleetRow]:
+        return _reading(lambda: backend.top(args.window))
+
     try:
-        return _top_screens(args, lambda: _reading(lambda: fleet(backend.client, args.window)), where, "on this Redis")
+        return _top_screens(args, rows_now, redact_url(_store_url(args)), _on(args))
     finally:
         backend.close()
 
@@ -567,9 +468,7 @@ def set_command(args: argparse.Namespace) -> int:
         raise _UsageError("--reset returns to the code's values: leave out --rate, --burst and --for")
     if not args.reset and args.rate is None and args.burst is None:
         raise _UsageError("give --rate, --burst or both (or --reset)")
-    if _on_file(args):
-        return _set_file(args)
-    backend = _reading(lambda: _backend(args))
+    backend = _reading(lambda: _open(args))
     name = printable(args.name)
     try:
         if args.reset:
@@ -577,15 +476,14 @@ def set_command(args: argparse.Namespace) -> int:
             said = "back to the code's values" + ("" if was else " (no change was in force)")
         else:
             rate = None if args.rate is None else args.rate.per_second
-            try:
-                _reading(lambda: backend.set_limit(args.name, rate=rate, burst=args.burst, ttl=args.ttl))
-            except UnchangeableLimit as exc:
-                print(f"ratelimit set: error: {printable(str(exc))}", file=sys.stderr)
-                return 1
-            except ValueError as exc:
-                raise _UsageError(str(exc)) from None
+            _reading(lambda: backend.set_limit(args.name, rate=rate, burst=args.burst, ttl=args.ttl))
             said = override_text(_reading(lambda: backend.limit_override(args.name)))
         seen = _reading(lambda: backend.inspect(args.name))
+    except UnchangeableLimit as exc:
+        print(f"ratelimit set: error: {printable(str(exc))}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
     finally:
         backend.close()
     print(f"{name}: {said}")
@@ -663,17 +561,19 @@ def _add_provider(command: argparse.ArgumentParser, limit_default: Rate | None) 
     )
 
 
-def _add_redis(command: argparse.ArgumentParser, *, store: bool = False) -> None:
-    """The Redis that the commands operating a fleet (inspect, set, top) read; with
-    ``store``, a SQLite file instead (``--store``), checked by the command."""
-    from_env = url_from_env()
-    if store:
-        command.add_argument("--store", metavar="sqlite:///PATH", help="use this SQLite file instead of a Redis")
+def _add_store(command: argparse.ArgumentParser) -> None:
+    """The store that the commands operating a fleet (inspect, set, top) read: any
+    store's URL with ``--store`` (checked by the command), a Redis with ``--redis``."""
+    command.add_argument(
+        "--store",
+        metavar="URL",
+        help="the store the limiters share: redis://, rediss://, unix://, redis+sentinel:// or sqlite:///PATH "
+        "(sqlite:////tmp/x.db for an absolute path); default: --redis",
+    )
     command.add_argument(
         "--redis",
         metavar="URL",
-        default=from_env,
-        required=from_env is None and not store,
+        default=url_from_env(),
         help=f"the Redis the limiters share (default: the {REDIS_URL_ENV} environment variable)",
     )
     command.add_argument(
@@ -800,13 +700,14 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
         "inspect",
         secrets=secrets,
         help="what each shared limiter is doing now: configuration, budget, pause, breaker",
-        description="For each NAME (default: every name found on this Redis): the limiter's configuration as "
+        description="For each NAME (default: every name found in the store): the limiter's configuration as "
         "its code set it and as changed at run time (`ratelimit set`), the parameters in force, the most tokens "
         "one request could take now and the wait for one, how far ahead grants are already promised, a pause "
-        "fed back from a provider, and the state of a breaker of that name. Exits 1 if a NAME is unknown.",
+        "fed back from a provider, and the state of a breaker of that name. Exits 1 if a NAME is unknown. "
+        "A SQLite file keeps no copy of what the code says: what follows from it is not shown there.",
     )
     inspect.add_argument("names", nargs="*", metavar="NAME", help="limiter names (default: all found)")
-    _add_redis(inspect, store=True)
+    _add_store(inspect)
     inspect.add_argument(
         "--key",
         type=_limiter_key,
@@ -832,21 +733,21 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
     setting.add_argument("--burst", type=_positive_float, help="the new burst (a bucket's capacity)")
     setting.add_argument("--for", dest="ttl", type=_span, metavar="DURATION", help="end the change after this long")
     setting.add_argument("--reset", action="store_true", help="return to the code's values")
-    _add_redis(setting, store=True)
+    _add_store(setting)
     setting.set_defaults(func=set_command)
 
     top = commands.add_parser(
         "top",
         secrets=secrets,
         help="a live view of every shared limiter active in the last minute, across all processes",
-        description="Refreshing like top: every limiter that decided on this Redis in the last minute, busiest "
+        description="Refreshing like top: every limiter that decided in the store in the last minute, busiest "
         "first, with the grants, refusals and leased tokens per second over the last --window seconds, the "
         "99th percentile of the waits granted (the bound of its histogram bucket), the pauses fed back by a "
         "provider (429s with Retry-After) over the minute, a pause in force, and the state of a breaker of "
-        "the same name. Counted by the limiters' own scripts, all processes together (with --store, by each "
-        "process into the SQLite file once a second). Ctrl-C ends it.",
+        "the same name. Counted by the limiters' own scripts, all processes together (in a SQLite file, by each "
+        "process once a second). Ctrl-C ends it.",
     )
-    _add_redis(top, store=True)
+    _add_store(top)
     top.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between refreshes (default 1)")
     top.add_argument("--window", type=_window, default=5.0, help="seconds the rates are taken over (default 5)")
     top.add_argument("--iterations", type=_positive_int, help="stop after this many refreshes (default: never)")

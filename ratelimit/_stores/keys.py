@@ -27,6 +27,7 @@ __all__ = [
     "KEY_ERRORS",
     "KEY_SEPARATOR",
     "Keyed",
+    "bytes_of",
     "code_key",
     "config_key",
     "key_for",
@@ -49,6 +50,12 @@ def text_of(value: object) -> str:
     not as its surrogate escape. Never raises; ``wire(text_of(raw)) == raw`` for bytes
     that are not UTF-8, and ``text_of(raw) == raw.decode()`` for those that are."""
     return value.decode("utf-8", KEY_ERRORS) if isinstance(value, bytes) else str(value)
+
+
+def bytes_of(text: str) -> bytes:
+    """The bytes :func:`text_of` read ``text`` from (UTF-8, each surrogate escape as its
+    byte): what a store that compares bytes is given for a name read back."""
+    return text.encode("utf-8", KEY_ERRORS)
 
 
 def wire(value: Any) -> Any:

@@ -3,7 +3,7 @@
 A limit changed at run time (:class:`Override`, checked by :func:`checked_override`),
 what a store tells of one limiter (:class:`Inspection`) and of the fleet's traffic
 (:class:`FleetRow`, as ``ratelimit top`` shows it). The Redis and SQLite stores both
-make these; the CLI prints them.
+make these, through the operator's protocol (``operated.py``); the CLI prints them.
 """
 
 from __future__ import annotations
@@ -97,8 +97,13 @@ class Slots:
 
 @dataclass(frozen=True)
 class Inspection:
-    """What Redis holds of one limiter name (or of one of its keys: ``key``), as
-    ``ratelimit inspect`` shows it."""
+    """What a shared store holds of one limiter name (or of one of its keys: ``key``),
+    as ``ratelimit inspect`` shows it, whichever store (``operated.Operated.inspect``).
+
+    A SQLite file keeps no copy of what the code says, so there ``code``,
+    ``effective``, ``available``, ``wait_for_one``, ``promised_ahead`` and a
+    ConcurrencyLimit's ``most`` are ``None``, ``slack`` is 0 and ``shadow`` false;
+    the other fields are filled as Redis fills them (``sqlite/inspection.py``)."""
 
     name: str
     #: The algorithm the code of its processes runs, ``None``: no single limiter of

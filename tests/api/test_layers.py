@@ -189,11 +189,6 @@ NOT_YET_THROUGH_THE_FACE = {
     ("_limiting.concurrency_sqlite", "_stores.sqlite.doors"),
     ("_limiting.concurrency_sqlite", "_stores.sqlite.file"),
     ("_limiting.concurrency_sqlite", "_stores.sqlite.slots"),
-    ("cli", "_stores.redis.clients"),
-    ("cli", "_stores.redis.config"),
-    ("cli", "_stores.redis.fleet"),
-    ("cli", "_stores.redis.sentinel"),
-    ("cli", "_stores.sqlite.backend"),
 }
 
 

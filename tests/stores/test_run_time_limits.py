@@ -917,7 +917,7 @@ def test_set_and_inspect_commands_on_a_file(path: Path, capsys: pytest.CaptureFi
     assert (override.rate, override.burst) == (0.5, 4.0)
     assert override.ttl == pytest.approx(3600, abs=5)
     assert main(["inspect", "cli", "--store", url]) == 0
-    assert "changed at run time: rate 0.5/s, burst 4" in capsys.readouterr().out
+    assert "changed      rate 0.5/s, burst 4; ends in" in capsys.readouterr().out
     assert main(["set", "cli", "--reset", "--store", url]) == 0
     assert "back to the code's values" in capsys.readouterr().out
     assert backend.limit_override("cli") is None

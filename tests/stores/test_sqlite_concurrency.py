@@ -42,6 +42,7 @@ from ratelimit import (
     SQLiteBackend,
 )
 from ratelimit._algorithms.semaphore import Semaphore
+from ratelimit._stores.records import Slots
 from ratelimit._stores.sqlite import slots as sqlite_slots
 from ratelimit._stores.sqlite.doors import Doors, folder_of
 from ratelimit._stores.waiting import Waiting
@@ -622,33 +623,31 @@ def test_a_take_while_another_process_holds_the_file_waits_off_the_loop(tmp_path
 
 def test_inspect_shows_a_limits_holders_and_waiters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``ratelimit inspect --store`` lists a ConcurrencyLimit beside the limiters: how
-    many hold a slot and wait for one, and when the last lease runs out."""
+    many hold a slot and wait for one, as on Redis (the file keeps no maximum)."""
 
     path = tmp_path / "inspect.db"
     backend = SQLiteBackend(path)
     limit = ConcurrencyLimit(2, backend=backend, name="uploads", lease_seconds=30)
-    assert backend.inspect() == []  # no slots table yet: nothing, not an error
+    assert backend.inspect_all() == []  # no slots table yet: nothing, not an error
     first, second = limit.take(), limit.take()
-    (row,) = backend.inspect(["uploads"])
-    assert (row.name, row.member, row.kind, row.state, row.age) == (
+    seen = backend.inspect("uploads")
+    assert (seen.name, seen.kind, seen.forms, seen.concurrency) == (
         "uploads",
         None,
-        "concurrency",
-        "2 held, 0 waiting",
-        None,
+        ("concurrency",),
+        Slots(2, 0, None),
     )
-    assert 0 < row.idle_in <= 30
     assert main(["inspect", "--store", f"sqlite:///{path}", "uploads"]) == 0
     out = capsys.readouterr().out
-    assert "uploads  concurrency  the last lease runs out in" in out
-    assert "2 held, 0 waiting" in out
+    assert "uploads  (concurrency)" in out
+    assert "slots        2 of ? slots held, 0 queued" in out
     assert main(["inspect", "--store", f"sqlite:///{path}", "--json"]) == 0
-    (shown,) = json.loads(capsys.readouterr().out)
-    assert shown["kind"] == "concurrency"
-    assert shown["age"] is None
+    (shown,) = json.loads(capsys.readouterr().out)["limiters"]
+    assert shown["forms"] == ["concurrency"]
+    assert shown["concurrency"] == {"held": 2, "max": None, "queued": 0}
     first.release()
     second.release()
-    assert backend.inspect(["uploads"]) == []
+    assert not backend.inspect("uploads").known
     backend.close()
 
 

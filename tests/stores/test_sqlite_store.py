@@ -1252,7 +1252,7 @@ def test_bench_and_inspect_take_a_sqlite_store(tmp_path: Path, capsys: pytest.Ca
     assert report["backend"].startswith("SQLite file")
     assert report["grants"] > 0
     assert main(["inspect", "--store", url, "--json"]) == 0
-    (row,) = json.loads(capsys.readouterr().out)
+    (row,) = json.loads(capsys.readouterr().out)["limiters"]
     assert row["kind"] == "token_bucket"
     assert main(["inspect", "--store", url, "nobody"]) == 1
     assert main(["inspect", "--store", f"sqlite:///{tmp_path}/missing/x.db"]) == 1
@@ -1366,13 +1366,14 @@ def test_memory_is_not_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_inspect_tells_a_keyed_budget_from_its_name_s_own(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``ratelimit inspect --store`` shows a keyed budget's row with its key, apart from
-    the bare name's own row."""
+    """``ratelimit inspect --store`` lists names, as on Redis, and ``--key`` shows one
+    key's budget."""
     path = tmp_path / "keys.db"
     limiter = TokenBucket(3, 1, backend=SQLiteBackend(path), name="geocode")
     limiter.try_acquire()
     limiter.for_key("tenant-7").try_acquire()
     assert main(["inspect", "--store", f"sqlite:///{path}"]) == 0
     heads = [line for line in capsys.readouterr().out.splitlines() if line.startswith("geocode")]
-    assert len(heads) == 2
-    assert sum("key 'tenant-7'" in line for line in heads) == 1
+    assert heads == ["geocode  (token_bucket)"]
+    assert main(["inspect", "geocode", "--key", "tenant-7", "--store", f"sqlite:///{path}"]) == 0
+    assert capsys.readouterr().out.startswith("geocode key tenant-7  (token_bucket)")

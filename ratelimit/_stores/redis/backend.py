@@ -58,14 +58,14 @@ from ..memory.fallback import (
     lanes_shares,
     single_share,
 )
-from ..records import Inspection, Override, checked_override
+from ..records import FleetRow, Inspection, Override, checked_override
 from ..store import Views
 from .breaker import RedisStore
 from .calls import DEFAULT_POOL_SIZE, BackendStats, OnUnavailable, RedisCalls
 from .clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, REDIS_URL_ENV, retries, url_clients, url_from_env
-from .config import eviction_risk, read_override, reset_override, write_override
-from .config import inspect as inspect_name
-from .errors import STORE_ERRORS, is_unavailable
+from .config import eviction_risk, inspect_all, inspect_many, read_override, reset_override, write_override
+from .errors import STORE_ERRORS, is_unavailable, no_master
+from .fleet import fleet
 from .handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
 from .lease_returns import LeaseReturns
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
@@ -102,6 +102,15 @@ def _test_time(clock: object) -> float | None:
     is made at their time), ``None`` for real time (the server's)."""
     checked = checked_clock(clock)
     return None if checked is None or not _injected(checked) else checked.now()
+
+
+def _targets(backend: object, names: Sequence[str], key: str | None) -> list[str | Keyed]:
+    """What ``inspect`` reads: each name (a name read back from a key may hold the
+    surrogate escapes of bytes that are not UTF-8), or its budget for ``key``."""
+    checked = [_validate.name(name, backend, shared=True, found=True) or "" for name in names]
+    if key is None:
+        return list(checked)
+    return [Keyed(name, _validate.key(key)) for name in checked]
 
 
 class RedisBackend(RedisCalls):
@@ -591,13 +600,34 @@ class RedisBackend(RedisCalls):
         result: Override | None = self._admin(lambda client: read_override(client, name, now))
         return result
 
-    def inspect(self, name: str) -> Inspection:
+    def inspect(self, name: str, *, key: str | None = None) -> Inspection:
         """What this store holds of limiter ``name``: its configuration (as the code
         set it and as changed), what it could grant now, what is promised ahead, a
-        pause from feedback, a breaker's state. ``ratelimit inspect`` prints it."""
-        _validate.name(name, self, shared=True, found=True)
-        result: Inspection = self._admin(lambda client: inspect_name(client, name))
+        pause from feedback, a breaker's state. ``key``: the budget of
+        ``limiter.for_key(key)`` instead of the name's own. ``ratelimit inspect``
+        prints it."""
+        return self.inspect_many([name], key=key)[0]
+
+    def inspect_many(self, names: Sequence[str], *, key: str | None = None) -> list[Inspection]:
+        """:meth:`inspect` of each of ``names``, in a few pipelines whatever their number."""
+        targets = _targets(self, names, key)
+        result: list[Inspection] = self._admin(lambda client: inspect_many(client, targets))
         return result
+
+    def inspect_all(self) -> list[Inspection]:
+        """:meth:`inspect` of every name with something to show (a limiter that decided
+        in the last day, a composite's or a ConcurrencyLimit's state, a change in force,
+        a breaker), sorted: one SCAN pass, then a few pipelines."""
+        found: list[Inspection] = self._admin(inspect_all)
+        # A name found by a key that says nothing (a garbled change): nothing to show.
+        return [each for each in found if each.known]
+
+    def top(self, window: float = 5.0, *, now: float | None = None) -> list[FleetRow]:
+        """Every limiter active in the last minute, as ``ratelimit top`` shows it: the
+        counts its script keeps per second (``redis/fleet.py``), over the last
+        ``window`` whole seconds before ``now`` (the server's time when ``None``)."""
+        rows: list[FleetRow] = self._admin(lambda client: fleet(client, window, now))
+        return rows
 
     def _admin(self, call: Callable[[Any], Any]) -> Any:
         client = self._admin_client()
@@ -605,7 +635,7 @@ class RedisBackend(RedisCalls):
             return call(client)
         except STORE_ERRORS as exc:
             if is_unavailable(exc):
-                raise BackendUnavailable(f"the Redis store is unavailable: {exc!r}") from exc
+                raise BackendUnavailable(no_master(client, exc) or f"the Redis store is unavailable: {exc!r}") from exc
             raise
 
     def __repr__(self) -> str:

@@ -91,8 +91,9 @@ import asyncio
 import re
 
 import redis.exceptions
+import redis.sentinel
 
-__all__ = ["STORE_ERRORS", "UNAVAILABLE_CODES", "UNAVAILABLE_TYPES", "error_code", "is_unavailable"]
+__all__ = ["STORE_ERRORS", "UNAVAILABLE_CODES", "UNAVAILABLE_TYPES", "error_code", "is_unavailable", "no_master"]
 
 #: Everything a store call may raise that :func:`is_unavailable` has an opinion on: an
 #: ``except`` clause catches these, then re-raises what is not an outage.
@@ -165,3 +166,20 @@ def is_unavailable(exc: BaseException) -> bool:
     if isinstance(exc, redis.exceptions.ResponseError):
         return error_code(exc) in UNAVAILABLE_CODES
     return False
+
+
+def no_master(client: object, exc: BaseException) -> str | None:
+    """What a ``MasterNotFoundError`` means in one line (redis-py's own text is a
+    kilobyte of its connection objects): the service and the sentinels asked, as
+    ``client``'s pool knows them; ``None`` for any other error."""
+    if not isinstance(exc, redis.sentinel.MasterNotFoundError):
+        return None
+    pool = getattr(client, "connection_pool", None)
+    service = getattr(pool, "service_name", "?")
+    sentinels = getattr(getattr(pool, "sentinel_manager", None), "sentinels", ())
+    where = []
+    for sentinel in sentinels:
+        kwargs = getattr(getattr(sentinel, "connection_pool", None), "connection_kwargs", {})
+        host, port = kwargs.get("host", "?"), kwargs.get("port", "?")
+        where.append(f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}")
+    return f"no master found for service {service!r}: none of the sentinels at {', '.join(where)} named one"

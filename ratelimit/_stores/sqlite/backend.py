@@ -29,7 +29,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar, cast
 
@@ -44,23 +43,23 @@ from ..keys import Keyed, tag, untag
 from ..memory.backend import MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
 from ..memory.breaker import MemoryStore
 from ..memory.fallback import Fallback, checked_local_share, group_share, lanes_shares, single_share
-from ..records import FleetRow, Override, checked_override
+from ..records import FleetRow, Inspection, Override, checked_override
 from ..store import Views
 from ..unavailable import BackendStats, FailurePolicy, OnUnavailable, checked_on_unavailable
 from .breaker import Kept, SQLiteStore
-from .codec import CorruptState, decode
 from .config import NAMES, Changeable, refuse_unchangeable
 from .config import read as read_change
 from .config import write as write_change
 from .file import Busy, StoreFile
 from .handles import Followed, SQLiteGroupHandle, SQLiteHandle
+from .inspection import inspect_all, inspect_names
 from .quick import Quick
 from .rows import Rows
-from .slots import SlotRows, census
+from .slots import SlotRows
 from .top import Cell, Counts, read_top
 from .top import write as write_top
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT", "SWEEP_SECONDS", "SQLiteBackend", "StoredState"]
+__all__ = ["DEFAULT_BUSY_TIMEOUT", "SWEEP_SECONDS", "SQLiteBackend"]
 
 #: Seconds a decision waits for the file's write lock before the store counts as
 #: unavailable. Transactions last tens of microseconds: only a process stopped while
@@ -78,35 +77,15 @@ _SWEEP = "DELETE FROM ratelimit_state WHERE test = 0 AND forget <= ?1 AND idle <
 _CATCH_UP = "UPDATE ratelimit_state SET forget = idle WHERE test = 0 AND forget <= ?1 AND idle > ?1"
 
 
+def _limiter_name(text: str) -> str:
+    """The limiter's name of a row's (a keyed budget's row counts in its limiter's)."""
+    return untag(text)[0]
+
+
 def _forked(ref: weakref.ref[SQLiteBackend]) -> None:
     backend = ref()
     if backend is not None:
         backend._forked()
-
-
-@dataclass(frozen=True)
-class StoredState:
-    """One row of a :class:`SQLiteBackend` file, as :meth:`SQLiteBackend.inspect` reads it."""
-
-    name: str
-    #: The limit's place in a composite (``None``: a limiter of its own).
-    member: int | None
-    #: The algorithm (``token_bucket``, ``sliding_window:lanes``, ``breaker``, ...).
-    kind: str
-    #: The state, as the algorithm keeps it (times are store time).
-    state: str
-    #: Seconds since a decision last wrote it (``None`` for a ``ConcurrencyLimit``'s
-    #: slots, which are rows of their own, each holder's and waiter's).
-    age: float | None
-    #: Seconds until it is as good as new (then a sweep forgets it); <= 0: idle now. For
-    #: a ``ConcurrencyLimit``: until the last of its leases (or waiters' places) runs out.
-    idle_in: float
-    #: Written on a test clock (never swept).
-    test: bool
-    #: The key of a keyed budget (``limiter.for_key(key)``), or ``None``.
-    key: str | None = None
-    #: The change at run time in force for the name (``set_limit``), or ``None``.
-    override: Override | None = None
 
 
 class SQLiteBackend(FailurePolicy):
@@ -393,12 +372,7 @@ class SQLiteBackend(FailurePolicy):
         if self._counters:
             with contextlib.suppress(BackendUnavailable):
                 self.write_counts()
-        file = self._file
-        conn = file.begin()
-        try:
-            return read_top(conn, file.now() if now is None else now, window, lambda text: untag(text)[0])
-        finally:
-            file.rollback(conn)
+        return self._read(lambda conn, at: read_top(conn, at if now is None else now, window, _limiter_name))
 
     def __len__(self) -> int:
         """How many named states the file keeps (a composite's limits count one each)."""
@@ -435,53 +409,37 @@ class SQLiteBackend(FailurePolicy):
             base.failures, base.failed_open, base.fell_back, self._file.lock_waits, self._file.lock_wait_seconds
         )
 
-    def inspect(self, names: Sequence[str] = ()) -> list[StoredState]:
-        """What the file keeps for each name (every name when ``names`` is empty), as
-        ``ratelimit inspect --store sqlite:///PATH`` prints it; read in one short
-        transaction, nothing written."""
+    def inspect(self, name: str, *, key: str | None = None) -> Inspection:
+        """What the file holds of limiter ``name`` (``key``: of its budget for that key,
+        ``limiter.for_key(key)``), as ``ratelimit inspect --store sqlite:///PATH``
+        prints it: the record of ``RedisBackend.inspect``, with what the file cannot
+        know ``None`` (see ``sqlite/inspection.py``). Read in one short transaction,
+        nothing written."""
+        return self.inspect_many([name], key=key)[0]
+
+    def inspect_many(self, names: Sequence[str], *, key: str | None = None) -> list[Inspection]:
+        """:meth:`inspect` of each of ``names``, in one transaction."""
+        checked = [_validate.name(name, self, shared=True, found=True) or "" for name in names]
+        targets: list[str | Keyed] = list(checked)
+        if key is not None:
+            targets = [Keyed(name, _validate.key(key)) for name in checked]
+        return self._read(lambda conn, now: inspect_names(conn, targets, now))
+
+    def inspect_all(self) -> list[Inspection]:
+        """:meth:`inspect` of every name the file holds something of, sorted (a
+        limiter's keyed budgets are not names of their own)."""
+        return self._read(inspect_all)
+
+    def _read(self, call: Callable[[Any, float], R]) -> R:
+        """``call(connection, store time)`` in a transaction that writes nothing."""
         file = self._file
         conn = file.begin()
         try:
-            now = file.now()
-            query = "SELECT name, member, kind, number, blob, idle, updated, test FROM ratelimit_state"
-            if names:
-                rows = [r for name in names for r in conn.execute(query + " WHERE name = ?", (tag(name),)).fetchall()]
-            else:
-                rows = conn.execute(query + " ORDER BY name, member").fetchall()
-            changes = {
-                text: read_change(conn, text, now)
-                for text in {row[0] for row in rows if row[1] < 0 and row[2] in NAMES}
-            }
-            slots = census(conn, [tag(name) for name in names])
+            return call(conn, file.now())
+        except file.errors as exc:
+            raise file.unavailable(exc) from exc
         finally:
             file.rollback(conn)
-        found: list[StoredState] = []
-        for text, member, kind, number, blob, idle, updated, test in rows:
-            name, key = untag(text)
-            try:
-                state = repr(decode(number, blob)[0])
-            except CorruptState as exc:
-                state = f"<unreadable: {exc}>"
-            found.append(
-                StoredState(
-                    name,
-                    None if member < 0 else int(member),
-                    kind,
-                    state,
-                    now - updated,
-                    idle - now,
-                    bool(test),
-                    key,
-                    changes.get(text) if member < 0 else None,
-                )
-            )
-        # A ConcurrencyLimit's holders and waiters are rows of their own (sqlite_slots).
-        for text, member, held, waiting, until, test in slots:
-            name, key = untag(text)
-            state = f"{held} held, {waiting} waiting"
-            member_of = None if member < 0 else int(member)
-            found.append(StoredState(name, member_of, "concurrency", state, None, until - now, bool(test), key))
-        return found
 
     # -- limits changed at run time ------------------------------------------------
 

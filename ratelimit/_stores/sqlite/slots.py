@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from ..._algorithms.semaphore import FULL, HELD, QUEUED
 from ..._clock import Clock, SystemClock
+from ..keys import bytes_of, text_of
 from .file import StoreFile
 
 __all__ = ["TIDY_SECONDS", "Promoted", "SlotRows"]
@@ -63,11 +64,16 @@ def census(conn: sqlite3.Connection, tags: Sequence[str]) -> list[tuple[str, int
     ``ConcurrencyLimit`` ever used the file (the table is made at its first use)."""
     if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ratelimit_slots'").fetchone() is None:
         return []
-    query = "SELECT name, member, SUM(held), SUM(1 - held), MAX(until), MAX(test) FROM ratelimit_slots"
+    # The name read as bytes, made text by `text_of`: one written by hand may not be UTF-8.
+    query = "SELECT CAST(name AS BLOB), member, SUM(held), SUM(1 - held), MAX(until), MAX(test) FROM ratelimit_slots"
     grouped = " GROUP BY name, member ORDER BY name, member"
     if not tags:
-        return list(conn.execute(query + grouped))
-    return [row for name in tags for row in conn.execute(query + " WHERE name = ?" + grouped, (name,))]
+        return [(text_of(name), *rest) for name, *rest in conn.execute(query + grouped)]
+    return [
+        (text_of(found), *rest)
+        for name in tags
+        for found, *rest in conn.execute(query + " WHERE name IN (CAST(?1 AS TEXT), ?1)" + grouped, (bytes_of(name),))
+    ]
 
 
 class SlotRows:

@@ -23,6 +23,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from ..keys import text_of
 from ..records import ACTIVE_SECONDS, WAIT_BOUNDS, FleetRow, p99_wait
 
 __all__ = ["FLUSH_SECONDS", "TOP_TABLE", "Cell", "Counts", "read_top", "write"]
@@ -141,11 +142,14 @@ def read_top(conn: Any, now: float, window: float, display: Any) -> list[FleetRo
     span = max(1, round(window))
     sums: dict[tuple[str, str, int], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     latest: dict[tuple[str, str, int], int] = {}
+    # Names and kinds read as bytes, made text by `text_of`: a row written by hand may
+    # hold a BLOB, or text that is not UTF-8.
     for name, kind, shadow, second, refused, pauses, *waits in conn.execute(
-        f"SELECT name, kind, shadow, second, refused, pauses, {', '.join(_W)} FROM ratelimit_top WHERE second >= ?",
+        f"SELECT CAST(name AS BLOB), CAST(kind AS BLOB), shadow, second, refused, pauses, {', '.join(_W)}"
+        " FROM ratelimit_top WHERE second >= ?",
         (current - ACTIVE_SECONDS,),
     ):
-        key = (display(name), kind, shadow)
+        key = (display(text_of(name)), text_of(kind), shadow)
         total = sums[key]
         total["pauses"] += pauses
         latest[key] = max(latest.get(key, second), second)
