@@ -537,6 +537,10 @@ elseif op == 'restrict' then
     -- One or more left: a pace every grant keeps (see pace in holes.py), the state
     -- saved unmarked so that the next decision asks what is beside it.
     pace(holes, now, tokens, untl)
+  elseif self.allowance then
+    -- A state that holds no time (see gate in holes.py): the pause kept beside it.
+    gate(holes, now, untl)
+    if tokens <= EPSILON then tally(top_base, now, {}, 0, 1) end
   else
     member.state = ALG.restrict(self, member.state, now, tokens, untl)
     if tokens <= EPSILON then
