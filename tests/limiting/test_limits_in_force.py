@@ -441,3 +441,22 @@ def test_an_allowance_never_grants_more_than_its_capacity_in_all(make: Make, clo
             held += tokens
             # (A charge may spend past the capacity; no grant is made from there.)
             assert held <= capacity + 1e-9
+
+
+def test_an_allowances_pause_and_spent_tokens_are_what_inspect_says(redis_client: Any) -> None:
+    from ratelimit import RedisBackend
+
+    from conftest import state_keys, unique_name
+
+    name = unique_name("allowance")
+    backend = RedisBackend(redis_client)
+    bucket = TokenBucket(5, 0, backend=backend, name=name)
+    assert bucket.try_acquire(5)
+    bucket.feedback({"Retry-After": "30"}, status=429)
+    seen = backend.inspect(name)
+    assert seen.effective == {"capacity": 5.0, "refill_per_sec": 0.0}
+    assert seen.wait_for_one == math.inf
+    assert seen.paused_for is not None
+    assert 25 < seen.paused_for <= 30
+    for key in state_keys(redis_client, name):
+        redis_client.delete(key)
