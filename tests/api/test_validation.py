@@ -127,15 +127,13 @@ def test_an_end_of_the_scale_a_limit_has_no_meaning_at_says_why(
     assert_names(caught.value, argument, value)
 
 
-@pytest.mark.parametrize(
-    ("option", "value"), [("low_share", 0.5), ("lease", 1.0)] + [("adaptive", None)], ids=stable_id
-)
+@pytest.mark.parametrize(("option", "value"), [("low_share", 0.5), ("lease", 1.0), ("adaptive", None)], ids=stable_id)
 def test_an_allowance_refuses_what_needs_a_rate(option: str, value: Any) -> None:
     from ratelimit import Adaptive
 
-    given = Adaptive() if option == "adaptive" else value
+    given: Any = Adaptive() if option == "adaptive" else value
     with pytest.raises(ValueError, match=f"{option}=.*refill_per_sec=0") as caught:
-        TokenBucket(5, 0, **{option: given})
+        TokenBucket(5, 0, **{option: bad(given)})
     assert option in str(caught.value)
 
 
