@@ -115,14 +115,19 @@ elseif op == 'restrict' then
   for _, m in ipairs(members) do
     if m.tokens > EPSILON then paused = false end
   end
-  local paced = true
+  local paced, timeless = true, true
   for _, m in ipairs(members) do
     if not (m.tokens >= 1.0) then paced = false end
+    if not m.self.allowance then timeless = false end
   end
   restricted(holes, now, untl)
   if paced then
     -- (Counted in the first member's tokens, which a grant weighs in.)
     pace(holes, now, members[1].tokens, untl)
+  elseif timeless then
+    -- Allowances only, whose states hold no time (see gate in holes.py).
+    gate(holes, now, untl)
+    if paused then tally(top_base, now, {}, 0, 1) end
   else
     if paused then
       pause(holes, now, untl)

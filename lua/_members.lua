@@ -341,6 +341,21 @@ local function pace(holes, now, remaining, untl)
   pace_save({key = key, interval = interval, at = at, untl = untl}, now)
 end
 
+-- See gate in holes.py: a provider's pause for members whose states hold no time (an
+-- allowance), kept as a pace whose next slot is its end; a pace in force keeps its
+-- interval and goes on from the later of its next slot and the pause's end.
+local function gate(holes, now, untl)
+  local key = holes .. ':pace'
+  local old = pace_of(key, now)
+  if old then
+    if untl > old.at then old.at = untl end
+    if untl > old.untl then old.untl = untl end
+    pace_save(old, now)
+  else
+    pace_save({key = key, interval = 0.0, at = untl, untl = untl}, now)
+  end
+end
+
 -- See pace_wait in holes.py: the wait the provider's pace alone puts on a request now.
 local function pace_wait(holes, now)
   local p = pace_of(holes .. ':pace', now)

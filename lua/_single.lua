@@ -522,6 +522,12 @@ elseif op == 'peek' then
   if admit_at > at then at = admit_at end
   local paused = redis.call('ZSCORE', holes, 'pause')
   if paused and tonumber(paused) <= now then paused = false end
+  if not paused and self.allowance then
+    -- An allowance's pause is a gate (see gate in _members.lua): a pace whose next
+    -- slot is its end.
+    local gated = pace_of(paced, now)
+    if gated and gated.at >= gated.untl then paused = fmt(gated.untl) end
+  end
   return {fmt(p1), fmt(p2), fmt(low), fmt(math.max(at - now, 0.0)),
           fmt(ALG.latest(self, member.state)), paused or '', fmt(now)}
 elseif op == 'wait' then
@@ -537,6 +543,10 @@ elseif op == 'restrict' then
     -- One or more left: a pace every grant keeps (see pace in holes.py), the state
     -- saved unmarked so that the next decision asks what is beside it.
     pace(holes, now, tokens, untl)
+  elseif self.allowance then
+    -- A state that holds no time (see gate in holes.py): the pause kept beside it.
+    gate(holes, now, untl)
+    if tokens <= EPSILON then tally(top_base, now, {}, 0, 1) end
   else
     member.state = ALG.restrict(self, member.state, now, tokens, untl)
     if tokens <= EPSILON then

@@ -5,6 +5,11 @@
 -- written by a reserve that found nothing beside the state). Lua's tonumber reads
 -- through trailing spaces, so every release reads both forms alike.
 -- Params (ARGV, after the driver's own): capacity, rate (tokens per second).
+--
+-- At rate 0 the bucket is an allowance (Allowance in token_bucket.py): `new` marks it
+-- so, the state is the tokens spent, and each function below that the arithmetic of
+-- time would break (n / 0 seconds) takes its `allowance` branch first. Its state is
+-- written unmarked, so the quick path never meets one.
 
 local token_bucket = {}
 
@@ -23,7 +28,11 @@ local function advanced(base, step)
   return moved
 end
 
+-- See LONG_AGO in token_bucket.py: an allowance's latest grant, before any time.
+local LONG_AGO = -1.7976931348623157e308
+
 function token_bucket.new(base, capacity, rate)
+  if rate == 0 then return {key = base, capacity = capacity, rate = 0.0, allowance = true} end
   return {key = base, capacity = capacity, rate = rate,
           interval = 1.0 / rate, tolerance = capacity / rate}
 end
@@ -53,6 +62,16 @@ end
 -- A change of limit at run time (ratelimit/_stores/redis/config.py): the tokens still
 -- owed keep their count, and refill at the new rate. A bucket already full stays full.
 function token_bucket.rescale(old, new, state, now)
+  if old.allowance then
+    -- (See Allowance.rescale: the tokens spent are owed, to a bucket that refills.)
+    if new.allowance or not (state > 0.0) then return state end
+    return now + state * new.interval
+  end
+  if new.allowance then
+    -- To an allowance: the tokens owed are its tokens spent.
+    if state > now and old.rate < math.huge then return (state - now) * old.rate end
+    return 0.0
+  end
   if not (state > now) or old.rate == math.huge then return state end
   return now + (state - now) * old.rate * new.interval
 end
@@ -68,6 +87,12 @@ function token_bucket.load(self, raw)
 end
 
 function token_bucket.plan(self, state, now, tokens)
+  if self.allowance then
+    local spent = 0.0
+    if state > 0.0 then spent = state end
+    if spent + tokens <= self.capacity + EPSILON then return now, now end
+    return math.huge, math.huge
+  end
   local base = now
   if state > now then base = state end
   -- See Gcra.plan: at once decided on the sum to nearest, a wait to the TAT rounded up.
@@ -78,6 +103,10 @@ end
 
 function token_bucket.commit(self, state, now, tokens, at)
   if not (tokens > 0) then return state end
+  if self.allowance then
+    if state > 0.0 then return state + tokens end
+    return 0.0 + tokens
+  end
   local base = at
   if state > at then base = state end
   return advanced(base, tokens * self.interval)
@@ -86,6 +115,11 @@ end
 -- See Gcra.refund: only the latest reservation rolls back while others are pending.
 function token_bucket.refund(self, state, now, tokens, at)
   if not (tokens > 0) then return state end
+  if self.allowance then
+    local left = state - tokens
+    if left > 0.0 then return left end
+    return 0.0
+  end
   local latest = state - self.tolerance
   if latest > now and at < latest - EPSILON then return state end
   local tat = state - tokens * self.interval
@@ -94,6 +128,7 @@ function token_bucket.refund(self, state, now, tokens, at)
 end
 
 function token_bucket.restrict(self, state, now, remaining, untl)
+  if self.allowance then return state end  -- (a pause is a gate beside it: see gate in _members.lua)
   local tat = untl + self.tolerance - (remaining + 1.0) * self.interval
   if state > tat then return state end
   return tat
@@ -102,6 +137,11 @@ end
 -- `clean`: marked as written by a reserve that found nothing beside the state.
 function token_bucket.save(self, state, now, clean)
   if state == -math.huge then return end
+  if self.allowance then
+    -- Spent tokens matter for ever (idle_ms caps the TTL); none spent, a second.
+    redis.call('SET', self.key, fmt(state), 'PX', idle_ms(token_bucket.idle_until(self, state) - now))
+    return
+  end
   local text = fmt(state)
   if clean then text = text .. ' ' end
   redis.call('SET', self.key, text, 'PX', idle_ms(state - now))
@@ -110,10 +150,12 @@ end
 -- See Gcra.tail / Gcra.cancel: a reservation that waited left the TAT at exactly its
 -- time + tolerance, so it is the last one if nothing pushed the TAT further.
 function token_bucket.tail(self, state, tokens, at)
+  if self.allowance then return true end
   return at >= state - self.tolerance - EPSILON
 end
 
 function token_bucket.cancel(self, state, now, tokens, at)
+  if self.allowance then return token_bucket.refund(self, state, now, tokens, at) end
   if not (tokens > 0) then return state end
   local tat = state - tokens * self.interval
   if tat > now then return tat end
@@ -122,6 +164,7 @@ end
 
 -- See Gcra.latest / Gcra.next_free.
 function token_bucket.latest(self, state)
+  if self.allowance then return LONG_AGO end
   return state - self.tolerance
 end
 
@@ -133,6 +176,7 @@ end
 -- grant at t may take the part of it still ahead of t. (An algorithm without `room`
 -- takes a hole at its own time only: see hole_room in _members.lua.)
 function token_bucket.room(self, at, tokens, t)
+  if self.allowance then return tokens end
   local ahead = (at + self.tolerance - t) * self.rate
   if ahead >= tokens then return tokens end
   if ahead > EPSILON then return ahead end
@@ -141,6 +185,10 @@ end
 
 -- See Gcra.idle_until: a full bucket from the TAT on.
 function token_bucket.idle_until(self, state)
+  if self.allowance then
+    if state > 0.0 then return math.huge end
+    return -math.huge
+  end
   return state
 end
 
@@ -176,6 +224,7 @@ do
     end
     if p1 ~= said1 or p2 ~= said2 then
       local c, rate = tonumber(p1), tonumber(p2)
+      if not (rate > 0) then return nil end  -- an allowance: the full path (nothing kept)
       said1, said2, capacity, interval, tolerance = p1, p2, c, 1.0 / rate, c / rate
     end
     if tokens > capacity + EPSILON and interval > 0 then return -math.huge, '' end

@@ -52,11 +52,18 @@ def positive(name: str, value: object) -> float:
     return result
 
 
-def rate(name: str, value: object, *, unlimited: bool = False) -> float:
+def rate(name: str, value: object, *, unlimited: bool = False, none: bool = False) -> float:
     """A rate > 0 whose interval (1 / rate) is still a finite number of seconds, or
-    with ``unlimited`` ``math.inf`` too (a limit that never limits)."""
+    with ``unlimited`` ``math.inf`` too (a limit that never limits), or with ``none``
+    0 too (a limit that never refills; ``-0.0`` is read as ``0.0``)."""
     if unlimited and isinstance(value, float) and value == math.inf:
         return value
+    if none:
+        result = real(name, value)
+        if result == 0.0:
+            return 0.0
+        if not result > 0.0:
+            raise ValueError(f"{name} must be >= 0 (0: never refilled), got {value!r}")
     result = positive(name, value)
     if not math.isfinite(1.0 / result) or not math.isfinite(1.0 / result * 1e6):
         raise ValueError(f"{name} must be > 0 and not so small that its interval overflows, got {value!r}")

@@ -67,6 +67,7 @@ __all__ = [
     "exact",
     "forget",
     "forget_late",
+    "gate",
     "give_back",
     "pace",
     "pace_charge",
@@ -426,10 +427,11 @@ def plan(
             admit_at = admit
         if grant > at:
             at = grant
-    if admit_at == math.inf:
+    if admit_at == math.inf and any(n > alg.most + EPSILON for alg, n in zip(algs, tokens, strict=True)):
         # A request no limit could ever hold (larger than a limit as changed at run
         # time: sqlite_config.Changeable): refused for ever, holes or not, as Lua's
-        # `too_big` refuses it before any hole is offered.
+        # `too_big` refuses it before any hole is offered. (A spent allowance's
+        # tokens may still be found in a hole: its grant withdrawn had them.)
         return admit_at, at, None
     if items and items[0][0] <= now + EPSILON and _pooled(algs, plans, items, now, tokens):
         if any(hole[0] > latest_all(algs, states) + EPSILON for hole in _due(items, now, len(algs))):
@@ -552,6 +554,11 @@ def restrict(
     if all(n >= 1.0 for n in remaining):
         pace(holes, now, remaining[0], until)
         return list(states)
+    if all(alg.sustained_rate == 0.0 for alg in algs):
+        # Allowances only (a token bucket refilled at no rate), whose states hold no
+        # time: fewer than one left is a pause, kept as a gate.
+        gate(holes, now, until)
+        return list(states)
     if all(n <= EPSILON for n in remaining):
         pause(holes, until)
     return [alg.restrict(state, now, n, until) for alg, state, n in zip(algs, states, remaining, strict=True)]
@@ -573,6 +580,20 @@ def pace(holes: Holes, now: float, remaining: float, until: float) -> None:
     old = holes.paced
     at = old[1] if old is not None and old[2] > now else now + interval
     holes.paced = [interval, at, until]
+
+
+def gate(holes: Holes, now: float, until: float) -> None:
+    """A provider's pause until ``until`` for limits whose states cannot hold one (an
+    allowance: a token bucket refilled at no rate), kept as a pace whose next slot is
+    its end: no grant before it, and nothing lost (a refund meanwhile still counts:
+    an allowance's tokens, lost, would never come back). A pace in force keeps its
+    interval and goes on from the later of its next slot and the pause's end."""
+    old = holes.paced
+    if old is not None and old[2] > now:
+        old[1] = old[1] if old[1] > until else until
+        old[2] = old[2] if old[2] > until else until
+    else:
+        holes.paced = [0.0, until, until]
 
 
 def pace_charge(holes: Holes, now: float, tokens: float) -> None:

@@ -22,6 +22,9 @@ TAT its commit leaves (``latest`` + ``tau``), so a refund that names it knows wh
 unused tokens sit, and the part of them still ahead can be handed out
 again (``room``, and ``holes.py``) whatever was queued behind it. Mirrored by
 ``lua/token_bucket.lua``.
+
+A bucket refilled at no rate is an :class:`Allowance`: ``capacity`` tokens in all, the
+state the tokens spent, since a TAT would have to move by ``n / 0`` seconds.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 
 from .algorithm import EPSILON, low_part
 
-__all__ = ["Gcra", "advanced"]
+__all__ = ["Allowance", "Gcra", "advanced"]
 
 
 def advanced(base: float, step: float) -> float:
@@ -195,10 +198,13 @@ class Gcra:
         least = capacity if capacity < 1.0 else 1.0
         return Gcra(kept if kept > least else least, refill, self.slack)
 
-    def rescale(self, new: Gcra, state: float, now: float) -> float:
+    def rescale(self, new: Gcra | Allowance, state: float, now: float) -> float:
         # A change of limit at run time: the tokens still owed keep their count and
         # refill at the new rate; a full bucket stays full (token_bucket.rescale in
         # lua/token_bucket.lua, operation for operation).
+        if isinstance(new, Allowance):
+            # To an allowance: the tokens owed are its tokens spent.
+            return (state - now) * self.rate if state > now and self.rate < math.inf else 0.0
         if not state > now or self.rate == math.inf:
             # Nothing owed: full, or (at an infinite rate) a pause, which stays.
             return state
@@ -223,3 +229,120 @@ class Gcra:
         if wait > max_wait + EPSILON:
             return state, -wait
         return advanced(state if state > at else at, tokens * self.interval), wait
+
+
+#: What an :class:`Allowance` says its latest grant's time is: before any time. Its
+#: grants all went at once, and none is ever ahead; a finite number, so that a grant's
+#: name (at_once) and the text of one in Redis stay numbers.
+LONG_AGO = -1.7976931348623157e308
+
+
+@dataclass(frozen=True, slots=True)
+class Allowance:
+    """A token bucket refilled at no rate: ``capacity`` tokens in all, never more.
+
+    The state is the tokens spent (``-inf`` or ``0``: none). A request that fits in
+    what is left goes at once; any other never does (admitted at ``inf``: refused for
+    ever, whatever wait its caller allows), nor does any request once a charge has
+    spent more than the capacity. Nothing is ever reserved ahead, so every give-back
+    returns to the count, down to none spent. A grant's slot never ends (``room``).
+    The state holds no time: a provider's pause is kept beside it (``holes.gate``).
+    Mirrored by the ``allowance`` branches of ``lua/token_bucket.lua``.
+    """
+
+    capacity: float
+    #: Seconds of guard (and lease) kept back: none at no refill (see ``guarded``).
+    slack: float = 0.0
+
+    kind = "token_bucket"
+    slotted = True
+    most_name = "capacity"
+    rate = 0.0
+
+    @property
+    def most(self) -> float:
+        return self.capacity
+
+    @property
+    def sustained_rate(self) -> float:
+        return 0.0
+
+    def new_state(self) -> float:
+        return -math.inf
+
+    def plan(self, state: float, now: float, tokens: float) -> tuple[float, float]:
+        spent = state if state > 0.0 else 0.0
+        if spent + tokens <= self.capacity + EPSILON:
+            return now, now
+        return math.inf, math.inf
+
+    def commit(self, state: float, now: float, tokens: float, at: float) -> float:
+        if not tokens > 0:
+            return state
+        return (state if state > 0.0 else 0.0) + tokens
+
+    def refund(self, state: float, now: float, tokens: float, at: float) -> float:
+        if not tokens > 0:
+            return state
+        left = state - tokens
+        return left if left > 0.0 else 0.0
+
+    def tail(self, state: float, tokens: float, at: float) -> bool:
+        return True
+
+    def cancel(self, state: float, now: float, tokens: float, at: float) -> float:
+        return self.refund(state, now, tokens, at)
+
+    def latest(self, state: float) -> float:
+        return LONG_AGO
+
+    def next_free(self, at: float, tokens: float) -> float:
+        return at
+
+    def room(self, at: float, tokens: float, t: float) -> float:
+        return tokens
+
+    def idle_until(self, state: float) -> float:
+        # Spent tokens never come back by themselves: the state matters for ever.
+        return math.inf if state > 0.0 else -math.inf
+
+    def restrict(self, state: float, now: float, remaining: float, until: float) -> float:
+        # No time to move: a pause is kept beside the state (holes.gate), and in a
+        # composite the other limits hold it.
+        return state
+
+    def params(self) -> tuple[float, ...]:
+        return (self.capacity, 0.0)
+
+    def slowed(self, share: float) -> Allowance:
+        return Allowance(self.capacity * share)
+
+    def split(self, low_share: float) -> tuple[Allowance, Allowance]:
+        low = low_part(self.capacity, low_share, "capacity")
+        return Allowance(self.capacity - low), Allowance(low)
+
+    def guarded(self, seconds: float) -> Allowance:
+        # A grant sent late is still one of the capacity's, which no time refills:
+        # nothing to keep back, and no slack for the stores to record.
+        return self
+
+    def configured(self, rate: float | None, burst: float | None) -> Gcra | Allowance:
+        # As Gcra.configured, where the slack keeps nothing back at no rate.
+        capacity = self.capacity if burst is None else burst
+        if rate is None or rate == 0.0:
+            return Allowance(capacity, self.slack)
+        kept = capacity - self.slack * rate
+        least = capacity if capacity < 1.0 else 1.0
+        return Gcra(kept if kept > least else least, rate, self.slack)
+
+    def rescale(self, new: Gcra | Allowance, state: float, now: float) -> float:
+        # The tokens spent keep their count: owed, to a bucket that refills.
+        if isinstance(new, Allowance) or not state > 0.0:
+            return state
+        return now + state * new.interval
+
+    def step(self, state: float, now: float, tokens: float, max_wait: float) -> tuple[float, float]:
+        spent = state if state > 0.0 else 0.0
+        if spent + tokens <= self.capacity + EPSILON:
+            return spent + tokens, 0.0
+        return state, -math.inf

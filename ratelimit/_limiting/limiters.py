@@ -17,7 +17,7 @@ from .._algorithms.lanes import Lanes
 from .._algorithms.leaky_bucket import LeakyQueue
 from .._algorithms.sliding_window import WindowLog
 from .._algorithms.sliding_window_counter import WindowCounter
-from .._algorithms.token_bucket import Gcra
+from .._algorithms.token_bucket import Allowance, Gcra
 from .._clock import Clock
 from .._headers.parse import RateLimitInfo
 from .._stores.store import Backend
@@ -37,6 +37,29 @@ def _bounded(name: str, value: object, capacity: float, rate: float) -> None:
     # Both the time to fill the bucket and one token's interval: with capacity < 1 the
     # interval is the longer.
     _validate.horizon(name, value, max(capacity, 1.0) / rate, "one token's interval or a full refill take")
+
+
+def _no_end(name: str, value: object, **why: str) -> None:
+    """Refuse ``value`` where it is an end of the scale (``zero``: 0, ``infinite``:
+    ``math.inf``) that this limit has no meaning at, saying why and what to use."""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return  # the usual checks say what is wrong with it
+    end = "zero" if seconds == 0 else "infinite" if seconds == math.inf else None
+    if end in why:
+        raise ValueError(f"{name} must be > 0 and finite, got {value!r}: {why[end]}")
+
+
+def _allowance_only(**options: object) -> None:
+    """Refuse what a bucket refilled at no rate has nothing to work on: a low priority's
+    share of the rate, a rate learned from the provider, a lease of the tokens one
+    refills in so many seconds."""
+    for option, value in options.items():
+        if value is not None:
+            raise ValueError(
+                f"{option}={value!r} needs a rate to work on, and refill_per_sec=0 (an allowance that "
+                f"never refills) has none: leave {option} out, or give a rate > 0"
+            )
 
 
 #: The longest lease: a lease is a few rounds' worth of a busy process's demand, and
@@ -342,6 +365,12 @@ class TokenBucket(SingleLimiter):
             ``math.inf`` is a limiter that never limits: every request is granted
             at once, whatever its weight (a way to switch limiting off by
             configuration); a pause fed back from a provider still holds it.
+            ``0`` is an allowance of ``capacity`` tokens that never refills: a
+            request goes at once while it fits in what is left, and never once
+            it does not (``try_acquire`` is ``False``, ``acquire`` raises
+            ``AcquireTimeout`` at once with ``retry_after`` infinite, whatever
+            its timeout); ``refund`` gives tokens back. It takes no
+            ``low_share``, ``adaptive`` nor ``lease``.
         backend: where the state lives; ``None`` for private in-process state.
         name: the shared budget's name; required with a shared backend.
         clock: time source and sleeper; tests pass a :class:`ManualClock`.
@@ -392,11 +421,14 @@ class TokenBucket(SingleLimiter):
         lease: float | timedelta | None = None,
         shadow: bool = False,
     ) -> None:
-        alg = Gcra(
-            _validate.positive("capacity", capacity),
-            _validate.rate("refill_per_sec", refill_per_sec, unlimited=True),
-        )
-        _bounded("refill_per_sec", refill_per_sec, alg.capacity, alg.rate)
+        refill = _validate.rate("refill_per_sec", refill_per_sec, unlimited=True, none=True)
+        alg: Gcra | Allowance
+        if refill == 0.0:
+            alg = Allowance(_validate.positive("capacity", capacity))
+            _allowance_only(low_share=low_share, adaptive=adaptive, lease=lease)
+        else:
+            alg = Gcra(_validate.positive("capacity", capacity), refill)
+            _bounded("refill_per_sec", refill_per_sec, alg.capacity, alg.rate)
         super().__init__(
             alg,
             guard=guard,
@@ -466,6 +498,13 @@ class LeakyBucket(SingleLimiter):
         adaptive: Adaptive | None = None,
         shadow: bool = False,
     ) -> None:
+        _no_end(
+            "leak_per_sec",
+            leak_per_sec,
+            zero="a queue that never drains grants nothing (an allowance of capacity tokens that never "
+            "refills is TokenBucket(capacity, 0))",
+            infinite="a queue that drains at once spaces nothing (no limit at all is TokenBucket(capacity, math.inf))",
+        )
         alg = LeakyQueue(_validate.positive("capacity", capacity), _validate.rate("leak_per_sec", leak_per_sec))
         _bounded("leak_per_sec", leak_per_sec, alg.capacity, alg.rate)
         _bounded("guard", guard, alg.capacity, alg.guarded(guard_seconds(guard, clock, 0.0)).rate)
@@ -540,6 +579,18 @@ class SlidingWindow(SingleLimiter):
     ) -> None:
         if not isinstance(approximate, bool):
             raise TypeError(f"approximate must be a bool, got {approximate!r}")
+        _no_end(
+            "limit",
+            limit,
+            zero="a window that grants nothing",
+            infinite="no limit at all is TokenBucket(capacity, math.inf)",
+        )
+        _no_end(
+            "window_seconds",
+            window_seconds,
+            zero="an empty window counts nothing",
+            infinite="at most limit in all time is an allowance that never refills, TokenBucket(limit, 0)",
+        )
         checked = (_validate.positive("limit", limit), _validate.duration("window_seconds", window_seconds))
         _validate.horizon("window_seconds", window_seconds, checked[1], "the window")
         if guard is not None:

@@ -54,6 +54,13 @@ class Override:
 
 
 def _bounded(argument: str, value: object) -> float:
+    if argument == "rate" and _validate.real(argument, value) == 0:
+        # A token bucket's code may say 0 (an allowance); a change may not: a
+        # window's limit would be none, a leaky queue's would never drain.
+        raise ValueError(
+            f"rate must be > 0 at run time (between {MIN_SET:g} and {MAX_SET:g}), got {value!r}: a rate of 0 "
+            f"is set in the code (TokenBucket(capacity, 0)), not at run time"
+        )
     number = _validate.positive(argument, value)
     if not MIN_SET <= number <= MAX_SET:
         raise ValueError(f"{argument} must be between {MIN_SET:g} and {MAX_SET:g}, got {value!r}")

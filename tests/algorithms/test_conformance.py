@@ -34,7 +34,7 @@ from ratelimit._algorithms.lanes import restrict as restrict_lanes
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import WindowCounter
-from ratelimit._algorithms.token_bucket import Gcra
+from ratelimit._algorithms.token_bucket import Allowance, Gcra
 from ratelimit._stores.keys import key_for
 from ratelimit._stores.redis.handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
 
@@ -81,9 +81,10 @@ def client(request: pytest.FixtureRequest) -> Iterator[Any]:
 @pytest.mark.parametrize(
     ("kind", "first", "second"),
     # Every algorithm at three limits, and a token bucket refilled at an infinite rate
-    # (a limiter that never limits, but for a pause fed back).
+    # (a limiter that never limits, but for a pause fed back) and at none (an
+    # allowance that never refills).
     [(kind, *limits) for kind in ALGORITHMS for limits in [(3.0, 1.0), (5.0, 2.5), (4.0, 0.3)]]
-    + [("token_bucket", 3.0, math.inf)],
+    + [("token_bucket", 3.0, math.inf), ("token_bucket", 3.0, 0.0), ("token_bucket", 7.5, 0.0)],
 )
 @pytest.mark.parametrize("with_name", [False, True], ids=["bare", "named"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -138,6 +139,10 @@ GROUPS: dict[str, Any] = {
     "four": lambda: [Gcra(3.0, 1.0), WindowLog(5.0, 4.0), LeakyQueue(6.0, 2.0), WindowCounter(4.0, 2.0)],
     # A slow bucket sets most grant times, and the leaky queue keeps the gaps it leaves.
     "gaps": lambda: [Gcra(2.0, 0.4), LeakyQueue(4.0, 3.0)],
+    # An allowance (a token bucket refilled at no rate) beside limits that refill,
+    # and allowances alone (whose pauses are kept beside their states).
+    "with-allowance": lambda: [WindowLog(5.0, 4.0), Allowance(9.0), Gcra(3.0, 1.0)],
+    "allowances": lambda: [Allowance(4.0), Allowance(12.0)],
 }
 
 

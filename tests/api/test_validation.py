@@ -94,12 +94,55 @@ DURATIONS = {"window_seconds"}
 @pytest.mark.parametrize("value", OUT_OF_RANGE, ids=stable_id)
 @pytest.mark.parametrize(("argument", "build"), NUMBERS, ids=NUMBER_IDS)
 def test_a_number_out_of_range_is_a_value_error(argument: str, build: Build, value: Any) -> None:
-    if argument == "refill_per_sec" and isinstance(value, float) and value == math.inf:
-        build(value)  # a token bucket that never limits (see test_limits_in_force.py)
+    if argument == "refill_per_sec" and (value == 0 or (isinstance(value, float) and value == math.inf)):
+        # A token bucket that never limits, and one that never refills (an allowance):
+        # see test_limits_in_force.py.
+        build(value)
         return
     with pytest.raises(ValueError, match=argument) as caught:
         build(value)
     assert_names(caught.value, argument, value)
+
+
+@pytest.mark.parametrize(
+    ("build", "argument", "value", "why"),
+    [
+        (lambda v: LeakyBucket(1, v), "leak_per_sec", 0, "never drains"),
+        (lambda v: LeakyBucket(1, v), "leak_per_sec", 0.0, "TokenBucket\\(capacity, 0\\)"),
+        (lambda v: LeakyBucket(1, v), "leak_per_sec", math.inf, "TokenBucket\\(capacity, math.inf\\)"),
+        (lambda v: SlidingWindow(v, 1), "limit", 0, "grants nothing"),
+        (lambda v: SlidingWindow(v, 1, approximate=True), "limit", math.inf, "math.inf"),
+        (lambda v: SlidingWindow(1, v), "window_seconds", math.inf, "TokenBucket\\(limit, 0\\)"),
+        (lambda v: SlidingWindow(1, v), "window_seconds", timedelta(0), "empty window"),
+    ],
+    ids=stable_id,
+)
+def test_an_end_of_the_scale_a_limit_has_no_meaning_at_says_why(
+    build: Build, argument: str, value: Any, why: str
+) -> None:
+    """0 and infinity where they mean nothing (or are another limiter): refused, by
+    name and value, with what to use instead."""
+    with pytest.raises(ValueError, match=why) as caught:
+        build(value)
+    assert_names(caught.value, argument, value)
+
+
+@pytest.mark.parametrize(("option", "value"), [("low_share", 0.5), ("lease", 1.0), ("adaptive", None)], ids=stable_id)
+def test_an_allowance_refuses_what_needs_a_rate(option: str, value: Any) -> None:
+    from ratelimit import Adaptive
+
+    given: Any = Adaptive() if option == "adaptive" else value
+    with pytest.raises(ValueError, match=f"{option}=.*refill_per_sec=0") as caught:
+        TokenBucket(5, 0, **{option: bad(given)})
+    assert option in str(caught.value)
+
+
+@pytest.mark.parametrize("zero", [0, 0.0, -0.0], ids=stable_id)
+def test_a_refill_of_zero_is_an_allowance_whatever_its_sign(zero: float) -> None:
+    bucket = TokenBucket(2, zero)
+    assert bucket.refill_per_sec == 0.0
+    assert math.copysign(1.0, bucket.refill_per_sec) == 1.0
+    assert [bucket.try_acquire() for _ in range(3)] == [True, True, False]
 
 
 @pytest.mark.parametrize(

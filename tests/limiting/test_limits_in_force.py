@@ -248,3 +248,215 @@ def test_an_infinite_rate_with_priorities_grants_both_lanes_any_weight() -> None
     for call in (bucket.try_acquire, bucket.low.try_acquire):
         with pytest.raises(ValueError, match="tokens must be finite"):
             call(math.inf)
+
+
+# -- a limit at the other end: refilled at no rate (an allowance) ----------------------------
+
+
+def test_an_allowance_grants_its_capacity_once_and_then_never(make: Make, clock: ManualClock) -> None:
+    """Go's rate.Limit(0) with a burst: ``capacity`` tokens in all, whatever the time."""
+    bucket = make(TokenBucket, 3, 0)
+    assert repr(bucket).startswith("TokenBucket(capacity=3, refill_per_sec=0")
+    assert bucket.refill_per_sec == 0.0
+    assert bucket.peek(3) == 0.0
+    assert [bucket.try_acquire() for _ in range(4)] == [True, True, True, False]
+    clock.advance(1e8)
+    assert not bucket.try_acquire()
+    assert bucket.peek(1) == math.inf
+    # Nothing can ever come: refused at once, whatever the timeout, never a sleep for ever.
+    for timeout in (None, 0, 5.0, 1e12):
+        before = clock.now()
+        with pytest.raises(AcquireTimeout) as caught:
+            bucket.acquire(timeout=timeout)
+        assert caught.value.retry_after == math.inf
+        assert clock.now() == before
+    with pytest.raises(AcquireTimeout) as caught:
+        bucket.reserve(1)
+    assert caught.value.retry_after == math.inf
+    with pytest.raises(ValueError, match="tokens must be <= capacity"):
+        bucket.try_acquire(4)
+
+    async def scenario() -> None:
+        assert not await bucket.try_acquire_async()
+        with pytest.raises(AcquireTimeout) as caught:
+            await bucket.acquire_async()
+        assert caught.value.retry_after == math.inf
+
+    asyncio.run(scenario())
+
+
+def test_an_allowance_takes_back_what_is_refunded_up_to_its_capacity(make: Make, clock: ManualClock) -> None:
+    bucket = make(TokenBucket, 4, 0)
+    assert bucket.acquire(3) == 0.0
+    assert bucket.reserve(1).wait == 0.0
+    bucket.refund(2)
+    clock.advance(60)
+    assert bucket.try_acquire(2)
+    assert not bucket.try_acquire(0.5)
+    bucket.refund(4)
+    bucket.refund(4)  # more than was taken: the allowance is whole, never more
+    assert bucket.try_acquire(4)
+    assert not bucket.try_acquire(1)
+    bucket.settle(4, 1)  # an estimate of 4 used 1
+    assert bucket.try_acquire(3)
+    assert not bucket.try_acquire(1)
+
+
+def test_an_allowance_keeps_a_pause_fed_back_and_loses_nothing_to_it(make: Make, clock: ManualClock) -> None:
+    bucket = make(TokenBucket, 5, 0)
+    assert bucket.try_acquire(2)
+    bucket.feedback({"Retry-After": "10"}, status=429)
+    assert bucket.peek(1) == 10.0
+    assert not bucket.try_acquire()
+    with pytest.raises(AcquireTimeout) as caught:
+        bucket.acquire(timeout=1)
+    assert caught.value.retry_after == 10.0
+    bucket.refund(1)  # the refused call's token: it counts, pause or not
+    clock.advance(10)
+    assert [bucket.try_acquire() for _ in range(5)] == [True, True, True, True, False]
+
+
+def test_an_allowance_keeps_a_providers_count_as_a_pace(make: Make, clock: ManualClock) -> None:
+    bucket = make(TokenBucket, 10, 0)
+    # Two left in the next 4 s: spread over them, and the allowance still counts.
+    bucket.feedback({"X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "4"}, status=200)
+    assert bucket.acquire(timeout=None) == pytest.approx(2.0)
+    assert bucket.acquire(timeout=None) == pytest.approx(2.0)
+    assert bucket.acquire(8) == 0.0
+    assert not bucket.try_acquire()
+
+
+def test_an_allowance_in_a_composite_refuses_for_ever_naming_itself(make: Make, clock: ManualClock) -> None:
+    limiter: Composite = make(Composite, [SlidingWindow(10, 1), TokenBucket(2, 0)])
+    assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
+    clock.advance(5)
+    with pytest.raises(AcquireTimeout) as caught:
+        limiter.acquire()
+    assert caught.value.retry_after == math.inf
+    assert caught.value.failing_limit == 1
+    assert limiter.try_acquire([1, 0])  # a request the allowance does not weigh on
+    limiter.refund([1, 1])
+    assert limiter.try_acquire()
+
+
+def test_an_allowance_per_key_is_one_allowance_per_key(make: Make) -> None:
+    bucket = make(TokenBucket, 2, 0)
+    first, second = bucket.for_key("tenant-a"), bucket.for_key("tenant-b")
+    assert [first.try_acquire() for _ in range(3)] == [True, True, False]
+    assert [second.try_acquire() for _ in range(3)] == [True, True, False]
+    assert not bucket.for_key("tenant-a").try_acquire()
+
+
+def test_an_allowance_changed_at_run_time_and_back(make: Make, clock: ManualClock) -> None:
+    """A rate set at run time refills what was spent; back at no rate, what is still
+    owed then is spent for good. A run-time rate of 0 is refused: the bounds of a
+    change (``MIN_SET``) hold for every kind, and a window's limit would be 0."""
+    bucket = make(TokenBucket, 4, 0)
+    set_limit = _changeable(bucket)
+    assert bucket.try_acquire(4)
+    with pytest.raises(ValueError, match=r"rate must be > 0 at run time .*got 0: a rate of 0 is set in the code"):
+        set_limit(bucket.name, rate=0, clock=clock)
+    set_limit(bucket.name, rate=1, clock=clock)
+    assert bucket.peek(1) == pytest.approx(1.0)  # the 4 spent are owed, refilled at 1/s
+    clock.advance(1.5)
+    assert bucket.try_acquire(1)
+    bucket.backend.reset_limit(bucket.name, clock=clock)
+    # 3.5 owed at the reset: spent for good, half a token left.
+    assert bucket.try_acquire(0.5)
+    assert not bucket.try_acquire(0.5)
+    set_limit(bucket.name, burst=6, clock=clock)  # a larger allowance, the same spent
+    assert bucket.try_acquire(2)
+    assert not bucket.try_acquire(0.5)
+
+
+def test_an_allowance_stays_in_redis_as_a_finite_number(redis_client: Any) -> None:
+    from ratelimit import RedisBackend
+
+    from conftest import state_keys, unique_name
+
+    clock = ManualClock(1_700_000_000.0)
+    name = unique_name("allowance")
+    bucket = TokenBucket(5, 0, backend=RedisBackend(redis_client), name=name, clock=clock)
+    assert bucket.try_acquire(3)
+    bucket.feedback({"Retry-After": "10"}, status=429)
+    state = [key for key in state_keys(redis_client, name) if key.endswith(":token_bucket")]
+    assert state
+    assert float(redis_client.get(state[0])) == 3.0
+    assert redis_client.pttl(state[0]) > 1e12  # kept as long as any store keeps anything
+    for key in state_keys(redis_client, name):
+        if redis_client.type(key) == b"string":
+            assert math.isfinite(float(redis_client.get(key).split()[0])), key
+    for key in state_keys(redis_client, name):
+        redis_client.delete(key)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.0, 1e-6, 0.5, 3.0, 1e6]),
+            st.sampled_from([0.25, 1.0, 1.0, 2.0, 3.0]),
+            st.sampled_from(["try", "acquire", "reserve", "refund", "charge", "pause", "pace"]),
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_an_allowance_never_grants_more_than_its_capacity_in_all(make: Make, clock: ManualClock, steps: Any) -> None:
+    """Any sequence of requests, give-backs, charges and feedback at any times: what was
+    granted or charged, less what was given back, never passes the capacity at a grant."""
+    capacity = 5.0
+    bucket = make(TokenBucket, capacity, 0)
+    held = 0.0  # granted, less given back (a refund gives back at most what is held)
+    for dt, tokens, what in steps:
+        clock.advance(dt)
+        granted = False
+        if what == "try":
+            granted = bucket.try_acquire(tokens)
+        elif what in ("acquire", "reserve"):
+            refused: list[float] = []
+            try:
+                if what == "acquire":
+                    bucket.acquire(tokens, timeout=None)
+                else:
+                    bucket.reserve(tokens)
+                granted = True
+            except AcquireTimeout as exc:
+                refused.append(exc.retry_after)
+            # Refused for ever, or until a pause fed back ends: never a wait for ever.
+            assert all(after == math.inf or after <= 10.0 for after in refused)
+        elif what == "refund":
+            back = min(tokens, held)
+            if back > 0:
+                bucket.refund(back)
+                held -= back
+        elif what == "charge":
+            bucket.charge(tokens)
+            held += tokens
+        elif what == "pause":
+            bucket.feedback({"Retry-After": "10"}, status=429)
+        else:
+            bucket.feedback({"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": "6"}, status=200)
+        if granted:
+            held += tokens
+            # (A charge may spend past the capacity; no grant is made from there.)
+            assert held <= capacity + 1e-9
+
+
+def test_an_allowances_pause_and_spent_tokens_are_what_inspect_says(redis_client: Any) -> None:
+    from ratelimit import RedisBackend
+
+    from conftest import state_keys, unique_name
+
+    name = unique_name("allowance")
+    backend = RedisBackend(redis_client)
+    bucket = TokenBucket(5, 0, backend=backend, name=name)
+    assert bucket.try_acquire(5)
+    bucket.feedback({"Retry-After": "30"}, status=429)
+    seen = backend.inspect(name)
+    assert seen.effective == {"capacity": 5.0, "refill_per_sec": 0.0}
+    assert seen.wait_for_one == math.inf
+    assert seen.paused_for is not None
+    assert 25 < seen.paused_for <= 30
+    for key in state_keys(redis_client, name):
+        redis_client.delete(key)

@@ -15,7 +15,7 @@ from ratelimit._algorithms.algorithm import EPSILON, Algorithm, step, step_all
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.sliding_window import Log, WindowLog
 from ratelimit._algorithms.sliding_window_counter import CounterState, WindowCounter
-from ratelimit._algorithms.token_bucket import Gcra
+from ratelimit._algorithms.token_bucket import Allowance, Gcra
 from ratelimit._clock import ManualClock
 from ratelimit._stores.memory.backend import MemoryBackend
 from ratelimit._stores.tally import Tally
@@ -47,6 +47,28 @@ def test_fused_step_is_plan_then_commit(
     # through commit, never step); a tiny fraction of a small capacity underflows to 0.
     assume(tokens > 0)
     assert alg.step(state, now, tokens, max_wait) == step(alg, state, now, tokens, max_wait)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    capacity=st.floats(min_value=0.5, max_value=1e6),
+    now=times,
+    spent=st.one_of(st.just(-math.inf), st.just(0.0), st.floats(min_value=0.0, max_value=2e6)),
+    fraction=st.floats(min_value=0.0, max_value=1.5, exclude_min=True),
+    max_wait=waits,
+)
+def test_an_allowances_fused_step_is_plan_then_commit(
+    capacity: float, now: float, spent: float, fraction: float, max_wait: float
+) -> None:
+    """A token bucket refilled at no rate: granted at once or refused for ever (a wait
+    of -inf), never a nan, whatever wait the caller allows."""
+    alg = Allowance(capacity)
+    tokens = capacity * fraction
+    assume(tokens > 0)
+    fused = alg.step(spent, now, tokens, max_wait)
+    assert fused == step(alg, spent, now, tokens, max_wait)
+    assert fused[1] in (0.0, -math.inf)
+    assert not math.isnan(fused[0])
 
 
 def _pruned(alg: WindowLog, state: Log, now: float) -> tuple[list[float], list[float], list[float], list[list[float]]]:

@@ -14,10 +14,11 @@ from ratelimit._algorithms.algorithm import Algorithm
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import WindowCounter
-from ratelimit._algorithms.token_bucket import Gcra
+from ratelimit._algorithms.token_bucket import Allowance, Gcra
 
 ALGORITHMS: dict[str, Any] = {
-    "token_bucket": lambda a, b: Gcra(a, b),
+    # (Refilled at no rate, a token bucket is an allowance.)
+    "token_bucket": lambda a, b: Gcra(a, b) if b else Allowance(a),
     "leaky_bucket": lambda a, b: LeakyQueue(a, b),
     "sliding_window": lambda a, b: WindowLog(a, b),
     "sliding_window_counter": lambda a, b: WindowCounter(a, b),
