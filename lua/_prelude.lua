@@ -42,7 +42,8 @@ local function decide(admit_at, at, now, max_wait)
   if admit_at - now > EPSILON then return now - admit_at end
   local wait = at - now
   if wait <= EPSILON then return 0.0 end
-  if wait > max_wait + EPSILON then return -wait end
+  -- (A grant never due is no grant, whatever the caller would wait.)
+  if wait > max_wait + EPSILON or wait == math.huge then return -wait end
   return wait
 end
 

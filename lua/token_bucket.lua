@@ -238,7 +238,7 @@ do
     if at > now then at = moved - tolerance else at = now end
     local wait = at - now
     if wait <= EPSILON then wait = 0.0
-    elseif wait > max_wait + EPSILON then return -wait, ''
+    elseif wait > max_wait + EPSILON or wait == math.huge then return -wait, ''
     end
     local state = tat
     if tokens > 0 then

@@ -211,8 +211,8 @@ def decide(admit_at: float, at: float, now: float, max_wait: float) -> float:
     wait = at - now
     if wait <= EPSILON:
         return 0.0
-    if wait > max_wait + EPSILON:
-        return -wait
+    if wait > max_wait + EPSILON or wait == math.inf:
+        return -wait  # (a grant never due is no grant, whatever the caller would wait)
     return wait
 
 

@@ -231,7 +231,7 @@ class LeakyQueue:
         if wait <= EPSILON:
             begin = drained_at if drained_at > start else start
             return (begin + tokens * self.interval, begin), 0.0
-        if wait > max_wait + EPSILON:
+        if wait > max_wait + EPSILON or wait == math.inf:
             return state, -wait
         begin = drained_at if drained_at > start else start
         return (begin + tokens * self.interval, begin), wait

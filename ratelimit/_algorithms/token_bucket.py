@@ -226,7 +226,7 @@ class Gcra:
         wait = at - now
         if wait <= EPSILON:
             return advanced(state if state > at else at, tokens * self.interval), 0.0
-        if wait > max_wait + EPSILON:
+        if wait > max_wait + EPSILON or wait == math.inf:
             return state, -wait
         return advanced(state if state > at else at, tokens * self.interval), wait
 

@@ -322,6 +322,34 @@ def read_text(kind: str, text: bytes) -> Any:
 
 
 @pytest.mark.parametrize("kind", ["token_bucket", "leaky_bucket"])
+@pytest.mark.parametrize("max_wait", [math.inf, 0.0])
+def test_a_state_at_the_largest_double_refuses_rather_than_grant_at_an_infinite_wait(
+    redis_client: redis.Redis, kind: str, max_wait: float
+) -> None:
+    # One more step past the largest double is infinite: a grant then would never be
+    # due. Both twins refuse it, whatever the caller would wait, and keep the state as
+    # its text says (the scripts read an infinite text as no state at all: a fresh,
+    # full bucket, so writing one back would have granted the next request at once).
+    alg: Any = Gcra(4.0, 2.0) if kind == "token_bucket" else LeakyQueue(4.0, 2.0)
+    now = 1_700_000_000.0
+    name = unique_name("largest-double")
+    key = key_for(name, kind)
+    handle = RedisHandle(RedisBackend(redis_client), alg, key, lambda: repr(now), None, name)
+    state: Any = 1.7976931348623157e308 if kind == "token_bucket" else (1.7976931348623157e308, now - 1.0)
+    redis_client.set(key, clean_text(kind, state), px=60_000)
+    try:
+        for _ in range(2):
+            got = handle.reserve(1.0, max_wait)
+            new, wait, named = reserve([alg], [state], Holes(), now, [1.0], max_wait)
+            same(got, (wait, named))
+            assert wait == -math.inf
+            assert repr(new[0]) == repr(state)
+            assert repr(read_text(kind, cast(bytes, redis_client.get(key)))) == repr(state)
+    finally:
+        redis_client.delete(key)
+
+
+@pytest.mark.parametrize("kind", ["token_bucket", "leaky_bucket"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(actions=bucket_actions)
 def test_quick_decisions_read_every_state_as_its_text_says_whoever_wrote_it(
