@@ -429,7 +429,7 @@ def plan(
             at = grant
     if admit_at == math.inf and any(n > alg.most + EPSILON for alg, n in zip(algs, tokens, strict=True)):
         # A request no limit could ever hold (larger than a limit as changed at run
-        # time: sqlite_config.Changeable): refused for ever, holes or not, as Lua's
+        # time: sqlite/config.py's Changeable): refused for ever, holes or not, as Lua's
         # `too_big` refuses it before any hole is offered. (A spent allowance's
         # tokens may still be found in a hole: its grant withdrawn had them.)
         return admit_at, at, None

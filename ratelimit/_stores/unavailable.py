@@ -1,7 +1,7 @@
 """What a shared store does when it cannot be reached: the failure policy
 ``on_unavailable``, read in one place for every shared store (internal).
 
-:class:`FailurePolicy` is extended by ``redis_calls.RedisCalls`` (and so by
+:class:`FailurePolicy` is extended by ``redis/calls.py``'s ``RedisCalls`` (and so by
 ``RedisBackend``) and by ``SQLiteBackend``; their handles, the breaker's and the
 concurrency limit's stores call :meth:`FailurePolicy.without_store`.
 """

@@ -16,7 +16,7 @@ times are not the server's, and must never meet a real budget's.
 This module is the backend: what it is made of, what it binds, and what an operator
 changes and reads at run time. The rest sits beside it, each module one concern:
 
-- ``redis/calls.py``: :class:`~.redis_calls.RedisCalls`, which :class:`RedisBackend`
+- ``redis/calls.py``: :class:`~.calls.RedisCalls`, which :class:`RedisBackend`
   extends: ``run`` and ``run_async``, at most ``pool_size`` calls in flight, and the
   failure policy ``on_unavailable``;
 - ``redis/wire.py``: the clients' calls, sent on a connection held;
@@ -155,7 +155,7 @@ class RedisBackend(RedisCalls):
     :meth:`aclose`, to release its connections.
 
     Its script calls (:meth:`run`, :meth:`run_async`, :meth:`without_store`,
-    :meth:`stats`) are those of :class:`~.redis_calls.RedisCalls`.
+    :meth:`stats`) are those of :class:`~.calls.RedisCalls`.
     """
 
     shared = True

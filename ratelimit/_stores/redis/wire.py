@@ -1,5 +1,5 @@
 """A script call sent straight on a connection of the client's pool, for
-:class:`~.redis_calls.RedisCalls`: :class:`Wire` for a synchronous client,
+:class:`~.calls.RedisCalls`: :class:`Wire` for a synchronous client,
 :class:`AsyncWire` for each event loop's asyncio client.
 
 ``client.fcall(...)`` spends most of an uncontended decision's client time around

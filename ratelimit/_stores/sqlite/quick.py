@@ -4,7 +4,7 @@ A token bucket's row is usually one number (its TAT, see ``sqlite/codec.py``) an
 decision on it the pure step. So the usual decision needs no transaction of several
 statements: one ``UPDATE``, which takes the file's write lock and commits by itself,
 reads the row inside SQLite and calls the step of ``token_bucket.py`` through an SQL
-function of the connection (``sqlite_file.STEP_FUNCTION``) to write the new TAT. The
+function of the connection (``file.STEP_FUNCTION``) to write the new TAT. The
 time is read just before it, in this process's turn, and the row's own time is the
 floor, as in a full transaction (``Rows.now``); the step is the one the memory
 handle runs, on the same numbers, so the decision is the same bit for bit.

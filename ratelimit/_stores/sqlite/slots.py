@@ -102,12 +102,12 @@ class SlotRows:
 
     async def off_loop(self, call: Callable[[], R]) -> R:
         """``call()`` without making an event loop wait for the file (see
-        :meth:`~.sqlite_file.StoreFile.off_loop`)."""
+        :meth:`~.file.StoreFile.off_loop`)."""
         return await self._file.off_loop(call)
 
     def at_once(self) -> contextlib.AbstractContextManager[None]:
         """In this block, a transition that would wait for the file's lock raises
-        :class:`~.sqlite_file.Busy` instead (an asyncio caller then waits in a thread)."""
+        :class:`~.file.Busy` instead (an asyncio caller then waits in a thread)."""
         return self._file.not_waiting()
 
     # -- the transaction ------------------------------------------------------------
