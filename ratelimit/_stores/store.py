@@ -15,6 +15,7 @@ from .._algorithms.algorithm import Algorithm
 from .._algorithms.lanes import Lanes
 from .._clock import Clock
 from .keys import Keyed
+from .slots import SlotStore
 from .tally import Tally
 
 __all__ = ["Backend", "Handle", "Pacing"]
@@ -151,6 +152,15 @@ class Backend(Protocol):
         """A budget with priorities (see ``lanes.py``): the handles that acquire at high
         and at low priority, on one state. ``keep``: the high lane's tokens a low
         request borrowing it must leave (``None``: lows never borrow)."""
+        ...
+
+    def bind_slots(
+        self, name: str | Keyed | None, most: int, lease: float, clock: Clock | None, *, member: int | None = None
+    ) -> SlotStore:
+        """A ConcurrencyLimit's slots (``member`` of a composite; see ``slots.py``): at
+        most ``most`` held at once, each a lease of ``lease`` seconds that its holder's
+        heartbeat renews (a store shared beyond this process; the in-process one needs
+        none). Limits that bind one name share its slots."""
         ...
 
     def keep_views(self, views: Views) -> None:

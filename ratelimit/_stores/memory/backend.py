@@ -29,6 +29,7 @@ from ..._clock import Clock, SystemClock
 from ..keys import Keyed
 from ..store import Views
 from ..tally import Tally, weight
+from .slots import MemorySlots, memory_slots
 
 __all__ = [
     "SWEEP_SECONDS",
@@ -222,6 +223,13 @@ class MemoryBackend:
         for handle in handles:
             self._watch(handle, name, [slot])
         return handles
+
+    def bind_slots(
+        self, name: str | Keyed | None, most: int, lease: float, clock: Clock | None, *, member: int | None = None
+    ) -> MemorySlots:
+        """A ConcurrencyLimit's slots in this process (``memory/slots.py``), private
+        for no name. A holder cannot die without its process: ``lease`` is not needed."""
+        return memory_slots(self, name, most, clock or SystemClock(), member)
 
     # -- dropping idle state ----------------------------------------------------------
 

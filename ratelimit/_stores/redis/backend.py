@@ -70,6 +70,7 @@ from .promises import Promises
 from .replies import num
 from .rounds import Rounds
 from .scripts import live_script
+from .slots import RedisSlots
 
 logger = logging.getLogger("ratelimit")
 
@@ -511,6 +512,14 @@ class RedisBackend(RedisCalls):
             for handle in handles:
                 handle.promises = Promises((clock or SystemClock()).now)
         return handles
+
+    def bind_slots(
+        self, name: str | Keyed | None, most: int, lease: float, clock: Clock | None, *, member: int | None = None
+    ) -> RedisSlots:
+        """A ConcurrencyLimit's slots (``member`` of a composite), one key shared by
+        every process (``redis/slots.py``)."""
+        assert name is not None  # the front requires a name for a shared backend
+        return RedisSlots(self, self.key(name, "concurrency", member, clock=clock), most, lease, clock)
 
     # -- run-time changes and inspection (redis/config.py) -------------------------------
 
