@@ -7,7 +7,9 @@ its slot however long it takes. Waiters queue in arrival order across processes,
 the release that frees a slot hands it to the head of the queue and tells that waiter
 (see ``_stores/redis/wakeups.py``): a take and a release are one script call each, and
 waiting costs no polling. A SQLite file shares them among the processes of one box
-the same way, each transition one transaction (see ``concurrency_sqlite.py``).
+the same way, each transition one transaction (see ``_stores/sqlite/holders.py``).
+The limit reaches a store's slots through its backend's ``bind_slots`` alone (what
+they offer: ``_stores/slots.py``).
 """
 
 from __future__ import annotations
@@ -32,13 +34,9 @@ from .._algorithms.semaphore import HELD, QUEUED
 from .._clock import Clock, SystemClock
 from .._errors import AcquireTimeout
 from .._stores.keys import Keyed
-from .._stores.memory import MemoryBackend
-from .._stores.redis import RedisBackend
-from .._stores.sqlite import SQLiteBackend
+from .._stores.slots import LOST, SlotStore, lease_id
 from .._stores.store import Backend
 from .._stores.waiting import Waiting
-from .concurrency_sqlite import SQLiteSlots
-from .concurrency_state import LOST, RedisSlots, SlotStore, lease_id, memory_slots
 from .front import placed
 from .keyed import Keyable
 
@@ -515,21 +513,13 @@ class ConcurrencyLimit(Keyable):
         self._backend = backend
         self._name = name.name if isinstance(name, Keyed) else name
         self._clock: Clock = clock or SystemClock()
-        self._store: SlotStore
-        if isinstance(backend, MemoryBackend):
-            self._store = memory_slots(backend, name, self._most, self._clock, member)
-        elif isinstance(backend, RedisBackend):
-            assert name is not None
-            key = backend.key(name, "concurrency", member, clock=clock)
-            self._store = RedisSlots(backend, key, self._most, self._lease, clock)
-        elif isinstance(backend, SQLiteBackend):
-            assert name is not None
-            self._store = SQLiteSlots(backend, name, member, self._most, self._lease, clock)
-        else:
+        bind_slots = getattr(backend, "bind_slots", None)
+        if bind_slots is None:
             raise TypeError(
-                f"ConcurrencyLimit keeps its slots in a MemoryBackend, a RedisBackend or a SQLiteBackend, "
-                f"not in {backend!r}"
+                f"ConcurrencyLimit keeps its slots where a backend binds them (bind_slots), and "
+                f"{type(backend).__name__} has no bind_slots: use a MemoryBackend, a RedisBackend or a SQLiteBackend"
             )
+        self._store: SlotStore = bind_slots(name, self._most, self._lease, clock, member=member)
         self._beat = _Heartbeat(self, self._store)
         #: The leases taken here and not yet released, and those dropped unreleased.
         self._live: dict[str, bool] = {}

@@ -28,13 +28,13 @@ from .._stores.keys import Keyed
 from .._stores.memory import MemoryBackend
 from .._stores.store import Backend, Handle, Pacing
 from .._stores.tally import LimiterStats, Tally, weight
+from .._stores.unfinished import finish
 from .._wrap import wrap
 from .adaptive import LastGrant
 from .feedback import throttled
 from .keyed import Keyable
 from .named import Named, covers, equal
 from .reservation import Reservation
-from .unfinished import finish
 
 __all__ = ["Acquirer", "Decorator", "Limiter", "LimiterStats", "difference", "placed"]
 

@@ -17,6 +17,7 @@ from .._algorithms.lanes import Lanes
 from .._clock import Clock
 from .._events import BreakerState
 from .keys import Keyed
+from .slots import SlotStore
 from .tally import Tally
 
 __all__ = ["Backend", "BreakerHandle", "Handle", "Pacing"]
@@ -182,6 +183,14 @@ class Backend(Protocol):
         """A circuit breaker's state (``name`` is given on a shared store). When the
         store cannot be reached, its ``on_unavailable`` decides: raise, or go on with
         state in this process."""
+
+    def bind_slots(
+        self, name: str | Keyed | None, most: int, lease: float, clock: Clock | None, *, member: int | None = None
+    ) -> SlotStore:
+        """A ConcurrencyLimit's slots (``member`` of a composite; see ``slots.py``): at
+        most ``most`` held at once, each a lease of ``lease`` seconds that its holder's
+        heartbeat renews (a store shared beyond this process; the in-process one needs
+        none). Limits that bind one name share its slots."""
         ...
 
     def keep_views(self, views: Views) -> None:

@@ -348,6 +348,19 @@ def test_limits_of_one_name_share_their_slots_in_process() -> None:
         b.take(timeout=0)
 
 
+def test_a_backend_that_binds_no_slots_is_refused_by_its_type() -> None:
+    class RatesOnly:
+        """A store of one's own that binds rate limiters and nothing else."""
+
+        shared = False
+
+        def bind(self, *args: object, **options: object) -> None:
+            raise AssertionError("a ConcurrencyLimit binds no rate")
+
+    with pytest.raises(TypeError, match="RatesOnly has no bind_slots"):
+        ConcurrencyLimit(1, backend=RatesOnly())  # type: ignore[arg-type]
+
+
 # -- leases in Redis --------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ from ..keys import Keyed
 from ..store import Views
 from ..tally import Tally, weight
 from .breaker import MemoryStore
+from .slots import MemorySlots, memory_slots
 
 __all__ = [
     "SWEEP_SECONDS",
@@ -228,6 +229,13 @@ class MemoryBackend:
     def bind_breaker(self, name: str | None, policy: Policy, clock: Clock | None) -> MemoryStore:
         """A circuit breaker's state, its own (``name`` shares nothing here)."""
         return MemoryStore(policy, clock or SystemClock())
+
+    def bind_slots(
+        self, name: str | Keyed | None, most: int, lease: float, clock: Clock | None, *, member: int | None = None
+    ) -> MemorySlots:
+        """A ConcurrencyLimit's slots in this process (``memory/slots.py``), private
+        for no name. A holder cannot die without its process: ``lease`` is not needed."""
+        return memory_slots(self, name, most, clock or SystemClock(), member)
 
     # -- dropping idle state ----------------------------------------------------------
 

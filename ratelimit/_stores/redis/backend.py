@@ -73,6 +73,7 @@ from .promises import Promises
 from .replies import num
 from .rounds import Rounds
 from .scripts import live_script
+from .slots import RedisSlots
 
 logger = logging.getLogger("ratelimit")
 
@@ -530,6 +531,14 @@ class RedisBackend(RedisCalls):
         assert name is not None  # a shared store: CircuitBreaker required it
         local = MemoryStore(policy, clock or SystemClock())
         return RedisStore(self, self.key(name, "breaker", clock=clock), policy, clock, local)
+
+    def bind_slots(
+        self, name: str | Keyed | None, most: int, lease: float, clock: Clock | None, *, member: int | None = None
+    ) -> RedisSlots:
+        """A ConcurrencyLimit's slots (``member`` of a composite), one key shared by
+        every process (``redis/slots.py``)."""
+        assert name is not None  # the front requires a name for a shared backend
+        return RedisSlots(self, self.key(name, "concurrency", member, clock=clock), most, lease, clock)
 
     # -- run-time changes and inspection (redis/config.py) -------------------------------
 

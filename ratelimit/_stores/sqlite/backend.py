@@ -52,6 +52,7 @@ from .config import read as read_change
 from .config import write as write_change
 from .file import Busy, StoreFile
 from .handles import Followed, SQLiteGroupHandle, SQLiteHandle
+from .holders import SQLiteSlots
 from .inspection import inspect_all, inspect_names
 from .quick import Quick
 from .rows import Rows
@@ -298,6 +299,15 @@ class SQLiteBackend(FailurePolicy):
         """The slots of a ConcurrencyLimit (``member`` of a composite), each holder and
         waiter a row of its own (``sqlite/slots.py``)."""
         return SlotRows(self._file, self._named(name), -1 if member is None else member, most, lease, clock)
+
+    def bind_slots(
+        self, name: str | Keyed | None, most: int, lease: float, clock: Clock | None, *, member: int | None = None
+    ) -> SQLiteSlots:
+        """A ConcurrencyLimit's slots (``member`` of a composite), shared by every
+        process that opens the file (``sqlite/holders.py``)."""
+        assert name is not None  # the front requires a name for a shared backend
+        rows = self.slot_rows(name, member, most, lease, clock)
+        return SQLiteSlots(self, rows, name, most, lease, clock)
 
     # -- idle names ----------------------------------------------------------------
 

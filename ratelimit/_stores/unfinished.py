@@ -18,10 +18,11 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
-__all__ = ["finish", "finish_later"]
+__all__ = ["finish", "finish_later", "release_outlasting"]
 
 logger = logging.getLogger("ratelimit")
 
@@ -67,3 +68,25 @@ async def finish(call: Callable[[], object], what: str) -> None:
     """Run ``call()`` in the pool and wait for it: cancelling the caller leaves it to
     run to its end, after the loop closes too."""
     await asyncio.shield(asyncio.wrap_future(finish_later(call, what)))
+
+
+async def release_outlasting(
+    release: Callable[[], None], later: Callable[[], Coroutine[Any, Any, None]], in_thread: Callable[[], None]
+) -> None:
+    """A slot's release from a coroutine, made whatever happens to its task: ``later()``
+    (the release on the loop) shielded from the task's cancellation, ``in_thread()``
+    (the release again in a thread nothing cancels) if the task is cancelled, for
+    ``asyncio.run`` cancels every task left before it closes the loop, and ``release()``
+    at once from a coroutine closed outside any loop (an async generator collected
+    after its loop ended: nothing to await on, no loop to block). Made twice, a release
+    frees one slot: lease names are never reused."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        release()
+        return
+    try:
+        await asyncio.shield(later())
+    except asyncio.CancelledError:
+        in_thread()
+        raise

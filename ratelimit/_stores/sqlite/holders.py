@@ -1,13 +1,13 @@
-"""A ConcurrencyLimit's slots in a SQLite file, shared by the processes of one box.
+"""A ConcurrencyLimit's slots in a SQLite file, shared by the processes of one box:
+what ``SQLiteBackend.bind_slots`` returns.
 
-Each transition is one transaction of the file (``_stores/sqlite/slots.py``, the SQL
-twin of ``_algorithms/semaphore.py``). A waiter is told of its grant, never polls:
-its row names its process's door (``_stores/sqlite/doors.py``), and whoever promotes
-it (a release, or a transition that finds a lease run out) knocks there after the
-commit. A holder's lease is renewed by the limit's heartbeat, so a process killed
-with SIGKILL frees its slots once their leases run out; the door's thread then looks
-at the file when the first holder's lease is due to run out, since no release will
-announce it.
+Each transition is one transaction of the file (``slots.py``, the SQL twin of
+``_algorithms/semaphore.py``). A waiter is told of its grant, never polls: its row
+names its process's door (``doors.py``), and whoever promotes it (a release, or a
+transition that finds a lease run out) knocks there after the commit. A holder's
+lease is renewed by the limit's heartbeat, so a process killed with SIGKILL frees
+its slots once their leases run out; the door's thread then looks at the file when
+the first holder's lease is due to run out, since no release will announce it.
 """
 
 from __future__ import annotations
@@ -16,42 +16,46 @@ import asyncio
 import functools
 import math
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
-from .._algorithms.semaphore import FULL, HELD, QUEUED
-from .._clock import Clock
-from .._errors import BackendUnavailable
-from .._stores.keys import Keyed
-from .._stores.sqlite import SQLiteBackend
-from .._stores.sqlite.doors import Doors, doors_for
-from .._stores.sqlite.file import Busy, LockTimeout, Waited
-from .._stores.sqlite.slots import Promoted
-from .._stores.waiting import Waiting
-from .concurrency_state import LOST, Elsewhere, release_outlasting, taken_here
-from .unfinished import finish_later
+from ..._algorithms.semaphore import FULL, HELD, QUEUED
+from ..._clock import Clock
+from ..._errors import BackendUnavailable
+from ..keys import Keyed
+from ..memory.slots import Elsewhere
+from ..slots import LOST, taken_here
+from ..unfinished import finish_later, release_outlasting
+from ..waiting import Waiting
+from .doors import Doors, doors_for
+from .file import Busy, LockTimeout, StoreFile, Waited
+from .slots import Promoted, SlotRows
 
 __all__ = ["SQLiteSlots"]
 
 R = TypeVar("R")
 
 
+class Binder(Protocol):
+    """What the slots use of the backend that binds them (``SQLiteBackend``), beside
+    the failure policy that :class:`~.memory.slots.Elsewhere` reads."""
+
+    file: StoreFile
+    local_share: float
+
+    def sweep_if_due(self) -> None: ...
+
+
 class SQLiteSlots:
     """Slots in a :class:`~ratelimit.SQLiteBackend` file, shared by every process that
     opens it. When the file cannot be used the backend's ``on_unavailable`` decides,
-    as for :class:`~.concurrency_state.RedisSlots`: ``"raise"``, ``"allow"`` (a slot the
+    as for every shared store's slots: ``"raise"``, ``"allow"`` (a slot the
     file never hears of) or ``"local"`` (this process's share of the slots)."""
 
     def __init__(
-        self,
-        backend: SQLiteBackend,
-        name: str | Keyed,
-        member: int | None,
-        most: int,
-        lease: float,
-        clock: Clock | None,
+        self, backend: Binder, rows: SlotRows, name: str | Keyed, most: int, lease: float, clock: Clock | None
     ) -> None:
         self._backend = backend
-        self._rows = backend.slot_rows(name, member, most, lease, clock)
+        self._rows = rows
         self._label = str(name.name if isinstance(name, Keyed) else name)
         self.check_every = lease / 3
         # One bound method for the doors to group the looks they make by.
@@ -111,7 +115,7 @@ class SQLiteSlots:
             door = self._doors.expect(name, waiting, self._holding)
         calls = self._backend.file.calls
         # A take does not wait for another process's lock past its caller's timeout (at
-        # least a moment, sqlite_file.LOCK_GRACE; one that will not wait for a slot,
+        # least a moment, file.py's LOCK_GRACE; one that will not wait for a slot,
         # ``timeout=0``, that moment): no slot, as the file is busy, not unavailable.
         calls.patience = 0.0 if waiting is None else waiting.patience
         waited = False
@@ -183,7 +187,7 @@ class SQLiteSlots:
         if name in self._unwritten:
             self._unwritten.discard(name)
             return
-        # Not past a moment behind another process's lock (sqlite_file.LOCK_GRACE): a
+        # Not past a moment behind another process's lock (file.py's LOCK_GRACE): a
         # holder done, or a waiter whose timeout passed, goes on at once, and a thread
         # of the pool makes the release when the file is free.
         calls = self._backend.file.calls
