@@ -27,7 +27,7 @@ from ratelimit._algorithms.algorithm import EPSILON, Algorithm
 from ratelimit._algorithms.holes import MOVE, GrantTime, Holes, give_back, plan, settle
 from ratelimit._algorithms.token_bucket import Gcra
 from ratelimit._stores.keys import key_for
-from ratelimit._stores.redis_handles import RedisGroupHandle, RedisHandle
+from ratelimit._stores.redis.handles import RedisGroupHandle, RedisHandle
 
 from conftest import unique_name
 
