@@ -220,7 +220,7 @@ end
 -- See Move in holes.py: the queues moved up, kept at <holes>:moved as
 -- "<gen> <reach>" and then ";<gen> <member> <lo> <hi> <d> <until>" per move, oldest
 -- first. Read as {gen, reach, list}, without the moves whose grants are all behind
--- (see _forget_moves); with none left the reach is no more.
+-- and the reach once it is past (see _forget_moves).
 local function moves_of(holes, now)
   local out = {gen = 0, reach = -math.huge, list = {}}
   local text = redis.call('GET', holes .. ':moved')
@@ -235,7 +235,7 @@ local function moves_of(holes, now)
       out.list[#out.list + 1] = {tonumber(g), tonumber(j), tonumber(lo), tonumber(hi), tonumber(d), u}
     end
   end
-  if #out.list == 0 then out.reach = -math.huge end
+  if not (out.reach > now) then out.reach = -math.huge end
   return out
 end
 
@@ -246,6 +246,7 @@ end
 
 local function moves_save(holes, moved, now)
   local parts, last = {gen_text(moved.gen) .. ' ' .. fmt(moved.reach)}, now
+  if moved.reach > last then last = moved.reach end
   for _, m in ipairs(moved.list) do
     parts[#parts + 1] = gen_text(m[1]) .. ' ' .. m[2] .. ' ' .. fmt(m[3]) .. ' ' .. fmt(m[4]) .. ' '
       .. fmt(m[5]) .. ' ' .. fmt(m[6])
@@ -872,6 +873,11 @@ local function give_back_members(members, holes, now, tokens, at, exact)
     if not tail_all(members, left, hole_at, moved) then break end
     redis.call('ZREM', holes, member)
     cancel_all(members, now, left, hole_at)
+    -- A grant taken from it stays due at its time, now after the states' latest.
+    if hole_at > moved.reach then
+      moved.reach = hole_at
+      moves_save(holes, moved, now)
+    end
   end
   if paused > now then
     -- See give_back in holes.py: rolled back, the state must hold the pause itself.

@@ -129,8 +129,9 @@ class Holes:
         #: name carries the number in force when it was given: :class:`GrantTime`).
         self.moves: list[Move] = []
         self.gen = 0
-        #: The latest time any grant recorded may be due at (a move leaves grants due
-        #: later than the state's latest says); ``-inf`` where the state's says it all.
+        #: The latest time any grant recorded may be due at (a move, or the roll-back
+        #: of a hole a grant was taken from, leaves grants due later than the state's
+        #: latest says); ``-inf`` where the state's says it all.
         self.reach = -math.inf
         self.paused_until = -math.inf
         #: The end of the latest restriction from the provider: until then a named
@@ -449,7 +450,7 @@ def plan(
     even admit the request now: a full leaky queue still has the hole's room). Drops
     holes that are spent or void, which changes nothing they mean.
     """
-    if holes.moves:
+    if holes.moves or holes.reach > -math.inf:
         _forget_moves(holes, now)
     paced = holes.paced
     if paced is not None:
@@ -716,6 +717,9 @@ def give_back(
             break
         items.pop()
         states = _cancel(algs, states, now, left, hole_at)
+        # A grant taken from it stays due at its time, now after the states' latest.
+        if hole_at > holes.reach:
+            holes.reach = hole_at
     if holes.paused_until > now:
         # The withdrawn grants may be what made the state stricter than the pause, and
         # it was left alone then: rolled back, it must hold the pause on its own.
@@ -890,12 +894,13 @@ def _move_up(algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes
 
 
 def _forget_moves(holes: Holes, now: float) -> None:
-    """Drop the moves whose grants are all behind (see :data:`Move`)."""
+    """Drop the moves whose grants are all behind (see :data:`Move`), and the reach
+    once it is past."""
     moves = holes.moves
     if moves and any(move[5] <= now for move in moves):
         moves[:] = [move for move in moves if move[5] > now]
-        if not moves:
-            holes.reach = -math.inf
+    if holes.reach <= now:
+        holes.reach = -math.inf
 
 
 def _moved(holes: Holes, j: int, at: float, gen: int) -> float:

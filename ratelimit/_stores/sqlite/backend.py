@@ -106,6 +106,7 @@ def _bare(slot: Slot) -> bool:
         and holes.paused_until == -math.inf
         and holes.restricted_until == -math.inf
         and not holes.moves
+        and holes.reach == -math.inf
         and not slot.group_holes
     )
 

@@ -63,6 +63,7 @@ def _bare(holes: Holes) -> bool:
         and holes.paused_until == -math.inf
         and holes.restricted_until == -math.inf
         and not getattr(holes, "moves", None)
+        and getattr(holes, "reach", -math.inf) == -math.inf
     )
 
 
@@ -100,4 +101,7 @@ def holes_until(holes: Holes) -> float:
     for move in getattr(holes, "moves", ()):
         if move[5] > until:
             until = move[5]
+    reach = getattr(holes, "reach", -math.inf)
+    if reach > until:
+        until = reach
     return until

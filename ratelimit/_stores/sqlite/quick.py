@@ -136,5 +136,6 @@ class Quick:
             and holes.paused_until == -math.inf
             and holes.restricted_until == -math.inf
             and not holes.moves
+            and holes.reach == -math.inf
             and not slot.group_holes
         )
