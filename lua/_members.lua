@@ -684,10 +684,17 @@ local function settle_members(members, holes, now, admit_at, at, hole, max_wait,
     pace_save(paced, now)
   end
   local mask
-  if hole ~= nil and hole.pooled then
-    mask = pieces_mask(take_pooled(members, holes, now, hole.pooled))
-  elseif hole ~= nil and not hole.move then
-    mask = pieces_mask(take_hole(members, holes, now, hole, at))
+  if hole ~= nil and not hole.move then
+    if hole.pooled then
+      mask = pieces_mask(take_pooled(members, holes, now, hole.pooled))
+    else
+      mask = pieces_mask(take_hole(members, holes, now, hole, at))
+    end
+    -- See settle in holes.py: a grant from a hole sets the reach.
+    if moved and now + wait > moved.reach then
+      moved.reach = now + wait
+      moves_save(holes, moved, now)
+    end
   else
     if hole ~= nil then move_up(members, holes, now, hole.move, moved) end
     commit_all(members, now, at)
@@ -873,11 +880,6 @@ local function give_back_members(members, holes, now, tokens, at, exact)
     if not tail_all(members, left, hole_at, moved) then break end
     redis.call('ZREM', holes, member)
     cancel_all(members, now, left, hole_at)
-    -- A grant taken from it stays due at its time, now after the states' latest.
-    if hole_at > moved.reach then
-      moved.reach = hole_at
-      moves_save(holes, moved, now)
-    end
   end
   if paused > now then
     -- See give_back in holes.py: rolled back, the state must hold the pause itself.

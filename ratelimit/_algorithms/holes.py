@@ -131,7 +131,7 @@ class Holes:
         self.gen = 0
         #: The latest time any grant recorded may be due at (a move, or the roll-back
         #: of a hole a grant was taken from, leaves grants due later than the state's
-        #: latest says); ``-inf`` where the state's says it all.
+        #: latest says; a grant from a hole sets it); ``-inf`` once it is past.
         self.reach = -math.inf
         self.paused_until = -math.inf
         #: The end of the latest restriction from the provider: until then a named
@@ -554,6 +554,10 @@ def settle(
         states, pieces = _take_pooled(algs, states, holes.items, now, tokens)
     else:
         states, pieces = _take(algs, states, holes.items, found, now, tokens, at)
+    # A grant from a hole stays due at its time if the line behind it is rolled back
+    # (its hole's rest withdrawn with the reservations after it), after the latest.
+    if now + wait > holes.reach:
+        holes.reach = now + wait
     return states, wait, GrantTime(now + wait, (), tuple(pieces), gen) if pieces else now + wait
 
 
@@ -717,9 +721,6 @@ def give_back(
             break
         items.pop()
         states = _cancel(algs, states, now, left, hole_at)
-        # A grant taken from it stays due at its time, now after the states' latest.
-        if hole_at > holes.reach:
-            holes.reach = hole_at
     if holes.paused_until > now:
         # The withdrawn grants may be what made the state stricter than the pause, and
         # it was left alone then: rolled back, it must hold the pause on its own.
