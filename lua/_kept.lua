@@ -39,17 +39,20 @@ local function max_wait_of(text)
   return read_wait
 end
 
--- A base key's side keys: <base>:slack, <base>:holes, <base><own> (`own` nil: none)
--- and the provider's pace, <base>:holes:pace, as last joined.
-local sides_base, sides_own, sides_slack, sides_holes, sides_mine, sides_pace = nil, nil, nil, nil, nil, nil
+-- A base key's side keys: <base>:slack, <base>:holes, <base><own> (`own` nil: none),
+-- the provider's pace, <base>:holes:pace, and the queue's moves, <base>:holes:moved,
+-- as last joined.
+local sides_base, sides_own, sides_slack, sides_holes, sides_mine, sides_pace, sides_moved =
+  nil, nil, nil, nil, nil, nil, nil
 
 local function sides_of(base, own)
   if base ~= sides_base or own ~= sides_own then
     sides_base, sides_own = base, own
     sides_slack, sides_holes, sides_pace = base .. ':slack', base .. ':holes', base .. ':holes:pace'
+    sides_moved = base .. ':holes:moved'
     sides_mine = own and base .. own
   end
-  return sides_slack, sides_holes, sides_mine, sides_pace
+  return sides_slack, sides_holes, sides_mine, sides_pace, sides_moved
 end
 
 -- finite() of a slack record's two fields, as last read: a busy budget's record is

@@ -18,7 +18,7 @@ local function max_wait_of(text)
 end
 
 local function sides_of(base, own)
-  return base .. ':slack', base .. ':holes', own and base .. own, base .. ':holes:pace'
+  return base .. ':slack', base .. ':holes', own and base .. own, base .. ':holes:pace', base .. ':holes:moved'
 end
 
 local function record_of(slack_text, until_text)

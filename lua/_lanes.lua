@@ -59,8 +59,8 @@ local function save(lane, only_dirty)
 end
 
 local function plan_lane(lane)
-  local admit_at, at, hole, paced = plan_members({lanes[lane].member}, lanes[lane].holes, now)
-  return {admit_at, at, hole, paced}
+  local admit_at, at, hole, paced, moved = plan_members({lanes[lane].member}, lanes[lane].holes, now)
+  return {admit_at, at, hole, paced, moved}
 end
 
 -- See _now and _when in lanes.py.
@@ -76,7 +76,7 @@ end
 local function settle(lane, planned, max_wait)
   local l = lanes[lane]
   local wait, changed = settle_members({l.member}, l.holes, now, planned[1], planned[2], planned[3], max_wait,
-                                        planned[4])
+                                        planned[4], false, planned[5])
   l.changed = changed
   return wait, lane
 end

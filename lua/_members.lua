@@ -10,10 +10,11 @@
 -- withdrawn grant was due, member = "<time>|<tokens>,<tokens>,..." with one number
 -- per limit of the group. At most one hole per time (within EPSILON). The member
 -- "pause", scored with the end of the latest pause from the provider, is no hole.
--- The provider's pace (see pace in holes.py) is kept beside them, at <holes>:pace.
--- A token bucket's hole stays good past its time for the part of its slot still
--- ahead (`room`), and a refund that names a grant which waited its own turn leaves
--- one ('release'); see the docstring of holes.py.
+-- The provider's pace (see pace in holes.py) is kept beside them, at <holes>:pace,
+-- and the moves of the queue up into late holes (see _move_up in holes.py) at
+-- <holes>:moved (moves_of). A token bucket's hole stays good past its time for the
+-- part of its slot still ahead (`room`), and a refund that names a grant leaves one;
+-- see the docstring of holes.py.
 
 local HOLE_SCAN = 16
 
@@ -50,7 +51,7 @@ local function forget_members(members, holes)
   for _, m in ipairs(members) do
     redis.call('DEL', m.self.key, m.self.key .. ':caps', m.self.key .. ':meta', m.self.key .. ':gaps')
   end
-  redis.call('DEL', holes, holes .. ':restricted', holes .. ':pace')
+  redis.call('DEL', holes, holes .. ':restricted', holes .. ':pace', holes .. ':moved')
 end
 
 local function commit_all(members, now, at)
@@ -193,6 +194,14 @@ local function group_latest(members)
   return latest
 end
 
+-- See _reach in holes.py: the latest a grant recorded may be due at (`moved`: the
+-- moves as moves_of read them, nil for none).
+local function group_reach(members, moved)
+  local latest = group_latest(members)
+  if moved and moved.reach > latest then return moved.reach end
+  return latest
+end
+
 -- The provider's pace (see pace in holes.py), kept at <holes>:pace as
 -- "<interval> <at> <until>"; nil where there is none, or it is over.
 local function pace_of(key, now)
@@ -206,6 +215,59 @@ end
 
 local function pace_save(p, now)
   redis.call('SET', p.key, fmt(p.interval) .. ' ' .. fmt(p.at) .. ' ' .. fmt(p.untl), 'PX', idle_ms(p.untl - now))
+end
+
+-- See Move in holes.py: the queues moved up, kept at <holes>:moved as
+-- "<gen> <reach>" and then ";<gen> <member> <lo> <hi> <d> <until>" per move, oldest
+-- first. Read as {gen, reach, list}, without the moves whose grants are all behind
+-- and the reach once it is past (see _forget_moves).
+local function moves_of(holes, now)
+  local out = {gen = 0, reach = -math.huge, list = {}}
+  local text = redis.call('GET', holes .. ':moved')
+  if not text then return out end
+  local gen, reach, rest = string.match(text, '^(%S+) ([^;]+)(.*)$')
+  out.gen, out.reach = tonumber(gen), tonumber(reach)
+  local field = '([^;%s]+)'
+  local one = ';' .. field .. ' ' .. field .. ' ' .. field .. ' ' .. field .. ' ' .. field .. ' ' .. field
+  for g, j, lo, hi, d, u in string.gmatch(rest, one) do
+    u = tonumber(u)
+    if u > now then
+      out.list[#out.list + 1] = {tonumber(g), tonumber(j), tonumber(lo), tonumber(hi), tonumber(d), u}
+    end
+  end
+  if not (out.reach > now) then out.reach = -math.huge end
+  return out
+end
+
+-- A move's number as the names and the key write it (a whole number).
+local function gen_text(gen)
+  return string.format('%d', gen)
+end
+
+local function moves_save(holes, moved, now)
+  local parts, last = {gen_text(moved.gen) .. ' ' .. fmt(moved.reach)}, now
+  if moved.reach > last then last = moved.reach end
+  for _, m in ipairs(moved.list) do
+    parts[#parts + 1] = gen_text(m[1]) .. ' ' .. m[2] .. ' ' .. fmt(m[3]) .. ' ' .. fmt(m[4]) .. ' '
+      .. fmt(m[5]) .. ' ' .. fmt(m[6])
+    if m[6] > last then last = m[6] end
+  end
+  redis.call('SET', holes .. ':moved', table.concat(parts, ';'), 'PX', idle_ms(last - now))
+end
+
+-- See _moved in holes.py: where a slot of member j named `at` before move gen + 1
+-- ends now (less the tolerance).
+local function moved_at(moved, j, at, gen)
+  for _, m in ipairs(moved.list) do
+    if m[1] > gen and m[2] == j and m[3] + EPSILON < at and at <= m[4] + EPSILON then at = at - m[5] end
+  end
+  return at
+end
+
+-- A name's mark of the latest move when it was given ('' for none).
+local function gen_mark(moved)
+  if moved and moved.gen > 0 then return 'g' .. gen_text(moved.gen) end
+  return ''
 end
 
 -- charge: the members' tokens taken whatever the budget, at the latest grant any of
@@ -367,6 +429,109 @@ local function pace_wait(holes, now)
   return 0.0
 end
 
+-- See _put in holes.py: the freed end of a slot that ends at `place` + tolerance, a
+-- late hole where some of it is still ahead; only one hole a moment, made once (a
+-- grant named twice, or beside another hole of its moment, could free a slot twice).
+local function put_hole(members, holes, now, place, hole)
+  local horizon = nil
+  for j, m in ipairs(members) do
+    if hole[j] > 0 and hole_room(m, place, hole[j], now, true) > EPSILON then
+      local far = place + m.self.tolerance
+      if horizon == nil or far > horizon then horizon = far end
+    end
+  end
+  if horizon == nil then return end
+  local near = redis.call('ZRANGEBYSCORE', holes, fmt(place - EPSILON), fmt(place + EPSILON), 'LIMIT', 0, 2)
+  if #near == 0 or (#near == 1 and near[1] == 'pause') then
+    redis.call('ZADD', holes, fmt(place), hole_member(place, hole, true))
+    hold(holes, horizon - now)
+  end
+end
+
+local MOVES = 16
+
+-- See _moving in holes.py: how the queue would move up into the late holes: {j, steps,
+-- state, reach} (j the one slotted member every late hole holds tokens of, each step
+-- a hole the queue moves into, the latest first, with the tokens it takes of it), or
+-- nil where nothing moves. `moved`: moves_of's; `paced`: the pace in force, if any.
+local function moving(members, holes, now, moved, paced)
+  local all = redis.call('ZRANGE', holes, 0, -1, 'WITHSCORES')
+  local late, j = {}, nil
+  for k = 1, #all, 2 do
+    if all[k] ~= 'pause' and is_late(all[k]) then
+      local have = hole_tokens(all[k])
+      if #have == #members then
+        for i, n in ipairs(have) do
+          if n > 0 then
+            if j == nil then j = i elseif i ~= j then return nil end  -- holes of several limits
+          end
+        end
+        late[#late + 1] = {member = all[k], at = tonumber(all[k + 1]), have = have}
+      end
+    end
+  end
+  if j == nil or not members[j].alg.room then return nil end
+  local m = members[j]
+  local reach = group_reach(members, moved)
+  if paced and paced.untl > reach then reach = paced.untl end
+  if now > reach then reach = now end
+  local state, steps, count = m.state, {}, #moved.list
+  for k = #late, 1, -1 do
+    if count >= MOVES then break end
+    local h = late[k]
+    if m.alg.latest(m.self, state) > h.at + EPSILON then
+      local room = m.alg.room(m.self, h.at, h.have[j], now)
+      local slack = m.alg.room(m.self, h.at, math.huge, reach)
+      local give = slack
+      if room < slack then give = room end
+      if give > EPSILON then
+        state = m.alg.cancel(m.self, state, now, give, m.alg.latest(m.self, state))
+        steps[#steps + 1] = {hole = h, give = give}
+        count = count + 1
+      end
+    end
+  end
+  if #steps == 0 then return nil end
+  return {j = j, steps = steps, state = state, reach = reach}
+end
+
+-- See _move_up in holes.py: move the queue up as `plan` (moving's) says: each hole's
+-- line behind it moves up by what the hole gives, the late holes there with it, what
+-- is left of the hole stays one where it now ends, and each move is recorded.
+local function move_up(members, holes, now, plan, moved)
+  local j = plan.j
+  local m = members[j]
+  for _, step in ipairs(plan.steps) do
+    local h = step.hole
+    local before = m.state
+    local hi = m.alg.latest(m.self, before)
+    local room = m.alg.room(m.self, h.at, h.have[j], now)
+    m.state = m.alg.cancel(m.self, before, now, step.give, hi)
+    local d = hi - m.alg.latest(m.self, m.state)
+    redis.call('ZREM', holes, h.member)
+    local after = redis.call('ZRANGEBYSCORE', holes, '(' .. fmt(h.at + EPSILON), '+inf', 'WITHSCORES')
+    for k = 1, #after, 2 do
+      if after[k] ~= 'pause' and is_late(after[k]) then
+        local at = tonumber(after[k + 1]) - d
+        redis.call('ZREM', holes, after[k])
+        redis.call('ZADD', holes, fmt(at), hole_member(at, hole_tokens(after[k]), true))
+      end
+    end
+    local left = {}
+    for k = 1, #members do left[k] = 0.0 end
+    left[j] = room - step.give
+    put_hole(members, holes, now, h.at - d, left)
+    local untl = m.alg.idle_until(m.self, before)
+    if plan.reach > untl then untl = plan.reach end
+    local gen = math.floor(now * 1e6)
+    if moved.gen + 1 > gen then gen = moved.gen + 1 end
+    moved.gen = gen
+    moved.list[#moved.list + 1] = {gen, j, h.at, hi, d, untl}
+    if plan.reach > moved.reach then moved.reach = plan.reach end
+  end
+  moves_save(holes, moved, now)
+end
+
 -- See plan in holes.py: the plan of the members with the earliest of the first
 -- HOLE_SCAN holes the request can take, which wins when it comes before the
 -- algorithms' own plan (or they would not admit it now). Returns admit_at, at, the
@@ -379,14 +544,15 @@ local function plan_members(members, holes, now, none)
   -- One entry more than the scan: the pause, if any, is among them and is no hole.
   if none then
     local admit_at, at = plan_all(members, now)
-    return admit_at, at, nil, nil
+    return admit_at, at, nil, nil, nil
   end
   local key = holes .. ':pace'
-  local present = redis.call('EXISTS', holes, key)
+  local present = redis.call('EXISTS', holes, key, holes .. ':moved')
   if present == 0 then
     local admit_at, at = plan_all(members, now)
-    return admit_at, at, nil, nil
+    return admit_at, at, nil, nil, nil
   end
+  local moved = moves_of(holes, now)
   local paced = pace_of(key, now)
   if paced and paced.at > now + EPSILON then
     -- The provider's next slot is ahead: no grant before it, nor a hole's.
@@ -394,7 +560,7 @@ local function plan_members(members, holes, now, none)
     local gate = paced.untl
     if paced.at < gate then gate = paced.at end
     if gate > at then at = gate end
-    return admit_at, at, nil, paced
+    return admit_at, at, nil, paced, moved
   end
   for _, m in ipairs(members) do
     if m.alg.room and m.alg.latest(m.self, m.state) == -math.huge then
@@ -402,7 +568,7 @@ local function plan_members(members, holes, now, none)
       -- its holes and pause with it.
       redis.call('DEL', holes)
       local admit_at, at = plan_all(members, now)
-      return admit_at, at, nil, paced
+      return admit_at, at, nil, paced, moved
     end
   end
   local found = redis.call('ZRANGE', holes, 0, HOLE_SCAN, 'WITHSCORES')
@@ -419,7 +585,7 @@ local function plan_members(members, holes, now, none)
   end
   local due = due_holes(members, now, found)
   if pooled(members, plans, due, now) then
-    local latest = group_latest(members)
+    local latest = group_reach(members, moved)
     local void = false
     for _, h in ipairs(due) do
       if h.at > latest + EPSILON then void = true end
@@ -429,7 +595,7 @@ local function plan_members(members, holes, now, none)
       redis.call('DEL', holes)
       found = {}
     elseif admit_at - now > EPSILON or at > now + EPSILON then
-      return now, now, {pooled = due}, paced
+      return now, now, {pooled = due}, paced, moved
     end
   end
   local hole = nil
@@ -448,16 +614,39 @@ local function plan_members(members, holes, now, none)
       end
     end
   end
-  if hole ~= nil and hole.at > group_latest(members) + EPSILON then
+  if hole ~= nil and hole.at > group_reach(members, moved) + EPSILON then
     -- Every hole is before a grant still reserved: not so, the state was evicted,
     -- and the holes with it are void. (The pause goes too: it was the state's.)
     redis.call('DEL', holes)
     hole = nil
+    found = {}
   end
   if hole ~= nil and (admit_at - now > EPSILON or hole.t < at) then
-    return now, hole.t, hole, paced
+    return now, hole.t, hole, paced, moved
   end
-  return admit_at, at, nil, paced
+  local any = false
+  for i = 1, #found, 2 do
+    if found[i] ~= 'pause' then any = true end
+  end
+  if at > now + EPSILON and any then
+    -- Larger than the holes: the queue moved up into them (move_up) may let it go
+    -- sooner, at the line's end.
+    local plan = moving(members, holes, now, moved, paced)
+    if plan then
+      local admit_moved, at_moved = now, now
+      for i, m in ipairs(members) do
+        local state = m.state
+        if i == plan.j then state = plan.state end
+        local admit, grant = m.alg.plan(m.self, state, now, m.tokens)
+        if admit > admit_moved then admit_moved = admit end
+        if grant > at_moved then at_moved = grant end
+      end
+      if at_moved < at - EPSILON and admit_moved <= admit_at + EPSILON then
+        return admit_moved, at_moved, {move = plan}, paced, moved
+      end
+    end
+  end
+  return admit_at, at, nil, paced, moved
 end
 
 -- See exact in holes.py: the name of a grant just recorded at `at`, as the members
@@ -499,7 +688,7 @@ end
 -- it. Returns the signed wait, whether the members' states changed, and the grant's
 -- name for a refund (exact_mask for a grant that waited; with `names`, at_once_mask
 -- for one that went at once). `paced`: the pace plan_members found in force, if any.
-local function settle_members(members, holes, now, admit_at, at, hole, max_wait, paced, names)
+local function settle_members(members, holes, now, admit_at, at, hole, max_wait, paced, names, moved)
   local wait = decide(admit_at, at, now, max_wait)
   if wait < 0 then return wait, false, '' end
   if paced and now + wait < paced.untl then
@@ -509,24 +698,38 @@ local function settle_members(members, holes, now, admit_at, at, hole, max_wait,
     paced.at = t + members[1].tokens * paced.interval
     pace_save(paced, now)
   end
-  if hole ~= nil and hole.pooled then
-    return wait, true, pieces_mask(take_pooled(members, holes, now, hole.pooled))
+  local mask
+  if hole ~= nil and not hole.move then
+    if hole.pooled then
+      mask = pieces_mask(take_pooled(members, holes, now, hole.pooled))
+    else
+      mask = pieces_mask(take_hole(members, holes, now, hole, at))
+    end
+    -- See settle in holes.py: a grant from a hole sets the reach.
+    if moved and now + wait > moved.reach then
+      moved.reach = now + wait
+      moves_save(holes, moved, now)
+    end
+  else
+    if hole ~= nil then move_up(members, holes, now, hole.move, moved) end
+    commit_all(members, now, at)
+    if wait > EPSILON then mask = exact_mask(members, now + wait)
+    elseif names then mask = at_once_mask(members)
+    else return wait, true, '' end
   end
-  if hole ~= nil then
-    return wait, true, pieces_mask(take_hole(members, holes, now, hole, at))
-  end
-  commit_all(members, now, at)
-  if wait > EPSILON then return wait, true, exact_mask(members, now + wait) end
-  if names then return wait, true, at_once_mask(members) end
-  return wait, true, ''
+  -- (A name says which moves came after it: see GrantTime in holes.py.)
+  if mask ~= '' and moved then mask = mask .. gen_mark(moved) end
+  return wait, true, mask
 end
 
 local function reserve_members(members, holes, now, max_wait, none, names)
-  local admit_at, at, hole, paced = plan_members(members, holes, now, none)
-  return settle_members(members, holes, now, admit_at, at, hole, max_wait, paced, names)
+  local admit_at, at, hole, paced, moved = plan_members(members, holes, now, none)
+  return settle_members(members, holes, now, admit_at, at, hole, max_wait, paced, names, moved)
 end
 
-local function tail_all(members, tokens, at)
+local function tail_all(members, tokens, at, moved)
+  -- See _tail in holes.py: behind a grant a move left due later, it is not the last.
+  if at < moved.reach - EPSILON then return false end
   for i, m in ipairs(members) do
     if not m.alg.tail(m.self, m.state, tokens[i], at) then return false end
   end
@@ -560,8 +763,8 @@ end
 
 -- In a composite a token bucket does not see a grant another limit delayed past its
 -- own plan; the limit that set it does. See _reserved_after.
-local function reserved_after(members, now, when)
-  local latest = group_latest(members)
+local function reserved_after(members, now, when, moved)
+  local latest = group_reach(members, moved)
   return latest > now and when < latest - EPSILON
 end
 
@@ -587,19 +790,23 @@ end
 
 -- See _named in holes.py: where a named grant's tokens sit, member by member, from
 -- its time and its name (a mask of '0'/'1', or the pieces "P<member>:<at>:<tokens>;...").
-local function named_pieces(members, at, exact)
+local function named_pieces(members, at, exact, moved)
   local out = {}
   for j = 1, #members do out[j] = {} end
   if exact == nil or at == nil then return out end
+  -- "g<number>" at the end: the latest move when it was given (see moved_at).
+  local gen = 0
+  local body, mark = string.match(exact, '^([^g]*)g(%d+)$')
+  if body then exact, gen = body, tonumber(mark) end
   if string.sub(exact, 1, 1) == 'P' then
     for j, p, n in string.gmatch(string.sub(exact, 2), '(%d+):([^:;]+):([^:;]+)') do
       local k = tonumber(j)
-      if out[k] then table.insert(out[k], {tonumber(p), tonumber(n)}) end
+      if out[k] then table.insert(out[k], {moved_at(moved, k, tonumber(p), gen), tonumber(n)}) end
     end
     return out
   end
   for j = 1, #members do
-    if string.sub(exact, j, j) == '1' then table.insert(out[j], {at, math.huge}) end
+    if string.sub(exact, j, j) == '1' then table.insert(out[j], {moved_at(moved, j, at, gen), math.huge}) end
   end
   return out
 end
@@ -608,15 +815,15 @@ end
 -- the states where nothing is reserved after it, and otherwise free nothing; named,
 -- a member rolls back what sits at the end of its line, and what sits elsewhere and
 -- is still ahead becomes a hole at its place.
-local function refund_members(members, holes, now, tokens, at, exact, paused)
+local function refund_members(members, holes, now, tokens, at, exact, paused, moved)
   local when = at or now
   if now < paused then return end
   if exact ~= nil then
     local untl = tonumber(redis.call('GET', holes .. ':restricted'))
     if untl ~= nil and now < untl then exact = nil end
   end
-  local named = named_pieces(members, at, exact)
-  local queued = #members > 1 and reserved_after(members, now, when)
+  local named = named_pieces(members, at, exact, moved)
+  local queued = (#members > 1 or moved.reach > now) and reserved_after(members, now, when, moved)
   local freed, places = {}, {}
   local lowered = false
   for j, m in ipairs(members) do
@@ -657,27 +864,7 @@ local function refund_members(members, holes, now, tokens, at, exact, paused)
   end
   if lowered then forget_late(holes, now) end
   table.sort(places)
-  local horizon, added = nil, false
-  for _, place in ipairs(places) do
-    local hole, worth = freed[place], false
-    for j, m in ipairs(members) do
-      if hole[j] > 0 and hole_room(m, place, hole[j], now, true) > EPSILON then
-        worth = true
-        local far = place + m.self.tolerance
-        if horizon == nil or far > horizon then horizon = far end
-      end
-    end
-    if worth then
-      -- A grant named twice, or beside another hole of its moment, could free a slot
-      -- twice: only one hole a moment, made once.
-      local near = redis.call('ZRANGEBYSCORE', holes, fmt(place - EPSILON), fmt(place + EPSILON), 'LIMIT', 0, 2)
-      if #near == 0 or (#near == 1 and near[1] == 'pause') then
-        redis.call('ZADD', holes, fmt(place), hole_member(place, hole, true))
-        added = true
-      end
-    end
-  end
-  if added then hold(holes, horizon - now) end
+  for _, place in ipairs(places) do put_hole(members, holes, now, place, freed[place]) end
 end
 
 -- give back: a refund once the grant's time has come (`at` nil or past; `exact` names
@@ -685,12 +872,13 @@ end
 -- back if it is the last one (and the holes that are then at the end), or leave a hole.
 local function give_back_members(members, holes, now, tokens, at, exact)
   local paused = tonumber(redis.call('ZSCORE', holes, 'pause')) or -math.huge
+  local moved = moves_of(holes, now)
   if at == nil or at <= now + EPSILON then
-    refund_members(members, holes, now, tokens, at, exact, paused)
+    refund_members(members, holes, now, tokens, at, exact, paused, moved)
     return
   end
   if at < paused then return end  -- its place is inside a pause: lost
-  if not tail_all(members, tokens, at) then
+  if not tail_all(members, tokens, at, moved) then
     add_hole(holes, now, at, tokens)
     return
   end
@@ -704,7 +892,7 @@ local function give_back_members(members, holes, now, tokens, at, exact)
       break
     end
     local left = hole_tokens(member)
-    if not tail_all(members, left, hole_at) then break end
+    if not tail_all(members, left, hole_at, moved) then break end
     redis.call('ZREM', holes, member)
     cancel_all(members, now, left, hole_at)
   end

@@ -46,8 +46,9 @@
 --            The quick and lean paths reply a grant at once (wait 0, no name) as one
 --            string, the time it was granted at: "<seconds> <microseconds>" of the
 --            server's TIME, or ARGV[2] as sent (see at_once_reply in _prelude.lua)
---   charge: {now, name}: the time a refund names the charge by (its slot's end less
---            the tolerance: see give_back_members), '' where it has none
+--   charge: {now, name, mask}: the time a refund names the charge by (its slot's end
+--            less the tolerance: see give_back_members), '' where it has none, and
+--            its mask ('1', with the mark of the latest move: see gen_mark)
 --   refund, restrict, configure, stage: {now}
 --   batch: {signed_wait, at, mask} per request, then {lease tokens granted, at}
 --   peek (read only, `ratelimit inspect`): {the two parameters in force, the most
@@ -67,8 +68,8 @@ local CODE_KEPT_MS = '86400000'
 local now, time = clock_read(ARGV[2])
 
 -- The quick path. Most decisions are a reserve whose state is all there is: no change
--- (KEYS[2]), no holes nor pause (<base>:holes) nor pace (<base>:holes:pace), no slack
--- record (<base>:slack). The
+-- (KEYS[2]), no holes nor pause (<base>:holes) nor pace (<base>:holes:pace) nor moves
+-- (<base>:holes:moved), no slack record (<base>:slack). The
 -- full path learns that with an EXISTS, and decides through the tables and closures
 -- below; the quick path reads the state alone and decides with the algorithm's
 -- `quick`, the same arithmetic with none of them (so the same decisions, to the bit).
@@ -168,7 +169,7 @@ local tokens, code1, code2, slack = numbers_of(ARGV[3], ARGV[5], ARGV[6], ARGV[7
 -- So the largest slack in use is recorded here, until the state has been idle for
 -- that long after the last decision made with it (every token granted under it has
 -- gone by then), and every process decides with the larger of its own and it.
-local fleet_slack, holes, own, paced = sides_of(KEYS[1], ALG.beside)
+local fleet_slack, holes, own, paced, moves = sides_of(KEYS[1], ALG.beside)
 -- A change (KEYS[2]) and holes are rare, and so is the record where no process keeps a
 -- slack: most decisions find none of them, which one EXISTS tells for less than
 -- reading any one. A process with a slack of its own keeps the record itself, so it
@@ -202,10 +203,10 @@ if kept then
   if own then raw = false end
 elseif KEYS[2] then
   if slack > 0 then
-    if own then beside = redis.call('EXISTS', KEYS[2], holes, paced, own)
-    else beside = redis.call('EXISTS', KEYS[2], holes, paced) end
-  elseif own then beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes, paced, own)
-  else beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes, paced) end
+    if own then beside = redis.call('EXISTS', KEYS[2], holes, paced, moves, own)
+    else beside = redis.call('EXISTS', KEYS[2], holes, paced, moves) end
+  elseif own then beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes, paced, moves, own)
+  else beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes, paced, moves) end
   if beside == 0 and own then raw = false end
 end
 -- Something beside a clean state (a change or a record written by hand, see the quick
@@ -501,9 +502,13 @@ elseif op == 'charge' then
   charge_members({member}, holes, now)
   ALG.save(self, member.state, now)
   keep_slack(member.state)
-  local name = ''
-  if ALG.room then name = fmt(ALG.latest(self, member.state)) end
-  return {fmt(now), name}
+  local name, mask = '', ''
+  if ALG.room then
+    name = fmt(ALG.latest(self, member.state))
+    -- (The mark of the latest move, as a reserve's name has it: see gen_mark.)
+    mask = '1' .. gen_mark(moves_of(holes, now))
+  end
+  return {fmt(now), name, mask}
 elseif op == 'peek' then
   -- The largest request that would go now, by bisection on the plan (which changes
   -- nothing saved): holes are left out, they only ever add to it.

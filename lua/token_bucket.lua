@@ -148,10 +148,14 @@ function token_bucket.save(self, state, now, clean)
 end
 
 -- See Gcra.tail / Gcra.cancel: a reservation that waited left the TAT at exactly its
--- time + tolerance, so it is the last one if nothing pushed the TAT further.
+-- time + tolerance (one another limit delayed, at its time + its tokens), so it is the
+-- last one if nothing pushed the TAT further.
 function token_bucket.tail(self, state, tokens, at)
   if self.allowance then return true end
-  return at >= state - self.tolerance - EPSILON
+  local latest = state - self.tolerance
+  if at <= latest + EPSILON then return at >= latest - EPSILON end
+  -- (A composite's request that gave this limit nothing holds no slot in it.)
+  return not (tokens > 0) or math.abs(at + tokens * self.interval - state) <= EPSILON
 end
 
 function token_bucket.cancel(self, state, now, tokens, at)

@@ -38,6 +38,18 @@ is past frees nothing. A request of a composite may take a hole that holds
 tokens for some of its limits only, when the others grant it by themselves at that
 time (a refund of an LLM call's tokens, with the request counted as made).
 
+A request larger than the late holes would queue behind every reservation, as if
+nothing came back. Instead the queue behind them *moves up* into them
+(:func:`_move_up`): the slots behind a late hole all begin after it ends, and every
+grant recorded is due by the *reach* (the latest time any may be due at), so each may
+begin (hole's end - reach) sooner and still lie within its time and its time +
+``tau``. The line's end moves up by that much, or by what of the hole is still ahead,
+and the request goes there: ``TokenBucket(10, 1)`` emptied at once by A, B reserved
+at +1, A's ``settle(10, 1)``: a request of 10 waits 2 s, not 11. A move shifts slots
+that names point to, so it is recorded (:data:`Move`) and every name says which moves
+came after it (``GrantTime.gen``); and grants are then due later than the state's
+latest says, which the reach keeps for whatever asks whether one is still reserved.
+
 Timeline, ``TokenBucket(1, 10)`` (one grant per 100 ms), four requests at t=0 and the
 third withdrawn at t=0.05::
 
@@ -57,10 +69,12 @@ from .algorithm import EPSILON, Algorithm, commit_all, decide, exact_room, lates
 
 __all__ = [
     "DUE",
+    "MOVE",
     "SCAN",
     "GrantTime",
     "Hole",
     "Holes",
+    "Move",
     "Piece",
     "Planned",
     "at_once",
@@ -92,14 +106,34 @@ SCAN = 16
 Hole = list[Any]
 
 
+#: ``[gen, j, lo, hi, d, until]``: a queue moved up (see :func:`_move_up`). In slotted
+#: limit ``j`` every slot that ended after ``lo`` + tolerance and no later than ``hi`` +
+#: tolerance (the line's end then) now ends ``d`` seconds sooner; a name given before
+#: the move (its ``gen`` lower than ``gen``) is read so. Kept until ``until``, when
+#: every grant it moved has its slot behind and its time past.
+Move = list[Any]
+
+#: The most moves kept at once; with as many, a request larger than the holes queues
+#: at the line's end until one of them ends.
+MOVES = 16
+
+
 class Holes:
     """One limiter's (or composite's) holes, earliest first, and the end of the
     latest pause."""
 
-    __slots__ = ("items", "paced", "paused_until", "restricted_until")
+    __slots__ = ("gen", "items", "moves", "paced", "paused_until", "reach", "restricted_until")
 
     def __init__(self) -> None:
         self.items: list[Hole] = []
+        #: The queues moved up, oldest first, and the number of the latest move (a
+        #: name carries the number in force when it was given: :class:`GrantTime`).
+        self.moves: list[Move] = []
+        self.gen = 0
+        #: The latest time any grant recorded may be due at (a move, or the roll-back
+        #: of a hole a grant was taken from, leaves grants due later than the state's
+        #: latest says; a grant from a hole sets it); ``-inf`` once it is past.
+        self.reach = -math.inf
         self.paused_until = -math.inf
         #: The end of the latest restriction from the provider: until then a named
         #: refund leaves no hole (the provider's count already has that grant's use).
@@ -111,6 +145,12 @@ class Holes:
 
     def __repr__(self) -> str:
         return f"Holes({self.items!r}, paused_until={self.paused_until!r})"
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        # A pickle written by a release that kept fewer of these reads as such holes.
+        self.__init__()  # type: ignore[misc]
+        for name, value in state[1].items():
+            setattr(self, name, value)
 
 
 def _add(holes: list[Hole], at: float, tokens: Sequence[float], late: bool = False) -> None:
@@ -144,8 +184,10 @@ def void(holes: Holes) -> None:
 
 def forget(holes: Holes) -> None:
     """The limiter's usage is forgotten (``limiter.reset``): its holes, pause,
-    restriction and pace with it."""
+    restriction, pace and moves with it."""
     holes.items.clear()
+    holes.moves.clear()
+    holes.reach = -math.inf
     holes.paused_until = -math.inf
     holes.restricted_until = -math.inf
     holes.paced = None
@@ -172,22 +214,25 @@ class GrantTime(float):
     it back names the grant (see the module docstring). ``exact[i]``: in slotted limit
     ``i`` the grant waited its own turn and its slot ends at its time + tolerance.
     ``pieces``: for a grant taken from holes, where each of its pieces ends. It is the
-    time, to anything that reads it."""
+    time, to anything that reads it. ``gen``: the number of the latest move of the
+    queue when it was given (``Holes.gen``), which says which moves came after it."""
 
-    __slots__ = ("exact", "pieces")
+    __slots__ = ("exact", "gen", "pieces")
 
     exact: tuple[bool, ...]
     pieces: tuple[Piece, ...]
+    gen: int
 
-    def __new__(cls, at: float, exact: tuple[bool, ...], pieces: tuple[Piece, ...] = ()) -> GrantTime:
+    def __new__(cls, at: float, exact: tuple[bool, ...], pieces: tuple[Piece, ...] = (), gen: int = 0) -> GrantTime:
         self = super().__new__(cls, at)
         self.exact = exact
         self.pieces = pieces
+        self.gen = gen
         return self
 
-    def __reduce__(self) -> tuple[type[GrantTime], tuple[float, tuple[bool, ...], tuple[Piece, ...]]]:
+    def __reduce__(self) -> tuple[type[GrantTime], tuple[float, tuple[bool, ...], tuple[Piece, ...], int]]:
         # A copy (a pickle: the SQLite store keeps holes so) is made with all it says.
-        return GrantTime, (float(self), self.exact, self.pieces)
+        return GrantTime, (float(self), self.exact, self.pieces, self.gen)
 
     def __repr__(self) -> str:
         if self.pieces:
@@ -202,7 +247,7 @@ def _piece_end(alg: Algorithm[Any], at: float, room: float, tokens: float) -> fl
     return at - (room - tokens) / alg.sustained_rate
 
 
-def exact(algs: Sequence[Algorithm[Any]], states: Sequence[Any], at: float) -> GrantTime | float:
+def exact(algs: Sequence[Algorithm[Any]], states: Sequence[Any], at: float, gen: int = 0) -> GrantTime | float:
     """The name of a grant just recorded at ``at``: a :class:`GrantTime` where some
     slotted limit's latest grant is this one (its slot then ends at ``at`` + its
     tolerance), else the plain time. A grant taken from a hole leaves the states as
@@ -210,11 +255,11 @@ def exact(algs: Sequence[Algorithm[Any]], states: Sequence[Any], at: float) -> G
     flags = tuple(
         alg.slotted and abs(alg.latest(state) - at) <= EPSILON for alg, state in zip(algs, states, strict=True)
     )
-    return GrantTime(at, flags) if True in flags else at
+    return GrantTime(at, flags, (), gen) if True in flags else at
 
 
 def at_once(
-    algs: Sequence[Algorithm[Any]], states: Sequence[Any], tokens: Sequence[float], at: float
+    algs: Sequence[Algorithm[Any]], states: Sequence[Any], tokens: Sequence[float], at: float, gen: int = 0
 ) -> GrantTime | float:
     """The name of a grant just recorded at once at ``at`` from the states: in each
     slotted limit its tokens end the line (a commit puts them there), so a piece per
@@ -225,7 +270,7 @@ def at_once(
         for j, (alg, state, n) in enumerate(zip(algs, states, tokens, strict=True))
         if alg.slotted and n > 0
     )
-    return GrantTime(at, (), pieces) if pieces else at
+    return GrantTime(at, (), pieces, gen) if pieces else at
 
 
 def _drop_spent(algs: Sequence[Algorithm[Any]], holes: list[Hole], now: float) -> None:
@@ -309,11 +354,15 @@ def _take(
 
 #: A plan with holes: ``(admit_at, at, hole)``, ``hole`` the index of the hole the
 #: request would take (``None``: the algorithms' own plan; :data:`DUE`: the room of
-#: every hole already due, now).
+#: every hole already due, now; :data:`MOVE`: the queue moved up, then the own plan).
 Planned = tuple[float, float, "int | None"]
 
 #: The hole a request takes when it takes from all the holes already due (``_pooled``).
 DUE = -1
+
+#: The "hole" of a request that goes at the line's end once the queue has moved up into
+#: the late holes (:func:`_move_up`).
+MOVE = -2
 
 
 def _due(items: list[Hole], now: float, width: int) -> list[Hole]:
@@ -402,6 +451,8 @@ def plan(
     even admit the request now: a full leaky queue still has the hole's room). Drops
     holes that are spent or void, which changes nothing they mean.
     """
+    if holes.moves or holes.reach > -math.inf:
+        _forget_moves(holes, now)
     paced = holes.paced
     if paced is not None:
         if paced[2] <= now:
@@ -434,7 +485,7 @@ def plan(
         # tokens may still be found in a hole: its grant withdrawn had them.)
         return admit_at, at, None
     if items and items[0][0] <= now + EPSILON and _pooled(algs, plans, items, now, tokens):
-        if any(hole[0] > latest_all(algs, states) + EPSILON for hole in _due(items, now, len(algs))):
+        if any(hole[0] > _reach(algs, states, holes) + EPSILON for hole in _due(items, now, len(algs))):
             items.clear()  # the state was lost, and the holes with it (see below)
             holes.paused_until = -math.inf
         elif admit_at - now > EPSILON or at > now + EPSILON:
@@ -445,7 +496,7 @@ def plan(
         if when is not None:
             found = i
             break
-    if found is not None and items[found][0] > latest_all(algs, states) + EPSILON:
+    if found is not None and items[found][0] > _reach(algs, states, holes) + EPSILON:
         # Every hole is before a grant still reserved. Not so here: the state was
         # lost (a Redis key evicted) and the holes with it are void; so is the pause,
         # which was the state's.
@@ -454,6 +505,17 @@ def plan(
         found = None
     if found is not None and when is not None and (admit_at - now > EPSILON or when < at):
         return now, when, found
+    if at > now + EPSILON and items:
+        # Larger than the holes: the queue moved up into them (_move_up) may let it go
+        # sooner, at the line's end.
+        moving = _moving(algs, states, holes, now)
+        if moving is not None:
+            j, _, moved = moving
+            trial = list(states)
+            trial[j] = moved
+            admit_moved, at_moved = plan_all(algs, trial, now, tokens)
+            if at_moved < at - EPSILON and admit_moved <= admit_at + EPSILON:
+                return admit_moved, at_moved, MOVE
     return admit_at, at, None
 
 
@@ -481,16 +543,24 @@ def settle(
         # (A pace is kept on one limiter's holes only: its tokens are the first.)
         t = now + wait
         paced[1] = (paced[1] if paced[1] > t else t) + tokens[0] * paced[0]
+    if found == MOVE:
+        states = _move_up(algs, states, holes, now)
+        found = None
+    gen = holes.gen
     if found is None:
         states = commit_all(algs, states, now, tokens, at)
         if wait > EPSILON:
-            return states, wait, exact(algs, states, now + wait)
-        return states, wait, at_once(algs, states, tokens, now + wait) if named else now + wait
+            return states, wait, exact(algs, states, now + wait, gen)
+        return states, wait, at_once(algs, states, tokens, now + wait, gen) if named else now + wait
     if found == DUE:
         states, pieces = _take_pooled(algs, states, holes.items, now, tokens)
     else:
         states, pieces = _take(algs, states, holes.items, found, now, tokens, at)
-    return states, wait, GrantTime(now + wait, (), tuple(pieces)) if pieces else now + wait
+    # A grant from a hole stays due at its time if the line behind it is rolled back
+    # (its hole's rest withdrawn with the reservations after it), after the latest.
+    if now + wait > holes.reach:
+        holes.reach = now + wait
+    return states, wait, GrantTime(now + wait, (), tuple(pieces), gen) if pieces else now + wait
 
 
 def reserve(
@@ -507,14 +577,29 @@ def reserve(
     return settle(algs, states, holes, now, tokens, plan(algs, states, holes, now, tokens), max_wait, named)
 
 
-def _reserved_after(algs: Sequence[Algorithm[Any]], states: Sequence[Any], now: float, when: float) -> bool:
+def _reach(algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes) -> float:
+    """The latest time a grant recorded may be due at: the states' latest, or later
+    where a move left grants due after it (a queue moved up keeps its grants' times)."""
+    latest = latest_all(algs, states)
+    return holes.reach if holes.reach > latest else latest
+
+
+def _reserved_after(
+    algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes, now: float, when: float
+) -> bool:
     # While a grant is still ahead, giving tokens back to now could put a new grant
     # beside it, so nothing is given back.
-    latest = latest_all(algs, states)
+    latest = _reach(algs, states, holes)
     return latest > now and when < latest - EPSILON
 
 
-def _tail(algs: Sequence[Algorithm[Any]], states: Sequence[Any], tokens: Sequence[float], at: float) -> bool:
+def _tail(
+    algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes, tokens: Sequence[float], at: float
+) -> bool:
+    # Where a move left grants due after the states' latest, the one withdrawn is the
+    # last only if it is due no sooner than all of them.
+    if at < holes.reach - EPSILON:
+        return False
     return all(alg.tail(state, n, at) for alg, state, n in zip(algs, states, tokens, strict=True))
 
 
@@ -638,12 +723,13 @@ def give_back(
 ) -> list[Any]:
     """Give back a grant: a refund once its time has come (``at`` past or ``None``),
     otherwise the withdrawal of a reservation (see the module docstring)."""
+    _forget_moves(holes, now)
     if at is None or at <= now + EPSILON:
         return _refund(algs, states, holes, now, tokens, at)
     if at < holes.paused_until:
         return list(states)  # its place is inside a pause: lost
     items = holes.items
-    if not _tail(algs, states, tokens, at):
+    if not _tail(algs, states, holes, tokens, at):
         _add(items, at, tokens)
         return list(states)
     states = _cancel(algs, states, now, tokens, at)
@@ -652,7 +738,7 @@ def give_back(
         if hole_at < now - EPSILON:
             items.clear()  # sorted: every hole is past
             break
-        if not _tail(algs, states, left, hole_at):
+        if not _tail(algs, states, holes, left, hole_at):
             break
         items.pop()
         states = _cancel(algs, states, now, left, hole_at)
@@ -682,8 +768,8 @@ def _refund(
     when = now if at is None else at
     if now < holes.paused_until:
         return list(states)
-    named = _named(at, len(algs)) if now >= holes.restricted_until else [[] for _ in algs]
-    queued = len(algs) > 1 and _reserved_after(algs, states, now, when)
+    named = _named(at, len(algs), holes) if now >= holes.restricted_until else [[] for _ in algs]
+    queued = (len(algs) > 1 or holes.reach > now) and _reserved_after(algs, states, holes, now, when)
     out = list(states)
     freed: dict[float, list[float]] = {}
     lowered = False
@@ -709,29 +795,157 @@ def _refund(
         lowered = lowered or (alg.slotted and out[j] != state)
     if lowered:
         forget_late(holes, now)
-    items = holes.items
     for piece_at in sorted(freed):
-        hole = freed[piece_at]
-        if not any(n > 0 and alg.room(piece_at, n, now) > EPSILON for alg, n in zip(algs, hole, strict=True)):
-            continue
-        i = bisect.bisect_left(items, piece_at - EPSILON, key=lambda item: item[0])
-        # A grant named twice, or beside another hole of its moment, could free a slot
-        # twice: only one hole a moment, made once.
-        if i == len(items) or items[i][0] > piece_at + EPSILON:
-            items.insert(i, [float(piece_at), tuple(hole), True])
+        _put(algs, holes.items, now, piece_at, freed[piece_at])
     return out
 
 
-def _named(at: float | None, width: int) -> list[list[tuple[float, float]]]:
+def _put(algs: Sequence[Algorithm[Any]], items: list[Hole], now: float, at: float, hole: list[float]) -> None:
+    """Leave the freed end of a slot that ends at ``at`` + tolerance as a late hole,
+    where some of it is still ahead."""
+    if not any(n > 0 and alg.room(at, n, now) > EPSILON for alg, n in zip(algs, hole, strict=True)):
+        return
+    i = bisect.bisect_left(items, at - EPSILON, key=lambda item: item[0])
+    # A grant named twice, or beside another hole of its moment, could free a slot
+    # twice: only one hole a moment, made once.
+    if i == len(items) or items[i][0] > at + EPSILON:
+        items.insert(i, [float(at), tuple(hole), True])
+
+
+def _moving(
+    algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes, now: float
+) -> tuple[int, list[tuple[Hole, float]], Any] | None:
+    """How the queue would move up into the late holes (see :func:`_move_up`): the limit
+    (the one slotted limit every late hole holds tokens of), each hole the queue moves
+    into, the latest first, with the tokens it takes of it, and that limit's state
+    then; ``None`` where nothing moves."""
+    width = len(algs)
+    late = [hole for hole in holes.items if hole[2] and len(hole[1]) == width]
+    j = None
+    for hole in late:
+        for k, n in enumerate(hole[1]):
+            if n > 0:
+                if j is None:
+                    j = k
+                elif k != j:
+                    return None  # holes of several limits: none moves for one alone
+    if j is None or not algs[j].slotted:
+        return None
+    alg = algs[j]
+    state = states[j]
+    # The latest any grant recorded may be due at: every slot behind a hole begins
+    # after the hole ends, so each may begin (end - reach) sooner, and no sooner than
+    # its grant.
+    reach = _reach(algs, states, holes)
+    paced = holes.paced
+    if paced is not None and paced[2] > reach:
+        reach = paced[2]  # a grant the provider's pace held back may be due as late
+    if now > reach:
+        reach = now
+    steps: list[tuple[Hole, float]] = []
+    count = len(holes.moves)
+    for hole in sorted(late, key=lambda hole: hole[0], reverse=True):
+        at = hole[0]
+        if count >= MOVES:
+            break
+        if alg.latest(state) <= at + EPSILON:
+            continue
+        room = alg.room(at, hole[1][j], now)
+        slack = alg.room(at, math.inf, reach)
+        give = room if room < slack else slack
+        if give <= EPSILON:
+            continue
+        state = alg.cancel(state, now, give, alg.latest(state))
+        steps.append((hole, give))
+        count += 1
+    return (j, steps, state) if steps else None
+
+
+def _move_up(algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes, now: float) -> list[Any]:
+    """Move the queue up into the late holes, as :func:`_moving` says.
+
+    A late hole is the end of a slot nobody uses, with slots of later grants behind it
+    up to the line's end. Every one of those slots begins after the hole ends, and
+    every grant is due by the reach (the latest time any grant recorded may be due at):
+    so each may begin up to (hole's end - reach) sooner and still not before its
+    grant, which keeps it within its time and its time + tolerance, and with it the
+    bound. The line behind the hole moves up by that much, or by what of the hole is
+    still ahead if less; the late holes behind move with it, and what is left of the
+    hole stays one where it now ends. A request larger than the holes then waits for
+    them and what refills after, at the line's end, not behind the whole queue.
+
+    A move changes where the slots of grants already named sit: each is recorded
+    (:data:`Move`) and a name given before it is read so (:func:`_named`).
+    """
+    moving = _moving(algs, states, holes, now)
+    out = list(states)
+    if moving is None:
+        return out
+    j, steps, _ = moving
+    alg = algs[j]
+    reach = _reach(algs, states, holes)
+    paced = holes.paced
+    if paced is not None and paced[2] > reach:
+        reach = paced[2]
+    if now > reach:
+        reach = now
+    items = holes.items
+    for hole, give in steps:
+        at = hole[0]
+        state = out[j]
+        hi = alg.latest(state)
+        room = alg.room(at, hole[1][j], now)
+        out[j] = alg.cancel(state, now, give, hi)
+        d = hi - alg.latest(out[j])
+        items.remove(hole)
+        for other in items:
+            if other[2] and other[0] > at + EPSILON:
+                other[0] -= d
+        items.sort(key=lambda item: item[0])
+        left = [0.0] * len(algs)
+        left[j] = room - give
+        _put(algs, items, now, at - d, left)
+        until = alg.idle_until(state)
+        gen = holes.gen + 1
+        stamp = math.floor(now * 1e6)
+        holes.gen = gen = stamp if stamp > gen else gen
+        holes.moves.append([gen, j, at, hi, d, until if until > reach else reach])
+        if reach > holes.reach:
+            holes.reach = reach
+    return out
+
+
+def _forget_moves(holes: Holes, now: float) -> None:
+    """Drop the moves whose grants are all behind (see :data:`Move`), and the reach
+    once it is past."""
+    moves = holes.moves
+    if moves and any(move[5] <= now for move in moves):
+        moves[:] = [move for move in moves if move[5] > now]
+    if holes.reach <= now:
+        holes.reach = -math.inf
+
+
+def _moved(holes: Holes, j: int, at: float, gen: int) -> float:
+    """Where a slot of limit ``j`` named (by its end less the tolerance) ``at`` before
+    move ``gen`` + 1 ends now: each later move that took it along, in order."""
+    for move_gen, k, lo, hi, d, _ in holes.moves:
+        if move_gen > gen and k == j and lo + EPSILON < at <= hi + EPSILON:
+            at -= d
+    return at
+
+
+def _named(at: float | None, width: int, holes: Holes) -> list[list[tuple[float, float]]]:
     """Where a named grant's tokens sit, limit by limit: ``(at, tokens)`` pieces (see
-    :data:`Piece`); an empty list where the grant is not named in that limit."""
+    :data:`Piece`), as the moves since it was named left them; an empty list where the
+    grant is not named in that limit."""
     out: list[list[tuple[float, float]]] = [[] for _ in range(width)]
     if not isinstance(at, GrantTime):
         return out
+    gen = at.gen
     for j, piece_at, held in at.pieces:
         if j < width:
-            out[j].append((piece_at, held))
+            out[j].append((_moved(holes, j, piece_at, gen), held))
     for j, flag in enumerate(at.exact[:width]):
         if flag:
-            out[j].append((float(at), math.inf))  # as much as the grant took
+            out[j].append((_moved(holes, j, float(at), gen), math.inf))  # as much as the grant took
     return out

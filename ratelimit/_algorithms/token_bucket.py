@@ -120,8 +120,17 @@ class Gcra:
         return tat if tat > now else now
 
     def tail(self, state: float, tokens: float, at: float) -> bool:
-        # A reservation that waited leaves the TAT at exactly its time + tolerance.
-        return at >= state - self.tolerance - EPSILON
+        # A reservation that waited leaves the TAT at exactly its time + tolerance; one
+        # a composite's other limit delayed past this one's plan, at its time + its
+        # tokens. Any other grant's slot is not at the line's end (one taken from a
+        # hole sits where the hole was, even once the line behind it was rolled back
+        # and its time is later than the latest), and rolling the end back for it
+        # would free another grant's slot.
+        latest = state - self.tolerance
+        if at <= latest + EPSILON:
+            return at >= latest - EPSILON
+        # (A composite's request that gave this limit nothing holds no slot in it.)
+        return not tokens > 0 or abs(at + tokens * self.interval - state) <= EPSILON
 
     def cancel(self, state: float, now: float, tokens: float, at: float) -> float:
         if not tokens > 0:

@@ -371,14 +371,16 @@ class MemoryHandle:
                 if self.names and self._alg.slotted:
                     # holes.at_once for one limit, built directly (every grant of a
                     # limiter that gives back).
-                    return wait, _holes.GrantTime(now, (), ((0, self._alg.latest(slot.state), float(tokens)),))
+                    return wait, _holes.GrantTime(
+                        now, (), ((0, self._alg.latest(slot.state), float(tokens)),), holes.gen
+                    )
                 return wait, now  # now + 0.0, without the addition
             if tally is not None:
                 tally.record(tokens, wait)
             # Without names, only a grant that waited is named (holes.exact): one that
             # went at once may sit anywhere in the slots still free.
             if wait > EPSILON and self._alg.slotted:
-                return wait, _holes.exact(self._algs, (slot.state,), now + wait)
+                return wait, _holes.exact(self._algs, (slot.state,), now + wait, holes.gen)
         finally:
             lock.release()
         return wait, now + wait
@@ -410,7 +412,9 @@ class MemoryHandle:
             _holes.pace_charge(slot.holes, now, tokens)
             # A charge ends the slot line: a refund names it by that end, less the
             # tolerance, as it would a grant that waited (see charge_members in Lua).
-            return _holes.GrantTime(self._alg.latest(slot.state), (True,)) if self._alg.slotted else None
+            if not self._alg.slotted:
+                return None
+            return _holes.GrantTime(self._alg.latest(slot.state), (True,), (), slot.holes.gen)
 
     async def charge_async(self, tokens: float) -> float | None:
         return self.charge(tokens)
@@ -548,9 +552,10 @@ class MemoryGroupHandle:
                         return wait, now
                     tally.record(weight(tokens), wait)
                 if wait > EPSILON:
-                    return wait, _holes.exact(self._algs, [slot.state for slot in self._slots], now + wait)
+                    return wait, _holes.exact(self._algs, [slot.state for slot in self._slots], now + wait, holes.gen)
                 if wait == 0.0 and self.names:
-                    return wait, _holes.at_once(self._algs, [slot.state for slot in self._slots], tokens, now)
+                    states = [slot.state for slot in self._slots]
+                    return wait, _holes.at_once(self._algs, states, tokens, now, holes.gen)
                 return wait, now + wait
             states, wait, name = _holes.reserve(
                 self._algs, [slot.state for slot in self._slots], holes, now, tokens, max_wait, self.names
@@ -563,7 +568,7 @@ class MemoryGroupHandle:
             if name is not None:
                 return wait, name
             if wait > EPSILON:
-                return wait, _holes.exact(self._algs, states, now + wait)
+                return wait, _holes.exact(self._algs, states, now + wait, holes.gen)
         finally:
             lock.release()
         return wait, now + wait

@@ -40,16 +40,19 @@ def grant_time(at: bytes | str, mask: bytes | str) -> float:
     """The time of a grant the script replied, with its name when it gave one."""
     # The script's name of a grant (see exact_mask and pieces_mask in lua/_members.lua):
     # '' for none, a '0'/'1' per limit, or the pieces it was taken from.
+    # Either may end in "g<number>": the latest move of the queue when it was given.
     text = mask.decode() if isinstance(mask, bytes) else mask
     if not text:
         return float(at)
+    text, _, gen_text = text.partition("g")
+    gen = int(gen_text) if gen_text else 0
     if text.startswith("P"):
         pieces = []
         for piece in text[1:].split(";"):
             j, piece_at, tokens = piece.split(":")
             pieces.append((int(j) - 1, float(piece_at), float(tokens)))
-        return GrantTime(float(at), (), tuple(pieces))
-    return GrantTime(float(at), tuple(flag == "1" for flag in text))
+        return GrantTime(float(at), (), tuple(pieces), gen)
+    return GrantTime(float(at), tuple(flag == "1" for flag in text), (), gen)
 
 
 def at_once(text: bytes | str) -> float:
@@ -74,7 +77,9 @@ def decision_of(reply: Sequence[bytes | str] | bytes | str) -> tuple[float, floa
 def charged_of(reply: Sequence[bytes | str]) -> float | None:
     """Where the slot of a single limiter's charge ends (``None``: it has none)."""
     # A single limiter's charge says where its slot ends ('' where it has no slot).
-    return grant_time(reply[1], b"1") if len(reply) > 1 and reply[1] not in (b"", "") else None
+    if len(reply) < 2 or reply[1] in (b"", ""):
+        return None
+    return grant_time(reply[1], reply[2] if len(reply) > 2 and reply[2] else b"1")
 
 
 def at_arg(at: float | None) -> str:
@@ -83,10 +88,11 @@ def at_arg(at: float | None) -> str:
         return ""
     if isinstance(at, GrantTime):
         # A refund that names its grant: the time, and where its tokens sit.
+        gen = f"g{at.gen}" if at.gen else ""
         if at.pieces:
             pieces = ";".join(f"{j + 1}:{num(piece_at)}:{num(tokens)}" for j, piece_at, tokens in at.pieces)
-            return f"{num(at)} P{pieces}"
-        return f"{num(at)} {''.join('1' if flag else '0' for flag in at.exact)}"
+            return f"{num(at)} P{pieces}{gen}"
+        return f"{num(at)} {''.join('1' if flag else '0' for flag in at.exact)}{gen}"
     return num(at)
 
 

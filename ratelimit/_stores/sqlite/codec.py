@@ -57,7 +57,13 @@ class _Unpickler(pickle.Unpickler):
 
 
 def _bare(holes: Holes) -> bool:
-    return not holes.items and holes.paused_until == -math.inf and holes.restricted_until == -math.inf
+    return (
+        not holes.items
+        and holes.paused_until == -math.inf
+        and holes.restricted_until == -math.inf
+        and not getattr(holes, "moves", None)
+        and getattr(holes, "reach", -math.inf) == -math.inf
+    )
 
 
 def encode(state: Any, holes: Holes, group_holes: dict[tuple[str, ...], Holes]) -> tuple[float | None, bytes | None]:
@@ -107,4 +113,10 @@ def holes_until(holes: Holes) -> float:
     for hole in holes.items:
         if hole[0] > until:
             until = hole[0]
+    for move in getattr(holes, "moves", ()):
+        if move[5] > until:
+            until = move[5]
+    reach = getattr(holes, "reach", -math.inf)
+    if reach > until:
+        until = reach
     return until

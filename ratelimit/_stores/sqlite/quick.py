@@ -135,5 +135,7 @@ class Quick:
             and not holes.items
             and holes.paused_until == -math.inf
             and holes.restricted_until == -math.inf
+            and not holes.moves
+            and holes.reach == -math.inf
             and not slot.group_holes
         )

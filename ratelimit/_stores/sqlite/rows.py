@@ -40,6 +40,8 @@ def _bare(slot: Slot) -> bool:
         not holes.items
         and holes.paused_until == -math.inf
         and holes.restricted_until == -math.inf
+        and not holes.moves
+        and holes.reach == -math.inf
         and not slot.group_holes
     )
 
@@ -64,8 +66,11 @@ def _fill(mine: Holes, loaded: Holes) -> None:
     mine.items[:] = loaded.items
     mine.paused_until = loaded.paused_until
     mine.restricted_until = loaded.restricted_until
-    # A row written by a release that kept no pace has none.
+    # A row written by a release that kept no pace has none, nor moves.
     mine.paced = getattr(loaded, "paced", None)
+    mine.moves[:] = getattr(loaded, "moves", ())
+    mine.gen = getattr(loaded, "gen", 0)
+    mine.reach = getattr(loaded, "reach", -math.inf)
 
 
 def _fill_groups(mine: dict[tuple[str, ...], Holes], loaded: dict[tuple[str, ...], Holes]) -> None:
