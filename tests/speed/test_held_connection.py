@@ -82,8 +82,8 @@ def plain(**options: Any) -> redis.Redis:
 def test_calls_on_a_held_connection_decide_as_through_the_client(kind: str) -> None:
     rng = random.Random(kind)
     wired, through = RedisBackend(plain(), coalesce=False), RedisBackend(Counting.from_url(REDIS_URL), coalesce=False)
-    assert wired._wire is not None
-    assert through._wire is None
+    assert wired._held is not None
+    assert through._held is None
     clock = ManualClock(1_000.0)
     limiters = [KINDS[kind](backend=b, name=unique_name(kind), clock=clock) for b in (wired, through)]
     for _ in range(300):
@@ -115,7 +115,7 @@ def test_a_call_interrupted_on_a_held_connection_leaves_no_reply_for_the_next(mo
     monkeypatch.setattr(redis.connection.Connection, "read_response", interrupting)
     clock = ManualClock(1_000.0)
     backend = RedisBackend.from_url(REDIS_URL, coalesce=False)
-    assert backend._wire is not None
+    assert backend._held is not None
     limiter = TokenBucket(10, 1, backend=backend, name=unique_name(), clock=clock)
     assert limiter.try_acquire(10)
     armed[0] = True
@@ -237,13 +237,13 @@ def test_a_dropped_backends_finalizer_waits_for_nothing(monkeypatch: pytest.Monk
     # lost, and where a thread holding the pool's lock waits on itself.
     client = plain(max_connections=3)
     backend = decided(client, pool_size=2)
-    assert backend._wire is not None
+    assert backend._held is not None
 
     def waited(*args: Any, **kwargs: Any) -> bool:
         raise AssertionError("the finalizer waited")
 
     monkeypatch.setattr(threading.Condition, "wait", waited)
-    backend._wire._finalizer()  # as the collector calls it
+    backend._held._finalizer()  # as the collector calls it
     monkeypatch.undo()
     lent_again(client, 3)
     backend.close()
@@ -282,8 +282,8 @@ def test_a_client_of_other_settings_shares_one_budget_with_the_client_path(optio
     clock = ManualClock(1_000.0)
     wired = RedisBackend(plain(**options), coalesce=False)
     through = RedisBackend(Counting.from_url(REDIS_URL, **options), coalesce=False)
-    assert wired._wire is not None
-    assert through._wire is None
+    assert wired._held is not None
+    assert through._held is None
     first = TokenBucket(4, 0.001, backend=wired, name=name, clock=clock)
     second = TokenBucket(4, 0.001, backend=through, name=name, clock=clock)
     assert first.try_acquire(3)
@@ -299,7 +299,7 @@ def test_redis_pys_own_metrics_on_keep_every_call_through_the_client(monkeypatch
     recorder = pytest.importorskip("redis.observability.recorder")
     monkeypatch.setattr(recorder, "is_enabled", lambda: True)
     backend = RedisBackend(plain(), coalesce=False)
-    assert backend._wire is None
+    assert backend._held is None
     limiter = TokenBucket(10, 1, backend=backend, name=unique_name(), clock=ManualClock(1_000.0))
     assert limiter.try_acquire()
     backend.close()
@@ -335,8 +335,8 @@ def test_calls_on_an_asyncio_held_connection_decide_as_through_the_client(kind: 
             clock.advance(rng.choice([0.0, 0.01, 0.1, 0.5, 1.0]))
         assert AsyncCounting.commands - before >= 200
         state = wired._loops[asyncio.get_running_loop()]
-        assert state.wire is not None
-        assert through._loops[asyncio.get_running_loop()].wire is None
+        assert state.held is not None
+        assert through._loops[asyncio.get_running_loop()].held is None
         for b in (wired, through):
             await b.aclose()
 
@@ -376,7 +376,7 @@ def test_an_asyncio_backend_dropped_unclosed_gives_its_connection_back() -> None
         backend = RedisBackend(client, pool_size=2, coalesce=False)
         limiter = TokenBucket(10, 1, backend=backend, name=unique_name(), clock=ManualClock(1_000.0))
         assert await limiter.try_acquire_async()
-        assert backend._loops[asyncio.get_running_loop()].wire is not None
+        assert backend._loops[asyncio.get_running_loop()].held is not None
         del backend, limiter
         gc.collect()
         await asyncio.sleep(0)  # the release, scheduled on this loop
@@ -630,7 +630,7 @@ def test_the_held_connection_killed_by_the_server_is_opened_afresh_unseen(how: s
             admin.close()
             url = f"redis://limiter:s3cret@127.0.0.1:{server.port}/0"
         backend = RedisBackend.from_url(url, coalesce=False)
-        assert backend._wire is not None
+        assert backend._held is not None
         limiter = bucket(backend, capacity=3)
         assert limiter.try_acquire()
         admin = redis.Redis.from_url(server.url)
@@ -669,7 +669,7 @@ def test_a_retried_call_counts_as_redis_pys_own_does(monkeypatch: pytest.MonkeyP
             warnings.simplefilter("ignore")  # the library's warning about retries
             client = kind.from_url(REDIS_URL, retry=Retry(NoBackoff(), retries), retry_on_timeout=True)
             backend = RedisBackend(client, coalesce=False)
-        assert (backend._wire is not None) is (kind is redis.Redis)
+        assert (backend._held is not None) is (kind is redis.Redis)
         limiter = bucket(backend)
         assert limiter.try_acquire()
         armed[0] = 1
@@ -685,9 +685,9 @@ def test_a_retried_call_counts_as_redis_pys_own_does(monkeypatch: pytest.MonkeyP
 
 def test_clients_that_must_not_be_held_from_are_not() -> None:
     backend = RedisBackend(redis.asyncio.Redis.from_url(REDIS_URL))
-    assert backend._wire is None
+    assert backend._held is None
     single = RedisBackend(redis.Redis.from_url(REDIS_URL, single_connection_client=True), coalesce=False)
-    assert single._wire is None
+    assert single._held is None
     assert bucket(single).try_acquire()
     single.close()
 
@@ -736,7 +736,7 @@ def test_a_fork_while_a_thread_holds_the_connections_lock_leaves_the_child_able_
     backend = RedisBackend.from_url(REDIS_URL, coalesce=False)
     limiter = bucket(backend)
     assert limiter.try_acquire()
-    wire = backend._wire
+    wire = backend._held
     assert wire is not None
     inside, leave = threading.Event(), threading.Event()
 

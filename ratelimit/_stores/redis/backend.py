@@ -19,7 +19,7 @@ changes and reads at run time. The rest sits beside it, each module one concern:
 - ``redis/calls.py``: :class:`~.calls.RedisCalls`, which :class:`RedisBackend`
   extends: ``run`` and ``run_async``, at most ``pool_size`` calls in flight, and the
   failure policy ``on_unavailable``;
-- ``redis/wire.py``: the clients' calls, sent on a connection held;
+- ``redis/held_connection.py``: the clients' calls, sent on a connection held;
 - ``redis/clients.py``: the clients :meth:`RedisBackend.from_url` makes;
 - ``redis/loops.py``: what a backend keeps per event loop;
 - ``redis/handles.py``: the handles ``bind``, ``bind_group`` and ``bind_lanes`` return;
@@ -307,7 +307,7 @@ class RedisBackend(RedisCalls):
         if self._sync_client is not None:
             for handle in list(self._leasing):
                 handle.give_back_lease()
-            self._close_wire()
+            self._close_held()
             self._sync_client.close()
         with self._lock:
             self._forget_closed_loops()
@@ -324,8 +324,8 @@ class RedisBackend(RedisCalls):
         with self._lock:
             state = self._loops.pop(asyncio.get_running_loop(), None)
         if state is not None and state.client is not None:
-            if state.wire is not None:
-                await state.wire.close()
+            if state.held is not None:
+                await state.held.close()
             if state.closer is not None:
                 await state.closer.aclose()  # closes the client it guards
             else:

@@ -27,10 +27,10 @@ from ..._errors import BackendUnavailable
 from ..unavailable import BackendStats, FailurePolicy, OnUnavailable
 from .clients import database, drop_idle_connections, pool_limit
 from .errors import STORE_ERRORS, is_unavailable
+from .held_connection import HeldConnection, async_held_connection_for, held_connection_for
 from .live import LiveCount
-from .loops import LoopState, Turns, Watch, close_with_loop
+from .loops import InFlight, LoopState, Watch, close_with_loop
 from .scripts import Script
-from .wire import Wire, async_wire_for, wire_for
 
 __all__ = ["DEFAULT_POOL_SIZE", "BackendStats", "OnUnavailable", "RedisCalls"]
 
@@ -47,7 +47,7 @@ POOL_WAIT_SECONDS = 30.0
 
 class RedisCalls(FailurePolicy):
     """The script calls of a :class:`~.redis.RedisBackend`, which extends it: its
-    clients (a synchronous one, and an asyncio one per event loop), the turns that
+    clients (a synchronous one, and an asyncio one per event loop), the calls in flight that
     keep at most ``pool_size`` calls in flight, :meth:`run` and :meth:`run_async`,
     and the failure policy ``on_unavailable``.
     """
@@ -67,9 +67,9 @@ class RedisCalls(FailurePolicy):
         #: The database the client selects: the library's counts held in Lua serve
         #: database 0's calls only (see lua/_top.lua).
         self.database = database(client)
-        # Turns to call the store, taken and given back: a C queue costs a fraction of
+        # Calls in flight to the store, taken and given back: a C queue costs a fraction of
         # a threading.Semaphore on this path.
-        self._turns = _turns(self.pool_size)
+        self._in_flight = _in_flight(self.pool_size)
         _backends.add(self)
         # Not weakly keyed: each entry's client and gate refer to their loop. An entry
         # goes when its loop shuts down (see close_with_loop), or once found closed.
@@ -77,12 +77,14 @@ class RedisCalls(FailurePolicy):
         # Failures of calls that reached for the store (not of waiters failed behind them).
         self._outages = 0
         #: How the synchronous client's calls are sent, where not through the client
-        #: (see redis/wire.py).
-        self._wire: Wire | None = None if self._sync_client is None else wire_for(client, turns=self.pool_size)
+        #: (see redis/held_connection.py).
+        self._held: HeldConnection | None = (
+            None if self._sync_client is None else held_connection_for(client, in_flight=self.pool_size)
+        )
 
-    def _close_wire(self) -> None:
-        if self._wire is not None:
-            self._wire.close()
+    def _close_held(self) -> None:
+        if self._held is not None:
+            self._held.close()
 
     # -- clients of each event loop -------------------------------------------------
 
@@ -95,7 +97,9 @@ class RedisCalls(FailurePolicy):
             if state is None:
                 watch = None if self._deadline is None else Watch(loop, self._deadline)
                 client = made or self._async_client
-                state = LoopState(client, Turns(self.pool_size), watch, async_wire_for(client, turns=self.pool_size))
+                state = LoopState(
+                    client, InFlight(self.pool_size), watch, async_held_connection_for(client, in_flight=self.pool_size)
+                )
                 self._loops[loop] = state
                 made, closer = None, state
             else:
@@ -154,17 +158,17 @@ class RedisCalls(FailurePolicy):
             raise TypeError("this RedisBackend wraps an asyncio client: use the _async methods")
         if self._live is not None:
             self._live.start()  # nothing, unless this is a forked child's first call
-        turns = self._turns
+        in_flight = self._in_flight
         try:
-            turns.get_nowait()
+            in_flight.get_nowait()
         except queue.Empty:
             outages = self._outages
-            turns.get()
+            in_flight.get()
             if (outage := self._outage_seen(outages)) is not None:
-                turns.put(None)
+                in_flight.put(None)
                 raise outage from None
-        wire = self._wire
-        send = None if wire is None else wire.call
+        held = self._held
+        send = None if held is None else held.call
         try:
             started = None
             while True:
@@ -181,7 +185,7 @@ class RedisCalls(FailurePolicy):
                     drop_idle_connections(client)
                     raise
         finally:
-            turns.put(None)
+            in_flight.put(None)
 
     @property
     def threaded(self) -> bool:
@@ -203,7 +207,7 @@ class RedisCalls(FailurePolicy):
             if (outage := self._outage_seen(outages)) is not None:
                 gate.give()
                 raise outage
-        watch, wire = state.watch, state.wire
+        watch, held = state.watch, state.held
         task = asyncio.current_task()
         if watch is not None and task is not None:
             watch.start(task)
@@ -211,7 +215,7 @@ class RedisCalls(FailurePolicy):
             started = None
             while True:
                 try:
-                    return await script.call_async(state.client, keys, args, None if wire is None else wire.call)
+                    return await script.call_async(state.client, keys, args, None if held is None else held.call)
                 except asyncio.CancelledError:
                     if watch is None or task is None or not watch.timed_out(task):
                         raise
@@ -230,11 +234,11 @@ class RedisCalls(FailurePolicy):
             gate.give()
 
 
-def _turns(count: int) -> queue.SimpleQueue[None]:
-    turns: queue.SimpleQueue[None] = queue.SimpleQueue()
+def _in_flight(count: int) -> queue.SimpleQueue[None]:
+    in_flight: queue.SimpleQueue[None] = queue.SimpleQueue()
     for _ in range(count):
-        turns.put(None)
-    return turns
+        in_flight.put(None)
+    return in_flight
 
 
 #: Every backend made, for the fork handler.
@@ -242,12 +246,12 @@ _backends: weakref.WeakSet[RedisCalls] = weakref.WeakSet()
 
 
 def _forked() -> None:
-    # The turns that the parent's threads had taken at the fork (their calls in
+    # The calls in flight that the parent's threads had taken at the fork (their calls in
     # flight) are never given back in the child, which has none of those threads: with
     # all of them taken, its calls would wait forever. Its lock, held by one of those
     # threads, would stay held: both are new.
     for calls in list(_backends):
-        calls._turns = _turns(calls.pool_size)
+        calls._in_flight = _in_flight(calls.pool_size)
         calls._lock = threading.Lock()
 
 

@@ -172,7 +172,7 @@ def url_clients(url: str, *, cluster: bool, pool_size: int, options: dict[str, A
         settings.update(found.master_settings())
     if "max_connections" not in options and not cluster:
         # One more than the calls in flight: the backend holds one between its calls
-        # (redis/wire.py), and the rest stay the pool's to lend as before.
+        # (redis/held_connection.py), and the rest stay the pool's to lend as before.
         settings["max_connections"] = pool_size + 1
     sync_class: Any = redis.cluster.RedisCluster if cluster else redis.Redis
     async_class: Any = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis

@@ -1,5 +1,5 @@
-"""What a :class:`~.redis.RedisBackend` keeps per event loop: its asyncio client, the
-turns to call the store there, and the deadline of each call in flight.
+"""What a :class:`~.redis.RedisBackend` keeps per event loop: its asyncio client, its
+calls in flight to the store, and the deadline of each of them.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import sys
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-from .wire import AsyncWire
+from .held_connection import AsyncHeldConnection
 
 
-class Turns:
-    """Turns to call the store on one event loop, first come first served.
+class InFlight:
+    """Calls in flight to the store on one event loop, first come first served.
 
     ``asyncio.Semaphore`` would do, but costs an awaited coroutine on every call even
     when a turn is free; here a free turn is taken without awaiting anything.
@@ -54,18 +54,19 @@ class Turns:
 
 
 class LoopState:
-    """What a backend keeps per event loop: its client, its turn-taking, the
+    """What a backend keeps per event loop: its client, its calls in flight, the
     deadlines of its calls (``watch``, for clients without a socket timeout), and the
-    wire its calls are sent on where not through the client (see redis/wire.py)."""
+    held connection its calls are sent on where not through the client
+    (``held_connection.py``)."""
 
-    __slots__ = ("client", "closer", "gate", "watch", "wire")
+    __slots__ = ("client", "closer", "gate", "held", "watch")
 
-    def __init__(self, client: Any, gate: Turns, watch: Watch | None, wire: AsyncWire | None) -> None:
+    def __init__(self, client: Any, gate: InFlight, watch: Watch | None, held: AsyncHeldConnection | None) -> None:
         self.client = client
         self.gate = gate
         self.watch = watch
         self.closer: AsyncGenerator[None, None] | None = None
-        self.wire = wire
+        self.held = held
 
 
 async def close_with_loop(client: Any, forget: Callable[[], None]) -> AsyncGenerator[None, None]:

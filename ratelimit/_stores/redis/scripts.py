@@ -380,7 +380,7 @@ class Script:
             return (yield EVAL)
 
     def _wired(self, step: str, keys: Sequence[str], args: Sequence[str]) -> tuple[str, ...]:
-        """The command of one step as it goes on a wire (redis/wire.py): the words the
+        """The command of one step as it goes on a wire (redis/held_connection.py): the words the
         client's method would send."""
         if step == FCALL:
             return ("FCALL", cast("str", self.function), str(len(keys)), *keys, *args)
@@ -424,7 +424,7 @@ class Script:
     ) -> Any:
         # The usual call, one command, sent here without the steps' machinery; they
         # take over from its error. ``send``: how that one command goes, where not
-        # through the client (redis/wire.py).
+        # through the client (redis/held_connection.py).
         try:
             if self._by_function(client):
                 try:

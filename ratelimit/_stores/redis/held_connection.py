@@ -1,11 +1,11 @@
 """A script call sent straight on a connection of the client's pool, for
-:class:`~.calls.RedisCalls`: :class:`Wire` for a synchronous client,
-:class:`AsyncWire` for each event loop's asyncio client.
+:class:`~.calls.RedisCalls`: :class:`HeldConnection` for a synchronous client,
+:class:`AsyncHeldConnection` for each event loop's asyncio client.
 
 ``client.fcall(...)`` spends most of an uncontended decision's client time around
 the command rather than on it: a connection taken from the pool and given back (its
 lock, its checks, its events), each argument encoded in Python, redis-py's metrics.
-So a wire holds one connection of the pool between calls and sends each call packed
+So the backend holds one connection of the pool between calls and sends each call packed
 at once (hiredis's packer), reads the reply, and applies the connection's own retry
 policy as redis-py does. Counted with callgrind, a token bucket's decision took 188 k
 client instructions through the client and 85 k this way; the empty ``EVALSHA``
@@ -56,7 +56,7 @@ try:
 except ImportError:  # pragma: no cover - hiredis is an extra; the connection's own packer then
     _pack = None
 
-__all__ = ["AsyncWire", "Wire", "async_wire_for", "wire_for"]
+__all__ = ["AsyncHeldConnection", "HeldConnection", "async_held_connection_for", "held_connection_for"]
 
 #: The methods a command passes through in redis-py's clients: a subclass that
 #: overrides one of them, or instrumentation that wraps one, sees every call only if
@@ -108,9 +108,9 @@ def _utf8(pool: Any) -> bool:
     return encoding == "utf-8" and kwargs.get("encoding_errors", "strict") == "strict"
 
 
-def _wired_pool(client: Any, base: type, turns: int) -> tuple[Any, bool] | None:
+def _held_pool(client: Any, base: type, in_flight: int) -> tuple[Any, bool] | None:
     """``client``'s pool and whether one of its connections may be held, or ``None``
-    where calls must go through the client. ``turns``: the most calls the backend has
+    where calls must go through the client. ``in_flight``: the most calls the backend has
     in flight at once on it; one is held only where the pool has one to spare."""
     if not isinstance(client, base) or not _plain_commands(client, base) or _observed():
         return None
@@ -120,23 +120,23 @@ def _wired_pool(client: Any, base: type, turns: int) -> tuple[Any, bool] | None:
     if pool is None or not callable(getattr(pool, "release", None)):
         return None
     limit = getattr(pool, "max_connections", None)
-    return pool, not isinstance(limit, int) or limit > turns
+    return pool, not isinstance(limit, int) or limit > in_flight
 
 
-def wire_for(client: Any, *, turns: int) -> Wire | None:
-    """The wire of a synchronous ``client``, or ``None`` where calls go through it."""
-    found = _wired_pool(client, redis.Redis, turns)
-    return None if found is None else Wire(*found)
+def held_connection_for(client: Any, *, in_flight: int) -> HeldConnection | None:
+    """The held connection of a synchronous ``client``, or ``None`` where calls go through it."""
+    found = _held_pool(client, redis.Redis, in_flight)
+    return None if found is None else HeldConnection(*found)
 
 
-def async_wire_for(client: Any, *, turns: int) -> AsyncWire | None:
-    """The wire of an asyncio ``client`` (one event loop's), or ``None``."""
-    found = _wired_pool(client, redis.asyncio.Redis, turns)
-    return None if found is None else AsyncWire(*found)
+def async_held_connection_for(client: Any, *, in_flight: int) -> AsyncHeldConnection | None:
+    """The held connection of an asyncio ``client`` (one event loop's), or ``None``."""
+    found = _held_pool(client, redis.asyncio.Redis, in_flight)
+    return None if found is None else AsyncHeldConnection(*found)
 
 
 class _Held:
-    """The connection held between calls, for either kind of wire: at most one, kept
+    """The connection held between calls, for either kind of client: at most one, kept
     only by the process that took it (a forked child drops its parent's, see
     `_forked`, as redis-py's pool starts afresh in a child)."""
 
@@ -150,7 +150,7 @@ class _Held:
         # at once (nothing here keeps them for a finalizer).
         self._held: list[weakref.ref[Any]] = []
         self._lock = threading.Lock()
-        _wires.add(self)
+        _everyone.add(self)
 
     def _pop(self) -> Any:
         """The held connection, taken (``None``: take one from the pool)."""
@@ -180,8 +180,8 @@ class _Held:
         return reconnect is not None and reconnect()
 
 
-#: Every wire made, for the fork handler.
-_wires: weakref.WeakSet[_Held] = weakref.WeakSet()
+#: Every held connection made, for the fork handler.
+_everyone: weakref.WeakSet[_Held] = weakref.WeakSet()
 
 
 def _forked() -> None:
@@ -192,10 +192,10 @@ def _forked() -> None:
     # id compared at each call: two system calls a decision.)
     global _giver, _giver_lock
     _giver, _giver_lock = None, threading.Lock()  # (the parent's thread is not the child's)
-    for wire in list(_wires):
-        wire._held.clear()
-        wire._lock = threading.Lock()
-        if isinstance(wire, Wire) and wire._hold:
+    for made in list(_everyone):
+        made._held.clear()
+        made._lock = threading.Lock()
+        if isinstance(made, HeldConnection) and made._hold:
             _start_giver()
 
 
@@ -214,10 +214,10 @@ def _give_back(pool: Any, held: list[weakref.ref[Any]]) -> None:
 # A finalizer may run inside the garbage collector, set off by an allocation in any
 # thread: one that holds the pool's lock (a BlockingConnectionPool's queue, an older
 # redis-py's pool) would wait on itself for ever, and a wait of any kind there (even a
-# thread's start) is where a signal handler's exception is lost. So a dropped wire's
+# thread's start) is where a signal handler's exception is lost. So a dropped held connection's
 # connection is only put on a queue (SimpleQueue.put never waits: made for
 # finalizers), and given back by one thread that waits for them, started with the
-# first wire that may hold one (and again in a forked child).
+# first held connection that may hold one (and again in a forked child).
 _returns: queue.SimpleQueue[tuple[Any, list[weakref.ref[Any]]]] = queue.SimpleQueue()
 _giver: threading.Thread | None = None
 _giver_lock = threading.Lock()
@@ -232,7 +232,7 @@ def _start_giver() -> None:
     global _giver
     with _giver_lock:
         if _giver is None or not _giver.is_alive():
-            _giver = threading.Thread(target=_give_back_ever, name="ratelimit-wire-returns", daemon=True)
+            _giver = threading.Thread(target=_give_back_ever, name="ratelimit-held-returns", daemon=True)
             _giver.start()
 
 
@@ -241,7 +241,7 @@ def _give_back_later(pool: Any, held: list[weakref.ref[Any]]) -> None:
         _returns.put((pool, held))
 
 
-class Wire(_Held):
+class HeldConnection(_Held):
     """A synchronous pool's connections, on which a command is sent packed and its
     reply read: one held between calls (where the pool has one to spare), the others
     taken from the pool for a call and given back. Safe for any number of threads."""
@@ -352,8 +352,8 @@ def _give_back_on(
 _releasing: set[asyncio.Future[Any]] = set()
 
 
-class AsyncWire(_Held):
-    """:class:`Wire` for one event loop's asyncio client. A task cancelled between its
+class AsyncHeldConnection(_Held):
+    """:class:`HeldConnection` for one event loop's asyncio client. A task cancelled between its
     command and its reply (a deadline, the caller) leaves its connection closed, as
     redis-py's own path does."""
 
@@ -365,7 +365,7 @@ class AsyncWire(_Held):
     async def _take(self) -> Any:
         conn = self._pop()
         if conn is not None:
-            # As Wire._take, with the asyncio pool's own check where it has one.
+            # As HeldConnection._take, with the asyncio pool's own check where it has one.
             ensure = getattr(self._pool, "ensure_connection", None)
             try:
                 await (ensure(conn) if ensure is not None else conn.connect())
@@ -391,7 +391,7 @@ class AsyncWire(_Held):
         await self._give(conn, failed=True)
 
     async def call(self, command: tuple[str, ...]) -> Any:
-        """:meth:`Wire.call`, awaited."""
+        """:meth:`HeldConnection.call`, awaited."""
         conn = await self._take()
         packed: list[bytes] = []
 
