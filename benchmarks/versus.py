@@ -44,8 +44,12 @@ ARGS = {
 
 def library_of(tree: Path) -> tuple[str, list[str]]:
     """The library text of the checkout at ``tree``, and its functions for KINDS."""
+    # (Releases before the store folders kept the scripts in ratelimit/_stores/scripts.py.)
     code = (
-        "import json; from ratelimit._stores.redis.scripts import library; l = library(); "
+        "import json, os; "
+        "m = 'ratelimit._stores.redis.scripts' if os.path.isdir('ratelimit/_stores/redis') "
+        "else 'ratelimit._stores.scripts'; "
+        "l = __import__(m, fromlist=['library']).library(); "
         f"print(json.dumps([l.source, [l.function(k) for k in {KINDS!r}]]))"
     )
     out = subprocess.check_output([sys.executable, "-c", code], cwd=tree, env={"PYTHONPATH": str(tree)})
