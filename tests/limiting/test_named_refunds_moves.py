@@ -394,3 +394,26 @@ def test_a_give_back_after_the_moves_key_is_evicted_keeps_the_bound(client: Any)
     d[1] -= 1.5
     reserve(3.0)
     _assert_bound([(at, used) for at, used, _ in sent], alg.capacity, alg.rate)
+
+
+@pytest.mark.parametrize("junk", [b"garbage", b"", b"1 x;1 0 a b c d", b"nan nan", b"3 5;3 0 1 2 x 9e9"])
+def test_a_garbled_moves_key_is_read_as_no_moves_never_an_error(client: Any, junk: bytes) -> None:
+    """Every decision of a limiter that names grants reads the moves' key: garbled, it
+    was a script error at each one until the key expired. It is read as none, as an
+    evicted one is."""
+    alg = Gcra(10.0, 1.0)
+    now = _Now(1_000.0)
+    _, script = _pair([alg], now, client)
+    script.name_grants()
+    _, a = script.reserve(10.0, math.inf)
+    script.reserve(1.0, math.inf)
+    script.refund(9.0, a)
+    script.reserve(10.0, math.inf)  # the queue moves up
+    moved = [key for key in client.keys("*") if key.endswith(b":moved")]
+    assert moved
+    for key in moved:
+        client.set(key, junk, px=100_000)
+    wait, at = script.reserve(1.0, math.inf)
+    assert wait >= 0
+    script.refund(1.0, at)
+    assert script.peek(1.0) >= 0
