@@ -226,14 +226,22 @@ local function moves_of(holes, now)
   local text = redis.call('GET', holes .. ':moved')
   if not text then return out end
   local gen, reach, rest = string.match(text, '^(%S+) ([^;]+)(.*)$')
-  out.gen, out.reach = tonumber(gen), tonumber(reach)
+  gen, reach = tonumber(gen), tonumber(reach)
+  -- A key garbled (by a hand, another program) is read as no moves, as one evicted is:
+  -- never an error at every decision until it expires.
+  if gen == nil or reach == nil or gen ~= gen or reach ~= reach or gen == math.huge or gen == -math.huge then
+    return out
+  end
+  out.gen, out.reach = gen, reach
   local field = '([^;%s]+)'
   local one = ';' .. field .. ' ' .. field .. ' ' .. field .. ' ' .. field .. ' ' .. field .. ' ' .. field
   for g, j, lo, hi, d, u in string.gmatch(rest, one) do
-    u = tonumber(u)
-    if u > now then
-      out.list[#out.list + 1] = {tonumber(g), tonumber(j), tonumber(lo), tonumber(hi), tonumber(d), u}
+    local m = {tonumber(g), tonumber(j), tonumber(lo), tonumber(hi), tonumber(d), tonumber(u)}
+    local whole = true
+    for i = 1, 6 do
+      if m[i] == nil or m[i] ~= m[i] then whole = false end
     end
+    if whole and m[6] > now then out.list[#out.list + 1] = m end
   end
   if not (out.reach > now) then out.reach = -math.huge end
   return out

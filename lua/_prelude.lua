@@ -56,6 +56,22 @@ local function fmt(x)
   return string.format('%.17g', x)
 end
 
+-- A state as a key keeps it: a debt charged past the largest double (an allowance spent
+-- past it, a TAT moved past it) is infinite in process, and is written as the largest
+-- double, which the loads read back as infinite (`unbounded`): 'inf' would be read back
+-- as no state, a bucket whole again. (The quick paths leave such a state to the loads.)
+local LARGEST = 1.7976931348623157e308
+
+local function fmt_state(x)
+  if x == math.huge then return fmt(LARGEST) end
+  return fmt(x)
+end
+
+local function unbounded(x)
+  if x == LARGEST then return math.huge end
+  return x
+end
+
 -- A decision's signed wait as a reply: most are +0 (granted at once), which %.17g
 -- writes '0', for no string.format (about 0.4 us). (-0, '-0', is left to fmt.)
 local function fmt_wait(wait)

@@ -82,6 +82,7 @@ function leaky_bucket.load(self, raw)
       or drained == math.huge or latest == math.huge then
     return {-math.huge, -math.huge}
   end
+  drained, latest = unbounded(drained), unbounded(latest)
   local state = {drained, latest}
   if leaky_is_clean(d) then
     local gaps = redis.call('GET', self.key .. ':gaps')
@@ -168,15 +169,15 @@ function leaky_bucket.save(self, state, now, clean)
     local ms = idle_ms(state[1] - now)
     local gaps = {}
     for i = 3, #state do gaps[i - 2] = fmt(state[i]) end
-    redis.call('SET', self.key, leaky_clean(fmt(state[1])) .. ' ' .. fmt(state[2]), 'PX', ms)
+    redis.call('SET', self.key, leaky_clean(fmt_state(state[1])) .. ' ' .. fmt_state(state[2]), 'PX', ms)
     redis.call('SET', self.key .. ':gaps', table.concat(gaps, ' '), 'PX', ms)
     return
   end
-  local latest = fmt(state[2])
+  local latest = fmt_state(state[2])
   if clean and state[2] == state[2] and state[2] ~= math.huge and state[2] ~= -math.huge then
     latest = leaky_clean(latest)
   end
-  redis.call('SET', self.key, fmt(state[1]) .. ' ' .. latest, 'PX', idle_ms(state[1] - now))
+  redis.call('SET', self.key, fmt_state(state[1]) .. ' ' .. latest, 'PX', idle_ms(state[1] - now))
 end
 
 -- See LeakyQueue.tail / LeakyQueue.cancel: the last grant is the one whose tokens
@@ -234,7 +235,8 @@ do
       if l == nil or not leaky_is_clean(l) then return nil end
       drained, latest = tonumber(d), tonumber(l)
       if drained == nil or latest == nil or drained ~= drained or latest ~= latest
-          or drained == math.huge or latest == math.huge or drained == -math.huge or latest == -math.huge then
+          or drained == math.huge or latest == math.huge or drained == -math.huge or latest == -math.huge
+          or drained == LARGEST or latest == LARGEST then
         return nil
       end
     end

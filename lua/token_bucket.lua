@@ -32,7 +32,12 @@ end
 local LONG_AGO = -1.7976931348623157e308
 
 function token_bucket.new(base, capacity, rate)
-  if rate == 0 then return {key = base, capacity = capacity, rate = 0.0, allowance = true} end
+  if rate == 0 then
+    -- See Allowance.bound: the capacity and a rounding's worth, relative below one token.
+    local least = capacity
+    if least > 1.0 then least = 1.0 end
+    return {key = base, capacity = capacity, rate = 0.0, allowance = true, bound = capacity + EPSILON * least}
+  end
   return {key = base, capacity = capacity, rate = rate,
           interval = 1.0 / rate, tolerance = capacity / rate}
 end
@@ -83,14 +88,14 @@ function token_bucket.load(self, raw)
   if raw == nil then raw = redis.call('GET', self.key) end
   local tat = tonumber(raw)
   if tat == nil or tat ~= tat or tat == math.huge then return -math.huge end
-  return tat
+  return unbounded(tat)
 end
 
 function token_bucket.plan(self, state, now, tokens)
   if self.allowance then
     local spent = 0.0
     if state > 0.0 then spent = state end
-    if spent + tokens <= self.capacity + EPSILON then return now, now end
+    if spent + tokens <= self.bound or not (tokens > 0) then return now, now end  -- (see Allowance.plan)
     return math.huge, math.huge
   end
   local base = now
@@ -139,10 +144,10 @@ function token_bucket.save(self, state, now, clean)
   if state == -math.huge then return end
   if self.allowance then
     -- Spent tokens matter for ever (idle_ms caps the TTL); none spent, a second.
-    redis.call('SET', self.key, fmt(state), 'PX', idle_ms(token_bucket.idle_until(self, state) - now))
+    redis.call('SET', self.key, fmt_state(state), 'PX', idle_ms(token_bucket.idle_until(self, state) - now))
     return
   end
-  local text = fmt(state)
+  local text = fmt_state(state)
   if clean then text = text .. ' ' end
   redis.call('SET', self.key, text, 'PX', idle_ms(state - now))
 end
@@ -224,7 +229,7 @@ do
     else
       if string.byte(raw, -1) ~= 32 then return nil end
       tat = tonumber(raw)
-      if tat == nil or tat ~= tat or tat == math.huge or tat == -math.huge then return nil end
+      if tat == nil or tat ~= tat or tat == math.huge or tat == -math.huge or tat == LARGEST then return nil end
     end
     if p1 ~= said1 or p2 ~= said2 then
       local c, rate = tonumber(p1), tonumber(p2)

@@ -262,11 +262,19 @@ class Allowance:
     capacity: float
     #: Seconds of guard (and lease) kept back: none at no refill (see ``guarded``).
     slack: float = 0.0
+    #: The most spent a grant may leave: the capacity and a rounding's worth, which is
+    #: relative below one token (an allowance of 1e-12 would otherwise grant its
+    #: capacity a thousand times over, one of 5e-324 for ever).
+    bound: float = field(init=False, compare=False, repr=False)
 
     kind = "token_bucket"
     slotted = True
     most_name = "capacity"
     rate = 0.0
+
+    def __post_init__(self) -> None:
+        least = self.capacity if self.capacity < 1.0 else 1.0
+        object.__setattr__(self, "bound", self.capacity + EPSILON * least)
 
     @property
     def most(self) -> float:
@@ -281,7 +289,9 @@ class Allowance:
 
     def plan(self, state: float, now: float, tokens: float) -> tuple[float, float]:
         spent = state if state > 0.0 else 0.0
-        if spent + tokens <= self.capacity + EPSILON:
+        # A composite's request that gives it nothing goes by it, even once a charge
+        # has spent more than the capacity (a debt no time pays off).
+        if spent + tokens <= self.bound or not tokens > 0:
             return now, now
         return math.inf, math.inf
 
@@ -352,6 +362,6 @@ class Allowance:
 
     def step(self, state: float, now: float, tokens: float, max_wait: float) -> tuple[float, float]:
         spent = state if state > 0.0 else 0.0
-        if spent + tokens <= self.capacity + EPSILON:
+        if spent + tokens <= self.bound:
             return spent + tokens, 0.0
         return state, -math.inf
