@@ -83,12 +83,12 @@ def test_a_request_that_gives_an_allowance_in_debt_nothing_goes_by_it(make: Make
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "a LeakyBucket's gaps grow with every composite grant another limit delays past its queue, "
-        "one pair per reservation queued ahead, and each decision reads and writes them all: "
-        "TokenBucket(1, 1) with LeakyBucket(1e6, 1e6), 8,000 reservations queued, a 243 KB gaps key "
-        "and 34 ms of Redis server time per decision (0.9 ms in process). Dropping gaps is safe (the "
-        "time counts as queued) but refuses deep queues a leaky bucket of that capacity admits: a "
-        "design choice left to the maintainers"
+        "documented (docs/costs.md, a leaky bucket beside a slower limit): a LeakyBucket's gaps grow "
+        "with every composite grant another limit delays past its queue, one pair per reservation "
+        "queued ahead, and each decision reads them all: TokenBucket(1, 1) with LeakyBucket(1e6, 1e6), "
+        "8,000 reservations queued, a 243 KB gaps key and 34 ms of Redis server time per decision "
+        "(0.9 ms in process). Dropping gaps is safe (the time counts as queued) but refuses deep "
+        "queues a leaky bucket of that capacity admits"
     ),
 )
 def test_a_leaky_members_gaps_stay_bounded_under_a_deep_queue(redis_client: Any) -> None:
