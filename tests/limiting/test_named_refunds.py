@@ -22,8 +22,9 @@ import fakeredis._socket._base as fakeredis_base
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from naming import Now, assert_bound, naming, pair, queue_behind, run_in
 
-from ratelimit import Composite, LeakyBucket, ManualClock, MemoryBackend, RedisBackend, TokenBucket
+from ratelimit import Composite, LeakyBucket, ManualClock, RedisBackend, TokenBucket
 from ratelimit._algorithms.algorithm import EPSILON, Algorithm, charge_all
 from ratelimit._algorithms.holes import (
     GrantTime,
@@ -39,15 +40,8 @@ from ratelimit._algorithms.holes import (
 )
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.token_bucket import Gcra
-from ratelimit._stores.keys import key_for
-from ratelimit._stores.redis.handles import RedisGroupHandle, RedisHandle
 
 from conftest import state_keys, unique_name
-
-
-def _in(context: contextvars.Context, call: Callable[..., Any], *args: Any) -> Any:
-    return context.run(call, *args)
-
 
 # -- the pure core: holes past their time, named refunds, partial cover -------------
 
@@ -64,15 +58,6 @@ steps = st.lists(
     min_size=1,
     max_size=60,
 )
-
-
-def _assert_bound(sent: list[tuple[float, float]], capacity: float, rate: float) -> None:
-    times = sorted({at for at, used in sent if used > EPSILON})
-    for a in times:
-        for b in times:
-            if b >= a:
-                inside = sum(used for at, used in sent if a - 1e-9 <= at <= b + 1e-9)
-                assert inside <= capacity + rate * (b - a) + 1e-6, (a, b, inside, sorted(sent))
 
 
 @pytest.mark.parametrize("members", [1, 2])
@@ -111,7 +96,7 @@ def test_named_refunds_never_let_an_interval_exceed_capacity_plus_rate(members: 
             restricted(holes, now, now + 1.0)
             pause(holes, now + 1.0)
     for i, alg in enumerate(buckets):
-        _assert_bound([(g["at"], g["used"][i]) for g in grants], alg.capacity, alg.rate)
+        assert_bound([(g["at"], g["used"][i]) for g in grants], alg.capacity, alg.rate)
 
 
 # (time step, tokens per limit, then: keep, settle the latest or the earliest grant due
@@ -181,7 +166,7 @@ def test_no_sequence_of_acquires_charges_and_give_backs_exceeds_the_bound(
             restricted(holes, now, now + 1.0)
             pause(holes, now + 1.0)
     for i, alg in enumerate(buckets):
-        _assert_bound([(g["at"], g["used"][i]) for g in grants], alg.capacity, alg.rate)
+        assert_bound([(g["at"], g["used"][i]) for g in grants], alg.capacity, alg.rate)
 
 
 def test_a_named_refund_with_a_queue_behind_is_used_again() -> None:
@@ -238,28 +223,15 @@ def test_a_grant_from_a_hole_is_never_named() -> None:
 # -- the limiters: which grant a refund or settle names ---------------------------
 
 
-def _naming(limiter: Any, tokens: Any = 1) -> Any:
-    """A limiter remembers grants from its first give-back on (so that one that never
-    gives back pays nothing for it): one that squares nothing starts it."""
-    limiter.settle(tokens, tokens)
-    return limiter
-
-
-def _queue_behind(limiter: Any, tokens: float) -> float:
-    """Another worker's reservation, queued behind (the store's call, no sleep)."""
-    wait, _ = limiter._handle.reserve(tokens, math.inf)
-    return float(wait)
-
-
 def test_settle_gives_back_with_grants_queued_behind(make: Callable[..., Any], clock: ManualClock) -> None:
     """The issue's case: workers queue on the token budget and every over-estimate was
     lost. Now the estimate's unused part goes to the next request at once."""
-    bucket = _naming(make(TokenBucket, 10, 1))
+    bucket = naming(make(TokenBucket, 10, 1))
     x = contextvars.copy_context()
-    _in(contextvars.copy_context(), bucket.acquire, 10)  # someone empties it
-    assert _in(x, bucket.acquire, 4) == 4.0  # x waits its turn: 1004
-    assert _queue_behind(bucket, 6) == 6.0  # and someone queues behind it: 1010
-    _in(x, bucket.settle, 4, 1)  # x's call used 1 of its 4
+    run_in(contextvars.copy_context(), bucket.acquire, 10)  # someone empties it
+    assert run_in(x, bucket.acquire, 4) == 4.0  # x waits its turn: 1004
+    assert queue_behind(bucket, 6) == 6.0  # and someone queues behind it: 1010
+    run_in(x, bucket.settle, 4, 1)  # x's call used 1 of its 4
     assert bucket.try_acquire(3)  # the 3 go now
     assert not bucket.try_acquire(1)
 
@@ -272,22 +244,22 @@ def test_a_settle_of_a_grant_that_went_at_once_gives_back_with_a_reservation_beh
     grant was not named: only grants that waited were). A's grant is named by where its
     tokens sit (its slot ends at 1010), so the 9 are a hole the next requests take at
     once, and no more than them."""
-    bucket = _naming(make(TokenBucket, 10, 1))
+    bucket = naming(make(TokenBucket, 10, 1))
     a = contextvars.copy_context()
-    assert _in(a, bucket.acquire, 10) == 0.0
-    assert _queue_behind(bucket, 1) == 1.0  # B: at 1001
-    _in(a, bucket.settle, 10, 1)
+    assert run_in(a, bucket.acquire, 10) == 0.0
+    assert queue_behind(bucket, 1) == 1.0  # B: at 1001
+    run_in(a, bucket.settle, 10, 1)
     assert bucket.try_acquire(5)
     assert bucket.acquire(4) == 0.0
     assert not bucket.try_acquire(1)
 
 
 def test_an_unnamed_refund_still_frees_nothing_with_a_queue(make: Callable[..., Any], clock: ManualClock) -> None:
-    bucket = _naming(make(TokenBucket, 10, 1))
+    bucket = naming(make(TokenBucket, 10, 1))
     x = contextvars.copy_context()
-    _in(contextvars.copy_context(), bucket.acquire, 10)
-    _in(x, bucket.acquire, 4)
-    _queue_behind(bucket, 6)
+    run_in(contextvars.copy_context(), bucket.acquire, 10)
+    run_in(x, bucket.acquire, 4)
+    queue_behind(bucket, 6)
     bucket.refund(3)  # not x's: this context has no grant of its own
     assert not bucket.try_acquire(1)
 
@@ -295,25 +267,25 @@ def test_an_unnamed_refund_still_frees_nothing_with_a_queue(make: Callable[..., 
 def test_two_grants_since_the_last_give_back_name_neither(make: Callable[..., Any], clock: ManualClock) -> None:
     """acquire, acquire, settle: which of the two? Naming the wrong one could free
     tokens that were used, so neither is named."""
-    bucket = _naming(make(TokenBucket, 10, 1))
+    bucket = naming(make(TokenBucket, 10, 1))
     x = contextvars.copy_context()
-    _in(contextvars.copy_context(), bucket.acquire, 10)
-    _in(x, bucket.acquire, 2)
-    _in(x, bucket.acquire, 2)
-    _queue_behind(bucket, 6)
-    _in(x, bucket.settle, 2, 0)
+    run_in(contextvars.copy_context(), bucket.acquire, 10)
+    run_in(x, bucket.acquire, 2)
+    run_in(x, bucket.acquire, 2)
+    queue_behind(bucket, 6)
+    run_in(x, bucket.settle, 2, 0)
     assert not bucket.try_acquire(1)
 
 
 def test_a_grant_is_named_once(make: Callable[..., Any], clock: ManualClock) -> None:
-    bucket = _naming(make(TokenBucket, 10, 1))
+    bucket = naming(make(TokenBucket, 10, 1))
     x = contextvars.copy_context()
-    _in(contextvars.copy_context(), bucket.acquire, 10)
-    _in(x, bucket.acquire, 4)
-    _queue_behind(bucket, 6)
-    copy = _in(x, contextvars.copy_context)  # a task started after the grant sees it too
-    _in(x, bucket.settle, 4, 2)
-    _in(copy, bucket.settle, 4, 0)  # the same grant again: named no more
+    run_in(contextvars.copy_context(), bucket.acquire, 10)
+    run_in(x, bucket.acquire, 4)
+    queue_behind(bucket, 6)
+    copy = run_in(x, contextvars.copy_context)  # a task started after the grant sees it too
+    run_in(x, bucket.settle, 4, 2)
+    run_in(copy, bucket.settle, 4, 0)  # the same grant again: named no more
     assert bucket.try_acquire(2)
     assert not bucket.try_acquire(1)
 
@@ -336,26 +308,26 @@ def test_settle_of_a_composite_gives_back_the_tokens_of_the_limit_that_queued(
     whose request the requests limit grants by itself as usual. (Its state is pushed
     along by the queue too, so it must hold the queue's length in its burst: a minute's
     worth of requests does.)"""
-    llm = _naming(make(Composite, [TokenBucket(60, 1), TokenBucket(100, 10)]), [1, 1])
+    llm = naming(make(Composite, [TokenBucket(60, 1), TokenBucket(100, 10)]), [1, 1])
     x = contextvars.copy_context()
-    _in(contextvars.copy_context(), llm.acquire, [1, 100])
-    assert _in(x, llm.acquire, [1, 40]) == 4.0  # tokens: 1004
+    run_in(contextvars.copy_context(), llm.acquire, [1, 100])
+    assert run_in(x, llm.acquire, [1, 40]) == 4.0  # tokens: 1004
     wait, _ = llm._handle.reserve([1, 60], math.inf)  # someone queues behind: 1010
     assert wait == 6.0
-    _in(x, llm.settle, [1, 40], [1, 10])
+    run_in(x, llm.settle, [1, 40], [1, 10])
     assert llm.try_acquire([1, 30])
     assert not llm.try_acquire([1, 1])
 
 
 def test_settle_async_names_the_tasks_own_grant(make: Callable[..., Any], clock: ManualClock) -> None:
-    bucket = _naming(make(TokenBucket, 10, 1))
+    bucket = naming(make(TokenBucket, 10, 1))
 
     async def main() -> tuple[bool, bool]:
         await bucket.acquire_async(10)
 
         async def worker() -> None:
             await bucket.acquire_async(4)
-            _queue_behind(bucket, 6)
+            queue_behind(bucket, 6)
             await bucket.settle_async(4, 1)
 
         await asyncio.create_task(worker())
@@ -394,7 +366,7 @@ def test_the_bound_holds_for_many_callers_settling_through_the_store(make: Calla
     + rate·t, and most of the budget is used. With unnamed refunds, which free nothing
     while others are queued, about a third of it was."""
     clock = _Scheduled(1_000.0)
-    bucket = _naming(make(TokenBucket, 40, 10, clock=clock))
+    bucket = naming(make(TokenBucket, 40, 10, clock=clock))
     callers = [contextvars.copy_context() for _ in range(20)]
     pending: list[tuple[float, int, float]] = []  # (due, caller, actual)
     sent: list[tuple[float, float]] = []
@@ -402,15 +374,15 @@ def test_the_bound_holds_for_many_callers_settling_through_the_store(make: Calla
         busy = {i for _, i, _ in pending}
         for i, ctx in enumerate(callers):
             if i not in busy:
-                wait = _in(ctx, bucket.acquire, 8)
+                wait = run_in(ctx, bucket.acquire, 8)
                 pending.append((clock.now() + wait, i, 2.0 + (step + i) % 3))
         clock.advance(0.25)
         for item in sorted(p for p in pending if p[0] <= clock.now()):
             pending.remove(item)
             due, i, actual = item
             sent.append((due, actual))
-            _in(callers[i], bucket.settle, 8, actual)
-    _assert_bound(sent, 40, 10)
+            run_in(callers[i], bucket.settle, 8, actual)
+    assert_bound(sent, 40, 10)
     used = sum(actual for _, actual in sent)
     assert used >= 0.8 * (40 + 10 * 60), used
 
@@ -419,14 +391,14 @@ def test_a_grant_taken_from_what_others_gave_back_gives_back_in_turn(
     make: Callable[..., Any], clock: ManualClock
 ) -> None:
     """Its pieces are named, so its own settle hands them on again."""
-    bucket = _naming(make(TokenBucket, 10, 1))
+    bucket = naming(make(TokenBucket, 10, 1))
     x, y = contextvars.copy_context(), contextvars.copy_context()
-    _in(contextvars.copy_context(), bucket.acquire, 10)
-    assert _in(x, bucket.acquire, 4) == 4.0  # 1004
-    _queue_behind(bucket, 6)  # 1010
-    _in(x, bucket.settle, 4, 1)
-    assert _in(y, bucket.acquire, 3) == 0.0  # from x's hole, at once
-    _in(y, bucket.settle, 3, 1)  # y used 1 of it
+    run_in(contextvars.copy_context(), bucket.acquire, 10)
+    assert run_in(x, bucket.acquire, 4) == 4.0  # 1004
+    queue_behind(bucket, 6)  # 1010
+    run_in(x, bucket.settle, 4, 1)
+    assert run_in(y, bucket.acquire, 3) == 0.0  # from x's hole, at once
+    run_in(y, bucket.settle, 3, 1)  # y used 1 of it
     assert bucket.try_acquire(2)
     assert not bucket.try_acquire(1)
 
@@ -494,16 +466,16 @@ def test_a_grant_withdrawn_by_an_interrupted_acquire_is_not_named(make: Callable
     """The acquire gave its reservation back when its sleep was interrupted; a settle in
     the caller's ``except`` must not name it again (that would free a slot twice)."""
     clock = _InterruptedOnce(1_000.0)
-    bucket = _naming(make(TokenBucket, 10, 1, clock=clock))
+    bucket = naming(make(TokenBucket, 10, 1, clock=clock))
     x = contextvars.copy_context()
-    _in(contextvars.copy_context(), bucket.acquire, 10)
+    run_in(contextvars.copy_context(), bucket.acquire, 10)
     clock.interrupt = True
     with pytest.raises(_Interrupted):
-        _in(x, bucket.acquire, 4)  # would wait 4 s; withdrawn at once
-    assert _queue_behind(bucket, 4) == 4.0  # someone else takes that place: 1004
-    _in(x, bucket.settle, 4, 0)
+        run_in(x, bucket.acquire, 4)  # would wait 4 s; withdrawn at once
+    assert queue_behind(bucket, 4) == 4.0  # someone else takes that place: 1004
+    run_in(x, bucket.settle, 4, 0)
     assert not bucket.try_acquire(1)
-    assert _queue_behind(bucket, 1) == 5.0  # behind that reservation, still there
+    assert queue_behind(bucket, 1) == 5.0  # behind that reservation, still there
 
 
 # -- under interruption, cancellation, late settles and the server's clock ------------
@@ -541,14 +513,14 @@ def test_a_grant_given_back_by_an_interrupted_acquire_is_not_named_again(backend
     ``except`` (the call was never made) gives back nothing more: the hole holds 4,
     not 8."""
     clock = _InterruptingClock(1_000.0)
-    bucket = _naming(TokenBucket(10, 1, backend=backend, name=unique_name(), clock=clock))
+    bucket = naming(TokenBucket(10, 1, backend=backend, name=unique_name(), clock=clock))
     x = contextvars.copy_context()
-    _in(contextvars.copy_context(), bucket.acquire, 10)  # someone empties it
+    run_in(contextvars.copy_context(), bucket.acquire, 10)  # someone empties it
     clock.interrupt = True
     clock.meanwhile = lambda: bucket._handle.reserve(6, math.inf)  # queued behind: 1010
     with pytest.raises(Interrupted):
-        _in(x, bucket.acquire, 4)  # would wait 4 s; given back at once
-    _in(x, bucket.settle, 4, 0)  # "the call was not made": nothing more to give back
+        run_in(x, bucket.acquire, 4)  # would wait 4 s; given back at once
+    run_in(x, bucket.settle, 4, 0)  # "the call was not made": nothing more to give back
     clock.set(1_004.0)
     assert bucket.try_acquire(4)  # x's place
     assert not bucket.try_acquire(1)
@@ -561,13 +533,13 @@ def test_a_late_named_settle_gives_back_only_what_is_still_ahead(backend: Any) -
     other grant's slot in their place (that would be 4 tokens at one moment from a
     bucket of 3)."""
     clock = ManualClock(1_000.0)
-    bucket = _naming(TokenBucket(3, 1, backend=backend, name=unique_name(), clock=clock))
+    bucket = naming(TokenBucket(3, 1, backend=backend, name=unique_name(), clock=clock))
     x = contextvars.copy_context()
-    _in(contextvars.copy_context(), bucket.acquire, 3)  # empties it at 1000
-    assert _in(x, bucket.acquire, 1) == 1.0  # x waits its turn: 1001, slot [1003, 1004]
+    run_in(contextvars.copy_context(), bucket.acquire, 3)  # empties it at 1000
+    assert run_in(x, bucket.acquire, 1) == 1.0  # x waits its turn: 1001, slot [1003, 1004]
     clock.set(1_004.0)  # full again
-    _in(contextvars.copy_context(), bucket.acquire, 3)  # others take all of it at 1004
-    _in(x, bucket.settle, 1, 0)  # x's call used nothing, but its slot is past
+    run_in(contextvars.copy_context(), bucket.acquire, 3)  # others take all of it at 1004
+    run_in(x, bucket.settle, 1, 0)  # x's call used nothing, but its slot is past
     assert not bucket.try_acquire(1)
 
 
@@ -576,12 +548,12 @@ def test_a_late_settle_of_a_grant_that_went_at_once_frees_nothing_past(backend: 
     """The same through a grant that did not wait (the front passes its time, unnamed):
     once the bucket has refilled to its capacity, the settle hands no tokens to now."""
     clock = ManualClock(1_000.0)
-    bucket = _naming(TokenBucket(3, 1, backend=backend, name=unique_name(), clock=clock))
+    bucket = naming(TokenBucket(3, 1, backend=backend, name=unique_name(), clock=clock))
     x = contextvars.copy_context()
-    assert _in(x, bucket.acquire, 1) == 0.0
+    assert run_in(x, bucket.acquire, 1) == 0.0
     clock.set(1_003.0)  # full again
-    _in(contextvars.copy_context(), bucket.acquire, 3)
-    _in(x, bucket.settle, 1, 0)
+    run_in(contextvars.copy_context(), bucket.acquire, 3)
+    run_in(x, bucket.settle, 1, 0)
     assert not bucket.try_acquire(1)
 
 
@@ -610,44 +582,13 @@ def server_time() -> Iterator[_ServerTime]:
         yield clock
 
 
-class _Now:
-    """The time both stores decide at: the memory store's clock, the script's ``now``."""
-
-    def __init__(self, value: float) -> None:
-        self.clock = ManualClock(value)
-
-    @property
-    def value(self) -> float:
-        return self.clock.now()
-
-    def advance(self, seconds: float) -> None:
-        self.clock.advance(seconds)
-
-    def __call__(self) -> str:
-        return repr(self.clock.now())
-
-
-def _pair(algs: list[Algorithm[Any]], now: _Now, client: Any) -> tuple[Any, Any]:
-    """The same limits on the memory store and on the script, at the same times."""
-    clock = now.clock
-    name = unique_name()
-    if len(algs) == 1:
-        memory: Any = MemoryBackend().bind(name, algs[0], clock)
-        script: Any = RedisHandle(RedisBackend(client), algs[0], key_for(name, algs[0].kind), now, None)
-    else:
-        memory = MemoryBackend().bind_group(name, algs, clock)
-        keys = [key_for(name, alg.kind, i) for i, alg in enumerate(algs)]
-        script = RedisGroupHandle(RedisBackend(client), algs, keys, now, None)
-    return memory, script
-
-
 def test_many_spent_holes_are_dropped_alike(server_time: _ServerTime) -> None:
     """Fifty holes, all but the last spent: the script, which reads the holes in pages,
     finds the one that still has room (what its slot holds ahead) as Python does, and
     the two decide alike."""
     alg = Gcra(1.0, 1.0)
-    now = _Now(1_700_000_000.0)
-    memory, script = _pair([alg], now, fakeredis.FakeRedis())
+    now = Now(1_700_000_000.0)
+    memory, script = pair([alg], now, fakeredis.FakeRedis())
     grants = [memory.reserve(1.0, math.inf) for _ in range(50)]
     assert [script.reserve(1.0, math.inf) for _ in range(50)] == grants
     for _, at in grants[1:43]:  # withdrawn mid-queue: holes at +1 .. +42
@@ -663,8 +604,8 @@ def test_a_grant_from_a_hole_is_named_alike(server_time: _ServerTime) -> None:
     later request gave the bucket 0), so a withdrawn grant there leaves a hole at the
     bucket's latest time."""
     algs: list[Algorithm[Any]] = [Gcra(3.0, 1.0), WindowLog(5.0, 4.0)]
-    now = _Now(1_000.0)
-    memory, script = _pair(algs, now, fakeredis.FakeRedis())
+    now = Now(1_000.0)
+    memory, script = pair(algs, now, fakeredis.FakeRedis())
     for handle in (memory, script):
         handle.reserve([3, 4], math.inf)  # the bucket empty, the window one short
         _, grant = handle.reserve([1, 1], math.inf)  # waits for the bucket: 1001
@@ -678,8 +619,8 @@ def test_the_script_keeps_a_named_refunds_hole_while_its_slot_is_ahead(server_ti
     that time + tolerance: the server keeps the holes key that long, as memory keeps
     the hole."""
     alg = Gcra(10.0, 1.0)  # tolerance 10 s
-    now = _Now(1_700_000_000.0)
-    memory, script = _pair([alg], now, fakeredis.FakeRedis())
+    now = Now(1_700_000_000.0)
+    memory, script = pair([alg], now, fakeredis.FakeRedis())
     grants = []
     for handle in (memory, script):
         handle.reserve(10.0, math.inf)
@@ -718,8 +659,8 @@ def test_grants_named_at_once_decide_alike(members: int, scenario: list[_Alike])
     step by step."""
     buckets: list[Algorithm[Any]] = [Gcra(3.0, 1.0), Gcra(8.0, 2.0)]
     algs = buckets[:members]
-    now = _Now(1_000.0)
-    memory, script = _pair(algs, now, fakeredis.FakeRedis())
+    now = Now(1_000.0)
+    memory, script = pair(algs, now, fakeredis.FakeRedis())
     memory.name_grants()
     script.name_grants()
     grants: list[dict[str, Any]] = []
@@ -755,12 +696,12 @@ def test_a_grant_delayed_by_a_leaky_bucket_it_gives_nothing_stays_reserved(make:
     that bucket's queue, so the grant is where the token bucket puts it, and a refund
     after it frees no slot of another grant: what went stays within capacity + rate·t
     (4 + 2/s here)."""
-    llm = _naming(make(Composite, [TokenBucket(4, 2), LeakyBucket(3, 1)]), [1, 1])
+    llm = naming(make(Composite, [TokenBucket(4, 2), LeakyBucket(3, 1)]), [1, 1])
     x = contextvars.copy_context()
-    assert _in(x, llm.acquire, [1, 1]) == 0.0  # the queue drains at +1
+    assert run_in(x, llm.acquire, [1, 1]) == 0.0  # the queue drains at +1
     wait, _ = llm._handle.reserve([2, 0], math.inf)  # someone else's, for the bucket only
     assert wait == 0.0  # not held back by a queue it pours nothing into
-    _in(x, llm.refund, [0.5, 0])  # x's call used half a token less
+    run_in(x, llm.refund, [0.5, 0])  # x's call used half a token less
     later, _ = llm._handle.reserve([3, 0], math.inf)
     # 0.5 + 2 now and 3 after `later`: within capacity + rate·t.
     assert 4 + 2 * later + 1e-9 >= 0.5 + 2 + 3, later
@@ -786,12 +727,12 @@ def test_a_full_bucket_grants_its_capacity_at_once_at_the_servers_clock(client: 
     """Whether a request goes at once is decided on the sums rounded to nearest: a full
     bucket grants its whole capacity at once at the server's clock, on the memory
     store and the script alike."""
-    now = _Now(1_700_000_000.0)
+    now = Now(1_700_000_000.0)
     for capacity, rate in [(1.0, 1000.0), (3.0, 0.1), (10.0, 3e6)]:
         alg = Gcra(capacity, rate)
         assert alg.step(alg.new_state(), now.value, capacity, 0.0)[1] == 0.0
         assert alg.plan(alg.new_state(), now.value, capacity) == (now.value, now.value)
-        memory, script = _pair([alg], now, client)
+        memory, script = pair([alg], now, client)
         assert script.reserve(capacity, 0.0) == memory.reserve(capacity, 0.0) == (0.0, now.value)
         now.advance(1.0)
 
@@ -801,8 +742,8 @@ def test_the_tat_rounded_up_is_the_scripts_to_the_bit(client: Any) -> None:
     sums round (3e6 tokens a second: a third of a step), on its quick path and on
     the full one (a hole beside the state)."""
     alg = Gcra(10.0, 3e6)
-    now = _Now(1_700_000_000.0)
-    memory, script = _pair([alg], now, client)
+    now = Now(1_700_000_000.0)
+    memory, script = pair([alg], now, client)
     for i in range(200):
         tokens = (1.0, 3.0, 0.5)[i % 3]
         assert script.reserve(tokens, math.inf) == memory.reserve(tokens, math.inf), i
@@ -824,12 +765,12 @@ def test_a_named_refunds_hole_goes_with_an_evicted_state(client: Any) -> None:
     grants its 10, and the old hole 3 more at the same moment."""
     clock = ManualClock(1_000.0)
     name = unique_name()
-    bucket = _naming(TokenBucket(10, 1, backend=RedisBackend(client), name=name, clock=clock))
+    bucket = naming(TokenBucket(10, 1, backend=RedisBackend(client), name=name, clock=clock))
     x = contextvars.copy_context()
-    _in(contextvars.copy_context(), bucket.acquire, 10)
-    assert _in(x, bucket.acquire, 4) == 4.0  # 1004
+    run_in(contextvars.copy_context(), bucket.acquire, 10)
+    assert run_in(x, bucket.acquire, 4) == 4.0  # 1004
     bucket._handle.reserve(6, math.inf)  # queued behind: 1010
-    _in(x, bucket.settle, 4, 1)  # a hole of 3 at 1004, good until 1014
+    run_in(x, bucket.settle, 4, 1)  # a hole of 3 at 1004, good until 1014
     keys = state_keys(client, name)
     assert any(key.endswith(":holes") for key in keys)
     for key in keys:
@@ -852,7 +793,7 @@ def test_a_grant_given_back_by_a_cancelled_task_is_not_named_again(backend: Any)
     does this, then raises TimeoutError in the same task) gives its reservation back;
     the task's settle after it gives back nothing more."""
     clock = _StuckClock(1_000.0)
-    bucket = _naming(TokenBucket(10, 1, backend=backend, name=unique_name(), clock=clock))
+    bucket = naming(TokenBucket(10, 1, backend=backend, name=unique_name(), clock=clock))
 
     def queue_and_cancel(task: asyncio.Task[Any]) -> None:
         bucket._handle.reserve(6, math.inf)  # another worker, queued behind: 1010
@@ -883,14 +824,14 @@ def test_a_named_settle_after_feedback_never_lends_more_than_the_provider_said(b
     used, so the unused estimate given back after it lends nothing beyond what the
     provider said remains until its reset."""
     clock = ManualClock(1_000.0)
-    bucket = _naming(TokenBucket(10, 1, backend=backend, name=unique_name(), clock=clock))
+    bucket = naming(TokenBucket(10, 1, backend=backend, name=unique_name(), clock=clock))
     x = contextvars.copy_context()
-    _in(contextvars.copy_context(), bucket.acquire, 10)
-    assert _in(x, bucket.acquire, 4) == 4.0  # x's call goes at 1004
-    info = _in(x, bucket.feedback, {"RateLimit-Remaining": "1", "RateLimit-Reset": "10"})
+    run_in(contextvars.copy_context(), bucket.acquire, 10)
+    assert run_in(x, bucket.acquire, 4) == 4.0  # x's call goes at 1004
+    info = run_in(x, bucket.feedback, {"RateLimit-Remaining": "1", "RateLimit-Reset": "10"})
     assert info.remaining == 1
     assert not bucket.try_acquire(1)  # the one left is for later
-    _in(x, bucket.settle, 4, 1)  # the call used 1 of its 4
+    run_in(x, bucket.settle, 4, 1)  # the call used 1 of its 4
     assert not bucket.try_acquire(1)
 
 
@@ -986,4 +927,4 @@ def test_giving_back_any_grant_never_lets_an_interval_exceed_capacity_plus_rate(
             restricted(holes, now, now + 1.0)
             pause(holes, now + 1.0)
     for i, alg in enumerate(buckets):
-        _assert_bound([(g["at"], g["used"][i]) for g in grants], alg.capacity, alg.rate)
+        assert_bound([(g["at"], g["used"][i]) for g in grants], alg.capacity, alg.rate)

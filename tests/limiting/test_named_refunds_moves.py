@@ -21,32 +21,12 @@ import fakeredis
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from naming import Now, assert_bound, naming, pair, queue_behind, run_in
 
-from ratelimit import Composite, ManualClock, MemoryBackend, RedisBackend, TokenBucket
+from ratelimit import Composite, ManualClock, TokenBucket
 from ratelimit._algorithms.algorithm import EPSILON, Algorithm
 from ratelimit._algorithms.holes import MOVE, GrantTime, Holes, give_back, plan, settle
 from ratelimit._algorithms.token_bucket import Gcra
-from ratelimit._stores.keys import key_for
-from ratelimit._stores.redis.handles import RedisGroupHandle, RedisHandle
-
-from conftest import unique_name
-
-
-def _in(context: contextvars.Context, call: Callable[..., Any], *args: Any) -> Any:
-    return context.run(call, *args)
-
-
-def _naming(limiter: Any, tokens: Any = 1) -> Any:
-    """Start the remembering of grants (a limiter's first give-back does)."""
-    limiter.settle(tokens, tokens)
-    return limiter
-
-
-def _queue_behind(limiter: Any, tokens: Any) -> float:
-    """Another worker's reservation, queued behind (the store's call, no sleep)."""
-    wait, _ = limiter._handle.reserve(tokens, math.inf)
-    return float(wait)
-
 
 # -- through the stores ---------------------------------------------------------------
 
@@ -57,28 +37,28 @@ def test_a_request_larger_than_what_came_back_waits_for_it_and_what_refills(
     """Issue 35: A takes the whole bucket at once, B is reserved behind it (1 s), A's
     call used 1 of its 10. A request of 10 waited 11 s (behind B, as if the 9 never came
     back); it waits 2 s: the 9, and 1 more refilled."""
-    bucket = _naming(make(TokenBucket, 10, 1))
+    bucket = naming(make(TokenBucket, 10, 1))
     a = contextvars.copy_context()
-    assert _in(a, bucket.acquire, 10) == 0.0
-    assert _queue_behind(bucket, 1) == 1.0  # B
-    _in(a, bucket.settle, 10, 1)
+    assert run_in(a, bucket.acquire, 10) == 0.0
+    assert queue_behind(bucket, 1) == 1.0  # B
+    run_in(a, bucket.settle, 10, 1)
     assert bucket.acquire(10) == pytest.approx(2.0)  # (the clock sleeps it: now 1002)
     # Nothing more: A's 1, B's 1 and these 10 are all the bucket allows until 1003.
-    assert _queue_behind(bucket, 1) == pytest.approx(1.0)
+    assert queue_behind(bucket, 1) == pytest.approx(1.0)
 
 
 def test_a_grant_the_queue_moved_gives_back_where_it_now_sits(make: Callable[..., Any], clock: ManualClock) -> None:
     """B's place moved up into A's hole (from 11 to 2 on the line); B's settle names
     where its slot was when it was granted, which is read where the move left it: its
     token comes back, taken at once by the next request of 1 and by nothing more."""
-    bucket = _naming(make(TokenBucket, 10, 1))
+    bucket = naming(make(TokenBucket, 10, 1))
     a, b = contextvars.copy_context(), contextvars.copy_context()
-    _in(a, bucket.acquire, 10)
-    assert _in(b, bucket.reserve, 1).wait == 1.0
-    _in(a, bucket.settle, 10, 1)
-    assert _queue_behind(bucket, 10) == pytest.approx(2.0)  # the queue moved up: B's slot too
+    run_in(a, bucket.acquire, 10)
+    assert run_in(b, bucket.reserve, 1).wait == 1.0
+    run_in(a, bucket.settle, 10, 1)
+    assert queue_behind(bucket, 10) == pytest.approx(2.0)  # the queue moved up: B's slot too
     clock.advance(1.0)  # B's turn
-    _in(b, bucket.settle, 1, 0)  # B sent nothing
+    run_in(b, bucket.settle, 1, 0)  # B sent nothing
     assert bucket.try_acquire(1)  # B's token, at once
     assert not bucket.try_acquire(1)
 
@@ -87,21 +67,21 @@ def test_a_composite_moves_the_queue_of_its_tokens_limit(make: Callable[..., Any
     """The LLM budget: a call's estimate took the tokens limit at once, another call is
     reserved behind it, and the first used a tenth. A call as large as the first waits
     for what came back and what refills, not for the whole queue."""
-    llm = _naming(make(Composite, [TokenBucket(60, 1), TokenBucket(100, 10)]), [1, 1])
+    llm = naming(make(Composite, [TokenBucket(60, 1), TokenBucket(100, 10)]), [1, 1])
     a = contextvars.copy_context()
-    assert _in(a, llm.acquire, [1, 100]) == 0.0
-    assert _queue_behind(llm, [1, 10]) == pytest.approx(1.0)
-    _in(a, llm.settle, [1, 100], [1, 10])
+    assert run_in(a, llm.acquire, [1, 100]) == 0.0
+    assert queue_behind(llm, [1, 10]) == pytest.approx(1.0)
+    run_in(a, llm.settle, [1, 100], [1, 10])
     assert llm.acquire([1, 100]) == pytest.approx(2.0)  # was 11 s
 
 
 def test_a_request_the_holes_hold_still_takes_them_at_once(make: Callable[..., Any], clock: ManualClock) -> None:
     """Moving the queue is for what does not fit: what fits in the holes goes now."""
-    bucket = _naming(make(TokenBucket, 10, 1))
+    bucket = naming(make(TokenBucket, 10, 1))
     a = contextvars.copy_context()
-    _in(a, bucket.acquire, 10)
-    _queue_behind(bucket, 1)
-    _in(a, bucket.settle, 10, 1)
+    run_in(a, bucket.acquire, 10)
+    queue_behind(bucket, 1)
+    run_in(a, bucket.settle, 10, 1)
     assert bucket.acquire(9) == 0.0
     assert not bucket.try_acquire(1)
 
@@ -173,15 +153,6 @@ TAKERS_DUE_LATER: list[Step] = [
 ]
 
 
-def _assert_bound(sent: list[tuple[float, float]], capacity: float, rate: float) -> None:
-    times = sorted({at for at, used in sent if used > EPSILON})
-    for a in times:
-        for b in times:
-            if b >= a:
-                inside = sum(used for at, used in sent if a - 1e-9 <= at <= b + 1e-9)
-                assert inside <= capacity + rate * (b - a) + 1e-6, (a, b, inside, sorted(sent))
-
-
 @pytest.mark.parametrize("members", [1, 2])
 @settings(max_examples=400, deadline=None)
 @given(scenario=steps)
@@ -238,7 +209,7 @@ def test_no_give_back_and_no_move_lets_an_interval_exceed_capacity_plus_rate(
             g["used"] = [0.0] * members
             g["done"] = True
     for i, alg in enumerate(buckets):
-        _assert_bound([(g["at"], g["used"][i]) for g in grants], alg.capacity, alg.rate)
+        assert_bound([(g["at"], g["used"][i]) for g in grants], alg.capacity, alg.rate)
 
 
 def test_a_move_keeps_every_grant_within_its_time_and_its_time_plus_tolerance() -> None:
@@ -264,37 +235,6 @@ def test_a_move_keeps_every_grant_within_its_time_and_its_time_plus_tolerance() 
 # -- the memory store and the script decide alike -----------------------------------
 
 
-class _Now:
-    """The time both stores decide at: the memory store's clock, the script's ``now``."""
-
-    def __init__(self, value: float) -> None:
-        self.clock = ManualClock(value)
-
-    @property
-    def value(self) -> float:
-        return self.clock.now()
-
-    def advance(self, seconds: float) -> None:
-        self.clock.advance(seconds)
-
-    def __call__(self) -> str:
-        return repr(self.clock.now())
-
-
-def _pair(algs: list[Algorithm[Any]], now: _Now, client: Any) -> tuple[Any, Any]:
-    """The same limits on the memory store and on the script, at the same times."""
-    clock = now.clock
-    name = unique_name()
-    if len(algs) == 1:
-        memory: Any = MemoryBackend().bind(name, algs[0], clock)
-        script: Any = RedisHandle(RedisBackend(client), algs[0], key_for(name, algs[0].kind), now, None)
-    else:
-        memory = MemoryBackend().bind_group(name, algs, clock)
-        keys = [key_for(name, alg.kind, i) for i, alg in enumerate(algs)]
-        script = RedisGroupHandle(RedisBackend(client), algs, keys, now, None)
-    return memory, script
-
-
 Alike = tuple[float, tuple[float, float], str, float]
 alike = st.lists(
     st.tuples(
@@ -317,8 +257,8 @@ def test_moves_decide_alike(members: int, scenario: list[Alike]) -> None:
     and the script give the same decisions and names, step by step."""
     buckets: list[Algorithm[Any]] = [Gcra(6.0, 1.0), Gcra(8.0, 2.0)]
     algs = buckets[:members]
-    now = _Now(1_000.0)
-    memory, script = _pair(algs, now, fakeredis.FakeRedis())
+    now = Now(1_000.0)
+    memory, script = pair(algs, now, fakeredis.FakeRedis())
     memory.name_grants()
     script.name_grants()
     grants: list[dict[str, Any]] = []
@@ -365,8 +305,8 @@ def test_a_give_back_after_the_moves_key_is_evicted_keeps_the_bound(client: Any)
     goes while everything else stays. D's settle must not put its tokens back where its
     slot was before the move."""
     alg = Gcra(6.0, 1.0)
-    now = _Now(1_000.0)
-    _, script = _pair([alg], now, client)
+    now = Now(1_000.0)
+    _, script = pair([alg], now, client)
     script.name_grants()
     sent: list[list[Any]] = []
 
@@ -393,7 +333,7 @@ def test_a_give_back_after_the_moves_key_is_evicted_keeps_the_bound(client: Any)
     script.refund(1.5, d[2])  # D used half
     d[1] -= 1.5
     reserve(3.0)
-    _assert_bound([(at, used) for at, used, _ in sent], alg.capacity, alg.rate)
+    assert_bound([(at, used) for at, used, _ in sent], alg.capacity, alg.rate)
 
 
 @pytest.mark.parametrize("junk", [b"garbage", b"", b"1 x;1 0 a b c d", b"nan nan", b"3 5;3 0 1 2 x 9e9"])
@@ -402,8 +342,8 @@ def test_a_garbled_moves_key_is_read_as_no_moves_never_an_error(client: Any, jun
     was a script error at each one until the key expired. It is read as none, as an
     evicted one is."""
     alg = Gcra(10.0, 1.0)
-    now = _Now(1_000.0)
-    _, script = _pair([alg], now, client)
+    now = Now(1_000.0)
+    _, script = pair([alg], now, client)
     script.name_grants()
     _, a = script.reserve(10.0, math.inf)
     script.reserve(1.0, math.inf)
