@@ -468,6 +468,16 @@ def probe(limiter: Limiter[Any], clock: ManualClock) -> list[bool]:
     return results
 
 
+def _probed(interrupted: Limiter[Any], twin: Limiter[Any], clock: ManualClock) -> tuple[list[bool], list[bool]]:
+    """What the two limiters answer to the same probes, in step with the clock."""
+    got, expected = [], []
+    for step, tokens in PROBES:
+        clock.advance(step)
+        got.append(interrupted.try_acquire(tokens))
+        expected.append(twin.try_acquire(tokens))
+    return got, expected
+
+
 @pytest.mark.parametrize(
     "exc", [KeyboardInterrupt(), Interrupted("signal")], ids=["KeyboardInterrupt", "handler-exception"]
 )
@@ -493,11 +503,7 @@ def test_an_interrupted_acquire_gives_its_reservation_back(
 
     # From here on the interrupted limiter decides exactly as its twin, which never
     # saw the interrupted acquire.
-    expected, got = [], []
-    for step, tokens in PROBES:
-        clock.advance(step)
-        got.append(interrupted.try_acquire(tokens))
-        expected.append(twin.try_acquire(tokens))
+    got, expected = _probed(interrupted, twin, clock)
     assert got == expected
     # The probes do tell states apart.
     assert True in expected
@@ -523,11 +529,7 @@ def test_an_interrupted_acquire_async_gives_its_reservation_back(
     assert len(clock.sleeps) == 1
     assert clock.sleeps[0] > 0
 
-    expected, got = [], []
-    for step, tokens in PROBES:
-        clock.advance(step)
-        got.append(interrupted.try_acquire(tokens))
-        expected.append(twin.try_acquire(tokens))
+    got, expected = _probed(interrupted, twin, clock)
     assert got == expected
 
 
