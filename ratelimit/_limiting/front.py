@@ -101,8 +101,13 @@ def placed(backend: object, name: object, clock: object) -> tuple[Backend, str |
     checked = checked_clock(clock)
     if backend is None:
         backend = MemoryBackend()
+    elif isinstance(backend, str):
+        raise TypeError(
+            f"backend must be a store instance, got the text {backend!r}: "
+            "for a URL use RedisBackend.from_url(url), for a file SQLiteBackend(path)"
+        )
     elif isinstance(backend, type) or not hasattr(backend, "bind"):
-        raise TypeError(f"backend must be a MemoryBackend or RedisBackend instance, got {backend!r}")
+        raise TypeError(f"backend must be a MemoryBackend, RedisBackend or SQLiteBackend instance, got {backend!r}")
     store: Backend = backend  # type: ignore[assignment]
     return store, _validate.name(name, store, shared=store.shared), checked or SystemClock()
 

@@ -355,6 +355,12 @@ def test_a_backend_of_the_wrong_type_is_a_type_error(construct: Construct, backe
     assert_names(caught.value, "backend", backend)
 
 
+def test_a_url_given_as_the_backend_says_how_to_open_it() -> None:
+    with pytest.raises(TypeError, match=r"RedisBackend\.from_url\(url\)") as caught:
+        TokenBucket(10, 1, backend=REDIS_URL, name="x")  # type: ignore[arg-type]
+    assert_names(caught.value, "backend", REDIS_URL)
+
+
 def test_passing_the_backend_class_instead_of_an_instance_names_the_argument() -> None:
     with pytest.raises(TypeError, match="backend"):
         TokenBucket(10, 1, backend=MemoryBackend)  # type: ignore[arg-type]
