@@ -29,10 +29,10 @@ Dialect = Callable[[Fields], RateLimitInfo]
 def x_ratelimit(fields: Fields) -> RateLimitInfo:
     """``X-RateLimit-Limit / -Remaining / -Reset`` and ``X-Rate-Limit-*``.
 
-    Variants: ``X-Rate-Limit-*`` (Okta, Twitter), ``-Used`` instead of ``-Remaining``
-    (GitHub), ``-Reset-After``, a precise delay preferred to ``-Reset`` (Discord), float
-    values (Reddit), ``-Reset`` as an ISO 8601 time with an offset (Jira Cloud); else
-    ``-Reset`` is numeric (see ``from_now``).
+    Variants: ``X-Rate-Limit-*`` (Okta, Twitter), ``-Used`` read when ``-Remaining`` is
+    missing (GitHub, whose ``-Resource`` is not read), ``-Reset-After``, a precise delay
+    preferred to ``-Reset`` (Discord), float values (Reddit), ``-Reset`` as an ISO 8601
+    time with an offset (Jira Cloud); else ``-Reset`` is numeric (see ``from_now``).
 
     Documentation:
         https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api
