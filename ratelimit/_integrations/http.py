@@ -1,5 +1,5 @@
-"""What the HTTP client integrations share: each holds one :class:`Policy` and adds
-only its client's I/O."""
+"""What the HTTP client integrations share: the httpx transports, the requests adapter
+and the aiohttp middleware each hold one :class:`Policy` and add only their I/O."""
 
 from __future__ import annotations
 

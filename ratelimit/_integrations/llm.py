@@ -1,5 +1,6 @@
 """What the LLM transports decide, with no I/O: how a call weighs on the limiter,
-what of a response's headers it is fed, and what settles the call.
+what of a response's headers it is fed, and what settles the call. ``ratelimit.llm``'s
+transports each hold one :class:`Budget` and add only the I/O.
 
 The limiter counts tokens, or is a :class:`~ratelimit.Composite` whose first limit
 counts requests and the others tokens: a call then acquires ``[1, estimate, ...]``.

@@ -1,5 +1,6 @@
 """What an LLM call costs in tokens, with no I/O: the estimate read from its request
-and the real cost read from its response's ``usage`` (a JSON body or a stream).
+and the real cost read from its response's ``usage`` (a JSON body or a stream), for
+``llm.py``.
 
 The estimate counts a request as OpenAI's own limiter does: the prompt plus the most
 the answer may take, times ``n`` choices. The real cost is ``usage``'s
