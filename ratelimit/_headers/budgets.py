@@ -65,7 +65,7 @@ def binding(readings: Iterable[RateLimitInfo]) -> RateLimitInfo:
     the one that runs out first is kept whole. Most binding first:
 
     1. a spent budget (``remaining`` 0, its reset not due now), the latest reset first
-       (an unknown reset latest): nothing may go until it refills;
+       (an unknown reset last): nothing may go until it refills;
     2. the lowest pace, ``remaining / seconds``, with ``seconds`` the reset, else the
        window (a window's budget refills within one, so the pace is never overstated);
        ties to the longer time, then to the reading that says more (a limit, a window). A
