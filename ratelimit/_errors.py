@@ -56,8 +56,9 @@ class AcquireTimeout(RateLimitError, TimeoutError):
 class BackendUnavailable(RateLimitError):
     """The store holding the shared budget could not be reached.
 
-    The underlying error (a redis-py ``ConnectionError``, ``TimeoutError``, ...) is
-    chained as ``__cause__``.
+    The underlying error (a redis-py ``ConnectionError`` or ``TimeoutError``, a
+    ``sqlite3`` error on a file locked past its ``busy_timeout``, ...) is chained as
+    ``__cause__``.
     """
 
 

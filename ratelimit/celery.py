@@ -1,10 +1,11 @@
 """Celery tasks that keep one budget across every worker: :func:`limited`.
 
-Who calls it: applications, on their task functions. Built on ``limiter.reserve``.
+Who calls it: applications, on their task functions.
 
-Celery's own ``rate_limit`` is per worker. ``limited`` takes the slot from a limiter
-shared through Redis, and a task that would have to wait long does not hold its worker
-slot sleeping: it is sent back to the broker for the moment its slot comes::
+Celery's own ``rate_limit`` is per worker. ``limited`` reserves the slot
+(``limiter.reserve``) from a limiter shared by every worker (through Redis, or a SQLite
+file on one machine), and a task that would have to wait long does not hold its
+worker slot sleeping: it is sent back to the broker for the moment its slot comes::
 
     geocode = TokenBucket(20, 1000 / 60, backend=RedisBackend.from_url(url), name="geocode")
 
@@ -221,8 +222,9 @@ def limited(
         def lookup(self, address): ...
 
     Args:
-        limiter: a limiter shared by every worker (a ``RedisBackend``); any kind,
-            ``Composite`` included.
+        limiter: a limiter shared by every worker (on a ``RedisBackend``, or a
+            ``SQLiteBackend`` for workers on one machine); any kind, ``Composite``
+            included.
         tokens: the run's cost, or a function of the task's arguments (without
             ``self``) returning it: ``tokens=lambda prompt: [1, len(prompt) // 4]``
             for a ``Composite`` of requests and tokens per minute.

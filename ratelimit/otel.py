@@ -207,8 +207,8 @@ class OpenTelemetryMetrics:
         self.responses = counter("responses", "{response}", "Attempts by the HTTP status they got.")
         self.retries = counter("retries", "{retry}", "Retries scheduled, by what failed and what set the delay.")
         self.give_ups = counter("give_ups", "{call}", "Calls a retry runner gave up on.")
-        # The API's synchronous gauge is younger than the oldest API this supports, and
-        # the state only matters when it is read: observe the latest one at collection.
+        # The oldest API this supports has no synchronous gauge, and the state only
+        # matters when it is read: observe the latest one at collection.
         self.breaker_state = meter.create_observable_gauge(
             f"{ns}_breaker_state",
             callbacks=[self._observe_states],

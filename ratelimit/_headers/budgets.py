@@ -1,10 +1,7 @@
 """Several readings of one response as one: the binding budget, lowered by the rest.
 
-One response may report several budgets: the items of a ``RateLimit`` list, HubSpot's
-interval and second, Salesforce's org and app, Zendesk's account and endpoints, or one
-budget in two dialects. ``binding`` keeps the one that runs out first, whole (its
-limit, remaining, reset and window together, never a field of one budget beside a field
-of another), and ``merge`` folds in what cannot be paced against it.
+``binding`` keeps the budget that runs out first, whole (never a field of one budget
+beside a field of another); ``merge`` folds in what cannot be paced against it.
 """
 
 from __future__ import annotations
@@ -43,10 +40,10 @@ def _limit_and_window(a: RateLimitInfo, b: RateLimitInfo) -> tuple[float | None,
 def merge(a: RateLimitInfo, b: RateLimitInfo) -> RateLimitInfo:
     """Two readings of one response: the most conservative of each field.
 
-    The lowest remaining, the latest reset and ``Retry-After``, the lowest limit with
-    its own window (see ``_limit_and_window``). ``gradual`` (and ``refills``) only if
-    every reading that says anything of the budget is: fields of one read with the
-    other's refill could make its pace faster than either says.
+    The lowest remaining and limit (with its own window), the latest reset and
+    ``Retry-After``. ``gradual`` and ``refills`` only if every reading that says
+    anything of the budget is: one's fields with the other's refill could overstate
+    the pace.
     """
     limit, window = _limit_and_window(a, b)
     telling = [r for r in (a, b) if (r.limit, r.remaining, r.reset_after) != (None, None, None)]
@@ -64,25 +61,21 @@ def merge(a: RateLimitInfo, b: RateLimitInfo) -> RateLimitInfo:
 def binding(readings: Iterable[RateLimitInfo]) -> RateLimitInfo:
     """Several readings of one response as one: the binding budget, lowered by the rest.
 
-    A reading with a ``remaining`` and a time (a reset, or a window) is a *budget*, and
-    budgets are compared whole: the one that runs out first is kept, with its own
-    limit, reset and window. Most binding first:
+    A reading with a ``remaining`` and a time (a reset, or a window) is a *budget*;
+    the one that runs out first is kept whole. Most binding first:
 
-    1. a spent budget (``remaining`` 0, its reset not due now): nothing may go until it
-       refills, so of several, the one with the latest reset (an unknown reset last);
-    2. then the lowest pace, ``remaining / seconds``: the most a client may send per
-       second and still have that budget last until it refills. ``seconds`` is the
-       reset, or the window when no reset is given (a window's budget refills within
-       one window, so the pace is never overstated). On a tie, the longer time, then
-       the reading that says more (a limit, a window). A ``gradual`` budget with its
-       limit known refills as it goes: all of ``limit`` may go before its reset, so
-       its pace is ``limit / reset``, spent or not;
-    3. last, a budget refilling now (a reset of 0).
+    1. a spent budget (``remaining`` 0, its reset not due now), the latest reset first
+       (an unknown reset last): nothing may go until it refills;
+    2. the lowest pace, ``remaining / seconds``, with ``seconds`` the reset, else the
+       window (a window's budget refills within one, so the pace is never overstated);
+       ties to the longer time, then to the reading that says more (a limit, a window). A
+       ``gradual`` budget with a known limit refills as it goes, so its pace is
+       ``limit / reset``, spent or not;
+    3. a budget refilling now (a reset of 0).
 
-    A reading without a ``remaining``, or without any time, cannot be paced against
-    the others. It is merged into the binding budget field by field, most
-    conservatively (``merge``): a lower ``remaining`` with no time still caps what
-    may go before the binding budget's reset.
+    A reading without a ``remaining`` or a time cannot be paced; it is merged into the
+    binding budget field by field (``merge``), since a lower ``remaining`` still caps
+    what may go before the binding reset.
     """
     budgets: list[RateLimitInfo] = []
     others: list[RateLimitInfo] = []

@@ -1,17 +1,12 @@
 """Each provider's rate-limit headers, one function per dialect, and their registry.
 
-A dialect reads the :class:`Fields` of one response into a :class:`RateLimitInfo`: the
-budget its headers describe (the binding one, when they describe several), with
-``tokens`` for a token budget beside the requests, and an empty ``RateLimitInfo()``
+A dialect reads one response's :class:`Fields` into a :class:`RateLimitInfo` (the
+binding budget if its headers describe several, a token budget in ``tokens``), empty
 when none of its headers were sent. Each docstring names the provider's documentation
-and holds a sample of its headers (the block after ``Sample::``), which the tests parse
-and check against a row of their table.
+and holds a ``Sample::`` of its headers, which the tests parse and check.
 
-``DIALECTS`` is the order they are read in. ``parse_rate_limit_headers`` keeps the
-binding budget of all their readings, and on a tie (the same pace, the same time, as
-much said) the one read first, so the order is part of what a response means: a new
-dialect goes at the end, beside ``retry_after``, unless it must win such ties.
-
+``DIALECTS`` is the reading order, and on a tie between budgets the one read first
+binds: a new dialect goes at the end, beside ``retry_after``, unless it must win ties.
 Adding a provider: a function here, its entry in ``DIALECTS``, a row in
 ``tests/leaves/test_header_dialects.py``.
 """
@@ -34,12 +29,10 @@ Dialect = Callable[[Fields], RateLimitInfo]
 def x_ratelimit(fields: Fields) -> RateLimitInfo:
     """``X-RateLimit-Limit / -Remaining / -Reset`` and ``X-Rate-Limit-*``.
 
-    The most common dialect, with its variants: ``X-Rate-Limit-*`` (Okta, Twitter),
-    ``-Used`` beside or instead of ``-Remaining`` (GitHub; ``-Resource`` names the
-    budget and is not read), ``-Reset-After`` a precise delay preferred to ``-Reset``
-    (Discord), float values (Reddit). ``-Reset`` may be epoch seconds, epoch
-    milliseconds or a delay (see ``from_now``), or an ISO 8601 time with an offset
-    (Jira Cloud). Jira's ``X-RateLimit-NearLimit`` says nothing countable.
+    Variants: ``X-Rate-Limit-*`` (Okta, Twitter), ``-Used`` read when ``-Remaining`` is
+    missing (GitHub, whose ``-Resource`` is not read), ``-Reset-After``, a precise delay
+    preferred to ``-Reset`` (Discord), float values (Reddit), ``-Reset`` as an ISO 8601
+    time with an offset (Jira Cloud); else ``-Reset`` is numeric (see ``from_now``).
 
     Documentation:
         https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api
@@ -64,8 +57,8 @@ def x_ratelimit(fields: Fields) -> RateLimitInfo:
     remaining = fields.least(*names("remaining"))
     used = fields.least(*names("used"))
     if remaining is None and used is not None and limit is not None:
-        remaining = max(0.0, limit - used)  # GitHub gives Used alongside
-    reset = fields.wait(fields.least(*names("reset-after")))  # Discord: a precise delay
+        remaining = max(0.0, limit - used)
+    reset = fields.wait(fields.least(*names("reset-after")))
     if reset is None:
         reset = fields.reset(*names("reset"))
     return RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset)
@@ -74,12 +67,9 @@ def x_ratelimit(fields: Fields) -> RateLimitInfo:
 def ietf(fields: Fields) -> RateLimitInfo:
     """The IETF drafts' ``RateLimit`` headers, in both their forms, and GitLab's.
 
-    Up to draft 6, ``RateLimit-Limit / -Remaining / -Reset`` with
-    ``RateLimit-Policy: 10;w=1`` (see ``_ietf_fields``, GitLab's use of them too);
-    later, the structured-field list ``RateLimit: "default";r=50;t=30`` with
-    ``RateLimit-Policy: "default";q=100;w=60``, one item per policy (see
-    ``_ietf_list``). A malformed ``RateLimit`` list is ignored, as the drafts ask: as
-    if never sent.
+    Drafts up to 6 and GitLab send separate fields (``_ietf_fields``); later drafts a
+    structured-field list, one item per policy (``_ietf_list``). A malformed
+    ``RateLimit`` list is ignored, as the drafts ask.
 
     Documentation:
         https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/
@@ -101,10 +91,9 @@ def _ietf_fields(fields: Fields, policies: list[Item], announced: bool) -> RateL
     GitLab's ``RateLimit-Observed`` (the requests counted: ``Limit - Observed`` remain,
     when ``Remaining`` is missing) and ``RateLimit-ResetTime`` (an HTTP-date) beside them.
 
-    The window is that of the policy whose quota is the announced limit; with no
-    limit and no usable ``RateLimit`` list, the first policy is the one announced.
-    The reset is a delay in the drafts and a UNIX time at GitLab: ``Fields.reset``
-    tells them apart.
+    The window is that of the policy whose quota is the announced limit (with no
+    limit and no usable ``RateLimit`` list, the first policy's). The reset is a delay
+    in the drafts and a UNIX time at GitLab: ``Fields.reset`` tells them apart.
     """
     limit = fields.least("ratelimit-limit")
     remaining = fields.least("ratelimit-remaining")
@@ -128,13 +117,12 @@ def _ietf_fields(fields: Fields, policies: list[Item], announced: bool) -> RateL
 def _ietf_list(fields: Fields, items: list[Item], policies: list[Item]) -> RateLimitInfo:
     """The ``RateLimit`` list: one service limit per named policy; the binding one.
 
-    Each item ``"name";r=..;t=..`` is read with the ``RateLimit-Policy`` item of the
-    same name, for its quota (the limit) and window; ``t`` is until more quota, which
-    the policy brings back at ``q`` per ``w`` (``refills``). An item naming no policy keeps
-    its remaining and reset, with no limit and no window: another policy's are not
-    its own. An item without ``r`` is malformed and ignored. The older dictionary
-    form (``limit=100, remaining=50, reset=30``) is one reading, whose window is
-    that of the policy with its limit for quota.
+    Each item ``"name";r=..;t=..`` takes its limit and window from the
+    ``RateLimit-Policy`` item of the same name (``q``, ``w``); ``t`` is until more quota
+    comes back, at ``q`` per ``w`` (``refills``). An item naming no policy has no limit
+    and no window; one without ``r`` is ignored. The older drafts' dictionary form
+    (``limit=100, remaining=50, reset=30``) is one reading, with the window of the
+    policy whose quota is its limit.
     """
     named: dict[str, tuple[float, float | None]] = {}
     for name, params in policies:
@@ -151,7 +139,6 @@ def _ietf_list(fields: Fields, items: list[Item], policies: list[Item]) -> RateL
             loose = merge(loose, piece)
         elif remaining is not None:
             limit, window = named.get(name, (None, None))
-            # `t` is until more quota, which its policy brings back at q per w.
             refills = limit is not None and bool(window)
             readings.append(
                 RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, window=window, refills=refills)
@@ -256,13 +243,11 @@ def shopify(fields: Fields) -> RateLimitInfo:
 def hubspot(fields: Fields) -> RateLimitInfo:
     """HubSpot: ``-Max`` per ``-Interval-Milliseconds``, ``-Secondly``, ``-Daily``.
 
-    No reset is sent, and none is made up: the interval is a rolling window (its
-    budget comes back call by call) and the day ends at midnight in the account's
-    time zone. ``window`` is the interval in seconds (1 for ``-Secondly``). The day
-    counts only once it is spent (``-Daily-Remaining: 0``): then nothing may go
-    whatever the interval allows, and it binds, with an unknown reset. Before that
-    its pace over a whole day (how many seconds are left of the account's day is
-    unknown) would say nothing the interval does not.
+    No reset is sent and none is made up: the interval is a rolling window and the day
+    ends at midnight in the account's unknown time zone. ``window`` is the interval in
+    seconds (1 for ``-Secondly``). The day is read only once spent
+    (``-Daily-Remaining: 0``), when it binds with an unknown reset: before that, with
+    the seconds left in the day unknown, its pace says nothing.
 
     Documentation:
         https://developers.hubspot.com/docs/api/usage-details
@@ -293,13 +278,10 @@ def hubspot(fields: Fields) -> RateLimitInfo:
 def salesforce(fields: Fields) -> RateLimitInfo:
     """Salesforce's ``Sforce-Limit-Info: api-usage=18/5000``: used of the limit.
 
-    ``api-usage`` counts the org's calls over a rolling 24 hours (so ``window`` is
-    86400 and there is no reset: calls age out one by one). ``per-app-api-usage``
-    (``17/250(appName=...)``) is a connected app's quota of that allocation, read
-    over the same 24 hours; the binding one of the two is kept. Items may be
-    separated by ``;`` (as Salesforce documents) or ``,``, in any case and spacing;
-    others (``api-bursts``, the days the org may exceed its limit) are not budgets and
-    are skipped. Usage past the limit (allowed on such a day) leaves 0.
+    ``api-usage`` counts the org's calls over a rolling 24 hours (``window`` 86400, no
+    reset); ``per-app-api-usage`` (``17/250(appName=...)``) is a connected app's share
+    over the same hours; the binding one is kept. Items are split on ``;`` or ``,``;
+    others (``api-bursts``) are not budgets. Usage past the limit leaves 0.
 
     Documentation:
         https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/headers_api_usage.htm
@@ -324,14 +306,12 @@ def salesforce(fields: Fields) -> RateLimitInfo:
 def zendesk(fields: Fields) -> RateLimitInfo:
     """Zendesk: the account's budget per minute, and endpoints' budgets of their own.
 
-    A bare ``X-Rate-Limit: 700`` is the account's limit per minute (``window`` 60);
-    its remaining is ``X-Rate-Limit-Remaining`` (or ``ratelimit-remaining``, the lower
-    of them) and its reset ``ratelimit-reset``, which Zendesk sends beside it. An
-    endpoint with a limit of its own adds ``Zendesk-RateLimit-<endpoint>: total=100;
-    remaining=99; resets=41``, ``resets`` a numeric reset; its interval is in Zendesk's
-    documentation, not in the header, so it has no window. An item without a
-    remaining is malformed and skipped; the first 16 such values are looked at,
-    whatever their endpoints. The binding budget of them all is kept.
+    ``X-Rate-Limit: 700`` is the account's limit per minute (``window`` 60), with the
+    lower of ``X-Rate-Limit-Remaining`` and ``ratelimit-remaining``, and
+    ``ratelimit-reset``. An endpoint with a limit of its own adds
+    ``Zendesk-RateLimit-<endpoint>: total=100; remaining=99; resets=41`` (no window: its
+    interval is only in the documentation); one without ``remaining`` is skipped, and
+    at most ``MAX_REPEATS`` such values are read. The binding budget is kept.
 
     Documentation:
         https://developer.zendesk.com/api-reference/introduction/rate-limits/

@@ -1,11 +1,8 @@
 """What a response's rate-limit headers are read into, and how one field is read.
 
-:class:`RateLimitInfo` is the one shape every provider's dialect is read into.
-:class:`Fields` is one parse's headers (lower-cased names to their values), its time and
-its cap, with the readings every dialect shares: the lowest number of several headers,
-a reset in any of the forms providers send, a wait made safe. Which header means what
-is each dialect's business (``dialects.py``); the grammar of one value is
-``values.py``'s.
+:class:`RateLimitInfo` is the shape every dialect is read into. :class:`Fields` is one
+parse's headers, time and cap, with the readings every dialect shares (the lowest of
+several numbers, a reset in any form providers send, a wait made safe).
 """
 
 from __future__ import annotations
@@ -103,8 +100,8 @@ class Fields:
 
     def reset(self, *names: str) -> float | None:
         """The latest of the resets named: a number (see ``from_now``), an ISO 8601
-        time with its offset (Jira Cloud's ``2024-01-10T12:00Z``) or an HTTP-date
-        (GitLab's ``RateLimit-ResetTime``). One already past is no reset."""
+        time with its offset (Jira Cloud) or an HTTP-date (GitLab). One already past is
+        no reset."""
         delays = []
         for name in names:
             for text in self.texts(name):

@@ -1,54 +1,14 @@
-"""Reading a provider's rate-limit headers into one shape: :class:`RateLimitInfo`.
+"""Reading a response's rate-limit headers into one :class:`RateLimitInfo`.
 
-Providers say the same four things in a dozen dialects, each read by one function of
-``dialects.py`` (its docstring names the provider's documentation and holds a
-sample): ``X-RateLimit-*`` and ``X-Rate-Limit-*`` (GitHub, Discord, Okta, Twitter,
-Reddit, Jira Cloud), the IETF drafts' ``RateLimit`` headers (and GitLab's use of them),
-OpenAI's and Groq's, Anthropic's, Shopify's, HubSpot's, Salesforce's, Zendesk's, and
-``Retry-After``. Header names are case-insensitive. This module collects a response's
-headers, within bounds, and walks the registry, ``DIALECTS``, in its order.
+This module collects the headers within bounds (names lower-cased, so case-insensitive)
+and reads them with every dialect of ``DIALECTS``, in order; ``budgets.binding`` keeps
+the budget that runs out first. Garbage never raises: a malformed or over-long field is
+``None``, a wait is never negative and never longer than ``cap``; of a repeated header,
+the most conservative value wins.
 
-Every numeric reset (``X-RateLimit-Reset``, ``RateLimit-Reset``, a ``RateLimit``
-item's ``t``, Zendesk's ``resets``) may be epoch seconds, epoch milliseconds or a
-delay in seconds: a value above 10^12 is read as epoch milliseconds, above 10^9 as
-epoch seconds (no provider announces a delay of 31 years), anything else as a delay.
-Discord's ``-Reset-After`` and ``Retry-After`` are delays by definition.
-
-Garbage never raises: a malformed field comes back as ``None``, a wait is never
-negative and never longer than ``cap`` seconds (an hour unless told otherwise). Where
-a header is repeated, the most conservative value wins (the lowest limit and
-remaining, the latest reset).
-
-One response may report several budgets: the items of a ``RateLimit`` list, HubSpot's
-interval and second, Salesforce's org and app, Zendesk's account and endpoints, or
-one budget in two dialects. Each reading that has a remaining and a time (a reset, or
-a window) is a budget, and the result is the *binding* one, whole: its limit,
-remaining, reset and window together, never a field of one budget beside a field of
-another. Binding means it runs out first:
-
-1. a spent budget (remaining 0, its reset not due now) binds, since nothing may go
-   until it refills; of several, the one with the latest reset;
-2. otherwise the lowest pace binds: ``remaining / seconds``, the most one may send per
-   second and still have that budget last until it refills, with ``seconds`` the
-   reset, or the window when no reset is given (a window's budget refills within one
-   window, so the pace is never overstated). A tie goes to the longer time;
-3. a budget refilling now (a reset of 0) binds only when no other does.
-
-So ``"default";r=50;t=30, "daily";r=1000;t=3600`` reads as the daily policy: 1,000
-over an hour is 0.28 a second against the default's 1.7, and at the default's pace
-the day's budget would be gone in ten minutes. A reading with no remaining or no time
-cannot be paced against the others; it is merged into the binding budget field by
-field, most conservatively (a lower remaining still caps what may go), and a limit
-always keeps its own window.
-
-Headers come from servers, so from anyone: every parse here runs in linear time and
-looks at a bounded amount of text, whatever it is sent. Only the first 1,024 header
-pairs are looked at, 16 repeats of one name, 16 comma-separated pieces of one value
-(or items of a structured-field list) and 16 parameters of one item; a value longer
-than 1,024 characters is dropped whole, before it is stripped or split. Each kind of
-field then has a cap of its own, checked before any regular expression or scanner
-sees it: 32 characters for a number or a duration, 40 for an HTTP-date or an RFC 3339
-time. Anything over a cap is garbage: ``None``, as any other malformed value.
+Headers come from anyone, so every parse is linear and reads bounded text: the bounds
+below for the headers, those of ``values.py`` for one value, each checked before any
+regular expression or scanner sees the text.
 """
 
 from __future__ import annotations
@@ -69,8 +29,7 @@ __all__ = ["DEFAULT_CAP", "RateLimitInfo", "parse_rate_limit_headers"]
 DEFAULT_CAP = 3600.0
 
 # -- bounds on what a server can make us read (STYLE.md, practice 13) -------------------
-# Each figure is well above the longest value that can mean something, and small enough
-# that a hostile response costs microseconds: everything past it is never looked at.
+# Each is well above the longest value that can mean something; past it nothing is read.
 
 #: Header pairs looked at. http.client refuses a response with more than 100 headers and
 #: h11 one whose header block passes 16 KiB: a response with more is not a real one.
@@ -100,7 +59,11 @@ def parse_rate_limit_headers(headers: Any, now: float | None = None, *, cap: flo
 
     Returns:
         The :class:`RateLimitInfo`; every field the headers do not give, or give in a
-        form that cannot be trusted, is ``None``.
+        form that cannot be trusted, is ``None``. Of several budgets in one response,
+        the one that runs out first, whole; token budgets apart, in ``tokens``.
+
+    Raises:
+        ValueError: ``cap`` is not a number above 0.
     """
     if not (isinstance(cap, (int, float)) and cap > 0):
         raise ValueError(f"cap must be a number > 0, got {cap!r}")

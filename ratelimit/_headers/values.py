@@ -30,8 +30,7 @@ __all__ = [
 ]
 
 # -- bounds on what a server can make us read (STYLE.md, practice 13) -------------------
-# Each figure is well above the longest value that can mean something, and small enough
-# that a hostile response costs microseconds: everything past it is never looked at.
+# Each is well above the longest value that can mean something; past it nothing is read.
 
 #: Comma-separated pieces of one value, or items of a structured-field list, looked at:
 #: providers announce one to three policies.
@@ -87,8 +86,8 @@ def duration(text: str) -> float | None:
 def _scan_duration(text: str) -> float | None:
     """Parts ``<digits>[.<digits>](h|m|s|ms)``, one after the other, read in one pass.
 
-    A hand-written scanner: the regular expression it replaces backtracked over every
-    start of a long run of digits, quadratic time.
+    A scanner, not a regular expression: one for this grammar backtracks over every
+    start of a long run of digits (quadratic time).
     """
     total, i, end = 0.0, 0, len(text)
     if not text:

@@ -1,6 +1,5 @@
-"""What the HTTP client integrations share (internal): the httpx transports, the
-requests adapter and the aiohttp middleware each hold one :class:`Policy` and add
-only their client's I/O."""
+"""What the HTTP client integrations share: the httpx transports, the requests adapter
+and the aiohttp middleware each hold one :class:`Policy` and add only their I/O."""
 
 from __future__ import annotations
 
@@ -68,8 +67,7 @@ class Policy:
     def passes(self, response: object) -> bool:
         """Whether ``response`` is handed on untouched, still streaming.
 
-        Anything the classifier does not accept will be retried or handed back as a
-        failure: an error body is usually small, and its connection is wanted for the
-        next attempt, so the integration reads it and frees the connection at once.
+        Any other is retried or handed back as a failure: its body (usually small) is
+        read and its connection freed at once, for the next attempt.
         """
         return self.retry.classify(response, None) == "ok"

@@ -1,11 +1,9 @@
-"""What the LLM transports decide, with no I/O (internal): how a call's tokens weigh
-on the limiter, what of a response's headers each limiter is fed, and what settles
-the call. ``ratelimit.llm``'s sync and async transports hold one :class:`Budget`
-and add only the awaiting.
+"""What the LLM transports decide, with no I/O: how a call weighs on the limiter,
+what of a response's headers it is fed, and what settles the call. ``ratelimit.llm``'s
+transports each hold one :class:`Budget` and add only the I/O.
 
-The limiter is either one limiter of tokens, or a :class:`~ratelimit.Composite`
-whose first limit counts requests and every other one tokens (per minute and per
-day, say): a call then acquires ``[1, estimate, estimate, ...]``.
+The limiter counts tokens, or is a :class:`~ratelimit.Composite` whose first limit
+counts requests and the others tokens: a call then acquires ``[1, estimate, ...]``.
 """
 
 from __future__ import annotations
@@ -69,9 +67,8 @@ class Budget:
         return Passage(self, self.estimator(content))
 
     def feeds(self, headers: Any, status: int) -> RateLimitInfo:
-        """What of a response's headers the limiter is fed: all of them for a
-        Composite (which takes a pause from them, for all its limits), the token
-        budget's part (and ``Retry-After``) for a limiter of tokens."""
+        """What of a response's headers the limiter is fed: all for a Composite, the
+        token budget and ``Retry-After`` for a limiter of tokens."""
         info = parse_rate_limit_headers(headers)
         if self._members:
             return info
@@ -82,14 +79,11 @@ class Budget:
 
 
 class Passage:
-    """One call through the budget: acquired ``weights``, then settled once.
+    """One call through the budget: acquires :attr:`asked`, then settles once.
 
-    The transport acquires :attr:`asked`, sends, feeds the response's headers back
-    (:meth:`Budget.feeds`) and then either settles at once (:meth:`refused`,
-    :meth:`failed`) or watches the body go by (:meth:`watch`, :meth:`feed`) and
-    settles when it is closed (:meth:`closed`). Each of those returns the
-    ``(estimate, actual)`` to settle with, or ``None`` when the call was settled
-    already; the first answer is the only one.
+    It settles at once (:meth:`refused`, :meth:`failed`) or when its watched body is
+    closed (:meth:`closed`). Each returns the ``(asked, actual)`` weights to settle
+    with, or ``None`` if the call was settled already.
     """
 
     __slots__ = ("_ended", "_usage", "asked", "budget", "estimate", "settled")

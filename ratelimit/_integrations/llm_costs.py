@@ -1,13 +1,10 @@
 """What an LLM call costs in tokens, with no I/O: the estimate read from its request
-and the real cost read from its response's ``usage``, in a JSON body or in the events
-of a stream. ``llm.py`` beside it calls it for the ``ratelimit.llm`` transports.
+and the real cost read from its response's ``usage`` (a JSON body or a stream), for
+``llm.py``.
 
-The estimate is what OpenAI's own limiter counts a request as: the prompt's size
-(its characters / 4, or what a tokenizer the user passes says) plus the most the
-answer may take (``max_tokens``, ``max_completion_tokens`` or ``max_output_tokens``,
-times ``n`` choices). The real cost is ``usage``'s ``total_tokens`` when it has one,
-else the sum of its counts (``prompt_tokens`` + ``completion_tokens``; Anthropic's
-``input_tokens`` + ``output_tokens`` + cache tokens).
+The estimate counts a request as OpenAI's own limiter does: the prompt plus the most
+the answer may take, times ``n`` choices. The real cost is ``usage``'s
+``total_tokens``, else the sum of its counts.
 """
 
 from __future__ import annotations
@@ -155,8 +152,7 @@ class Usage:
     """The usage of one response, gathered from the payloads that carry it.
 
     A stream reports it in pieces (Anthropic: the input in ``message_start``, the
-    output so far in each ``message_delta``), so each count keeps the largest value
-    seen: the counts only ever grow.
+    output so far in each ``message_delta``), so each count keeps its largest value.
     """
 
     __slots__ = ("counts", "final")

@@ -6,8 +6,9 @@ calls), the circuit opens: for ``cooldown`` seconds every call fails fast with
 :class:`CircuitOpen`. Then it is half-open: up to ``half_open_probes`` calls go through
 as probes; a probe that succeeds closes the circuit, one that fails opens it again.
 
-With a :class:`RedisBackend` the state is shared: the first box to see the outage
-protects every box, and the half-open probe limit holds across all of them.
+With a shared store (:class:`RedisBackend`, :class:`SQLiteBackend`) the state is
+shared: the first process to see the outage protects every one, and the half-open
+probe limit holds across all of them.
 """
 
 from __future__ import annotations
@@ -76,8 +77,9 @@ class CircuitBreaker:
             (default 1), in every process together with a shared backend.
         probe_timeout: a probe that has not reported after this long (a crashed
             worker) frees its slot; default ``cooldown``.
-        backend: ``None`` for this object's own state; a :class:`RedisBackend` to
-            share it (``name`` required).
+        backend: ``None`` for this object's own state; a shared store
+            (:class:`RedisBackend`, :class:`SQLiteBackend`) to share it (``name``
+            required).
         name: names the shared state (and the breaker in events and logs).
         clock: time, for tests.
 
