@@ -151,8 +151,9 @@ class _Spec:
         if not local and not limiter.backend.shared:
             raise ValueError(
                 f"limiter {limiter!r} keeps its budget in this process ({type(limiter.backend).__name__}): every "
-                "Celery worker process would get a whole budget of its own. Share it through a RedisBackend, "
-                "or pass local=True if a single worker process runs these tasks"
+                "Celery worker process would get a whole budget of its own. Share it through a RedisBackend "
+                "(or a SQLiteBackend for workers on one machine), or pass local=True if a single worker "
+                "process runs these tasks"
             )
         # Any: a Composite's methods take one number per member where a limiter's take one.
         self.limiter: Any = cast(Any, limiter)
