@@ -12,7 +12,11 @@
 - ``ratelimit inspect``, ``set`` and ``top``: what an operator reads and changes in a
   shared store, written once against the operator protocol (``_stores/operated.py``)
   for whichever store the URL names (``ratelimit._cli.stores``), printed by
-  ``_cli/inspect_report.py`` and ``_cli/top_report.py``.
+  ``_cli/inspect_report.py`` and ``_cli/top_report.py``. ``set`` refuses a name the
+  store holds nothing of (a typo, most often) unless ``--force``.
+
+A value with a minus sign is a value (``--limit -5/s``), refused as negative by the
+option's own check; ``ratelimit --version`` prints the package's version.
 
 Bad arguments end the command with one line on stderr and exit code 2; a run that
 cannot start (an unreachable store or target) with one line and exit code 1; Ctrl-C
@@ -210,9 +214,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, scrub(f"{self.prog}: error: {message}\n", self.secrets))
 
-    def valued(self) -> frozenset[str]:
-        """The option strings that take one value (``--limit``, not ``--json``)."""
-        return frozenset(flag for action in self._actions if action.nargs is None for flag in action.option_strings)
+    def valued(self, word: str) -> bool:
+        """Whether ``word`` names an option that takes one value (``--limit``, not
+        ``--json``), in full or cut short as argparse takes it (``--lim``)."""
+        flags = {flag: action.nargs is None for action in self._actions for flag in action.option_strings}
+        if word in flags:
+            return flags[word]
+        named = [flag for flag in flags if word.startswith("--") and flag.startswith(word)]
+        return len(named) == 1 and flags[named[0]]
 
 
 def _values_kept(parser: _Parser, argv: Sequence[str]) -> list[str]:
@@ -224,12 +233,12 @@ def _values_kept(parser: _Parser, argv: Sequence[str]) -> list[str]:
     command = next((word for word in words if not word.startswith("-")), None)
     if command not in parser.commands:
         return words
-    valued = parser.commands[command].valued()
+    takes = parser.commands[command]
     kept: list[str] = []
     at = 0
     while at < len(words):
         word = words[at]
-        if word in valued and at + 1 < len(words) and _NEGATIVE.match(words[at + 1]):
+        if at + 1 < len(words) and _NEGATIVE.match(words[at + 1]) and takes.valued(word):
             kept.append(f"{word}={words[at + 1]}")
             at += 2
             continue
@@ -498,7 +507,7 @@ def _top_screens(args: argparse.Namespace, rows_now: Callable[[], Sequence[Fleet
         while True:
             rows = rows_now()
             if args.json:
-                print(json.dumps(top_json(rows, args.window), indent=2))
+                print(json.dumps(top_json(rows, args.window), indent=2, allow_nan=False))
                 return 0
             screen = top_text(rows, where, args.window, on=on)
             sys.stdout.write(("\033[H\033[2J" if tty else "") + screen + "\n" + ("" if tty else "\n"))
@@ -646,6 +655,10 @@ def _add_provider(command: argparse.ArgumentParser, limit_default: Rate | None) 
         help="how late a request may leave after its grant (send jitter) with the provider's limit still kept: "
         f"seconds, or e.g. 20ms (default {DEFAULT_GUARD:g} s, measured by benchmarks/jitter.py)",
     )
+
+
+#: What the operator's ``--json`` writes for a number without bound (``_cli/jsonable.py``).
+_JSON_INF = 'a number without bound (a refill that never limits, a wait that never ends) is the string "inf"'
 
 
 def _add_store(command: argparse.ArgumentParser) -> None:
@@ -805,8 +818,7 @@ def _parser(secrets: Sequence[str] = ()) -> _Parser:
     inspect.add_argument(
         "--json",
         action="store_true",
-        help="print JSON (stable keys) instead of text; a number without bound (a refill that never limits, "
-        'a wait that never ends) is the string "inf", as JSON has no infinity',
+        help=f"print JSON (stable keys) instead of text; {_JSON_INF}",
     )
     inspect.set_defaults(func=inspect_command)
 
@@ -850,7 +862,9 @@ def _parser(secrets: Sequence[str] = ()) -> _Parser:
     top.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between refreshes (default 1)")
     top.add_argument("--window", type=_window, default=5.0, help="seconds the rates are taken over (default 5)")
     top.add_argument("--iterations", type=_positive_int, help="stop after this many refreshes (default: never)")
-    top.add_argument("--json", action="store_true", help="print one snapshot as JSON (stable keys) and stop")
+    top.add_argument(
+        "--json", action="store_true", help=f"print one snapshot as JSON (stable keys) and stop; {_JSON_INF}"
+    )
     top.set_defaults(func=top_command)
     parser.commands = {name: each for name, each in commands.choices.items() if isinstance(each, _Parser)}
     return parser

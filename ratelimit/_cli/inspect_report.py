@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._stores.records import Inspection, Override
+from .jsonable import finite
 from .printable import printable
 
 __all__ = ["inspect_json", "inspect_text", "override_text"]
@@ -122,24 +123,11 @@ def inspect_text(seen: Sequence[Inspection]) -> str:
     return "\n\n".join("\n".join(_block(each)) for each in seen)
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with every number JSON cannot write replaced: an infinity by the
-    string ``"inf"`` (``"-inf"``), as ``top --json`` writes a wait past its last
-    bound; a NaN by ``None``."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, Mapping):
-        return {key: _finite(each) for key, each in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(each) for each in value]
-    return value
-
-
 def inspect_json(seen: Sequence[Inspection]) -> dict[str, Any]:
     """Stable keys: ``limiters`` (one object per name) and ``unknown`` (names). Every
     number is finite or the string ``"inf"`` (a rate that never limits, a wait that
     never ends), so that any JSON reader takes it (``json.dumps(..., allow_nan=False)``)."""
     return {
-        "limiters": [_finite(each.as_dict()) for each in seen if each.known],
+        "limiters": [finite(each.as_dict()) for each in seen if each.known],
         "unknown": [each.name if each.key is None else [each.name, each.key] for each in seen if not each.known],
     }

@@ -23,6 +23,7 @@ import redis
 import ratelimit
 from ratelimit import ConcurrencyLimit, RedisBackend, SlidingWindow, SQLiteBackend, TokenBucket
 from ratelimit._cli.inspect_report import inspect_json
+from ratelimit._cli.jsonable import finite
 from ratelimit._cli.stores import SQLITE_URL_HELP, sqlite_path_hint
 from ratelimit._stores.keys import code_key
 from ratelimit._stores.records import Inspection
@@ -140,6 +141,22 @@ def test_a_negative_value_says_how_to_write_one(argv: list[str], said: str, caps
     line = _one_line(capsys.readouterr().err)
     assert "is negative" in line
     assert said in line
+
+
+def test_a_negative_value_after_a_shortened_option(capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse takes --lim for --limit: so is its negative value taken.
+    assert _exit_code(["size", "--lim", "-5/s"]) == 2
+    assert "argument --limit: '-5/s' is negative" in _one_line(capsys.readouterr().err)
+    # A shortening that names two options stays argparse's to refuse.
+    assert _exit_code(["size", "--limit", "5/s", "--wo", "-3"]) == 2
+    assert "ambiguous option: --wo" in _one_line(capsys.readouterr().err)
+
+
+def test_a_negative_key_is_a_key(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    name = unique_name("first-hour-key")
+    assert TokenBucket(5, 1, backend=store.backend, name=name).for_key("-5").try_acquire()
+    assert main(["inspect", name, "--key", "-5", "--store", store.url]) == 0
+    assert capsys.readouterr().out.startswith(f"{name} key -5  (token_bucket)")
 
 
 def test_a_value_after_a_flag_is_left_alone(capsys: pytest.CaptureFixture[str]) -> None:
@@ -338,3 +355,16 @@ def test_inspect_json_writes_every_number_json_has_no_word_for() -> None:
     (limiter,) = json.loads(text, parse_constant=_refuse)["limiters"]
     assert limiter["code"] == {"capacity": 5.0, "refill_per_sec": "inf"}
     assert (limiter["available"], limiter["wait_for_one"]) == ("-inf", None)
+
+
+def test_top_json_is_strict_json(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    name = unique_name("first-hour-top")
+    assert TokenBucket(5, 1, backend=store.backend, name=name).try_acquire()
+    assert main(["top", "--store", store.url, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out, parse_constant=_refuse, strict=True)
+    assert isinstance(shown["limiters"], list)
+
+
+def test_finite_reaches_every_depth() -> None:
+    value = {"a": [1.0, math.inf, (-math.inf, {"b": math.nan})], "c": "inf", "d": 2}
+    assert finite(value) == {"a": [1.0, "inf", ["-inf", {"b": None}]], "c": "inf", "d": 2}
