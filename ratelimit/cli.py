@@ -103,8 +103,9 @@ _NEGATIVE = re.compile(r"-\s*[0-9.]")
 
 
 def _not_negative(text: str, expected: str) -> None:
-    """Refuse a negative value, saying what is expected instead."""
-    if _NEGATIVE.match(text.strip()):
+    """Refuse a negative value, saying what is expected instead (``-0`` is zero, left to
+    the option's own bounds)."""
+    if _NEGATIVE.match(text.strip()) and any(digit in text for digit in "123456789"):
         raise argparse.ArgumentTypeError(f"{text!r} is negative; expected {expected}")
 
 
