@@ -12,7 +12,11 @@
 - ``ratelimit inspect``, ``set`` and ``top``: what an operator reads and changes in a
   shared store, written once against the operator protocol (``_stores/operated.py``)
   for whichever store the URL names (``ratelimit._cli.stores``), printed by
-  ``_cli/inspect_report.py`` and ``_cli/top_report.py``.
+  ``_cli/inspect_report.py`` and ``_cli/top_report.py``. ``set`` refuses a name the
+  store holds nothing of (a typo, most often) unless ``--force``.
+
+A value with a minus sign is a value (``--limit -5/s``), refused as negative by the
+option's own check; ``ratelimit --version`` prints the package's version.
 
 Bad arguments end the command with one line on stderr and exit code 2; a run that
 cannot start (an unreachable store or target) with one line and exit code 1; Ctrl-C
@@ -29,10 +33,12 @@ error text is scrubbed of the secrets the command line holds, in case it quotes 
 from __future__ import annotations
 
 import argparse
+import difflib
 import io
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -43,7 +49,7 @@ import redis
 import redis.exceptions
 from redis.sentinel import MasterNotFoundError
 
-from . import _validate
+from . import __version__, _validate
 from ._cli.bench import (
     ADAPTIVE_BURST_SHARE,
     ADAPTIVE_DROP_SHARE,
@@ -62,12 +68,20 @@ from ._cli.printable import printable
 from ._cli.rates import UNITS, Rate, parse_rate
 from ._cli.size_report import size_json, size_text
 from ._cli.sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
-from ._cli.stores import SQLITE_PREFIX, UnknownStore, backend_from_url, is_cluster_node, store_of
+from ._cli.stores import (
+    SQLITE_PREFIX,
+    SQLITE_URL_HELP,
+    UnknownStore,
+    backend_from_url,
+    is_cluster_node,
+    sqlite_path_hint,
+    store_of,
+)
 from ._cli.top_report import top_json, top_text
 from ._errors import BackendUnavailable
 from ._redact import redact_url, scrub, url_secrets
 from ._stores.operated import Operated
-from ._stores.records import FleetRow, UnchangeableLimit
+from ._stores.records import FleetRow, UnchangeableLimit, checked_override
 from ._stores.redis import REDIS_URL_ENV, url_from_env
 
 __all__ = ["main"]
@@ -83,7 +97,20 @@ _CONNECTION_ERRORS = (
 T = TypeVar("T")
 
 
+#: A value written with a minus sign: argparse would take ``-5/s`` for an option
+#: (see :func:`_values_kept`).
+_NEGATIVE = re.compile(r"-\s*[0-9.]")
+
+
+def _not_negative(text: str, expected: str) -> None:
+    """Refuse a negative value, saying what is expected instead (``-0`` is zero, left to
+    the option's own bounds)."""
+    if _NEGATIVE.match(text.strip()) and any(digit in text for digit in "123456789"):
+        raise argparse.ArgumentTypeError(f"{text!r} is negative; expected {expected}")
+
+
 def _positive_float(text: str) -> float:
+    _not_negative(text, "a number > 0")
     try:
         value = float(text)
     except ValueError:
@@ -101,6 +128,7 @@ def _limiter_key(text: str) -> str:
 
 
 def _positive_int(text: str) -> int:
+    _not_negative(text, "a whole number > 0")
     try:
         value = int(text)
     except ValueError:
@@ -111,6 +139,7 @@ def _positive_int(text: str) -> int:
 
 
 def _rate(text: str) -> Rate:
+    _not_negative(text, "a rate > 0 like N/s, N/min, N/hour or N/day (e.g. 1000/min)")
     try:
         return parse_rate(text, argument=None)
     except ValueError as exc:
@@ -119,6 +148,7 @@ def _rate(text: str) -> Rate:
 
 def _headroom(text: str) -> float:
     # "5%" or "0.05"; a bare "5" is refused rather than guessed (5 % or 500 %?).
+    _not_negative(text, "a fraction from 0 to below 1 (0.05) or a percentage (5%)")
     percent = text.strip().endswith("%")
     try:
         value = float(text.strip().rstrip("%")) / (100 if percent else 1)
@@ -131,6 +161,7 @@ def _headroom(text: str) -> float:
 
 def _duration(text: str) -> float:
     # "0.02", "0.02s" or "20ms": a bare number is seconds, as every duration here.
+    _not_negative(text, "seconds from 0 to 60 (0.02, 0.02s or 20ms)")
     stripped = text.strip().lower()
     scale = 1.0
     if stripped.endswith("ms"):
@@ -155,6 +186,7 @@ def _window(text: str) -> float:
 
 def _span(text: str) -> float:
     # "90", "90s", "30min", "1h", "2 days": how long a change at run time lasts.
+    _not_negative(text, "a duration > 0 (90, 90s, 30min, 1h, 2d)")
     stripped = text.strip().lower()
     number = stripped.rstrip("abcdefghijklmnopqrstuvwxyz ")
     unit = stripped[len(number) :].strip() or "s"
@@ -177,9 +209,43 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, secrets: Sequence[str] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.secrets = tuple(secrets)
+        #: Each command's parser, by the command's name.
+        self.commands: dict[str, _Parser] = {}
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, scrub(f"{self.prog}: error: {message}\n", self.secrets))
+
+    def valued(self, word: str) -> bool:
+        """Whether ``word`` names an option that takes one value (``--limit``, not
+        ``--json``), in full or cut short as argparse takes it (``--lim``)."""
+        flags = {flag: action.nargs is None for action in self._actions for flag in action.option_strings}
+        if word in flags:
+            return flags[word]
+        named = [flag for flag in flags if word.startswith("--") and flag.startswith(word)]
+        return len(named) == 1 and flags[named[0]]
+
+
+def _values_kept(parser: _Parser, argv: Sequence[str]) -> list[str]:
+    """``argv`` with each negative value joined to its option (``--limit -5/s`` as
+    ``--limit=-5/s``). argparse takes a word that starts with ``-`` and is not a plain
+    number for an option, and would say the option has no value; joined, the
+    option's own check says what is wrong with the value."""
+    words = list(argv)
+    command = next((word for word in words if not word.startswith("-")), None)
+    if command not in parser.commands:
+        return words
+    takes = parser.commands[command]
+    kept: list[str] = []
+    at = 0
+    while at < len(words):
+        word = words[at]
+        if at + 1 < len(words) and _NEGATIVE.match(words[at + 1]) and takes.valued(word):
+            kept.append(f"{word}={words[at + 1]}")
+            at += 2
+            continue
+        kept.append(word)
+        at += 1
+    return kept
 
 
 def _argv_secrets(argv: Sequence[str]) -> tuple[str, ...]:
@@ -267,7 +333,9 @@ def _check_adaptive(args: argparse.Namespace) -> float | None:
 def _bench_config(args: argparse.Namespace) -> BenchConfig:
     if args.store is not None:
         if not args.store.startswith("sqlite:///"):
-            raise _UsageError(f"--store takes sqlite:///PATH (a Redis goes with --redis), got {args.store!r}")
+            raise _UsageError(
+                f"--store takes a SQLite file ({SQLITE_URL_HELP}; a Redis goes with --redis), got {args.store!r}"
+            )
         if args.cluster:
             raise _UsageError("--cluster names a Redis Cluster: leave it out with --store")
         args.redis = None  # the file, not the Redis of the environment
@@ -332,7 +400,7 @@ def _store_url(args: argparse.Namespace) -> str:
     """The URL of the store an operator command works on: ``--store``, else ``--redis``."""
     url: str | None = args.store if args.store is not None else args.redis
     if url is None:
-        raise _UsageError("give --redis URL or --store URL (redis://..., or sqlite:///PATH for a SQLite file)")
+        raise _UsageError(f"give --redis URL or --store URL (redis://..., or a SQLite file: {SQLITE_URL_HELP})")
     return url
 
 
@@ -396,6 +464,8 @@ def _unreachable(args: argparse.Namespace, exc: BaseException) -> int:
     # sqlite3's of a lock says nothing of the wait: the store's own text is one line.
     said = str(told) if told is not None and (file or isinstance(cause, MasterNotFoundError)) else str(cause)
     what = "use the SQLite store" if file else "reach Redis"
+    hint = sqlite_path_hint(url) if file else None
+    said += "" if hint is None else f" ({hint})"
     text = f"ratelimit {args.command}: error: cannot {what} at {redact_url(url)}: {said}"
     print(printable(scrub(text, _secrets(args))), file=sys.stderr)
     return 1
@@ -421,7 +491,7 @@ def inspect_command(args: argparse.Namespace) -> int:
     finally:
         backend.close()
     if args.json:
-        print(json.dumps(inspect_json(seen), indent=2))
+        print(json.dumps(inspect_json(seen), indent=2, allow_nan=False))
     elif not seen:
         print(f"no limiter has decided {_on(args)} in the last day")
     else:
@@ -438,7 +508,7 @@ def _top_screens(args: argparse.Namespace, rows_now: Callable[[], Sequence[Fleet
         while True:
             rows = rows_now()
             if args.json:
-                print(json.dumps(top_json(rows, args.window), indent=2))
+                print(json.dumps(top_json(rows, args.window), indent=2, allow_nan=False))
                 return 0
             screen = top_text(rows, where, args.window, on=on)
             sys.stdout.write(("\033[H\033[2J" if tty else "") + screen + "\n" + ("" if tty else "\n"))
@@ -468,14 +538,22 @@ def set_command(args: argparse.Namespace) -> int:
         raise _UsageError("--reset returns to the code's values: leave out --rate, --burst and --for")
     if not args.reset and args.rate is None and args.burst is None:
         raise _UsageError("give --rate, --burst or both (or --reset)")
+    rate = None if args.rate is None else args.rate.per_second
+    if not args.reset:
+        try:  # the values first, so that a bad one is told whatever the name
+            checked_override(rate, args.burst, args.ttl)
+        except ValueError as exc:
+            raise _UsageError(str(exc)) from None
     backend = _reading(lambda: _open(args))
     name = printable(args.name)
     try:
+        if not args.reset and not args.force and not _reading(lambda: backend.holds(args.name)):
+            print(f"ratelimit set: error: {_unused(backend, args.name)}", file=sys.stderr)
+            return 1
         if args.reset:
             was = _reading(lambda: backend.reset_limit(args.name))
             said = "back to the code's values" + ("" if was else " (no change was in force)")
         else:
-            rate = None if args.rate is None else args.rate.per_second
             _reading(lambda: backend.set_limit(args.name, rate=rate, burst=args.burst, ttl=args.ttl))
             said = override_text(_reading(lambda: backend.limit_override(args.name)))
         seen = _reading(lambda: backend.inspect(args.name))
@@ -489,6 +567,25 @@ def set_command(args: argparse.Namespace) -> int:
     print(f"{name}: {said}")
     print(inspect_text([seen]))
     return 0
+
+
+#: How many existing names a refused ``set`` suggests, and how alike they must be.
+_SUGGESTED = 3
+_ALIKE = 0.6
+
+
+def _unused(backend: Operated, name: str) -> str:
+    """Why ``set`` refuses ``name``, which the store holds nothing of: the closest
+    names it holds, if any, and ``--force``. Read only on this refusal (a full pass
+    over the store's names)."""
+    held = [each.name for each in _reading(backend.inspect_all)]
+    near = difflib.get_close_matches(name, held, n=_SUGGESTED, cutoff=_ALIKE)
+    quoted = ", ".join(f"'{printable(each)}'" for each in near)
+    nearest = f"; nearest names here: {quoted}" if near else ""
+    return (
+        f"no limiter named '{printable(name)}' in this store (no state, no change, no breaker, no slots: a typo?)"
+        f"{nearest}; to store the change for it all the same, give --force"
+    )
 
 
 def bench_command(args: argparse.Namespace) -> int:
@@ -561,14 +658,18 @@ def _add_provider(command: argparse.ArgumentParser, limit_default: Rate | None) 
     )
 
 
+#: What the operator's ``--json`` writes for a number without bound (``_cli/jsonable.py``).
+_JSON_INF = 'a number without bound (a refill that never limits, a wait that never ends) is the string "inf"'
+
+
 def _add_store(command: argparse.ArgumentParser) -> None:
     """The store that the commands operating a fleet (inspect, set, top) read: any
     store's URL with ``--store`` (checked by the command), a Redis with ``--redis``."""
     command.add_argument(
         "--store",
         metavar="URL",
-        help="the store the limiters share: redis://, rediss://, unix://, redis+sentinel:// or sqlite:///PATH "
-        "(sqlite:////tmp/x.db for an absolute path); default: --redis",
+        help="the store the limiters share: redis://, rediss://, unix://, redis+sentinel:// or a SQLite file "
+        f"({SQLITE_URL_HELP}); default: --redis",
     )
     command.add_argument(
         "--redis",
@@ -584,8 +685,9 @@ def _add_store(command: argparse.ArgumentParser) -> None:
     )
 
 
-def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
+def _parser(secrets: Sequence[str] = ()) -> _Parser:
     parser = _Parser(prog="ratelimit", description="Rate limiting for API-calling pipelines.", secrets=secrets)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     sizing = commands.add_parser(
@@ -644,7 +746,7 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
     bench.add_argument(
         "--store",
         metavar="sqlite:///PATH",
-        help="keep the limiter in this SQLite file instead (sqlite:////tmp/x.db for an absolute path)",
+        help=f"keep the limiter in this SQLite file instead ({SQLITE_URL_HELP})",
     )
     bench.add_argument("--target", metavar="URL", help="call this URL instead of the built-in fake provider")
     bench.add_argument(
@@ -714,7 +816,11 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
         metavar="K",
         help="show each NAME's budget for key K (a limiter's `for_key(K)`) instead of the name's own",
     )
-    inspect.add_argument("--json", action="store_true", help="print JSON (stable keys) instead of text")
+    inspect.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print JSON (stable keys) instead of text; {_JSON_INF}",
+    )
     inspect.set_defaults(func=inspect_command)
 
     setting = commands.add_parser(
@@ -726,13 +832,19 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
         "queue, a sliding window's limit over its own window (a window has no burst). The tokens already "
         "owed keep their count. --for ends the change by itself; --reset returns to the code's values. "
         "A name whose keys say it would never read the change (a composite's members, an adaptive limiter, a "
-        "budget with low_share, a ConcurrencyLimit) is refused: exit 1, nothing stored.",
+        "budget with low_share, a ConcurrencyLimit) is refused: exit 1, nothing stored. So is a NAME the store "
+        "holds nothing of (no state, no change, no breaker: often a typo), unless --force.",
     )
     setting.add_argument("name", metavar="NAME", help="the limiter's name")
     setting.add_argument("--rate", type=_rate, help="the new rate, e.g. 500/min or 20/s")
     setting.add_argument("--burst", type=_positive_float, help="the new burst (a bucket's capacity)")
     setting.add_argument("--for", dest="ttl", type=_span, metavar="DURATION", help="end the change after this long")
     setting.add_argument("--reset", action="store_true", help="return to the code's values")
+    setting.add_argument(
+        "--force",
+        action="store_true",
+        help="store the change even for a NAME the store holds nothing of (a limiter yet to start)",
+    )
     _add_store(setting)
     setting.set_defaults(func=set_command)
 
@@ -751,8 +863,11 @@ def _parser(secrets: Sequence[str] = ()) -> argparse.ArgumentParser:
     top.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between refreshes (default 1)")
     top.add_argument("--window", type=_window, default=5.0, help="seconds the rates are taken over (default 5)")
     top.add_argument("--iterations", type=_positive_int, help="stop after this many refreshes (default: never)")
-    top.add_argument("--json", action="store_true", help="print one snapshot as JSON (stable keys) and stop")
+    top.add_argument(
+        "--json", action="store_true", help=f"print one snapshot as JSON (stable keys) and stop; {_JSON_INF}"
+    )
     top.set_defaults(func=top_command)
+    parser.commands = {name: each for name, each in commands.choices.items() if isinstance(each, _Parser)}
     return parser
 
 
@@ -761,7 +876,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     from_env = url_from_env()
     parser = _parser(_argv_secrets(argv) + (() if from_env is None else tuple(url_secrets(from_env))))
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_values_kept(parser, argv))
     try:
         try:
             result: int = args.func(args)

@@ -51,6 +51,7 @@ from .bench_stats import allowed, jain, most_in_window, percentile, timeline
 from .bench_worker import NO_ANSWER, LimiterSpec, WorkerPlan, WorkerReport, run_worker
 from .rates import Rate
 from .sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
+from .stores import sqlite_path_hint
 
 __all__ = [
     "ADAPTIVE_BIN",
@@ -544,7 +545,8 @@ def _backend_for(config: BenchConfig, stack: contextlib.ExitStack) -> tuple[str 
         try:
             path = SQLiteBackend.from_url(config.store).path  # made (or checked) before the workers start
         except (OSError, ValueError, RateLimitError) as exc:
-            raise BenchError(f"--store {config.store}: {exc}") from None
+            hint = sqlite_path_hint(config.store)
+            raise BenchError(f"--store {config.store}: {exc}" + ("" if hint is None else f" ({hint})")) from None
         return config.store, f"SQLite file {path}"
     if config.redis is not None:
         _probe_redis(config.redis, config.cluster)

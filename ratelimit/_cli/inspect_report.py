@@ -8,12 +8,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._stores.records import Inspection, Override
+from .jsonable import finite
 from .printable import printable
 
 __all__ = ["inspect_json", "inspect_text", "override_text"]
 
-#: Parameters that are rates, shown per second.
-_RATES = ("refill_per_sec", "leak_per_sec")
+#: The unit of each parameter (``records.PARAMETERS``) after its number: a rate in
+#: tokens a second, a window in seconds, a capacity or a window's limit in tokens.
+_UNITS = {"refill_per_sec": "/s", "leak_per_sec": "/s", "window": " s"}
 
 
 def _number(value: float) -> str:
@@ -32,12 +34,16 @@ def _seconds(value: float) -> str:
     return f"{value:.3g} s"
 
 
+def _quantity(value: float, unit: str) -> str:
+    """A number with its unit; one without bound (a bucket that never runs dry) is
+    ``unlimited``."""
+    if math.isinf(value) and value > 0:
+        return "unlimited"
+    return f"{_number(value)}{unit}"
+
+
 def _params(params: Mapping[str, float]) -> str:
-    parts = []
-    for name, value in params.items():
-        unit = "/s" if name in _RATES else " s" if name == "window" else ""
-        parts.append(f"{name} {_number(value)}{unit}")
-    return ", ".join(parts)
+    return ", ".join(f"{name} {_quantity(value, _UNITS.get(name, ' tokens'))}" for name, value in params.items())
 
 
 def override_text(change: Override | None) -> str:
@@ -46,9 +52,9 @@ def override_text(change: Override | None) -> str:
         return "none (the code's values)"
     parts = []
     if change.rate is not None:
-        parts.append(f"rate {_number(change.rate)}/s")
+        parts.append(f"rate {_quantity(change.rate, '/s')}")
     if change.burst is not None:
-        parts.append(f"burst {_number(change.burst)}")
+        parts.append(f"burst {_quantity(change.burst, ' tokens')}")
     ends = "until reset" if change.ttl is None else f"ends in {_seconds(change.ttl)}"
     return ", ".join(parts) + f"; {ends}"
 
@@ -118,8 +124,10 @@ def inspect_text(seen: Sequence[Inspection]) -> str:
 
 
 def inspect_json(seen: Sequence[Inspection]) -> dict[str, Any]:
-    """Stable keys: ``limiters`` (one object per name) and ``unknown`` (names)."""
+    """Stable keys: ``limiters`` (one object per name) and ``unknown`` (names). Every
+    number is finite or the string ``"inf"`` (a rate that never limits, a wait that
+    never ends), so that any JSON reader takes it (``json.dumps(..., allow_nan=False)``)."""
     return {
-        "limiters": [each.as_dict() for each in seen if each.known],
+        "limiters": [finite(each.as_dict()) for each in seen if each.known],
         "unknown": [each.name if each.key is None else [each.name, each.key] for each in seen if not each.known],
     }

@@ -9,6 +9,7 @@ used only through the operator protocol (``_stores/operated.py``).
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
 import redis
@@ -23,15 +24,23 @@ __all__ = [
     "ADMIN_TIMEOUT",
     "REDIS_SCHEMES",
     "SQLITE_PREFIX",
+    "SQLITE_URL_HELP",
     "UnknownStore",
     "backend_from_url",
     "is_cluster_node",
+    "sqlite_path_hint",
     "store_of",
 ]
 
 #: The schemes of a Redis URL (``redis+sentinel``: a master found through Sentinel).
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
 SQLITE_PREFIX = "sqlite:///"
+#: How a ``sqlite:`` URL names its file: the help of every command that takes a
+#: store's URL says it in these words.
+SQLITE_URL_HELP = (
+    "sqlite:///PATH takes the path after three slashes: sqlite:///rel/x.db is rel/x.db under the current "
+    "folder, sqlite:////srv/app/x.db (four slashes) is /srv/app/x.db"
+)
 
 #: How long an operator command waits for one reply from Redis: a pipeline of
 #: thousands of reads is no limiter's hot path.
@@ -55,7 +64,23 @@ def store_of(url: str) -> Literal["redis", "sqlite"]:
         said = "a SQLite store's URL, but no path after three slashes"
     raise UnknownStore(
         f"{redact_url(url)}: {said}; a store is redis://, rediss://, unix://, redis+sentinel:// or "
-        "sqlite:///PATH (sqlite:////tmp/x.db for an absolute path)"
+        f"a SQLite file ({SQLITE_URL_HELP})"
+    )
+
+
+def sqlite_path_hint(url: str) -> str | None:
+    """What to write instead of a ``sqlite:`` URL whose relative path lies in a folder
+    that does not exist while the same path from the root does (``sqlite:///srv/app/x.db``
+    meant as ``/srv/app/x.db``); ``None`` for any other URL."""
+    if not url.startswith(SQLITE_PREFIX):
+        return None
+    path = url[len(SQLITE_PREFIX) :]
+    folder = os.path.dirname(path)
+    if not folder or os.path.isabs(path) or os.path.isdir(folder) or not os.path.isdir(os.sep + folder):
+        return None
+    return (
+        f"{path} is relative to the current folder, which has no {folder}; /{folder} exists: "
+        f"for /{path} write sqlite:////{path}, with four slashes"
     )
 
 

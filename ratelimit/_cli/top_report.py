@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._stores.records import FleetRow
+from .jsonable import finite
 from .printable import pad, printable
 
 __all__ = ["top_json", "top_text"]
@@ -67,5 +68,6 @@ def top_text(
 
 
 def top_json(rows: Sequence[FleetRow], window: float) -> dict[str, Any]:
-    """Stable keys: ``window_seconds`` and ``limiters``."""
-    return {"window_seconds": window, "limiters": [row.as_dict() for row in rows]}
+    """Stable keys: ``window_seconds`` and ``limiters``; a number without bound is the
+    string ``"inf"`` (``jsonable.finite``)."""
+    return {"window_seconds": window, "limiters": [finite(row.as_dict()) for row in rows]}

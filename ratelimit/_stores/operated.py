@@ -3,7 +3,7 @@
 :class:`Operated` is the one protocol of the operator's side, which the two shared
 stores implement (``RedisBackend`` and ``SQLiteBackend``): a limit changed at run
 time (``set_limit``, ``reset_limit``, ``limit_override``), what the store holds of a
-limiter (``inspect``, an :class:`~.records.Inspection`), and the fleet's traffic
+limiter (``inspect``, an :class:`~.records.Inspection`; ``holds``, whether anything), and the fleet's traffic
 (``top``, :class:`~.records.FleetRow`). The ``ratelimit`` command's ``inspect``,
 ``set`` and ``top`` are written once against it (``ratelimit/cli.py``), so both
 stores show the same thing in the same shape; a field a store cannot know is
@@ -59,6 +59,12 @@ class Operated(Protocol):
 
     def inspect_many(self, names: Sequence[str], *, key: str | None = None) -> list[Inspection]:
         """:meth:`inspect` of each of ``names``, in their order, read together."""
+        ...
+
+    def holds(self, name: str) -> bool:
+        """Whether the store holds anything of limiter ``name`` itself: a state of any
+        kind, what its code configured, a change, a breaker, slots (a keyed budget's
+        are its key's). ``ratelimit set`` refuses a name it holds nothing of."""
         ...
 
     def inspect_all(self) -> list[Inspection]:

@@ -72,7 +72,7 @@ def test_bad_cli_arguments_exit_non_zero_with_one_line() -> None:
         timeout=60,
     )
     assert result.returncode == 2
-    assert "expected a number > 0, got '-3'" in result.stderr
+    assert "'-3' is negative; expected a number > 0" in result.stderr
 
 
 def test_readme_is_a_front_page_that_links_into_the_docs() -> None:

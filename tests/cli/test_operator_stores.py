@@ -82,13 +82,13 @@ def test_set_then_inspect_then_reset(shared: Shared, capsys: pytest.CaptureFixtu
     assert TokenBucket(10, 2, backend=shared.backend, name=name).try_acquire()
     assert main(["set", name, "--rate", "30/min", "--burst", "4", "--for", "1h", "--store", shared.url]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"{name}: rate 0.5/s, burst 4; ends in")
+    assert out.startswith(f"{name}: rate 0.5/s, burst 4 tokens; ends in")
     assert f"{name}  (token_bucket)" in out
     seen = shared.operated.inspect(name)
     assert seen.override is not None
     assert (seen.override.rate, seen.override.burst) == (0.5, 4.0)
     assert main(["inspect", name, "--store", shared.url]) == 0
-    assert "  changed      rate 0.5/s, burst 4; ends in" in capsys.readouterr().out
+    assert "  changed      rate 0.5/s, burst 4 tokens; ends in" in capsys.readouterr().out
     assert main(["set", name, "--reset", "--store", shared.url]) == 0
     assert f"{name}: back to the code's values" in capsys.readouterr().out
     assert shared.operated.limit_override(name) is None

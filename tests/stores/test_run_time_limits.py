@@ -606,7 +606,7 @@ def test_set_mid_run_changes_the_rate_of_every_live_process(redis_client: redis.
     )
     after = time.time()
     assert out.returncode == 0, out.stderr
-    assert "rate 50/s, burst 5; until reset" in out.stdout
+    assert "rate 50/s, burst 5 tokens; until reset" in out.stdout
     results = []
     for proc in procs:
         stdout, stderr = proc.communicate(timeout=60)
@@ -678,7 +678,7 @@ def test_inspect_and_set_commands(redis_client: redis.Redis, capsys: pytest.Capt
     assert main(["inspect", name, "--redis", REDIS_URL]) == 0
     text = capsys.readouterr().out
     assert f"{name}  (token_bucket)" in text
-    assert "capacity 9, refill_per_sec 2/s (guard 0.5 s kept back)" in text
+    assert "capacity 9 tokens, refill_per_sec 2/s (guard 0.5 s kept back)" in text
     assert "changed      none (the code's values)" in text
     assert "fed back by the provider, until " in text
     assert "(30 s left)" in text or "(29." in text
@@ -687,7 +687,7 @@ def test_inspect_and_set_commands(redis_client: redis.Redis, capsys: pytest.Capt
     text = capsys.readouterr().out
     assert "rate 10/s; ends in 60 min" in text
     # The guard is kept back at the new rate: 10 - 0.5 x 10 = 5.
-    assert "in force     capacity 5, refill_per_sec 10/s" in text
+    assert "in force     capacity 5 tokens, refill_per_sec 10/s" in text
 
     assert main(["inspect", name, "nobody-" + name, "--redis", REDIS_URL, "--json"]) == 1
     seen = json.loads(capsys.readouterr().out)
@@ -917,7 +917,7 @@ def test_set_and_inspect_commands_on_a_file(path: Path, capsys: pytest.CaptureFi
     assert (override.rate, override.burst) == (0.5, 4.0)
     assert override.ttl == pytest.approx(3600, abs=5)
     assert main(["inspect", "cli", "--store", url]) == 0
-    assert "changed      rate 0.5/s, burst 4; ends in" in capsys.readouterr().out
+    assert "changed      rate 0.5/s, burst 4 tokens; ends in" in capsys.readouterr().out
     assert main(["set", "cli", "--reset", "--store", url]) == 0
     assert "back to the code's values" in capsys.readouterr().out
     assert backend.limit_override("cli") is None

@@ -62,6 +62,7 @@ from ..records import FleetRow, Inspection, Override, checked_override
 from ..store import Views
 from .breaker import RedisStore
 from .calls import DEFAULT_POOL_SIZE, BackendStats, OnUnavailable, RedisCalls
+from .census import probe
 from .clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, REDIS_URL_ENV, retries, url_clients, url_from_env
 from .config import eviction_risk, inspect_all, inspect_many, read_override, reset_override, write_override
 from .errors import STORE_ERRORS, is_unavailable, no_master
@@ -622,6 +623,15 @@ class RedisBackend(RedisCalls):
         targets = _targets(self, names, key)
         result: list[Inspection] = self._admin(lambda client: inspect_many(client, targets))
         return result
+
+    def holds(self, name: str) -> bool:
+        """Whether Redis holds anything of limiter ``name`` itself: a state (a single
+        limiter's, a member's, a lane's), what its code configured, a change, a
+        breaker, a ConcurrencyLimit's slots. A keyed budget's keys are its key's, not
+        the name's. One pipeline of ``EXISTS``, no scan (``census.probe``)."""
+        checked = _validate.name(name, self, shared=True, found=True) or ""
+        roots: dict[str, frozenset[str]] = self._admin(lambda client: probe(client, [checked])[0])
+        return bool(roots[checked])
 
     def inspect_all(self) -> list[Inspection]:
         """:meth:`inspect` of every name with something to show (a limiter that decided

@@ -53,7 +53,7 @@ from .config import write as write_change
 from .file import Busy, StoreFile
 from .handles import Followed, SQLiteGroupHandle, SQLiteHandle
 from .holders import SQLiteSlots
-from .inspection import inspect_all, inspect_names
+from .inspection import holds, inspect_all, inspect_names
 from .quick import Quick
 from .rows import Rows
 from .slots import SlotRows
@@ -434,6 +434,13 @@ class SQLiteBackend(FailurePolicy):
         if key is not None:
             targets = [Keyed(name, _validate.key(key)) for name in checked]
         return self._read(lambda conn, now: inspect_names(conn, targets, now))
+
+    def holds(self, name: str) -> bool:
+        """Whether the file holds anything of limiter ``name`` itself: a state (a
+        single limiter's, a member's, a lane's, a breaker's), a change in force, a
+        ConcurrencyLimit's slots. A keyed budget's rows are its key's, not the name's."""
+        checked = _validate.name(name, self, shared=True, found=True) or ""
+        return self._read(lambda conn, now: holds(conn, checked))
 
     def inspect_all(self) -> list[Inspection]:
         """:meth:`inspect` of every name the file holds something of, sorted (a

@@ -28,13 +28,18 @@ from .codec import CorruptState, decode
 from .config import read as read_change
 from .slots import census
 
-__all__ = ["inspect_all", "inspect_names"]
+__all__ = ["holds", "inspect_all", "inspect_names"]
 
 _COLUMNS = "CAST(name AS BLOB), member, CAST(kind AS BLOB), number, blob, test"
 #: A name matches its row whether the row holds it as text or as a BLOB.
 _BY_NAME = f"SELECT {_COLUMNS} FROM ratelimit_state WHERE name IN (CAST(?1 AS TEXT), ?1)"
 _EVERY = f"SELECT {_COLUMNS} FROM ratelimit_state"
 _CHANGED = "SELECT DISTINCT CAST(name AS BLOB) FROM ratelimit_config WHERE rate IS NOT NULL OR burst IS NOT NULL"
+_ANY_STATE = "SELECT 1 FROM ratelimit_state WHERE name IN (CAST(?1 AS TEXT), ?1) LIMIT 1"
+_ANY_CHANGE = (
+    "SELECT 1 FROM ratelimit_config WHERE name IN (CAST(?1 AS TEXT), ?1) AND (rate IS NOT NULL OR burst IS NOT NULL) "
+    "LIMIT 1"
+)
 
 #: A breaker's mode as the Redis store names it.
 _MODES = {"closed": "closed", "open": "open", "half_open": "half-open"}
@@ -154,3 +159,15 @@ def inspect_all(conn: sqlite3.Connection, now: float) -> list[Inspection]:
             seen.append(each)
     seen.sort(key=lambda each: each.name)
     return seen
+
+
+def holds(conn: sqlite3.Connection, name: str) -> bool:
+    """Whether the file holds a state row, a change or slots of ``name`` itself (not of
+    one of its keys): three indexed lookups, whatever else the file holds."""
+    named = tag(name)
+    raw = bytes_of(named)
+    if conn.execute(_ANY_STATE, (raw,)).fetchone() is not None:
+        return True
+    if conn.execute(_ANY_CHANGE, (raw,)).fetchone() is not None:
+        return True
+    return bool(_slots(conn, named))
