@@ -1,7 +1,7 @@
 -- ratelimit: driver for one limiter. This file is the body of
 -- drive_single(ALG, KIND, KEYS, ARGV), run at each call: ALG the algorithm's table,
 -- KIND its name. What it calls is defined once before it, in _prelude.lua, the
--- algorithm's file, _members.lua, _top.lua and _kept.lua (_kept_none.lua in a script;
+-- algorithm's file, _members.lua, _top.lua and _cache.lua (_cache_none.lua in a script;
 -- see ratelimit/_stores/redis/scripts.py).
 --
 -- KEYS[1]  the limiter's base key, ratelimit:{<name>}:<algorithm>; every key the
@@ -177,8 +177,8 @@ local fleet_slack, holes, own, paced, moves = sides_of(KEYS[1], ALG.beside)
 -- An algorithm with a key of its own that is absent almost always (`ALG.beside`, the
 -- window log's caps) has it asked after in the same EXISTS: found none, `load` is told
 -- so (raw = false) and reads nothing more.
--- What was found beside the state a moment ago, kept by the library (see
--- _kept.lua): used instead of asking by the calls that write nothing there (a
+-- What was found beside the state a moment ago, cached by the library (see
+-- _cache.lua): used instead of asking by the calls that write nothing there (a
 -- reserve, a batch giving nothing back, the ops that only read); forgotten by every
 -- other, which may. Not where the process keeps no slack and a record was found: the
 -- EXISTS counts the record, which keeps such a state from being written clean.

@@ -48,8 +48,8 @@ local top_holds_now = TOP_HOLDS
 -- ARGV[1] of a rate limit's driver: the op, whether the call is counted, and whether
 -- its client's database is another than 0. '~' before it: counted not at all
 -- (counters=False); '!': counted at once (see above); '^': both, not counted and
--- another database. (What a library keeps between calls is kept for database 0's
--- calls only: see also _kept.lua.)
+-- another database. (What a library caches between calls is cached for database 0's
+-- calls only: see also _cache.lua.)
 local function op_of(text)
   local mark = string.byte(text, 1)
   if mark == 126 then return string.sub(text, 2), false, false end

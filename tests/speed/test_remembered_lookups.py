@@ -1,5 +1,5 @@
 """What a decision found beside a limiter's state, remembered by the function library
-for a tenth of a second (``lua/_kept.lua``) so that the next decisions need not look.
+for a tenth of a second (``lua/_cache.lua``) so that the next decisions need not look.
 
 A decision asks after the keys beside its state (a change, holes, the slack record, a
 window log's caps) and reads the slack record; the library remembers what it found
@@ -36,7 +36,7 @@ from conftest import REDIS_URL, command_calls, private_server, unique_name
 from marks import clean
 from servers import RedisServer
 
-#: How long the library trusts what it found (TRUSTED in lua/_kept.lua).
+#: How long the library trusts what it found (TRUSTED in lua/_cache.lua).
 TRUSTED = 0.1
 KINDS = ["exact", "approximate"]
 
@@ -425,7 +425,7 @@ def test_one_name_in_two_databases_is_two_budgets_whatever_the_library_keeps(
 
 
 def test_more_bases_than_the_library_keeps_forget_nothing_written(redis_client: redis.Redis) -> None:
-    # Past KEPT_MOST (4096) bases the library forgets every entry at once: a base whose
+    # Past CACHED_MOST (4096) bases the library forgets every entry at once: a base whose
     # entry was dropped there, or kept past it, still sees the pause its own process
     # was told of in between.
     # The pause is long: its keys expire on the server's own clock (idle_ms), which runs

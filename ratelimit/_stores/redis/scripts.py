@@ -3,7 +3,7 @@
 The scripts live as ``.lua`` files in the top-level ``lua/`` folder of the source tree
 and inside the wheel as ``ratelimit/lua/``. Each file reads top to bottom: the pieces
 every script shares (``_prelude``, the algorithms, ``_members``, ``_top``, and
-``_kept`` in the library, ``_kept_none`` in a script) define
+``_cache`` in the library, ``_cache_none`` in a script) define
 functions only, and each driver (``_single``, ``_lanes``, ``_group``, ``breaker``,
 ``concurrency``, ``live``) is the body of one function, its KEYS/ARGV/return contract
 at its top.
@@ -161,9 +161,9 @@ def _rate_limit_body(composed: Composed, kinds: Sequence[str], holds: bool = Fal
         if name == "_top":
             composed.add(f"local TOP_HOLDS = {'true' if holds else 'false'}")
         composed.file(name)
-    # What the library keeps between calls; a script, whose locals die with it, the
-    # same functions keeping nothing.
-    return composed.file("_kept" if holds else "_kept_none")
+    # What the library caches between calls; a script, whose locals die with it, the
+    # same functions caching nothing.
+    return composed.file("_cache" if holds else "_cache_none")
 
 
 @dataclass(frozen=True)
