@@ -60,6 +60,7 @@ from ..memory.fallback import (
 )
 from ..records import FleetRow, Inspection, Override, checked_override
 from ..store import Views
+from .allotment_returns import AllotmentReturns
 from .breaker import RedisStore
 from .calls import DEFAULT_POOL_SIZE, BackendStats, OnUnavailable, RedisCalls
 from .clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, REDIS_URL_ENV, retries, url_clients, url_from_env
@@ -67,9 +68,8 @@ from .config import eviction_risk, inspect_all, inspect_many, read_override, res
 from .errors import STORE_ERRORS, is_unavailable, no_master
 from .fleet import fleet
 from .handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
-from .lease_returns import LeaseReturns
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
-from .promises import Promises
+from .pending import PendingGrants
 from .replies import num
 from .rounds import Rounds
 from .scripts import live_script
@@ -213,7 +213,7 @@ class RedisBackend(RedisCalls):
                 "local_share='auto' needs a synchronous client, which counts the live processes from a thread: "
                 "make the backend with RedisBackend.from_url(...) or RedisBackend(redis.Redis(...))"
             )
-        self._returns = None if self._sync_client is None else LeaseReturns()
+        self._returns = None if self._sync_client is None else AllotmentReturns()
         #: As configured: a fraction, or ``"auto"`` (see :meth:`fallback_share`).
         self.local_share: LocalShare = share
         self.time_source = time_source
@@ -306,7 +306,7 @@ class RedisBackend(RedisCalls):
             self._returns.stop()
         if self._sync_client is not None:
             for handle in list(self._leasing):
-                handle.give_back_lease()
+                handle.give_back_allotment()
             self._close_held()
             self._sync_client.close()
         with self._lock:
@@ -320,7 +320,7 @@ class RedisBackend(RedisCalls):
         self._stop_leasing()
         if self._sync_client is None:
             for handle in list(self._leasing):
-                await handle.give_back_lease_async()
+                await handle.give_back_allotment_async()
         with self._lock:
             state = self._loops.pop(asyncio.get_running_loop(), None)
         if state is not None and state.client is not None:
@@ -450,7 +450,7 @@ class RedisBackend(RedisCalls):
             counted=self.counters,
         )
         if local is not None:
-            handle.promises = Promises((clock or SystemClock()).now)
+            handle.pending = PendingGrants((clock or SystemClock()).now)
         if lease is not None or self.coalesce:
             rounds = handle.rounds = Rounds(
                 handle.decide,
@@ -467,7 +467,7 @@ class RedisBackend(RedisCalls):
                 self._leasing.add(handle)
                 if self._returns is not None and not _injected(clock):
                     returns, give_back = self._returns, handle.give_back_ended
-                    rounds.on_lease = lambda seconds: returns.watch(seconds, give_back)
+                    rounds.on_allotment = lambda seconds: returns.watch(seconds, give_back)
         return handle
 
     def bind_group(
@@ -480,7 +480,7 @@ class RedisBackend(RedisCalls):
             self, algs, keys, self.now_source(clock), None if local is None else local[0], counted=self.counters
         )
         if local is not None:
-            handle.promises = Promises((clock or SystemClock()).now)
+            handle.pending = PendingGrants((clock or SystemClock()).now)
         if self.coalesce:
             handle.rounds = Rounds(
                 handle.decide,
@@ -522,7 +522,7 @@ class RedisBackend(RedisCalls):
         )
         if local is not None:
             for handle in handles:
-                handle.promises = Promises((clock or SystemClock()).now)
+                handle.pending = PendingGrants((clock or SystemClock()).now)
         return handles
 
     def bind_breaker(self, name: str | None, policy: Policy, clock: Clock | None) -> RedisStore:

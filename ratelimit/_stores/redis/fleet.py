@@ -43,8 +43,8 @@ from redis.exceptions import ReadOnlyError, ResponseError
 from ..keys import code_key, key_for, name_of, parts_of, text_of, wire
 from ..records import ACTIVE_SECONDS, FleetRow, p99_wait
 from .batch import Call, pipelined
-from .census import CONCURRENCY, breaker_mode, number, split
 from .clients import database
+from .key_survey import CONCURRENCY, breaker_mode, number, split
 from .scripts import library, refuses_functions
 
 __all__ = ["base_of", "fleet", "flush_counts"]

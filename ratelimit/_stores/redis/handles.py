@@ -4,7 +4,7 @@ or one priority of a budget with lanes) bound to its keys, each call one script 
 They make the script's arguments and read its replies (``redis/replies.py``), decide
 in rounds when coalescing or leasing (``redis/rounds.py``), and turn to the local fallback
 (``memory/fallback.py``) through the backend's failure policy when the store is
-unavailable, keeping what each side promised (``redis/promises.py``).
+unavailable, keeping what each side promised (``redis/pending.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..memory.fallback import Fallback, inner_handle, throttle_fallback
 from ..store import Pacing
 from ..tally import Tally, weight
 from .calls import RedisCalls
-from .promises import LOCAL, STORE, Promises
+from .pending import LOCAL, STORE, PendingGrants
 from .replies import at_arg, charged_of, decision_of, grant_time, kept_num, num, wait_arg
 from .rounds import Round, RoundReply, Rounds
 from .scripts import Script, group_script, lanes_script, single_script
@@ -53,7 +53,7 @@ class _ScriptHandle(ABC, Generic[T]):
         "_quiet",
         "_reserve_op",
         "_script",
-        "promises",
+        "pending",
         "rounds",
         "tally",
     )
@@ -91,8 +91,8 @@ class _ScriptHandle(ABC, Generic[T]):
         #: Coalescing and leases (``redis/rounds.py``); ``None``: one call per reserve.
         self.rounds: Rounds | None = None
         #: With a local fallback: the grants still to go, carried at a switch
-        #: (``redis/promises.py``).
-        self.promises: Promises | None = None
+        #: (``redis/pending.py``).
+        self.pending: PendingGrants | None = None
 
     def name_grants(self) -> None:
         self._reserve_op = "named"
@@ -161,12 +161,12 @@ class _ScriptHandle(ABC, Generic[T]):
 
     def _pause_store(self) -> tuple[float, list[str]] | None:
         """Before a decision of the store: if the local fallback decided last, the
-        seconds until its promises are due and the restriction that leaves them to
-        it (see ``redis/promises.py``)."""
-        promises = self.promises
-        if promises is None or promises.side == STORE:
+        seconds until its pending grants are due and the restriction that leaves them to
+        it (see ``redis/pending.py``)."""
+        pending = self.pending
+        if pending is None or pending.side == STORE:
             return None
-        ahead = promises.enter(STORE)
+        ahead = pending.enter(STORE)
         if not ahead > 0:
             return None
         if self.rounds is not None:
@@ -179,8 +179,8 @@ class _ScriptHandle(ABC, Generic[T]):
             try:
                 self._backend.run(self._script, self._keys, pause[1])
             except BaseException:
-                assert self.promises is not None
-                self.promises.undo(STORE, pause[0])
+                assert self.pending is not None
+                self.pending.undo(STORE, pause[0])
                 raise
 
     async def _to_store_async(self) -> None:
@@ -189,25 +189,25 @@ class _ScriptHandle(ABC, Generic[T]):
             try:
                 await self._backend.run_async(self._script, self._keys, pause[1])
             except BaseException:
-                assert self.promises is not None
-                self.promises.undo(STORE, pause[0])
+                assert self.pending is not None
+                self.pending.undo(STORE, pause[0])
                 raise
 
     def _decided(self, tokens: T, decision: tuple[float, float]) -> tuple[float, float]:
-        """A decision of the store, its reach kept (see ``redis/promises.py``), and counted."""
-        if self.promises is not None:
-            self.promises.made(STORE, decision[0])
+        """A decision of the store, its reach kept (see ``redis/pending.py``), and counted."""
+        if self.pending is not None:
+            self.pending.made(STORE, decision[0])
         return self._count(tokens, decision)
 
     def _locally(self, local: Fallback[T], tokens: T, max_wait: float) -> tuple[float, float]:
-        promises = self.promises
-        if promises is not None:
-            ahead = promises.enter(LOCAL)
+        pending = self.pending
+        if pending is not None:
+            ahead = pending.enter(LOCAL)
             if ahead > 0:
                 local.restrict(self._nothing(), ahead)  # the store's queue goes first
         decision = local.reserve(tokens, max_wait)
-        if promises is not None:
-            promises.made(LOCAL, decision[0])
+        if pending is not None:
+            pending.made(LOCAL, decision[0])
         return decision
 
     def _fallback(self, tokens: T, max_wait: float, exc: BackendUnavailable) -> tuple[float, float]:
@@ -235,15 +235,15 @@ class _ScriptHandle(ABC, Generic[T]):
     def reserve_one(self, tokens: T, max_wait: float) -> tuple[float, float]:
         """One reservation, one call of the script: a reserve without rounds, and the
         round of a caller alone (``Rounds``), which is the same call."""
-        promises = self.promises
-        if promises is not None and promises.side != STORE:
+        pending = self.pending
+        if pending is not None and pending.side != STORE:
             self._to_store()
         args = self._args(self._reserve_op, tokens, wait_arg(max_wait))
         return self._decision(self._backend.run(self._script, self._keys, args))
 
     async def reserve_one_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
-        promises = self.promises
-        if promises is not None and promises.side != STORE:
+        pending = self.pending
+        if pending is not None and pending.side != STORE:
             await self._to_store_async()
         args = self._args(self._reserve_op, tokens, wait_arg(max_wait))
         return self._decision(await self._backend.run_async(self._script, self._keys, args))
@@ -258,8 +258,8 @@ class _ScriptHandle(ABC, Generic[T]):
                 decision = self.reserve_one(tokens, max_wait)
         except BackendUnavailable as exc:
             return self._count(tokens, self._fallback(tokens, max_wait, exc))
-        if self.promises is not None:
-            self.promises.made(STORE, decision[0])
+        if self.pending is not None:
+            self.pending.made(STORE, decision[0])
         tally = self.tally
         if tally is not None:
             # _count, with Tally.record's count of a grant at once inlined.
@@ -284,8 +284,8 @@ class _ScriptHandle(ABC, Generic[T]):
                 decision = await rounds.reserve_async(weight(tokens), max_wait, tokens)
             else:
                 # reserve_one_async, inlined: a coroutine less to make and await.
-                promises = self.promises
-                if promises is not None and promises.side != STORE:
+                pending = self.pending
+                if pending is not None and pending.side != STORE:
                     await self._to_store_async()
                 args = self._args(self._reserve_op, tokens, wait_arg(max_wait))
                 decision = self._decision(await self._backend.run_async(self._script, self._keys, args))
@@ -474,18 +474,18 @@ class RedisHandle(_ScriptHandle[float]):
         await super().restrict_async(remaining, seconds)
 
     def give_back_ended(self) -> None:
-        """Give back the rest of a lease that has ended (``redis/lease_returns.py``)."""
+        """Give back the rest of an allotment that has ended (``redis/allotment_returns.py``)."""
         if self.rounds is not None:
             for tokens, at in self.rounds.take_ended():
                 self.refund(tokens, at)
 
-    def give_back_lease(self) -> None:
-        """Give back what is left of this handle's leases (the backend closing)."""
+    def give_back_allotment(self) -> None:
+        """Give back what is left of this handle's allotments (the backend closing)."""
         if self.rounds is not None:
             for tokens, at in self.rounds.take_voids():
                 self.refund(tokens, at)
 
-    async def give_back_lease_async(self) -> None:
+    async def give_back_allotment_async(self) -> None:
         if self.rounds is not None:
             for tokens, at in self.rounds.take_voids():
                 await self.refund_async(tokens, at)

@@ -195,7 +195,7 @@ class Rounds:
         "_voids",
         "lease",
         "most",
-        "on_lease",
+        "on_allotment",
     )
 
     def __init__(
@@ -241,8 +241,8 @@ class Rounds:
         self._asked = 0.0
         self._opened: float | None = None
         self._rate: float | None = None
-        #: Told the seconds a new lease has to run (see ``redis/lease_returns.py``).
-        self.on_lease: Callable[[float], None] | None = None
+        #: Told the seconds a new allotment has to run (see ``redis/allotment_returns.py``).
+        self.on_allotment: Callable[[float], None] | None = None
         _EVERY.add(self)
 
     def _forked(self) -> None:
@@ -365,8 +365,8 @@ class Rounds:
         elif reply.leased > 0 and self.lease is not None:
             self._void()  # a lease taken by another thread world meanwhile
             self._pool, self._pool_at, self._until = reply.leased, reply.at, rnd.sent + self.lease
-            if self.on_lease is not None:
-                self.on_lease(self._until - self._now())
+            if self.on_allotment is not None:
+                self.on_allotment(self._until - self._now())
         # Those who queued while the call was out are served from the new lease, in
         # order, as far as it goes.
         while queue.waiting:

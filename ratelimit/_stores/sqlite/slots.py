@@ -57,7 +57,7 @@ TIDY_SECONDS = 60.0
 _tidy_at: dict[str, float] = {}
 
 
-def census(conn: sqlite3.Connection, tags: Sequence[str]) -> list[tuple[str, int, int, int, float, int]]:
+def survey(conn: sqlite3.Connection, tags: Sequence[str]) -> list[tuple[str, int, int, int, float, int]]:
     """Each limit's slots as ``inspect`` shows them, read in the caller's transaction:
     ``(name's tag, member, held, waiting, until, test)``, ``until`` the latest lease or
     place to run out; every limit when ``tags`` is empty. Nothing when no
