@@ -26,8 +26,8 @@ from .._events import EVERYONE, Denied, Emitter, Event, Granted, Paused, Throttl
 from .._headers.parse import RateLimitInfo, parse_rate_limit_headers
 from .._stores.keys import Keyed
 from .._stores.memory import MemoryBackend
+from .._stores.stats import LimiterStats, Stats, weight
 from .._stores.store import Backend, Handle, Pacing
-from .._stores.tally import LimiterStats, Tally, weight
 from .._stores.unfinished import finish
 from .._wrap import wrap
 from .adaptive import LastGrant
@@ -123,7 +123,7 @@ class Limiter(Keyable, ABC, Generic[T]):
         "_place",
         "_quick_most",
         "_shadow",
-        "_tally",
+        "_stats",
     )
 
     _handle: Handle[T]
@@ -138,7 +138,7 @@ class Limiter(Keyable, ABC, Generic[T]):
         # Shadow mode (see _shadowed): decide and record, but never wait or refuse.
         self._shadow = False
         self._events = Emitter()
-        self._tally = Tally()
+        self._stats = Stats()
         # A learned pace (adaptive=) and each caller's latest grant, which tells its
         # refusals apart; None for the rest, whose hot paths then skip both.
         self._pacing: Pacing | None = None
@@ -197,7 +197,7 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     def stats(self) -> LimiterStats:
         """A snapshot of this limiter object's counters."""
-        return self._tally.snapshot()
+        return self._stats.snapshot()
 
     @property
     def shadow(self) -> bool:
@@ -569,12 +569,12 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     def _refused(self, status: int | None) -> tuple[float | None, float | None]:
         # The refused request is the caller's own latest grant (see LastGrant).
-        self._tally.count_throttled()
+        self._stats.count_throttled()
         self._events.emit(Throttled(self._name, status))
         return (None, None) if self._last_grant is None else self._last_grant.take()
 
     def _restricted(self, status: int | None, remaining: T, seconds: float) -> None:
-        self._tally.count_restricted()
+        self._stats.count_restricted()
         self._events.emit(Paused(self._name, status, weight(remaining), seconds))
 
     # -- giving back --------------------------------------------------------------
@@ -651,7 +651,7 @@ class Limiter(Keyable, ABC, Generic[T]):
         self._charged(n, await self._settled(self._handle.charge_async(n)), asyncio.current_task())
 
     def _charged(self, tokens: T, name: float | None, owner: object = None) -> None:
-        self._tally.count_charged(weight(tokens))
+        self._stats.count_charged(weight(tokens))
         named = self._naming()
         # A charge is the caller's latest take, and the one a refund after it means.
         named.forget(owner)
@@ -715,14 +715,14 @@ class Limiter(Keyable, ABC, Generic[T]):
         """Give back the reservation of ``tokens`` at store time ``at`` (a
         ``Reservation`` cancelled): counted once given back, raising if it was not."""
         self._handle.refund(tokens, at)
-        self._tally.count_cancelled()
+        self._stats.count_cancelled()
 
     async def _withdraw_async(self, tokens: T, at: float) -> None:
         await self._settled(self._handle.refund_async(tokens, at))
-        self._tally.count_cancelled()
+        self._stats.count_cancelled()
 
     def _give_back(self, tokens: T, at: float) -> None:
-        self._tally.count_cancelled()
+        self._stats.count_cancelled()
         try:
             self._handle.refund(tokens, at)
         except Exception:
@@ -732,7 +732,7 @@ class Limiter(Keyable, ABC, Generic[T]):
     async def _give_back_async(self, tokens: T, at: float, *, outlasting: bool = False) -> None:
         """Give back a grant its task no longer wants. ``outlasting``: the task is
         being cancelled, and the give-back must outlast it."""
-        self._tally.count_cancelled()
+        self._stats.count_cancelled()
         handle = self._handle
         if outlasting and handle.suspends and self._blocking_calls():
             # Made in a thread and waited for: a cancellation now (asyncio.run cancels

@@ -191,7 +191,7 @@ class SingleLimiter(Limiter[float]):
                 clock=self._clock,
                 shadow=shadow,
             )
-        self._handle.tally = self._tally
+        self._handle.stats = self._stats
         if shadow:
             # Every request takes the checked path, where the shadow's decision is
             # counted as one it would have made.

@@ -80,7 +80,7 @@ class LowPriority(Limiter[float]):
     ) -> None:
         super().__init__(backend=backend, name=name, clock=clock)
         self._handle = handle
-        self._handle.tally = self._tally
+        self._handle.stats = self._stats
         self._most = most
         # Finite: an infinite request (refused as such) never takes the quick path.
         self._quick_most = most if most < math.inf else sys.float_info.max

@@ -21,8 +21,8 @@ from ..._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime, LastLane, ch
 from ..._errors import BackendUnavailable
 from ..keys import Keyed, code_key, config_key
 from ..memory.fallback import Fallback, inner_handle, throttle_fallback
+from ..stats import Stats, weight
 from ..store import Pacing
-from ..tally import Tally, weight
 from .calls import RedisCalls
 from .pending import LOCAL, STORE, PendingGrants
 from .replies import at_arg, charged_of, decision_of, grant_time, kept_num, num, wait_arg
@@ -55,7 +55,7 @@ class _ScriptHandle(ABC, Generic[T]):
         "_script",
         "pending",
         "rounds",
-        "tally",
+        "stats",
     )
 
     suspends = True
@@ -69,7 +69,7 @@ class _ScriptHandle(ABC, Generic[T]):
         local: Fallback[T] | None,
         counted: bool = True,
     ) -> None:
-        self.tally: Tally | None = None
+        self.stats: Stats | None = None
         self._backend = backend
         self._script = script
         self._base_keys = tuple(keys)
@@ -226,10 +226,10 @@ class _ScriptHandle(ABC, Generic[T]):
         )
 
     def _count(self, tokens: T, decision: tuple[float, float]) -> tuple[float, float]:
-        tally = self.tally
-        if tally is not None:
-            with tally.lock:
-                tally.record(weight(tokens), decision[0])
+        stats = self.stats
+        if stats is not None:
+            with stats.lock:
+                stats.record(weight(tokens), decision[0])
         return decision
 
     def reserve_one(self, tokens: T, max_wait: float) -> tuple[float, float]:
@@ -260,15 +260,15 @@ class _ScriptHandle(ABC, Generic[T]):
             return self._count(tokens, self._fallback(tokens, max_wait, exc))
         if self.pending is not None:
             self.pending.made(STORE, decision[0])
-        tally = self.tally
-        if tally is not None:
-            # _count, with Tally.record's count of a grant at once inlined.
-            with tally.lock:
+        stats = self.stats
+        if stats is not None:
+            # _count, with Stats.record's count of a grant at once inlined.
+            with stats.lock:
                 if decision[0] == 0.0:
-                    tally.granted += 1
-                    tally.tokens += tokens if tokens.__class__ is float else weight(tokens)  # type: ignore[operator]
+                    stats.granted += 1
+                    stats.tokens += tokens if tokens.__class__ is float else weight(tokens)  # type: ignore[operator]
                 else:
-                    tally.record(weight(tokens), decision[0])
+                    stats.record(weight(tokens), decision[0])
         return decision
 
     def reserve_here(self, tokens: T, max_wait: float) -> tuple[float, float] | None:

@@ -16,8 +16,8 @@ from ..._algorithms.algorithm import EPSILON
 from ..._errors import BackendUnavailable
 from ..memory.backend import MemoryGroupHandle, MemoryHandle
 from ..memory.fallback import Fallback
+from ..stats import Stats
 from ..store import Handle
-from ..tally import Tally
 from .file import LOCK_GRACE, WAITED_LEAST, Busy, LockTimeout, StoreFile, Waited, in_thread_within
 from .quick import Quick
 from .rows import Rows
@@ -84,12 +84,12 @@ class _Unavailable(Generic[T]):
         self._local = local
 
     @property
-    def tally(self) -> Tally | None:
-        return self._inner.tally
+    def stats(self) -> Stats | None:
+        return self._inner.stats
 
-    @tally.setter
-    def tally(self, tally: Tally | None) -> None:
-        self._inner.tally = tally
+    @stats.setter
+    def stats(self, stats: Stats | None) -> None:
+        self._inner.stats = stats
 
     def name_grants(self) -> None:
         self._inner.name_grants()
@@ -125,10 +125,10 @@ class _Unavailable(Generic[T]):
 
     def _refused(self, waited: float) -> tuple[float, float]:
         """A refusal for the file's being busy ``waited`` seconds, counted as one."""
-        tally = self._inner.tally
-        if tally is not None:
-            with tally.lock:
-                tally.denied += 1
+        stats = self._inner.stats
+        if stats is not None:
+            with stats.lock:
+                stats.denied += 1
         return -waited, math.nan
 
     def _reserve_late(self, tokens: T, max_wait: float, came: float) -> tuple[float, float]:
@@ -293,7 +293,7 @@ class SQLiteHandle(_Unavailable[float]):
             # A token bucket whose row is one number: one statement (sqlite/quick.py),
             # which waits for no other process's lock (the full transaction does).
             try:
-                decision = quick.reserve(tokens, max_wait, self._inner.tally)
+                decision = quick.reserve(tokens, max_wait, self._inner.stats)
             except LockTimeout as exc:  # this process's turn held by a thread that waits for the lock
                 return self._refused(exc.waited)
             if decision is not None:
