@@ -5,7 +5,7 @@
 --
 -- Read again only when it changes: a limiter sends the same texts at each decision
 -- (its parameters, its tokens), its keys name the same side keys, and reading a
--- number or joining a key name is a sizeable part of a quick decision. A text is
+-- number or joining a key name is a sizeable part of a fast-path decision. A text is
 -- compared by reference (Lua's strings are interned), so a hit costs a comparison.
 
 -- The numbers of a driver's ARGV[3], ARGV[5], ARGV[6], ARGV[7] (tokens, the two

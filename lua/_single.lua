@@ -43,7 +43,7 @@
 --   reserve: {signed_wait, at, mask}: signed_wait >= 0 granted after that wait, at
 --            store time `at`; < 0 refused, nothing recorded, -signed_wait is the wait
 --            needed; mask '1' names a grant whose slot is known (see exact_mask), '' not.
---            The quick and lean paths reply a grant at once (wait 0, no name) as one
+--            The fast and checked fast paths reply a grant at once (wait 0, no name) as one
 --            string, the time it was granted at: "<seconds> <microseconds>" of the
 --            server's TIME, or ARGV[2] as sent (see at_once_reply in _prelude.lua)
 --   charge: {now, name, mask}: the time a refund names the charge by (its slot's end
@@ -67,12 +67,12 @@ local CODE_KEPT_MS = '86400000'
 
 local now, time = clock_read(ARGV[2])
 
--- The quick path. Most decisions are a reserve whose state is all there is: no change
+-- The fast path. Most decisions are a reserve whose state is all there is: no change
 -- (KEYS[2]), no holes nor pause (<base>:holes) nor pace (<base>:holes:pace) nor moves
 -- (<base>:holes:moved), no slack record (<base>:slack). The
 -- full path learns that with an EXISTS, and decides through the tables and closures
--- below; the quick path reads the state alone and decides with the algorithm's
--- `quick`, the same arithmetic with none of them (so the same decisions, to the bit).
+-- below; the fast path reads the state alone and decides with the algorithm's
+-- `fast`, the same arithmetic with none of them (so the same decisions, to the bit).
 --
 -- Its invariant: a state written "clean" (a mark in its text, see each algorithm's
 -- file) was written by a reserve that found none of those keys beside it and made
@@ -85,7 +85,7 @@ local now, time = clock_read(ARGV[2])
 --   restrict          (a restriction, a pause) saves the state
 --   charge            saves the state (and only ever deletes holes)
 --   a slack record    written by `keep_slack`, right after a save, and only by a
---                     process keeping a slack, which never takes the quick path
+--                     process keeping a slack, which never takes the fast path
 --   reset             deletes the state
 -- So a clean state proves that nothing is beside it, and the EXISTS is skipped. A
 -- missing state (fresh, expired, evicted) or one not clean takes the full path, which
@@ -99,7 +99,7 @@ local now, time = clock_read(ARGV[2])
 -- followed within a minute (see `set` in docs/operating.md).
 --
 -- A grant at once is replied as the time alone (see at_once_reply in _prelude.lua).
-local raw = nil  -- the state as the quick or lean path read it (false: none)
+local raw = nil  -- the state as the fast or checked fast path read it (false: none)
 local op, counted, elsewhere = op_of(ARGV[1])
 
 -- A change where what the code says (KEYS[3]) is gone (an evicting maxmemory-policy
@@ -142,16 +142,16 @@ if op == 'stage' then
 end
 
 -- 'named' and 'nbatch' are 'reserve' and 'batch' for a limiter that gives back: a grant
--- at once is named too (see at_once_mask in _members.lua; the quick path names it so).
+-- at once is named too (see at_once_mask in _members.lua; the fast path names it so).
 local names = false
 if op == 'named' then op, names = 'reserve', true
 elseif op == 'nbatch' then op, names = 'batch', true end
 local top_base = nil
 if counted then top_base = KEYS[1] end
-if ALG.quick and op == 'reserve' and KEYS[2] and not KEYS[3] and (ARGV[7] == '0.0' or ARGV[7] == '0') then
+if ALG.fast and op == 'reserve' and KEYS[2] and not KEYS[3] and (ARGV[7] == '0.0' or ARGV[7] == '0') then
   raw = redis.call('GET', KEYS[1])
   if raw then
-    local wait, mask = ALG.quick(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]), names)
+    local wait, mask = ALG.fast(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]), names)
     if wait then
       tally_one(top_base, now, wait)
       if wait == 0 and mask == '' then return at_once_reply(time, ARGV[2]) end
@@ -209,7 +209,7 @@ elseif KEYS[2] then
   else beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes, paced, moves) end
   if beside == 0 and own then raw = false end
 end
--- Something beside a clean state (a change or a record written by hand, see the quick
+-- Something beside a clean state (a change or a record written by hand, see the fast
 -- path): the state loses its mark here, so that every process takes the full path
 -- from now on. (Not by the ops that only read: they write nothing.)
 if beside > 0 and ALG.unmarked and op ~= 'peek' and op ~= 'wait' then
@@ -238,9 +238,9 @@ if beside > 0 then forget_beside(KEYS[1]) end
 local prior = 0.0
 if recorded_slack and now < recorded_until then prior = recorded_slack end
 
--- The lean path: a reserve that the EXISTS found alone with its state, under the
+-- The checked fast path: a reserve that the EXISTS found alone with its state, under the
 -- slack its state was decided with, is decided as the full path below decides it,
--- without defining its closures: by the algorithm's `lean` where it has one (the
+-- without defining its closures: by the algorithm's `checked_fast` where it has one (the
 -- sliding window counter's, with none of its tables either), else by reserve_members;
 -- then the slack is recorded as `keep_slack` records it.
 if beside == 0 and op == 'reserve' and not KEYS[3]
@@ -248,9 +248,9 @@ if beside == 0 and op == 'reserve' and not KEYS[3]
   local max_wait = max_wait_of(ARGV[4])
   local self = ALG.new(KEYS[1], code1, code2)
   local wait, mask, idle
-  if ALG.lean then
-    wait, mask, idle = ALG.lean(self, now, tokens, max_wait, time ~= nil)
-    -- Nothing: the full path decides, on what the lean path read where it says so.
+  if ALG.checked_fast then
+    wait, mask, idle = ALG.checked_fast(self, now, tokens, max_wait, time ~= nil)
+    -- Nothing: the full path decides, on what the checked fast path read where it says so.
     if not wait and mask ~= nil then raw = mask end
   else
     -- The full path's reserve (below) with none of its closures: no change is in
@@ -431,7 +431,7 @@ if op == 'reserve' then
     wait, changed, mask = reserve_members({member}, holes, now, max_wait, no_holes, names)
   end
   if changed or dirty(member.state) then
-    -- Clean (see the quick path) when nothing was found beside the state: no change,
+    -- Clean (see the fast path) when nothing was found beside the state: no change,
     -- no holes, and no slack record, which the EXISTS asked after where none is kept.
     -- Asked in this call, not kept from an earlier one: a writer beside the library
     -- (an older release's `set`, which leaves the state unmarked) is followed at once.

@@ -115,13 +115,13 @@ class Limiter(Keyable, ABC, Generic[T]):
         "_backend",
         "_clock",
         "_events",
+        "_fast_most",
         "_handle",
         "_last_grant",
         "_name",
         "_named",
         "_pacing",
         "_place",
-        "_quick_most",
         "_shadow",
         "_stats",
     )
@@ -134,7 +134,7 @@ class Limiter(Keyable, ABC, Generic[T]):
         # and the key; events and metrics say the name alone.
         self._place: str | Keyed | None = self._place_of(self._name)
         # A plain int up to this many tokens needs no further checks (see _tokens).
-        self._quick_most: float = 0
+        self._fast_most: float = 0
         # Shadow mode (see _shadowed): decide and record, but never wait or refuse.
         self._shadow = False
         self._events = Emitter()
@@ -254,7 +254,7 @@ class Limiter(Keyable, ABC, Generic[T]):
         If the sleep is interrupted (``KeyboardInterrupt``, a signal handler raising),
         the reserved tokens are given back before the exception propagates.
         """
-        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._quick_most:
+        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._fast_most:
             # A plain limiter and the usual argument (see try_acquire): nothing is
             # shadowed nor remembered, and a grant at once leaves nothing more to do.
             n: T = tokens  # type: ignore[assignment]
@@ -291,13 +291,13 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     def try_acquire(self, tokens: float = 1.0) -> bool:
         """Take ``tokens`` if they can be granted right now; never blocks."""
-        # The hottest path of all. A plain float or int in (0, _quick_most] is a valid
+        # The hottest path of all. A plain float or int in (0, _fast_most] is a valid
         # request as it stands (NaN fails the comparison), and a plain limiter (one whose
-        # _quick_most is set: no shadow, no grant remembered) has nothing else to do. The
+        # _fast_most is set: no shadow, no grant remembered) has nothing else to do. The
         # default is a float: the stores' arithmetic on floats alone runs faster. (Each
         # comparison of floats is followed by a jump, not chained nor returned: CPython
         # then runs it as a float's, not as a generic one.)
-        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._quick_most:
+        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._fast_most:
             wait = self._handle.reserve(tokens, 0.0)[0]  # type: ignore[arg-type]
             if self._events.callbacks or EVERYONE.callbacks:
                 self._events.emit(Granted(self._name, tokens, 0.0) if wait >= 0 else Denied(self._name, tokens, -wait))
@@ -385,7 +385,7 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     async def try_acquire_async(self, tokens: float = 1.0) -> bool:
         """:meth:`try_acquire` for asyncio."""
-        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._quick_most:
+        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._fast_most:
             # A plain limiter and the usual argument, as in try_acquire.
             wait = (await self._reserve_async(tokens, 0.0))[0]  # type: ignore[arg-type]
             if self._events.callbacks or EVERYONE.callbacks:
@@ -608,10 +608,10 @@ class Limiter(Keyable, ABC, Generic[T]):
         named = self._named
         if named is None:
             named = self._named = Named()
-            # The quick try_acquire path remembers nothing: from now on every grant goes
+            # The fast try_acquire path remembers nothing: from now on every grant goes
             # the way that does. And the store names a grant at once too, by where its
             # tokens sit: a refund that names it then frees its own slot, never another's.
-            self._quick_most = 0
+            self._fast_most = 0
             self._handle.name_grants()
         return named
 

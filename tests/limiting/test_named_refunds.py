@@ -739,7 +739,7 @@ def test_a_full_bucket_grants_its_capacity_at_once_at_the_servers_clock(client: 
 
 def test_the_tat_rounded_up_is_the_scripts_to_the_bit(client: Any) -> None:
     """The script moves the TAT as the algorithm does at the server's clock, where the
-    sums round (3e6 tokens a second: a third of a step), on its quick path and on
+    sums round (3e6 tokens a second: a third of a step), on its fast path and on
     the full one (a hole beside the state)."""
     alg = Gcra(10.0, 3e6)
     now = Now(1_700_000_000.0)

@@ -114,7 +114,7 @@ def test_another_database_keeps_nothing_and_follows_a_change_at_once(counted: bo
         assert window.try_acquire()
         _change_by_hand(other, name)
         assert not window.try_acquire()
-        # A bucket there takes its quick path, and counts for `top` only if counted.
+        # A bucket there takes its fast path, and counts for `top` only if counted.
         bucket = TokenBucket(4, 1, backend=backend, name=f"{name}-bucket", clock=clock)
         assert [bucket.try_acquire() for _ in range(6)] == [True] * 4 + [False] * 2
         assert bool(other.keys(f"ratelimit:{{{name}-bucket}}:*:top:*")) is counted
@@ -184,7 +184,7 @@ def _window_on(kind: str, backend: RedisBackend, clock: ManualClock) -> SlidingW
 def test_a_bucket_without_slack_never_writes_its_state_clean_beside_a_record(client: Any) -> None:
     # A leased process keeps a slack, and so a record; a process of the same name
     # without one must not trust what the leased one found alone (the record is beside
-    # its state, which the quick path's mark says is never so).
+    # its state, which the fast path's mark says is never so).
     name = unique_name("beside")
     clock = ManualClock(1_000.0)
     leased = TokenBucket(100, 10, backend=RedisBackend(client, coalesce=True), name=name, clock=clock, lease=0.5)
@@ -201,7 +201,7 @@ def test_a_bucket_without_slack_never_writes_its_state_clean_beside_a_record(cli
 def test_a_bucket_follows_a_change_set_beside_the_library_once_a_tenth_has_passed(redis_client: redis.Redis) -> None:
     # A writer beside the library that rewrites the state, as an older release's `set`
     # does: this release's scripts on another client (they keep nothing). A decision
-    # that used what was kept writes the state unmarked, so the quick path does not
+    # that used what was kept writes the state unmarked, so the fast path does not
     # hide the change for the minute until the code is written again.
     client = redis_client
     beside = redis.Redis.from_url(REDIS_URL)
@@ -472,7 +472,7 @@ def _burst(limiter: Any, kind: str) -> list[Any]:
 def test_a_change_written_outside_the_library_holds_once_the_trusted_span_has_passed(
     redis_client: redis.Redis, kind: str
 ) -> None:
-    # A plain bucket decides on its quick path while its state is "clean", which only a
+    # A plain bucket decides on its fast path while its state is "clean", which only a
     # reserve that found nothing beside may write. A reserve trusting what was found a
     # moment ago (nothing) must not write it clean: a change another release's `ratelimit
     # set` (here: this release's scripts) wrote in that moment would go unseen until
@@ -530,7 +530,7 @@ def test_a_lease_recorded_outside_the_library_is_kept_back_once_the_trusted_span
 ) -> None:
     # A leased process refused FCALL records its slack by script: a plain bucket of the
     # same name must keep that share back for the leased tokens still to go. Left clean
-    # on what was kept (no record), it would grant the whole burst on its quick path.
+    # on what was kept (no record), it would grant the whole burst on its fast path.
     def grants(by_script: bool) -> list[int]:
         clock = ManualClock(1_000.0)
         name = unique_name("beside-lease")
@@ -555,7 +555,7 @@ def test_a_lease_recorded_outside_the_library_is_kept_back_once_the_trusted_span
     assert all(got <= most for got, most in zip(grants(by_script=True), want, strict=True)), want
 
 
-# -- server-wide: a flush mid-run, the quick path of another database ----------------------
+# -- server-wide: a flush mid-run, the fast path of another database ----------------------
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""A bucket's reserve that decides on its state alone (the quick path), and the mark in
+"""A bucket's reserve that decides on its state alone (the fast path), and the mark in
 its state that allows it.
 
 A bucket's state written by a reserve that found nothing beside it (no change, no
@@ -7,7 +7,7 @@ holes or pause, no slack record) is "clean" (a mark in its text, see the top of
 EXISTS. These tests hold the invariant at its edges: every writer of something beside
 the state drops the mark in the same call, a change written by hand is followed from
 the next decision that writes what the code says, and releases before the mark read a
-clean state's numbers as they are. Whether the quick path decides as the full path does
+clean state's numbers as they are. Whether the fast path decides as the full path does
 is the conformance suite's (``tests/algorithms/test_conformance.py``, its ``named``
 cases).
 """

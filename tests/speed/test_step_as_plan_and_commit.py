@@ -171,7 +171,7 @@ def test_the_common_step_touches_only_the_newest_sub_window() -> None:
     assert state.counts[state.slot] == 3.0
 
 
-# -- the in-process group handle's quick path -------------------------------------------
+# -- the in-process group handle's fast path -------------------------------------------
 
 GROUP_KINDS: dict[str, Any] = {
     "token_bucket": lambda size: Gcra(size, 2.0),

@@ -491,7 +491,7 @@ class MemoryGroupHandle:
         self.names = False
         self._algs = tuple(algs)
         self._slots = tuple(slots)
-        # (index, plan, commit, slot) of each member, for the quick path of reserve: the
+        # (index, plan, commit, slot) of each member, for the fast path of reserve: the
         # methods bound once, not at every decision.
         self._members = tuple(
             (i, alg.plan, alg.commit, slot) for i, (alg, slot) in enumerate(zip(self._algs, self._slots, strict=True))

@@ -1,4 +1,4 @@
-"""The quick path of a :class:`~.sqlite.SQLiteBackend` token bucket: one statement (internal).
+"""The fast path of a :class:`~.sqlite.SQLiteBackend` token bucket: one statement (internal).
 
 A token bucket's row is usually one number (its TAT, see ``sqlite/codec.py``) and the
 decision on it the pure step. So the usual decision needs no transaction of several
@@ -34,7 +34,7 @@ from ..stats import Stats
 from .config import Changeable
 from .file import STEP_FUNCTION, StoreFile
 
-__all__ = ["Quick"]
+__all__ = ["FastPath"]
 
 # SQLite computes the new values in the table's column order from the old ones, so
 # `idle` calls the step a second time on the same arguments: a pure function, the
@@ -47,7 +47,7 @@ _UPDATE = (
 )
 
 
-class Quick:
+class FastPath:
     """One token bucket's decisions in one statement each, when its row allows."""
 
     __slots__ = (
