@@ -185,7 +185,7 @@ def test_a_named_refund_with_a_queue_behind_is_used_again() -> None:
     unnamed = give_back([alg], states, Holes(), 1_004.0, [3.0], 1_004.0)
     assert unnamed == states  # nothing given back: the bucket's refund is refused
     states = give_back([alg], states, holes, 1_004.0, [3.0], name)
-    assert holes.items == [[1_004.0, (3.0,), True]]  # a late hole: good past its time
+    assert holes.items == [[1_004.0, (3.0,), True]]  # a lasting hole: good past its time
     states, wait, *_ = reserve([alg], states, holes, 1_004.0, [3.0], 0.0)
     assert wait == 0.0  # from the hole, now
     states, wait, *_ = reserve([alg], states, holes, 1_004.0, [1.0], 0.0)
