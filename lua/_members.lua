@@ -147,7 +147,7 @@ end
 
 -- See GrantTime in holes.py: a grant taken from holes is named by its pieces,
 -- "P<member>:<at>:<tokens>;..." ('' for none).
-local function pieces_mask(pieces)
+local function pieces_name(pieces)
   if #pieces == 0 then return '' end
   local parts = {}
   for k, p in ipairs(pieces) do parts[k] = p[1] .. ':' .. fmt(p[2]) .. ':' .. fmt(p[3]) end
@@ -659,7 +659,7 @@ end
 
 -- See exact in holes.py: the name of a grant just recorded at `at`, as the members
 -- whose slot it ends exactly ('1') or not ('0'); '' when none does.
-local function exact_mask(members, at)
+local function exact_name(members, at)
   -- (One limiter, the common case: no table.)
   if #members == 1 then
     local m = members[1]
@@ -681,7 +681,7 @@ end
 
 -- See at_once in holes.py: the name of a grant just recorded at once, as the pieces
 -- it ends the slotted members' lines with (their latest), '' where none took any.
-local function at_once_mask(members)
+local function at_once_name(members)
   local parts = {}
   for j, m in ipairs(members) do
     if m.alg.room and m.tokens > 0 then
@@ -694,7 +694,7 @@ end
 
 -- See settle in holes.py: decide what plan_members planned and, if granted, record
 -- it. Returns the signed wait, whether the members' states changed, and the grant's
--- name for a refund (exact_mask for a grant that waited; with `names`, at_once_mask
+-- name for a refund (exact_name for a grant that waited; with `names`, at_once_name
 -- for one that went at once). `paced`: the pace plan_members found in force, if any.
 local function settle_members(members, holes, now, admit_at, at, hole, max_wait, paced, names, moved)
   local wait = decide(admit_at, at, now, max_wait)
@@ -706,12 +706,12 @@ local function settle_members(members, holes, now, admit_at, at, hole, max_wait,
     paced.at = t + members[1].tokens * paced.interval
     pace_save(paced, now)
   end
-  local mask
+  local name
   if hole ~= nil and not hole.move then
     if hole.pooled then
-      mask = pieces_mask(take_pooled(members, holes, now, hole.pooled))
+      name = pieces_name(take_pooled(members, holes, now, hole.pooled))
     else
-      mask = pieces_mask(take_hole(members, holes, now, hole, at))
+      name = pieces_name(take_hole(members, holes, now, hole, at))
     end
     -- See settle in holes.py: a grant from a hole sets the reach.
     if moved and now + wait > moved.reach then
@@ -721,13 +721,13 @@ local function settle_members(members, holes, now, admit_at, at, hole, max_wait,
   else
     if hole ~= nil then move_up(members, holes, now, hole.move, moved) end
     commit_all(members, now, at)
-    if wait > EPSILON then mask = exact_mask(members, now + wait)
-    elseif names then mask = at_once_mask(members)
+    if wait > EPSILON then name = exact_name(members, now + wait)
+    elseif names then name = at_once_name(members)
     else return wait, true, '' end
   end
   -- (A name says which moves came after it: see GrantTime in holes.py.)
-  if mask ~= '' and moved then mask = mask .. gen_mark(moved) end
-  return wait, true, mask
+  if name ~= '' and moved then name = name .. gen_mark(moved) end
+  return wait, true, name
 end
 
 local function reserve_members(members, holes, now, max_wait, none, names)
@@ -797,7 +797,7 @@ local function restricted(holes, now, untl)
 end
 
 -- See _named in holes.py: where a named grant's tokens sit, member by member, from
--- its time and its name (a mask of '0'/'1', or the pieces "P<member>:<at>:<tokens>;...").
+-- its time and its name ('0'/'1' per member, or the pieces "P<member>:<at>:<tokens>;...").
 local function named_pieces(members, at, exact, moved)
   local out = {}
   for j = 1, #members do out[j] = {} end

@@ -19,7 +19,7 @@
 --          budget keeps, a hash {slack, until}; see `fleet_slack` below
 -- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch' | 'peek' | 'wait' |
 --          'reset' | 'configure' | 'stage'; 'named' and 'nbatch' are 'reserve' and
---          'batch' that name a grant at once too (see at_once_mask in _members.lua),
+--          'batch' that name a grant at once too (see at_once_name in _members.lua),
 --          after a '~' when nothing is counted for `ratelimit top`, a '!' when the
 --          client's database is not 0, a '^' for both (see op_of in _top.lua)
 -- ARGV[2]  now, seconds; '' reads the server's TIME
@@ -27,7 +27,7 @@
 -- ARGV[4]  reserve: max_wait in seconds, '' for no limit;
 --          refund: the grant time being given back ('' for a grant already made);
 --          a time still ahead withdraws that reservation (see _members.lua); or
---          "<time> <mask>" for a refund that names its grant (the mask reserve returned);
+--          "<time> <name>" for a refund that names its grant (the name reserve returned);
 --          restrict: seconds from now until the restriction ends; charge: ''
 -- ARGV[5], ARGV[6]  the algorithm's two parameters, as the code configured them
 -- ARGV[7]  the seconds of guard (and lease) they already keep back ('0' none)
@@ -40,17 +40,17 @@
 -- tokens and max_wait ('' no limit), in arrival order.
 --
 -- Returns, as strings (seconds, %.17g):
---   reserve: {signed_wait, at, mask}: signed_wait >= 0 granted after that wait, at
+--   reserve: {signed_wait, at, name}: signed_wait >= 0 granted after that wait, at
 --            store time `at`; < 0 refused, nothing recorded, -signed_wait is the wait
---            needed; mask '1' names a grant whose slot is known (see exact_mask), '' not.
+--            needed; the grant's name, '1' for one whose slot is known (see exact_name), '' none.
 --            The fast and checked fast paths reply a grant at once (wait 0, no name) as one
 --            string, the time it was granted at: "<seconds> <microseconds>" of the
 --            server's TIME, or ARGV[2] as sent (see at_once_reply in _prelude.lua)
---   charge: {now, name, mask}: the time a refund names the charge by (its slot's end
---            less the tolerance: see give_back_members), '' where it has none, and
---            its mask ('1', with the mark of the latest move: see gen_mark)
+--   charge: {now, named_at, name}: the time a refund names the charge by (its slot's
+--            end less the tolerance: see give_back_members), '' where it has none, and
+--            its grant name ('1', with the mark of the latest move: see gen_mark)
 --   refund, restrict, configure, stage: {now}
---   batch: {signed_wait, at, mask} per request, then {lease tokens granted, at}
+--   batch: {signed_wait, at, name} per request, then {lease tokens granted, at}
 --   peek (read only, `ratelimit inspect`): {the two parameters in force, the most
 --            tokens one request could take now, the wait for one token, the latest
 --            grant promised, the end of a pause ('' none), now}
@@ -142,7 +142,7 @@ if op == 'stage' then
 end
 
 -- 'named' and 'nbatch' are 'reserve' and 'batch' for a limiter that gives back: a grant
--- at once is named too (see at_once_mask in _members.lua; the fast path names it so).
+-- at once is named too (see at_once_name in _members.lua; the fast path names it so).
 local names = false
 if op == 'named' then op, names = 'reserve', true
 elseif op == 'nbatch' then op, names = 'batch', true end
@@ -151,11 +151,11 @@ if counted then top_base = KEYS[1] end
 if ALG.fast and op == 'reserve' and KEYS[2] and not KEYS[3] and (ARGV[7] == '0.0' or ARGV[7] == '0') then
   raw = redis.call('GET', KEYS[1])
   if raw then
-    local wait, mask = ALG.fast(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]), names)
+    local wait, name = ALG.fast(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]), names)
     if wait then
       tally_one(top_base, now, wait)
-      if wait == 0 and mask == '' then return at_once_reply(time, ARGV[2]) end
-      return {fmt_wait(wait), fmt(now + wait), mask}
+      if wait == 0 and name == '' then return at_once_reply(time, ARGV[2]) end
+      return {fmt_wait(wait), fmt(now + wait), name}
     end
   end
 end
@@ -247,19 +247,19 @@ if beside == 0 and op == 'reserve' and not KEYS[3]
     and not (prior > slack + EPSILON) and not (slack > prior + EPSILON) then
   local max_wait = max_wait_of(ARGV[4])
   local self = ALG.new(KEYS[1], code1, code2)
-  local wait, mask, idle
+  local wait, name, idle
   if ALG.checked_fast then
-    wait, mask, idle = ALG.checked_fast(self, now, tokens, max_wait, time ~= nil)
+    wait, name, idle = ALG.checked_fast(self, now, tokens, max_wait, time ~= nil)
     -- Nothing: the full path decides, on what the checked fast path read where it says so.
-    if not wait and mask ~= nil then raw = mask end
+    if not wait and name ~= nil then raw = name end
   else
     -- The full path's reserve (below) with none of its closures: no change is in
     -- force, no holes are there, and the slack is the state's.
-    wait, mask = -math.huge, ''
+    wait, name = -math.huge, ''
     local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self, raw)}
     local changed = false
     if not (tokens > code1 + EPSILON) or code2 == math.huge then  -- (as too_big, below)
-      wait, changed, mask = reserve_members({member}, holes, now, max_wait, true, names)
+      wait, changed, name = reserve_members({member}, holes, now, max_wait, true, names)
     end
     if changed or dirty(member.state) then
       ALG.save(self, member.state, now, slack == 0 and not kept)
@@ -272,8 +272,8 @@ if beside == 0 and op == 'reserve' and not KEYS[3]
       if not elsewhere then recorded_beside(KEYS[1], recorded_slack, recorded_until) end
     end
     tally_one(top_base, now, wait)
-    if wait == 0 and mask == '' then return at_once_reply(time, ARGV[2]) end
-    return {fmt_wait(wait), fmt(now + wait), mask}
+    if wait == 0 and name == '' then return at_once_reply(time, ARGV[2]) end
+    return {fmt_wait(wait), fmt(now + wait), name}
   end
 end
 
@@ -426,9 +426,9 @@ end
 if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
-  local wait, changed, mask = -math.huge, false, ''
+  local wait, changed, name = -math.huge, false, ''
   if not too_big(tokens) then
-    wait, changed, mask = reserve_members({member}, holes, now, max_wait, no_holes, names)
+    wait, changed, name = reserve_members({member}, holes, now, max_wait, no_holes, names)
   end
   if changed or dirty(member.state) then
     -- Clean (see the fast path) when nothing was found beside the state: no change,
@@ -439,7 +439,7 @@ if op == 'reserve' then
     keep_slack(member.state)
   end
   tally_one(top_base, now, wait)
-  return {fmt_wait(wait), fmt(now + wait), mask}
+  return {fmt_wait(wait), fmt(now + wait), name}
 elseif op == 'batch' then
   -- Exactly the requests' own reserves, one after the other, as separate calls in
   -- this order would decide them; then the lease, itself a reservation with no wait,
@@ -458,16 +458,16 @@ elseif op == 'batch' then
     member.tokens = tonumber(ARGV[i])
     local max_wait = math.huge
     if ARGV[i + 1] ~= '' then max_wait = tonumber(ARGV[i + 1]) end
-    local wait, moved, mask = -math.huge, false, ''
+    local wait, moved, name = -math.huge, false, ''
     if not too_big(member.tokens) then
-      wait, moved, mask = reserve_members({member}, holes, now, max_wait, no_holes, names)
+      wait, moved, name = reserve_members({member}, holes, now, max_wait, no_holes, names)
     end
     if moved then changed = true end
     if wait ~= 0 then room = false end
     waits[#waits + 1] = wait
     out[#out + 1] = fmt_wait(wait)
     out[#out + 1] = fmt(now + wait)
-    out[#out + 1] = mask
+    out[#out + 1] = name
   end
   local want, least, got = tonumber(ARGV[9]), tonumber(ARGV[10]), 0
   while room and want >= least and want > 0 do
@@ -491,8 +491,8 @@ elseif op == 'batch' then
 elseif op == 'refund' then
   local at, exact = nil, nil
   if ARGV[4] ~= '' then
-    local time, mask = string.match(ARGV[4], '^(%S+) (%S+)$')
-    at, exact = tonumber(time or ARGV[4]), mask
+    local time, name = string.match(ARGV[4], '^(%S+) (%S+)$')
+    at, exact = tonumber(time or ARGV[4]), name
   end
   give_back_members({member}, holes, now, {tokens}, at, exact)
   ALG.save(self, member.state, now)
@@ -502,13 +502,13 @@ elseif op == 'charge' then
   charge_members({member}, holes, now)
   ALG.save(self, member.state, now)
   keep_slack(member.state)
-  local name, mask = '', ''
+  local named_at, name = '', ''
   if ALG.room then
-    name = fmt(ALG.latest(self, member.state))
+    named_at = fmt(ALG.latest(self, member.state))
     -- (The mark of the latest move, as a reserve's name has it: see gen_mark.)
-    mask = '1' .. gen_mark(moves_of(holes, now))
+    name = '1' .. gen_mark(moves_of(holes, now))
   end
-  return {fmt(now), name, mask}
+  return {fmt(now), named_at, name}
 elseif op == 'peek' then
   -- The largest request that would go now, by bisection on the plan (which changes
   -- nothing saved): holes are left out, they only ever add to it.

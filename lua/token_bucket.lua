@@ -203,8 +203,8 @@ end
 
 -- The fast path of a reserve (see _single.lua): `raw` is the state's text as read,
 -- `p1` and `p2` the code's capacity and rate as sent (no change, no slack in force).
--- The same arithmetic as new, load, plan (plan_all), decide, commit, exact_mask (and
--- at_once_mask with `names`) and save, in that order, with no table: the decisions
+-- The same arithmetic as new, load, plan (plan_all), decide, commit, exact_name (and
+-- at_once_name with `names`) and save, in that order, with no table: the decisions
 -- are the full path's to the bit.
 -- Returns the signed wait and the grant's name, or nil where `raw` is not a clean
 -- state (the full path decides then).
@@ -261,7 +261,7 @@ do
     redis.call('SET', key, text, 'PX', idle_ms(state - now))
     wrote, wrote_tat = text, state
     if wait > EPSILON and math.abs(state - tolerance - (now + wait)) <= EPSILON then return wait, '1' end
-    -- (at_once_mask in _members.lua, for a limiter that gives back: `names`.)
+    -- (at_once_name in _members.lua, for a limiter that gives back: `names`.)
     if names and wait <= EPSILON then return wait, 'P1:' .. fmt(state - tolerance) .. ':' .. fmt(tokens) end
     return wait, ''
   end

@@ -1,7 +1,7 @@
 """The text a Redis script is sent and what its replies mean, for every handle.
 
 Numbers go as the shortest text that reads back as the same double; a grant's time
-comes back with the script's name of it (see ``exact_mask`` and ``pieces_mask`` in
+comes back with the script's name of it (see ``exact_name`` and ``pieces_name`` in
 ``lua/_members.lua``), which a refund sends back to say where its tokens sit.
 """
 
@@ -36,12 +36,12 @@ def kept_num(value: float) -> str:
     return text
 
 
-def grant_time(at: bytes | str, mask: bytes | str) -> float:
+def grant_time(at: bytes | str, name: bytes | str) -> float:
     """The time of a grant the script replied, with its name when it gave one."""
-    # The script's name of a grant (see exact_mask and pieces_mask in lua/_members.lua):
+    # The script's name of a grant (see exact_name and pieces_name in lua/_members.lua):
     # '' for none, a '0'/'1' per limit, or the pieces it was taken from.
     # Either may end in "g<number>": the latest move of the queue when it was given.
-    text = mask.decode() if isinstance(mask, bytes) else mask
+    text = name.decode() if isinstance(name, bytes) else name
     if not text:
         return float(at)
     text, _, gen_text = text.partition("g")
