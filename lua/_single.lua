@@ -33,10 +33,10 @@
 -- ARGV[7]  the seconds of guard (and lease) they already keep back ('0' none)
 -- ARGV[8]  '1' for a shadow limiter (never enforced), else '0': said in KEYS[3]
 --
--- batch (one process's concurrent acquires in one call, and its lease; see
--- ratelimit/_stores/redis/rounds.py): ARGV[3], ARGV[4] the tokens of an ended lease given
--- back and its grant time ('' none); ARGV[9] the lease wanted, in tokens ('0' none);
--- ARGV[10] the smallest lease worth taking; ARGV[11], ARGV[12], ... each request's
+-- batch (one process's concurrent acquires in one call, and its allotment; see
+-- ratelimit/_stores/redis/rounds.py): ARGV[3], ARGV[4] the tokens of an ended allotment given
+-- back and its grant time ('' none); ARGV[9] the allotment wanted, in tokens ('0' none);
+-- ARGV[10] the smallest allotment worth taking; ARGV[11], ARGV[12], ... each request's
 -- tokens and max_wait ('' no limit), in arrival order.
 --
 -- Returns, as strings (seconds, %.17g):
@@ -50,7 +50,7 @@
 --            end less the tolerance: see give_back_members), '' where it has none, and
 --            its grant name ('1', with the mark of the latest move: see gen_mark)
 --   refund, restrict, configure, stage: {now}
---   batch: {signed_wait, at, name} per request, then {lease tokens granted, at}
+--   batch: {signed_wait, at, name} per request, then {allotment tokens granted, at}
 --   peek (read only, `ratelimit inspect`): {the two parameters in force, the most
 --            tokens one request could take now, the wait for one token, the latest
 --            grant promised, the end of a pause ('' none), now}
@@ -163,7 +163,7 @@ end
 local tokens, code1, code2, slack = numbers_of(ARGV[3], ARGV[5], ARGV[6], ARGV[7])
 
 -- Processes of one budget may keep different slacks: a rollout of `lease=` runs
--- leased and plain processes side by side, and a leased token may be sent `lease`
+-- allotting and plain processes side by side, and an allotted token may be sent `lease`
 -- seconds after its grant. A process keeping less back than another would grant
 -- what the other's late tokens still need, and the two together exceed the limit.
 -- So the largest slack in use is recorded here, until the state has been idle for
@@ -442,8 +442,8 @@ if op == 'reserve' then
   return {fmt_wait(wait), fmt(now + wait), name}
 elseif op == 'batch' then
   -- Exactly the requests' own reserves, one after the other, as separate calls in
-  -- this order would decide them; then the lease, itself a reservation with no wait,
-  -- taken only if every request went at once (a queue means no slack to lease), and
+  -- this order would decide them; then the allotment, itself a reservation with no wait,
+  -- taken only if every request went at once (a queue means no slack to allot), and
   -- halved until it fits or is not worth taking.
   local changed = false
   if ARGV[3] ~= '' then

@@ -204,9 +204,9 @@ class RedisBackend(RedisCalls):
         self.coalesce = coalesce
         #: Whether decisions count themselves for ``ratelimit top``.
         self.counters = counters
-        # Handles spending a lease, whose rests go back at close, and as each lease
+        # Handles spending an allotment, whose rests go back at close, and as each allotment
         # ends (from a thread that needs the synchronous client).
-        self._leasing: weakref.WeakSet[RedisHandle] = weakref.WeakSet()
+        self._allotting: weakref.WeakSet[RedisHandle] = weakref.WeakSet()
         super().__init__(client, on_unavailable=on_unavailable, pool_size=pool_size)
         if share == "auto" and self._sync_client is None:
             raise TypeError(
@@ -301,11 +301,11 @@ class RedisBackend(RedisCalls):
         live = self._live
         if live is not None:
             live.stop()
-        self._stop_leasing()
+        self._stop_allotting()
         if self._returns is not None:
             self._returns.stop()
         if self._sync_client is not None:
-            for handle in list(self._leasing):
+            for handle in list(self._allotting):
                 handle.give_back_allotment()
             self._close_held()
             self._sync_client.close()
@@ -317,9 +317,9 @@ class RedisBackend(RedisCalls):
 
         Clients of other event loops close when their loop shuts down.
         """
-        self._stop_leasing()
+        self._stop_allotting()
         if self._sync_client is None:
-            for handle in list(self._leasing):
+            for handle in list(self._allotting):
                 await handle.give_back_allotment_async()
         with self._lock:
             state = self._loops.pop(asyncio.get_running_loop(), None)
@@ -332,12 +332,12 @@ class RedisBackend(RedisCalls):
                 await state.client.aclose()
         self.close()
 
-    def _stop_leasing(self) -> None:
-        # A lease taken after close would never go back: the thread that returns them
+    def _stop_allotting(self) -> None:
+        # An allotment taken after close would never go back: the thread that returns them
         # has stopped, and the owner may never call again.
-        for handle in list(self._leasing):
+        for handle in list(self._allotting):
             if handle.rounds is not None:
-                handle.rounds.stop_leasing()
+                handle.rounds.stop_allotting()
 
     def __enter__(self) -> RedisBackend:
         return self
@@ -434,7 +434,7 @@ class RedisBackend(RedisCalls):
         lease: float | None = None,
         shadow: bool = False,
     ) -> RedisHandle:
-        """One limiter; ``lease``: the seconds of a lease it spends here (see
+        """One limiter; ``lease``: the seconds of an allotment it spends here (see
         ``redis/rounds.py``), which its algorithm's guard must already include; ``shadow``:
         said in what the code says (``redis/config.py``), for ``inspect`` and ``top``."""
         assert name is not None  # the front requires a name for a shared backend
@@ -464,7 +464,7 @@ class RedisBackend(RedisCalls):
                 handle.reserve_one_async,
             )
             if lease is not None:
-                self._leasing.add(handle)
+                self._allotting.add(handle)
                 if self._returns is not None and not _injected(clock):
                     returns, give_back = self._returns, handle.give_back_ended
                     rounds.on_allotment = lambda seconds: returns.watch(seconds, give_back)

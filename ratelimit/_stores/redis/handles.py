@@ -88,7 +88,7 @@ class _ScriptHandle(ABC, Generic[T]):
         # is named too (name_grants).
         self._reserve_op = "reserve"
         self._batch_op = "batch"
-        #: Coalescing and leases (``redis/rounds.py``); ``None``: one call per reserve.
+        #: Coalescing and allotments (``redis/rounds.py``); ``None``: one call per reserve.
         self.rounds: Rounds | None = None
         #: With a local fallback: the grants still to go, carried at a switch
         #: (``redis/pending.py``).
@@ -113,7 +113,7 @@ class _ScriptHandle(ABC, Generic[T]):
     # -- rounds (see redis/rounds.py) -------------------------------------------------------
 
     def _batch_args(self, rnd: Round) -> list[str]:
-        """The script's arguments for a round of several requests (or a lease)."""
+        """The script's arguments for a round of several requests (or an allotment)."""
         raise NotImplementedError(f"{type(self).__name__} is not decided in rounds")
 
     @staticmethod
@@ -170,7 +170,7 @@ class _ScriptHandle(ABC, Generic[T]):
         if not ahead > 0:
             return None
         if self.rounds is not None:
-            self.rounds.void()  # a lease is not to be spent through the pause
+            self.rounds.void()  # an allotment is not to be spent through the pause
         return ahead, self._args("restrict", self._nothing(), num(ahead))
 
     def _to_store(self) -> None:
@@ -377,7 +377,7 @@ class _ScriptHandle(ABC, Generic[T]):
         )
 
     def reset(self) -> None:
-        """Forget the usage in the store (the script's ``reset`` op), and any lease in hand."""
+        """Forget the usage in the store (the script's ``reset`` op), and any allotment in hand."""
         self._forgetting()
         try:
             self._backend.run(self._script, self._base_keys, self._args("reset", self._nothing(), ""))
@@ -393,7 +393,7 @@ class _ScriptHandle(ABC, Generic[T]):
 
     def _forgetting(self) -> None:
         if self.rounds is not None:
-            self.rounds.void()  # a lease was taken from the usage forgotten
+            self.rounds.void()  # an allotment was taken from the usage forgotten
 
 
 class RedisHandle(_ScriptHandle[float]):
@@ -401,9 +401,9 @@ class RedisHandle(_ScriptHandle[float]):
     first call and then once every ``CODE_EVERY`` seconds; ``ARGV = [op, now, tokens,
     extra, *params, slack, shadow]``.
 
-    With ``rounds`` (coalescing, a lease: see ``redis/rounds.py``) its reserves are decided
+    With ``rounds`` (coalescing, an allotment: see ``redis/rounds.py``) its reserves are decided
     in rounds, ``ARGV = ['batch', now, give_back, give_back_at, *params, slack, shadow, want, least,
-    tokens, max_wait, ...]`` for more than one request or a lease.
+    tokens, max_wait, ...]`` for more than one request or an allotment.
     """
 
     __slots__ = ("__weakref__", "_code_due", "_params", "_with_code")
@@ -462,7 +462,7 @@ class RedisHandle(_ScriptHandle[float]):
         return None if got is None else self._count(tokens, got)
 
     def restrict(self, remaining: float, seconds: float) -> None:
-        # The provider says how much more may go: what is left of a lease is not
+        # The provider says how much more may go: what is left of an allotment is not
         # the process's to spend any more.
         if self.rounds is not None:
             self.rounds.void()
@@ -520,7 +520,7 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
 
     def _batch_args(self, rnd: Round) -> list[str]:
         # The members with no tokens of their own, then each request: its max_wait
-        # and one weight per member (see lua/_group.lua). A group takes no lease.
+        # and one weight per member (see lua/_group.lua). A group takes no allotment.
         args = self._args(self._batch_op, [0.0] * len(self._members), "")
         for ask in rnd.asks:
             request: Sequence[float] = ask.request  # type: ignore[assignment]
