@@ -78,7 +78,7 @@ if op == 'reserve' then
   if ARGV[3] ~= '' then max_wait = tonumber(ARGV[3]) end
   local wait, changed, name = reserve_members(members, holes, now, max_wait, nil, names)
   save_all(not changed)
-  tally_one(top_base, now, wait)
+  count_one(top_base, now, wait)
   return {fmt_wait(wait), fmt(now + wait), name}
 elseif op == 'batch' then
   -- The requests' own reserves, one after the other, as separate calls in this
@@ -100,7 +100,7 @@ elseif op == 'batch' then
     k = k + 1 + #members
   end
   save_all(not changed)
-  tally(top_base, now, waits, 0, 0)
+  count_decided(top_base, now, waits, 0, 0)
   out[#out + 1] = '0'
   out[#out + 1] = fmt(now)
   return out
@@ -127,11 +127,11 @@ elseif op == 'restrict' then
   elseif timeless then
     -- Allowances only, whose states hold no time (see gate in holes.py).
     gate(holes, now, untl)
-    if paused then tally(top_base, now, {}, 0, 1) end
+    if paused then count_decided(top_base, now, {}, 0, 1) end
   else
     if paused then
       pause(holes, now, untl)
-      tally(top_base, now, {}, 0, 1)
+      count_decided(top_base, now, {}, 0, 1)
     end
     for _, m in ipairs(members) do
       m.state = m.alg.restrict(m.self, m.state, now, m.tokens, untl)
@@ -168,7 +168,7 @@ elseif op == 'refund' then
   for i, m in ipairs(members) do tokens[i] = m.tokens end
   give_back_members(members, holes, now, tokens, at, exact)
   save_all(false)
-  if at and at > now + EPSILON then tally_withdrawn(top_base, now) end
+  if at and at > now + EPSILON then count_withdrawn(top_base, now) end
   return {fmt(now)}
 end
 return redis.error_reply('ratelimit: unknown op ' .. tostring(op))

@@ -59,7 +59,7 @@
 --            for more than the limit could ever grant), now}; see peek_members
 --   reset (limiter.reset): {now}; the state, holes and pause are forgotten
 -- reserve, batch and a restrict that pauses also count what they decided for
--- `ratelimit top` (see `tally`).
+-- `ratelimit top` (see `count_decided`).
 -- Mirrors MemoryHandle in ratelimit/_stores/memory/backend.py: the algorithm's step, with holes.
 
 -- How long what the code says stays readable once no process has decided (a day).
@@ -153,7 +153,7 @@ if ALG.fast and op == 'reserve' and KEYS[2] and not KEYS[3] and (ARGV[7] == '0.0
   if raw then
     local wait, name = ALG.fast(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]), names)
     if wait then
-      tally_one(top_base, now, wait)
+      count_one(top_base, now, wait)
       if wait == 0 and name == '' then return at_once_reply(time, ARGV[2]) end
       return {fmt_wait(wait), fmt(now + wait), name}
     end
@@ -271,7 +271,7 @@ if beside == 0 and op == 'reserve' and not KEYS[3]
       recorded_slack, recorded_until = record_slack(fleet_slack, slack, idle, now, recorded_slack, recorded_until)
       if not elsewhere then recorded_beside(KEYS[1], recorded_slack, recorded_until) end
     end
-    tally_one(top_base, now, wait)
+    count_one(top_base, now, wait)
     if wait == 0 and name == '' then return at_once_reply(time, ARGV[2]) end
     return {fmt_wait(wait), fmt(now + wait), name}
   end
@@ -438,7 +438,7 @@ if op == 'reserve' then
     ALG.save(self, member.state, now, no_holes and slack == 0 and not kept)
     keep_slack(member.state)
   end
-  tally_one(top_base, now, wait)
+  count_one(top_base, now, wait)
   return {fmt_wait(wait), fmt(now + wait), name}
 elseif op == 'batch' then
   -- Exactly the requests' own reserves, one after the other, as separate calls in
@@ -482,7 +482,7 @@ elseif op == 'batch' then
   end
   out[#out + 1] = fmt(got)
   out[#out + 1] = fmt(now)
-  tally(top_base, now, waits, got, 0)
+  count_decided(top_base, now, waits, got, 0)
   if changed or dirty(member.state) then
     ALG.save(self, member.state, now)
     keep_slack(member.state)
@@ -496,7 +496,7 @@ elseif op == 'refund' then
   end
   give_back_members({member}, holes, now, {tokens}, at, exact)
   ALG.save(self, member.state, now)
-  if at and at > now + EPSILON then tally_withdrawn(top_base, now) end
+  if at and at > now + EPSILON then count_withdrawn(top_base, now) end
   return {fmt(now)}
 elseif op == 'charge' then
   charge_members({member}, holes, now)
@@ -551,12 +551,12 @@ elseif op == 'restrict' then
   elseif self.allowance then
     -- A state that holds no time (see gate in holes.py): the pause kept beside it.
     gate(holes, now, untl)
-    if tokens <= EPSILON then tally(top_base, now, {}, 0, 1) end
+    if tokens <= EPSILON then count_decided(top_base, now, {}, 0, 1) end
   else
     member.state = ALG.restrict(self, member.state, now, tokens, untl)
     if tokens <= EPSILON then
       pause(holes, now, untl)
-      tally(top_base, now, {}, 0, 1)
+      count_decided(top_base, now, {}, 0, 1)
     end
   end
   ALG.save(self, member.state, now)
