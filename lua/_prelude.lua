@@ -105,7 +105,7 @@ end
 -- only a queue of reservations piled that far ahead is cut short) and written out.
 local MAX_IDLE_MS = 1e13
 
--- The last TTL written out, kept between calls of the function library: a bucket
+-- The last TTL written out, cached between calls of the function library: a bucket
 -- granting below its limit asks the same TTL at each decision (its state one grant
 -- ahead of now), and a string.format is a sizeable part of a fast-path decision.
 local said_ms, said_ms_text = nil, nil

@@ -71,7 +71,7 @@ local function wait_field(wait)
   return 'w' .. (#WAIT_BOUNDS + 1)
 end
 
--- The key of the last second counted, kept between calls of the function library
+-- The key of the last second counted, cached between calls of the function library
 -- (a script builds it each time): string.format is paid once a second, not at each
 -- decision. A different base or second builds it again.
 local last_base, last_second, last_key = nil, nil, nil

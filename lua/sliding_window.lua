@@ -35,7 +35,7 @@ do
     return limit, window + seconds
   end
 
-  -- The last one made, kept between calls of the function library (a table and a
+  -- The last one made, cached between calls of the function library (a table and a
   -- key's name less at each decision of a hot window): it is never written once made.
   local made_key, made_limit, made_window, made = nil, nil, nil, nil
 
@@ -103,7 +103,7 @@ do
     return fmt(s) .. '|' .. fmt(w)
   end
 
-  -- The member the checked fast path added last, and its numbers, kept between calls of the
+  -- The member the checked fast path added last, and its numbers, cached between calls of the
   -- function library: a busy window's newest entry is, at nearly every decision, the
   -- one its decision before added (a member's numbers are a pure function of its text).
   local wrote_member, wrote_sum, wrote_weight = nil, nil, nil

@@ -35,7 +35,7 @@ do
     return limit, window + seconds
   end
 
-  -- The last one made, kept between calls of the function library: a hot window is
+  -- The last one made, cached between calls of the function library: a hot window is
   -- decided on the same, and its fields are never written once made.
   local made_key, made_limit, made_window, made = nil, nil, nil, nil
 

@@ -216,7 +216,7 @@ function token_bucket.unmarked(raw)
 end
 
 do
-  -- The numbers of the parameters last sent, kept between calls of the function
+  -- The numbers of the parameters last sent, cached between calls of the function
   -- library (a script's die with the call): a pure function of their text.
   local said1, said2, capacity, interval, tolerance = nil, nil, 0.0, 0.0, 0.0
   -- The text this function wrote last and its number (see leaky_bucket.fast).

@@ -43,13 +43,13 @@ KINDS = ["exact", "approximate"]
 
 def _window(kind: str, backend: RedisBackend, clock: ManualClock, name: str) -> SlidingWindow:
     # Four a second, with the default guard (a slack of 0.05 s): a window's every
-    # decision reads the slack record, which is what the library keeps.
+    # decision reads the slack record, which is what the library caches.
     return SlidingWindow(4, 1, approximate=kind == "approximate", backend=backend, name=name, clock=clock)
 
 
 def _two_granted(client: Any, kind: str) -> tuple[SlidingWindow, ManualClock, str]:
     """A window of a new name that has granted two: its first decision asked what is
-    beside its state (it writes what the code says), and the library keeps that."""
+    beside its state (it writes what the code says), and the library caches that."""
     name = unique_name("beside")
     clock = ManualClock(1_000.0)
     window = _window(kind, RedisBackend(client, coalesce=False), clock, name)
@@ -201,7 +201,7 @@ def test_a_bucket_without_slack_never_writes_its_state_clean_beside_a_record(cli
 def test_a_bucket_follows_a_change_set_beside_the_library_once_a_tenth_has_passed(redis_client: redis.Redis) -> None:
     # A writer beside the library that rewrites the state, as an older release's `set`
     # does: this release's scripts on another client (they keep nothing). A decision
-    # that used what was kept writes the state unmarked, so the fast path does not
+    # that used what was cached writes the state unmarked, so the fast path does not
     # hide the change for the minute until the code is written again.
     client = redis_client
     beside = redis.Redis.from_url(REDIS_URL)
@@ -211,7 +211,7 @@ def test_a_bucket_follows_a_change_set_beside_the_library_once_a_tenth_has_passe
     bucket = TokenBucket(4, 1, backend=RedisBackend(client, coalesce=False), name=name, clock=clock)
     assert bucket.try_acquire()  # asks (it writes what the code says), and keeps it
     write_override(beside, name, Override(rate=1.0, burst=1.0, ttl=None), now=clock.now())
-    bucket.try_acquire()  # may use what was kept: the code's burst of 4
+    bucket.try_acquire()  # may use what was cached: the code's burst of 4
     clock.advance(2 * TRUSTED)
     assert not bucket.try_acquire()  # the change's burst of 1, two taken
     beside.close()
@@ -431,7 +431,7 @@ def test_more_bases_than_the_library_keeps_forget_nothing_written(redis_client: 
     # The pause is long: its keys expire on the server's own clock (idle_ms), which runs
     # on through the thousands of calls below while this test's clock stands still. A
     # pause of a few seconds would be gone, and the base free, whenever those calls take
-    # longer than that (a loaded machine), whatever the library keeps.
+    # longer than that (a loaded machine), whatever the library caches.
     pause = 600
     clock = ManualClock(1_000.0)
     window = SlidingWindow(3, 1, guard=0.05, backend=RedisBackend(redis_client, coalesce=False),
@@ -502,7 +502,7 @@ def test_a_restriction_written_outside_the_library_holds_once_the_trusted_span_h
     redis_client: redis.Redis, kind: str
 ) -> None:
     # The same for a provider's word fed back by a process refused FCALL (its scripts):
-    # a bucket left clean on what was kept would skip the restriction's holes.
+    # a bucket left clean on what was cached would skip the restriction's holes.
     def after(by_script: bool) -> list[Any]:
         clock = ManualClock(1_000.0)
         name = unique_name("beside-out")
@@ -530,7 +530,7 @@ def test_a_lease_recorded_outside_the_library_is_kept_back_once_the_trusted_span
 ) -> None:
     # A leased process refused FCALL records its slack by script: a plain bucket of the
     # same name must keep that share back for the leased tokens still to go. Left clean
-    # on what was kept (no record), it would grant the whole burst on its fast path.
+    # on what was cached (no record), it would grant the whole burst on its fast path.
     def grants(by_script: bool) -> list[int]:
         clock = ManualClock(1_000.0)
         name = unique_name("beside-lease")

@@ -155,7 +155,7 @@ def test_a_clean_state_reads_as_its_numbers_to_releases_before_the_mark(client: 
 
 @pytest.mark.parametrize("kind", list(BUCKETS))
 def test_a_state_written_by_hand_between_quick_decisions_is_read_as_written(client: Any, kind: str) -> None:
-    # The library keeps the text it wrote last, and its numbers, to skip parsing a
+    # The library caches the text it wrote last, and its numbers, to skip parsing a
     # hot bucket's state: a text is read from the key at every decision, and only
     # ever stands for its own numbers, whichever key it was written to and by whom.
     clock = ManualClock(1_000.0)

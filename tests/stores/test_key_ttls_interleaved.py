@@ -283,7 +283,7 @@ def test_a_request_of_no_tokens_after_an_exact_windows_grants_aged_out_is_grante
     assert not redis_client.exists(keys[0])
 
 
-# -- the buckets' fast paths: the text written last, kept between calls --------------
+# -- the buckets' fast paths: the text written last, cached between calls --------------
 
 #: Numbers a state's text may hold at the edges: the zeros, the tiniest and huge ones.
 EDGES = [-0.0, 0.0, 5e-324, -5e-324, 1e300, -1e300, 1.7976931348623157e308]

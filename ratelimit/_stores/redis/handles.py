@@ -73,7 +73,7 @@ class _ScriptHandle(ABC, Generic[T]):
         self._backend = backend
         self._script = script
         self._base_keys = tuple(keys)
-        # Before each op, what the library is to keep between calls (see op_of in
+        # Before each op, what the library is to cache between calls (see op_of in
         # lua/_top.lua; it serves every database of its server, and keeps database 0's
         # counts and what is found beside a state): '~' counts nothing for `ratelimit
         # top`; '!' counts at once, for a database other than 0; '^' both.
