@@ -569,7 +569,7 @@ def server_url() -> Iterator[str]:
 @pytest.mark.servers
 @settings(max_examples=10, deadline=None)
 @given(kind=st.sampled_from(FLEET_KINDS), steps=st.lists(st.one_of(STEP, st.just(("flush",))), min_size=1, max_size=40))
-def test_a_function_flush_mid_run_loses_what_was_kept_and_nothing_else(
+def test_a_function_flush_mid_run_loses_what_was_cached_and_nothing_else(
     server_url: str, kind: str, steps: list[Any]
 ) -> None:
     # A flush (or a restart, a failover) takes the library and what it kept: the

@@ -25,7 +25,7 @@ from ..stats import Stats, weight
 from ..store import Pacing
 from .calls import RedisCalls
 from .pending import LOCAL, STORE, PendingGrants
-from .replies import at_arg, charged_of, decision_of, grant_time, kept_num, num, wait_arg
+from .replies import at_arg, cached_num, charged_of, decision_of, grant_time, num, wait_arg
 from .rounds import Round, RoundReply, Rounds
 from .scripts import Script, group_script, lanes_script, single_script
 
@@ -445,7 +445,7 @@ class RedisHandle(_ScriptHandle[float]):
         self._code_due = -math.inf
 
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
-        return [self._quiet + op, self._now(), kept_num(tokens), extra, *self._params]
+        return [self._quiet + op, self._now(), cached_num(tokens), extra, *self._params]
 
     def _batch_args(self, rnd: Round) -> list[str]:
         back = ("", "") if rnd.give_back is None else (num(rnd.give_back[0]), at_arg(rnd.give_back[1]))

@@ -20,19 +20,19 @@ def num(value: float) -> str:
 
 
 #: The text of the amounts and waits sent most (a token, no wait...), made once: at
-#: most :data:`KEPT_MOST` of them, the first met.
-_KEPT: dict[float, str] = {}
-KEPT_MOST = 64
+#: most :data:`CACHED_MOST` of them, the first met.
+_CACHED: dict[float, str] = {}
+CACHED_MOST = 64
 
 
-def kept_num(value: float) -> str:
+def cached_num(value: float) -> str:
     """``num(value)``, for the amounts a process sends again and again (tokens, waits)."""
-    text = _KEPT.get(value)
+    text = _CACHED.get(value)
     if text is None:
         text = repr(float(value))
-        # Equal values have one text, but for the zeros (0.0 == -0.0): none is kept.
-        if value and len(_KEPT) < KEPT_MOST:
-            _KEPT[value] = text
+        # Equal values have one text, but for the zeros (0.0 == -0.0): none is cached.
+        if value and len(_CACHED) < CACHED_MOST:
+            _CACHED[value] = text
     return text
 
 
@@ -102,4 +102,4 @@ def wait_arg(max_wait: float) -> str:
         return ""
     if max_wait == 0.0:  # a try_acquire's: its text, without formatting it each time
         return "0.0" if math.copysign(1.0, max_wait) > 0 else "-0.0"
-    return kept_num(max_wait)
+    return cached_num(max_wait)
