@@ -59,7 +59,7 @@ return v
 
 BIG = 1e12
 
-#: A window's steady decision, its commands alone: what its lean path sends to Redis
+#: A window's steady decision, its commands alone: what its checked fast path sends to Redis
 #: when a busy window grants at once (the window log: prune, its oldest and newest
 #: entries, the grant; the counter: now's sub-window with `last` and `total`, and the
 #: three written back), with only the arithmetic that feeds them. A library of its

@@ -7,8 +7,8 @@ other player's take (``time.monotonic()``, one clock for every process of a Linu
 box). Measured twice in one run, the two players being:
 
 - two threads of one process (the floor: the release wakes the waiter directly), and
-- two processes (the release knocks at the waiter's door, a Unix datagram socket;
-  the waiter's process checks its grant in the file and wakes it).
+- two processes (the release sends a wake message to the waiter's wake socket, a Unix
+  datagram socket; the waiter's process checks its grant in the file and wakes it).
 
 Printed: the median and 95th percentile of each, and the processes' over the threads'.
 

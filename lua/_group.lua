@@ -12,7 +12,7 @@
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  reserve: max_wait, '' for no limit; refund: the grant time ('' for a grant
 --          already made; a time still ahead withdraws that reservation), or
---          "<time> <mask>" for a refund that names its grant (the mask reserve returned);
+--          "<time> <name>" for a refund that names its grant (the name reserve returned);
 --          restrict: seconds from now until the restriction ends (the members'
 --          "tokens" are then the tokens each still allows); charge: ''
 --          (a member's tokens may be 0: nothing is recorded in it)
@@ -21,7 +21,7 @@
 --
 -- batch (one process's concurrent acquires in one call; see ratelimit/_stores/redis/rounds.py):
 -- the members' own tokens are 0; after the members, each request's max_wait ('' no
--- limit) and one weight per member, in arrival order. Returns {signed_wait, at, mask}
+-- limit) and one weight per member, in arrival order. Returns {signed_wait, at, name}
 -- per request, then {0, now} (a group takes no lease), as _single.lua's batch does.
 --
 -- Otherwise returns as the single-limiter driver does. Mirrors MemoryGroupHandle in
@@ -76,10 +76,10 @@ local holes = KEYS[1] .. ':holes:' .. table.concat(kinds, ',')
 if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[3] ~= '' then max_wait = tonumber(ARGV[3]) end
-  local wait, changed, mask = reserve_members(members, holes, now, max_wait, nil, names)
+  local wait, changed, name = reserve_members(members, holes, now, max_wait, nil, names)
   save_all(not changed)
-  tally_one(top_base, now, wait)
-  return {fmt_wait(wait), fmt(now + wait), mask}
+  count_one(top_base, now, wait)
+  return {fmt_wait(wait), fmt(now + wait), name}
 elseif op == 'batch' then
   -- The requests' own reserves, one after the other, as separate calls in this
   -- order would decide them.
@@ -91,16 +91,16 @@ elseif op == 'batch' then
     local max_wait = math.huge
     if ARGV[k] ~= '' then max_wait = tonumber(ARGV[k]) end
     for i, m in ipairs(members) do m.tokens = tonumber(ARGV[k + i]) end
-    local wait, moved, mask = reserve_members(members, holes, now, max_wait, nil, names)
+    local wait, moved, name = reserve_members(members, holes, now, max_wait, nil, names)
     if moved then changed = true end
     out[#out + 1] = fmt_wait(wait)
     out[#out + 1] = fmt(now + wait)
-    out[#out + 1] = mask
+    out[#out + 1] = name
     waits[#waits + 1] = wait
     k = k + 1 + #members
   end
   save_all(not changed)
-  tally(top_base, now, waits, 0, 0)
+  count_decided(top_base, now, waits, 0, 0)
   out[#out + 1] = '0'
   out[#out + 1] = fmt(now)
   return out
@@ -127,11 +127,11 @@ elseif op == 'restrict' then
   elseif timeless then
     -- Allowances only, whose states hold no time (see gate in holes.py).
     gate(holes, now, untl)
-    if paused then tally(top_base, now, {}, 0, 1) end
+    if paused then count_decided(top_base, now, {}, 0, 1) end
   else
     if paused then
       pause(holes, now, untl)
-      tally(top_base, now, {}, 0, 1)
+      count_decided(top_base, now, {}, 0, 1)
     end
     for _, m in ipairs(members) do
       m.state = m.alg.restrict(m.self, m.state, now, m.tokens, untl)
@@ -161,14 +161,14 @@ elseif op == 'rate' then
 elseif op == 'refund' then
   local at, exact = nil, nil
   if ARGV[3] ~= '' then
-    local time, mask = string.match(ARGV[3], '^(%S+) (%S+)$')
-    at, exact = tonumber(time or ARGV[3]), mask
+    local time, name = string.match(ARGV[3], '^(%S+) (%S+)$')
+    at, exact = tonumber(time or ARGV[3]), name
   end
   local tokens = {}
   for i, m in ipairs(members) do tokens[i] = m.tokens end
   give_back_members(members, holes, now, tokens, at, exact)
   save_all(false)
-  if at and at > now + EPSILON then tally_withdrawn(top_base, now) end
+  if at and at > now + EPSILON then count_withdrawn(top_base, now) end
   return {fmt(now)}
 end
 return redis.error_reply('ratelimit: unknown op ' .. tostring(op))

@@ -116,7 +116,7 @@ if op == 'reserve' then
   local wait, lane = reserve(max_wait, ARGV[5] == 'lo', keep)
   save(HIGH, true)
   save(LOW, true)
-  tally_one(top_base, now, wait)
+  count_one(top_base, now, wait)
   return {fmt_wait(wait), fmt(now + wait), NAMES[lane]}
 elseif op == 'wait' then
   -- Defined here, not above: a reserve makes no closure it does not use.
@@ -160,7 +160,7 @@ elseif op == 'refund' then
   local l = lanes[lane]
   give_back_members({l.member}, l.holes, now, {tokens}, at)
   save(lane, false)
-  if at and at > now + EPSILON then tally_withdrawn(top_base, now) end
+  if at and at > now + EPSILON then count_withdrawn(top_base, now) end
   return {fmt(now)}
 elseif op == 'charge' then
   -- See charge in lanes.py: ARGV[3] and ARGV[4] are the high and the low lane's parts
@@ -180,7 +180,7 @@ elseif op == 'restrict' then
   local untl = now + tonumber(ARGV[4])
   local low_part = math.floor(tokens * tonumber(ARGV[7]) + EPSILON)
   local parts = {tokens - low_part, low_part}
-  if tokens <= EPSILON then tally(top_base, now, {}, 0, 1) end
+  if tokens <= EPSILON then count_decided(top_base, now, {}, 0, 1) end
   for lane = 1, 2 do
     local m = lanes[lane].member
     restricted(lanes[lane].holes, now, untl)

@@ -11,7 +11,7 @@
 -- per limit of the group. At most one hole per time (within EPSILON). The member
 -- "pause", scored with the end of the latest pause from the provider, is no hole.
 -- The provider's pace (see pace in holes.py) is kept beside them, at <holes>:pace,
--- and the moves of the queue up into late holes (see _move_up in holes.py) at
+-- and the moves of the queue up into lasting holes (see _move_up in holes.py) at
 -- <holes>:moved (moves_of). A token bucket's hole stays good past its time for the
 -- part of its slot still ahead (`room`), and a refund that names a grant leaves one;
 -- see the docstring of holes.py.
@@ -68,20 +68,20 @@ local function hole_tokens(member)
   return out
 end
 
--- A late hole (see Hole in holes.py) is written with an 'L' before its time.
-local function hole_member(at, tokens, late)
+-- A lasting hole (see Hole in holes.py) is written with an 'L' before its time.
+local function hole_member(at, tokens, lasting)
   local parts = {}
   for i, n in ipairs(tokens) do parts[i] = fmt(n) end
   local member = fmt(at) .. '|' .. table.concat(parts, ',')
-  if late then return 'L' .. member end
+  if lasting then return 'L' .. member end
   return member
 end
 
-local function is_late(member)
+local function is_lasting(member)
   return string.sub(member, 1, 1) == 'L'
 end
 
--- The holes key lives as long as its holes may be taken: a late hole until its slot
+-- The holes key lives as long as its holes may be taken: a lasting hole until its slot
 -- is past, which can be later than the latest hole's time, so it is never shortened.
 local function hold(holes, seconds)
   local ms = idle_ms(seconds)
@@ -89,9 +89,9 @@ local function hold(holes, seconds)
 end
 
 -- See _room in holes.py: the tokens of a hole left for time `at` that a grant at t
--- may take; past its time only a late hole's, of an algorithm with `room`.
-local function hole_room(m, at, tokens, t, late)
-  if late and m.alg.room then return m.alg.room(m.self, at, tokens, t) end
+-- may take; past its time only a lasting hole's, of an algorithm with `room`.
+local function hole_room(m, at, tokens, t, lasting)
+  if lasting and m.alg.room then return m.alg.room(m.self, at, tokens, t) end
   if t <= at + EPSILON then return tokens end
   return 0.0
 end
@@ -99,14 +99,14 @@ end
 -- See _when in holes.py: when a request could take the hole (its time, or now if
 -- that is past), each member finding its tokens in the hole's room or granting them
 -- by itself by then, at least one from the hole; nil if it cannot.
-local function hole_when(members, plans, now, at, have, late)
+local function hole_when(members, plans, now, at, have, lasting)
   -- A hole of another shape belongs to another composite of the same name.
   if #have ~= #members then return nil end
   local t = now
   if at > now then t = at end
   local taken = false
   for i, m in ipairs(members) do
-    if m.tokens <= hole_room(m, at, have[i], t, late) + EPSILON then
+    if m.tokens <= hole_room(m, at, have[i], t, lasting) + EPSILON then
       if m.tokens > 0 then taken = true end
     elseif plans[i][1] - now > EPSILON or plans[i][2] > t + EPSILON then
       return nil
@@ -116,16 +116,16 @@ local function hole_when(members, plans, now, at, have, late)
   return nil
 end
 
--- See _add in holes.py: withdrawals of one moment make one hole; a late hole is
+-- See _add in holes.py: withdrawals of one moment make one hole; a lasting hole is
 -- never merged.
-local function add_hole(holes, now, at, tokens, late)
+local function add_hole(holes, now, at, tokens, lasting)
   local near = {}
-  if not late then
+  if not lasting then
     near = redis.call('ZRANGEBYSCORE', holes, fmt(at - EPSILON), fmt(at + EPSILON), 'WITHSCORES', 'LIMIT', 0, 4)
   end
   local merged = false
   for k = 1, #near, 2 do
-    if not merged and near[k] ~= 'pause' and not is_late(near[k]) then
+    if not merged and near[k] ~= 'pause' and not is_lasting(near[k]) then
       local have = hole_tokens(near[k])
       local hole_at = tonumber(near[k + 1])
       for i = 1, #tokens do have[i] = have[i] + tokens[i] end
@@ -134,7 +134,7 @@ local function add_hole(holes, now, at, tokens, late)
       merged = true
     end
   end
-  if not merged then redis.call('ZADD', holes, fmt(at), hole_member(at, tokens, late)) end
+  if not merged then redis.call('ZADD', holes, fmt(at), hole_member(at, tokens, lasting)) end
   local last = redis.call('ZRANGE', holes, -1, -1, 'WITHSCORES')
   hold(holes, tonumber(last[2]) - now)
 end
@@ -147,7 +147,7 @@ end
 
 -- See GrantTime in holes.py: a grant taken from holes is named by its pieces,
 -- "P<member>:<at>:<tokens>;..." ('' for none).
-local function pieces_mask(pieces)
+local function pieces_name(pieces)
   if #pieces == 0 then return '' end
   local parts = {}
   for k, p in ipairs(pieces) do parts[k] = p[1] .. ':' .. fmt(p[2]) .. ':' .. fmt(p[3]) end
@@ -162,13 +162,13 @@ local function take_hole(members, holes, now, hole, t)
   local rest, where, agree = {}, nil, true
   local pieces = {}
   for i, m in ipairs(members) do
-    local room = hole_room(m, hole.at, hole.have[i], t, hole.late)
+    local room = hole_room(m, hole.at, hole.have[i], t, hole.lasting)
     local left, place
     if m.tokens <= room + EPSILON then
       left = 0.0
       if room > m.tokens then left = room - m.tokens end
       place = m.alg.next_free(m.self, hole.at, m.tokens)
-      if hole.late and m.alg.room and m.tokens > 0 then
+      if hole.lasting and m.alg.room and m.tokens > 0 then
         pieces[#pieces + 1] = {i, piece_end(m, hole.at, room, m.tokens), m.tokens}
       end
     else
@@ -180,7 +180,7 @@ local function take_hole(members, holes, now, hole, t)
       if where == nil then where = place elseif place ~= where then agree = false end
     end
   end
-  if where ~= nil and agree then add_hole(holes, now, where, rest, hole.late) end
+  if where ~= nil and agree then add_hole(holes, now, where, rest, hole.lasting) end
   return pieces
 end
 
@@ -300,7 +300,7 @@ local function charge_members(members, holes, now)
   end
 end
 
--- See _drop_spent in holes.py: of the holes past their time only a late one may still
+-- See _drop_spent in holes.py: of the holes past their time only a lasting one may still
 -- hold room, for a member with `room`; drop the rest, every one of them.
 local function drop_spent(members, holes, now)
   local past = redis.call('ZRANGEBYSCORE', holes, '-inf', '(' .. fmt(now - EPSILON), 'WITHSCORES')
@@ -309,9 +309,9 @@ local function drop_spent(members, holes, now)
     if past[i] ~= 'pause' then
       local at = tonumber(past[i + 1])
       local have, keep = hole_tokens(past[i]), false
-      local late = is_late(past[i]) and #have == #members
+      local lasting = is_lasting(past[i]) and #have == #members
       for j, m in ipairs(members) do
-        if late and hole_room(m, at, have[j], now, true) > EPSILON then keep = true end
+        if lasting and hole_room(m, at, have[j], now, true) > EPSILON then keep = true end
       end
       if not keep then
         redis.call('ZREM', holes, past[i])
@@ -335,7 +335,7 @@ local function due_holes(members, now, found)
       if at > now + EPSILON then break end
       local have = hole_tokens(found[i])
       if #have == #members then
-        due[#due + 1] = {member = found[i], at = at, have = have, late = is_late(found[i])}
+        due[#due + 1] = {member = found[i], at = at, have = have, lasting = is_lasting(found[i])}
       end
     end
   end
@@ -347,7 +347,7 @@ end
 local function from_due(m, j, due, now)
   if not m.alg.room then return false end
   local sum = 0
-  for _, h in ipairs(due) do sum = sum + hole_room(m, h.at, h.have[j], now, h.late) end
+  for _, h in ipairs(due) do sum = sum + hole_room(m, h.at, h.have[j], now, h.lasting) end
   return m.tokens <= sum + EPSILON
 end
 
@@ -385,17 +385,17 @@ local function take_pooled(members, holes, now, due)
   for _, h in ipairs(due) do
     local rest, left_any = {}, false
     for j, m in ipairs(members) do
-      local room = hole_room(m, h.at, h.have[j], now, h.late)
+      local room = hole_room(m, h.at, h.have[j], now, h.lasting)
       local take = room
       if need[j] < room then take = need[j] end
       need[j] = need[j] - take
-      if take > EPSILON and h.late then pieces[#pieces + 1] = {j, piece_end(m, h.at, room, take), take} end
+      if take > EPSILON and h.lasting then pieces[#pieces + 1] = {j, piece_end(m, h.at, room, take), take} end
       local left = room - take
       if left > EPSILON then left_any = true else left = 0.0 end
       rest[j] = left
     end
     redis.call('ZREM', holes, h.member)
-    if left_any then redis.call('ZADD', holes, fmt(h.at), hole_member(h.at, rest, h.late)) end
+    if left_any then redis.call('ZADD', holes, fmt(h.at), hole_member(h.at, rest, h.lasting)) end
   end
   return pieces
 end
@@ -438,7 +438,7 @@ local function pace_wait(holes, now)
 end
 
 -- See _put in holes.py: the freed end of a slot that ends at `place` + tolerance, a
--- late hole where some of it is still ahead; only one hole a moment, made once (a
+-- lasting hole where some of it is still ahead; only one hole a moment, made once (a
 -- grant named twice, or beside another hole of its moment, could free a slot twice).
 local function put_hole(members, holes, now, place, hole)
   local horizon = nil
@@ -458,15 +458,15 @@ end
 
 local MOVES = 16
 
--- See _moving in holes.py: how the queue would move up into the late holes: {j, steps,
--- state, reach} (j the one slotted member every late hole holds tokens of, each step
+-- See _moving in holes.py: how the queue would move up into the lasting holes: {j, steps,
+-- state, reach} (j the one slotted member every lasting hole holds tokens of, each step
 -- a hole the queue moves into, the latest first, with the tokens it takes of it), or
 -- nil where nothing moves. `moved`: moves_of's; `paced`: the pace in force, if any.
 local function moving(members, holes, now, moved, paced)
   local all = redis.call('ZRANGE', holes, 0, -1, 'WITHSCORES')
-  local late, j = {}, nil
+  local lasting, j = {}, nil
   for k = 1, #all, 2 do
-    if all[k] ~= 'pause' and is_late(all[k]) then
+    if all[k] ~= 'pause' and is_lasting(all[k]) then
       local have = hole_tokens(all[k])
       if #have == #members then
         for i, n in ipairs(have) do
@@ -474,7 +474,7 @@ local function moving(members, holes, now, moved, paced)
             if j == nil then j = i elseif i ~= j then return nil end  -- holes of several limits
           end
         end
-        late[#late + 1] = {member = all[k], at = tonumber(all[k + 1]), have = have}
+        lasting[#lasting + 1] = {member = all[k], at = tonumber(all[k + 1]), have = have}
       end
     end
   end
@@ -484,9 +484,9 @@ local function moving(members, holes, now, moved, paced)
   if paced and paced.untl > reach then reach = paced.untl end
   if now > reach then reach = now end
   local state, steps, count = m.state, {}, #moved.list
-  for k = #late, 1, -1 do
+  for k = #lasting, 1, -1 do
     if count >= MOVES then break end
-    local h = late[k]
+    local h = lasting[k]
     if m.alg.latest(m.self, state) > h.at + EPSILON then
       local room = m.alg.room(m.self, h.at, h.have[j], now)
       local slack = m.alg.room(m.self, h.at, math.huge, reach)
@@ -504,7 +504,7 @@ local function moving(members, holes, now, moved, paced)
 end
 
 -- See _move_up in holes.py: move the queue up as `plan` (moving's) says: each hole's
--- line behind it moves up by what the hole gives, the late holes there with it, what
+-- line behind it moves up by what the hole gives, the lasting holes there with it, what
 -- is left of the hole stays one where it now ends, and each move is recorded.
 local function move_up(members, holes, now, plan, moved)
   local j = plan.j
@@ -519,7 +519,7 @@ local function move_up(members, holes, now, plan, moved)
     redis.call('ZREM', holes, h.member)
     local after = redis.call('ZRANGEBYSCORE', holes, '(' .. fmt(h.at + EPSILON), '+inf', 'WITHSCORES')
     for k = 1, #after, 2 do
-      if after[k] ~= 'pause' and is_late(after[k]) then
+      if after[k] ~= 'pause' and is_lasting(after[k]) then
         local at = tonumber(after[k + 1]) - d
         redis.call('ZREM', holes, after[k])
         redis.call('ZADD', holes, fmt(at), hole_member(at, hole_tokens(after[k]), true))
@@ -614,10 +614,10 @@ local function plan_members(members, holes, now, none)
       if scanned > HOLE_SCAN then break end
       local have = hole_tokens(found[i])
       local hole_at = tonumber(found[i + 1])
-      local late = is_late(found[i])
-      local t = hole_when(members, plans, now, hole_at, have, late)
+      local lasting = is_lasting(found[i])
+      local t = hole_when(members, plans, now, hole_at, have, lasting)
       if t ~= nil then
-        hole = {member = found[i], at = hole_at, have = have, t = t, late = late}
+        hole = {member = found[i], at = hole_at, have = have, t = t, lasting = lasting}
         break
       end
     end
@@ -659,7 +659,7 @@ end
 
 -- See exact in holes.py: the name of a grant just recorded at `at`, as the members
 -- whose slot it ends exactly ('1') or not ('0'); '' when none does.
-local function exact_mask(members, at)
+local function exact_name(members, at)
   -- (One limiter, the common case: no table.)
   if #members == 1 then
     local m = members[1]
@@ -681,7 +681,7 @@ end
 
 -- See at_once in holes.py: the name of a grant just recorded at once, as the pieces
 -- it ends the slotted members' lines with (their latest), '' where none took any.
-local function at_once_mask(members)
+local function at_once_name(members)
   local parts = {}
   for j, m in ipairs(members) do
     if m.alg.room and m.tokens > 0 then
@@ -694,7 +694,7 @@ end
 
 -- See settle in holes.py: decide what plan_members planned and, if granted, record
 -- it. Returns the signed wait, whether the members' states changed, and the grant's
--- name for a refund (exact_mask for a grant that waited; with `names`, at_once_mask
+-- name for a refund (exact_name for a grant that waited; with `names`, at_once_name
 -- for one that went at once). `paced`: the pace plan_members found in force, if any.
 local function settle_members(members, holes, now, admit_at, at, hole, max_wait, paced, names, moved)
   local wait = decide(admit_at, at, now, max_wait)
@@ -706,12 +706,12 @@ local function settle_members(members, holes, now, admit_at, at, hole, max_wait,
     paced.at = t + members[1].tokens * paced.interval
     pace_save(paced, now)
   end
-  local mask
+  local name
   if hole ~= nil and not hole.move then
     if hole.pooled then
-      mask = pieces_mask(take_pooled(members, holes, now, hole.pooled))
+      name = pieces_name(take_pooled(members, holes, now, hole.pooled))
     else
-      mask = pieces_mask(take_hole(members, holes, now, hole, at))
+      name = pieces_name(take_hole(members, holes, now, hole, at))
     end
     -- See settle in holes.py: a grant from a hole sets the reach.
     if moved and now + wait > moved.reach then
@@ -721,13 +721,13 @@ local function settle_members(members, holes, now, admit_at, at, hole, max_wait,
   else
     if hole ~= nil then move_up(members, holes, now, hole.move, moved) end
     commit_all(members, now, at)
-    if wait > EPSILON then mask = exact_mask(members, now + wait)
-    elseif names then mask = at_once_mask(members)
+    if wait > EPSILON then name = exact_name(members, now + wait)
+    elseif names then name = at_once_name(members)
     else return wait, true, '' end
   end
   -- (A name says which moves came after it: see GrantTime in holes.py.)
-  if mask ~= '' and moved then mask = mask .. gen_mark(moved) end
-  return wait, true, mask
+  if name ~= '' and moved then name = name .. gen_mark(moved) end
+  return wait, true, name
 end
 
 local function reserve_members(members, holes, now, max_wait, none, names)
@@ -797,7 +797,7 @@ local function restricted(holes, now, untl)
 end
 
 -- See _named in holes.py: where a named grant's tokens sit, member by member, from
--- its time and its name (a mask of '0'/'1', or the pieces "P<member>:<at>:<tokens>;...").
+-- its time and its name ('0'/'1' per member, or the pieces "P<member>:<at>:<tokens>;...").
 local function named_pieces(members, at, exact, moved)
   local out = {}
   for j = 1, #members do out[j] = {} end

@@ -59,7 +59,7 @@ end
 -- A state as a key keeps it: a debt charged past the largest double (an allowance spent
 -- past it, a TAT moved past it) is infinite in process, and is written as the largest
 -- double, which the loads read back as infinite (`unbounded`): 'inf' would be read back
--- as no state, a bucket whole again. (The quick paths leave such a state to the loads.)
+-- as no state, a bucket whole again. (The fast paths leave such a state to the loads.)
 local LARGEST = 1.7976931348623157e308
 
 local function fmt_state(x)
@@ -105,9 +105,9 @@ end
 -- only a queue of reservations piled that far ahead is cut short) and written out.
 local MAX_IDLE_MS = 1e13
 
--- The last TTL written out, kept between calls of the function library: a bucket
+-- The last TTL written out, cached between calls of the function library: a bucket
 -- granting below its limit asks the same TTL at each decision (its state one grant
--- ahead of now), and a string.format is a sizeable part of a quick decision.
+-- ahead of now), and a string.format is a sizeable part of a fast-path decision.
 local said_ms, said_ms_text = nil, nil
 
 local function idle_ms(seconds)

@@ -1,7 +1,7 @@
 -- ratelimit: driver for one limiter. This file is the body of
 -- drive_single(ALG, KIND, KEYS, ARGV), run at each call: ALG the algorithm's table,
 -- KIND its name. What it calls is defined once before it, in _prelude.lua, the
--- algorithm's file, _members.lua, _top.lua and _kept.lua (_kept_none.lua in a script;
+-- algorithm's file, _members.lua, _top.lua and _cache.lua (_cache_none.lua in a script;
 -- see ratelimit/_stores/redis/scripts.py).
 --
 -- KEYS[1]  the limiter's base key, ratelimit:{<name>}:<algorithm>; every key the
@@ -19,7 +19,7 @@
 --          budget keeps, a hash {slack, until}; see `fleet_slack` below
 -- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch' | 'peek' | 'wait' |
 --          'reset' | 'configure' | 'stage'; 'named' and 'nbatch' are 'reserve' and
---          'batch' that name a grant at once too (see at_once_mask in _members.lua),
+--          'batch' that name a grant at once too (see at_once_name in _members.lua),
 --          after a '~' when nothing is counted for `ratelimit top`, a '!' when the
 --          client's database is not 0, a '^' for both (see op_of in _top.lua)
 -- ARGV[2]  now, seconds; '' reads the server's TIME
@@ -27,30 +27,30 @@
 -- ARGV[4]  reserve: max_wait in seconds, '' for no limit;
 --          refund: the grant time being given back ('' for a grant already made);
 --          a time still ahead withdraws that reservation (see _members.lua); or
---          "<time> <mask>" for a refund that names its grant (the mask reserve returned);
+--          "<time> <name>" for a refund that names its grant (the name reserve returned);
 --          restrict: seconds from now until the restriction ends; charge: ''
 -- ARGV[5], ARGV[6]  the algorithm's two parameters, as the code configured them
 -- ARGV[7]  the seconds of guard (and lease) they already keep back ('0' none)
 -- ARGV[8]  '1' for a shadow limiter (never enforced), else '0': said in KEYS[3]
 --
--- batch (one process's concurrent acquires in one call, and its lease; see
--- ratelimit/_stores/redis/rounds.py): ARGV[3], ARGV[4] the tokens of an ended lease given
--- back and its grant time ('' none); ARGV[9] the lease wanted, in tokens ('0' none);
--- ARGV[10] the smallest lease worth taking; ARGV[11], ARGV[12], ... each request's
+-- batch (one process's concurrent acquires in one call, and its allotment; see
+-- ratelimit/_stores/redis/rounds.py): ARGV[3], ARGV[4] the tokens of an ended allotment given
+-- back and its grant time ('' none); ARGV[9] the allotment wanted, in tokens ('0' none);
+-- ARGV[10] the smallest allotment worth taking; ARGV[11], ARGV[12], ... each request's
 -- tokens and max_wait ('' no limit), in arrival order.
 --
 -- Returns, as strings (seconds, %.17g):
---   reserve: {signed_wait, at, mask}: signed_wait >= 0 granted after that wait, at
+--   reserve: {signed_wait, at, name}: signed_wait >= 0 granted after that wait, at
 --            store time `at`; < 0 refused, nothing recorded, -signed_wait is the wait
---            needed; mask '1' names a grant whose slot is known (see exact_mask), '' not.
---            The quick and lean paths reply a grant at once (wait 0, no name) as one
+--            needed; the grant's name, '1' for one whose slot is known (see exact_name), '' none.
+--            The fast and checked fast paths reply a grant at once (wait 0, no name) as one
 --            string, the time it was granted at: "<seconds> <microseconds>" of the
 --            server's TIME, or ARGV[2] as sent (see at_once_reply in _prelude.lua)
---   charge: {now, name, mask}: the time a refund names the charge by (its slot's end
---            less the tolerance: see give_back_members), '' where it has none, and
---            its mask ('1', with the mark of the latest move: see gen_mark)
+--   charge: {now, named_at, name}: the time a refund names the charge by (its slot's
+--            end less the tolerance: see give_back_members), '' where it has none, and
+--            its grant name ('1', with the mark of the latest move: see gen_mark)
 --   refund, restrict, configure, stage: {now}
---   batch: {signed_wait, at, mask} per request, then {lease tokens granted, at}
+--   batch: {signed_wait, at, name} per request, then {allotment tokens granted, at}
 --   peek (read only, `ratelimit inspect`): {the two parameters in force, the most
 --            tokens one request could take now, the wait for one token, the latest
 --            grant promised, the end of a pause ('' none), now}
@@ -59,7 +59,7 @@
 --            for more than the limit could ever grant), now}; see peek_members
 --   reset (limiter.reset): {now}; the state, holes and pause are forgotten
 -- reserve, batch and a restrict that pauses also count what they decided for
--- `ratelimit top` (see `tally`).
+-- `ratelimit top` (see `count_decided`).
 -- Mirrors MemoryHandle in ratelimit/_stores/memory/backend.py: the algorithm's step, with holes.
 
 -- How long what the code says stays readable once no process has decided (a day).
@@ -67,12 +67,12 @@ local CODE_KEPT_MS = '86400000'
 
 local now, time = clock_read(ARGV[2])
 
--- The quick path. Most decisions are a reserve whose state is all there is: no change
+-- The fast path. Most decisions are a reserve whose state is all there is: no change
 -- (KEYS[2]), no holes nor pause (<base>:holes) nor pace (<base>:holes:pace) nor moves
 -- (<base>:holes:moved), no slack record (<base>:slack). The
 -- full path learns that with an EXISTS, and decides through the tables and closures
--- below; the quick path reads the state alone and decides with the algorithm's
--- `quick`, the same arithmetic with none of them (so the same decisions, to the bit).
+-- below; the fast path reads the state alone and decides with the algorithm's
+-- `fast`, the same arithmetic with none of them (so the same decisions, to the bit).
 --
 -- Its invariant: a state written "clean" (a mark in its text, see each algorithm's
 -- file) was written by a reserve that found none of those keys beside it and made
@@ -85,7 +85,7 @@ local now, time = clock_read(ARGV[2])
 --   restrict          (a restriction, a pause) saves the state
 --   charge            saves the state (and only ever deletes holes)
 --   a slack record    written by `keep_slack`, right after a save, and only by a
---                     process keeping a slack, which never takes the quick path
+--                     process keeping a slack, which never takes the fast path
 --   reset             deletes the state
 -- So a clean state proves that nothing is beside it, and the EXISTS is skipped. A
 -- missing state (fresh, expired, evicted) or one not clean takes the full path, which
@@ -99,7 +99,7 @@ local now, time = clock_read(ARGV[2])
 -- followed within a minute (see `set` in docs/operating.md).
 --
 -- A grant at once is replied as the time alone (see at_once_reply in _prelude.lua).
-local raw = nil  -- the state as the quick or lean path read it (false: none)
+local raw = nil  -- the state as the fast or checked fast path read it (false: none)
 local op, counted, elsewhere = op_of(ARGV[1])
 
 -- A change where what the code says (KEYS[3]) is gone (an evicting maxmemory-policy
@@ -142,20 +142,20 @@ if op == 'stage' then
 end
 
 -- 'named' and 'nbatch' are 'reserve' and 'batch' for a limiter that gives back: a grant
--- at once is named too (see at_once_mask in _members.lua; the quick path names it so).
+-- at once is named too (see at_once_name in _members.lua; the fast path names it so).
 local names = false
 if op == 'named' then op, names = 'reserve', true
 elseif op == 'nbatch' then op, names = 'batch', true end
 local top_base = nil
 if counted then top_base = KEYS[1] end
-if ALG.quick and op == 'reserve' and KEYS[2] and not KEYS[3] and (ARGV[7] == '0.0' or ARGV[7] == '0') then
+if ALG.fast and op == 'reserve' and KEYS[2] and not KEYS[3] and (ARGV[7] == '0.0' or ARGV[7] == '0') then
   raw = redis.call('GET', KEYS[1])
   if raw then
-    local wait, mask = ALG.quick(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]), names)
+    local wait, name = ALG.fast(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]), names)
     if wait then
-      tally_one(top_base, now, wait)
-      if wait == 0 and mask == '' then return at_once_reply(time, ARGV[2]) end
-      return {fmt_wait(wait), fmt(now + wait), mask}
+      count_one(top_base, now, wait)
+      if wait == 0 and name == '' then return at_once_reply(time, ARGV[2]) end
+      return {fmt_wait(wait), fmt(now + wait), name}
     end
   end
 end
@@ -163,7 +163,7 @@ end
 local tokens, code1, code2, slack = numbers_of(ARGV[3], ARGV[5], ARGV[6], ARGV[7])
 
 -- Processes of one budget may keep different slacks: a rollout of `lease=` runs
--- leased and plain processes side by side, and a leased token may be sent `lease`
+-- allotting and plain processes side by side, and an allotted token may be sent `lease`
 -- seconds after its grant. A process keeping less back than another would grant
 -- what the other's late tokens still need, and the two together exceed the limit.
 -- So the largest slack in use is recorded here, until the state has been idle for
@@ -177,8 +177,8 @@ local fleet_slack, holes, own, paced, moves = sides_of(KEYS[1], ALG.beside)
 -- An algorithm with a key of its own that is absent almost always (`ALG.beside`, the
 -- window log's caps) has it asked after in the same EXISTS: found none, `load` is told
 -- so (raw = false) and reads nothing more.
--- What was found beside the state a moment ago, kept by the library (see
--- _kept.lua): used instead of asking by the calls that write nothing there (a
+-- What was found beside the state a moment ago, cached by the library (see
+-- _cache.lua): used instead of asking by the calls that write nothing there (a
 -- reserve, a batch giving nothing back, the ops that only read); forgotten by every
 -- other, which may. Not where the process keeps no slack and a record was found: the
 -- EXISTS counts the record, which keeps such a state from being written clean.
@@ -209,7 +209,7 @@ elseif KEYS[2] then
   else beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes, paced, moves) end
   if beside == 0 and own then raw = false end
 end
--- Something beside a clean state (a change or a record written by hand, see the quick
+-- Something beside a clean state (a change or a record written by hand, see the fast
 -- path): the state loses its mark here, so that every process takes the full path
 -- from now on. (Not by the ops that only read: they write nothing.)
 if beside > 0 and ALG.unmarked and op ~= 'peek' and op ~= 'wait' then
@@ -238,28 +238,28 @@ if beside > 0 then forget_beside(KEYS[1]) end
 local prior = 0.0
 if recorded_slack and now < recorded_until then prior = recorded_slack end
 
--- The lean path: a reserve that the EXISTS found alone with its state, under the
+-- The checked fast path: a reserve that the EXISTS found alone with its state, under the
 -- slack its state was decided with, is decided as the full path below decides it,
--- without defining its closures: by the algorithm's `lean` where it has one (the
+-- without defining its closures: by the algorithm's `checked_fast` where it has one (the
 -- sliding window counter's, with none of its tables either), else by reserve_members;
 -- then the slack is recorded as `keep_slack` records it.
 if beside == 0 and op == 'reserve' and not KEYS[3]
     and not (prior > slack + EPSILON) and not (slack > prior + EPSILON) then
   local max_wait = max_wait_of(ARGV[4])
   local self = ALG.new(KEYS[1], code1, code2)
-  local wait, mask, idle
-  if ALG.lean then
-    wait, mask, idle = ALG.lean(self, now, tokens, max_wait, time ~= nil)
-    -- Nothing: the full path decides, on what the lean path read where it says so.
-    if not wait and mask ~= nil then raw = mask end
+  local wait, name, idle
+  if ALG.checked_fast then
+    wait, name, idle = ALG.checked_fast(self, now, tokens, max_wait, time ~= nil)
+    -- Nothing: the full path decides, on what the checked fast path read where it says so.
+    if not wait and name ~= nil then raw = name end
   else
     -- The full path's reserve (below) with none of its closures: no change is in
     -- force, no holes are there, and the slack is the state's.
-    wait, mask = -math.huge, ''
+    wait, name = -math.huge, ''
     local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self, raw)}
     local changed = false
     if not (tokens > code1 + EPSILON) or code2 == math.huge then  -- (as too_big, below)
-      wait, changed, mask = reserve_members({member}, holes, now, max_wait, true, names)
+      wait, changed, name = reserve_members({member}, holes, now, max_wait, true, names)
     end
     if changed or dirty(member.state) then
       ALG.save(self, member.state, now, slack == 0 and not kept)
@@ -271,9 +271,9 @@ if beside == 0 and op == 'reserve' and not KEYS[3]
       recorded_slack, recorded_until = record_slack(fleet_slack, slack, idle, now, recorded_slack, recorded_until)
       if not elsewhere then recorded_beside(KEYS[1], recorded_slack, recorded_until) end
     end
-    tally_one(top_base, now, wait)
-    if wait == 0 and mask == '' then return at_once_reply(time, ARGV[2]) end
-    return {fmt_wait(wait), fmt(now + wait), mask}
+    count_one(top_base, now, wait)
+    if wait == 0 and name == '' then return at_once_reply(time, ARGV[2]) end
+    return {fmt_wait(wait), fmt(now + wait), name}
   end
 end
 
@@ -426,24 +426,24 @@ end
 if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
-  local wait, changed, mask = -math.huge, false, ''
+  local wait, changed, name = -math.huge, false, ''
   if not too_big(tokens) then
-    wait, changed, mask = reserve_members({member}, holes, now, max_wait, no_holes, names)
+    wait, changed, name = reserve_members({member}, holes, now, max_wait, no_holes, names)
   end
   if changed or dirty(member.state) then
-    -- Clean (see the quick path) when nothing was found beside the state: no change,
+    -- Clean (see the fast path) when nothing was found beside the state: no change,
     -- no holes, and no slack record, which the EXISTS asked after where none is kept.
     -- Asked in this call, not kept from an earlier one: a writer beside the library
     -- (an older release's `set`, which leaves the state unmarked) is followed at once.
     ALG.save(self, member.state, now, no_holes and slack == 0 and not kept)
     keep_slack(member.state)
   end
-  tally_one(top_base, now, wait)
-  return {fmt_wait(wait), fmt(now + wait), mask}
+  count_one(top_base, now, wait)
+  return {fmt_wait(wait), fmt(now + wait), name}
 elseif op == 'batch' then
   -- Exactly the requests' own reserves, one after the other, as separate calls in
-  -- this order would decide them; then the lease, itself a reservation with no wait,
-  -- taken only if every request went at once (a queue means no slack to lease), and
+  -- this order would decide them; then the allotment, itself a reservation with no wait,
+  -- taken only if every request went at once (a queue means no slack to allot), and
   -- halved until it fits or is not worth taking.
   local changed = false
   if ARGV[3] ~= '' then
@@ -458,16 +458,16 @@ elseif op == 'batch' then
     member.tokens = tonumber(ARGV[i])
     local max_wait = math.huge
     if ARGV[i + 1] ~= '' then max_wait = tonumber(ARGV[i + 1]) end
-    local wait, moved, mask = -math.huge, false, ''
+    local wait, moved, name = -math.huge, false, ''
     if not too_big(member.tokens) then
-      wait, moved, mask = reserve_members({member}, holes, now, max_wait, no_holes, names)
+      wait, moved, name = reserve_members({member}, holes, now, max_wait, no_holes, names)
     end
     if moved then changed = true end
     if wait ~= 0 then room = false end
     waits[#waits + 1] = wait
     out[#out + 1] = fmt_wait(wait)
     out[#out + 1] = fmt(now + wait)
-    out[#out + 1] = mask
+    out[#out + 1] = name
   end
   local want, least, got = tonumber(ARGV[9]), tonumber(ARGV[10]), 0
   while room and want >= least and want > 0 do
@@ -482,7 +482,7 @@ elseif op == 'batch' then
   end
   out[#out + 1] = fmt(got)
   out[#out + 1] = fmt(now)
-  tally(top_base, now, waits, got, 0)
+  count_decided(top_base, now, waits, got, 0)
   if changed or dirty(member.state) then
     ALG.save(self, member.state, now)
     keep_slack(member.state)
@@ -491,24 +491,24 @@ elseif op == 'batch' then
 elseif op == 'refund' then
   local at, exact = nil, nil
   if ARGV[4] ~= '' then
-    local time, mask = string.match(ARGV[4], '^(%S+) (%S+)$')
-    at, exact = tonumber(time or ARGV[4]), mask
+    local time, name = string.match(ARGV[4], '^(%S+) (%S+)$')
+    at, exact = tonumber(time or ARGV[4]), name
   end
   give_back_members({member}, holes, now, {tokens}, at, exact)
   ALG.save(self, member.state, now)
-  if at and at > now + EPSILON then tally_withdrawn(top_base, now) end
+  if at and at > now + EPSILON then count_withdrawn(top_base, now) end
   return {fmt(now)}
 elseif op == 'charge' then
   charge_members({member}, holes, now)
   ALG.save(self, member.state, now)
   keep_slack(member.state)
-  local name, mask = '', ''
+  local named_at, name = '', ''
   if ALG.room then
-    name = fmt(ALG.latest(self, member.state))
+    named_at = fmt(ALG.latest(self, member.state))
     -- (The mark of the latest move, as a reserve's name has it: see gen_mark.)
-    mask = '1' .. gen_mark(moves_of(holes, now))
+    name = '1' .. gen_mark(moves_of(holes, now))
   end
-  return {fmt(now), name, mask}
+  return {fmt(now), named_at, name}
 elseif op == 'peek' then
   -- The largest request that would go now, by bisection on the plan (which changes
   -- nothing saved): holes are left out, they only ever add to it.
@@ -551,12 +551,12 @@ elseif op == 'restrict' then
   elseif self.allowance then
     -- A state that holds no time (see gate in holes.py): the pause kept beside it.
     gate(holes, now, untl)
-    if tokens <= EPSILON then tally(top_base, now, {}, 0, 1) end
+    if tokens <= EPSILON then count_decided(top_base, now, {}, 0, 1) end
   else
     member.state = ALG.restrict(self, member.state, now, tokens, untl)
     if tokens <= EPSILON then
       pause(holes, now, untl)
-      tally(top_base, now, {}, 0, 1)
+      count_decided(top_base, now, {}, 0, 1)
     end
   end
   ALG.save(self, member.state, now)

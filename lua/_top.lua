@@ -7,8 +7,8 @@
 -- r requests refused, w<i> granted after a wait of at most WAIT_BOUNDS[i] seconds
 -- (w<n+1>: longer; their sum is the grants), c reservations withdrawn before they were
 -- due (a timeout, a cancelled task: grants that never went, which `top` takes off the
--- grants), l tokens leased, p pauses fed back by a provider. The TTL is set when a
--- field is new, which it is whenever the key is.
+-- grants), l tokens allotted (`lease=`), p pauses fed back by a provider. The TTL is
+-- set when a field is new, which it is whenever the key is.
 --
 -- A backend made with counters=False keeps none: its calls' op (ARGV[1] of every rate
 -- limit's driver) starts with '~', and the drivers pass a nil base, which counts nothing.
@@ -48,8 +48,8 @@ local top_holds_now = TOP_HOLDS
 -- ARGV[1] of a rate limit's driver: the op, whether the call is counted, and whether
 -- its client's database is another than 0. '~' before it: counted not at all
 -- (counters=False); '!': counted at once (see above); '^': both, not counted and
--- another database. (What a library keeps between calls is kept for database 0's
--- calls only: see also _kept.lua.)
+-- another database. (What a library caches between calls is cached for database 0's
+-- calls only: see also _cache.lua.)
 local function op_of(text)
   local mark = string.byte(text, 1)
   if mark == 126 then return string.sub(text, 2), false, false end
@@ -71,7 +71,7 @@ local function wait_field(wait)
   return 'w' .. (#WAIT_BOUNDS + 1)
 end
 
--- The key of the last second counted, kept between calls of the function library
+-- The key of the last second counted, cached between calls of the function library
 -- (a script builds it each time): string.format is paid once a second, not at each
 -- decision. A different base or second builds it again.
 local last_base, last_second, last_key = nil, nil, nil
@@ -168,7 +168,7 @@ local function hold_from(base, second)
 end
 
 -- One count of one field: on a hot limiter's path, a look-up and an increment.
-local function tally_field(base, now, field)
+local function count_field(base, now, field)
   local second = math.floor(now)
   if top_holds_now then
     if held_at[base] == second then
@@ -196,8 +196,8 @@ local function group_base(key, what)
 end
 
 -- One decision's count: the hot path, with no table built (a held count is looked
--- for here, one call less than through tally_field).
-local function tally_one(base, now, wait)
+-- for here, one call less than through count_field).
+local function count_one(base, now, wait)
   if base == nil then return end
   local field = 'r'
   if wait >= 0 then field = wait_field(wait) end
@@ -206,13 +206,13 @@ local function tally_one(base, now, wait)
     counts[field] = (counts[field] or 0) + 1
     return
   end
-  tally_field(base, now, field)
+  count_field(base, now, field)
 end
 
--- `waits`: the signed waits decided (< 0 refused); `leased`, `pauses`: counts. Held
+-- `waits`: the signed waits decided (< 0 refused); `allotted`, `pauses`: counts. Held
 -- (the library, a base's later call in a second), added to what is held and no more;
 -- else written, a table of the counts built first.
-local function tally(base, now, waits, leased, pauses)
+local function count_decided(base, now, waits, allotted, pauses)
   if base == nil then return end
   local second = math.floor(now)
   local counts = nil
@@ -224,7 +224,7 @@ local function tally(base, now, waits, leased, pauses)
     if wait >= 0 then field = wait_field(wait) end
     counts[field] = (counts[field] or 0) + 1
   end
-  if leased > 0 then counts['l'] = (counts['l'] or 0) + leased end
+  if allotted > 0 then counts['l'] = (counts['l'] or 0) + allotted end
   if pauses > 0 then counts['p'] = (counts['p'] or 0) + pauses end
   if holding then return end
   if top_holds_now then hold_from(base, second) end
@@ -237,7 +237,7 @@ local function tally(base, now, waits, leased, pauses)
 end
 
 -- A reservation withdrawn before it was due: one field.
-local function tally_withdrawn(base, now)
+local function count_withdrawn(base, now)
   if base == nil then return end
-  tally_field(base, now, 'c')
+  count_field(base, now, 'c')
 end

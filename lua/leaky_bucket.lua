@@ -2,7 +2,7 @@
 --
 -- State: one string key <base> holding "<drained_at> <latest>": when the bucket will
 -- have drained, and when the latest grant started leaking. A "clean" state (see the
--- quick path in _single.lua: written by a reserve that found nothing beside it) has
+-- fast path in _single.lua: written by a reserve that found nothing beside it) has
 -- a 0 before the digits of <latest> ("-0" for a negative one): %.17g never writes a
 -- 0 followed by a digit, and tonumber reads it alike, so every release reads both.
 -- A state with gaps (idle stretches still ahead, see LeakyQueue) has the same mark
@@ -215,7 +215,7 @@ function leaky_bucket.unmarked(raw)
   return d .. ' ' .. string.sub(l, 2)
 end
 
--- The quick path of a reserve (see _single.lua and token_bucket.quick): the same
+-- The fast path of a reserve (see _single.lua and token_bucket.fast): the same
 -- arithmetic as new, load, plan (plan_all), decide, commit and save, with no table.
 -- Returns the signed wait and the grant's name (never one: no `room`), or nil where
 -- `raw` is not a clean state.
@@ -226,7 +226,7 @@ do
   -- the two conversions are skipped (the strings are interned: one comparison).
   local wrote, wrote_drained, wrote_latest = nil, 0.0, 0.0
 
-  function leaky_bucket.quick(key, raw, p1, p2, now, tokens, max_wait)
+  function leaky_bucket.fast(key, raw, p1, p2, now, tokens, max_wait)
     local drained, latest
     if raw == wrote then
       drained, latest = wrote_drained, wrote_latest

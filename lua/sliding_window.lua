@@ -35,7 +35,7 @@ do
     return limit, window + seconds
   end
 
-  -- The last one made, kept between calls of the function library (a table and a
+  -- The last one made, cached between calls of the function library (a table and a
   -- key's name less at each decision of a hot window): it is never written once made.
   local made_key, made_limit, made_window, made = nil, nil, nil, nil
 
@@ -103,7 +103,7 @@ do
     return fmt(s) .. '|' .. fmt(w)
   end
 
-  -- The member the lean path added last, and its numbers, kept between calls of the
+  -- The member the checked fast path added last, and its numbers, cached between calls of the
   -- function library: a busy window's newest entry is, at nearly every decision, the
   -- one its decision before added (a member's numbers are a pure function of its text).
   local wrote_member, wrote_sum, wrote_weight = nil, nil, nil
@@ -119,7 +119,7 @@ do
   sliding_window.beside = ':caps'
 
   -- `known`: false where the driver found no caps key (nothing to read); a table
-  -- {last, dirty} where the lean path found no caps and read the newest entry (after
+  -- {last, dirty} where the checked fast path found no caps and read the newest entry (after
   -- its prune, if it made one: then dirty); the oldest is read where first needed.
   function sliding_window.load(self, known)
     local caps = {}
@@ -409,14 +409,14 @@ do
     if last ~= nil then expire_after(self.key, last[1] + self.window - now) end
   end
 
-  -- The lean path of a reserve (see _single.lua: no caps, no holes, no change, the
+  -- The checked fast path of a reserve (see _single.lua: no caps, no holes, no change, the
   -- state's slack): plan (prune, the oldest and the newest entry), decide, commit and
   -- save as the full path does them, in that order, with no table. Returns the signed
   -- wait, the grant's name ('': none is named) and the state's idle time where the
   -- full path would keep the slack record (nil: it would not); or nil and the newest
   -- entry read ({last}, for `load`) where the window is full (the search on the sums
   -- is the full path's), or nothing where an entry is not ours.
-  function sliding_window.lean(self, now, tokens, max_wait, timed)
+  function sliding_window.checked_fast(self, now, tokens, max_wait, timed)
     if tokens > self.limit + EPSILON then return -math.huge, '' end
     local key, window = self.key, self.window
     -- The prune first, whether or not anything has aged out: a busy window's oldest
@@ -477,7 +477,7 @@ do
     end
     -- The key's deadline, its newest entry's window and a margin, as every writer of
     -- the set gives it (see `save`), moves at each grant: on the server's clock
-    -- (`timed`, see sliding_window_counter.lean) it is set to the next half second
+    -- (`timed`, see sliding_window_counter.checked_fast) it is set to the next half second
     -- past that window's end, so that the grants of one half second share one and
     -- only the first of them writes it. A deadline a writer set for the entry before,
     -- less than half a second older, still leaves more than half the margin.

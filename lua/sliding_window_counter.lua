@@ -35,7 +35,7 @@ do
     return limit, window + seconds
   end
 
-  -- The last one made, kept between calls of the function library: a hot window is
+  -- The last one made, cached between calls of the function library: a hot window is
   -- decided on the same, and its fields are never written once made.
   local made_key, made_limit, made_window, made = nil, nil, nil, nil
 
@@ -85,7 +85,7 @@ do
   -- the total; a total that cannot be read is the sum of the counts; counts with no
   -- readable `last` cannot be placed in time, and are settled (see settle) as all
   -- granted at the first `now` this call sees.
-  -- `v`: the HMGET of every field where the lean path has read it already.
+  -- `v`: the HMGET of every field where the checked fast path has read it already.
   function sliding_window_counter.load(self, v)
     if v == nil then v = redis.call('HMGET', self.key, unpack(FIELDS, 1, self.ring + 2)) end
     local state = fresh(self)
@@ -327,11 +327,11 @@ do
   -- See WindowCounter.idle_until.
   sliding_window_counter.idle_until = idle_until
 
-  -- Sub-window s's count on the lean path (as load reads it): now's sub-window (slot
-  -- `here`) from `v`, the lean path's HMGET; any other from every field, read where
+  -- Sub-window s's count on the checked fast path (as load reads it): now's sub-window (slot
+  -- `here`) from `v`, the checked fast path's HMGET; any other from every field, read where
   -- first needed and returned as `all` for the next. (A function defined once, not a
   -- closure made at each decision.)
-  local function lean_count(self, s, here, v, all)
+  local function checked_count(self, s, here, v, all)
     local i = slot(self, s)
     local c
     if i == here then c = counter_field(v[3], 0.0)
@@ -343,14 +343,14 @@ do
     return c, all
   end
 
-  -- The lean path of a reserve (see _single.lua: nothing beside the state, the code's
+  -- The checked fast path of a reserve (see _single.lua: nothing beside the state, the code's
   -- limit, no slack to lay the state out for): load, plan (plan_all), decide, commit
   -- and save as the full path does them, in that order, with no table but the reply
   -- and reading only the sub-windows it counts (a count is read as load reads it).
   -- Returns the signed wait, the grant's name ('' : none is named here) and the idle
   -- time of the state saved (nil: nothing saved); or nothing where the state is not
   -- one it can place (missing, `last` or `total` unreadable): the full path decides.
-  function sliding_window_counter.lean(self, now, tokens, max_wait, timed)
+  function sliding_window_counter.checked_fast(self, now, tokens, max_wait, timed)
     local width, m, ring = self.width, self.subs, self.ring
     -- A busy window's decision counts one sub-window: now's, where the grant goes and
     -- which is the one that ages out when the latest grant was in the sub-window
@@ -373,13 +373,13 @@ do
       local used = total
       local s = index - m
       while s < k - m do
-        n, all = lean_count(self, s, here, v, all)
+        n, all = checked_count(self, s, here, v, all)
         used = used - n
         s = s + 1
       end
       if not (used + tokens - self.limit <= EPSILON) then
         while s <= index do
-          n, all = lean_count(self, s, here, v, all)
+          n, all = checked_count(self, s, here, v, all)
         used = used - n
           s = s + 1
           if used + tokens - self.limit <= EPSILON then break end
@@ -405,7 +405,7 @@ do
         else
           for s = index + 1, ka do
             local j = slot(self, s)
-            n, all = lean_count(self, s, here, v, all)
+            n, all = checked_count(self, s, here, v, all)
             total = total - n
             gone[#gone + 1] = FIELDS[j + 2]
           end
@@ -422,7 +422,7 @@ do
           if ka > s then s = ka end
         end
         i = slot(self, s)
-        c, all = lean_count(self, s, here, v, all)
+        c, all = checked_count(self, s, here, v, all)
       end
       c = c + tokens
       total = total + tokens

@@ -1,7 +1,7 @@
 -- ratelimit: token bucket as GCRA. Mirrors ratelimit/_algorithms/token_bucket.py operation for operation.
 --
 -- State: one string key <base> holding the theoretical arrival time (TAT, seconds),
--- followed by a space when the state is "clean" (see the quick path in _single.lua:
+-- followed by a space when the state is "clean" (see the fast path in _single.lua:
 -- written by a reserve that found nothing beside the state). Lua's tonumber reads
 -- through trailing spaces, so every release reads both forms alike.
 -- Params (ARGV, after the driver's own): capacity, rate (tokens per second).
@@ -9,7 +9,7 @@
 -- At rate 0 the bucket is an allowance (Allowance in token_bucket.py): `new` marks it
 -- so, the state is the tokens spent, and each function below that the arithmetic of
 -- time would break (n / 0 seconds) takes its `allowance` branch first. Its state is
--- written unmarked, so the quick path never meets one.
+-- written unmarked, so the fast path never meets one.
 
 local token_bucket = {}
 
@@ -201,14 +201,14 @@ function token_bucket.idle_until(self, state)
   return state
 end
 
--- The quick path of a reserve (see _single.lua): `raw` is the state's text as read,
+-- The fast path of a reserve (see _single.lua): `raw` is the state's text as read,
 -- `p1` and `p2` the code's capacity and rate as sent (no change, no slack in force).
--- The same arithmetic as new, load, plan (plan_all), decide, commit, exact_mask (and
--- at_once_mask with `names`) and save, in that order, with no table: the decisions
+-- The same arithmetic as new, load, plan (plan_all), decide, commit, exact_name (and
+-- at_once_name with `names`) and save, in that order, with no table: the decisions
 -- are the full path's to the bit.
 -- Returns the signed wait and the grant's name, or nil where `raw` is not a clean
 -- state (the full path decides then).
--- A clean state's text written again without the mark, its TTL kept (see the quick
+-- A clean state's text written again without the mark, its TTL kept (see the fast
 -- path in _single.lua: the full path found something beside it); nil if not clean.
 function token_bucket.unmarked(raw)
   if string.byte(raw, -1) ~= 32 then return nil end
@@ -216,13 +216,13 @@ function token_bucket.unmarked(raw)
 end
 
 do
-  -- The numbers of the parameters last sent, kept between calls of the function
+  -- The numbers of the parameters last sent, cached between calls of the function
   -- library (a script's die with the call): a pure function of their text.
   local said1, said2, capacity, interval, tolerance = nil, nil, 0.0, 0.0, 0.0
-  -- The text this function wrote last and its number (see leaky_bucket.quick).
+  -- The text this function wrote last and its number (see leaky_bucket.fast).
   local wrote, wrote_tat = nil, 0.0
 
-  function token_bucket.quick(key, raw, p1, p2, now, tokens, max_wait, names)
+  function token_bucket.fast(key, raw, p1, p2, now, tokens, max_wait, names)
     local tat
     if raw == wrote then
       tat = wrote_tat
@@ -261,7 +261,7 @@ do
     redis.call('SET', key, text, 'PX', idle_ms(state - now))
     wrote, wrote_tat = text, state
     if wait > EPSILON and math.abs(state - tolerance - (now + wait)) <= EPSILON then return wait, '1' end
-    -- (at_once_mask in _members.lua, for a limiter that gives back: `names`.)
+    -- (at_once_name in _members.lua, for a limiter that gives back: `names`.)
     if names and wait <= EPSILON then return wait, 'P1:' .. fmt(state - tolerance) .. ':' .. fmt(tokens) end
     return wait, ''
   end

@@ -38,9 +38,9 @@ is past frees nothing. A request of a composite may take a hole that holds
 tokens for some of its limits only, when the others grant it by themselves at that
 time (a refund of an LLM call's tokens, with the request counted as made).
 
-A request larger than the late holes would queue behind every reservation, as if
+A request larger than the lasting holes would queue behind every reservation, as if
 nothing came back. Instead the queue behind them *moves up* into them
-(:func:`_move_up`): the slots behind a late hole all begin after it ends, and every
+(:func:`_move_up`): the slots behind a lasting hole all begin after it ends, and every
 grant recorded is due by the *reach* (the latest time any may be due at), so each may
 begin (hole's end - reach) sooner and still lie within its time and its time +
 ``tau``. The line's end moves up by that much, or by what of the hole is still ahead,
@@ -98,7 +98,7 @@ __all__ = [
 #: How many holes a request looks at, earliest first, for one it fits in.
 SCAN = 16
 
-#: ``[at, tokens, late]``: when the withdrawn grant was due, its tokens per limit, and
+#: ``[at, tokens, lasting]``: when the withdrawn grant was due, its tokens per limit, and
 #: whether they are the end of a slot that ends at ``at`` + tolerance, known exactly
 #: (a named refund's), so that what is ahead stays good past ``at`` (see
 #: ``Algorithm.room``). A withdrawal's hole is taken at its own time only: its grant's
@@ -153,24 +153,24 @@ class Holes:
             setattr(self, name, value)
 
 
-def _add(holes: list[Hole], at: float, tokens: Sequence[float], late: bool = False) -> None:
+def _add(holes: list[Hole], at: float, tokens: Sequence[float], lasting: bool = False) -> None:
     # Two withdrawals for one moment are one hole (they were one grant's worth of
-    # budget at one time, whoever held it); a late hole is never merged (its room is a
+    # budget at one time, whoever held it); a lasting hole is never merged (its room is a
     # place in the slots, not only a moment).
     i = bisect.bisect_left(holes, at - EPSILON, key=lambda hole: hole[0])
     j = i
     while j < len(holes) and holes[j][0] <= at + EPSILON:
-        if not late and not holes[j][2]:
+        if not lasting and not holes[j][2]:
             holes[j][1] = tuple(h + n for h, n in zip(holes[j][1], tokens, strict=True))
             return
         j += 1
-    holes.insert(i, [at, tuple(tokens), late])
+    holes.insert(i, [at, tuple(tokens), lasting])
 
 
 def _room(alg: Algorithm[Any], hole: Hole, j: int, t: float) -> float:
-    """What limit ``j`` may take of ``hole`` at ``t``: past its time only a late one."""
-    at, have, late = hole
-    return alg.room(at, have[j], t) if late else exact_room(at, have[j], t)
+    """What limit ``j`` may take of ``hole`` at ``t``: past its time only a lasting one."""
+    at, have, lasting = hole
+    return alg.room(at, have[j], t) if lasting else exact_room(at, have[j], t)
 
 
 def void(holes: Holes) -> None:
@@ -274,7 +274,7 @@ def at_once(
 
 
 def _drop_spent(algs: Sequence[Algorithm[Any]], holes: list[Hole], now: float) -> None:
-    # Sorted by time: only the holes already past can be spent, and a late one may
+    # Sorted by time: only the holes already past can be spent, and a lasting one may
     # still hold room for a slotted limit.
     cut = now - EPSILON
     i = 0
@@ -326,7 +326,7 @@ def _take(
     states (the rest); keep what is left of the hole where it still fits. Returns the
     states and where the grant's tokens sit in the slotted limits."""
     hole = holes.pop(i)
-    at, late = hole[0], hole[2]
+    at, lasting = hole[0], hole[2]
     out = list(states)
     rest: list[float] = []
     pieces: list[Piece] = []
@@ -339,7 +339,7 @@ def _take(
             left = room - n if room > n else 0.0
             if left > EPSILON:
                 where.add(alg.next_free(at, n))
-            if late and alg.slotted and n > 0:
+            if lasting and alg.slotted and n > 0:
                 pieces.append((j, _piece_end(alg, at, room, n), n))
         else:
             out[j] = alg.commit(out[j], now, n, t)
@@ -348,7 +348,7 @@ def _take(
                 where.add(at)
         rest.append(left)
     if len(where) == 1:
-        _add(holes, where.pop(), rest, late)
+        _add(holes, where.pop(), rest, lasting)
     return out, pieces
 
 
@@ -361,7 +361,7 @@ Planned = tuple[float, float, "int | None"]
 DUE = -1
 
 #: The "hole" of a request that goes at the line's end once the queue has moved up into
-#: the late holes (:func:`_move_up`).
+#: the lasting holes (:func:`_move_up`).
 MOVE = -2
 
 
@@ -428,13 +428,13 @@ def _take_pooled(
         else:
             out[j] = alg.commit(out[j], now, n, now)
     for hole in due:
-        at, late = hole[0], hole[2]
+        at, lasting = hole[0], hole[2]
         rest = []
         for j, alg in enumerate(algs):
             room = _room(alg, hole, j, now)
             take = need[j] if need[j] < room else room
             need[j] -= take
-            if take > EPSILON and late:
+            if take > EPSILON and lasting:
                 pieces.append((j, _piece_end(alg, at, room, take), take))
             rest.append(room - take if room - take > EPSILON else 0.0)
         hole[1] = tuple(rest)
@@ -801,7 +801,7 @@ def _refund(
 
 
 def _put(algs: Sequence[Algorithm[Any]], items: list[Hole], now: float, at: float, hole: list[float]) -> None:
-    """Leave the freed end of a slot that ends at ``at`` + tolerance as a late hole,
+    """Leave the freed end of a slot that ends at ``at`` + tolerance as a lasting hole,
     where some of it is still ahead."""
     if not any(n > 0 and alg.room(at, n, now) > EPSILON for alg, n in zip(algs, hole, strict=True)):
         return
@@ -815,14 +815,14 @@ def _put(algs: Sequence[Algorithm[Any]], items: list[Hole], now: float, at: floa
 def _moving(
     algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes, now: float
 ) -> tuple[int, list[tuple[Hole, float]], Any] | None:
-    """How the queue would move up into the late holes (see :func:`_move_up`): the limit
-    (the one slotted limit every late hole holds tokens of), each hole the queue moves
+    """How the queue would move up into the lasting holes (see :func:`_move_up`): the limit
+    (the one slotted limit every lasting hole holds tokens of), each hole the queue moves
     into, the latest first, with the tokens it takes of it, and that limit's state
     then; ``None`` where nothing moves."""
     width = len(algs)
-    late = [hole for hole in holes.items if hole[2] and len(hole[1]) == width]
+    lasting = [hole for hole in holes.items if hole[2] and len(hole[1]) == width]
     j = None
-    for hole in late:
+    for hole in lasting:
         for k, n in enumerate(hole[1]):
             if n > 0:
                 if j is None:
@@ -844,7 +844,7 @@ def _moving(
         reach = now
     steps: list[tuple[Hole, float]] = []
     count = len(holes.moves)
-    for hole in sorted(late, key=lambda hole: hole[0], reverse=True):
+    for hole in sorted(lasting, key=lambda hole: hole[0], reverse=True):
         at = hole[0]
         if count >= MOVES:
             break
@@ -862,15 +862,15 @@ def _moving(
 
 
 def _move_up(algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes, now: float) -> list[Any]:
-    """Move the queue up into the late holes, as :func:`_moving` says.
+    """Move the queue up into the lasting holes, as :func:`_moving` says.
 
-    A late hole is the end of a slot nobody uses, with slots of later grants behind it
+    A lasting hole is the end of a slot nobody uses, with slots of later grants behind it
     up to the line's end. Every one of those slots begins after the hole ends, and
     every grant is due by the reach (the latest time any grant recorded may be due at):
     so each may begin up to (hole's end - reach) sooner and still not before its
     grant, which keeps it within its time and its time + tolerance, and with it the
     bound. The line behind the hole moves up by that much, or by what of the hole is
-    still ahead if less; the late holes behind move with it, and what is left of the
+    still ahead if less; the lasting holes behind move with it, and what is left of the
     hole stays one where it now ends. A request larger than the holes then waits for
     them and what refills after, at the line's end, not behind the whole queue.
 

@@ -18,8 +18,8 @@ from typing import Any
 from .. import _validate
 from .._algorithms.adaptive import Cubic
 from .._algorithms.algorithm import Algorithm
+from .._stores.stats import Stats
 from .._stores.store import Handle, Pacing
-from .._stores.tally import Tally
 
 __all__ = ["Adaptive", "LastGrant", "Paced"]
 
@@ -146,12 +146,12 @@ class Paced:
         self.suspends = group.suspends
 
     @property
-    def tally(self) -> Tally | None:
-        return self._group.tally
+    def stats(self) -> Stats | None:
+        return self._group.stats
 
-    @tally.setter
-    def tally(self, tally: Tally | None) -> None:
-        self._group.tally = tally
+    @stats.setter
+    def stats(self, stats: Stats | None) -> None:
+        self._group.stats = stats
 
     @property
     def pacing(self) -> Pacing:

@@ -132,7 +132,7 @@ class Composite(Limiter[Sequence[float]]):
                 "is nothing but holding; shadow the rate limits alone"
             )
         self._handle = self._backend.bind_group(self._place, self._algs, clock)
-        self._handle.tally = self._tally
+        self._handle.stats = self._stats
         self._shadow = shadow
 
     def _tokens(

@@ -26,8 +26,8 @@ from .._events import EVERYONE, Denied, Emitter, Event, Granted, Paused, Throttl
 from .._headers.parse import RateLimitInfo, parse_rate_limit_headers
 from .._stores.keys import Keyed
 from .._stores.memory import MemoryBackend
+from .._stores.stats import LimiterStats, Stats, weight
 from .._stores.store import Backend, Handle, Pacing
-from .._stores.tally import LimiterStats, Tally, weight
 from .._stores.unfinished import finish
 from .._wrap import wrap
 from .adaptive import LastGrant
@@ -120,15 +120,15 @@ class Limiter(Keyable, ABC, Generic[T]):
         "_backend",
         "_clock",
         "_events",
+        "_fast_most",
         "_handle",
         "_last_grant",
         "_name",
         "_named",
         "_pacing",
         "_place",
-        "_quick_most",
         "_shadow",
-        "_tally",
+        "_stats",
     )
 
     _handle: Handle[T]
@@ -139,11 +139,11 @@ class Limiter(Keyable, ABC, Generic[T]):
         # and the key; events and metrics say the name alone.
         self._place: str | Keyed | None = self._place_of(self._name)
         # A plain int up to this many tokens needs no further checks (see _tokens).
-        self._quick_most: float = 0
+        self._fast_most: float = 0
         # Shadow mode (see _shadowed): decide and record, but never wait or refuse.
         self._shadow = False
         self._events = Emitter()
-        self._tally = Tally()
+        self._stats = Stats()
         # A learned pace (adaptive=) and each caller's latest grant, which tells its
         # refusals apart; None for the rest, whose hot paths then skip both.
         self._pacing: Pacing | None = None
@@ -202,7 +202,7 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     def stats(self) -> LimiterStats:
         """A snapshot of this limiter object's counters."""
-        return self._tally.snapshot()
+        return self._stats.snapshot()
 
     @property
     def shadow(self) -> bool:
@@ -259,7 +259,7 @@ class Limiter(Keyable, ABC, Generic[T]):
         If the sleep is interrupted (``KeyboardInterrupt``, a signal handler raising),
         the reserved tokens are given back before the exception propagates.
         """
-        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._quick_most:
+        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._fast_most:
             # A plain limiter and the usual argument (see try_acquire): nothing is
             # shadowed nor remembered, and a grant at once leaves nothing more to do.
             n: T = tokens  # type: ignore[assignment]
@@ -296,13 +296,13 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     def try_acquire(self, tokens: float = 1.0) -> bool:
         """Take ``tokens`` if they can be granted right now; never blocks."""
-        # The hottest path of all. A plain float or int in (0, _quick_most] is a valid
+        # The hottest path of all. A plain float or int in (0, _fast_most] is a valid
         # request as it stands (NaN fails the comparison), and a plain limiter (one whose
-        # _quick_most is set: no shadow, no grant remembered) has nothing else to do. The
+        # _fast_most is set: no shadow, no grant remembered) has nothing else to do. The
         # default is a float: the stores' arithmetic on floats alone runs faster. (Each
         # comparison of floats is followed by a jump, not chained nor returned: CPython
         # then runs it as a float's, not as a generic one.)
-        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._quick_most:
+        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._fast_most:
             wait = self._handle.reserve(tokens, 0.0)[0]  # type: ignore[arg-type]
             if self._events.callbacks or EVERYONE.callbacks:
                 self._events.emit(Granted(self._name, tokens, 0.0) if wait >= 0 else Denied(self._name, tokens, -wait))
@@ -390,7 +390,7 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     async def try_acquire_async(self, tokens: float = 1.0) -> bool:
         """:meth:`try_acquire` for asyncio."""
-        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._quick_most:
+        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._fast_most:
             # A plain limiter and the usual argument, as in try_acquire.
             wait = (await self._reserve_async(tokens, 0.0))[0]  # type: ignore[arg-type]
             if self._events.callbacks or EVERYONE.callbacks:
@@ -574,12 +574,12 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     def _refused(self, status: int | None) -> tuple[float | None, float | None]:
         # The refused request is the caller's own latest grant (see LastGrant).
-        self._tally.count_throttled()
+        self._stats.count_throttled()
         self._events.emit(Throttled(self._name, status))
         return (None, None) if self._last_grant is None else self._last_grant.take()
 
     def _restricted(self, status: int | None, remaining: T, seconds: float) -> None:
-        self._tally.count_restricted()
+        self._stats.count_restricted()
         self._events.emit(Paused(self._name, status, weight(remaining), seconds))
 
     # -- giving back --------------------------------------------------------------
@@ -613,10 +613,10 @@ class Limiter(Keyable, ABC, Generic[T]):
         named = self._named
         if named is None:
             named = self._named = Named()
-            # The quick try_acquire path remembers nothing: from now on every grant goes
+            # The fast try_acquire path remembers nothing: from now on every grant goes
             # the way that does. And the store names a grant at once too, by where its
             # tokens sit: a refund that names it then frees its own slot, never another's.
-            self._quick_most = 0
+            self._fast_most = 0
             self._handle.name_grants()
         return named
 
@@ -656,7 +656,7 @@ class Limiter(Keyable, ABC, Generic[T]):
         self._charged(n, await self._settled(self._handle.charge_async(n)), asyncio.current_task())
 
     def _charged(self, tokens: T, name: float | None, owner: object = None) -> None:
-        self._tally.count_charged(weight(tokens))
+        self._stats.count_charged(weight(tokens))
         named = self._naming()
         # A charge is the caller's latest take, and the one a refund after it means.
         named.forget(owner)
@@ -720,14 +720,14 @@ class Limiter(Keyable, ABC, Generic[T]):
         """Give back the reservation of ``tokens`` at store time ``at`` (a
         ``Reservation`` cancelled): counted once given back, raising if it was not."""
         self._handle.refund(tokens, at)
-        self._tally.count_cancelled()
+        self._stats.count_cancelled()
 
     async def _withdraw_async(self, tokens: T, at: float) -> None:
         await self._settled(self._handle.refund_async(tokens, at))
-        self._tally.count_cancelled()
+        self._stats.count_cancelled()
 
     def _give_back(self, tokens: T, at: float) -> None:
-        self._tally.count_cancelled()
+        self._stats.count_cancelled()
         try:
             self._handle.refund(tokens, at)
         except Exception:
@@ -737,7 +737,7 @@ class Limiter(Keyable, ABC, Generic[T]):
     async def _give_back_async(self, tokens: T, at: float, *, outlasting: bool = False) -> None:
         """Give back a grant its task no longer wants. ``outlasting``: the task is
         being cancelled, and the give-back must outlast it."""
-        self._tally.count_cancelled()
+        self._stats.count_cancelled()
         handle = self._handle
         if outlasting and handle.suspends and self._blocking_calls():
             # Made in a thread and waited for: a cancellation now (asyncio.run cancels

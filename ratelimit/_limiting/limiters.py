@@ -152,7 +152,7 @@ class SingleLimiter(Limiter[float]):
             # learned pace beside it (see ratelimit._limiting.adaptive).
             pace = self._adaptive.pace(self._alg)
             paced = Paced(self._backend.bind_group(self._place, [self._alg, pace], clock))
-            # No quick path (_quick_most stays 0): every grant is remembered for
+            # No fast path (_fast_most stays 0): every grant is remembered for
             # feedback, which the plain limiters' hottest path need not check.
             self._most = self._alg.most
             self._handle = paced
@@ -160,8 +160,8 @@ class SingleLimiter(Limiter[float]):
             self._last_grant = LastGrant()
         elif self._priorities is None:
             self._most = self._alg.most
-            # Finite: an infinite request (refused as such) never takes the quick path.
-            self._quick_most = self._most if self._most < math.inf else sys.float_info.max
+            # Finite: an infinite request (refused as such) never takes the fast path.
+            self._fast_most = self._most if self._most < math.inf else sys.float_info.max
             # Only what is set goes to bind: a store of another make need not know it.
             extras: dict[str, Any] = {}
             if self._leased is not None:
@@ -176,7 +176,7 @@ class SingleLimiter(Limiter[float]):
             lanes = Lanes.of(self._alg, share)
             high, low = self._backend.bind_lanes(self._place, lanes, clock, keep)
             self._most = lanes.high.most
-            self._quick_most = self._most if self._most < math.inf else sys.float_info.max
+            self._fast_most = self._most if self._most < math.inf else sys.float_info.max
             self._most_name = f"the high-priority share of {self._most_name}"
             self._handle = high
             restrict, describe = _weakly(self)
@@ -191,12 +191,12 @@ class SingleLimiter(Limiter[float]):
                 clock=self._clock,
                 shadow=shadow,
             )
-        self._handle.tally = self._tally
+        self._handle.stats = self._stats
         if shadow:
             # Every request takes the checked path, where the shadow's decision is
             # counted as one it would have made.
             self._shadow = True
-            self._quick_most = 0
+            self._fast_most = 0
 
     @property
     def low(self) -> LowPriority:

@@ -80,13 +80,13 @@ class LowPriority(Limiter[float]):
     ) -> None:
         super().__init__(backend=backend, name=name, clock=clock)
         self._handle = handle
-        self._handle.tally = self._tally
+        self._handle.stats = self._stats
         self._most = most
-        # Finite: an infinite request (refused as such) never takes the quick path.
-        self._quick_most = most if most < math.inf else sys.float_info.max
+        # Finite: an infinite request (refused as such) never takes the fast path.
+        self._fast_most = most if most < math.inf else sys.float_info.max
         if shadow:  # as the limiter it is the low priority of
             self._shadow = True
-            self._quick_most = 0
+            self._fast_most = 0
         self._most_name = most_name
         self._restrict = restriction
         self._describe = describe

@@ -140,7 +140,7 @@ class Inspection:
     other_keys: tuple[str, ...] = ()
     now: float | None = None
     #: What the name is besides a single limiter: ``adaptive``, ``composite``,
-    #: ``priorities``, ``concurrency`` (``census.forms``); none of them reads a change.
+    #: ``priorities``, ``concurrency`` (``key_survey.forms``); none of them reads a change.
     forms: tuple[str, ...] = ()
     #: A ConcurrencyLimit of this name: its slots now.
     concurrency: Slots | None = None

@@ -18,7 +18,7 @@ from .._clock import Clock
 from .._events import BreakerState
 from .keys import Keyed
 from .slots import SlotStore
-from .tally import Tally
+from .stats import Stats
 
 __all__ = ["Backend", "BreakerHandle", "Handle", "Pacing"]
 
@@ -30,7 +30,7 @@ class Handle(Protocol[T_contra]):
 
     #: The owning limiter's counters; each reservation is counted in it, inside the
     #: store's own serialisation where there is one.
-    tally: Tally | None
+    stats: Stats | None
     #: Whether ``reserve_async`` really suspends (a network round trip, a wait for a
     #: file's lock in a thread), so that a task can be cancelled while the store decides.
     suspends: bool

@@ -96,7 +96,7 @@ def test_script_matches_pure_step(
     now = FixedTime()
     now.value = 1_700_000_000.0  # epoch-sized times, as the server's TIME gives
     # Named, as every limiter of an application is: its calls name the change key, so
-    # a bucket's reserves take the quick path of lua/_single.lua while nothing is beside
+    # a bucket's reserves take the fast path of lua/_single.lua while nothing is beside
     # the state, and the full path from a give-back or a restriction on; bare (the
     # script driven with its state key alone), always the full path.
     limiter = unique_name()

@@ -85,7 +85,7 @@ def test_sums_are_rebased_and_decide_as_the_pure_log(client: redis.Redis, with_n
     # Weights of about 2e11, two grants a window that never empties: the base passes
     # REBASE_SPAN times the log's content after a few thousand grants, and both twins
     # start their sums again from zero at the same moment, so their floats stay equal.
-    # Named, the reserves take the lean path of lua/_single.lua (nothing beside the log).
+    # Named, the reserves take the checked fast path of lua/_single.lua (nothing beside the log).
     alg = WindowLog(1e12, 1.0)
     now = FixedTime(1_000.0)
     name = unique_name("rebase")

@@ -1,5 +1,6 @@
-"""The fleet's counters (``tally`` in ``lua/_single.lua``, read by ``_stores/redis/fleet.py``)
-and ``ratelimit top``, the live view, driven in a pseudo-terminal."""
+"""The fleet's counters (``count_one`` and ``count_decided`` in ``lua/_top.lua``, read
+by ``_stores/redis/fleet.py``) and ``ratelimit top``, the live view, driven in a
+pseudo-terminal."""
 
 from __future__ import annotations
 

@@ -695,9 +695,9 @@ def test_inspect_shows_one_key_escaped(redis_client: redis.Redis, capsys: pytest
     assert ratelimit_cli.main(["inspect", "--redis", where, "--key", key]) == 2
 
 
-def test_a_names_census_lists_no_keys(redis_client: redis.Redis) -> None:
+def test_a_survey_of_names_lists_no_keys(redis_client: redis.Redis) -> None:
     """``inspect`` of every name does not list a limiter's keys as names of their own."""
-    from ratelimit._stores.redis.census import survey
+    from ratelimit._stores.redis.key_survey import survey
 
     name = unique_name()
     TokenBucket(3, 1, backend=RedisBackend(redis_client), name=name).for_key("k").acquire()

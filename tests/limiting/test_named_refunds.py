@@ -185,7 +185,7 @@ def test_a_named_refund_with_a_queue_behind_is_used_again() -> None:
     unnamed = give_back([alg], states, Holes(), 1_004.0, [3.0], 1_004.0)
     assert unnamed == states  # nothing given back: the bucket's refund is refused
     states = give_back([alg], states, holes, 1_004.0, [3.0], name)
-    assert holes.items == [[1_004.0, (3.0,), True]]  # a late hole: good past its time
+    assert holes.items == [[1_004.0, (3.0,), True]]  # a lasting hole: good past its time
     states, wait, *_ = reserve([alg], states, holes, 1_004.0, [3.0], 0.0)
     assert wait == 0.0  # from the hole, now
     states, wait, *_ = reserve([alg], states, holes, 1_004.0, [1.0], 0.0)
@@ -739,7 +739,7 @@ def test_a_full_bucket_grants_its_capacity_at_once_at_the_servers_clock(client: 
 
 def test_the_tat_rounded_up_is_the_scripts_to_the_bit(client: Any) -> None:
     """The script moves the TAT as the algorithm does at the server's clock, where the
-    sums round (3e6 tokens a second: a third of a step), on its quick path and on
+    sums round (3e6 tokens a second: a third of a step), on its fast path and on
     the full one (a hole beside the state)."""
     alg = Gcra(10.0, 3e6)
     now = Now(1_700_000_000.0)

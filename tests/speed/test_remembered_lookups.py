@@ -1,5 +1,5 @@
 """What a decision found beside a limiter's state, remembered by the function library
-for a tenth of a second (``lua/_kept.lua``) so that the next decisions need not look.
+for a tenth of a second (``lua/_cache.lua``) so that the next decisions need not look.
 
 A decision asks after the keys beside its state (a change, holes, the slack record, a
 window log's caps) and reads the slack record; the library remembers what it found
@@ -36,20 +36,20 @@ from conftest import REDIS_URL, command_calls, private_server, unique_name
 from marks import clean
 from servers import RedisServer
 
-#: How long the library trusts what it found (TRUSTED in lua/_kept.lua).
+#: How long the library trusts what it found (TRUSTED in lua/_cache.lua).
 TRUSTED = 0.1
 KINDS = ["exact", "approximate"]
 
 
 def _window(kind: str, backend: RedisBackend, clock: ManualClock, name: str) -> SlidingWindow:
     # Four a second, with the default guard (a slack of 0.05 s): a window's every
-    # decision reads the slack record, which is what the library keeps.
+    # decision reads the slack record, which is what the library caches.
     return SlidingWindow(4, 1, approximate=kind == "approximate", backend=backend, name=name, clock=clock)
 
 
 def _two_granted(client: Any, kind: str) -> tuple[SlidingWindow, ManualClock, str]:
     """A window of a new name that has granted two: its first decision asked what is
-    beside its state (it writes what the code says), and the library keeps that."""
+    beside its state (it writes what the code says), and the library caches that."""
     name = unique_name("beside")
     clock = ManualClock(1_000.0)
     window = _window(kind, RedisBackend(client, coalesce=False), clock, name)
@@ -114,7 +114,7 @@ def test_another_database_keeps_nothing_and_follows_a_change_at_once(counted: bo
         assert window.try_acquire()
         _change_by_hand(other, name)
         assert not window.try_acquire()
-        # A bucket there takes its quick path, and counts for `top` only if counted.
+        # A bucket there takes its fast path, and counts for `top` only if counted.
         bucket = TokenBucket(4, 1, backend=backend, name=f"{name}-bucket", clock=clock)
         assert [bucket.try_acquire() for _ in range(6)] == [True] * 4 + [False] * 2
         assert bool(other.keys(f"ratelimit:{{{name}-bucket}}:*:top:*")) is counted
@@ -184,7 +184,7 @@ def _window_on(kind: str, backend: RedisBackend, clock: ManualClock) -> SlidingW
 def test_a_bucket_without_slack_never_writes_its_state_clean_beside_a_record(client: Any) -> None:
     # A leased process keeps a slack, and so a record; a process of the same name
     # without one must not trust what the leased one found alone (the record is beside
-    # its state, which the quick path's mark says is never so).
+    # its state, which the fast path's mark says is never so).
     name = unique_name("beside")
     clock = ManualClock(1_000.0)
     leased = TokenBucket(100, 10, backend=RedisBackend(client, coalesce=True), name=name, clock=clock, lease=0.5)
@@ -201,7 +201,7 @@ def test_a_bucket_without_slack_never_writes_its_state_clean_beside_a_record(cli
 def test_a_bucket_follows_a_change_set_beside_the_library_once_a_tenth_has_passed(redis_client: redis.Redis) -> None:
     # A writer beside the library that rewrites the state, as an older release's `set`
     # does: this release's scripts on another client (they keep nothing). A decision
-    # that used what was kept writes the state unmarked, so the quick path does not
+    # that used what was cached writes the state unmarked, so the fast path does not
     # hide the change for the minute until the code is written again.
     client = redis_client
     beside = redis.Redis.from_url(REDIS_URL)
@@ -211,7 +211,7 @@ def test_a_bucket_follows_a_change_set_beside_the_library_once_a_tenth_has_passe
     bucket = TokenBucket(4, 1, backend=RedisBackend(client, coalesce=False), name=name, clock=clock)
     assert bucket.try_acquire()  # asks (it writes what the code says), and keeps it
     write_override(beside, name, Override(rate=1.0, burst=1.0, ttl=None), now=clock.now())
-    bucket.try_acquire()  # may use what was kept: the code's burst of 4
+    bucket.try_acquire()  # may use what was cached: the code's burst of 4
     clock.advance(2 * TRUSTED)
     assert not bucket.try_acquire()  # the change's burst of 1, two taken
     beside.close()
@@ -425,13 +425,13 @@ def test_one_name_in_two_databases_is_two_budgets_whatever_the_library_keeps(
 
 
 def test_more_bases_than_the_library_keeps_forget_nothing_written(redis_client: redis.Redis) -> None:
-    # Past KEPT_MOST (4096) bases the library forgets every entry at once: a base whose
+    # Past CACHED_MOST (4096) bases the library forgets every entry at once: a base whose
     # entry was dropped there, or kept past it, still sees the pause its own process
     # was told of in between.
     # The pause is long: its keys expire on the server's own clock (idle_ms), which runs
     # on through the thousands of calls below while this test's clock stands still. A
     # pause of a few seconds would be gone, and the base free, whenever those calls take
-    # longer than that (a loaded machine), whatever the library keeps.
+    # longer than that (a loaded machine), whatever the library caches.
     pause = 600
     clock = ManualClock(1_000.0)
     window = SlidingWindow(3, 1, guard=0.05, backend=RedisBackend(redis_client, coalesce=False),
@@ -472,7 +472,7 @@ def _burst(limiter: Any, kind: str) -> list[Any]:
 def test_a_change_written_outside_the_library_holds_once_the_trusted_span_has_passed(
     redis_client: redis.Redis, kind: str
 ) -> None:
-    # A plain bucket decides on its quick path while its state is "clean", which only a
+    # A plain bucket decides on its fast path while its state is "clean", which only a
     # reserve that found nothing beside may write. A reserve trusting what was found a
     # moment ago (nothing) must not write it clean: a change another release's `ratelimit
     # set` (here: this release's scripts) wrote in that moment would go unseen until
@@ -502,7 +502,7 @@ def test_a_restriction_written_outside_the_library_holds_once_the_trusted_span_h
     redis_client: redis.Redis, kind: str
 ) -> None:
     # The same for a provider's word fed back by a process refused FCALL (its scripts):
-    # a bucket left clean on what was kept would skip the restriction's holes.
+    # a bucket left clean on what was cached would skip the restriction's holes.
     def after(by_script: bool) -> list[Any]:
         clock = ManualClock(1_000.0)
         name = unique_name("beside-out")
@@ -530,7 +530,7 @@ def test_a_lease_recorded_outside_the_library_is_kept_back_once_the_trusted_span
 ) -> None:
     # A leased process refused FCALL records its slack by script: a plain bucket of the
     # same name must keep that share back for the leased tokens still to go. Left clean
-    # on what was kept (no record), it would grant the whole burst on its quick path.
+    # on what was cached (no record), it would grant the whole burst on its fast path.
     def grants(by_script: bool) -> list[int]:
         clock = ManualClock(1_000.0)
         name = unique_name("beside-lease")
@@ -555,7 +555,7 @@ def test_a_lease_recorded_outside_the_library_is_kept_back_once_the_trusted_span
     assert all(got <= most for got, most in zip(grants(by_script=True), want, strict=True)), want
 
 
-# -- server-wide: a flush mid-run, the quick path of another database ----------------------
+# -- server-wide: a flush mid-run, the fast path of another database ----------------------
 
 
 @pytest.fixture(scope="module")
@@ -569,7 +569,7 @@ def server_url() -> Iterator[str]:
 @pytest.mark.servers
 @settings(max_examples=10, deadline=None)
 @given(kind=st.sampled_from(FLEET_KINDS), steps=st.lists(st.one_of(STEP, st.just(("flush",))), min_size=1, max_size=40))
-def test_a_function_flush_mid_run_loses_what_was_kept_and_nothing_else(
+def test_a_function_flush_mid_run_loses_what_was_cached_and_nothing_else(
     server_url: str, kind: str, steps: list[Any]
 ) -> None:
     # A flush (or a restart, a failover) takes the library and what it kept: the

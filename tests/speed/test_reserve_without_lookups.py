@@ -1,4 +1,4 @@
-"""A bucket's reserve that decides on its state alone (the quick path), and the mark in
+"""A bucket's reserve that decides on its state alone (the fast path), and the mark in
 its state that allows it.
 
 A bucket's state written by a reserve that found nothing beside it (no change, no
@@ -7,7 +7,7 @@ holes or pause, no slack record) is "clean" (a mark in its text, see the top of
 EXISTS. These tests hold the invariant at its edges: every writer of something beside
 the state drops the mark in the same call, a change written by hand is followed from
 the next decision that writes what the code says, and releases before the mark read a
-clean state's numbers as they are. Whether the quick path decides as the full path does
+clean state's numbers as they are. Whether the fast path decides as the full path does
 is the conformance suite's (``tests/algorithms/test_conformance.py``, its ``named``
 cases).
 """
@@ -155,7 +155,7 @@ def test_a_clean_state_reads_as_its_numbers_to_releases_before_the_mark(client: 
 
 @pytest.mark.parametrize("kind", list(BUCKETS))
 def test_a_state_written_by_hand_between_quick_decisions_is_read_as_written(client: Any, kind: str) -> None:
-    # The library keeps the text it wrote last, and its numbers, to skip parsing a
+    # The library caches the text it wrote last, and its numbers, to skip parsing a
     # hot bucket's state: a text is read from the key at every decision, and only
     # ever stands for its own numbers, whichever key it was written to and by whom.
     clock = ManualClock(1_000.0)

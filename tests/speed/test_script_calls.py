@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ratelimit._stores.redis.replies import decision_of, kept_num, num, wait_arg
+from ratelimit._stores.redis.replies import cached_num, decision_of, num, wait_arg
 from ratelimit._stores.redis.scripts import by_function, call_by_script, single_script
 
 
@@ -44,12 +44,12 @@ def test_a_client_marked_after_its_first_calls_calls_by_script_from_the_next_on(
     assert by_function(second)
 
 
-def test_the_kept_text_of_an_amount_is_its_own() -> None:
+def test_the_cached_text_of_an_amount_is_its_own() -> None:
     for value in (1, 1.0, 2.5, 1e-9, 123456789.123, 2**53 + 1, math.nan, math.inf):
-        assert kept_num(value) == num(value)
-        assert kept_num(value) == num(value)  # kept by now
+        assert cached_num(value) == num(value)
+        assert cached_num(value) == num(value)  # cached by now
     # The zeros are equal and their texts are not: neither is kept for the other.
-    assert (kept_num(0.0), kept_num(-0.0), kept_num(0)) == ("0.0", "-0.0", "0.0")
+    assert (cached_num(0.0), cached_num(-0.0), cached_num(0)) == ("0.0", "-0.0", "0.0")
     assert (wait_arg(0.0), wait_arg(-0.0), wait_arg(math.inf), wait_arg(0.25)) == ("0.0", "-0.0", "", "0.25")
 
 

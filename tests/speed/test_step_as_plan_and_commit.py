@@ -18,7 +18,7 @@ from ratelimit._algorithms.sliding_window_counter import CounterState, WindowCou
 from ratelimit._algorithms.token_bucket import Allowance, Gcra
 from ratelimit._clock import ManualClock
 from ratelimit._stores.memory.backend import MemoryBackend
-from ratelimit._stores.tally import Tally
+from ratelimit._stores.stats import Stats
 
 times = st.floats(min_value=0.0, max_value=2e9, allow_nan=False)
 deltas = st.floats(min_value=-50.0, max_value=50.0, allow_nan=False)
@@ -171,7 +171,7 @@ def test_the_common_step_touches_only_the_newest_sub_window() -> None:
     assert state.counts[state.slot] == 3.0
 
 
-# -- the in-process group handle's quick path -------------------------------------------
+# -- the in-process group handle's fast path -------------------------------------------
 
 GROUP_KINDS: dict[str, Any] = {
     "token_bucket": lambda size: Gcra(size, 2.0),
@@ -214,7 +214,7 @@ def test_the_memory_group_handle_decides_as_the_pure_functions(
     algs: list[Algorithm[Any]] = [GROUP_KINDS[kind](size) for kind in kinds]
     clock = ManualClock(1_000.0)
     handle = MemoryBackend().bind_group(None, algs, clock)
-    tally = handle.tally = Tally()
+    stats = handle.stats = Stats()
     states: list[Any] = [alg.new_state() for alg in algs]
     holes = _holes.Holes()
     granted = 0
@@ -250,4 +250,4 @@ def test_the_memory_group_handle_decides_as_the_pure_functions(
         assert [_seen(alg, s, now) for alg, s in zip(algs, states, strict=True)] == [
             _seen(alg, slot.state, now) for alg, slot in zip(algs, handle._slots, strict=True)
         ]
-    assert tally.granted == granted
+    assert stats.granted == granted

@@ -143,7 +143,7 @@ def test_a_lease_is_spent_locally_until_it_ends_and_its_rest_goes_back(server: A
     assert calls.calls == 1
     assert limiter.try_acquire()  # a round again: the lease is spent
     assert calls.calls == 2
-    leased = rounds_of(limiter).leased
+    leased = rounds_of(limiter).allotted
     assert leased >= 1  # sized to 2 tokens asked in 0.1 s: 20/s for 1 s
     for _ in range(int(leased)):
         assert limiter.try_acquire()
@@ -174,13 +174,13 @@ def test_the_rest_of_an_ended_lease_goes_back_with_the_next_round(server: Any) -
     clock.advance(0.01)
     limiter.try_acquire()
     limiter.try_acquire()  # demand of 3 in 0.01 s: a lease as large as the limit allows
-    left = rounds_of(limiter).leased
+    left = rounds_of(limiter).allotted
     assert left > 10
     other = TokenBucket(50, 1, backend=RedisBackend(server()), name=name, clock=clock)  # keeps 49 too
     assert not other.try_acquire(49 - 3 - left + 1)
     clock.advance(2.0)  # the lease has ended, and 2 tokens more have refilled
     limiter.try_acquire()  # gives the rest back, takes its own token
-    assert other.try_acquire(49 - 3 - 1 + 2 - rounds_of(limiter).leased)
+    assert other.try_acquire(49 - 3 - 1 + 2 - rounds_of(limiter).allotted)
 
 
 def test_close_gives_the_lease_back(server: Any) -> None:
@@ -190,7 +190,7 @@ def test_close_gives_the_lease_back(server: Any) -> None:
     limiter = TokenBucket(20, 1, backend=backend, name=name, clock=clock, lease=1.0)
     for _ in range(3):
         limiter.try_acquire()
-    assert rounds_of(limiter).leased > 0
+    assert rounds_of(limiter).allotted > 0
     backend.close()
     other = TokenBucket(20, 1, backend=RedisBackend(server()), name=name, clock=clock)  # keeps 19 too
     assert other.try_acquire(19 - 3)
@@ -205,7 +205,7 @@ def test_no_lease_is_taken_after_close(server: Any) -> None:
     backend.close()
     for _ in range(3):
         assert limiter.try_acquire()  # the client reconnects: the limiter still works
-    assert rounds_of(limiter).leased == 0
+    assert rounds_of(limiter).allotted == 0
     # A process that does not lease keeps the lease's token back as well (the largest
     # slack in use: see test_mixed_leases.py), so it sees 19 less the 3 taken.
     other = TokenBucket(20, 1, backend=RedisBackend(server()), name=name, clock=clock)
@@ -238,7 +238,7 @@ def test_a_lease_a_round_brings_after_close_goes_back() -> None:
     backend.close()  # while the round, which asks for a lease, is out
     gate.set()
     thread.join(10)
-    assert rounds.leased == 0
+    assert rounds.allotted == 0
     other = TokenBucket(20, 1, backend=RedisBackend(client), name=name, clock=clock)  # keeps the lease's token back
     assert other.try_acquire(19 - 4)
 
@@ -264,7 +264,7 @@ def test_an_idle_process_leases_nothing_and_a_busy_one_more() -> None:
     clock.advance(100.0)
     assert calls.calls == made
     limiter.try_acquire()
-    assert rounds.leased < 10
+    assert rounds.allotted < 10
 
 
 def test_a_request_the_lease_cannot_cover_goes_in_order() -> None:
@@ -278,7 +278,7 @@ def test_a_request_the_lease_cannot_cover_goes_in_order() -> None:
     clock.advance(0.5)
     limiter.try_acquire()
     limiter.try_acquire()
-    assert rounds_of(limiter).leased == 4  # 2 asked in 0.5 s: 4/s for a second
+    assert rounds_of(limiter).allotted == 4  # 2 asked in 0.5 s: 4/s for a second
     big, _ = handle.reserve(9, math.inf)  # more than the lease: the store decides, and it waits
     assert big == pytest.approx(2.5)
     small, _ = handle.reserve(1, math.inf)
@@ -293,7 +293,7 @@ def test_leases_never_go_to_waiting_callers() -> None:
     for _ in range(9):
         limiter.acquire()
     assert limiter.acquire() > 0
-    assert rounds_of(limiter).leased == 0
+    assert rounds_of(limiter).allotted == 0
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -579,9 +579,9 @@ def test_feedback_ends_the_lease() -> None:
     clock.advance(0.1)
     limiter.try_acquire()
     limiter.try_acquire()
-    assert rounds_of(limiter).leased > 0
+    assert rounds_of(limiter).allotted > 0
     limiter.feedback({"Retry-After": "5"}, status=429)
-    assert rounds_of(limiter).leased == 0
+    assert rounds_of(limiter).allotted == 0
     assert not limiter.try_acquire()  # the pause holds for the lease's rest too
 
 
@@ -593,7 +593,7 @@ def test_the_rest_of_a_lease_goes_back_when_it_ends(redis_client: redis.Redis) -
     limiter = TokenBucket(1_000, 0.001, backend=backend, name=name, lease=0.2)
     for _ in range(200):
         limiter.try_acquire()
-    left = rounds_of(limiter).leased
+    left = rounds_of(limiter).allotted
     assert left > 0
     other = TokenBucket(1_000 - 0.2 * 0.001, 0.001, backend=RedisBackend(redis_client), name=name)
     spent = 200 + left
@@ -613,18 +613,18 @@ def test_a_forked_child_does_not_spend_its_parents_lease(redis_client: redis.Red
     limiter = TokenBucket(1_000, 0.001, backend=backend, name=unique_name("fork"), lease=30.0)
     for _ in range(50):
         limiter.try_acquire()
-    assert rounds_of(limiter).leased > 0
+    assert rounds_of(limiter).allotted > 0
     read, write = os.pipe()
     with warnings.catch_warnings():
         # Python 3.12 warns of forking a process with threads (the lease's returns).
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
     if pid == 0:  # the child: what is leased here now?
-        os.write(write, repr(rounds_of(limiter).leased).encode())
+        os.write(write, repr(rounds_of(limiter).allotted).encode())
         os._exit(0)
     os.waitpid(pid, 0)
     assert float(os.read(read, 100)) == 0.0
-    assert rounds_of(limiter).leased > 0  # the parent's own is untouched
+    assert rounds_of(limiter).allotted > 0  # the parent's own is untouched
 
 
 def test_a_round_carries_at_most_its_share_of_a_crowd(redis_client: redis.Redis) -> None:

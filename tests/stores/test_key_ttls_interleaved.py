@@ -1,10 +1,10 @@
 """A window's key on the server's clock outlives its grants, whoever wrote it last.
 
-On the server's TIME the windows' lean paths leave the key's deadline as it stands
+On the server's TIME the windows' checked fast paths leave the key's deadline as it stands
 while it still covers the state (the approximate window's until its newest
 sub-window moves, the exact window's until its newest grant's window passes the next
 half second): sound only if every other writer of the state gives the key at least
-the idle time's TTL. Here the lean grants are interleaved with each of those writers
+the idle time's TTL. Here the checked fast path's grants are interleaved with each of those writers
 (the full path's refund, charge, cancel, restriction, change and its end, reset; a
 process keeping no guard; the scripts a server without Functions runs; the release
 before, which wrote the TTL at every grant) and with a key deleted by hand and the
@@ -12,8 +12,8 @@ library flushed, and the key's TTL is checked after every step: never gone while
 grant still counts, never short of the newest grant's window by more than half the
 second's margin, never without a deadline.
 
-Beside them: the buckets' quick paths keep the text they wrote last and its numbers
-between calls of the library; a state written between two quick decisions by hand,
+Beside them: the buckets' fast paths keep the text they wrote last and its numbers
+between calls of the library; a state written between two fast-path decisions by hand,
 by another key or as a number at the edges (-0, huge, tiny) must decide as its text
 says, which the pure twins say.
 """
@@ -47,18 +47,20 @@ from servers import RedisServer
 
 pytestmark = pytest.mark.redis
 
-#: The driver's call of a window's lean path, and the same call as the release before
+#: The driver's call of a window's checked fast path, and the same call as the release before
 #: this one made it: the key's TTL written at every grant, on any clock.
-LEAN_CALL = "ALG.lean(self, now, tokens, max_wait, time ~= nil)"
-LEAN_CALL_BEFORE = "ALG.lean(self, now, tokens, max_wait, false)"
+CHECKED_CALL = "ALG.checked_fast(self, now, tokens, max_wait, time ~= nil)"
+CHECKED_CALL_BEFORE = "ALG.checked_fast(self, now, tokens, max_wait, false)"
 BEFORE = "ratelimit_release_before"
 
 
 def load_release_before(client: redis.Redis) -> None:
-    """This release's library as the release before ran the windows (see LEAN_CALL)."""
+    """This release's library as the release before ran the windows (see CHECKED_CALL)."""
     source = library().source
-    assert source.count(LEAN_CALL) == 1
-    client.function_load(source.replace(LEAN_CALL, LEAN_CALL_BEFORE).replace(library().name, BEFORE), replace=True)
+    assert source.count(CHECKED_CALL) == 1
+    client.function_load(
+        source.replace(CHECKED_CALL, CHECKED_CALL_BEFORE).replace(library().name, BEFORE), replace=True
+    )
 
 
 def server_now(client: redis.Redis) -> float:
@@ -77,7 +79,7 @@ def assert_ttl_covers(
     client: redis.Redis, key: str, approximate: bool, window: float, margin: float, after: str
 ) -> None:
     """The key lives until its newest grant's window has passed, and `margin` more:
-    every writer gives it a second; the exact window's lean path may leave one written
+    every writer gives it a second; the exact window's checked fast path may leave one written
     for a grant up to half a second older. And it has a deadline."""
     ttl_ms = int(client.pttl(key))
     if ttl_ms == -2:
@@ -143,8 +145,8 @@ def test_a_window_on_the_servers_clock_keeps_its_ttl_whoever_writes_between_its_
     # (name, call, whether it writes the state through the full path or the release
     # before: then with its TTL from its own newest grant, the whole second's margin).
     # The process with no guard decides on the full path, under the guard the others
-    # record, while that record lasts; once it has lapsed (the window idle) its lean
-    # path counts its grant for its own window, 0.2 s (see the check below).
+    # record, while that record lasts; once it has lapsed (the window idle) its checked
+    # fast path counts its grant for its own window, 0.2 s (see the check below).
     others: list[tuple[str, Callable[[], object], bool]] = [
         ("the release before", before, True),
         ("a process with no guard", lambda: plain.try_acquire(), False),
@@ -182,7 +184,7 @@ def test_a_window_on_the_servers_clock_keeps_its_ttl_whoever_writes_between_its_
 def test_busy_windows_on_the_servers_clock_keep_their_deadlines_ahead_for_longer_than_the_margin(
     quiet_client: redis.Redis,
 ) -> None:
-    # The lean paths leave a deadline in place while it covers the state: a busy
+    # The checked fast paths leave a deadline in place while it covers the state: a busy
     # window's must still move on once its grants have gone past the margin it was
     # written with (half a second's worth here, both windows at once: 0.6 s of grants).
     backend = RedisBackend(quiet_client, coalesce=False)
@@ -211,7 +213,7 @@ def test_an_exact_windows_lone_entry_rewritten_by_a_lean_grant_keeps_a_deadline(
     limiter = SlidingWindow(3, 5, backend=backend, name=name)
     key = backend.key(name, "sliding_window")
     assert limiter.try_acquire()  # the first writes what the code says: the full path
-    assert limiter.try_acquire(1e-300)  # the lean path, on the server's clock
+    assert limiter.try_acquire(1e-300)  # the checked fast path, on the server's clock
     assert redis_client.zcard(key) == 1
     assert_ttl_covers(redis_client, key, False, 5 + limiter.guard, 0.5, "a merged grant")
 
@@ -220,7 +222,7 @@ def test_an_exact_window_rebased_by_a_lean_grant_keeps_a_deadline(redis_client: 
     # Running sums past 2^32 whose older grants have aged out are rebased: the set is
     # deleted and written again, without a TTL, whether or not the rounded deadline
     # moved. A grant of 5e9 tokens (A), one of 1 (B), and once A has aged out and B
-    # not, a third (C) rebases the set on the lean path.
+    # not, a third (C) rebases the set on the checked fast path.
     backend = RedisBackend(redis_client, coalesce=False)
     for _ in range(5):  # (real time: B must still count when C comes)
         name = unique_name("ttl-rebase")
@@ -263,7 +265,7 @@ def test_a_request_of_no_tokens_after_an_exact_windows_grants_aged_out_is_grante
     redis_client: redis.Redis, clock: str
 ) -> None:
     # The key outlives its newest grant's window by its second's margin: a reserve
-    # then prunes the set empty, and one of no tokens adds nothing, so the lean path
+    # then prunes the set empty, and one of no tokens adds nothing, so the checked fast path
     # has no newest entry to give the (gone) key a deadline from. Not an error.
     name = unique_name("ttl-zero")
     keys = [key_for(name, "sliding_window"), config_key(name)]
@@ -281,7 +283,7 @@ def test_a_request_of_no_tokens_after_an_exact_windows_grants_aged_out_is_grante
     assert not redis_client.exists(keys[0])
 
 
-# -- the buckets' quick paths: the text written last, kept between calls --------------
+# -- the buckets' fast paths: the text written last, cached between calls --------------
 
 #: Numbers a state's text may hold at the edges: the zeros, the tiniest and huge ones.
 EDGES = [-0.0, 0.0, 5e-324, -5e-324, 1e300, -1e300, 1.7976931348623157e308]
@@ -303,7 +305,7 @@ bucket_actions = st.lists(
 
 
 def clean_text(kind: str, state: Any) -> bytes:
-    """A bucket's state as the quick path writes it: with the mark (see
+    """A bucket's state as the fast path writes it: with the mark (see
     lua/token_bucket.lua and lua/leaky_bucket.lua)."""
     if kind == "token_bucket":
         return f"{state:.17g} ".encode()
@@ -355,7 +357,7 @@ def test_a_state_at_the_largest_double_refuses_rather_than_grant_at_an_infinite_
 def test_quick_decisions_read_every_state_as_its_text_says_whoever_wrote_it(
     redis_client: redis.Redis, kind: str, actions: list[BucketAction]
 ) -> None:
-    # Two buckets of one size, decided by the quick path (named, nothing beside) on a
+    # Two buckets of one size, decided by the fast path (named, nothing beside) on a
     # time passed in, against their pure twins; between decisions a state is copied
     # from the other key, set back to one of its earlier texts, or written by hand at
     # the edges of what a double holds: the library then meets the text it wrote last

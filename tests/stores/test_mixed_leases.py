@@ -194,7 +194,7 @@ def test_a_plain_process_keeps_the_leases_share_back_until_the_budget_idles(serv
     leased = TokenBucket(10, 10, backend=RedisBackend(server()), name=name, clock=clock, lease=0.5)
     plain = TokenBucket(10, 10, backend=RedisBackend(server()), name=name, clock=clock)
     assert leased.try_acquire()  # a round: its token, and a lease of what is asked
-    held = rounds_of(leased).leased
+    held = rounds_of(leased).allotted
     # The leased process keeps 0.5 s x 10/s = 5 tokens back: the plain one too.
     assert burst(plain) == 5 - 1 - held
     # Once the bucket has been full for the lease's time (and as much again: the record
@@ -205,7 +205,7 @@ def test_a_plain_process_keeps_the_leases_share_back_until_the_budget_idles(serv
     clock.advance(1.0)
     assert leased.try_acquire()
     clock.advance(1.0)
-    assert burst(plain) == 5 - rounds_of(leased).leased
+    assert burst(plain) == 5 - rounds_of(leased).allotted
 
 
 def test_a_request_larger_than_the_lease_leaves_is_refused_saying_why(server: Any) -> None:

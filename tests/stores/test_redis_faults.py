@@ -306,7 +306,7 @@ def test_client_time_source_sends_this_machine_s_clock(
     assert [limiter.try_acquire() for _ in range(3)] == [True, True, False]
     stored = redis_client.get(key_for(limiter.name or "", "token_bucket"))
     # The TAT: the client's 5000 plus two 1 s intervals (the space after it says that
-    # nothing is beside the state: see the quick path in lua/_single.lua).
+    # nothing is beside the state: see the fast path in lua/_single.lua).
     assert stored == b"5002 "
 
 

@@ -7,7 +7,7 @@ every shared store of the backend matrix (fakeredis, a real Redis, a Cluster, a 
 file), several backends on one store standing for several processes, with the same
 figures on each. Then what only one store has, marked as such: for Redis, the script's
 mapping, what the code says (``:code``) and its eviction, the command against live
-worker processes, a Cluster and hash tags; for a SQLite file, the quick path stepping
+worker processes, a Cluster and hash tags; for a SQLite file, the fast path stepping
 aside, the changes kept in a row and decided as Redis decides them (``changes.py``),
 garbage in the rows, several processes and the file's formats.
 """
@@ -827,7 +827,7 @@ def test_peek_after_a_change_whose_code_was_gone_tells_the_wait_the_decision_kee
     assert _peeks_after_a_change(backend, redis_client, lose_code=True) == kept
 
 
-# -- SQLite only: the quick path, changes kept in the row and decided as Redis decides
+# -- SQLite only: the fast path, changes kept in the row and decided as Redis decides
 # them, garbage in the rows, processes and the file's formats ---------------------------
 
 

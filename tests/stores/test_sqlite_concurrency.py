@@ -2,9 +2,9 @@
 
 The behaviour tests of the backend matrix run on the ``sqlite`` store too; here is
 what only a file shared by processes has: the SQL twin held to the pure semaphore,
-the doors that wake a waiter of another process (sockets beside the file, abstract
-ones for paths too long, a folder removed, stale and forged knocks, rows naming
-sockets that are not doors), a holder killed with SIGKILL, FIFO across processes, a
+the wake sockets that wake a waiter of another process (beside the file, abstract
+ones for paths too long, a folder removed, stale and forged wake messages, rows
+naming sockets that are not wake sockets), a holder killed with SIGKILL, FIFO across processes, a
 forked child, and ten thousand asyncio tasks.
 """
 
@@ -44,7 +44,7 @@ from ratelimit import (
 from ratelimit._algorithms.semaphore import Semaphore
 from ratelimit._stores.records import Slots
 from ratelimit._stores.sqlite import slots as sqlite_slots
-from ratelimit._stores.sqlite.doors import Doors, folder_of
+from ratelimit._stores.sqlite.wake_sockets import WakeSockets, folder_of
 from ratelimit._stores.waiting import Waiting
 from ratelimit.cli import main
 
@@ -87,7 +87,7 @@ def test_the_sql_twin_decides_as_the_semaphore(
         now = clock.now()
         if op == "take":
             outcome, promoted = sem.take(state, now, name, flag)
-            assert rows.take(name, flag, "door") == (outcome, [(p, "door") for p in promoted])
+            assert rows.take(name, flag, "socket") == (outcome, [(p, "socket") for p in promoted])
         elif op == "release":
             promoted = sem.release(state, now, name)
             assert [p for p, _ in rows.release(name)] == promoted
@@ -117,7 +117,7 @@ def test_rows_of_a_limit_no_process_uses_again_are_tidied(tmp_path: Path) -> Non
     assert on_a_test_clock.counts() == (1, 0)  # test clocks' rows are left alone
 
 
-# -- doors ------------------------------------------------------------------------------
+# -- wake sockets -----------------------------------------------------------------------
 
 
 def _holding_all(leases: Any) -> list[str]:
@@ -130,58 +130,60 @@ def _holding_none(leases: Any) -> list[str]:
 
 @pytest.fixture
 def store_file(tmp_path: Path) -> str:
-    path = tmp_path / "doors.db"
+    path = tmp_path / "store.db"
     SQLiteBackend(path)
     return str(path)
 
 
 @pytest.fixture
-def opened() -> Iterator[list[Doors]]:
-    """Doors a test opens, closed after it."""
-    made: list[Doors] = []
+def opened() -> Iterator[list[WakeSockets]]:
+    """Wake sockets a test opens, closed after it."""
+    made: list[WakeSockets] = []
     yield made
-    for doors in made:
-        doors.close()
+    for sockets in made:
+        sockets.close()
 
 
-def test_a_knock_at_the_door_wakes_a_waiter_the_file_confirms(store_file: str, opened: list[Doors]) -> None:
-    doors = Doors(store_file)
-    opened.append(doors)
+def test_a_wake_message_wakes_a_waiter_the_file_confirms(store_file: str, opened: list[WakeSockets]) -> None:
+    sockets = WakeSockets(store_file)
+    opened.append(sockets)
     woken, forged = Waiting(), Waiting()
-    address = doors.expect("elsewhere:1", woken, _holding_all)
+    address = sockets.expect("elsewhere:1", woken, _holding_all)
     assert address is not None
     assert address == os.path.join(folder_of(store_file), address.rpartition("/")[2])
-    assert doors.expect("elsewhere:2", forged, _holding_none) == address
-    # Leases of another process: knocked at their door, as another process would.
-    doors.knock([("elsewhere:1", address), ("elsewhere:2", address)])
+    assert sockets.expect("elsewhere:2", forged, _holding_none) == address
+    # Leases of another process: sent a wake message, as another process would.
+    sockets.wake([("elsewhere:1", address), ("elsewhere:2", address)])
     assert woken.wait(5.0)
-    assert not forged.wait(0.3)  # a knock the file does not confirm wakes nobody
-    doors.forget("elsewhere:2")
+    assert not forged.wait(0.3)  # a wake message the file does not confirm wakes nobody
+    sockets.forget("elsewhere:2")
 
 
-def test_a_path_too_long_for_af_unix_gets_an_abstract_door(tmp_path: Path, opened: list[Doors]) -> None:
+def test_a_path_too_long_for_af_unix_gets_an_abstract_wake_socket(tmp_path: Path, opened: list[WakeSockets]) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
     path = str(deep / "store.db")
     SQLiteBackend(path)
-    doors = Doors(path)
-    opened.append(doors)
+    sockets = WakeSockets(path)
+    opened.append(sockets)
     waiting = Waiting()
-    address = doors.expect("elsewhere:1", waiting, _holding_all)
+    address = sockets.expect("elsewhere:1", waiting, _holding_all)
     if not sys.platform.startswith("linux"):
         assert address is None
         return
     assert address is not None
     assert address.startswith("@")
-    doors.knock([("elsewhere:1", address)])
+    sockets.wake([("elsewhere:1", address)])
     assert waiting.wait(5.0)
 
 
-def test_dead_processes_doors_are_tidied_and_doors_share_the_files_mode(store_file: str, opened: list[Doors]) -> None:
+def test_dead_processes_wake_sockets_are_tidied_and_share_the_files_mode(
+    store_file: str, opened: list[WakeSockets]
+) -> None:
     os.chmod(store_file, 0o664)
     folder = folder_of(store_file)
     os.mkdir(folder)
-    # A door left by a process killed with SIGKILL: a socket file nobody listens behind.
+    # A wake socket left by a process killed with SIGKILL: a socket file nobody listens behind.
     stale = os.path.join(folder, "0" * 16)
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     dead.bind(stale)
@@ -190,32 +192,34 @@ def test_dead_processes_doors_are_tidied_and_doors_share_the_files_mode(store_fi
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     dead.bind(other_stale)
     dead.close()
-    doors = Doors(store_file)
-    opened.append(doors)
-    address = doors.expect("elsewhere:1", Waiting(), _holding_none)
+    sockets = WakeSockets(store_file)
+    opened.append(sockets)
+    address = sockets.expect("elsewhere:1", Waiting(), _holding_none)
     assert address is not None
     assert not os.path.exists(stale)
     assert not os.path.exists(other_stale)
     assert stat.S_IMODE(os.stat(address).st_mode) == 0o664
-    doors.forget("elsewhere:1")
-    # A knock at a door whose process died removes it.
+    sockets.forget("elsewhere:1")
+    # A wake message to a wake socket whose process died removes it.
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     dead.bind(stale)
     dead.close()
-    doors.knock([("elsewhere:2", stale)])
+    sockets.wake([("elsewhere:2", stale)])
     assert not os.path.exists(stale)
 
 
-def test_a_new_folder_of_doors_is_open_to_whoever_may_write_the_file(tmp_path: Path, opened: list[Doors]) -> None:
+def test_a_new_folder_of_wake_sockets_is_open_to_whoever_may_write_the_file(
+    tmp_path: Path, opened: list[WakeSockets]
+) -> None:
     path = tmp_path / "shared.db"
     SQLiteBackend(path)
     os.chmod(path, 0o666)
-    doors = Doors(str(path))
-    opened.append(doors)
-    doors.expect("elsewhere:1", Waiting(), _holding_none)
+    sockets = WakeSockets(str(path))
+    opened.append(sockets)
+    sockets.expect("elsewhere:1", Waiting(), _holding_none)
     mode = os.stat(folder_of(str(path))).st_mode
     assert stat.S_IMODE(mode) == 0o777 | stat.S_ISVTX
-    doors.forget("elsewhere:1")
+    sockets.forget("elsewhere:1")
 
 
 # -- in one process -----------------------------------------------------------------------
@@ -326,7 +330,7 @@ def test_a_holder_killed_with_sigkill_gives_its_slots_back_after_its_lease(tmp_p
 def test_waiters_of_three_processes_are_served_in_arrival_order_and_woken_at_once(tmp_path: Path) -> None:
     path = str(tmp_path / "fifo.db")
     # A lease of a minute: a waiter looks by itself only every 20 s, so each prompt
-    # handoff below was a knock at its door.
+    # handoff below was a wake message.
     lease = "60"
     limit = ConcurrencyLimit(1, lease_seconds=60, backend=SQLiteBackend(path), name="fifo")
     holder = limit.take()
@@ -345,7 +349,7 @@ def test_waiters_of_three_processes_are_served_in_arrival_order_and_woken_at_onc
         _stop(procs)
     assert got == sorted(got)
     # Each handoff (a release in one process, the waiter woken in the next) well
-    # before the 20 s a waiter would sleep without a knock.
+    # before the 20 s a waiter would sleep without a wake message.
     gaps = [got[0] - released] + [b - a - 0.05 for a, b in itertools.pairwise(got)]
     assert max(gaps) < 3.0, gaps
     assert (limit._store.held, limit._store.queued) == (0, 0)  # type: ignore[attr-defined]
@@ -380,15 +384,15 @@ def test_threads_of_three_processes_never_hold_more_than_the_limit(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_the_folder_of_doors_removed_while_waiters_queue_costs_them_no_time(tmp_path: Path) -> None:
-    """200 holds of 20 ms on 3 slots by 8 processes of one thread, the folder of doors
-    removed (a cleaner of old files) twice while waiters queue: each door is bound
+def test_the_folder_of_wake_sockets_removed_while_waiters_queue_costs_them_no_time(tmp_path: Path) -> None:
+    """200 holds of 20 ms on 3 slots by 8 processes of one thread, the folder of wake
+    sockets removed (a cleaner of old files) twice while waiters queue: each is bound
     again at once and its waiters look at the file then, so the holds take about the
-    1.4 s they take without it; waiters whose knocks went nowhere once waited for their
+    1.4 s they take without it; waiters whose wake messages went nowhere once waited for their
     own look (10 s with the default lease), 15-29 s in all."""
-    folder = tempfile.mkdtemp(prefix="rl-", dir="/tmp")  # short: doors are socket files, not abstract
+    folder = tempfile.mkdtemp(prefix="rl-", dir="/tmp")  # short: wake sockets are socket files, not abstract
     try:
-        path = os.path.join(folder, "doors.db")
+        path = os.path.join(folder, "store.db")
         limit = ConcurrencyLimit(3, backend=SQLiteBackend(path), name="cleaned")
         procs = [
             subprocess.Popen(
@@ -432,10 +436,10 @@ def _forked_waiter(limit: ConcurrencyLimit, out: Any) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="no fork")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() with threads running, on purpose
-def test_a_forked_child_waits_behind_a_door_of_its_own(tmp_path: Path) -> None:
+def test_a_forked_child_waits_behind_a_wake_socket_of_its_own(tmp_path: Path) -> None:
     limit = ConcurrencyLimit(1, lease_seconds=60, backend=SQLiteBackend(tmp_path / "fork.db"), name="forked")
     holder = limit.take()
-    # A waiter of the parent first: the parent's door is open when the child is forked.
+    # A waiter of the parent first: the parent's wake socket is open when the child is forked.
     order: list[Lease] = []
     parent_waiter = threading.Thread(target=lambda: order.append(limit.take(timeout=20)))
     parent_waiter.start()
@@ -451,7 +455,7 @@ def test_a_forked_child_waits_behind_a_door_of_its_own(tmp_path: Path) -> None:
         assert order
         released = time.monotonic()
         order[0].release()
-        assert out.get(timeout=20) - released < 3.0  # knocked at the child's own door
+        assert out.get(timeout=20) - released < 3.0  # a wake message to the child's own wake socket
         child.join(20)
         assert child.exitcode == 0
     finally:
@@ -462,7 +466,7 @@ def test_a_forked_child_waits_behind_a_door_of_its_own(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_waiter_sleeps_until_the_first_lease_can_run_out(tmp_path: Path) -> None:
-    """No release will come from a killed holder: the waiter's door looks at the
+    """No release will come from a killed holder: the waiter's wake socket thread looks at the
     file when the holder's lease is due to run out, before the waiter's own look."""
     clockless = ConcurrencyLimit(1, lease_seconds=6, backend=SQLiteBackend(tmp_path / "due.db"), name="due")
     dead = clockless.take()
@@ -651,46 +655,48 @@ def test_inspect_shows_a_limits_holders_and_waiters(tmp_path: Path, capsys: pyte
     backend.close()
 
 
-# -- doors whose folder was removed, rows naming sockets that are not doors ----------
+# -- wake sockets whose folder was removed, rows naming other sockets ---------------
 
 
 @pytest.fixture
 def short_store_file() -> Iterator[str]:
     # A short folder of its own: under pytest-xdist a tmp_path is long enough that the
-    # doors' socket paths pass AF_UNIX's 107 bytes, and the doors become abstract
+    # wake sockets' paths pass AF_UNIX's 107 bytes, and they become abstract
     # sockets with no folder (which these tests delete and search).
     folder = tempfile.mkdtemp(prefix="rl-", dir="/tmp")
-    path = os.path.join(folder, "doors.db")
+    path = os.path.join(folder, "store.db")
     SQLiteBackend(path)
     yield path
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_a_door_whose_folder_was_deleted_is_opened_again(short_store_file: str, opened: list[Doors]) -> None:
-    """A cleaner (systemd-tmpfiles, a careless rm) removes the folder of doors while a
-    process keeps waiters behind its door: its next waiter gets a door that knocks
+def test_a_wake_socket_whose_folder_was_deleted_is_opened_again(
+    short_store_file: str, opened: list[WakeSockets]
+) -> None:
+    """A cleaner (systemd-tmpfiles, a careless rm) removes the folder of wake sockets while
+    a process keeps waiters behind its wake socket: its next waiter gets one that wake messages
     reach, not a socket bound to a name that no longer exists."""
-    doors = Doors(short_store_file)
-    opened.append(doors)
-    address = doors.expect("elsewhere:1", Waiting(), _holding_all)
+    sockets = WakeSockets(short_store_file)
+    opened.append(sockets)
+    address = sockets.expect("elsewhere:1", Waiting(), _holding_all)
     assert address is not None
     shutil.rmtree(folder_of(short_store_file))
     waiting = Waiting()
-    again = doors.expect("elsewhere:2", waiting, _holding_all)
+    again = sockets.expect("elsewhere:2", waiting, _holding_all)
     assert again is not None
     assert os.path.exists(again)
-    knocker = Doors(short_store_file)
-    opened.append(knocker)
-    knocker.knock([("elsewhere:2", again)])
+    sender = WakeSockets(short_store_file)
+    opened.append(sender)
+    sender.wake([("elsewhere:2", again)])
     assert waiting.wait(5.0)
-    doors.forget("elsewhere:1")
+    sockets.forget("elsewhere:1")
 
 
-def test_a_knock_never_removes_a_socket_outside_the_folder_of_doors(
-    short_store_file: str, tmp_path: Path, opened: list[Doors]
+def test_a_wake_message_never_removes_a_socket_outside_the_folder_of_wake_sockets(
+    short_store_file: str, tmp_path: Path, opened: list[WakeSockets]
 ) -> None:
-    """A row's door is whatever the file says: one who may write the file (not the
-    folder elsewhere) could name any socket file there, which a knock finding nobody
+    """A row's wake socket is whatever the file says: one who may write the file (not the
+    folder elsewhere) could name any socket file there, which a wake message finding nobody
     behind it would remove."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -698,16 +704,16 @@ def test_a_knock_never_removes_a_socket_outside_the_folder_of_doors(
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     dead.bind(victim)
     dead.close()
-    doors = Doors(short_store_file)
-    opened.append(doors)
-    doors.knock([("elsewhere:1", victim)])
+    sockets = WakeSockets(short_store_file)
+    opened.append(sockets)
+    sockets.wake([("elsewhere:1", victim)])
     assert os.path.exists(victim)
 
 
-def test_a_knock_goes_only_to_a_socket_shaped_as_a_door(
-    short_store_file: str, tmp_path: Path, opened: list[Doors]
+def test_a_wake_message_goes_only_to_a_socket_shaped_as_a_wake_socket(
+    short_store_file: str, tmp_path: Path, opened: list[WakeSockets]
 ) -> None:
-    """A row naming another program's socket (a log, a service manager's) as its door:
+    """A row naming another program's socket (a log, a service manager's) as its wake socket:
     the promoting process, maybe another user's, sends it nothing."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -715,9 +721,9 @@ def test_a_knock_goes_only_to_a_socket_shaped_as_a_door(
     listening.bind(str(elsewhere / "log"))
     listening.setblocking(False)
     try:
-        doors = Doors(short_store_file)
-        opened.append(doors)
-        doors.knock([("<13>forged entry", str(elsewhere / "log"))])
+        sockets = WakeSockets(short_store_file)
+        opened.append(sockets)
+        sockets.wake([("<13>forged entry", str(elsewhere / "log"))])
         with pytest.raises(BlockingIOError):
             listening.recv(512)
     finally:

@@ -3,7 +3,7 @@
 Every behaviour test parametrised over stores runs on it too (the ``sqlite`` case of
 ``conftest.py``); here are what only a file has: its decisions held to the pure
 algorithms through the rows (two backends on one file standing for two processes),
-the quick path and full transactions mixed by processes deciding as full ones alone,
+the fast path and full transactions mixed by processes deciding as full ones alone,
 processes, locks, a process killed inside a transaction, the file's time across a
 reboot and a wall-clock step, idle names, a forked child's counts for ``ratelimit
 top``, keyed rows in ``ratelimit inspect``, and every bad path (``:memory:`` too).
@@ -1143,7 +1143,7 @@ def test_an_async_decision_waits_for_the_lock_off_the_event_loop(tmp_path: Path)
     path = tmp_path / "s.db"
     backend = SQLiteBackend(path)
     limiter = TokenBucket(10, 1, backend=backend, name="aio-locked")
-    assert limiter.try_acquire()  # the row exists: the next decision is the quick path's
+    assert limiter.try_acquire()  # the row exists: the next decision is the fast path's
 
     ticks, started, ended = _ticks_while_locked(path, limiter.acquire_async)
     _assert_the_loop_kept_ticking(ticks, started, ended)
@@ -1263,7 +1263,7 @@ def test_bench_and_inspect_take_a_sqlite_store(tmp_path: Path, capsys: pytest.Ca
     assert "--store takes sqlite:///PATH" in capsys.readouterr().err
 
 
-# -- the quick path and the full transaction mixed by processes; top, paths, inspect ---
+# -- the fast path and the full transaction mixed by processes; top, paths, inspect ---
 
 _mixed_steps = st.lists(
     st.tuples(
@@ -1286,7 +1286,7 @@ def test_quick_and_full_decisions_mixed_across_processes_decide_as_full_transact
     tmp_path: Path, steps: list[tuple[str, int, float, float, float | None, float | None, float | None]]
 ) -> None:
     """Four handles of one bucket on two backends of one file (two processes, two
-    handles each), the quick path on, against one handle deciding every call in a full
+    handles each), the fast path on, against one handle deciding every call in a full
     transaction on a file of its own: refunds (holes), pauses, charges and changes at
     run time (with ends) come and go between the decisions; every answer is the same."""
     name = f"mixed-{next(_mixed_numbers)}"
@@ -1296,7 +1296,7 @@ def test_quick_and_full_decisions_mixed_across_processes_decide_as_full_transact
     handles = [backends[i // 2].bind(name, alg, clock) for i in range(4)]
     alone = SQLiteBackend(tmp_path / "alone.db")
     full = alone.bind(name, alg, clock)
-    full._quick = None  # every decision in a full transaction
+    full._fast_path = None  # every decision in a full transaction
     granted: list[tuple[float, float]] = []
     for what, which, tokens, max_wait, rate, burst, ttl in steps:
         handle, backend = handles[which], backends[which // 2]

@@ -1,4 +1,4 @@
-"""The quick path's mark in a bucket's state (see the top of lua/_single.lua)."""
+"""The fast path's mark in a bucket's state (see the top of lua/_single.lua)."""
 
 from __future__ import annotations
 

@@ -28,8 +28,8 @@ from ..._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, dec
 from ..._algorithms.breaker import Policy
 from ..._clock import Clock, SystemClock
 from ..keys import Keyed
+from ..stats import Stats, weight
 from ..store import Views
-from ..tally import Tally, weight
 from .breaker import MemoryStore
 from .slots import MemorySlots, memory_slots
 
@@ -324,10 +324,10 @@ class MemoryHandle:
 
     suspends = False
 
-    __slots__ = ("__weakref__", "_alg", "_algs", "_holes", "_lock", "_now", "_slot", "_step", "names", "tally")
+    __slots__ = ("__weakref__", "_alg", "_algs", "_holes", "_lock", "_now", "_slot", "_step", "names", "stats")
 
     def __init__(self, alg: Algorithm[Any], slot: Slot, clock: Timed) -> None:
-        self.tally: Tally | None = None
+        self.stats: Stats | None = None
         #: Whether a grant at once is named too (see ``Handle.names``).
         self.names = False
         self._alg = alg
@@ -357,17 +357,17 @@ class MemoryHandle:
                     self._algs, (slot.state,), holes, now, (tokens,), max_wait, self.names
                 )
                 slot.state = states[0]
-                if self.tally is not None:
-                    self.tally.record(tokens, wait)
+                if self.stats is not None:
+                    self.stats.record(tokens, wait)
                 return wait, name
             slot.state, wait = step(slot.state, now, tokens, max_wait)
-            tally = self.tally
+            stats = self.stats
             if wait == 0.0:
-                # The usual decision, a grant at once: Tally.record's count of one,
+                # The usual decision, a grant at once: Stats.record's count of one,
                 # inlined (a call costs more than the two additions).
-                if tally is not None:
-                    tally.granted += 1
-                    tally.tokens += tokens
+                if stats is not None:
+                    stats.granted += 1
+                    stats.tokens += tokens
                 if self.names and self._alg.slotted:
                     # holes.at_once for one limit, built directly (every grant of a
                     # limiter that gives back).
@@ -375,8 +375,8 @@ class MemoryHandle:
                         now, (), ((0, self._alg.latest(slot.state), float(tokens)),), holes.gen
                     )
                 return wait, now  # now + 0.0, without the addition
-            if tally is not None:
-                tally.record(tokens, wait)
+            if stats is not None:
+                stats.record(tokens, wait)
             # Without names, only a grant that waited is named (holes.exact): one that
             # went at once may sit anywhere in the slots still free.
             if wait > EPSILON and self._alg.slotted:
@@ -483,15 +483,15 @@ class MemoryGroupHandle:
 
     suspends = False
 
-    __slots__ = ("__weakref__", "_algs", "_holes", "_lock", "_members", "_now", "_slots", "names", "tally")
+    __slots__ = ("__weakref__", "_algs", "_holes", "_lock", "_members", "_now", "_slots", "names", "stats")
 
     def __init__(self, algs: Sequence[Algorithm[Any]], slots: Sequence[Slot], clock: Timed) -> None:
-        self.tally: Tally | None = None
+        self.stats: Stats | None = None
         #: Whether a grant at once is named too (see ``Handle.names``).
         self.names = False
         self._algs = tuple(algs)
         self._slots = tuple(slots)
-        # (index, plan, commit, slot) of each member, for the quick path of reserve: the
+        # (index, plan, commit, slot) of each member, for the fast path of reserve: the
         # methods bound once, not at every decision.
         self._members = tuple(
             (i, alg.plan, alg.commit, slot) for i, (alg, slot) in enumerate(zip(self._algs, self._slots, strict=True))
@@ -542,15 +542,15 @@ class MemoryGroupHandle:
                 if wait >= 0:
                     for i, _, commit, slot in members:
                         slot.state = commit(slot.state, now, tokens[i], at)
-                tally = self.tally
-                if tally is not None:
+                stats = self.stats
+                if stats is not None:
                     if wait == 0.0 and not self.names:
-                        # Tally.record's count of a grant at once, and weight() of a
+                        # Stats.record's count of a grant at once, and weight() of a
                         # group's tokens, inlined (as MemoryHandle's).
-                        tally.granted += 1
-                        tally.tokens += float(max(tokens))
+                        stats.granted += 1
+                        stats.tokens += float(max(tokens))
                         return wait, now
-                    tally.record(weight(tokens), wait)
+                    stats.record(weight(tokens), wait)
                 if wait > EPSILON:
                     return wait, _holes.exact(self._algs, [slot.state for slot in self._slots], now + wait, holes.gen)
                 if wait == 0.0 and self.names:
@@ -563,8 +563,8 @@ class MemoryGroupHandle:
             if wait >= 0:
                 for slot, state in zip(self._slots, states, strict=True):
                     slot.state = state
-            if self.tally is not None:
-                self.tally.record(weight(tokens), wait)
+            if self.stats is not None:
+                self.stats.record(weight(tokens), wait)
             if name is not None:
                 return wait, name
             if wait > EPSILON:
@@ -669,10 +669,10 @@ class MemoryLaneHandle:
 
     suspends = False
 
-    __slots__ = ("__weakref__", "_keep", "_lane", "_lanes", "_last", "_lock", "_low", "_now", "_slot", "tally")
+    __slots__ = ("__weakref__", "_keep", "_lane", "_lanes", "_last", "_lock", "_low", "_now", "_slot", "stats")
 
     def __init__(self, lanes: _lanes.Lanes, slot: Slot, clock: Timed, lane: int, keep: float | None) -> None:
-        self.tally: Tally | None = None
+        self.stats: Stats | None = None
         self._lanes = lanes
         self._slot = slot
         self._now = clock.now
@@ -689,14 +689,14 @@ class MemoryLaneHandle:
         try:
             now = self._now()
             wait, lane = _lanes.reserve(self._lanes, slot.state, now, tokens, max_wait, self._low, self._keep)
-            tally = self.tally
-            if tally is not None:
+            stats = self.stats
+            if stats is not None:
                 if wait == 0.0:
-                    # Tally.record's count of a grant at once, inlined (as MemoryHandle's).
-                    tally.granted += 1
-                    tally.tokens += tokens
+                    # Stats.record's count of a grant at once, inlined (as MemoryHandle's).
+                    stats.granted += 1
+                    stats.tokens += tokens
                 else:
-                    tally.record(tokens, wait)
+                    stats.record(tokens, wait)
         finally:
             lock.release()
         if wait >= 0:

@@ -60,17 +60,17 @@ from ..memory.fallback import (
 )
 from ..records import FleetRow, Inspection, Override, checked_override
 from ..store import Views
+from .allotment_returns import AllotmentReturns
 from .breaker import RedisStore
 from .calls import DEFAULT_POOL_SIZE, BackendStats, OnUnavailable, RedisCalls
-from .census import probe
 from .clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, REDIS_URL_ENV, retries, url_clients, url_from_env
 from .config import eviction_risk, inspect_all, inspect_many, read_override, reset_override, write_override
 from .errors import STORE_ERRORS, is_unavailable, no_master
 from .fleet import fleet
 from .handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
-from .lease_returns import LeaseReturns
+from .key_survey import probe
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
-from .promises import Promises
+from .pending import PendingGrants
 from .replies import num
 from .rounds import Rounds
 from .scripts import live_script
@@ -205,16 +205,16 @@ class RedisBackend(RedisCalls):
         self.coalesce = coalesce
         #: Whether decisions count themselves for ``ratelimit top``.
         self.counters = counters
-        # Handles spending a lease, whose rests go back at close, and as each lease
+        # Handles spending an allotment, whose rests go back at close, and as each allotment
         # ends (from a thread that needs the synchronous client).
-        self._leasing: weakref.WeakSet[RedisHandle] = weakref.WeakSet()
+        self._allotting: weakref.WeakSet[RedisHandle] = weakref.WeakSet()
         super().__init__(client, on_unavailable=on_unavailable, pool_size=pool_size)
         if share == "auto" and self._sync_client is None:
             raise TypeError(
                 "local_share='auto' needs a synchronous client, which counts the live processes from a thread: "
                 "make the backend with RedisBackend.from_url(...) or RedisBackend(redis.Redis(...))"
             )
-        self._returns = None if self._sync_client is None else LeaseReturns()
+        self._returns = None if self._sync_client is None else AllotmentReturns()
         #: As configured: a fraction, or ``"auto"`` (see :meth:`fallback_share`).
         self.local_share: LocalShare = share
         self.time_source = time_source
@@ -302,12 +302,12 @@ class RedisBackend(RedisCalls):
         live = self._live
         if live is not None:
             live.stop()
-        self._stop_leasing()
+        self._stop_allotting()
         if self._returns is not None:
             self._returns.stop()
         if self._sync_client is not None:
-            for handle in list(self._leasing):
-                handle.give_back_lease()
+            for handle in list(self._allotting):
+                handle.give_back_allotment()
             self._close_held()
             self._sync_client.close()
         with self._lock:
@@ -318,10 +318,10 @@ class RedisBackend(RedisCalls):
 
         Clients of other event loops close when their loop shuts down.
         """
-        self._stop_leasing()
+        self._stop_allotting()
         if self._sync_client is None:
-            for handle in list(self._leasing):
-                await handle.give_back_lease_async()
+            for handle in list(self._allotting):
+                await handle.give_back_allotment_async()
         with self._lock:
             state = self._loops.pop(asyncio.get_running_loop(), None)
         if state is not None and state.client is not None:
@@ -333,12 +333,12 @@ class RedisBackend(RedisCalls):
                 await state.client.aclose()
         self.close()
 
-    def _stop_leasing(self) -> None:
-        # A lease taken after close would never go back: the thread that returns them
+    def _stop_allotting(self) -> None:
+        # An allotment taken after close would never go back: the thread that returns them
         # has stopped, and the owner may never call again.
-        for handle in list(self._leasing):
+        for handle in list(self._allotting):
             if handle.rounds is not None:
-                handle.rounds.stop_leasing()
+                handle.rounds.stop_allotting()
 
     def __enter__(self) -> RedisBackend:
         return self
@@ -435,7 +435,7 @@ class RedisBackend(RedisCalls):
         lease: float | None = None,
         shadow: bool = False,
     ) -> RedisHandle:
-        """One limiter; ``lease``: the seconds of a lease it spends here (see
+        """One limiter; ``lease``: the seconds of an allotment it spends here (see
         ``redis/rounds.py``), which its algorithm's guard must already include; ``shadow``:
         said in what the code says (``redis/config.py``), for ``inspect`` and ``top``."""
         assert name is not None  # the front requires a name for a shared backend
@@ -451,7 +451,7 @@ class RedisBackend(RedisCalls):
             counted=self.counters,
         )
         if local is not None:
-            handle.promises = Promises((clock or SystemClock()).now)
+            handle.pending = PendingGrants((clock or SystemClock()).now)
         if lease is not None or self.coalesce:
             rounds = handle.rounds = Rounds(
                 handle.decide,
@@ -465,10 +465,10 @@ class RedisBackend(RedisCalls):
                 handle.reserve_one_async,
             )
             if lease is not None:
-                self._leasing.add(handle)
+                self._allotting.add(handle)
                 if self._returns is not None and not _injected(clock):
                     returns, give_back = self._returns, handle.give_back_ended
-                    rounds.on_lease = lambda seconds: returns.watch(seconds, give_back)
+                    rounds.on_allotment = lambda seconds: returns.watch(seconds, give_back)
         return handle
 
     def bind_group(
@@ -481,7 +481,7 @@ class RedisBackend(RedisCalls):
             self, algs, keys, self.now_source(clock), None if local is None else local[0], counted=self.counters
         )
         if local is not None:
-            handle.promises = Promises((clock or SystemClock()).now)
+            handle.pending = PendingGrants((clock or SystemClock()).now)
         if self.coalesce:
             handle.rounds = Rounds(
                 handle.decide,
@@ -523,7 +523,7 @@ class RedisBackend(RedisCalls):
         )
         if local is not None:
             for handle in handles:
-                handle.promises = Promises((clock or SystemClock()).now)
+                handle.pending = PendingGrants((clock or SystemClock()).now)
         return handles
 
     def bind_breaker(self, name: str | None, policy: Policy, clock: Clock | None) -> RedisStore:
@@ -628,7 +628,7 @@ class RedisBackend(RedisCalls):
         """Whether Redis holds anything of limiter ``name`` itself: a state (a single
         limiter's, a member's, a lane's), what its code configured, a change, a
         breaker, a ConcurrencyLimit's slots. A keyed budget's keys are its key's, not
-        the name's. One pipeline of ``EXISTS``, no scan (``census.probe``)."""
+        the name's. One pipeline of ``EXISTS``, no scan (``key_survey.probe``)."""
         checked = _validate.name(name, self, shared=True, found=True) or ""
         roots: dict[str, frozenset[str]] = self._admin(lambda client: probe(client, [checked])[0])
         return bool(roots[checked])

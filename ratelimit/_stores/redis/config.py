@@ -26,7 +26,7 @@ values, so a change to a name whose keys say it is one of them is refused
 takes the change, for the single limiter that will read it.
 
 Nothing here scans a name's keys: what a name is comes from an EXISTS for each key it
-may have (``redis/census.py``), in one pipeline; ``inspect`` of many names reads them all in
+may have (``redis/key_survey.py``), in one pipeline; ``inspect`` of many names reads them all in
 a few pipelines.
 """
 
@@ -39,7 +39,7 @@ from typing import Any
 from ..keys import Keyed, code_key, config_key, key_for, text_of, wire
 from ..records import MAX_SET, MIN_SET, PARAMETERS, WINDOWS, Inspection, Override, Slots, UnchangeableLimit
 from .batch import Call, pipelined
-from .census import CONCURRENCY, Roots, breaker_mode, forms, members, number, probe, survey
+from .key_survey import CONCURRENCY, Roots, breaker_mode, forms, members, number, probe, survey
 from .scripts import ALGORITHMS, single_script
 
 __all__ = [
@@ -243,7 +243,7 @@ def inspect_many(
     found: Mapping[Any, Roots] | None = None,
 ) -> list[Inspection]:
     """:func:`inspect` of each of ``names`` in a few pipelines, whatever their number.
-    ``found``: each name's roots if known (``census.survey``); else they are probed."""
+    ``found``: each name's roots if known (``key_survey.survey``); else they are probed."""
     if found is None:
         found = probe(client, names)[0]
     at = _server_now(client) if now is None else now

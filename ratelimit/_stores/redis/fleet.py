@@ -1,12 +1,13 @@
 """The fleet's counters in Redis, as ``ratelimit top`` reads them.
 
 Every single limiter's script counts what it decided, in the same call as the
-decision (``tally`` in ``lua/_single.lua``): no round trip of its own. Counts go to
-one hash per limiter and second, ``<state key>:top:<second>``, which expires after 70
-seconds, so they add up over every process of the fleet and vanish with the traffic.
+decision (``count_one`` and ``count_decided`` in ``lua/_top.lua``): no round trip of
+its own. Counts go to one hash per limiter and second, ``<state key>:top:<second>``,
+which expires after 70 seconds, so they add up over every process of the fleet and
+vanish with the traffic.
 
-Grants a process takes from a lease (``lease=``) never reach the script: the lease's
-tokens are counted instead (``l``), when the script grants it. A composite (and an
+Grants a process takes from an allotment (``lease=``) never reach the script: the
+allotment's tokens are counted instead (``l``), when the script grants it. A composite (and an
 adaptive limiter, a group of two) is counted as one limiter of kind ``composite``, a
 budget with priorities as one of kind ``priorities`` (both lanes together). A
 ConcurrencyLimit counts nothing per second: it is shown by its slots held and
@@ -43,8 +44,8 @@ from redis.exceptions import ReadOnlyError, ResponseError
 from ..keys import code_key, key_for, name_of, parts_of, text_of, wire
 from ..records import ACTIVE_SECONDS, FleetRow, p99_wait
 from .batch import Call, pipelined
-from .census import CONCURRENCY, breaker_mode, number, split
 from .clients import database
+from .key_survey import CONCURRENCY, breaker_mode, number, split
 from .scripts import library, refuses_functions
 
 __all__ = ["base_of", "fleet", "flush_counts"]

@@ -4,7 +4,7 @@ or one priority of a budget with lanes) bound to its keys, each call one script 
 They make the script's arguments and read its replies (``redis/replies.py``), decide
 in rounds when coalescing or leasing (``redis/rounds.py``), and turn to the local fallback
 (``memory/fallback.py``) through the backend's failure policy when the store is
-unavailable, keeping what each side promised (``redis/promises.py``).
+unavailable, keeping what each side promised (``redis/pending.py``).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from ..._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime, LastLane, ch
 from ..._errors import BackendUnavailable
 from ..keys import Keyed, code_key, config_key
 from ..memory.fallback import Fallback, inner_handle, throttle_fallback
+from ..stats import Stats, weight
 from ..store import Pacing
-from ..tally import Tally, weight
 from .calls import RedisCalls
-from .promises import LOCAL, STORE, Promises
-from .replies import at_arg, charged_of, decision_of, grant_time, kept_num, num, wait_arg
+from .pending import LOCAL, STORE, PendingGrants
+from .replies import at_arg, cached_num, charged_of, decision_of, grant_time, num, wait_arg
 from .rounds import Round, RoundReply, Rounds
 from .scripts import Script, group_script, lanes_script, single_script
 
@@ -53,9 +53,9 @@ class _ScriptHandle(ABC, Generic[T]):
         "_quiet",
         "_reserve_op",
         "_script",
-        "promises",
+        "pending",
         "rounds",
-        "tally",
+        "stats",
     )
 
     suspends = True
@@ -69,11 +69,11 @@ class _ScriptHandle(ABC, Generic[T]):
         local: Fallback[T] | None,
         counted: bool = True,
     ) -> None:
-        self.tally: Tally | None = None
+        self.stats: Stats | None = None
         self._backend = backend
         self._script = script
         self._base_keys = tuple(keys)
-        # Before each op, what the library is to keep between calls (see op_of in
+        # Before each op, what the library is to cache between calls (see op_of in
         # lua/_top.lua; it serves every database of its server, and keeps database 0's
         # counts and what is found beside a state): '~' counts nothing for `ratelimit
         # top`; '!' counts at once, for a database other than 0; '^' both.
@@ -88,11 +88,11 @@ class _ScriptHandle(ABC, Generic[T]):
         # is named too (name_grants).
         self._reserve_op = "reserve"
         self._batch_op = "batch"
-        #: Coalescing and leases (``redis/rounds.py``); ``None``: one call per reserve.
+        #: Coalescing and allotments (``redis/rounds.py``); ``None``: one call per reserve.
         self.rounds: Rounds | None = None
         #: With a local fallback: the grants still to go, carried at a switch
-        #: (``redis/promises.py``).
-        self.promises: Promises | None = None
+        #: (``redis/pending.py``).
+        self.pending: PendingGrants | None = None
 
     def name_grants(self) -> None:
         self._reserve_op = "named"
@@ -113,7 +113,7 @@ class _ScriptHandle(ABC, Generic[T]):
     # -- rounds (see redis/rounds.py) -------------------------------------------------------
 
     def _batch_args(self, rnd: Round) -> list[str]:
-        """The script's arguments for a round of several requests (or a lease)."""
+        """The script's arguments for a round of several requests (or an allotment)."""
         raise NotImplementedError(f"{type(self).__name__} is not decided in rounds")
 
     @staticmethod
@@ -161,16 +161,16 @@ class _ScriptHandle(ABC, Generic[T]):
 
     def _pause_store(self) -> tuple[float, list[str]] | None:
         """Before a decision of the store: if the local fallback decided last, the
-        seconds until its promises are due and the restriction that leaves them to
-        it (see ``redis/promises.py``)."""
-        promises = self.promises
-        if promises is None or promises.side == STORE:
+        seconds until its pending grants are due and the restriction that leaves them to
+        it (see ``redis/pending.py``)."""
+        pending = self.pending
+        if pending is None or pending.side == STORE:
             return None
-        ahead = promises.enter(STORE)
+        ahead = pending.enter(STORE)
         if not ahead > 0:
             return None
         if self.rounds is not None:
-            self.rounds.void()  # a lease is not to be spent through the pause
+            self.rounds.void()  # an allotment is not to be spent through the pause
         return ahead, self._args("restrict", self._nothing(), num(ahead))
 
     def _to_store(self) -> None:
@@ -179,8 +179,8 @@ class _ScriptHandle(ABC, Generic[T]):
             try:
                 self._backend.run(self._script, self._keys, pause[1])
             except BaseException:
-                assert self.promises is not None
-                self.promises.undo(STORE, pause[0])
+                assert self.pending is not None
+                self.pending.undo(STORE, pause[0])
                 raise
 
     async def _to_store_async(self) -> None:
@@ -189,25 +189,25 @@ class _ScriptHandle(ABC, Generic[T]):
             try:
                 await self._backend.run_async(self._script, self._keys, pause[1])
             except BaseException:
-                assert self.promises is not None
-                self.promises.undo(STORE, pause[0])
+                assert self.pending is not None
+                self.pending.undo(STORE, pause[0])
                 raise
 
     def _decided(self, tokens: T, decision: tuple[float, float]) -> tuple[float, float]:
-        """A decision of the store, its reach kept (see ``redis/promises.py``), and counted."""
-        if self.promises is not None:
-            self.promises.made(STORE, decision[0])
+        """A decision of the store, its reach kept (see ``redis/pending.py``), and counted."""
+        if self.pending is not None:
+            self.pending.made(STORE, decision[0])
         return self._count(tokens, decision)
 
     def _locally(self, local: Fallback[T], tokens: T, max_wait: float) -> tuple[float, float]:
-        promises = self.promises
-        if promises is not None:
-            ahead = promises.enter(LOCAL)
+        pending = self.pending
+        if pending is not None:
+            ahead = pending.enter(LOCAL)
             if ahead > 0:
                 local.restrict(self._nothing(), ahead)  # the store's queue goes first
         decision = local.reserve(tokens, max_wait)
-        if promises is not None:
-            promises.made(LOCAL, decision[0])
+        if pending is not None:
+            pending.made(LOCAL, decision[0])
         return decision
 
     def _fallback(self, tokens: T, max_wait: float, exc: BackendUnavailable) -> tuple[float, float]:
@@ -226,24 +226,24 @@ class _ScriptHandle(ABC, Generic[T]):
         )
 
     def _count(self, tokens: T, decision: tuple[float, float]) -> tuple[float, float]:
-        tally = self.tally
-        if tally is not None:
-            with tally.lock:
-                tally.record(weight(tokens), decision[0])
+        stats = self.stats
+        if stats is not None:
+            with stats.lock:
+                stats.record(weight(tokens), decision[0])
         return decision
 
     def reserve_one(self, tokens: T, max_wait: float) -> tuple[float, float]:
         """One reservation, one call of the script: a reserve without rounds, and the
         round of a caller alone (``Rounds``), which is the same call."""
-        promises = self.promises
-        if promises is not None and promises.side != STORE:
+        pending = self.pending
+        if pending is not None and pending.side != STORE:
             self._to_store()
         args = self._args(self._reserve_op, tokens, wait_arg(max_wait))
         return self._decision(self._backend.run(self._script, self._keys, args))
 
     async def reserve_one_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
-        promises = self.promises
-        if promises is not None and promises.side != STORE:
+        pending = self.pending
+        if pending is not None and pending.side != STORE:
             await self._to_store_async()
         args = self._args(self._reserve_op, tokens, wait_arg(max_wait))
         return self._decision(await self._backend.run_async(self._script, self._keys, args))
@@ -258,17 +258,17 @@ class _ScriptHandle(ABC, Generic[T]):
                 decision = self.reserve_one(tokens, max_wait)
         except BackendUnavailable as exc:
             return self._count(tokens, self._fallback(tokens, max_wait, exc))
-        if self.promises is not None:
-            self.promises.made(STORE, decision[0])
-        tally = self.tally
-        if tally is not None:
-            # _count, with Tally.record's count of a grant at once inlined.
-            with tally.lock:
+        if self.pending is not None:
+            self.pending.made(STORE, decision[0])
+        stats = self.stats
+        if stats is not None:
+            # _count, with Stats.record's count of a grant at once inlined.
+            with stats.lock:
                 if decision[0] == 0.0:
-                    tally.granted += 1
-                    tally.tokens += tokens if tokens.__class__ is float else weight(tokens)  # type: ignore[operator]
+                    stats.granted += 1
+                    stats.tokens += tokens if tokens.__class__ is float else weight(tokens)  # type: ignore[operator]
                 else:
-                    tally.record(weight(tokens), decision[0])
+                    stats.record(weight(tokens), decision[0])
         return decision
 
     def reserve_here(self, tokens: T, max_wait: float) -> tuple[float, float] | None:
@@ -284,8 +284,8 @@ class _ScriptHandle(ABC, Generic[T]):
                 decision = await rounds.reserve_async(weight(tokens), max_wait, tokens)
             else:
                 # reserve_one_async, inlined: a coroutine less to make and await.
-                promises = self.promises
-                if promises is not None and promises.side != STORE:
+                pending = self.pending
+                if pending is not None and pending.side != STORE:
                     await self._to_store_async()
                 args = self._args(self._reserve_op, tokens, wait_arg(max_wait))
                 decision = self._decision(await self._backend.run_async(self._script, self._keys, args))
@@ -377,7 +377,7 @@ class _ScriptHandle(ABC, Generic[T]):
         )
 
     def reset(self) -> None:
-        """Forget the usage in the store (the script's ``reset`` op), and any lease in hand."""
+        """Forget the usage in the store (the script's ``reset`` op), and any allotment in hand."""
         self._forgetting()
         try:
             self._backend.run(self._script, self._base_keys, self._args("reset", self._nothing(), ""))
@@ -393,7 +393,7 @@ class _ScriptHandle(ABC, Generic[T]):
 
     def _forgetting(self) -> None:
         if self.rounds is not None:
-            self.rounds.void()  # a lease was taken from the usage forgotten
+            self.rounds.void()  # an allotment was taken from the usage forgotten
 
 
 class RedisHandle(_ScriptHandle[float]):
@@ -401,9 +401,9 @@ class RedisHandle(_ScriptHandle[float]):
     first call and then once every ``CODE_EVERY`` seconds; ``ARGV = [op, now, tokens,
     extra, *params, slack, shadow]``.
 
-    With ``rounds`` (coalescing, a lease: see ``redis/rounds.py``) its reserves are decided
+    With ``rounds`` (coalescing, an allotment: see ``redis/rounds.py``) its reserves are decided
     in rounds, ``ARGV = ['batch', now, give_back, give_back_at, *params, slack, shadow, want, least,
-    tokens, max_wait, ...]`` for more than one request or a lease.
+    tokens, max_wait, ...]`` for more than one request or an allotment.
     """
 
     __slots__ = ("__weakref__", "_code_due", "_params", "_with_code")
@@ -445,7 +445,7 @@ class RedisHandle(_ScriptHandle[float]):
         self._code_due = -math.inf
 
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
-        return [self._quiet + op, self._now(), kept_num(tokens), extra, *self._params]
+        return [self._quiet + op, self._now(), cached_num(tokens), extra, *self._params]
 
     def _batch_args(self, rnd: Round) -> list[str]:
         back = ("", "") if rnd.give_back is None else (num(rnd.give_back[0]), at_arg(rnd.give_back[1]))
@@ -462,7 +462,7 @@ class RedisHandle(_ScriptHandle[float]):
         return None if got is None else self._count(tokens, got)
 
     def restrict(self, remaining: float, seconds: float) -> None:
-        # The provider says how much more may go: what is left of a lease is not
+        # The provider says how much more may go: what is left of an allotment is not
         # the process's to spend any more.
         if self.rounds is not None:
             self.rounds.void()
@@ -474,18 +474,18 @@ class RedisHandle(_ScriptHandle[float]):
         await super().restrict_async(remaining, seconds)
 
     def give_back_ended(self) -> None:
-        """Give back the rest of a lease that has ended (``redis/lease_returns.py``)."""
+        """Give back the rest of an allotment that has ended (``redis/allotment_returns.py``)."""
         if self.rounds is not None:
             for tokens, at in self.rounds.take_ended():
                 self.refund(tokens, at)
 
-    def give_back_lease(self) -> None:
-        """Give back what is left of this handle's leases (the backend closing)."""
+    def give_back_allotment(self) -> None:
+        """Give back what is left of this handle's allotments (the backend closing)."""
         if self.rounds is not None:
             for tokens, at in self.rounds.take_voids():
                 self.refund(tokens, at)
 
-    async def give_back_lease_async(self) -> None:
+    async def give_back_allotment_async(self) -> None:
         if self.rounds is not None:
             for tokens, at in self.rounds.take_voids():
                 await self.refund_async(tokens, at)
@@ -520,7 +520,7 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
 
     def _batch_args(self, rnd: Round) -> list[str]:
         # The members with no tokens of their own, then each request: its max_wait
-        # and one weight per member (see lua/_group.lua). A group takes no lease.
+        # and one weight per member (see lua/_group.lua). A group takes no allotment.
         args = self._args(self._batch_op, [0.0] * len(self._members), "")
         for ask in rnd.asks:
             request: Sequence[float] = ask.request  # type: ignore[assignment]

@@ -1,7 +1,7 @@
 """The text a Redis script is sent and what its replies mean, for every handle.
 
 Numbers go as the shortest text that reads back as the same double; a grant's time
-comes back with the script's name of it (see ``exact_mask`` and ``pieces_mask`` in
+comes back with the script's name of it (see ``exact_name`` and ``pieces_name`` in
 ``lua/_members.lua``), which a refund sends back to say where its tokens sit.
 """
 
@@ -20,28 +20,28 @@ def num(value: float) -> str:
 
 
 #: The text of the amounts and waits sent most (a token, no wait...), made once: at
-#: most :data:`KEPT_MOST` of them, the first met.
-_KEPT: dict[float, str] = {}
-KEPT_MOST = 64
+#: most :data:`CACHED_MOST` of them, the first met.
+_CACHED: dict[float, str] = {}
+CACHED_MOST = 64
 
 
-def kept_num(value: float) -> str:
+def cached_num(value: float) -> str:
     """``num(value)``, for the amounts a process sends again and again (tokens, waits)."""
-    text = _KEPT.get(value)
+    text = _CACHED.get(value)
     if text is None:
         text = repr(float(value))
-        # Equal values have one text, but for the zeros (0.0 == -0.0): none is kept.
-        if value and len(_KEPT) < KEPT_MOST:
-            _KEPT[value] = text
+        # Equal values have one text, but for the zeros (0.0 == -0.0): none is cached.
+        if value and len(_CACHED) < CACHED_MOST:
+            _CACHED[value] = text
     return text
 
 
-def grant_time(at: bytes | str, mask: bytes | str) -> float:
+def grant_time(at: bytes | str, name: bytes | str) -> float:
     """The time of a grant the script replied, with its name when it gave one."""
-    # The script's name of a grant (see exact_mask and pieces_mask in lua/_members.lua):
+    # The script's name of a grant (see exact_name and pieces_name in lua/_members.lua):
     # '' for none, a '0'/'1' per limit, or the pieces it was taken from.
     # Either may end in "g<number>": the latest move of the queue when it was given.
-    text = mask.decode() if isinstance(mask, bytes) else mask
+    text = name.decode() if isinstance(name, bytes) else name
     if not text:
         return float(at)
     text, _, gen_text = text.partition("g")
@@ -102,4 +102,4 @@ def wait_arg(max_wait: float) -> str:
         return ""
     if max_wait == 0.0:  # a try_acquire's: its text, without formatting it each time
         return "0.0" if math.copysign(1.0, max_wait) > 0 else "-0.0"
-    return kept_num(max_wait)
+    return cached_num(max_wait)

@@ -1,4 +1,4 @@
-"""One script call per round for a limiter's concurrent acquires, and leases.
+"""One script call per round for a limiter's concurrent acquires, and allotments.
 
 **Coalescing.** A process with a thousand tasks on one shared limiter would otherwise
 make a thousand script calls, each on its own connection. Here the callers of one
@@ -9,25 +9,25 @@ call. The script decides them one after the other in arrival order (``batch`` in
 ``lua/_single.lua``), exactly as separate calls would, so each caller still gets its
 own exact wait. A caller alone makes the same single call as before.
 
-**Leasing** (``lease=`` on a limiter). A round may also take a *lease*: a batch of the
-shared budget, granted like any request but spent here, by callers that then make no
-call at all, until ``seconds`` after the round was sent. What is left then goes back
+**Allotments** (``lease=`` on a limiter). A round may also take an *allotment*: a
+batch of the shared budget, granted like any request but spent here, by callers that
+then make no call at all, until ``seconds`` after the round was sent. What is left then goes back
 with the next round (or at ``close``). The size follows this process's demand: the
 tokens it was asked for per second, measured between rounds (older measures fading
-over ``seconds``), times ``seconds``; an idle process asks for none. A lease is only
+over ``seconds``), times ``seconds``; an idle process asks for none. An allotment is only
 taken when every request of its round went at once: a queue means the budget has no
 slack to hand out, and the callers go through the store one by one, in its order, as
-without leasing.
+without allotments.
 
-Why the fleet never exceeds the limit: every leased token is granted by the shared
+Why the fleet never exceeds the limit: every allotted token is granted by the shared
 algorithm like any other, and is sent at most ``seconds`` after that grant. The
 limiter adds ``seconds`` to its guard (see ``_limiting/guard.py``), which keeps the
 limit for requests that leave that late: a token bucket keeps ``seconds x rate``
 tokens of its capacity back, a window counts each grant ``seconds`` longer.
 
 In arrival order within a process: a request that does not fit what is left of the
-lease voids the rest (it goes back with the round that carries the request), so no
-later caller can take tokens here ahead of it.
+allotment voids the rest (it goes back with the round that carries the request), so
+no later caller can take tokens here ahead of it.
 
 **Leaving early.** A caller may leave on an exception at any point: a thread
 interrupted while it waits (``KeyboardInterrupt``, a signal handler that raises, as
@@ -130,15 +130,15 @@ class Ask:
 
 @dataclass(frozen=True, slots=True)
 class Round:
-    """What one call carries: the requests, a lease's rest given back, a lease asked."""
+    """What one call carries: the requests, an allotment's rest given back, an allotment asked."""
 
     asks: list[Ask]
-    #: ``(tokens, at)`` of an ended lease going back, or ``None``.
+    #: ``(tokens, at)`` of an ended allotment going back, or ``None``.
     give_back: tuple[float, float] | None
-    #: Tokens of lease wanted (0: none), and the least worth taking.
+    #: Tokens of allotment wanted (0: none), and the least worth taking.
     want: float
     least: float
-    #: Local time the call was sent: a lease taken by it ends ``seconds`` later.
+    #: Local time the call was sent: an allotment taken by it ends ``seconds`` later.
     sent: float
 
 
@@ -146,8 +146,8 @@ class Round:
 class RoundReply:
     #: ``(signed_wait, at)`` per request, in order.
     decisions: list[tuple[float, float]]
-    #: Tokens leased, and the store time they were granted at.
-    leased: float
+    #: Tokens allotted, and the store time they were granted at.
+    allotted: float
     at: float
 
 
@@ -168,12 +168,13 @@ class Rounds:
 
     ``decide`` / ``decide_async`` make a round's call; ``give_back`` /
     ``give_back_async`` return a grant (``request, at``) made for a caller that left;
-    ``now`` is the limiter's clock; ``lease`` the seconds of a lease (``None``:
-    coalescing only); ``most`` the largest grant the limit makes, which caps a lease.
+    ``now`` is the limiter's clock; ``lease`` the seconds of an allotment (``None``:
+    coalescing only); ``most`` the largest grant the limit makes, which caps an allotment.
     """
 
     __slots__ = (
         "__weakref__",
+        "_allotting",
         "_asked",
         "_decide",
         "_decide_async",
@@ -181,7 +182,6 @@ class Rounds:
         "_decide_one_async",
         "_give_back",
         "_give_back_async",
-        "_leasing",
         "_lock",
         "_loop_queue",
         "_loops",
@@ -195,7 +195,7 @@ class Rounds:
         "_voids",
         "lease",
         "most",
-        "on_lease",
+        "on_allotment",
     )
 
     def __init__(
@@ -212,7 +212,7 @@ class Rounds:
     ) -> None:
         self._decide = decide
         self._decide_async = decide_async
-        # A round of one request and nothing else (no lease: see _alone), decided as a
+        # A round of one request and nothing else (no allotment: see _alone), decided as a
         # plain reserve of ``(request, max_wait)``; None: as any round.
         self._decide_one = decide_one if lease is None else None
         self._decide_one_async = decide_one_async if lease is None else None
@@ -221,32 +221,32 @@ class Rounds:
         self._now = now
         self.lease = lease
         self.most = most
-        # False once the backend has closed: no lease is taken any more, as nothing
+        # False once the backend has closed: no allotment is taken any more, as nothing
         # would give its rest back.
-        self._leasing = lease is not None
+        self._allotting = lease is not None
         self._lock = threading.Lock()
         self._threads = _Queue()
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = weakref.WeakKeyDictionary()
         # The last loop's queue, the loop weakly: found without the weak dictionary's
         # look-up, which makes a weak reference each time.
         self._loop_queue: tuple[weakref.ref[asyncio.AbstractEventLoop], _Queue] | None = None
-        # The lease being spent: tokens left, the store time they were granted at, and
+        # The allotment being spent: tokens left, the store time they were granted at, and
         # the local time after which none may be spent.
         self._pool = 0.0
         self._pool_at = math.nan
         self._until = -math.inf
-        # Rests of leases to give back, one per round.
+        # Rests of allotments to give back, one per round.
         self._voids: list[tuple[float, float]] = []
         # Demand: tokens asked since the last round was opened, and the rate measured.
         self._asked = 0.0
         self._opened: float | None = None
         self._rate: float | None = None
-        #: Told the seconds a new lease has to run (see ``redis/lease_returns.py``).
-        self.on_lease: Callable[[float], None] | None = None
+        #: Told the seconds a new allotment has to run (see ``redis/allotment_returns.py``).
+        self.on_allotment: Callable[[float], None] | None = None
         _EVERY.add(self)
 
     def _forked(self) -> None:
-        # In a forked child: the lease is the parent's to spend (the child spending it
+        # In a forked child: the allotment is the parent's to spend (the child spending it
         # too would grant it twice), and the callers queued were the parent's threads.
         self._lock = threading.Lock()
         self._threads = _Queue()
@@ -259,18 +259,18 @@ class Rounds:
     # -- what is here ---------------------------------------------------------------
 
     @property
-    def leased(self) -> float:
-        """Tokens of the current lease still to spend (0 once it has ended)."""
+    def allotted(self) -> float:
+        """Tokens of the current allotment still to spend (0 once it has ended)."""
         with self._lock:
             return self._pool if self._now() < self._until else 0.0
 
     def _from_pool(self, tokens: float, queue: _Queue) -> tuple[float, float] | None:
-        """A grant from the lease, or ``None`` (the rest then voided: see the module)."""
+        """A grant from the allotment, or ``None`` (the rest then voided: see the module)."""
         pool = self._pool
         if not pool > 0:
             return None
         if queue.busy:
-            return None  # callers queued here are ahead: the lease is not theirs to skip
+            return None  # callers queued here are ahead: the allotment is not theirs to skip
         if tokens <= pool + 1e-9 and self._now() < self._until:
             self._pool = pool - tokens if tokens < pool else 0.0
             return 0.0, self._pool_at
@@ -284,12 +284,12 @@ class Rounds:
         self._until = -math.inf
 
     def void(self) -> None:
-        """End the lease now (a provider's pause; the rest goes back with the next round)."""
+        """End the allotment now (a provider's pause; the rest goes back with the next round)."""
         with self._lock:
             self._void()
 
     def reserve_here(self, tokens: float, *, threads: bool) -> tuple[float, float] | None:
-        """A grant from the lease for a task of the running event loop (or, with
+        """A grant from the allotment for a task of the running event loop (or, with
         ``threads``, one served by the threads' rounds), made without awaiting;
         ``None``: it needs a round (``reserve_async``)."""
         if not self._pool > 0:
@@ -302,7 +302,7 @@ class Rounds:
             return got
 
     def take_ended(self) -> list[tuple[float, float]]:
-        """The rests to give back now: the current lease's if it has ended, and any
+        """The rests to give back now: the current allotment's if it has ended, and any
         voided one no round has carried yet."""
         with self._lock:
             if self._pool > 0 and self._now() >= self._until:
@@ -310,17 +310,17 @@ class Rounds:
             voids, self._voids = self._voids, []
             return voids
 
-    def stop_leasing(self) -> None:
-        """Take no lease from now on (the backend closes); one a round in flight
+    def stop_allotting(self) -> None:
+        """Take no allotment from now on (the backend closes); one a round in flight
         brings goes back at once."""
         with self._lock:
-            self._leasing = False
+            self._allotting = False
 
     def take_voids(self) -> list[tuple[float, float]]:
-        """Every rest not yet given back, and the current lease's (at ``close``); from
-        now on no lease is taken, and one a round in flight brings goes back at once."""
+        """Every rest not yet given back, and the current allotment's (at ``close``); from
+        now on no allotment is taken, and one a round in flight brings goes back at once."""
         with self._lock:
-            self._leasing = False
+            self._allotting = False
             self._void()
             voids, self._voids = self._voids, []
             return voids
@@ -330,11 +330,11 @@ class Rounds:
     def _open(self, asks: list[Ask]) -> Round:
         now = self._now()
         want = least = 0.0
-        if self.lease is not None and self._leasing:
+        if self.lease is not None and self._allotting:
             asked, self._asked = self._asked, 0.0
             if self._opened is not None and now > self._opened:
                 # The demand since the last round, against the estimate before it,
-                # which counts less the longer ago it was measured (by the lease's
+                # which counts less the longer ago it was measured (by the allotment's
                 # length): after a pause, the pause is the demand.
                 sample = asked / (now - self._opened)
                 kept = 0.0 if self._rate is None else math.exp(-(now - self._opened) / self.lease)
@@ -360,14 +360,14 @@ class Rounds:
                 if ask.gone and decision[0] >= 0:
                     owed.append((ask.request, decision[1]))
             ask.wake()
-        if reply.leased > 0 and (self.lease is None or not self._leasing):
-            owed.append((reply.leased, reply.at))  # asked before the backend closed
-        elif reply.leased > 0 and self.lease is not None:
-            self._void()  # a lease taken by another thread world meanwhile
-            self._pool, self._pool_at, self._until = reply.leased, reply.at, rnd.sent + self.lease
-            if self.on_lease is not None:
-                self.on_lease(self._until - self._now())
-        # Those who queued while the call was out are served from the new lease, in
+        if reply.allotted > 0 and (self.lease is None or not self._allotting):
+            owed.append((reply.allotted, reply.at))  # asked before the backend closed
+        elif reply.allotted > 0 and self.lease is not None:
+            self._void()  # an allotment taken by another thread world meanwhile
+            self._pool, self._pool_at, self._until = reply.allotted, reply.at, rnd.sent + self.lease
+            if self.on_allotment is not None:
+                self.on_allotment(self._until - self._now())
+        # Those who queued while the call was out are served from the new allotment, in
         # order, as far as it goes.
         while queue.waiting:
             head = queue.waiting[0]
@@ -416,7 +416,7 @@ class Rounds:
     def _arrive(
         self, ask: Ask, queue: _Queue, waker: Callable[[], threading.Event | asyncio.Future[None]]
     ) -> tuple[float, float] | None:
-        """A grant from the lease; or ``None``: ``ask`` queued behind a round in
+        """A grant from the allotment; or ``None``: ``ask`` queued behind a round in
         flight, or (``ask.round`` set) leading a round of its own now."""
         with self._lock:
             self._asked += ask.tokens
@@ -483,7 +483,7 @@ class Rounds:
                 # The leader's own exception (an interrupt; a bug, which the next
                 # leader meets for itself): the others go first in the queue again.
                 # If the call went out, the store may have recorded it: their tokens
-                # may count twice (never too few), and the rest of a lease it carried
+                # may count twice (never too few), and the rest of an allotment it carried
                 # is lost rather than given back twice.
                 waiting = queue.waiting
                 queued = {id(other) for other in waiting}
@@ -493,7 +493,7 @@ class Rounds:
             self._hand_over(queue)
             return owed
 
-    # -- a caller alone: no lease, nobody queued, no round in flight -------------------
+    # -- a caller alone: no allotment, nobody queued, no round in flight ---------------
     #
     # Its round would carry its request and nothing else: the same single call as a
     # reserve without rounds, made without the round's bookkeeping. It holds the
@@ -523,7 +523,7 @@ class Rounds:
 
     def reserve(self, tokens: float, max_wait: float, request: object = None) -> tuple[float, float]:
         """Decide ``tokens`` (``request``, if the store is asked otherwise) for a
-        thread: from the lease, or in a round."""
+        thread: from the allotment, or in a round."""
         queue = self._threads
         one = self._decide_one
         if one is not None:
@@ -564,7 +564,7 @@ class Rounds:
 
     async def reserve_async(self, tokens: float, max_wait: float, request: object = None) -> tuple[float, float]:
         """Decide ``tokens`` (or ``request``) for a task of the running loop: from the
-        lease, or in a round."""
+        allotment, or in a round."""
         loop = asyncio.get_running_loop()
         last = self._loop_queue
         if last is not None and last[0]() is loop:
@@ -626,14 +626,14 @@ class Rounds:
 #: A queue with nobody in it, for serving the waiters of a round just closed.
 _IDLE = _Queue()
 
-#: Every ``Rounds`` of this process, for a forked child to forget their leases.
+#: Every ``Rounds`` of this process, for a forked child to forget their allotments.
 _EVERY: weakref.WeakSet[Rounds] = weakref.WeakSet()
 
 
-def _forget_leases_in_child() -> None:
+def _forget_allotments_in_child() -> None:
     for rounds in list(_EVERY):
         rounds._forked()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_leases_in_child)
+    os.register_at_fork(after_in_child=_forget_allotments_in_child)

@@ -1,16 +1,16 @@
 """The Lua scripts: found, composed, loaded once per server, and called.
 
 The scripts live as ``.lua`` files in the top-level ``lua/`` folder of the source tree
-and inside the wheel as ``ratelimit/lua/``. Each file reads top to bottom: the pieces
-every script shares (``_prelude``, the algorithms, ``_members``, ``_top``, and
-``_kept`` in the library, ``_kept_none`` in a script) define
+and inside the wheel as ``ratelimit/lua/``. Each file reads top to bottom: the shared Lua
+files every script uses (``_prelude``, the algorithms, ``_members``, ``_top``, and
+``_cache`` in the library, ``_cache_none`` in a script) define
 functions only, and each driver (``_single``, ``_lanes``, ``_group``, ``breaker``,
 ``concurrency``, ``live``) is the body of one function, its KEYS/ARGV/return contract
 at its top.
 
-On Redis 7 and later the pieces and the drivers are one function library,
-``ratelimit_<version>``, loaded once per server (``FUNCTION LOAD``): what the pieces
-define is defined once, not at every call, and each decision is an ``FCALL`` of the
+On Redis 7 and later the shared files and the drivers are one function library,
+``ratelimit_<version>``, loaded once per server (``FUNCTION LOAD``): what the shared
+files define is defined once, not at every call, and each decision is an ``FCALL`` of the
 driver's function. The version is a digest of the text, so two releases side by side
 (a rolling deploy) each keep a library of their own. A server that lost the library
 (``FUNCTION FLUSH``, a failover to a replica that never had it, a restart without
@@ -151,7 +151,7 @@ _LINE = re.compile(r"@?(user_script|user_function):(\d+)")
 
 
 def _rate_limit_body(composed: Composed, kinds: Sequence[str], holds: bool = False) -> Composed:
-    """The prelude, the algorithms ``kinds`` and the shared pieces. ``holds``: the
+    """The prelude, the algorithms ``kinds`` and the shared Lua files. ``holds``: the
     counters for ``ratelimit top`` may be held in Lua between calls (the function
     library, whose locals outlive a call; never a script, whose die with it)."""
     composed.file("_prelude")
@@ -161,9 +161,9 @@ def _rate_limit_body(composed: Composed, kinds: Sequence[str], holds: bool = Fal
         if name == "_top":
             composed.add(f"local TOP_HOLDS = {'true' if holds else 'false'}")
         composed.file(name)
-    # What the library keeps between calls; a script, whose locals die with it, the
-    # same functions keeping nothing.
-    return composed.file("_kept" if holds else "_kept_none")
+    # What the library caches between calls; a script, whose locals die with it, the
+    # same functions caching nothing.
+    return composed.file("_cache" if holds else "_cache_none")
 
 
 @dataclass(frozen=True)

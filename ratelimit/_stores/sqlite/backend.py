@@ -7,7 +7,7 @@ this backend binds are ``handles.py``'s) and writes the row
 back. So the decisions are the memory store's, and so the Redis scripts' (the
 conformance suite holds all three to them), whichever process makes them. A token
 bucket whose row is one number, the usual case, decides in one self-committing
-``UPDATE`` running the same step (``sqlite/quick.py``); a limit changed at run time
+``UPDATE`` running the same step (``sqlite/fast_path.py``); a limit changed at run time
 is ``sqlite/config.py``'s, the counters of ``ratelimit top`` ``sqlite/top.py``'s.
 An asyncio call decides at once when the file is free and otherwise waits for its
 lock in a thread (``reserve_async``), never on the event loop.
@@ -50,11 +50,11 @@ from .breaker import Kept, SQLiteStore
 from .config import NAMES, Changeable, refuse_unchangeable
 from .config import read as read_change
 from .config import write as write_change
+from .fast_path import FastPath
 from .file import Busy, StoreFile
 from .handles import Followed, SQLiteGroupHandle, SQLiteHandle
 from .holders import SQLiteSlots
 from .inspection import holds, inspect_all, inspect_names
-from .quick import Quick
 from .rows import Rows
 from .slots import SlotRows
 from .top import Cell, Counts, read_top
@@ -225,10 +225,10 @@ class SQLiteBackend(FailurePolicy):
         local = None
         if self.on_unavailable == "local":
             local = single_share(self._local, alg, clock, self.local_share)
-        quick = None
+        fast_path = None
         if type(alg) is Gcra and changeable is not None:
-            quick = Quick(self._file, named, alg, slot, rows.clock, rows.test, changeable)
-        handle = SQLiteHandle(self, named, inner, local, quick)
+            fast_path = FastPath(self._file, named, alg, slot, rows.clock, rows.test, changeable)
+        handle = SQLiteHandle(self, named, inner, local, fast_path)
         if rows.test == 0 and self._counters:
             handle.top = Cell((named, alg.kind, int(shadow)))
         return handle
@@ -342,7 +342,7 @@ class SQLiteBackend(FailurePolicy):
             now = (file.now(),)
             gone = conn.execute(_SWEEP, now).rowcount
             # The rows whose `forget` has passed but not their `idle` (moved on by the
-            # quick path): their `forget` catches up, so the next sweep skips them.
+            # fast path): their `forget` catches up, so the next sweep skips them.
             kept = conn.execute(_CATCH_UP, now).rowcount
             if gone or kept:
                 file.writes += 1

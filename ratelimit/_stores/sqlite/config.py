@@ -10,7 +10,7 @@ tokens owed keep their count: ``rescale``).
 
 Each state row remembers the change it was last decided under (its ``rate`` and
 ``burst`` columns; storing a change marks the name's rows decided under none, so
-that the one-statement path of ``sqlite/quick.py`` leaves them to a full
+that the one-statement path of ``sqlite/fast_path.py`` leaves them to a full
 transaction). A single limiter's transaction reads the name's config row with its
 own (:class:`Changeable`): where they differ, it moves the state from the one limit
 to the other before deciding, at the change's ``at``, as if the change had moved it
@@ -302,7 +302,7 @@ def refuse_unchangeable(conn: sqlite3.Connection, name: str, burst: float | None
 def write(conn: sqlite3.Connection, name: str, change: Override | None, now: float) -> None:
     """Store ``change`` for ``name`` (``None``: a reset), made at ``now``; the name's
     rows decided under the code's values say a change may be pending (:data:`PENDING`),
-    which keeps the quick path (``sqlite/quick.py``) from deciding them.
+    which keeps the fast path (``sqlite/fast_path.py``) from deciding them.
 
     The change replaced is kept in the row (``past``, with the time it was made) if
     no decision has read it yet, after those it replaced in turn: the next decision

@@ -53,7 +53,7 @@ __all__ = [
 #: A decision on a row's number at a time: the row's new number.
 Step = Callable[[float, float], float]
 
-#: The SQL function each connection has that runs the decision of the quick path.
+#: The SQL function each connection has that runs the decision of the fast path.
 STEP_FUNCTION = "ratelimit_step"
 
 logger = logging.getLogger("ratelimit")
@@ -137,7 +137,7 @@ _SCHEMA = (
     # algorithm, or two lanes'): its state in `number` or `blob` (sqlite/codec.py),
     # the store time from which it is as good as new (`idle`), when it was last
     # written (`updated`), and whether its time is a test clock's (never swept).
-    # `forget` is never later than `idle` (equal after any write but the quick
+    # `forget` is never later than `idle` (equal after any write but the fast
     # path's, which only moves `idle` on): a sweep looks through its index at the
     # rows whose `forget` has passed, never at the whole table (format 2).
     # `rate` and `burst`: the change at run time the state was last decided under
@@ -626,8 +626,8 @@ class StoreFile:
         return await asyncio.to_thread(call)
 
     def turn(self, step: Step, patience: float) -> sqlite3.Connection | None:
-        """This process's turn for one statement that commits by itself (the quick
-        path, ``sqlite/quick.py``), with :data:`STEP_FUNCTION` calling ``step``: the
+        """This process's turn for one statement that commits by itself (the fast
+        path, ``sqlite/fast_path.py``), with :data:`STEP_FUNCTION` calling ``step``: the
         connection, until :meth:`end_turn`. ``None`` (and no turn taken) while the
         connection is due for its check or not open: the caller then decides in a
         full transaction (:meth:`begin`). ``patience``: the caller's timeout, as for
@@ -761,7 +761,7 @@ class StoreFile:
 
 
 class _Stepper:
-    """What :data:`STEP_FUNCTION` calls: the quick path's step of the statement running."""
+    """What :data:`STEP_FUNCTION` calls: the fast path's step of the statement running."""
 
     __slots__ = ("call",)
 

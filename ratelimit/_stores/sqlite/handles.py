@@ -16,10 +16,10 @@ from ..._algorithms.algorithm import EPSILON
 from ..._errors import BackendUnavailable
 from ..memory.backend import MemoryGroupHandle, MemoryHandle
 from ..memory.fallback import Fallback
+from ..stats import Stats
 from ..store import Handle
-from ..tally import Tally
+from .fast_path import FastPath
 from .file import LOCK_GRACE, WAITED_LEAST, Busy, LockTimeout, StoreFile, Waited, in_thread_within
-from .quick import Quick
 from .rows import Rows
 from .top import Cell, Counts
 
@@ -84,12 +84,12 @@ class _Unavailable(Generic[T]):
         self._local = local
 
     @property
-    def tally(self) -> Tally | None:
-        return self._inner.tally
+    def stats(self) -> Stats | None:
+        return self._inner.stats
 
-    @tally.setter
-    def tally(self, tally: Tally | None) -> None:
-        self._inner.tally = tally
+    @stats.setter
+    def stats(self, stats: Stats | None) -> None:
+        self._inner.stats = stats
 
     def name_grants(self) -> None:
         self._inner.name_grants()
@@ -125,10 +125,10 @@ class _Unavailable(Generic[T]):
 
     def _refused(self, waited: float) -> tuple[float, float]:
         """A refusal for the file's being busy ``waited`` seconds, counted as one."""
-        tally = self._inner.tally
-        if tally is not None:
-            with tally.lock:
-                tally.denied += 1
+        stats = self._inner.stats
+        if stats is not None:
+            with stats.lock:
+                stats.denied += 1
         return -waited, math.nan
 
     def _reserve_late(self, tokens: T, max_wait: float, came: float) -> tuple[float, float]:
@@ -266,7 +266,7 @@ class _Unavailable(Generic[T]):
 class SQLiteHandle(_Unavailable[float]):
     """One limiter, or one priority of a budget with lanes, in the file."""
 
-    __slots__ = ("_quick",)
+    __slots__ = ("_fast_path",)
 
     def __init__(
         self,
@@ -274,33 +274,33 @@ class SQLiteHandle(_Unavailable[float]):
         name: str,
         inner: Handle[float],
         local: Fallback[float] | None,
-        quick: Quick | None = None,
+        fast_path: FastPath | None = None,
     ) -> None:
         super().__init__(backend, name, inner, local)
-        self._quick = quick
+        self._fast_path = fast_path
 
     def name_grants(self) -> None:
         # The statement's decision says only when a grant goes, not where it sits: a
         # limiter that gives back decides in the transaction.
-        self._quick = None
+        self._fast_path = None
         super().name_grants()
 
     def reserve(self, tokens: float, max_wait: float) -> tuple[float, float]:
-        quick = self._quick
-        if quick is None:
+        fast_path = self._fast_path
+        if fast_path is None:
             return super().reserve(tokens, max_wait)
-        if quick.on:
-            # A token bucket whose row is one number: one statement (sqlite/quick.py),
+        if fast_path.on:
+            # A token bucket whose row is one number: one statement (sqlite/fast_path.py),
             # which waits for no other process's lock (the full transaction does).
             try:
-                decision = quick.reserve(tokens, max_wait, self._inner.tally)
+                decision = fast_path.reserve(tokens, max_wait, self._inner.stats)
             except LockTimeout as exc:  # this process's turn held by a thread that waits for the lock
                 return self._refused(exc.waited)
             if decision is not None:
                 self._decided(decision)
                 return decision
         decision = super().reserve(tokens, max_wait)
-        quick.after_full()
+        fast_path.after_full()
         return decision
 
     def restrict(self, remaining: float, seconds: float) -> None:

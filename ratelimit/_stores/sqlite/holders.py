@@ -3,10 +3,10 @@ what ``SQLiteBackend.bind_slots`` returns.
 
 Each transition is one transaction of the file (``slots.py``, the SQL twin of
 ``_algorithms/semaphore.py``). A waiter is told of its grant, never polls: its row
-names its process's door (``doors.py``), and whoever promotes it (a release, or a
-transition that finds a lease run out) knocks there after the commit. A holder's
+names its process's wake socket (``wake_sockets.py``), and whoever promotes it (a release, or a
+transition that finds a lease run out) sends a wake message there after the commit. A holder's
 lease is renewed by the limit's heartbeat, so a process killed with SIGKILL frees
-its slots once their leases run out; the door's thread then looks at the file when
+its slots once their leases run out; the wake socket's thread then looks at the file when
 the first holder's lease is due to run out, since no release will announce it.
 """
 
@@ -26,9 +26,9 @@ from ..memory.slots import Elsewhere
 from ..slots import LOST, taken_here
 from ..unfinished import finish_later, release_outlasting
 from ..waiting import Waiting
-from .doors import Doors, doors_for
 from .file import Busy, LockTimeout, StoreFile, Waited
 from .slots import Promoted, SlotRows
+from .wake_sockets import WakeSockets, wake_sockets_for
 
 __all__ = ["SQLiteSlots"]
 
@@ -58,7 +58,7 @@ class SQLiteSlots:
         self._rows = rows
         self._label = str(name.name if isinstance(name, Keyed) else name)
         self.check_every = lease / 3
-        # One bound method for the doors to group the looks they make by.
+        # One bound method for the wake sockets to group the looks they make by.
         self._holding = self._rows.holding
         self._elsewhere = Elsewhere(backend, self._label, "SQLite store", most, backend.local_share, clock)
         #: Takes in a thread (the file was locked) whose caller may be gone, by name.
@@ -68,9 +68,9 @@ class SQLiteSlots:
         self._unwritten: set[str] = set()
 
     @property
-    def _doors(self) -> Doors:
-        # Looked up at each use: a forked child has doors of its own.
-        return doors_for(self._rows.path)
+    def _wake_sockets(self) -> WakeSockets:
+        # Looked up at each use: a forked child has wake sockets of its own.
+        return wake_sockets_for(self._rows.path)
 
     @property
     def queued(self) -> int:
@@ -85,21 +85,21 @@ class SQLiteSlots:
     # -- what the file cannot decide -------------------------------------------------
 
     def _fallback(self, exc: BackendUnavailable, name: str, waiting: Waiting | None) -> str:
-        self._doors.forget(name)
+        self._wake_sockets.forget(name)
         return self._elsewhere.take(exc, name, waiting)
 
     # -- wake-ups ----------------------------------------------------------------------
 
     def _told(self, promoted: list[Promoted]) -> None:
         if promoted:
-            self._doors.knock(promoted)
+            self._wake_sockets.wake(promoted)
 
     def _remind(self) -> None:
-        """Have the doors look at the file when the first holder's lease runs out."""
+        """Have the wake sockets' thread look at the file when the first holder's lease runs out."""
         seconds = self._rows.first_expiry
         if seconds != math.inf:
             # A little after the lease's end, so that the look finds it run out.
-            self._doors.remind(self._rows, seconds + 0.01, self._look)
+            self._wake_sockets.remind(self._rows, seconds + 0.01, self._look)
 
     def _look(self) -> None:
         promoted, waiting = self._rows.expire()
@@ -110,9 +110,9 @@ class SQLiteSlots:
     # -- transitions ---------------------------------------------------------------------
 
     def take(self, name: str, waiting: Waiting | None) -> str:
-        door = None
+        wake_socket = None
         if waiting is not None:
-            door = self._doors.expect(name, waiting, self._holding)
+            wake_socket = self._wake_sockets.expect(name, waiting, self._holding)
         calls = self._backend.file.calls
         # A take does not wait for another process's lock past its caller's timeout (at
         # least a moment, file.py's LOCK_GRACE; one that will not wait for a slot,
@@ -121,21 +121,21 @@ class SQLiteSlots:
         waited = False
         try:
             try:
-                outcome, promoted = self._rows.take(name, waiting is not None, door)
+                outcome, promoted = self._rows.take(name, waiting is not None, wake_socket)
             except Waited:
                 waited = True
             if waited:
                 # Had the lock after a wait: the take is made in the transaction that wait
                 # opened (out of the handler, as SQLiteHandle's decision after one is).
-                outcome, promoted = self._rows.take(name, waiting is not None, door)
+                outcome, promoted = self._rows.take(name, waiting is not None, wake_socket)
         except LockTimeout:
-            self._doors.forget(name)
+            self._wake_sockets.forget(name)
             self._unwritten.add(name)
             return FULL
         except BackendUnavailable as exc:
             return self._fallback(exc, name, waiting)
         except BaseException:
-            self._doors.forget(name)
+            self._wake_sockets.forget(name)
             raise
         finally:
             calls.patience = None
@@ -145,7 +145,7 @@ class SQLiteSlots:
         if outcome == QUEUED:
             self._remind()
         else:
-            self._doors.forget(name)
+            self._wake_sockets.forget(name)
         self._backend.sweep_if_due()
         return outcome
 
@@ -175,7 +175,7 @@ class SQLiteSlots:
         return await self._rows.off_loop(call)
 
     def _released_elsewhere(self, name: str) -> bool:
-        self._doors.forget(name)
+        self._wake_sockets.forget(name)
         return self._elsewhere.release(name)
 
     def idle(self) -> bool:
@@ -246,7 +246,7 @@ class SQLiteSlots:
         calls = self._backend.file.calls
         if waiting.patience is not None:
             # A waiter with a timeout does not wait for another process's lock past a
-            # moment to look: its place stays as it was (its door still wakes it), and
+            # moment to look: its place stays as it was (its wake socket still wakes it), and
             # its timeout is kept.
             calls.patience = 0.0
         try:
@@ -259,7 +259,7 @@ class SQLiteSlots:
             calls.patience = None
         self._told(promoted)
         if name in held:
-            self._doors.forget(name)
+            self._wake_sockets.forget(name)
             return HELD
         if name in lost:
             return LOST

@@ -26,7 +26,7 @@ from ..keys import Keyed, bytes_of, tag, text_of, untag
 from ..records import PARAMETERS, Inspection, Slots
 from .codec import CorruptState, decode
 from .config import read as read_change
-from .slots import census
+from .slots import survey
 
 __all__ = ["holds", "inspect_all", "inspect_names"]
 
@@ -56,7 +56,7 @@ def _change(conn: sqlite3.Connection, named: str, now: float) -> Any:
 
 def _slots(conn: sqlite3.Connection, named: str) -> list[tuple[Any, ...]]:
     try:
-        return census(conn, [named])
+        return survey(conn, [named])
     except UnicodeEncodeError:
         return []
 
@@ -146,7 +146,7 @@ def inspect_all(conn: sqlite3.Connection, now: float) -> list[Inspection]:
         rows[text_of(found[0])].extend(_rows([found]))
     changed = {text_of(named) for (named,) in conn.execute(_CHANGED)}
     slots: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
-    for found in census(conn, []):
+    for found in survey(conn, []):
         slots[text_of(found[0])].append(found)
     seen = []
     for named in sorted({*rows, *changed, *slots}):

@@ -8,9 +8,10 @@ written whole at every take): each holder and each waiter is a row of its own in
 index (the queue in arrival order, the leases by expiry).
 
 Every transition is one write transaction of the file (``sqlite/file.py``). Beside
-each waiter the row keeps its *door*: where its process listens for the news that
-a release or an expiry promoted it (``sqlite/doors.py``). A transition returns the
-waiters it promoted with their doors; the caller knocks after the commit.
+each waiter the row keeps its wake socket (the ``door`` column): where its process listens
+for the news that a release or an expiry promoted it (``sqlite/wake_sockets.py``). A
+transition returns the waiters it promoted with their wake sockets; the caller sends
+them a wake message after the commit.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ __all__ = ["TIDY_SECONDS", "Promoted", "SlotRows"]
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: A waiter that a transition made a holder: its lease id and its door (or ``None``).
+#: A waiter that a transition made a holder: its lease id and its wake socket (or ``None``).
 Promoted = tuple[str, "str | None"]
 
 # One row per holder (held = 1) or waiter (held = 0) of a limit (name, member); a
@@ -57,7 +58,7 @@ TIDY_SECONDS = 60.0
 _tidy_at: dict[str, float] = {}
 
 
-def census(conn: sqlite3.Connection, tags: Sequence[str]) -> list[tuple[str, int, int, int, float, int]]:
+def survey(conn: sqlite3.Connection, tags: Sequence[str]) -> list[tuple[str, int, int, int, float, int]]:
     """Each limit's slots as ``inspect`` shows them, read in the caller's transaction:
     ``(name's tag, member, held, waiting, until, test)``, ``until`` the latest lease or
     place to run out; every limit when ``tags`` is empty. Nothing when no
@@ -126,7 +127,7 @@ class SlotRows:
             result = decide(conn, now)
             if not self._test and time.monotonic() >= _tidy_at.get(file.path, 0.0):
                 # Rows of other limits too, without promoting their waiters: those look
-                # at the file by themselves (sqlite/doors.py), and every step of their
+                # at the file by themselves (sqlite/wake_sockets.py), and every step of their
                 # limit promotes whom a freed slot allows.
                 _tidy_at[file.path] = time.monotonic() + TIDY_SECONDS
                 conn.execute("DELETE FROM ratelimit_slots WHERE test = 0 AND until <= ?", (now,))
@@ -169,7 +170,7 @@ class SlotRows:
                 f"UPDATE ratelimit_slots SET held = 1, door = NULL WHERE {_WHERE} AND lease = ?",
                 [(*self._key, lease) for lease, _ in heads],
             )
-        return [(lease, door) for lease, door in heads]
+        return [(lease, wake_socket) for lease, wake_socket in heads]
 
     def _first_expiry(self, conn: sqlite3.Connection, now: float) -> None:
         first: Any = conn.execute(
@@ -185,8 +186,8 @@ class SlotRows:
 
     # -- transitions --------------------------------------------------------------------
 
-    def take(self, lease: str, wait: bool, door: str | None = None) -> tuple[str, list[Promoted]]:
-        """``Semaphore.take``: ``(outcome, promoted)``; a queued waiter's row names ``door``."""
+    def take(self, lease: str, wait: bool, wake_socket: str | None = None) -> tuple[str, list[Promoted]]:
+        """``Semaphore.take``: ``(outcome, promoted)``; a queued waiter's row names ``wake_socket``."""
 
         def decide(conn: sqlite3.Connection, now: float) -> tuple[str, list[Promoted]]:
             promoted = self._expire(conn, now)
@@ -206,7 +207,7 @@ class SlotRows:
             ).fetchone()[0]
             conn.execute(
                 f"INSERT INTO ratelimit_slots {_COLUMNS} VALUES (?, ?, ?, 0, ?, ?, ?, ?)",
-                (*self._key, lease, now + self.lease, (last or 0) + 1, door, self._test),
+                (*self._key, lease, now + self.lease, (last or 0) + 1, wake_socket, self._test),
             )
             self._first_expiry(conn, now)
             return QUEUED, promoted

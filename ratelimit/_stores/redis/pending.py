@@ -1,14 +1,13 @@
-"""Grants promised but not yet due, carried across a switch to the local fallback and back.
+"""Pending grants: grants decided but not yet due, carried across a switch to the local fallback and back.
 
 With ``on_unavailable="local"`` a handle decides on one of two sides: the store, or
 the in-process fallback while the store is unavailable. Each side knows only its own
 grants. A caller granted a wait sleeps through it and then sends, whichever side is
 deciding by then, so at a switch the side taking over must leave room for what the
-other side promised and is still to go: otherwise it grants that budget a second
-time (measured: 214-219 grants in the second of a Sentinel failover, on a bound of
-120).
+other side granted and is still to go: otherwise it grants that budget a second
+time (a Sentinel failover would let nearly twice the bound through in its second).
 
-What a process can know of the other side's promises is how far its queue reached
+What a process can know of the other side's pending grants is how far its queue reached
 when it last decided here: a grant's due time, or a refusal's needed wait (the
 grant would have come then). Until that *horizon* the side handing over grants at
 the whole rate: the store for the fleet, each fallback at its share. So the side
@@ -20,14 +19,14 @@ nothing before the horizon, then the rate, with no burst where the algorithm all
   process last saw it. The fallbacks are separate, so none could take up another's
   share of that queue: each waits it out whole.
 - **Back to the store**: each process pauses the shared store until its fallback's
-  promises are due. The store is paused until the last of them, when every
+  pending grants are due. The store is paused until the last of them, when every
   fallback's queue has gone.
 
 The bound (stated in docs/redis.md): what neither side can know is the other's unspent
 burst. A side that had no queue at the switch hands over none: the fallback then
 starts with its share of the capacity, and a store back from an outage has refilled
 meanwhile (or, restarted empty, is full). A window also grants its limit in the
-first window after a pause, beside grants promised before it. Each switch may thus
+first window after a pause, beside grants pending from before it. Each switch may thus
 add one capacity to the fleet's ``capacity + rate x t``, and no more; a process that
 had not asked the store since its queue formed (it cannot know the queue) may add
 its share of that queue.
@@ -39,15 +38,15 @@ import math
 import threading
 from collections.abc import Callable
 
-__all__ = ["LOCAL", "STORE", "Promises"]
+__all__ = ["LOCAL", "STORE", "PendingGrants"]
 
 #: The two sides a handle decides on.
 STORE = 0
 LOCAL = 1
 
 
-class Promises:
-    """How far each side of one handle has promised grants (see the module);
+class PendingGrants:
+    """How far the grants each side of one handle decided reach (see the module);
     ``now`` is the limiter's clock."""
 
     __slots__ = ("_horizon", "_lock", "_now", "side")

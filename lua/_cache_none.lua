@@ -1,7 +1,7 @@
--- ratelimit: _kept.lua's functions for a script, keeping nothing. A script's locals
+-- ratelimit: _cache.lua's functions for a script, caching nothing. A script's locals
 -- die with the call, so it reads its arguments and asks what is beside a state at
 -- each call; these do just that, and capture as little as they can (a script
--- defines every function at each call, and each capture of a local costs there). See _kept.lua for what each
+-- defines every function at each call, and each capture of a local costs there). See _cache.lua for what each
 -- returns.
 
 local function tokens_of(tokens)
@@ -25,7 +25,7 @@ local function record_of(slack_text, until_text)
   return finite(slack_text), finite(until_text)
 end
 
--- Nothing kept: every decision asks.
+-- Nothing cached: every decision asks.
 local function beside_found(base, now)
   return nil
 end

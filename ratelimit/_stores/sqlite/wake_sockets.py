@@ -1,36 +1,37 @@
 """How a release in one process wakes a waiter in another, through a SQLite store (internal).
 
 Each process with a waiter on a :class:`~.sqlite.SQLiteBackend` file listens on a
-door: a Unix datagram socket of its own, bound before the waiter's row is written and
-named in it (``sqlite/slots.py``). The transaction that promotes a waiter (a release,
-an expiry found by anyone) returns the waiter's lease id and door; after the commit,
-the promoting process *knocks*: it sends the lease id to the door, or, for a waiter
-of its own, wakes it directly. One thread per process and file reads its door, looks
-in the file that each lease it hears of holds a slot now (a knock is a hint, never
-trusted: a stale or forged one wakes nobody), and wakes those waiters. Nobody polls.
+*wake socket*: a Unix datagram socket of its own, bound before the waiter's row is
+written and named in it (``sqlite/slots.py``, its ``door`` column). The transaction
+that promotes a waiter (a release, an expiry found by anyone) returns the waiter's
+lease id and wake socket; after the commit, the promoting process sends the lease id
+to that socket (a *wake message*), or, for a waiter of its own, wakes it directly.
+One thread per process and file reads its wake socket, looks in the file that each
+lease it hears of holds a slot now (a wake message is a hint, never trusted: a stale
+or forged one wakes nobody), and wakes those waiters. Nobody polls.
 
-Where the doors are:
+Where the wake sockets are:
 
 - a socket file ``<process id>`` in the folder ``<file>-wake`` beside the store's
   file (as its ``-wal`` and ``-shm``), made with the permissions of the file: whoever
-  may write the store may knock (a folder shared by several users gets the sticky
-  bit, so none removes another's door);
+  may write the store may send wake messages (a folder shared by several users gets
+  the sticky bit, so none removes another's socket);
 - where that path is too long for ``AF_UNIX`` (108 bytes) or the folder cannot be
   made, an abstract socket on Linux, named after the file's path and the process;
-- else no door: the waiter is then woken only by its own looks at the file.
+- else no wake socket: the waiter is then woken only by its own looks at the file.
 
-A knock can be lost (a full socket buffer, a door gone): a waiter also looks at the
-file every third of its lease (as it must to renew its place), and sooner when a
-holder's lease runs out first; a lost knock costs time, never a slot. Doors of
-processes that died are removed when a knock finds nobody behind them, and when a
-process opens its own door.
+A wake message can be lost (a full socket buffer, a socket gone): a waiter also looks
+at the file every third of its lease (as it must to renew its place), and sooner when
+a holder's lease runs out first; a lost message costs time, never a slot. Wake
+sockets of processes that died are removed when a message finds nobody behind them,
+and when a process opens its own.
 
-A door whose socket file is removed (a cleaner of old files, the folder removed whole)
-hears no knock. While the door is open, its thread looks every ``LOOK_EVERY``
-seconds that its file is still there; gone, it binds the door again
+A wake socket whose socket file is removed (a cleaner of old files, the folder removed
+whole) hears no message. While it is open, its thread looks every ``LOOK_EVERY``
+seconds that its file is still there; gone, it binds the socket again
 under the same name (the folder made again), and its waiters look at the file at once,
-for the knocks lost meanwhile. A waiter whose row names a door this process no longer
-listens at (the door could only be bound again elsewhere, or not at all) is looked
+for the messages lost meanwhile. A waiter whose row names a wake socket this process no
+longer listens at (it could only be bound again elsewhere, or not at all) is looked
 for in the file every ``LOOK_EVERY`` seconds by the thread until it is woken.
 """
 
@@ -53,22 +54,22 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ..waiting import Waiting, process_id
 
-__all__ = ["Doors", "doors_for", "folder_of"]
+__all__ = ["WakeSockets", "folder_of", "wake_sockets_for"]
 
 logger = logging.getLogger("ratelimit")
 
-#: A door nobody waits behind closes after this long (seconds).
+#: A wake socket nobody waits behind closes after this long (seconds).
 IDLE_SECONDS = 10.0
 
-#: While a door is open, its thread looks this often (seconds) that its socket file
-#: is still there, and looks in the file for the waiters whose rows name a door it no
+#: While a wake socket is open, its thread looks this often (seconds) that its socket file
+#: is still there, and looks in the file for the waiters whose rows name a wake socket it no
 #: longer listens at.
 LOOK_EVERY = 0.05
 
 #: The longest ``AF_UNIX`` path (``sun_path`` holds 108 bytes with its NUL).
 _MOST_PATH = 107
 
-#: At most this many old doors are looked at when a process opens its own.
+#: At most this many old wake sockets are looked at when a process opens its own.
 _TIDY_AT_MOST = 256
 
 #: What a look at the file says of leases: which of them hold a slot now.
@@ -76,12 +77,12 @@ Holding = Callable[[Sequence[str]], list[str]]
 
 
 def folder_of(path: str) -> str:
-    """The folder of the doors of the store at ``path``."""
+    """The folder of the wake sockets of the store at ``path``."""
     return path + "-wake"
 
 
 def _folder_mode(file_mode: int) -> int:
-    """The doors' folder: open to each class that may write the store, sticky when shared."""
+    """The wake sockets' folder: open to each class that may write the store, sticky when shared."""
     mode = 0o700
     if file_mode & 0o020:
         mode |= 0o070
@@ -94,23 +95,23 @@ def _folder_mode(file_mode: int) -> int:
 
 def _share_group(path: str, gid: int) -> None:
     """Give ``path`` the store file's group (a file shared by a group: its members
-    knock, and make their doors), when this process may."""
+    send wake messages, and make their wake sockets), when this process may."""
     if hasattr(os, "chown") and os.stat(path).st_gid != gid:
         with contextlib.suppress(OSError):
             os.chown(path, -1, gid)
 
 
-class Doors:
-    """This process's door on one store file, and the waiters behind it."""
+class WakeSockets:
+    """This process's wake socket on one store file, and the waiters behind it."""
 
     def __init__(self, path: str) -> None:
         self._path = path
         self._lock = threading.Lock()
         #: Waiters by lease id, with the look that tells whether they hold a slot and
-        #: the door their row names.
+        #: the wake socket their row names.
         self._waiting: dict[str, tuple[Waiting, Holding, str | None]] = {}
         self._sock: socket.socket | None = None
-        #: This door's address as a row names it (``@`` for an abstract one), and its
+        #: This wake socket's address as a row names it (``@`` for an abstract one), and its
         #: socket file (``None``: abstract, or none).
         self.address: str | None = None
         self._file: str | None = None
@@ -125,17 +126,17 @@ class Doors:
     # -- the waiters' side ------------------------------------------------------------
 
     def expect(self, lease: str, waiting: Waiting, holding: Holding) -> str | None:
-        """Wake ``waiting`` when a knock for ``lease`` comes and ``holding`` confirms
-        it; returns the door to write in its row (``None``: no door, it looks by itself)."""
+        """Wake ``waiting`` when a wake message for ``lease`` comes and ``holding`` confirms
+        it; returns the wake socket to write in its row (``None``: no wake socket, it looks by itself)."""
         with self._lock:
             if self._thread is not None and self._file is not None and not os.path.exists(self._file):
                 # Its socket file was removed (a cleaner of old files, a careless rm):
-                # knocks at that name reach nobody. Bound again below, under the same
+                # wake messages to that name reach nobody. Bound again below, under the same
                 # name (the rows of the waiters behind it name it too), with a new thread.
                 self._reopen()
             if self._thread is None:
                 self._open()
-                self._thread = threading.Thread(target=self._run, name="ratelimit-sqlite-doors", daemon=True)
+                self._thread = threading.Thread(target=self._run, name="ratelimit-sqlite-wake", daemon=True)
                 self._thread.start()
             self._waiting[lease] = (waiting, holding, self.address)
             return self.address
@@ -145,7 +146,7 @@ class Doors:
             self._waiting.pop(lease, None)
 
     def remind(self, key: object, seconds: float, look: Callable[[], None]) -> None:
-        """Run ``look`` from the door's thread in ``seconds`` (a lease due to run out
+        """Run ``look`` from the wake socket's thread in ``seconds`` (a lease due to run out
         then, which no release will announce), unless a look of ``key`` as early is
         due already."""
         with self._lock:
@@ -161,22 +162,22 @@ class Doors:
 
     # -- the promoters' side ------------------------------------------------------------
 
-    def knock(self, promoted: Iterable[tuple[str, str | None]]) -> None:
-        """Tell each promoted waiter: one of this process directly, another at its door."""
+    def wake(self, promoted: Iterable[tuple[str, str | None]]) -> None:
+        """Tell each promoted waiter: one of this process directly, another at its wake socket."""
         mine = process_id()
-        for lease, door in promoted:
+        for lease, wake_socket in promoted:
             if lease.rpartition(":")[0] == mine:
                 with self._lock:
                     found = self._waiting.pop(lease, None)
                 if found is not None:
                     found[0].wake()
                     continue
-                # Ours but waiting behind another door of this process: the same file
+                # Ours but waiting behind another wake socket of this process: the same file
                 # opened by another path (a symbolic link).
-            if door and _shaped_as_door(door):
-                self._send(door, lease)
+            if wake_socket and _shaped_as_wake_socket(wake_socket):
+                self._send(wake_socket, lease)
 
-    def _send(self, door: str, lease: str) -> None:
+    def _send(self, wake_socket: str, lease: str) -> None:
         try:
             sender = self._sender
             if sender is None:
@@ -185,20 +186,20 @@ class Doors:
                     if sender is None:
                         sender = self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                         sender.setblocking(False)
-            sender.sendto(lease.encode(), _address(door))
+            sender.sendto(lease.encode(), _address(wake_socket))
         except OSError as exc:
-            if exc.errno == errno.ECONNREFUSED and os.path.dirname(door) == folder_of(self._path):
+            if exc.errno == errno.ECONNREFUSED and os.path.dirname(wake_socket) == folder_of(self._path):
                 # Nobody listens behind it: its process died. Its waiters' rows run out.
-                # Only a door of this store's folder: a row names whatever the file
+                # Only a wake socket of this store's folder: a row names whatever the file
                 # says, and a socket elsewhere is not the store's to remove.
                 with contextlib.suppress(OSError):
-                    os.unlink(door)
-            # Any other failure (a full buffer, a door gone): the waiter looks by itself.
+                    os.unlink(wake_socket)
+            # Any other failure (a full buffer, a wake socket gone): the waiter looks by itself.
 
-    # -- the door -------------------------------------------------------------------------
+    # -- the wake socket -----------------------------------------------------------------
 
     def _open(self) -> None:
-        """Bind this process's door (under the lock), or settle for none."""
+        """Bind this process's wake socket (under the lock), or settle for none."""
         if not hasattr(socket, "AF_UNIX"):
             self.address = self._file = None  # no Unix sockets here: waiters look by themselves
             return
@@ -223,7 +224,9 @@ class Doors:
                 self.address = self._file = None
                 return
         except OSError:
-            logger.warning("ratelimit: cannot open a door beside %r; waiters will look by themselves", self._path)
+            logger.warning(
+                "ratelimit: cannot open a wake socket beside %r; waiters will look by themselves", self._path
+            )
             sock.close()
             self._sock = None
             self.address = self._file = None
@@ -233,9 +236,9 @@ class Doors:
             self._tidy(os.path.dirname(self._file))
 
     def _rebind(self, me: threading.Thread) -> list[str]:
-        """Bind the door again (from its thread ``me``) if its socket file is gone:
-        the leases of the waiters to look for in the file now (those whose knocks may
-        have been lost, and those whose rows name a door no longer listened at)."""
+        """Bind the wake socket again (from its thread ``me``) if its socket file is gone:
+        the leases of the waiters to look for in the file now (those whose wake messages may
+        have been lost, and those whose rows name a wake socket no longer listened at)."""
         with self._lock:
             if self._thread is not me:
                 return []
@@ -244,13 +247,13 @@ class Doors:
                 if sock is not None:
                     sock.close()
                 self._open()
-                logger.info("ratelimit: the door beside %r was removed: bound again", self._path)
+                logger.info("ratelimit: the wake socket beside %r was removed: bound again", self._path)
                 return list(self._waiting)
             address = self.address
-            return [lease for lease, (_, _, door) in self._waiting.items() if door != address]
+            return [lease for lease, (_, _, wake_socket) in self._waiting.items() if wake_socket != address]
 
     def _reopen(self) -> None:
-        """Let go of the door (under the lock) to be bound again, keeping its waiters
+        """Let go of the wake socket (under the lock) to be bound again, keeping its waiters
         and reminders: the old thread, its socket closed under it, ends."""
         sock, self._sock = self._sock, None
         self._thread = None
@@ -258,7 +261,7 @@ class Doors:
             sock.close()
 
     def _place(self) -> str | None:
-        """The door's socket file, its folder made if need be; ``None`` if none can be."""
+        """The wake socket's socket file, its folder made if need be; ``None`` if none can be."""
         folder = folder_of(self._path)
         place = os.path.join(folder, process_id())
         if len(os.fsencode(place)) > _MOST_PATH:
@@ -284,7 +287,7 @@ class Doors:
 
     @staticmethod
     def _tidy(folder: str) -> None:
-        """Remove doors nobody listens behind (their processes died)."""
+        """Remove wake sockets nobody listens behind (their processes died)."""
         try:
             names = os.listdir(folder)[:_TIDY_AT_MOST]
         except OSError:
@@ -307,7 +310,7 @@ class Doors:
             probe.close()
 
     def _close(self) -> None:
-        """Close the door (under the lock): nobody waits behind it."""
+        """Close the wake socket (under the lock): nobody waits behind it."""
         sock, self._sock = self._sock, None
         if sock is not None:
             sock.close()
@@ -320,7 +323,7 @@ class Doors:
         self._pending.clear()
 
     def close(self) -> None:
-        """Close the door and forget its waiters (they look by themselves from now on)."""
+        """Close the wake socket and forget its waiters (they look by themselves from now on)."""
         with self._lock:
             self._waiting.clear()
             self._close()
@@ -329,7 +332,7 @@ class Doors:
             sender.close()
 
     def _nudge(self) -> None:
-        """Make the thread look at its reminders now (a knock of nobody's)."""
+        """Make the thread look at its reminders now (a wake message of nobody's)."""
         address = self.address
         if address is not None:
             self._send(address, "")
@@ -346,7 +349,7 @@ class Doors:
                 sock = self._sock
                 due = self._due[0][0] if self._due else None
             # Never longer than LOOK_EVERY: a waiter that comes meanwhile is watched for
-            # from then on, with no knock of its own to wake the thread.
+            # from then on, with no wake message of its own to wake the thread.
             wait = LOOK_EVERY if due is None else min(LOOK_EVERY, max(0.0, due - time.monotonic()))
             heard: list[str] = []
             if sock is None:
@@ -364,7 +367,9 @@ class Doors:
                     with self._lock:
                         if self._thread is not me:
                             return  # closed under it
-                        logger.warning("ratelimit: the door beside %r failed; waiters look by themselves", self._path)
+                        logger.warning(
+                            "ratelimit: the wake socket beside %r failed; waiters look by themselves", self._path
+                        )
                         self._close()
                     return
             heard.extend(self._rebind(me))
@@ -416,50 +421,50 @@ class Doors:
                 logger.debug("ratelimit: a look at %r failed", self._path, exc_info=True)
 
 
-def _shaped_as_door(door: str) -> bool:
-    """Whether a row's door names a door as this module makes them: a process id in a
-    folder of doors, or an abstract door of ours. A row says whatever the file says,
+def _shaped_as_wake_socket(wake_socket: str) -> bool:
+    """Whether a row's wake socket names a wake socket as this module makes them: a process id in a
+    folder of wake sockets, or an abstract wake socket of ours. A row says whatever the file says,
     and one who may write the file must not make a promoting process (of another
     user, maybe) send datagrams to any other socket (a log, a service manager's)."""
-    if door.startswith("@"):
-        return door.startswith("@ratelimit-")
-    folder, name = os.path.split(door)
+    if wake_socket.startswith("@"):
+        return wake_socket.startswith("@ratelimit-")
+    folder, name = os.path.split(wake_socket)
     return folder.endswith("-wake") and len(name) == 16 and all(c in "0123456789abcdef" for c in name)
 
 
-def _address(door: str) -> str:
-    return "\0" + door[1:] if door.startswith("@") else door
+def _address(wake_socket: str) -> str:
+    return "\0" + wake_socket[1:] if wake_socket.startswith("@") else wake_socket
 
 
-_doors: dict[str, Doors] = {}
-_doors_lock = threading.Lock()
+_wake_sockets: dict[str, WakeSockets] = {}
+_wake_sockets_lock = threading.Lock()
 
 
-def doors_for(path: str) -> Doors:
-    """This process's doors on the store at ``path``."""
-    with _doors_lock:
-        doors = _doors.get(path)
-        if doors is None:
-            doors = _doors[path] = Doors(path)
-        return doors
+def wake_sockets_for(path: str) -> WakeSockets:
+    """This process's wake sockets on the store at ``path``."""
+    with _wake_sockets_lock:
+        sockets = _wake_sockets.get(path)
+        if sockets is None:
+            sockets = _wake_sockets[path] = WakeSockets(path)
+        return sockets
 
 
 def _forked() -> None:
-    # The child's threads did not come along, and the parent's doors stay the
+    # The child's threads did not come along, and the parent's wake sockets stay the
     # parent's: the child closes its copies (never removing the parent's socket files)
-    # and opens doors of its own, under its own process id, when it waits.
-    for doors in list(_doors.values()):
-        sock = doors._sock
+    # and opens wake sockets of its own, under its own process id, when it waits.
+    for sockets in list(_wake_sockets.values()):
+        sock = sockets._sock
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
-        sender = doors._sender
+        sender = sockets._sender
         if sender is not None:
             with contextlib.suppress(OSError):
                 sender.close()
-    _doors.clear()
-    global _doors_lock
-    _doors_lock = threading.Lock()
+    _wake_sockets.clear()
+    global _wake_sockets_lock
+    _wake_sockets_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -467,8 +472,8 @@ os.register_at_fork(after_in_child=_forked)
 
 def _closed_at_exit() -> None:
     # Remove this process's socket files (a process killed leaves them to be tidied).
-    for doors in list(_doors.values()):
-        doors.close()
+    for sockets in list(_wake_sockets.values()):
+        sockets.close()
 
 
 atexit.register(_closed_at_exit)

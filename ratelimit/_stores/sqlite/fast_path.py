@@ -1,4 +1,4 @@
-"""The quick path of a :class:`~.sqlite.SQLiteBackend` token bucket: one statement (internal).
+"""The fast path of a :class:`~.sqlite.SQLiteBackend` token bucket: one statement (internal).
 
 A token bucket's row is usually one number (its TAT, see ``sqlite/codec.py``) and the
 decision on it the pure step. So the usual decision needs no transaction of several
@@ -30,11 +30,11 @@ from ..._algorithms.algorithm import EPSILON
 from ..._algorithms.holes import exact
 from ..._algorithms.token_bucket import Gcra
 from ..memory.backend import Slot
-from ..tally import Tally
+from ..stats import Stats
 from .config import Changeable
 from .file import STEP_FUNCTION, StoreFile
 
-__all__ = ["Quick"]
+__all__ = ["FastPath"]
 
 # SQLite computes the new values in the table's column order from the old ones, so
 # `idle` calls the step a second time on the same arguments: a pure function, the
@@ -47,7 +47,7 @@ _UPDATE = (
 )
 
 
-class Quick:
+class FastPath:
     """One token bucket's decisions in one statement each, when its row allows."""
 
     __slots__ = (
@@ -93,7 +93,7 @@ class Quick:
         self._result = (state, wait, now)
         return state
 
-    def reserve(self, tokens: float, max_wait: float, tally: Tally | None) -> tuple[float, float] | None:
+    def reserve(self, tokens: float, max_wait: float, stats: Stats | None) -> tuple[float, float] | None:
         """The decision ``MemoryHandle.reserve`` makes, or ``None``: make it in a full
         transaction."""
         if tokens > self._alg.most + EPSILON:
@@ -114,8 +114,8 @@ class Quick:
             if not wrote:
                 return None
             state, wait, now = self._result
-            if tally is not None:
-                tally.record(tokens, wait)
+            if stats is not None:
+                stats.record(tokens, wait)
         finally:
             file.end_turn(wrote)
         # As the memory handle names a grant (holes.exact): only one that waited.

@@ -1,11 +1,11 @@
--- ratelimit: what the function library keeps between calls, for _single.lua. Loaded
+-- ratelimit: what the function library caches between calls, for _single.lua. Loaded
 -- after _top.lua, in the library only: a script's locals die with the call, and a
--- script is composed with _kept_none.lua instead, the same functions keeping nothing
--- (what is kept is read at each call there anyway; keeping it would only cost).
+-- script is composed with _cache_none.lua instead, the same functions caching nothing
+-- (what is cached is read at each call there anyway; caching it would only cost).
 --
 -- Read again only when it changes: a limiter sends the same texts at each decision
 -- (its parameters, its tokens), its keys name the same side keys, and reading a
--- number or joining a key name is a sizeable part of a quick decision. A text is
+-- number or joining a key name is a sizeable part of a fast-path decision. A text is
 -- compared by reference (Lua's strings are interned), so a hit costs a comparison.
 
 -- The numbers of a driver's ARGV[3], ARGV[5], ARGV[6], ARGV[7] (tokens, the two
@@ -75,9 +75,9 @@ end
 -- default: two commands, about a quarter of a busy window's server time. Most find
 -- nothing, and every writer of those keys that runs this library is a call of it, on
 -- the one Lua state its calls share. So what a decision found, nothing beside but
--- the record (as it read it), is kept here per base, and the decisions after it use
+-- the record (as it read it), is cached here per base, and the decisions after it use
 -- that instead of asking, for at most TRUSTED seconds, unless a call that may write
--- there has forgotten it since (see `forget_beside`; a record written is kept as
+-- there has forgotten it since (see `forget_beside`; a record written is cached as
 -- written, see `recorded_beside`).
 --
 -- Writers outside this library are seen within TRUSTED seconds, when it is asked
@@ -86,18 +86,18 @@ end
 -- redis-cli. A change, a restriction or a slack then
 -- holds that much later than at once; the state itself is always read whole.
 --
--- Scripts (no Functions, a Cluster's client) keep nothing and ask at every decision,
--- as before. A library serves every
+-- Scripts (no Functions, a Cluster's client) cache nothing and ask at every decision.
+-- A library serves every
 -- database of its server and cannot tell them apart: only database 0's calls (no
--- '!' nor '^' before the op, see op_of) keep or use what was found. Times are each
+-- '!' nor '^' before the op, see op_of) cache or use what was found. Times are each
 -- call's `now`: one earlier than the entry's (a clock behind another's) asks again.
 
 -- How long what was found is trusted, in seconds of the calls' clock: a hot limiter
 -- asks about once per TRUSTED, not at each decision.
 local TRUSTED = 0.1
--- The most bases kept; past it, all are forgotten at once (each is asked again at
+-- The most bases cached; past it, all are forgotten at once (each is asked again at
 -- its next decision): keyed limiters may decide for millions of bases.
-local KEPT_MOST = 4096
+local CACHED_MOST = 4096
 
 -- found[base] = {at, slack, untl, present}: when it was asked (`now`), the record's
 -- slack (false: none that holds one) and end (-math.huge: none), and whether a record
@@ -117,7 +117,7 @@ end
 local function found_alone(base, now, slack, untl, present)
   local entry = found[base]
   if entry == nil then
-    if found_count >= KEPT_MOST then found, found_count = {}, 0 end
+    if found_count >= CACHED_MOST then found, found_count = {}, 0 end
     found_count = found_count + 1
     found[base] = {now, slack or false, untl, present}
     return
@@ -125,7 +125,7 @@ local function found_alone(base, now, slack, untl, present)
   entry[1], entry[2], entry[3], entry[4] = now, slack or false, untl, present
 end
 
--- The record of `base` written by this call: kept as written.
+-- The record of `base` written by this call: cached as written.
 local function recorded_beside(base, slack, untl)
   local entry = found[base]
   if entry ~= nil then entry[2], entry[3], entry[4] = slack, untl, true end

@@ -1,14 +1,14 @@
-"""What is left of a lease goes back when the lease ends (see ``redis/rounds.py``).
+"""What is left of an allotment (``lease=``) goes back when it ends (see ``redis/rounds.py``).
 
 A process that stops acquiring after a busy spell would otherwise keep the rest of
-its last lease from the fleet until its next acquire or ``close``. One daemon thread
-per backend waits for the earliest lease to end and gives back its rest with one
-script call (a refund of the lease's grant). A lease that was spent, voided or
+its last allotment from the fleet until its next acquire or ``close``. One daemon thread
+per backend waits for the earliest allotment to end and gives back its rest with one
+script call (a refund of the allotment's grant). An allotment that was spent, voided or
 replaced meanwhile leaves nothing to give: the thread finds so and moves on.
 
-Only leases on real time are watched (a test clock's end is the test's to reach),
+Only allotments on real time are watched (a test clock's end is the test's to reach),
 and only with a synchronous client, which the thread calls through; an asyncio-only
-backend gives a lease's rest back with its next round or at ``aclose``.
+backend gives an allotment's rest back with its next round or at ``aclose``.
 """
 
 from __future__ import annotations
@@ -22,20 +22,20 @@ import time
 import weakref
 from collections.abc import Callable
 
-__all__ = ["LeaseReturns"]
+__all__ = ["AllotmentReturns"]
 
 logger = logging.getLogger("ratelimit")
 
 
-class LeaseReturns:
-    """The ends of the leases a backend's handles hold, and the thread that keeps them."""
+class AllotmentReturns:
+    """The ends of the allotments a backend's handles hold, and the thread that keeps them."""
 
     __slots__ = ("_due", "_order", "_pid", "_stopped", "_thread", "_wake")
 
     def __init__(self) -> None:
         self._wake = threading.Condition()
         # (monotonic time of the end, order, the handle's give-back): a weak reference,
-        # so a dropped limiter is not kept alive to the end of its lease.
+        # so a dropped limiter is not kept alive to the end of its allotment.
         self._due: list[tuple[float, int, weakref.WeakMethod[Callable[[], None]]]] = []
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
@@ -51,7 +51,7 @@ class LeaseReturns:
             if self._thread is None or self._pid != os.getpid():
                 # A forked child has no thread of its parent's: it starts its own.
                 self._pid = os.getpid()
-                self._thread = threading.Thread(target=self._run, name="ratelimit-lease-returns", daemon=True)
+                self._thread = threading.Thread(target=self._run, name="ratelimit-allotment-returns", daemon=True)
                 self._thread.start()
             self._wake.notify()
 
@@ -75,4 +75,4 @@ class LeaseReturns:
             try:
                 give_back()
             except Exception:  # the thread must outlive one failed give-back
-                logger.warning("could not give back the rest of a lease", exc_info=True)
+                logger.warning("could not give back the rest of an allotment", exc_info=True)

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LimiterStats", "Tally", "weight"]
+__all__ = ["LimiterStats", "Stats", "weight"]
 
 
 def weight(tokens: Any) -> float:
@@ -45,7 +45,9 @@ class LimiterStats:
     throttled: int = 0
 
 
-class Tally:
+class Stats:
+    """A limiter's counts as they change (``snapshot`` makes its ``LimiterStats``)."""
+
     __slots__ = (
         "cancelled",
         "charged",
