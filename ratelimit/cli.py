@@ -82,7 +82,7 @@ from ._errors import BackendUnavailable
 from ._redact import redact_url, scrub, url_secrets
 from ._stores.operated import Operated
 from ._stores.records import FleetRow, UnchangeableLimit, checked_override
-from ._stores.redis import REDIS_URL_ENV, url_from_env
+from ._stores.redis import REDIS_URL_ENV, failure_reason, url_from_env
 
 __all__ = ["main"]
 
@@ -462,7 +462,11 @@ def _unreachable(args: argparse.Namespace, exc: BaseException) -> int:
     file = url.startswith(SQLITE_PREFIX)
     # redis-py's text of a master not found is a kilobyte of its connection objects, and
     # sqlite3's of a lock says nothing of the wait: the store's own text is one line.
-    said = str(told) if told is not None and (file or isinstance(cause, MasterNotFoundError)) else str(cause)
+    # Any other failure of Redis is said as the library says it (failure_reason).
+    if told is not None and (file or isinstance(cause, MasterNotFoundError)):
+        said = str(told)
+    else:
+        said = str(cause) if file else failure_reason(cause)
     what = "use the SQLite store" if file else "reach Redis"
     hint = sqlite_path_hint(url) if file else None
     said += "" if hint is None else f" ({hint})"

@@ -4,6 +4,11 @@
 :class:`FailurePolicy` is extended by ``redis/calls.py``'s ``RedisCalls`` (and so by
 ``RedisBackend``) and by ``SQLiteBackend``; their handles, the breaker's and the
 concurrency limit's stores call :meth:`FailurePolicy.without_store`.
+
+A store that answers but cannot be used as configured (wrong credentials, a database
+the server does not have) raises :class:`Misconfigured`, a ``BackendUnavailable``
+that no policy turns into a grant: it stays wrong until someone fixes the URL, and
+failing open would hide it behind a warning for ever.
 """
 
 from __future__ import annotations
@@ -16,13 +21,18 @@ from typing import Literal, TypeVar
 
 from .._errors import BackendUnavailable
 
-__all__ = ["BackendStats", "FailurePolicy", "OnUnavailable", "checked_on_unavailable"]
+__all__ = ["BackendStats", "FailurePolicy", "Misconfigured", "OnUnavailable", "checked_on_unavailable"]
 
 logger = logging.getLogger("ratelimit")
 
 R = TypeVar("R")
 
 OnUnavailable = Literal["raise", "allow", "local"]
+
+
+class Misconfigured(BackendUnavailable):
+    """The store answers but cannot be used as configured (wrong credentials, a
+    database it does not have): raised whatever ``on_unavailable`` says."""
 
 
 def checked_on_unavailable(value: object) -> OnUnavailable:
@@ -70,14 +80,15 @@ class FailurePolicy:
         """What an operation on ``key`` does when the store cannot be reached: the one
         place ``on_unavailable`` is read, for limiters and breakers alike.
 
-        ``"raise"`` raises ``exc``; otherwise the operation runs on the ``local``
-        fallback when there is one, and ``otherwise`` when not (a grant without the
-        store, or the operation lost). ``says`` is the warning logged in each case
-        (``%r`` the key, ``%s`` the error; empty for none). A ``decision`` is counted
+        ``"raise"`` raises ``exc`` (as every policy does a :class:`Misconfigured`);
+        otherwise the operation runs on the ``local`` fallback when there is one, and
+        ``otherwise`` when not (a grant without the store, or the operation lost).
+        ``says`` is the warning logged in each case (``%r`` the key, ``%s`` the error;
+        empty for none). A ``decision`` is counted
         in :meth:`stats`.
         """
         policy = self.on_unavailable
-        if policy == "raise":
+        if policy == "raise" or isinstance(exc, Misconfigured):
             raise exc
         if decision:
             with self._lock:

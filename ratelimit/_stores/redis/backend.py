@@ -44,7 +44,7 @@ from ..._algorithms.algorithm import Algorithm
 from ..._algorithms.breaker import Policy
 from ..._algorithms.lanes import HIGH, LANES, LOW, Lanes
 from ..._clock import Clock, SystemClock, checked_clock
-from ..._errors import BackendUnavailable
+from ..._redact import redact_url
 from ..keys import Keyed, key_for
 from ..memory.backend import MemoryBackend
 from ..memory.breaker import MemoryStore
@@ -63,9 +63,17 @@ from ..store import Views
 from .allotment_returns import AllotmentReturns
 from .breaker import RedisStore
 from .calls import DEFAULT_POOL_SIZE, BackendStats, OnUnavailable, RedisCalls
-from .clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, REDIS_URL_ENV, retries, url_clients, url_from_env
+from .clients import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_SOCKET_TIMEOUT,
+    REDIS_URL_ENV,
+    client_secrets,
+    retries,
+    url_clients,
+    url_from_env,
+)
 from .config import eviction_risk, inspect_all, inspect_many, read_override, reset_override, write_override
-from .errors import STORE_ERRORS, is_unavailable, no_master
+from .errors import STORE_ERRORS, is_unavailable, misconfigured
 from .fleet import fleet
 from .handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
 from .key_survey import probe
@@ -251,7 +259,11 @@ class RedisBackend(RedisCalls):
         the master's. Options in the query: ``socket_timeout``,
         ``socket_connect_timeout``, ``sentinel_username``, ``sentinel_password``
         (see :mod:`ratelimit._stores.redis.sentinel`). A malformed URL raises ``ValueError``
-        naming the part, with its passwords shown as ``***``.
+        naming the part, with its passwords shown as ``***``: no scheme or another
+        store's (a ``sqlite:`` URL is :class:`~ratelimit.SQLiteBackend`'s), a database
+        number that is not one. Nothing is asked of the server here: a database it does
+        not have, or credentials it refuses, fail the first call with a
+        :class:`BackendUnavailable` that says so, whatever ``on_unavailable`` says.
         """
         clients = url_clients(url, cluster=cluster, pool_size=pool_size, options=options)
         backend = cls(
@@ -265,6 +277,8 @@ class RedisBackend(RedisCalls):
         )
         backend._async_factory = clients.make_async
         backend._deadline = clients.deadline
+        backend.where = redact_url(url)
+        backend._secrets = client_secrets(clients.sync, url)
         return backend
 
     @classmethod
@@ -653,8 +667,8 @@ class RedisBackend(RedisCalls):
         try:
             return call(client)
         except STORE_ERRORS as exc:
-            if is_unavailable(exc):
-                raise BackendUnavailable(no_master(client, exc) or f"the Redis store is unavailable: {exc!r}") from exc
+            if is_unavailable(exc) or misconfigured(exc):
+                raise self.unavailable_error(exc, client) from exc
             raise
 
     def __repr__(self) -> str:

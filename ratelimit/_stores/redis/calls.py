@@ -6,6 +6,11 @@ asyncio); the rest wait their turn, which is not a failure. When a call finds th
 store unavailable, the callers that were waiting behind it fail at once instead of
 each waiting for its own timeout. ``on_unavailable`` is read in one place,
 ``FailurePolicy.without_store`` (``unavailable.py``), for every shared store.
+
+A failure's ``BackendUnavailable`` says in its message where the store is (its URL
+with the password shown as ``***``) and why the call failed (``errors.failure_reason``):
+``the Redis store at redis://127.0.0.1:6999/0 is unavailable: connection refused:
+nothing listens there``.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ import redis.asyncio.cluster
 import redis.exceptions
 
 from ..._errors import BackendUnavailable
-from ..unavailable import BackendStats, FailurePolicy, OnUnavailable
-from .clients import database, drop_idle_connections, pool_limit
-from .errors import STORE_ERRORS, is_unavailable
+from ..._redact import scrub
+from ..unavailable import BackendStats, FailurePolicy, Misconfigured, OnUnavailable
+from .clients import address, client_secrets, database, database_count, drop_idle_connections, pool_limit
+from .errors import STORE_ERRORS, failure_reason, is_unavailable, misconfigured, no_master, wrong_database
 from .held_connection import HeldConnection, async_held_connection_for, held_connection_for
 from .live import LiveCount
 from .loops import InFlight, LoopState, Watch, close_with_loop
@@ -76,6 +82,13 @@ class RedisCalls(FailurePolicy):
         self._loops: dict[asyncio.AbstractEventLoop, LoopState] = {}
         # Failures of calls that reached for the store (not of waiters failed behind them).
         self._outages = 0
+        #: Where the store is, as errors name it (``from_url`` puts its URL, redacted),
+        #: the secrets no error may show, and why the last call found it unavailable.
+        self.where = address(client)
+        self._secrets = client_secrets(client, None)
+        self._last_reason = ""
+        # How many databases the server has, asked once a SELECT was refused.
+        self._databases: int | None = None
         #: How the synchronous client's calls are sent, where not through the client
         #: (see redis/held_connection.py).
         self._held: HeldConnection | None = (
@@ -125,11 +138,31 @@ class RedisCalls(FailurePolicy):
 
     # -- running scripts ----------------------------------------------------------
 
-    def _unavailable(self, exc: BaseException) -> BackendUnavailable:
+    def _unavailable(self, exc: BaseException, client: Any = None) -> BackendUnavailable:
+        lasting = misconfigured(exc)
+        error = self.unavailable_error(exc, client)
         with self._lock:
             self._failures += 1
-            self._outages += 1
-        return BackendUnavailable(f"the Redis store is unavailable: {exc!r}")
+            if not lasting:
+                # Waiters behind a misconfigured call meet it for themselves: failing
+                # them as an outage would let on_unavailable grant them.
+                self._outages += 1
+                self._last_reason = str(error)
+        return error
+
+    def unavailable_error(self, exc: BaseException, client: Any = None) -> BackendUnavailable:
+        """The ``BackendUnavailable`` for ``exc``, a failure of a call through
+        ``client``: its message names the store's address and the reason, and holds no
+        secret; a :class:`~ratelimit._stores.unavailable.Misconfigured` for wrong
+        credentials or a database the server does not have."""
+        said = None if client is None else no_master(client, exc)
+        if said is None:
+            if wrong_database(exc) and self._databases is None and self._sync_client is not None:
+                self._databases = database_count(self._sync_client)
+            why = failure_reason(exc, database=self.database, databases=self._databases)
+            said = f"the Redis store at {self.where} is unavailable: {why}"
+        said = scrub(said, self._secrets)
+        return Misconfigured(said) if misconfigured(exc) else BackendUnavailable(said)
 
     def _outage_seen(self, outages: int) -> BackendUnavailable | None:
         # A call that waited its turn while a call ahead of it found the store
@@ -141,7 +174,8 @@ class RedisCalls(FailurePolicy):
             return None
         with self._lock:
             self._failures += 1
-        return BackendUnavailable("the Redis store is unavailable (a call ahead of this one failed)")
+            said = self._last_reason or f"the Redis store at {self.where} is unavailable"
+        return BackendUnavailable(f"{said} (met by a call ahead of this one)")
 
     def _pool_full(self, started: float) -> float:
         # The client's pool is shared with other code and full: busy, not down.
@@ -178,9 +212,9 @@ class RedisCalls(FailurePolicy):
                     started = started or time.monotonic()
                     time.sleep(self._pool_full(started))
                 except STORE_ERRORS as exc:
-                    if not is_unavailable(exc):
+                    if not (is_unavailable(exc) or misconfigured(exc)):
                         raise  # a bug (in a script, in the deployment): not for the failure policy
-                    raise self._unavailable(exc) from exc
+                    raise self._unavailable(exc, client) from exc
                 except BaseException:
                     drop_idle_connections(client)
                     raise
@@ -225,9 +259,12 @@ class RedisCalls(FailurePolicy):
                     started = started or time.monotonic()
                     await asyncio.sleep(self._pool_full(started))
                 except STORE_ERRORS as exc:
-                    if not is_unavailable(exc):
+                    if not (is_unavailable(exc) or misconfigured(exc)):
                         raise  # a bug (in a script, in the deployment): not for the failure policy
-                    raise self._unavailable(exc) from exc
+                    if wrong_database(exc) and self._databases is None and self._sync_client is not None:
+                        # Asked here, off the loop, so that the error's text can say it.
+                        self._databases = await asyncio.to_thread(database_count, self._sync_client)
+                    raise self._unavailable(exc, state.client) from exc
         finally:
             if watch is not None and task is not None:
                 watch.calls.pop(task, None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,7 @@ import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..._redact import redact_url
+from ..._redact import redact_url, url_secrets
 from .sentinel import SentinelURL, is_sentinel_url, parse_sentinel_url
 
 #: Defaults for clients made by :meth:`RedisBackend.from_url`: a dead server costs an
@@ -41,6 +42,107 @@ def url_from_env(variable: str = REDIS_URL_ENV) -> str | None:
     """The URL in environment variable ``variable``, or ``None`` if it is unset or blank."""
     url = os.environ.get(variable, "").strip()
     return url or None
+
+
+#: The schemes of a Redis URL, as an error lists them.
+SCHEMES = "redis://, rediss://, unix:// or redis+sentinel://"
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def check_url(url: str) -> None:
+    """``ValueError`` for what a URL of :meth:`RedisBackend.from_url` gets wrong that
+    can be told without asking the server: no scheme or another store's, and a
+    database number that is not one (redis-py would take ``/abc`` for database 0).
+    A Sentinel URL is checked by ``sentinel.py``. Passwords are shown as ``***``."""
+    if not isinstance(url, str) or not url:
+        raise TypeError(f"url must be a non-empty str, got {url!r}")
+    shown = redact_url(url)
+    scheme, sep, rest = url.partition("://")
+    scheme = scheme.lower()
+    if scheme.startswith("sqlite") or url.lower().startswith("sqlite:"):
+        raise ValueError(
+            f"url {shown!r} names a SQLite store: use SQLiteBackend.from_url({shown!r}) "
+            f"(a RedisBackend's URL is {SCHEMES})"
+        )
+    if not sep or scheme not in (*_REDIS_SCHEMES, "redis+sentinel"):
+        hint = f"redis://{url}" if not sep and not scheme.startswith(("http", "https")) else "redis://host:6379/0"
+        said = "has no scheme" if not sep else f"has the scheme {scheme + '://'!r}"
+        raise ValueError(f"url {shown!r} {said}: a Redis URL starts with {SCHEMES} (as in {redact_url(hint)!r})")
+    if scheme == "redis+sentinel":
+        return
+    before_fragment = rest.partition("#")[0]
+    authority_path, _, query = before_fragment.partition("?")
+    for pair in query.split("&") if query else ():
+        name, _, value = pair.partition("=")
+        if name == "db" and not _DIGITS.fullmatch(value):
+            raise ValueError(f"url {shown!r}: the database db={value!r} must be a whole number >= 0")
+    if scheme == "unix":
+        return
+    path = authority_path.partition("/")[2].strip("/")
+    if path and not _DIGITS.fullmatch(path):
+        raise ValueError(
+            f"url {shown!r}: the path /{path} must be a database number >= 0 (redis://host:6379/0), or nothing"
+        )
+
+
+def address(client: Any) -> str:
+    """Where ``client`` connects, as a URL without its secrets: what an error names when
+    a backend was made from a client rather than a URL."""
+    pool = getattr(client, "connection_pool", None)
+    service = getattr(pool, "service_name", None)
+    if isinstance(service, str):
+        return f"the master of Sentinel service {service!r}"
+    get_default_node = getattr(client, "get_default_node", None)
+    if callable(get_default_node):  # a Cluster client
+        node = get_default_node()
+        host, port = getattr(node, "host", "?"), getattr(node, "port", "?")
+        return f"redis://{_host(host)}:{port} (a Redis Cluster node)"
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if not isinstance(kwargs, dict):
+        return type(client).__name__
+    db = kwargs.get("db", 0)
+    if kwargs.get("path"):
+        return f"unix://{kwargs['path']}" + (f"?db={db}" if db else "")
+    connection_class = getattr(pool, "connection_class", None)
+    scheme = "rediss" if "SSL" in getattr(connection_class, "__name__", "") else "redis"
+    return f"{scheme}://{_host(kwargs.get('host', 'localhost'))}:{kwargs.get('port', 6379)}/{db}"
+
+
+def _host(host: object) -> str:
+    text = str(host)
+    return f"[{text}]" if ":" in text else text
+
+
+def client_secrets(client: Any, url: str | None) -> tuple[str, ...]:
+    """The secrets an error about ``client`` (made from ``url``, where known) must not show."""
+    found = list(url_secrets(url)) if url else []
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
+    if isinstance(kwargs, dict) and isinstance(kwargs.get("password"), str) and kwargs["password"]:
+        found.append(kwargs["password"])
+    return tuple(found)
+
+
+def database_count(client: Any) -> int | None:
+    """How many databases the server of ``client`` has (``CONFIG GET databases``),
+    asked on a connection of its own that selects none; ``None`` when it cannot tell
+    (the command renamed or forbidden, the server gone). For an error's text only."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    connection_class = getattr(pool, "connection_class", None)
+    if not isinstance(kwargs, dict) or connection_class is None or getattr(pool, "service_name", None) is not None:
+        return None
+    settings = {name: value for name, value in kwargs.items() if name != "db"}
+    settings.update(socket_timeout=0.5, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
+    probe = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=connection_class, **settings))
+    try:
+        found = probe.config_get("databases").get("databases")
+        return int(found) if found is not None else None
+    except Exception:  # only a better message is at stake
+        return None
+    finally:
+        probe.close()
+        probe.connection_pool.disconnect()
 
 
 def retries(client: Any) -> int:
@@ -151,8 +253,7 @@ class UrlClients:
 def url_clients(url: str, *, cluster: bool, pool_size: int, options: dict[str, Any]) -> UrlClients:
     """The clients of ``url``, with the defaults above and ``options`` over them
     (see :meth:`RedisBackend.from_url <ratelimit._stores.redis.backend.RedisBackend.from_url>`)."""
-    if not isinstance(url, str) or not url:
-        raise TypeError(f"url must be a non-empty str, got {url!r}")
+    check_url(url)
     if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
         raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
     settings: dict[str, Any] = {

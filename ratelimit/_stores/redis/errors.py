@@ -83,17 +83,40 @@ Two Sentinel mistakes cannot be told from an outage, since redis-py raises
 wrong credentials for the sentinels. Both look like a failover that never ends.
 
 ``NOSCRIPT`` never gets here: :class:`~ratelimit._stores.redis.scripts.Script` reloads the script.
+
+Two of the bugs are mistakes of the deployment that a user fixes in the URL: wrong or
+missing credentials, and a database number the server does not have (``SELECT``
+answers ``ERR DB index is out of range`` when a connection opens). :func:`misconfigured`
+tells them; the backend raises them as ``BackendUnavailable`` whatever
+``on_unavailable`` says, since they stay wrong until someone fixes them.
+
+:func:`failure_reason` says in one line why a call failed (connection refused, unknown host,
+timed out, authentication failed, no such database, TLS failed, or the server's own
+words): the one describer of both the library's ``BackendUnavailable`` and the
+command line's "cannot reach Redis" line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import socket
+import ssl
 
 import redis.exceptions
 import redis.sentinel
 
-__all__ = ["STORE_ERRORS", "UNAVAILABLE_CODES", "UNAVAILABLE_TYPES", "error_code", "is_unavailable", "no_master"]
+__all__ = [
+    "STORE_ERRORS",
+    "UNAVAILABLE_CODES",
+    "UNAVAILABLE_TYPES",
+    "error_code",
+    "failure_reason",
+    "is_unavailable",
+    "misconfigured",
+    "no_master",
+    "wrong_database",
+]
 
 #: Everything a store call may raise that :func:`is_unavailable` has an opinion on: an
 #: ``except`` clause catches these, then re-raises what is not an outage.
@@ -183,3 +206,74 @@ def no_master(client: object, exc: BaseException) -> str | None:
         host, port = kwargs.get("host", "?"), kwargs.get("port", "?")
         where.append(f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}")
     return f"no master found for service {service!r}: none of the sentinels at {', '.join(where)} named one"
+
+
+def wrong_database(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database the client selects does not exist on the
+    server (``SELECT`` refused as a connection opened)."""
+    if isinstance(exc, redis.exceptions.ResponseError):
+        return "DB index is out of range" in str(exc)[:_MOST]
+    # redis-py's own words for a SELECT answered with anything but OK.
+    return isinstance(exc, redis.exceptions.ConnectionError) and str(exc) == "Invalid Database"
+
+
+def misconfigured(exc: BaseException) -> bool:
+    """Whether ``exc`` is a mistake of the deployment that the URL fixes: wrong or
+    missing credentials, or a database the server does not have."""
+    return isinstance(exc, redis.exceptions.AuthenticationError) or wrong_database(exc)
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The socket error behind ``exc``: itself, or the first in its chain (redis-py
+    raises its own ``ConnectionError`` from the socket's)."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain is short; a loop in one must not hang us
+        if seen is None:
+            return None
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _first_line(text: str) -> str:
+    line = text[:_MOST].strip().splitlines()[0] if text.strip() else ""
+    return line[:200] + ("..." if len(line) > 200 else "")
+
+
+def failure_reason(exc: BaseException, *, database: int | None = None, databases: int | None = None) -> str:
+    """Why a call to Redis failed, in one line a user can act on: ``connection
+    refused``, ``unknown host ...``, ``timed out ...``, ``authentication failed ...``,
+    ``database 99 does not exist ...``, ``TLS failed ...``, or the server's own words.
+
+    ``database`` is the number the client selects and ``databases`` how many the
+    server has, where known: they complete the line for a database that does not exist.
+    Never quotes a password: redis-py's texts name the host and port only.
+    """
+    if wrong_database(exc):
+        which = "the database" if database is None else f"database {database}"
+        has = "" if not databases else f" (this server has {databases}: 0 to {databases - 1})"
+        return f"{which} does not exist{has}"
+    if isinstance(exc, redis.exceptions.AuthenticationError):
+        if error_code(exc) == "NOAUTH" or str(exc).startswith(("Authentication required", "HELLO must be called")):
+            return "authentication failed: the server needs a password and none was given (redis://:PASSWORD@host)"
+        return f"authentication failed: {_first_line(str(exc)) or 'the password or user name is wrong'}"
+    if isinstance(exc, redis.sentinel.MasterNotFoundError):
+        return "no sentinel names a master for the service"
+    found = _os_error(exc)
+    if isinstance(found, socket.gaierror):
+        said = found.strerror or str(found)
+        return f"unknown host: its name does not resolve ({said})"
+    if isinstance(found, ssl.SSLError):
+        return f"TLS failed: {found.reason or _first_line(str(found))}"
+    if isinstance(found, ConnectionRefusedError):
+        return "connection refused: nothing listens there"
+    if isinstance(found, FileNotFoundError):
+        return "no such socket file"
+    timeouts = (redis.exceptions.TimeoutError, asyncio.TimeoutError, TimeoutError)
+    if isinstance(exc, timeouts) or isinstance(found, TimeoutError):
+        said = _first_line(str(exc))
+        return f"timed out ({said})" if said else "timed out"
+    if isinstance(found, OSError) and found.strerror and found is exc:
+        return found.strerror
+    return _first_line(str(exc)) or type(exc).__name__
