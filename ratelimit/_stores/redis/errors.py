@@ -265,7 +265,7 @@ def failure_reason(exc: BaseException, *, database: int | None = None, databases
         said = found.strerror or str(found)
         return f"unknown host: its name does not resolve ({said})"
     if isinstance(found, ssl.SSLError):
-        return f"TLS failed: {found.reason or _first_line(str(found))}"
+        return f"TLS failed: {getattr(found, 'reason', None) or _first_line(str(found))}"
     if isinstance(found, ConnectionRefusedError):
         return "connection refused: nothing listens there"
     if isinstance(found, FileNotFoundError):

@@ -39,6 +39,7 @@ from ..._algorithms.breaker import Policy
 from ..._algorithms.token_bucket import Gcra
 from ..._clock import Clock, SystemClock, checked_clock
 from ..._errors import BackendUnavailable
+from ..._redact import redact_url
 from ..keys import Keyed, tag, untag
 from ..memory.backend import MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
 from ..memory.breaker import MemoryStore
@@ -71,6 +72,9 @@ DEFAULT_BUSY_TIMEOUT = 5.0
 SWEEP_SECONDS = 60.0
 
 R = TypeVar("R")
+
+#: The schemes of a Redis URL, which from_url points to the other backend.
+_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
 
 # A sweep visits only the rows its index says may be idle (`forget` is never later than
 # `idle`; see sqlite/file.py): never the whole table.
@@ -178,10 +182,31 @@ class SQLiteBackend(FailurePolicy):
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLiteBackend:
         """``sqlite:///relative/path`` or ``sqlite:////absolute/path`` (as SQLAlchemy
-        writes them), ``options`` as for the constructor."""
+        writes them), ``options`` as for the constructor.
+
+        A URL of another store is refused naming it (a Redis URL pointing to
+        ``RedisBackend.from_url``), its password shown as ``***``; a relative path
+        whose folder does not exist is told apart from the absolute one it may have
+        meant (four slashes)."""
         if not isinstance(url, str) or not url.startswith("sqlite:///") or len(url) == len("sqlite:///"):
-            raise ValueError(f"url must be sqlite:///PATH (sqlite:////tmp/x.db for an absolute path), got {url!r}")
-        return cls(url[len("sqlite:///") :], **options)
+            shown = redact_url(url) if isinstance(url, str) else url
+            redis = isinstance(url, str) and url.partition("://")[0].lower() in _REDIS_SCHEMES
+            hint = ": that is a Redis URL, for RedisBackend.from_url" if redis else ""
+            raise ValueError(
+                f"url must be sqlite:///PATH (sqlite:////tmp/x.db for an absolute path), got {shown!r}{hint}"
+            )
+        path = url[len("sqlite:///") :]
+        try:
+            return cls(path, **options)
+        except FileNotFoundError as exc:
+            if os.path.isabs(path):
+                raise
+            raise FileNotFoundError(
+                exc.errno,
+                f"{exc.strerror} ({url!r} names {path!r} relative to the working directory; "
+                f"sqlite:////{path} is the absolute path /{path})",
+                exc.filename,
+            ) from None
 
     # -- binding -----------------------------------------------------------------
 
