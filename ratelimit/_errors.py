@@ -54,11 +54,13 @@ class AcquireTimeout(RateLimitError, TimeoutError):
 
 
 class BackendUnavailable(RateLimitError):
-    """The store holding the shared budget could not be reached.
+    """The store holding the shared budget could not be reached, or not used.
 
-    The underlying error (a redis-py ``ConnectionError`` or ``TimeoutError``, a
-    ``sqlite3`` error on a file locked past its ``busy_timeout``, ...) is chained as
-    ``__cause__``.
+    Its message names the store (a URL, its password shown as ``***``) and the reason
+    on one line: ``the Redis store at redis://127.0.0.1:6999/0 is unavailable:
+    connection refused: nothing listens there``. The underlying error (a redis-py
+    ``ConnectionError`` or ``TimeoutError``, a ``sqlite3`` error on a file locked past
+    its ``busy_timeout``, ...) is chained as ``__cause__``.
     """
 
 

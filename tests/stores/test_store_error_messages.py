@@ -307,14 +307,14 @@ def test_failure_reason_counts_the_databases_where_known() -> None:
 def test_a_backend_on_a_client_names_its_address_without_the_password(client: redis.Redis, shown: str) -> None:
     assert address(client) == shown
     backend = RedisBackend(client)
-    assert backend.where == shown
+    assert backend._where == shown
     backend.close()
 
 
 def test_a_backend_on_a_client_scrubs_its_password() -> None:
     client = redis.Redis(host=HOST, port=free_port(), password=SECRET, socket_connect_timeout=0.5)
     backend = RedisBackend(client)
-    error = backend.unavailable_error(redis.exceptions.ConnectionError(f"cannot use {SECRET}"))
+    error = backend._unavailable_error(redis.exceptions.ConnectionError(f"cannot use {SECRET}"))
     assert SECRET not in str(error)
     backend.close()
 

@@ -277,7 +277,7 @@ class RedisBackend(RedisCalls):
         )
         backend._async_factory = clients.make_async
         backend._deadline = clients.deadline
-        backend.where = redact_url(url)
+        backend._where = redact_url(url)
         backend._secrets = client_secrets(clients.sync, url)
         return backend
 
@@ -668,7 +668,7 @@ class RedisBackend(RedisCalls):
             return call(client)
         except STORE_ERRORS as exc:
             if is_unavailable(exc) or misconfigured(exc):
-                raise self.unavailable_error(exc, client) from exc
+                raise self._unavailable_error(exc, client) from exc
             raise
 
     def __repr__(self) -> str:

@@ -82,9 +82,9 @@ class RedisCalls(FailurePolicy):
         self._loops: dict[asyncio.AbstractEventLoop, LoopState] = {}
         # Failures of calls that reached for the store (not of waiters failed behind them).
         self._outages = 0
-        #: Where the store is, as errors name it (``from_url`` puts its URL, redacted),
-        #: the secrets no error may show, and why the last call found it unavailable.
-        self.where = address(client)
+        # Where the store is, as errors name it (from_url puts its URL, redacted), the
+        # secrets no error may show, and why the last call found it unavailable.
+        self._where = address(client)
         self._secrets = client_secrets(client, None)
         self._last_reason = ""
         # How many databases the server has, asked once a SELECT was refused.
@@ -140,7 +140,7 @@ class RedisCalls(FailurePolicy):
 
     def _unavailable(self, exc: BaseException, client: Any = None) -> BackendUnavailable:
         lasting = misconfigured(exc)
-        error = self.unavailable_error(exc, client)
+        error = self._unavailable_error(exc, client)
         with self._lock:
             self._failures += 1
             if not lasting:
@@ -150,7 +150,7 @@ class RedisCalls(FailurePolicy):
                 self._last_reason = str(error)
         return error
 
-    def unavailable_error(self, exc: BaseException, client: Any = None) -> BackendUnavailable:
+    def _unavailable_error(self, exc: BaseException, client: Any = None) -> BackendUnavailable:
         """The ``BackendUnavailable`` for ``exc``, a failure of a call through
         ``client``: its message names the store's address and the reason, and holds no
         secret; a :class:`~ratelimit._stores.unavailable.Misconfigured` for wrong
@@ -160,7 +160,7 @@ class RedisCalls(FailurePolicy):
             if wrong_database(exc) and self._databases is None and self._sync_client is not None:
                 self._databases = database_count(self._sync_client)
             why = failure_reason(exc, database=self.database, databases=self._databases)
-            said = f"the Redis store at {self.where} is unavailable: {why}"
+            said = f"the Redis store at {self._where} is unavailable: {why}"
         said = scrub(said, self._secrets)
         return Misconfigured(said) if misconfigured(exc) else BackendUnavailable(said)
 
@@ -174,7 +174,7 @@ class RedisCalls(FailurePolicy):
             return None
         with self._lock:
             self._failures += 1
-            said = self._last_reason or f"the Redis store at {self.where} is unavailable"
+            said = self._last_reason or f"the Redis store at {self._where} is unavailable"
         return BackendUnavailable(f"{said} (met by a call ahead of this one)")
 
     def _pool_full(self, started: float) -> float:

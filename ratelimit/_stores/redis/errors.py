@@ -57,7 +57,7 @@ clients reached``
 service``                                                    asks is down
 ==========================  ===============================  ===================================
 
-Bugs: raised as they are.
+Bugs: raised as they are, but for the two ``Misconfigured`` rows (see below).
 
 ==========================  ===============================  ===================================
 reply                       redis-py raises                  why
@@ -69,6 +69,9 @@ script`` (no code inside)
                                                              other program uses the name
 ``NOAUTH``, ``WRONGPASS``   ``AuthenticationError``          wrong credentials in the
                             (a ``ConnectionError``)          deployment; they stay wrong
+                                                             (raised as ``Misconfigured``)
+``ERR DB index is out of    ``ResponseError``                the URL's database is not one the
+range`` (at ``SELECT``)                                      server has (``Misconfigured``)
 ``NOPERM``                  ``NoPermissionError``            an ACL forbids the scripts or keys
 ``CROSSSLOT``, ``MOVED``,   ``ClusterCrossSlotError``,       a plain client on a Cluster (our keys
 ``ASK``                     ``MovedError``, ``AskError``     share one hash tag)
@@ -87,8 +90,9 @@ wrong credentials for the sentinels. Both look like a failover that never ends.
 Two of the bugs are mistakes of the deployment that a user fixes in the URL: wrong or
 missing credentials, and a database number the server does not have (``SELECT``
 answers ``ERR DB index is out of range`` when a connection opens). :func:`misconfigured`
-tells them; the backend raises them as ``BackendUnavailable`` whatever
-``on_unavailable`` says, since they stay wrong until someone fixes them.
+tells them; the backend raises them as ``Misconfigured`` (``unavailable.py``), a
+``BackendUnavailable`` whatever ``on_unavailable`` says, since they stay wrong until
+someone fixes them.
 
 :func:`failure_reason` says in one line why a call failed (connection refused, unknown host,
 timed out, authentication failed, no such database, TLS failed, or the server's own
