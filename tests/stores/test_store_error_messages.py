@@ -204,9 +204,12 @@ def test_a_url_without_a_redis_scheme_lists_the_schemes(url: str, says: str) -> 
         assert scheme in text
 
 
-def test_a_url_without_a_scheme_is_shown_with_one() -> None:
-    with pytest.raises(ValueError, match="'redis://localhost:6379'"):
-        RedisBackend.from_url("localhost:6379")
+@pytest.mark.parametrize(
+    ("url", "meant"), [("localhost:6379", "redis://localhost:6379"), ("/run/redis.sock", "unix:///run/redis.sock")]
+)
+def test_a_url_without_a_scheme_is_shown_with_one(url: str, meant: str) -> None:
+    with pytest.raises(ValueError, match=f"as in '{meant}'"):
+        RedisBackend.from_url(url)
 
 
 @pytest.mark.parametrize("url", ["sqlite:///limits.db", "sqlite:////tmp/limits.db", "SQLITE:///x.db"])
@@ -299,7 +302,7 @@ def test_failure_reason_counts_the_databases_where_known() -> None:
     ("client", "shown"),
     [
         (redis.Redis(host="10.0.0.7", port=6380, db=2, password=SECRET), "redis://10.0.0.7:6380/2"),
-        (redis.Redis(host="::1", port=6379), "redis://[::1]:6379/0"),
+        (redis.Redis(host="::1", port=6390), "redis://[::1]:6390/0"),
         (redis.Redis(unix_socket_path="/run/redis.sock", db=1), "unix:///run/redis.sock?db=1"),
         (redis.Redis(host="h", ssl=True), "rediss://h:6379/0"),
     ],

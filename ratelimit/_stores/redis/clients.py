@@ -66,7 +66,10 @@ def check_url(url: str) -> None:
             f"(a RedisBackend's URL is {SCHEMES})"
         )
     if not sep or scheme not in (*_REDIS_SCHEMES, "redis+sentinel"):
-        hint = f"redis://{url}" if not sep and not scheme.startswith(("http", "https")) else "redis://host:6379/0"
+        if sep or url.startswith("http"):
+            hint = "redis://host:6379/0"
+        else:  # host:port, or the path of a socket
+            hint = f"unix://{url}" if url.startswith("/") else f"redis://{url}"
         said = "has no scheme" if not sep else f"has the scheme {scheme + '://'!r}"
         raise ValueError(f"url {shown!r} {said}: a Redis URL starts with {SCHEMES} (as in {redact_url(hint)!r})")
     if scheme == "redis+sentinel":
