@@ -32,7 +32,7 @@ from ratelimit._stores.redis.clients import address
 from ratelimit.cli import main
 
 from conftest import REDIS_URL, private_server, unique_name
-from servers import HOST, RedisServer, free_port
+from servers import HOST, RedisServer, SilentServer, free_port
 
 SECRET = "pa55-w0rd-never-shown"
 SCHEMES = ("redis://", "rediss://", "unix://", "redis+sentinel://")
@@ -103,6 +103,13 @@ def test_an_unknown_host_reads_differently_from_a_refusal() -> None:
     assert "redis://no-such-store.invalid:6379/0" in text
     assert "unknown host" in text
     assert "refused" not in text
+
+
+def test_a_server_that_never_answers_says_timed_out() -> None:
+    with SilentServer() as silent:
+        url = silent.url
+        text = one_line(failure(url, socket_timeout=0.2))
+    assert text.startswith(f"the Redis store at {url} is unavailable: timed out (")
 
 
 def test_a_refused_port_still_fails_open_with_allow() -> None:
