@@ -4,8 +4,8 @@ the store (its URL, the password shown as ``***``) and what is wrong.
 Redis: a refused port, an unknown host, wrong or missing credentials, a database the
 server does not have (each a ``BackendUnavailable``), and the URLs ``from_url``
 refuses at once (no scheme, another scheme, a SQLite URL, a database that is not a
-number). SQLite: a Redis URL, a relative path whose folder does not exist. The
-describer ``failure_reason`` is the command line's too.
+number). SQLite: a Redis URL. The describer ``failure_reason`` is the command line's
+too.
 
 Nothing here can hang: the Redis clients have half-second socket timeouts, and the
 one call that resolves a name runs under a deadline of its own.
@@ -19,7 +19,6 @@ import socket
 import ssl
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -348,12 +347,3 @@ def test_sqlite_from_url_points_a_redis_url_to_the_redis_backend() -> None:
         SQLiteBackend.from_url(f"redis://:{SECRET}@localhost:6379/0")
     text = one_line(caught.value)
     assert "got 'redis://:***@localhost:6379/0': that is a Redis URL, for RedisBackend.from_url" in text
-
-
-def test_sqlite_from_url_says_a_relative_path_is_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError) as caught:
-        SQLiteBackend.from_url("sqlite:///no-such-folder/x.db")
-    text = one_line(caught.value)
-    assert "does not exist" in text
-    assert "relative to the working directory; sqlite:////no-such-folder/x.db is the absolute path" in text

@@ -185,9 +185,7 @@ class SQLiteBackend(FailurePolicy):
         writes them), ``options`` as for the constructor.
 
         A URL of another store is refused naming it (a Redis URL pointing to
-        ``RedisBackend.from_url``), its password shown as ``***``; a relative path
-        whose folder does not exist is told apart from the absolute one it may have
-        meant (four slashes)."""
+        ``RedisBackend.from_url``), its password shown as ``***``."""
         if not isinstance(url, str) or not url.startswith("sqlite:///") or len(url) == len("sqlite:///"):
             shown = redact_url(url) if isinstance(url, str) else url
             redis = isinstance(url, str) and url.partition("://")[0].lower() in _REDIS_SCHEMES
@@ -195,18 +193,7 @@ class SQLiteBackend(FailurePolicy):
             raise ValueError(
                 f"url must be sqlite:///PATH (sqlite:////tmp/x.db for an absolute path), got {shown!r}{hint}"
             )
-        path = url[len("sqlite:///") :]
-        try:
-            return cls(path, **options)
-        except FileNotFoundError as exc:
-            if os.path.isabs(path):
-                raise
-            raise FileNotFoundError(
-                exc.errno,
-                f"{exc.strerror} ({url!r} names {path!r} relative to the working directory; "
-                f"sqlite:////{path} is the absolute path /{path})",
-                exc.filename,
-            ) from None
+        return cls(url[len("sqlite:///") :], **options)
 
     # -- binding -----------------------------------------------------------------
 
