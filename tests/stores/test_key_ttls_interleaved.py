@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, cast
@@ -316,11 +317,16 @@ def clean_text(kind: str, state: Any) -> bytes:
 
 
 def read_text(kind: str, text: bytes) -> Any:
-    """The numbers a state's text stands for, as the scripts read them."""
+    """The numbers a state's text stands for, as the scripts read them: the largest
+    double is a state moved past it, infinite (``unbounded`` in lua/_prelude.lua)."""
     if kind == "token_bucket":
-        return float(text)
+        return _unbounded(float(text))
     drained, latest = text.split()
-    return (float(drained), float(latest))
+    return (_unbounded(float(drained)), _unbounded(float(latest)))
+
+
+def _unbounded(x: float) -> float:
+    return math.inf if x == sys.float_info.max else x
 
 
 @pytest.mark.parametrize("kind", ["token_bucket", "leaky_bucket"])
@@ -339,14 +345,15 @@ def test_a_state_at_the_largest_double_refuses_rather_than_grant_at_an_infinite_
     handle = RedisHandle(RedisBackend(redis_client), alg, key, lambda: repr(now), None, name)
     state: Any = 1.7976931348623157e308 if kind == "token_bucket" else (1.7976931348623157e308, now - 1.0)
     redis_client.set(key, clean_text(kind, state), px=60_000)
+    loaded = read_text(kind, clean_text(kind, state))
     try:
-        for _ in range(2):
-            got = handle.reserve(1.0, max_wait)
-            new, wait, named = reserve([alg], [state], Holes(), now, [1.0], max_wait)
+        for tokens in (1.0, 5e-324):
+            got = handle.reserve(tokens, max_wait)
+            new, wait, named = reserve([alg], [loaded], Holes(), now, [tokens], max_wait)
             same(got, (wait, named))
             assert wait == -math.inf
-            assert repr(new[0]) == repr(state)
-            assert repr(read_text(kind, cast(bytes, redis_client.get(key)))) == repr(state)
+            assert repr(new[0]) == repr(loaded)
+            assert repr(read_text(kind, cast(bytes, redis_client.get(key)))) == repr(loaded)
     finally:
         redis_client.delete(key)
 
@@ -405,7 +412,8 @@ def test_quick_decisions_read_every_state_as_its_text_says_whoever_wrote_it(
                     text = clean_text(kind, (now[0] + 1.0, edge))
             redis_client.set(keys[i], text, px=60_000)
             states[i] = read_text(kind, text)
-            # (An edge the scripts read as no state, an infinite number, is not written.)
-            assert all(math.isfinite(x) for x in (states[i] if isinstance(states[i], tuple) else (states[i],)))
+            # (An edge the scripts read as no state, the text of an infinite number, is
+            # not written: the largest double is written, and read as infinite.)
+            assert not any(math.isnan(x) for x in (states[i] if isinstance(states[i], tuple) else (states[i],)))
     finally:
         redis_client.delete(*keys)
