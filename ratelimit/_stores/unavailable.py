@@ -1,9 +1,5 @@
-"""What a shared store does when it cannot be reached: the failure policy
-``on_unavailable``, read in one place for every shared store (internal).
-
-:class:`FailurePolicy` is extended by ``redis/calls.py``'s ``RedisCalls`` (and so by
-``RedisBackend``) and by ``SQLiteBackend``; their handles, the breaker's and the
-concurrency limit's stores call :meth:`FailurePolicy.without_store`.
+"""What a shared store does when it cannot be reached: ``on_unavailable``, read in
+one place (:meth:`FailurePolicy.without_store`) by both shared stores (internal).
 """
 
 from __future__ import annotations
@@ -67,15 +63,10 @@ class FailurePolicy:
         says: tuple[str, str],
         decision: bool = False,
     ) -> R:
-        """What an operation on ``key`` does when the store cannot be reached: the one
-        place ``on_unavailable`` is read, for limiters and breakers alike.
-
-        ``"raise"`` raises ``exc``; otherwise the operation runs on the ``local``
-        fallback when there is one, and ``otherwise`` when not (a grant without the
-        store, or the operation lost). ``says`` is the warning logged in each case
-        (``%r`` the key, ``%s`` the error; empty for none). A ``decision`` is counted
-        in :meth:`stats`.
-        """
+        """What an operation on ``key`` does when the store cannot be reached:
+        ``"raise"`` raises ``exc``; otherwise run ``local`` if given, else
+        ``otherwise``. ``says``: the warning for each case (``%r`` key, ``%s`` error;
+        empty for none). A ``decision`` is counted in :meth:`stats`."""
         policy = self.on_unavailable
         if policy == "raise":
             raise exc
