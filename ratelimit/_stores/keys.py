@@ -109,8 +109,7 @@ def parts_of(key: str) -> tuple[str, str | None] | None:
 
 
 def name_of(key: str) -> str | None:
-    """The limiter name a key of this scheme belongs to (a keyed budget's too), or
-    ``None`` for another key."""
+    """The limiter name a key of this scheme belongs to, or ``None``."""
     parts = parts_of(key)
     return None if parts is None else parts[0]
 
@@ -118,9 +117,8 @@ def name_of(key: str) -> str | None:
 def key_for(
     name: str | Keyed, kind: str, member: int | None = None, *, injected: bool = False, lane: str | None = None
 ) -> str:
-    """The Redis key of limiter ``name`` (``member`` of a composite, or ``lane`` of a
-    budget with priorities) of algorithm ``kind``; ``injected`` for a limiter on a test
-    clock."""
+    """The Redis key of limiter ``name``'s ``kind`` state (of a ``member`` or ``lane``;
+    ``injected``: on a test clock)."""
     middle = ("injected:" if injected else "") + ("" if member is None else f"{member}:")
     if lane is not None:
         middle += f"{lane}:"

@@ -21,7 +21,7 @@ __all__ = ["Operated"]
 
 
 class Operated(Protocol):
-    """A shared store as its operator sees it (``ratelimit inspect``, ``set``, ``top``)."""
+    """A shared store as its operator sees it."""
 
     def set_limit(
         self,
@@ -32,9 +32,8 @@ class Operated(Protocol):
         ttl: float | timedelta | None = None,
         clock: Clock | None = None,
     ) -> None:
-        """Change limiter ``name``'s limit at run time, in every process; ``None``
-        keeps what the code says. ``UnchangeableLimit`` for a limiter that would never
-        read it, ``ValueError`` for a bad value: nothing is stored either way."""
+        """Change ``name``'s limit in every process (``None``: the code's value);
+        ``UnchangeableLimit`` or ``ValueError`` store nothing."""
         ...
 
     def reset_limit(self, name: str, *, clock: Clock | None = None) -> bool:
@@ -46,8 +45,7 @@ class Operated(Protocol):
         ...
 
     def inspect(self, name: str, *, key: str | None = None) -> Inspection:
-        """What the store holds of limiter ``name`` (``key``: of its budget for that
-        key); an unknown name's inspection has ``known`` false."""
+        """What the store holds of ``name`` (``key``: of that key's budget)."""
         ...
 
     def inspect_many(self, names: Sequence[str], *, key: str | None = None) -> list[Inspection]:
@@ -55,8 +53,7 @@ class Operated(Protocol):
         ...
 
     def holds(self, name: str) -> bool:
-        """Whether the store holds anything of limiter ``name`` itself (not of its
-        keys); ``ratelimit set`` refuses a name it holds nothing of."""
+        """Whether the store holds anything of ``name`` itself (not of its keys)."""
         ...
 
     def inspect_all(self) -> list[Inspection]:
@@ -64,8 +61,7 @@ class Operated(Protocol):
         ...
 
     def top(self, window: float = 5.0, *, now: float | None = None) -> list[FleetRow]:
-        """Every limiter active in the last minute, busiest first: rates over the last
-        ``window`` whole seconds before ``now`` (store time; ``None``: now)."""
+        """Limiters active in the last minute, busiest first, rates over ``window``."""
         ...
 
     def close(self) -> None:

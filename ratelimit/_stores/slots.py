@@ -46,8 +46,7 @@ class SlotStore(Protocol):
     def release(self, name: str) -> None: ...
 
     def idle(self) -> bool:
-        """Whether no slot is held nor waited for here, so that a key's view may be
-        forgotten (``False`` where the store's keys expire by themselves)."""
+        """Whether no slot is held nor waited for here (see ``Backend.idle``)."""
         ...
 
     async def release_async(self, name: str) -> None:
@@ -56,8 +55,7 @@ class SlotStore(Protocol):
         ...
 
     def check(self, name: str, waiting: Waiting) -> str:
-        """A waiter's look at its place, renewing it: ``HELD`` (its wake-up was lost),
-        ``QUEUED``, or ``LOST`` (its place is gone: it must queue anew)."""
+        """A waiter's look at its place, renewing it: ``HELD``, ``QUEUED`` or ``LOST``."""
         ...
 
     async def check_async(self, name: str, waiting: Waiting) -> str: ...

@@ -33,13 +33,9 @@ class Handle(Protocol[T_contra]):
     suspends: bool
 
     def reserve(self, tokens: T_contra, max_wait: float) -> tuple[float, float]:
-        """Decide and, if granted, record. Returns ``(signed_wait, at)``.
-
-        ``signed_wait >= 0``: granted, proceed after that many seconds, at store time
-        ``at``. ``< 0``: refused, nothing recorded; the grant needed ``-signed_wait``.
-        ``at`` is what ``refund`` takes back to withdraw the reservation; a handle may
-        return a float that carries more (a lane's ``LaneTime``).
-        """
+        """Decide and, if granted, record: ``(signed_wait, at)``. ``signed_wait >= 0``:
+        granted, go after that many seconds, at store time ``at`` (what ``refund``
+        names it by); ``< 0``: refused, nothing recorded, ``-signed_wait`` needed."""
         ...
 
     async def reserve_async(self, tokens: T_contra, max_wait: float) -> tuple[float, float]: ...
@@ -62,8 +58,8 @@ class Handle(Protocol[T_contra]):
     async def refund_async(self, tokens: T_contra, at: float | None) -> None: ...
 
     def charge(self, tokens: T_contra) -> float | None:
-        """Record ``tokens`` as taken now, whatever the budget (see ``algorithm.charge_all``).
-        Returns what a refund names the charge by (``holes.GrantTime``), ``None``: nothing."""
+        """Record ``tokens`` as taken now, whatever the budget; what a refund names the
+        charge by (``None``: nothing)."""
         ...
 
     async def charge_async(self, tokens: T_contra) -> float | None: ...
@@ -82,8 +78,7 @@ class Handle(Protocol[T_contra]):
     async def peek_async(self, tokens: T_contra) -> float: ...
 
     def reset(self) -> None:
-        """Forget the usage: the state is as new, its holes and pauses gone (an
-        operator's change of the limit stays)."""
+        """Forget the usage (an operator's change of the limit stays)."""
         ...
 
     async def reset_async(self) -> None: ...
@@ -91,12 +86,11 @@ class Handle(Protocol[T_contra]):
 
 @runtime_checkable
 class Pacing(Protocol):
-    """A group handle whose members include a learned pace (``adaptive=``; see
-    ``_algorithms/adaptive.py``)."""
+    """A group handle whose members include a learned pace (``adaptive=``)."""
 
     def throttle(self, decided: float | None, at: float | None) -> None:
-        """The provider refused the request decided at store time ``decided`` to go at
-        ``at`` (``None``: unknown): the pace cuts its rate, once per congestion event."""
+        """The provider refused the request decided at ``decided`` to go at ``at``: the
+        pace cuts its rate, once per congestion event."""
         ...
 
     async def throttle_async(self, decided: float | None, at: float | None) -> None: ...
@@ -115,8 +109,8 @@ class Views(Protocol):
 
 
 class BreakerHandle(Protocol):
-    """A circuit breaker's state in a store (``Backend.bind_breaker``): each method one
-    atomic transition of ``_algorithms/breaker.py`` at the store's time."""
+    """A circuit breaker's state in a store: each method one atomic transition of
+    ``_algorithms/breaker.py``."""
 
     def allow(self) -> Decision: ...
 
@@ -164,9 +158,8 @@ class Backend(Protocol):
     def bind_lanes(
         self, name: str | Keyed | None, lanes: Lanes, clock: Clock | None, keep: float | None
     ) -> tuple[Handle[float], Handle[float]]:
-        """A budget with priorities (see ``lanes.py``): the handles that acquire at high
-        and at low priority, on one state. ``keep``: the high lane's tokens a low
-        request borrowing it must leave (``None``: lows never borrow)."""
+        """A budget with priorities: the high and low handles, on one state. ``keep``:
+        what a low request borrowing the high lane must leave (``None``: no borrowing)."""
         ...
 
     def bind_breaker(self, name: str | None, policy: Policy, clock: Clock | None) -> BreakerHandle:
