@@ -546,8 +546,8 @@ end
 -- hole to take (nil: the algorithms' own plan) and the provider's pace (nil: none).
 -- `none`: the caller knows there are no holes nor pace.
 local function plan_members(members, holes, now, none)
-  -- The common path has no holes at all: EXISTS is the cheapest way to learn it
-  -- (about 0.5 us in a ~20 us script). Read by rank, then drop spent holes (they sort
+  -- The common path has no holes at all: EXISTS is the cheapest way to learn it.
+  -- Read by rank, then drop spent holes (they sort
   -- first) only if there are any past.
   -- One entry more than the scan: the pause, if any, is among them and is no hole.
   if none then

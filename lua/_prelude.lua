@@ -28,7 +28,7 @@ local function clock_read(arg)
 end
 
 -- A grant at once, replied as the time alone, in text the client reads back to the
--- same double for no string.format here (about 0.4 us): "<seconds> <microseconds>" of
+-- same double with no string.format (a dear step): "<seconds> <microseconds>" of
 -- the TIME reply `t` (read as clock reads it), or `arg`, the time as the client sent
 -- it. See at_once in ratelimit/_stores/redis/replies.py.
 local function at_once_reply(t, arg)
@@ -49,8 +49,7 @@ end
 
 -- A whole number below 1e14 (a count, a sum of tokens, a TTL's milliseconds) is
 -- written by tostring, whose %.14g gives it the same digits as %.17g: a string.format
--- is among the dearest steps of a decision (the approximate window's two counts cost
--- about 9% of its server time that way).
+-- is among the dearest steps of a decision.
 local function fmt(x)
   if x % 1 == 0 and x < 1e14 and x > -1e14 then return tostring(x) end
   return string.format('%.17g', x)
@@ -73,7 +72,7 @@ local function unbounded(x)
 end
 
 -- A decision's signed wait as a reply: most are +0 (granted at once), which %.17g
--- writes '0', for no string.format (about 0.4 us). (-0, '-0', is left to fmt.)
+-- writes '0', with no string.format. (-0, '-0', is left to fmt.)
 local function fmt_wait(wait)
   if wait == 0 and 1 / wait > 0 then return '0' end
   return fmt(wait)

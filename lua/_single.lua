@@ -90,9 +90,8 @@ local now, time = clock_read(ARGV[2])
 -- So a clean state proves that nothing is beside it, and the EXISTS is skipped. A
 -- missing state (fresh, expired, evicted) or one not clean takes the full path, which
 -- writes it clean again when the EXISTS finds nothing. A side key outliving the state
--- meets a missing state: the full path. Releases before this one write states
--- without the mark (so a budget they share is decided on the full path), and read a
--- clean state's numbers as they are (the marks are chosen so).
+-- meets a missing state: the full path. A state written without a mark is decided
+-- on the full path (compatibility: see ratelimit/_stores/redis/__init__.py).
 -- Keys written by hand (redis-cli) rewrite no state: a decision that also writes what
 -- the code says (KEYS[3]: a process's first, then one a minute) takes the full path,
 -- whose EXISTS finds them and drops the mark (below, `unmarked`), so such a change is
@@ -433,8 +432,8 @@ if op == 'reserve' then
   if changed or dirty(member.state) then
     -- Clean (see the fast path) when nothing was found beside the state: no change,
     -- no holes, and no slack record, which the EXISTS asked after where none is kept.
-    -- Asked in this call, not kept from an earlier one: a writer beside the library
-    -- (an older release's `set`, which leaves the state unmarked) is followed at once.
+    -- Asked in this call, not kept from an earlier one, so a writer beside the library
+    -- is followed at once (compatibility: see ratelimit/_stores/redis/__init__.py).
     ALG.save(self, member.state, now, no_holes and slack == 0 and not kept)
     keep_slack(member.state)
   end

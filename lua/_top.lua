@@ -91,8 +91,8 @@ local held, held_at, held_bases = {}, {}, 0
 -- base still held (next() may not be given a key removed once the table has grown
 -- since), or nil for the first.
 local swept_at, sweep_from = nil, nil
--- The most bases one sweep looks at: a sweep of them all would stall the server for
--- milliseconds (10,000 bases took 6 ms on a slow machine, 1,000 about 1 ms).
+-- The most bases one sweep looks at: a sweep of them all would stall the server
+-- (its cost grows with the bases held).
 local SWEEP_MOST = 500
 
 -- One field's count into `key`; true if the field is new there (so is the key).

@@ -4,12 +4,11 @@
 -- have drained, and when the latest grant started leaking. A "clean" state (see the
 -- fast path in _single.lua: written by a reserve that found nothing beside it) has
 -- a 0 before the digits of <latest> ("-0" for a negative one): %.17g never writes a
--- 0 followed by a digit, and tonumber reads it alike, so every release reads both.
+-- 0 followed by a digit, and tonumber reads it alike.
 -- A state with gaps (idle stretches still ahead, see LeakyQueue) has the same mark
 -- before the digits of <drained_at> instead, and its gaps in <base>:gaps, a string
--- "<start> <end> ..." written with it: a release before gaps reads the two numbers
--- (counting the gaps as queued, as it always did) and writes them back unmarked, so
--- a <base>:gaps beside an unmarked state is stale, and never read.
+-- "<start> <end> ..." written with it; a <base>:gaps beside an unmarked state is
+-- stale, and never read (compatibility: see ratelimit/_stores/redis/__init__.py).
 -- Params: capacity (tokens the bucket holds), rate (tokens leaked per second).
 
 local leaky_bucket = {}

@@ -47,7 +47,7 @@ do
   end
 
   -- The oldest and the newest entry are read by nearly every step of a decision
-  -- (plan, commit, save, the fleet's slack: six ZRANGEs, about 1.3 us each). So each
+  -- (plan, commit, save, the fleet's slack: six ZRANGEs). So each
   -- is read once a call and kept in the state, `first` and `last` (an entry, false
   -- for none, nil not known), until the set is written: every write below forgets
   -- them, or sets them to what it wrote where that is certain.

@@ -4,18 +4,14 @@
 members and lanes, so a script may touch them all. Braces and ``%`` in a name are
 escaped, so that a name can never end its own hash tag early.
 
-A limiter's budget for one key (``limiter.for_key(key)``) is kept under a tag of its
-own, ``ratelimit:{<name>%/<key>}:...``, each part escaped as a name is: an escaped
-part holds ``%`` only before ``25``, ``7B`` or ``7D``, so ``%/`` can only be the
-separator, and no pair of name and key shares a tag with another pair or with a
-plain name. Each key hashes to its own Cluster slot, so keys spread over the masters.
+A limiter's budget for one key (``limiter.for_key(key)``) has a tag of its own,
+``ratelimit:{<name>%/<key>}:...``, each part escaped: an escaped part holds ``%`` only
+before ``25``, ``7B`` or ``7D``, so ``%/`` is only ever the separator and no two
+(name, key) pairs share a tag. Keys spread over the Cluster's masters.
 
-A key read back from Redis is text by :func:`text_of`: a client of another encoding
-(``redis.Redis(encoding="latin-1")``) writes names that are not UTF-8, and such a name
-is read with each byte that is not UTF-8 as a surrogate escape (U+DC80 to U+DCFF).
-What is sent of it again goes through :func:`wire`, as the bytes it was read from,
-whatever the client's own encoding: ``inspect`` and ``set`` of that name address that
-same key.
+Names read back are text by :func:`text_of` (bytes that are not UTF-8, as a
+``latin-1`` client writes, as surrogate escapes) and sent again by :func:`wire` as
+the same bytes, so ``inspect`` and ``set`` of such a name address the same key.
 """
 
 from __future__ import annotations
@@ -46,22 +42,19 @@ KEY_ERRORS = "surrogateescape"
 
 
 def text_of(value: object) -> str:
-    """A key, or text stored in Redis, as ``str``: bytes as UTF-8, with any byte that is
-    not as its surrogate escape. Never raises; ``wire(text_of(raw)) == raw`` for bytes
-    that are not UTF-8, and ``text_of(raw) == raw.decode()`` for those that are."""
+    """Stored text as ``str``, bytes that are not UTF-8 as surrogate escapes. Never
+    raises; ``wire(text_of(raw)) == raw``."""
     return value.decode("utf-8", KEY_ERRORS) if isinstance(value, bytes) else str(value)
 
 
 def bytes_of(text: str) -> bytes:
-    """The bytes :func:`text_of` read ``text`` from (UTF-8, each surrogate escape as its
-    byte): what a store that compares bytes is given for a name read back."""
+    """The bytes :func:`text_of` read ``text`` from."""
     return text.encode("utf-8", KEY_ERRORS)
 
 
 def wire(value: Any) -> Any:
-    """An argument as sent to Redis: text holding surrogate escapes (what
-    :func:`text_of` read from bytes that are not UTF-8) as those bytes; anything else
-    as it is, for the client to encode."""
+    """An argument as sent to Redis: text with surrogate escapes as its bytes, anything
+    else as it is."""
     if isinstance(value, str) and not value.isascii():
         try:
             value.encode("utf-8")
@@ -72,9 +65,8 @@ def wire(value: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Keyed:
-    """Where the budget of limiter ``name`` for ``key`` is kept: what a store is given
-    as the name to bind (``None``: an unnamed limiter's keys, in process only). Never
-    equal to a plain name, so no store can mistake one for the other."""
+    """The budget of limiter ``name`` for ``key``, as a store is given it to bind
+    (``name`` ``None``: an unnamed limiter, in process only); never equal to a name."""
 
     name: str | None
     key: str
@@ -117,8 +109,7 @@ def parts_of(key: str) -> tuple[str, str | None] | None:
 
 
 def name_of(key: str) -> str | None:
-    """The limiter name a key of this scheme belongs to (a keyed budget's too), or
-    ``None`` for another key."""
+    """The limiter name a key of this scheme belongs to, or ``None``."""
     parts = parts_of(key)
     return None if parts is None else parts[0]
 
@@ -126,9 +117,8 @@ def name_of(key: str) -> str | None:
 def key_for(
     name: str | Keyed, kind: str, member: int | None = None, *, injected: bool = False, lane: str | None = None
 ) -> str:
-    """The Redis key of limiter ``name`` (``member`` of a composite, or ``lane`` of a
-    budget with priorities) of algorithm ``kind``; ``injected`` for a limiter on a test
-    clock."""
+    """The Redis key of limiter ``name``'s ``kind`` state (of a ``member`` or ``lane``;
+    ``injected``: on a test clock)."""
     middle = ("injected:" if injected else "") + ("" if member is None else f"{member}:")
     if lane is not None:
         middle += f"{lane}:"

@@ -2,16 +2,10 @@
 
 :class:`Operated` is the one protocol of the operator's side, which the two shared
 stores implement (``RedisBackend`` and ``SQLiteBackend``): a limit changed at run
-time (``set_limit``, ``reset_limit``, ``limit_override``), what the store holds of a
-limiter (``inspect``, an :class:`~.records.Inspection`; ``holds``, whether anything), and the fleet's traffic
-(``top``, :class:`~.records.FleetRow`). The ``ratelimit`` command's ``inspect``,
-``set`` and ``top`` are written once against it (``ratelimit/cli.py``), so both
-stores show the same thing in the same shape; a field a store cannot know is
-``None`` (see :class:`~.records.Inspection`).
-
-Names read back from a store (``inspect_all``, ``top``) are text by ``keys.text_of``:
-a byte that is not UTF-8 stands as its surrogate escape, and such a name given back
-to ``inspect`` addresses the same state.
+time, what the store holds of a limiter (:class:`~.records.Inspection`) and the
+fleet's traffic (:class:`~.records.FleetRow`). The CLI is written once against it.
+Names read back are text by ``keys.text_of`` and address the same state when given
+back.
 """
 
 from __future__ import annotations
@@ -27,7 +21,7 @@ __all__ = ["Operated"]
 
 
 class Operated(Protocol):
-    """A shared store as its operator sees it (``ratelimit inspect``, ``set``, ``top``)."""
+    """A shared store as its operator sees it."""
 
     def set_limit(
         self,
@@ -38,9 +32,8 @@ class Operated(Protocol):
         ttl: float | timedelta | None = None,
         clock: Clock | None = None,
     ) -> None:
-        """Change limiter ``name``'s limit at run time, in every process; ``None``
-        keeps what the code says. ``UnchangeableLimit`` for a limiter that would never
-        read it, ``ValueError`` for a bad value: nothing is stored either way."""
+        """Change ``name``'s limit in every process (``None``: the code's value);
+        ``UnchangeableLimit`` or ``ValueError`` store nothing."""
         ...
 
     def reset_limit(self, name: str, *, clock: Clock | None = None) -> bool:
@@ -52,9 +45,7 @@ class Operated(Protocol):
         ...
 
     def inspect(self, name: str, *, key: str | None = None) -> Inspection:
-        """What the store holds of limiter ``name`` (``key``: of its budget for that
-        key, ``limiter.for_key(key)``); an unknown name is an inspection whose
-        ``known`` is false."""
+        """What the store holds of ``name`` (``key``: of that key's budget)."""
         ...
 
     def inspect_many(self, names: Sequence[str], *, key: str | None = None) -> list[Inspection]:
@@ -62,19 +53,15 @@ class Operated(Protocol):
         ...
 
     def holds(self, name: str) -> bool:
-        """Whether the store holds anything of limiter ``name`` itself: a state of any
-        kind, what its code configured, a change, a breaker, slots (a keyed budget's
-        are its key's). ``ratelimit set`` refuses a name it holds nothing of."""
+        """Whether the store holds anything of ``name`` itself (not of its keys)."""
         ...
 
     def inspect_all(self) -> list[Inspection]:
-        """Every name with something to show, sorted (names only: a limiter's keyed
-        budgets are not names of their own)."""
+        """Every name with something to show, sorted (keyed budgets are not names)."""
         ...
 
     def top(self, window: float = 5.0, *, now: float | None = None) -> list[FleetRow]:
-        """Every limiter active in the last minute, busiest first: rates over the last
-        ``window`` whole seconds before ``now`` (store time; ``None``: now)."""
+        """Limiters active in the last minute, busiest first, rates over ``window``."""
         ...
 
     def close(self) -> None:

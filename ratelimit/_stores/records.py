@@ -1,9 +1,5 @@
-"""What the operator's commands read and write, whichever store holds the limiter.
-
-A limit changed at run time (:class:`Override`, checked by :func:`checked_override`),
-what a store tells of one limiter (:class:`Inspection`) and of the fleet's traffic
-(:class:`FleetRow`, as ``ratelimit top`` shows it). The Redis and SQLite stores both
-make these, through the operator's protocol (``operated.py``); the CLI prints them.
+"""What the operator's commands read and write, whichever store holds the limiter:
+:class:`Override`, :class:`Inspection`, :class:`FleetRow` (see ``operated.py``).
 """
 
 from __future__ import annotations
@@ -95,7 +91,7 @@ class Slots:
     held: int
     queued: int
     #: The most holders at once, as the latest process to take or give back a slot
-    #: was built with; ``None``: not stored (a process of an older version).
+    #: was built with; ``None``: not stored (compatibility: see the Redis store's note).
     most: int | None
 
     def as_dict(self) -> dict[str, int | None]:
@@ -104,20 +100,16 @@ class Slots:
 
 @dataclass(frozen=True)
 class Inspection:
-    """What a shared store holds of one limiter name (or of one of its keys: ``key``),
-    as ``ratelimit inspect`` shows it, whichever store (``operated.Operated.inspect``).
+    """What a shared store holds of one limiter name (or of one of its keys).
 
     A SQLite file keeps no copy of what the code says, so there ``code``,
-    ``effective``, ``available``, ``wait_for_one``, ``promised_ahead`` and a
-    ConcurrencyLimit's ``most`` are ``None``, ``slack`` is 0 and ``shadow`` false;
-    the other fields are filled as Redis fills them (``sqlite/inspection.py``)."""
+    ``effective``, ``available``, ``wait_for_one``, ``promised_ahead`` and ``most``
+    are ``None``, ``slack`` is 0 and ``shadow`` false."""
 
     name: str
-    #: The algorithm the code of its processes runs, ``None``: no single limiter of
-    #: this name has decided in the last day (see ``known``).
+    #: The algorithm its processes run; ``None``: none decided in the last day.
     kind: str | None = None
-    #: The parameters the code configured (``capacity``/``refill_per_sec``, or
-    #: ``limit``/``window``), the guard included, and the seconds of guard.
+    #: The parameters the code configured (guard included), and the guard's seconds.
     code: Mapping[str, float] | None = None
     slack: float = 0.0
     #: Whether the latest process to decide runs it in shadow mode (never enforced).
@@ -135,12 +127,11 @@ class Inspection:
     #: A breaker of this name: ``closed``, ``open`` or ``half-open``; ``None``: none.
     breaker: str | None = None
     breaker_opened_at: float | None = None
-    #: Other state of this name: a composite's members (``0:token_bucket``, ...),
-    #: priority lanes (``hi:token_bucket``, ``lo:token_bucket``).
+    #: Other state of this name: members (``0:token_bucket``), lanes (``hi:...``).
     other_keys: tuple[str, ...] = ()
     now: float | None = None
-    #: What the name is besides a single limiter: ``adaptive``, ``composite``,
-    #: ``priorities``, ``concurrency`` (``key_survey.forms``); none of them reads a change.
+    #: What else the name is (``adaptive``, ``composite``, ``priorities``,
+    #: ``concurrency``); none of them reads a change.
     forms: tuple[str, ...] = ()
     #: A ConcurrencyLimit of this name: its slots now.
     concurrency: Slots | None = None
@@ -191,9 +182,8 @@ PARAMETERS = {
 WINDOWS = ("sliding_window", "sliding_window_counter")
 
 
-#: The upper bounds, in seconds, of the wait histogram's buckets (``WAIT_BOUNDS`` in
-#: ``lua/_single.lua``; field ``w<i>`` counts waits up to the i-th, 1-based, and the
-#: one after the last counts longer waits).
+#: The wait histogram's bucket bounds, seconds (as ``lua/_single.lua``): field ``w<i>``
+#: counts waits up to the i-th (1-based), the one after the last longer ones.
 WAIT_BOUNDS = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 #: Seconds of history a hash keeps; ``top`` shows what was active within a minute.
 ACTIVE_SECONDS = 60
@@ -207,9 +197,8 @@ class FleetRow:
     kind: str
     #: A shadow limiter's counts are what it would have done (see ``shadow=True``).
     shadow: bool
-    #: Requests granted and refused per second, leased tokens per second (``None``
-    #: for a ConcurrencyLimit, which counts no rate). Grants are those that went:
-    #: reservations withdrawn before they were due are counted apart.
+    #: Requests granted and refused, leased tokens, per second (``None`` for a
+    #: ConcurrencyLimit); withdrawn reservations are not grants.
     grants_per_sec: float | None
     refusals_per_sec: float | None
     leased_per_sec: float | None
@@ -224,8 +213,7 @@ class FleetRow:
     breaker: str | None
     #: Seconds since its latest second of activity (``None``: a ConcurrencyLimit).
     idle: float | None
-    #: A ConcurrencyLimit's slots held now, callers queued, and its maximum as its
-    #: latest process was built with (``None``: not one, or not stored).
+    #: A ConcurrencyLimit's slots held, callers queued, its maximum (as in ``Slots``).
     held: int | None = None
     queued: int | None = None
     most: int | None = None

@@ -1,11 +1,8 @@
 """What a store must offer a ConcurrencyLimit, and what every store's slots share.
 
-A backend's ``bind_slots`` (``store.py``) returns the slots of one limit, a
-:class:`SlotStore`: the front (``_limiting/concurrency.py``) takes, waits, releases and
-renews through it alone. Each store keeps them in its folder: ``memory/slots.py``,
-``redis/slots.py``, ``sqlite/holders.py``. All of them run the transitions of
-``_algorithms/semaphore.py`` (``HELD``, ``QUEUED``, ``FULL``), name each lease with
-:func:`lease_id`, and answer a waiter's look with ``LOST`` when its place is gone.
+``Backend.bind_slots`` returns a :class:`SlotStore`, through which alone the front
+(``_limiting/concurrency.py``) takes, waits, releases and renews. Every store runs
+the transitions of ``_algorithms/semaphore.py`` and names leases with :func:`lease_id`.
 """
 
 from __future__ import annotations
@@ -30,9 +27,8 @@ def lease_id() -> str:
 
 
 def taken_here(name: str) -> bool:
-    """Whether this process took lease ``name``. A forked child inherits its parent's
-    leases and unwinds the blocks holding them, but a shared slot stays the parent's
-    to release and to renew: the parent still holds it."""
+    """Whether this process took lease ``name``: a forked child unwinding inherited
+    blocks must not release or renew its parent's slots."""
     return name.rpartition(":")[0] == process_id()
 
 
@@ -50,19 +46,16 @@ class SlotStore(Protocol):
     def release(self, name: str) -> None: ...
 
     def idle(self) -> bool:
-        """Whether no slot is held nor waited for here, so that a key's view may be
-        forgotten (``False`` where the store's keys expire by themselves)."""
+        """Whether no slot is held nor waited for here (see ``Backend.idle``)."""
         ...
 
     async def release_async(self, name: str) -> None:
-        """:meth:`release` for asyncio, carried through if the caller is cancelled
-        meanwhile. A store that needs no I/O releases without suspending, so that a
-        coroutine being closed (which may not await) still frees its slot."""
+        """:meth:`release` for asyncio, carried through a cancellation. A store with
+        no I/O does not suspend, so a coroutine being closed still frees its slot."""
         ...
 
     def check(self, name: str, waiting: Waiting) -> str:
-        """A waiter's look at its place, renewing it: ``HELD`` (its wake-up was lost),
-        ``QUEUED``, or ``LOST`` (its place is gone: it must queue anew)."""
+        """A waiter's look at its place, renewing it: ``HELD``, ``QUEUED`` or ``LOST``."""
         ...
 
     async def check_async(self, name: str, waiting: Waiting) -> str: ...
@@ -73,6 +66,5 @@ class SlotStore(Protocol):
         ...
 
     def renew(self, names: list[str]) -> None:
-        """The heartbeat: renew these waiters' places (a lease, if one was granted
-        meanwhile), putting nothing back."""
+        """The heartbeat: renew these waiters' places, putting nothing back."""
         ...

@@ -1,9 +1,8 @@
 """What a store must offer the limiter front (internal).
 
-A backend *binds* a limiter's algorithm to its state once, at construction, and hands
-back a handle; every acquire is then one call on that handle. The in-process store
-and the Redis store implement the same handle, so the front (waiting, timeouts,
-cancellation) is written once.
+A backend *binds* a limiter's algorithm to its state once and hands back a handle;
+every acquire is one call on it, so the front (waiting, timeouts, cancellation) is
+written once for every store.
 """
 
 from __future__ import annotations
@@ -28,38 +27,28 @@ T_contra = TypeVar("T_contra", contravariant=True)
 class Handle(Protocol[T_contra]):
     """One limiter (or one group of limits) bound to its state in a store."""
 
-    #: The owning limiter's counters; each reservation is counted in it, inside the
-    #: store's own serialisation where there is one.
+    #: The owning limiter's counters, updated inside the store's serialisation.
     stats: Stats | None
-    #: Whether ``reserve_async`` really suspends (a network round trip, a wait for a
-    #: file's lock in a thread), so that a task can be cancelled while the store decides.
+    #: Whether ``reserve_async`` really suspends (so a task can be cancelled meanwhile).
     suspends: bool
 
     def reserve(self, tokens: T_contra, max_wait: float) -> tuple[float, float]:
-        """Decide and, if granted, record. Returns ``(signed_wait, at)``.
-
-        ``signed_wait >= 0``: granted, proceed after that many seconds, at store time
-        ``at``. ``< 0``: refused, nothing recorded; the grant needed ``-signed_wait``.
-        ``at`` is what ``refund`` takes back to withdraw the reservation; a handle may
-        return a float that carries more (a lane's ``LaneTime``).
-        """
+        """Decide and, if granted, record: ``(signed_wait, at)``. ``signed_wait >= 0``:
+        granted, go after that many seconds, at store time ``at`` (what ``refund``
+        names it by); ``< 0``: refused, nothing recorded, ``-signed_wait`` needed."""
         ...
 
     async def reserve_async(self, tokens: T_contra, max_wait: float) -> tuple[float, float]: ...
 
     def name_grants(self) -> None:
-        """From now on, name a grant that goes at once too, by where its tokens sit (a
-        ``holes.GrantTime``), as one that waited is: its limiter gives back, and a
-        refund that names its grant never frees another's. Asked by a limiter's first
-        give-back, so that one that never gives back pays nothing for it. A handle
-        that cannot say where its grants sit does nothing."""
+        """From now on, name grants that go at once by where their tokens sit (a
+        ``holes.GrantTime``), so a refund never frees another's grant. Asked at a
+        limiter's first give-back: one that never gives back pays nothing for it."""
         ...
 
     def reserve_here(self, tokens: T_contra, max_wait: float) -> tuple[float, float] | None:
-        """A decision this process can make at once, without suspending (a lease's
-        grant; a SQLite file's decision when its lock is free), as ``reserve`` would
-        return it; ``None``: ask the store. Lets a suspending handle's asyncio
-        callers skip the round trip's cancellation guard."""
+        """``reserve``'s answer when this process can decide without suspending (a
+        lease's grant, a free SQLite lock); ``None``: ask the store."""
         ...
 
     def refund(self, tokens: T_contra, at: float | None) -> None:
@@ -69,8 +58,8 @@ class Handle(Protocol[T_contra]):
     async def refund_async(self, tokens: T_contra, at: float | None) -> None: ...
 
     def charge(self, tokens: T_contra) -> float | None:
-        """Record ``tokens`` as taken now, whatever the budget (see ``algorithm.charge_all``).
-        Returns what a refund names the charge by (``holes.GrantTime``), ``None``: nothing."""
+        """Record ``tokens`` as taken now, whatever the budget; what a refund names the
+        charge by (``None``: nothing)."""
         ...
 
     async def charge_async(self, tokens: T_contra) -> float | None: ...
@@ -82,16 +71,14 @@ class Handle(Protocol[T_contra]):
     async def restrict_async(self, remaining: T_contra, seconds: float) -> None: ...
 
     def peek(self, tokens: T_contra) -> float:
-        """The wait a reserve of ``tokens`` with no timeout would be told now (a
-        refusal's: the wait it needed), planned on the state alone (see
-        ``algorithm.peek_all``); reads only, records and counts nothing."""
+        """The wait a reserve of ``tokens`` with no timeout would be told now; records
+        and counts nothing (see ``algorithm.peek_all``)."""
         ...
 
     async def peek_async(self, tokens: T_contra) -> float: ...
 
     def reset(self) -> None:
-        """Forget the usage: the state is as new, its holes and pauses gone (an
-        operator's change of the limit stays)."""
+        """Forget the usage (an operator's change of the limit stays)."""
         ...
 
     async def reset_async(self) -> None: ...
@@ -99,12 +86,11 @@ class Handle(Protocol[T_contra]):
 
 @runtime_checkable
 class Pacing(Protocol):
-    """A group handle whose members include a learned pace (``adaptive=``; see
-    ``_algorithms/adaptive.py``)."""
+    """A group handle whose members include a learned pace (``adaptive=``)."""
 
     def throttle(self, decided: float | None, at: float | None) -> None:
-        """The provider refused the request decided at store time ``decided`` to go at
-        ``at`` (``None``: unknown): the pace cuts its rate, once per congestion event."""
+        """The provider refused the request decided at ``decided`` to go at ``at``: the
+        pace cuts its rate, once per congestion event."""
         ...
 
     async def throttle_async(self, decided: float | None, at: float | None) -> None: ...
@@ -115,8 +101,7 @@ class Pacing(Protocol):
 
 
 class Views(Protocol):
-    """A limiter's cache of views of its keys, whose views hold their state in use
-    here: a sweep asks it to drop those whose keys are idle, and counts what it holds."""
+    """A limiter's cache of per-key views: a sweep asks it to drop idle ones."""
 
     def forget_idle(self) -> int: ...
 
@@ -124,8 +109,8 @@ class Views(Protocol):
 
 
 class BreakerHandle(Protocol):
-    """A circuit breaker's state in a store (``Backend.bind_breaker``): each method one
-    atomic transition of ``_algorithms/breaker.py`` at the store's time."""
+    """A circuit breaker's state in a store: each method one atomic transition of
+    ``_algorithms/breaker.py``."""
 
     def allow(self) -> Decision: ...
 
@@ -161,10 +146,9 @@ class Backend(Protocol):
         lease: float | None = None,
         shadow: bool = False,
     ) -> Handle[float]:
-        """One limiter. ``lease``: spend the shared budget here in leases of that many
-        seconds (a store shared beyond this process; ``alg``'s guard includes them).
-        ``shadow``: the limiter never enforces its decisions (a store that shows them
-        to operators labels them). Both are passed only when set."""
+        """One limiter. ``lease``: spend the shared budget in leases of that many
+        seconds (``alg``'s guard includes them). ``shadow``: decisions are never
+        enforced. Both are passed only when set."""
         ...
 
     def bind_group(
@@ -174,38 +158,31 @@ class Backend(Protocol):
     def bind_lanes(
         self, name: str | Keyed | None, lanes: Lanes, clock: Clock | None, keep: float | None
     ) -> tuple[Handle[float], Handle[float]]:
-        """A budget with priorities (see ``lanes.py``): the handles that acquire at high
-        and at low priority, on one state. ``keep``: the high lane's tokens a low
-        request borrowing it must leave (``None``: lows never borrow)."""
+        """A budget with priorities: the high and low handles, on one state. ``keep``:
+        what a low request borrowing the high lane must leave (``None``: no borrowing)."""
         ...
 
     def bind_breaker(self, name: str | None, policy: Policy, clock: Clock | None) -> BreakerHandle:
-        """A circuit breaker's state (``name`` is given on a shared store). When the
-        store cannot be reached, its ``on_unavailable`` decides: raise, or go on with
-        state in this process."""
+        """A circuit breaker's state (``name`` given on a shared store)."""
 
     def bind_slots(
         self, name: str | Keyed | None, most: int, lease: float, clock: Clock | None, *, member: int | None = None
     ) -> SlotStore:
-        """A ConcurrencyLimit's slots (``member`` of a composite; see ``slots.py``): at
-        most ``most`` held at once, each a lease of ``lease`` seconds that its holder's
-        heartbeat renews (a store shared beyond this process; the in-process one needs
-        none). Limits that bind one name share its slots."""
+        """A ConcurrencyLimit's slots (``member`` of a composite): at most ``most``
+        held at once, each a lease of ``lease`` seconds renewed by its holder's
+        heartbeat. Limits that bind one name share its slots."""
         ...
 
     def keep_views(self, views: Views) -> None:
-        """Have this store's sweeps ask ``views`` (a limiter's cache of views of its
-        keys, whose views decide here) to let go of idle keys' views first. A store
-        whose keys expire by themselves keeps nothing."""
+        """Have this store's sweeps ask ``views`` to drop idle keys' views first (a
+        store whose keys expire by themselves keeps nothing)."""
         ...
 
     def idle(self, handle: object) -> bool:
-        """Whether the state that ``handle`` (one this store bound) decides on would
-        decide as a new one would, so that its key's view may be forgotten. A store
-        whose keys expire by themselves says ``False``."""
+        """Whether ``handle``'s state would decide as a new one, so its key's view may
+        be forgotten (``False`` where keys expire by themselves)."""
         ...
 
     def calls_from_threads(self) -> bool:
-        """Whether the store takes calls from threads (a give-back that must outlast
-        its event loop is made in one)."""
+        """Whether the store takes calls from threads (see ``unfinished.py``)."""
         ...

@@ -1,14 +1,9 @@
-"""What a shared store does when it cannot be reached: the failure policy
-``on_unavailable``, read in one place for every shared store (internal).
-
-:class:`FailurePolicy` is extended by ``redis/calls.py``'s ``RedisCalls`` (and so by
-``RedisBackend``) and by ``SQLiteBackend``; their handles, the breaker's and the
-concurrency limit's stores call :meth:`FailurePolicy.without_store`.
+"""What a shared store does when it cannot be reached: ``on_unavailable``, read in
+one place (:meth:`FailurePolicy.without_store`) by both shared stores (internal).
 
 A store that answers but cannot be used as configured (wrong credentials, a database
-the server does not have) raises :class:`Misconfigured`, a ``BackendUnavailable``
-that no policy turns into a grant: it stays wrong until someone fixes the URL, and
-failing open would hide it behind a warning for ever.
+the server does not have) raises :class:`Misconfigured`, which no policy turns into a
+grant: failing open would hide a wrong URL behind a warning for ever.
 """
 
 from __future__ import annotations
@@ -77,16 +72,11 @@ class FailurePolicy:
         says: tuple[str, str],
         decision: bool = False,
     ) -> R:
-        """What an operation on ``key`` does when the store cannot be reached: the one
-        place ``on_unavailable`` is read, for limiters and breakers alike.
-
-        ``"raise"`` raises ``exc`` (as every policy does a :class:`Misconfigured`);
-        otherwise the operation runs on the ``local`` fallback when there is one, and
-        ``otherwise`` when not (a grant without the store, or the operation lost).
-        ``says`` is the warning logged in each case (``%r`` the key, ``%s`` the error;
-        empty for none). A ``decision`` is counted
-        in :meth:`stats`.
-        """
+        """What an operation on ``key`` does when the store cannot be reached:
+        ``"raise"`` raises ``exc`` (every policy raises a :class:`Misconfigured`);
+        otherwise run ``local`` if given, else ``otherwise``. ``says``: the warning for
+        each case (``%r`` key, ``%s`` error; empty for none). A ``decision`` is counted
+        in :meth:`stats`."""
         policy = self.on_unavailable
         if policy == "raise" or isinstance(exc, Misconfigured):
             raise exc

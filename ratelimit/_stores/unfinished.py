@@ -1,15 +1,11 @@
 """Give-backs that outlive their event loop: a cancelled grant's tokens, a slot's release.
 
-A give-back that asyncio cancels is lost: ``asyncio.run`` cancels every task left
-before it closes its loop, the give-backs of tasks cancelled a moment earlier among
-them, and a store call cancelled while it waits for its reply may or may not have
-been made. So a give-back that must happen exactly once (a refund: two would free
-another grant's place) is made synchronously in a thread of this module's pool,
-which a cancellation of its caller does not stop and which the interpreter waits for
-at exit; the caller awaits it. One that may happen twice (a release of a lease, whose
-name is never reused) is made again in the pool when its asyncio call is cancelled.
-A Redis store built on an asyncio client alone has no synchronous call to make here:
-its give-backs stay on the loop.
+A give-back that asyncio cancels is lost (``asyncio.run`` cancels every task left
+before closing its loop), and a cancelled store call may or may not have been made.
+So one that must happen exactly once (a refund: two would free another grant's place)
+runs in a thread of this module's pool, which cancellation does not stop and the
+interpreter waits for at exit. One that may happen twice (a lease's release: names
+are never reused) is made again in the pool when its asyncio call is cancelled.
 """
 
 from __future__ import annotations
@@ -26,15 +22,13 @@ __all__ = ["finish", "finish_later", "release_outlasting"]
 
 logger = logging.getLogger("ratelimit")
 
-#: Made at the first give-back that needs it; its threads end with the interpreter,
-#: after the work queued on them.
+#: Made at the first give-back that needs it.
 _pool: ThreadPoolExecutor | None = None
 _making = threading.Lock()
 
 
 def _forget_the_pool() -> None:
-    """In a forked child: the pool's threads are the parent's, and a pool that counts
-    them as idle runs nothing queued here; the child's first give-back makes its own."""
+    """In a forked child the pool's threads are the parent's: make a new pool."""
     global _pool, _making
     _pool = None
     _making = threading.Lock()
@@ -73,13 +67,9 @@ async def finish(call: Callable[[], object], what: str) -> None:
 async def release_outlasting(
     release: Callable[[], None], later: Callable[[], Coroutine[Any, Any, None]], in_thread: Callable[[], None]
 ) -> None:
-    """A slot's release from a coroutine, made whatever happens to its task: ``later()``
-    (the release on the loop) shielded from the task's cancellation, ``in_thread()``
-    (the release again in a thread nothing cancels) if the task is cancelled, for
-    ``asyncio.run`` cancels every task left before it closes the loop, and ``release()``
-    at once from a coroutine closed outside any loop (an async generator collected
-    after its loop ended: nothing to await on, no loop to block). Made twice, a release
-    frees one slot: lease names are never reused."""
+    """A slot's release from a coroutine, whatever happens to its task: ``later()``
+    shielded, ``in_thread()`` again if the task is cancelled, ``release()`` at once
+    outside any loop (an async generator collected after its loop ended)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -1,10 +1,5 @@
-"""A waiter and its wake-up, and this process's id: what every shared store's waiting
-callers have in common.
-
-A caller waiting for a slot of a shared semaphore is woken by whoever frees one, from
-any thread (a Redis store's listener, a SQLite store's wake socket), or finds it on a
-look of its own. :class:`Waiting` is that one-shot signal for a thread or an asyncio
-task; :func:`process_id` names this process in a store (a forked child gets its own).
+"""A waiter's one-shot wake-up (:class:`Waiting`, for a thread or an asyncio task,
+woken from any thread) and this process's id in a store (:func:`process_id`).
 """
 
 from __future__ import annotations
@@ -44,11 +39,10 @@ class Waiting:
     def __init__(self, *, loop: asyncio.AbstractEventLoop | None = None, patience: float | None = None) -> None:
         self._loop = loop
         self.woken = False
-        #: The waiter's timeout (seconds), which bounds a store's wait for a busy
-        #: file's lock too; ``None``: no timeout.
+        #: The waiter's timeout (seconds; ``None``: none); bounds a file lock's wait too.
         self.patience = patience
         # A thread waits on a lock held from the start, released by the waker: a
-        # one-shot signal at a tenth of a threading.Event's cost to make.
+        # one-shot signal far cheaper to make than a threading.Event.
         self._lock: Any = None
         self._future: asyncio.Future[None] | None = None
         if loop is None:

@@ -4,27 +4,14 @@ Every decision is one script call: the script reads the state, decides, records 
 reservation and returns the wait, atomically, with the server's clock. So each
 ``acquire`` is exactly one round trip, however many workers contend.
 
-Keys: ``ratelimit:{<name>}:<algorithm>`` (a composite's members:
-``ratelimit:{<name>}:<i>:<algorithm>``; the lanes of a budget with priorities:
-``ratelimit:{<name>}:hi:<algorithm>`` and ``...:lo:<algorithm>``). The braces are a hash tag: all of one
-limiter's keys live in one Cluster slot, which multi-key scripts need. Inside the tag
-only ``{``, ``}`` and ``%`` are escaped (``%7B``, ``%7D``, ``%25``), so an operator
-finds a limiter's keys by its name. Every key expires once idle. A limiter on an
-injected test clock keeps its state under ``ratelimit:{<name>}:injected:...``: its
+Keys: ``ratelimit:{<name>}:<algorithm>`` (see ``_stores/keys.py``): one hash tag per
+limiter, so its keys share a Cluster slot. Every key expires once idle. A limiter on
+an injected test clock keeps its state under ``ratelimit:{<name>}:injected:...``: its
 times are not the server's, and must never meet a real budget's.
 
-This module is the backend: what it is made of, what it binds, and what an operator
-changes and reads at run time. The rest sits beside it, each module one concern:
-
-- ``redis/calls.py``: :class:`~.calls.RedisCalls`, which :class:`RedisBackend`
-  extends: ``run`` and ``run_async``, at most ``pool_size`` calls in flight, and the
-  failure policy ``on_unavailable``;
-- ``redis/held_connection.py``: the clients' calls, sent on a connection held;
-- ``redis/clients.py``: the clients :meth:`RedisBackend.from_url` makes;
-- ``redis/loops.py``: what a backend keeps per event loop;
-- ``redis/handles.py``: the handles ``bind``, ``bind_group`` and ``bind_lanes`` return;
-- ``memory/fallback.py``: the local fallback of ``on_unavailable="local"``;
-- ``redis/replies.py``: the scripts' argument text and what their replies mean.
+This module is the backend: what it binds, and what an operator changes and reads at
+run time. It extends ``redis/calls.py``'s :class:`~.calls.RedisCalls` (calls in
+flight, ``on_unavailable``); the other parts sit beside it.
 """
 
 from __future__ import annotations
@@ -86,8 +73,8 @@ from .slots import RedisSlots
 
 logger = logging.getLogger("ratelimit")
 
-# The public names this module held before it was split (issue 25) are still
-# importable from here; each lives in the module beside this one that it is imported from.
+# Names importable from here for the package's public modules; each is defined in the
+# module beside this one it is imported from.
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_POOL_SIZE",

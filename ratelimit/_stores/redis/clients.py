@@ -223,12 +223,10 @@ def _sentinel_master(
 
 
 def drop_idle_connections(client: Any) -> None:
-    """Close the idle connections of ``client``'s pools, after a call interrupted by
-    an exception of the caller's own (a signal handler raising): interrupted between
-    sending its command and reading the reply, redis-py puts the connection back in
-    its pool with the reply unread, and the next call on it would read that reply as
-    its own (measured: a round read another's decisions). Closed, they reconnect
-    when next used; those in use by other threads are left alone."""
+    """Close the idle connections of ``client``'s pools after a call interrupted by
+    the caller's own exception (a signal handler raising): redis-py puts a connection
+    interrupted between command and reply back with the reply unread, and the next
+    call on it would read that reply as its own. Connections in use are left alone."""
     pools = [getattr(client, "connection_pool", None)]
     if hasattr(client, "get_nodes"):  # a Cluster: a pool per node
         pools = [getattr(node.redis_connection, "connection_pool", None) for node in client.get_nodes()]
@@ -276,7 +274,7 @@ def url_clients(url: str, *, cluster: bool, pool_size: int, options: dict[str, A
         settings.update(found.master_settings())
     if "max_connections" not in options and not cluster:
         # One more than the calls in flight: the backend holds one between its calls
-        # (redis/held_connection.py), and the rest stay the pool's to lend as before.
+        # (redis/held_connection.py), and the rest stay the pool's to lend.
         settings["max_connections"] = pool_size + 1
     sync_class: Any = redis.cluster.RedisCluster if cluster else redis.Redis
     async_class: Any = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis

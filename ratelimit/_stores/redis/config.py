@@ -1,33 +1,22 @@
 """Limits changed at run time, and what a Redis store can tell about a limiter.
 
-``ratelimit set NAME --rate 500/min --burst 10`` (or :meth:`RedisBackend.set_limit`)
-writes a hash beside the limiter's state, ``ratelimit:{<name>}:config``, with ``rate``
-(tokens per second) and/or ``burst``. The limiter's script reads it in every call,
-atomically with the decision, so every process follows it from its next decision on
-and nothing restarts. The algorithm maps it (``Algorithm.configured``): a token
-bucket's refill and capacity, a leaky bucket's leak and queue, a window's limit over
-its own length. ``--reset`` deletes the hash: the code's values again, at once. A TTL
-on the hash (``--for 1h``) ends a change by itself.
+``ratelimit set`` (or :meth:`RedisBackend.set_limit`) writes a hash beside the
+limiter's state, ``ratelimit:{<name>}:config`` (``rate`` in tokens per second,
+``burst``). The limiter's script reads it atomically with every decision, so every
+process follows it from its next decision on; ``Algorithm.configured`` maps it. Reset
+deletes the hash; a TTL on it ends a change by itself.
 
-Each script also writes what the code says (``ratelimit:{<name>}:code``: the kind, the
-two parameters and the seconds of guard they keep back) at a process's first decision
-and then once a minute, so that :func:`inspect` can ask the script itself what the
-limiter could grant now: the ``peek`` op of ``lua/_single.lua``, which decides
-nothing. A change is made by the limiter's own script either way: with what the code
-says, it moves the state to the new limit at once; without it (never written, or
-evicted), it leaves the state's limit beside the change for the next decision to move
-it (the ``stage`` op).
+Each script also writes what the code says (``ratelimit:{<name>}:code``) at a
+process's first decision and then once a minute, so :func:`inspect` can ask the
+script what the limiter could grant now (the ``peek`` op). A change is made by the
+limiter's own script: with what the code says, it moves the state to the new limit
+at once; without it (never written, or evicted) it leaves the state's limit beside
+the change for the next decision to move (the ``stage`` op).
 
-Only single limiters (``TokenBucket``, ``LeakyBucket``, ``SlidingWindow`` without
-``low_share`` or ``adaptive``) follow a change. A composite's members, an adaptive
-limiter, the lanes of a budget with priorities and a ConcurrencyLimit keep the code's
-values, so a change to a name whose keys say it is one of them is refused
-(:class:`UnchangeableLimit`) and nothing is stored. A name no process has used yet
-takes the change, for the single limiter that will read it.
-
-Nothing here scans a name's keys: what a name is comes from an EXISTS for each key it
-may have (``redis/key_survey.py``), in one pipeline; ``inspect`` of many names reads them all in
-a few pipelines.
+Only single limiters (no ``low_share``, no ``adaptive``) follow a change; a change to
+a name whose keys say it is anything else is refused (:class:`UnchangeableLimit`) and
+nothing is stored. Nothing here scans: what a name is comes from one pipeline of
+EXISTS (``redis/key_survey.py``).
 """
 
 from __future__ import annotations

@@ -6,25 +6,17 @@ its own. Counts go to one hash per limiter and second, ``<state key>:top:<second
 which expires after 70 seconds, so they add up over every process of the fleet and
 vanish with the traffic.
 
-Grants a process takes from an allotment (``lease=``) never reach the script: the
-allotment's tokens are counted instead (``l``), when the script grants it. A composite (and an
-adaptive limiter, a group of two) is counted as one limiter of kind ``composite``, a
-budget with priorities as one of kind ``priorities`` (both lanes together). A
-ConcurrencyLimit counts nothing per second: it is shown by its slots held and
-queued now, and its maximum (``lua/concurrency.lua`` keeps it beside the holders).
-The budgets of a limiter's keys (``for_key``) add up in the limiter's row: one row
-per name, never one per customer.
+An allotment (``lease=``) is counted when the script grants it (``l``), not per
+grant spent from it. A composite (an adaptive limiter too) is one row of kind
+``composite``, a budget with priorities one of kind ``priorities``; a ConcurrencyLimit
+is shown by its slots held and queued now, and its maximum. A limiter's keyed budgets
+add up in its row: one row per name, never one per customer.
 
-On Redis 7 and later, the function library holds a hot limiter's counts in Lua
-between calls and writes them a second at a time (see "Counting in memory" in
-``lua/_top.lua``): before reading, ``fleet`` has every ratelimit library loaded on
-the server write what it holds for the bases found (:func:`flush_counts`), so what it
-shows is exact. Every library, not only this release's: during a rolling deploy the
-processes of the other release hold counts in their own library, which would
-otherwise show late (or, for a limiter gone idle, not at all).
-
-All of it costs one SCAN pass over the keyspace and a few pipelines, however many
-limiters there are.
+On Redis 7 and later, the function library holds a hot limiter's counts in Lua and
+writes them a second at a time (``lua/_top.lua``), so before reading, ``fleet`` has
+every ratelimit library on the server write what it holds (:func:`flush_counts`):
+every library, since during a rolling deploy another release's library holds counts.
+All of it costs one SCAN pass and a few pipelines, however many limiters there are.
 """
 
 from __future__ import annotations

@@ -2,34 +2,24 @@
 :class:`~.calls.RedisCalls`: :class:`HeldConnection` for a synchronous client,
 :class:`AsyncHeldConnection` for each event loop's asyncio client.
 
-``client.fcall(...)`` spends most of an uncontended decision's client time around
-the command rather than on it: a connection taken from the pool and given back (its
-lock, its checks, its events), each argument encoded in Python, redis-py's metrics.
-So the backend holds one connection of the pool between calls and sends each call packed
-at once (hiredis's packer), reads the reply, and applies the connection's own retry
-policy as redis-py does. Counted with callgrind, a token bucket's decision took 188 k
-client instructions through the client and 85 k this way; the empty ``EVALSHA``
-through the client takes 139 k (``benchmarks/client_instructions.py``).
+Most of ``client.fcall(...)``'s client time goes around the command (taking a
+connection from the pool and giving it back, encoding each argument in Python). So
+the backend holds one pooled connection between calls, sends each call packed at once
+(hiredis's packer), reads the reply, and applies the connection's retry policy as
+redis-py does (``benchmarks/client_instructions.py`` counts the difference).
 
-The connection held is checked as the pool checks one before lending it (connected,
-nothing unread on it: a server restarted or failed over under it is found before the
-call, not by it), and goes back to the pool when that check fails; one interrupted
-between its command and its reply (a signal's exception, a cancelled task) is closed;
-a forked child drops its parent's and renews the lock; a backend dropped unclosed
-gives it back (from a thread of its own: never from inside the garbage collector,
-which may run where the pool's lock is held). Calls in flight at once beyond the
-first take connections from the pool for the call.
+The held connection is checked as the pool checks one before lending it (connected,
+nothing unread: a failed-over server is found before the call), and goes back when
+that fails; one interrupted between command and reply is closed; a forked child drops
+its parent's; a backend dropped unclosed gives it back from a thread (never from the
+garbage collector, which may run where the pool's lock is held). Concurrent calls
+beyond the first take pooled connections.
 
-It is used only where the calls' replies, errors and tracing stay as they were: a
-``redis.Redis`` or ``redis.asyncio.Redis`` whose command path (``execute_command`` and
-what it calls, ``fcall``, ``evalsha``) is redis-py's own, neither overridden by a
-subclass nor wrapped by instrumentation, with no single connection of its own, and
-redis-py's own metrics off when the backend is made (they count what passes through
-the client). A connection is held only where the pool has one to spare beyond the
-backend's ``pool_size`` calls in flight (:meth:`RedisBackend.from_url
-<ratelimit._stores.redis.backend.RedisBackend.from_url>` makes its pools one larger for it);
-otherwise each call takes one from the pool and gives it back. A pool shared with the
-application so lends it one connection fewer while the backend is idle.
+It is used only where replies, errors and tracing stay redis-py's: a ``redis.Redis``
+or ``redis.asyncio.Redis`` whose command path is neither overridden nor wrapped, with
+no single connection, and redis-py's metrics off; and only where the pool has a
+connection to spare beyond the backend's ``pool_size`` (``RedisBackend.from_url``
+makes its pools one larger for it).
 """
 
 from __future__ import annotations
@@ -58,9 +48,8 @@ except ImportError:  # pragma: no cover - hiredis is an extra; the connection's 
 
 __all__ = ["AsyncHeldConnection", "HeldConnection", "async_held_connection_for", "held_connection_for"]
 
-#: The methods a command passes through in redis-py's clients: a subclass that
-#: overrides one of them, or instrumentation that wraps one, sees every call only if
-#: the calls go through the client.
+#: The methods a command passes through in redis-py's clients: one overridden or
+#: wrapped sees every call only if calls go through the client.
 _COMMAND_PATH = ("execute_command", "_execute_command", "_send_command_parse_response", "parse_response",
                  "fcall", "evalsha")  # fmt: skip
 
@@ -109,9 +98,8 @@ def _utf8(pool: Any) -> bool:
 
 
 def _held_pool(client: Any, base: type, in_flight: int) -> tuple[Any, bool] | None:
-    """``client``'s pool and whether one of its connections may be held, or ``None``
-    where calls must go through the client. ``in_flight``: the most calls the backend has
-    in flight at once on it; one is held only where the pool has one to spare."""
+    """``client``'s pool and whether a connection may be held (the pool has one to
+    spare beyond ``in_flight``), or ``None``: calls go through the client."""
     if not isinstance(client, base) or not _plain_commands(client, base) or _observed():
         return None
     if getattr(client, "connection", None) is not None:  # single_connection_client

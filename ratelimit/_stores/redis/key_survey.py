@@ -12,11 +12,9 @@ that prefix says what holds the key; the *roots* are:
   ``:seq`` and ``:max``, the maximum its processes were built with);
 - ``config`` (a change at run time), ``breaker`` (a circuit breaker), ``code``.
 
-Anything else (``<root>:holes``, the counters ``...:top:<second>``, a test clock's
-``injected:...``) belongs to a root. :func:`survey` finds every name in one SCAN
-pass (on a Cluster, one per master); :func:`probe` asks about given names with no
-scan at all: an EXISTS for each root such a name may have, all in one pipeline, so
-the other keys of a shared Redis cost nothing.
+Anything else (``<root>:holes``, ``...:top:<second>``, ``injected:...``) belongs to a
+root. :func:`survey` finds every name in one SCAN pass (one per Cluster master);
+:func:`probe` asks about given names with one pipeline of EXISTS and no scan.
 """
 
 from __future__ import annotations

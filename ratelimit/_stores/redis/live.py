@@ -1,36 +1,25 @@
 """The safe mode's count of live processes: ``local_share="auto"``.
 
-While Redis answers, each process whose backend falls back with ``"auto"`` beats: every
-``ttl / 3`` seconds, from a daemon thread, one call of ``lua/live.lua`` puts the
-process in one sorted set, ``ratelimit:live``, scored by the time its beat runs out;
-the same call drops the processes whose beat ran out and returns how many are left.
-The count is kept in process (the most of the recent beats, see below), and when
-Redis becomes unavailable the local fallback takes ``1 / count`` of the budget.
+While Redis answers, each process whose backend falls back with ``"auto"`` beats
+every ``ttl / 3`` seconds from a daemon thread: one call of ``lua/live.lua`` puts it
+in the sorted set ``ratelimit:live``, scored by when its beat runs out, drops the
+processes whose beat ran out, and returns how many are left. When Redis becomes
+unavailable the local fallback takes ``1 / count`` of the budget.
 
-Why one sorted set: a single key, so a Cluster routes every beat to one slot and no
-hash tag is needed (no script here touches a second key); one call writes this
-process's beat, forgets the dead and counts, atomically, with the server's clock, so
-processes on machines whose clocks differ still agree on who ran out. A key per
-process would need a scan to count, which a Cluster spreads over every node. The key
-cannot meet a limiter's (those all begin ``ratelimit:{``) nor a wake-up channel
-(``ratelimit:wake:``).
+One sorted set: a single key (one Cluster slot, no hash tag), and one atomic call on
+the server's clock writes, forgets and counts, so processes with different clocks
+agree on who ran out. A key per process would need a scan across every node.
 
-The count kept is the most that this process's last :data:`KEPT_BEATS` beats saw, and
-all those of the last ``ttl`` seconds: never fewer than it saw lately. A set that
-comes back empty (Redis restarted without persistence, failed over to a replica that
-lacked the key, the key deleted or evicted) holds, for a beat's period, only the
-processes that have beaten since; a process that took that count for the fleet, and
-lost Redis again within the period, would take a share the others take too (8
-processes granted 2.77 times the budget so). The second beat after such a loss
-counts every live process (each beats once a period), and the third drops the count
-from before it. A process that died leaves the count a ``ttl`` later than it leaves
-the set: a smaller share meanwhile, the safe side.
+The count kept is the most that the last :data:`KEPT_BEATS` beats, and all those of
+the last ``ttl`` seconds, saw. A set that comes back empty (a restart without
+persistence, a failover, eviction) holds only the processes that have beaten since,
+for a beat's period; a process taking that for the fleet would over-spend if Redis
+went away again. The second beat after such a loss counts every live process, and
+the third drops the count from before it. A dead process leaves the count a ``ttl``
+after it leaves the set: a smaller share meanwhile, the safe side.
 
-What is counted: processes, by the id of :func:`~.waiting.process_id` (a forked child
-has its own). Two backends of one process on the same Redis beat under one id and
-count once. Every process with an ``"auto"`` backend on that Redis (and database)
-counts, whatever limiters it holds: over-counting makes each share smaller, which is
-the safe side.
+Processes are counted by :func:`~.waiting.process_id`, whatever limiters they hold:
+over-counting makes each share smaller, the safe side.
 """
 
 from __future__ import annotations
@@ -55,21 +44,17 @@ logger = logging.getLogger("ratelimit")
 #: The sorted set of live processes.
 LIVE_KEY = "ratelimit:live"
 
-#: How long one beat keeps a process counted, in seconds; a process beats every third
-#: of it, so two beats in a row may fail (a busy moment, a failover) before it is
-#: dropped.
+#: How long one beat keeps a process counted, in seconds; beating every third of it,
+#: two beats in a row may fail before it is dropped.
 LIVE_TTL = 15.0
 
 #: The beats whose counts are kept (and those of the last ``ttl`` seconds): the one
-#: before the set came back empty, and the two after it, the second of which counted
-#: every process beating once a period (see the module's doc).
+#: before the set came back empty, and the two after it (see the module's doc).
 KEPT_BEATS = 3
 
-#: The share of a process that never saw a count (Redis was down from its start, or
-#: it was forked and has not beaten yet): not 1.0, which would let every process
-#: started during an outage spend the whole budget; a tenth, so that ten such
-#: processes together spend at most the budget, and a lone one still makes progress
-#: (a request heavier than its share counts as the whole share).
+#: The share of a process that never saw a count (Redis down since its start, or
+#: forked and not beaten yet): not 1.0, which would let every process started in an
+#: outage spend the whole budget; a tenth, so ten such spend at most the budget.
 UNCOUNTED_SHARE = 0.1
 
 

@@ -82,11 +82,10 @@ async def close_with_loop(client: Any, forget: Callable[[], None]) -> AsyncGener
         await client.aclose()
 
 
-#: The watch ticks this often (as a share of the deadline). A tick this late (as a share
-#: of the deadline) found the event loop busy, and the whole time since the tick before
-#: is not charged to the calls in flight: how much of it the loop was free cannot be
-#: told, and their replies may have arrived unread. Never more than _MOST_EXTENSIONS
-#: times the deadline in all.
+#: The watch ticks this often (a share of the deadline). A tick later than
+#: ``_LATE_SHARE`` found the loop busy: the time since the tick before is not charged
+#: to the calls in flight (their replies may have arrived unread), at most
+#: ``_MOST_EXTENSIONS`` times the deadline in all.
 _TICK_SHARE = 0.25
 _LATE_SHARE = 0.02
 _MOST_EXTENSIONS = 20

@@ -1,35 +1,24 @@
 """Pending grants: grants decided but not yet due, carried across a switch to the local fallback and back.
 
-With ``on_unavailable="local"`` a handle decides on one of two sides: the store, or
-the in-process fallback while the store is unavailable. Each side knows only its own
-grants. A caller granted a wait sleeps through it and then sends, whichever side is
-deciding by then, so at a switch the side taking over must leave room for what the
-other side granted and is still to go: otherwise it grants that budget a second
-time (a Sentinel failover would let nearly twice the bound through in its second).
+With ``on_unavailable="local"`` a handle decides on the store, or on the in-process
+fallback while the store is unavailable; each side knows only its own grants. A
+caller granted a wait sends when it is due, whichever side decides by then, so the
+side taking over must leave room for the other's pending grants, or it grants that
+budget twice.
 
-What a process can know of the other side's pending grants is how far its queue reached
-when it last decided here: a grant's due time, or a refusal's needed wait (the
-grant would have come then). Until that *horizon* the side handing over grants at
-the whole rate: the store for the fleet, each fallback at its share. So the side
-taking over leaves that time to it, as after a provider's pause (``restrict``):
-nothing before the horizon, then the rate, with no burst where the algorithm allows
-(a bucket; a window takes its limit in the first window after the pause).
+What a process knows of them is how far the other side's queue reached when it last
+decided there (a grant's due time, or a refusal's needed wait): its *horizon*. The
+side taking over treats it as a provider's pause (``restrict``): nothing before the
+horizon, then the rate, with no burst where the algorithm allows.
 
-- **To the fallback**: each process's fallback waits out the store's queue as this
-  process last saw it. The fallbacks are separate, so none could take up another's
-  share of that queue: each waits it out whole.
+- **To the fallback**: each process's fallback waits out the store's queue whole, as
+  this process last saw it (the fallbacks are separate: none can take another's share).
 - **Back to the store**: each process pauses the shared store until its fallback's
-  pending grants are due. The store is paused until the last of them, when every
-  fallback's queue has gone.
+  pending grants are due; the store is paused until the last of them.
 
-The bound (stated in docs/redis.md): what neither side can know is the other's unspent
-burst. A side that had no queue at the switch hands over none: the fallback then
-starts with its share of the capacity, and a store back from an outage has refilled
-meanwhile (or, restarted empty, is full). A window also grants its limit in the
-first window after a pause, beside grants pending from before it. Each switch may thus
-add one capacity to the fleet's ``capacity + rate x t``, and no more; a process that
-had not asked the store since its queue formed (it cannot know the queue) may add
-its share of that queue.
+The bound (docs/redis.md): neither side knows the other's unspent burst, so each
+switch may add one capacity to the fleet's ``capacity + rate x t``, and no more (a
+process that had not asked since the other's queue formed may add its share of it).
 """
 
 from __future__ import annotations

@@ -1,23 +1,18 @@
 """One script call per round for a limiter's concurrent acquires, and allotments.
 
-**Coalescing.** A process with a thousand tasks on one shared limiter would otherwise
-make a thousand script calls, each on its own connection. Here the callers of one
-limiter in one process (its threads, or the tasks of one event loop) take turns in
-*rounds*: while a round's call is in flight, newcomers queue; when it lands, the first
-of them leads the next round, which carries every request queued by then in one
-call. The script decides them one after the other in arrival order (``batch`` in
-``lua/_single.lua``), exactly as separate calls would, so each caller still gets its
-own exact wait. A caller alone makes the same single call as before.
+**Coalescing.** The callers of one limiter in one process (its threads, or the tasks
+of one event loop) take turns in *rounds*: while a round's call is in flight,
+newcomers queue; when it lands, the first of them leads the next round, which carries
+every request queued by then in one call. The script decides them in arrival order
+(``batch`` in ``lua/_single.lua``) exactly as separate calls would, so each caller
+gets its own exact wait. A caller alone makes one call.
 
 **Allotments** (``lease=`` on a limiter). A round may also take an *allotment*: a
-batch of the shared budget, granted like any request but spent here, by callers that
-then make no call at all, until ``seconds`` after the round was sent. What is left then goes back
-with the next round (or at ``close``). The size follows this process's demand: the
-tokens it was asked for per second, measured between rounds (older measures fading
-over ``seconds``), times ``seconds``; an idle process asks for none. An allotment is only
-taken when every request of its round went at once: a queue means the budget has no
-slack to hand out, and the callers go through the store one by one, in its order, as
-without allotments.
+batch of the shared budget, granted like any request but spent here by callers that
+make no call, until ``seconds`` after the round was sent; what is left goes back with
+the next round (or at ``close``). Its size is this process's demand per second
+(older measures fading over ``seconds``) times ``seconds``. It is taken only when
+every request of its round went at once: a queue means the budget has no slack.
 
 Why the fleet never exceeds the limit: every allotted token is granted by the shared
 algorithm like any other, and is sent at most ``seconds`` after that grant. The
@@ -62,9 +57,8 @@ logger = logging.getLogger("ratelimit")
 Owed = tuple[object, float]
 
 
-#: The most requests one round carries. Redis runs one script at a time: a round of
-#: 10,000 token-bucket requests held the server for 74 ms here (7 us each), one of
-#: 512 holds it for about 4 ms, and the callers behind go in the next round.
+#: The most requests one round carries: Redis runs one script at a time, so a bounded
+#: round bounds how long it holds the server; the callers behind go in the next round.
 MOST_PER_ROUND = 512
 
 
@@ -93,8 +87,7 @@ class Ask:
         waker: threading.Event | asyncio.Future[None] | None,
         request: object = None,
     ) -> None:
-        #: The request's weight, and what the store is asked (a composite's one weight
-        #: per limit; the weight itself for one limit).
+        #: The request's weight, and what the store is asked (a composite: per limit).
         self.tokens = tokens
         self.request: object = tokens if request is None else request
         self.max_wait = max_wait
@@ -390,7 +383,7 @@ class Rounds:
         if queue.waiting:
             head = queue.waiting[0]
             head.lead = True
-            queue.busy = True  # held by the next leader, no longer by a caller alone
+            queue.busy = True  # held by the next leader now, not by a caller alone
             head.wake()
         else:
             queue.busy = False

@@ -1,29 +1,21 @@
 """The Lua scripts: found, composed, loaded once per server, and called.
 
-The scripts live as ``.lua`` files in the top-level ``lua/`` folder of the source tree
-and inside the wheel as ``ratelimit/lua/``. Each file reads top to bottom: the shared Lua
-files every script uses (``_prelude``, the algorithms, ``_members``, ``_top``, and
-``_cache`` in the library, ``_cache_none`` in a script) define
-functions only, and each driver (``_single``, ``_lanes``, ``_group``, ``breaker``,
-``concurrency``, ``live``) is the body of one function, its KEYS/ARGV/return contract
-at its top.
+The scripts are ``.lua`` files in the top-level ``lua/`` folder (``ratelimit/lua/``
+in the wheel). The shared files (``_prelude``, the algorithms, ``_members``, ``_top``,
+``_cache`` or ``_cache_none``) define functions only; each driver (``_single``,
+``_lanes``, ``_group``, ``breaker``, ``concurrency``, ``live``) is the body of one
+function, its KEYS/ARGV/return contract at its top.
 
-On Redis 7 and later the shared files and the drivers are one function library,
-``ratelimit_<version>``, loaded once per server (``FUNCTION LOAD``): what the shared
-files define is defined once, not at every call, and each decision is an ``FCALL`` of the
-driver's function. The version is a digest of the text, so two releases side by side
-(a rolling deploy) each keep a library of their own. A server that lost the library
-(``FUNCTION FLUSH``, a failover to a replica that never had it, a restart without
-persistence, a Cluster master added later) answers "Function not found", and the call
-loads it and is sent again, once; lost again by then (a flush in a loop), that one call
-goes as a script.
+On Redis 7 and later they are one function library, ``ratelimit_<version>``, loaded
+once per server; each decision is an ``FCALL``. The version is a digest of the text,
+so two releases side by side (a rolling deploy) each keep their own library. A server
+that lost it answers "Function not found": the call loads it and is sent again, once;
+lost again by then, that one call goes as a script.
 
-A server without Functions (Redis 6, a managed service that forbids them, an ACL
-without ``FCALL``/``FUNCTION``) gets the same text as one script per driver, called by
-SHA (``EVALSHA``, repeated as ``EVAL`` if the server does not know it). That choice is
-made once per client, at its first refusal, not per call. A Redis Cluster client
-calls scripts too: redis-py finds an FCALL's keys by asking a node (``COMMAND
-GETKEYS``, one more round trip per call), an EVALSHA's by reading them.
+A server without Functions (Redis 6, a forbidding service or ACL) gets one script per
+driver, called by SHA (``EVAL`` if unknown); the choice is made once per client, at
+its first refusal. A Cluster client calls scripts too: redis-py asks a node for an
+FCALL's keys (one more round trip), but reads an EVALSHA's itself.
 
 Line numbers in an error from either form are translated back to the file and line
 they came from (``lua/_members.lua:120``), not into the composed text.

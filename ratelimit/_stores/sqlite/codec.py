@@ -7,9 +7,8 @@ unpickler that makes nothing but plain data and the algorithms' state classes, s
 file writable by others can corrupt a budget but never run code in this process.
 
 A leaky bucket's state with gaps (``leaky_bucket.py``) is written as two pickles, one
-after the other: the row with the state's two times, which a release before gaps
-reads alone (counting the gaps as queued, as it always did) and writes back without
-the second, and then the gaps.
+after the other: the row with the state's two times, then the gaps (compatibility:
+see the store's note).
 
 ``sqlite/backend.py`` calls :func:`encode` and :func:`decode` inside each transaction.
 """

@@ -17,18 +17,13 @@ to the other before deciding, at the change's ``at``, as if the change had moved
 then (Redis moves it in the ``configure`` call itself, which knows the code's values
 from a key each process writes; here the processes, which know them, move it).
 A change replaced before any decision read it is kept in the new change's row
-(``past``: each such change and its ``at``, oldest first, as JSON), so that the next
-decision moves the state through each in turn, as Redis moved it at each change;
-that decision forgets them (at most :data:`MOST_KEPT`: past that the oldest goes,
-so a row stays small however many changes no decision reads). They are kept against the state row as it was when the
-first was kept (``seen``, its ``updated``): a state row written since by a process
-of the release before format 3, which does not read them, no longer matches, and
-the state is moved as that release moves it. A change whose ``until`` has passed is
-ended by the first decision after it: the state moves to it (if no decision had)
-and back at that decision's time, and the row goes, as on Redis. So every process
-follows a change from its next decision. A peek is no decision: it moves the state
-in memory only (``Rows`` in ``sqlite/backend.py``, reading), and leaves an ended change's
-move back to the next decision, as Redis's read-only ops do.
+(``past``: each change and its ``at``, oldest first, as JSON), so that the next
+decision moves the state through each in turn, as Redis moved it at each change, and
+forgets them (at most :data:`MOST_KEPT`, so a row stays small). They are bound to the
+state row's ``updated`` (``seen``; compatibility: see the store's note). A change
+whose ``until`` has passed is ended by the first decision after it: the state moves
+to it (if no decision had) and back, and the row goes, as on Redis. A peek moves the
+state in memory only, and leaves an ended change's move back to the next decision.
 
 Whoever may write the file may write anything in a row. A stored rate or burst is
 read as Lua's ``valid`` reads the Redis hash (a number from ``MIN_SET`` to
@@ -85,8 +80,7 @@ PENDING = -1.0
 
 #: The most replaced changes a config row keeps (``past``): past them the oldest is
 #: forgotten, and the state moves from the change it was decided under straight to
-#: the oldest kept, as the release before format 3 moved it. A row stays a few
-#: kilobytes, and a change costs the same, however many are made with no decision
+#: the oldest kept. A row stays small however many changes are made with no decision
 #: between (a script setting a limit every minute on a budget nobody uses).
 MOST_KEPT = 64
 
@@ -307,9 +301,8 @@ def write(conn: sqlite3.Connection, name: str, change: Override | None, now: flo
     The change replaced is kept in the row (``past``, with the time it was made) if
     no decision has read it yet, after those it replaced in turn: the next decision
     moves the state through each, as Redis moved it at each ``configure``. They are
-    kept against the state row's ``updated`` (``seen``): a row written since by a
-    process that does not read them (of the release before) no longer matches, and is
-    moved as that release moved it (straight to the latest change)."""
+    bound to the state row's ``updated`` (``seen``; compatibility: see the store's
+    note)."""
     old = conn.execute(_READ, (name,)).fetchone()
     state = conn.execute(_READ_STATE, (name,)).fetchone()
     if change is None and old is None and state is None:

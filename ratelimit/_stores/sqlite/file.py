@@ -62,11 +62,11 @@ logger = logging.getLogger("ratelimit")
 FORMAT = "ratelimit-fleet sqlite store"
 VERSION = 3
 
-#: The index of the rows a sweep may forget (format 2), partial: rows on a test clock
-#: are never swept.
+#: The index of the rows a sweep may forget, partial: rows on a test clock are never
+#: swept.
 _INDEX = "CREATE INDEX IF NOT EXISTS ratelimit_forget ON ratelimit_state (forget) WHERE test = 0"
 
-#: Limits changed at run time, one row per name (format 2; see sqlite/config.py).
+#: Format 2's config table (compatibility: see the store's note).
 _CONFIG_2 = (
     "CREATE TABLE IF NOT EXISTS ratelimit_config (name TEXT PRIMARY KEY, rate REAL, burst REAL, until REAL,"
     " at REAL NOT NULL) WITHOUT ROWID"
@@ -78,9 +78,9 @@ _CONFIG = (
     " at REAL NOT NULL, past TEXT, seen REAL) WITHOUT ROWID"
 )
 
-#: Format 1 (no ``forget`` column) to 2, in the set-up's write transaction. Processes
-#: of the older release still running on the file keep deciding right: they write
-#: ``idle`` exactly, and ``forget`` then takes its default, which a sweep looks at.
+#: Format 1 (no ``forget`` column) to 2, in the set-up's write transaction
+#: (compatibility: see the store's note). A format-1 process writes no ``forget``: its
+#: default 0 is never later than ``idle``, as a sweep needs.
 _MIGRATE_1 = (
     "ALTER TABLE ratelimit_state ADD COLUMN forget REAL NOT NULL DEFAULT 0",
     "ALTER TABLE ratelimit_state ADD COLUMN rate REAL",
@@ -93,12 +93,8 @@ _MIGRATE_1 = (
 )
 
 #: Format 2 to 3 (after ``_MIGRATE_1`` for a file of format 1), in the set-up's write
-#: transaction: two columns of ``ratelimit_config``, NULL in every row already there
-#: (no replaced change kept: each decides as format 2 did). Processes of the older
-#: release still running on the file keep deciding as they did: they write the
-#: config rows whole (``past`` NULL again) and never read the two columns, and a
-#: decision of theirs changes the state row's ``updated``, which the kept changes
-#: then no longer match (see sqlite/config.py).
+#: transaction: two columns of ``ratelimit_config``, NULL in the rows already there
+#: (compatibility: see the store's note).
 _MIGRATE_2 = (
     "ALTER TABLE ratelimit_config ADD COLUMN past TEXT",
     "ALTER TABLE ratelimit_config ADD COLUMN seen REAL",
@@ -139,7 +135,7 @@ _SCHEMA = (
     # written (`updated`), and whether its time is a test clock's (never swept).
     # `forget` is never later than `idle` (equal after any write but the fast
     # path's, which only moves `idle` on): a sweep looks through its index at the
-    # rows whose `forget` has passed, never at the whole table (format 2).
+    # rows whose `forget` has passed, never at the whole table.
     # `rate` and `burst`: the change at run time the state was last decided under
     # (NULL: the code's values; see sqlite/config.py).
     "CREATE TABLE ratelimit_state (name TEXT NOT NULL, member INTEGER NOT NULL, kind TEXT NOT NULL,"
@@ -439,6 +435,7 @@ class StoreFile:
                 "SQLiteBackend leaves it untouched; give it a file of its own"
             )
         version = meta.get("version")
+        # Formats 1 and 2 (compatibility: see the store's note).
         if version in (1, 2) and not create:
             return  # made format 3 in the set-up's write transaction, which checks again
         if version == 1:
