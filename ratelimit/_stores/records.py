@@ -107,10 +107,8 @@ class Inspection:
     """What a shared store holds of one limiter name (or of one of its keys: ``key``),
     as ``ratelimit inspect`` shows it, whichever store (``operated.Operated.inspect``).
 
-    A SQLite file keeps no copy of what the code says, so there ``code``,
-    ``effective``, ``available``, ``wait_for_one``, ``promised_ahead`` and a
-    ConcurrencyLimit's ``most`` are ``None``, ``slack`` is 0 and ``shadow`` false;
-    the other fields are filled as Redis fills them (``sqlite/inspection.py``)."""
+    A SQLite file keeps no ConcurrencyLimit's ``most`` (``None`` there); the other
+    fields are filled as Redis fills them (``sqlite/inspection.py``)."""
 
     name: str
     #: The algorithm the code of its processes runs, ``None``: no single limiter of
