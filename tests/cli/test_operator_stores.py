@@ -126,6 +126,20 @@ def test_inspect_prints_the_same_text_for_both_stores(shared: Shared, capsys: py
     shared.operated.reset_limit(name)
 
 
+def test_a_reset_limiter_still_shows_its_code(shared: Shared) -> None:
+    """A reset forgets the usage, not what the code configured: the name is still
+    held, and could grant its whole capacity at once."""
+    name = unique_name("ops-reset")
+    limiter = TokenBucket(5, 1 / 3600, backend=shared.backend, name=name)
+    assert limiter.try_acquire(5)
+    limiter.reset()
+    assert shared.operated.holds(name)
+    seen = shared.operated.inspect(name)
+    assert (seen.kind, seen.code) == ("token_bucket", {"capacity": 5.0, "refill_per_sec": 1 / 3600})
+    assert seen.available == 5.0
+    assert name in {each.name for each in shared.operated.inspect_all()}
+
+
 def test_composites_and_lanes_show_no_code_on_either_store(shared: Shared) -> None:
     """Only a single limiter keeps what its code configured: a composite's members
     and a budget with priorities tell their keys, as on Redis."""

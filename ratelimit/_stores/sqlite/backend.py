@@ -447,8 +447,9 @@ class SQLiteBackend(FailurePolicy):
 
     def holds(self, name: str) -> bool:
         """Whether the file holds anything of limiter ``name`` itself: a state (a
-        single limiter's, a member's, a lane's, a breaker's), a change in force, a
-        ConcurrencyLimit's slots. A keyed budget's rows are its key's, not the name's."""
+        single limiter's, a member's, a lane's, a breaker's), what its code
+        configured, a change in force, a ConcurrencyLimit's slots. A keyed budget's
+        rows are its key's, not the name's."""
         checked = _validate.name(name, self, shared=True, found=True) or ""
         return self._read(lambda conn, now: holds(conn, checked))
 

@@ -29,7 +29,7 @@ from ..._algorithms.sliding_window import WindowLog
 from ..._algorithms.sliding_window_counter import WindowCounter
 from ..._algorithms.token_bucket import Allowance, Gcra
 
-__all__ = ["FORGET", "WRITE", "Record", "algorithm", "read", "record_of"]
+__all__ = ["EVERY", "FORGET", "WRITE", "Record", "algorithm", "parsed", "read", "record_of"]
 
 #: ``(kind, p1, p2, slack, shadow)``, as a row holds it.
 Record = tuple[str, float, float, float, int]
@@ -38,6 +38,8 @@ WRITE = "REPLACE INTO ratelimit_code (name, kind, p1, p2, slack, shadow) VALUES 
 #: The code row of a name none of whose state rows is left (after a sweep).
 FORGET = "DELETE FROM ratelimit_code WHERE name = ?1 AND NOT EXISTS (SELECT 1 FROM ratelimit_state WHERE name = ?1)"
 _READ = "SELECT kind, p1, p2, slack, shadow FROM ratelimit_code WHERE name IN (CAST(?1 AS TEXT), ?1)"
+#: Every code row, its name as bytes first.
+EVERY = "SELECT CAST(name AS BLOB), kind, p1, p2, slack, shadow FROM ratelimit_code"
 
 
 def record_of(alg: Algorithm[Any], shadow: bool) -> Record:
@@ -50,8 +52,11 @@ def read(conn: sqlite3.Connection, name: bytes) -> Record | None:
     """The code row of ``name`` (as bytes, matching a name kept as text or a BLOB);
     ``None``: none, or one that is not what this release writes (by hand)."""
     row = conn.execute(_READ, (name,)).fetchone()
-    if row is None:
-        return None
+    return None if row is None else parsed(row)
+
+
+def parsed(row: tuple[Any, ...]) -> Record | None:
+    """A code row's ``(kind, p1, p2, slack, shadow)`` as :func:`read` gives it."""
     kind, p1, p2, slack, shadow = row
     numbers = (p1, p2, slack)
     if not isinstance(kind, str) or not all(each.__class__ in (int, float) for each in numbers):

@@ -30,7 +30,8 @@ from ..._algorithms.holes import Holes
 from ..._algorithms.token_bucket import Allowance
 from ..keys import Keyed, bytes_of, tag, text_of, untag
 from ..records import PARAMETERS, Inspection, Slots
-from .code import Record, algorithm
+from .code import EVERY as EVERY_CODE
+from .code import Record, algorithm, parsed
 from .code import read as read_code
 from .codec import CorruptState, decode
 from .config import Changeable, under
@@ -43,7 +44,7 @@ _COLUMNS = "CAST(name AS BLOB), member, CAST(kind AS BLOB), number, blob, test, 
 #: A name matches its row whether the row holds it as text or as a BLOB.
 _BY_NAME = f"SELECT {_COLUMNS} FROM ratelimit_state WHERE name IN (CAST(?1 AS TEXT), ?1)"
 _EVERY = f"SELECT {_COLUMNS} FROM ratelimit_state"
-_CODES = "SELECT CAST(name AS BLOB), kind, p1, p2, slack, shadow FROM ratelimit_code"
+_CONFIGURED = "SELECT CAST(name AS BLOB) FROM ratelimit_config"
 _CHANGED = "SELECT DISTINCT CAST(name AS BLOB) FROM ratelimit_config WHERE rate IS NOT NULL OR burst IS NOT NULL"
 _ANY_STATE = "SELECT 1 FROM ratelimit_state WHERE name IN (CAST(?1 AS TEXT), ?1) LIMIT 1"
 _ANY_CHANGE = (
@@ -147,10 +148,16 @@ def _rows(found: Iterable[tuple[Any, ...]]) -> list[_Row]:
 
 
 def _in_force(
-    conn: sqlite3.Connection, named: str, code: Record | None, rows: Sequence[_Row], now: float
+    conn: sqlite3.Connection,
+    named: str,
+    code: Record | None,
+    rows: Sequence[_Row],
+    now: float,
+    configured: bool = True,
 ) -> dict[str, Any]:
     """What the code of a single limiter of the name says and what it could grant now,
-    as fields of its :class:`Inspection` (none without a code row)."""
+    as fields of its :class:`Inspection` (none without a code row). ``configured``:
+    whether the name may have a config row (else none is read)."""
     if code is None:
         return {}
     kind = code[0]
@@ -178,8 +185,9 @@ def _in_force(
     # last decision, leaving the move back from an ended change to the next decision.
     at = now if updated is None or updated < now else updated
     changeable = Changeable(alg)
-    with contextlib.suppress(UnicodeEncodeError):  # (a name that is not UTF-8 has no change)
-        changeable.read(conn, named, at)
+    if configured:
+        with contextlib.suppress(UnicodeEncodeError):  # (a name that is not UTF-8 has no change)
+            changeable.read(conn, named, at)
     steps = changeable.moves(was, pending, updated, at)
     if changeable.ended:
         steps = steps[:-1]
@@ -234,8 +242,8 @@ def inspect_names(conn: sqlite3.Connection, names: Sequence[str | Keyed], now: f
 
 
 def inspect_all(conn: sqlite3.Connection, now: float) -> list[Inspection]:
-    """Every name the file holds something of (a state, a change in force, slots),
-    sorted; a limiter's keyed budgets are not names of their own. One pass over each
+    """Every name the file holds something of (a state, what the code configured, a
+    change in force, slots), sorted; a limiter's keyed budgets are not names of their own. One pass over each
     table, however many names."""
     rows: dict[str, list[_Row]] = defaultdict(list)
     for found in conn.execute(_EVERY):
@@ -244,15 +252,15 @@ def inspect_all(conn: sqlite3.Connection, now: float) -> list[Inspection]:
     slots: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
     for found in survey(conn, []):
         slots[text_of(found[0])].append(found)
-    codes = {text_of(found[0]): found[0] for found in conn.execute(_CODES)}
+    codes = {text_of(found[0]): parsed(found[1:]) for found in conn.execute(EVERY_CODE)}
+    configured = {text_of(named) for (named,) in conn.execute(_CONFIGURED)}
     seen = []
     for named in sorted({*rows, *changed, *slots, *codes}):
         name, key = untag(named)
         if key is not None:
             continue
         change = _change(conn, named, now) if named in changed else None
-        code = read_code(conn, codes[named]) if named in codes else None
-        in_force = _in_force(conn, named, code, rows.get(named, []), now)
+        in_force = _in_force(conn, named, codes.get(named), rows.get(named, []), now, named in configured)
         each = _inspection(name, None, rows.get(named, ()), change, slots.get(named, ()), now, in_force)
         if each.known:
             seen.append(each)
@@ -261,11 +269,14 @@ def inspect_all(conn: sqlite3.Connection, now: float) -> list[Inspection]:
 
 
 def holds(conn: sqlite3.Connection, name: str) -> bool:
-    """Whether the file holds a state row, a change or slots of ``name`` itself (not of
-    one of its keys): three indexed lookups, whatever else the file holds."""
+    """Whether the file holds a state row, what the code configured, a change or slots
+    of ``name`` itself (not of one of its keys): four indexed lookups, whatever else
+    the file holds."""
     named = tag(name)
     raw = bytes_of(named)
     if conn.execute(_ANY_STATE, (raw,)).fetchone() is not None:
+        return True
+    if read_code(conn, raw) is not None:
         return True
     if conn.execute(_ANY_CHANGE, (raw,)).fetchone() is not None:
         return True
