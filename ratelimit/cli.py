@@ -810,7 +810,7 @@ def _parser(secrets: Sequence[str] = ()) -> _Parser:
         "its code set it and as changed at run time (`ratelimit set`), the parameters in force, the most tokens "
         "one request could take now and the wait for one, how far ahead grants are already promised, a pause "
         "fed back from a provider, and the state of a breaker of that name. Exits 1 if a NAME is unknown. "
-        "A SQLite file keeps no copy of what the code says: what follows from it is not shown there.",
+        "A ConcurrencyLimit's maximum is not kept in a SQLite file.",
     )
     inspect.add_argument("names", nargs="*", metavar="NAME", help="limiter names (default: all found)")
     _add_store(inspect)

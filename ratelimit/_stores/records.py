@@ -102,9 +102,8 @@ class Slots:
 class Inspection:
     """What a shared store holds of one limiter name (or of one of its keys).
 
-    A SQLite file keeps no copy of what the code says, so there ``code``,
-    ``effective``, ``available``, ``wait_for_one``, ``promised_ahead`` and ``most``
-    are ``None``, ``slack`` is 0 and ``shadow`` false."""
+    A SQLite file keeps no ConcurrencyLimit's ``most`` (``None`` there); the other
+    fields are filled as Redis fills them (``sqlite/inspection.py``)."""
 
     name: str
     #: The algorithm its processes run; ``None``: none decided in the last day.

@@ -1377,3 +1377,137 @@ def test_inspect_tells_a_keyed_budget_from_its_name_s_own(tmp_path: Path, capsys
     assert heads == ["geocode  (token_bucket)"]
     assert main(["inspect", "geocode", "--key", "tenant-7", "--store", f"sqlite:///{path}"]) == 0
     assert capsys.readouterr().out.startswith("geocode key tenant-7  (token_bucket)")
+
+
+# -- what the code configured, kept for inspect ----------------------------------------
+
+
+def test_inspect_tells_the_code_the_limit_in_force_and_what_could_go_now(tmp_path: Path) -> None:
+    """A single limiter's first decision keeps what its code configured, and inspect
+    works out from it and the row what Redis's peek tells: the parameters in force,
+    the most one request could take now, the wait for one token, the grants ahead."""
+    backend = SQLiteBackend(tmp_path / "s.db")
+    limiter = TokenBucket(5, 1 / 3600, backend=backend, name="api")
+    assert limiter.try_acquire(3)
+    seen = backend.inspect("api")
+    assert seen.kind == "token_bucket"
+    assert seen.code == {"capacity": 5.0, "refill_per_sec": 1 / 3600}
+    assert seen.effective == seen.code
+    assert (seen.slack, seen.shadow) == (0.0, False)
+    assert seen.available == pytest.approx(2.0, abs=0.01)
+    assert seen.wait_for_one == 0.0
+    assert seen.promised_ahead == 0.0
+    assert limiter.try_acquire(2)
+    reservation = limiter.reserve(1, timeout=7200)  # one token more: an hour ahead
+    seen = backend.inspect("api")
+    assert seen.available == pytest.approx(0.0, abs=1e-6)
+    assert seen.wait_for_one == pytest.approx(7200.0, abs=5.0)
+    assert seen.promised_ahead == pytest.approx(3600.0, abs=5.0)
+    reservation.cancel()
+
+
+def test_inspect_follows_a_change_the_guard_shadow_and_each_kind(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "s.db")
+    bucket = TokenBucket(10, 1, backend=backend, name="changed", shadow=True)
+    assert bucket.try_acquire()
+    backend.set_limit("changed", rate=2.0, burst=4.0)
+    seen = backend.inspect("changed")
+    assert seen.code == {"capacity": 10.0, "refill_per_sec": 1.0}
+    assert seen.effective == {"capacity": 4.0, "refill_per_sec": 2.0}
+    assert seen.shadow is True
+    # The state moved to the new limit as a peek moves it: 1 owed of 4.
+    assert seen.available == pytest.approx(3.0, abs=0.01)
+    guarded = TokenBucket(10, 1, backend=backend, name="guarded", guard=0.5)
+    assert guarded.try_acquire()
+    seen = backend.inspect("guarded")
+    assert seen.slack == 0.5
+    assert seen.code == {"capacity": 9.5, "refill_per_sec": 1.0}
+    window = SlidingWindow(5, 3600, backend=backend, name="window")
+    assert window.try_acquire(2)
+    seen = backend.inspect("window")
+    # A window keeps its default guard: its length as the script is given it.
+    assert (seen.kind, seen.code) == ("sliding_window", {"limit": 5.0, "window": 3600.0 + seen.slack})
+    assert seen.available == pytest.approx(3.0)
+    assert seen.wait_for_one == 0.0
+
+
+def test_inspect_of_a_key_s_budget_reads_its_own_code_and_composites_keep_none(tmp_path: Path) -> None:
+    """A keyed budget's code is its own; a composite and a budget with priorities
+    keep none, as on Redis (whose scripts for them write none)."""
+    backend = SQLiteBackend(tmp_path / "s.db")
+    limiter = TokenBucket(3, 1 / 60, backend=backend, name="keyed")
+    assert limiter.for_key("tenant-7").try_acquire()
+    seen = backend.inspect("keyed", key="tenant-7")
+    assert seen.code == {"capacity": 3.0, "refill_per_sec": 1 / 60}
+    assert seen.available == pytest.approx(2.0, abs=0.01)
+    assert not backend.inspect("keyed").known
+    Composite([TokenBucket(5, 1), TokenBucket(50, 10)], backend=backend, name="pair").acquire()
+    TokenBucket(10, 1, low_share=0.5, backend=backend, name="lanes").acquire()
+    for name in ("pair", "lanes"):
+        seen = backend.inspect(name)
+        assert seen.known
+        assert (seen.kind, seen.code, seen.available) == (None, None, None)
+    assert {each.name for each in backend.inspect_all()} == {"pair", "lanes"}
+
+
+def test_the_code_is_written_once_per_handle_and_again_after_a_sweep(tmp_path: Path) -> None:
+    """Not at each decision: the fast path never writes it. A sweep forgets it with
+    the name's last state row, and the next decision writes it again."""
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    limiter = TokenBucket(100, 1, backend=backend, name="once")
+    assert limiter.try_acquire()
+    assert _rows(path, "SELECT name, kind, p1, p2, slack, shadow FROM ratelimit_code") == [
+        ("once", "token_bucket", 100.0, 1.0, 0.0, 0)
+    ]
+    _rows(path, "DELETE FROM ratelimit_code")
+    for _ in range(5):
+        assert limiter.try_acquire()
+    assert _rows(path, "SELECT name FROM ratelimit_code") == []  # decided without it
+    assert TokenBucket(100, 1, backend=backend, name="once").try_acquire()  # another handle: its first
+    assert _rows(path, "SELECT name FROM ratelimit_code") == [("once",)]
+    _rows(path, "UPDATE ratelimit_state SET forget = forget - 1000, idle = idle - 1000, number = number - 1000")
+    assert backend.sweep() == 1
+    assert _rows(path, "SELECT name FROM ratelimit_code") == []
+    assert not backend.inspect("once").known
+    assert limiter.try_acquire()  # a fresh row: the code with it
+    assert _rows(path, "SELECT name FROM ratelimit_code") == [("once",)]
+    assert backend.inspect("once").code == {"capacity": 100.0, "refill_per_sec": 1.0}
+
+
+def test_a_file_without_the_code_table_gets_it_and_keeps_its_format(tmp_path: Path) -> None:
+    """A file of format 3 made by a release before the table (and so one that such a
+    process re-creates): the table is made where this release opens it, the format
+    stays 3 (which that release opens as it is), and its rows are decided as before."""
+    path = tmp_path / "before.db"
+    SQLiteBackend(path).close()
+    _rows(path, "DROP TABLE ratelimit_code")
+    wall = time.time()
+    _rows(
+        path,
+        "INSERT INTO ratelimit_state (name, member, kind, number, blob, idle, updated, test, forget)"
+        " VALUES ('spent', -1, 'token_bucket', ?1, NULL, ?1, ?2, 0, ?1)",
+        wall + 7200.0,
+        wall,
+    )
+    backend = SQLiteBackend(path)
+    assert _rows(path, "SELECT value FROM ratelimit_meta WHERE key = 'version'") == [(3,)]
+    assert _rows(path, "SELECT name FROM sqlite_master WHERE name = 'ratelimit_code'") == [("ratelimit_code",)]
+    seen = backend.inspect("spent")  # a row no process of this release has decided yet
+    assert (seen.kind, seen.code, seen.available) == ("token_bucket", None, None)
+    limiter = TokenBucket(2, 1 / 3600, backend=backend, name="spent")
+    assert not limiter.try_acquire()
+    seen = backend.inspect("spent")
+    assert seen.code == {"capacity": 2.0, "refill_per_sec": 1 / 3600}
+    assert seen.available == pytest.approx(0.0, abs=1e-3)
+
+
+def test_a_code_row_written_by_hand_gives_its_kind_alone(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path)
+    assert TokenBucket(5, 1, backend=backend, name="hand").try_acquire()
+    _rows(path, "UPDATE ratelimit_code SET p1 = -3")
+    seen = backend.inspect("hand")
+    assert (seen.kind, seen.code, seen.available) == ("token_bucket", None, None)
+    _rows(path, "UPDATE ratelimit_code SET kind = 'mystery', p1 = 5")
+    assert backend.inspect("hand").kind == "mystery"

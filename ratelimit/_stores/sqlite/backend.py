@@ -48,6 +48,8 @@ from ..records import FleetRow, Inspection, Override, checked_override
 from ..store import Views
 from ..unavailable import BackendStats, FailurePolicy, OnUnavailable, checked_on_unavailable
 from .breaker import Kept, SQLiteStore
+from .code import FORGET as FORGET_CODE
+from .code import record_of
 from .config import NAMES, Changeable, refuse_unchangeable
 from .config import read as read_change
 from .config import write as write_change
@@ -79,6 +81,7 @@ _REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
 # A sweep visits only the rows its index says may be idle (`forget` is never later than
 # `idle`; see sqlite/file.py): never the whole table.
 _SWEEP = "DELETE FROM ratelimit_state WHERE test = 0 AND forget <= ?1 AND idle <= ?1"
+_SWEPT = "SELECT DISTINCT name FROM ratelimit_state WHERE test = 0 AND forget <= ?1 AND idle <= ?1"
 _CATCH_UP = "UPDATE ratelimit_state SET forget = idle WHERE test = 0 AND forget <= ?1 AND idle > ?1"
 
 
@@ -228,7 +231,10 @@ class SQLiteBackend(FailurePolicy):
         # the algorithm in force, which each transaction reads (sqlite/config.py).
         changeable = Changeable(alg) if alg.kind in NAMES else None
         slot = Slot(alg if changeable is None else changeable, clock)
-        rows = Rows(self._file, [(named, -1, alg.kind)], [slot], clock, changeable)
+        # What the code configured, for inspect (sqlite/code.py): written by the first
+        # decision of this handle that writes, as Redis's by a process's first.
+        code = None if changeable is None else record_of(alg, shadow)
+        rows = Rows(self._file, [(named, -1, alg.kind)], [slot], clock, changeable, code)
         slot.lock = rows
         if changeable is None:
             inner = MemoryHandle(alg, slot, rows)
@@ -240,6 +246,7 @@ class SQLiteBackend(FailurePolicy):
         fast_path = None
         if type(alg) is Gcra and changeable is not None:
             fast_path = FastPath(self._file, named, alg, slot, rows.clock, rows.test, changeable)
+            fast_path.on = False  # (the first decision writes the code's row: a full transaction)
         handle = SQLiteHandle(self, named, inner, local, fast_path)
         if rows.test == 0 and self._counters:
             handle.top = Cell((named, alg.kind, int(shadow)))
@@ -352,7 +359,10 @@ class SQLiteBackend(FailurePolicy):
         conn = file.begin()
         try:
             now = (file.now(),)
+            names = conn.execute(_SWEPT, now).fetchall()
             gone = conn.execute(_SWEEP, now).rowcount
+            # What the code configured goes with the last state row of its name.
+            conn.executemany(FORGET_CODE, names)
             # The rows whose `forget` has passed but not their `idle` (moved on by the
             # fast path): their `forget` catches up, so the next sweep skips them.
             kept = conn.execute(_CATCH_UP, now).rowcount
@@ -449,8 +459,9 @@ class SQLiteBackend(FailurePolicy):
 
     def holds(self, name: str) -> bool:
         """Whether the file holds anything of limiter ``name`` itself: a state (a
-        single limiter's, a member's, a lane's, a breaker's), a change in force, a
-        ConcurrencyLimit's slots. A keyed budget's rows are its key's, not the name's."""
+        single limiter's, a member's, a lane's, a breaker's), what its code
+        configured, a change in force, a ConcurrencyLimit's slots. A keyed budget's
+        rows are its key's, not the name's."""
         checked = _validate.name(name, self, shared=True, found=True) or ""
         return self._read(lambda conn, now: holds(conn, checked))
 

@@ -38,6 +38,7 @@ from .clock import boot_id, boot_seconds, rebased_offset
 from .top import TOP_TABLE
 
 __all__ = [
+    "CODE_TABLE",
     "FORMAT",
     "LOCK_GRACE",
     "STEP_FUNCTION",
@@ -76,6 +77,15 @@ _CONFIG_2 = (
 _CONFIG = (
     "CREATE TABLE IF NOT EXISTS ratelimit_config (name TEXT PRIMARY KEY, rate REAL, burst REAL, until REAL,"
     " at REAL NOT NULL, past TEXT, seen REAL) WITHOUT ROWID"
+)
+
+#: What the code of each process configured for a single limiter's name (see
+#: ``sqlite/code.py``): a table beside the format's, created in any file of format 3
+#: that lacks it; processes that do not read it share the file unchanged (the
+#: file's version stays 3).
+CODE_TABLE = (
+    "CREATE TABLE IF NOT EXISTS ratelimit_code (name TEXT PRIMARY KEY, kind TEXT NOT NULL, p1 REAL NOT NULL,"
+    " p2 REAL NOT NULL, slack REAL NOT NULL, shadow INTEGER NOT NULL) WITHOUT ROWID"
 )
 
 #: Format 1 (no ``forget`` column) to 2, in the set-up's write transaction
@@ -144,6 +154,7 @@ _SCHEMA = (
     _INDEX,
     _CONFIG,
     TOP_TABLE,
+    CODE_TABLE,
 )
 
 # SQLite's primary result codes (stable across versions; sqlite3 names them only from 3.11).
@@ -447,12 +458,14 @@ class StoreFile:
             for statement in _MIGRATE_2:
                 conn.execute(statement)
             logger.info("the SQLite store %r was of format 2: made format 3 (replaced changes kept)", self.path)
-            return
+            version = VERSION
         if version != VERSION:
             raise ValueError(
                 f"{self.path!r} is a ratelimit store of format version {version!r}; "
                 f"this release reads versions 1 and 2 (which it makes {VERSION}) and {VERSION}"
             )
+        if create:
+            conn.execute(CODE_TABLE)  # (a file made by a release before the table)
 
     def _time_base(self, conn: sqlite3.Connection) -> None:
         """Read the offset of store time, or set it for this boot (see ``sqlite/clock.py``)."""

@@ -14,6 +14,8 @@ from ..._algorithms.holes import Holes
 from ..._clock import Clock, SystemClock
 from ..._errors import BackendUnavailable
 from ..memory.backend import Slot
+from .code import WRITE as WRITE_CODE
+from .code import Record
 from .codec import CorruptState, decode, encode, holes_until
 from .config import FORGET_PAST, Change, Changeable, under
 from .file import StoreFile
@@ -93,6 +95,8 @@ class Rows:
     __slots__ = (
         "_change",
         "_changeable",
+        "_code",
+        "_code_due",
         "_conn",
         "_file",
         "_floor",
@@ -116,8 +120,13 @@ class Rows:
         slots: Sequence[Slot],
         clock: Clock | None,
         changeable: Changeable | None = None,
+        code: Record | None = None,
     ) -> None:
         self._file = file
+        #: What a single limiter's code configured (``sqlite/code.py``), written by
+        #: its first transaction that writes, and again by one that finds no state row.
+        self._code = code
+        self._code_due = code is not None
         #: A single limiter's algorithm, which follows a change at run time
         #: (sqlite/config.py); ``None``: the rows keep the code's values.
         self._changeable = changeable
@@ -195,6 +204,8 @@ class Rows:
         for key, slot in zip(self._keys, self._slots, strict=True):
             row = conn.execute(_SELECT, key).fetchone()
             if row is None:
+                if self._code is not None:
+                    self._code_due = True  # (the name's rows were swept or reset)
                 number = blob = None
                 slot.state = slot.alg.new_state()
                 if not _bare(slot):
@@ -279,6 +290,10 @@ class Rows:
                 conn.execute(FORGET_PAST, (self._keys[0][0],))
                 changeable.forget_past = False
                 wrote = True
+            code = self._code if self._code_due else None
+            if code is not None:
+                conn.execute(WRITE_CODE, (self._keys[0][0], *code))
+                wrote = True
             loaded = self._loaded
             for i, (key, slot) in enumerate(zip(self._keys, self._slots, strict=True)):
                 state = slot.state
@@ -306,6 +321,8 @@ class Rows:
             file.writes += 1
             self._floor = self._written
         file.commit(conn)  # raises (and leaves the slots to be read again) if it cannot
+        if code is not None:
+            self._code_due = False
         self._seen = (seen[0], seen[1], file.writes)
 
     def __enter__(self) -> None:
