@@ -1,9 +1,12 @@
 # Three commands for a fresh clone: `make demo`, `make test` (the fast loop) and
-# `make test-all` (everything, what CI runs). Each creates (or reuses) the local virtual
-# environment .venv first; nothing but Python is needed.
+# `make test-all` (everything, what CI runs). `make demo` creates (or reuses) .venv-demo,
+# holding the package and its `bench` extra only; the others create (or reuse) .venv with
+# the development group. Nothing but Python is needed.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+DEMO_VENV := .venv-demo
+DEMO_BIN := $(DEMO_VENV)/bin
 
 # The fast loop leaves out what takes real time, starts servers of its own, starts a
 # Cluster, or runs thousands of tasks at once (markers in pyproject.toml), caps each
@@ -19,8 +22,15 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e . --group dev
 	touch $@
 
-demo: $(BIN)/.installed
-	$(BIN)/python -m ratelimit bench
+# What the demo needs: the package and the embedded store `bench` runs on (its `bench`
+# extra), not the development tools.
+$(DEMO_BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_BIN)/python -m pip install --quiet -e '.[bench]'
+	touch $@
+
+demo: $(DEMO_BIN)/.installed
+	$(DEMO_BIN)/python -m ratelimit bench
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
@@ -43,4 +53,4 @@ docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 clean:
-	rm -rf $(VENV) build dist site .pytest_cache .mypy_cache .ruff_cache .benchmarks
+	rm -rf $(VENV) $(DEMO_VENV) build dist site .pytest_cache .mypy_cache .ruff_cache .benchmarks
