@@ -46,8 +46,8 @@ import redis
 from ratelimit import RedisBackend, TokenBucket
 from ratelimit._cli.bench_stats import most_in_window, percentile
 from ratelimit._cli.bench_worker import _Target
-from ratelimit._cli.rates import Rate, parse_rate
 from ratelimit._cli.sizing import token_bucket_size
+from ratelimit._validate import Rate, parse_rate
 from ratelimit.testing import FakeProvider
 
 Acquire = Callable[[float], bool]

@@ -20,6 +20,7 @@ from ._headers.parse import RateLimitInfo, parse_rate_limit_headers
 from ._limiting.adaptive import Adaptive
 from ._limiting.composite import Composite
 from ._limiting.concurrency import ConcurrencyLimit, Hold, Lease
+from ._limiting.for_limit import for_limit
 from ._limiting.front import Acquirer, LimiterStats
 from ._limiting.limiters import LeakyBucket, SlidingWindow, TokenBucket
 from ._limiting.reservation import Reservation
@@ -65,6 +66,7 @@ __all__ = [
     "Ticket",
     "TokenBucket",
     "classify",
+    "for_limit",
     "parse_rate_limit_headers",
     "subscribe",
 ]

@@ -8,15 +8,20 @@ that a bad config line is found from the traceback alone.
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 from datetime import timedelta
 
 __all__ = [
     "MAX_HORIZON",
     "MAX_NAME_LENGTH",
+    "UNITS",
+    "Rate",
     "duration",
     "horizon",
     "key",
     "name",
+    "parse_rate",
     "positive",
     "rate",
     "real",
@@ -34,7 +39,7 @@ MAX_HORIZON = 1e9
 def real(name: str, value: object) -> float:
     # bool is an int, but `capacity=True` is always a mistake.
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {shown(value)}{_written(name, value)}")
     try:
         result = float(value)
     except OverflowError:
@@ -42,6 +47,29 @@ def real(name: str, value: object) -> float:
     if math.isnan(result):
         raise ValueError(f"{name} must be a number, got {value!r}")
     return result
+
+
+def _written(name: str, value: object) -> str:
+    """How to write a number given as text: a provider's rate (``"10/minute"``) goes to
+    ``ratelimit.for_limit``, or becomes the numbers this argument takes; a number in
+    quotes loses them. Empty when the text is neither."""
+    if not isinstance(value, str) or len(value) > SHOWN_LENGTH:
+        return ""
+    try:
+        given = parse_rate(value, None)
+    except ValueError:
+        try:
+            number = float(value.replace("_", ""))
+        except ValueError:
+            return ""
+        return f": write it as a number, without quotes: {name}={number:g}" if math.isfinite(number) else ""
+    sized = f": for a provider's limit as text use ratelimit.for_limit({value!r}), which sizes the limiter for it"
+    count, window = f"{given.count:g}", f"{given.window:g}"
+    if name.endswith("_per_sec"):
+        return f"{sized}; or write {name}={count}/{window} (tokens per second)"
+    if name in ("limit", "window_seconds"):
+        return f"{sized}; or write limit={count}, window_seconds={window}"
+    return f"{sized}; {name} takes a number"
 
 
 def positive(name: str, value: object) -> float:
@@ -168,3 +196,74 @@ def tokens(value: object, most: float, most_name: str, name: str = "tokens", *, 
             f"{name} must be <= {most_name} ({most:g}), got {value!r}: such a request could never be granted"
         )
     return result
+
+
+# -- rates as providers write them: ``1000/min``, ``20/s``, ``5000/hour``, ``100/10s`` --
+#
+# A rate is a count per window. The window keeps its own length (a "1,000 per minute"
+# provider counts per minute, which is not the same promise as "16.7 per second"), and
+# ``Rate.per_second`` gives the sustained rate. ``ratelimit.for_limit`` and the
+# command's ``--limit`` read them, and a number's check above names one given as text.
+
+#: Seconds per unit, under every spelling accepted.
+UNITS: dict[str, float] = {
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1.0),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60.0),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3600.0),
+    **dict.fromkeys(("d", "day", "days"), 86400.0),
+}
+
+# A count (thousands may be grouped with "," or "_"), a slash, an optional number of
+# units ("100/10s": 100 per ten seconds) and the unit.
+_RATE = re.compile(
+    r"""^\s*
+    (?P<count>\d[\d,_]*(?:\.\d+)?|\.\d+)
+    \s*/\s*
+    (?P<times>\d+(?:\.\d+)?|\.\d+)?
+    \s*(?P<unit>[a-z]+)
+    \s*$""",
+    re.VERBOSE | re.IGNORECASE,
+)
+
+_SHORT = {1.0: "s", 60.0: "min", 3600.0: "hour", 86400.0: "day"}
+
+
+@dataclass(frozen=True)
+class Rate:
+    """``count`` requests per ``window`` seconds."""
+
+    count: float
+    window: float
+
+    @property
+    def per_second(self) -> float:
+        return self.count / self.window
+
+    def __str__(self) -> str:
+        for seconds, unit in _SHORT.items():
+            if self.window == seconds:
+                return f"{self.count:g}/{unit}"
+        return f"{self.count:g}/{self.window:g}s"
+
+
+def parse_rate(text: str, argument: str | None = "rate") -> Rate:
+    """Read ``N/unit`` (unit: s, min, hour, day, in long or short spellings) or ``N/Kunit``.
+
+    Raises:
+        ValueError: the text is not such a rate, or its count or window is not > 0;
+            the message names ``argument`` (unless ``None``: argparse names it
+            itself) and repeats the text.
+    """
+    prefix = "" if argument is None else f"{argument}: "
+    match = _RATE.match(text)
+    expected = "N/s, N/min, N/hour or N/day (e.g. 1000/min)"
+    if match is None:
+        raise ValueError(f"{prefix}expected a rate like {expected}, got {text!r}")
+    unit = UNITS.get(match["unit"].lower())
+    if unit is None:
+        raise ValueError(f"{prefix}unknown unit {match['unit']!r} in {text!r}; expected {expected}")
+    count = float(match["count"].replace(",", "").replace("_", ""))
+    window = unit * (float(match["times"]) if match["times"] else 1.0)
+    if not (0 < count < math.inf) or not (0 < window < math.inf):
+        raise ValueError(f"{prefix}the count and the window must be > 0, got {text!r}")
+    return Rate(count, window)

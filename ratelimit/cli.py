@@ -65,7 +65,6 @@ from ._cli.bench_report import bench_json, bench_text, best, sweep_text
 from ._cli.inspect_report import inspect_json, inspect_text, override_text
 from ._cli.plot import PLOT_MISSING, can_plot, plot
 from ._cli.printable import printable
-from ._cli.rates import UNITS, Rate, parse_rate
 from ._cli.size_report import size_json, size_text
 from ._cli.sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
 from ._cli.stores import (
@@ -83,6 +82,7 @@ from ._redact import redact_url, scrub, url_secrets
 from ._stores.operated import Operated
 from ._stores.records import FleetRow, UnchangeableLimit, checked_override
 from ._stores.redis import REDIS_URL_ENV, failure_reason, url_from_env
+from ._validate import UNITS, Rate, parse_rate
 
 __all__ = ["main"]
 

@@ -45,11 +45,11 @@ from .._redact import redact_url, scrub, url_secrets
 from .._stores.keys import tag
 from .._stores.redis import RedisBackend, preload
 from .._stores.sqlite import SQLiteBackend
+from .._validate import Rate
 from ..testing import FakeProvider
 from .bench_adaptive import AdaptiveStats, adaptive_stats
 from .bench_stats import allowed, jain, most_in_window, percentile, timeline
 from .bench_worker import NO_ANSWER, LimiterSpec, WorkerPlan, WorkerReport, run_worker
-from .rates import Rate
 from .sizing import DEFAULT_GUARD, DEFAULT_HEADROOM, size
 from .stores import sqlite_path_hint
 

@@ -67,6 +67,11 @@ def size_text(s: Sizing) -> str:
             f"                  capacity: the provider's burst less the headroom or the guard's"
             f" {_n(bucket.guard_tokens)} tokens (refill x guard), whichever is more"
         )
+    elif bucket.capacity_rule == "window":
+        lines.append(
+            "                  capacity: limit - refill x (window + guard), less than the burst allows:"
+            " a provider may count its limit in any window as well"
+        )
     else:
         lines.append(
             "                  capacity: no burst documented, so limit - refill x (window + guard)"

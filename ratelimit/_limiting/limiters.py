@@ -9,7 +9,7 @@ import weakref
 from abc import abstractmethod
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import _validate
 from .._algorithms.algorithm import Algorithm
@@ -31,6 +31,8 @@ from .priority import LowPriority, priorities
 logger = logging.getLogger("ratelimit")
 
 __all__ = ["LeakyBucket", "SingleLimiter", "SlidingWindow", "TokenBucket"]
+
+S = TypeVar("S", bound="SingleLimiter")
 
 
 def _bounded(name: str, value: object, capacity: float, rate: float) -> None:
@@ -97,6 +99,18 @@ class SingleLimiter(Limiter[float]):
 
     #: Seconds: the guard on real time when none is given (see ``ratelimit._limiting.guard``).
     default_guard = 0.0
+    #: The constructor's leading parameters, numbers all (see ``__new__``).
+    numbers: tuple[str, ...] = ()
+
+    def __new__(cls: type[S], *args: object, **kwargs: object) -> S:
+        # A provider's rate written where the first number goes (``TokenBucket("10/minute")``)
+        # leaves the second argument missing, which Python reports before ``__init__``
+        # checks anything: the text's own check comes first, and says how to write it.
+        given = {**dict(zip(cls.numbers, args, strict=False)), **kwargs}
+        for parameter in cls.numbers:
+            if isinstance(given.get(parameter), str):
+                _validate.real(parameter, given[parameter])
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -404,6 +418,7 @@ class TokenBucket(SingleLimiter):
     """
 
     __slots__ = ()
+    numbers = ("capacity", "refill_per_sec")
 
     def __init__(
         self,
@@ -485,6 +500,7 @@ class LeakyBucket(SingleLimiter):
     """
 
     __slots__ = ()
+    numbers = ("capacity", "leak_per_sec")
 
     def __init__(
         self,
@@ -558,6 +574,7 @@ class SlidingWindow(SingleLimiter):
     """
 
     __slots__ = ()
+    numbers = ("limit", "window_seconds")
     default_guard = DEFAULT_GUARD
 
     def __init__(

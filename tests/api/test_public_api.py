@@ -28,6 +28,7 @@ from ratelimit import (
     SQLiteBackend,
     SystemClock,
     TokenBucket,
+    for_limit,
     parse_rate_limit_headers,
 )
 from ratelimit._stores.store import Backend
@@ -44,6 +45,8 @@ PUBLIC = {
     "SlidingWindow",
     "TokenBucket",
     "Reservation",
+    # the limiter for a provider's published limit
+    "for_limit",
     # requests in flight
     "ConcurrencyLimit",
     "Hold",
@@ -292,6 +295,11 @@ CONTRACT: list[tuple[str, Callable[..., Any], list[tuple[str, Any, Any]]]] = [
     ),
     ("RedisBackend", RedisBackend, [("client", P.POSITIONAL_OR_KEYWORD, REQUIRED)]),
     ("SQLiteBackend", SQLiteBackend, [("path", P.POSITIONAL_OR_KEYWORD, REQUIRED)]),
+    (
+        "for_limit",
+        for_limit,
+        [("limit", P.POSITIONAL_OR_KEYWORD, REQUIRED), ("burst", P.KEYWORD_ONLY, None), *LIMITER_KEYWORDS],
+    ),
     (
         "parse_rate_limit_headers",
         parse_rate_limit_headers,

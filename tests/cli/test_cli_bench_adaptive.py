@@ -33,7 +33,7 @@ from ratelimit._cli.bench_adaptive import (
 from ratelimit._cli.bench_report import bench_json, bench_text
 from ratelimit._cli.bench_worker import LimiterSpec, _Target
 from ratelimit._cli.plot import can_plot, plot
-from ratelimit._cli.rates import Rate
+from ratelimit._validate import Rate
 from ratelimit.testing import FakeProvider
 
 

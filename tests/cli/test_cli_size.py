@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from ratelimit import LeakyBucket, TokenBucket
-from ratelimit._cli.rates import Rate, parse_rate
 from ratelimit._cli.sizing import expected_wait, md1_wait, size
+from ratelimit._validate import Rate, parse_rate
 from ratelimit.cli import main
 
 # -- rates ---------------------------------------------------------------------------
@@ -133,8 +133,18 @@ def test_the_guard_becomes_part_of_the_headroom_without_a_burst() -> None:
 
 def test_with_a_burst_the_guard_comes_out_of_the_bursts_margin() -> None:
     rate = parse_rate("100/s")
-    # The margin is the larger of headroom x burst (0.5) and refill x guard.
-    assert [size(rate, burst=10, guard=g).token_bucket.capacity for g in (0, 0.005, 0.02, 0.05)] == [9, 9, 8, 5]
+    # The margin is the larger of headroom x burst (0.5) and refill x guard, for a
+    # burst above the limit's count (5 per 50 ms, 100/s): the burst's rule alone.
+    fine = parse_rate("5/0.05s")
+    assert [size(fine, burst=10, guard=g).token_bucket.capacity for g in (0, 0.005, 0.02, 0.05)] == [9, 9, 8, 5]
+    # A burst within the count: the window's rule keeps 100 - fit(95 x (1 + guard)) when that is less.
+    within = [size(rate, burst=10, guard=g).token_bucket for g in (0, 0.005, 0.02, 0.05)]
+    assert [(b.capacity, b.capacity_rule) for b in within] == [
+        (5, "window"),
+        (5, "window"),
+        (4, "window"),
+        (1, "window"),
+    ]
     # A burst that cannot hold one token and the guard: one token, the rate cut to
     # the faster of (burst - 1) / guard and a spacing of 1 / rate + guard.
     tight = size(rate, burst=3, guard=0.05)
@@ -155,7 +165,7 @@ def test_size_rejects_out_of_range_arguments() -> None:
         size(rate, workers=0)
     with pytest.raises(ValueError, match="headroom must be from 0 to below 1, got 1"):
         size(rate, headroom=1)
-    with pytest.raises(ValueError, match="burst must be > 0, got -1"):
+    with pytest.raises(ValueError, match="burst must be > 0 and finite, got -1"):
         size(rate, burst=-1)
     with pytest.raises(ValueError, match="guard must be seconds >= 0"):
         size(rate, guard=-0.1)

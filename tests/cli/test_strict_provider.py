@@ -23,8 +23,8 @@ import redis
 from strict_provider import StrictProvider, StrictStats
 
 from ratelimit._cli.bench import BenchConfig, BenchResult, limiter_spec, run_bench
-from ratelimit._cli.rates import Rate
 from ratelimit._cli.sizing import DEFAULT_GUARD, size
+from ratelimit._validate import Rate
 from ratelimit.testing import FakeProvider
 
 from conftest import REDIS_URL

@@ -15,11 +15,10 @@ from typing import Any
 import pytest
 
 from ratelimit import AcquireTimeout, Composite, LeakyBucket, ManualClock, SlidingWindow, TokenBucket
-from ratelimit._cli.rates import Rate
 from ratelimit._cli.sizing import size
 from ratelimit._clock import SystemClock
 from ratelimit._limiting.guard import DEFAULT_GUARD
-from ratelimit._validate import MAX_HORIZON
+from ratelimit._validate import MAX_HORIZON, Rate
 
 LIMITERS: list[tuple[type[Any], tuple[float, float]]] = [
     (TokenBucket, (50, 10)),
