@@ -31,23 +31,25 @@ def test_for_limit_draws_no_429_and_serves_most_of_the_rate() -> None:
     statuses: list[int] = []
     lock = threading.Lock()
 
-    with StrictProvider(5, 1.0) as provider:
-        with httpx.Client(transport=RateLimitTransport(limiter), base_url=provider.url) as client:
-            started = time.monotonic()
-            deadline = started + SECONDS
+    with (
+        StrictProvider(5, 1.0) as provider,
+        httpx.Client(transport=RateLimitTransport(limiter), base_url=provider.url) as client,
+    ):
+        started = time.monotonic()
+        deadline = started + SECONDS
 
-            def send() -> None:
-                while time.monotonic() < deadline:
-                    status = client.get("/").status_code
-                    with lock:
-                        statuses.append(status)
+        def send() -> None:
+            while time.monotonic() < deadline:
+                status = client.get("/").status_code
+                with lock:
+                    statuses.append(status)
 
-            threads = [threading.Thread(target=send) for _ in range(THREADS)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            elapsed = time.monotonic() - started
+        threads = [threading.Thread(target=send) for _ in range(THREADS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.monotonic() - started
     stats = provider.stats
     assert stats is not None
     assert stats.refused == 0, stats
