@@ -2,7 +2,8 @@
 
 - ``ratelimit size``: recommended settings for every algorithm from a provider's
   documented limits, the static per-worker split beside them, and the expected wait
-  at a given demand (the arithmetic is in ``ratelimit._cli.sizing``).
+  at a given demand (the arithmetic is in ``ratelimit._cli.sizing`` and
+  ``ratelimit._limiting.sizing``).
 - ``ratelimit bench``: worker processes and threads acquire from one limiter, sized
   as ``size`` would, and call a provider (the built-in fake one by default); reports
   the achieved rate, 429s, waits, round trips, CPU and fairness (``ratelimit._cli.bench``).
@@ -702,8 +703,9 @@ def _parser(secrets: Sequence[str] = ()) -> _Parser:
         "the static per-worker split beside them, and the expected wait at a demand. "
         "Every recommendation keeps the provider's limit for requests that leave up to --guard late. "
         "Token bucket: refill = limit x (1 - headroom), capacity = floor(burst - max(burst x headroom, "
-        "refill x guard)) (without a burst: limit - refill x (window + guard), so that no provider window sees "
-        "more than its limit); the derivations are in `ratelimit._cli.sizing`. "
+        "refill x guard)) (without a burst, or also with one no larger than the limit: limit - refill x "
+        "(window + guard), so that no provider window sees more than its limit); the derivations are in "
+        "`ratelimit._limiting.sizing`, and ratelimit.for_limit() builds the same token bucket. "
         "Expected wait (Poisson arrivals at demand L, refill M, capacity C, r = L/M): "
         "Wq x exp(-theta (C - 1) / M) with Wq = r / (2M(1 - r)) and theta solving L(exp(theta/M) - 1) = theta; "
         "at or above the rate the wait grows without bound.",

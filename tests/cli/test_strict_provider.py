@@ -4,7 +4,7 @@ Real time, real processes, a real Redis: 4 worker processes x 4 threads saturate
 shared limiter and call a provider that refuses any request making more than ``L``
 in ANY interval of ``T`` seconds, counted on arrival (``strict_provider.py``). A
 request leaves when its caller wakes, some milliseconds after its grant; the sizing
-keeps a guard against exactly that (``ratelimit._cli.sizing``), so the provider must
+keeps a guard against exactly that (``ratelimit._limiting.sizing``), so the provider must
 refuse nothing. A 429 here means the guard is smaller than this machine's send
 jitter: a finding about ``DEFAULT_GUARD`` (measure with ``benchmarks/jitter.py``),
 never a reason to allow a few.

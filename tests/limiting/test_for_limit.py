@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from typing import Any
 
 import fakeredis
 import pytest
@@ -21,6 +22,11 @@ from ratelimit import (
 )
 from ratelimit._cli.sizing import size
 from ratelimit._validate import parse_rate
+
+# Values of the wrong type, typed Any: the calls below are what mypy refuses already.
+TEN_PER_MINUTE: Any = "10/minute"
+FIVE_AS_TEXT: Any = "5"
+FIVE: Any = 5
 
 
 def _most_in_closed_window(times: list[float], window: float) -> int:
@@ -145,13 +151,13 @@ def test_it_shares_a_budget_through_a_backend_under_its_name() -> None:
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda: for_limit(5), TypeError, r"limit must be the provider's rate as text, e.g. '5/s' .*got int 5"),
+        (lambda: for_limit(FIVE), TypeError, r"limit must be the provider's rate as text, e.g. '5/s' .*got int 5"),
         (lambda: for_limit("5"), ValueError, r"limit: expected a rate like N/s.*got '5'"),
         (lambda: for_limit("5/fortnight"), ValueError, r"limit: unknown unit 'fortnight'"),
         (lambda: for_limit("0/s"), ValueError, r"limit: the count and the window must be > 0, got '0/s'"),
         (lambda: for_limit("x" * 10_000), ValueError, r"limit must be a rate like '1000/min', got 'xxx.*characters"),
         (lambda: for_limit("5/s", burst=0), ValueError, r"burst must be > 0 and finite, got 0"),
-        (lambda: for_limit("5/s", burst="20"), TypeError, r"burst must be a number, got str '20'"),
+        (lambda: for_limit("5/s", burst=FIVE_AS_TEXT), TypeError, r"burst must be a number, got str '5'"),
         (lambda: for_limit("5/s", headroom=1), ValueError, r"headroom must be from 0 to below 1, got 1"),
         (lambda: for_limit("5/s", guard=-1), ValueError, r"guard must be seconds >= 0"),
     ],
@@ -169,15 +175,30 @@ RATE_HINT = r"for a provider's limit as text use ratelimit\.for_limit\('10/minut
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: TokenBucket(5, "10/minute"), rf"refill_per_sec must be a number, got str '10/minute': {RATE_HINT}"),
-        (lambda: TokenBucket(5, refill_per_sec="10/minute"), r"or write refill_per_sec=10/60 \(tokens per second\)"),
-        (lambda: TokenBucket("10/minute"), rf"capacity must be a number, got str '10/minute': {RATE_HINT}"),
-        (lambda: TokenBucket(capacity="10/minute"), rf"capacity must be a number, got str '10/minute': {RATE_HINT}"),
-        (lambda: LeakyBucket(5, "10/minute"), r"leak_per_sec must be a number.*or write leak_per_sec=10/60"),
-        (lambda: LeakyBucket("10/minute"), rf"capacity must be a number, got str '10/minute': {RATE_HINT}"),
-        (lambda: SlidingWindow("10/minute"), r"limit must be a number.*or write limit=10, window_seconds=60"),
-        (lambda: SlidingWindow(10, "10/minute"), r"window_seconds must be a number.*limit=10, window_seconds=60"),
-        (lambda: TokenBucket("5", 1), r"capacity must be a number, got str '5': write it as a number, without quotes"),
+        (lambda: TokenBucket(5, TEN_PER_MINUTE), rf"refill_per_sec must be a number, got str '10/minute': {RATE_HINT}"),
+        (lambda: TokenBucket(5, refill_per_sec=TEN_PER_MINUTE), r"or write refill_per_sec=10/60 \(tokens per second\)"),
+        (
+            lambda: TokenBucket(TEN_PER_MINUTE),  # type: ignore[call-arg]
+            rf"capacity must be a number, got str '10/minute': {RATE_HINT}",
+        ),
+        (
+            lambda: TokenBucket(capacity=TEN_PER_MINUTE),  # type: ignore[call-arg]
+            rf"capacity must be a number, got str '10/minute': {RATE_HINT}",
+        ),
+        (lambda: LeakyBucket(5, TEN_PER_MINUTE), r"leak_per_sec must be a number.*or write leak_per_sec=10/60"),
+        (
+            lambda: LeakyBucket(TEN_PER_MINUTE),  # type: ignore[call-arg]
+            rf"capacity must be a number, got str '10/minute': {RATE_HINT}",
+        ),
+        (
+            lambda: SlidingWindow(TEN_PER_MINUTE),  # type: ignore[call-arg]
+            r"limit must be a number.*or write limit=10, window_seconds=60",
+        ),
+        (lambda: SlidingWindow(10, TEN_PER_MINUTE), r"window_seconds must be a number.*limit=10, window_seconds=60"),
+        (
+            lambda: TokenBucket(FIVE_AS_TEXT, 1),
+            r"capacity must be a number, got str '5': write it as a number, without quotes",
+        ),
     ],
 )
 def test_a_rate_where_a_number_goes_says_how_to_write_it(call: object, message: str) -> None:

@@ -39,7 +39,7 @@ IDS = ["token-bucket", "leaky-bucket", "sliding-window"]
         (math.inf, ValueError, "guard must be seconds >= 0 and at most 1e+09, got inf"),
         (2e9, ValueError, "guard must be seconds >= 0 and at most 1e+09, got 2000000000.0"),
         (True, TypeError, "guard must be a number, got bool True"),
-        ("0.05", TypeError, "guard must be a number, got str '0.05'"),
+        ("0.05", TypeError, "guard must be a number, got str '0.05': write it as a number, without quotes: guard=0.05"),
     ],
 )
 def test_a_bad_guard_is_refused_naming_it_and_its_value(
