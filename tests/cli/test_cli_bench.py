@@ -81,9 +81,10 @@ def test_the_counting_client_sees_one_script_call_per_acquire() -> None:
 # -- real runs -------------------------------------------------------------------------
 
 # 100/s with a burst of 10, 5 % headroom and the default guard of 50 ms:
-# TokenBucket(capacity=5, refill_per_sec=95) (the guard keeps 95 x 0.05 = 4.75 tokens
-# of the burst back). In 4 s a perfect limiter grants 5 + 95 x 4 = 385; a 5 % band
-# around that is 19 calls, far more than start-up and scheduling noise can cost.
+# TokenBucket(capacity=1, refill_per_sec=95) (a burst within the count keeps the
+# window's rule too: 100 - fit(95 x 1.05) = 1). In 4 s a perfect limiter grants
+# 1 + 95 x 4 = 381; a 5 % band around that is 19 calls, far more than start-up and
+# scheduling noise can cost.
 RUN = ["bench", "--limit", "100/s", "--burst", "10", "--processes", "2", "--threads", "4", "--seconds", "4"]
 
 
@@ -94,8 +95,8 @@ def _bench_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any
 
 
 def _check_the_rate_holds(report: dict[str, Any]) -> None:
-    assert report["limiter"] == {"algorithm": "token-bucket", "capacity": 5, "refill_per_sec": 95, "guard": 0}
-    assert report["allowed"] == 385
+    assert report["limiter"] == {"algorithm": "token-bucket", "capacity": 1, "refill_per_sec": 95, "guard": 0}
+    assert report["allowed"] == 381
     # A grant is decided when reserved but sent when its sleep ends, some ms late on
     # a busy machine; the sizing's guard keeps the provider's burst for sends that late
     # (issue 11). Without it this drew 1 of 389 in about one full suite run in three.
@@ -104,8 +105,8 @@ def _check_the_rate_holds(report: dict[str, Any]) -> None:
     assert set(report["responses"]) <= {"200", "429"}
     assert report["responses"]["200"] + report["responses"].get("429", 0) == report["grants"]
     # Never more than a perfect limiter, and within 5 % of it.
-    assert 385 * 0.95 <= report["grants"] <= 385
-    assert report["achieved_per_sec"] == pytest.approx(385 / 4, rel=0.05)
+    assert 381 * 0.95 <= report["grants"] <= 381
+    assert report["achieved_per_sec"] == pytest.approx(381 / 4, rel=0.05)
     # The provider (a bucket of 10 refilled at 100/s) never saw more than it allows in 1 s.
     assert report["max_in_provider_window"] <= 110
     # At most one script call per acquire (every grant, and each caller's last acquire,
@@ -232,11 +233,13 @@ def test_the_sweep_marks_the_best_setting(capsys: pytest.CaptureFixture[str]) ->
     report = _bench_json(capsys, *argv, "--seconds", "0.5")
     runs = report["runs"]
     assert [run["config"]["headroom"] for run in runs[:5]] == [0, 0.025, 0.05, 0.1, 0.15]
-    assert [run["config"]["guard_seconds"] for run in runs] == [0.05] * 5 + [0] + [0.05] * 3
-    # At 5 % without the guard the bucket holds 9 (the headroom's margin only).
-    assert runs[5]["limiter"]["capacity"] == 9
-    # Then, at 5 %: the provider's whole burst, half the sized capacity, and 1.
-    assert [run["limiter"]["capacity"] for run in runs[6:]] == [10, 2, 1]
+    assert [run["config"]["guard_seconds"] for run in runs] == [0.05] * 5 + [0] + [0.05]
+    # At 5 % without the guard the bucket holds 5: 100 - 95 in the window, below the
+    # burst's 9 (its headroom's margin only).
+    assert runs[5]["limiter"]["capacity"] == 5
+    # Then, at 5 %: the provider's whole burst (half the sized capacity and 1 are the
+    # sized capacity, 1, itself).
+    assert [run["limiter"]["capacity"] for run in runs[6:]] == [10]
     best = runs[report["best"]]
     assert best["refused_429"] == 0
     clean = [run["grants"] for run in runs if run["refused_429"] == 0 and run["no_answer"] == 0]
