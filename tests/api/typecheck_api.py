@@ -41,6 +41,7 @@ from ratelimit import (
     SystemClock,
     Ticket,
     TokenBucket,
+    for_limit,
     parse_rate_limit_headers,
     subscribe,
 )
@@ -67,6 +68,11 @@ def constructors() -> None:
     )
     wrapped = RedisBackend(fakeredis.FakeRedis(), on_unavailable="allow", local_share=0.5, time_source="client")
     llm = Composite([TokenBucket(50, 50 / 60), SlidingWindow(40_000, 60)], backend=wrapped, name="llm", clock=clock)
+    sized: TokenBucket = for_limit("1000/min", burst=20, backend=wrapped, name="sized", clock=clock)
+    sized = for_limit("5/s", headroom=0.1, guard=timedelta(milliseconds=80))
+    rate: float = sized.refill_per_sec
+    for_limit(5)  # type: ignore[arg-type]
+    TokenBucket("10/minute")  # type: ignore[call-arg, arg-type]
 
     capacity: float = bucket.capacity
     refill: float = bucket.refill_per_sec
@@ -100,7 +106,7 @@ def constructors() -> None:
     RedisBackend.from_url("redis://redis:6379/0", on_unavailable="ignore")  # type: ignore[arg-type]
     RedisBackend.from_url("redis://redis:6379/0", local_share="sometimes")  # type: ignore[arg-type]
 
-    _ = (capacity, refill, leak, limit, seconds, approximate, name, its_clock, failures, llm)
+    _ = (capacity, refill, leak, limit, seconds, approximate, name, its_clock, failures, llm, rate)
 
 
 def backends() -> None:
