@@ -2,7 +2,10 @@
 
 Each check raises ``TypeError`` for a value of the wrong type and ``ValueError`` for
 a value out of range, and every message names the argument and repeats the value, so
-that a bad config line is found from the traceback alone.
+that a bad config line is found from the traceback alone. A number given as text
+says how to write it, and a provider's rate given as text (``"10/minute"``) points to
+``ratelimit.for_limit``, which reads such rates with :func:`parse_rate` (so does the
+command line's ``--limit``).
 """
 
 from __future__ import annotations
@@ -202,8 +205,7 @@ def tokens(value: object, most: float, most_name: str, name: str = "tokens", *, 
 #
 # A rate is a count per window. The window keeps its own length (a "1,000 per minute"
 # provider counts per minute, which is not the same promise as "16.7 per second"), and
-# ``Rate.per_second`` gives the sustained rate. ``ratelimit.for_limit`` and the
-# command's ``--limit`` read them, and a number's check above names one given as text.
+# ``Rate.per_second`` gives the sustained rate.
 
 #: Seconds per unit, under every spelling accepted.
 UNITS: dict[str, float] = {
