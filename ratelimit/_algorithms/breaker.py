@@ -1,11 +1,9 @@
 """The circuit breaker's state machine: closed, open, half-open (CircuitBreaker's state).
 
-The transitions are pure functions on a small state, with no clock and no I/O; the
-caller passes ``now``. ``lua/breaker.lua`` is the same machine, line for line, for
-state shared through Redis. A store runs each transition (ask to pass, report an
-outcome) as one atomic step: under a lock in process, one script call in Redis, one
-transaction in a SQLite file (the ``breaker.py`` of each ``_stores/`` folder). The
-protected call itself runs between two steps, with nothing held.
+Pure transitions on a small state; the caller passes ``now``. ``lua/breaker.lua`` is
+the same machine for state shared through Redis. A store runs each transition (ask
+to pass, report an outcome) as one atomic step (the ``breaker.py`` of each
+``_stores/`` folder); the protected call runs between two steps, with nothing held.
 
 Failure rate: outcomes are counted in ``buckets`` buckets that together span
 ``window`` seconds (a bucket is ``window / buckets`` wide and the newest one is still
@@ -95,8 +93,8 @@ class State:
 
 
 class Decision(NamedTuple):
-    """The answer to "may this call go?" and what it changed (a tuple: made per call,
-    and a frozen dataclass costs a microsecond to build)."""
+    """The answer to "may this call go?" and what it changed (a tuple: one is made per
+    call, and a tuple is cheaper to build than a frozen dataclass)."""
 
     admitted: bool
     probe: bool
