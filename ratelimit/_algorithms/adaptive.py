@@ -57,8 +57,7 @@ class Pace(NamedTuple):
     last: float
     #: The rate at the last cut (0: never cut).
     peak: float
-    #: Where the growth curve starts: the last cut plus the time since spent idle
-    #: (``-inf``: never cut).
+    #: Where the growth curve starts: the last cut plus idle time (``-inf``: never cut).
     cut_at: float
     #: When the reservations made before the last cut have all gone (``-inf``: never cut).
     fresh: float

@@ -140,10 +140,9 @@ class Algorithm(Protocol[S]):
         ...
 
     def configured(self, rate: float | None, burst: float | None) -> Algorithm[S]:
-        """The limit as changed at run time (``ratelimit set``): ``rate`` tokens per
-        second, a largest burst of ``burst``, ``None`` keeping the code's value. The
-        guard's share is kept back from the new values; a window keeps its length and
-        has no burst of its own. The Lua twin is ``<kind>.configured``."""
+        """The limit as changed at run time (``ratelimit set``): ``rate`` tokens a second,
+        a burst of ``burst`` (``None`` keeps the code's), the guard's share kept back; a
+        window keeps its length. Twin of ``<kind>.configured`` in Lua."""
         ...
 
     def restrict(self, state: S, now: float, remaining: float, until: float) -> S:
@@ -156,9 +155,8 @@ class Algorithm(Protocol[S]):
         ...
 
     def step(self, state: S, now: float, tokens: float, max_wait: float) -> tuple[S, float]:
-        """Exactly :func:`step`, as a method, for ``tokens > 0``; an algorithm may fuse
-        plan and commit for the in-process hot path. The property tests pin every
-        override to :func:`step`."""
+        """Exactly :func:`step` for ``tokens > 0``, plan and commit fused for the in-process
+        hot path; the property tests pin every override to :func:`step`."""
         ...
 
 

@@ -5,15 +5,13 @@ the same machine for state shared through Redis. A store runs each transition (a
 to pass, report an outcome) as one atomic step (the ``breaker.py`` of each
 ``_stores/`` folder); the protected call runs between two steps, with nothing held.
 
-Failure rate: outcomes are counted in ``buckets`` buckets that together span
-``window`` seconds (a bucket is ``window / buckets`` wide and the newest one is still
-filling), so a failure ages out of the window within one bucket's width of
-``window`` seconds. The circuit opens when, over that window, at least ``min_calls``
-calls finished and the failing share reached ``failure_threshold``.
+Failure rate: outcomes are counted in ``buckets`` buckets spanning ``window`` seconds
+(the newest still filling), so a failure ages out within a bucket's width of
+``window``. The circuit opens when over the window at least ``min_calls`` calls
+finished and the failing share reached ``failure_threshold``.
 
-Generations: every opening starts a new generation, and a ticket remembers the one it
-was issued in, so a slow call that began before an outage cannot close (or re-open)
-a circuit that has moved on since.
+Generations: every opening starts a new one, and a ticket remembers its own, so a
+slow call that began before an outage cannot close (or re-open) the circuit since.
 """
 
 from __future__ import annotations

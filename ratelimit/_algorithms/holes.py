@@ -88,16 +88,14 @@ __all__ = [
 SCAN = 16
 
 #: ``[at, tokens, lasting]``: when the withdrawn grant was due, its tokens per limit, and
-#: whether they are the end of a slot known to end at ``at`` + tolerance (a named
-#: refund's), good past ``at`` (``Algorithm.room``). A withdrawal's hole is good at its
-#: own time only: in a composite its grant's slot may sit elsewhere.
+#: whether they end a slot known to end at ``at`` + tolerance (a named refund's), good
+#: past ``at``; a withdrawal's is not (in a composite its slot may sit elsewhere).
 Hole = list[Any]
 
 
 #: ``[gen, j, lo, hi, d, until]``: a queue moved up (:func:`_move_up`). In slotted limit
-#: ``j`` every slot that ended in (``lo``, ``hi``] + tolerance now ends ``d`` seconds
-#: sooner, for a name given before the move (a lower ``gen``). Kept until ``until``,
-#: when every grant it moved is past.
+#: ``j`` every slot that ended in (``lo``, ``hi``] + tolerance for a name of a lower
+#: ``gen`` now ends ``d`` seconds sooner. Kept until ``until``, when all it moved is past.
 Move = list[Any]
 
 #: The most moves kept at once; with as many, a request larger than the holes queues

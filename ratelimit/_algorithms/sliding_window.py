@@ -43,7 +43,7 @@ MAX_CAPS = 8
 
 class Log:
     """The exact log's state: parallel lists of entries, oldest first from ``head``
-    (entries before it are pruned, dropped in batches), and the caps.
+    (those before it pruned, dropped in batches), and the caps.
 
     ``head < len(times)``, or the lists are empty. Until the sums are rebased no weight
     exceeds its sum, so the base is never below zero; ``rebased`` says that may no

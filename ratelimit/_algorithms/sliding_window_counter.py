@@ -3,9 +3,9 @@
 Time is cut into aligned sub-windows of width ``g = window / m`` (``m`` is
 :data:`SUBWINDOWS`; fewer for a window under ``m`` microseconds, see
 :data:`SHORTEST`), numbered ``j(t) = floor(t / g)``. The state is the tokens granted
-in each of the ``m + 1`` newest sub-windows (a ring: the sub-window of ``last`` and
-the ``m`` before it), their total, and ``last``: the latest grant recorded, or the
-end of a pause. A request is planned at ``t = max(now, last)`` or later (FIFO):
+in the ring of the ``m + 1`` newest sub-windows (``last``'s and the ``m`` before), their
+total, and ``last``: the latest grant recorded, or the end of a pause. A request is
+planned at ``t = max(now, last)`` or later (FIFO):
 
 - it goes at ``t`` if sub-windows ``j(t) - m .. j(t)`` hold at most ``limit - tokens``;
 - otherwise at the start of sub-window ``k + m``, for the first ``k`` from which on

@@ -4,20 +4,18 @@ The generic cell rate algorithm keeps only the *theoretical arrival time* (TAT):
 moment the bucket would be full again if nothing more were taken. With an emission
 interval ``T = 1 / refill_per_sec`` and a burst tolerance ``tau = capacity * T``:
 
-- a request for ``n`` tokens may go at ``max(TAT, now) + n*T - tau`` (or now, if that
-  is already past), and
+- a request for ``n`` tokens may go at ``max(TAT, now) + n*T - tau``, or now if past;
 - granting it moves the TAT to ``max(TAT, at) + n*T``.
 
 A waiting request *reserves* its place by pushing the TAT forward: grants come out in
 arrival order, ``T`` apart once the burst is spent. A charge of ``n`` moves the TAT to
 ``max(TAT, now) + n*T`` whatever it was; past ``now + tau`` the bucket is in debt.
 
-Each grant fills a *slot* of the TAT's line (as long as its tokens take) that begins no
-earlier than the grant and ends no later than its time + ``tau``; slots never overlap,
-which keeps any interval within ``capacity + rate·t``. A grant that waited its turn
-ends its slot exactly at its time + ``tau``, and any grant at the TAT its commit
-leaves, so a refund that names it knows where its unused tokens sit and the part
-still ahead can be handed out again (``room``, ``holes.py``). Twin of
+Each grant fills a *slot* of the TAT's line (as long as its tokens take) from no
+earlier than the grant to no later than its time + ``tau``; slots never overlap, which
+keeps any interval within ``capacity + rate·t``. A grant ends its slot at the TAT its
+commit leaves (its time + ``tau`` if it waited its turn), so a refund that names it
+knows where its unused tokens sit (``room``, ``holes.py``). Twin of
 ``lua/token_bucket.lua``.
 
 A bucket refilled at no rate is an :class:`Allowance` (a TAT would move by ``n / 0``).
