@@ -33,11 +33,10 @@ _making = threading.Lock()
 
 
 class KeyViews:
-    """A limiter's views of its keys, the most recently used kept, at most ``size``.
+    """A limiter's views of its keys, at most ``size``, the most recently used kept.
 
-    Looked up and kept under one lock, so callers asking for one key at once all get
-    one view. A view is built outside the lock: a bind may sweep its backend, and the
-    sweep calls :meth:`forget_idle`.
+    Looked up under one lock, so callers asking for one key at once get one view; built
+    outside it, since a bind may sweep the backend, which calls :meth:`forget_idle`.
     """
 
     __slots__ = ("__weakref__", "_lock", "_views", "backend", "size")

@@ -37,9 +37,8 @@ class _Grant(Generic[T]):
 
 
 class Named(Generic[T]):
-    """Each caller's latest grant of one limiter, and how many it made since it last
-    gave back (see the module docstring). ``owner`` is the asyncio task that calls, or
-    ``None`` outside one."""
+    """Each caller's latest grant of one limiter and how many it made since it last gave
+    back. ``owner``: the calling asyncio task, or ``None`` outside one."""
 
     __slots__ = ("_var",)
 

@@ -1,10 +1,9 @@
 """What ``limiter.reserve()`` returns: a grant taken now, to be used later.
 
-A reservation is the first half of an ``acquire``: the store decides and records the
-grant, and the caller is told when it may go instead of sleeping. Until then
-:meth:`Reservation.cancel` withdraws it as an interrupted ``acquire`` does; once due
-it is spent. Whether it is due is for the reservation to say, by its own clock
-against its wait, not for the store. Only the front (``front.py``) makes them.
+The first half of an ``acquire``: the store decides and records the grant, and the
+caller is told when it may go instead of sleeping. Until due, :meth:`Reservation.cancel`
+withdraws it; whether it is due the reservation tells by its own clock against its
+wait, not the store. Only the front (``front.py``) makes them.
 """
 
 from __future__ import annotations
