@@ -1,36 +1,28 @@
 """A rate learned from the provider's refusals: CUBIC, as one more limit of a group.
 
-For a provider that publishes no limit, the limiter keeps a second limit beside its
-own: a pace whose rate is learned. It is a member of the group the limiter decides
-(``algorithm.step_all``), so a grant goes at the later of the two limits' times and
-everything a group does (holes, charges, refunds) works unchanged. The rate lives in
-the pace's state, and that state lives with the limiter's in the store, so every
-worker sharing the budget learns one rate in the same atomic step that grants.
+For a provider that publishes no limit, the limiter decides a second limit in its
+group (``algorithm.step_all``): a pace whose rate is learned. Its state lives with
+the limiter's in the store, so every worker sharing the budget learns one rate in
+the same atomic step that grants. The rate is a function of the state:
 
-The rate at time ``now`` is a function of the state, evaluated when needed:
-
-- **Growth: CUBIC** (RFC 9438, scaled to rates). After a cut at ``cut_at`` from a
-  rate ``peak``, the rate is ``peak * (1 + (1 - decrease) * x**3)`` with
-  ``x = (now - cut_at) / recover - 1``: it starts at ``decrease * peak``, climbs fast
-  and flattens as it nears ``peak`` (reached after ``recover`` seconds), stays near it
-  a while, then probes beyond, faster and faster. Growth is a function of time, not
-  of how many responses came back, so a fleet grows as one client whatever its size,
-  and no success needs a write: successes show only as the absence of a cut.
+- **Growth: CUBIC** (RFC 9438, scaled to rates). After a cut at ``cut_at`` from
+  ``peak``, the rate is ``peak * (1 + (1 - decrease) * x**3)`` with
+  ``x = (now - cut_at) / recover - 1``: from ``decrease * peak`` it climbs, flattens
+  near ``peak`` (reached after ``recover`` seconds), then probes beyond. Growth
+  depends on time, not on responses, so a fleet grows as one client and no success
+  needs a write.
 - **Only time in use counts.** The curve's clock stops while the budget is idle
-  (no decision and no grant for ``idle`` seconds: :data:`IDLE`, or two intervals at
-  the floor if longer), so an unused budget does not drift up to where nobody has
-  tried it. A new pace starts at the ceiling: until the first refusal nothing says
-  the limit is lower.
+  (``idle`` seconds without a decision or a grant), so an unused budget does not drift
+  up untried. A new pace starts at the ceiling.
 - **Decrease: multiplicative.** A throttle sets ``peak`` to the rate the refused
-  request was decided at and ``cut_at`` to now. Throttles for requests that went
-  before the pace was free of the reservations made before the last cut are the same
-  congestion event and change nothing, so N workers that all see a 429 for one
-  overshoot cut once.
+  request was decided at and ``cut_at`` to now. Refusals of requests sent before the
+  reservations made before the last cut had gone are the same congestion event, so N
+  workers that all see a 429 for one overshoot cut once.
 - Always within ``[floor, ceiling]``.
 
-The pace itself is GCRA whose interval is ``1 / rate``, with a burst of the
-limiter's largest request (its own burst limit still applies). Reservations already
-promised keep their times when the rate changes. Mirrored by ``lua/adaptive.lua``.
+The pace is GCRA at interval ``1 / rate`` with a burst of the limiter's largest
+request; promised reservations keep their times when the rate changes. Twin of
+``lua/adaptive.lua``.
 """
 
 from __future__ import annotations
@@ -46,12 +38,11 @@ __all__ = ["GRACE", "IDLE", "MEMORY", "QUIET", "Cubic", "Pace"]
 #: Seconds without a decision or a grant after which the growth curve's clock stops
 #: (or two intervals at the floor, if longer).
 IDLE = 1.0
-#: Seconds a throttle whose request's grant time is unknown is taken for the same
-#: congestion event as the last cut, once the reservations made before it have gone.
+#: Seconds after the last cut's reservations have gone during which a refusal whose
+#: request's grant time is unknown still counts as that cut's.
 QUIET = 1.0
-#: Seconds after the reservations made before a cut have gone during which refusals
-#: still count as that cut's: a provider whose budget they emptied refuses a request
-#: that arrives a little early (send jitter) even at a rate now under its limit.
+#: Seconds after the last cut's reservations have gone during which refusals still
+#: count as that cut's: send jitter makes a request arrive a little early.
 GRACE = 0.25
 #: Seconds the learned rate is remembered once nobody uses the budget.
 MEMORY = 600.0
@@ -66,8 +57,7 @@ class Pace(NamedTuple):
     last: float
     #: The rate at the last cut (0: never cut).
     peak: float
-    #: Where the growth curve starts: the last cut, moved on by the time since spent
-    #: idle (``-inf``: never cut).
+    #: Where the growth curve starts: the last cut plus idle time (``-inf``: never cut).
     cut_at: float
     #: When the reservations made before the last cut have all gone (``-inf``: never cut).
     fresh: float
@@ -87,8 +77,8 @@ class Cubic:
     ceiling: float
     decrease: float
     recover: float
-    #: Seconds without use after which the curve's clock stops: below a rate of a
-    #: grant a second, the gaps of steady use are longer than IDLE and must not.
+    #: Seconds without use after which the curve's clock stops: at least two
+    #: intervals at the floor, so the gaps of steady slow use do not stop it.
     idle: float = field(init=False, repr=False, compare=False)
 
     kind = "adaptive"
@@ -108,8 +98,8 @@ class Cubic:
     # -- the learned rate ------------------------------------------------------------
 
     def start(self, state: Pace, now: float) -> float:
-        """Where the growth curve starts at ``now``: the last cut, moved on by the time
-        since spent idle (no decision and no grant)."""
+        """Where the growth curve starts at ``now``: the last cut plus the time since
+        spent idle."""
         cut_at = state.cut_at
         used = state.seen if state.seen > state.last else state.last
         idle = now - used - self.idle
@@ -122,8 +112,7 @@ class Cubic:
         cut_at = self.start(state, now)
         if cut_at == -math.inf:
             return self.ceiling
-        # Clocks of several clients may disagree by a little: a time before the
-        # cut counts as the cut's own.
+        # Clients' clocks disagree a little: a time before the cut counts as the cut's.
         x = (now - cut_at) / self.recover - 1.0 if now > cut_at else -1.0
         rate = state.peak * (1.0 + (1.0 - self.decrease) * x * x * x)
         if rate < self.floor:
@@ -136,13 +125,9 @@ class Cubic:
         """A refusal, seen at ``now``, of a request decided at ``decided`` to go at ``at``
         (both ``None``: unknown).
 
-        Cuts the rate to ``decrease`` times the rate the request was decided at. A
-        request that went before the pace was free of the reservations made before the
-        last cut (or within :data:`GRACE` of it) was sent at the old rate or into the
-        provider's state the old rate left: its refusal is that cut's congestion event
-        and changes nothing.
-        (With its time unknown, the refusal is taken for the old one's until
-        :data:`QUIET` seconds after they have all gone.)
+        Cuts the rate to ``decrease`` times the rate the request was decided at, unless
+        it went before the last cut's reservations had gone (plus :data:`GRACE`, or
+        :data:`QUIET` when unknown): then it is that cut's congestion event.
         """
         if decided is None or at is None:
             if now < state.fresh + QUIET:
@@ -170,8 +155,7 @@ class Cubic:
         return Pace(tat, last if last > at else at, peak, cut_at, fresh, now)
 
     def refund(self, state: Pace, now: float, tokens: float, at: float) -> Pace:
-        # As Gcra.refund: only the latest reservation, or a grant with none pending,
-        # gives its time back; at the ceiling's interval, the least it can have taken.
+        # As Gcra.refund, at the ceiling's interval: the least the grant can have taken.
         if not tokens > 0:
             return state
         if state.last > now and at < state.last - EPSILON:
@@ -201,8 +185,7 @@ class Cubic:
         return state.tat if state.tat > remembered else remembered
 
     def restrict(self, state: Pace, now: float, remaining: float, until: float) -> Pace:
-        # The limiter's own limit keeps what the provider's headers say; the learned
-        # pace is only ever another limit beside it.
+        # The limiter's own limit keeps what the provider's headers say.
         return state
 
     def params(self) -> tuple[float, ...]:

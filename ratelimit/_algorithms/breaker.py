@@ -1,21 +1,17 @@
 """The circuit breaker's state machine: closed, open, half-open (CircuitBreaker's state).
 
-The transitions are pure functions on a small state, with no clock and no I/O; the
-caller passes ``now``. ``lua/breaker.lua`` is the same machine, line for line, for
-state shared through Redis. A store runs each transition (ask to pass, report an
-outcome) as one atomic step: under a lock in process, one script call in Redis, one
-transaction in a SQLite file (the ``breaker.py`` of each ``_stores/`` folder). The
-protected call itself runs between two steps, with nothing held.
+Pure transitions on a small state; the caller passes ``now``. ``lua/breaker.lua`` is
+the same machine for state shared through Redis. A store runs each transition (ask
+to pass, report an outcome) as one atomic step (the ``breaker.py`` of each
+``_stores/`` folder); the protected call runs between two steps, with nothing held.
 
-Failure rate: outcomes are counted in ``buckets`` buckets that together span
-``window`` seconds (a bucket is ``window / buckets`` wide and the newest one is still
-filling), so a failure ages out of the window within one bucket's width of
-``window`` seconds. The circuit opens when, over that window, at least ``min_calls``
-calls finished and the failing share reached ``failure_threshold``.
+Failure rate: outcomes are counted in ``buckets`` buckets spanning ``window`` seconds
+(the newest still filling), so a failure ages out within a bucket's width of
+``window``. The circuit opens when over the window at least ``min_calls`` calls
+finished and the failing share reached ``failure_threshold``.
 
-Generations: every opening starts a new generation, and a ticket remembers the one it
-was issued in, so a slow call that began before an outage cannot close (or re-open)
-a circuit that has moved on since.
+Generations: every opening starts a new one, and a ticket remembers its own, so a
+slow call that began before an outage cannot close (or re-open) the circuit since.
 """
 
 from __future__ import annotations
@@ -95,8 +91,8 @@ class State:
 
 
 class Decision(NamedTuple):
-    """The answer to "may this call go?" and what it changed (a tuple: made per call,
-    and a frozen dataclass costs a microsecond to build)."""
+    """The answer to "may this call go?" and what it changed (a tuple: one is made per
+    call, and a tuple is cheaper to build than a frozen dataclass)."""
 
     admitted: bool
     probe: bool

@@ -4,51 +4,40 @@ A reservation is a promise of a grant at time ``at``. When its caller gives up b
 then (a timeout, a cancelled task, Ctrl-C), the promise is withdrawn:
 
 - If it is the last reservation recorded, the algorithm rolls it back
-  (``Algorithm.cancel``), and with it any holes that are now at the end of the queue.
-- Otherwise it cannot be rolled back: the reservations behind it were placed relative
-  to it, and handing its budget to "now" could put a new grant closer to them than the
-  algorithm allows. It becomes a *hole* ``[at, tokens]``, still paid for in the state.
-  A later request that fits in a hole is granted at exactly the hole's time, with no
-  more than its tokens: a moment and a weight the state has already accounted for, so
-  no interval ever sees more than the algorithm allows.
+  (``Algorithm.cancel``), with any holes then at the end of the queue.
+- Otherwise the reservations behind it were placed relative to it, and handing its
+  budget to "now" could put a new grant too close to them. It becomes a *hole*
+  ``[at, tokens]``, still paid for in the state. A later request that fits is granted
+  at exactly the hole's time with no more than its tokens: a moment and a weight the
+  state already accounts for, so no interval sees more than the algorithm allows.
 
-A hole whose time has passed is dropped where granting it later than its time is not
-safe (a window counts a grant where it was made; a queue has moved on). A request looks at the
-first ``SCAN`` holes only, so its cost stays bounded however many callers gave up.
+A past hole is dropped where a later grant is not safe (a window counts a grant where
+it was made; a queue has moved on). A request looks at the first ``SCAN`` holes only,
+so its cost stays bounded however many callers gave up.
 
-A provider's pause (a restriction to nothing more until ``until``) drops the holes
-before its end, and until then a place withdrawn before the end is lost and a refund
-frees nothing: no request that was not already promised goes out during a pause. A
-provider's word that one or more remain is kept beside the holes as a pace (see
-:func:`pace`), which every grant keeps until its end, a hole's too.
+A provider's pause drops the holes before its end; until then a withdrawn place is
+lost and a refund frees nothing. A provider's word that one or more remain is kept as
+a pace (:func:`pace`) that every grant keeps until its end, a hole's too.
 
-Everything here works on a group of limits granted together (a composite); one limiter
-is a group of one. ``tokens`` is one number per limit. Mirrored by ``lua/_members.lua``.
+Everything here works on a group of limits granted together (a composite; one limiter
+is a group of one); ``tokens`` is one number per limit. Twin of ``lua/_members.lua``.
 
-A token bucket's hole is good past its time too. Each grant fills a slot of the TAT's
-line that ends no later than its time + ``tau`` (see ``token_bucket.py``); a hole's
-tokens are the end of such a line, and a grant at ``t`` may take the part of it still
-ahead of ``t`` (``Algorithm.room``), so a hole goes only once its whole slot is past.
-That is also what a refund that *names* its grant leaves (:class:`GrantTime`): a grant
-that waited its own turn ends its slot at exactly its time + ``tau``, and one that went
-at once ends the line as its commit left it (:func:`at_once`, for a limiter that gives
-back), so the tokens it did not use become a hole where its slot ends, whatever is
-queued behind it, where an unnamed refund could only give them up; a grant whose slot
-is past frees nothing. A request of a composite may take a hole that holds
-tokens for some of its limits only, when the others grant it by themselves at that
-time (a refund of an LLM call's tokens, with the request counted as made).
+**Lasting holes.** In a token bucket each grant fills a slot of the TAT's line that
+ends no later than its time + ``tau`` (``token_bucket.py``); a hole's tokens are the
+end of such a slot, and a grant at ``t`` may take the part still ahead of ``t``
+(``Algorithm.room``). A refund that names its grant (:class:`GrantTime`) leaves such a
+hole whatever is queued behind, where an unnamed one frees nothing: a grant that
+waited its turn ends its slot at its time + ``tau``, one that went at once ends the
+line as its commit left it (:func:`at_once`). A composite's request may take a hole
+holding tokens for some of its limits only, when the others grant it by themselves
+at that time (a refund of an LLM call's tokens, with the request counted as made).
 
-A request larger than the lasting holes would queue behind every reservation, as if
-nothing came back. Instead the queue behind them *moves up* into them
-(:func:`_move_up`): the slots behind a lasting hole all begin after it ends, and every
-grant recorded is due by the *reach* (the latest time any may be due at), so each may
-begin (hole's end - reach) sooner and still lie within its time and its time +
-``tau``. The line's end moves up by that much, or by what of the hole is still ahead,
-and the request goes there: ``TokenBucket(10, 1)`` emptied at once by A, B reserved
-at +1, A's ``settle(10, 1)``: a request of 10 waits 2 s, not 11. A move shifts slots
-that names point to, so it is recorded (:data:`Move`) and every name says which moves
-came after it (``GrantTime.gen``); and grants are then due later than the state's
-latest says, which the reach keeps for whatever asks whether one is still reserved.
+**Moving up.** A request larger than the lasting holes would queue behind every
+reservation; instead the queue behind them moves up into them (:func:`_move_up`).
+``TokenBucket(10, 1)`` emptied at once by A, B reserved at +1, A's ``settle(10, 1)``:
+a request of 10 waits 2 s, not 11. A move shifts slots that names point to, so it is
+recorded (:data:`Move`) and each name carries the number of the latest move before
+it (``GrantTime.gen``).
 
 Timeline, ``TokenBucket(1, 10)`` (one grant per 100 ms), four requests at t=0 and the
 third withdrawn at t=0.05::
@@ -99,18 +88,14 @@ __all__ = [
 SCAN = 16
 
 #: ``[at, tokens, lasting]``: when the withdrawn grant was due, its tokens per limit, and
-#: whether they are the end of a slot that ends at ``at`` + tolerance, known exactly
-#: (a named refund's), so that what is ahead stays good past ``at`` (see
-#: ``Algorithm.room``). A withdrawal's hole is taken at its own time only: its grant's
-#: slot may sit elsewhere (a composite's limit that did not set the grant's time).
+#: whether they end a slot known to end at ``at`` + tolerance (a named refund's), good
+#: past ``at``; a withdrawal's is not (in a composite its slot may sit elsewhere).
 Hole = list[Any]
 
 
-#: ``[gen, j, lo, hi, d, until]``: a queue moved up (see :func:`_move_up`). In slotted
-#: limit ``j`` every slot that ended after ``lo`` + tolerance and no later than ``hi`` +
-#: tolerance (the line's end then) now ends ``d`` seconds sooner; a name given before
-#: the move (its ``gen`` lower than ``gen``) is read so. Kept until ``until``, when
-#: every grant it moved has its slot behind and its time past.
+#: ``[gen, j, lo, hi, d, until]``: a queue moved up (:func:`_move_up`). In slotted limit
+#: ``j`` every slot that ended in (``lo``, ``hi``] + tolerance for a name of a lower
+#: ``gen`` now ends ``d`` seconds sooner. Kept until ``until``, when all it moved is past.
 Move = list[Any]
 
 #: The most moves kept at once; with as many, a request larger than the holes queues
@@ -130,33 +115,31 @@ class Holes:
         #: name carries the number in force when it was given: :class:`GrantTime`).
         self.moves: list[Move] = []
         self.gen = 0
-        #: The latest time any grant recorded may be due at (a move, or the roll-back
-        #: of a hole a grant was taken from, leaves grants due later than the state's
-        #: latest says; a grant from a hole sets it); ``-inf`` once it is past.
+        #: The latest time any grant recorded may be due at, where a move or a grant
+        #: from a hole leaves one due after the states' latest; ``-inf`` once past.
         self.reach = -math.inf
         self.paused_until = -math.inf
         #: The end of the latest restriction from the provider: until then a named
-        #: refund leaves no hole (the provider's count already has that grant's use).
+        #: refund leaves no hole (the provider's count already holds it).
         self.restricted_until = -math.inf
-        #: The provider's pace (see :func:`pace`): ``[interval, at, until]``, every
-        #: grant before ``until`` at ``at`` or later, each moving ``at`` on by its
-        #: tokens times ``interval``; ``None`` when no provider has set one.
+        #: The provider's pace (:func:`pace`): ``[interval, at, until]``, every grant
+        #: before ``until`` at ``at`` or later, each moving ``at`` on by its tokens
+        #: times ``interval``; ``None`` when no provider has set one.
         self.paced: list[float] | None = None
 
     def __repr__(self) -> str:
         return f"Holes({self.items!r}, paused_until={self.paused_until!r})"
 
     def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
-        # A pickle written by a release that kept fewer of these reads as such holes.
+        # A pickle that lacks some of these attributes gets their defaults.
         self.__init__()  # type: ignore[misc]
         for name, value in state[1].items():
             setattr(self, name, value)
 
 
 def _add(holes: list[Hole], at: float, tokens: Sequence[float], lasting: bool = False) -> None:
-    # Two withdrawals for one moment are one hole (they were one grant's worth of
-    # budget at one time, whoever held it); a lasting hole is never merged (its room is a
-    # place in the slots, not only a moment).
+    # Two withdrawals for one moment are one hole; a lasting hole is never merged (its
+    # room is a place in the slots, not only a moment).
     i = bisect.bisect_left(holes, at - EPSILON, key=lambda hole: hole[0])
     j = i
     while j < len(holes) and holes[j][0] <= at + EPSILON:
@@ -174,11 +157,8 @@ def _room(alg: Algorithm[Any], hole: Hole, j: int, t: float) -> float:
 
 
 def void(holes: Holes) -> None:
-    """A charge was recorded: the holes are void. Each was a withdrawn grant's budget,
-    placed before the latest grant; the charge lands behind that grant, and a request
-    taking a hole would go ahead of the debt (an interval holding the charge, the
-    hole's grant and the grants around it would then hold more than the limit). The
-    pause, if any, stays."""
+    """A charge was recorded: the holes are void, since a request taking one would go
+    ahead of the debt and an interval could hold more than the limit. The pause stays."""
     holes.items.clear()
 
 
@@ -194,8 +174,8 @@ def forget(holes: Holes) -> None:
 
 
 def pause(holes: Holes, until: float) -> None:
-    """A provider's pause until ``until``: a hole before then would be a request that
-    was not promised going out during it. Forget them, and take no more until then."""
+    """A provider's pause until ``until``: forget the holes before then (each would be
+    an unpromised request going out during it), and take no more until then."""
     items = holes.items
     keep = bisect.bisect_left(items, until, key=lambda hole: hole[0])
     if keep:
@@ -210,12 +190,10 @@ Piece = tuple[int, float, float]
 
 
 class GrantTime(float):
-    """A grant's time that also says where its tokens sit, so that a refund that passes
-    it back names the grant (see the module docstring). ``exact[i]``: in slotted limit
-    ``i`` the grant waited its own turn and its slot ends at its time + tolerance.
-    ``pieces``: for a grant taken from holes, where each of its pieces ends. It is the
-    time, to anything that reads it. ``gen``: the number of the latest move of the
-    queue when it was given (``Holes.gen``), which says which moves came after it."""
+    """A grant's time (a float to any reader) that also says where its tokens sit, so a
+    refund passing it back names the grant. ``exact[i]``: in slotted limit ``i`` its
+    slot ends at its time + tolerance. ``pieces``: for a grant taken from holes, where
+    each piece ends. ``gen``: ``Holes.gen`` when it was given."""
 
     __slots__ = ("exact", "gen", "pieces")
 
@@ -231,7 +209,7 @@ class GrantTime(float):
         return self
 
     def __reduce__(self) -> tuple[type[GrantTime], tuple[float, tuple[bool, ...], tuple[Piece, ...], int]]:
-        # A copy (a pickle: the SQLite store keeps holes so) is made with all it says.
+        # The SQLite store pickles holes: a copy keeps what the name says.
         return GrantTime, (float(self), self.exact, self.pieces, self.gen)
 
     def __repr__(self) -> str:
@@ -241,17 +219,14 @@ class GrantTime(float):
 
 
 def _piece_end(alg: Algorithm[Any], at: float, room: float, tokens: float) -> float:
-    # Taken from the left of a hole's room (what is left of it stays at the end), the
-    # piece ends (room - tokens) / rate before the hole's slot does: named by that end
-    # less the tolerance, as a hole or a grant that waited is.
+    # Taken from the left of a hole's room, the piece ends (room - tokens) / rate before
+    # the hole's slot does; named by that end less the tolerance.
     return at - (room - tokens) / alg.sustained_rate
 
 
 def exact(algs: Sequence[Algorithm[Any]], states: Sequence[Any], at: float, gen: int = 0) -> GrantTime | float:
-    """The name of a grant just recorded at ``at``: a :class:`GrantTime` where some
-    slotted limit's latest grant is this one (its slot then ends at ``at`` + its
-    tolerance), else the plain time. A grant taken from a hole leaves the states as
-    they were, their latest grant after it, so it is never exact."""
+    """The name of a grant just recorded at ``at``: a :class:`GrantTime` where it is some
+    slotted limit's latest grant (its slot ends at ``at`` + tolerance), else the time."""
     flags = tuple(
         alg.slotted and abs(alg.latest(state) - at) <= EPSILON for alg, state in zip(algs, states, strict=True)
     )
@@ -261,10 +236,9 @@ def exact(algs: Sequence[Algorithm[Any]], states: Sequence[Any], at: float, gen:
 def at_once(
     algs: Sequence[Algorithm[Any]], states: Sequence[Any], tokens: Sequence[float], at: float, gen: int = 0
 ) -> GrantTime | float:
-    """The name of a grant just recorded at once at ``at`` from the states: in each
-    slotted limit its tokens end the line (a commit puts them there), so a piece per
-    such limit, named by that end less the tolerance (the limit's latest), says where
-    they sit; the plain time where no slotted limit took any."""
+    """The name of a grant just recorded at once at ``at``: its tokens end each slotted
+    limit's line, so one piece per such limit at its latest; the time where none took
+    any."""
     pieces = tuple(
         (j, float(alg.latest(state)), float(n))
         for j, (alg, state, n) in enumerate(zip(algs, states, tokens, strict=True))
@@ -274,8 +248,7 @@ def at_once(
 
 
 def _drop_spent(algs: Sequence[Algorithm[Any]], holes: list[Hole], now: float) -> None:
-    # Sorted by time: only the holes already past can be spent, and a lasting one may
-    # still hold room for a slotted limit.
+    # Sorted by time: only past holes can be spent, and a lasting one may still hold room.
     cut = now - EPSILON
     i = 0
     while i < len(holes) and holes[i][0] < cut:
@@ -297,9 +270,9 @@ def _when(
     now: float,
     tokens: Sequence[float],
 ) -> float | None:
-    """When a request could take ``hole``: at its time, or now if that is past; ``None``
-    if it cannot. Each limit either finds its tokens in the hole's room then, or grants
-    them by itself by then (its own plan); at least one must find them in the hole."""
+    """When a request could take ``hole`` (its time, or now if past), or ``None``. Each
+    limit finds its tokens in the hole's room then or grants them by itself by then;
+    at least one must find them in the hole."""
     at, have, _ = hole
     if len(have) != len(tokens):
         return None  # a hole of another shape belongs to another composite of this name
@@ -322,9 +295,8 @@ def _take(
     tokens: Sequence[float],
     t: float,
 ) -> tuple[list[Any], list[Piece]]:
-    """Grant ``tokens`` at ``t`` from hole ``i`` (the limits it holds them for) and the
-    states (the rest); keep what is left of the hole where it still fits. Returns the
-    states and where the grant's tokens sit in the slotted limits."""
+    """Grant ``tokens`` at ``t`` from hole ``i`` where it holds them, from the states
+    otherwise; keep the hole's rest where it fits. Returns the states and the pieces."""
     hole = holes.pop(i)
     at, lasting = hole[0], hole[2]
     out = list(states)
@@ -352,16 +324,14 @@ def _take(
     return out, pieces
 
 
-#: A plan with holes: ``(admit_at, at, hole)``, ``hole`` the index of the hole the
-#: request would take (``None``: the algorithms' own plan; :data:`DUE`: the room of
-#: every hole already due, now; :data:`MOVE`: the queue moved up, then the own plan).
+#: A plan with holes: ``(admit_at, at, hole)``, ``hole`` the index of the hole taken,
+#: ``None`` (the algorithms' own plan), :data:`DUE` or :data:`MOVE`.
 Planned = tuple[float, float, "int | None"]
 
-#: The hole a request takes when it takes from all the holes already due (``_pooled``).
+#: Taking from all the holes already due, now (``_pooled``).
 DUE = -1
 
-#: The "hole" of a request that goes at the line's end once the queue has moved up into
-#: the lasting holes (:func:`_move_up`).
+#: Going at the line's end once the queue has moved up into the lasting holes.
 MOVE = -2
 
 
@@ -385,11 +355,9 @@ def _pooled(
 ) -> bool:
     """Whether a request can go now on the room of the holes already due, added up.
 
-    Their room is the end of slots that other grants did not use (``Algorithm.room``):
-    pieces of a slot need not touch, so a slotted limit's request may gather its
-    tokens from several (refunds smaller than the next estimate are used too). A limit
-    not slotted, or one whose tokens the pieces do not hold, grants them by itself now
-    or not at all.
+    A slotted limit may gather its tokens from several holes (their room is the unused
+    end of slots, which need not touch), so refunds smaller than a request are used
+    too. Any other limit grants its tokens by itself now or not at all.
     """
     due = _due(items, now, len(algs))
     if not due:
@@ -413,9 +381,8 @@ def _from_due(alg: Algorithm[Any], j: int, tokens: float, due: list[Hole], now: 
 def _take_pooled(
     algs: Sequence[Algorithm[Any]], states: Sequence[Any], items: list[Hole], now: float, tokens: Sequence[float]
 ) -> tuple[list[Any], list[Piece]]:
-    """Grant ``tokens`` now as :func:`_pooled` found they may go: the earliest holes'
-    room first (it runs out first), the rest of each hole kept, cut to what is ahead.
-    Returns the states and where the grant's tokens sit (a piece per hole taken from)."""
+    """Grant ``tokens`` now as :func:`_pooled` found they may go, earliest holes first
+    (their room runs out first). Returns the states and a piece per hole taken from."""
     due = _due(items, now, len(algs))
     need = [0.0] * len(algs)
     out = list(states)
@@ -447,9 +414,8 @@ def plan(
 ) -> Planned:
     """``plan_all`` that first offers the request the earliest hole it can take.
 
-    A hole wins when it comes before the algorithms' own plan (or when they would not
-    even admit the request now: a full leaky queue still has the hole's room). Drops
-    holes that are spent or void, which changes nothing they mean.
+    A hole wins when it comes before the algorithms' own plan, or when they would not
+    admit the request now (a full leaky queue). Drops spent and void holes.
     """
     if holes.moves or holes.reach > -math.inf:
         _forget_moves(holes, now)
@@ -458,16 +424,14 @@ def plan(
         if paced[2] <= now:
             holes.paced = None  # over: nothing before its end is left to grant
         elif paced[1] > now + EPSILON:
-            # The provider's next slot is ahead: no grant before it (nor a hole's,
-            # which would go out ahead of the pace as much as any other).
+            # The provider's next slot is ahead: no grant before it, a hole's neither.
             admit_at, at = plan_all(algs, states, now, tokens)
             gate = paced[1] if paced[1] < paced[2] else paced[2]
             return admit_at, gate if gate > at else at, None
     items = holes.items
     kept = items or holes.paused_until > -math.inf
     if kept and any(alg.slotted and alg.latest(state) == -math.inf for alg, state in zip(algs, states, strict=True)):
-        # A slotted limit's state is gone (an evicted key): its holes were places in
-        # it, void now, and so is the pause, which was the state's.
+        # A slotted limit's state is gone (an evicted key): its holes and pause with it.
         items.clear()
         holes.paused_until = -math.inf
     _drop_spent(algs, items, now)
@@ -479,10 +443,9 @@ def plan(
         if grant > at:
             at = grant
     if admit_at == math.inf and any(n > alg.most + EPSILON for alg, n in zip(algs, tokens, strict=True)):
-        # A request no limit could ever hold (larger than a limit as changed at run
-        # time: sqlite/config.py's Changeable): refused for ever, holes or not, as Lua's
-        # `too_big` refuses it before any hole is offered. (A spent allowance's
-        # tokens may still be found in a hole: its grant withdrawn had them.)
+        # Larger than a limit changed at run time can hold: refused before any hole is
+        # offered, as Lua's `too_big` does. A spent allowance also plans at infinity,
+        # but a hole may hold its tokens (a withdrawn grant had them): hence the size test.
         return admit_at, at, None
     if items and items[0][0] <= now + EPSILON and _pooled(algs, plans, items, now, tokens):
         if any(hole[0] > _reach(algs, states, holes) + EPSILON for hole in _due(items, now, len(algs))):
@@ -497,17 +460,15 @@ def plan(
             found = i
             break
     if found is not None and items[found][0] > _reach(algs, states, holes) + EPSILON:
-        # Every hole is before a grant still reserved. Not so here: the state was
-        # lost (a Redis key evicted) and the holes with it are void; so is the pause,
-        # which was the state's.
+        # Every hole lies before a grant still reserved; one after the reach means the
+        # state was lost (an evicted key): its holes and pause are void.
         items.clear()
         holes.paused_until = -math.inf
         found = None
     if found is not None and when is not None and (admit_at - now > EPSILON or when < at):
         return now, when, found
     if at > now + EPSILON and items:
-        # Larger than the holes: the queue moved up into them (_move_up) may let it go
-        # sooner, at the line's end.
+        # Larger than the holes: the queue moved up into them may let it go sooner.
         moving = _moving(algs, states, holes, now)
         if moving is not None:
             j, _, moved = moving
@@ -529,18 +490,16 @@ def settle(
     max_wait: float,
     named: bool = False,
 ) -> tuple[list[Any], float, float]:
-    """Decide the request :func:`plan` planned and, if granted, record it (in the holes
-    it takes, or in the states). Returns the states, the signed wait and the grant's
-    name for a refund (a :class:`GrantTime` where it is known where its tokens sit).
-    ``named``: a grant at once is named too (:func:`at_once`), for a limiter that
-    gives back; otherwise only one that waited its turn is."""
+    """Decide the request :func:`plan` planned and, if granted, record it. Returns the
+    states, the signed wait and the grant's name for a refund. ``named``: a grant at
+    once is named too (:func:`at_once`, for a limiter that gives back)."""
     admit_at, at, found = planned
     wait = decide(admit_at, at, now, max_wait)
     if wait < 0:
         return list(states), wait, now + wait
     paced = holes.paced
     if paced is not None and now + wait < paced[2]:
-        # (A pace is kept on one limiter's holes only: its tokens are the first.)
+        # A pace is kept on one limiter's holes only: its tokens are the first.
         t = now + wait
         paced[1] = (paced[1] if paced[1] > t else t) + tokens[0] * paced[0]
     if found == MOVE:
@@ -556,8 +515,7 @@ def settle(
         states, pieces = _take_pooled(algs, states, holes.items, now, tokens)
     else:
         states, pieces = _take(algs, states, holes.items, found, now, tokens, at)
-    # A grant from a hole stays due at its time if the line behind it is rolled back
-    # (its hole's rest withdrawn with the reservations after it), after the latest.
+    # A grant from a hole stays due at its time even if the line behind it is rolled back.
     if now + wait > holes.reach:
         holes.reach = now + wait
     return states, wait, GrantTime(now + wait, (), tuple(pieces), gen) if pieces else now + wait
@@ -578,8 +536,8 @@ def reserve(
 
 
 def _reach(algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes) -> float:
-    """The latest time a grant recorded may be due at: the states' latest, or later
-    where a move left grants due after it (a queue moved up keeps its grants' times)."""
+    """The latest time a grant recorded may be due at: the states' latest, or
+    ``holes.reach`` where that is later."""
     latest = latest_all(algs, states)
     return holes.reach if holes.reach > latest else latest
 
@@ -587,8 +545,7 @@ def _reach(algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes) 
 def _reserved_after(
     algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes, now: float, when: float
 ) -> bool:
-    # While a grant is still ahead, giving tokens back to now could put a new grant
-    # beside it, so nothing is given back.
+    # While a grant is still ahead, tokens given back to now could put a grant beside it.
     latest = _reach(algs, states, holes)
     return latest > now and when < latest - EPSILON
 
@@ -596,8 +553,7 @@ def _reserved_after(
 def _tail(
     algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes, tokens: Sequence[float], at: float
 ) -> bool:
-    # Where a move left grants due after the states' latest, the one withdrawn is the
-    # last only if it is due no sooner than all of them.
+    # Last only if due no sooner than every grant, those a move left due after the latest too.
     if at < holes.reach - EPSILON:
         return False
     return all(alg.tail(state, n, at) for alg, state, n in zip(algs, states, tokens, strict=True))
@@ -610,10 +566,8 @@ def _cancel(
 
 
 def restricted(holes: Holes, now: float, until: float) -> None:
-    """A provider said how much is left until ``until`` (``Algorithm.restrict``): the
-    holes already past count nothing against that, and until then a named refund
-    leaves none (what a grant did not use, the provider did not count either: its
-    ``remaining`` holds it already)."""
+    """A provider said how much is left until ``until``: past holes are dropped, and
+    until then a named refund leaves none (the provider's ``remaining`` holds it)."""
     forget_late(holes, now)
     if until > holes.restricted_until:
         holes.restricted_until = until
@@ -629,19 +583,17 @@ def restrict(
 ) -> list[Any]:
     """A provider's word: at most ``remaining`` more (per limit) before ``until``.
 
-    One or more in every limit is kept as a pace every grant keeps (:func:`pace`, in
-    the first limit's tokens, which a grant weighs in), the states as they are; less
-    restricts the states (``Algorithm.restrict``), and nothing at all is a pause too.
-    Returns the states. (``restrict`` in ``lua/_single.lua``, ``_group.lua`` and
-    ``_lanes.lua`` does the same.)
+    One or more in every limit becomes a pace (:func:`pace`, in the first limit's
+    tokens), the states unchanged; less restricts the states (``Algorithm.restrict``),
+    and nothing at all is a pause too. Returns the states. Twin of ``restrict`` in
+    ``lua/_single.lua``, ``_group.lua`` and ``_lanes.lua``.
     """
     restricted(holes, now, until)
     if all(n >= 1.0 for n in remaining):
         pace(holes, now, remaining[0], until)
         return list(states)
     if all(alg.sustained_rate == 0.0 for alg in algs):
-        # Allowances only (a token bucket refilled at no rate), whose states hold no
-        # time: fewer than one left is a pause, kept as a gate.
+        # Allowances only (no refill), whose states hold no time: a pause kept as a gate.
         gate(holes, now, until)
         return list(states)
     if all(n <= EPSILON for n in remaining):
@@ -651,16 +603,10 @@ def restrict(
 
 def pace(holes: Holes, now: float, remaining: float, until: float) -> None:
     """A provider's word that at most ``remaining`` (one or more) go before ``until``,
-    kept as a pace that every grant of the budget keeps until then, whoever asks: one
-    token every ``(until - now) / remaining`` seconds, spread evenly over the time left
-    rather than held back to its end, the last due at ``until``. (The first is due one
-    interval from now, not now: requests sent and not yet counted by the provider take
-    from what it said remains.)
-
-    A pace still in force keeps its next slot, and takes the new interval and end: the
-    word of the latest response, from the grant before, so that the time a response
-    takes to come back is not lost at every one.
-    """
+    kept as a pace every grant keeps: one token every ``(until - now) / remaining``
+    seconds, the first one interval from now (requests sent and not yet counted take
+    from what remains). A pace in force keeps its next slot and takes the new interval
+    and end, so a response's round trip is not lost at every one."""
     interval = (until - now) / remaining
     old = holes.paced
     at = old[1] if old is not None and old[2] > now else now + interval
@@ -669,10 +615,9 @@ def pace(holes: Holes, now: float, remaining: float, until: float) -> None:
 
 def gate(holes: Holes, now: float, until: float) -> None:
     """A provider's pause until ``until`` for limits whose states cannot hold one (an
-    allowance: a token bucket refilled at no rate), kept as a pace whose next slot is
-    its end: no grant before it, and nothing lost (a refund meanwhile still counts:
-    an allowance's tokens, lost, would never come back). A pace in force keeps its
-    interval and goes on from the later of its next slot and the pause's end."""
+    allowance), kept as a pace whose next slot is its end: no grant before it, and a
+    refund meanwhile still counts (an allowance's lost tokens never come back). A pace
+    in force keeps its interval and goes on from the later of its slot and the end."""
     old = holes.paced
     if old is not None and old[2] > now:
         old[1] = old[1] if old[1] > until else until
@@ -682,8 +627,7 @@ def gate(holes: Holes, now: float, until: float) -> None:
 
 
 def pace_charge(holes: Holes, now: float, tokens: float) -> None:
-    """A charge (tokens taken whatever the budget, ``algorithm.charge``) takes its place
-    in a provider's pace too: what the provider said remains, it has used."""
+    """A charge (``algorithm.charge``) takes its place in a provider's pace too."""
     paced = holes.paced
     if paced is not None and paced[2] > now:
         paced[1] = (paced[1] if paced[1] > now else now) + tokens * paced[0]
@@ -691,8 +635,7 @@ def pace_charge(holes: Holes, now: float, tokens: float) -> None:
 
 def pace_wait(holes: Holes, now: float) -> float:
     """The wait a provider's pace alone puts on a request now (``limiter.peek``): until
-    its next slot, or its end if sooner; 0 where none holds. (``pace_wait`` in
-    ``lua/_members.lua`` is the same function.)"""
+    its next slot or its end, 0 where none holds. Twin of ``lua/_members.lua``'s."""
     paced = holes.paced
     if paced is None or paced[2] <= now or not paced[1] > now + EPSILON:
         return 0.0
@@ -701,9 +644,8 @@ def pace_wait(holes: Holes, now: float) -> float:
 
 
 def forget_late(holes: Holes, now: float) -> None:
-    """Drop the holes whose time has passed. What they hold is the end of a slot (see
-    ``Algorithm.room``): once a refund has lowered the state, its own plan may hand the
-    same time out again; and a provider's word on what is left counts no hole."""
+    """Drop the holes whose time has passed: once a refund has lowered the state its
+    own plan may hand the same time out again, and a provider's word counts no hole."""
     items = holes.items
     cut = now - EPSILON
     stale = 0
@@ -722,7 +664,7 @@ def give_back(
     at: float | None,
 ) -> list[Any]:
     """Give back a grant: a refund once its time has come (``at`` past or ``None``),
-    otherwise the withdrawal of a reservation (see the module docstring)."""
+    otherwise the withdrawal of a reservation."""
     _forget_moves(holes, now)
     if at is None or at <= now + EPSILON:
         return _refund(algs, states, holes, now, tokens, at)
@@ -743,8 +685,8 @@ def give_back(
         items.pop()
         states = _cancel(algs, states, now, left, hole_at)
     if holes.paused_until > now:
-        # The withdrawn grants may be what made the state stricter than the pause, and
-        # it was left alone then: rolled back, it must hold the pause on its own.
+        # A state the withdrawn grants made stricter than the pause was left alone by
+        # restrict (it only lowers); rolled back, it must be restricted again.
         states = [alg.restrict(state, now, 0.0, holes.paused_until) for alg, state in zip(algs, states, strict=True)]
     return states
 
@@ -759,11 +701,9 @@ def _refund(
 ) -> list[Any]:
     """Give back tokens of a grant whose time has come.
 
-    Unnamed, a limit takes them back into its state where nothing is reserved after
-    the grant, and otherwise frees nothing (handing them to now could put a grant
-    beside a reserved one). Named (a :class:`GrantTime`), a slotted limit knows where
-    they sit: at the end of its line, it rolls them back; elsewhere, what is still
-    ahead of them becomes a hole, whatever is queued behind.
+    Unnamed, a limit takes them back only where nothing is reserved after the grant.
+    Named (a :class:`GrantTime`), a slotted limit rolls back pieces at the end of its
+    line and leaves a lasting hole for the rest, whatever is queued behind.
     """
     when = now if at is None else at
     if now < holes.paused_until:
@@ -801,13 +741,12 @@ def _refund(
 
 
 def _put(algs: Sequence[Algorithm[Any]], items: list[Hole], now: float, at: float, hole: list[float]) -> None:
-    """Leave the freed end of a slot that ends at ``at`` + tolerance as a lasting hole,
-    where some of it is still ahead."""
+    """Leave the freed end of a slot ending at ``at`` + tolerance as a lasting hole, if
+    some of it is still ahead."""
     if not any(n > 0 and alg.room(at, n, now) > EPSILON for alg, n in zip(algs, hole, strict=True)):
         return
     i = bisect.bisect_left(items, at - EPSILON, key=lambda item: item[0])
-    # A grant named twice, or beside another hole of its moment, could free a slot
-    # twice: only one hole a moment, made once.
+    # One hole a moment, so a grant named twice frees its slot once.
     if i == len(items) or items[i][0] > at + EPSILON:
         items.insert(i, [float(at), tuple(hole), True])
 
@@ -815,10 +754,9 @@ def _put(algs: Sequence[Algorithm[Any]], items: list[Hole], now: float, at: floa
 def _moving(
     algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes, now: float
 ) -> tuple[int, list[tuple[Hole, float]], Any] | None:
-    """How the queue would move up into the lasting holes (see :func:`_move_up`): the limit
-    (the one slotted limit every lasting hole holds tokens of), each hole the queue moves
-    into, the latest first, with the tokens it takes of it, and that limit's state
-    then; ``None`` where nothing moves."""
+    """How the queue would move up into the lasting holes (:func:`_move_up`): the one
+    slotted limit they all hold tokens of, each hole moved into (latest first) with
+    the tokens taken, and that limit's state then; ``None`` where nothing moves."""
     width = len(algs)
     lasting = [hole for hole in holes.items if hole[2] and len(hole[1]) == width]
     j = None
@@ -833,9 +771,7 @@ def _moving(
         return None
     alg = algs[j]
     state = states[j]
-    # The latest any grant recorded may be due at: every slot behind a hole begins
-    # after the hole ends, so each may begin (end - reach) sooner, and no sooner than
-    # its grant.
+    # Each slot behind a hole may begin up to (hole's end - reach) sooner (_move_up).
     reach = _reach(algs, states, holes)
     paced = holes.paced
     if paced is not None and paced[2] > reach:
@@ -864,18 +800,14 @@ def _moving(
 def _move_up(algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes, now: float) -> list[Any]:
     """Move the queue up into the lasting holes, as :func:`_moving` says.
 
-    A lasting hole is the end of a slot nobody uses, with slots of later grants behind it
-    up to the line's end. Every one of those slots begins after the hole ends, and
-    every grant is due by the reach (the latest time any grant recorded may be due at):
-    so each may begin up to (hole's end - reach) sooner and still not before its
-    grant, which keeps it within its time and its time + tolerance, and with it the
-    bound. The line behind the hole moves up by that much, or by what of the hole is
-    still ahead if less; the lasting holes behind move with it, and what is left of the
-    hole stays one where it now ends. A request larger than the holes then waits for
-    them and what refills after, at the line's end, not behind the whole queue.
+    A lasting hole is the unused end of a slot, with later grants' slots behind it up
+    to the line's end. Each of those begins after the hole ends and every grant is due
+    by the reach, so each may begin up to (hole's end - reach) sooner and still lie
+    within its time and its time + tolerance: the bound holds. The line moves up by
+    that much, or by what of the hole is still ahead if less; the lasting holes behind
+    move with it, and the hole's rest stays one where it now ends.
 
-    A move changes where the slots of grants already named sit: each is recorded
-    (:data:`Move`) and a name given before it is read so (:func:`_named`).
+    Each move is recorded (:data:`Move`) for the names given before it (:func:`_named`).
     """
     moving = _moving(algs, states, holes, now)
     out = list(states)
@@ -926,8 +858,8 @@ def _forget_moves(holes: Holes, now: float) -> None:
 
 
 def _moved(holes: Holes, j: int, at: float, gen: int) -> float:
-    """Where a slot of limit ``j`` named (by its end less the tolerance) ``at`` before
-    move ``gen`` + 1 ends now: each later move that took it along, in order."""
+    """Where a slot of limit ``j``, named ``at`` before move ``gen`` + 1, ends now after
+    each later move that took it along."""
     for move_gen, k, lo, hi, d, _ in holes.moves:
         if move_gen > gen and k == j and lo + EPSILON < at <= hi + EPSILON:
             at -= d
@@ -935,9 +867,8 @@ def _moved(holes: Holes, j: int, at: float, gen: int) -> float:
 
 
 def _named(at: float | None, width: int, holes: Holes) -> list[list[tuple[float, float]]]:
-    """Where a named grant's tokens sit, limit by limit: ``(at, tokens)`` pieces (see
-    :data:`Piece`), as the moves since it was named left them; an empty list where the
-    grant is not named in that limit."""
+    """Where a named grant's tokens sit, limit by limit: ``(at, tokens)`` pieces as the
+    moves since left them; empty where the grant is not named in that limit."""
     out: list[list[tuple[float, float]]] = [[] for _ in range(width)]
     if not isinstance(at, GrantTime):
         return out

@@ -1,12 +1,11 @@
 """Priorities on one budget: a high lane and a low lane, and which one a request takes.
 
-An acquire reserves a fixed time, and a promised time cannot be moved: a person's
-request planned behind a queue of batch reservations would wait for all of them. So a
-budget with priorities keeps two states of its algorithm (``Algorithm.split``): a
-*high lane* and a *low lane* holding ``low_share`` of the limit. Every grant is
-recorded in exactly one lane, and the two lanes' limits add up to the configured one
-(a token bucket's arrival curves add up; two windows' limits add up in any interval),
-so together they never grant more than the limit allows, whoever asks.
+A promised time cannot be moved, so a person's request planned behind a queue of
+batch reservations would wait for all of them. A budget with priorities therefore
+keeps two states of its algorithm (``Algorithm.split``): a *high lane* and a *low
+lane* holding ``low_share`` of the limit. Every grant is recorded in exactly one lane,
+and the lanes' limits add up to the configured one, so together they never grant more
+than it allows.
 
 A **high** request goes
 
@@ -15,9 +14,8 @@ A **high** request goes
    free);
 3. else it queues in whichever lane grants it earlier (the high lane on a tie).
 
-The high lane holds only high requests and low ones granted at once (see 4), so a high
-request waits behind at most the grants already reserved there, never behind queued
-low ones.
+The high lane holds only high requests and lows granted at once (5), so a high
+request never waits behind queued low ones.
 
 A **low** request goes
 
@@ -27,17 +25,10 @@ A **low** request goes
    person;
 6. else it queues in the low lane only. Without borrowing the low share is a hard cap.
 
-Timeline, ``TokenBucket(4, 4)`` with ``low_share=0.5`` and no borrowing (each lane: a
-burst of 2 and 2 tokens a second, one grant per 0.5 s once its burst is spent); six
-low requests at t=0, then three high ones at t=0.1. Grant times::
+``docs/fleets.md`` draws a timeline of two lanes against one queue.
 
-    two lanes   low:   L1 0    L2 0    L3 0.5   L4 1.0   L5 1.5   L6 2.0
-                high:  H1 0.1  H2 0.1  H3 0.6
-    one queue          L1-L4 0, L5 0.25, L6 0.5, H1 0.75, H2 1.0, H3 1.25
-
-Holes (withdrawn reservations, ``holes.py``) are kept per lane, and a grant given
-back goes to the lane it was taken from: a reserved time carries its lane
-(:class:`LaneTime`). Mirrored by ``lua/_lanes.lua``.
+Holes are kept per lane, and a grant given back goes to the lane it was taken from
+(:class:`LaneTime`). Twin of ``lua/_lanes.lua``.
 """
 
 from __future__ import annotations
@@ -75,8 +66,8 @@ LANES = ("hi", "lo")
 
 
 class LaneTime(float):
-    """A reserved grant's time that also says which lane it was taken from, so that
-    withdrawing it gives it back there. It is the time, to anything that reads it."""
+    """A reserved grant's time (a float to any reader) that also says which lane it was
+    taken from, so that withdrawing it gives it back there."""
 
     __slots__ = ("lane",)
 
@@ -146,9 +137,8 @@ def _when(planned: _holes.Planned) -> float:
 
 
 def _plan(alg: Algorithm[Any], state: Any, holes: _holes.Holes, now: float, tokens: float) -> _holes.Planned:
-    """``holes.plan`` in one lane. A lane with no holes and no pause has nothing to
-    offer nor to drop, and its plan is then the algorithm's own, no earlier than now,
-    built without a list (the same numbers holes.plan would give)."""
+    """``holes.plan`` in one lane; with no holes, pause or pace, the algorithm's own plan
+    no earlier than now (the same numbers, without the lists)."""
     if not holes.items and holes.paused_until == -math.inf and holes.paced is None:
         admit_at, at = alg.plan(state, now, tokens)
         return (admit_at if admit_at > now else now), (at if at > now else now), None
@@ -161,8 +151,7 @@ def _settle(
     alg = lanes.high if lane == HIGH else lanes.low
     admit_at, at, found = planned
     if found is None and state.holes[lane].paced is None:
-        # holes.settle of a plan that took no hole, but for the grant's name, which no
-        # one here reads (a lane's grant is named by its LaneTime).
+        # holes.settle without the grant's name: a lane's grant is named by its LaneTime.
         wait = decide(admit_at, at, now, max_wait)
         if wait >= 0:
             state.states[lane] = alg.commit(state.states[lane], now, tokens, at)
@@ -176,14 +165,13 @@ def reserve(
     lanes: Lanes, state: LaneState, now: float, tokens: float, max_wait: float, low: bool, keep: float | None
 ) -> tuple[float, int]:
     """Decide a request of high priority (or ``low``) and record it in the lane it
-    takes (see the module docstring). ``keep``: what a low request borrowing the high
-    lane must leave of it; ``None``, lows never borrow. Returns ``(signed wait, lane)``:
-    a refusal's lane is the one it would have queued in."""
+    takes. ``keep``: what a low request borrowing the high lane must leave of it
+    (``None``: lows never borrow). Returns ``(signed wait, lane)``, a refusal's lane
+    the one it would have queued in."""
     high, low_alg = lanes.high, lanes.low
     states, holes = state.states, state.holes
-    # The usual request: its own lane has no holes nor pause and grants it now. Each
-    # way below then takes that lane at once (steps 1 and 4), with the plan no earlier
-    # than now: the same numbers as _plan and _settle, in fewer steps.
+    # Shortcut for steps 1 and 4: the own lane has no holes, pause or pace and grants
+    # now (the same numbers as _plan and _settle).
     lane = LOW if low else HIGH
     alg = low_alg if low else high
     own = holes[lane]
@@ -194,7 +182,7 @@ def reserve(
             return 0.0, lane
     if low:
         planned = _plan(low_alg, states[LOW], holes[LOW], now, tokens)
-        # (Not from a high lane a provider's pace holds: the borrow would go ahead of it.)
+        # No borrowing from a high lane a provider's pace holds: it would go ahead of it.
         paced = holes[HIGH].paced
         if (
             not _now(planned, now)
@@ -224,9 +212,7 @@ def _bare(alg: Algorithm[Any], state: Any, now: float, tokens: float) -> _holes.
 
 def peek(lanes: Lanes, state: LaneState, now: float, tokens: float, low: bool, keep: float | None) -> float:
     """The wait :func:`reserve` would tell a request now, read only (``limiter.peek``):
-    the lane it would take chosen as ``reserve`` chooses, on the lanes' states alone
-    (their holes not offered, as ``algorithm.peek_all``). The magnitude of the signed
-    wait: a refusal's is the wait it needed."""
+    the lane chosen as ``reserve`` does, holes not offered (as ``algorithm.peek_all``)."""
     high, low_alg = lanes.high, lanes.low
     states = state.states
     if low:
@@ -256,9 +242,8 @@ def give_back(lanes: Lanes, state: LaneState, lane: int, now: float, tokens: flo
 
 
 def shares(lanes: Lanes, remaining: float) -> tuple[float, float]:
-    """A provider's ``remaining`` split between the lanes as the limit was: the low lane's
-    part rounded down to whole tokens, the high lane the rest. Together exactly
-    ``remaining``: people get the last token."""
+    """A provider's ``remaining`` split as the limit was: the low lane's part rounded
+    down to whole tokens, the high lane the rest (people get the last token)."""
     low = float(math.floor(remaining * lanes.low_share + EPSILON))
     return remaining - low, low
 
@@ -267,11 +252,9 @@ class LastLane:
     """The lane of each caller's (thread's, task's) latest grant through one handle,
     where a plain refund or a settle sends its tokens back.
 
-    A refund names no grant. Sent to the caller's own priority's lane when its grant
-    came from the other (a person served from idle batch capacity), it would turn
-    budget the other lane promised to a later time into budget available now: more
-    than the limit at once. The caller's own latest grant is what ``settle`` after an
-    ``acquire`` means; a refund from elsewhere falls back on the priority's lane.
+    A refund names no grant; sent to the wrong lane it would turn budget promised for
+    later into budget available now. With no grant through the handle, the caller's
+    priority's lane.
     """
 
     __slots__ = ("_default", "_var")
@@ -281,8 +264,7 @@ class LastLane:
         self._var: contextvars.ContextVar[int] = contextvars.ContextVar("ratelimit_last_lane")
 
     def saw(self, lane: int) -> None:
-        # Setting a context variable copies the context's mapping; reading is cheap, and
-        # a caller's grants mostly come from one lane, so only a change is set.
+        # Setting a context variable copies the context's mapping: only a change is set.
         var = self._var
         if var.get(self._default) != lane:
             var.set(lane)
@@ -294,11 +276,9 @@ class LastLane:
 def charge_parts(lanes: Lanes, tokens: float) -> tuple[float, float]:
     """A charge's tokens per lane, ``(high, low)``: split as the lanes' rates are.
 
-    A charge is budget already spent, of the provider's one limit, whichever priority
-    spent it. Charged to one lane alone, its debt would stop that lane while the other
-    went on granting, and the two together would exceed the limit (a batch call that
-    cost 50 on ``TokenBucket(10, 1)`` let 84 through in a minute where 70 may go).
-    Split as the rates are, both lanes wait the debt off together, as one limit would.
+    A charge spends the one limit's budget whichever priority spent it. Charged to one
+    lane alone, its debt would stop that lane while the other went on granting, and
+    together they would exceed the limit; split, both wait the debt off together.
     """
     high, low = lanes.high.sustained_rate, lanes.low.sustained_rate
     low_part = tokens * low / (high + low)

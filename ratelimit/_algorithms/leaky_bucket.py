@@ -1,12 +1,10 @@
 """Leaky bucket as a queue: grants leave one interval apart, never in a burst.
 
-The state is the time the bucket will have drained (``drained_at``), and the start of
-the latest grant. A request for
-``n`` tokens pours ``n`` tokens in; they leak out at ``rate`` per second, so the
-request is granted when everything poured before it has leaked (``max(drained_at,
-now)``) and the bucket then drains ``n / rate`` seconds later. The bucket holds at most
-``capacity`` tokens: a request that would overflow it is refused at once, whatever
-its timeout, and told when there will be room.
+The state is the time the bucket will have drained (``drained_at``) and the start of
+the latest grant. A request pours ``n`` tokens in, leaking at ``rate`` per second: it
+is granted when everything before it has leaked (``max(drained_at, now)``). The
+bucket holds at most ``capacity`` tokens: a request that would overflow it is refused
+at once, whatever its timeout, and told when there will be room.
 
 Timeline, ``capacity=3, rate=1/s``, four requests at t=0::
 
@@ -16,11 +14,10 @@ Timeline, ``capacity=3, rate=1/s``, four requests at t=0::
     t=0  refused, room at t=1
 
 A charge (``algorithm.charge``) pours its tokens in behind everything queued, even
-into a full bucket: requests then overflow until it has drained below ``capacity``.
+into a full bucket.
 
-In a composite a grant may go later than this queue alone would let it (another
-limit sets the time): its tokens wait in the bucket from now, and the bucket lies
-idle between its drain and that grant. Such idle stretches still ahead are kept
+In a composite a grant may go later than this queue alone would let it: the bucket
+lies idle between its drain and that grant. Such idle stretches still ahead are kept
 after the two times (*gaps*), so that only what is queued counts against
 ``capacity``::
 
@@ -29,10 +26,7 @@ after the two times (*gaps*), so that only what is queued counts against
     t=0  granted at 10         (bucket: 2; idle 1-10, leaks 10-11)
     t=1  granted at 20         (bucket: 2 at t=1, the one at 10 and this one)
 
-A queue with no gap ahead is the two times alone, as a LeakyBucket on its own
-always is.
-
-Mirrored by ``lua/leaky_bucket.lua``.
+A LeakyBucket on its own never has gaps. Twin of ``lua/leaky_bucket.lua``.
 """
 
 from __future__ import annotations
@@ -46,8 +40,7 @@ __all__ = ["LeakyQueue", "LeakyState"]
 
 #: ``(drained_at, latest, *gaps)``: when everything poured in has leaked out, when
 #: the latest grant started leaking (only that one may give its place back), and the
-#: idle stretches still ahead, ``start, end`` pairs in time order, all before
-#: ``latest`` (none: the usual two times alone).
+#: idle stretches still ahead as ``start, end`` pairs in time order, all before ``latest``.
 LeakyState = tuple[float, ...]
 
 
@@ -100,8 +93,7 @@ class LeakyQueue:
 
     def plan(self, state: LeakyState, now: float, tokens: float) -> tuple[float, float]:
         if not tokens > 0:
-            # Nothing poured in (a composite's member given 0): nothing to wait for, as
-            # commit records nothing; waiting would hide the grant from this queue.
+            # A composite's member given 0: commit records nothing, so nothing to wait for.
             return now, now
         drained_at = state[0]
         start = drained_at if drained_at > now else now
@@ -120,8 +112,8 @@ class LeakyQueue:
         start = drained_at if drained_at > at else at
         if len(state) == 2 and not at > drained_at:
             return (start + tokens * self.interval, start)
-        # Granted later than the queue would have it (or after a gap): the bucket is
-        # idle from its drain (or from now) until the grant; gaps already past go.
+        # Granted later than the queue would have it: idle from the drain (or now)
+        # until the grant; gaps already past go.
         gaps = _ahead(state, now)
         idle_from = drained_at if drained_at > now else now
         if at - idle_from > EPSILON:
@@ -129,14 +121,14 @@ class LeakyQueue:
         return (start + tokens * self.interval, start, *gaps)
 
     def refund(self, state: LeakyState, now: float, tokens: float, at: float) -> LeakyState:
-        # Only the grant at the end of the queue can give its slot back: those behind
-        # any other are already told when to go, and would end up side by side.
+        # Only the grant at the end of the queue gives its slot back: those behind any
+        # other are told when to go, and would end up side by side.
         drained_at, latest = state[0], state[1]
         if at < latest - EPSILON or not tokens > 0:
             return state
         drained_at -= tokens * self.interval
         floor = latest if latest > now else now
-        # (The gaps are all before `latest`, where the queue still ends at the earliest.)
+        # The gaps all lie before `latest`, so they stay.
         return (drained_at if drained_at > floor else floor, latest, *state[2:])
 
     def tail(self, state: LeakyState, tokens: float, at: float) -> bool:
@@ -145,9 +137,8 @@ class LeakyQueue:
 
     def cancel(self, state: LeakyState, now: float, tokens: float, at: float) -> LeakyState:
         # Its start is where the queue now ends. Who started before it is not known,
-        # so `latest` stays no earlier than that: a plain refund then never reaches
-        # back past a grant still queued. A grant of nothing poured nothing in. A gap
-        # before it stays: the queue is idle there still, up to where it now ends.
+        # so `latest` stays no earlier: a plain refund never reaches back past a grant
+        # still queued. The gaps before it stay.
         if not tokens > 0:
             return state
         latest = state[1]
@@ -167,8 +158,8 @@ class LeakyQueue:
         return state[0]
 
     def restrict(self, state: LeakyState, now: float, remaining: float, until: float) -> LeakyState:
-        # Drained so that the (remaining + 1)-th grant leaves at `until`; nothing
-        # granted before may give back a place that would cut the restriction short.
+        # Drained so that the (remaining + 1)-th grant leaves at `until`; `latest` moves
+        # too, so no earlier grant gives back a place that would cut it short.
         drained_at, latest = state[0], state[1]
         target = until - remaining * self.interval
         if drained_at >= target:
@@ -198,9 +189,8 @@ class LeakyQueue:
         return LeakyQueue(self.capacity if burst is None else burst, leak, self.slack)
 
     def rescale(self, new: LeakyQueue, state: LeakyState, now: float) -> LeakyState:
-        # As Gcra.rescale: the queue keeps its tokens and leaks at the new rate
-        # (leaky_bucket.rescale in lua/leaky_bucket.lua). Its gaps are dropped: the
-        # time they held counts as queued at the new rate, never less than is.
+        # As Gcra.rescale: the queue keeps its tokens and leaks at the new rate. Its
+        # gaps are dropped: their time counts as queued, never less than is.
         if not state[0] > now:
             return state
         return (now + (state[0] - now) * self.rate * new.interval, state[1])
@@ -209,9 +199,8 @@ class LeakyQueue:
         # plan() and commit() inlined, operation for operation (see Gcra.step).
         drained_at = state[0]
         if drained_at <= now:
-            # Drained already, the usual case: start is now, so the overflow's
-            # (start - now) * rate is an exact zero and it is tokens - capacity; the
-            # grant begins now and waits nothing.
+            # Drained already, the usual case: start is now, so the overflow is exactly
+            # tokens - capacity and the grant waits nothing.
             overflow = tokens - self.capacity
             if overflow > EPSILON:
                 admit_at = now + overflow * self.interval

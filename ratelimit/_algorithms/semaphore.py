@@ -1,21 +1,17 @@
 """A counting semaphore with leases and a FIFO queue: the state of a ConcurrencyLimit.
 
-Unlike the rate algorithms, a slot is not a time but a holder: it is held from the
-moment it is granted until it is released. What makes it shareable across processes:
+A slot is not a time but a holder, held from its grant until its release. Across
+processes:
 
 - every holder is a *lease* with an expiry, renewed while its holder lives, so a
   process killed with SIGKILL frees its slots once their leases run out;
 - waiters queue in arrival order, and a release hands the slot straight to the head
-  of the queue (it becomes a holder in the same step), so a waiter learns of its grant
-  from whoever released and never has to poll for it;
-- a waiter's place is a lease too, renewed while it waits: a crashed waiter leaves the
-  queue instead of blocking it for ever.
+  of the queue in the same step, so a waiter never polls for its grant;
+- a waiter's place is a lease too: a crashed waiter leaves the queue.
 
-Identifiers are unique for the life of a lease and never reused, so a lease that has
-been released or has expired can never be released twice: the second release finds
-nothing under its name. Mirrored by ``lua/concurrency.lua`` and, in a SQLite file,
-by ``_stores/sqlite/slots.py``, transition for transition; the tests hold each twin to
-the same outcomes.
+Identifiers are never reused, so a second release of a lease finds nothing under its
+name. Twins: ``lua/concurrency.lua`` and ``_stores/sqlite/slots.py``, held by the
+tests to the same outcomes.
 """
 
 from __future__ import annotations
@@ -62,8 +58,7 @@ class Semaphore:
         """Drop leases that ran out, then hand freed slots to waiters; returns the ids
         of the waiters who now hold a slot."""
         if self.lease == math.inf:
-            # Nothing runs out, so nothing was freed since the last transition, which
-            # promoted whoever it could.
+            # Nothing runs out: the last transition promoted whoever it could.
             return []
         # A scan: fine for the in-process twin; the Lua keeps sorted sets instead.
         for name in [name for name, until in state.holders.items() if until <= now]:
@@ -75,9 +70,8 @@ class Semaphore:
     def _promote(self, state: Slots, now: float) -> list[str]:
         promoted: list[str] = []
         while state.waiters and len(state.holders) < self.most:
-            # The waiter's place becomes its lease, expiring when the place would have:
-            # a waiter that died in the queue holds the slot no longer than its place
-            # would have lasted (a live one is renewed within a third of a lease).
+            # The place's expiry becomes the lease's: a waiter that died in the queue
+            # holds the slot no longer than its place would have lasted.
             name, until = state.waiters.popitem(last=False)
             state.holders[name] = until
             promoted.append(name)
@@ -100,9 +94,7 @@ class Semaphore:
 
     def release(self, state: Slots, now: float, name: str) -> list[str]:
         """Free ``name``'s slot, or its place in the queue; returns whom that promoted.
-
-        Releasing what is not there (released already, expired) changes nothing.
-        """
+        Releasing what is not there (released already, expired) changes nothing."""
         promoted = self.expire(state, now)
         state.holders.pop(name, None)
         state.waiters.pop(name, None)
@@ -129,9 +121,8 @@ class Semaphore:
 
     def keep(self, state: Slots, now: float, names: list[str]) -> tuple[list[str], list[str]]:
         """The heartbeat of live holders: extend the leases of ``names``, putting back
-        any the store has lost (a restart, a failover, an outage past the lease),
-        since their holders still hold them. Returns ``(lost, promoted)``: which had
-        to be put back, and whom expiry promoted."""
+        any the store has lost (a restart, a failover). Returns ``(lost, promoted)``:
+        which were put back, and whom expiry promoted."""
         promoted = self.expire(state, now)
         lost = [name for name in names if name not in state.holders]
         until = now + self.lease

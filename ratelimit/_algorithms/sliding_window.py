@@ -6,22 +6,17 @@ is planned at the moment enough old grants have aged out, and recorded there (a
 future-dated entry): the next request is planned behind it, in arrival order.
 
 **Cost.** Each entry keeps its time, its weight and the running sum of the weights up
-to and including it. The tokens counted are the newest sum less the *base* (the first
-entry's sum less its weight), and the moment a request fits is the time of the first
-entry whose sum reaches ``base + excess``: a binary search, O(log n) whatever the
-limit, and no total to keep in step with the entries. Grants are recorded in time
-order (reservations are FIFO), so sums and times rise together. Memory is one entry
-per grant time in the window: at most ``limit`` entries for unit requests.
+to it. The tokens counted are the newest sum less the *base* (the first entry's sum
+less its weight), and the moment a request fits is the time of the first entry whose
+sum reaches ``base + excess``: a binary search, O(log n). Grants are recorded in time
+order, so sums and times rise together. Memory is one entry per grant time in the
+window.
 
-**Charges** (``algorithm.charge``) are appended like grants, at the newest entry's time
-or now, whichever is later; they are never refused, so the log may hold more than
-``limit``, and the next request is planned for when enough of it has aged out.
+**Charges** are appended like grants and never refused, so the log may hold more than
+``limit``. **Restrictions** are kept beside the log as *caps*, ``[until, left]``, so
+the log is only ever appended to at its end and consumed from its start.
 
-**Restrictions** (``restrict``: at most ``remaining`` more before ``until``) are kept
-beside the log as *caps*, ``[until, left]``, not as entries, so the log is only ever
-appended to at its end and consumed from its start.
-
-Mirrored by ``lua/sliding_window.lua``. The O(1) approximate variant is
+Twin of ``lua/sliding_window.lua``; the O(1) approximate variant is
 ``sliding_window_counter.py``.
 """
 
@@ -37,11 +32,8 @@ __all__ = ["REBASE", "Log", "WindowLog"]
 
 #: Running sums are rebased to start from zero once the base passes this and
 #: :data:`REBASE_SPAN` times the tokens the log holds: below both, a sum's rounding
-#: (an ulp of the base, at most 2**-20 of a token or 2**-42 of the log's content)
-#: stays far under anything worth counting, and integral weights are exact. A rebase
-#: rewrites every entry, so it comes once per REBASE tokens at the least, or once
-#: per REBASE_SPAN windows' worth: a thousandth of a rewrite per grant at most. A
-#: log that empties starts from zero anyway.
+#: (at most 2**-20 of a token or 2**-42 of the log's content) counts for nothing and
+#: integral weights are exact, and the rewrite a rebase costs stays rare.
 REBASE = 2.0**32
 REBASE_SPAN = 1024.0
 
@@ -51,12 +43,11 @@ MAX_CAPS = 8
 
 class Log:
     """The exact log's state: parallel lists of entries, oldest first from ``head``
-    (entries before it are pruned, dropped in batches), and the caps.
+    (those before it pruned, dropped in batches), and the caps.
 
-    ``head < len(times)``, or the lists are empty: whatever leaves no entry clears them.
-    Until the sums are rebased, no weight is more than its sum (every change of both
-    is the same monotone step on each), so the base is never below zero; ``rebased``
-    says that may no longer hold, until the log empties.
+    ``head < len(times)``, or the lists are empty. Until the sums are rebased no weight
+    exceeds its sum, so the base is never below zero; ``rebased`` says that may no
+    longer hold, until the log empties.
     """
 
     __slots__ = ("caps", "head", "rebased", "sums", "times", "weights")
@@ -166,8 +157,7 @@ class WindowLog:
             at = last if last > now else now
             if excess > EPSILON:
                 # The first entry whose sum reaches base + excess: once it ages out,
-                # enough has. (Rounding can put the target an ulp past the newest sum,
-                # when the request needs the whole log gone: then it is the newest.)
+                # enough has. Rounding may put the target past the newest: then it.
                 index = bisect_left(state.sums, base + excess - EPSILON, state.head)
                 first = times[index if index < len(times) else -1] + self.window
                 if first > at:
@@ -187,10 +177,9 @@ class WindowLog:
         else:
             total = sums[-1] + tokens
             if at <= times[-1] or total == sums[-1]:
-                # One entry per time (never earlier than the newest: FIFO), and sums
-                # that rise strictly, so no two members of the script's sorted set are
-                # alike: a weight too small to move the sum joins the newest entry,
-                # which moves to its time (counted longer, never less).
+                # One entry per time and strictly rising sums (the script's sorted set
+                # holds no two alike): a weight too small to move the sum joins the
+                # newest entry, which moves to its time (counted longer, never less).
                 times[-1] = at if at > times[-1] else times[-1]
                 sums[-1] = total
                 state.weights[-1] += tokens
@@ -214,10 +203,8 @@ class WindowLog:
 
     def step(self, state: Log, now: float, tokens: float, max_wait: float) -> tuple[Log, float]:
         # The usual case inlined (no caps, room now, nothing reserved ahead): plan(),
-        # decide() and commit() as one, operation for operation. Written as early
-        # exits to the planned way (_planned), so that every test jumps a short way:
-        # CPython 3.11 runs a float comparison as a float's only when the jump after
-        # it is short (a long one takes an EXTENDED_ARG, and the comparison stays generic).
+        # decide() and commit() as one, operation for operation. Early exits keep each
+        # jump short, which CPython's specialised float comparison needs.
         times = state.times
         if not times:
             if not state.caps:
@@ -229,15 +216,13 @@ class WindowLog:
         cutoff = now - self.window
         if not (last <= now and cutoff < last):
             if last <= cutoff:
-                # All of it aged out: the sums start again from zero, as they do when
-                # plan() prunes the whole log.
+                # All of it aged out: the sums start again from zero, as in plan().
                 state.clear()
                 return self._first(state, now, tokens)
             return self._planned(state, now, tokens, max_wait)
         head = state.head
         if times[head] <= cutoff:
-            # Usually one entry has aged out since the last call: step over it before
-            # paying for a search.
+            # Usually one entry has aged out since the last call: try it before a search.
             head += 1
             if times[head] <= cutoff:
                 head = bisect_right(times, cutoff, head)
@@ -249,15 +234,13 @@ class WindowLog:
         sums = state.sums
         newest = sums[-1]
         total = newest + tokens
-        # With a base of zero or more, newest - base + tokens is no more than total, and
-        # every operation is monotone: a total that fits is a plan that fits, and the
-        # head's entry, long out of the cache, is not read.
+        # With a base >= 0, a total that fits is a plan that fits, without reading the
+        # head's entry (long out of the cache).
         if not (total - self.limit <= EPSILON and not state.rebased) and not (
             newest - (sums[head] - state.weights[head]) + tokens - self.limit <= EPSILON
         ):
             return self._planned(state, now, tokens, max_wait)
-        # The base (before this grant) is no more than the newest sum: only a large one
-        # may call for a rebase.
+        # The base is no more than the newest sum: only a large one may need a rebase.
         due = False
         if newest > REBASE:
             due = sums[head] - state.weights[head] > REBASE
@@ -285,13 +268,9 @@ class WindowLog:
         return self.commit(state, now, tokens, at), wait
 
     def refund(self, state: Log, now: float, tokens: float, at: float) -> Log:
-        # A refund names no entry: the tokens come from the OLDEST grants already made.
-        # While the caller's own grant is in the log it is at least as recent, so this
-        # frees capacity no earlier than removing its own entry would. (Taking from
-        # newer entries could let a later window overfill. A grant that has aged out
-        # has nothing left to give back, but a refund cannot say so: refund within
-        # the window.) The entries used up are found by a search on the sums, as a
-        # plan's are: a refund costs O(log n) whatever it gives back.
+        # A refund names no entry: the tokens come from the OLDEST grants already made,
+        # freeing capacity no earlier than removing the caller's own entry would (newer
+        # ones could let a later window overfill). A search on the sums: O(log n).
         if not tokens > 0 or at <= now - self.window:
             return state  # nothing, or a grant named by its time that has aged out
         state.prune(now - self.window)
@@ -320,8 +299,7 @@ class WindowLog:
         if len(times) == state.head or times[-1] < at - EPSILON or not tokens > 0:
             return state
         weights, sums = state.weights, state.sums
-        # What the entry before it reaches: the sums must keep rising, or a search
-        # could stop at the wrong entry (and a weight lost to rounding is no weight).
+        # The sums must keep rising, or a search could stop at the wrong entry.
         prev = sums[-2] if len(times) - state.head > 1 else sums[-1] - weights[-1]
         if weights[-1] - tokens <= EPSILON or sums[-1] - tokens <= prev:
             state.drop_newest()
@@ -349,8 +327,8 @@ class WindowLog:
 
     def restrict(self, state: Log, now: float, remaining: float, until: float) -> Log:
         caps = [cap for cap in state.caps if cap[0] > now]
-        # Only ever stricter: a cap that ends no earlier and leaves no more already
-        # says it all; one that ends no later and leaves no less says nothing more.
+        # Only ever stricter: a cap ending no earlier and leaving no more says it all;
+        # one ending no later and leaving no less says nothing more.
         if any(u >= until and left <= remaining for u, left in caps):
             state.caps = caps
             return state
@@ -376,14 +354,12 @@ class WindowLog:
         return WindowLog(self.limit, self.window + seconds, self.slack + seconds)
 
     def configured(self, rate: float | None, burst: float | None) -> WindowLog:
-        # The window keeps its length, so the state recorded stays meaningful: a new
-        # rate is the limit of that many tokens per second over the configured window.
-        # A window has no burst apart from its limit.
+        # The window keeps its length, so the state stays meaningful; no burst of its own.
         if rate is None:
             return self
         return WindowLog(rate * (self.window - self.slack), self.window, self.slack)
 
     def slowed(self, share: float) -> WindowLog:
-        # A share of the limit in the same window: a longer window would let every
-        # process fall back with the whole limit at once.
+        # A share of the limit in the same window: a longer one would let every process
+        # fall back with the whole limit at once.
         return WindowLog(self.limit * share, self.window)

@@ -3,56 +3,44 @@
 Time is cut into aligned sub-windows of width ``g = window / m`` (``m`` is
 :data:`SUBWINDOWS`; fewer for a window under ``m`` microseconds, see
 :data:`SHORTEST`), numbered ``j(t) = floor(t / g)``. The state is the tokens granted
-in each of the ``m + 1`` newest sub-windows (a ring: the sub-window of ``last`` and
-the ``m`` before it), their total, and ``last``: the latest grant recorded, or the
-end of a pause. A request is planned no earlier than ``last`` (reservations are
-FIFO), at ``t = max(now, last)``:
+in the ring of the ``m + 1`` newest sub-windows (``last``'s and the ``m`` before), their
+total, and ``last``: the latest grant recorded, or the end of a pause. A request is
+planned at ``t = max(now, last)`` or later (FIFO):
 
 - it goes at ``t`` if sub-windows ``j(t) - m .. j(t)`` hold at most ``limit - tokens``;
 - otherwise at the start of sub-window ``k + m``, for the first ``k`` from which on
   they do: from there on, only sub-windows ``k`` and later are counted.
 
-**The bound.** No interval ``[a, a + window)`` ever holds more than ``limit``, for any
-sequence of calls. Take the interval's latest grant ``t*``. Grants are recorded in
-time order, so when ``t*`` was decided every other grant of the interval was already
-counted, and each lies at or after ``a > t* - window``, so in a sub-window ``>= j(t*)
-- m``: one of those the decision added up. Hence the interval holds at most
-``limit``; indeed any ``m + 1`` consecutive sub-windows do. The other operations keep
-this:
+**The bound.** No interval ``[a, a + window)`` ever holds more than ``limit``. Take the
+interval's latest grant ``t*``. Grants are recorded in time order, so when ``t*`` was
+decided every other grant of the interval was already counted, each in a sub-window
+``>= j(t*) - m`` (it lies at or after ``a > t* - window``): the decision added them
+up. The other operations keep this:
 
 - a reservation withdrawn from the middle of the queue stays counted; whoever takes
-  the hole goes at its exact time with no more than its tokens (``holes.py``): the
-  grant the state already paid for;
+  the hole goes at its exact time with no more than its tokens (``holes.py``);
 - ``cancel`` takes the last reservation's tokens out of its sub-window and keeps
-  ``last``: nothing planned behind it, so nothing was placed relative to it;
+  ``last``: nothing was placed relative to it;
 - ``refund`` keeps the counts *dominating* the truth: for every ``k``, the tokens
   counted from sub-window ``k`` on are at least those still granted from ``k`` on,
-  which is all a decision reads. Tokens taken from the grant's own sub-window, or
-  from older ones, never break that (a refund at ``now`` names no grant and takes from
-  the oldest sub-window still counted: the caller's grant, at most one window old, is
-  in it or later; while reservations reach past now's sub-window it frees nothing,
-  as a token bucket's does);
-- ``restrict`` adds placeholder grants (counted like real ones) and may hold ``last``;
-  a pause only moves ``last``, and every later grant waits for it.
-- a charge (``algorithm.charge``) is recorded like a grant, at ``max(now, last)``: in
-  time order too, and counted by every later decision. It is never refused, so a span
+  which is all a decision reads. Taking from the grant's own sub-window or older ones
+  keeps that (an unnamed refund takes from the oldest sub-window still counted, and
+  frees nothing while reservations reach past now's sub-window);
+- ``restrict`` adds placeholder grants and may hold ``last``; a pause only moves
+  ``last``;
+- a charge is recorded like a grant at ``max(now, last)`` and never refused, so a span
   whose latest entry is a charge may hold more than ``limit`` (the debt); one whose
-  latest entry is a grant still holds at most ``limit``, charges made before that
-  grant included.
+  latest entry is a grant still holds at most ``limit``.
 
-**The cost.** A decision counts a span of up to ``window + g``: under saturation the
-grants come in bursts of ``limit`` every ``window + g``, ``m / (m + 1)`` of the exact
-log's rate. No grant is ever later than the exact log with a window of ``window + g``
-would make it (a decision here counts a subset of what that log counts), so over a
-long run the counter grants at least ``m / (m + 1)`` of what the exact log grants.
+**The cost.** A decision counts a span of up to ``window + g``, so under saturation the
+counter grants at least ``m / (m + 1)`` of what the exact log grants.
 
 **Floats.** ``j(t)`` and :func:`window_start` agree at every boundary, so a grant
-planned at a sub-window's start is counted in it. The bound holds to the resolution
-of the times themselves: sub-window edges are exact to an ulp of ``t`` (2.4e-7 s near
-the 1.7e9 of Redis ``TIME``). Sub-window indices stay below 2**53 (so Python's ints
-and Lua's doubles agree) for times up to 9e9 s: hence the 1 µs floor on ``g``.
+planned at a sub-window's start is counted in it; edges are exact to an ulp of ``t``.
+Sub-window indices stay below 2**53 (Python's ints and Lua's doubles agree) for times
+up to 9e9 s: hence the 1 µs floor on ``g``.
 
-Mirrored by ``lua/sliding_window_counter.lua``.
+Twin of ``lua/sliding_window_counter.lua``.
 """
 
 from __future__ import annotations
@@ -65,25 +53,18 @@ from .algorithm import EPSILON, exact_room, low_part, step
 
 __all__ = ["SHORTEST", "SUBWINDOWS", "CounterState", "WindowCounter", "window_start"]
 
-#: Sub-windows per window. A decision counts up to ``window + window / SUBWINDOWS``,
-#: so saturated throughput is at least 20/21 (95.2 %) of the exact log's, within the
-#: 5 % an approximate window may lose. Each one more costs a field of the Redis hash
-#: and a step of the scan a request deferred to a later sub-window makes: measured
-#: (MEMORY USAGE, every sub-window holding grants) 170 bytes a key for 10 (90.9 %),
-#: 250-300 for 20, 500 for 50 (98 %); the two-counter estimate it replaced took 136.
+#: Sub-windows per window: saturated throughput is at least 20/21 of the exact log's.
+#: Each one more costs a field of the Redis hash and a step of a deferred request's scan.
 SUBWINDOWS = 20
 
-#: The narrowest sub-window, seconds: Redis ``TIME`` tells microseconds apart and no
-#: finer, and wider ones keep sub-window indices exact (see the module docstring).
+#: The narrowest sub-window, seconds: Redis ``TIME``'s resolution, which keeps
+#: sub-window indices exact (module docstring).
 SHORTEST = 1e-6
 
 
 def window_start(index: float, width: float) -> float:
-    """The first time whose sub-window index (``floor(t / width)``) is ``index``.
-
-    ``index * width`` can round to just below the boundary, where ``floor(t / width)``
-    says ``index - 1``; step up by an ulp or two until it does not.
-    """
+    """The first time whose sub-window index (``floor(t / width)``) is ``index``
+    (``index * width`` may round below the boundary: step up an ulp or two)."""
     t = index * width
     while floor(t / width) < index:
         t += abs(t) * 4.5e-16 + 5e-324
@@ -91,11 +72,8 @@ def window_start(index: float, width: float) -> float:
 
 
 class CounterState:
-    """The counts of the ``m + 1`` newest sub-windows, updated in place.
-
-    ``index`` is ``j(last)`` (``-inf`` while nothing was recorded), ``slot`` its place
-    in ``counts`` (``index % (m + 1)``), ``total`` the sum of ``counts``.
-    """
+    """The counts of the ``m + 1`` newest sub-windows, updated in place: ``index`` is
+    ``j(last)`` (``-inf``: nothing recorded), ``slot`` its place in ``counts``."""
 
     __slots__ = ("counts", "index", "last", "slot", "total")
 
@@ -261,8 +239,7 @@ class WindowCounter:
 
     def step(self, state: CounterState, now: float, tokens: float, max_wait: float) -> tuple[CounterState, float]:
         # plan(), decide() and commit() inlined for the common case (the newest
-        # sub-window is still t's, and the request fits), operation for operation;
-        # anything else goes the general way.
+        # sub-window is still t's and the request fits), operation for operation.
         last = state.last
         t = now if now > last else last
         if floor(t / self.width) == state.index:
@@ -290,10 +267,9 @@ class WindowCounter:
         if oldest < top - self.subs:
             oldest = top - self.subs
         if at == now:
-            # Names no grant. The caller's is at most one window old, so in sub-window
-            # `oldest` or later, unless reservations reach past now's sub-window (the
-            # ring has moved on): then where it is can no longer be told, and taking
-            # from a sub-window later than its own could free what it never held.
+            # Names no grant: the caller's is in sub-window `oldest` or later, unless
+            # reservations reach past now's sub-window; then taking from a later one
+            # than its own could free what it never held.
             if top > current:
                 return state
             s = oldest
@@ -343,9 +319,8 @@ class WindowCounter:
             return state  # nothing can be granted before `until` anyway
         if remaining <= EPSILON:
             return self._hold(state, until)
-        # The grants still possible before `until` lie in sub-windows j(t0) .. j(until),
-        # cut (from the end) into `blocks` runs of m + 1, each of which holds at most
-        # `limit`: the first with what it already holds and any placeholder added now.
+        # Sub-windows j(t0) .. j(until), cut from the end into `blocks` runs of m + 1,
+        # each holding at most `limit` (the first with what it already holds).
         ring = self.ring
         width = self.width
         first_k = floor(t0 / width)
@@ -365,8 +340,8 @@ class WindowCounter:
             if extra > EPSILON:
                 return self.commit(state, now, extra, t0)
             return state
-        # More runs than `remaining` needs: it goes as late as it can, in the last
-        # `needed` runs; nothing before them, a placeholder for the rest of the first.
+        # More runs than `remaining` needs: it goes in the last `needed` runs, nothing
+        # before them, a placeholder for the rest of the first.
         begin = window_start(end_k - needed * ring + 1, width)
         extra = needed * self.limit - remaining
         if extra > EPSILON:

@@ -4,27 +4,21 @@ The generic cell rate algorithm keeps only the *theoretical arrival time* (TAT):
 moment the bucket would be full again if nothing more were taken. With an emission
 interval ``T = 1 / refill_per_sec`` and a burst tolerance ``tau = capacity * T``:
 
-- a request for ``n`` tokens may go at ``max(TAT, now) + n*T - tau`` (or now, if that
-  is already past), and
+- a request for ``n`` tokens may go at ``max(TAT, now) + n*T - tau``, or now if past;
 - granting it moves the TAT to ``max(TAT, at) + n*T``.
 
-A waiting request therefore *reserves* its place by pushing the TAT forward, and the
-next one is planned behind it: grants come out in arrival order, ``T`` apart once the
-burst is spent. A charge of ``n`` (``algorithm.charge``) moves the TAT to
-``max(TAT, now) + n*T`` whatever it was: past ``now + tau`` the bucket is in debt, and
-the next request waits it off.
+A waiting request *reserves* its place by pushing the TAT forward: grants come out in
+arrival order, ``T`` apart once the burst is spent. A charge of ``n`` moves the TAT to
+``max(TAT, now) + n*T`` whatever it was; past ``now + tau`` the bucket is in debt.
 
-Each grant fills a *slot* of the TAT's line (as long as its tokens take) that begins no
-earlier than the grant and ends no later than the grant's time + ``tau``; slots never
-overlap, which is what keeps any interval within ``capacity + rate·t``. A grant that
-waited its turn ends its slot exactly at its time + ``tau``, and any grant ends it at the
-TAT its commit leaves (``latest`` + ``tau``), so a refund that names it knows where its
-unused tokens sit, and the part of them still ahead can be handed out
-again (``room``, and ``holes.py``) whatever was queued behind it. Mirrored by
+Each grant fills a *slot* of the TAT's line (as long as its tokens take) from no
+earlier than the grant to no later than its time + ``tau``; slots never overlap, which
+keeps any interval within ``capacity + rate·t``. A grant ends its slot at the TAT its
+commit leaves (its time + ``tau`` if it waited its turn), so a refund that names it
+knows where its unused tokens sit (``room``, ``holes.py``). Twin of
 ``lua/token_bucket.lua``.
 
-A bucket refilled at no rate is an :class:`Allowance`: ``capacity`` tokens in all, the
-state the tokens spent, since a TAT would have to move by ``n / 0`` seconds.
+A bucket refilled at no rate is an :class:`Allowance` (a TAT would move by ``n / 0``).
 """
 
 from __future__ import annotations
@@ -40,12 +34,10 @@ __all__ = ["Allowance", "Gcra", "advanced"]
 def advanced(base: float, step: float) -> float:
     """``base + step`` rounded up, never down: the TAT a grant moves forward.
 
-    Near the server's clock (about 1.7e9 s) a double holds time to 2.4e-7 s, and a
-    sum rounded to nearest moves the TAT by less than the grant's tokens take about
-    half the time: at a million tokens a second that is 5 % more than the rate (40 %
-    at three million). One unit in the last place more whenever the sum fell short
-    keeps every grant's slot at least as long as its tokens take (``advanced`` in
-    ``lua/token_bucket.lua``, which finds the next double up with ``math.frexp``).
+    Near 1.7e9 s a sum rounded to nearest falls short of the grant's tokens about half
+    the time, granting more than the rate at millions of tokens a second; one unit in
+    the last place more keeps every slot as long as its tokens take. Twin of
+    ``advanced`` in ``lua/token_bucket.lua``.
     """
     moved = base + step
     if moved - base < step:
@@ -89,14 +81,12 @@ class Gcra:
         return -math.inf
 
     def plan(self, state: float, now: float, tokens: float) -> tuple[float, float]:
-        # Conditional expressions, not max(): this runs on every acquire, and the
-        # builtin call costs more than the arithmetic.
+        # Conditional expressions, not max(): on every acquire the call costs more.
         base = state if state > now else now
         step = tokens * self.interval
         moved = base + step
-        # Whether it goes at once is decided on the sum to nearest (an error of one
-        # unit, never added up); a grant that waits goes at the TAT as it moves it,
-        # less the tolerance: the latest grant's time once committed, to the bit.
+        # Going at once is decided on the sum to nearest (one unit off, never added
+        # up); a grant that waits goes at the TAT commit will leave, less the tolerance.
         if moved - self.tolerance <= now:
             return now, now
         return now, advanced(base, step) - self.tolerance
@@ -107,10 +97,8 @@ class Gcra:
         return advanced(state if state > at else at, tokens * self.interval)
 
     def refund(self, state: float, now: float, tokens: float, at: float) -> float:
-        # With grants reserved beyond now, the bucket's tokens are already promised to
-        # them at fixed times: giving some back could only put a new grant beside one
-        # of them. Only the latest reservation can be rolled back (a cancelled waiter
-        # at the end of the line), and with none pending the tokens return to now.
+        # Tokens given back while grants are reserved could put a new grant beside one:
+        # only the latest reservation rolls back; with none pending, back to now.
         if not tokens > 0:
             return state
         latest = state - self.tolerance
@@ -120,16 +108,14 @@ class Gcra:
         return tat if tat > now else now
 
     def tail(self, state: float, tokens: float, at: float) -> bool:
-        # A reservation that waited leaves the TAT at exactly its time + tolerance; one
-        # a composite's other limit delayed past this one's plan, at its time + its
-        # tokens. Any other grant's slot is not at the line's end (one taken from a
-        # hole sits where the hole was, even once the line behind it was rolled back
-        # and its time is later than the latest), and rolling the end back for it
-        # would free another grant's slot.
+        # The last grant left the TAT at its time + tolerance (it waited its turn) or
+        # at its time + its tokens (another limit delayed it). Any other grant's slot
+        # is not at the line's end (one from a hole sits where the hole was), and
+        # rolling the end back would free another grant's slot.
         latest = state - self.tolerance
         if at <= latest + EPSILON:
             return at >= latest - EPSILON
-        # (A composite's request that gave this limit nothing holds no slot in it.)
+        # A composite's request that gave this limit nothing holds no slot in it.
         return not tokens > 0 or abs(at + tokens * self.interval - state) <= EPSILON
 
     def cancel(self, state: float, now: float, tokens: float, at: float) -> float:
@@ -145,11 +131,8 @@ class Gcra:
         return at
 
     def room(self, at: float, tokens: float, t: float) -> float:
-        # Every grant fills a slot of the TAT's line, as long as its tokens take, that
-        # starts no earlier than the grant and ends no later than its time + tolerance:
-        # slots that never overlap are what keeps any interval within capacity + rate·t.
-        # A hole's tokens are the end of such a line, up to at + tolerance; a grant at t
-        # may use the part of it that lies ahead of t.
+        # A hole's tokens end a slot at at + tolerance (module docstring): a grant at t
+        # may use the part of it ahead of t.
         ahead = (at + self.tolerance - t) * self.rate
         if ahead >= tokens:
             return tokens
@@ -159,9 +142,8 @@ class Gcra:
         return state
 
     def restrict(self, state: float, now: float, remaining: float, until: float) -> float:
-        # The TAT at which the (remaining + 1)-th grant from now lands exactly on
-        # `until`: the first `remaining` may go before it, the rest follow one
-        # interval apart, with no burst when the pause ends.
+        # The TAT at which the (remaining + 1)-th grant lands on `until`: no burst when
+        # the restriction ends.
         tat = until + self.tolerance - (remaining + 1.0) * self.interval
         return state if state > tat else tat
 
@@ -170,7 +152,7 @@ class Gcra:
 
     def slowed(self, share: float) -> Gcra:
         # The burst too: N processes that each kept the whole capacity would burst N
-        # times over at the moment they all fell back.
+        # times over when they all fell back.
         return Gcra(self.capacity * share, self.rate * share)
 
     def split(self, low_share: float) -> tuple[Gcra, Gcra]:
@@ -181,10 +163,8 @@ class Gcra:
         return Gcra(self.capacity - low, self.rate - rate), Gcra(low, rate)
 
     def guarded(self, seconds: float) -> Gcra:
-        # The burst tolerance is time: a request may leave `seconds` late only if the
-        # bucket keeps that much of it back.
-        # A bucket of one token or more must still hold a whole one: less would refuse
-        # every unit request, for ever.
+        # A request may leave `seconds` late only if the bucket keeps that much of its
+        # tolerance back; a bucket of one token or more must still hold a whole one.
         kept = self.capacity - seconds * self.rate
         if kept < min(1.0, self.capacity) - EPSILON or not kept > EPSILON:
             raise ValueError(
@@ -195,10 +175,8 @@ class Gcra:
         return Gcra(kept, self.rate, self.slack + seconds)
 
     def configured(self, rate: float | None, burst: float | None) -> Gcra:
-        # The slack stays kept back from the new capacity, at the new rate. A burst
-        # too small for it keeps one whole token (the run-time change was checked
-        # against no process's guard): a little late jitter, never a dead bucket.
-        # (token_bucket.configured in lua/token_bucket.lua, operation for operation.)
+        # The slack stays kept back, at the new rate; a burst too small for it keeps one
+        # whole token (late jitter, never a dead bucket). Twin of token_bucket.configured.
         refill = self.rate if rate is None else rate
         capacity = self.capacity if burst is None else burst
         if burst is None and self.slack > 0:
@@ -208,9 +186,8 @@ class Gcra:
         return Gcra(kept if kept > least else least, refill, self.slack)
 
     def rescale(self, new: Gcra | Allowance, state: float, now: float) -> float:
-        # A change of limit at run time: the tokens still owed keep their count and
-        # refill at the new rate; a full bucket stays full (token_bucket.rescale in
-        # lua/token_bucket.lua, operation for operation).
+        # A run-time change: tokens owed keep their count and refill at the new rate;
+        # a full bucket stays full. Twin of token_bucket.rescale.
         if isinstance(new, Allowance):
             # To an allowance: the tokens owed are its tokens spent.
             return (state - now) * self.rate if state > now and self.rate < math.inf else 0.0
@@ -220,9 +197,8 @@ class Gcra:
         return now + (state - now) * self.rate * new.interval
 
     def step(self, state: float, now: float, tokens: float, max_wait: float) -> tuple[float, float]:
-        # plan() and commit() inlined, operation for operation: this is every
-        # in-process acquire, and two calls and a tuple cost more than the arithmetic.
-        # advanced() inlined: its call would cost more than the usual case's check.
+        # plan(), commit() and advanced() inlined, operation for operation: this is
+        # every in-process acquire, where calls cost more than the arithmetic.
         base = state if state > now else now
         step = tokens * self.interval
         tat = base + step
@@ -240,9 +216,8 @@ class Gcra:
         return advanced(state if state > at else at, tokens * self.interval), wait
 
 
-#: What an :class:`Allowance` says its latest grant's time is: before any time. Its
-#: grants all went at once, and none is ever ahead; a finite number, so that a grant's
-#: name (at_once) and the text of one in Redis stay numbers.
+#: An :class:`Allowance`'s latest grant: before any time (none is ever ahead), finite
+#: so that a grant's name and its text in Redis stay numbers.
 LONG_AGO = -1.7976931348623157e308
 
 
@@ -250,21 +225,17 @@ LONG_AGO = -1.7976931348623157e308
 class Allowance:
     """A token bucket refilled at no rate: ``capacity`` tokens in all, never more.
 
-    The state is the tokens spent (``-inf`` or ``0``: none). A request that fits in
-    what is left goes at once; any other never does (admitted at ``inf``: refused for
-    ever, whatever wait its caller allows), nor does any request once a charge has
-    spent more than the capacity. Nothing is ever reserved ahead, so every give-back
-    returns to the count, down to none spent. A grant's slot never ends (``room``).
-    The state holds no time: a provider's pause is kept beside it (``holes.gate``).
-    Mirrored by the ``allowance`` branches of ``lua/token_bucket.lua``.
+    The state is the tokens spent (``-inf`` or ``0``: none). A request that fits goes
+    at once, any other is refused for ever; every give-back returns to the count. A
+    provider's pause is kept beside the state (``holes.gate``). Twin of the
+    ``allowance`` branches of ``lua/token_bucket.lua``.
     """
 
     capacity: float
     #: Seconds of guard (and lease) kept back: none at no refill (see ``guarded``).
     slack: float = 0.0
-    #: The most spent a grant may leave: the capacity and a rounding's worth, which is
-    #: relative below one token (an allowance of 1e-12 would otherwise grant its
-    #: capacity a thousand times over, one of 5e-324 for ever).
+    #: The most spent a grant may leave: the capacity and a rounding's worth, relative
+    #: below one token so a tiny allowance is not granted many times over.
     bound: float = field(init=False, compare=False, repr=False)
 
     kind = "token_bucket"
@@ -289,8 +260,7 @@ class Allowance:
 
     def plan(self, state: float, now: float, tokens: float) -> tuple[float, float]:
         spent = state if state > 0.0 else 0.0
-        # A composite's request that gives it nothing goes by it, even once a charge
-        # has spent more than the capacity (a debt no time pays off).
+        # A composite's request that gives it nothing goes by it, even in debt.
         if spent + tokens <= self.bound or not tokens > 0:
             return now, now
         return math.inf, math.inf
@@ -326,8 +296,7 @@ class Allowance:
         return math.inf if state > 0.0 else -math.inf
 
     def restrict(self, state: float, now: float, remaining: float, until: float) -> float:
-        # No time to move: a pause is kept beside the state (holes.gate), and in a
-        # composite the other limits hold it.
+        # No time to move: a pause is kept beside the state (holes.gate).
         return state
 
     def params(self) -> tuple[float, ...]:
@@ -341,8 +310,7 @@ class Allowance:
         return Allowance(self.capacity - low), Allowance(low)
 
     def guarded(self, seconds: float) -> Allowance:
-        # A grant sent late is still one of the capacity's, which no time refills:
-        # nothing to keep back, and no slack for the stores to record.
+        # Nothing refills, so a late grant takes nothing more: nothing to keep back.
         return self
 
     def configured(self, rate: float | None, burst: float | None) -> Gcra | Allowance:

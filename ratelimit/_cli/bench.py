@@ -385,9 +385,9 @@ def _sigint_blocked() -> Iterator[None]:
 @contextlib.contextmanager
 def _sigint_noted() -> Iterator[threading.Event]:
     # Ctrl-C as a flag that the collecting loop reads, not a KeyboardInterrupt raised
-    # wherever the main thread happens to be: one raised inside a finalizer (which may
-    # run between any two bytecodes) is printed and dropped, and the run went on to
-    # its end. (A run in another thread, as tests make, keeps the default.)
+    # wherever the main thread is: one raised inside a finalizer is printed and
+    # dropped, and the run would go on to its end. (A run in another thread, as tests
+    # make, keeps the default.)
     noted = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield noted

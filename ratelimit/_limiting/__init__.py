@@ -1,6 +1,5 @@
-"""The limiters users hold: the front every limiter shares (``front.py``: validation,
-waiting, timeouts, cancellation, events), the three single-algorithm limiters
-(``limiters.py``), ``Composite``, the guard against send jitter (``guard.py``) and what
-feedback from a response restricts (``feedback.py``). Built on ``_stores`` and
-``_algorithms``.
+"""The limiters users hold: the shared front (``front.py``: validation, waiting,
+cancellation, events), the single-algorithm limiters (``limiters.py``), ``Composite``,
+``ConcurrencyLimit``, and what they share (guard, feedback, keys, priorities, learned
+rates). Built on ``_stores`` and ``_algorithms``.
 """

@@ -1,11 +1,9 @@
 """``adaptive=``: a limiter that learns the rate of a provider that does not say it.
 
 :class:`Adaptive` is what users pass. The limiter then decides a group of two limits
-(``_algorithms/adaptive.py``): its own algorithm at the configured rate, which is the
-ceiling, and a pace whose rate is learned from refusals. :class:`Paced` makes that
-group look like one limiter to the front, and :class:`LastGrant` remembers each
-caller's latest grant so that its refusal can be told apart from the refusals of
-requests sent before the last cut.
+(``_algorithms/adaptive.py``): its own algorithm (the ceiling) and a learned pace.
+:class:`Paced` shows the group to the front as one handle; :class:`LastGrant` tells a
+caller's refusal apart from those of requests sent before the last cut.
 """
 
 from __future__ import annotations
@@ -28,13 +26,12 @@ class Adaptive:
     """Learn the rate from the provider's refusals, for every worker sharing the budget.
 
     For an API that publishes no limit, changes it by plan or load, or answers 429
-    without headers. The limiter's own rate becomes the ceiling; below it, a rate is
-    learned by CUBIC: every refusal (a 429, or a 503 with ``Retry-After``) fed back by
-    any worker cuts the shared rate to ``decrease`` times the rate it was sent at,
-    once per congestion event, and the rate then grows back along a cubic curve,
-    regaining the old rate after ``recover`` seconds and probing beyond it after that.
-    A provider's headers keep precedence: whatever pause or remaining they state is
-    kept in full (see docs/fleets.md, "Limits nobody documents").
+    without headers. The limiter's own rate becomes the ceiling; below it a rate is
+    learned by CUBIC: a refusal (a 429, or a 503 with ``Retry-After``) fed back by any
+    worker cuts the shared rate to ``decrease`` times the rate it was sent at, once
+    per congestion event; the rate then grows back along a cubic curve, regaining the
+    old rate after ``recover`` seconds and probing beyond. A provider's headers keep
+    precedence (docs/fleets.md, "Limits nobody documents").
 
     Args:
         floor: the lowest rate it may learn, tokens per second (> 0).
@@ -102,12 +99,8 @@ def adaptive(value: object) -> Adaptive | None:
 
 
 class LastGrant:
-    """Each caller's (thread's, task's) latest grant: ``(decided, at)`` in store time.
-
-    A refusal names no request. The caller that fed it back is the one that sent it,
-    right after its own latest grant, which is what tells whether it went before the
-    last cut (one congestion event, counted once) or after.
-    """
+    """Each caller's (thread's, task's) latest grant, ``(decided, at)`` in store time,
+    which tells whether a refusal it feeds back went before the last cut or after."""
 
     __slots__ = ("_var",)
 
@@ -121,10 +114,9 @@ class LastGrant:
             self._var.set((at - wait, at))
 
     def take(self) -> tuple[float | None, float | None]:
-        """The caller's latest grant, forgotten once read: one refusal per grant. A
-        caller whose grants were made in other tasks (``asyncio.wait_for`` on Python
-        3.11 runs the acquire in a task of its own) then reads "unknown" rather than an
-        older grant of its own, which would make every refusal look like an old one."""
+        """The caller's latest grant, forgotten once read: one refusal per grant. A caller
+        whose grants were made in other tasks (``asyncio.wait_for`` may run one in its
+        own) reads "unknown", not an older grant that would make the refusal look old."""
         last = self._var.get()
         if last is None:
             return None, None

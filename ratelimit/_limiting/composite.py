@@ -38,23 +38,20 @@ class Composite(Limiter[Sequence[float]]):
         llm.acquire(tokens=[1, 1_200])   # one request, 1,200 tokens
 
     The grant happens when every limit allows it, at the latest of their times; a
-    refusal (timeout, full queue) by any one of them charges none. The members
-    describe the limits: the composite keeps its own state for them, under its own
-    ``backend`` and ``name`` (in Redis, all in one hash slot, decided by one script
-    call). ``shadow=True`` decides and counts but never holds a caller, as a single
-    limiter's does (see :class:`~ratelimit.TokenBucket`).
+    refusal by any one of them charges none. The members only describe the limits:
+    the composite keeps its own state under its own ``backend`` and ``name`` (in
+    Redis, one hash slot, one script call). ``shadow=True`` decides and counts but
+    never holds a caller (see :class:`~ratelimit.TokenBucket`).
 
-    ``tokens`` is one number charged to every member, or one number per member; a
-    member may be given 0 (the request does not weigh on it: it still waits its turn
-    there, and takes nothing) as long as one is given more. A request's cost known
-    only after the call is settled member by member (:meth:`settle`)::
+    ``tokens`` is one number for every member, or one per member; a member may be
+    given 0 (it still waits its turn there, and takes nothing) as long as one is given
+    more. A cost known only after the call is settled member by member::
 
         llm.acquire([1, 1_200])     # the estimate
         llm.settle([1, 1_200], [1, 950])   # the real cost: 250 tokens given back
 
-    With a :class:`~ratelimit.ConcurrencyLimit` among the members, the composite
-    holds a slot for the length of each request as well, and is used with
-    :meth:`hold` only (and cannot be a shadow)::
+    With a :class:`~ratelimit.ConcurrencyLimit` among the members, the composite also
+    holds a slot for each request, and is used with :meth:`hold` only (no shadow)::
 
         github = Composite([TokenBucket(80, 5_000 / 3600), ConcurrencyLimit(100)], backend=..., name="github")
         with github.hold():
@@ -110,8 +107,7 @@ class Composite(Limiter[Sequence[float]]):
         super().__init__(backend=backend, name=name, clock=clock)
         self._algs = tuple(member.algorithm_for(clock) for member in rates)
         self._most = tuple(alg.most for alg in self._algs)
-        # A plain number in (0, _least] passes every member's check (see _tokens); no
-        # member grants an infinite request, so the bound is finite.
+        # A plain number in (0, _least] passes every member's check (see _tokens).
         least = min(self._most)
         self._least = least if least < math.inf else sys.float_info.max
         self._ones = (1.0,) * len(self._most)  # the default request, made once
@@ -119,8 +115,7 @@ class Composite(Limiter[Sequence[float]]):
         # Where each rate limit and each slot stand in `limits`: what failing_limit says.
         self._places = tuple(i for i, member in enumerate(limits) if isinstance(member, SingleLimiter))
         self._slot_places = tuple(i for i, member in enumerate(limits) if isinstance(member, ConcurrencyLimit))
-        # Slots are kept as the rate limits are: under the composite's own name, each
-        # at its place in the list.
+        # Slots are kept under the composite's own name, each at its place in the list.
         self._slots = tuple(
             rebound(member, backend=self._backend, name=self._place, member=i, clock=clock)
             for i, member in enumerate(limits)
@@ -139,9 +134,7 @@ class Composite(Limiter[Sequence[float]]):
         self, tokens: object, name: str = "tokens", *, zero: bool = False, cost: bool = False
     ) -> Sequence[float]:
         if (tokens.__class__ is float or tokens.__class__ is int) and 0 < tokens <= self._least:
-            # The usual request, one number for every member: each member's check
-            # (_validate.tokens) would pass it as float(tokens), without a tuple of
-            # limits built to say so. NaN fails the comparison.
+            # One number every member's check passes (NaN fails the comparison).
             return self._ones if tokens == 1 else (float(tokens),) * len(self._most)
         mosts = (math.inf,) * len(self._most) if cost else self._most
         limits = tuple(zip(mosts, self._names, strict=True))
@@ -149,8 +142,7 @@ class Composite(Limiter[Sequence[float]]):
             return tuple(_validate.tokens(tokens, most, most_name, name, zero=zero) for most, most_name in limits)
         if len(tokens) != len(limits):
             raise ValueError(f"{name} must give one number per limit ({len(limits)}), got {tokens!r}")
-        # Each member may be given 0 (an LLM call's cost: no request, 800 tokens), but
-        # not every one: a request of nothing at all is as meaningless as tokens=0.
+        # Each member may be given 0, but not every one (as tokens=0 is refused).
         checked = tuple(
             _validate.tokens(n, most, most_name, name, zero=True)
             for n, (most, most_name) in zip(tokens, limits, strict=True)
@@ -184,9 +176,8 @@ class Composite(Limiter[Sequence[float]]):
         return tuple(n if j == i else 0.0 for j, n in enumerate(tokens))
 
     def _blame(self, exc: AcquireTimeout, tokens: Tokens) -> None:
-        """Name the rate limit that refused (``failing_limit``): the one whose own wait
-        for its part of ``tokens`` is the longest, asked of the store one limit at a
-        time (read only). Only a refusal pays for it."""
+        """Name the rate limit that refused (``failing_limit``): the one with the longest
+        wait of its own for its part of ``tokens``, peeked one limit at a time."""
         n = self._tokens(tokens)
         if len(n) == 1:
             exc.failing_limit = self._places[0]
@@ -212,8 +203,7 @@ class Composite(Limiter[Sequence[float]]):
         if self._slots:
             self._no_slots()
         try:
-            # Limiter's method named rather than found through super(): a lookup less
-            # on every call.
+            # Limiter's method named, not super(): a lookup less on every call.
             return Limiter.acquire(self, tokens, timeout)  # type: ignore[arg-type]
         except AcquireTimeout as exc:
             self._blame(exc, tokens)
@@ -237,10 +227,9 @@ class Composite(Limiter[Sequence[float]]):
         return await super().try_acquire_async(tokens)  # type: ignore[arg-type]
 
     def reserve(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> Reservation[Sequence[float]]:
-        """Reserve ``tokens`` from every limit together, as :meth:`acquire` would grant
-        them, without sleeping (see :meth:`Limiter.reserve`); ``cancel`` gives every
-        limit its part back. A composite with ConcurrencyLimit members has no time
-        to reserve a slot for, and raises ``TypeError``."""
+        """Reserve ``tokens`` from every limit together without sleeping (see
+        :meth:`Limiter.reserve`); ``cancel`` gives every limit its part back. With
+        ConcurrencyLimit members it raises ``TypeError``: a slot has no time to reserve."""
         self._no_slots()
         try:
             return Limiter.reserve(self, tokens, timeout)  # type: ignore[arg-type]
@@ -262,10 +251,10 @@ class Composite(Limiter[Sequence[float]]):
         """Hold a slot of every ConcurrencyLimit member and take ``tokens`` from every
         rate limit, for a ``with`` (or ``async with``) block; all or nothing.
 
-        The slots come first, in arrival order, and then the rate limits' grant, so
-        the request goes out when both allow it. A ``timeout`` covers the whole wait;
-        if it runs out (or the wait is cancelled) whatever was taken is given back.
-        Without ConcurrencyLimit members this is ``acquire`` for the block.
+        The slots come first, in arrival order, then the rate limits' grant. A
+        ``timeout`` covers the whole wait; if it runs out (or the wait is cancelled)
+        whatever was taken is given back. Without ConcurrencyLimit members this is
+        ``acquire`` for the block.
         """
         self._tokens(tokens)
         if timeout is not None:
@@ -273,16 +262,14 @@ class Composite(Limiter[Sequence[float]]):
         return CompositeHold(self, tokens, timeout)
 
     def _restriction(self, info: RateLimitInfo, status: int | None) -> tuple[Sequence[float], float] | None:
-        # The members count in different units (requests, tokens), and one response's
-        # `remaining` speaks of one of them; a pause, though, holds for all.
+        # The members count different units, so only a pause applies to all of them.
         change = restriction(info, status)
         if change is None or change[0] > 0:
             return None
         return (0.0,) * len(self._algs), change[1]
 
     if TYPE_CHECKING:
-        # The same methods as every limiter, typed to take one weight per member too.
-        # At run time they are the inherited ones, which validate through _tokens.
+        # The inherited methods, typed to take one weight per member too.
 
         def refund(self, tokens: Tokens = 1) -> None: ...
 

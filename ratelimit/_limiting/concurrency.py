@@ -1,15 +1,12 @@
 """ConcurrencyLimit: at most N requests in flight, shared like every limiter.
 
-A holder takes a slot and keeps it until it releases it. Shared through Redis, each
-slot is a lease that a heartbeat thread renews while its holder lives, so a process
-killed with SIGKILL frees its slots within ``lease_seconds`` and a live holder keeps
-its slot however long it takes. Waiters queue in arrival order across processes, and
-the release that frees a slot hands it to the head of the queue and tells that waiter
-(see ``_stores/redis/wakeups.py``): a take and a release are one script call each, and
-waiting costs no polling. A SQLite file shares them among the processes of one box
-the same way, each transition one transaction (see ``_stores/sqlite/holders.py``).
-The limit reaches a store's slots through its backend's ``bind_slots`` alone (what
-they offer: ``_stores/slots.py``).
+A holder keeps its slot until it releases it. In a shared store each slot is a lease
+that a heartbeat thread renews while its holder lives, so a process killed with
+SIGKILL frees its slots within ``lease_seconds``. Waiters queue in arrival order
+across processes, and a release hands the slot to the head of the queue and wakes
+that waiter: each transition is one store call, and waiting costs no polling. The
+limit reaches a store's slots through its backend's ``bind_slots`` alone
+(``_stores/slots.py``).
 """
 
 from __future__ import annotations
@@ -49,8 +46,7 @@ logger = logging.getLogger("ratelimit")
 MIN_LEASE = 1.0
 MAX_LEASE = 366 * 86400.0
 
-#: The longest a waiter sleeps between looks at the store when no wake-up is expected
-#: to be lost (in-process); only bounds how long one wait call blocks.
+#: The longest one wait call blocks when no wake-up can be lost (in-process).
 _LONG_WAIT = 3600.0
 
 _NOT_A_RATE = (
@@ -60,11 +56,10 @@ _NOT_A_RATE = (
 
 
 class Lease:
-    """One held slot. :meth:`release` frees it (once: later calls do nothing); used as
-    a context manager, leaving the block releases it. A lease dropped without a
-    release frees its slot when it is garbage-collected. It may be released from any
-    thread or task; in a forked child it frees nothing the store shares (the parent
-    still holds the slot)."""
+    """One held slot. :meth:`release` frees it (once: later calls do nothing); as a
+    context manager, leaving the block releases it. A lease dropped unreleased frees
+    its slot when garbage-collected. Any thread or task may release it; in a forked
+    child it frees nothing the store shares (the parent still holds the slot)."""
 
     __slots__ = ("_limit", "name")
 
@@ -83,15 +78,13 @@ class Lease:
             self._limit._release(self.name)
 
     async def release_async(self) -> None:
-        """:meth:`release` for asyncio. Cancelling the caller does not stop it: the
-        slot is freed all the same."""
+        """:meth:`release` for asyncio; a cancellation does not stop it."""
         if self._limit._live.pop(self.name, None) is not None:
             await self._limit._release_async(self.name)
 
     def __del__(self) -> None:
-        # Dropped while held. The garbage collector may run this inside any code,
-        # even code holding the store's lock: it only posts the name (a SimpleQueue is
-        # safe here), and the limit's next call or heartbeat frees the slot.
+        # The collector may run this under the store's lock: only post the name (safe in a
+        # SimpleQueue); the next call or heartbeat frees the slot.
         if self._limit._live.pop(self.name, None) is not None:
             self._limit._dropped.put(self.name)
 
@@ -182,15 +175,12 @@ class Entries(Generic[T]):
     """What a ``with`` target that may be inside many blocks at once (``with limit:``,
     a shared ``hold()``) holds for each of them until it is left.
 
-    A block is not always left where it was entered: one inside a generator is left
-    wherever the generator is closed (another thread; for an async generator the
-    consumer broke out of, the loop's finaliser task or any task calling
-    ``aclose()``). Its exit must still find the block's own entry, and never find
-    none. So an entry is filed under the frame running the ``with`` statement, which
-    a generator keeps wherever it runs; an exit from another frame (enter and exit
-    called from helpers, an ``ExitStack``) takes its thread's or task's newest entry;
-    and failing that any newest one: as with a semaphore each exit frees one entry,
-    so none is ever stranded.
+    A block inside a generator is left wherever the generator is closed (another
+    thread, the loop's finaliser task). So an entry is filed under the frame running
+    the ``with`` statement, which a generator keeps wherever it runs; an exit from
+    another frame (helpers, an ``ExitStack``) takes its thread's or task's newest
+    entry, and failing that any newest one: each exit frees one entry, so none is
+    ever stranded.
     """
 
     __slots__ = ("_all", "_by_frame", "_by_owner", "_lock")
@@ -230,9 +220,8 @@ class Entries(Generic[T]):
 
 class Hold:
     """What :meth:`ConcurrencyLimit.hold` returns: ``with`` or ``async with`` it to hold
-    one slot for the block. One ``Hold`` may be shared, as a semaphore is: each block
-    entering it holds a slot of its own, freed when that block is left, in whatever
-    thread or task (a generator closed elsewhere)."""
+    one slot for the block. It may be shared, as a semaphore is: each block entering
+    it holds a slot of its own, freed when that block is left."""
 
     __slots__ = ("_entries", "_limit", "_timeout")
 
@@ -257,8 +246,7 @@ class Hold:
     ) -> None:
         await self._exit_async(sys._getframe(1))
 
-    # The frame running the ``with`` statement is passed in, so that ``with limit:``
-    # files its blocks as ``with limit.hold():`` does.
+    # The frame running the ``with`` statement is passed in (see Entries).
 
     def _enter(self, frame: object) -> Lease:
         return _enter(self._limit, self._timeout, self._entries, frame)
@@ -273,9 +261,9 @@ class Hold:
         await _exit_async(self._entries, frame)
 
 
-# A block's entry and exit, for a Hold and for ``with limit:`` (whose entries the limit
-# keeps itself: a Hold of its own would hold it in a cycle, which only the garbage
-# collector frees, and a key's view is let go of by reference counting).
+# A block's entry and exit, for a Hold and for ``with limit:``, whose entries the limit
+# keeps itself (a Hold of its own would be a cycle, and a key's view must be freed by
+# reference counting).
 
 
 def _enter(limit: ConcurrencyLimit, timeout: float | timedelta | None, entries: Entries[Lease], frame: object) -> Lease:
@@ -305,19 +293,15 @@ async def _exit_async(entries: Entries[Lease], frame: object) -> None:
 
 
 class _Heartbeat:
-    """Renews the leases one limit holds, all in one call, every ``check_every``
-    seconds, from a daemon thread that runs while something is held or waited for
-    (and stops at the first beat that finds nothing to renew). Each beat also frees
-    the slots of leases dropped unreleased.
+    """Renews the leases one limit holds, in one call every ``check_every`` seconds, from
+    a daemon thread that runs while something is held or waited for. Each beat also
+    frees the slots of leases dropped unreleased.
 
-    A waiter renews its own place each time it looks for a lost wake-up, from its
-    task or thread, which may run late (an event loop stalled, or behind 10,000
-    tasks): a place that ran out while its waiter was alive became, once promoted, a
-    slot that ran out before its holder could run, and was handed to another while
-    that holder went ahead (16 in flight on 8). So each beat also renews the places
-    of this process's waiters that have not renewed their own for a beat and a half,
-    in one call: on time, waiters cost the beat nothing; late, their places (and a
-    slot one was handed meanwhile) last until their task runs."""
+    A waiter renews its own place from its task or thread, which may run late (a
+    stalled event loop). A place that ran out while its waiter lived would, once
+    promoted, be a slot handed to another while its holder still went ahead: more
+    holders than the limit. So each beat also renews the places of waiters that have
+    not renewed their own for a beat and a half."""
 
     def __init__(self, limit: ConcurrencyLimit, store: SlotStore) -> None:
         self._limit = weakref.ref(limit)
@@ -351,8 +335,7 @@ class _Heartbeat:
             return
         with self._lock:
             if self._pid != os.getpid():
-                # A forked child: the parent's thread did not come along, and the
-                # parent's leases are the parent's to renew.
+                # A forked child: no thread came along, and the parent renews its own leases.
                 self._pid = os.getpid()
                 self._names = set()
                 self._waiting = {}
@@ -369,8 +352,7 @@ class _Heartbeat:
     def discard(self, name: str) -> None:
         if self._store.check_every == math.inf:
             return  # nothing was added (see add)
-        # The thread is left to stop by itself: a limit that holds and releases in a
-        # loop would otherwise start one per hold.
+        # The thread stops by itself, or a hold-release loop would start one per hold.
         with self._lock:
             self._names.discard(name)
             self._waiting.pop(name, None)
@@ -389,8 +371,7 @@ class _Heartbeat:
             pause.wait(self._store.check_every)
             limit = self._limit()
             if limit is None:
-                # The limit is gone, so every lease of it was dropped unreleased (a
-                # lease keeps its limit alive): free their slots, and stop.
+                # A lease keeps its limit alive: every lease was dropped unreleased.
                 self._orphaned()
                 return
             limit._drain()
@@ -400,9 +381,7 @@ class _Heartbeat:
                     self._thread = None
                     return
                 names = sorted(self._names)
-                # Late: not renewed for one and a half beats. A waiter on time renews
-                # every beat; a late one's place (three beats long) is renewed here
-                # with half a beat to spare.
+                # Late: not renewed for a beat and a half (a place lasts three beats).
                 now = time.monotonic()
                 due = 1.5 * self._store.check_every
                 late = [name for name, since in self._waiting.items() if now - since >= due]
@@ -411,8 +390,7 @@ class _Heartbeat:
             try:
                 lost = self._store.keep(names) if names else []
                 if late:
-                    # Renewing never puts a place back: one gone (its waiter granted
-                    # and done, or given up, meanwhile) stays gone.
+                    # Renewing never puts a place back: one gone stays gone.
                     self._store.renew(late)
             except Exception:
                 logger.warning(
@@ -428,17 +406,14 @@ class _Heartbeat:
     def _put_back(self, lost: list[str]) -> None:
         with self._lock:
             left = [name for name in lost if name not in self._names]
-        # Released by their holders while this beat was on its way to the store, which
-        # then took them for lost and put them back: they would block a slot for a
-        # whole lease. Released again.
+        # Released while this beat was on its way, then put back as lost: release again,
+        # or they block a slot for a whole lease.
         for name in left:
             with contextlib.suppress(Exception):
                 self._store.release(name)
         lost = [name for name in lost if name not in left]
         if lost:
-            # The store had lost them (a restart, a failover, an outage longer than
-            # the lease) while they were held: they are back, but others may have
-            # been given their slots meanwhile.
+            # Lost by the store (a restart, a failover): others may have had their slots.
             logger.warning("leases %s were lost by the store while held, and put back", lost)
 
 
@@ -455,14 +430,12 @@ class ConcurrencyLimit(Keyable):
     Args:
         max_in_flight: the most slots held at once, an int >= 1.
         lease_seconds: how long a slot outlives a holder that dies without releasing
-            it (killed, frozen, cut off from Redis). A live holder's lease is renewed
-            every ``lease_seconds / 3`` by a thread, so it keeps its slot however long
-            it holds it. In-process slots need no lease: a holder cannot die without
-            its process.
+            it (killed, frozen, cut off from the store); a thread renews a live
+            holder's lease every ``lease_seconds / 3``, however long it holds the
+            slot. In process no lease is needed.
         backend: where the slots live; in-process by default, a
-            :class:`~ratelimit.RedisBackend` to share them across processes, or a
-            :class:`~ratelimit.SQLiteBackend` to share them among the processes of
-            one box.
+            :class:`~ratelimit.RedisBackend` across processes, a
+            :class:`~ratelimit.SQLiteBackend` among the processes of one box.
         name: the shared limit's name (required with a shared backend).
         clock: the clock the store's leases run on (tests).
 
@@ -559,9 +532,8 @@ class ConcurrencyLimit(Keyable):
     # -- what a rate offers and a count of holders cannot ---------------------------
 
     def reserve(self, tokens: object = 1, timeout: object = None) -> NoReturn:
-        """Not offered: raises ``TypeError``. A slot is free when a holder releases it,
-        at no moment known in advance, so there is no time to reserve (use
-        :meth:`hold` or :meth:`take`)."""
+        """Not offered: raises ``TypeError``. A slot frees at no moment known in advance,
+        so there is no time to reserve (use :meth:`hold` or :meth:`take`)."""
         raise TypeError(_NOT_A_RATE)
 
     async def reserve_async(self, tokens: object = 1, timeout: object = None) -> NoReturn:
@@ -580,8 +552,7 @@ class ConcurrencyLimit(Keyable):
 
         Raises:
             AcquireTimeout: no slot within ``timeout``; nothing is held. Its
-                ``retry_after`` is the time waited: how long a slot will take to
-                free is not known in advance.
+                ``retry_after`` is the time waited (when a slot frees is not known).
         """
         if timeout is not None:
             _validate.timeout_seconds(timeout)
@@ -596,8 +567,8 @@ class ConcurrencyLimit(Keyable):
         name = lease_id()
         started = time.monotonic()
         try:
-            # In process a first try costs nothing, and spares making a waiter; through
-            # Redis it would cost a round trip, so the take queues at once if it must.
+            # In process a first try is free and spares a waiter; in a shared store the
+            # take queues at once, saving a round trip.
             if limit == 0 or store.check_every == math.inf:
                 outcome = store.take(name, None)
                 if outcome == HELD or limit == 0:

@@ -20,23 +20,19 @@ def _policy(info: RateLimitInfo) -> float | None:
 
 
 def _paced(info: RateLimitInfo, remaining: float, reset: float) -> tuple[float, float] | None:
-    """``remaining`` until ``reset`` as the stores keep it, spread evenly over the time to
-    the reset (see ``holes.pace``), with what the provider says of its refill; ``None``
+    """``remaining`` until ``reset`` as the stores keep it, spread evenly over the time
+    to the reset (``holes.pace``), with what the provider says of its refill; ``None``
     where less than one may go before the reset (a pause).
 
-    - A bucket that refills evenly (``info.gradual``: OpenAI's, Anthropic's) holds
-      ``remaining`` now and ``limit`` at the reset, when it is full: spread evenly,
-      ``limit`` over the reset, which leaves it empty just when it would have been
-      full, and never asks for a token before it is back (the k-th is due at k times
-      the interval, when the bucket has gained at least k less what it held).
+    - A bucket that refills evenly (``info.gradual``: OpenAI's, Anthropic's) is full at
+      the reset: ``limit`` over the reset, which never asks for a token before it is
+      back (the k-th is due when the bucket has gained at least k less what it held).
     - A budget that ``refills`` at a policy's ``limit`` per ``window`` (the IETF
-      structured fields: ``RateLimit-Policy``'s ``q`` and ``w``) comes back at that
-      pace: ``t`` is when more comes, not all of it, so the policy's pace over it is
-      allowed where less remains now.
-      With none left, a reset of more than a second is waited out; one of a second
-      or less may be a fraction of a second rounded up (the fields count whole
-      seconds), so it is the policy's pace that decides.
-    - Otherwise (a window whose reset is when it is whole again: GitHub's, GitLab's),
+      fields' ``q`` and ``w``) comes back at that pace, ``t`` being when more comes:
+      the policy's pace over ``t`` is allowed where less remains now. With none left,
+      a reset over a second is waited out; one of a second or less may be a fraction
+      rounded up (whole seconds), so the policy's pace decides.
+    - Otherwise (a window whole again at its reset: GitHub's, GitLab's),
       ``remaining`` over the reset.
     """
     limit = info.limit
@@ -54,21 +50,15 @@ def _whole(remaining: float, reset: float) -> tuple[float, float] | None:
 
 
 def _until_more(info: RateLimitInfo, reset: float) -> float:
-    """Seconds until the budget holds one more than ``remaining``: ``reset``, unless
-    it refills evenly (``gradual``: OpenAI's and Anthropic's buckets, whose reset is
-    when they are full again), or at a policy's pace with a reset of a second or less.
+    """Seconds until the budget holds one more than ``remaining``: ``reset``, unless it
+    refills evenly (``gradual``) or at a policy's pace with a reset of a second or less.
 
-    Such a bucket gains ``limit - remaining`` over ``reset``, so one comes back every
-    ``reset / (limit - remaining)`` seconds (``reset / limit`` from empty). With less
-    than one to come back (fractions), not one more fits before it is full: the whole
-    reset. A figure that does not fit that reading (no limit, no remaining, a limit
-    not above the remaining) leaves the whole reset too, which never allows more than
-    the provider's own figures; nor does the shorter time, since up to it no more than
-    ``remaining`` can be back.
-
-    A reset in whole seconds (the IETF fields' ``t``) of one second or less says more
-    comes within the second, not at its end: a budget that ``refills`` at ``limit``
-    per ``window`` has one back in ``window / limit``.
+    An even bucket gains ``limit - remaining`` over ``reset``, one every
+    ``reset / (limit - remaining)`` seconds; with less than one to come back, or
+    figures that do not fit that reading, the whole reset. Neither allows more than
+    the provider's own figures. A reset of one whole second or less (the IETF ``t``)
+    means more comes within it: a policy of ``limit`` per ``window`` has one back in
+    ``window / limit``.
     """
     limit, remaining = info.limit, info.remaining
     if info.gradual and limit is not None and remaining is not None and limit > remaining:
@@ -84,14 +74,11 @@ def restriction(info: RateLimitInfo, status: int | None) -> tuple[float, float] 
     spread evenly over them (a pause when ``remaining`` is below one).
 
     - ``Retry-After`` on a refusal (or with no status given) pauses: ``(0, retry_after)``.
-    - ``remaining`` with a reset bounds every grant until the reset, paced evenly (see
-      ``_paced``); on a 429 the provider has refused us, whatever it claims remains,
-      so that pauses too. Less than one remaining pauses until one more is back (see
-      ``_until_more``): for a bucket that refills as it goes (``info.gradual``), not
-      until it is full.
-    - A 503 without ``Retry-After`` is an outage rather than a refusal: its reset
-      header (often a whole hour's window) does not pause anyone; its ``remaining``
-      counts like any other response's. Retrying it is the retry runner's business.
+    - ``remaining`` with a reset bounds every grant until the reset, paced evenly
+      (``_paced``); a 429 pauses whatever it claims remains. Less than one remaining
+      pauses until one more is back (``_until_more``).
+    - A 503 without ``Retry-After`` is an outage, not a refusal: its reset pauses
+      nobody; its ``remaining`` counts as any response's.
     - Anything else (no reset, a reset already past, a success with only a
       ``Retry-After``) asks nothing.
     """
@@ -111,8 +98,6 @@ def restriction(info: RateLimitInfo, status: int | None) -> tuple[float, float] 
 
 def throttled(info: RateLimitInfo, status: int | None) -> bool:
     """Whether a response is the provider refusing us for going too fast, which cuts a
-    learned rate (``adaptive=``): any 429, and a 503 that says when to come back (a
-    503 without ``Retry-After`` is an outage, not a throttle). For a throttle that
-    comes in another form (a gRPC ``RESOURCE_EXHAUSTED``, an SDK's "SlowDown"), feed
-    back ``status=429``."""
+    learned rate (``adaptive=``): any 429, and a 503 with ``Retry-After``. Feed back
+    other throttles (gRPC ``RESOURCE_EXHAUSTED``, "SlowDown") as ``status=429``."""
     return status == 429 or (status == 503 and info.retry_after is not None)

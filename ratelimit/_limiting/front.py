@@ -1,10 +1,9 @@
 """The limiter front: validate, reserve once, sleep exactly the wait.
 
-Every limiter, whatever its algorithm or store, is this front over a handle. An
-acquire makes one call to the store, which decides and records the grant in the same
-atomic step (a *reservation*), and then sleeps the wait it was given, outside any
-lock. There is no polling loop, so contention costs nothing extra and grants come out
-in arrival order.
+Every limiter is this front over a store's handle. An acquire makes one call to the
+store, which decides and records the grant in one atomic step (a *reservation*), then
+sleeps the wait it was given, outside any lock: no polling, and grants come out in
+arrival order.
 """
 
 from __future__ import annotations
@@ -50,18 +49,14 @@ _FOREVER = math.inf
 #: Give-backs of grants that landed after their task was cancelled, still running.
 _GIVING_BACK: set[asyncio.Future[None]] = set()
 
-#: How long a limiter ``name`` may be; Redis keys carry it, and a key is no place for
-#: a novel.
-
 
 @runtime_checkable
 class Acquirer(Protocol):
     """The interface every limiter implements; program against this.
 
-    ``acquire`` blocks until granted and returns the wait it was given; ``try_acquire``
-    never blocks; ``charge`` takes tokens without asking, and ``settle`` squares a
-    grant's estimate with what the call really cost. The ``_async`` twins have the
-    same semantics for asyncio.
+    ``acquire`` blocks until granted and returns the wait; ``try_acquire`` never
+    blocks; ``charge`` takes tokens without asking; ``settle`` squares a grant's
+    estimate with the call's real cost. The ``_async`` twins do the same for asyncio.
     """
 
     def acquire(self, tokens: float = 1.0, timeout: float | timedelta | None = None) -> float: ...
@@ -135,21 +130,18 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     def __init__(self, *, backend: Backend | None, name: object, clock: Clock | None) -> None:
         self._backend, self._name, self._clock = placed(backend, name, clock)
-        # What a store binds: the name, or for a view of one key (for_key) the name
-        # and the key; events and metrics say the name alone.
+        # What a store binds: the name, or the name and key of a for_key view.
         self._place: str | Keyed | None = self._place_of(self._name)
         # A plain int up to this many tokens needs no further checks (see _tokens).
         self._fast_most: float = 0
-        # Shadow mode (see _shadowed): decide and record, but never wait or refuse.
+        # Shadow mode: decide and record, but never wait or refuse.
         self._shadow = False
         self._events = Emitter()
         self._stats = Stats()
-        # A learned pace (adaptive=) and each caller's latest grant, which tells its
-        # refusals apart; None for the rest, whose hot paths then skip both.
+        # A learned pace (adaptive=) and each caller's latest grant; None skips both.
         self._pacing: Pacing | None = None
         self._last_grant: LastGrant | None = None
-        # Each caller's latest grant, which a refund or settle names (named.py); made
-        # at the first give-back, so that a limiter that never gives back pays nothing.
+        # Each caller's grant for a refund or settle to name, made at the first give-back.
         self._named: Named[T] | None = None
 
     # -- keys (keyed.py) ------------------------------------------------------------
@@ -169,9 +161,8 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     @abstractmethod
     def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False, cost: bool = False) -> T:
-        """Validate one request's ``tokens`` (an argument called ``name``); raise
-        ``ValueError``/``TypeError``. ``zero``: nothing at all is a valid cost.
-        ``cost``: tokens already spent, which may exceed the largest request."""
+        """Validate one request's ``tokens`` (argument ``name``), raising ``ValueError`` or
+        ``TypeError``. ``zero``: 0 is valid; ``cost``: may exceed the largest request."""
 
     @abstractmethod
     def _difference(self, estimate: T, actual: T) -> tuple[T | None, T | None]:
@@ -206,16 +197,15 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     @property
     def shadow(self) -> bool:
-        """Whether this limiter is in shadow mode: it decides and records every request
-        as usual, and counts what it would have done (``stats()``, events, metrics),
-        but never makes a caller wait nor refuses one."""
+        """Whether this limiter is in shadow mode: it decides, records and counts every
+        request as usual (``stats()``, events, metrics), but never makes a caller wait
+        nor refuses one."""
         return self._shadow
 
     def _shadowed(self, tokens: T, wait: float, at: float) -> None:
         if wait == -math.inf:
             self._never(tokens)
-        # The decision stands in the store (a grant is recorded as usual, a refusal
-        # records nothing) and in the counters; only the caller does not follow it.
+        # The decision stands in the store and the counters; only the caller ignores it.
         if wait >= 0 and self._last_grant is not None:
             self._last_grant.saw(wait, at)
         if self._events.callbacks or EVERYONE.callbacks:
@@ -223,15 +213,12 @@ class Limiter(Keyable, ABC, Generic[T]):
             self._events.emit(Granted(self._name, w, wait, True) if wait >= 0 else Denied(self._name, w, -wait, True))
 
     def _granted(self, tokens: T, wait: float) -> None:
-        # The caller asks first whether anyone listens (`_events.callbacks or
-        # EVERYONE.callbacks`): on the hot path, a call saved when no one does.
+        # Callers check for listeners first: on the hot path, no call when nobody listens.
         self._events.emit(Granted(self._name, weight(tokens), wait))
 
     def _never(self, tokens: T) -> None:
         """Called with a request the store refused for ever (a wait of ``inf``): raise
-        the ``ValueError`` of a request no limit in force can grant, if this is one
-        (see ``SingleLimiter``: the store decides a weight a change at run time may
-        grant)."""
+        ``ValueError`` if no limit in force can grant it (``SingleLimiter``)."""
 
     def _denied(self, tokens: T, needed: float) -> None:
         if needed == math.inf:
@@ -260,8 +247,7 @@ class Limiter(Keyable, ABC, Generic[T]):
         the reserved tokens are given back before the exception propagates.
         """
         if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._fast_most:
-            # A plain limiter and the usual argument (see try_acquire): nothing is
-            # shadowed nor remembered, and a grant at once leaves nothing more to do.
+            # A plain limiter and the usual argument (see try_acquire).
             n: T = tokens  # type: ignore[assignment]
             wait, at = self._handle.reserve(n, _FOREVER if timeout is None else _validate.timeout_seconds(timeout))
             if wait == 0.0:
@@ -296,17 +282,15 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     def try_acquire(self, tokens: float = 1.0) -> bool:
         """Take ``tokens`` if they can be granted right now; never blocks."""
-        # The hottest path of all. A plain float or int in (0, _fast_most] is a valid
-        # request as it stands (NaN fails the comparison), and a plain limiter (one whose
-        # _fast_most is set: no shadow, no grant remembered) has nothing else to do. The
-        # default is a float: the stores' arithmetic on floats alone runs faster. (Each
-        # comparison of floats is followed by a jump, not chained nor returned: CPython
-        # then runs it as a float's, not as a generic one.)
+        # The hottest path. A plain float or int in (0, _fast_most] is valid as it stands
+        # (NaN fails the comparison), and a plain limiter (_fast_most set: no shadow, no
+        # grant remembered) has nothing else to do. The default is a float: the stores'
+        # arithmetic runs faster on floats alone.
         if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._fast_most:
             wait = self._handle.reserve(tokens, 0.0)[0]  # type: ignore[arg-type]
             if self._events.callbacks or EVERYONE.callbacks:
                 self._events.emit(Granted(self._name, tokens, 0.0) if wait >= 0 else Denied(self._name, tokens, -wait))
-            if wait >= 0.0:  # noqa: SIM103 (see above)
+            if wait >= 0.0:  # noqa: SIM103 (a compare then a jump keeps CPython's float specialisation)
                 return True
             return False
         n = self._tokens(tokens)
@@ -326,13 +310,10 @@ class Limiter(Keyable, ABC, Generic[T]):
         return False
 
     async def acquire_async(self, tokens: float = 1.0, timeout: float | timedelta | None = None) -> float:
-        """:meth:`acquire` for asyncio: suspends the task, not the thread.
-
-        Cancelling the task gives the reserved tokens back, so
-        ``asyncio.wait_for(limiter.acquire_async(), 5)`` wastes no budget: while it
-        sleeps, at once; while the store is still deciding (a Redis round trip), as
-        soon as the store's answer lands.
-        """
+        """:meth:`acquire` for asyncio: suspends the task, not the thread. Cancelling the
+        task gives the reserved tokens back (once the store's answer lands, if it is
+        still deciding), so ``asyncio.wait_for(limiter.acquire_async(), 5)`` wastes no
+        budget."""
         n = self._tokens(tokens)
         wait, at = await self._reserve_async(n, _max_wait(timeout))
         if self._shadow:
@@ -364,9 +345,7 @@ class Limiter(Keyable, ABC, Generic[T]):
         here = handle.reserve_here(tokens, max_wait)
         if here is not None:
             return here
-        # A task cancelled while the store decides must not strand what the store then
-        # grants: the call goes on in a task of its own, and a grant that lands is
-        # given back. (asyncio.shield's work, with one future and one callback.)
+        # The call runs on in a task of its own: a grant landing after a cancel is given back.
         loop = asyncio.get_running_loop()
         call = loop.create_task(handle.reserve_async(tokens, max_wait))
         landed = loop.create_future()
@@ -417,10 +396,9 @@ class Limiter(Keyable, ABC, Generic[T]):
     def reserve(self, tokens: float = 1.0, timeout: float | timedelta | None = None) -> Reservation[T]:
         """Take ``tokens`` as :meth:`acquire` would, but return at once: when to go.
 
-        The grant is decided and recorded now, in arrival order with every acquire
-        (the same single call to the store); the caller is told its wait instead of
-        sleeping it. That is what a scheduler needs: run the call at
-        :attr:`Reservation.due` (a task queue's ``eta``), or give the place back with
+        The grant is decided and recorded now, in arrival order with every acquire; the
+        caller is told its wait instead of sleeping it. A scheduler runs the call at
+        :attr:`Reservation.due` (a task queue's ``eta``), or gives the place back with
         :meth:`Reservation.cancel` while it is not yet due.
 
         Args:
@@ -432,19 +410,19 @@ class Limiter(Keyable, ABC, Generic[T]):
                 bucket's queue is full): nothing is reserved; ``retry_after`` holds
                 the wait it needed.
             ValueError: ``tokens`` or ``timeout`` out of range.
-            BackendUnavailable: as for :meth:`acquire` (the backend's
-                ``on_unavailable`` applies alike: ``"local"`` reserves on the local
-                fallback, ``"allow"`` grants at once with nothing recorded).
+            BackendUnavailable: the store cannot be reached and the backend says to
+                raise (``"local"`` reserves on the local fallback, ``"allow"`` grants
+                at once with nothing recorded).
 
-        A shadow limiter records the reservation and says to go at once (it never
-        makes a caller wait). Counted and observed as an acquire granted with its wait.
+        A shadow limiter records the reservation and says to go at once. Counted and
+        observed as an acquire granted with its wait.
         """
         n = self._tokens(tokens)
         return self._reservation(n, *self._handle.reserve(n, _max_wait(timeout)))
 
     async def reserve_async(self, tokens: float = 1.0, timeout: float | timedelta | None = None) -> Reservation[T]:
-        """:meth:`reserve` for asyncio. A task cancelled while the store decides
-        keeps nothing: a grant that lands after the cancellation is given back."""
+        """:meth:`reserve` for asyncio; a task cancelled while the store decides keeps
+        nothing."""
         n = self._tokens(tokens)
         wait, at = await self._reserve_async(n, _max_wait(timeout))
         return self._reservation(n, wait, at, asyncio.current_task())
@@ -471,17 +449,15 @@ class Limiter(Keyable, ABC, Generic[T]):
     def peek(self, tokens: float = 1.0) -> float:
         """The wait a request of ``tokens`` would get now, in seconds; nothing recorded.
 
-        What :meth:`reserve` would tell it with no ``timeout``, and what
-        ``AcquireTimeout.retry_after`` says where it would be refused (a leaky
-        bucket's full queue: the wait until it has room). ``0.0``: it would go at
-        once. Nothing is taken, written or counted (through Redis, a read-only script
-        op); the answer is a snapshot, which other callers may change a moment later.
+        What :meth:`reserve` would tell it with no ``timeout``, or where it would be
+        refused (a leaky bucket's full queue) what ``AcquireTimeout.retry_after`` says.
+        ``0.0``: it would go at once; ``inf``: more than the limit, as changed at run
+        time (``set_limit``), could ever grant. Nothing is taken, written or counted;
+        the answer is a snapshot other callers may change a moment later.
 
-        It plans on the limit's state alone: a place given back by a cancelled
-        reservation (which the next request may fill) is not offered, so after
-        cancellations a request may get less than ``peek`` said. ``inf``: more than
-        the limit, as changed at run time (``set_limit``), could ever grant.
-        On a store that cannot be reached the backend's ``on_unavailable`` applies:
+        Places given back by cancelled reservations are not offered, so after
+        cancellations a request may get less than ``peek`` said. On a store that
+        cannot be reached the backend's ``on_unavailable`` applies:
         ``BackendUnavailable``, the local fallback's answer, or ``0.0`` (fail open).
         """
         n = self._tokens(tokens)
@@ -501,13 +477,11 @@ class Limiter(Keyable, ABC, Generic[T]):
     def reset(self) -> None:
         """Forget this limiter's usage: its budget is whole again, as a new limiter's.
 
-        For every process sharing it (the state in Redis, or under its name on one
-        ``MemoryBackend``): grants and reservations made, holes, and pauses from
-        feedback are forgotten (reservations already handed out keep their times,
-        but are not counted any more). A limit changed by an operator
-        (``set_limit``) stays; a learned rate (``adaptive=``) starts over; a budget
-        with priorities forgets both lanes. The counters of :meth:`stats` are this
-        object's history, and stay.
+        For every process sharing it: grants, reservations and pauses from feedback are
+        forgotten (reservations handed out keep their times but no longer count). A
+        limit changed by an operator (``set_limit``) stays; a learned rate
+        (``adaptive=``) starts over; a budget with priorities forgets both lanes. The
+        counters of :meth:`stats` stay.
         """
         self._handle.reset()
 
@@ -526,8 +500,7 @@ class Limiter(Keyable, ABC, Generic[T]):
     ) -> tuple[RateLimitInfo, tuple[T, float] | None]:
         if status is not None and (isinstance(status, bool) or not isinstance(status, int)):
             raise TypeError(f"status must be an int HTTP status or None, got {status!r}")
-        # A RateLimitInfo already read (one part of a response's headers: the tokens
-        # of an LLM API's, say) is taken as it is.
+        # A RateLimitInfo already read (an LLM API's tokens part, say) is taken as is.
         info = headers if isinstance(headers, RateLimitInfo) else parse_rate_limit_headers(headers, now)
         return info, self._restriction(info, status)
 
@@ -536,14 +509,12 @@ class Limiter(Keyable, ABC, Generic[T]):
 
         Only ever lowers the budget, atomically for every worker sharing it:
         ``remaining`` with a reset bounds every grant until the reset, spread evenly
-        over it (a budget the provider says refills, at the pace it refills); a
-        429/503 with ``Retry-After`` (or ``remaining: 0`` with a
-        reset) pauses every worker until then, after which grants resume at the
-        configured rate, in order, without a burst. A reset already past, garbage
-        headers or a higher ``remaining`` change nothing; waits are capped at an hour.
-        On a limiter built with ``adaptive=``, a throttle (a 429, or a 503 with
-        ``Retry-After``) also cuts the learned rate, once per congestion event (see
-        :class:`~ratelimit.Adaptive`).
+        over it; a 429/503 with ``Retry-After`` (or ``remaining: 0`` with a reset)
+        pauses every worker until then, after which grants resume at the configured
+        rate, in order, without a burst. A reset already past, garbage headers or a
+        higher ``remaining`` change nothing; waits are capped at an hour. With
+        ``adaptive=``, a throttle (a 429, or a 503 with ``Retry-After``) also cuts the
+        learned rate, once per congestion event (:class:`~ratelimit.Adaptive`).
 
         Args:
             headers: the response's headers (any mapping, or ``(name, value)`` pairs),
@@ -587,18 +558,16 @@ class Limiter(Keyable, ABC, Generic[T]):
     def refund(self, tokens: float = 1) -> None:
         """Give back ``tokens`` that were granted but not used.
 
-        For a call that was acquired and then not sent, or that used less than it
-        reserved (an LLM call that spent 600 of 1,000 tokens refunds 400). The
-        limiter never ends up with more budget than its algorithm allows (a token
-        bucket never holds more than ``capacity``). For a sliding window, refund
-        within ``window_seconds`` of the grant: later, its tokens have aged out on
-        their own and there is nothing left to give back.
+        For a call acquired and not sent, or that used less than it reserved (an LLM
+        call that spent 600 of 1,000 tokens refunds 400). The limiter never ends up
+        with more budget than its algorithm allows. For a sliding window, refund within
+        ``window_seconds`` of the grant: later, its tokens have aged out already.
 
-        The refund names this caller's (thread's, task's) latest grant when that is
-        its only grant since it last gave back and it took at least ``tokens``; a
-        token bucket then takes the tokens back even with grants queued behind it.
-        Otherwise, with grants queued, a token bucket's refund frees nothing (it
-        could put a new grant beside a reserved one).
+        The refund names this caller's (thread's, task's) latest grant when that is its
+        only grant since it last gave back and took at least ``tokens``; a token bucket
+        then takes the tokens back even with grants queued behind it. Otherwise, with
+        grants queued, a token bucket's refund frees nothing (it could put a new grant
+        beside a reserved one).
         """
         n = self._tokens(tokens)
         self._handle.refund(n, self._naming().take(lambda held: covers(held, n)))
@@ -613,9 +582,8 @@ class Limiter(Keyable, ABC, Generic[T]):
         named = self._named
         if named is None:
             named = self._named = Named()
-            # The fast try_acquire path remembers nothing: from now on every grant goes
-            # the way that does. And the store names a grant at once too, by where its
-            # tokens sit: a refund that names it then frees its own slot, never another's.
+            # From now on every grant is remembered (no fast path), and the store names
+            # grants made at once too, so a refund frees its own slot, never another's.
             self._fast_most = 0
             self._handle.name_grants()
         return named
@@ -625,15 +593,12 @@ class Limiter(Keyable, ABC, Generic[T]):
     def charge(self, tokens: float) -> None:
         """Take ``tokens`` now, without waiting, into debt if need be.
 
-        For a cost learnt only after the call was made (an LLM's output tokens, a
-        query's rows), which no acquire could have asked for in advance. A charge is
-        never refused and never waits: the tokens were spent already. The limiter
-        records them behind every grant already promised, and the requests that come
-        after wait the debt off: an emptied ``TokenBucket(10, 1)`` charged 5 makes
-        the next acquire wait 5 s longer; a full leaky bucket overflows until it has
-        drained them. With :meth:`refund` it squares an estimate with the real cost
-        (:meth:`settle` does both). A refund right after it (by the same caller) takes
-        back from the charge, as :meth:`refund` says.
+        For a cost learnt only after the call (an LLM's output tokens, a query's rows).
+        Never refused, never waits: the tokens were spent already. They are recorded
+        behind every grant already promised, and later requests wait the debt off: an
+        emptied ``TokenBucket(10, 1)`` charged 5 makes the next acquire wait 5 s longer.
+        :meth:`settle` squares an estimate with the real cost; a refund right after a
+        charge by the same caller takes back from it.
 
         Args:
             tokens: the cost: > 0, and finite. It may be more than the limiter could
@@ -650,8 +615,7 @@ class Limiter(Keyable, ABC, Generic[T]):
         self._charged(n, self._handle.charge(n))
 
     async def charge_async(self, tokens: float) -> None:
-        """:meth:`charge` for asyncio. Cancelling the caller does not stop it: the
-        tokens were spent, and are recorded all the same."""
+        """:meth:`charge` for asyncio; a cancellation does not stop the record."""
         n = self._tokens(tokens, cost=True)
         self._charged(n, await self._settled(self._handle.charge_async(n)), asyncio.current_task())
 
@@ -664,8 +628,7 @@ class Limiter(Keyable, ABC, Generic[T]):
             named.saw(tokens, name, owner)
 
     async def _settled(self, call: Coroutine[Any, Any, R]) -> R:
-        # A record of what was spent must not be lost to a cancellation that lands
-        # while the store writes it.
+        # A record of what was spent survives a cancellation during the store's write.
         if self._handle.suspends:
             return await asyncio.shield(call)
         return await call
@@ -673,17 +636,15 @@ class Limiter(Keyable, ABC, Generic[T]):
     def settle(self, estimate: float, actual: float) -> None:
         """Square a grant of ``estimate`` with what the call really cost, ``actual``.
 
-        Acquire the estimate before the call (so that the limiter can make it wait),
-        then settle once the cost is known: a call that used less gives
-        ``estimate - actual`` back as :meth:`refund` would; one that used more is
-        charged ``actual - estimate`` as :meth:`charge` would, without waiting; equal
-        changes nothing. ``actual=0`` (nothing used, the call not made) gives the
-        whole estimate back.
+        Acquire the estimate before the call, settle once the cost is known: less gives
+        ``estimate - actual`` back as :meth:`refund` would, more is charged
+        ``actual - estimate`` as :meth:`charge` would, without waiting. ``actual=0``
+        gives the whole estimate back.
 
         It names this caller's (thread's, task's) latest grant when that is its only
         grant since it last gave back and took exactly ``estimate``: a token bucket
         then takes the unused tokens back even with grants queued behind it, which
-        is what keeps a budget of LLM tokens in use when estimates run high.
+        keeps a budget of LLM tokens in use when estimates run high.
 
         Args:
             estimate: the tokens acquired for the call, as for :meth:`acquire`.
@@ -697,16 +658,14 @@ class Limiter(Keyable, ABC, Generic[T]):
         est = self._tokens(estimate, "estimate")
         back, more = self._difference(est, self._tokens(actual, "actual", zero=True, cost=True))
         at = self._naming().take(lambda held: equal(held, est))
-        # Refund first: a charge may land behind reservations, and a refund while
-        # reservations are ahead frees nothing unless it names its grant.
+        # Refund first: after a charge, reservations are ahead and an unnamed refund frees nothing.
         if back is not None:
             self._handle.refund(back, at)
         if more is not None:
             self._charged(more, self._handle.charge(more))
 
     async def settle_async(self, estimate: float, actual: float) -> None:
-        """:meth:`settle` for asyncio; like :meth:`charge_async`, not stopped by a
-        cancellation."""
+        """:meth:`settle` for asyncio; a cancellation does not stop it."""
         est = self._tokens(estimate, "estimate")
         back, more = self._difference(est, self._tokens(actual, "actual", zero=True, cost=True))
         owner = asyncio.current_task()
@@ -717,8 +676,8 @@ class Limiter(Keyable, ABC, Generic[T]):
             self._charged(more, await self._settled(self._handle.charge_async(more)), owner)
 
     def _withdraw(self, tokens: T, at: float) -> None:
-        """Give back the reservation of ``tokens`` at store time ``at`` (a
-        ``Reservation`` cancelled): counted once given back, raising if it was not."""
+        """Give back a cancelled ``Reservation`` of ``tokens`` at store time ``at``;
+        counted once given back, raising if it was not."""
         self._handle.refund(tokens, at)
         self._stats.count_cancelled()
 
@@ -740,10 +699,8 @@ class Limiter(Keyable, ABC, Generic[T]):
         self._stats.count_cancelled()
         handle = self._handle
         if outlasting and handle.suspends and self._blocking_calls():
-            # Made in a thread and waited for: a cancellation now (asyncio.run cancels
-            # every task left before it closes the loop) would stop a store call that
-            # may or may not have been made, and a refund made twice frees another
-            # grant's place. The thread makes it once, whatever happens to this task.
+            # In a thread: a cancellation (asyncio.run cancels every task left) could stop
+            # a store call half made, and a refund made twice frees another grant's place.
             what = f"a cancelled reservation of {tokens!r} on {self!r}"
             await finish(functools.partial(handle.refund, tokens, at), what)
             return

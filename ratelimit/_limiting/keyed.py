@@ -1,24 +1,12 @@
-"""One limiter, many keys: ``limiter.for_key(key)`` (the front and ConcurrencyLimit
-inherit :class:`Keyable`).
+"""One limiter, many keys: ``limiter.for_key(key)`` (:class:`Keyable`).
 
-A *view* is the limiter built again from the same arguments (kind, parameters,
-backend, clock, options), whose budget is kept under the limiter's name and the key
-(``keys.Keyed``): its own state, its own hash tag on Redis. The state lives in the
-store, never in the view, so a view is only a cache: the bounded LRU of
-:class:`KeyViews` may drop one at any time, and the next ``for_key`` of that key
-builds one that finds the same budget. Building a view binds a handle, which costs
-no round trip on any store (the Redis store writes what the code says with the
-view's first decision, in the same script call).
-
-A view is built on the limiter's own backend, the one given or the private
-``MemoryBackend`` made for it without one, so that each key has one budget however many
-views are made and dropped. An unnamed limiter on a ``MemoryBackend`` it was given keeps
-its keys in a private ``MemoryBackend`` of its own: another unnamed limiter may share
-the backend given, and its keys are not this one's.
-
-In process, the sweep of the backend the views decide on (``MemoryBackend.sweep``) asks
-the cache to forget the views whose keys are idle, so that their state can go too: a
-key's budget outlives its views, and an idle key's views outlive nothing.
+A *view* is the limiter built again from the same arguments, on the same backend, its
+budget kept under the limiter's name and the key (``keys.Keyed``). The state lives in
+the store, so a view is only a cache: :class:`KeyViews` may drop one at any time, and
+the next ``for_key`` finds the same budget. An unnamed limiter on a ``MemoryBackend``
+it was given keeps its keys in a private one, since another unnamed limiter may share
+that backend. ``MemoryBackend.sweep`` has the cache forget the views of idle keys, so
+their state can go too.
 """
 
 from __future__ import annotations
@@ -45,12 +33,10 @@ _making = threading.Lock()
 
 
 class KeyViews:
-    """A limiter's views of its keys, the most recently used kept, at most ``size``.
+    """A limiter's views of its keys, at most ``size``, the most recently used kept.
 
-    Looked up and kept under one lock, so that threads (and the tasks of any event
-    loop, which never await here) asking for one key at once all get one view. A view
-    is built outside the lock: a bind may sweep its backend, and the sweep asks this
-    cache to forget idle views (:meth:`forget_idle`).
+    Looked up under one lock, so callers asking for one key at once get one view; built
+    outside it, since a bind may sweep the backend, which calls :meth:`forget_idle`.
     """
 
     __slots__ = ("__weakref__", "_lock", "_views", "backend", "size")
@@ -74,8 +60,7 @@ class KeyViews:
         with self._lock:
             view = self._views.get(key)
             if view is not None:
-                # Another thread made one meanwhile: both bound the same budget, and
-                # every caller gets the one kept.
+                # Another thread made one meanwhile (the same budget): return the one kept.
                 self._views.move_to_end(key)
                 return view  # type: ignore[no-any-return]
             if self.size > 0:
@@ -83,8 +68,7 @@ class KeyViews:
                 while len(self._views) > self.size:
                     # Dropping a view drops nothing of its budget: that lives in the store.
                     dropped.append(self._views.popitem(last=False))
-        # Let go outside the lock: a view collected here may start a sweep, which
-        # takes the lock to forget idle views.
+        # Let go outside the lock: a view collected here may start a sweep, which takes it.
         del dropped
         return made
 
@@ -97,11 +81,9 @@ class KeyViews:
         del dropped
 
     def forget_idle(self) -> int:
-        """Drop the views whose keys are idle (their budget as good as new, nothing
-        held or queued); return how many. A sweep calls it, before it looks for idle
-        state, which a view kept here holds: a view still used elsewhere keeps its
-        state, and the next ``for_key`` of its key finds the same budget. A cache
-        busy on another thread is left for the next sweep."""
+        """Drop the views whose keys are idle (budget as good as new, nothing held or
+        queued); return how many. A sweep calls it before it looks for idle state. A
+        cache busy on another thread is left for the next sweep."""
         if not self._lock.acquire(blocking=False):
             return 0
         try:
@@ -112,8 +94,7 @@ class KeyViews:
                 self._views = OrderedDict(self._views)
         finally:
             self._lock.release()
-        # The views are collected as this returns (inside the sweep, whose lock is
-        # re-entrant), so the same sweep finds their state unused.
+        # Collected as this returns, so the same sweep finds their state unused.
         return len(dropped)
 
     def __len__(self) -> int:
@@ -150,8 +131,7 @@ class Keyable:
             cls.__init__ = _remembering(init)  # type: ignore[method-assign]
 
     def _place_of(self, name: str | None) -> str | Keyed | None:
-        """What this limiter's state is kept under: its name, or for a view its name
-        and key. Called once by the constructor, before it binds."""
+        """What this limiter's state is kept under: its name, or a view's name and key."""
         try:
             key = self._key
         except AttributeError:
@@ -193,13 +173,12 @@ class Keyable:
         parameters, backend, clock and options, with a budget of its own.
 
         The budget is kept under the limiter's name and the key, apart from every
-        other key's whatever characters either holds; on Redis each key has its own
-        hash tag, so keys spread over a Cluster's masters. ``view.name`` is the
-        limiter's name and ``view.key`` the key; events and metrics are labelled by
-        the name (no series per key), and the view's events reach the limiter's
-        subscribers. Views are cheap (no round trip) and kept in a bounded cache
-        (:attr:`key_views`); the budget outlives its view, and idle keys are
-        forgotten as any idle state is (the in-process store's sweep, Redis expiry).
+        other key's; on Redis each key has its own hash tag, so keys spread over a
+        Cluster's masters. ``view.name`` is the limiter's name, ``view.key`` the key;
+        events and metrics are labelled by the name (no series per key) and reach the
+        limiter's subscribers. Views are cheap (no round trip) and kept in a bounded
+        cache (:attr:`key_views`); the budget outlives its view, and idle keys are
+        forgotten as any idle state is.
 
         Raises:
             TypeError: ``key`` is not a str, or this limiter is a view already.
@@ -223,8 +202,7 @@ class Keyable:
         view._keys = None
         args, kwargs = self._made
         if kwargs.get("backend") is None:
-            # The private store made for this limiter: every view of a key finds the
-            # key's one budget there (a store of their own would each grant it whole).
+            # The private store made for this limiter, where a key has one budget.
             kwargs = {**kwargs, "backend": self.backend}
         elif self._unnamed_in_process():
             # No name to keep keys under in a store others may share: keys of its own.
@@ -245,9 +223,8 @@ class Keyable:
         raise NotImplementedError
 
     def _idle(self) -> bool:
-        """Whether this view's in-process budget is as good as new, with nothing held or
-        queued (so that forgetting it changes no decision); ``False`` in a store beyond
-        this process, which forgets idle state itself."""
+        """Whether this view's in-process budget is as good as new, nothing held or queued;
+        ``False`` in a store beyond this process, which forgets idle state itself."""
         return False
 
     def _unnamed_in_process(self) -> bool:

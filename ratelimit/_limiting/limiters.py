@@ -53,9 +53,8 @@ def _no_end(name: str, value: object, **why: str) -> None:
 
 
 def _allowance_only(**options: object) -> None:
-    """Refuse what a bucket refilled at no rate has nothing to work on: a low priority's
-    share of the rate, a rate learned from the provider, a lease of the tokens one
-    refills in so many seconds."""
+    """Refuse the options a bucket refilled at no rate has no rate for: ``low_share``,
+    ``adaptive``, ``lease``."""
     for option, value in options.items():
         if value is not None:
             raise ValueError(
@@ -153,21 +152,17 @@ class SingleLimiter(Limiter[float]):
             )
         super().__init__(backend=backend, name=name, clock=clock)
         self._most_name = self.most_name_for(clock)
-        # A single limiter on a store whose limits change at run time (set_limit)
-        # decides with the limit in force, which only the store knows: a request
-        # larger than the code's goes to the store, which grants it under a raised
-        # limit and refuses it for ever otherwise (see _never).
+        # On a store whose limits change at run time (set_limit) only the store knows
+        # the limit in force: a request larger than the code's goes to it (see _never).
         self._changeable = (
             self._adaptive is None and self._priorities is None and callable(getattr(self._backend, "set_limit", None))
         )
         self._low: LowPriority | None = None
         if self._adaptive is not None:
-            # A group of two: this limit at the configured rate (the ceiling), and the
-            # learned pace beside it (see ratelimit._limiting.adaptive).
+            # A group of two: this limit (the ceiling) and the learned pace.
             pace = self._adaptive.pace(self._alg)
             paced = Paced(self._backend.bind_group(self._place, [self._alg, pace], clock))
-            # No fast path (_fast_most stays 0): every grant is remembered for
-            # feedback, which the plain limiters' hottest path need not check.
+            # No fast path (_fast_most stays 0): every grant is remembered for feedback.
             self._most = self._alg.most
             self._handle = paced
             self._pacing = paced.pacing
@@ -184,8 +179,7 @@ class SingleLimiter(Limiter[float]):
                 extras["shadow"] = True
             self._handle = self._backend.bind(self._place, self._alg, clock, **extras)
         else:
-            # Two lanes of the limit (see ratelimit._algorithms.lanes): this limiter
-            # acquires at high priority, its `low` view at low priority.
+            # Two lanes: this limiter acquires at high priority, its `low` view at low.
             share, keep = self._priorities
             lanes = Lanes.of(self._alg, share)
             high, low = self._backend.bind_lanes(self._place, lanes, clock, keep)
@@ -207,19 +201,15 @@ class SingleLimiter(Limiter[float]):
             )
         self._handle.stats = self._stats
         if shadow:
-            # Every request takes the checked path, where the shadow's decision is
-            # counted as one it would have made.
+            # Every request takes the checked path, where a shadow's decision is counted.
             self._shadow = True
             self._fast_most = 0
 
     @property
     def low(self) -> LowPriority:
-        """This budget acquired at low priority (a limiter built with ``low_share``).
-
-        The limiter itself acquires at high priority: a high request waits behind at
-        most the high-priority grants already reserved, never behind queued low ones.
-        See docs/fleets.md, "Priorities".
-        """
+        """This budget acquired at low priority (a limiter built with ``low_share``); the
+        limiter itself acquires at high priority, never behind queued low requests.
+        See docs/fleets.md, "Priorities"."""
         if self._low is None:
             raise AttributeError(
                 f"{self!r} has no low priority: build it with low_share=... (a TokenBucket or SlidingWindow) "
@@ -261,9 +251,8 @@ class SingleLimiter(Limiter[float]):
         return alg.most_name
 
     def algorithm_for(self, clock: Clock | None) -> Algorithm[Any]:
-        """What decides for this limit on ``clock`` (a composite's may not be the
-        member's own): the configured algorithm, widened by the guard, and by a
-        lease's seconds (a leased token may be sent that long after its grant)."""
+        """What decides for this limit on ``clock``: the configured algorithm widened by
+        the guard and a lease's seconds (a leased token may be sent that late)."""
         guard = self.guard_for(clock)
         if self._leased is None:
             return self._configured.guarded(guard) if guard > 0 else self._configured
@@ -295,8 +284,7 @@ class SingleLimiter(Limiter[float]):
         return restriction(info, status)
 
     def _check_policy(self, info: RateLimitInfo) -> None:
-        # A provider announcing a lower rate than configured is worth a loud word; it
-        # never changes the configuration by itself (headers can be wrong or spoofed).
+        # Warn, never reconfigure: headers can be wrong or spoofed.
         if info.limit is None or not info.window:
             return
         theirs = info.limit / info.window
@@ -327,8 +315,7 @@ class SingleLimiter(Limiter[float]):
 
     def __repr__(self) -> str:
         where = "" if self._name is None else f", name={self._name!r}, backend={self._backend!r}"
-        # Any guard in force, and a zero one where the default would not be zero: the
-        # repr says what decides, and builds the same limiter again.
+        # A guard in force, or a zero one where the default is not: the repr rebuilds it.
         usual = guard_seconds(None, self._clock, self.default_guard)
         guard = f", guard={self._guard:g}" if self._guard or usual else ""
         lanes = ""
@@ -346,9 +333,7 @@ def _weakly(
     limiter: SingleLimiter,
 ) -> tuple[Callable[[RateLimitInfo, int | None], tuple[float, float] | None], Callable[[], str]]:
     """What ``limiter.low`` asks of its limiter (a restriction, a repr), holding it
-    weakly: a strong hold is a cycle that only the garbage collector frees, and a key's
-    view must go when its cache lets go of it. A ``low`` kept alone, its limiter gone,
-    restricts as the response says and names its kind."""
+    weakly so a key's view goes when its cache lets go of it (no cycle)."""
     alive = weakref.ref(limiter)
     kind = type(limiter).__name__
 
@@ -366,9 +351,9 @@ def _weakly(
 class TokenBucket(SingleLimiter):
     """Bursts up to ``capacity``, sustained ``refill_per_sec``.
 
-    The bucket holds up to ``capacity`` tokens and gains ``refill_per_sec`` tokens a
-    second; a request takes its ``tokens`` out. Timeline for ``capacity=3,
-    refill_per_sec=1``, with five requests at t=0::
+    The bucket holds up to ``capacity`` tokens and gains ``refill_per_sec`` a second;
+    a request takes its ``tokens`` out. ``capacity=3, refill_per_sec=1``, five
+    requests at t=0::
 
         t=0  wait 0, wait 0, wait 0     (the burst)
         t=0  wait 1, wait 2             (reserved: they go at t=1 and t=2)
@@ -376,27 +361,23 @@ class TokenBucket(SingleLimiter):
     Args:
         capacity: the largest burst, in tokens (> 0).
         refill_per_sec: tokens added per second (> 0): the sustained rate.
-            ``math.inf`` is a limiter that never limits: every request is granted
-            at once, whatever its weight (a way to switch limiting off by
-            configuration); a pause fed back from a provider still holds it.
-            ``0`` is an allowance of ``capacity`` tokens that never refills: a
-            request goes at once while it fits in what is left, and never once
-            it does not (``try_acquire`` is ``False``, ``acquire`` raises
-            ``AcquireTimeout`` at once with ``retry_after`` infinite, whatever
-            its timeout); ``refund`` gives tokens back. It takes no
-            ``low_share``, ``adaptive`` nor ``lease``.
+            ``math.inf`` never limits (every request goes at once; a provider's
+            pause still holds). ``0`` is an allowance of ``capacity`` tokens that
+            never refills: a request goes at once while it fits, and never once it
+            does not (``acquire`` raises ``AcquireTimeout`` at once, ``retry_after``
+            infinite); ``refund`` gives tokens back. It takes no ``low_share``,
+            ``adaptive`` nor ``lease``.
         backend: where the state lives; ``None`` for private in-process state.
         name: the shared budget's name; required with a shared backend.
         clock: time source and sleeper; tests pass a :class:`ManualClock`.
         guard: seconds a request may leave after its grant with the limit still
             kept as the provider sees it; here ``guard * refill_per_sec`` tokens of
             the capacity are kept back. Default 0 (see ``ratelimit size``).
-        low_share: give the budget two priorities (0 < share < 1): the limiter
-            acquires at high priority and ``limiter.low`` at low priority, which
-            holds this share of the rate and of the capacity (rounded down to whole
-            tokens; the high priority keeps the rest, and each must keep at least
-            one). A high request never waits behind queued low ones. ``None``
-            (default): one priority.
+        low_share: two priorities (0 < share < 1): the limiter acquires at high
+            priority, ``limiter.low`` at low priority with this share of the rate and
+            capacity (rounded down to whole tokens; the high priority keeps the rest,
+            at least one each). A high request never waits behind queued low ones.
+            ``None`` (default): one priority.
         borrow: whether low requests may use high-priority capacity that is idle
             (default ``True``); ``False`` caps them at ``low_share``.
         high_reserve: the tokens of high-priority capacity a borrowing low request
@@ -405,11 +386,11 @@ class TokenBucket(SingleLimiter):
             ``refill_per_sec`` is then the ceiling, and every worker sharing the
             budget learns one rate below it. ``None`` (default): the configured rate.
         lease: on a shared backend, seconds (<= 60) of a *lease*: each process takes
-            a batch of the budget, sized to its demand, in one script call and grants
-            from it locally for that long (see docs/fleets.md, "Hot limiters"). The fleet still
+            a batch of the budget sized to its demand in one store call and grants
+            from it locally for that long (docs/fleets.md, "Hot limiters"). The fleet
             never exceeds the limit: ``lease * refill_per_sec`` tokens of the capacity
-            are kept back, as a guard of that many seconds would. ``None`` (default):
-            every grant asks the store. In process it changes nothing.
+            are kept back. ``None`` (default): every grant asks the store. In process
+            it changes nothing.
         shadow: decide and record every request as usual, but never make a caller
             wait nor refuse one: ``acquire`` returns 0 at once and ``try_acquire``
             ``True``. ``stats()``, the ``Granted``/``Denied`` events (``shadow=True``)
@@ -473,12 +454,10 @@ class TokenBucket(SingleLimiter):
 class LeakyBucket(SingleLimiter):
     """Smoothing: grants spaced ``1 / leak_per_sec`` apart, no bursts.
 
-    Requests queue up and leave one interval apart; the bucket holds at most
-    ``capacity`` tokens (the one leaking now and those waiting behind it). A request
-    that finds it full overflows: :meth:`try_acquire` returns ``False`` and
-    :meth:`acquire` raises :class:`AcquireTimeout` at once, whatever its timeout,
-    with ``retry_after`` set to when there will be room. Timeline for
-    ``capacity=3, leak_per_sec=1``, four requests at t=0::
+    Requests queue and leave one interval apart; the bucket holds at most ``capacity``
+    tokens. A request that finds it full overflows: :meth:`acquire` raises
+    :class:`AcquireTimeout` at once, whatever its timeout, with ``retry_after`` when
+    there will be room. ``capacity=3, leak_per_sec=1``, four requests at t=0::
 
         wait 0, wait 1, wait 2, overflow (retry_after=1)
 
@@ -542,14 +521,10 @@ class SlidingWindow(SingleLimiter):
     """At most ``limit`` tokens in ANY interval of ``window_seconds``.
 
     The exact variant (default) logs each grant of the last window: memory grows with
-    ``limit``. ``approximate=True`` keeps the counts of 21 aligned sub-windows of
-    ``window_seconds / 20`` instead (O(1) memory, whatever the limit) and keeps the
-    same promise: never more than ``limit`` in any interval of ``window_seconds``, for
-    any sequence of calls (the proof is in
-    ``ratelimit._algorithms.sliding_window_counter``). The cost is throughput: a grant
-    counts for up to one sub-window longer than its window, so under saturation it
-    grants at least 20/21 (95.2 %) of what the exact log does.
-    Timeline for ``limit=2, window_seconds=10``::
+    ``limit``. ``approximate=True`` counts 21 aligned sub-windows of
+    ``window_seconds / 20`` instead (O(1) memory) with the same promise (the proof is
+    in ``ratelimit._algorithms.sliding_window_counter``); under saturation it grants at
+    least 20/21 of what the exact log does. ``limit=2, window_seconds=10``::
 
         t=0 wait 0, t=4 wait 0, t=5 wait 5 (goes at t=10, when the t=0 grant ages out)
 

@@ -2,22 +2,16 @@
 
 A token bucket can take back a grant's unused tokens even with reservations queued
 behind it, if it knows which grant they were from (``holes.py``). ``refund`` and
-``settle`` take no grant as argument, so the limiter remembers each caller's (thread's,
-task's) latest grant and names it, but only where that cannot be mistaken:
+``settle`` take no grant, so the limiter remembers each caller's (thread's, task's)
+latest grant and names it where that cannot be mistaken:
 
-- the caller has made exactly one grant since its last refund or settle, so "the
-  tokens of my grant" can mean only that one (``acquire``, ``acquire``, ``settle``
-  names nothing: which of the two was it?);
-- a ``settle`` squares exactly the tokens that grant took, and a ``refund`` gives back
-  no more than it took;
-- it is the caller's own: a task started after the grant sees it too, in its copy of
-  the context, but did not make it (the grant names the task that made it; threads
-  each start with a context of their own);
-- a grant is named once, even where copies of a context share it.
+- the caller has made exactly one grant since it last gave back;
+- a ``settle`` squares exactly the tokens that grant took, a ``refund`` no more;
+- the caller made it (a task started after the grant sees it in its copy of the
+  context), and a grant is named once, even where copies of a context share it.
 
-Anything else gives back unnamed, as before: nothing is lost that was not lost
-already. The remembering starts with a limiter's first refund, settle or charge, so a
-limiter that never gives back pays nothing for it on its hot path.
+Anything else gives back unnamed. The remembering starts with a limiter's first
+refund, settle or charge, so a limiter that never gives back pays nothing for it.
 """
 
 from __future__ import annotations
@@ -43,9 +37,8 @@ class _Grant(Generic[T]):
 
 
 class Named(Generic[T]):
-    """Each caller's latest grant of one limiter, and how many it made since it last
-    gave back (see the module docstring). ``owner`` is the asyncio task that calls, or
-    ``None`` outside one."""
+    """Each caller's latest grant of one limiter and how many it made since it last gave
+    back. ``owner``: the calling asyncio task, or ``None`` outside one."""
 
     __slots__ = ("_var",)
 
@@ -56,8 +49,7 @@ class Named(Generic[T]):
 
     def saw(self, tokens: T, at: float, owner: object = None) -> list[float] | None:
         """A grant was made to this caller at store time ``at``. Returns the cell that
-        names it (``None``: nothing to name), which whoever withdraws the grant
-        otherwise (a reservation's cancel) empties."""
+        names it (``None``: nothing to name); a reservation's cancel empties it."""
         _, count, made_by = self._var.get()
         if made_by is not owner:
             count = 0  # a task counts its own grants, not those of the task that started it
@@ -67,17 +59,17 @@ class Named(Generic[T]):
         return None if grant is None else grant.cell
 
     def forget(self, owner: object = None) -> None:
-        """The caller gave back (or charged): its earlier grants are not named any more,
-        here nor in a copy of the context that shares the latest one."""
+        """The caller gave back (or charged): its earlier grants are named no more, here
+        nor in a copy of the context."""
         grant = self._var.get()[0]
         if grant is not None:
             grant.cell.clear()
         self._var.set((None, 0, owner))
 
     def take(self, fits: Callable[[T], bool], owner: object = None) -> float | None:
-        """The latest grant's name, if the caller made it, ``fits(its tokens)``, and it is
-        the only grant since the caller last gave back; forgotten either way (the caller
-        has given back now). ``None``: give back unnamed."""
+        """The latest grant's name, if the caller made it, ``fits(its tokens)`` and it is
+        the only grant since the caller last gave back; forgotten either way. ``None``:
+        give back unnamed."""
         grant, count, made_by = self._var.get()
         self._var.set((None, 0, owner))
         if grant is None or made_by is not owner or count != 1 or not fits(grant.tokens):

@@ -1,9 +1,8 @@
 """People before batch jobs: one budget, acquired at high or at low priority.
 
-A limiter built with ``low_share`` keeps its budget in two lanes (see
-``ratelimit._algorithms.lanes``). The limiter itself acquires at high priority, as
-every limiter does; ``limiter.low`` is this view of the same budget, which acquires at
-low priority: the same state and store, its own counters and events.
+A limiter built with ``low_share`` keeps its budget in two lanes
+(``_algorithms/lanes.py``) and acquires at high priority; ``limiter.low`` acquires at
+low priority on the same state, with its own counters and events.
 """
 
 from __future__ import annotations

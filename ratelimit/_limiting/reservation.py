@@ -1,18 +1,9 @@
 """What ``limiter.reserve()`` returns: a grant taken now, to be used later.
 
-A reservation is the first half of an ``acquire``: the store decides and records the
-grant in one step, in arrival order, exactly as for ``acquire``, and the caller is told
-when it may go instead of being put to sleep. That is what a scheduler needs (a task
-queue's ``eta``, a job re-run at its time): it holds the place, and runs the call at
-:attr:`Reservation.due`.
-
-Until then it may be given back with :meth:`Reservation.cancel`, which withdraws it
-as an ``acquire`` interrupted in its sleep withdraws its own (the store turns it into a
-hole that later requests fill, or rolls it back when it is the last one queued). Once
-due it is spent, and a cancel does nothing: whether it is due is for the reservation
-to say, by its own clock reading against its wait, not for the store.
-
-The front (``front.py``) makes them; nothing else in the package does.
+The first half of an ``acquire``: the store decides and records the grant, and the
+caller is told when it may go instead of sleeping. Until due, :meth:`Reservation.cancel`
+withdraws it; whether it is due the reservation tells by its own clock against its
+wait, not the store. Only the front (``front.py``) makes them.
 """
 
 from __future__ import annotations
@@ -33,8 +24,8 @@ _LATEST = datetime.max.replace(tzinfo=timezone.utc)
 
 
 def wall_due(wait: float, wall_now: datetime) -> datetime:
-    """``wall_now`` plus ``wait`` seconds, as a UTC ``datetime``, held at the latest one
-    there is for a wait too long for one (a queue piled up for centuries)."""
+    """``wall_now`` plus ``wait`` seconds as a UTC ``datetime``, held at the latest one
+    there is."""
     try:
         return wall_now + timedelta(seconds=wait)
     except OverflowError:
@@ -44,10 +35,9 @@ def wall_due(wait: float, wall_now: datetime) -> datetime:
 class Reservation(Generic[T]):
     """A grant reserved by :meth:`~ratelimit.TokenBucket.reserve`, due at a known moment.
 
-    The request it was made for may go once :attr:`wait` seconds have passed since
-    ``reserve`` returned, that is at :attr:`due` on the wall clock. Until then,
-    :meth:`cancel` gives it back; once due (or cancelled already), ``cancel`` does
-    nothing.
+    The request may go :attr:`wait` seconds after ``reserve`` returned, at :attr:`due`
+    on the wall clock. Until then :meth:`cancel` gives it back; once due (or cancelled
+    already), ``cancel`` does nothing.
 
     Attributes:
         tokens: what was reserved (one number, or one per limit for a ``Composite``).
@@ -55,10 +45,9 @@ class Reservation(Generic[T]):
         at: the grant's time on the limiter's own clock: ``time.monotonic()`` in
             process (or the test clock), the Redis server's ``TIME`` through Redis.
             ``nan`` for a grant made without the store (``on_unavailable="allow"``).
-        due: the wall-clock moment of the grant, a UTC ``datetime``: the machine's
-            wall clock when ``reserve`` returned, plus ``wait``. What a scheduler on
-            another machine is given (its clock may differ from this one's by its
-            drift, as for any ``eta``).
+        due: the wall-clock moment of the grant, a UTC ``datetime``: this machine's
+            wall clock when ``reserve`` returned, plus ``wait`` (what a scheduler's
+            ``eta`` takes; other machines' clocks may drift from it).
     """
 
     __slots__ = (
@@ -92,14 +81,12 @@ class Reservation(Generic[T]):
         self._clock = clock
         # When it is due on the limiter's clock, read as reserve returns.
         self._deadline = clock.now() + wait
-        # ``name``: what the store gave the grant (a float that may carry more, which
-        # the withdrawal hands back). ``_left`` holds it until the first cancel takes
-        # it: a list's pop is atomic, so two threads never both give it back.
+        # The store's name for the grant, until the first cancel takes it: a list's pop
+        # is atomic, so two threads never both give it back.
         self._left = [name] if wait > 0 and not math.isnan(name) else []
         self._back = back
         self._back_async = back_async
-        # The cell by which a later refund or settle would name this grant (named.py):
-        # emptied by a cancel, which has given it back.
+        # The cell by which a later refund or settle would name this grant (named.py).
         self._named = named
         self._cancelled = False
 
@@ -123,10 +110,9 @@ class Reservation(Generic[T]):
     def cancel(self) -> bool:
         """Give the reservation back if it is not yet due; return whether it was.
 
-        Withdrawn as an interrupted ``acquire`` withdraws its own: the requests queued
-        behind it keep their times, and the place it held goes to a later request that
-        fits in it (or is rolled back if nothing was queued behind it). Once due, or
-        after a first cancel, it does nothing and returns ``False``.
+        Requests queued behind it keep their times; its place goes to a later request
+        that fits, or is rolled back if none is queued behind it. Once due, or after a
+        first cancel, it does nothing and returns ``False``.
 
         Raises:
             BackendUnavailable: the store cannot be reached and the backend says to
