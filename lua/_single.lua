@@ -14,7 +14,8 @@
 --          op where the code's values are unknown, with `from` (see `staged`)
 -- KEYS[3]  optional: what the code says, a hash ratelimit:{<name>}:code (kind, the two
 --          parameters, slack, shadow), read by `inspect`/`top`; written when given, which
---          a process does at its first decision and then once a minute, not at each
+--          a process does at its first decision and then once a minute, not at each;
+--          kept a day, a keyed budget's a minute past its state (CODE_PAST_STATE_MS)
 -- <base>:slack (beside KEYS[1], as <base>:holes): the largest slack a process of this
 --          budget keeps, a hash {slack, until}; see `fleet_slack` below
 -- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch' | 'peek' | 'wait' |
@@ -365,9 +366,9 @@ if KEYS[2] and beside > 0 then
 end
 -- Given by each process at its first decision and then once a minute: a fleet rolling
 -- a shadow out shows within a minute what its latest decisions were, and a decision
--- pays nothing for it in between.
--- A keyed budget's record is given its state's TTL once the op has saved it (below,
--- after the ops); until then (and should the op fail), the margin alone.
+-- pays nothing for it in between. A keyed budget's record is given its state's TTL
+-- and the margin once the op has saved the state (after the ops, below); until then
+-- (and should the op fail), the margin alone.
 local keyed_code = false
 if KEYS[3] then
   redis.call('HSET', KEYS[3], 'kind', KIND, 'p1', ARGV[5], 'p2', ARGV[6], 'slack', ARGV[7], 'shadow', ARGV[8])
@@ -579,6 +580,8 @@ elseif op == 'restrict' then
   reply = {fmt(now)}
 end
 if reply == nil then return redis.error_reply('ratelimit: unknown op ' .. tostring(op)) end
+-- (No state left, a reset's or a refusal's of a fresh one: the margin alone. A state
+-- kept without a TTL, which no algorithm writes: its record kept a day.)
 if keyed_code then
   local ms = redis.call('PTTL', KEYS[1])
   if ms >= 0 then redis.call('PEXPIRE', KEYS[3], ms + CODE_PAST_STATE_MS)
