@@ -366,18 +366,12 @@ if KEYS[2] and beside > 0 then
 end
 -- Given by each process at its first decision and then once a minute: a fleet rolling
 -- a shadow out shows within a minute what its latest decisions were, and a decision
--- pays nothing for it in between. A keyed budget's record is given its state's TTL
--- and the margin once the op has saved the state (after the ops, below); until then
--- (and should the op fail), the margin alone.
-local keyed_code = false
-if KEYS[3] then
+-- pays nothing for it in between. A keyed budget's record is written after the ops
+-- (below), once the op has saved the state whose TTL it takes.
+local keyed_code = KEYS[3] ~= nil and string.find(KEYS[3], '%/', 1, true) ~= nil
+if KEYS[3] and not keyed_code then
   redis.call('HSET', KEYS[3], 'kind', KIND, 'p1', ARGV[5], 'p2', ARGV[6], 'slack', ARGV[7], 'shadow', ARGV[8])
-  keyed_code = string.find(KEYS[3], '%/', 1, true) ~= nil
-  if keyed_code then
-    redis.call('PEXPIRE', KEYS[3], CODE_PAST_STATE_MS)
-  else
-    redis.call('PEXPIRE', KEYS[3], CODE_KEPT_MS)
-  end
+  redis.call('PEXPIRE', KEYS[3], CODE_KEPT_MS)
 end
 
 if op == 'configure' then
@@ -580,11 +574,13 @@ elseif op == 'restrict' then
   reply = {fmt(now)}
 end
 if reply == nil then return redis.error_reply('ratelimit: unknown op ' .. tostring(op)) end
--- (No state left, a reset's or a refusal's of a fresh one: the margin alone. A state
--- kept without a TTL, which no algorithm writes: its record kept a day.)
+-- A keyed budget's record: its state's TTL and the margin (no state left, a reset's
+-- or a refusal's of a fresh one: the margin alone; a state kept without a TTL, which
+-- no algorithm writes: a day).
 if keyed_code then
+  redis.call('HSET', KEYS[3], 'kind', KIND, 'p1', ARGV[5], 'p2', ARGV[6], 'slack', ARGV[7], 'shadow', ARGV[8])
   local ms = redis.call('PTTL', KEYS[1])
-  if ms >= 0 then redis.call('PEXPIRE', KEYS[3], ms + CODE_PAST_STATE_MS)
-  elseif ms == -1 then redis.call('PEXPIRE', KEYS[3], CODE_KEPT_MS) end
+  if ms == -1 then redis.call('PEXPIRE', KEYS[3], CODE_KEPT_MS)
+  else redis.call('PEXPIRE', KEYS[3], math.max(ms, 0) + CODE_PAST_STATE_MS) end
 end
 return reply
