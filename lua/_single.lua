@@ -14,7 +14,8 @@
 --          op where the code's values are unknown, with `from` (see `staged`)
 -- KEYS[3]  optional: what the code says, a hash ratelimit:{<name>}:code (kind, the two
 --          parameters, slack, shadow), read by `inspect`/`top`; written when given, which
---          a process does at its first decision and then once a minute, not at each
+--          a process does at its first decision and then once a minute, not at each;
+--          kept a day, a keyed budget's a minute past its state (CODE_PAST_STATE_MS)
 -- <base>:slack (beside KEYS[1], as <base>:holes): the largest slack a process of this
 --          budget keeps, a hash {slack, until}; see `fleet_slack` below
 -- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'batch' | 'peek' | 'wait' |
@@ -64,6 +65,13 @@
 
 -- How long what the code says stays readable once no process has decided (a day).
 local CODE_KEPT_MS = '86400000'
+-- A keyed budget's record (`for_key`: its hash tag holds the '%/' that only ever
+-- separates a name from a key, see ratelimit/_stores/keys.py) is kept instead as long
+-- as the state it describes, and this much longer: a process writes it again a minute
+-- after its last write (CODE_EVERY in ratelimit/_stores/redis/handles.py), while the
+-- decisions in between prolong the state alone. So keys that come and go (a client's
+-- address, spoofed or random) leave nothing behind for a day.
+local CODE_PAST_STATE_MS = 60000
 
 local now, time = clock_read(ARGV[2])
 
@@ -358,8 +366,10 @@ if KEYS[2] and beside > 0 then
 end
 -- Given by each process at its first decision and then once a minute: a fleet rolling
 -- a shadow out shows within a minute what its latest decisions were, and a decision
--- pays nothing for it in between.
-if KEYS[3] then
+-- pays nothing for it in between. A keyed budget's record is written after the ops
+-- (below), once the op has saved the state whose TTL it takes.
+local keyed_code = KEYS[3] ~= nil and string.find(KEYS[3], '%/', 1, true) ~= nil
+if KEYS[3] and not keyed_code then
   redis.call('HSET', KEYS[3], 'kind', KIND, 'p1', ARGV[5], 'p2', ARGV[6], 'slack', ARGV[7], 'shadow', ARGV[8])
   redis.call('PEXPIRE', KEYS[3], CODE_KEPT_MS)
 end
@@ -422,6 +432,7 @@ if slack > prior + EPSILON and ALG.relayout then
   end
 end
 
+local reply = nil
 if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[4] ~= '' then max_wait = tonumber(ARGV[4]) end
@@ -438,7 +449,7 @@ if op == 'reserve' then
     keep_slack(member.state)
   end
   count_one(top_base, now, wait)
-  return {fmt_wait(wait), fmt(now + wait), name}
+  reply = {fmt_wait(wait), fmt(now + wait), name}
 elseif op == 'batch' then
   -- Exactly the requests' own reserves, one after the other, as separate calls in
   -- this order would decide them; then the allotment, itself a reservation with no wait,
@@ -486,7 +497,7 @@ elseif op == 'batch' then
     ALG.save(self, member.state, now)
     keep_slack(member.state)
   end
-  return out
+  reply = out
 elseif op == 'refund' then
   local at, exact = nil, nil
   if ARGV[4] ~= '' then
@@ -496,7 +507,7 @@ elseif op == 'refund' then
   give_back_members({member}, holes, now, {tokens}, at, exact)
   ALG.save(self, member.state, now)
   if at and at > now + EPSILON then count_withdrawn(top_base, now) end
-  return {fmt(now)}
+  reply = {fmt(now)}
 elseif op == 'charge' then
   charge_members({member}, holes, now)
   ALG.save(self, member.state, now)
@@ -507,7 +518,7 @@ elseif op == 'charge' then
     -- (The mark of the latest move, as a reserve's name has it: see gen_mark.)
     name = '1' .. gen_mark(moves_of(holes, now))
   end
-  return {fmt(now), named_at, name}
+  reply = {fmt(now), named_at, name}
 elseif op == 'peek' then
   -- The largest request that would go now, by bisection on the plan (which changes
   -- nothing saved): holes are left out, they only ever add to it.
@@ -536,10 +547,10 @@ elseif op == 'peek' then
           fmt(ALG.latest(self, member.state)), paused or '', fmt(now)}
 elseif op == 'wait' then
   if too_big(tokens) then return {'inf', fmt(now)} end
-  return {fmt(math.max(peek_members({member}, now), pace_wait(holes, now))), fmt(now)}
+  reply = {fmt(math.max(peek_members({member}, now), pace_wait(holes, now))), fmt(now)}
 elseif op == 'reset' then
   forget_members({member}, holes)
-  return {fmt(now)}
+  reply = {fmt(now)}
 elseif op == 'restrict' then
   local untl = now + tonumber(ARGV[4])
   restricted(holes, now, untl)
@@ -560,6 +571,16 @@ elseif op == 'restrict' then
   end
   ALG.save(self, member.state, now)
   keep_slack(member.state)  -- a window counter's placeholders are grants ahead
-  return {fmt(now)}
+  reply = {fmt(now)}
 end
-return redis.error_reply('ratelimit: unknown op ' .. tostring(op))
+if reply == nil then return redis.error_reply('ratelimit: unknown op ' .. tostring(op)) end
+-- A keyed budget's record: its state's TTL and the margin (no state left, a reset's
+-- or a refusal's of a fresh one: the margin alone; a state kept without a TTL, which
+-- no algorithm writes: a day).
+if keyed_code then
+  redis.call('HSET', KEYS[3], 'kind', KIND, 'p1', ARGV[5], 'p2', ARGV[6], 'slack', ARGV[7], 'shadow', ARGV[8])
+  local ms = redis.call('PTTL', KEYS[1])
+  if ms == -1 then redis.call('PEXPIRE', KEYS[3], CODE_KEPT_MS)
+  else redis.call('PEXPIRE', KEYS[3], math.max(ms, 0) + CODE_PAST_STATE_MS) end
+end
+return reply

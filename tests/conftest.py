@@ -196,7 +196,7 @@ def _leave_nothing_behind() -> Iterator[None]:
 
 def state_keys(client: redis.Redis, name: str) -> list[str]:
     """The keys that hold limiter ``name``'s state, sorted: not what its code says
-    (``:code``, kept a day) nor its counters for ``ratelimit top`` (``:top:<second>``)."""
+    (``:code``) nor its counters for ``ratelimit top`` (``:top:<second>``)."""
     found = [key.decode() for key in client.scan_iter(match=f"ratelimit:{{{name}}}:*", count=1000)]
     return sorted(key for key in found if not key.endswith(":code") and ":top:" not in key)
 

@@ -6,12 +6,13 @@ limiter's state, ``ratelimit:{<name>}:config`` (``rate`` in tokens per second,
 process follows it from its next decision on; ``Algorithm.configured`` maps it. Reset
 deletes the hash; a TTL on it ends a change by itself.
 
-Each script also writes what the code says (``ratelimit:{<name>}:code``) at a
-process's first decision and then once a minute, so :func:`inspect` can ask the
-script what the limiter could grant now (the ``peek`` op). A change is made by the
-limiter's own script: with what the code says, it moves the state to the new limit
-at once; without it (never written, or evicted) it leaves the state's limit beside
-the change for the next decision to move (the ``stage`` op).
+Each script also writes what the code says (``ratelimit:{<name>}:code``, kept a day;
+a keyed budget's, as long as its state and a minute more) at a process's first
+decision and then once a minute, so :func:`inspect` can ask the script what the
+limiter could grant now (the ``peek`` op). A change is made by the limiter's own
+script: with what the code says, it moves the state to the new limit at once; without
+it (never written, expired, or evicted) it leaves the state's limit beside the change
+for the next decision to move (the ``stage`` op).
 
 Only single limiters (no ``low_share``, no ``adaptive``) follow a change; a change to
 a name whose keys say it is anything else is refused (:class:`UnchangeableLimit`) and

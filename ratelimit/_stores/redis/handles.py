@@ -431,7 +431,8 @@ class RedisHandle(_ScriptHandle[float]):
     @property
     def _keys(self) -> tuple[str, ...]:
         # What the code says is written by the first call and then once in a while
-        # (it is kept a day), not read nor written by every decision.
+        # (it is kept a day; a keyed budget's, a minute past its state), not read nor
+        # written by every decision.
         if self._with_code is not None:
             now = time.monotonic()
             if now >= self._code_due:

@@ -4,7 +4,7 @@ Every key of a name sits under ``ratelimit:{<name>}:`` (``keys.py``). What follo
 that prefix says what holds the key; the *roots* are:
 
 - ``<kind>``: a single limiter of algorithm ``kind`` (its script also writes ``code``,
-  what the code says, kept a day);
+  what the code says, kept a day; a keyed budget's, as long as its state and a minute);
 - ``<i>:<kind>``: member ``i`` of a composite; an adaptive limiter is a group of two
   whose second member is ``1:adaptive``;
 - ``hi:<kind>`` and ``lo:<kind>``: the two lanes of a budget with priorities;

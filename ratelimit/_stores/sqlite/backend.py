@@ -90,6 +90,16 @@ def _limiter_name(text: str) -> str:
     return untag(text)[0]
 
 
+def _counted_as(name: str | Keyed | None, named: str) -> str:
+    """What a handle's counters of ``ratelimit top`` are kept under (``named``: its
+    rows' name): a keyed budget's, its limiter's name, so that keys that come and go
+    leave no rows of their own in ``ratelimit_top`` (``top`` shows one row per limiter
+    name whatever its keys)."""
+    if isinstance(name, Keyed) and name.name is not None:
+        return tag(name.name)
+    return named
+
+
 def _forked(ref: weakref.ref[SQLiteBackend]) -> None:
     backend = ref()
     if backend is not None:
@@ -249,7 +259,7 @@ class SQLiteBackend(FailurePolicy):
             fast_path.on = False  # (the first decision writes the code's row: a full transaction)
         handle = SQLiteHandle(self, named, inner, local, fast_path)
         if rows.test == 0 and self._counters:
-            handle.top = Cell((named, alg.kind, int(shadow)))
+            handle.top = Cell((_counted_as(name, named), alg.kind, int(shadow)))
         return handle
 
     def bind_group(
@@ -266,7 +276,7 @@ class SQLiteBackend(FailurePolicy):
             local = group_share(self._local, algs, clock, self.local_share)
         handle = SQLiteGroupHandle(self, named, inner, local)
         if rows.test == 0 and self._counters:
-            handle.top = Cell((named, "composite", 0))
+            handle.top = Cell((_counted_as(name, named), "composite", 0))
         return handle
 
     # -- what a front asks of any store (store.Backend) ------------------------------
@@ -295,7 +305,7 @@ class SQLiteBackend(FailurePolicy):
             locals_ = lanes_shares(self._local, lanes, clock, keep, self.local_share)
         handles = SQLiteHandle(self, named, inner[0], locals_[0]), SQLiteHandle(self, named, inner[1], locals_[1])
         if rows.test == 0 and self._counters:
-            cell = Cell((named, "priorities", 0))  # both lanes in one row
+            cell = Cell((_counted_as(name, named), "priorities", 0))  # both lanes in one row
             for handle in handles:
                 handle.top = cell
         return handles

@@ -10,8 +10,8 @@ that first decision to), and again in any transaction that finds no state row (a
 name swept, or reset, since): not at each decision. The latest process to write it
 is the one shown, as on Redis. The sweep that forgets a name's idle state rows
 forgets its code row with the last of them (``forget``), where Redis lets the hash
-expire a day after its last write. Composites, lanes and ConcurrencyLimits write
-none, as on Redis.
+expire a day after its last write (a keyed budget's, a minute after its state).
+Composites, lanes and ConcurrencyLimits write none, as on Redis.
 
 ``SQLiteBackend.inspect`` reads it (``sqlite/inspection.py``) and rebuilds the
 algorithm (:func:`algorithm`) to say what the limiter could grant now.
