@@ -47,7 +47,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 def request_of(scope: Scope) -> Request:
     """The framework-free view of an ASGI ``http`` or ``websocket`` scope."""
-    pairs = ((name.decode("latin-1"), value.decode("latin-1")) for name, value in scope.get("headers", ()))
+    raw = scope.get("headers", ())
+    pairs = ((name.decode("latin-1"), value.decode("latin-1")) for name, value in raw)
     client = scope.get("client")
     return Request(
         method=str(scope.get("method", "GET")).upper(),

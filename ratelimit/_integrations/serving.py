@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -48,34 +48,46 @@ UNAVAILABLE_RETRY = 1
 
 class Headers(Mapping[str, str]):
     """A request's headers by case-insensitive name; a repeated header's values joined
-    with ``", "`` (as HTTP allows for list-valued fields such as ``X-Forwarded-For``)."""
+    with ``", "`` (as HTTP allows for list-valued fields such as ``X-Forwarded-For``).
 
-    __slots__ = ("_by_name",)
+    The pairs are read when a name is first looked up, not before: a key that never
+    reads a header (the peer's address) costs the request nothing here.
+    """
+
+    __slots__ = ("_by_name", "_pairs")
 
     def __init__(self, pairs: Iterable[tuple[str, str]] = ()) -> None:
-        by_name: dict[str, str] = {}
-        for count, (name, value) in enumerate(pairs):
-            if count >= MAX_HEADERS:
-                break
-            lowered = name.lower()
-            earlier = by_name.get(lowered)
-            by_name[lowered] = value if earlier is None else f"{earlier}, {value}"
-        self._by_name = by_name
+        self._pairs: Iterable[tuple[str, str]] | None = pairs
+        self._by_name: dict[str, str] = {}
+
+    @property
+    def _names(self) -> dict[str, str]:
+        pairs = self._pairs
+        if pairs is not None:
+            self._pairs = None
+            by_name = self._by_name
+            for count, (name, value) in enumerate(pairs):
+                if count >= MAX_HEADERS:
+                    break
+                lowered = name.lower()
+                earlier = by_name.get(lowered)
+                by_name[lowered] = value if earlier is None else f"{earlier}, {value}"
+        return self._by_name
 
     def __getitem__(self, name: str) -> str:
-        return self._by_name[name.lower()]
+        return self._names[name.lower()]
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.lower() in self._by_name
+        return isinstance(name, str) and name.lower() in self._names
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._by_name)
+        return iter(self._names)
 
     def __len__(self) -> int:
-        return len(self._by_name)
+        return len(self._names)
 
     def __repr__(self) -> str:
-        return f"Headers({self._by_name!r})"
+        return f"Headers({self._names!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +116,14 @@ class Verdict:
     status: int | None
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes = b""
+    #: ``headers`` as ASGI sends them (lower-cased bytes), made once with the verdict.
+    raw: tuple[tuple[bytes, bytes], ...] = field(default=(), compare=False, repr=False)
+
+    @classmethod
+    def of(cls, status: int | None, headers: Iterable[tuple[str, str]], body: bytes = b"") -> Verdict:
+        fields = tuple(headers)
+        raw = tuple((name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in fields)
+        return cls(status, fields, body, raw)
 
     @property
     def passes(self) -> bool:
@@ -140,7 +160,7 @@ def bounded_key(key: str) -> str:
 
 def header_pairs(verdict: Verdict) -> list[tuple[bytes, bytes]]:
     """A verdict's headers as ASGI wants them."""
-    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in verdict.headers]
+    return list(verdict.raw)
 
 
 def _seconds(value: float) -> int:
@@ -181,7 +201,7 @@ class Gate:
         headers: whether granted responses carry ``RateLimit`` and ``RateLimit-Policy``.
     """
 
-    __slots__ = ("_cost", "_exempt", "_headers", "_key", "_limiter", "_policy", "_wait")
+    __slots__ = ("_cost", "_exempt", "_granted", "_key", "_limiter", "_policy", "_wait")
 
     def __init__(
         self,
@@ -212,8 +232,10 @@ class Gate:
         self._cost = cost
         self._wait = float(wait)
         self._exempt = exempt
-        self._headers = headers
         self._policy = _policy(limiter)
+        # What every grant says is the same (the policy is the limiter's when the gate
+        # is made): one verdict, made once.
+        self._granted = Verdict.of(None, self._fields(0, self._more_in())) if headers else _PASS
 
     # -- the decision: which budget, how much, then one call to it ----------------------
 
@@ -283,9 +305,7 @@ class Gate:
 
     def granted(self, waited: float) -> Verdict:
         """A granted request's verdict: pass, with the fields unless ``headers=False``."""
-        if not self._headers:
-            return _PASS
-        return Verdict(None, tuple(self._fields(0, self._more_in())))
+        return self._granted
 
     def refused(self, needed: float) -> Verdict:
         """429: ``needed`` seconds until the request could have gone (``inf``: never at
@@ -302,4 +322,4 @@ class Gate:
 def _answer(status: int, fields: list[tuple[str, str]]) -> Verdict:
     body = f"{reason(status)}\n".encode()
     fields += [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
-    return Verdict(status, tuple(fields), body)
+    return Verdict.of(status, fields, body)
