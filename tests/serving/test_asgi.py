@@ -196,3 +196,22 @@ def test_a_route_of_its_own_through_the_fastapi_dependency() -> None:
 def test_bad_arguments_fail_when_the_middleware_is_made(option: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=next(iter(option))):
         RateLimitMiddleware(hello, limiter=TokenBucket(capacity=1, refill_per_sec=1), **option)
+
+
+def test_a_store_that_cannot_decide_answers_503_without_detail() -> None:
+    """``on_unavailable="raise"``: 503 with ``Retry-After``; the body names no address, no error."""
+    from ratelimit import RedisBackend
+
+    from servers import free_port
+
+    port = free_port()
+    backend = RedisBackend.from_url(f"redis://:hunter2@127.0.0.1:{port}/0")
+    try:
+        limiter = TokenBucket(capacity=5, refill_per_sec=1, backend=backend, name="asgi-down")
+        start, body = call(RateLimitMiddleware(hello, limiter=limiter), scope())
+    finally:
+        backend.close()
+    assert start["status"] == 503
+    assert headers_of(start)["retry-after"] == "1"
+    assert body["body"] == b"Service Unavailable\n"
+    assert str(port).encode() not in body["body"]

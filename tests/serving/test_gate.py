@@ -206,3 +206,21 @@ def test_headers_are_case_insensitive_and_repeats_are_joined() -> None:
     assert "HOST" in headers
     assert len(headers) == 2
     assert headers.get("missing") is None
+
+
+def _script_calls(client: Any) -> int:
+    """Function and script calls the server ran (the commands inside them apart)."""
+    stats = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("fcall", "evalsha", "eval"))
+
+
+@pytest.mark.redis
+def test_a_decision_is_one_store_call(quiet_client: Any) -> None:
+    """Granted or refused, a request through the gate costs the store one call, nothing more."""
+    backend = RedisBackend(quiet_client)
+    door = gate(TokenBucket(capacity=2, refill_per_sec=0.01, backend=backend, name="serving-calls"))
+    door.decide(request("10.0.0.3"))  # loads the function library once
+    before = _script_calls(quiet_client)
+    verdicts = [door.decide(request("10.0.0.4")).status for _ in range(4)]
+    assert verdicts == [None, None, 429, 429]
+    assert _script_calls(quiet_client) - before == 4
