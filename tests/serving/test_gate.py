@@ -224,3 +224,33 @@ def test_a_decision_is_one_store_call(quiet_client: Any) -> None:
     verdicts = [door.decide(request("10.0.0.4")).status for _ in range(4)]
     assert verdicts == [None, None, 429, 429]
     assert _script_calls(quiet_client) - before == 4
+
+
+@pytest.mark.stress
+def test_a_flood_of_distinct_hostile_keys_costs_bounded_memory_and_no_error() -> None:
+    """50,000 distinct keys of 10 kB with control bytes: every request decided, and the
+    memory kept afterwards a small multiple of what the first thousand kept."""
+    import gc
+    import tracemalloc
+
+    limiter = TokenBucket(capacity=1, refill_per_sec=1, clock=ManualClock())
+    door = gate(limiter, key=header("x-key"))
+    tail = "\x01" + "k" * 10_000
+
+    def flood(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            assert door.decide(request(x_key=f"{i}{tail}")).passes
+
+    tracemalloc.start()
+    try:
+        flood(0, 1_000)
+        gc.collect()
+        after_first = tracemalloc.get_traced_memory()[0]
+        flood(1_000, 49_000)
+        gc.collect()
+        after_all = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    # The budgets themselves stay (an in-process store forgets idle ones in its sweep);
+    # what is bounded is each one's size: a digest, never the 10 kB key.
+    assert after_all < after_first + 50_000 * 2_000
