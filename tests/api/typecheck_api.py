@@ -9,7 +9,7 @@ mode warns about unused ignores, mypy fails the day such a call starts to pass.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -420,3 +420,34 @@ def retries_and_breakers(bucket: TokenBucket) -> None:
     retry.subscribe(on_event)
     breaker.subscribe(on_event)
     _ = (body, status, later, guarded, retry_stats, breaker_stats, state, unsubscribe)
+
+
+def incoming_requests(bucket: TokenBucket) -> None:
+    from ratelimit.asgi import RateLimitMiddleware as AsgiMiddleware
+    from ratelimit.asgi import limit as route_limit
+    from ratelimit.keys import Headers, Request, client_ip, header
+    from ratelimit.wsgi import RateLimitMiddleware as WsgiMiddleware
+    from ratelimit.wsgi import limit as view_limit
+
+    async def app(scope: Any, receive: Any, send: Any) -> None: ...
+
+    def wsgi_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        return [b""]
+
+    def heavy(request: Request) -> int:
+        return 10 if request.path.startswith("/export") else 1
+
+    peer: Callable[[Request], str | None] = client_ip(trusted_proxies=["10.0.0.0/8"])
+    AsgiMiddleware(app, limiter=bucket, key=peer, cost=heavy, wait=timedelta(seconds=1), headers=False)
+    WsgiMiddleware(wsgi_app, limiter=bucket, key=header("x-api-key"), exempt=lambda r: r.path == "/health")
+    AsgiMiddleware(app, bucket)  # type: ignore[call-arg]
+    dependency: Callable[..., Awaitable[None]] = route_limit(bucket, wait=0.5)
+
+    @view_limit(bucket, cost=2)
+    def view(name: str) -> str:
+        return name
+
+    shown: str = view("x")
+    seen = Request("GET", "/", Headers([("Host", "a")]), None)
+    value: str | None = seen.headers.get("host")
+    _ = (dependency, shown, value)
