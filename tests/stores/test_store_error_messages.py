@@ -245,6 +245,55 @@ def test_a_database_that_is_no_number_is_refused_at_once(url: str, part: str) ->
 
 
 @pytest.mark.parametrize(
+    ("url", "part"),
+    [
+        (f"redis://:{SECRET}@host:notaport/0", "the port 'notaport' must be a number from 1 to 65535"),
+        ("redis://host:99999/0", "the port '99999'"),
+        ("rediss://[::1]:0/0", "the port '0'"),
+        ("redis://host:6379/0?socket_timeout=-1", "socket_timeout='-1' must be seconds > 0"),
+        (f"redis://host/0?password={SECRET}&socket_connect_timeout=abc", "socket_connect_timeout='abc'"),
+        ("redis://host/0?timeout=nan", "timeout='nan'"),
+        ("redis://host:6379/0?foo=bar", "the query names 'foo', which is not a connection option"),
+        ("unix:///run/redis.sock?ssl_certfile=x", "'ssl_certfile'"),
+    ],
+)
+def test_a_port_a_timeout_or_an_option_redis_py_refuses_late_is_refused_at_once(url: str, part: str) -> None:
+    # redis-py takes these and fails at the first call, with its own words and no URL.
+    with pytest.raises(ValueError, match=r"^url ") as caught:
+        RedisBackend.from_url(url)
+    text = one_line(caught.value)
+    assert part in text
+    assert SECRET not in text
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "rediss://host:6380/0?ssl_cert_reqs=none&ssl_ca_certs=/etc/ca.pem",
+        "redis://host/0?socket_timeout=2&health_check_interval=30&client_name=me",
+        "redis://[::1]:6379/0",
+    ],
+)
+def test_options_the_connection_takes_pass(url: str) -> None:
+    RedisBackend.from_url(url).close()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis:///0", "localhost:6379"),
+        ("redis://[::1]:6380/0", "[::1]:6380"),
+        ("unix:///run/redis.sock", "unix:///run/redis.sock"),
+        (f"redis://:{SECRET}@h/1", "h:6379"),
+    ],
+)
+def test_the_repr_names_where_the_client_connects(url: str, shown: str) -> None:
+    backend = RedisBackend.from_url(url)
+    assert repr(backend) == f"RedisBackend({shown}, on_unavailable='raise')"
+    backend.close()
+
+
+@pytest.mark.parametrize(
     "url", ["redis://localhost", "redis://localhost:6379", "redis://localhost:6379/", "redis://h/15", "unix:///s?db=3"]
 )
 def test_good_urls_pass_without_a_round_trip(url: str) -> None:
