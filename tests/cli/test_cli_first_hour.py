@@ -272,6 +272,15 @@ def test_the_sqlite_help_is_written_once() -> None:
     assert sum(source.count("sqlite:////srv/app/x.db") for source in sources) == 1
 
 
+def test_set_help_says_rate_is_the_limiter_s_own(capsys: pytest.CaptureFixture[str]) -> None:
+    # A provider's new limit written as --rate keeps the old burst and the full rate: over the limit.
+    assert _exit_code(["set", "--help"]) == 0
+    shown = _flat(capsys.readouterr().out)
+    assert "the limiter's own new rate" in shown
+    assert "not a provider's limit" in shown
+    assert "`ratelimit size --limit`" in shown
+
+
 @pytest.fixture
 def meant_from_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
     """A ``sqlite:///`` URL whose path exists from the root but not from the current folder."""
