@@ -5,7 +5,8 @@ named for what it holds (see ARCHITECTURE.md). Only this folder reads ``lua/``. 
 the backend, the face gives the environment variable that names the Redis the
 limiters share (``REDIS_URL_ENV``, read by :func:`url_from_env`), which the command
 line's ``--redis`` defaults to, and :func:`failure_reason`, the one line that says why a
-call to Redis failed, for the backend's errors and the command line's alike,.
+call to Redis failed, for the backend's errors and the command line's alike, and
+:func:`check_url`, what a URL gets wrong that can be told without asking the server.
 
 Compatibility: what is kept so that processes of an earlier release, running beside
 this one during a rolling deploy, and the keys they wrote, keep deciding right. Each
@@ -25,7 +26,7 @@ entry can be deleted after release 0.2.0; code paths that exist for one say
 """
 
 from .backend import RedisBackend
-from .clients import DEFAULT_SOCKET_TIMEOUT, REDIS_URL_ENV, url_from_env
+from .clients import DEFAULT_SOCKET_TIMEOUT, REDIS_URL_ENV, check_url, url_from_env
 from .errors import failure_reason
 from .scripts import preload
 
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_SOCKET_TIMEOUT",
     "REDIS_URL_ENV",
     "RedisBackend",
+    "check_url",
     "failure_reason",
     "preload",
     "url_from_env",
