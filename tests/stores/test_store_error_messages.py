@@ -19,6 +19,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -264,6 +265,31 @@ def test_a_port_a_timeout_or_an_option_redis_py_refuses_late_is_refused_at_once(
     text = one_line(caught.value)
     assert part in text
     assert SECRET not in text
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "said"),
+    [
+        ({"socket_timeout": -1}, ValueError, "socket_timeout must be seconds > 0 and finite, or None, got -1"),
+        ({"socket_connect_timeout": float("inf")}, ValueError, "socket_connect_timeout must be seconds > 0"),
+        ({"socket_timeout": "1"}, TypeError, "socket_timeout must be seconds (a number > 0) or None, got str '1'"),
+        ({"pasword": SECRET}, TypeError, "from_url got the option 'pasword', which the Redis client does not take"),
+    ],
+)
+def test_an_option_redis_py_refuses_late_is_refused_at_once(
+    options: dict[str, Any], error: type[Exception], said: str
+) -> None:
+    with pytest.raises(error) as caught:
+        RedisBackend.from_url("redis://host:6379/0", **options)
+    text = one_line(caught.value)
+    assert said in text
+    assert SECRET not in text  # a misspelt password's value is never shown
+
+
+def test_the_client_s_own_options_pass() -> None:
+    options: dict[str, Any] = {"socket_timeout": None, "health_check_interval": 30, "client_name": "me"}
+    RedisBackend.from_url("redis://host:6379/0", **options).close()
+    RedisBackend.from_url("redis://host:6379/0", single_connection_client=False, max_connections=8).close()
 
 
 @pytest.mark.parametrize(

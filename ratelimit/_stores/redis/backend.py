@@ -249,7 +249,8 @@ class RedisBackend(RedisCalls):
         naming the part, with its passwords shown as ``***``: no scheme or another
         store's (a ``sqlite:`` URL is :class:`~ratelimit.SQLiteBackend`'s), a database
         number or a port that is not one, a timeout in the query that is not seconds
-        > 0, a query option the connection does not take (but with ``cluster=True``).
+        > 0, a query option the connection does not take (but with ``cluster=True``);
+        the same of ``options`` (``TypeError`` for an unknown name, its value unshown).
         Nothing is asked of the server here: a database it does not have, or
         credentials it refuses, fail the first call with a :class:`BackendUnavailable`
         that says so, whatever ``on_unavailable`` says.

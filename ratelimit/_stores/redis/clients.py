@@ -74,6 +74,34 @@ def _query_options(scheme: str) -> frozenset[str]:
     return frozenset(names)
 
 
+def check_options(url: str, options: dict[str, Any], *, names: bool) -> None:
+    """``ValueError`` (``TypeError`` for a wrong type) for keyword options of
+    :meth:`RedisBackend.from_url` that redis-py takes now and refuses only at the first
+    call, in its own words: a timeout that is not seconds > 0 (or ``None``) and, with
+    ``names`` (a plain URL: a Cluster's or Sentinel's client takes options of its own),
+    a name the client does not take. An unknown option's value is never shown: it may
+    be a password under a misspelt name."""
+    for name in ("socket_timeout", "socket_connect_timeout"):
+        value = options.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be seconds (a number > 0) or None, got {type(value).__name__} {value!r}")
+        if not 0 < value < math.inf:
+            raise ValueError(f"{name} must be seconds > 0 and finite, or None, got {value!r}")
+    if not names:
+        return
+    scheme = url.partition("://")[0].lower()
+    pool = inspect.signature(redis.ConnectionPool.__init__).parameters
+    known = _query_options(scheme) | set(pool) | {"single_connection_client"}
+    for name in options:
+        if name not in known:
+            raise TypeError(
+                f"from_url got the option {name!r}, which the Redis client does not take (its options are "
+                "redis-py's connection options, such as socket_timeout, health_check_interval or ssl_ca_certs)"
+            )
+
+
 def _positive_seconds(text: str) -> bool:
     try:
         seconds = float(text)
@@ -302,6 +330,7 @@ def url_clients(url: str, *, cluster: bool, pool_size: int, options: dict[str, A
     """The clients of ``url``, with the defaults above and ``options`` over them
     (see :meth:`RedisBackend.from_url <ratelimit._stores.redis.backend.RedisBackend.from_url>`)."""
     check_url(url, query_names=not cluster)
+    check_options(url, options, names=not cluster and not is_sentinel_url(url))
     if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
         raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
     settings: dict[str, Any] = {
