@@ -72,6 +72,8 @@ def _written(name: str, value: object) -> str:
         return f"{sized}; or write {name}={count}/{window} (tokens per second)"
     if name in ("limit", "window_seconds"):
         return f"{sized}; or write limit={count}, window_seconds={window}"
+    if name == "burst":  # for_limit's own argument too: a count at once, never a rate
+        return f": a burst is a number of requests at once, not a rate: burst={count}"
     return f"{sized}; {name} takes a number"
 
 

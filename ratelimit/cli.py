@@ -842,7 +842,12 @@ def _parser(secrets: Sequence[str] = ()) -> _Parser:
         "holds nothing of (no state, no change, no breaker: often a typo), unless --force.",
     )
     setting.add_argument("name", metavar="NAME", help="the limiter's name")
-    setting.add_argument("--rate", type=_rate, help="the new rate, e.g. 500/min or 20/s")
+    setting.add_argument(
+        "--rate",
+        type=_rate,
+        help="the limiter's own new rate, e.g. 500/min or 20/s (a bucket's refill, not a provider's limit: for a "
+        "provider's new limit, set the rate and burst that `ratelimit size --limit` prints for it)",
+    )
     setting.add_argument("--burst", type=_positive_float, help="the new burst (a bucket's capacity)")
     setting.add_argument("--for", dest="ttl", type=_span, metavar="DURATION", help="end the change after this long")
     setting.add_argument("--reset", action="store_true", help="return to the code's values")

@@ -43,7 +43,7 @@ import redis
 from .._errors import RateLimitError
 from .._redact import redact_url, scrub, url_secrets
 from .._stores.keys import tag
-from .._stores.redis import RedisBackend, preload
+from .._stores.redis import RedisBackend, check_url, preload
 from .._stores.sqlite import SQLiteBackend
 from .._validate import Rate
 from ..testing import FakeProvider
@@ -319,6 +319,7 @@ def _probe_target(url: str) -> None:
 
 def _probe_redis(url: str, cluster: bool) -> None:
     try:
+        check_url(url, query_names=not cluster)
         if cluster:
             client: Any = redis.cluster.RedisCluster.from_url(url, socket_connect_timeout=2, socket_timeout=2)
         else:

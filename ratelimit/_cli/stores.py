@@ -17,7 +17,7 @@ import redis.exceptions
 
 from .._redact import redact_url
 from .._stores.operated import Operated
-from .._stores.redis import RedisBackend
+from .._stores.redis import RedisBackend, check_url
 from .._stores.sqlite import SQLiteBackend
 
 __all__ = [
@@ -86,7 +86,10 @@ def sqlite_path_hint(url: str) -> str | None:
 
 def is_cluster_node(url: str) -> bool:
     """Whether the Redis of ``url`` is a node of a Redis Cluster (``cluster_enabled:1``).
-    A Sentinel URL names a master found through the sentinels: never a Cluster node."""
+    A Sentinel URL names a master found through the sentinels: never a Cluster node.
+    ``ValueError`` for a malformed URL, before any client: redis-py would refuse a bad
+    port in its own words and an unknown option only at the first call."""
+    check_url(url)
     if url.lower().startswith("redis+sentinel://"):
         return False
     client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=ADMIN_TIMEOUT)

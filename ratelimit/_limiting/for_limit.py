@@ -81,4 +81,14 @@ def for_limit(
     rate = parse_rate(limit, "limit")
     checked, share, seconds = settings(burst, headroom, guard)
     size = token_bucket_size(rate, checked, share, seconds)
-    return TokenBucket(size.capacity, size.refill_per_sec, backend=backend, name=name, clock=clock)
+    try:
+        return TokenBucket(size.capacity, size.refill_per_sec, backend=backend, name=name, clock=clock)
+    except ValueError as error:
+        if "refill_per_sec" not in str(error):  # backend, name or clock: named as given
+            raise
+        # The sizes come from `limit` and `burst`: name those, not numbers the caller never wrote.
+        given = f"limit={limit!r}" + ("" if burst is None else f", burst={burst!r}")
+        raise ValueError(
+            f"{given} calls for TokenBucket(capacity={size.capacity:g}, refill_per_sec={size.refill_per_sec:g}), "
+            f"which no limiter keeps: {error}"
+        ) from None

@@ -272,6 +272,41 @@ def test_the_sqlite_help_is_written_once() -> None:
     assert sum(source.count("sqlite:////srv/app/x.db") for source in sources) == 1
 
 
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("redis://:pw-never-shown@host:notaport/0", "the port 'notaport' must be a number from 1 to 65535"),
+        ("redis://127.0.0.1:1/0?foo=bar", "the query names 'foo', which is not a connection option"),
+        ("redis://127.0.0.1:1/0?socket_timeout=-1", "socket_timeout='-1' must be seconds > 0"),
+    ],
+)
+@pytest.mark.parametrize("command", [["inspect"], ["set", "x", "--rate", "1/s"], ["top", "--iterations", "1"]])
+def test_a_malformed_redis_url_is_one_line_before_any_connection(
+    command: list[str], url: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # redis-py alone: its own words without the URL, or a TypeError's traceback at the first call.
+    assert _exit_code([*command, "--store", url]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert said in err
+    assert "pw-never-shown" not in err
+
+
+def test_bench_says_the_same_of_a_malformed_redis_url(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "--seconds", "1", "--redis", "redis://127.0.0.1:1/0?foo=bar"])
+    assert code != 0
+    assert "the query names 'foo', which is not a connection option" in _one_line(capsys.readouterr().err)
+
+
+def test_set_help_says_rate_is_the_limiter_s_own(capsys: pytest.CaptureFixture[str]) -> None:
+    # A provider's new limit written as --rate keeps the old burst and the full rate: over the limit.
+    assert _exit_code(["set", "--help"]) == 0
+    shown = _flat(capsys.readouterr().out)
+    assert "the limiter's own new rate" in shown
+    assert "not a provider's limit" in shown
+    assert "`ratelimit size --limit`" in shown
+
+
 @pytest.fixture
 def meant_from_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
     """A ``sqlite:///`` URL whose path exists from the root but not from the current folder."""

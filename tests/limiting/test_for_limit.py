@@ -160,6 +160,20 @@ def test_it_shares_a_budget_through_a_backend_under_its_name() -> None:
         (lambda: for_limit("5/s", burst=FIVE_AS_TEXT), TypeError, r"burst must be a number, got str '5'"),
         (lambda: for_limit("5/s", headroom=1), ValueError, r"headroom must be from 0 to below 1, got 1"),
         (lambda: for_limit("5/s", guard=-1), ValueError, r"guard must be seconds >= 0"),
+        (
+            lambda: for_limit("5/s", burst=TEN_PER_MINUTE),
+            TypeError,
+            r"^burst must be a number, got str '10/minute': a burst is a number of requests at once, not a rate: "
+            r"burst=10$",
+        ),
+        # Sizes no store keeps: the message names what the caller wrote, then why.
+        (
+            lambda: for_limit("5/1000000000000s"),
+            ValueError,
+            r"^limit='5/1000000000000s' calls for TokenBucket\(capacity=1, refill_per_sec=4.75e-12\), which no "
+            r"limiter keeps: refill_per_sec=",
+        ),
+        (lambda: for_limit("5/s", burst=1e300), ValueError, r"^limit='5/s', burst=1e\+300 calls for TokenBucket"),
     ],
 )
 def test_bad_input_names_the_argument_and_the_value(call: object, error: type[Exception], message: str) -> None:

@@ -19,6 +19,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -242,6 +243,80 @@ def test_a_database_that_is_no_number_is_refused_at_once(url: str, part: str) ->
     text = one_line(caught.value)
     assert part in text
     assert ">= 0" in text
+
+
+@pytest.mark.parametrize(
+    ("url", "part"),
+    [
+        (f"redis://:{SECRET}@host:notaport/0", "the port 'notaport' must be a number from 1 to 65535"),
+        ("redis://host:99999/0", "the port '99999'"),
+        ("rediss://[::1]:0/0", "the port '0'"),
+        ("redis://host:6379/0?socket_timeout=-1", "socket_timeout='-1' must be seconds > 0"),
+        (f"redis://host/0?password={SECRET}&socket_connect_timeout=abc", "socket_connect_timeout='abc'"),
+        ("redis://host/0?timeout=nan", "timeout='nan'"),
+        ("redis://host:6379/0?foo=bar", "the query names 'foo', which is not a connection option"),
+        ("unix:///run/redis.sock?ssl_certfile=x", "'ssl_certfile'"),
+    ],
+)
+def test_a_port_a_timeout_or_an_option_redis_py_refuses_late_is_refused_at_once(url: str, part: str) -> None:
+    # redis-py takes these and fails at the first call, with its own words and no URL.
+    with pytest.raises(ValueError, match=r"^url ") as caught:
+        RedisBackend.from_url(url)
+    text = one_line(caught.value)
+    assert part in text
+    assert SECRET not in text
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "said"),
+    [
+        ({"socket_timeout": -1}, ValueError, "socket_timeout must be seconds > 0 and finite, or None, got -1"),
+        ({"socket_connect_timeout": float("inf")}, ValueError, "socket_connect_timeout must be seconds > 0"),
+        ({"socket_timeout": "1"}, TypeError, "socket_timeout must be seconds (a number > 0) or None, got str '1'"),
+        ({"pasword": SECRET}, TypeError, "from_url got the option 'pasword', which the Redis client does not take"),
+    ],
+)
+def test_an_option_redis_py_refuses_late_is_refused_at_once(
+    options: dict[str, Any], error: type[Exception], said: str
+) -> None:
+    with pytest.raises(error) as caught:
+        RedisBackend.from_url("redis://host:6379/0", **options)
+    text = one_line(caught.value)
+    assert said in text
+    assert SECRET not in text  # a misspelt password's value is never shown
+
+
+def test_the_client_s_own_options_pass() -> None:
+    options: dict[str, Any] = {"socket_timeout": None, "health_check_interval": 30, "client_name": "me"}
+    RedisBackend.from_url("redis://host:6379/0", **options).close()
+    RedisBackend.from_url("redis://host:6379/0", single_connection_client=False, max_connections=8).close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "rediss://host:6380/0?ssl_cert_reqs=none&ssl_ca_certs=/etc/ca.pem",
+        "redis://host/0?socket_timeout=2&health_check_interval=30&client_name=me",
+        "redis://[::1]:6379/0",
+    ],
+)
+def test_options_the_connection_takes_pass(url: str) -> None:
+    RedisBackend.from_url(url).close()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis:///0", "localhost:6379"),
+        ("redis://[::1]:6380/0", "[::1]:6380"),
+        ("unix:///run/redis.sock", "unix:///run/redis.sock"),
+        (f"redis://:{SECRET}@h/1", "h:6379"),
+    ],
+)
+def test_the_repr_names_where_the_client_connects(url: str, shown: str) -> None:
+    backend = RedisBackend.from_url(url)
+    assert repr(backend) == f"RedisBackend({shown}, on_unavailable='raise')"
+    backend.close()
 
 
 @pytest.mark.parametrize(

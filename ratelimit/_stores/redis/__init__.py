@@ -1,16 +1,12 @@
 """The Redis store: every decision one call of a Lua function (or script) on the server.
 
 ``backend.py`` is :class:`RedisBackend`, its face; the other modules are its parts, each
-<<<<<<< HEAD
 named for what it holds (see ARCHITECTURE.md). Only this folder reads ``lua/``. Beside
 the backend, the face gives the environment variable that names the Redis the
 limiters share (``REDIS_URL_ENV``, read by :func:`url_from_env`), which the command
 line's ``--redis`` defaults to, and :func:`failure_reason`, the one line that says why a
-call to Redis failed, for the backend's errors and the command line's alike.
-=======
-named for what it holds (see ARCHITECTURE.md). Only this folder reads ``lua/``. The
-face also gives ``REDIS_URL_ENV`` (read by :func:`url_from_env`), the default of the
-command line's ``--redis``.
+call to Redis failed, for the backend's errors and the command line's alike, and
+:func:`check_url`, what a URL gets wrong that can be told without asking the server.
 
 Compatibility: what is kept so that processes of an earlier release, running beside
 this one during a rolling deploy, and the keys they wrote, keep deciding right. Each
@@ -27,12 +23,19 @@ entry can be deleted after release 0.2.0; code paths that exist for one say
   beside an unmarked state was left by such a release, and is never read.
 - A ConcurrencyLimit's ``:max`` key may be missing (written by a release without it):
   ``Slots.most`` and ``FleetRow.most`` are then ``None``.
->>>>>>> proseB
 """
 
 from .backend import RedisBackend
-from .clients import DEFAULT_SOCKET_TIMEOUT, REDIS_URL_ENV, url_from_env
+from .clients import DEFAULT_SOCKET_TIMEOUT, REDIS_URL_ENV, check_url, url_from_env
 from .errors import failure_reason
 from .scripts import preload
 
-__all__ = ["DEFAULT_SOCKET_TIMEOUT", "REDIS_URL_ENV", "RedisBackend", "failure_reason", "preload", "url_from_env"]
+__all__ = [
+    "DEFAULT_SOCKET_TIMEOUT",
+    "REDIS_URL_ENV",
+    "RedisBackend",
+    "check_url",
+    "failure_reason",
+    "preload",
+    "url_from_env",
+]

@@ -248,9 +248,12 @@ class RedisBackend(RedisCalls):
         (see :mod:`ratelimit._stores.redis.sentinel`). A malformed URL raises ``ValueError``
         naming the part, with its passwords shown as ``***``: no scheme or another
         store's (a ``sqlite:`` URL is :class:`~ratelimit.SQLiteBackend`'s), a database
-        number that is not one. Nothing is asked of the server here: a database it does
-        not have, or credentials it refuses, fail the first call with a
-        :class:`BackendUnavailable` that says so, whatever ``on_unavailable`` says.
+        number or a port that is not one, a timeout in the query that is not seconds
+        > 0, a query option the connection does not take (but with ``cluster=True``);
+        the same of ``options`` (``TypeError`` for an unknown name, its value unshown).
+        Nothing is asked of the server here: a database it does not have, or
+        credentials it refuses, fail the first call with a :class:`BackendUnavailable`
+        that says so, whatever ``on_unavailable`` says.
         """
         clients = url_clients(url, cluster=cluster, pool_size=pool_size, options=options)
         backend = cls(
@@ -662,7 +665,13 @@ class RedisBackend(RedisCalls):
         client = self._sync_client or self._async_client
         pool = getattr(client, "connection_pool", None)
         where = getattr(pool, "connection_kwargs", {}) if pool is not None else {}
-        target = f"{where.get('host', '?')}:{where.get('port', '?')}" if where else type(client).__name__
+        if where.get("path"):
+            target = f"unix://{where['path']}"
+        elif where:  # redis-py's defaults where the URL names no host or port
+            host = str(where.get("host") or "localhost")
+            target = f"{f'[{host}]' if ':' in host else host}:{where.get('port') or 6379}"
+        else:
+            target = type(client).__name__
         service = getattr(pool, "service_name", None)
         if isinstance(service, str):  # a master found through Sentinel: no fixed address
             target = f"sentinel service {service}"

@@ -7,6 +7,8 @@ script call), and the care a client's pool needs after an interrupted call.
 from __future__ import annotations
 
 import contextlib
+import inspect
+import math
 import os
 import re
 from collections.abc import Callable
@@ -50,11 +52,72 @@ _REDIS_SCHEMES = ("redis", "rediss", "unix")
 _DIGITS = re.compile(r"[0-9]+")
 
 
-def check_url(url: str) -> None:
+#: The query options every Redis URL may name beside its connection's own.
+_URL_OPTIONS = frozenset(redis.connection.URL_QUERY_ARGUMENT_PARSERS)
+_TIMEOUTS = ("socket_timeout", "socket_connect_timeout", "timeout")
+
+
+def _query_options(scheme: str) -> frozenset[str]:
+    """The names a ``scheme://`` URL's query may give: redis-py passes a name it does not
+    parse itself to the connection's constructor, which refuses an unknown one only when
+    the first connection opens."""
+    connection: type = {
+        "rediss": redis.connection.SSLConnection,
+        "unix": redis.connection.UnixDomainSocketConnection,
+    }.get(scheme, redis.connection.Connection)
+    names = set(_URL_OPTIONS)
+    for cls in connection.__mro__:
+        if "__init__" in vars(cls):
+            parameters = inspect.signature(vars(cls)["__init__"]).parameters.values()
+            names.update(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    names.discard("self")
+    return frozenset(names)
+
+
+def check_options(url: str, options: dict[str, Any], *, names: bool) -> None:
+    """``ValueError`` (``TypeError`` for a wrong type) for keyword options of
+    :meth:`RedisBackend.from_url` that redis-py takes now and refuses only at the first
+    call, in its own words: a timeout that is not seconds > 0 (or ``None``) and, with
+    ``names`` (a plain URL: a Cluster's or Sentinel's client takes options of its own),
+    a name the client does not take. An unknown option's value is never shown: it may
+    be a password under a misspelt name."""
+    for name in ("socket_timeout", "socket_connect_timeout"):
+        value = options.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be seconds (a number > 0) or None, got {type(value).__name__} {value!r}")
+        if not 0 < value < math.inf:
+            raise ValueError(f"{name} must be seconds > 0 and finite, or None, got {value!r}")
+    if not names:
+        return
+    scheme = url.partition("://")[0].lower()
+    pool = inspect.signature(redis.ConnectionPool.__init__).parameters
+    known = _query_options(scheme) | set(pool) | {"single_connection_client"}
+    for name in options:
+        if name not in known:
+            raise TypeError(
+                f"from_url got the option {name!r}, which the Redis client does not take (its options are "
+                "redis-py's connection options, such as socket_timeout, health_check_interval or ssl_ca_certs)"
+            )
+
+
+def _positive_seconds(text: str) -> bool:
+    try:
+        seconds = float(text)
+    except ValueError:
+        return False
+    return 0 < seconds < math.inf
+
+
+def check_url(url: str, *, query_names: bool = True) -> None:
     """``ValueError`` for what a URL of :meth:`RedisBackend.from_url` gets wrong that
-    can be told without asking the server: no scheme or another store's, and a
-    database number that is not one (redis-py would take ``/abc`` for database 0).
-    A Sentinel URL is checked by ``sentinel.py``. Passwords are shown as ``***``."""
+    can be told without asking the server: no scheme or another store's, a database
+    number that is not one (redis-py would take ``/abc`` for database 0), a port that
+    is not one, a timeout that is not seconds > 0 and (``query_names``: not for a
+    Cluster, whose client takes options of its own) a query option the connection does
+    not take; redis-py refuses the last two only at the first call. A Sentinel URL is
+    checked by ``sentinel.py``. Passwords are shown as ``***``."""
     if not isinstance(url, str) or not url:
         raise TypeError(f"url must be a non-empty str, got {url!r}")
     shown = redact_url(url)
@@ -76,13 +139,25 @@ def check_url(url: str) -> None:
         return
     before_fragment = rest.partition("#")[0]
     authority_path, _, query = before_fragment.partition("?")
+    options = _query_options(scheme) if query_names else None
     for pair in query.split("&") if query else ():
         name, _, value = pair.partition("=")
         if name == "db" and not _DIGITS.fullmatch(value):
             raise ValueError(f"url {shown!r}: the database db={value!r} must be a whole number >= 0")
+        if name in _TIMEOUTS and not _positive_seconds(value):
+            raise ValueError(f"url {shown!r}: {name}={value!r} must be seconds > 0, e.g. {name}=0.5")
+        if options is not None and name not in options:
+            raise ValueError(
+                f"url {shown!r}: the query names {name!r}, which is not a connection option "
+                "(such as socket_timeout=0.5, db=0 or health_check_interval=30)"
+            )
     if scheme == "unix":
         return
-    path = authority_path.partition("/")[2].strip("/")
+    authority, _, path = authority_path.partition("/")
+    port = authority.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
+    if port and not (_DIGITS.fullmatch(port) and 0 < int(port) < 65536):
+        raise ValueError(f"url {shown!r}: the port {port!r} must be a number from 1 to 65535 (redis://host:6379/0)")
+    path = path.strip("/")
     if path and not _DIGITS.fullmatch(path):
         raise ValueError(
             f"url {shown!r}: the path /{path} must be a database number >= 0 (redis://host:6379/0), or nothing"
@@ -254,7 +329,8 @@ class UrlClients:
 def url_clients(url: str, *, cluster: bool, pool_size: int, options: dict[str, Any]) -> UrlClients:
     """The clients of ``url``, with the defaults above and ``options`` over them
     (see :meth:`RedisBackend.from_url <ratelimit._stores.redis.backend.RedisBackend.from_url>`)."""
-    check_url(url)
+    check_url(url, query_names=not cluster)
+    check_options(url, options, names=not cluster and not is_sentinel_url(url))
     if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
         raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
     settings: dict[str, Any] = {
