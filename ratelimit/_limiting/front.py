@@ -12,6 +12,7 @@ import asyncio
 import functools
 import logging
 import math
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
@@ -49,6 +50,18 @@ _FOREVER = math.inf
 #: Give-backs of grants that landed after their task was cancelled, still running.
 _GIVING_BACK: set[asyncio.Future[None]] = set()
 
+if sys.version_info >= (3, 12):
+
+    def _started(loop: asyncio.AbstractEventLoop, call: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        # Run at once up to its first wait (the command sent), not in the loop's next
+        # step: the command goes out a step of the loop sooner.
+        return asyncio.Task(call, loop=loop, eager_start=True)
+
+else:
+
+    def _started(loop: asyncio.AbstractEventLoop, call: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return loop.create_task(call)
+
 
 @runtime_checkable
 class Acquirer(Protocol):
@@ -82,12 +95,6 @@ class Acquirer(Protocol):
     def feedback(self, headers: Any, status: int | None = None) -> RateLimitInfo: ...
 
     async def feedback_async(self, headers: Any, status: int | None = None) -> RateLimitInfo: ...
-
-
-def _landed(landed: asyncio.Future[None], call: asyncio.Future[Any]) -> None:
-    # The caller's own future, done when its call is (unless the caller was cancelled).
-    if not landed.done():
-        landed.set_result(None)
 
 
 def placed(backend: object, name: object, clock: object) -> tuple[Backend, str | None, Clock]:
@@ -345,27 +352,46 @@ class Limiter(Keyable, ABC, Generic[T]):
         here = handle.reserve_here(tokens, max_wait)
         if here is not None:
             return here
-        # The call runs on in a task of its own: a grant landing after a cancel is given back.
+        # The call runs on in a task of its own: a grant landing after a cancel is given
+        # back. The call hands its decision to this task's future itself, which wakes
+        # this task a step of the loop sooner than a done callback would.
         loop = asyncio.get_running_loop()
-        call = loop.create_task(handle.reserve_async(tokens, max_wait))
-        landed = loop.create_future()
-        call.add_done_callback(functools.partial(_landed, landed))
+        landed: asyncio.Future[tuple[float, float]] = loop.create_future()
+        call = _started(loop, self._deciding(tokens, max_wait, landed))
         try:
-            await landed
+            return await landed
         except asyncio.CancelledError:
-            call.add_done_callback(functools.partial(self._landed_unwanted, tokens))
-            raise
-        return call.result()
-
-    def _landed_unwanted(self, tokens: T, call: asyncio.Future[tuple[float, float]]) -> None:
-        if call.cancelled() or call.exception() is not None:
-            return
-        wait, at = call.result()
-        if wait >= 0:
-            task = asyncio.ensure_future(self._give_back_async(tokens, at))
+            if landed.done() and not landed.cancelled():
+                # Cancelled after the decision was handed over, before this task woke:
+                # the call has ended, and a grant is this task's to give back.
+                if landed.exception() is not None or (decision := landed.result())[0] < 0:
+                    raise
+                call = asyncio.ensure_future(self._give_back_async(tokens, decision[1]))
             # The loop keeps only weak references to tasks: hold it until it is done.
-            _GIVING_BACK.add(task)
-            task.add_done_callback(_GIVING_BACK.discard)
+            _GIVING_BACK.add(call)
+            call.add_done_callback(_GIVING_BACK.discard)
+            raise
+
+    async def _deciding(self, tokens: T, max_wait: float, landed: asyncio.Future[tuple[float, float]]) -> None:
+        """The store's decision on ``tokens``, handed to ``landed``; a grant that lands
+        once ``landed`` is cancelled (its task left) is given back."""
+        try:
+            decision = await self._handle.reserve_async(tokens, max_wait)
+        except asyncio.CancelledError:
+            landed.cancel()
+            raise
+        except Exception as exc:
+            if not landed.done():
+                landed.set_exception(exc)
+            return  # (or the caller left, and a failure is nobody's to hear)
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit: the loop's to see too
+            if not landed.done():
+                landed.set_exception(exc)
+            raise
+        if not landed.done():
+            landed.set_result(decision)
+        elif decision[0] >= 0:
+            await self._give_back_async(tokens, decision[1])
 
     async def try_acquire_async(self, tokens: float = 1.0) -> bool:
         """:meth:`try_acquire` for asyncio."""

@@ -31,7 +31,7 @@ import os
 import queue
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import redis
@@ -347,20 +347,23 @@ class AsyncHeldConnection(_Held):
 
     def __init__(self, pool: Any, hold: bool) -> None:
         super().__init__(pool, hold)
+        self._ensure: Callable[[Any], Awaitable[None]] | None = getattr(pool, "ensure_connection", None)
         on, of = weakref.ref(asyncio.get_running_loop()), weakref.ref(pool)
         self._finalizer = weakref.finalize(self, _give_back_on, on, of, self._held)
 
+    async def _ready(self, conn: Any) -> Any:
+        """The held connection ``conn``, taken, made ready as the pool readies one it lends
+        (as HeldConnection._take, with the asyncio pool's own check where it has one)."""
+        ensure = self._ensure
+        try:
+            await (ensure(conn) if ensure is not None else conn.connect())
+        except BaseException:
+            await self._lose(conn)
+            raise
+        return conn
+
     async def _take(self) -> Any:
-        conn = self._pop()
-        if conn is not None:
-            # As HeldConnection._take, with the asyncio pool's own check where it has one.
-            ensure = getattr(self._pool, "ensure_connection", None)
-            try:
-                await (ensure(conn) if ensure is not None else conn.connect())
-            except BaseException:
-                await self._lose(conn)
-                raise
-            return conn
+        """A connection of the pool, the held one being taken by another call."""
         try:
             return await self._pool.get_connection()
         except TypeError:  # redis-py 5 asks for a command's name
@@ -380,7 +383,10 @@ class AsyncHeldConnection(_Held):
 
     async def call(self, command: tuple[str, ...]) -> Any:
         """:meth:`HeldConnection.call`, awaited."""
-        conn = await self._take()
+        # The usual ends of a call (the held connection taken, and kept again) are
+        # made here: a coroutine each would cost more than the rest of their work.
+        conn = self._pop()
+        conn = await (self._take() if conn is None else self._ready(conn))
         packed: list[bytes] = []
 
         async def send() -> Any:
@@ -399,7 +405,10 @@ class AsyncHeldConnection(_Held):
         except BaseException:
             await self._lose(conn)
             raise
-        await self._give(conn)
+        if self._moving(conn):
+            await self._give(conn)
+        elif not self._keep(conn):
+            await self._pool.release(conn)
         return reply
 
     async def close(self) -> None:
