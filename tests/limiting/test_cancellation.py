@@ -472,3 +472,113 @@ def test_a_forked_child_makes_its_own_give_backs(tmp_path: Path) -> None:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+# -- a task cancelled around the moment its store call hands over the decision --------
+
+
+class _SuspendingHandle:
+    """A store's handle whose decision waits on ``decide`` (a suspending store, as Redis
+    is): what it gives back is written down."""
+
+    suspends = True
+
+    def __init__(self, decision: tuple[float, float] | BaseException) -> None:
+        self.decision = decision
+        self.decide: asyncio.Future[None] | None = None
+        self.given_back: list[tuple[float, float]] = []
+
+    def reserve_here(self, tokens: float, max_wait: float) -> None:
+        return None
+
+    async def reserve_async(self, tokens: float, max_wait: float) -> tuple[float, float]:
+        self.decide = asyncio.get_running_loop().create_future()
+        await self.decide
+        if isinstance(self.decision, BaseException):
+            raise self.decision
+        return self.decision
+
+    async def refund_async(self, tokens: float, at: float | None) -> None:
+        assert at is not None
+        self.given_back.append((tokens, at))
+
+
+def _suspending(decision: tuple[float, float] | BaseException) -> tuple[TokenBucket, _SuspendingHandle]:
+    limiter = TokenBucket(10, 1)
+    handle = _SuspendingHandle(decision)
+    limiter._handle = handle  # type: ignore[assignment]
+    return limiter, handle
+
+
+async def _until_deciding(handle: _SuspendingHandle) -> asyncio.Future[None]:
+    """The future the store's decision waits on, once the call is made."""
+    for _ in range(3):  # the caller's step, then its call's (eager from 3.12 on)
+        await asyncio.sleep(0)
+    assert handle.decide is not None
+    return handle.decide
+
+
+@pytest.mark.parametrize("moment", ["while deciding", "as the decision lands"])
+@pytest.mark.parametrize("call", ["acquire_async", "try_acquire_async"])
+def test_a_grant_landing_for_a_cancelled_task_is_given_back(moment: str, call: str) -> None:
+    """Cancelled while the store decides, or in the step that hands the decision over
+    (the task not yet woken): either way the grant goes back, once, at its own time."""
+    limiter, handle = _suspending((0.0, 1234.5))
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(getattr(limiter, call)())
+        decide = await _until_deciding(handle)
+        if moment == "while deciding":
+            task.cancel()
+            await asyncio.sleep(0)
+            decide.set_result(None)
+        else:
+            # The decision lands, and the cancel comes in the same step of the loop,
+            # after the call has handed it over.
+            decide.set_result(None)
+            asyncio.get_running_loop().call_soon(task.cancel)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    asyncio.run(scenario())
+    assert handle.given_back == [(1.0, 1234.5)]
+    assert limiter.stats().cancelled == 1
+
+
+@pytest.mark.parametrize("decision", [(-2.0, 1234.5), ValueError("the store's failure")])
+def test_nothing_lands_for_a_cancelled_task_to_give_back(decision: tuple[float, float] | BaseException) -> None:
+    """A refusal or a failure that lands for a task cancelled meanwhile gives nothing
+    back and is not raised anywhere (nothing reports an exception never retrieved)."""
+    limiter, handle = _suspending(decision)
+    unheard: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: unheard.append(context))
+        task = asyncio.ensure_future(limiter.try_acquire_async())
+        decide = await _until_deciding(handle)
+        task.cancel()
+        await asyncio.sleep(0)
+        decide.set_result(None)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    asyncio.run(scenario())
+    assert handle.given_back == []
+    assert unheard == []
+
+
+def test_a_store_failure_reaches_the_task_that_waits() -> None:
+    limiter, handle = _suspending(ValueError("the store's failure"))
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(limiter.try_acquire_async())
+        decide = await _until_deciding(handle)
+        decide.set_result(None)
+        with pytest.raises(ValueError, match="the store's failure"):
+            await task
+
+    asyncio.run(scenario())

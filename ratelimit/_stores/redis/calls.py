@@ -242,7 +242,7 @@ class RedisCalls(FailurePolicy):
                 gate.give()
                 raise outage
         watch, held = state.watch, state.held
-        task = asyncio.current_task()
+        task = None if watch is None else asyncio.current_task()
         if watch is not None and task is not None:
             watch.start(task)
         try:
