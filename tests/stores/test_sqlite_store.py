@@ -1261,7 +1261,8 @@ def test_bench_and_inspect_take_a_sqlite_store(tmp_path: Path, capsys: pytest.Ca
         main(["bench", "--store", "redis://x"])
     assert exited.value.code == 2
     err = capsys.readouterr().err
-    assert "--store takes a SQLite file" in err and "sqlite:////srv/app/x.db (four slashes)" in err
+    assert "--store takes a SQLite file" in err
+    assert "sqlite:////srv/app/x.db (four slashes)" in err
 
 
 # -- the fast path and the full transaction mixed by processes; top, paths, inspect ---
