@@ -261,13 +261,8 @@ class Gate:
         limiter, cost = place
         try:
             waited = limiter.acquire(cost, timeout=self._wait)
-        except AcquireTimeout as refused:
-            return self.refused(refused.retry_after)
-        except BackendUnavailable:
-            return self.unavailable()
-        except ValueError:
-            # A cost the limit can never grant (above its capacity): never served.
-            return self.refused(math.inf)
+        except (AcquireTimeout, BackendUnavailable, ValueError) as exc:
+            return self._not_granted(exc)
         return self.granted(waited)
 
     async def decide_async(self, request: Request) -> Verdict:
@@ -278,13 +273,18 @@ class Gate:
         limiter, cost = place
         try:
             waited = await limiter.acquire_async(cost, timeout=self._wait)
-        except AcquireTimeout as refused:
-            return self.refused(refused.retry_after)
-        except BackendUnavailable:
-            return self.unavailable()
-        except ValueError:
-            return self.refused(math.inf)
+        except (AcquireTimeout, BackendUnavailable, ValueError) as exc:
+            return self._not_granted(exc)
         return self.granted(waited)
+
+    def _not_granted(self, exc: AcquireTimeout | BackendUnavailable | ValueError) -> Verdict:
+        """The verdict of an acquire that raised, for both paths."""
+        if isinstance(exc, AcquireTimeout):
+            return self.refused(exc.retry_after)
+        if isinstance(exc, BackendUnavailable):
+            return self.unavailable()
+        # A cost the limit can never grant (above its capacity): never served.
+        return self.refused(math.inf)
 
     # -- the responses --------------------------------------------------------------------
 
