@@ -22,7 +22,7 @@ import fakeredis._socket._base as fakeredis_base
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from naming import Now, assert_bound, naming, pair, queue_behind, run_in
+from naming import Now, assert_bound, decide_alike, naming, pair, queue_behind, run_in
 
 from ratelimit import Composite, LeakyBucket, ManualClock, RedisBackend, TokenBucket
 from ratelimit._algorithms.algorithm import EPSILON, Algorithm, charge_all
@@ -658,33 +658,7 @@ def test_grants_named_at_once_decide_alike(members: int, scenario: list[_Alike])
     withdrawals: the memory store and the script give the same decisions and names,
     step by step."""
     buckets: list[Algorithm[Any]] = [Gcra(3.0, 1.0), Gcra(8.0, 2.0)]
-    algs = buckets[:members]
-    now = Now(1_000.0)
-    memory, script = pair(algs, now, fakeredis.FakeRedis())
-    memory.name_grants()
-    script.name_grants()
-    grants: list[dict[str, Any]] = []
-    for dt, tokens, then, fraction in scenario:
-        now.advance(dt)
-        want: Any = list(tokens[:members]) if any(tokens[:members]) else [1.0] * members
-        if members == 1:
-            want = want[0]
-        decided = memory.reserve(want, math.inf)
-        assert repr(script.reserve(want, math.inf)) == repr(decided)
-        grants.append({"at": decided[1], "tokens": want, "done": False})
-        due = [g for g in grants if g["at"] <= now.value and not g["done"]]
-        ahead = [g for g in grants if g["at"] > now.value + EPSILON and not g["done"]]
-        if then in ("latest", "earliest") and due:
-            g = due[-1] if then == "latest" else due[0]
-            back = g["tokens"] * fraction if members == 1 else [n * fraction for n in g["tokens"]]
-            memory.refund(back, g["at"])
-            script.refund(back, g["at"])
-            g["done"] = True
-        elif then == "withdraw" and ahead:
-            g = ahead[0]
-            memory.refund(g["tokens"], g["at"])
-            script.refund(g["tokens"], g["at"])
-            g["done"] = True
+    decide_alike(buckets, members, scenario)
 
 
 # -- composites and numbers at their limits -------------------------------------------

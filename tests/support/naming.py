@@ -9,6 +9,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import fakeredis
+
 from ratelimit import ManualClock, MemoryBackend, RedisBackend
 from ratelimit._algorithms.algorithm import EPSILON, Algorithm
 from ratelimit._stores.keys import key_for
@@ -74,3 +76,36 @@ def assert_bound(sent: list[tuple[float, float]], capacity: float, rate: float) 
             if b >= a:
                 inside = sum(used for at, used in sent if a - 1e-9 <= at <= b + 1e-9)
                 assert inside <= capacity + rate * (b - a) + 1e-6, (a, b, inside, sorted(sent))
+
+
+def decide_alike(buckets: list[Algorithm[Any]], members: int, scenario: list[Any]) -> None:
+    """Grants, settles of a grant due (a share of it, the latest or the earliest) and
+    withdrawals of one ahead, on the memory store and the script side by side: each
+    decision the same, and each name, step by step."""
+    algs = buckets[:members]
+    now = Now(1_000.0)
+    memory, script = pair(algs, now, fakeredis.FakeRedis())
+    memory.name_grants()
+    script.name_grants()
+    grants: list[dict[str, Any]] = []
+    for dt, tokens, then, fraction in scenario:
+        now.advance(dt)
+        want: Any = list(tokens[:members]) if any(tokens[:members]) else [1.0] * members
+        if members == 1:
+            want = want[0]
+        decided = memory.reserve(want, math.inf)
+        assert repr(script.reserve(want, math.inf)) == repr(decided)
+        grants.append({"at": decided[1], "tokens": want, "done": False})
+        due = [g for g in grants if g["at"] <= now.value and not g["done"]]
+        ahead = [g for g in grants if g["at"] > now.value + EPSILON and not g["done"]]
+        if then in ("latest", "earliest") and due:
+            g = due[-1] if then == "latest" else due[0]
+            back = g["tokens"] * fraction if members == 1 else [n * fraction for n in g["tokens"]]
+            memory.refund(back, g["at"])
+            script.refund(back, g["at"])
+            g["done"] = True
+        elif then == "withdraw" and ahead:
+            g = ahead[0]
+            memory.refund(g["tokens"], g["at"])
+            script.refund(g["tokens"], g["at"])
+            g["done"] = True
