@@ -79,24 +79,37 @@ def _hops(headers: Headers | object, name: str) -> list[str]:
     return [entry.strip() for entry in entries]
 
 
-def client_ip(trusted_proxies: Iterable[str] = ()) -> Callable[[Request], str | None]:
+#: The forwarding headers :func:`client_ip` can read, by the name it is given.
+_FORWARDING = ("x-forwarded-for", "forwarded")
+
+
+def client_ip(
+    trusted_proxies: Iterable[str] = (), *, forwarded_header: str = "X-Forwarded-For"
+) -> Callable[[Request], str | None]:
     """The key of the client's address.
 
     With no ``trusted_proxies``, the peer address the server saw (``request.client``),
     and never a header: anyone can send ``X-Forwarded-For``. When the peer is one of
     ``trusted_proxies`` (addresses or CIDR networks), the right-most address of
-    ``X-Forwarded-For`` (or, without it, of ``Forwarded``'s ``for=``) that is not
-    itself trusted: the one the last trusted proxy saw. Text a client put before it is
-    never read as the key.
+    ``forwarded_header`` that is not itself trusted: the one the last trusted proxy
+    saw. Text a client put before it is never read as the key.
+
+    ``forwarded_header`` is the one your proxies write, ``"X-Forwarded-For"`` or
+    ``"Forwarded"`` (its ``for=`` addresses); the other is never read, since a client
+    can send it through a proxy that does not touch it.
 
     A request with no peer (a Unix socket) and no trusted hop has no key: ``None``,
     not limited. Behind a proxy that connects over a Unix socket, trust it by keying
     on the header it sets (:func:`header`).
 
     Raises:
-        ValueError: an entry of ``trusted_proxies`` is not an address or a network.
+        ValueError: an entry of ``trusted_proxies`` is not an address or a network,
+            or ``forwarded_header`` is not one of the two.
     """
     networks = _networks(trusted_proxies)
+    forwarding = forwarded_header.lower() if isinstance(forwarded_header, str) else None
+    if forwarding not in _FORWARDING:
+        raise ValueError(f"forwarded_header must be 'X-Forwarded-For' or 'Forwarded', got {shown(forwarded_header)}")
 
     def trusted(address: Address | None) -> bool:
         return address is not None and any(address in network for network in networks)
@@ -105,7 +118,7 @@ def client_ip(trusted_proxies: Iterable[str] = ()) -> Callable[[Request], str | 
         peer = request.client
         if not networks or peer is None or not trusted(_address(peer)):
             return peer
-        hops = _hops(request.headers, "x-forwarded-for") or _hops(request.headers, "forwarded")
+        hops = _hops(request.headers, forwarding)
         last = peer
         for hop in hops:
             address = _address(hop)

@@ -34,12 +34,28 @@ def test_an_untrusted_peer_is_the_key_even_with_a_forwarding_header() -> None:
     assert key(request("198.51.100.7", ("X-Forwarded-For", "1.2.3.4"))) == "198.51.100.7"
 
 
-def test_forwarded_is_read_when_there_is_no_x_forwarded_for() -> None:
+def test_forwarded_is_read_when_the_proxies_write_it() -> None:
     """``Forwarded: for=`` with quotes, brackets and ports, right-most first."""
-    key = client_ip(trusted_proxies=["10.0.0.1"])
+    key = client_ip(trusted_proxies=["10.0.0.1"], forwarded_header="Forwarded")
     value = 'for=1.2.3.4, for="[2001:db8::7]:4711";proto=https, for=10.0.0.1'
     assert key(request("10.0.0.1", ("Forwarded", value))) == "2001:db8::7"
     assert key(request("10.0.0.1", ("Forwarded", "for=198.51.100.7:8080"))) == "198.51.100.7"
+
+
+def test_only_the_named_forwarding_header_is_read() -> None:
+    """Through a proxy that writes one header, a client's copy of the other passes
+    untouched: reading it would let the client pick its key."""
+    by_forwarded = client_ip(trusted_proxies=["10.0.0.1"], forwarded_header="forwarded")
+    spoofed = request("10.0.0.1", ("X-Forwarded-For", "6.6.6.6"), ("Forwarded", "for=198.51.100.7"))
+    assert by_forwarded(spoofed) == "198.51.100.7"
+    by_default = client_ip(trusted_proxies=["10.0.0.1"])
+    assert by_default(request("10.0.0.1", ("Forwarded", "for=6.6.6.6"))) == "10.0.0.1"
+
+
+@pytest.mark.parametrize("name", ["X-Real-IP", "", None, 7])
+def test_an_unknown_forwarding_header_is_refused_by_name(name: object) -> None:
+    with pytest.raises(ValueError, match="forwarded_header must be"):
+        client_ip(trusted_proxies=["10.0.0.1"], forwarded_header=name)  # type: ignore[arg-type]
 
 
 def test_a_chain_of_only_trusted_hops_keys_by_the_farthest() -> None:
@@ -82,7 +98,8 @@ def test_a_header_name_is_checked(bad: str) -> None:
 
 @given(st.text(max_size=5000), st.text(max_size=300))
 def test_any_forwarding_header_gives_a_key_or_the_peer_never_an_error(forwarded_for: str, forwarded: str) -> None:
-    """Garbage in the headers of a trusted peer never raises."""
-    key = client_ip(trusted_proxies=["127.0.0.1"])
-    found = key(request("127.0.0.1", ("X-Forwarded-For", forwarded_for), ("Forwarded", forwarded)))
-    assert found is None or isinstance(found, str)
+    """Garbage in the headers of a trusted peer never raises, whichever is read."""
+    for name in ("X-Forwarded-For", "Forwarded"):
+        key = client_ip(trusted_proxies=["127.0.0.1"], forwarded_header=name)
+        found = key(request("127.0.0.1", ("X-Forwarded-For", forwarded_for), ("Forwarded", forwarded)))
+        assert found is None or isinstance(found, str)
