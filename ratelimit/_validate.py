@@ -218,7 +218,8 @@ UNITS: dict[str, float] = {
 }
 
 # A count (thousands may be grouped with "," or "_"), a slash, an optional number of
-# units ("100/10s": 100 per ten seconds) and the unit.
+# units ("100/10s": 100 per ten seconds) and the unit, in ASCII digits and letters
+# (``\d`` alone would take other scripts' digits, which float() then reads).
 _RATE = re.compile(
     r"""^\s*
     (?P<count>\d[\d,_]*(?:\.\d+)?|\.\d+)
@@ -226,7 +227,7 @@ _RATE = re.compile(
     (?P<times>\d+(?:\.\d+)?|\.\d+)?
     \s*(?P<unit>[a-z]+)
     \s*$""",
-    re.VERBOSE | re.IGNORECASE,
+    re.VERBOSE | re.IGNORECASE | re.ASCII,
 )
 
 _SHORT = {1.0: "s", 60.0: "min", 3600.0: "hour", 86400.0: "day"}

@@ -155,6 +155,9 @@ def test_it_shares_a_budget_through_a_backend_under_its_name() -> None:
         (lambda: for_limit("5"), ValueError, r"limit: expected a rate like N/s.*got '5'"),
         (lambda: for_limit("5/fortnight"), ValueError, r"limit: unknown unit 'fortnight'"),
         (lambda: for_limit("0/s"), ValueError, r"limit: the count and the window must be > 0, got '0/s'"),
+        # Digits of other scripts (here Arabic-Indic five) and look-alike letters are not a rate.
+        (lambda: for_limit("\u0665/s"), ValueError, r"limit: expected a rate like N/s.*got '\u0665/s'"),
+        (lambda: for_limit("5/\u212a"), ValueError, r"limit: expected a rate like N/s"),
         (lambda: for_limit("x" * 10_000), ValueError, r"limit must be a rate like '1000/min', got 'xxx.*characters"),
         (lambda: for_limit("5/s", burst=0), ValueError, r"burst must be > 0 and finite, got 0"),
         (lambda: for_limit("5/s", burst=FIVE_AS_TEXT), TypeError, r"burst must be a number, got str '5'"),
