@@ -44,8 +44,13 @@ def test_the_middlewares_take_the_promised_arguments(module: str) -> None:
 def test_the_key_functions_take_the_promised_arguments() -> None:
     from ratelimit.keys import client_ip, header
 
-    assert list(inspect.signature(client_ip).parameters) == ["trusted_proxies"]
-    assert inspect.signature(client_ip).parameters["trusted_proxies"].default == ()
+    params = inspect.signature(client_ip).parameters
+    # The contract's one positional argument; beyond it only keyword-only additions
+    # with defaults, which no call written to the contract can meet.
+    assert list(params) == ["trusted_proxies", "forwarded_header"]
+    assert params["trusted_proxies"].default == ()
+    assert params["forwarded_header"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert params["forwarded_header"].default == "X-Forwarded-For"
     assert list(inspect.signature(header).parameters) == ["name"]
 
 
