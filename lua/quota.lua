@@ -106,7 +106,8 @@ function quota.plan(self, state, now, tokens)
     if start > now then return now, start end
     return now, now
   end
-  if tokens > self.bound or finish >= reach(self, now) then return now, math.huge end
+  if tokens > self.bound then return now, math.huge end
+  if finish >= reach(self, now) then return finish, finish end  -- (past the queue's reach)
   return now, finish
 end
 

@@ -10,7 +10,9 @@ or at that period's start when it is a period ahead, reserved); one that does no
 at the start of the period after it, which it opens. Grants come out in arrival order
 and no period ever holds more than ``limit``, whatever the calls. The queue reaches at
 most two periods past the current one (:data:`AHEAD`): a request that would need a later
-one is refused with the wait to it, as one past its timeout is.
+one is refused with the wait to it, whatever its timeout (its plan's ``admit_at``).
+Once the queue has moved to a later period, what is left of an earlier one stays
+unused (arrival order), and a give-back counts only in the period it was granted in.
 
 The Lua twin (``lua/quota.lua``) has no time-zone database: the client sends it the
 period boundaries around its own time (:meth:`Calendar.boundaries`, the second
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .algorithm import EPSILON, exact_room
+from .algorithm import EPSILON, decide, exact_room
 
 __all__ = ["AHEAD", "BEFORE", "PERIODS", "Calendar", "CalendarQuota"]
 
@@ -127,6 +129,11 @@ class Calendar:
             return last
         start = self._start(t)
         end = self._end(start)
+        while t >= end:
+            # A local reading turned back (a clock that falls back, by less than the
+            # period or at its boundary) reads as a period already over: the period
+            # holding t is a later one, from the change on.
+            start, end = end, self._end(end)
         found = (start, end)
         self._last[0] = found
         return found
@@ -141,7 +148,7 @@ class Calendar:
         start, end = self.period(t)
         before = [start]
         for _ in range(BEFORE):
-            before.append(self._start(before[-1] - 1.0))
+            before.append(self.period(before[-1] - 1.0)[0])
         after = [end]
         for _ in range(AHEAD):
             after.append(self._end(after[-1]))
@@ -208,8 +215,12 @@ class CalendarQuota:
         start, end, used = self._open(state, now)
         if used + tokens <= self.bound:
             return now, start if start > now else now
-        if tokens > self.bound or end >= self._reach(now):
+        if tokens > self.bound:
             return now, math.inf
+        if end >= self._reach(now):
+            # Past the queue's reach: refused, whatever the caller would wait, with the
+            # wait it would have needed (a retry then finds it in reach).
+            return end, end
         return now, end
 
     def commit(self, state: tuple[float, float], now: float, tokens: float, at: float) -> tuple[float, float]:
@@ -303,10 +314,8 @@ class CalendarQuota:
     def step(
         self, state: tuple[float, float], now: float, tokens: float, max_wait: float
     ) -> tuple[tuple[float, float], float]:
-        _admit_at, at = self.plan(state, now, tokens)
-        wait = at - now
-        if wait <= EPSILON:
-            return self.commit(state, now, tokens, at), 0.0
-        if wait > max_wait + EPSILON or wait == math.inf:
-            return state, -wait
+        admit_at, at = self.plan(state, now, tokens)
+        wait = decide(admit_at, at, now, max_wait)
+        if wait < 0:
+            return state, wait
         return self.commit(state, now, tokens, at), wait
