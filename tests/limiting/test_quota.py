@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -22,6 +23,7 @@ import redis
 
 from ratelimit import AcquireTimeout, Composite, ManualClock, MemoryBackend, Quota, RedisBackend, TokenBucket
 from ratelimit._algorithms.quota import Calendar
+from ratelimit._stores.redis import handles
 
 from conftest import unique_name
 
@@ -168,13 +170,13 @@ def test_through_redis_the_period_is_the_servers_whatever_the_clients_clock(monk
     # No clock given: the script reads TIME. The client's own clock, off by a quarter of
     # a period, only picks which boundaries it sends: the server's period decides.
     server = fakeredis.FakeRedis()
-    now = time.time()
-    client = now + 15 * 60.0
-    monkeypatch.setattr(time, "time", lambda: client)
+    skewed = SimpleNamespace(time=lambda: time.time() + 15 * 60.0, monotonic=time.monotonic)
+    monkeypatch.setattr(handles, "time", skewed)
     limiter = Quota(1, "hour", backend=RedisBackend(server), name=unique_name())
     assert limiter.try_acquire()
-    monkeypatch.undo()
     end = Calendar("hour", "UTC").period(time.time())[1]
+    assert limiter.peek() == pytest.approx(end - time.time(), abs=2.0)
+    monkeypatch.undo()
     assert limiter.peek() == pytest.approx(end - time.time(), abs=2.0)
 
 
