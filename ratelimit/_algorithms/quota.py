@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .algorithm import EPSILON, decide, exact_room
 
-__all__ = ["AHEAD", "BEFORE", "PERIODS", "Calendar", "CalendarQuota"]
+__all__ = ["AHEAD", "BEFORE", "PERIODS", "Calendar", "CalendarQuota", "period_seconds"]
 
 #: The periods a quota counts over, and their usual length in seconds (a month's the
 #: Gregorian mean), which only sizes what needs a rate (the local fallback, ``top``).
@@ -155,6 +155,18 @@ class Calendar:
         text = " ".join(_whole(b) for b in [*reversed(before), *after])
         self._said[0] = (start, end, text)
         return end, text
+
+
+def period_seconds(text: str) -> float | None:
+    """The length of the period a text of boundaries (:meth:`Calendar.boundaries`) was
+    sent around; ``None`` for a text that is not one."""
+    try:
+        bounds = [float(word) for word in text.split()]
+    except ValueError:
+        return None
+    if len(bounds) != BEFORE + 2 + AHEAD or not all(math.isfinite(b) for b in bounds):
+        return None
+    return bounds[BEFORE + 1] - bounds[BEFORE]
 
 
 def _whole(x: float) -> str:
