@@ -411,6 +411,7 @@ def test_a_quota_is_inspected_and_changed_like_any_limiter(shared: Shared, capsy
     assert text.splitlines()[0] == f"{name}  (quota)"
     assert "  code         limit 5 tokens, period " in text
     seen = shared.operated.inspect(name)
+    assert seen.code is not None
     day = seen.code["period"]
     assert seen.code == seen.effective == {"limit": 5.0, "period": day}
     assert day in (23 * 3600, 24 * 3600, 25 * 3600)
