@@ -6,10 +6,10 @@
 -- time, and the functions here pick the period by the time they are given (the server's).
 -- State: one string key <base> holding "<start> <used>": the start of the latest period
 -- holding grants and the tokens granted in it; it expires once that period is over.
--- Params (ARGV, after the driver's own): limit, and the boundaries as text, Unix
--- seconds, ascending, space-separated: the starts of BEFORE periods before the
--- client's, its own period's start and end, and the ends of AHEAD periods after it
--- (see Calendar.boundaries).
+-- Params (ARGV, after the driver's own): limit, and a text of numbers, space-separated:
+-- the period's usual length in seconds, then the boundaries, Unix seconds, ascending:
+-- the starts of BEFORE periods before the client's, its own period's start and end,
+-- and the ends of AHEAD periods after it (see Calendar.boundaries).
 
 local quota = {}
 
@@ -25,6 +25,7 @@ do
     if text ~= said then
       local read = {}
       for word in string.gmatch(text, '%S+') do read[#read + 1] = tonumber(word) end
+      table.remove(read, 1)  -- (the usual length: see quota.configured)
       said, bounds = text, read
     end
     local least = limit
@@ -74,13 +75,15 @@ local function reach(self, now)
 end
 
 -- See CalendarQuota.guarded / configured / rescale: no time to keep back; a change's
--- rate is the new limit per period; the tokens used keep their count.
+-- rate is tokens a second over the period's usual length (the text's first number);
+-- the tokens used keep their count.
 function quota.guarded(limit, text, seconds)
   return limit, text
 end
 
 function quota.configured(limit, text, slack, new_rate, burst)
-  return new_rate or limit, text
+  if new_rate == nil then return limit, text end
+  return new_rate * tonumber(string.match(text, '^%S+')), text
 end
 
 function quota.rescale(old, new, state, now)

@@ -31,9 +31,10 @@ from .algorithm import EPSILON, decide, exact_room
 
 __all__ = ["AHEAD", "BEFORE", "PERIODS", "Calendar", "CalendarQuota", "period_seconds"]
 
-#: The periods a quota counts over, and their usual length in seconds (a month's the
-#: Gregorian mean), which only sizes what needs a rate (the local fallback, ``top``).
-PERIODS: dict[str, float] = {"minute": 60.0, "hour": 3600.0, "day": 86400.0, "week": 604800.0, "month": 2629746.0}
+#: The periods a quota counts over, and their usual length in seconds (a month's, 30
+#: days): what a rate is multiplied by to become a limit per period (a change at run
+#: time, ``configured``), and the long-run rate (``sustained_rate``).
+PERIODS: dict[str, float] = {"minute": 60.0, "hour": 3600.0, "day": 86400.0, "week": 604800.0, "month": 2592000.0}
 
 #: How many periods past the current one a reservation may reach.
 AHEAD = 2
@@ -139,9 +140,10 @@ class Calendar:
         return found
 
     def boundaries(self, t: float) -> tuple[float, str]:
-        """What the Lua twin is sent around time ``t``: the text of the boundaries of
-        :data:`BEFORE` periods before ``t``'s, ``t``'s and :data:`AHEAD` after it, as
-        whole seconds; and until when (the end of ``t``'s period) the same text holds."""
+        """What the Lua twin is sent around time ``t``: the text of the period's usual
+        length, then the boundaries of :data:`BEFORE` periods before ``t``'s, ``t``'s
+        and :data:`AHEAD` after it, as whole seconds; and until when (the end of ``t``'s
+        period) the same text holds."""
         said = self._said[0]
         if said[0] <= t < said[1]:
             return said[1], said[2]
@@ -152,7 +154,7 @@ class Calendar:
         after = [end]
         for _ in range(AHEAD):
             after.append(self._end(after[-1]))
-        text = " ".join(_whole(b) for b in [*reversed(before), *after])
+        text = " ".join(_whole(b) for b in [self.seconds, *reversed(before), *after])
         self._said[0] = (start, end, text)
         return end, text
 
@@ -161,7 +163,7 @@ def period_seconds(text: str) -> float | None:
     """The length of the period a text of boundaries (:meth:`Calendar.boundaries`) was
     sent around; ``None`` for a text that is not one."""
     try:
-        bounds = [float(word) for word in text.split()]
+        _, *bounds = [float(word) for word in text.split()]
     except ValueError:
         return None
     if len(bounds) != BEFORE + 2 + AHEAD or not all(math.isfinite(b) for b in bounds):
@@ -313,11 +315,12 @@ class CalendarQuota:
         return self
 
     def configured(self, rate: float | None, burst: float | None) -> CalendarQuota:
-        # A change at run time: `rate` is the new limit per period (a quota has no
-        # burst of its own). Twin of quota.configured.
+        # A change at run time: `rate` tokens a second over the period's usual length
+        # (as a window's limit becomes rate x window): "5000/day" is 5000 a day. A quota
+        # has no burst of its own. Twin of quota.configured.
         if rate is None:
             return self
-        return CalendarQuota(rate, self.calendar, self.slack)
+        return CalendarQuota(rate * self.calendar.seconds, self.calendar, self.slack)
 
     def rescale(self, new: CalendarQuota, state: tuple[float, float], now: float) -> tuple[float, float]:
         # The tokens used keep their count under the new limit.

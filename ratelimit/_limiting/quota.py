@@ -48,8 +48,10 @@ class Quota(SingleLimiter):
             clock.
         shadow: decide and count, but never wait nor refuse, as for :class:`TokenBucket`.
 
-    A change at run time (``set_limit(rate=...)``, ``ratelimit set --rate``) sets a new
-    limit per period; the tokens used in the period keep their count.
+    A change at run time (``backend.set_limit(name, rate=...)``, ``ratelimit set
+    --rate 5000/day``) is a rate, as for every limiter: the new limit is the rate times
+    the period's usual length (a month counts 30 days); the tokens used in the period
+    keep their count.
     """
 
     __slots__ = ()

@@ -76,7 +76,8 @@ def test_the_boundaries_sent_to_the_script_are_periods_around_the_clients_time()
     calendar = Calendar("day", "America/New_York")
     t = datetime(2026, 3, 8, 0, 30, tzinfo=ZoneInfo("America/New_York")).timestamp()
     until, text = calendar.boundaries(t)
-    bounds = [float(word) for word in text.split()]
+    usual, *bounds = [float(word) for word in text.split()]
+    assert usual == 86400
     assert len(bounds) == BEFORE + 2 + AHEAD
     assert bounds[BEFORE : BEFORE + 2] == list(calendar.period(t))
     assert until == bounds[BEFORE + 1]

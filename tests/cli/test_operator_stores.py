@@ -417,7 +417,7 @@ def test_a_quota_is_inspected_and_changed_like_any_limiter(shared: Shared, capsy
     assert day in (23 * 3600, 24 * 3600, 25 * 3600)
     assert seen.available == pytest.approx(2.0)
     assert seen.wait_for_one == 0.0
-    shared.operated.set_limit(name, rate=4.0)
+    shared.operated.set_limit(name, rate=4 / 86400)  # `ratelimit set --rate 4/day`
     assert shared.operated.inspect(name).effective == {"limit": 4.0, "period": day}
     assert limiter.try_acquire(1)
     assert not limiter.try_acquire(1)  # 3 + 1 of the new 4
