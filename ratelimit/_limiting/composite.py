@@ -82,7 +82,8 @@ class Composite(Limiter[Sequence[float]]):
         for i, member in enumerate(limits):
             if not isinstance(member, (SingleLimiter, ConcurrencyLimit)):
                 raise TypeError(
-                    f"limits[{i}] must be a TokenBucket, LeakyBucket, SlidingWindow or ConcurrencyLimit, got {member!r}"
+                    f"limits[{i}] must be a TokenBucket, LeakyBucket, SlidingWindow, Quota or ConcurrencyLimit, "
+                    f"got {member!r}"
                 )
             if isinstance(member, SingleLimiter) and member.low_share is not None:
                 raise ValueError(
@@ -102,7 +103,7 @@ class Composite(Limiter[Sequence[float]]):
         rates = [member for member in limits if isinstance(member, SingleLimiter)]
         if not rates:
             raise ValueError(
-                "limits must hold at least one rate limit (TokenBucket, LeakyBucket, SlidingWindow): "
+                "limits must hold at least one rate limit (TokenBucket, LeakyBucket, SlidingWindow, Quota): "
                 "a ConcurrencyLimit alone is held with its own hold()"
             )
         # A calendar quota among the members counts its periods on Unix time.

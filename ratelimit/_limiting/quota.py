@@ -7,7 +7,7 @@ from typing import Any
 from .. import _validate
 from .._algorithms.algorithm import Algorithm
 from .._algorithms.quota import Calendar, CalendarQuota
-from .._clock import Clock, WallClock, checked_clock
+from .._clock import Clock, SystemClock, WallClock, checked_clock
 from .._stores.store import Backend
 from .limiters import SingleLimiter
 
@@ -16,8 +16,9 @@ __all__ = ["Quota", "calendar_clock"]
 
 def calendar_clock(algs: list[Algorithm[Any]], clock: Clock | None) -> Clock | None:
     """The clock limits ``algs`` keep time on: ``clock``, or real time read as Unix time
-    where one of them counts calendar periods and none was given."""
-    if clock is None and any(isinstance(alg, CalendarQuota) for alg in algs):
+    where one of them counts calendar periods and real time was given (``None``, or a
+    plain ``SystemClock``, whose monotonic readings are no calendar's)."""
+    if (clock is None or type(clock) is SystemClock) and any(isinstance(alg, CalendarQuota) for alg in algs):
         return WallClock()
     return clock
 
@@ -73,7 +74,7 @@ class Quota(SingleLimiter):
             raise TypeError(f"per must be a str ('minute', 'hour', 'day', 'week' or 'month'), got {per!r}")
         alg = CalendarQuota(checked, Calendar(per, tz))
         super().__init__(
-            alg, guard=0.0, backend=backend, name=name, clock=checked_clock(clock) or WallClock(), shadow=shadow
+            alg, guard=0.0, backend=backend, name=name, clock=calendar_clock([alg], checked_clock(clock)), shadow=shadow
         )
 
     @property

@@ -8,6 +8,7 @@ clock is given, as in production.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import Counter
@@ -21,7 +22,16 @@ import fakeredis
 import pytest
 import redis
 
-from ratelimit import AcquireTimeout, Composite, ManualClock, MemoryBackend, Quota, RedisBackend, TokenBucket
+from ratelimit import (
+    AcquireTimeout,
+    Composite,
+    ManualClock,
+    MemoryBackend,
+    Quota,
+    RedisBackend,
+    SystemClock,
+    TokenBucket,
+)
 from ratelimit._algorithms.quota import Calendar
 from ratelimit._stores.redis import handles
 
@@ -204,10 +214,35 @@ def test_a_quota_keys_expire_once_its_period_is_over(redis_client: redis.Redis) 
 # -- in process -------------------------------------------------------------------------
 
 
-def test_in_process_the_default_clock_is_unix_time() -> None:
-    limiter = Quota(1, "minute")
+@pytest.mark.parametrize("clock", [None, SystemClock()], ids=["none", "system"])
+def test_in_process_real_time_is_read_as_unix_time(clock: SystemClock | None) -> None:
+    limiter = Quota(1, "minute", clock=clock)
     assert limiter.try_acquire()
     assert limiter.peek() == pytest.approx(60.0 - time.time() % 60.0, abs=1.0)
+    assert Composite([TokenBucket(1, 1), Quota(1, "minute")], clock=clock).clock.now() == pytest.approx(
+        time.time(), abs=5
+    )
+
+
+def test_each_key_has_a_quota_of_its_own(make: Make) -> None:
+    clock = ManualClock(at("UTC", 2026, 5, 4, 10, 0, 30))
+    limiter: Quota = make(Quota, 2, "minute", clock=clock)
+    spend(limiter.for_key("a"), 2)
+    spend(limiter.for_key("b"), 2)
+    assert limiter.try_acquire()
+
+
+def test_asyncio_waits_for_the_boundary_too(make: Make) -> None:
+    clock = ManualClock(at("UTC", 2026, 5, 4, 10, 0, 30))
+    limiter: Quota = make(Quota, 1, "minute", clock=clock)
+
+    async def run() -> None:
+        assert await limiter.try_acquire_async()
+        assert not await limiter.try_acquire_async()
+        assert await limiter.acquire_async() == 30.0
+
+    asyncio.run(run())
+    assert clock.now() == at("UTC", 2026, 5, 4, 10, 1, 0)
 
 
 def test_its_arguments_are_checked_and_named() -> None:
