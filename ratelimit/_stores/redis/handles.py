@@ -44,11 +44,18 @@ def _parameters(alg: Algorithm[Any]) -> Callable[[str], tuple[str, ...]]:
     server's, around this machine's). Fixed, but for a quota's: its boundaries around
     that time, which the script picks the period from (``lua/quota.lua``)."""
     if isinstance(alg, CalendarQuota):
-        arguments = alg.arguments
+        boundaries = alg.calendar.boundaries
+        limit = num(alg.limit)
+        # The texts sent last and the period they hold for: most calls fall in it.
+        said: list[Any] = [math.inf, -math.inf, ()]
 
         def around(now: str) -> tuple[str, ...]:
-            limit, text = arguments(float(now) if now else time.time())
-            return num(limit), text
+            t = float(now) if now else time.time()
+            if said[0] <= t < said[1]:
+                return said[2]  # type: ignore[no-any-return]
+            until, text = boundaries(t)
+            said[:] = [alg.calendar.period(t)[0], until, (limit, text)]
+            return said[2]  # type: ignore[no-any-return]
 
         return around
     fixed = tuple(num(p) for p in alg.params())
