@@ -190,15 +190,15 @@ def test_through_redis_the_period_is_the_servers_whatever_the_clients_clock(monk
     assert limiter.peek() == pytest.approx(end - time.time(), abs=2.0)
 
 
-def test_through_a_real_redis_the_wait_ends_at_the_servers_next_minute(redis_client: redis.Redis) -> None:
-    limiter = Quota(2, "minute", backend=RedisBackend(redis_client), name=unique_name())
+def test_through_a_real_redis_the_wait_ends_at_the_servers_next_hour(redis_client: redis.Redis) -> None:
+    limiter = Quota(2, "hour", backend=RedisBackend(redis_client), name=unique_name())
     spend(limiter, 2)
     seconds, micros = redis_client.time()
     server = seconds + micros / 1e6
-    assert limiter.peek() == pytest.approx(60.0 - server % 60.0, abs=1.0)
+    assert limiter.peek() == pytest.approx(3600.0 - server % 3600.0, abs=1.0)
     with pytest.raises(AcquireTimeout) as info:
         limiter.acquire(timeout=0)
-    assert info.value.retry_after == pytest.approx(60.0 - server % 60.0, abs=1.0)
+    assert info.value.retry_after == pytest.approx(3600.0 - server % 3600.0, abs=1.0)
 
 
 def test_a_quota_keys_expire_once_its_period_is_over(redis_client: redis.Redis) -> None:
@@ -216,9 +216,9 @@ def test_a_quota_keys_expire_once_its_period_is_over(redis_client: redis.Redis) 
 
 @pytest.mark.parametrize("clock", [None, SystemClock()], ids=["none", "system"])
 def test_in_process_real_time_is_read_as_unix_time(clock: SystemClock | None) -> None:
-    limiter = Quota(1, "minute", clock=clock)
+    limiter = Quota(1, "hour", clock=clock)
     assert limiter.try_acquire()
-    assert limiter.peek() == pytest.approx(60.0 - time.time() % 60.0, abs=1.0)
+    assert limiter.peek() == pytest.approx(3600.0 - time.time() % 3600.0, abs=1.0)
     assert Composite([TokenBucket(1, 1), Quota(1, "minute")], clock=clock).clock.now() == pytest.approx(
         time.time(), abs=5
     )
