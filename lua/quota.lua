@@ -4,8 +4,9 @@
 --
 -- Lua has no time-zone database: the client sends the periods' boundaries around its own
 -- time, and the functions here pick the period by the time they are given (the server's).
--- State: one string key <base> holding "<start> <used>": the start of the latest period
--- holding grants and the tokens granted in it; it expires once that period is over.
+-- State: one string key <base> holding "<first> <used>": the earliest time a grant may go
+-- in the latest period holding grants (its start, or where a pause ends in it) and the
+-- tokens granted in it; it expires once that period is over.
 -- Params (ARGV, after the driver's own): limit, and a text of numbers, space-separated:
 -- the period's usual length in seconds, then the boundaries, Unix seconds, ascending:
 -- the starts of BEFORE periods before the client's, its own period's start and end,
@@ -53,11 +54,19 @@ end
 -- See CalendarQuota._open: the period a request at `now` fills first.
 local function open(self, state, now)
   local _, begin, finish = period(self, now)
-  local start, used = state[1], state[2]
-  if start < begin then return begin, finish, 0.0 end
-  if start == begin then return begin, finish, used end
-  local _, _, e = period(self, start)
-  return start, e, used
+  local first, used = state[1], state[2]
+  if first < begin then return begin, finish, 0.0 end
+  if first < finish then return first, finish, used end
+  local _, _, e = period(self, first)
+  return first, e, used
+end
+
+-- See CalendarQuota._same: whether `at` falls in the period of a state first at `first`.
+local function same(self, at, first)
+  if first == -math.huge then return false end
+  local _, a = period(self, at)
+  local _, f = period(self, first)
+  return a == f
 end
 
 -- See CalendarQuota._reach: the start of the first period a reservation may not take.
@@ -104,9 +113,9 @@ end
 
 function quota.plan(self, state, now, tokens)
   if not (tokens > 0) then return now, now end
-  local start, finish, used = open(self, state, now)
+  local first, finish, used = open(self, state, now)
   if used + tokens <= self.bound then
-    if start > now then return now, start end
+    if first > now then return now, first end
     return now, now
   end
   if tokens > self.bound then return now, math.huge end
@@ -116,24 +125,22 @@ end
 
 function quota.commit(self, state, now, tokens, at)
   if not (tokens > 0) then return state end
-  local start, finish, used = open(self, state, now)
-  if at < finish then return {start, used + tokens} end
+  local first, finish, used = open(self, state, now)
+  if at < finish then return {first, used + tokens} end
   local _, s = period(self, at)
   return {s, tokens}
 end
 
 function quota.refund(self, state, now, tokens, at)
   if not (tokens > 0) then return state end
-  local _, s = period(self, at)
-  if s ~= state[1] then return state end
+  if not same(self, at, state[1]) then return state end
   local left = state[2] - tokens
   if left > 0.0 then return {state[1], left} end
   return {state[1], 0.0}
 end
 
 function quota.tail(self, state, tokens, at)
-  local _, s = period(self, at)
-  return s == state[1]
+  return same(self, at, state[1])
 end
 
 function quota.cancel(self, state, now, tokens, at)
@@ -141,7 +148,10 @@ function quota.cancel(self, state, now, tokens, at)
 end
 
 function quota.latest(self, state)
-  if state[2] > 0.0 then return state[1] end
+  if state[2] > 0.0 then
+    local _, s = period(self, state[1])
+    return s
+  end
   return -math.huge
 end
 
@@ -156,11 +166,10 @@ function quota.idle_until(self, state)
 end
 
 function quota.restrict(self, state, now, remaining, untl)
-  local start, _, used = open(self, state, now)
-  if start > now then return state end
-  local floor = self.limit - remaining
-  if used > floor then return {start, used} end
-  return {start, floor}
+  local first, finish, used = open(self, state, now)
+  if untl <= first then return state end
+  if untl < finish then return {untl, used} end
+  return {untl, 0.0}
 end
 
 function quota.save(self, state, now)

@@ -4,8 +4,9 @@ The periods are minutes, hours, days, ISO weeks (from Monday) or months of local
 in an IANA zone, so a day runs from one local midnight to the next: 23 or 25 hours
 across a clock change. Times are Unix seconds (``clock=`` readings, a store's time).
 
-The state is two numbers, ``(start, used)``: the start of the latest period that holds
-grants and the tokens granted in it. A request that fits what is left goes then (now,
+The state is two numbers, ``(first, used)``: the earliest time a grant may go in the
+latest period that holds grants (its start, or later where a provider's pause ends in
+it) and the tokens granted in it. A request that fits what is left goes then (now,
 or at that period's start when it is a period ahead, reserved); one that does not goes
 at the start of the period after it, which it opens. Grants come out in arrival order
 and no period ever holds more than ``limit``, whatever the calls. The queue reaches at
@@ -206,15 +207,20 @@ class CalendarQuota:
         return (-math.inf, 0.0)
 
     def _open(self, state: tuple[float, float], now: float) -> tuple[float, float, float]:
-        """``(start, end, used)`` of the period a request at ``now`` fills first: the
-        state's when it is now's or one reserved ahead, else now's, unused."""
+        """``(first, end, used)`` of the period a request at ``now`` fills first: the
+        earliest a grant may go in it, its end and the tokens used in it. That is the
+        state's period when it is now's or one reserved ahead, else now's, unused."""
         begin, end = self.calendar.period(now)
-        start, used = state
-        if start < begin:
+        first, used = state
+        if first < begin:
             return begin, end, 0.0
-        if start == begin:
-            return begin, end, used
-        return start, self.calendar.period(start)[1], used
+        if first < end:
+            return first, end, used
+        return first, self.calendar.period(first)[1], used
+
+    def _same(self, at: float, first: float) -> bool:
+        """Whether time ``at`` falls in the period of a state whose first time is ``first``."""
+        return first != -math.inf and self.calendar.period(at)[0] == self.calendar.period(first)[0]
 
     def _reach(self, now: float) -> float:
         """The start of the first period a reservation at ``now`` may not take."""
@@ -226,9 +232,9 @@ class CalendarQuota:
     def plan(self, state: tuple[float, float], now: float, tokens: float) -> tuple[float, float]:
         if not tokens > 0:
             return now, now  # a composite's request that gives it nothing goes by it
-        start, end, used = self._open(state, now)
+        first, end, used = self._open(state, now)
         if used + tokens <= self.bound:
-            return now, start if start > now else now
+            return now, first if first > now else now
         if tokens > self.bound:
             return now, math.inf
         if end >= self._reach(now):
@@ -240,9 +246,9 @@ class CalendarQuota:
     def commit(self, state: tuple[float, float], now: float, tokens: float, at: float) -> tuple[float, float]:
         if not tokens > 0:
             return state
-        start, end, used = self._open(state, now)
+        first, end, used = self._open(state, now)
         if at < end:
-            return (start, used + tokens)
+            return (first, used + tokens)
         return (self.calendar.period(at)[0], tokens)
 
     def refund(self, state: tuple[float, float], now: float, tokens: float, at: float) -> tuple[float, float]:
@@ -250,23 +256,24 @@ class CalendarQuota:
         # a period over has nothing left to give back to.
         if not tokens > 0:
             return state
-        start, used = state
-        if self.calendar.period(at)[0] != start:
+        first, used = state
+        if not self._same(at, first):
             return state
         left = used - tokens
-        return (start, left if left > 0.0 else 0.0)
+        return (first, left if left > 0.0 else 0.0)
 
     def tail(self, state: tuple[float, float], tokens: float, at: float) -> bool:
         # Any grant of the state's period comes back whole; one of an earlier period
         # is no longer counted anywhere (a hole at its own time: exact_room).
-        return self.calendar.period(at)[0] == state[0]
+        return self._same(at, state[0])
 
     def cancel(self, state: tuple[float, float], now: float, tokens: float, at: float) -> tuple[float, float]:
         return self.refund(state, now, tokens, at)
 
     def latest(self, state: tuple[float, float]) -> float:
         # Grants of the state's period go at its start or later: no later than the truth.
-        return state[0] if state[1] > 0.0 else -math.inf
+        first, used = state
+        return self.calendar.period(first)[0] if used > 0.0 else -math.inf
 
     def next_free(self, at: float, tokens: float) -> float:
         return at
@@ -276,19 +283,23 @@ class CalendarQuota:
 
     def idle_until(self, state: tuple[float, float]) -> float:
         # The end of the state's period: a new state from then on.
-        start, _used = state
-        if start == -math.inf:
+        first, _used = state
+        if first == -math.inf:
             return -math.inf
-        return self.calendar.period(start)[1]
+        return self.calendar.period(first)[1]
 
     def restrict(self, state: tuple[float, float], now: float, remaining: float, until: float) -> tuple[float, float]:
-        # A provider's remaining count is this period's: at most `remaining` more in it.
-        # (A pause is kept beside the state, holes.pause.) Only ever lowers the budget.
-        start, _end, used = self._open(state, now)
-        if start > now:
-            return state  # a period ahead is reserved already: this one is spent
-        floor = self.limit - remaining
-        return (start, used if used > floor else floor)
+        # Less than a token before `until` (a provider's pause, remaining 1 or more is a
+        # pace beside the state: holes.restrict): no grant before it. Within the period
+        # the state's first time moves to it and the period's own count goes on after
+        # it; past its end, the period is over and the one holding `until` starts
+        # then. Only ever later: only ever stricter.
+        first, end, used = self._open(state, now)
+        if until <= first:
+            return state
+        if until < end:
+            return (until, used)
+        return (until, 0.0)
 
     def params(self) -> tuple[float, ...]:
         # The limit and the period's usual length: what the code says (``inspect``);
@@ -332,9 +343,9 @@ class CalendarQuota:
         # The usual case inlined (a grant at once in now's period: plan, decide and
         # commit say the same), which is every in-process acquire; the rest as step().
         begin = self.calendar.period(now)[0]
-        start, used = state
-        if start <= begin:
-            if start < begin:
+        first, used = state
+        if first <= begin:
+            if first < begin:
                 used = 0.0
             if used + tokens <= self.bound:
                 return (begin, used + tokens), 0.0

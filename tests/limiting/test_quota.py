@@ -146,6 +146,26 @@ def test_a_spent_quota_refuses_try_acquire_and_a_larger_request_raises(make: Mak
     assert limiter.try_acquire(3)
 
 
+def test_a_429_pauses_it_and_the_periods_count_goes_on_after_it(make: Make) -> None:
+    clock = ManualClock(at("UTC", 2026, 5, 4, 10, 0, 0))
+    limiter: Quota = make(Quota, 100, "day", clock=clock)
+    assert limiter.try_acquire(10)
+    # A pause of a minute: the day's own count goes on after it.
+    limiter.feedback({"Retry-After": "60"}, status=429)
+    assert limiter.peek() == 60.0
+    clock.advance(60)
+    assert limiter.try_acquire(90)
+    assert not limiter.try_acquire()
+    # A pause past the day's end: the next day starts when it ends, whole.
+    clock.advance(at("UTC", 2026, 5, 4, 23, 30) - clock.now())
+    limiter.refund(50)
+    limiter.feedback({"Retry-After": "3600"}, status=429)
+    assert limiter.peek() == 3600.0
+    clock.advance(3600)
+    assert limiter.try_acquire(100)
+    assert not limiter.try_acquire()
+
+
 # -- in a composite -------------------------------------------------------------------
 
 
