@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from itertools import repeat
 
-from ratelimit import Adaptive, Composite, LeakyBucket, SlidingWindow, TokenBucket
+from ratelimit import Adaptive, Composite, LeakyBucket, Quota, SlidingWindow, TokenBucket
 
 #: A budget so large that no call is ever refused: this measures the decision, not waiting.
 HUGE = 1e15
@@ -74,6 +74,7 @@ def _candidates(window: float) -> tuple[dict[str, Call], dict[str, Call]]:
     shown["priorities, high (the limiter): try_acquire"] = lanes.try_acquire
     shown["priorities, low (limiter.low): try_acquire"] = lanes.low.try_acquire
     shown["adaptive token bucket: try_acquire"] = TokenBucket(HUGE, HUGE, adaptive=Adaptive()).try_acquire
+    shown["quota (a day, New York): try_acquire"] = Quota(HUGE, "day", tz="America/New_York").try_acquire
     refunded = TokenBucket(HUGE, HUGE)
     refunded.acquire()
     refunded.refund()

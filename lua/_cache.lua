@@ -23,7 +23,8 @@ local function numbers_of(tokens, p1, p2, slack)
   tokens_of(tokens)
   if p1 ~= said_p1 or p2 ~= said_p2 or slack ~= said_slack then
     said_p1, said_p2, said_slack = p1, p2, slack
-    read_p1, read_p2, read_slack = tonumber(p1), tonumber(p2), tonumber(slack)
+    -- (A second parameter that is no number is text an algorithm reads: a quota's boundaries.)
+    read_p1, read_p2, read_slack = tonumber(p1), tonumber(p2) or p2, tonumber(slack)
   end
   return read_tokens, read_p1, read_p2, read_slack
 end

@@ -9,7 +9,8 @@ local function tokens_of(tokens)
 end
 
 local function numbers_of(tokens, p1, p2, slack)
-  return tonumber(tokens), tonumber(p1), tonumber(p2), tonumber(slack)
+  -- (A second parameter that is no number is text an algorithm reads: a quota's boundaries.)
+  return tonumber(tokens), tonumber(p1), tonumber(p2) or p2, tonumber(slack)
 end
 
 local function max_wait_of(text)

@@ -34,6 +34,7 @@ local ALGORITHMS = {
   leaky_bucket = leaky_bucket,
   sliding_window = sliding_window,
   sliding_window_counter = sliding_window_counter,
+  quota = quota,
   adaptive = adaptive,
 }
 
@@ -54,7 +55,8 @@ for i = 1, #KEYS do
   if alg == nil then return redis.error_reply('ratelimit: unknown algorithm ' .. tostring(ARGV[j])) end
   local arity = alg.arity or 2
   local params = {}
-  for k = 1, arity do params[k] = tonumber(ARGV[j + 1 + k]) end
+  -- (A parameter that is no number is text the algorithm reads: a quota's boundaries.)
+  for k = 1, arity do params[k] = tonumber(ARGV[j + 1 + k]) or ARGV[j + 1 + k] end
   local self = alg.new(KEYS[i], unpack(params))
   members[i] = {alg = alg, self = self, tokens = tonumber(ARGV[j + 1]), state = alg.load(self)}
   kinds[i] = ARGV[j]

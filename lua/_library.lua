@@ -25,6 +25,7 @@ redis.register_function(PREFIX .. 'token_bucket', single_of(token_bucket, 'token
 redis.register_function(PREFIX .. 'leaky_bucket', single_of(leaky_bucket, 'leaky_bucket'))
 redis.register_function(PREFIX .. 'sliding_window', single_of(sliding_window, 'sliding_window'))
 redis.register_function(PREFIX .. 'sliding_window_counter', single_of(sliding_window_counter, 'sliding_window_counter'))
+redis.register_function(PREFIX .. 'quota', single_of(quota, 'quota'))
 redis.register_function(PREFIX .. 'lanes_token_bucket', lanes_of(token_bucket, 'token_bucket'))
 redis.register_function(PREFIX .. 'lanes_leaky_bucket', lanes_of(leaky_bucket, 'leaky_bucket'))
 redis.register_function(PREFIX .. 'lanes_sliding_window', lanes_of(sliding_window, 'sliding_window'))

@@ -543,7 +543,9 @@ elseif op == 'peek' then
     local gated = pace_of(paced, now)
     if gated and gated.at >= gated.untl then paused = fmt(gated.untl) end
   end
-  return {fmt(p1), fmt(p2), fmt(low), fmt(math.max(at - now, 0.0)),
+  -- (A quota's second parameter is the text of its boundaries: said as sent.)
+  if type(p2) == 'string' then p2 = ARGV[6] else p2 = fmt(p2) end
+  return {fmt(p1), p2, fmt(low), fmt(math.max(at - now, 0.0)),
           fmt(ALG.latest(self, member.state)), paused or '', fmt(now)}
 elseif op == 'wait' then
   if too_big(tokens) then return {'inf', fmt(now)} end

@@ -23,6 +23,7 @@ from ._limiting.concurrency import ConcurrencyLimit, Hold, Lease
 from ._limiting.for_limit import for_limit
 from ._limiting.front import Acquirer, LimiterStats
 from ._limiting.limiters import LeakyBucket, SlidingWindow, TokenBucket
+from ._limiting.quota import Quota
 from ._limiting.reservation import Reservation
 from ._resilience.backoff import Backoff
 from ._resilience.breaker import BreakerStats, CircuitBreaker, Ticket
@@ -53,6 +54,7 @@ __all__ = [
     "LimiterStats",
     "ManualClock",
     "MemoryBackend",
+    "Quota",
     "RateLimitError",
     "RateLimitInfo",
     "RedisBackend",

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "ManualClock", "SystemClock", "checked_clock"]
+__all__ = ["Clock", "ManualClock", "SystemClock", "WallClock", "checked_clock"]
 
 #: The longest single ``time.sleep`` a :class:`SystemClock` makes (about 11.6 days).
 _LONGEST_SLEEP = 1e6
@@ -66,6 +66,18 @@ class SystemClock:
 
     def __repr__(self) -> str:
         return "SystemClock()"
+
+
+class WallClock(SystemClock):
+    """Real time read as Unix time (``time.time()``): what a calendar quota's periods are
+    counted on in process. Real time still, for every store (Redis reads its own clock)."""
+
+    __slots__ = ()
+
+    now = staticmethod(time.time)
+
+    def __repr__(self) -> str:
+        return "WallClock()"
 
 
 class ManualClock:

@@ -15,7 +15,7 @@ __all__ = ["inspect_json", "inspect_text", "override_text"]
 
 #: The unit of each parameter (``records.PARAMETERS``) after its number: a rate in
 #: tokens a second, a window in seconds, a capacity or a window's limit in tokens.
-_UNITS = {"refill_per_sec": "/s", "leak_per_sec": "/s", "window": " s"}
+_UNITS = {"refill_per_sec": "/s", "leak_per_sec": "/s", "window": " s", "period": " s"}
 
 
 def _number(value: float) -> str:

@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from .. import _validate
-from .._clock import Clock
+from .._clock import Clock, checked_clock
 from .._errors import AcquireTimeout, RateLimitError
 from .._headers.parse import RateLimitInfo
 from .._stores.store import Backend
@@ -21,6 +21,7 @@ from .concurrency import ConcurrencyLimit, Entries, Lease, entrant, rebound, rel
 from .feedback import restriction
 from .front import Decorator, Limiter
 from .limiters import SingleLimiter
+from .quota import calendar_clock
 from .reservation import Reservation
 
 __all__ = ["Composite", "CompositeHold"]
@@ -81,7 +82,8 @@ class Composite(Limiter[Sequence[float]]):
         for i, member in enumerate(limits):
             if not isinstance(member, (SingleLimiter, ConcurrencyLimit)):
                 raise TypeError(
-                    f"limits[{i}] must be a TokenBucket, LeakyBucket, SlidingWindow or ConcurrencyLimit, got {member!r}"
+                    f"limits[{i}] must be a TokenBucket, LeakyBucket, SlidingWindow, Quota or ConcurrencyLimit, "
+                    f"got {member!r}"
                 )
             if isinstance(member, SingleLimiter) and member.low_share is not None:
                 raise ValueError(
@@ -101,9 +103,11 @@ class Composite(Limiter[Sequence[float]]):
         rates = [member for member in limits if isinstance(member, SingleLimiter)]
         if not rates:
             raise ValueError(
-                "limits must hold at least one rate limit (TokenBucket, LeakyBucket, SlidingWindow): "
+                "limits must hold at least one rate limit (TokenBucket, LeakyBucket, SlidingWindow, Quota): "
                 "a ConcurrencyLimit alone is held with its own hold()"
             )
+        # A calendar quota among the members counts its periods on Unix time.
+        clock = calendar_clock([member.algorithm_for(clock) for member in rates], checked_clock(clock))
         super().__init__(backend=backend, name=name, clock=clock)
         self._algs = tuple(member.algorithm_for(clock) for member in rates)
         self._most = tuple(alg.most for alg in self._algs)

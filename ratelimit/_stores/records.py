@@ -17,6 +17,7 @@ __all__ = [
     "MAX_TTL_SECONDS",
     "MIN_SET",
     "PARAMETERS",
+    "QUOTA_BURST",
     "WAIT_BOUNDS",
     "WINDOWS",
     "FleetRow",
@@ -177,8 +178,16 @@ PARAMETERS = {
     "leaky_bucket": ("capacity", "leak_per_sec"),
     "sliding_window": ("limit", "window"),
     "sliding_window_counter": ("limit", "window"),
+    # A calendar quota: its limit per period, and the period's length in seconds (the
+    # current one's, 23 or 25 hours for a day across a clock change).
+    "quota": ("limit", "period"),
 }
 WINDOWS = ("sliding_window", "sliding_window_counter")
+#: Why a quota takes no burst at run time (``format(burst=..., name=...)``).
+QUOTA_BURST = (
+    "burst={burst!r}: limiter {name!r} is a quota, which has no burst apart from its limit "
+    "(set its rate: the new limit per period)"
+)
 
 
 #: The wait histogram's bucket bounds, seconds (as ``lua/_single.lua``): field ``w<i>``

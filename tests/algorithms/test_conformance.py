@@ -32,6 +32,7 @@ from ratelimit._algorithms.lanes import peek as peek_lanes
 from ratelimit._algorithms.lanes import reserve as reserve_lane
 from ratelimit._algorithms.lanes import restrict as restrict_lanes
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
+from ratelimit._algorithms.quota import Calendar, CalendarQuota
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import WindowCounter
 from ratelimit._algorithms.token_bucket import Allowance, Gcra
@@ -143,6 +144,8 @@ GROUPS: dict[str, Any] = {
     # and allowances alone (whose pauses are kept beside their states).
     "with-allowance": lambda: [WindowLog(5.0, 4.0), Allowance(9.0), Gcra(3.0, 1.0)],
     "allowances": lambda: [Allowance(4.0), Allowance(12.0)],
+    # A calendar quota capping a bucket, its boundaries sent beside the bucket's numbers.
+    "with-quota": lambda: [Gcra(3.0, 1.0), CalendarQuota(7.0, Calendar("minute", "Asia/Kolkata"))],
 }
 
 

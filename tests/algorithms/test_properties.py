@@ -20,7 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratelimit._algorithms.algorithm import EPSILON, Algorithm, charge, step, step_all
+from ratelimit._algorithms.holes import Holes, give_back, reserve
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
+from ratelimit._algorithms.quota import Calendar, CalendarQuota
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import CounterState, WindowCounter
 from ratelimit._algorithms.token_bucket import Gcra
@@ -167,6 +169,7 @@ def algorithms() -> st.SearchStrategy[Algorithm[Any]]:
         st.builds(LeakyQueue, sizes, rates),
         st.builds(WindowLog, sizes, windows),
         st.builds(WindowCounter, sizes, windows),
+        st.builds(lambda limit: CalendarQuota(limit, Calendar("minute", "UTC")), sizes),
     )
 
 
@@ -237,6 +240,73 @@ def test_approximate_window_never_exceeds_limit_in_any_interval(
         per_sub[math.floor(at / alg.width)] = per_sub.get(math.floor(at / alg.width), 0.0) + n
     for k in per_sub:
         assert sum(per_sub.get(k + i, 0.0) for i in range(alg.ring)) <= limit + 1e-9, (k, per_sub)
+
+
+# (time step as a fraction of the period's usual length, weight as a fraction of the
+# limit (<= 0: one token), max_wait in periods, what to give back: nothing, this grant,
+# the earliest reservation still ahead, or half of the latest grant already due)
+QuotaStep = tuple[float, float, float, str]
+quota_steps = st.lists(
+    st.tuples(
+        st.sampled_from([0.0, 0.0, 0.0, 0.01, 0.1, 0.3, 0.5, 1.0, 2.5]),
+        st.one_of(st.just(0.0), st.sampled_from([0.25, 0.5, 1.0]), st.floats(min_value=0.01, max_value=1.0)),
+        st.sampled_from([0.0, 0.5, 1.5, INF]),
+        st.sampled_from(["keep", "keep", "keep", "this", "earliest", "due"]),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@SETTINGS
+@pytest.mark.parametrize(
+    ("per", "tz", "start"),
+    [
+        ("minute", "UTC", 1_700_000_000.0),
+        ("hour", "Australia/Lord_Howe", 1_775_314_800.0),  # 2026-04-05: half an hour turned back
+        ("day", "America/New_York", 1_772_900_000.0),  # around 2026-03-08: a 23-hour day
+        ("week", "Europe/Berlin", 1_774_700_000.0),  # around 2026-03-29 (clocks forward)
+        ("month", "America/Santiago", 1_775_000_000.0),
+    ],
+)
+@given(limit=sizes, steps=quota_steps)
+def test_a_quota_never_grants_more_than_its_limit_in_one_calendar_period(
+    per: str, tz: str, start: float, limit: float, steps: list[QuotaStep]
+) -> None:
+    """Grants, reservations withdrawn from the end or the middle of the queue, and
+    give-backs of grants already due (through the holes, as the stores decide): the
+    tokens kept in any one period never exceed the limit."""
+    calendar = Calendar(per, tz)
+    alg = CalendarQuota(limit, calendar)
+    states: list[Any] = [alg.new_state()]
+    holes = Holes()
+    now = start
+    kept: list[list[float]] = []  # [grant time, tokens still counted]
+    for dt, weight, max_wait, back in steps:
+        now += dt * calendar.seconds
+        tokens = 1.0 if weight <= 0 else limit * weight
+        tokens = min(tokens, limit)
+        states, wait, _ = reserve([alg], states, holes, now, [tokens], max_wait * calendar.seconds)
+        if wait >= 0:
+            kept.append([now + wait, tokens])
+        ahead = [k for k in kept if k[0] > now and k[1] > 0]
+        due = [k for k in kept if k[0] <= now and k[1] > 0]
+        if back == "this" and wait >= 0:
+            given = kept[-1]
+            states = give_back([alg], states, holes, now, [given[1]], given[0])
+            given[1] = 0.0
+        elif back == "earliest" and ahead:
+            states = give_back([alg], states, holes, now, [ahead[0][1]], ahead[0][0])
+            ahead[0][1] = 0.0
+        elif back == "due" and due:
+            half = due[-1][1] / 2
+            states = give_back([alg], states, holes, now, [half], due[-1][0])
+            due[-1][1] -= half
+        per_period: dict[float, float] = {}
+        for at, n in kept:
+            begin = calendar.period(at)[0]
+            per_period[begin] = per_period.get(begin, 0.0) + n
+        assert all(n <= limit + 1e-6 for n in per_period.values()), per_period
 
 
 # -- what every algorithm shares ----------------------------------------------------

@@ -44,6 +44,7 @@ PUBLIC = {
     "LeakyBucket",
     "SlidingWindow",
     "TokenBucket",
+    "Quota",
     "Reservation",
     # the limiter for a provider's published limit
     "for_limit",

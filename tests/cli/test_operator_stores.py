@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from ratelimit import CircuitBreaker, Composite, ConcurrencyLimit, RedisBackend, SQLiteBackend, TokenBucket
+from ratelimit import CircuitBreaker, Composite, ConcurrencyLimit, Quota, RedisBackend, SQLiteBackend, TokenBucket
 from ratelimit._cli.stores import UnknownStore, backend_from_url, store_of
 from ratelimit._stores.operated import Operated
 from ratelimit._stores.records import Inspection
@@ -395,3 +395,38 @@ def test_cluster_is_refused_with_a_file(tmp_path: Path, capsys: pytest.CaptureFi
         main(["inspect", "--cluster", "--store", f"sqlite:///{tmp_path}/x.db"])
     assert exited.value.code == 2
     assert "--cluster" in capsys.readouterr().err
+
+
+# -- a calendar quota ---------------------------------------------------------------------
+
+
+def test_a_quota_is_inspected_and_changed_like_any_limiter(shared: Shared, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its limit and the current period's length; what is left of the period; a change
+    at run time sets a new limit per period, the tokens used kept; a burst is refused."""
+    name = unique_name("ops-quota")
+    limiter = Quota(5, "day", tz="America/New_York", backend=shared.backend, name=name)
+    assert limiter.try_acquire(3)
+    assert main(["inspect", name, "--store", shared.url]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[0] == f"{name}  (quota)"
+    assert "  code         limit 5 tokens, period " in text
+    seen = shared.operated.inspect(name)
+    assert seen.code is not None
+    day = seen.code["period"]
+    assert seen.code == seen.effective == {"limit": 5.0, "period": day}
+    assert day in (23 * 3600, 24 * 3600, 25 * 3600)
+    assert seen.available == pytest.approx(2.0)
+    assert seen.wait_for_one == 0.0
+    shared.operated.set_limit(name, rate=4 / 86400)  # `ratelimit set --rate 4/day`
+    assert shared.operated.inspect(name).effective == {"limit": 4.0, "period": day}
+    assert limiter.try_acquire(1)
+    assert not limiter.try_acquire(1)  # 3 + 1 of the new 4
+    with pytest.raises(ValueError, match="is a quota, which has no burst"):
+        shared.operated.set_limit(name, burst=10.0)
+    shared.operated.reset_limit(name)
+    assert limiter.try_acquire(1)
+    if isinstance(shared.backend, SQLiteBackend):
+        shared.backend.write_counts()
+    assert main(["top", "--store", shared.url, "--json"]) == 0
+    (row,) = [each for each in json.loads(capsys.readouterr().out)["limiters"] if each["name"] == name]
+    assert row["kind"] == "quota"

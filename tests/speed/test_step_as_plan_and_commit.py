@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from ratelimit._algorithms import holes as _holes
 from ratelimit._algorithms.algorithm import EPSILON, Algorithm, step, step_all
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
+from ratelimit._algorithms.quota import Calendar, CalendarQuota
 from ratelimit._algorithms.sliding_window import Log, WindowLog
 from ratelimit._algorithms.sliding_window_counter import CounterState, WindowCounter
 from ratelimit._algorithms.token_bucket import Allowance, Gcra
@@ -251,3 +252,30 @@ def test_the_memory_group_handle_decides_as_the_pure_functions(
             _seen(alg, slot.state, now) for alg, slot in zip(algs, handle._slots, strict=True)
         ]
     assert stats.granted == granted
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    limit=st.floats(min_value=0.5, max_value=1e6),
+    per=st.sampled_from(["minute", "hour", "day", "month"]),
+    now=st.floats(min_value=1.6e9, max_value=1.9e9),
+    periods_off=st.sampled_from([None, -3, -1, 0, 1, 2]),
+    used=st.floats(min_value=0.0, max_value=1.2),
+    fraction=st.floats(min_value=0.0, max_value=1.0, exclude_min=True),
+    max_wait=st.one_of(st.just(0.0), st.just(math.inf), st.floats(min_value=0.0, max_value=1e7)),
+)
+def test_a_quotas_fused_step_is_plan_then_commit(
+    limit: float, per: str, now: float, periods_off: int | None, used: float, fraction: float, max_wait: float
+) -> None:
+    """A state of now's period, an earlier one or one reserved ahead, partly or wholly
+    used (or more, a charge's debt)."""
+    alg = CalendarQuota(limit, Calendar(per, "America/New_York"))
+    state: tuple[float, float] = alg.new_state()
+    if periods_off is not None:
+        start = alg.calendar.period(now)[0]
+        for _ in range(abs(periods_off)):
+            start = alg.calendar.period(start - 1)[0] if periods_off < 0 else alg.calendar.period(start)[1]
+        state = (start, used * limit)
+    tokens = limit * fraction
+    assume(tokens > 0)  # (a request's weight; a tiny fraction of a small limit underflows)
+    assert alg.step(state, now, tokens, max_wait) == step(alg, state, now, tokens, max_wait)

@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from ratelimit import LeakyBucket, ManualClock, RedisBackend, SlidingWindow, SQLiteBackend, TokenBucket
+from ratelimit import LeakyBucket, ManualClock, Quota, RedisBackend, SlidingWindow, SQLiteBackend, TokenBucket
 
 from conftest import unique_name
 
@@ -22,19 +22,22 @@ from conftest import unique_name
 #: to the code's limit, and leave the move to the next decision.
 Step = tuple[Any, ...]
 
-#: The limiters drawn for: a window has no burst, so its changes set the rate alone
-#: (see `for_kind`).
+#: The limiters drawn for: a window and a quota have no burst, so their changes set the
+#: rate alone (see `for_kind`).
 KINDS: dict[str, Callable[[], Any]] = {
     "token": lambda: TokenBucket(8, 2),
     "leaky": lambda: LeakyBucket(8, 2),
     "window": lambda: SlidingWindow(8, 4, guard=0),
     "counter": lambda: SlidingWindow(8, 4, guard=0, approximate=True),
+    # (Minutes from Unix time 1000: the steps cross their boundaries.)
+    "quota": lambda: Quota(8, "minute"),
 }
 
 
 def for_kind(kind: str, steps: list[Step]) -> list[Step]:
-    """``steps`` as a limiter of ``kind`` takes them: a window's changes, the rate alone."""
-    if kind not in ("window", "counter"):
+    """``steps`` as a limiter of ``kind`` takes them: a window's and a quota's changes,
+    the rate alone."""
+    if kind not in ("window", "counter", "quota"):
         return steps
     return [("set", step[1] or 1.0, None, step[3]) if step[0] == "set" else step for step in steps]
 

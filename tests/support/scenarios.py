@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from ratelimit._algorithms.algorithm import Algorithm
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
+from ratelimit._algorithms.quota import Calendar, CalendarQuota
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import WindowCounter
 from ratelimit._algorithms.token_bucket import Allowance, Gcra
@@ -22,6 +23,8 @@ ALGORITHMS: dict[str, Any] = {
     "leaky_bucket": lambda a, b: LeakyQueue(a, b),
     "sliding_window": lambda a, b: WindowLog(a, b),
     "sliding_window_counter": lambda a, b: WindowCounter(a, b),
+    # Minutes (the scenarios' steps cross their boundaries); the second number unused.
+    "quota": lambda a, b: CalendarQuota(a, Calendar("minute", "UTC")),
 }
 
 # (time step, tokens, max_wait, what to give back, restriction (remaining, seconds) or

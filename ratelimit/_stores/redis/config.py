@@ -26,8 +26,19 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..._algorithms.quota import period_seconds
 from ..keys import Keyed, code_key, config_key, key_for, text_of, wire
-from ..records import MAX_SET, MIN_SET, PARAMETERS, WINDOWS, Inspection, Override, Slots, UnchangeableLimit
+from ..records import (
+    MAX_SET,
+    MIN_SET,
+    PARAMETERS,
+    QUOTA_BURST,
+    WINDOWS,
+    Inspection,
+    Override,
+    Slots,
+    UnchangeableLimit,
+)
 from .batch import Call, pipelined
 from .key_survey import CONCURRENCY, Roots, breaker_mode, forms, members, number, probe, survey
 from .scripts import ALGORITHMS, single_script
@@ -89,6 +100,8 @@ def _configure(client: Any, name: str, change: Override | None, now: float | Non
             f"burst={change.burst!r}: limiter {name!r} is a {kind}, which has no burst apart from its limit "
             f"(set its rate: the limit becomes rate x window)"
         )
+    if change is not None and change.burst is not None and kind == "quota":
+        raise ValueError(QUOTA_BURST.format(burst=change.burst, name=name))
     if kind is not None and _single(code) == kind:
         # The limiter's own script: it moves the saved state to the new limit in the
         # same step (a bucket's backlog keeps its tokens, see `switch` in _single.lua).
@@ -213,10 +226,28 @@ def _peek_args(code: Mapping[str, str], now: float | None) -> list[str]:
 def _single(code: Mapping[str, str]) -> str | None:
     """The kind of a single limiter whose script can be asked, from what its code says."""
     kind = code.get("kind")
-    # A token bucket's rate may be infinite (a limiter that never limits).
-    rate = math.inf if kind == "token_bucket" and code.get("p2") == "inf" else number(code.get("p2"))
+    # A token bucket's rate may be infinite (a limiter that never limits); a quota's second
+    # parameter is the text of its boundaries.
+    if kind == "quota":
+        rate = _period(code.get("p2"))
+    else:
+        rate = math.inf if kind == "token_bucket" and code.get("p2") == "inf" else number(code.get("p2"))
     numbers = [number(code.get("p1")), rate, number(code.get("slack", "0"))]
     return kind if kind in ALGORITHMS and None not in numbers else None
+
+
+def _period(text: str | None) -> float | None:
+    """The seconds of the period a quota's boundaries (its second parameter) were sent
+    around, or ``None``."""
+    return None if text is None else period_seconds(text)
+
+
+def _second(kind: str, text: str) -> float:
+    """An algorithm's second parameter as ``inspect`` shows it (a number)."""
+    if kind == "quota":
+        seconds = _period(text)
+        return math.nan if seconds is None else seconds
+    return float(text)
 
 
 def inspect(client: Any, name: str | Keyed, now: float | None = None) -> Inspection:
@@ -293,10 +324,10 @@ def _inspection(
     return Inspection(
         **common,
         kind=kind,
-        code=dict(zip(names, (float(code["p1"]), float(code["p2"])), strict=True)),
+        code=dict(zip(names, (float(code["p1"]), _second(kind, code["p2"])), strict=True)),
         slack=float(code.get("slack", 0.0)),
         shadow=code.get("shadow") == "1",
-        effective=dict(zip(names, (float(e1), float(e2)), strict=True)),
+        effective=dict(zip(names, (float(e1), _second(kind, e2)), strict=True)),
         available=float(available),
         wait_for_one=float(wait),
         promised_ahead=max(0.0, float(latest) - at),

@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from ..._algorithms.algorithm import Algorithm
 from ..._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime, LastLane, charge_parts
+from ..._algorithms.quota import CalendarQuota
 from ..._errors import BackendUnavailable
 from ..keys import Keyed, code_key, config_key
 from ..memory.fallback import Fallback, inner_handle, throttle_fallback
@@ -36,6 +37,29 @@ __all__ = ["CODE_EVERY", "RedisGroupHandle", "RedisHandle", "RedisLaneHandle"]
 CODE_EVERY = 60.0
 
 T = TypeVar("T")
+
+
+def _parameters(alg: Algorithm[Any]) -> Callable[[str], tuple[str, ...]]:
+    """The texts of ``alg``'s parameters for a call told the time ``now`` (``""``: the
+    server's, around this machine's). Fixed, but for a quota's: its boundaries around
+    that time, which the script picks the period from (``lua/quota.lua``)."""
+    if isinstance(alg, CalendarQuota):
+        boundaries = alg.calendar.boundaries
+        limit = num(alg.limit)
+        # The texts sent last and the period they hold for: most calls fall in it.
+        said: list[Any] = [math.inf, -math.inf, ()]
+
+        def around(now: str) -> tuple[str, ...]:
+            t = float(now) if now else time.time()
+            if said[0] <= t < said[1]:
+                return said[2]  # type: ignore[no-any-return]
+            until, text = boundaries(t)
+            said[:] = [alg.calendar.period(t)[0], until, (limit, text)]
+            return said[2]  # type: ignore[no-any-return]
+
+        return around
+    fixed = tuple(num(p) for p in alg.params())
+    return lambda now: fixed
 
 
 class _ScriptHandle(ABC, Generic[T]):
@@ -406,7 +430,7 @@ class RedisHandle(_ScriptHandle[float]):
     tokens, max_wait, ...]`` for more than one request or an allotment.
     """
 
-    __slots__ = ("__weakref__", "_code_due", "_params", "_with_code")
+    __slots__ = ("__weakref__", "_around", "_code_due", "_params", "_with_code")
 
     def __init__(
         self,
@@ -427,6 +451,8 @@ class RedisHandle(_ScriptHandle[float]):
         self._code_due = -math.inf
         slack = num(getattr(alg, "slack", 0.0))
         self._params = (*(num(p) for p in alg.params()), slack, "1" if shadow else "0")
+        # A quota's parameters change with the time (None: fixed, ``_params``).
+        self._around = _parameters(alg) if isinstance(alg, CalendarQuota) else None
 
     @property
     def _keys(self) -> tuple[str, ...]:
@@ -446,11 +472,18 @@ class RedisHandle(_ScriptHandle[float]):
         self._code_due = -math.inf
 
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
-        return [self._quiet + op, self._now(), cached_num(tokens), extra, *self._params]
+        now = self._now()
+        return [self._quiet + op, now, cached_num(tokens), extra, *self._params_at(now)]
+
+    def _params_at(self, now: str) -> tuple[str, ...]:
+        if self._around is None:
+            return self._params
+        return (*self._around(now), *self._params[2:])
 
     def _batch_args(self, rnd: Round) -> list[str]:
         back = ("", "") if rnd.give_back is None else (num(rnd.give_back[0]), at_arg(rnd.give_back[1]))
-        args = [self._quiet + self._batch_op, self._now(), *back, *self._params, num(rnd.want), num(rnd.least)]
+        now = self._now()
+        args = [self._quiet + self._batch_op, now, *back, *self._params_at(now), num(rnd.want), num(rnd.least)]
         for ask in rnd.asks:
             args += [num(ask.tokens), wait_arg(ask.max_wait)]
         return args
@@ -495,7 +528,7 @@ class RedisHandle(_ScriptHandle[float]):
 class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
     """A composite: ``ARGV = [op, now, extra]`` then ``kind, tokens, *params`` per member."""
 
-    __slots__ = ("_members",)
+    __slots__ = ("_fixed", "_members")
 
     def __init__(
         self,
@@ -508,12 +541,24 @@ class RedisGroupHandle(_ScriptHandle[Sequence[float]]):
         counted: bool = True,
     ) -> None:
         super().__init__(backend, group_script(), keys, now, local, counted)
-        self._members = tuple((alg.kind, tuple(num(p) for p in alg.params())) for alg in algs)
+        self._members = tuple((alg.kind, _parameters(alg)) for alg in algs)
+        # Every member's parameters as sent, where none changes with the time (no quota).
+        self._fixed = (
+            None
+            if any(isinstance(alg, CalendarQuota) for alg in algs)
+            else tuple(tuple(num(p) for p in alg.params()) for alg in algs)
+        )
 
     def _args(self, op: str, tokens: Sequence[float], extra: str) -> list[str]:
-        args = [self._quiet + op, self._now(), extra]
-        for (kind, params), n in zip(self._members, tokens, strict=True):
-            args += [kind, num(n), *params]
+        now = self._now()
+        args = [self._quiet + op, now, extra]
+        fixed = self._fixed
+        if fixed is not None:
+            for (kind, _), params, n in zip(self._members, fixed, tokens, strict=True):
+                args += [kind, num(n), *params]
+            return args
+        for (kind, around), n in zip(self._members, tokens, strict=True):
+            args += [kind, num(n), *around(now)]
         return args
 
     def _nothing(self) -> Sequence[float]:

@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 #: Every algorithm kind that has a script, in a fixed order.
-ALGORITHMS = ("token_bucket", "leaky_bucket", "sliding_window", "sliding_window_counter")
+ALGORITHMS = ("token_bucket", "leaky_bucket", "sliding_window", "sliding_window_counter", "quota")
 #: What only ever decides as a member of a group: the learned pace of ``adaptive=``.
 GROUP_ONLY = ("adaptive",)
 #: What every rate limit's driver needs defined before it, in order.

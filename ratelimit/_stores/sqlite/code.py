@@ -25,11 +25,12 @@ from typing import Any
 
 from ..._algorithms.algorithm import Algorithm
 from ..._algorithms.leaky_bucket import LeakyQueue
+from ..._algorithms.quota import Calendar, CalendarQuota
 from ..._algorithms.sliding_window import WindowLog
 from ..._algorithms.sliding_window_counter import WindowCounter
 from ..._algorithms.token_bucket import Allowance, Gcra
 
-__all__ = ["EVERY", "FORGET", "WRITE", "Record", "algorithm", "parsed", "read", "record_of"]
+__all__ = ["EVERY", "FORGET", "WRITE", "Record", "algorithm", "kind_of", "parsed", "read", "record_of"]
 
 #: ``(kind, p1, p2, slack, shadow)``, as a row holds it.
 Record = tuple[str, float, float, float, int]
@@ -43,9 +44,16 @@ EVERY = "SELECT CAST(name AS BLOB), kind, p1, p2, slack, shadow FROM ratelimit_c
 
 
 def record_of(alg: Algorithm[Any], shadow: bool) -> Record:
-    """What a single limiter's code configured, as its row holds it."""
+    """What a single limiter's code configured, as its row holds it. A quota's kind
+    names its calendar too, ``"quota <per> <tz>"`` (:func:`kind_of` reads the kind back)."""
     p1, p2 = alg.params()
-    return (alg.kind, float(p1), float(p2), float(getattr(alg, "slack", 0.0)), 1 if shadow else 0)
+    kind = f"quota {alg.calendar.per} {alg.calendar.tz}" if isinstance(alg, CalendarQuota) else alg.kind
+    return (kind, float(p1), float(p2), float(getattr(alg, "slack", 0.0)), 1 if shadow else 0)
+
+
+def kind_of(recorded: str) -> str:
+    """The algorithm's kind a code row's kind names (a quota's names its calendar too)."""
+    return recorded.partition(" ")[0]
 
 
 def read(conn: sqlite3.Connection, name: bytes) -> Record | None:
@@ -82,6 +90,9 @@ def algorithm(record: Record) -> Algorithm[Any] | None:
             return WindowLog(p1, p2, slack=slack)
         if kind == "sliding_window_counter":
             return WindowCounter(p1, p2, slack=slack)
-    except (ValueError, ArithmeticError):
+        if kind_of(kind) == "quota":
+            _, per, tz = kind.split(" ", 2)
+            return CalendarQuota(p1, Calendar(per, tz), slack)
+    except (ValueError, ArithmeticError, TypeError):
         return None
     return None

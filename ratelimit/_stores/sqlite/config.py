@@ -44,7 +44,7 @@ import sqlite3
 from typing import Any
 
 from ..._algorithms.algorithm import EPSILON, Algorithm
-from ..records import MAX_SET, MIN_SET, PARAMETERS, WINDOWS, Override, UnchangeableLimit
+from ..records import MAX_SET, MIN_SET, PARAMETERS, QUOTA_BURST, WINDOWS, Override, UnchangeableLimit
 
 __all__ = [
     "FORGET_PAST",
@@ -280,6 +280,8 @@ def refuse_unchangeable(conn: sqlite3.Connection, name: str, burst: float | None
                 f"burst={burst!r}: limiter {name!r} is a {kind}, which has no burst apart from its limit "
                 f"(set its rate: the limit becomes rate x window)"
             )
+        elif burst is not None and kind == "quota":
+            raise ValueError(QUOTA_BURST.format(burst=burst, name=name))
     # A ConcurrencyLimit's holders and waiters are rows of their own table
     # (sqlite/slots.py), made by the first one to use the file.
     slots = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ratelimit_slots'").fetchone()

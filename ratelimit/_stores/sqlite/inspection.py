@@ -27,11 +27,12 @@ from typing import Any
 
 from ..._algorithms.algorithm import EPSILON
 from ..._algorithms.holes import Holes
+from ..._algorithms.quota import CalendarQuota
 from ..._algorithms.token_bucket import Allowance
 from ..keys import Keyed, bytes_of, tag, text_of, untag
 from ..records import PARAMETERS, Inspection, Slots
 from .code import EVERY as EVERY_CODE
-from .code import Record, algorithm, parsed
+from .code import Record, algorithm, kind_of, parsed
 from .code import read as read_code
 from .codec import CorruptState, decode
 from .config import Changeable, under
@@ -160,7 +161,7 @@ def _in_force(
     whether the name may have a config row (else none is read)."""
     if code is None:
         return {}
-    kind = code[0]
+    kind = kind_of(code[0])
     alg = algorithm(code) if kind in PARAMETERS else None
     if alg is None:
         return {"kind": kind}  # a row this release did not write: its kind alone, as Redis tells it
@@ -195,6 +196,11 @@ def _in_force(
         state = changeable.move(state, was, steps, at)
     current = changeable.current
     most, rate = (float(each) for each in current.params())
+    if isinstance(current, CalendarQuota):
+        # A quota's period as Redis's inspect tells it: the current one's length.
+        start, end = current.calendar.period(at)
+        rate = end - start
+        fields["code"] = dict(zip(names, (code[1], rate), strict=True))
     fields["effective"] = dict(zip(names, (most, rate), strict=True))
     if row is not None and row[4]:
         return fields  # a test clock's times: nothing to tell of now
