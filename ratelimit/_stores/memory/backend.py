@@ -29,7 +29,7 @@ from ..._algorithms.breaker import Policy
 from ..._clock import Clock, SystemClock
 from ..keys import Keyed
 from ..stats import Stats, weight
-from ..store import Views
+from ..store import Level, Views
 from .breaker import MemoryStore
 from .slots import MemorySlots, memory_slots
 
@@ -353,13 +353,7 @@ class MemoryHandle:
             now = clock()
             holes = self._holes
             if holes.items or holes.paced is not None:
-                states, wait, name = _holes.reserve(
-                    self._algs, (slot.state,), holes, now, (tokens,), max_wait, self.names
-                )
-                slot.state = states[0]
-                if self.stats is not None:
-                    self.stats.record(tokens, wait)
-                return wait, name
+                return self._decided(now, tokens, max_wait)
             slot.state, wait = step(slot.state, now, tokens, max_wait)
             stats = self.stats
             if wait == 0.0:
@@ -384,6 +378,26 @@ class MemoryHandle:
         finally:
             lock.release()
         return wait, now + wait
+
+    def _decided(self, now: float, tokens: float, max_wait: float) -> tuple[float, float]:
+        """A decision through the holes (``holes.reserve``), in the slot's lock."""
+        slot = self._slot
+        states, wait, name = _holes.reserve(
+            self._algs, (slot.state,), self._holes, now, (tokens,), max_wait, self.names
+        )
+        slot.state = states[0]
+        if self.stats is not None:
+            self.stats.record(tokens, wait)
+        return wait, name
+
+    def reserve_level(self, tokens: float, max_wait: float) -> tuple[float, float, Level | None]:
+        with self._lock:
+            now = self._now()
+            wait, at = self._decided(now, tokens, max_wait)
+            return wait, at, _holes.level(self._algs, (self._slot.state,), self._holes, now)
+
+    async def reserve_level_async(self, tokens: float, max_wait: float) -> tuple[float, float, Level | None]:
+        return self.reserve_level(tokens, max_wait)
 
     def reserve_here(self, tokens: float, max_wait: float) -> None:
         return None  # never asked: nothing here suspends
@@ -557,21 +571,40 @@ class MemoryGroupHandle:
                     states = [slot.state for slot in self._slots]
                     return wait, _holes.at_once(self._algs, states, tokens, now, holes.gen)
                 return wait, now + wait
-            states, wait, name = _holes.reserve(
-                self._algs, [slot.state for slot in self._slots], holes, now, tokens, max_wait, self.names
-            )
-            if wait >= 0:
-                for slot, state in zip(self._slots, states, strict=True):
-                    slot.state = state
-            if self.stats is not None:
-                self.stats.record(weight(tokens), wait)
-            if name is not None:
-                return wait, name
-            if wait > EPSILON:
-                return wait, _holes.exact(self._algs, states, now + wait, holes.gen)
+            return self._decided(now, tokens, max_wait)
         finally:
             lock.release()
+
+    def _decided(self, now: float, tokens: Sequence[float], max_wait: float) -> tuple[float, float]:
+        """A decision through the holes (``holes.reserve``), every member locked."""
+        holes = self._holes
+        states, wait, name = _holes.reserve(
+            self._algs, [slot.state for slot in self._slots], holes, now, tokens, max_wait, self.names
+        )
+        if wait >= 0:
+            for slot, state in zip(self._slots, states, strict=True):
+                slot.state = state
+        if self.stats is not None:
+            self.stats.record(weight(tokens), wait)
+        if name is not None:
+            return wait, name
+        if wait > EPSILON:
+            return wait, _holes.exact(self._algs, states, now + wait, holes.gen)
         return wait, now + wait
+
+    def reserve_level(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float, Level | None]:
+        lock = self._lock
+        lock.acquire()
+        try:
+            now = self._now()
+            wait, at = self._decided(now, tokens, max_wait)
+            states = [slot.state for slot in self._slots]
+            return wait, at, _holes.level(self._algs, states, self._holes, now)
+        finally:
+            lock.release()
+
+    async def reserve_level_async(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float, Level | None]:
+        return self.reserve_level(tokens, max_wait)
 
     def reserve_here(self, tokens: Sequence[float], max_wait: float) -> None:
         return None  # never asked: nothing here suspends
