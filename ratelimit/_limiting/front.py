@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast, overload, runtime_checkable
 
 from .. import _validate
 from .._clock import Clock, SystemClock, checked_clock
@@ -27,7 +27,7 @@ from .._headers.parse import RateLimitInfo, parse_rate_limit_headers
 from .._stores.keys import Keyed
 from .._stores.memory import MemoryBackend
 from .._stores.stats import LimiterStats, Stats, weight
-from .._stores.store import Backend, Handle, Pacing
+from .._stores.store import Backend, Handle, Level, Leveled, Pacing
 from .._stores.unfinished import finish
 from .._wrap import wrap
 from .adaptive import LastGrant
@@ -36,7 +36,16 @@ from .keyed import Keyable
 from .named import Named, covers, equal
 from .reservation import Reservation
 
-__all__ = ["Acquirer", "Decorator", "Limiter", "LimiterStats", "difference", "placed"]
+__all__ = [
+    "Acquirer",
+    "Decorator",
+    "Limiter",
+    "LimiterStats",
+    "acquire_level",
+    "acquire_level_async",
+    "difference",
+    "placed",
+]
 
 logger = logging.getLogger("ratelimit")
 
@@ -470,6 +479,44 @@ class Limiter(Keyable, ABC, Generic[T]):
         cell = None if self._named is None or self._shadow else self._named.saw(tokens, at, owner)
         return Reservation(tokens, wait, at, self._clock, self._withdraw, self._withdraw_async, cell)
 
+    def _reserve_level(self, tokens: float, timeout: float | timedelta | None) -> tuple[Reservation[T], Level | None]:
+        """:meth:`reserve`, and the level its decision left, told by the same store call
+        (``Leveled``); ``None`` where the store or this decision cannot tell it, or the
+        limiter is in shadow mode (its grants go whatever the level). See
+        :func:`acquire_level`."""
+        n = self._tokens(tokens)
+        handle = self._handle
+        if not hasattr(handle, "reserve_level"):
+            return self._reservation(n, *handle.reserve(n, _max_wait(timeout))), None
+        wait, at, level = cast("Leveled[T]", handle).reserve_level(n, _max_wait(timeout))
+        return self._reservation(n, wait, at), None if self._shadow else level
+
+    async def _reserve_level_async(
+        self, tokens: float, timeout: float | timedelta | None
+    ) -> tuple[Reservation[T], Level | None]:
+        """:meth:`_reserve_level` for asyncio: a task cancelled while the store decides
+        keeps nothing (a grant that lands afterwards is given back)."""
+        n = self._tokens(tokens)
+        handle = self._handle
+        if not hasattr(handle, "reserve_level_async"):
+            wait, at = await self._reserve_async(n, _max_wait(timeout))
+            return self._reservation(n, wait, at, asyncio.current_task()), None
+        deciding = asyncio.ensure_future(cast("Leveled[T]", handle).reserve_level_async(n, _max_wait(timeout)))
+        try:
+            wait, at, level = await asyncio.shield(deciding)
+        except asyncio.CancelledError:
+            deciding.add_done_callback(functools.partial(self._landed_late, n))
+            raise
+        return self._reservation(n, wait, at, asyncio.current_task()), None if self._shadow else level
+
+    def _landed_late(self, tokens: T, deciding: asyncio.Future[tuple[float, float, Level | None]]) -> None:
+        """A decision whose caller left while the store decided: a grant is given back."""
+        if deciding.cancelled() or deciding.exception() is not None or deciding.result()[0] < 0:
+            return
+        call = asyncio.ensure_future(self._give_back_async(tokens, deciding.result()[1]))
+        _GIVING_BACK.add(call)
+        call.add_done_callback(_GIVING_BACK.discard)
+
     # -- reading the wait, forgetting the usage ------------------------------------
 
     def peek(self, tokens: float = 1.0) -> float:
@@ -779,6 +826,43 @@ class Limiter(Keyable, ABC, Generic[T]):
         if timeout is not None:
             _validate.timeout_seconds(timeout)
         return Decorator(self, tokens, timeout)
+
+
+def acquire_level(limiter: object, tokens: float, timeout: float | timedelta | None) -> tuple[float, Level | None]:
+    """``limiter.acquire(tokens, timeout)`` and the level its decision left (see
+    ``store.Level``), for the serving gate's ``RateLimit`` field: the grant reserved
+    with the level in one store call, then its wait slept (an interrupted sleep
+    withdraws it, as an acquire's gives it back). The level is ``None`` where the
+    limiter, its store or this decision cannot tell it; a limiter of another kind is
+    acquired from as it is."""
+    if not isinstance(limiter, Limiter):
+        return limiter.acquire(tokens, timeout), None  # type: ignore[attr-defined]
+    reservation, level = limiter._reserve_level(tokens, timeout)
+    wait = reservation.wait
+    if wait > 0:
+        try:
+            limiter.clock.sleep(wait)
+        except BaseException:
+            reservation.cancel()
+            raise
+    return wait, level
+
+
+async def acquire_level_async(
+    limiter: object, tokens: float, timeout: float | timedelta | None
+) -> tuple[float, Level | None]:
+    """:func:`acquire_level` for asyncio: a task cancelled while it waits withdraws its grant."""
+    if not isinstance(limiter, Limiter):
+        return await limiter.acquire_async(tokens, timeout), None  # type: ignore[attr-defined]
+    reservation, level = await limiter._reserve_level_async(tokens, timeout)
+    wait = reservation.wait
+    if wait > 0:
+        try:
+            await limiter.clock.sleep_async(wait)
+        except BaseException:
+            await reservation.cancel_async()
+            raise
+    return wait, level
 
 
 def _max_wait(timeout: float | timedelta | None) -> float:
