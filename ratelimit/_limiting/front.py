@@ -501,7 +501,13 @@ class Limiter(Keyable, ABC, Generic[T]):
         if not hasattr(handle, "reserve_level_async"):
             wait, at = await self._reserve_async(n, _max_wait(timeout))
             return self._reservation(n, wait, at, asyncio.current_task()), None
-        deciding = asyncio.ensure_future(cast("Leveled[T]", handle).reserve_level_async(n, _max_wait(timeout)))
+        leveled = cast("Leveled[T]", handle)
+        if not handle.suspends:
+            wait, at, level = await leveled.reserve_level_async(n, _max_wait(timeout))
+            return self._reservation(n, wait, at, asyncio.current_task()), None if self._shadow else level
+        # The call runs on in a task of its own, as _reserve_async's: a grant landing
+        # after a cancel is given back.
+        deciding = asyncio.ensure_future(leveled.reserve_level_async(n, _max_wait(timeout)))
         try:
             wait, at, level = await asyncio.shield(deciding)
         except asyncio.CancelledError:

@@ -333,3 +333,45 @@ def test_a_flood_of_distinct_hostile_keys_costs_bounded_memory_and_no_error() ->
     # The budgets themselves stay (an in-process store forgets idle ones in its sweep);
     # what is bounded is each one's size: a digest, never the 10 kB key.
     assert after_all < after_first + 50_000 * 2_000
+
+
+class Slow:
+    """A store call that suspends until let go (the memory handle's decision, made
+    then): a caller may be cancelled while it is out."""
+
+    suspends = True
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.go = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def reserve_level_async(self, tokens: float, max_wait: float) -> Any:
+        await self.go.wait()
+        return self.inner.reserve_level(tokens, max_wait)
+
+
+def test_a_request_cancelled_while_the_store_decides_gives_its_grant_back() -> None:
+    """The client leaves while the leveled decision is out: the grant that lands after
+    is given back, and the next request finds the budget whole."""
+    from ratelimit._limiting.front import acquire_level_async
+
+    limiter = TokenBucket(capacity=5, refill_per_sec=0.001, clock=ManualClock())
+    slow = Slow(limiter._handle)
+    limiter._handle = slow
+
+    async def run() -> Any:
+        leaving = asyncio.ensure_future(acquire_level_async(limiter, 1, 0.0))
+        await asyncio.sleep(0)
+        leaving.cancel()
+        slow.go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+        for _ in range(3):
+            await asyncio.sleep(0)  # the grant landing, then its give-back
+        return await acquire_level_async(limiter, 1, 0.0)
+
+    waited, (left, _) = asyncio.run(run())
+    assert (waited, left) == (0.0, 4.0)
