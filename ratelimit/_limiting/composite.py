@@ -247,17 +247,15 @@ class Composite(Limiter[Sequence[float]]):
             await self._blame_async(exc, tokens)
             raise
 
-    def _reserve_level(
-        self, tokens: float, timeout: float | timedelta | None
-    ) -> tuple[Reservation[Sequence[float]], Level | None]:
+    def _acquire_level(self, tokens: float, timeout: float | timedelta | None) -> tuple[float, Level | None]:
         self._no_slots()
-        return Limiter._reserve_level(self, tokens, timeout)
+        return Limiter._acquire_level(self, tokens, timeout)
 
-    async def _reserve_level_async(
+    async def _acquire_level_async(
         self, tokens: float, timeout: float | timedelta | None
-    ) -> tuple[Reservation[Sequence[float]], Level | None]:
+    ) -> tuple[float, Level | None]:
         self._no_slots()
-        return await Limiter._reserve_level_async(self, tokens, timeout)
+        return await Limiter._acquire_level_async(self, tokens, timeout)
 
     def hold(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> CompositeHold:
         """Hold a slot of every ConcurrencyLimit member and take ``tokens`` from every

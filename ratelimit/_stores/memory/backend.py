@@ -324,10 +324,26 @@ class MemoryHandle:
 
     suspends = False
 
-    __slots__ = ("__weakref__", "_alg", "_algs", "_holes", "_lock", "_now", "_slot", "_step", "names", "stats")
+    __slots__ = (
+        "__weakref__",
+        "_alg",
+        "_algs",
+        "_holes",
+        "_lock",
+        "_now",
+        "_slot",
+        "_step",
+        "level_in_decision",
+        "names",
+        "stats",
+    )
 
     def __init__(self, alg: Algorithm[Any], slot: Slot, clock: Timed) -> None:
         self.stats: Stats | None = None
+        #: Whether ``reserve_level`` reads the level in the decision's own lock (a SQLite
+        #: transaction: each taking of the lock is one) rather than taking the lock again
+        #: after the quickest decision (a thread lock).
+        self.level_in_decision = False
         #: Whether a grant at once is named too (see ``Handle.names``).
         self.names = False
         self._alg = alg
@@ -391,10 +407,16 @@ class MemoryHandle:
         return wait, name
 
     def reserve_level(self, tokens: float, max_wait: float) -> tuple[float, float, Level | None]:
+        if self.level_in_decision:
+            with self._lock:
+                now = self._now()
+                wait, at = self._decided(now, tokens, max_wait)
+                return wait, at, _holes.level(self._algs, (self._slot.state,), self._holes, now)
+        # The decision as every reserve makes it, then the level read in the lock again:
+        # what the decision left, or less where another has taken some since.
+        wait, at = self.reserve(tokens, max_wait)
         with self._lock:
-            now = self._now()
-            wait, at = self._decided(now, tokens, max_wait)
-            return wait, at, _holes.level(self._algs, (self._slot.state,), self._holes, now)
+            return wait, at, _holes.level(self._algs, (self._slot.state,), self._holes, self._now())
 
     async def reserve_level_async(self, tokens: float, max_wait: float) -> tuple[float, float, Level | None]:
         return self.reserve_level(tokens, max_wait)
@@ -497,10 +519,23 @@ class MemoryGroupHandle:
 
     suspends = False
 
-    __slots__ = ("__weakref__", "_algs", "_holes", "_lock", "_members", "_now", "_slots", "names", "stats")
+    __slots__ = (
+        "__weakref__",
+        "_algs",
+        "_holes",
+        "_lock",
+        "_members",
+        "_now",
+        "_slots",
+        "level_in_decision",
+        "names",
+        "stats",
+    )
 
     def __init__(self, algs: Sequence[Algorithm[Any]], slots: Sequence[Slot], clock: Timed) -> None:
         self.stats: Stats | None = None
+        #: As ``MemoryHandle.level_in_decision``.
+        self.level_in_decision = False
         #: Whether a grant at once is named too (see ``Handle.names``).
         self.names = False
         self._algs = tuple(algs)
@@ -593,11 +628,15 @@ class MemoryGroupHandle:
         return wait, now + wait
 
     def reserve_level(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float, Level | None]:
+        # As MemoryHandle.reserve_level.
+        if not self.level_in_decision:
+            wait, at = self.reserve(tokens, max_wait)
         lock = self._lock
         lock.acquire()
         try:
             now = self._now()
-            wait, at = self._decided(now, tokens, max_wait)
+            if self.level_in_decision:
+                wait, at = self._decided(now, tokens, max_wait)
             states = [slot.state for slot in self._slots]
             return wait, at, _holes.level(self._algs, states, self._holes, now)
         finally:
