@@ -24,8 +24,9 @@
 -- limit) and one weight per member, in arrival order. Returns {signed_wait, at, name}
 -- per request, then {0, now} (a group takes no lease), as _single.lua's batch does.
 --
--- reserve: a '1' after the members asks for the level after the decision too, replied
--- as _single.lua's (ARGV[9] there).
+-- reserve: a '1' after the members asks for the level after the decision too (the
+-- tightest member's): {signed_wait, at, name, left, micros}, as _single.lua replies a
+-- decision other than a grant at once with ARGV[9] = '1'.
 --
 -- Otherwise returns as the single-limiter driver does. Mirrors MemoryGroupHandle in
 -- ratelimit/_stores/memory/backend.py: every member plans; the grant happens at the latest of their

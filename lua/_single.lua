@@ -48,10 +48,13 @@
 --            The fast and checked fast paths reply a grant at once (wait 0, no name) as one
 --            string, the time it was granted at: "<seconds> <microseconds>" of the
 --            server's TIME, or ARGV[2] as sent (see at_once_reply in _prelude.lua)
---            With ARGV[9] = '1': always {signed_wait, at, name, left, more_in}, the level
---            after the decision (see level_members in _members.lua): the whole tokens
---            that could go at once now, one after another, and the seconds until one
---            more could (0: never at once)
+--            With ARGV[9] = '1', the level after the decision too (see level_members
+--            and leveled_reply in _members.lua), `left` the whole tokens that could go
+--            at once now, one after another, `micros` the microseconds until one more
+--            could, rounded up (0: never at once, 'inf': never again), both whole
+--            numbers: a grant at once with no name as {time, left, micros}, the time
+--            as at_once_reply writes it; any other decision as
+--            {signed_wait, at, name, left, micros}
 --   charge: {now, named_at, name}: the time a refund names the charge by (its slot's
 --            end less the tolerance: see give_back_members), '' where it has none, and
 --            its grant name ('1', with the mark of the latest move: see gen_mark)

@@ -114,13 +114,13 @@ function leaky_bucket.plan(self, state, now, tokens)
   return now, start
 end
 
--- See LeakyQueue.commit: a grant later than the queue would have it leaves a gap.
 -- See LeakyQueue.level: a request goes at once only once the queue has drained.
 function leaky_bucket.level(self, state, now)
   if state[1] > now then return 0.0 end
   return self.capacity
 end
 
+-- See LeakyQueue.commit: a grant later than the queue would have it leaves a gap.
 function leaky_bucket.commit(self, state, now, tokens, at)
   if not (tokens > 0) then return state end
   local drained = state[1]
