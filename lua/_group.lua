@@ -24,6 +24,10 @@
 -- limit) and one weight per member, in arrival order. Returns {signed_wait, at, name}
 -- per request, then {0, now} (a group takes no lease), as _single.lua's batch does.
 --
+-- reserve: a '1' after the members asks for the level after the decision too (the
+-- tightest member's): {signed_wait, at, name, left, micros}, as _single.lua replies a
+-- decision other than a grant at once with ARGV[9] = '1'.
+--
 -- Otherwise returns as the single-limiter driver does. Mirrors MemoryGroupHandle in
 -- ratelimit/_stores/memory/backend.py: every member plans; the grant happens at the latest of their
 -- times, or nowhere; the group's holes are kept beside its first member's key, at
@@ -81,6 +85,7 @@ if op == 'reserve' then
   local wait, changed, name = reserve_members(members, holes, now, max_wait, nil, names)
   save_all(not changed)
   count_one(top_base, now, wait)
+  if ARGV[j] == '1' then return leveled_reply(members, holes, now, wait, name) end
   return {fmt_wait(wait), fmt(now + wait), name}
 elseif op == 'batch' then
   -- The requests' own reserves, one after the other, as separate calls in this

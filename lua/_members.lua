@@ -437,6 +437,97 @@ local function pace_wait(holes, now)
   return 0.0
 end
 
+-- See LEVEL_MOST in algorithm.py: what a limit that never limits is said to hold.
+local LEVEL_MOST = 1e9
+
+-- The largest request a member could ever be granted (Algorithm.most).
+local function member_most(m)
+  local s = m.self
+  if s.most then return s.most end
+  if s.limit then return s.limit end
+  if s.rate == math.huge then return math.huge end
+  return s.capacity
+end
+
+-- See _bisected in algorithm.py: the largest whole request a member without `level`
+-- grants at once now, by bisection on its plan.
+local function bisected(m, now, most)
+  local low, high = 0.0, math.floor(most + EPSILON)
+  local kept = m.tokens
+  local function goes(t)
+    m.tokens = t
+    local admit_at, at = plan_all({m}, now)
+    return admit_at - now <= EPSILON and at - now <= EPSILON
+  end
+  if high < 1.0 or goes(high) then
+    m.tokens = kept
+    return high
+  end
+  while high - low > 1.0 do
+    local mid = math.floor((low + high) / 2.0)
+    if goes(mid) then low = mid else high = mid end
+  end
+  m.tokens = kept
+  return low
+end
+
+-- What is left of the members now, read only: the whole tokens that could go at once
+-- as requests of one token one after another, and the seconds until one more could
+-- (0: never at once). Mirrors level_all in ratelimit/_algorithms/algorithm.py (each
+-- algorithm's `level`, what its plan grants at once) and level in holes.py (a pace
+-- in force claims none); `holes` nil where nothing can be beside the state (a fast
+-- path's).
+local function level_members(members, holes, now)
+  local most, left = LEVEL_MOST, LEVEL_MOST
+  for _, m in ipairs(members) do
+    local top = member_most(m)
+    if m.alg.bursts == false and top > 1.0 then top = 1.0 end
+    if top < most then most = top end
+    local here
+    if m.alg.level then here = m.alg.level(m.self, m.state, now) else here = bisected(m, now, top) end
+    if here < left then left = here end
+  end
+  local high = math.floor(most + EPSILON)
+  if high < 1.0 then return 0.0, 0.0 end
+  local whole = math.floor(left + EPSILON)
+  local more = 0.0
+  if whole >= high then
+    whole = high
+  else
+    if whole < 0.0 then whole = 0.0 end
+    local kept = {}
+    for j, m in ipairs(members) do
+      kept[j] = m.tokens
+      m.tokens = whole + 1.0
+    end
+    local admit_at, at = plan_all(members, now)
+    for j, m in ipairs(members) do m.tokens = kept[j] end
+    if admit_at > at then at = admit_at end
+    more = at - now
+    if not (more > 0.0) then more = 0.0 end
+  end
+  if holes and pace_of(holes .. ':pace', now) then
+    local wait = pace_wait(holes, now)
+    if whole >= 1.0 then more = 0.0 end
+    whole = 0.0
+    if wait > more then more = wait end
+  end
+  return whole, more
+end
+
+-- A reserve's reply with the level after it (see level_members): the tokens left and
+-- the microseconds until one more, rounded up (a whole number: no string.format),
+-- after {signed_wait, at, name} as `reserve` replies them; a grant at once with no
+-- name replied as its time alone, as at_once_reply writes it, where `t` or `arg` is
+-- given (the single driver's).
+local function leveled_reply(members, holes, now, wait, name, t, arg)
+  local left, more = level_members(members, holes, now)
+  if (t or arg) and wait == 0 and name == '' then
+    return {at_once_reply(t, arg), fmt(left), fmt(math.ceil(more * 1000000))}
+  end
+  return {fmt_wait(wait), fmt(now + wait), name, fmt(left), fmt(math.ceil(more * 1000000))}
+end
+
 -- See _put in holes.py: the freed end of a slot that ends at `place` + tolerance, a
 -- lasting hole where some of it is still ahead; only one hole a moment, made once (a
 -- grant named twice, or beside another hole of its moment, could free a slot twice).

@@ -33,6 +33,7 @@
 -- ARGV[5], ARGV[6]  the algorithm's two parameters, as the code configured them
 -- ARGV[7]  the seconds of guard (and lease) they already keep back ('0' none)
 -- ARGV[8]  '1' for a shadow limiter (never enforced), else '0': said in KEYS[3]
+-- ARGV[9]  reserve: '1' to be told the level after the decision too (see below)
 --
 -- batch (one process's concurrent acquires in one call, and its allotment; see
 -- ratelimit/_stores/redis/rounds.py): ARGV[3], ARGV[4] the tokens of an ended allotment given
@@ -47,6 +48,13 @@
 --            The fast and checked fast paths reply a grant at once (wait 0, no name) as one
 --            string, the time it was granted at: "<seconds> <microseconds>" of the
 --            server's TIME, or ARGV[2] as sent (see at_once_reply in _prelude.lua)
+--            With ARGV[9] = '1', the level after the decision too (see level_members
+--            and leveled_reply in _members.lua), `left` the whole tokens that could go
+--            at once now, one after another, `micros` the microseconds until one more
+--            could, rounded up (0: never at once, 'inf': never again), both whole
+--            numbers: a grant at once with no name as {time, left, micros}, the time
+--            as at_once_reply writes it; any other decision as
+--            {signed_wait, at, name, left, micros}
 --   charge: {now, named_at, name}: the time a refund names the charge by (its slot's
 --            end less the tolerance: see give_back_members), '' where it has none, and
 --            its grant name ('1', with the mark of the latest move: see gen_mark)
@@ -155,12 +163,23 @@ if op == 'named' then op, names = 'reserve', true
 elseif op == 'nbatch' then op, names = 'batch', true end
 local top_base = nil
 if counted then top_base = KEYS[1] end
+-- A reserve that asks for the level after it (ARGV[9]): decided as any other, then the
+-- level read on the state it leaves (level_members): on the fast path from the state's
+-- numbers `fast` returns, after a window's checked fast path (which keeps the state
+-- in the keys alone) from the state loaded again.
+local leveled = op == 'reserve' and ARGV[9] == '1'
 if ALG.fast and op == 'reserve' and KEYS[2] and not KEYS[3] and (ARGV[7] == '0.0' or ARGV[7] == '0') then
   raw = redis.call('GET', KEYS[1])
   if raw then
-    local wait, name = ALG.fast(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]), names)
+    local wait, name, s1, s2 = ALG.fast(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]), names)
     if wait then
       count_one(top_base, now, wait)
+      if leveled then
+        local state = s1
+        if s2 ~= nil then state = {s1, s2} end
+        local self = ALG.new(KEYS[1], tonumber(ARGV[5]), tonumber(ARGV[6]))
+        return leveled_reply({{alg = ALG, self = self, tokens = 0.0, state = state}}, nil, now, wait, name, time, ARGV[2])
+      end
       if wait == 0 and name == '' then return at_once_reply(time, ARGV[2]) end
       return {fmt_wait(wait), fmt(now + wait), name}
     end
@@ -255,15 +274,18 @@ if beside == 0 and op == 'reserve' and not KEYS[3]
   local max_wait = max_wait_of(ARGV[4])
   local self = ALG.new(KEYS[1], code1, code2)
   local wait, name, idle
+  local member = nil
   if ALG.checked_fast then
     wait, name, idle = ALG.checked_fast(self, now, tokens, max_wait, time ~= nil)
     -- Nothing: the full path decides, on what the checked fast path read where it says so.
     if not wait and name ~= nil then raw = name end
+    -- The level read on the state as saved (`raw` says what the EXISTS found beside it).
+    if wait and leveled then member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self, raw)} end
   else
     -- The full path's reserve (below) with none of its closures: no change is in
     -- force, no holes are there, and the slack is the state's.
     wait, name = -math.huge, ''
-    local member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self, raw)}
+    member = {alg = ALG, self = self, tokens = tokens, state = ALG.load(self, raw)}
     local changed = false
     if not (tokens > code1 + EPSILON) or code2 == math.huge then  -- (as too_big, below)
       wait, changed, name = reserve_members({member}, holes, now, max_wait, true, names)
@@ -279,6 +301,7 @@ if beside == 0 and op == 'reserve' and not KEYS[3]
       if not elsewhere then recorded_beside(KEYS[1], recorded_slack, recorded_until) end
     end
     count_one(top_base, now, wait)
+    if leveled then return leveled_reply({member}, holes, now, wait, name, time, ARGV[2]) end
     if wait == 0 and name == '' then return at_once_reply(time, ARGV[2]) end
     return {fmt_wait(wait), fmt(now + wait), name}
   end
@@ -449,7 +472,8 @@ if op == 'reserve' then
     keep_slack(member.state)
   end
   count_one(top_base, now, wait)
-  reply = {fmt_wait(wait), fmt(now + wait), name}
+  if leveled then reply = leveled_reply({member}, holes, now, wait, name, time, ARGV[2])
+  else reply = {fmt_wait(wait), fmt(now + wait), name} end
 elseif op == 'batch' then
   -- Exactly the requests' own reserves, one after the other, as separate calls in
   -- this order would decide them; then the allotment, itself a reservation with no wait,

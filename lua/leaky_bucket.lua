@@ -42,6 +42,9 @@ local function leaky_idle(state, now)
   return idle
 end
 
+-- See LeakyQueue.bursts: one request goes at once at most (level_members).
+leaky_bucket.bursts = false
+
 function leaky_bucket.new(base, capacity, rate)
   return {key = base, capacity = capacity, rate = rate, interval = 1.0 / rate}
 end
@@ -109,6 +112,12 @@ function leaky_bucket.plan(self, state, now, tokens)
     return now + overflow * self.interval, start
   end
   return now, start
+end
+
+-- See LeakyQueue.level: a request goes at once only once the queue has drained.
+function leaky_bucket.level(self, state, now)
+  if state[1] > now then return 0.0 end
+  return self.capacity
 end
 
 -- See LeakyQueue.commit: a grant later than the queue would have it leaves a gap.
@@ -216,8 +225,9 @@ end
 
 -- The fast path of a reserve (see _single.lua and token_bucket.fast): the same
 -- arithmetic as new, load, plan (plan_all), decide, commit and save, with no table.
--- Returns the signed wait and the grant's name (never one: no `room`), or nil where
--- `raw` is not a clean state.
+-- Returns the signed wait, the grant's name (never one: no `room`) and the state's two
+-- times after the decision (for the level, see level_members), or nil where `raw` is
+-- not a clean state.
 do
   local said1, said2, capacity, rate, interval = nil, nil, 0.0, 0.0, 0.0
   -- The text this function wrote last and its two numbers: a hot bucket reads back
@@ -243,7 +253,7 @@ do
       said1, said2, capacity, rate = p1, p2, tonumber(p1), tonumber(p2)
       interval = 1.0 / rate
     end
-    if tokens > capacity + EPSILON then return -math.huge, '' end
+    if tokens > capacity + EPSILON then return -math.huge, '', drained, latest end
     local admit_at, at = now, now
     if tokens > 0 then
       local start = now
@@ -256,7 +266,7 @@ do
       if start > at then at = start end
     end
     local wait = decide(admit_at, at, now, max_wait)
-    if wait < 0 then return wait, '' end
+    if wait < 0 then return wait, '', drained, latest end
     if tokens > 0 then
       local start = at
       if drained > at then start = drained end
@@ -267,6 +277,6 @@ do
     else text = string.format('%.17g 0%.17g', drained, latest) end
     redis.call('SET', key, text, 'PX', idle_ms(drained - now))
     wrote, wrote_drained, wrote_latest = text, drained, latest
-    return wait, ''
+    return wait, '', drained, latest
   end
 end

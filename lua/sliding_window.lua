@@ -236,6 +236,24 @@ do
     return now, at
   end
 
+  -- See WindowLog.level: the tokens a request could take at once now (what `plan`
+  -- grants at once), the tightest of the limit less what the window counts and the
+  -- caps in force; none behind a grant dated ahead.
+  function sliding_window.level(self, state, now)
+    prune_caps(state, now)
+    prune(self, state, now - self.window)
+    local left = self.limit
+    local first, last = edge(self, state, 0), edge(self, state, -1)
+    if last ~= nil then
+      if last[1] > now then return 0.0 end
+      left = self.limit - (last[2] - (first[2] - first[3]))
+    end
+    for _, cap in ipairs(state.caps) do
+      if now < cap[1] and cap[2] < left then left = cap[2] end
+    end
+    return left
+  end
+
   -- See Log.rebase_if_due. True where it wrote the set again (deleted and remade:
   -- without a TTL).
   local function rebase_if_due(self, state)

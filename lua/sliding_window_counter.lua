@@ -200,6 +200,25 @@ do
     return now, window_start(s + m, self.width)
   end
 
+  -- See WindowCounter.level: what `plan` grants at once, the limit less what the
+  -- window counts now; none behind a grant dated ahead.
+  function sliding_window_counter.level(self, state, now)
+    settle(self, state, now)
+    if state.last > now then return 0.0 end
+    local k = math.floor(now / self.width)
+    local index = state.index
+    local m = self.subs
+    if k - index > m then return self.limit end
+    local counts = state.counts
+    local used = state.total
+    local s = index - m
+    while s < k - m do
+      used = used - counts[slot(self, s)]
+      s = s + 1
+    end
+    return self.limit - used
+  end
+
   function sliding_window_counter.commit(self, state, now, tokens, at)
     if not (tokens > 0) then return state end
     settle(self, state, now)

@@ -106,6 +106,19 @@ function token_bucket.plan(self, state, now, tokens)
   return now, advanced(base, step) - self.tolerance
 end
 
+-- See Gcra.level and Allowance.level: the tokens a request could take at once now.
+function token_bucket.level(self, state, now)
+  if self.allowance then
+    local spent = 0.0
+    if state > 0.0 then spent = state end
+    return self.capacity - spent
+  end
+  if self.rate == math.huge then return math.huge end
+  local base = now
+  if state > now then base = state end
+  return (now + self.tolerance - base) * self.rate
+end
+
 function token_bucket.commit(self, state, now, tokens, at)
   if not (tokens > 0) then return state end
   if self.allowance then
@@ -206,8 +219,9 @@ end
 -- The same arithmetic as new, load, plan (plan_all), decide, commit, exact_name (and
 -- at_once_name with `names`) and save, in that order, with no table: the decisions
 -- are the full path's to the bit.
--- Returns the signed wait and the grant's name, or nil where `raw` is not a clean
--- state (the full path decides then).
+-- Returns the signed wait, the grant's name and the state after the decision (for
+-- the level, see level_members), or nil where `raw` is not a clean state (the full
+-- path decides then).
 -- A clean state's text written again without the mark, its TTL kept (see the fast
 -- path in _single.lua: the full path found something beside it); nil if not clean.
 function token_bucket.unmarked(raw)
@@ -236,7 +250,7 @@ do
       if not (rate > 0) then return nil end  -- an allowance: the full path (nothing kept)
       said1, said2, capacity, interval, tolerance = p1, p2, c, 1.0 / rate, c / rate
     end
-    if tokens > capacity + EPSILON and interval > 0 then return -math.huge, '' end
+    if tokens > capacity + EPSILON and interval > 0 then return -math.huge, '', tat end
     local base = tat
     if not (tat > now) then base = now end
     -- advanced(base, step) inlined where the sum needs no rounding up.
@@ -247,7 +261,7 @@ do
     if at > now then at = moved - tolerance else at = now end
     local wait = at - now
     if wait <= EPSILON then wait = 0.0
-    elseif wait > max_wait + EPSILON or wait == math.huge then return -wait, ''
+    elseif wait > max_wait + EPSILON or wait == math.huge then return -wait, '', tat
     end
     local state = tat
     if tokens > 0 then
@@ -260,9 +274,9 @@ do
     local text = string.format('%.17g ', state)
     redis.call('SET', key, text, 'PX', idle_ms(state - now))
     wrote, wrote_tat = text, state
-    if wait > EPSILON and math.abs(state - tolerance - (now + wait)) <= EPSILON then return wait, '1' end
+    if wait > EPSILON and math.abs(state - tolerance - (now + wait)) <= EPSILON then return wait, '1', state end
     -- (at_once_name in _members.lua, for a limiter that gives back: `names`.)
-    if names and wait <= EPSILON then return wait, 'P1:' .. fmt(state - tolerance) .. ':' .. fmt(tokens) end
-    return wait, ''
+    if names and wait <= EPSILON then return wait, 'P1:' .. fmt(state - tolerance) .. ':' .. fmt(tokens), state end
+    return wait, '', state
   end
 end

@@ -39,6 +39,7 @@ __all__ = [
     "decide",
     "exact_room",
     "latest_all",
+    "level_all",
     "low_part",
     "peek_all",
     "plan_all",
@@ -225,6 +226,66 @@ def peek_all(algs: Sequence[Algorithm[Any]], states: Sequence[Any], now: float, 
     ``peek_members`` in ``lua/_members.lua``."""
     admit_at, at = plan_all(algs, states, now, tokens)
     return abs(decide(admit_at, at, now, math.inf))
+
+
+#: The most whole tokens a level counts: a limit that never limits (an infinite rate)
+#: is said to hold this many.
+LEVEL_MOST = 1e9
+
+
+def level_all(algs: Sequence[Algorithm[Any]], states: Sequence[Any], now: float) -> tuple[float, float]:
+    """What is left of the limits now: ``(left, more_in)``, read only.
+
+    ``left``: the whole tokens that could go at once now, as requests of one token one
+    after another (all the limits together: the tightest), a whole number from 0 to
+    the largest request. ``more_in``: the seconds until ``left + 1`` could go at once
+    (one plan), 0 where the limits could never hold that many at once. Each limit tells
+    what a request could take at once (its ``level``, what its ``plan`` grants at
+    once; one without it is asked by bisection on its plan); a queue (``bursts =
+    False``, a leaky bucket) lets one token go at once at most, the next queues behind
+    it. Holes are not offered (they only ever add). Twin of ``level_members`` in
+    ``lua/_members.lua``.
+    """
+    most = left = LEVEL_MOST
+    for i in range(len(algs)):
+        alg = algs[i]
+        top = alg.most if getattr(alg, "bursts", True) else min(alg.most, 1.0)
+        if top < most:
+            most = top
+        measure = getattr(alg, "level", None)
+        here = measure(states[i], now) if measure is not None else _bisected(alg, states[i], now, top)
+        if here < left:
+            left = here
+    high = float(math.floor(most + EPSILON))
+    if high < 1.0:
+        return 0.0, 0.0  # never a whole token: nothing to count
+    whole = float(math.floor(left + EPSILON))
+    if whole >= high:
+        return high, 0.0
+    if whole < 0.0:
+        whole = 0.0
+    admit_at, at = plan_all(algs, states, now, [whole + 1.0] * len(algs))
+    more = (admit_at if admit_at > at else at) - now
+    return whole, more if more > 0.0 else 0.0
+
+
+def _bisected(alg: Algorithm[Any], state: Any, now: float, most: float) -> float:
+    """The largest whole request ``alg`` grants at once now, by bisection on its plan."""
+    low, high = 0.0, float(math.floor(most + EPSILON))
+
+    def goes(tokens: float) -> bool:
+        admit_at, at = alg.plan(state, now, tokens)
+        return admit_at - now <= EPSILON and at - now <= EPSILON
+
+    if high < 1.0 or goes(high):
+        return high
+    while high - low > 1.0:
+        mid = float(math.floor((low + high) / 2.0))
+        if goes(mid):
+            low = mid
+        else:
+            high = mid
+    return low
 
 
 def commit_all(

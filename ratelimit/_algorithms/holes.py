@@ -54,7 +54,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .algorithm import EPSILON, Algorithm, commit_all, decide, exact_room, latest_all, plan_all
+from .algorithm import EPSILON, Algorithm, commit_all, decide, exact_room, latest_all, level_all, plan_all
 
 __all__ = [
     "DUE",
@@ -72,6 +72,7 @@ __all__ = [
     "forget_late",
     "gate",
     "give_back",
+    "level",
     "pace",
     "pace_charge",
     "pace_wait",
@@ -641,6 +642,21 @@ def pace_wait(holes: Holes, now: float) -> float:
         return 0.0
     wait = (paced[1] if paced[1] < paced[2] else paced[2]) - now
     return wait if wait > EPSILON else 0.0
+
+
+def level(algs: Sequence[Algorithm[Any]], states: Sequence[Any], holes: Holes, now: float) -> tuple[float, float]:
+    """:func:`~.algorithm.level_all` of the limits with what is kept beside them: a
+    provider's pace in force spreads what remains over its time, so none is claimed
+    to go at once, and one more comes at the later of the limits' time and the
+    pace's. Twin of ``level_members`` in ``lua/_members.lua``."""
+    left, more = level_all(algs, states, now)
+    paced = holes.paced
+    if paced is None or paced[2] <= now:
+        return left, more
+    wait = pace_wait(holes, now)
+    if left >= 1.0:
+        more = 0.0
+    return 0.0, wait if wait > more else more
 
 
 def forget_late(holes: Holes, now: float) -> None:

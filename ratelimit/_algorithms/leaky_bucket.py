@@ -75,6 +75,8 @@ class LeakyQueue:
 
     kind = "leaky_bucket"
     slotted = False
+    #: One request goes at once at most: the next queues behind it (``level_all``).
+    bursts = False
     most_name = "capacity"
 
     def __post_init__(self) -> None:
@@ -104,6 +106,11 @@ class LeakyQueue:
         if overflow > EPSILON:
             return now + overflow * self.interval, start
         return now, start
+
+    def level(self, state: LeakyState, now: float) -> float:
+        """The tokens a request could take at once now: the capacity once the queue
+        has drained, none while it leaks (``bursts``: one request at most)."""
+        return 0.0 if state[0] > now else self.capacity
 
     def commit(self, state: LeakyState, now: float, tokens: float, at: float) -> LeakyState:
         if not tokens > 0:

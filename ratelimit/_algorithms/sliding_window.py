@@ -141,13 +141,32 @@ class WindowLog:
     def new_state(self) -> Log:
         return Log()
 
-    def plan(self, state: Log, now: float, tokens: float) -> tuple[float, float]:
-        times = state.times
+    def _pruned(self, state: Log, now: float) -> None:
+        """Forget the caps over and the entries aged out by ``now``: pruning changes
+        nothing the log means, so planning may do it."""
         if state.caps and state.caps[0][0] <= now:
             state.caps = [cap for cap in state.caps if cap[0] > now]
-        # Pruning changes nothing the log means, so planning may do it.
-        if len(times) > state.head and times[state.head] <= now - self.window:
+        if len(state.times) > state.head and state.times[state.head] <= now - self.window:
             state.prune(now - self.window)
+
+    def level(self, state: Log, now: float) -> float:
+        """The tokens a request could take at once now (what :meth:`plan` grants at
+        once): the limit less what the window counts, and no more than a cap in force
+        leaves; none behind a grant dated ahead."""
+        self._pruned(state, now)
+        left = self.limit
+        if len(state.times) > state.head:
+            if state.times[-1] > now:
+                return 0.0
+            left = self.limit - (state.sums[-1] - state.base())
+        for until, cap in state.caps:
+            if now < until and cap < left:
+                left = cap
+        return left
+
+    def plan(self, state: Log, now: float, tokens: float) -> tuple[float, float]:
+        times = state.times
+        self._pruned(state, now)
         if len(times) == state.head:
             at = now
         else:

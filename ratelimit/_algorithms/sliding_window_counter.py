@@ -215,6 +215,25 @@ class WindowCounter:
                 break
         return now, window_start(s + m, self.width)
 
+    def level(self, state: CounterState, now: float) -> float:
+        """The tokens a request could take at once now (what :meth:`plan` grants at
+        once): the limit less what the window counts; none behind a grant dated ahead."""
+        if state.last > now:
+            return 0.0
+        k = floor(now / self.width)
+        index = state.index
+        m = self.subs
+        if k - index > m:
+            return self.limit
+        counts = state.counts
+        ring = self.ring
+        used = state.total
+        s = int(index) - m
+        while s < k - m:
+            used -= counts[s % ring]
+            s += 1
+        return self.limit - used
+
     def commit(self, state: CounterState, now: float, tokens: float, at: float) -> CounterState:
         if not tokens > 0:
             return state  # nothing counted (a composite's member)

@@ -91,6 +91,14 @@ class Gcra:
             return now, now
         return now, advanced(base, step) - self.tolerance
 
+    def level(self, state: float, now: float) -> float:
+        """The tokens a request could take at once now (``algorithm.level_all``): what
+        the bucket holds, ``tolerance`` less the TAT's lead over now, in tokens."""
+        if self.rate == math.inf:
+            return math.inf
+        base = state if state > now else now
+        return (now + self.tolerance - base) * self.rate
+
     def commit(self, state: float, now: float, tokens: float, at: float) -> float:
         if not tokens > 0:
             return state  # nothing taken from this limit (a composite's member)
@@ -264,6 +272,10 @@ class Allowance:
         if spent + tokens <= self.bound or not tokens > 0:
             return now, now
         return math.inf, math.inf
+
+    def level(self, state: float, now: float) -> float:
+        """The tokens a request could take at once now: those not spent."""
+        return self.capacity - (state if state > 0.0 else 0.0)
 
     def commit(self, state: float, now: float, tokens: float, at: float) -> float:
         if not tokens > 0:

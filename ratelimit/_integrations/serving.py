@@ -13,11 +13,23 @@ responses say follows the IETF httpapi draft's structured fields::
     RateLimit: "default";r=0;t=2
 
 ``parse_rate_limit_headers`` reads them back: the policy's quota ``q`` per window ``w``
-seconds, and ``t`` the whole seconds until more of it comes back. The store's answer
-says when a request may go, not how much is left after it, so ``r`` is what the decision
-proves remains: none after a request that had to wait or was refused, and none claimed
-after one that went at once (a lower bound, never more than there is). A client that
-reads the policy (``ratelimit.httpx`` does) paces itself at ``q`` per ``w`` from it.
+seconds, ``r`` what remains and ``t`` the whole seconds until more of it comes back.
+The store tells the level its decision left in the same call (``store.Level``):
+
+- ``r``: the whole tokens that could go at once as the request goes, one after another
+  (the tightest limit's, for a composite; one at most for a leaky bucket's queue);
+  none after a request that had to wait its turn, and none on a refusal.
+- ``t``: the seconds, rounded up, from the response until one more than ``r`` could go:
+  the next token back, not the whole budget, so that ``r`` before ``t`` is all that
+  may go and a client that pauses on ``r=0`` waits for the next token only. A budget
+  that is full (nothing more to come) says ``t=0``. On a refusal, the request's own
+  wait (``Retry-After``).
+
+Where the store cannot tell the level (a budget with priorities, a decision on the local
+fallback or without the store) ``r`` is 0 and ``t`` one step of the policy: a lower
+bound, never more than there is. A decision that asks for the level is one store call
+of its own, never coalesced into another's round. A client that reads the policy
+(``ratelimit.httpx`` does) paces itself at ``q`` per ``w`` from it.
 """
 
 from __future__ import annotations
@@ -30,6 +42,8 @@ from datetime import timedelta
 from typing import Any
 
 from .._errors import AcquireTimeout, BackendUnavailable
+from .._limiting.front import acquire_level, acquire_level_async
+from .._stores.store import Level
 from .._validate import shown
 
 __all__ = ["Gate", "Headers", "Request", "Verdict", "bounded_key", "header_pairs"]
@@ -44,6 +58,8 @@ MAX_KEY = 100
 MAX_HEADERS = 256
 #: What a 503 asks the client to wait when the store could not decide, in seconds.
 UNAVAILABLE_RETRY = 1
+#: Granted verdicts kept by their ``(r, t)``: past this many, all are made again.
+_VERDICTS_KEPT = 1024
 
 
 class Headers(Mapping[str, str]):
@@ -201,7 +217,7 @@ class Gate:
         headers: whether granted responses carry ``RateLimit`` and ``RateLimit-Policy``.
     """
 
-    __slots__ = ("_cost", "_exempt", "_granted", "_key", "_limiter", "_policy", "_wait")
+    __slots__ = ("_cost", "_exempt", "_granted", "_headers", "_key", "_leveled", "_limiter", "_policy", "_wait")
 
     def __init__(
         self,
@@ -236,6 +252,9 @@ class Gate:
         # What every grant says is the same (the policy is the limiter's when the gate
         # is made): one verdict, made once.
         self._granted = Verdict.of(None, self._fields(0, self._more_in())) if headers else _PASS
+        self._headers = headers
+        # A granted verdict per level said, made once each (the fields are the same).
+        self._leveled: dict[tuple[int, int], Verdict] = {}
 
     # -- the decision: which budget, how much, then one call to it ----------------------
 
@@ -260,10 +279,10 @@ class Gate:
             return _PASS
         limiter, cost = place
         try:
-            waited = limiter.acquire(cost, timeout=self._wait)
+            waited, level = acquire_level(limiter, cost, self._wait)
         except (AcquireTimeout, BackendUnavailable, ValueError) as exc:
             return self._not_granted(exc)
-        return self.granted(waited)
+        return self.granted(waited, level)
 
     async def decide_async(self, request: Request) -> Verdict:
         """:meth:`decide` for asyncio: the task is held for its turn, not the thread."""
@@ -272,10 +291,10 @@ class Gate:
             return _PASS
         limiter, cost = place
         try:
-            waited = await limiter.acquire_async(cost, timeout=self._wait)
+            waited, level = await acquire_level_async(limiter, cost, self._wait)
         except (AcquireTimeout, BackendUnavailable, ValueError) as exc:
             return self._not_granted(exc)
-        return self.granted(waited)
+        return self.granted(waited, level)
 
     def _not_granted(self, exc: AcquireTimeout | BackendUnavailable | ValueError) -> Verdict:
         """The verdict of an acquire that raised, for both paths."""
@@ -303,9 +322,25 @@ class Gate:
         fields.append(("RateLimit", f'"{POLICY}";r={remaining};t={more_in}'))
         return fields
 
-    def granted(self, waited: float) -> Verdict:
-        """A granted request's verdict: pass, with the fields unless ``headers=False``."""
-        return self._granted
+    def granted(self, waited: float, level: Level | None = None) -> Verdict:
+        """A granted request's verdict: pass, with the fields unless ``headers=False``.
+
+        ``level``: what the decision left, measured when it was made (``store.Level``),
+        so ``t`` counts from the request's going, ``waited`` seconds later; ``None``:
+        unknown, which claims nothing remains."""
+        if level is None or not self._headers:
+            return self._granted
+        left, more_in = level
+        # One more never comes (an allowance spent): one step of the policy, as a
+        # refusal that can never be granted asks.
+        more = math.ceil(max(0.0, more_in - waited) - 1e-9) if more_in < math.inf else self._more_in()
+        said = (int(left), more)
+        verdict = self._leveled.get(said)
+        if verdict is None:
+            if len(self._leveled) >= _VERDICTS_KEPT:
+                self._leveled.clear()
+            verdict = self._leveled[said] = Verdict.of(None, self._fields(*said))
+        return verdict
 
     def refused(self, needed: float) -> Verdict:
         """429: ``needed`` seconds until the request could have gone (``inf``: never at

@@ -16,7 +16,7 @@ from .. import _validate
 from .._clock import Clock, checked_clock
 from .._errors import AcquireTimeout, RateLimitError
 from .._headers.parse import RateLimitInfo
-from .._stores.store import Backend
+from .._stores.store import Backend, Level
 from .concurrency import ConcurrencyLimit, Entries, Lease, entrant, rebound, release_all, release_all_async
 from .feedback import restriction
 from .front import Decorator, Limiter
@@ -250,6 +250,16 @@ class Composite(Limiter[Sequence[float]]):
         except AcquireTimeout as exc:
             await self._blame_async(exc, tokens)
             raise
+
+    def _acquire_level(self, tokens: float, timeout: float | timedelta | None) -> tuple[float, Level | None]:
+        self._no_slots()
+        return Limiter._acquire_level(self, tokens, timeout)
+
+    async def _acquire_level_async(
+        self, tokens: float, timeout: float | timedelta | None
+    ) -> tuple[float, Level | None]:
+        self._no_slots()
+        return await Limiter._acquire_level_async(self, tokens, timeout)
 
     def hold(self, tokens: Tokens = 1, timeout: float | timedelta | None = None) -> CompositeHold:
         """Hold a slot of every ConcurrencyLimit member and take ``tokens`` from every

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast, overload, runtime_checkable
 
 from .. import _validate
 from .._clock import Clock, SystemClock, checked_clock
@@ -27,7 +27,7 @@ from .._headers.parse import RateLimitInfo, parse_rate_limit_headers
 from .._stores.keys import Keyed
 from .._stores.memory import MemoryBackend
 from .._stores.stats import LimiterStats, Stats, weight
-from .._stores.store import Backend, Handle, Pacing
+from .._stores.store import Backend, Handle, Level, Leveled, Pacing
 from .._stores.unfinished import finish
 from .._wrap import wrap
 from .adaptive import LastGrant
@@ -36,7 +36,16 @@ from .keyed import Keyable
 from .named import Named, covers, equal
 from .reservation import Reservation
 
-__all__ = ["Acquirer", "Decorator", "Limiter", "LimiterStats", "difference", "placed"]
+__all__ = [
+    "Acquirer",
+    "Decorator",
+    "Limiter",
+    "LimiterStats",
+    "acquire_level",
+    "acquire_level_async",
+    "difference",
+    "placed",
+]
 
 logger = logging.getLogger("ratelimit")
 
@@ -454,6 +463,12 @@ class Limiter(Keyable, ABC, Generic[T]):
         return self._reservation(n, wait, at, asyncio.current_task())
 
     def _reservation(self, tokens: T, wait: float, at: float, owner: object = None) -> Reservation[T]:
+        wait, at, cell = self._reserved(tokens, wait, at, owner)
+        return Reservation(tokens, wait, at, self._clock, self._withdraw, self._withdraw_async, cell)
+
+    def _reserved(self, tokens: T, wait: float, at: float, owner: object) -> tuple[float, float, list[float] | None]:
+        """A reservation's decision as the caller is told it, recorded, observed and
+        named (the cell a refund names it by); an ``AcquireTimeout`` for a refusal."""
         if self._shadow:
             self._shadowed(tokens, wait, at)
             # Never made to wait, so never withdrawn either; a refusal grants at once.
@@ -468,7 +483,75 @@ class Limiter(Keyable, ABC, Generic[T]):
                 self._granted(tokens, wait)
         # Named for a refund or a settle by the same caller, as an acquire's grant is.
         cell = None if self._named is None or self._shadow else self._named.saw(tokens, at, owner)
-        return Reservation(tokens, wait, at, self._clock, self._withdraw, self._withdraw_async, cell)
+        return wait, at, cell
+
+    def _acquire_level(self, tokens: float, timeout: float | timedelta | None) -> tuple[float, Level | None]:
+        """:meth:`acquire`, and the level its decision left, told by the same store call
+        (``Leveled``); ``None`` where the store or this decision cannot tell it, or the
+        limiter is in shadow mode (its grants go whatever the level). The grant is
+        reserved and its wait slept here: an interrupted sleep withdraws it (as
+        :meth:`Reservation.cancel`). See :func:`acquire_level`."""
+        # A plain limiter and the usual argument need no further checks (see acquire).
+        if (tokens.__class__ is float or tokens.__class__ is int) and tokens > 0.0 and tokens <= self._fast_most:
+            n: T = tokens  # type: ignore[assignment]
+        else:
+            n = self._tokens(tokens)
+        handle = self._handle
+        level = None
+        if hasattr(handle, "reserve_level"):
+            wait, at, level = cast("Leveled[T]", handle).reserve_level(n, _max_wait(timeout))
+        else:
+            wait, at = handle.reserve(n, _max_wait(timeout))
+        wait, at, cell = self._reserved(n, wait, at, None)
+        if wait > 0:
+            reservation = Reservation(n, wait, at, self._clock, self._withdraw, self._withdraw_async, cell)
+            try:
+                self._clock.sleep(wait)
+            except BaseException:
+                reservation.cancel()
+                raise
+        return wait, None if self._shadow else level
+
+    async def _acquire_level_async(
+        self, tokens: float, timeout: float | timedelta | None
+    ) -> tuple[float, Level | None]:
+        """:meth:`_acquire_level` for asyncio: a task cancelled while the store decides
+        keeps nothing (a grant that lands afterwards is given back), nor one cancelled
+        while it waits."""
+        n = self._tokens(tokens)
+        handle = self._handle
+        level = None
+        if not hasattr(handle, "reserve_level_async"):
+            wait, at = await self._reserve_async(n, _max_wait(timeout))
+        elif not handle.suspends:
+            wait, at, level = await cast("Leveled[T]", handle).reserve_level_async(n, _max_wait(timeout))
+        else:
+            # The call runs on in a task of its own, as _reserve_async's: a grant landing
+            # after a cancel is given back.
+            deciding = asyncio.ensure_future(cast("Leveled[T]", handle).reserve_level_async(n, _max_wait(timeout)))
+            try:
+                wait, at, level = await asyncio.shield(deciding)
+            except asyncio.CancelledError:
+                deciding.add_done_callback(functools.partial(self._landed_late, n))
+                raise
+        task = asyncio.current_task()
+        wait, at, cell = self._reserved(n, wait, at, task)
+        if wait > 0:
+            reservation = Reservation(n, wait, at, self._clock, self._withdraw, self._withdraw_async, cell)
+            try:
+                await self._clock.sleep_async(wait)
+            except BaseException:
+                await reservation.cancel_async()
+                raise
+        return wait, None if self._shadow else level
+
+    def _landed_late(self, tokens: T, deciding: asyncio.Future[tuple[float, float, Level | None]]) -> None:
+        """A decision whose caller left while the store decided: a grant is given back."""
+        if deciding.cancelled() or deciding.exception() is not None or deciding.result()[0] < 0:
+            return
+        call = asyncio.ensure_future(self._give_back_async(tokens, deciding.result()[1]))
+        _GIVING_BACK.add(call)
+        call.add_done_callback(_GIVING_BACK.discard)
 
     # -- reading the wait, forgetting the usage ------------------------------------
 
@@ -779,6 +862,26 @@ class Limiter(Keyable, ABC, Generic[T]):
         if timeout is not None:
             _validate.timeout_seconds(timeout)
         return Decorator(self, tokens, timeout)
+
+
+def acquire_level(limiter: object, tokens: float, timeout: float | timedelta | None) -> tuple[float, Level | None]:
+    """``limiter.acquire(tokens, timeout)`` and the level its decision left (see
+    ``store.Level``), for the serving gate's ``RateLimit`` field, from the decision's
+    own store call. The level is ``None`` where the limiter, its store or this decision
+    cannot tell it; a limiter of another kind is acquired from as it is."""
+    if isinstance(limiter, Limiter):
+        return limiter._acquire_level(tokens, timeout)
+    return limiter.acquire(tokens, timeout), None  # type: ignore[attr-defined]
+
+
+async def acquire_level_async(
+    limiter: object, tokens: float, timeout: float | timedelta | None
+) -> tuple[float, Level | None]:
+    """:func:`acquire_level` for asyncio: a task cancelled while the store decides or
+    while it waits keeps nothing."""
+    if isinstance(limiter, Limiter):
+        return await limiter._acquire_level_async(tokens, timeout)
+    return await limiter.acquire_async(tokens, timeout), None  # type: ignore[attr-defined]
 
 
 def _max_wait(timeout: float | timedelta | None) -> float:

@@ -19,7 +19,7 @@ from .keys import Keyed
 from .slots import SlotStore
 from .stats import Stats
 
-__all__ = ["Backend", "BreakerHandle", "Handle", "Pacing"]
+__all__ = ["Backend", "BreakerHandle", "Handle", "Level", "Leveled", "Pacing"]
 
 T_contra = TypeVar("T_contra", contravariant=True)
 
@@ -82,6 +82,27 @@ class Handle(Protocol[T_contra]):
         ...
 
     async def reset_async(self) -> None: ...
+
+
+#: What is left of a limit after a decision: the whole tokens that could go at once
+#: now, as requests of one token one after another, and the seconds until one more
+#: could (0: never at once). See ``algorithm.level_all``.
+Level = tuple[float, float]
+
+
+class Leveled(Protocol[T_contra]):
+    """A handle that can tell the level a decision left, in the same store call
+    (what the serving gate's ``RateLimit`` field says). Asked for alone: a plain
+    ``reserve`` pays nothing for it. The memory, SQLite and Redis handles of one
+    limiter and of a composite are; a handle of lanes is not."""
+
+    def reserve_level(self, tokens: T_contra, max_wait: float) -> tuple[float, float, Level | None]:
+        """``reserve``'s decision and the level it left, ``None`` where this decision
+        cannot tell it (made in a round, an allotment, the local fallback or without
+        the store)."""
+        ...
+
+    async def reserve_level_async(self, tokens: T_contra, max_wait: float) -> tuple[float, float, Level | None]: ...
 
 
 @runtime_checkable

@@ -25,7 +25,17 @@ from hypothesis import strategies as st
 
 from ratelimit import RedisBackend
 from ratelimit._algorithms.algorithm import Algorithm, charge_all, peek_all
-from ratelimit._algorithms.holes import GrantTime, Holes, give_back, pace_charge, pace_wait, reserve, restrict, void
+from ratelimit._algorithms.holes import (
+    GrantTime,
+    Holes,
+    give_back,
+    level,
+    pace_charge,
+    pace_wait,
+    reserve,
+    restrict,
+    void,
+)
 from ratelimit._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime
 from ratelimit._algorithms.lanes import give_back as give_back_lane
 from ratelimit._algorithms.lanes import peek as peek_lanes
@@ -79,6 +89,13 @@ def client(request: pytest.FixtureRequest) -> Iterator[Any]:
     yield request.getfixturevalue("cluster_client")
 
 
+def on_the_wire(told: tuple[float, float]) -> tuple[float, float]:
+    """A level as the script sends it: the seconds until one more in whole
+    microseconds, rounded up."""
+    left, more = told
+    return left, math.ceil(more * 1_000_000) / 1_000_000 if more < math.inf else more
+
+
 @pytest.mark.parametrize(
     ("kind", "first", "second"),
     # Every algorithm at three limits, and a token bucket refilled at an infinite rate
@@ -88,11 +105,20 @@ def client(request: pytest.FixtureRequest) -> Iterator[Any]:
     + [("token_bucket", 3.0, math.inf), ("token_bucket", 3.0, 0.0), ("token_bucket", 7.5, 0.0)],
 )
 @pytest.mark.parametrize("with_name", [False, True], ids=["bare", "named"])
+@pytest.mark.parametrize("leveled", [False, True], ids=["plain", "leveled"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=requests)
 def test_script_matches_pure_step(
-    client: redis.Redis, kind: str, first: float, second: float, with_name: bool, scenario: list[Request]
+    client: redis.Redis,
+    kind: str,
+    first: float,
+    second: float,
+    with_name: bool,
+    leveled: bool,
+    scenario: list[Request],
 ) -> None:
+    """Leveled: each reserve also asks for the level it left (the serving gate's), which
+    the script tells as ``holes.level`` tells it, on the fast, checked fast and full paths."""
     alg: Algorithm[Any] = ALGORITHMS[kind](first, second)
     now = FixedTime()
     now.value = 1_700_000_000.0  # epoch-sized times, as the server's TIME gives
@@ -115,7 +141,12 @@ def test_script_matches_pure_step(
         # limiter.peek: the script's read-only wait, as the pure one says it.
         assert handle.peek(n) == max(peek_all([alg], states, now.value, [n]), pace_wait(holes, now.value))
         states, wait, name = reserve([alg], states, holes, now.value, [n], max_wait)
-        same(handle.reserve(n, max_wait), (wait, name))
+        if leveled:
+            told_wait, told_at, told = handle.reserve_level(n, max_wait)
+            same((told_wait, told_at), (wait, name))
+            assert told == on_the_wire(level([alg], states, holes, now.value))
+        else:
+            same(handle.reserve(n, max_wait), (wait, name))
         if wait >= 0:
             pending.append((name, n))
         if charged:
@@ -150,9 +181,13 @@ GROUPS: dict[str, Any] = {
 
 
 @pytest.mark.parametrize("members", list(GROUPS))
+@pytest.mark.parametrize("leveled", [False, True], ids=["plain", "leveled"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=requests)
-def test_group_script_matches_pure_step_all(client: redis.Redis, members: str, scenario: list[Request]) -> None:
+def test_group_script_matches_pure_step_all(
+    client: redis.Redis, members: str, leveled: bool, scenario: list[Request]
+) -> None:
+    """Leveled: the composite's level (its tightest member's) too, as ``holes.level``."""
     algs: list[Algorithm[Any]] = GROUPS[members]()
     now = FixedTime()
     now.value = 1_700_000_000.0
@@ -172,7 +207,12 @@ def test_group_script_matches_pure_step_all(client: redis.Redis, members: str, s
         weights = member_weights(algs, tokens, zeros)
         assert handle.peek(weights) == max(peek_all(algs, states, now.value, weights), pace_wait(holes, now.value))
         states, wait, granted = reserve(algs, states, holes, now.value, weights, max_wait)
-        same(handle.reserve(weights, max_wait), (wait, granted))
+        if leveled:
+            told_wait, told_at, told = handle.reserve_level(weights, max_wait)
+            same((told_wait, told_at), (wait, granted))
+            assert told == on_the_wire(level(algs, states, holes, now.value))
+        else:
+            same(handle.reserve(weights, max_wait), (wait, granted))
         if wait >= 0:
             pending.append((granted, weights))
         if charged:

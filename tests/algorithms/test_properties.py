@@ -9,6 +9,7 @@ these are the pure state transitions that every store mirrors.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -19,13 +20,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit._algorithms.algorithm import EPSILON, Algorithm, charge, step, step_all
+from ratelimit._algorithms.algorithm import EPSILON, Algorithm, charge, level_all, step, step_all
 from ratelimit._algorithms.holes import Holes, give_back, reserve
 from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.quota import Calendar, CalendarQuota
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import CounterState, WindowCounter
-from ratelimit._algorithms.token_bucket import Gcra
+from ratelimit._algorithms.token_bucket import Allowance, Gcra
 
 START = 1_000.0
 INF = math.inf
@@ -732,3 +733,31 @@ def test_nothing_given_records_nothing(alg: Algorithm[Any], requests: list[Reque
     state = alg.cancel(state, now, 0.0, latest)
     assert ([alg.plan(state, now, weight_of(alg, w)) for w in (0.0, 0.5, 1.0)], alg.idle_until(state)) == before
     assert alg.latest(state) == latest
+
+
+# -- the level a decision leaves (what the serving gate's RateLimit field says) -----
+
+
+@SETTINGS
+@given(alg=st.one_of(algorithms(), st.builds(Allowance, sizes)), requests=request_lists)
+def test_the_level_is_what_the_plan_grants_at_once(alg: Algorithm[Any], requests: list[Request]) -> None:
+    """After every decision, ``level_all`` counts exactly the whole requests of one token
+    that could go at once one after another (each planned and committed in turn), and
+    one more goes at once ``more_in`` seconds later, not before."""
+
+    def check(state: Any, now: float) -> None:
+        left, more = level_all([alg], [state], now)
+        if 0.0 < more < math.inf:
+            admit_at, at = alg.plan(copy.deepcopy(state), now + more, left + 1.0)
+            assert max(admit_at, at) - (now + more) <= EPSILON
+        state = copy.deepcopy(state)
+        for _ in range(int(left)):
+            admit_at, at = alg.plan(state, now, 1.0)
+            assert max(admit_at, at) - now <= EPSILON
+            state = alg.commit(state, now, 1.0, now)
+        if left + 1.0 <= alg.most + EPSILON:
+            admit_at, at = alg.plan(state, now, 1.0)
+            assert max(admit_at, at) - now > EPSILON or more == 0.0
+        assert more >= 0.0
+
+    run(alg, requests, check)

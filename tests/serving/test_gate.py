@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from ratelimit import LeakyBucket, ManualClock, RedisBackend, SlidingWindow, TokenBucket, parse_rate_limit_headers
+from ratelimit import (
+    Composite,
+    LeakyBucket,
+    ManualClock,
+    RedisBackend,
+    SlidingWindow,
+    TokenBucket,
+    parse_rate_limit_headers,
+)
 from ratelimit._integrations.serving import Gate, Headers, Request, Verdict, bounded_key
 from ratelimit.keys import client_ip, header
 
@@ -57,12 +66,12 @@ def test_our_parser_reads_back_exactly_what_a_refusal_says() -> None:
 
 
 def test_a_granted_response_carries_the_fields_unless_headers_is_false() -> None:
-    """Granted: the policy and a remaining count that never claims more than there is."""
+    """Granted: the policy, what is left after the grant, and when one more comes back."""
     limiter = TokenBucket(capacity=10, refill_per_sec=5, clock=ManualClock())
     granted = gate(limiter).decide(request())
     assert granted.passes
     info = parse_rate_limit_headers(granted.headers, now=0.0)
-    assert (info.limit, info.window, info.remaining, info.reset_after) == (10.0, 2.0, 0.0, 1.0)
+    assert (info.limit, info.window, info.remaining, info.reset_after) == (10.0, 2.0, 9.0, 1.0)
     quiet = gate(TokenBucket(capacity=10, refill_per_sec=5, clock=ManualClock()), headers=False)
     assert quiet.decide(request()) == Verdict(None)
 
@@ -80,6 +89,76 @@ def test_a_granted_response_carries_the_fields_unless_headers_is_false() -> None
 def test_the_policy_is_the_limiters_rate_over_whole_seconds(limiter: Any, policy: str) -> None:
     """``q`` per ``w`` is the limiter's sustained rate, in whole units over whole seconds."""
     assert fields(gate(limiter).decide(request()))["RateLimit-Policy"] == policy
+
+
+def said(verdict: Verdict) -> str:
+    """A verdict's ``RateLimit`` field, without the policy's name."""
+    return fields(verdict)["RateLimit"].removeprefix('"default";')
+
+
+# What each limiter's grants and refusals say, three requests at once and then 2.5 s
+# later: a token bucket of 5 at 1/s holds 4, 3, 2 (one more back within a second),
+# then 4.5 less one; a window of 3 in 10 s counts down to none, its oldest grant out
+# in 10 s (7.5 s later: a refusal's wait); a leaky bucket lets one go and
+# queues the next (refused: wait=0); a composite says its tightest limit's.
+LEVELS: list[Any] = [
+    pytest.param(TokenBucket, (5, 1), ["r=4;t=1", "r=3;t=1", "r=2;t=1"], "r=3;t=1", id="token-bucket"),
+    pytest.param(SlidingWindow, (3, 10), ["r=2;t=10", "r=1;t=10", "r=0;t=10"], "429 r=0;t=8", id="window"),
+    pytest.param(LeakyBucket, (3, 1), ["r=0;t=1", "429 r=0;t=1", "429 r=0;t=1"], "r=0;t=1", id="leaky"),
+    pytest.param(
+        Composite,
+        ([TokenBucket(5, 1), SlidingWindow(4, 10)],),
+        ["r=3;t=10", "r=2;t=10", "r=1;t=10"],
+        "r=0;t=8",
+        id="composite",
+    ),
+]
+
+
+@pytest.mark.parametrize(("cls", "args", "first", "later"), LEVELS)
+def test_granted_responses_say_the_level_their_decision_left(
+    make: Callable[..., Any], clock: ManualClock, cls: Any, args: tuple[Any, ...], first: list[str], later: str
+) -> None:
+    """``r`` is what the decision left (whole tokens, the tightest limit's) and ``t``
+    the whole seconds until one more comes back, on every store, told by the decision's
+    own store call; a refusal says ``r=0`` and its ``Retry-After``."""
+    door = gate(make(cls, *args))
+
+    def told() -> str:
+        verdict = door.decide(request())
+        return said(verdict) if verdict.passes else f"{verdict.status} {said(verdict)}"
+
+    assert [told() for _ in range(3)] == first
+    clock.advance(2.5)
+    assert told() == later
+
+
+@pytest.mark.parametrize("store", ["memory", "fakeredis", "redis", "sqlite"])
+def test_the_asyncio_decision_says_the_same_level(make: Callable[..., Any], store: str) -> None:
+    """``decide_async``: the same fields from the same decisions."""
+    door = gate(make(TokenBucket, 5, 1))
+
+    async def run() -> list[str]:
+        return [said(await door.decide_async(request())) for _ in range(3)]
+
+    assert asyncio.run(run()) == ["r=4;t=1", "r=3;t=1", "r=2;t=1"]
+
+
+def test_a_grant_that_waited_its_turn_counts_t_from_when_it_goes() -> None:
+    """Held for its turn (``wait``): nothing is left as it goes, and one more comes a
+    whole step after it."""
+    clock = ManualClock()
+    door = gate(TokenBucket(capacity=1, refill_per_sec=0.5, clock=clock), wait=5.0)
+    assert said(door.decide(request())) == "r=0;t=2"
+    assert said(door.decide(request())) == "r=0;t=2"
+    assert clock.sleeps == [2.0]
+
+
+def test_a_decision_the_store_cannot_level_claims_nothing_left() -> None:
+    """A budget with priorities decides in lanes, whose driver tells no level: its
+    grants say ``r=0`` and one step of the policy, a lower bound."""
+    limiter = TokenBucket(capacity=10, refill_per_sec=5, clock=ManualClock(), low_share=0.5)
+    assert said(gate(limiter).decide(request())) == "r=0;t=1"
 
 
 def test_a_limiter_that_never_limits_announces_no_policy() -> None:
@@ -254,3 +333,45 @@ def test_a_flood_of_distinct_hostile_keys_costs_bounded_memory_and_no_error() ->
     # The budgets themselves stay (an in-process store forgets idle ones in its sweep);
     # what is bounded is each one's size: a digest, never the 10 kB key.
     assert after_all < after_first + 50_000 * 2_000
+
+
+class Slow:
+    """A store call that suspends until let go (the memory handle's decision, made
+    then): a caller may be cancelled while it is out."""
+
+    suspends = True
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.go = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def reserve_level_async(self, tokens: float, max_wait: float) -> Any:
+        await self.go.wait()
+        return self.inner.reserve_level(tokens, max_wait)
+
+
+def test_a_request_cancelled_while_the_store_decides_gives_its_grant_back() -> None:
+    """The client leaves while the leveled decision is out: the grant that lands after
+    is given back, and the next request finds the budget whole."""
+    from ratelimit._limiting.front import acquire_level_async
+
+    limiter = TokenBucket(capacity=5, refill_per_sec=0.001, clock=ManualClock())
+    slow = Slow(limiter._handle)
+    limiter._handle = slow
+
+    async def run() -> Any:
+        leaving = asyncio.ensure_future(acquire_level_async(limiter, 1, 0.0))
+        await asyncio.sleep(0)
+        leaving.cancel()
+        slow.go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+        for _ in range(3):
+            await asyncio.sleep(0)  # the grant landing, then its give-back
+        return await acquire_level_async(limiter, 1, 0.0)
+
+    waited, (left, _) = asyncio.run(run())
+    assert (waited, left) == (0.0, 4.0)

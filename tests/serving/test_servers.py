@@ -169,6 +169,19 @@ def test_two_workers_share_one_budget_per_key_and_spoofing_buys_nothing(server: 
         assert (info.limit, info.window, info.remaining) == (RATE, 1.0, 0.0)
 
 
+def test_granted_responses_say_what_the_shared_budget_has_left(server: Server) -> None:
+    """A fresh key's grants, from two workers on one Redis budget: ``r`` what each
+    decision left of the burst, ``t`` the second within which one more comes back."""
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.3"), timeout=10) as client:
+        said = [parse_rate_limit_headers(client.get(server.url).headers) for _ in range(3)]
+    # One less than the burst after the first grant: or two less, the TAT being
+    # rounded up at the server's clock (a fraction of a microsecond short of it).
+    assert said[0].remaining in (BURST - 1, BURST - 2)
+    assert all(info.remaining is not None and info.remaining <= BURST - 1 for info in said)
+    assert [info.reset_after for info in said] == [1.0, 1.0, 1.0]
+    assert all((info.limit, info.window) == (RATE, 1.0) for info in said)
+
+
 class Counting(httpx.BaseTransport):
     """The wire under ``RateLimitTransport``: counts what the server answered, and when."""
 

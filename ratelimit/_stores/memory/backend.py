@@ -29,7 +29,7 @@ from ..._algorithms.breaker import Policy
 from ..._clock import Clock, SystemClock
 from ..keys import Keyed
 from ..stats import Stats, weight
-from ..store import Views
+from ..store import Level, Views
 from .breaker import MemoryStore
 from .slots import MemorySlots, memory_slots
 
@@ -324,10 +324,26 @@ class MemoryHandle:
 
     suspends = False
 
-    __slots__ = ("__weakref__", "_alg", "_algs", "_holes", "_lock", "_now", "_slot", "_step", "names", "stats")
+    __slots__ = (
+        "__weakref__",
+        "_alg",
+        "_algs",
+        "_holes",
+        "_lock",
+        "_now",
+        "_slot",
+        "_step",
+        "level_in_decision",
+        "names",
+        "stats",
+    )
 
     def __init__(self, alg: Algorithm[Any], slot: Slot, clock: Timed) -> None:
         self.stats: Stats | None = None
+        #: Whether ``reserve_level`` reads the level in the decision's own lock (a SQLite
+        #: transaction: each taking of the lock is one) rather than taking the lock again
+        #: after the quickest decision (a thread lock).
+        self.level_in_decision = False
         #: Whether a grant at once is named too (see ``Handle.names``).
         self.names = False
         self._alg = alg
@@ -353,13 +369,7 @@ class MemoryHandle:
             now = clock()
             holes = self._holes
             if holes.items or holes.paced is not None:
-                states, wait, name = _holes.reserve(
-                    self._algs, (slot.state,), holes, now, (tokens,), max_wait, self.names
-                )
-                slot.state = states[0]
-                if self.stats is not None:
-                    self.stats.record(tokens, wait)
-                return wait, name
+                return self._decided(now, tokens, max_wait)
             slot.state, wait = step(slot.state, now, tokens, max_wait)
             stats = self.stats
             if wait == 0.0:
@@ -384,6 +394,32 @@ class MemoryHandle:
         finally:
             lock.release()
         return wait, now + wait
+
+    def _decided(self, now: float, tokens: float, max_wait: float) -> tuple[float, float]:
+        """A decision through the holes (``holes.reserve``), in the slot's lock."""
+        slot = self._slot
+        states, wait, name = _holes.reserve(
+            self._algs, (slot.state,), self._holes, now, (tokens,), max_wait, self.names
+        )
+        slot.state = states[0]
+        if self.stats is not None:
+            self.stats.record(tokens, wait)
+        return wait, name
+
+    def reserve_level(self, tokens: float, max_wait: float) -> tuple[float, float, Level | None]:
+        if self.level_in_decision:
+            with self._lock:
+                now = self._now()
+                wait, at = self._decided(now, tokens, max_wait)
+                return wait, at, _holes.level(self._algs, (self._slot.state,), self._holes, now)
+        # The decision as every reserve makes it, then the level read in the lock again:
+        # what the decision left, or less where another has taken some since.
+        wait, at = self.reserve(tokens, max_wait)
+        with self._lock:
+            return wait, at, _holes.level(self._algs, (self._slot.state,), self._holes, self._now())
+
+    async def reserve_level_async(self, tokens: float, max_wait: float) -> tuple[float, float, Level | None]:
+        return self.reserve_level(tokens, max_wait)
 
     def reserve_here(self, tokens: float, max_wait: float) -> None:
         return None  # never asked: nothing here suspends
@@ -483,10 +519,23 @@ class MemoryGroupHandle:
 
     suspends = False
 
-    __slots__ = ("__weakref__", "_algs", "_holes", "_lock", "_members", "_now", "_slots", "names", "stats")
+    __slots__ = (
+        "__weakref__",
+        "_algs",
+        "_holes",
+        "_lock",
+        "_members",
+        "_now",
+        "_slots",
+        "level_in_decision",
+        "names",
+        "stats",
+    )
 
     def __init__(self, algs: Sequence[Algorithm[Any]], slots: Sequence[Slot], clock: Timed) -> None:
         self.stats: Stats | None = None
+        #: As ``MemoryHandle.level_in_decision``.
+        self.level_in_decision = False
         #: Whether a grant at once is named too (see ``Handle.names``).
         self.names = False
         self._algs = tuple(algs)
@@ -557,21 +606,44 @@ class MemoryGroupHandle:
                     states = [slot.state for slot in self._slots]
                     return wait, _holes.at_once(self._algs, states, tokens, now, holes.gen)
                 return wait, now + wait
-            states, wait, name = _holes.reserve(
-                self._algs, [slot.state for slot in self._slots], holes, now, tokens, max_wait, self.names
-            )
-            if wait >= 0:
-                for slot, state in zip(self._slots, states, strict=True):
-                    slot.state = state
-            if self.stats is not None:
-                self.stats.record(weight(tokens), wait)
-            if name is not None:
-                return wait, name
-            if wait > EPSILON:
-                return wait, _holes.exact(self._algs, states, now + wait, holes.gen)
+            return self._decided(now, tokens, max_wait)
         finally:
             lock.release()
+
+    def _decided(self, now: float, tokens: Sequence[float], max_wait: float) -> tuple[float, float]:
+        """A decision through the holes (``holes.reserve``), every member locked."""
+        holes = self._holes
+        states, wait, name = _holes.reserve(
+            self._algs, [slot.state for slot in self._slots], holes, now, tokens, max_wait, self.names
+        )
+        if wait >= 0:
+            for slot, state in zip(self._slots, states, strict=True):
+                slot.state = state
+        if self.stats is not None:
+            self.stats.record(weight(tokens), wait)
+        if name is not None:
+            return wait, name
+        if wait > EPSILON:
+            return wait, _holes.exact(self._algs, states, now + wait, holes.gen)
         return wait, now + wait
+
+    def reserve_level(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float, Level | None]:
+        # As MemoryHandle.reserve_level.
+        if not self.level_in_decision:
+            wait, at = self.reserve(tokens, max_wait)
+        lock = self._lock
+        lock.acquire()
+        try:
+            now = self._now()
+            if self.level_in_decision:
+                wait, at = self._decided(now, tokens, max_wait)
+            states = [slot.state for slot in self._slots]
+            return wait, at, _holes.level(self._algs, states, self._holes, now)
+        finally:
+            lock.release()
+
+    async def reserve_level_async(self, tokens: Sequence[float], max_wait: float) -> tuple[float, float, Level | None]:
+        return self.reserve_level(tokens, max_wait)
 
     def reserve_here(self, tokens: Sequence[float], max_wait: float) -> None:
         return None  # never asked: nothing here suspends

@@ -23,10 +23,10 @@ from ..._errors import BackendUnavailable
 from ..keys import Keyed, code_key, config_key
 from ..memory.fallback import Fallback, inner_handle, throttle_fallback
 from ..stats import Stats, weight
-from ..store import Pacing
+from ..store import Level, Pacing
 from .calls import RedisCalls
 from .pending import LOCAL, STORE, PendingGrants
-from .replies import at_arg, cached_num, charged_of, decision_of, grant_time, num, wait_arg
+from .replies import at_arg, cached_num, charged_of, decision_of, grant_time, leveled_of, num, wait_arg
 from .rounds import Round, RoundReply, Rounds
 from .scripts import Script, group_script, lanes_script, single_script
 
@@ -297,6 +297,48 @@ class _ScriptHandle(ABC, Generic[T]):
 
     def reserve_here(self, tokens: T, max_wait: float) -> tuple[float, float] | None:
         return None
+
+    #: Whether the script tells the level after a reserve that asks (``'1'`` after
+    #: its arguments): the single and the group drivers do.
+    _levels = True
+
+    def _leveled(self, tokens: T, max_wait: float) -> list[str] | None:
+        """The arguments of a reserve that asks for the level after it; ``None`` where
+        the script does not tell it. Such a reserve is one call of its own, outside the
+        rounds (``redis/rounds.py``): a round's batch tells no level, and an allotment
+        spent here none either."""
+        if not self._levels:
+            return None
+        args = self._args(self._reserve_op, tokens, wait_arg(max_wait))
+        args.append("1")
+        return args
+
+    def reserve_level(self, tokens: T, max_wait: float) -> tuple[float, float, Level | None]:
+        """``reserve``, and the level it left (see ``Handle.reserve_level``)."""
+        args = self._leveled(tokens, max_wait)
+        if args is None:
+            return (*self.reserve(tokens, max_wait), None)
+        try:
+            if self.pending is not None and self.pending.side != STORE:
+                self._to_store()
+            reply = self._backend.run(self._script, self._keys, args)
+        except BackendUnavailable as exc:
+            return (*self._count(tokens, self._fallback(tokens, max_wait, exc)), None)
+        decision, level = leveled_of(reply)
+        return (*self._decided(tokens, decision), level)
+
+    async def reserve_level_async(self, tokens: T, max_wait: float) -> tuple[float, float, Level | None]:
+        args = self._leveled(tokens, max_wait)
+        if args is None:
+            return (*await self.reserve_async(tokens, max_wait), None)
+        try:
+            if self.pending is not None and self.pending.side != STORE:
+                await self._to_store_async()
+            reply = await self._backend.run_async(self._script, self._keys, args)
+        except BackendUnavailable as exc:
+            return (*self._count(tokens, self._fallback(tokens, max_wait, exc)), None)
+        decision, level = leveled_of(reply)
+        return (*self._decided(tokens, decision), level)
 
     async def reserve_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
         rounds = self.rounds
@@ -636,6 +678,8 @@ class RedisLaneHandle(_ScriptHandle[float]):
 
     def name_grants(self) -> None:
         pass  # a lane's grants are not named: a refund finds its lane, not its slot
+
+    _levels = False  # (the lanes' driver tells no level)
 
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
         if op == "charge":

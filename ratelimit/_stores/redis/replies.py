@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 
 from ..._algorithms.holes import GrantTime
+from ..store import Level
 
 
 def num(value: float) -> str:
@@ -72,6 +73,18 @@ def decision_of(reply: Sequence[bytes | str] | bytes | str) -> tuple[float, floa
     if len(reply) > 2 and reply[2]:
         return float(reply[0]), grant_time(reply[1], reply[2])
     return float(reply[0]), float(reply[1])  # no name: grant_time's first answer
+
+
+def leveled_of(reply: Sequence[bytes | str]) -> tuple[tuple[float, float], Level]:
+    """The reply of a reserve that asked for the level after it (a ``'1'`` after its
+    arguments, see ``lua/_single.lua``): its decision, as :func:`decision_of`, and its
+    level, ``(left, more_in)``: the whole tokens that could go at once now and the
+    seconds until one more could, sent in whole microseconds rounded up. A grant at
+    once comes as ``[time, left, micros]`` (the time as ``at_once_reply`` writes it),
+    any other decision as ``[signed_wait, at, name, left, micros]``."""
+    if len(reply) == 3:
+        return (0.0, at_once(reply[0])), (float(reply[1]), float(reply[2]) / 1000000)
+    return decision_of(reply[:3]), (float(reply[3]), float(reply[4]) / 1000000)
 
 
 def charged_of(reply: Sequence[bytes | str]) -> float | None:

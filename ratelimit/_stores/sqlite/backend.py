@@ -250,6 +250,7 @@ class SQLiteBackend(FailurePolicy):
             inner = MemoryHandle(alg, slot, rows)
         else:
             inner = Followed(cast(Algorithm[Any], changeable), slot, rows)
+        inner.level_in_decision = True  # (a transaction each time the lock is taken)
         local = None
         if self.on_unavailable == "local":
             local = single_share(self._local, alg, clock, self.local_share)
@@ -271,6 +272,7 @@ class SQLiteBackend(FailurePolicy):
         for slot in slots:
             slot.lock = rows
         inner = MemoryGroupHandle(algs, slots, rows)
+        inner.level_in_decision = True  # (a transaction each time the lock is taken)
         local = None
         if self.on_unavailable == "local":
             local = group_share(self._local, algs, clock, self.local_share)

@@ -26,11 +26,12 @@ import math
 import sqlite3
 from collections.abc import Callable
 
-from ..._algorithms.algorithm import EPSILON
+from ..._algorithms.algorithm import EPSILON, level_all
 from ..._algorithms.holes import exact
 from ..._algorithms.token_bucket import Gcra
 from ..memory.backend import Slot
 from ..stats import Stats
+from ..store import Level
 from .config import Changeable
 from .file import STEP_FUNCTION, StoreFile
 
@@ -96,6 +97,28 @@ class FastPath:
     def reserve(self, tokens: float, max_wait: float, stats: Stats | None) -> tuple[float, float] | None:
         """The decision ``MemoryHandle.reserve`` makes, or ``None``: make it in a full
         transaction."""
+        result = self._statement(tokens, max_wait, stats)
+        if result is None:
+            return None
+        state, wait, now = result
+        # As the memory handle names a grant (holes.exact): only one that waited.
+        if wait > EPSILON:
+            return wait, exact(self._algs, (state,), now + wait)
+        return wait, now + wait
+
+    def reserve_level(
+        self, tokens: float, max_wait: float, stats: Stats | None
+    ) -> tuple[float, float, Level | None] | None:
+        """:meth:`reserve`, and the level it left (``store.Level``)."""
+        result = self._statement(tokens, max_wait, stats)
+        if result is None:
+            return None
+        state, wait, now = result
+        at = exact(self._algs, (state,), now + wait) if wait > EPSILON else now + wait
+        return wait, at, level_all(self._algs, (state,), now)
+
+    def _statement(self, tokens: float, max_wait: float, stats: Stats | None) -> tuple[float, float, float] | None:
+        """The statement's ``(state, wait, now)``, or ``None``: decide in a full transaction."""
         if tokens > self._alg.most + EPSILON:
             return None  # more than the code's limit: the full transaction reads the one in force
         file = self._file
@@ -113,15 +136,12 @@ class FastPath:
                 return None  # locked, or failing: the full transaction waits, or reports it
             if not wrote:
                 return None
-            state, wait, now = self._result
+            result = self._result
             if stats is not None:
-                stats.record(tokens, wait)
+                stats.record(tokens, result[1])
         finally:
             file.end_turn(wrote)
-        # As the memory handle names a grant (holes.exact): only one that waited.
-        if wait > EPSILON:
-            return wait, exact(self._algs, (state,), now + wait)
-        return wait, now + wait
+        return result
 
     def after_full(self) -> None:
         """After a decision in a full transaction: try the statement next time if the

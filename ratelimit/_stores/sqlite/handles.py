@@ -17,7 +17,7 @@ from ..._errors import BackendUnavailable
 from ..memory.backend import MemoryGroupHandle, MemoryHandle
 from ..memory.fallback import Fallback
 from ..stats import Stats
-from ..store import Handle
+from ..store import Handle, Level, Leveled
 from .fast_path import FastPath
 from .file import LOCK_GRACE, WAITED_LEAST, Busy, LockTimeout, StoreFile, Waited, in_thread_within
 from .rows import Rows
@@ -106,22 +106,55 @@ class _Unavailable(Generic[T]):
             # would wait too long; the wait it tells is the one spent on the lock.
             return self._refused(exc.waited)
         except BackendUnavailable as exc:
-            local = self._local
-            return self._backend.without_store(
-                exc,
-                self._name,
-                local=None if local is None else lambda: local.reserve(tokens, max_wait),
-                otherwise=lambda: (0.0, math.nan),
-                says=(
-                    "SQLite store unavailable; deciding %r locally: %s",
-                    "SQLite store unavailable; granting %r without it (fail open): %s",
-                ),
-                decision=True,
-            )
+            return self._without_file(exc, tokens, max_wait)
         finally:
             calls.patience = None
         self._decided(decision)
         return decision
+
+    def _without_file(self, exc: BackendUnavailable, tokens: T, max_wait: float) -> tuple[float, float]:
+        """A decision the file could not make, by the backend's failure policy."""
+        local = self._local
+        return self._backend.without_store(
+            exc,
+            self._name,
+            local=None if local is None else lambda: local.reserve(tokens, max_wait),
+            otherwise=lambda: (0.0, math.nan),
+            says=(
+                "SQLite store unavailable; deciding %r locally: %s",
+                "SQLite store unavailable; granting %r without it (fail open): %s",
+            ),
+            decision=True,
+        )
+
+    def reserve_level(self, tokens: T, max_wait: float) -> tuple[float, float, Level | None]:
+        """``reserve``, and the level it left in the same transaction (``Leveled``);
+        ``None`` where the file could not decide, or the inner handle tells none (lanes)."""
+        inner = self._inner
+        if not hasattr(inner, "reserve_level"):
+            return (*self.reserve(tokens, max_wait), None)
+        leveled = cast("Leveled[T]", inner).reserve_level
+        calls = self._calls
+        calls.patience = max_wait
+        try:
+            wait, at, level = self._in_file(leveled, tokens, max_wait)
+        except LockTimeout as exc:
+            return (*self._refused(exc.waited), None)
+        except BackendUnavailable as exc:
+            return (*self._without_file(exc, tokens, max_wait), None)
+        finally:
+            calls.patience = None
+        self._decided((wait, at))
+        return wait, at, level
+
+    async def reserve_level_async(self, tokens: T, max_wait: float) -> tuple[float, float, Level | None]:
+        # With the level when the file is free now; else as reserve_async (whose wait
+        # for a busy file is a thread's, within the caller's timeout), without it.
+        try:
+            with self._backend.file.not_waiting():
+                return self.reserve_level(tokens, max_wait)
+        except Busy:
+            return (*await self.reserve_async(tokens, max_wait), None)
 
     def _refused(self, waited: float) -> tuple[float, float]:
         """A refusal for the file's being busy ``waited`` seconds, counted as one."""
@@ -146,17 +179,22 @@ class _Unavailable(Generic[T]):
         return self._refused(late) if decided is None else decided
 
     def _reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
-        """The decision in a transaction; after a wait for the lock, with what is left
-        of ``max_wait`` (in the transaction that wait opened: see ``Waited``)."""
+        """The decision in a transaction (see :meth:`_in_file`)."""
+        return self._in_file(self._inner.reserve, tokens, max_wait)
+
+    def _in_file(self, decide: Callable[[T, float], R], tokens: T, max_wait: float) -> R:
+        """``decide(tokens, max_wait)`` in a transaction; after a wait for the lock,
+        with what is left of ``max_wait`` (in the transaction that wait opened: see
+        ``Waited``)."""
         waited = None
         try:
             try:
-                return self._inner.reserve(tokens, max_wait)
+                return decide(tokens, max_wait)
             except Waited as exc:
                 waited = exc.waited
             # Out of the handler: the transaction's end tells a decision that raised
             # by the exception being handled (Rows.release).
-            return self._inner.reserve(tokens, max(0.0, max_wait - waited))
+            return decide(tokens, max(0.0, max_wait - waited))
         finally:
             if waited is not None:
                 self._file.let_go()  # kept, if the decision never began again
@@ -300,6 +338,22 @@ class SQLiteHandle(_Unavailable[float]):
                 self._decided(decision)
                 return decision
         decision = super().reserve(tokens, max_wait)
+        fast_path.after_full()
+        return decision
+
+    def reserve_level(self, tokens: float, max_wait: float) -> tuple[float, float, Level | None]:
+        fast_path = self._fast_path
+        if fast_path is None:
+            return super().reserve_level(tokens, max_wait)
+        if fast_path.on:
+            try:
+                got = fast_path.reserve_level(tokens, max_wait, self._inner.stats)
+            except LockTimeout as exc:
+                return (*self._refused(exc.waited), None)
+            if got is not None:
+                self._decided((got[0], got[1]))
+                return got
+        decision = super().reserve_level(tokens, max_wait)
         fast_path.after_full()
         return decision
 
