@@ -16,12 +16,14 @@ from .. import _validate
 from .._clock import Clock
 from .._errors import AcquireTimeout, RateLimitError
 from .._headers.parse import RateLimitInfo
+from .._stores.records import Override
 from .._stores.store import Backend
 from .concurrency import ConcurrencyLimit, Entries, Lease, entrant, rebound, release_all, release_all_async
 from .feedback import restriction
 from .front import Decorator, Limiter
 from .limiters import SingleLimiter
 from .reservation import Reservation
+from .run_time import per_member
 
 __all__ = ["Composite", "CompositeHold"]
 
@@ -161,6 +163,13 @@ class Composite(Limiter[Sequence[float]]):
     def __len__(self) -> int:
         """How many rate limits it holds: the numbers a list of ``tokens`` gives."""
         return len(self._algs)
+
+    def _limit_changes(self, rate: object, burst: object, ttl: object) -> list[tuple[int | None, Override]]:
+        # One value per rate limit (as tokens: ConcurrencyLimit members take none).
+        return [(i, change) for i, change in per_member(len(self._algs), rate, burst, ttl)]
+
+    def _limit_members(self) -> tuple[int | None, ...]:
+        return tuple(range(len(self._algs)))
 
     def _idle(self) -> bool:
         return super()._idle() and all(slots._idle() for slots in self._slots)

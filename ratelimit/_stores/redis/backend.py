@@ -563,6 +563,7 @@ class RedisBackend(RedisCalls):
         burst: float | None = None,
         ttl: float | timedelta | None = None,
         clock: Clock | None = None,
+        key: str | None = None,
     ) -> None:
         """Change limiter ``name``'s limit at run time, in every process.
 
@@ -591,27 +592,28 @@ class RedisBackend(RedisCalls):
         :meth:`inspect`.
         """
         change = checked_override(rate, burst, ttl)
-        _validate.name(name, self, shared=True, found=True)
+        (target,) = _targets(self, [name], key)
         now = _test_time(clock)
-        self._admin(lambda client: write_override(client, name, change, now))
+        self._admin(lambda client: write_override(client, target, change, now))
         risk = self._admin(lambda client: eviction_risk(client, change))
         if risk is not None:
-            logger.warning("limiter %r: %s", name, risk)
+            logger.warning("limiter %s: %s", target if isinstance(target, Keyed) else repr(target), risk)
 
-    def reset_limit(self, name: str, *, clock: Clock | None = None) -> bool:
-        """Return limiter ``name`` to what its code says, in every process from its
-        next decision; ``True`` if a change was in force. ``clock`` as for
-        :meth:`set_limit`."""
-        _validate.name(name, self, shared=True, found=True)
+    def reset_limit(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> bool:
+        """Return limiter ``name`` (``key``: that key's budget) to what its code says,
+        in every process from its next decision; ``True`` if a change was in force.
+        ``clock`` as for :meth:`set_limit`."""
+        (target,) = _targets(self, [name], key)
         now = _test_time(clock)
-        return bool(self._admin(lambda client: reset_override(client, name, now)))
+        return bool(self._admin(lambda client: reset_override(client, target, now)))
 
-    def limit_override(self, name: str, *, clock: Clock | None = None) -> Override | None:
-        """The change in force for limiter ``name`` (``set_limit``), or ``None``; its
-        ``ttl`` is what is left of it (on ``clock``, as for :meth:`set_limit`)."""
-        _validate.name(name, self, shared=True, found=True)
+    def limit_override(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> Override | None:
+        """The change in force for limiter ``name`` (``key``: for that key's budget),
+        or ``None``; its ``ttl`` is what is left of it (on ``clock``, as for
+        :meth:`set_limit`)."""
+        (target,) = _targets(self, [name], key)
         now = _test_time(clock)
-        result: Override | None = self._admin(lambda client: read_override(client, name, now))
+        result: Override | None = self._admin(lambda client: read_override(client, target, now))
         return result
 
     def inspect(self, name: str, *, key: str | None = None) -> Inspection:

@@ -51,7 +51,7 @@ _UNCHANGEABLE = {
 }
 
 
-def _refusal(name: str, roots: Roots) -> UnchangeableLimit | None:
+def _refusal(name: str | Keyed, roots: Roots) -> UnchangeableLimit | None:
     kept = forms(roots)
     if not kept:
         return None
@@ -73,7 +73,7 @@ def _server_now(client: Any) -> float:
     return float(seconds) + float(micros) / 1e6
 
 
-def _configure(client: Any, name: str, change: Override | None, now: float | None) -> None:
+def _configure(client: Any, name: str | Keyed, change: Override | None, now: float | None) -> None:
     found, (raw,) = probe(client, [name], [("hgetall", (code_key(name),))])
     if change is not None:
         refused = _refusal(name, found[name])
@@ -140,7 +140,7 @@ def eviction_risk(client: Any, change: Override) -> str | None:
     return None
 
 
-def write_override(client: Any, name: str, change: Override, now: float | None = None) -> None:
+def write_override(client: Any, name: str | Keyed, change: Override, now: float | None = None) -> None:
     """Store ``change`` for limiter ``name``: it replaces any earlier change whole.
     ``now``: a test clock's time, for limiters on test clocks; ``None``: the server's.
     :class:`UnchangeableLimit` if the name's keys say it is a limiter that would
@@ -148,7 +148,7 @@ def write_override(client: Any, name: str, change: Override, now: float | None =
     _configure(client, name, change, now)
 
 
-def reset_override(client: Any, name: str, now: float | None = None) -> bool:
+def reset_override(client: Any, name: str | Keyed, now: float | None = None) -> bool:
     """Return limiter ``name`` to what the code says; whether a change was in force."""
     was = read_override(client, name, now) is not None
     _configure(client, name, None, now)
@@ -166,7 +166,7 @@ def _number(raw: Mapping[Any, Any], field: str) -> float | None:
     return number if MIN_SET <= number <= MAX_SET else None
 
 
-def read_override(client: Any, name: str, now: float | None = None) -> Override | None:
+def read_override(client: Any, name: str | Keyed, now: float | None = None) -> Override | None:
     """The change in force for ``name`` (as the scripts read it), or ``None``; its
     ``ttl`` is what is left of it at ``now`` (``None``: the server's time)."""
     raw = client.hgetall(wire(config_key(name)))
