@@ -20,7 +20,7 @@ from .._algorithms.sliding_window_counter import WindowCounter
 from .._algorithms.token_bucket import Allowance, Gcra
 from .._clock import Clock
 from .._headers.parse import RateLimitInfo
-from .._stores.records import Override, UnchangeableLimit
+from .._stores.records import WINDOWS, Override, UnchangeableLimit
 from .._stores.store import Backend
 from .adaptive import Adaptive, LastGrant, Paced
 from .adaptive import adaptive as learned
@@ -286,7 +286,14 @@ class SingleLimiter(Limiter[float]):
                 f"without adaptive= or low_share= (alone, a key's or a composite's member) changes at run time; "
                 f"nothing was changed"
             )
-        return super()._limit_changes(rate, burst, ttl)
+        changes = super()._limit_changes(rate, burst, ttl)
+        burst_given = changes[0][1].burst
+        if burst_given is not None and self._alg.kind in WINDOWS:
+            raise ValueError(
+                f"burst={burst_given!r}: {self!r} is a window, which has no burst apart from its limit "
+                f"(set its rate: the limit becomes rate x window)"
+            )
+        return changes
 
     def _never(self, tokens: float) -> None:
         if tokens > self._most:

@@ -31,17 +31,20 @@ class Operated(Protocol):
         burst: float | None = None,
         ttl: float | timedelta | None = None,
         clock: Clock | None = None,
-    ) -> None:
-        """Change ``name``'s limit in every process (``None``: the code's value);
-        ``UnchangeableLimit`` or ``ValueError`` store nothing."""
+        key: str | None = None,
+    ) -> int:
+        """Change ``name``'s limit in every process (``None``: the code's value), and
+        its keys' (``for_key``) but those with a change of their own; ``key``: that
+        key's alone. How many keys in use it reached. ``UnchangeableLimit`` or
+        ``ValueError`` store nothing."""
         ...
 
-    def reset_limit(self, name: str, *, clock: Clock | None = None) -> bool:
+    def reset_limit(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> bool:
         """Back to what the code says; whether a change was in force."""
         ...
 
-    def limit_override(self, name: str, *, clock: Clock | None = None) -> Override | None:
-        """The change in force for ``name``, or ``None``."""
+    def limit_override(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> Override | None:
+        """The change in force for ``name`` (``key``: that key's own), or ``None``."""
         ...
 
     def inspect(self, name: str, *, key: str | None = None) -> Inspection:

@@ -363,7 +363,7 @@ class MemoryBackend:
         clock: Clock | None = None,
         key: str | None = None,
         member: int | None = None,
-    ) -> None:
+    ) -> int:
         """Change limiter ``name``'s limit at run time, from its next decision on.
 
         As :meth:`RedisBackend.set_limit`: ``rate`` in tokens per second (a window's
@@ -377,9 +377,10 @@ class MemoryBackend:
         ``clock``: the limiters' test clock, if they keep time on one. A budget
         with priorities (``low_share``) or an ``adaptive=`` limiter raises
         ``UnchangeableLimit``; bad values raise ``ValueError``; either changes nothing.
+        Returns how many keys of the name are in use here.
         """
         change = checked_override(rate, burst, ttl)
-        self._change(_changed(name, key), member, (change.rate, change.burst), change.ttl, clock)
+        return self._change(_changed(name, key), member, (change.rate, change.burst), change.ttl, clock)
 
     def reset_limit(
         self, name: str, *, clock: Clock | None = None, key: str | None = None, member: int | None = None
@@ -444,7 +445,7 @@ class MemoryBackend:
         change: Change | None,
         ttl: float | None,
         clock: Clock | None,
-    ) -> None:
+    ) -> int:
         member = _member(member)
         domain = _domain(clock)
         until = math.inf if ttl is None else (clock or SystemClock()).now() + ttl
@@ -467,6 +468,9 @@ class MemoryBackend:
         for slot in targets:
             with slot.lock:
                 self._move(slot, slot.now())
+        return sum(
+            1 for slot in targets if slot.key is not None and isinstance(slot.key[0], Keyed) and slot.key[0] != name
+        )
 
     def _record_for(self, slot: Slot, now: float) -> Recorded | None:
         """The change in force for ``slot`` at ``now``: its own (a private slot's), its
@@ -692,6 +696,8 @@ class MemoryHandle:
             handle = me()
             assert handle is not None  # (it is deciding)
             end(slot, now)
+            if tokens > handle._alg.most + EPSILON and handle._alg.most < math.inf:
+                return slot.state, -math.inf  # only the change held it: refused for ever now
             return handle._step(slot.state, now, tokens, max_wait)
 
         capped = Capped(in_force(self._code, slot.change), slot.until, ended)

@@ -564,7 +564,7 @@ class RedisBackend(RedisCalls):
         ttl: float | timedelta | None = None,
         clock: Clock | None = None,
         key: str | None = None,
-    ) -> None:
+    ) -> int:
         """Change limiter ``name``'s limit at run time, in every process.
 
         Every process follows it from its next decision: the limiter's script reads
@@ -574,6 +574,13 @@ class RedisBackend(RedisCalls):
         none); ``None`` keeps what the code says. ``ttl``: seconds (or a
         ``timedelta``) after which the change ends by itself. A new change replaces
         the last one whole. Bad values raise ``ValueError`` and change nothing.
+
+        A change by name is written into the budget of each of its keys in use
+        (``for_key``: each key decides in a slot of its own), but for a key with a
+        change of its own (``key=``), which prevails: one SCAN and a call per key,
+        and no cost to any decision. A key first used after the change starts at
+        the code's limit (set the change again to reach it). Returns how many keys
+        it reached. ``key``: that key's budget alone.
 
         Only single limiters follow it. A name whose keys say it is a ``Composite``'s,
         an ``adaptive=`` limiter, a limiter with ``low_share`` or a
@@ -594,10 +601,11 @@ class RedisBackend(RedisCalls):
         change = checked_override(rate, burst, ttl)
         (target,) = _targets(self, [name], key)
         now = _test_time(clock)
-        self._admin(lambda client: write_override(client, target, change, now))
+        reached = int(self._admin(lambda client: write_override(client, target, change, now)))
         risk = self._admin(lambda client: eviction_risk(client, change))
         if risk is not None:
             logger.warning("limiter %s: %s", target if isinstance(target, Keyed) else repr(target), risk)
+        return reached
 
     def reset_limit(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> bool:
         """Return limiter ``name`` (``key``: that key's budget) to what its code says,

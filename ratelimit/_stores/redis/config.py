@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..keys import Keyed, code_key, config_key, key_for, text_of, wire
+from ..keys import KEY_SEPARATOR, Keyed, code_key, config_key, key_for, parts_of, tag, text_of, wire
 from ..records import MAX_SET, MIN_SET, PARAMETERS, WINDOWS, Inspection, Override, Slots, UnchangeableLimit
 from .batch import Call, pipelined
 from .key_survey import CONCURRENCY, Roots, breaker_mode, forms, members, number, probe, survey
@@ -140,19 +140,68 @@ def eviction_risk(client: Any, change: Override) -> str | None:
     return None
 
 
-def write_override(client: Any, name: str | Keyed, change: Override, now: float | None = None) -> None:
+def write_override(client: Any, name: str | Keyed, change: Override, now: float | None = None) -> int:
     """Store ``change`` for limiter ``name``: it replaces any earlier change whole.
     ``now``: a test clock's time, for limiters on test clocks; ``None``: the server's.
     :class:`UnchangeableLimit` if the name's keys say it is a limiter that would
-    never read it (a composite's members, adaptive, priorities, a ConcurrencyLimit)."""
+    never read it (a composite's members, adaptive, priorities, a ConcurrencyLimit).
+    A name's change is written into each of its keys' budgets too (see
+    :func:`_to_keys`); returns how many."""
     _configure(client, name, change, now)
+    return 0 if isinstance(name, Keyed) else _to_keys(client, name, change, now)
 
 
 def reset_override(client: Any, name: str | Keyed, now: float | None = None) -> bool:
     """Return limiter ``name`` to what the code says; whether a change was in force."""
     was = read_override(client, name, now) is not None
     _configure(client, name, None, now)
+    if not isinstance(name, Keyed):
+        _to_keys(client, name, None, now)
     return was
+
+
+#: The field of a key's change that says it is its name's (not the key's own).
+_BY_NAME = "by"
+
+
+def _glob(text: str) -> str:
+    """``text`` matched literally by a SCAN pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def _keys_of(client: Any, name: str) -> list[Keyed]:
+    """The keys of ``name`` (``for_key``) with a budget in the store: each one's
+    record of what the code says, written by its first decision in each process
+    and kept a minute past its state. One SCAN (of every master on a Cluster)."""
+    pattern = f"ratelimit:{{{_glob(tag(name))}{KEY_SEPARATOR}*}}:code"
+    found = set()
+    for raw in client.scan_iter(match=pattern, count=1000):
+        parts = parts_of(text_of(raw))
+        if parts is not None and parts[0] == name and parts[1] is not None:
+            found.add(Keyed(name, parts[1]))
+    return sorted(found, key=lambda keyed: keyed.key)
+
+
+def _to_keys(client: Any, name: str, change: Override | None, now: float | None) -> int:
+    """Write a change by ``name`` (``None``: its reset) into each of its keys' budgets
+    in the store (each key decides in a slot of its own, where its own script reads
+    it: from its next decision, in every process), but for a key with a change of its
+    own (``set_limit(name, key=...)``), which prevails. A key's budget first used after
+    the change is not reached: it starts at the code's limit. Returns how many keys
+    were written."""
+    reached = 0
+    for keyed in _keys_of(client, name):
+        fields = {text_of(field) for field in client.hgetall(wire(config_key(keyed)))}
+        if fields & {"rate", "burst"} and _BY_NAME not in fields:
+            continue  # the key's own change
+        try:
+            _configure(client, keyed, change, now)
+        except UnchangeableLimit:
+            continue  # (a key's budget of another form: it keeps the code's values)
+        if change is not None:
+            client.hset(wire(config_key(keyed)), _BY_NAME, "name")
+        reached += 1
+    return reached
 
 
 def _number(raw: Mapping[Any, Any], field: str) -> float | None:

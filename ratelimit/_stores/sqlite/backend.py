@@ -523,7 +523,8 @@ class SQLiteBackend(FailurePolicy):
         burst: float | None = None,
         ttl: float | timedelta | None = None,
         clock: Clock | None = None,
-    ) -> None:
+        key: str | None = None,
+    ) -> int:
         """Change limiter ``name``'s limit at run time, in every process using the file.
 
         As :meth:`RedisBackend.set_limit`: ``rate`` in tokens per second, ``burst`` a
@@ -535,22 +536,24 @@ class SQLiteBackend(FailurePolicy):
         limiter, a budget with priorities or a ConcurrencyLimit raises
         ``UnchangeableLimit`` and nothing is stored. ``clock``: the limiters' test
         clock, if they keep time on one.
+
+        A change by name reaches every key of it (``for_key``) that has no change of
+        its own, those used later too; ``key``: that key's budget alone, ahead of its
+        name's change. Returns how many of its keys are in use in the file.
         """
         change = checked_override(rate, burst, ttl)
-        _validate.name(name, self, shared=True)
-        named = tag(name)
+        named = self._changed(name, key)
 
-        def configure(conn: Any, now: float) -> None:
+        def configure(conn: Any, now: float) -> int:
             refuse_unchangeable(conn, named, change.burst)
-            write_change(conn, named, change, now)
+            return write_change(conn, named, change, now)
 
-        self._admin(clock, configure)
+        return int(self._admin(clock, configure))
 
-    def reset_limit(self, name: str, *, clock: Clock | None = None) -> bool:
-        """Return limiter ``name`` to what its code says, in every process from its
-        next decision; ``True`` if a change was in force."""
-        _validate.name(name, self, shared=True)
-        named = tag(name)
+    def reset_limit(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> bool:
+        """Return limiter ``name`` (``key``: that key's budget) to what its code says,
+        in every process from its next decision; ``True`` if a change was in force."""
+        named = self._changed(name, key)
 
         def reset(conn: Any, now: float) -> bool:
             was = read_change(conn, named, now) is not None
@@ -559,12 +562,17 @@ class SQLiteBackend(FailurePolicy):
 
         return self._admin(clock, reset)
 
-    def limit_override(self, name: str, *, clock: Clock | None = None) -> Override | None:
-        """The change in force for limiter ``name`` (``set_limit``), or ``None``; its
-        ``ttl`` is what is left of it."""
-        _validate.name(name, self, shared=True)
-        named = tag(name)
+    def limit_override(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> Override | None:
+        """The change in force for limiter ``name`` (``key``: that key's own), or
+        ``None``; its ``ttl`` is what is left of it."""
+        named = self._changed(name, key)
         return self._admin(clock, lambda conn, now: read_change(conn, named, now), writes=False)
+
+    def _changed(self, name: str, key: str | None) -> str:
+        """The row name a change to ``name`` (``key``: to that key's budget) is kept under."""
+        checked = _validate.name(name, self, shared=True)
+        assert checked is not None
+        return tag(checked if key is None else Keyed(checked, _validate.key(key)))
 
     def now(self) -> float:
         """Store time now, as every process of the box reads it (see ``sqlite/clock.py``)."""
