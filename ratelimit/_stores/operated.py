@@ -23,6 +23,11 @@ __all__ = ["Operated"]
 class Operated(Protocol):
     """A shared store as its operator sees it."""
 
+    #: Whether a key of a name (``for_key``) first used after a change by name
+    #: follows it (the store reads the name's change for it), or starts at the
+    #: code's values (the change was written into the keys in use only).
+    later_keys_follow: bool
+
     def set_limit(
         self,
         name: str,

@@ -239,6 +239,8 @@ class MemoryBackend:
     """
 
     shared = False
+    #: A key's decision reads its name's change when it has none of its own.
+    later_keys_follow = True
 
     def __init__(self) -> None:
         self._slots: dict[_Key, Slot] = {}

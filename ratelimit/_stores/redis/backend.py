@@ -156,6 +156,9 @@ class RedisBackend(RedisCalls):
     """
 
     shared = True
+    #: A change by name is written into the keys in use only (each key decides in a slot
+    #: of its own): a key first used later starts at the code's values.
+    later_keys_follow = False
 
     def __init__(
         self,

@@ -175,7 +175,7 @@ def _keys_of(client: Any, name: str) -> list[Keyed]:
     and kept a minute past its state. One SCAN (of every master on a Cluster)."""
     pattern = f"ratelimit:{{{_glob(tag(name))}{KEY_SEPARATOR}*}}:code"
     found = set()
-    for raw in client.scan_iter(match=pattern, count=1000):
+    for raw in client.scan_iter(match=wire(pattern), count=1000):
         parts = parts_of(text_of(raw))
         if parts is not None and parts[0] == name and parts[1] is not None:
             found.add(Keyed(name, parts[1]))

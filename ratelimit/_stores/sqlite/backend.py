@@ -143,6 +143,8 @@ class SQLiteBackend(FailurePolicy):
     """
 
     shared = True
+    #: A key's decision reads its name's change when it has none of its own.
+    later_keys_follow = True
 
     def __init__(
         self,
