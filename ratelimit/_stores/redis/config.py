@@ -186,21 +186,37 @@ def _to_keys(client: Any, name: str, change: Override | None, now: float | None)
     """Write a change by ``name`` (``None``: its reset) into each of its keys' budgets
     in the store (each key decides in a slot of its own, where its own script reads
     it: from its next decision, in every process), but for a key with a change of its
-    own (``set_limit(name, key=...)``), which prevails. A key's budget first used after
-    the change is not reached: it starts at the code's limit. Returns how many keys
-    were written."""
+    own (``set_limit(name, key=...)``), which prevails, and a key's budget of another
+    form (it keeps the code's values). Each key's script moves its state (the
+    ``configure`` op, with what its code says). A key's budget first used after the
+    change is not reached: it starts at the code's limit. One SCAN, a pipeline of
+    reads (per node on a Cluster), a call per key. Returns how many keys were
+    written."""
+    keys = _keys_of(client, name)
+    reads = pipelined(client, [("hgetall", (each(keyed),)) for keyed in keys for each in (config_key, code_key)])
+    rate = "" if change is None or change.rate is None else repr(change.rate)
+    burst = "" if change is None or change.burst is None else repr(change.burst)
+    ttl = "" if change is None or change.ttl is None else repr(change.ttl)
+    marks: list[Call] = []
     reached = 0
-    for keyed in _keys_of(client, name):
-        fields = {text_of(field) for field in client.hgetall(wire(config_key(keyed)))}
-        if fields & {"rate", "burst"} and _BY_NAME not in fields:
-            continue  # the key's own change
-        try:
-            _configure(client, keyed, change, now)
-        except UnchangeableLimit:
-            continue  # (a key's budget of another form: it keeps the code's values)
+    for keyed, held, raw in zip(keys, reads[::2], reads[1::2], strict=True):
+        fields = {text_of(field) for field in held}
+        code = _code_of(raw)
+        kind = _single(code)
+        if (fields & {"rate", "burst"} and _BY_NAME not in fields) or kind is None:
+            continue  # the key's own change; a budget of another form, or a garbled record
+        if change is not None and change.burst is not None and kind in WINDOWS:
+            continue  # (a window has no burst: the name's own limiter was checked)
+        args = ["configure", "" if now is None else repr(now), rate, burst, code["p1"], code["p2"]]
+        args += [code.get("slack", "0"), "0", ttl]
+        state = key_for(keyed, kind, injected=now is not None)
+        # Through the function library as the decisions are (what it caches of a state
+        # is forgotten by the same library's call), one call a key.
+        single_script(kind)(client, [wire(state), wire(config_key(keyed))], args)
         if change is not None:
-            client.hset(wire(config_key(keyed)), _BY_NAME, "name")
+            marks.append(("hset", (config_key(keyed), _BY_NAME, "name")))
         reached += 1
+    pipelined(client, marks)
     return reached
 
 
