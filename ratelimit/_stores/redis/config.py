@@ -16,8 +16,15 @@ for the next decision to move (the ``stage`` op).
 
 Only single limiters (no ``low_share``, no ``adaptive``) follow a change; a change to
 a name whose keys say it is anything else is refused (:class:`UnchangeableLimit`) and
-nothing is stored. Nothing here scans: what a name is comes from one pipeline of
-EXISTS (``redis/key_survey.py``).
+nothing is stored. What a name is comes from one pipeline of EXISTS
+(``redis/key_survey.py``), with no scan.
+
+A name's keys (``for_key``) each decide in a hash slot of their own, whose script
+cannot read the name's hash. So a change by name is also written into the hash of
+each key in use (``ratelimit:{<name>%/<key>}:config``, found by one SCAN for their
+``:code`` records), with a field ``by`` saying it is the name's: a later change by
+name replaces it, and a key's own change (``set_limit(name, key=...)``, no ``by``)
+is left as it is. A key first used after the change starts at the code's values.
 """
 
 from __future__ import annotations

@@ -31,6 +31,12 @@ read as Lua's ``valid`` reads the Redis hash (a number from ``MIN_SET`` to
 kept that are not all valid are decided as without them: a decision never raises,
 nor writes a NaN, for a row written by hand.
 
+A key's budget (``for_key``: its rows are named by its tag, the name, ``%/`` and the
+key) reads its own config row, and its name's when it has no change of its own: a
+change by name reaches every key, those used later too. It moves to the name's latest
+change as of that change's time (the name's row keeps its replaced changes for the
+name's own state, which its keys do not follow one by one).
+
 Only single limiters read a change. A name whose rows say it is a composite's
 members, an adaptive limiter, a budget with priorities or a ConcurrencyLimit is
 refused (:class:`~.config.UnchangeableLimit`), as on Redis.
