@@ -532,10 +532,11 @@ class Limiter(Keyable, ABC, Generic[T]):
         left as it is).
 
         The change is the store's, the same as ``backend.set_limit(name, ...)``: on
-        a shared store every process follows it, and on any store a limiter's
-        change reaches every view of its keys (``for_key``); a view's changes its
-        key's budget alone. Raises ``ValueError`` naming the argument and the value,
-        or ``UnchangeableLimit`` (a ``ValueError``) for a limit that keeps the code's
+        a shared store every process follows it, and a limiter's change reaches the
+        views of its keys (``for_key``; on Redis, the keys in use when it is made);
+        a view's changes its key's budget alone. A composite's members change in
+        process only. Raises ``ValueError`` naming the argument and the value, or
+        ``UnchangeableLimit`` (a ``ValueError``) for a limit that keeps the code's
         values; either changes nothing. See docs/run-time-limits.md.
         """
         for member, change in self._limit_changes(rate, burst, ttl):
