@@ -207,9 +207,10 @@ class Slot:
         #: A change at run time in force here (``memory/changes.py``), and when it ends.
         self.change: Change | None = None
         self.until = math.inf
-        #: The handles bound to this slot that a change reaches, and the slot's key in
-        #: its backend (``None``: a private slot, or a slot of another store).
-        self.handles: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: The handles bound to this slot that a change reaches (held weakly: a slot
+        #: outlives its limiters; most have one), and the slot's key in its backend
+        #: (``None``: a private slot, or a slot of another store).
+        self.handles: tuple[weakref.ref[Any], ...] = ()
         self.key: _Key | None = None
         #: A private slot's change (a named slot's is kept by its backend, by name).
         self.own: Recorded | None = None
@@ -495,7 +496,10 @@ class MemoryBackend:
         if slot.alg.kind in PARAMETERS:
             slot.state = rescaled(cast(Algorithm[Any], slot.alg), slot.state, slot.change, change, now)
         slot.change, slot.until = change, until
-        for handle in list(slot.handles):
+        live = [handle for handle in (ref() for ref in slot.handles) if handle is not None]
+        if len(live) < len(slot.handles):
+            slot.handles = tuple(weakref.ref(handle) for handle in live)
+        for handle in live:
             handle.follow(slot, self._end)
 
     def _end(self, slot: Slot, now: float) -> None:
@@ -515,7 +519,7 @@ class MemoryBackend:
         """Have changes reach ``handle``, bound to ``slots``: from now on, and the one in force."""
         for slot in slots:
             with slot.lock:
-                slot.handles.add(handle)
+                slot.handles = (*(ref for ref in slot.handles if ref() is not None), weakref.ref(handle))
                 if slot.change is not None:
                     handle.follow(slot, self._end)
 
