@@ -14,7 +14,7 @@ import logging
 import math
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
@@ -519,7 +519,12 @@ class Limiter(Keyable, ABC, Generic[T]):
 
     # -- changing the limit at run time (run_time.py) ------------------------------
 
-    def set_limit(self, rate: Any = None, burst: Any = None, ttl: float | timedelta | None = None) -> None:
+    def set_limit(
+        self,
+        rate: float | Sequence[float | None] | None = None,
+        burst: float | Sequence[float | None] | None = None,
+        ttl: float | timedelta | Sequence[float | timedelta | None] | None = None,
+    ) -> None:
         """Change this limit at run time, from its next decision on.
 
         ``rate`` in tokens per second (a token bucket's refill, a leaky bucket's
