@@ -554,7 +554,12 @@ def set_command(args: argparse.Namespace) -> int:
     keyed = {} if args.key is None else {"key": args.key}
     reached = None
     try:
-        if not args.reset and not args.force and not _reading(lambda: backend.holds(args.name)):
+        if (
+            not args.reset
+            and not args.force
+            and not _reading(lambda: backend.holds(args.name))
+            and not _reading(lambda: backend.keys_in_use(args.name))
+        ):
             print(f"ratelimit set: error: {_unused(backend, args.name)}", file=sys.stderr)
             return 1
         if args.reset:

@@ -60,6 +60,10 @@ class Operated(Protocol):
         """:meth:`inspect` of each of ``names``, in their order, read together."""
         ...
 
+    def keys_in_use(self, name: str) -> int:
+        """How many keys of ``name`` (``for_key``) have a budget in the store."""
+        ...
+
     def holds(self, name: str) -> bool:
         """Whether the store holds anything of ``name`` itself (not of its keys)."""
         ...

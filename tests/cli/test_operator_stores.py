@@ -195,6 +195,19 @@ def test_set_says_which_keys_it_reached_and_changes_one_key(shared: Shared, caps
     assert f"{name} key a: back to the code's values" in capsys.readouterr().out
 
 
+def test_set_takes_a_name_that_only_its_keys_use(shared: Shared, capsys: pytest.CaptureFixture[str]) -> None:
+    """A limiter that decides on its keys alone (an incoming middleware's) is no typo:
+    its change needs no --force, and reaches each key."""
+    name = unique_name("ops-keys-only")
+    limiter = TokenBucket(10, 2, backend=shared.backend, name=name)
+    assert limiter.for_key("a").try_acquire()
+    assert not shared.operated.holds(name)
+    assert shared.operated.keys_in_use(name) == 1
+    assert main(["set", name, "--burst", "5", "--store", shared.url]) == 0
+    assert "1 key in use" in capsys.readouterr().out
+    assert shared.operated.inspect(name, key="a").effective == {"capacity": 5.0, "refill_per_sec": 2.0}
+
+
 def test_set_refuses_a_composite_s_members(shared: Shared, capsys: pytest.CaptureFixture[str]) -> None:
     name = unique_name("ops-pair")
     Composite([TokenBucket(5, 1), TokenBucket(50, 10)], backend=shared.backend, name=name).acquire()

@@ -59,7 +59,15 @@ from .clients import (
     url_clients,
     url_from_env,
 )
-from .config import eviction_risk, inspect_all, inspect_many, read_override, reset_override, write_override
+from .config import (
+    eviction_risk,
+    inspect_all,
+    inspect_many,
+    keys_of,
+    read_override,
+    reset_override,
+    write_override,
+)
 from .errors import STORE_ERRORS, is_unavailable, misconfigured
 from .fleet import fleet
 from .handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
@@ -649,6 +657,12 @@ class RedisBackend(RedisCalls):
         checked = _validate.name(name, self, shared=True, found=True) or ""
         roots: dict[str, frozenset[str]] = self._admin(lambda client: probe(client, [checked])[0])
         return bool(roots[checked])
+
+    def keys_in_use(self, name: str) -> int:
+        """How many keys of limiter ``name`` (``for_key``) have a budget in Redis:
+        one SCAN (of every master on a Cluster)."""
+        checked = _validate.name(name, self, shared=True, found=True) or ""
+        return int(self._admin(lambda client: len(keys_of(client, checked))))
 
     def inspect_all(self) -> list[Inspection]:
         """:meth:`inspect` of every name with something to show (a limiter that decided

@@ -44,6 +44,7 @@ __all__ = [
     "inspect",
     "inspect_all",
     "inspect_many",
+    "keys_of",
     "read_override",
     "reset_override",
     "write_override",
@@ -176,7 +177,7 @@ def _glob(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
-def _keys_of(client: Any, name: str) -> list[Keyed]:
+def keys_of(client: Any, name: str) -> list[Keyed]:
     """The keys of ``name`` (``for_key``) with a budget in the store: each one's
     record of what the code says, written by its first decision in each process
     and kept a minute past its state. One SCAN (of every master on a Cluster)."""
@@ -199,7 +200,7 @@ def _to_keys(client: Any, name: str, change: Override | None, now: float | None)
     change is not reached: it starts at the code's limit. One SCAN, a pipeline of
     reads (per node on a Cluster), a call per key. Returns how many keys were
     written."""
-    keys = _keys_of(client, name)
+    keys = keys_of(client, name)
     reads = pipelined(client, [("hgetall", (each(keyed),)) for keyed in keys for each in (config_key, code_key)])
     rate = "" if change is None or change.rate is None else repr(change.rate)
     burst = "" if change is None or change.burst is None else repr(change.burst)

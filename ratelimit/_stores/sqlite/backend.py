@@ -50,7 +50,7 @@ from ..unavailable import BackendStats, FailurePolicy, OnUnavailable, checked_on
 from .breaker import Kept, SQLiteStore
 from .code import FORGET as FORGET_CODE
 from .code import record_of
-from .config import NAMES, Changeable, refuse_unchangeable
+from .config import NAMES, Changeable, keys_in_use, refuse_unchangeable
 from .config import read as read_change
 from .config import write as write_change
 from .fast_path import FastPath
@@ -476,6 +476,11 @@ class SQLiteBackend(FailurePolicy):
         rows are its key's, not the name's."""
         checked = _validate.name(name, self, shared=True, found=True) or ""
         return self._read(lambda conn, now: holds(conn, checked))
+
+    def keys_in_use(self, name: str) -> int:
+        """How many keys of limiter ``name`` (``for_key``) have a budget in the file."""
+        checked = _validate.name(name, self, shared=True, found=True) or ""
+        return int(self._read(lambda conn, now: keys_in_use(conn, tag(checked))))
 
     def inspect_all(self) -> list[Inspection]:
         """:meth:`inspect` of every name the file holds something of, sorted (a

@@ -61,6 +61,7 @@ __all__ = [
     "Change",
     "Changeable",
     "change_in_force",
+    "keys_in_use",
     "read",
     "refuse_unchangeable",
     "under",
@@ -361,6 +362,11 @@ def write(conn: sqlite3.Connection, name: str, change: Override | None, now: flo
         (name, rate, burst, until, now, None if past is None else json.dumps(past), seen),
     )
     # The keys in use, each following the name's change (but those with their own).
+    return keys_in_use(conn, name)
+
+
+def keys_in_use(conn: sqlite3.Connection, name: str) -> int:
+    """How many keys of the name tagged ``name`` have a state row."""
     keys = conn.execute(
         "SELECT count(DISTINCT name) FROM ratelimit_state WHERE member = -1 AND name >= ? AND name < ?",
         _keys_of(name),
