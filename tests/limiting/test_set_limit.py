@@ -157,8 +157,11 @@ def test_a_window_limit_at_a_new_rate_never_passes_it(make: Make, clock: ManualC
 
 
 def test_what_keeps_the_codes_values_is_refused_in_one_line(make: Make) -> None:
+    prioritised = make(TokenBucket, 10, 1, low_share=0.3)
     with pytest.raises(UnchangeableLimit, match="low_share"):
-        make(TokenBucket, 10, 1, low_share=0.3).set_limit(rate=1)
+        prioritised.set_limit(rate=1)
+    with pytest.raises(UnchangeableLimit, match="low priority"):
+        prioritised.low.set_limit(rate=1)
     with pytest.raises(UnchangeableLimit, match="ConcurrencyLimit"):
         make(ConcurrencyLimit, 3).set_limit(rate=1)
 
