@@ -63,7 +63,7 @@ from ._cli.bench import (
     sweep_configs,
 )
 from ._cli.bench_report import bench_json, bench_text, best, sweep_text
-from ._cli.inspect_report import inspect_json, inspect_text, override_text
+from ._cli.inspect_report import inspect_json, inspect_text, keys_text, override_text
 from ._cli.plot import PLOT_MISSING, can_plot, plot
 from ._cli.printable import printable
 from ._cli.size_report import size_json, size_text
@@ -550,18 +550,25 @@ def set_command(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise _UsageError(str(exc)) from None
     backend = _reading(lambda: _open(args))
-    name = printable(args.name)
+    name = printable(args.name) + ("" if args.key is None else f" key {printable(args.key)}")
+    keyed = {} if args.key is None else {"key": args.key}
+    reached = None
     try:
-        if not args.reset and not args.force and not _reading(lambda: backend.holds(args.name)):
+        if (
+            not args.reset
+            and not args.force
+            and not _reading(lambda: backend.holds(args.name))
+            and not _reading(lambda: backend.keys_in_use(args.name))
+        ):
             print(f"ratelimit set: error: {_unused(backend, args.name)}", file=sys.stderr)
             return 1
         if args.reset:
-            was = _reading(lambda: backend.reset_limit(args.name))
+            was = _reading(lambda: backend.reset_limit(args.name, **keyed))
             said = "back to the code's values" + ("" if was else " (no change was in force)")
         else:
-            _reading(lambda: backend.set_limit(args.name, rate=rate, burst=args.burst, ttl=args.ttl))
-            said = override_text(_reading(lambda: backend.limit_override(args.name)))
-        seen = _reading(lambda: backend.inspect(args.name))
+            reached = _reading(lambda: backend.set_limit(args.name, rate=rate, burst=args.burst, ttl=args.ttl, **keyed))
+            said = override_text(_reading(lambda: backend.limit_override(args.name, **keyed)))
+        seen = _reading(lambda: backend.inspect(args.name, key=args.key))
     except UnchangeableLimit as exc:
         print(f"ratelimit set: error: {printable(str(exc))}", file=sys.stderr)
         return 1
@@ -570,6 +577,8 @@ def set_command(args: argparse.Namespace) -> int:
     finally:
         backend.close()
     print(f"{name}: {said}")
+    if reached is not None and args.key is None:
+        print(keys_text(reached, backend.later_keys_follow))
     print(inspect_text([seen]))
     return 0
 
@@ -839,7 +848,8 @@ def _parser(secrets: Sequence[str] = ()) -> _Parser:
         "owed keep their count. --for ends the change by itself; --reset returns to the code's values. "
         "A name whose keys say it would never read the change (a composite's members, an adaptive limiter, a "
         "budget with low_share, a ConcurrencyLimit) is refused: exit 1, nothing stored. So is a NAME the store "
-        "holds nothing of (no state, no change, no breaker: often a typo), unless --force.",
+        "holds nothing of (no state, no change, no breaker: often a typo), unless --force. A change by NAME "
+        "reaches its keys (for_key) too; --key changes one key's budget alone.",
     )
     setting.add_argument("name", metavar="NAME", help="the limiter's name")
     setting.add_argument(
@@ -851,6 +861,12 @@ def _parser(secrets: Sequence[str] = ()) -> _Parser:
     setting.add_argument("--burst", type=_positive_float, help="the new burst (a bucket's capacity)")
     setting.add_argument("--for", dest="ttl", type=_span, metavar="DURATION", help="end the change after this long")
     setting.add_argument("--reset", action="store_true", help="return to the code's values")
+    setting.add_argument(
+        "--key",
+        metavar="KEY",
+        help="change the budget of one key of NAME (limiter.for_key(KEY)) alone; without it, a change by name "
+        "reaches every key of the name but those with a change of their own",
+    )
     setting.add_argument(
         "--force",
         action="store_true",

@@ -11,7 +11,7 @@ from .._stores.records import Inspection, Override
 from .jsonable import finite
 from .printable import printable
 
-__all__ = ["inspect_json", "inspect_text", "override_text"]
+__all__ = ["inspect_json", "inspect_text", "keys_text", "override_text"]
 
 #: The unit of each parameter (``records.PARAMETERS``) after its number: a rate in
 #: tokens a second, a window in seconds, a capacity or a window's limit in tokens.
@@ -57,6 +57,19 @@ def override_text(change: Override | None) -> str:
         parts.append(f"burst {_quantity(change.burst, ' tokens')}")
     ends = "until reset" if change.ttl is None else f"ends in {_seconds(change.ttl)}"
     return ", ".join(parts) + f"; {ends}"
+
+
+def keys_text(reached: int, later: bool) -> str:
+    """What a change by name did to the name's keys (``for_key``), in one line:
+    ``reached`` keys in use, and whether keys first used later follow it (``later``:
+    the store reads the name's change for them)."""
+    count = f"{reached} key{'' if reached == 1 else 's'} in use"
+    if later:
+        return f"keys (for_key): {count} and any used later follow it, but those with a change of their own"
+    return (
+        f"keys (for_key): written into the budget of {count}, but those with a change of their own; "
+        f"a key first used later starts at the code's values (set again to reach it)"
+    )
 
 
 #: What each form of ``Inspection.forms`` holds, for its other state.

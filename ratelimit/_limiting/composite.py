@@ -16,6 +16,7 @@ from .. import _validate
 from .._clock import Clock, checked_clock
 from .._errors import AcquireTimeout, RateLimitError
 from .._headers.parse import RateLimitInfo
+from .._stores.records import Override
 from .._stores.store import Backend, Level
 from .concurrency import ConcurrencyLimit, Entries, Lease, entrant, rebound, release_all, release_all_async
 from .feedback import restriction
@@ -23,6 +24,7 @@ from .front import Decorator, Limiter
 from .limiters import SingleLimiter
 from .quota import calendar_clock
 from .reservation import Reservation
+from .run_time import per_member
 
 __all__ = ["Composite", "CompositeHold"]
 
@@ -165,6 +167,13 @@ class Composite(Limiter[Sequence[float]]):
     def __len__(self) -> int:
         """How many rate limits it holds: the numbers a list of ``tokens`` gives."""
         return len(self._algs)
+
+    def _limit_changes(self, rate: object, burst: object, ttl: object) -> list[tuple[int | None, Override]]:
+        # One value per rate limit (as tokens: ConcurrencyLimit members take none).
+        return [(i, change) for i, change in per_member(len(self._algs), rate, burst, ttl)]
+
+    def _limit_members(self) -> tuple[int | None, ...]:
+        return tuple(range(len(self._algs)))
 
     def _idle(self) -> bool:
         return super()._idle() and all(slots._idle() for slots in self._slots)

@@ -31,6 +31,7 @@ from .._algorithms.semaphore import HELD, QUEUED
 from .._clock import Clock, SystemClock
 from .._errors import AcquireTimeout
 from .._stores.keys import Keyed
+from .._stores.records import UnchangeableLimit
 from .._stores.slots import LOST, SlotStore, lease_id
 from .._stores.store import Backend
 from .._stores.waiting import Waiting
@@ -503,6 +504,18 @@ class ConcurrencyLimit(Keyable):
     @property
     def max_in_flight(self) -> int:
         return self._most
+
+    def set_limit(self, rate: object = None, burst: object = None, ttl: object = None) -> NoReturn:
+        """Refused: a ConcurrencyLimit holds slots, not a rate; its ``max_in_flight``
+        is the code's. Raises ``UnchangeableLimit`` (a ``ValueError``)."""
+        raise UnchangeableLimit(
+            f"{self!r} is a ConcurrencyLimit (slots held, not a rate): rate and burst do not apply, and "
+            f"max_in_flight is not changed at run time; nothing was changed"
+        )
+
+    def reset_limit(self) -> bool:
+        """Nothing to reset (see :meth:`set_limit`): ``False``."""
+        return False
 
     @property
     def lease_seconds(self) -> float:

@@ -14,7 +14,7 @@ import logging
 import math
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast, overload, runtime_checkable
@@ -26,6 +26,7 @@ from .._events import EVERYONE, Denied, Emitter, Event, Granted, Paused, Throttl
 from .._headers.parse import RateLimitInfo, parse_rate_limit_headers
 from .._stores.keys import Keyed
 from .._stores.memory import MemoryBackend
+from .._stores.records import Override, checked_override
 from .._stores.stats import LimiterStats, Stats, weight
 from .._stores.store import Backend, Handle, Level, Leveled, Pacing
 from .._stores.unfinished import finish
@@ -35,6 +36,7 @@ from .feedback import throttled
 from .keyed import Keyable
 from .named import Named, covers, equal
 from .reservation import Reservation
+from .run_time import apply
 
 __all__ = [
     "Acquirer",
@@ -597,6 +599,61 @@ class Limiter(Keyable, ABC, Generic[T]):
     async def reset_async(self) -> None:
         """:meth:`reset` for asyncio."""
         await self._handle.reset_async()
+
+    # -- changing the limit at run time (run_time.py) ------------------------------
+
+    def set_limit(
+        self,
+        rate: float | Sequence[float | None] | None = None,
+        burst: float | Sequence[float | None] | None = None,
+        ttl: float | timedelta | Sequence[float | timedelta | None] | None = None,
+    ) -> None:
+        """Change this limit at run time, from its next decision on.
+
+        ``rate`` in tokens per second (a token bucket's refill, a leaky bucket's
+        leak; a window's limit becomes ``rate`` times its length), ``burst`` a
+        bucket's capacity (a window has none), ``None`` keeping what the code says;
+        ``ttl`` (seconds or a ``timedelta``): the change ends by itself after it. A
+        new change replaces the last one whole; the state moves to the new limit
+        (the tokens owed keep their count), so lowering a limit grants no burst above
+        it. A ``Composite`` takes one value per member (``None``: that member is
+        left as it is).
+
+        The change is the store's, the same as ``backend.set_limit(name, ...)``: on
+        a shared store every process follows it, and a limiter's change reaches the
+        views of its keys (``for_key``; on Redis, the keys in use when it is made);
+        a view's changes its key's budget alone. A composite's members change in
+        process only. Raises ``ValueError`` naming the argument and the value, or
+        ``UnchangeableLimit`` (a ``ValueError``) for a limit that keeps the code's
+        values; either changes nothing. See docs/run-time-limits.md.
+        """
+        for member, change in self._limit_changes(rate, burst, ttl):
+            apply(self._backend, self._place, self._handle, self._clock, member, change, self._keys_backend())
+
+    def reset_limit(self) -> bool:
+        """Return this limit to what the code says, from its next decision on (see
+        :meth:`set_limit`); whether a change was in force."""
+        was = False
+        for member in self._limit_members():
+            was = (
+                apply(self._backend, self._place, self._handle, self._clock, member, None, self._keys_backend()) or was
+            )
+        return was
+
+    def _limit_changes(self, rate: object, burst: object, ttl: object) -> list[tuple[int | None, Override]]:
+        """The change asked for, per member (``None``: a limiter of one algorithm)."""
+        return [(None, checked_override(rate, burst, ttl))]
+
+    def _limit_members(self) -> tuple[int | None, ...]:
+        return (None,)
+
+    def _keys_backend(self) -> Backend | None:
+        """Where an unnamed limiter's views keep their budgets (a named limiter's
+        change reaches its keys by name)."""
+        if self._name is not None or self._key is not None:
+            return None
+        store: Backend = self._keys_store()
+        return store
 
     # -- listening to the provider -------------------------------------------------
 

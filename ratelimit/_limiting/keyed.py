@@ -201,21 +201,26 @@ class Keyable:
         view._key = key
         view._keys = None
         args, kwargs = self._made
-        if kwargs.get("backend") is None:
-            # The private store made for this limiter, where a key has one budget.
-            kwargs = {**kwargs, "backend": self.backend}
-        elif self._unnamed_in_process():
-            # No name to keep keys under in a store others may share: keys of its own.
-            views = self._views()
-            with _making:
-                if views.backend is None:
-                    views.backend = MemoryBackend()
-            kwargs = {**kwargs, "backend": views.backend}
+        if kwargs.get("backend") is None or self._unnamed_in_process():
+            kwargs = {**kwargs, "backend": self._keys_store()}
         view._made = (args, kwargs)
         cls.__init__(view, *args, **kwargs)
         view._adopt(self)
         view.backend.keep_views(self._views())
         return view
+
+    def _keys_store(self) -> Any:
+        """Where a view of this limiter keeps its budget: the backend given (the
+        private store made for the limiter if none was given); for an unnamed limiter
+        given a backend, one of its own (no name to keep keys under in a store others
+        may share), made now if need be."""
+        if self._made[1].get("backend") is None or not self._unnamed_in_process():
+            return self.backend
+        views = self._views()
+        with _making:
+            if views.backend is None:
+                views.backend = MemoryBackend()
+        return views.backend
 
     @property
     def backend(self) -> Any:

@@ -20,6 +20,7 @@ from .._algorithms.sliding_window_counter import WindowCounter
 from .._algorithms.token_bucket import Allowance, Gcra
 from .._clock import Clock
 from .._headers.parse import RateLimitInfo
+from .._stores.records import WINDOWS, Override, UnchangeableLimit
 from .._stores.store import Backend
 from .adaptive import Adaptive, LastGrant, Paced
 from .adaptive import adaptive as learned
@@ -152,10 +153,14 @@ class SingleLimiter(Limiter[float]):
             )
         super().__init__(backend=backend, name=name, clock=clock)
         self._most_name = self.most_name_for(clock)
-        # On a store whose limits change at run time (set_limit) only the store knows
-        # the limit in force: a request larger than the code's goes to it (see _never).
+        # On a shared store whose limits change at run time (set_limit) only the store
+        # knows the limit in force: a request larger than the code's goes to it (see
+        # _never). In process the handle tells it (see _tokens).
         self._changeable = (
-            self._adaptive is None and self._priorities is None and callable(getattr(self._backend, "set_limit", None))
+            self._adaptive is None
+            and self._priorities is None
+            and getattr(self._backend, "shared", False) is True
+            and callable(getattr(self._backend, "set_limit", None))
         )
         self._low: LowPriority | None = None
         if self._adaptive is not None:
@@ -265,8 +270,30 @@ class SingleLimiter(Limiter[float]):
             ) from None
 
     def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False, cost: bool = False) -> float:
-        most = math.inf if cost or self._changeable else self._most
-        return _validate.tokens(tokens, most, self._most_name, name, zero=zero)
+        # An in-process handle knows the limit in force, which a change may have raised.
+        raised = getattr(self._handle, "most", 0.0) > self._most
+        most = math.inf if cost or self._changeable or raised else self._most
+        n = _validate.tokens(tokens, most, self._most_name, name, zero=zero)
+        if raised and not cost and n > self._handle.most:  # type: ignore[attr-defined]
+            self._never(n)
+        return n
+
+    def _limit_changes(self, rate: object, burst: object, ttl: object) -> list[tuple[int | None, Override]]:
+        if self._adaptive is not None or self._priorities is not None:
+            what = "adaptive=" if self._adaptive is not None else "low_share="
+            raise UnchangeableLimit(
+                f"{self!r} keeps the code's values ({what}): only a TokenBucket, LeakyBucket or SlidingWindow "
+                f"without adaptive= or low_share= (alone, a key's or a composite's member) changes at run time; "
+                f"nothing was changed"
+            )
+        changes = super()._limit_changes(rate, burst, ttl)
+        burst_given = changes[0][1].burst
+        if burst_given is not None and self._alg.kind in WINDOWS:
+            raise ValueError(
+                f"burst={burst_given!r}: {self!r} is a window, which has no burst apart from its limit "
+                f"(set its rate: the limit becomes rate x window)"
+            )
+        return changes
 
     def _never(self, tokens: float) -> None:
         if tokens > self._most:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from .. import _validate
 from .._clock import Clock
 from .._headers.parse import RateLimitInfo
+from .._stores.records import Override, UnchangeableLimit
 from .._stores.store import Backend, Handle
 from .front import Limiter, difference
 
@@ -92,6 +93,12 @@ class LowPriority(Limiter[float]):
 
     def _tokens(self, tokens: object, name: str = "tokens", *, zero: bool = False, cost: bool = False) -> float:
         return _validate.tokens(tokens, math.inf if cost else self._most, self._most_name, name, zero=zero)
+
+    def _limit_changes(self, rate: object, burst: object, ttl: object) -> list[tuple[int | None, Override]]:
+        raise UnchangeableLimit(
+            f"{self!r} is the low priority of a budget with priorities (low_share), which keeps the code's "
+            f"values; nothing was changed"
+        )
 
     def _difference(self, estimate: float, actual: float) -> tuple[float | None, float | None]:
         return difference(estimate, actual)

@@ -23,6 +23,11 @@ __all__ = ["Operated"]
 class Operated(Protocol):
     """A shared store as its operator sees it."""
 
+    #: Whether a key of a name (``for_key``) first used after a change by name
+    #: follows it (the store reads the name's change for it), or starts at the
+    #: code's values (the change was written into the keys in use only).
+    later_keys_follow: bool
+
     def set_limit(
         self,
         name: str,
@@ -31,17 +36,20 @@ class Operated(Protocol):
         burst: float | None = None,
         ttl: float | timedelta | None = None,
         clock: Clock | None = None,
-    ) -> None:
-        """Change ``name``'s limit in every process (``None``: the code's value);
-        ``UnchangeableLimit`` or ``ValueError`` store nothing."""
+        key: str | None = None,
+    ) -> int:
+        """Change ``name``'s limit in every process (``None``: the code's value), and
+        its keys' (``for_key``) but those with a change of their own; ``key``: that
+        key's alone. How many keys in use it reached. ``UnchangeableLimit`` or
+        ``ValueError`` store nothing."""
         ...
 
-    def reset_limit(self, name: str, *, clock: Clock | None = None) -> bool:
+    def reset_limit(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> bool:
         """Back to what the code says; whether a change was in force."""
         ...
 
-    def limit_override(self, name: str, *, clock: Clock | None = None) -> Override | None:
-        """The change in force for ``name``, or ``None``."""
+    def limit_override(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> Override | None:
+        """The change in force for ``name`` (``key``: that key's own), or ``None``."""
         ...
 
     def inspect(self, name: str, *, key: str | None = None) -> Inspection:
@@ -50,6 +58,10 @@ class Operated(Protocol):
 
     def inspect_many(self, names: Sequence[str], *, key: str | None = None) -> list[Inspection]:
         """:meth:`inspect` of each of ``names``, in their order, read together."""
+        ...
+
+    def keys_in_use(self, name: str) -> int:
+        """How many keys of ``name`` (``for_key``) have a budget in the store."""
         ...
 
     def holds(self, name: str) -> bool:

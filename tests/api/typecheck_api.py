@@ -221,6 +221,16 @@ def composite(llm: Composite) -> None:
     _ = (waited, granted, text)
 
 
+def run_time_changes(bucket: TokenBucket, window: SlidingWindow, llm: Composite) -> None:
+    bucket.set_limit(rate=5, burst=10, ttl=timedelta(hours=1))
+    bucket.for_key("tenant").set_limit(burst=2)
+    window.set_limit(rate=0.5)
+    llm.set_limit(rate=[None, 100 / 60], ttl=3600)
+    was: bool = bucket.reset_limit()
+    assert was or llm.reset_limit()
+    bucket.set_limit(rate="5/s")  # type: ignore[arg-type]
+
+
 def reserving(bucket: TokenBucket, llm: Composite) -> None:
     r: Reservation[float] = bucket.reserve()
     r = bucket.reserve(2, timeout=timedelta(seconds=5))

@@ -171,6 +171,43 @@ def test_set_then_inspect_then_reset(shared: Shared, capsys: pytest.CaptureFixtu
     assert "(no change was in force)" in capsys.readouterr().out
 
 
+def test_set_says_which_keys_it_reached_and_changes_one_key(shared: Shared, capsys: pytest.CaptureFixture[str]) -> None:
+    """A change by name tells how many keys in use it reached and whether later keys
+    follow; ``--key`` changes one key's budget alone, which a change by name then
+    leaves as it is."""
+    name = unique_name("ops-keys")
+    limiter = TokenBucket(10, 2, backend=shared.backend, name=name)
+    assert limiter.try_acquire()
+    for key in ("a", "b"):
+        assert limiter.for_key(key).try_acquire()
+    assert main(["set", name, "--key", "a", "--burst", "3", "--store", shared.url]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{name} key a: burst 3 tokens; until reset")
+    assert "keys (for_key)" not in out
+    assert main(["set", name, "--burst", "5", "--store", shared.url]) == 0
+    keys_line = capsys.readouterr().out.splitlines()[1]
+    later = "any used later follow it" if shared.backend.later_keys_follow else "first used later starts at the code"
+    assert keys_line.startswith("keys (for_key): ")
+    assert later in keys_line
+    assert shared.operated.inspect(name, key="a").effective == {"capacity": 3.0, "refill_per_sec": 2.0}
+    assert shared.operated.inspect(name, key="b").effective == {"capacity": 5.0, "refill_per_sec": 2.0}
+    assert main(["set", name, "--key", "a", "--reset", "--store", shared.url]) == 0
+    assert f"{name} key a: back to the code's values" in capsys.readouterr().out
+
+
+def test_set_takes_a_name_that_only_its_keys_use(shared: Shared, capsys: pytest.CaptureFixture[str]) -> None:
+    """A limiter that decides on its keys alone (an incoming middleware's) is no typo:
+    its change needs no --force, and reaches each key."""
+    name = unique_name("ops-keys-only")
+    limiter = TokenBucket(10, 2, backend=shared.backend, name=name)
+    assert limiter.for_key("a").try_acquire()
+    assert not shared.operated.holds(name)
+    assert shared.operated.keys_in_use(name) == 1
+    assert main(["set", name, "--burst", "5", "--store", shared.url]) == 0
+    assert "1 key in use" in capsys.readouterr().out
+    assert shared.operated.inspect(name, key="a").effective == {"capacity": 5.0, "refill_per_sec": 2.0}
+
+
 def test_set_refuses_a_composite_s_members(shared: Shared, capsys: pytest.CaptureFixture[str]) -> None:
     name = unique_name("ops-pair")
     Composite([TokenBucket(5, 1), TokenBucket(50, 10)], backend=shared.backend, name=name).acquire()

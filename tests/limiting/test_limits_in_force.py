@@ -3,8 +3,8 @@ refuse, a composite's refusal says which of its limits refused, and a token buck
 refilled at an infinite rate never limits (but for a pause fed back).
 
 Built with ``make`` (every store of the backend matrix) on the test's ManualClock.
-Only the shared stores change a limit at run time (``backend.set_limit``); in
-process the code's limit is the one in force.
+A limit is changed at run time through its backend (``backend.set_limit``), on
+every store (``test_set_limit.py`` holds ``limiter.set_limit`` itself).
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ from ratelimit._stores.keys import code_key
 from ratelimit._stores.redis import handles as redis_handles
 from ratelimit._stores.redis.scripts import (
     ALGORITHMS,
+    LANE_KINDS,
     Composed,
     Script,
     breaker_script,
@@ -112,7 +113,7 @@ def test_the_library_registers_every_driver_of_every_kind(server: RedisServer) -
         registered.add(described[b"name"].decode())
     scripts = [
         *(single_script(kind) for kind in ALGORITHMS),
-        *(lanes_script(kind) for kind in ALGORITHMS),
+        *(lanes_script(kind) for kind in LANE_KINDS),
         group_script(),
         breaker_script(),
         concurrency_script(),

@@ -14,13 +14,16 @@ views whose keys are idle, which would otherwise keep their state in use.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+from ... import _validate
 from ..._algorithms import holes as _holes
 from ..._algorithms import lanes as _lanes
 from ..._algorithms.adaptive import Cubic
@@ -28,9 +31,11 @@ from ..._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, dec
 from ..._algorithms.breaker import Policy
 from ..._clock import Clock, SystemClock
 from ..keys import Keyed
+from ..records import PARAMETERS, WINDOWS, Override, UnchangeableLimit, checked_override
 from ..stats import Stats, weight
 from ..store import Level, Views
 from .breaker import MemoryStore
+from .changes import Capped, Change, Recorded, in_force, rescaled
 from .slots import MemorySlots, memory_slots
 
 __all__ = [
@@ -71,6 +76,83 @@ def _domain(clock: Clock | None) -> Clock | None:
     return None if clock is None or isinstance(clock, SystemClock) else clock
 
 
+def _changed(name: object, key: object) -> str | Keyed:
+    """The name, or the name and key, that a change is made to, checked."""
+    checked = _validate.name(name, None, shared=True)
+    assert checked is not None
+    return checked if key is None else Keyed(checked, _validate.key(key))
+
+
+def _member(member: object) -> int | None:
+    if member is None:
+        return None
+    if not isinstance(member, int) or isinstance(member, bool) or member < 0:
+        raise ValueError(f"member must be a composite member's index (an int >= 0), got {member!r}")
+    return member
+
+
+def _reaches(name: str | Keyed | None, place: str | Keyed | None) -> bool:
+    """Whether a change to ``name`` reaches the slot of ``place``: its own, and a
+    name's (``None``: an unnamed limiter's) every key of it."""
+    if isinstance(name, Keyed):
+        return place == name
+    return place == name or (isinstance(place, Keyed) and place.name == name)
+
+
+def _ttl(change: Override | None) -> float | None:
+    return None if change is None else change.ttl
+
+
+#: What each state that keeps the code's values is, for the refusal (as the shared stores say).
+_UNCHANGEABLE = {
+    "adaptive": "an adaptive limiter (its rate is learned from the provider's answers)",
+    "lanes": "a budget with priorities (low_share: two lanes)",
+}
+
+
+def _refuse(name: str, slots: Sequence[Slot], change: Override | None) -> None:
+    """Raise if a change to ``slots`` could not be followed (nothing is changed then)."""
+    for slot in slots:
+        kind = slot.alg.kind
+        if kind not in PARAMETERS:
+            what = _UNCHANGEABLE["adaptive" if kind == "adaptive" else "lanes"]
+            raise UnchangeableLimit(
+                f"limiter {name} is {what}, which keeps the code's values: a TokenBucket, LeakyBucket or "
+                f"SlidingWindow (alone, a key's, or a composite's member) reads a change at run time; "
+                f"nothing was changed"
+            )
+        if change is not None and change.burst is not None and kind in WINDOWS:
+            raise ValueError(
+                f"burst={change.burst!r}: limiter {name} is a {kind}, which has no burst apart from its limit "
+                f"(set its rate: the limit becomes rate x window)"
+            )
+
+
+def _refuse_forms(name: str | Keyed | None, member: int | None, slots: Mapping[_Key, Slot]) -> None:
+    """Raise if ``name`` is a composite's members and no ``member`` is given, or an
+    adaptive limiter's (its pace is member 1)."""
+    for (place, index, kind), _ in slots.items():
+        if not _reaches(name, place):
+            continue
+        if kind == "adaptive":
+            raise UnchangeableLimit(
+                f"limiter {name!r} is {_UNCHANGEABLE['adaptive']}, which keeps the code's values; nothing was changed"
+            )
+        if member is None and index is not None:
+            raise UnchangeableLimit(
+                f"limiter {name!r} is a composite's members, each changed on its own: give member= (or call "
+                f"the composite's set_limit with one value per member); nothing was changed"
+            )
+
+
+def _slots_of(handle: object) -> tuple[Slot, ...]:
+    if isinstance(handle, MemoryGroupHandle):
+        return handle._slots
+    if isinstance(handle, MemoryHandle):
+        return (handle._slot,)
+    raise UnchangeableLimit(f"{handle!r} keeps the code's values (a budget with priorities): nothing was changed")
+
+
 class Lock(Protocol):
     """What serialises the decisions on a slot: a ``threading.Lock`` here. The SQLite
     store's is a transaction that loads the slot from its row and writes it back
@@ -97,7 +179,21 @@ class Slot:
     """One limiter's state, the lock that serialises decisions on it, and its holes
     (for a composite's first limit: the composite's, one set per list of algorithms)."""
 
-    __slots__ = ("alg", "domain", "group_holes", "holes", "lock", "now", "state", "users")
+    __slots__ = (
+        "alg",
+        "change",
+        "domain",
+        "group_holes",
+        "handles",
+        "holes",
+        "key",
+        "lock",
+        "now",
+        "own",
+        "state",
+        "until",
+        "users",
+    )
 
     def __init__(self, alg: Kept, clock: Clock | None) -> None:
         self.lock: Lock = threading.Lock()
@@ -108,6 +204,16 @@ class Slot:
         self.domain = _domain(clock)
         self.now: Callable[[], float] = (clock or SystemClock()).now
         self.users = 0
+        #: A change at run time in force here (``memory/changes.py``), and when it ends.
+        self.change: Change | None = None
+        self.until = math.inf
+        #: The handles bound to this slot that a change reaches (held weakly: a slot
+        #: outlives its limiters; most have one), and the slot's key in its backend
+        #: (``None``: a private slot, or a slot of another store).
+        self.handles: tuple[weakref.ref[Any], ...] = ()
+        self.key: _Key | None = None
+        #: A private slot's change (a named slot's is kept by its backend, by name).
+        self.own: Recorded | None = None
 
     def idle(self) -> bool:
         """Whether the state would decide as a new one would (``False`` while a
@@ -134,6 +240,8 @@ class MemoryBackend:
     """
 
     shared = False
+    #: A key's decision reads its name's change when it has none of its own.
+    later_keys_follow = True
 
     def __init__(self) -> None:
         self._slots: dict[_Key, Slot] = {}
@@ -149,6 +257,8 @@ class MemoryBackend:
         # how many views were made for them since the last sweep.
         self._views: weakref.WeakSet[Views] = weakref.WeakSet()
         self._views_made = 0
+        # The changes at run time in force, by name or key, and member (memory/changes.py).
+        self._changes: dict[tuple[str | Keyed | None, int | None], Recorded] = {}
 
     def _slot(self, name: str | Keyed | None, member: int | None, alg: Kept, clock: Clock | None) -> Slot:
         if name is None:
@@ -160,6 +270,11 @@ class MemoryBackend:
                 slot = self._slots.get(key)
                 if slot is None:
                     slot = self._slots[key] = Slot(alg, clock)
+                    slot.key = key
+                    # A new slot starts at the limit in force for its name (its state is new).
+                    record = self._record_for(slot, slot.now())
+                    if record is not None:
+                        slot.change, slot.until = record.change, record.until
                 elif slot.domain is not _domain(clock):
                     raise ValueError(
                         f"clock {clock!r} cannot share the budget named {name!r}, which keeps time on "
@@ -193,6 +308,7 @@ class MemoryBackend:
         # Every decision here is already made in this process: there is nothing to lease.
         slot = self._slot(name, None, alg, clock)
         handle = MemoryHandle(alg, slot, clock or SystemClock())
+        self._follow(handle, [slot])
         self._watch(handle, name, [slot])
         return handle
 
@@ -206,6 +322,7 @@ class MemoryBackend:
             for slot in slots[1:]:
                 slot.lock = slots[0].lock
         handle = MemoryGroupHandle(algs, slots, clock or SystemClock())
+        self._follow(handle, slots)
         self._watch(handle, name, slots)
         return handle
 
@@ -236,6 +353,175 @@ class MemoryBackend:
         """A ConcurrencyLimit's slots in this process (``memory/slots.py``), private
         for no name. A holder cannot die without its process: ``lease`` is not needed."""
         return memory_slots(self, name, most, clock or SystemClock(), member)
+
+    # -- limits changed at run time (memory/changes.py) --------------------------------
+
+    def set_limit(
+        self,
+        name: str | Keyed,
+        *,
+        rate: float | None = None,
+        burst: float | None = None,
+        ttl: float | timedelta | None = None,
+        clock: Clock | None = None,
+        key: str | None = None,
+        member: int | None = None,
+    ) -> int:
+        """Change limiter ``name``'s limit at run time, from its next decision on.
+
+        As :meth:`RedisBackend.set_limit`: ``rate`` in tokens per second (a window's
+        limit becomes ``rate`` times its length), ``burst`` a bucket's capacity,
+        ``None`` keeping what the code says; ``ttl`` (seconds or a ``timedelta``)
+        ends the change by itself; a new change replaces the last one whole. It
+        reaches every limiter of this backend named ``name`` and every view of its
+        keys (``for_key``), those made later too; ``key``: that key's budget alone,
+        ahead of its name's change. ``member``: the index of a
+        ``Composite``'s limit (``limiter.set_limit`` of a composite passes it).
+        ``clock``: the limiters' test clock, if they keep time on one. A budget
+        with priorities (``low_share``) or an ``adaptive=`` limiter raises
+        ``UnchangeableLimit``; bad values raise ``ValueError``; either changes nothing.
+        Returns how many keys of the name are in use here.
+        """
+        change = checked_override(rate, burst, ttl)
+        return self._change(_changed(name, key), member, (change.rate, change.burst), change.ttl, clock)
+
+    def reset_limit(
+        self, name: str, *, clock: Clock | None = None, key: str | None = None, member: int | None = None
+    ) -> bool:
+        """Return limiter ``name`` (``key``: that key's budget) to what its code says,
+        from its next decision; ``True`` if a change was in force."""
+        was = self.limit_override(name, clock=clock, key=key, member=member) is not None
+        self._change(_changed(name, key), member, None, None, clock)
+        return was
+
+    def limit_override(
+        self, name: str, *, clock: Clock | None = None, key: str | None = None, member: int | None = None
+    ) -> Override | None:
+        """The change in force for ``name`` (``key``: its own change for that key's
+        budget), or ``None``; its ``ttl`` is what is left of it."""
+        record = self._changes.get((_changed(name, key), _member(member)))
+        if record is None or record.domain is not _domain(clock):
+            return None
+        left = record.until - (clock or SystemClock()).now()
+        if left <= 0:
+            return None
+        return Override(*record.change, None if record.until == math.inf else left)
+
+    def set_private_limit(
+        self, handle: object, change: Override | None, clock: Clock | None, member: int | None = None
+    ) -> bool:
+        """A change (``None``: a reset) to the state of ``handle``, an unnamed
+        limiter's, which nothing else shares; whether a change was in force."""
+        slots = _slots_of(handle)
+        index = 0 if member is None else member
+        if not 0 <= index < len(slots):
+            raise ValueError(f"member must be 0 to {len(slots) - 1}, got {member!r}")
+        slot = slots[index]
+        _refuse(repr(handle), [slot], change)
+        now = (clock or SystemClock()).now()
+        was = slot.own is not None and slot.own.until > now
+        slot.own = None
+        if change is not None:
+            until = math.inf if change.ttl is None else now + change.ttl
+            slot.own = Recorded((change.rate, change.burst), until, slot.domain)
+        with slot.lock:
+            self._move(slot, slot.now())
+        return was
+
+    def set_unnamed_limit(
+        self, key: str | None, change: Override | None, clock: Clock | None, member: int | None = None
+    ) -> bool:
+        """A change (``None``: a reset) to the keys of the unnamed limiter whose views
+        this backend keeps (only that limiter's views are kept here without a name):
+        every key's (``key=None``, those made later too), or that key's alone;
+        whether a change was in force."""
+        place = Keyed(None, _validate.key(key)) if key is not None else None
+        record = self._changes.get((place, _member(member)))
+        was = record is not None and record.until > (clock or SystemClock()).now()
+        self._change(place, member, None if change is None else (change.rate, change.burst), _ttl(change), clock)
+        return was
+
+    def _change(
+        self,
+        name: str | Keyed | None,
+        member: int | None,
+        change: Change | None,
+        ttl: float | None,
+        clock: Clock | None,
+    ) -> int:
+        member = _member(member)
+        domain = _domain(clock)
+        until = math.inf if ttl is None else (clock or SystemClock()).now() + ttl
+        with self._lock:
+            targets = [
+                slot
+                for (each, index, _), slot in self._slots.items()
+                if index == member and slot.domain is domain and _reaches(name, each)
+            ]
+            if change is not None:
+                _refuse(repr(name) if isinstance(name, str) else str(name), targets, Override(*change))
+                # The name's other slots: a composite's members, lanes, a learned pace.
+                _refuse_forms(name, member, self._slots)
+                self._changes[(name, member)] = Recorded(change, until, domain)
+            else:
+                self._changes.pop((name, member), None)
+        # Each slot moved under its own lock alone (a decision never waits on the
+        # backend's); a slot bound meanwhile starts at the record, and each move reads
+        # the records as they are then, so that changes made at once end alike.
+        for slot in targets:
+            with slot.lock:
+                self._move(slot, slot.now())
+        return sum(
+            1 for slot in targets if slot.key is not None and isinstance(slot.key[0], Keyed) and slot.key[0] != name
+        )
+
+    def _record_for(self, slot: Slot, now: float) -> Recorded | None:
+        """The change in force for ``slot`` at ``now``: its own (a private slot's), its
+        key's, else its name's; ``None``: the code's limit."""
+        if slot.key is None:
+            record = slot.own
+        else:
+            place, member, _ = slot.key
+            record = self._changes.get((place, member))
+            if record is None and isinstance(place, Keyed):
+                record = self._changes.get((place.name, member))
+        if record is None or record.domain is not slot.domain or record.until <= now:
+            return None
+        return record
+
+    def _move(self, slot: Slot, now: float) -> None:
+        """Move ``slot`` (its lock held) to the change in force and point its handles at it."""
+        record = self._record_for(slot, now)
+        change, until = (None, math.inf) if record is None else (record.change, record.until)
+        if slot.alg.kind in PARAMETERS:
+            slot.state = rescaled(cast(Algorithm[Any], slot.alg), slot.state, slot.change, change, now)
+        slot.change, slot.until = change, until
+        live = [handle for handle in (ref() for ref in slot.handles) if handle is not None]
+        if len(live) < len(slot.handles):
+            slot.handles = tuple(weakref.ref(handle) for handle in live)
+        for handle in live:
+            handle.follow(slot, self._end)
+
+    def _end(self, slot: Slot, now: float) -> None:
+        """``slot``'s change has ended (its lock held): forget the ended records and move it."""
+        if slot.key is None:
+            if slot.own is not None and slot.own.until <= now:
+                slot.own = None
+        else:
+            place, member, _ = slot.key
+            for each in (place, place.name) if isinstance(place, Keyed) else (place,):
+                record = self._changes.get((each, member))
+                if record is not None and record.domain is slot.domain and record.until <= now:
+                    self._changes.pop((each, member), None)
+        self._move(slot, now)
+
+    def _follow(self, handle: MemoryHandle | MemoryGroupHandle, slots: Sequence[Slot]) -> None:
+        """Have changes reach ``handle``, bound to ``slots``: from now on, and the one in force."""
+        for slot in slots:
+            with slot.lock:
+                slot.handles = (*(ref for ref in slot.handles if ref() is not None), weakref.ref(handle))
+                if slot.change is not None:
+                    handle.follow(slot, self._end)
 
     # -- dropping idle state ----------------------------------------------------------
 
@@ -328,6 +614,8 @@ class MemoryHandle:
         "__weakref__",
         "_alg",
         "_algs",
+        "_code",
+        "_end",
         "_holes",
         "_lock",
         "_now",
@@ -346,8 +634,11 @@ class MemoryHandle:
         self.level_in_decision = False
         #: Whether a grant at once is named too (see ``Handle.names``).
         self.names = False
-        self._alg = alg
-        self._algs = (alg,)
+        #: The code's algorithm; ``_alg`` is the one in force (see :meth:`follow`).
+        self._code = alg
+        self._end: Callable[[Slot, float], None] | None = None
+        self._alg: Algorithm[Any] = alg
+        self._algs: tuple[Algorithm[Any], ...] = (alg,)
         self._slot = slot
         # The slot's for its whole life: held here, one attribute load nearer.
         self._lock = slot.lock
@@ -397,6 +688,7 @@ class MemoryHandle:
 
     def _decided(self, now: float, tokens: float, max_wait: float) -> tuple[float, float]:
         """A decision through the holes (``holes.reserve``), in the slot's lock."""
+        self._ended(now)
         slot = self._slot
         states, wait, name = _holes.reserve(
             self._algs, (slot.state,), self._holes, now, (tokens,), max_wait, self.names
@@ -421,6 +713,39 @@ class MemoryHandle:
     async def reserve_level_async(self, tokens: float, max_wait: float) -> tuple[float, float, Level | None]:
         return self.reserve_level(tokens, max_wait)
 
+    def follow(self, slot: Slot, end: Callable[[Slot, float], None]) -> None:
+        """Decide with the limit in force on ``slot`` (its lock held): the code's
+        algorithm itself when no change is, else it as changed (``Capped``), whose
+        first step past the change's end calls ``end`` to move the slot back."""
+        self._end = end
+        if slot.change is None:
+            self._alg, self._algs, self._step = self._code, (self._code,), self._code.step
+            return
+        me = weakref.ref(self)
+
+        def ended(state: Any, now: float, tokens: float, max_wait: float) -> tuple[Any, float]:
+            handle = me()
+            assert handle is not None  # (it is deciding)
+            end(slot, now)
+            if tokens > handle._alg.most + EPSILON and handle._alg.most < math.inf:
+                return slot.state, -math.inf  # only the change held it: refused for ever now
+            return handle._step(slot.state, now, tokens, max_wait)
+
+        capped = Capped(in_force(self._code, slot.change), slot.until, ended)
+        self._alg, self._algs, self._step = cast(Algorithm[Any], capped), (cast(Algorithm[Any], capped),), capped.step
+
+    def _ended(self, now: float) -> None:
+        """Move the slot back if its change has ended (its lock held): the calls other
+        than a plain reserve's step, which ``Capped.step`` watches."""
+        slot = self._slot
+        if now >= slot.until and self._end is not None:
+            self._end(slot, now)
+
+    @property
+    def most(self) -> float:
+        """The largest request the limit in force grants."""
+        return self._alg.most
+
     def reserve_here(self, tokens: float, max_wait: float) -> None:
         return None  # never asked: nothing here suspends
 
@@ -434,6 +759,7 @@ class MemoryHandle:
         slot = self._slot
         with slot.lock:
             now = self._now()
+            self._ended(now)
             slot.state = _holes.give_back(self._algs, (slot.state,), slot.holes, now, (tokens,), at)[0]
 
     async def refund_async(self, tokens: float, at: float | None) -> None:
@@ -443,6 +769,7 @@ class MemoryHandle:
         slot = self._slot
         with slot.lock:
             now = self._now()
+            self._ended(now)
             slot.state = charge(self._alg, slot.state, now, tokens)
             _holes.void(slot.holes)
             _holes.pace_charge(slot.holes, now, tokens)
@@ -459,6 +786,7 @@ class MemoryHandle:
         slot = self._slot
         with slot.lock:
             now = self._now()
+            self._ended(now)
             slot.state = _holes.restrict(self._algs, (slot.state,), slot.holes, now, (remaining,), now + seconds)[0]
 
     async def restrict_async(self, remaining: float, seconds: float) -> None:
@@ -472,6 +800,7 @@ class MemoryHandle:
         slot = self._slot
         with self._reading():
             now = self._now()
+            self._ended(now)
             wait = peek_all(self._algs, (slot.state,), now, (tokens,))
             paced = _holes.pace_wait(slot.holes, now)
             return paced if paced > wait else wait
@@ -482,6 +811,7 @@ class MemoryHandle:
     def reset(self) -> None:
         slot = self._slot
         with slot.lock:
+            self._ended(self._now())
             slot.state = self._alg.new_state()
             _holes.forget(slot.holes)
 
@@ -522,11 +852,14 @@ class MemoryGroupHandle:
     __slots__ = (
         "__weakref__",
         "_algs",
+        "_code",
+        "_end",
         "_holes",
         "_lock",
         "_members",
         "_now",
         "_slots",
+        "_until",
         "level_in_decision",
         "names",
         "stats",
@@ -538,7 +871,12 @@ class MemoryGroupHandle:
         self.level_in_decision = False
         #: Whether a grant at once is named too (see ``Handle.names``).
         self.names = False
-        self._algs = tuple(algs)
+        #: The code's algorithms; ``_algs`` are those in force (see :meth:`follow`),
+        #: and ``_until`` the first end of a change among them.
+        self._code = tuple(algs)
+        self._end: Callable[[Slot, float], None] | None = None
+        self._until = math.inf
+        self._algs: tuple[Algorithm[Any], ...] = tuple(algs)
         self._slots = tuple(slots)
         # (index, plan, commit, slot) of each member, for the fast path of reserve: the
         # methods bound once, not at every decision.
@@ -555,12 +893,32 @@ class MemoryGroupHandle:
         locks = list({id(slot.lock): slot.lock for slot in sorted(self._slots, key=id)}.values())
         self._lock: _Lock = locks[0] if len(locks) == 1 else _Locks(locks)
 
+    def follow(self, slot: Slot, end: Callable[[Slot, float], None]) -> None:
+        """Decide the member whose state ``slot`` holds (its lock held) with the limit
+        in force there (see ``MemoryHandle.follow``)."""
+        self._end = end
+        i = self._slots.index(slot)
+        code = self._code[i]
+        alg = code if slot.change is None else cast(Algorithm[Any], Capped(in_force(code, slot.change), math.inf))
+        self._algs = (*self._algs[:i], alg, *self._algs[i + 1 :])
+        self._members = (*self._members[:i], (i, alg.plan, alg.commit, slot), *self._members[i + 1 :])
+        self._until = min(each.until for each in self._slots)
+
+    def _ended(self, now: float) -> None:
+        """Move back each member whose change has ended (every lock held)."""
+        if self._end is not None:
+            for slot in self._slots:
+                if now >= slot.until:
+                    self._end(slot, now)
+
     def _locked(self, change: Callable[[float, list[Any], _holes.Holes], list[Any]]) -> float:
         """Run ``change(now, states, holes) -> states`` with every member locked."""
         lock = self._lock
         lock.acquire()
         try:
             now = self._now()
+            if now >= self._until:
+                self._ended(now)
             states = change(now, [slot.state for slot in self._slots], self._holes)
             for slot, state in zip(self._slots, states, strict=True):
                 slot.state = state
@@ -574,6 +932,8 @@ class MemoryGroupHandle:
         lock.acquire()
         try:
             now = self._now()
+            if now >= self._until:
+                self._ended(now)
             holes = self._holes
             if not holes.items:
                 # No holes: step_all, done in place on the slots, with no list of states
@@ -636,6 +996,8 @@ class MemoryGroupHandle:
         try:
             now = self._now()
             if self.level_in_decision:
+                if now >= self._until:
+                    self._ended(now)
                 wait, at = self._decided(now, tokens, max_wait)
             states = [slot.state for slot in self._slots]
             return wait, at, _holes.level(self._algs, states, self._holes, now)

@@ -59,7 +59,15 @@ from .clients import (
     url_clients,
     url_from_env,
 )
-from .config import eviction_risk, inspect_all, inspect_many, read_override, reset_override, write_override
+from .config import (
+    eviction_risk,
+    inspect_all,
+    inspect_many,
+    keys_of,
+    read_override,
+    reset_override,
+    write_override,
+)
 from .errors import STORE_ERRORS, is_unavailable, misconfigured
 from .fleet import fleet
 from .handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
@@ -156,6 +164,9 @@ class RedisBackend(RedisCalls):
     """
 
     shared = True
+    #: A change by name is written into the keys in use only (each key decides in a slot
+    #: of its own): a key first used later starts at the code's values.
+    later_keys_follow = False
 
     def __init__(
         self,
@@ -563,7 +574,8 @@ class RedisBackend(RedisCalls):
         burst: float | None = None,
         ttl: float | timedelta | None = None,
         clock: Clock | None = None,
-    ) -> None:
+        key: str | None = None,
+    ) -> int:
         """Change limiter ``name``'s limit at run time, in every process.
 
         Every process follows it from its next decision: the limiter's script reads
@@ -573,6 +585,13 @@ class RedisBackend(RedisCalls):
         none); ``None`` keeps what the code says. ``ttl``: seconds (or a
         ``timedelta``) after which the change ends by itself. A new change replaces
         the last one whole. Bad values raise ``ValueError`` and change nothing.
+
+        A change by name is written into the budget of each of its keys in use
+        (``for_key``: each key decides in a slot of its own), but for a key with a
+        change of its own (``key=``), which prevails: one SCAN and a call per key,
+        and no cost to any decision. A key first used after the change starts at
+        the code's limit (set the change again to reach it). Returns how many keys
+        it reached. ``key``: that key's budget alone.
 
         Only single limiters follow it. A name whose keys say it is a ``Composite``'s,
         an ``adaptive=`` limiter, a limiter with ``low_share`` or a
@@ -591,27 +610,29 @@ class RedisBackend(RedisCalls):
         :meth:`inspect`.
         """
         change = checked_override(rate, burst, ttl)
-        _validate.name(name, self, shared=True, found=True)
+        (target,) = _targets(self, [name], key)
         now = _test_time(clock)
-        self._admin(lambda client: write_override(client, name, change, now))
+        reached = int(self._admin(lambda client: write_override(client, target, change, now)))
         risk = self._admin(lambda client: eviction_risk(client, change))
         if risk is not None:
-            logger.warning("limiter %r: %s", name, risk)
+            logger.warning("limiter %s: %s", target if isinstance(target, Keyed) else repr(target), risk)
+        return reached
 
-    def reset_limit(self, name: str, *, clock: Clock | None = None) -> bool:
-        """Return limiter ``name`` to what its code says, in every process from its
-        next decision; ``True`` if a change was in force. ``clock`` as for
-        :meth:`set_limit`."""
-        _validate.name(name, self, shared=True, found=True)
+    def reset_limit(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> bool:
+        """Return limiter ``name`` (``key``: that key's budget) to what its code says,
+        in every process from its next decision; ``True`` if a change was in force.
+        ``clock`` as for :meth:`set_limit`."""
+        (target,) = _targets(self, [name], key)
         now = _test_time(clock)
-        return bool(self._admin(lambda client: reset_override(client, name, now)))
+        return bool(self._admin(lambda client: reset_override(client, target, now)))
 
-    def limit_override(self, name: str, *, clock: Clock | None = None) -> Override | None:
-        """The change in force for limiter ``name`` (``set_limit``), or ``None``; its
-        ``ttl`` is what is left of it (on ``clock``, as for :meth:`set_limit`)."""
-        _validate.name(name, self, shared=True, found=True)
+    def limit_override(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> Override | None:
+        """The change in force for limiter ``name`` (``key``: for that key's budget),
+        or ``None``; its ``ttl`` is what is left of it (on ``clock``, as for
+        :meth:`set_limit`)."""
+        (target,) = _targets(self, [name], key)
         now = _test_time(clock)
-        result: Override | None = self._admin(lambda client: read_override(client, name, now))
+        result: Override | None = self._admin(lambda client: read_override(client, target, now))
         return result
 
     def inspect(self, name: str, *, key: str | None = None) -> Inspection:
@@ -636,6 +657,12 @@ class RedisBackend(RedisCalls):
         checked = _validate.name(name, self, shared=True, found=True) or ""
         roots: dict[str, frozenset[str]] = self._admin(lambda client: probe(client, [checked])[0])
         return bool(roots[checked])
+
+    def keys_in_use(self, name: str) -> int:
+        """How many keys of limiter ``name`` (``for_key``) have a budget in Redis:
+        one SCAN (of every master on a Cluster)."""
+        checked = _validate.name(name, self, shared=True, found=True) or ""
+        return int(self._admin(lambda client: len(keys_of(client, checked))))
 
     def inspect_all(self) -> list[Inspection]:
         """:meth:`inspect` of every name with something to show (a limiter that decided

@@ -16,8 +16,15 @@ for the next decision to move (the ``stage`` op).
 
 Only single limiters (no ``low_share``, no ``adaptive``) follow a change; a change to
 a name whose keys say it is anything else is refused (:class:`UnchangeableLimit`) and
-nothing is stored. Nothing here scans: what a name is comes from one pipeline of
-EXISTS (``redis/key_survey.py``).
+nothing is stored. What a name is comes from one pipeline of EXISTS
+(``redis/key_survey.py``), with no scan.
+
+A name's keys (``for_key``) each decide in a hash slot of their own, whose script
+cannot read the name's hash. So a change by name is also written into the hash of
+each key in use (``ratelimit:{<name>%/<key>}:config``, found by one SCAN for their
+``:code`` records), with a field ``by`` saying it is the name's: a later change by
+name replaces it, and a key's own change (``set_limit(name, key=...)``, no ``by``)
+is left as it is. A key first used after the change starts at the code's values.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..._algorithms.quota import period_seconds
-from ..keys import Keyed, code_key, config_key, key_for, text_of, wire
+from ..keys import KEY_SEPARATOR, Keyed, code_key, config_key, key_for, parts_of, tag, text_of, wire
 from ..records import (
     MAX_SET,
     MIN_SET,
@@ -48,6 +55,7 @@ __all__ = [
     "inspect",
     "inspect_all",
     "inspect_many",
+    "keys_of",
     "read_override",
     "reset_override",
     "write_override",
@@ -62,7 +70,7 @@ _UNCHANGEABLE = {
 }
 
 
-def _refusal(name: str, roots: Roots) -> UnchangeableLimit | None:
+def _refusal(name: str | Keyed, roots: Roots) -> UnchangeableLimit | None:
     kept = forms(roots)
     if not kept:
         return None
@@ -84,7 +92,7 @@ def _server_now(client: Any) -> float:
     return float(seconds) + float(micros) / 1e6
 
 
-def _configure(client: Any, name: str, change: Override | None, now: float | None) -> None:
+def _configure(client: Any, name: str | Keyed, change: Override | None, now: float | None) -> None:
     found, (raw,) = probe(client, [name], [("hgetall", (code_key(name),))])
     if change is not None:
         refused = _refusal(name, found[name])
@@ -153,19 +161,84 @@ def eviction_risk(client: Any, change: Override) -> str | None:
     return None
 
 
-def write_override(client: Any, name: str, change: Override, now: float | None = None) -> None:
+def write_override(client: Any, name: str | Keyed, change: Override, now: float | None = None) -> int:
     """Store ``change`` for limiter ``name``: it replaces any earlier change whole.
     ``now``: a test clock's time, for limiters on test clocks; ``None``: the server's.
     :class:`UnchangeableLimit` if the name's keys say it is a limiter that would
-    never read it (a composite's members, adaptive, priorities, a ConcurrencyLimit)."""
+    never read it (a composite's members, adaptive, priorities, a ConcurrencyLimit).
+    A name's change is written into each of its keys' budgets too (see
+    :func:`_to_keys`); returns how many."""
     _configure(client, name, change, now)
+    return 0 if isinstance(name, Keyed) else _to_keys(client, name, change, now)
 
 
-def reset_override(client: Any, name: str, now: float | None = None) -> bool:
+def reset_override(client: Any, name: str | Keyed, now: float | None = None) -> bool:
     """Return limiter ``name`` to what the code says; whether a change was in force."""
     was = read_override(client, name, now) is not None
     _configure(client, name, None, now)
+    if not isinstance(name, Keyed):
+        _to_keys(client, name, None, now)
     return was
+
+
+#: The field of a key's change that says it is its name's (not the key's own).
+_BY_NAME = "by"
+
+
+def _glob(text: str) -> str:
+    """``text`` matched literally by a SCAN pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def keys_of(client: Any, name: str) -> list[Keyed]:
+    """The keys of ``name`` (``for_key``) with a budget in the store: each one's
+    record of what the code says, written by its first decision in each process
+    and kept a minute past its state. One SCAN (of every master on a Cluster)."""
+    pattern = f"ratelimit:{{{_glob(tag(name))}{KEY_SEPARATOR}*}}:code"
+    found = set()
+    for raw in client.scan_iter(match=wire(pattern), count=1000):
+        parts = parts_of(text_of(raw))
+        if parts is not None and parts[0] == name and parts[1] is not None:
+            found.add(Keyed(name, parts[1]))
+    return sorted(found, key=lambda keyed: keyed.key)
+
+
+def _to_keys(client: Any, name: str, change: Override | None, now: float | None) -> int:
+    """Write a change by ``name`` (``None``: its reset) into each of its keys' budgets
+    in the store (each key decides in a slot of its own, where its own script reads
+    it: from its next decision, in every process), but for a key with a change of its
+    own (``set_limit(name, key=...)``), which prevails, and a key's budget of another
+    form (it keeps the code's values). Each key's script moves its state (the
+    ``configure`` op, with what its code says). A key's budget first used after the
+    change is not reached: it starts at the code's limit. One SCAN, a pipeline of
+    reads (per node on a Cluster), a call per key. Returns how many keys were
+    written."""
+    keys = keys_of(client, name)
+    reads = pipelined(client, [("hgetall", (each(keyed),)) for keyed in keys for each in (config_key, code_key)])
+    rate = "" if change is None or change.rate is None else repr(change.rate)
+    burst = "" if change is None or change.burst is None else repr(change.burst)
+    ttl = "" if change is None or change.ttl is None else repr(change.ttl)
+    marks: list[Call] = []
+    reached = 0
+    for keyed, held, raw in zip(keys, reads[::2], reads[1::2], strict=True):
+        fields = {text_of(field) for field in held}
+        code = _code_of(raw)
+        kind = _single(code)
+        if (fields & {"rate", "burst"} and _BY_NAME not in fields) or kind is None:
+            continue  # the key's own change; a budget of another form, or a garbled record
+        if change is not None and change.burst is not None and kind in WINDOWS:
+            continue  # (a window has no burst: the name's own limiter was checked)
+        args = ["configure", "" if now is None else repr(now), rate, burst, code["p1"], code["p2"]]
+        args += [code.get("slack", "0"), "0", ttl]
+        state = key_for(keyed, kind, injected=now is not None)
+        # Through the function library as the decisions are (what it caches of a state
+        # is forgotten by the same library's call), one call a key.
+        single_script(kind)(client, [wire(state), wire(config_key(keyed))], args)
+        if change is not None:
+            marks.append(("hset", (config_key(keyed), _BY_NAME, "name")))
+        reached += 1
+    pipelined(client, marks)
+    return reached
 
 
 def _number(raw: Mapping[Any, Any], field: str) -> float | None:
@@ -179,7 +252,7 @@ def _number(raw: Mapping[Any, Any], field: str) -> float | None:
     return number if MIN_SET <= number <= MAX_SET else None
 
 
-def read_override(client: Any, name: str, now: float | None = None) -> Override | None:
+def read_override(client: Any, name: str | Keyed, now: float | None = None) -> Override | None:
     """The change in force for ``name`` (as the scripts read it), or ``None``; its
     ``ttl`` is what is left of it at ``now`` (``None``: the server's time)."""
     raw = client.hgetall(wire(config_key(name)))

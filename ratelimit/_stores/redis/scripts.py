@@ -39,6 +39,7 @@ from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
 __all__ = [
     "ALGORITHMS",
+    "LANE_KINDS",
     "Library",
     "Script",
     "breaker_script",
@@ -57,6 +58,9 @@ __all__ = [
 
 #: Every algorithm kind that has a script, in a fixed order.
 ALGORITHMS = ("token_bucket", "leaky_bucket", "sliding_window", "sliding_window_counter", "quota")
+#: The kinds a budget with priorities may be of (lua/_library.lua registers their lanes;
+#: a quota refuses ``low_share``).
+LANE_KINDS = ALGORITHMS[:4]
 #: What only ever decides as a member of a group: the learned pace of ``adaptive=``.
 GROUP_ONLY = ("adaptive",)
 #: What every rate limit's driver needs defined before it, in order.
@@ -516,6 +520,8 @@ def single_script(kind: str) -> Script:
 @cache
 def lanes_script(kind: str) -> Script:
     """The script of a budget with priorities: two lanes of algorithm ``kind``."""
+    if kind not in LANE_KINDS:
+        raise ValueError(f"no budget with priorities of algorithm {kind!r}")
     return _driven(kind, "_lanes", f"{kind}:lanes", f"lanes_{kind}")
 
 

@@ -50,7 +50,7 @@ from ..unavailable import BackendStats, FailurePolicy, OnUnavailable, checked_on
 from .breaker import Kept, SQLiteStore
 from .code import FORGET as FORGET_CODE
 from .code import record_of
-from .config import NAMES, Changeable, refuse_unchangeable
+from .config import NAMES, Changeable, keys_in_use, refuse_unchangeable
 from .config import read as read_change
 from .config import write as write_change
 from .fast_path import FastPath
@@ -143,6 +143,8 @@ class SQLiteBackend(FailurePolicy):
     """
 
     shared = True
+    #: A key's decision reads its name's change when it has none of its own.
+    later_keys_follow = True
 
     def __init__(
         self,
@@ -477,6 +479,11 @@ class SQLiteBackend(FailurePolicy):
         checked = _validate.name(name, self, shared=True, found=True) or ""
         return self._read(lambda conn, now: holds(conn, checked))
 
+    def keys_in_use(self, name: str) -> int:
+        """How many keys of limiter ``name`` (``for_key``) have a budget in the file."""
+        checked = _validate.name(name, self, shared=True, found=True) or ""
+        return int(self._read(lambda conn, now: keys_in_use(conn, tag(checked))))
+
     def inspect_all(self) -> list[Inspection]:
         """:meth:`inspect` of every name the file holds something of, sorted (a
         limiter's keyed budgets are not names of their own)."""
@@ -525,7 +532,8 @@ class SQLiteBackend(FailurePolicy):
         burst: float | None = None,
         ttl: float | timedelta | None = None,
         clock: Clock | None = None,
-    ) -> None:
+        key: str | None = None,
+    ) -> int:
         """Change limiter ``name``'s limit at run time, in every process using the file.
 
         As :meth:`RedisBackend.set_limit`: ``rate`` in tokens per second, ``burst`` a
@@ -537,22 +545,24 @@ class SQLiteBackend(FailurePolicy):
         limiter, a budget with priorities or a ConcurrencyLimit raises
         ``UnchangeableLimit`` and nothing is stored. ``clock``: the limiters' test
         clock, if they keep time on one.
+
+        A change by name reaches every key of it (``for_key``) that has no change of
+        its own, those used later too; ``key``: that key's budget alone, ahead of its
+        name's change. Returns how many of its keys are in use in the file.
         """
         change = checked_override(rate, burst, ttl)
-        _validate.name(name, self, shared=True)
-        named = tag(name)
+        named = self._changed(name, key)
 
-        def configure(conn: Any, now: float) -> None:
+        def configure(conn: Any, now: float) -> int:
             refuse_unchangeable(conn, named, change.burst)
-            write_change(conn, named, change, now)
+            return write_change(conn, named, change, now)
 
-        self._admin(clock, configure)
+        return int(self._admin(clock, configure))
 
-    def reset_limit(self, name: str, *, clock: Clock | None = None) -> bool:
-        """Return limiter ``name`` to what its code says, in every process from its
-        next decision; ``True`` if a change was in force."""
-        _validate.name(name, self, shared=True)
-        named = tag(name)
+    def reset_limit(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> bool:
+        """Return limiter ``name`` (``key``: that key's budget) to what its code says,
+        in every process from its next decision; ``True`` if a change was in force."""
+        named = self._changed(name, key)
 
         def reset(conn: Any, now: float) -> bool:
             was = read_change(conn, named, now) is not None
@@ -561,12 +571,17 @@ class SQLiteBackend(FailurePolicy):
 
         return self._admin(clock, reset)
 
-    def limit_override(self, name: str, *, clock: Clock | None = None) -> Override | None:
-        """The change in force for limiter ``name`` (``set_limit``), or ``None``; its
-        ``ttl`` is what is left of it."""
-        _validate.name(name, self, shared=True)
-        named = tag(name)
+    def limit_override(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> Override | None:
+        """The change in force for limiter ``name`` (``key``: that key's own), or
+        ``None``; its ``ttl`` is what is left of it."""
+        named = self._changed(name, key)
         return self._admin(clock, lambda conn, now: read_change(conn, named, now), writes=False)
+
+    def _changed(self, name: str, key: str | None) -> str:
+        """The row name a change to ``name`` (``key``: to that key's budget) is kept under."""
+        checked = _validate.name(name, self, shared=True)
+        assert checked is not None
+        return tag(checked if key is None else Keyed(checked, _validate.key(key)))
 
     def now(self) -> float:
         """Store time now, as every process of the box reads it (see ``sqlite/clock.py``)."""

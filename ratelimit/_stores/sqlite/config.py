@@ -31,6 +31,12 @@ read as Lua's ``valid`` reads the Redis hash (a number from ``MIN_SET`` to
 kept that are not all valid are decided as without them: a decision never raises,
 nor writes a NaN, for a row written by hand.
 
+A key's budget (``for_key``: its rows are named by its tag, the name, ``%/`` and the
+key) reads its own config row, and its name's when it has no change of its own: a
+change by name reaches every key, those used later too. It moves to the name's latest
+change as of that change's time (the name's row keeps its replaced changes for the
+name's own state, which its keys do not follow one by one).
+
 Only single limiters read a change. A name whose rows say it is a composite's
 members, an adaptive limiter, a budget with priorities or a ConcurrencyLimit is
 refused (:class:`~.config.UnchangeableLimit`), as on Redis.
@@ -44,6 +50,7 @@ import sqlite3
 from typing import Any
 
 from ..._algorithms.algorithm import EPSILON, Algorithm
+from ..keys import KEY_SEPARATOR
 from ..records import MAX_SET, MIN_SET, PARAMETERS, QUOTA_BURST, WINDOWS, Override, UnchangeableLimit
 
 __all__ = [
@@ -54,6 +61,7 @@ __all__ = [
     "Change",
     "Changeable",
     "change_in_force",
+    "keys_in_use",
     "read",
     "refuse_unchangeable",
     "under",
@@ -161,7 +169,7 @@ class Changeable:
     """A single limiter's algorithm as changed at run time: the handle decides with
     it, and each transaction points it at the change in force (:meth:`read`)."""
 
-    __slots__ = ("_made", "_row", "code", "current", "ended", "forget_past", "until")
+    __slots__ = ("_made", "_row", "code", "current", "ended", "forget_past", "row_name", "until")
 
     def __init__(self, code: Algorithm[Any]) -> None:
         self.code = code
@@ -176,6 +184,8 @@ class Changeable:
         #: has read (they are to be forgotten).
         self.forget_past = False
         self._row: tuple[Any, ...] | None = None
+        #: The name whose config row the change read is (a key's, or its name's).
+        self.row_name = ""
 
     # The memory handle's algorithm: every call goes to the one in force.
     def __getattr__(self, name: str) -> Any:
@@ -214,8 +224,19 @@ class Changeable:
         return alg
 
     def read(self, conn: sqlite3.Connection, name: str, now: float) -> Change:
-        """Read the change in force for ``name`` at ``now`` and decide with it."""
+        """Read the change in force for ``name`` at ``now`` and decide with it. A
+        key's budget (``name`` a keyed tag) reads its own row, else its name's: a
+        change by name reaches every key that has none of its own."""
         row = self._row = conn.execute(_READ, (name,)).fetchone()
+        self.row_name = name
+        owner, separator, _ = name.partition(KEY_SEPARATOR)
+        if separator and (row is None or (_change(row[0], row[1]) is None and row[4] is None)):
+            found = conn.execute(_READ, (owner,)).fetchone()
+            if found is not None:
+                # The name's row: its replaced changes are its own state's (``seen``),
+                # never forgotten here; an ended one is deleted for every key at once.
+                row = self._row = (*found[:4], None, None)
+                self.row_name = owner
         change, self.ended = change_in_force(row, now)
         until = None if change is None or row is None else _finite(row[2])
         self.until = math.inf if until is None else until
@@ -295,7 +316,7 @@ def refuse_unchangeable(conn: sqlite3.Connection, name: str, burst: float | None
         )
 
 
-def write(conn: sqlite3.Connection, name: str, change: Override | None, now: float) -> None:
+def write(conn: sqlite3.Connection, name: str, change: Override | None, now: float) -> int:
     """Store ``change`` for ``name`` (``None``: a reset), made at ``now``; the name's
     rows decided under the code's values say a change may be pending (:data:`PENDING`),
     which keeps the fast path (``sqlite/fast_path.py``) from deciding them.
@@ -308,7 +329,7 @@ def write(conn: sqlite3.Connection, name: str, change: Override | None, now: flo
     old = conn.execute(_READ, (name,)).fetchone()
     state = conn.execute(_READ_STATE, (name,)).fetchone()
     if change is None and old is None and state is None:
-        return  # a reset with no change ever stored and no state: nothing to move back
+        return 0  # a reset with no change ever stored and no state: nothing to move back
     past: list[tuple[float | None, float | None, float]] | None = None
     seen = None
     if state is not None:
@@ -327,9 +348,12 @@ def write(conn: sqlite3.Connection, name: str, change: Override | None, now: flo
             past = [(*(replaced or (None, None)), _made(old, now))]
         else:
             past = []
+    # The name's rows and its keys' (``tag``: the name, ``%/``, the key; ``%0`` is the
+    # text just past every such tag), each decided under the code's values.
     conn.execute(
-        "UPDATE ratelimit_state SET rate = ? WHERE name = ? AND member = -1 AND rate IS NULL AND burst IS NULL",
-        (PENDING, name),
+        "UPDATE ratelimit_state SET rate = ? WHERE member = -1 AND rate IS NULL AND burst IS NULL"
+        " AND (name = ? OR (name >= ? AND name < ?))",
+        (PENDING, name, *_keys_of(name)),
     )
     rate = burst = until = None
     if change is not None:
@@ -339,6 +363,24 @@ def write(conn: sqlite3.Connection, name: str, change: Override | None, now: flo
         "REPLACE INTO ratelimit_config (name, rate, burst, until, at, past, seen) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (name, rate, burst, until, now, None if past is None else json.dumps(past), seen),
     )
+    # The keys in use, each following the name's change (but those with their own).
+    return keys_in_use(conn, name)
+
+
+def keys_in_use(conn: sqlite3.Connection, name: str) -> int:
+    """How many keys of the name tagged ``name`` have a state row."""
+    keys = conn.execute(
+        "SELECT count(DISTINCT name) FROM ratelimit_state WHERE member = -1 AND name >= ? AND name < ?",
+        _keys_of(name),
+    ).fetchone()
+    return int(keys[0])
+
+
+def _keys_of(name: str) -> tuple[str, str]:
+    """The range of the tags of ``name``'s keys (none if ``name`` is a key's)."""
+    if KEY_SEPARATOR in name:
+        return ("", "")  # (an empty range: a key has no keys)
+    return (name + KEY_SEPARATOR, name + "%0")
 
 
 def read(conn: sqlite3.Connection, name: str, now: float) -> Override | None:

@@ -283,11 +283,11 @@ class Rows:
         try:
             changeable = self._changeable
             if changeable is not None and changeable.ended:
-                conn.execute(_END_CHANGE, (self._keys[0][0],))
+                conn.execute(_END_CHANGE, (changeable.row_name,))
                 changeable.ended = False
                 wrote = True
             elif changeable is not None and changeable.forget_past:
-                conn.execute(FORGET_PAST, (self._keys[0][0],))
+                conn.execute(FORGET_PAST, (changeable.row_name,))
                 changeable.forget_past = False
                 wrote = True
             code = self._code if self._code_due else None
