@@ -79,6 +79,12 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=500, help="calls in each batch")
     parser.add_argument("--kinds", default=",".join(KINDS), help="which algorithms, comma-separated")
     parser.add_argument("--ops", default="reserve,~reserve", help="counted (reserve), counters off (~reserve)")
+    parser.add_argument(
+        "--under-change",
+        action="store_true",
+        help="decide under a change by name (a rate too large to refuse): the other release finds it in the "
+        "budget's hash, this one is also carried it after the op, as a key's decision is (redis/name_changes.py)",
+    )
     args = parser.parse_args()
     here = Path(__file__).resolve().parent.parent
     admin = redis.Redis.from_url(args.redis)
@@ -109,7 +115,14 @@ def main() -> None:
                 floors.append(per_call(admin, lambda: admin.evalsha(floor, 1, floor_key), args.calls))
                 for name, (_, functions) in libraries.items():
                     key = f"ratelimit:{{versus-{name}-{kind}}}:{kind}"
-                    call: list[Any] = [functions[i], 2, key, key.replace(kind, "config"), op, *ARGS[kind]]
+                    sent = op
+                    if args.under_change:
+                        admin.hset(
+                            key.replace(kind, "config"), mapping={"rate": "1e9", "burst": "", "by": "name", "v": "1"}
+                        )
+                        if name == "this":
+                            sent = f"{op} 1 1e9 - -"
+                    call: list[Any] = [functions[i], 2, key, key.replace(kind, "config"), sent, *ARGS[kind]]
 
                     def decide(call: list[Any] = call) -> object:
                         return admin.fcall(*call)

@@ -96,6 +96,29 @@ local function finite(text)
   return x
 end
 
+-- The change by name a keyed decision carries after its op (see `carry` in
+-- _single.lua): "<v> <rate> <burst> <until>" ('-' for none) as {v, vtext, rate, burst,
+-- untl, text = {rate, burst} as written ('' for none)}; "<v>" (a reset) as {v}; false
+-- if garbled or of no limit. The last text's is kept (between the function library's
+-- calls), as the decisions of a name's keys carry the same text until it changes.
+local carried_last, carried_parsed = nil, false
+local function carried_of(text)
+  if text == carried_last then return carried_parsed end
+  local parsed = false
+  local v, rate, burst, untl = string.match(text, '^(%S+) (%S+) (%S+) (%S+)$')
+  if v then
+    if (valid(rate) or valid(burst)) and finite(v) then
+      local texts = {rate, burst}
+      for i = 1, 2 do if texts[i] == '-' then texts[i] = '' end end
+      parsed = {v = finite(v), vtext = v, rate = valid(rate), burst = valid(burst), untl = finite(untl), text = texts}
+    end
+  elseif finite(text) then
+    parsed = {v = finite(text)}
+  end
+  carried_last, carried_parsed = text, parsed
+  return parsed
+end
+
 -- Keys vanish once idle: at the moment their state would be "fresh" anyway, plus a
 -- margin, so that TTLs never cut short a state that still matters. The milliseconds
 -- go to Redis as text: Lua writes a number of 1e14 or more in exponent form, which

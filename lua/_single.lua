@@ -22,7 +22,9 @@
 --          'reset' | 'configure' | 'stage'; 'named' and 'nbatch' are 'reserve' and
 --          'batch' that name a grant at once too (see at_once_name in _members.lua),
 --          after a '~' when nothing is counted for `ratelimit top`, a '!' when the
---          client's database is not 0, a '^' for both (see op_of in _top.lua)
+--          client's database is not 0, a '^' for both (see op_of in _top.lua); a
+--          keyed reserve or batch may carry its name's change after a space (see
+--          `carry` below)
 -- ARGV[2]  now, seconds; '' reads the server's TIME
 -- ARGV[3]  tokens (reserve, refund, charge, wait); restrict: the tokens still allowed
 -- ARGV[4]  reserve: max_wait in seconds, '' for no limit;
@@ -115,7 +117,34 @@ local now, time = clock_read(ARGV[2])
 --
 -- A grant at once is replied as the time alone (see at_once_reply in _prelude.lua).
 local raw = nil  -- the state as the fast or checked fast path read it (false: none)
-local op, counted, elsewhere = op_of(ARGV[1])
+
+-- A keyed budget's decision (a reserve or a round) carries its name's change by name
+-- while one is in force or was just reset, after a space in ARGV[1]: "<op> <v> <rate>
+-- <burst> <until>" ('-' for none), or "<op> <v>" for a reset; `v` (a number) orders
+-- the name's changes. A key's script cannot read its name's hash (it is in a slot of
+-- its own), so each process reads it once in a while (see
+-- ratelimit/_stores/redis/name_changes.py) and its keys' decisions bring it here,
+-- where the key takes it into its own hash (with `by` and `v`, where KEYS[2] is read
+-- below): a key first used after the change follows it. Nothing is carried while no
+-- change by name is in force (nor for ten minutes after a reset).
+local op_text, carried = ARGV[1], nil
+local space = string.find(op_text, ' ', 1, true)
+if space then
+  carried = string.sub(op_text, space + 1)
+  op_text = string.sub(op_text, 1, space - 1)
+end
+local op, counted, elsewhere = op_of(op_text)
+-- The change carried, in force, or a reset (see carried_of in _prelude.lua); nil for
+-- none, an ended change, or garbled text.
+local carry = nil
+if carried then
+  carry = carried_of(carried) or nil
+  if carry and carry.untl and now >= carry.untl then carry = nil end
+end
+-- A change to take: the fast path (and what was found beside the state a moment ago)
+-- cannot tell whether the key holds it, so the full path reads its hash. A reset
+-- carried keeps the fast path: a clean state proves no change is beside it.
+local adopting = carry ~= nil and (carry.rate ~= nil or carry.burst ~= nil)
 
 -- A change where what the code says (KEYS[3]) is gone (an evicting maxmemory-policy
 -- takes it first: it is written once a minute) or was never written: 'configure'
@@ -168,7 +197,8 @@ if counted then top_base = KEYS[1] end
 -- numbers `fast` returns, after a window's checked fast path (which keeps the state
 -- in the keys alone) from the state loaded again.
 local leveled = op == 'reserve' and ARGV[9] == '1'
-if ALG.fast and op == 'reserve' and KEYS[2] and not KEYS[3] and (ARGV[7] == '0.0' or ARGV[7] == '0') then
+if ALG.fast and op == 'reserve' and KEYS[2] and not KEYS[3] and not adopting
+    and (ARGV[7] == '0.0' or ARGV[7] == '0') then
   raw = redis.call('GET', KEYS[1])
   if raw then
     local wait, name, s1, s2 = ALG.fast(KEYS[1], raw, ARGV[5], ARGV[6], now, tokens_of(ARGV[3]), max_wait_of(ARGV[4]), names)
@@ -208,7 +238,7 @@ local fleet_slack, holes, own, paced, moves = sides_of(KEYS[1], ALG.beside)
 -- reserve, a batch giving nothing back, the ops that only read); forgotten by every
 -- other, which may. Not where the process keeps no slack and a record was found: the
 -- EXISTS counts the record, which keeps such a state from being written clean.
-local keeps = not elsewhere and KEYS[2] ~= nil
+local keeps = not elsewhere and KEYS[2] ~= nil and not adopting
   and (op == 'reserve' or op == 'peek' or op == 'wait' or (op == 'batch' and ARGV[3] == ''))
 -- What the ops that only read find is not kept: a process's peek may come before its
 -- first decision (which writes what the code says), and a `set` meanwhile finds no
@@ -235,6 +265,7 @@ elseif KEYS[2] then
   else beside = redis.call('EXISTS', fleet_slack, KEYS[2], holes, paced, moves) end
   if beside == 0 and own then raw = false end
 end
+if adopting and KEYS[2] and beside == 0 then beside = 1 end  -- (its hash is read below)
 -- Something beside a clean state (a change or a record written by hand, see the fast
 -- path): the state loses its mark here, so that every process takes the full path
 -- from now on. (Not by the ops that only read: they write nothing.)
@@ -358,7 +389,7 @@ local change = nil
 local at = nil
 local staged, staged_at = false, nil
 if KEYS[2] and beside > 0 then
-  local set = redis.call('HMGET', KEYS[2], 'rate', 'burst', 'until', 'from')
+  local set = redis.call('HMGET', KEYS[2], 'rate', 'burst', 'until', 'from', 'by', 'v')
   local rate, burst = valid(set[1]), valid(set[2])
   if rate or burst then change = {rate = rate, burst = burst} end
   at = change
@@ -385,6 +416,27 @@ if KEYS[2] and beside > 0 then
     at = change
   elseif staged then
     switched(at, change, staged_at)
+  end
+  -- A change by name carried (see `carry` above), followed by a call that writes: the
+  -- key takes a change newer than the one it holds of its name (its `v`), and goes
+  -- back to the code's values at a reset newer than it; a key's own change (no `by`)
+  -- prevails. The state moves as under 'configure'.
+  if carry and op ~= 'peek' and op ~= 'wait' and op ~= 'configure' and not (change and not set[5]) then
+    local held = finite(set[6])
+    if adopting and not (held and held >= carry.v) then
+      switch(at, carry)
+      redis.call('DEL', KEYS[2])
+      redis.call('HSET', KEYS[2], 'rate', carry.text[1], 'burst', carry.text[2], 'by', 'name', 'v', carry.vtext)
+      if carry.untl then
+        redis.call('HSET', KEYS[2], 'until', fmt(carry.untl))
+        expire_after(KEYS[2], carry.untl - now + 86400)
+      end
+      change, at = {rate = carry.rate, burst = carry.burst}, carry
+    elseif not adopting and set[5] and not (held and held >= carry.v) then
+      switch(at, nil)
+      redis.call('DEL', KEYS[2])
+      change, at = nil, nil
+    end
   end
 end
 -- Given by each process at its first decision and then once a minute: a fleet rolling

@@ -26,6 +26,7 @@ __all__ = [
     "bytes_of",
     "code_key",
     "config_key",
+    "follow_key",
     "key_for",
     "name_of",
     "parts_of",
@@ -128,6 +129,12 @@ def key_for(
 def config_key(name: str | Keyed) -> str:
     """The hash of limiter ``name``'s limit as changed at run time (``redis/config.py``)."""
     return f"ratelimit:{{{tag(name)}}}:config"
+
+
+def follow_key(name: str) -> str:
+    """The string of limiter ``name``'s change by name as its keys' decisions carry it
+    (``redis/name_changes.py``), beside its ``config`` hash."""
+    return f"ratelimit:{{{tag(name)}}}:config:keys"
 
 
 def code_key(name: str | Keyed) -> str:

@@ -73,6 +73,7 @@ from .fleet import fleet
 from .handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
 from .key_survey import probe
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
+from .name_changes import NameChanges
 from .pending import PendingGrants
 from .replies import num
 from .rounds import Rounds
@@ -225,6 +226,17 @@ class RedisBackend(RedisCalls):
         self.local_share: LocalShare = share
         self.time_source = time_source
         self._local = MemoryBackend()
+        #: Each name's change by name, as its keys' decisions carry it (``redis/name_changes.py``).
+        self.name_changes = NameChanges(None if self._sync_client is None else self._sync_client.get, self._read_async)
+
+    async def _read_async(self, key: str) -> Any:
+        """GET ``key`` from the running loop (``redis/name_changes.py``)."""
+        if self.threaded:
+            assert self._sync_client is not None
+            return await asyncio.to_thread(self._sync_client.get, key)
+        loop = asyncio.get_running_loop()
+        state = self._loops.get(loop) or await self._attach(loop)
+        return await state.client.get(key)
 
     @classmethod
     def from_url(
@@ -464,6 +476,7 @@ class RedisBackend(RedisCalls):
             name,
             shadow,
             counted=self.counters,
+            follows=self.name_changes if isinstance(name, Keyed) else None,
         )
         if local is not None:
             handle.pending = PendingGrants((clock or SystemClock()).now)
@@ -613,6 +626,7 @@ class RedisBackend(RedisCalls):
         (target,) = _targets(self, [name], key)
         now = _test_time(clock)
         reached = int(self._admin(lambda client: write_override(client, target, change, now)))
+        self.name_changes.forget(name)
         risk = self._admin(lambda client: eviction_risk(client, change))
         if risk is not None:
             logger.warning("limiter %s: %s", target if isinstance(target, Keyed) else repr(target), risk)
@@ -624,7 +638,9 @@ class RedisBackend(RedisCalls):
         ``clock`` as for :meth:`set_limit`."""
         (target,) = _targets(self, [name], key)
         now = _test_time(clock)
-        return bool(self._admin(lambda client: reset_override(client, target, now)))
+        was = bool(self._admin(lambda client: reset_override(client, target, now)))
+        self.name_changes.forget(name)
+        return was
 
     def limit_override(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> Override | None:
         """The change in force for limiter ``name`` (``key``: for that key's budget),

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..._algorithms.quota import period_seconds
-from ..keys import KEY_SEPARATOR, Keyed, code_key, config_key, key_for, parts_of, tag, text_of, wire
+from ..keys import KEY_SEPARATOR, Keyed, code_key, config_key, follow_key, key_for, parts_of, tag, text_of, wire
 from ..records import (
     MAX_SET,
     MIN_SET,
@@ -48,6 +48,7 @@ from ..records import (
 )
 from .batch import Call, pipelined
 from .key_survey import CONCURRENCY, Roots, breaker_mode, forms, members, number, probe, survey
+from .name_changes import RESET_KEPT, carried_text
 from .scripts import ALGORITHMS, single_script
 
 __all__ = [
@@ -169,7 +170,9 @@ def write_override(client: Any, name: str | Keyed, change: Override, now: float 
     A name's change is written into each of its keys' budgets too (see
     :func:`_to_keys`); returns how many."""
     _configure(client, name, change, now)
-    return 0 if isinstance(name, Keyed) else _to_keys(client, name, change, now)
+    if isinstance(name, Keyed):
+        return 0
+    return _to_keys(client, name, change, now, _follow(client, name, change, now))
 
 
 def reset_override(client: Any, name: str | Keyed, now: float | None = None) -> bool:
@@ -177,8 +180,36 @@ def reset_override(client: Any, name: str | Keyed, now: float | None = None) -> 
     was = read_override(client, name, now) is not None
     _configure(client, name, None, now)
     if not isinstance(name, Keyed):
-        _to_keys(client, name, None, now)
+        _to_keys(client, name, None, now, _follow(client, name, None, now))
     return was
+
+
+def _follow(client: Any, name: str, change: Override | None, now: float | None) -> int:
+    """Write the string the decisions of ``name``'s keys carry (``redis/name_changes.py``)
+    for ``change`` (``None``: a reset, kept ``RESET_KEPT`` seconds); returns its version,
+    the server's time in microseconds, above the last one's."""
+    seconds, micros = client.time()
+    version = int(seconds) * 1_000_000 + int(micros)
+    key = wire(follow_key(name))
+    last = client.get(key)
+    if last is not None:
+        held = number(text_of(last).partition(" ")[0])
+        if held is not None and held >= version:
+            version = int(held) + 1
+    if change is None:
+        client.set(key, str(version), px=int(RESET_KEPT * 1000))
+        return version
+    until = None
+    if change.ttl is not None:
+        until = (float(seconds) + float(micros) / 1e6 if now is None else now) + change.ttl
+    text = carried_text(version, change.rate, change.burst, until)
+    if change.ttl is None:
+        client.set(key, text)
+    else:
+        # Kept a while past its end, as the keys' own hashes are: a decision after the
+        # end carries nothing that a key would take.
+        client.set(key, text, px=int((change.ttl + RESET_KEPT) * 1000))
+    return version
 
 
 #: The field of a key's change that says it is its name's (not the key's own).
@@ -203,7 +234,7 @@ def keys_of(client: Any, name: str) -> list[Keyed]:
     return sorted(found, key=lambda keyed: keyed.key)
 
 
-def _to_keys(client: Any, name: str, change: Override | None, now: float | None) -> int:
+def _to_keys(client: Any, name: str, change: Override | None, now: float | None, version: int) -> int:
     """Write a change by ``name`` (``None``: its reset) into each of its keys' budgets
     in the store (each key decides in a slot of its own, where its own script reads
     it: from its next decision, in every process), but for a key with a change of its
@@ -235,7 +266,7 @@ def _to_keys(client: Any, name: str, change: Override | None, now: float | None)
         # is forgotten by the same library's call), one call a key.
         single_script(kind)(client, [wire(state), wire(config_key(keyed))], args)
         if change is not None:
-            marks.append(("hset", (config_key(keyed), _BY_NAME, "name")))
+            marks.append(("hset", (config_key(keyed), None, None, {_BY_NAME: "name", "v": str(version)})))
         reached += 1
     pipelined(client, marks)
     return reached

@@ -25,6 +25,7 @@ from ..memory.fallback import Fallback, inner_handle, throttle_fallback
 from ..stats import Stats, weight
 from ..store import Level, Pacing
 from .calls import RedisCalls
+from .name_changes import NameChanges
 from .pending import LOCAL, STORE, PendingGrants
 from .replies import at_arg, cached_num, charged_of, decision_of, grant_time, leveled_of, num, wait_arg
 from .rounds import Round, RoundReply, Rounds
@@ -472,7 +473,7 @@ class RedisHandle(_ScriptHandle[float]):
     tokens, max_wait, ...]`` for more than one request or an allotment.
     """
 
-    __slots__ = ("__weakref__", "_around", "_code_due", "_params", "_with_code")
+    __slots__ = ("__weakref__", "_around", "_code_due", "_follows", "_params", "_with_code")
 
     def __init__(
         self,
@@ -485,6 +486,7 @@ class RedisHandle(_ScriptHandle[float]):
         shadow: bool = False,
         *,
         counted: bool = True,
+        follows: NameChanges | None = None,
     ) -> None:
         # Without a name (tests driving the script), no change is read nor code written.
         keys = [key] if name is None else [key, config_key(name)]
@@ -495,6 +497,10 @@ class RedisHandle(_ScriptHandle[float]):
         self._params = (*(num(p) for p in alg.params()), slack, "1" if shadow else "0")
         # A quota's parameters change with the time (None: fixed, ``_params``).
         self._around = _parameters(alg) if isinstance(alg, CalendarQuota) else None
+        # A key's view: its decisions carry its name's change by name (see
+        # redis/name_changes.py and `carry` in lua/_single.lua).
+        named = name.name if isinstance(name, Keyed) else None
+        self._follows = None if follows is None or named is None else (follows, named)
 
     @property
     def _keys(self) -> tuple[str, ...]:
@@ -515,6 +521,8 @@ class RedisHandle(_ScriptHandle[float]):
 
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
         now = self._now()
+        if self._follows is not None and op == self._reserve_op:
+            op += self._follows[0].carried(self._follows[1])
         return [self._quiet + op, now, cached_num(tokens), extra, *self._params_at(now)]
 
     def _params_at(self, now: str) -> tuple[str, ...]:
@@ -525,7 +533,10 @@ class RedisHandle(_ScriptHandle[float]):
     def _batch_args(self, rnd: Round) -> list[str]:
         back = ("", "") if rnd.give_back is None else (num(rnd.give_back[0]), at_arg(rnd.give_back[1]))
         now = self._now()
-        args = [self._quiet + self._batch_op, now, *back, *self._params_at(now), num(rnd.want), num(rnd.least)]
+        op = self._batch_op
+        if self._follows is not None:
+            op += self._follows[0].carried(self._follows[1])
+        args = [self._quiet + op, now, *back, *self._params_at(now), num(rnd.want), num(rnd.least)]
         for ask in rnd.asks:
             args += [num(ask.tokens), wait_arg(ask.max_wait)]
         return args
