@@ -578,7 +578,7 @@ def set_command(args: argparse.Namespace) -> int:
         backend.close()
     print(f"{name}: {said}")
     if reached is not None and args.key is None:
-        print(keys_text(reached, backend.later_keys_follow))
+        print(keys_text(reached, backend.later_keys_follow, backend.later_keys_after))
     print(inspect_text([seen]))
     return 0
 

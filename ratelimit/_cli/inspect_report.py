@@ -59,13 +59,14 @@ def override_text(change: Override | None) -> str:
     return ", ".join(parts) + f"; {ends}"
 
 
-def keys_text(reached: int, later: bool) -> str:
+def keys_text(reached: int, later: bool, after: float = 0.0) -> str:
     """What a change by name did to the name's keys (``for_key``), in one line:
     ``reached`` keys in use, and whether keys first used later follow it (``later``:
-    the store reads the name's change for them)."""
+    the store reads the name's change for them; ``after``: within so many seconds)."""
     count = f"{reached} key{'' if reached == 1 else 's'} in use"
     if later:
-        return f"keys (for_key): {count} and any used later follow it, but those with a change of their own"
+        within = f" (within {_seconds(after)} in each process)" if after > 0 else ""
+        return f"keys (for_key): {count} and any used later follow it{within}, but those with a change of their own"
     return (
         f"keys (for_key): written into the budget of {count}, but those with a change of their own; "
         f"a key first used later starts at the code's values (set again to reach it)"

@@ -27,6 +27,9 @@ class Operated(Protocol):
     #: follows it (the store reads the name's change for it), or starts at the
     #: code's values (the change was written into the keys in use only).
     later_keys_follow: bool
+    #: The seconds a process may take to see a change by name before its keys first
+    #: used later follow it (0: from its next decision).
+    later_keys_after: float
 
     def set_limit(
         self,

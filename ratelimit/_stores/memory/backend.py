@@ -242,6 +242,7 @@ class MemoryBackend:
     shared = False
     #: A key's decision reads its name's change when it has none of its own.
     later_keys_follow = True
+    later_keys_after = 0.0
 
     def __init__(self) -> None:
         self._slots: dict[_Key, Slot] = {}

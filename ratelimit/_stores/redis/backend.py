@@ -73,6 +73,7 @@ from .fleet import fleet
 from .handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
 from .key_survey import probe
 from .live import LIVE_KEY, UNCOUNTED_SHARE, LiveCount
+from .name_changes import EVERY as NAMES_READ_EVERY
 from .name_changes import NameChanges
 from .pending import PendingGrants
 from .replies import num
@@ -165,9 +166,11 @@ class RedisBackend(RedisCalls):
     """
 
     shared = True
-    #: A change by name is written into the keys in use only (each key decides in a slot
-    #: of its own): a key first used later starts at the code's values.
-    later_keys_follow = False
+    #: A change by name is written into the keys in use (each key decides in a slot of
+    #: its own), and each process reads it for its keys' decisions to carry to the keys
+    #: first used later (``redis/name_changes.py``), once a second.
+    later_keys_follow = True
+    later_keys_after = NAMES_READ_EVERY
 
     def __init__(
         self,
@@ -601,10 +604,12 @@ class RedisBackend(RedisCalls):
 
         A change by name is written into the budget of each of its keys in use
         (``for_key``: each key decides in a slot of its own), but for a key with a
-        change of its own (``key=``), which prevails: one SCAN and a call per key,
-        and no cost to any decision. A key first used after the change starts at
-        the code's limit (set the change again to reach it). Returns how many keys
-        it reached. ``key``: that key's budget alone.
+        change of its own (``key=``), which prevails: one SCAN and a call per key.
+        Each process reads the change once a second (this one at once), and its
+        keys' decisions carry it to the keys first used later, which take it; a
+        reset by name takes them back alike. While no change by name is in force a
+        keyed decision carries nothing. Returns how many keys in use it reached.
+        ``key``: that key's budget alone.
 
         Only single limiters follow it. A name whose keys say it is a ``Composite``'s,
         an ``adaptive=`` limiter, a limiter with ``low_share`` or a

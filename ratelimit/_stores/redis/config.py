@@ -22,9 +22,12 @@ nothing is stored. What a name is comes from one pipeline of EXISTS
 A name's keys (``for_key``) each decide in a hash slot of their own, whose script
 cannot read the name's hash. So a change by name is also written into the hash of
 each key in use (``ratelimit:{<name>%/<key>}:config``, found by one SCAN for their
-``:code`` records), with a field ``by`` saying it is the name's: a later change by
-name replaces it, and a key's own change (``set_limit(name, key=...)``, no ``by``)
-is left as it is. A key first used after the change starts at the code's values.
+``:code`` records), with a field ``by`` saying it is the name's and ``v`` its
+version: a later change by name replaces it, and a key's own change
+(``set_limit(name, key=...)``, no ``by``) is left as it is. For the keys first used
+after the change, it is also written as one string beside the name's hash
+(``ratelimit:{<name>}:config:keys``), which each process reads once a second and its
+keys' decisions carry to their scripts (``redis/name_changes.py``).
 """
 
 from __future__ import annotations
@@ -167,8 +170,9 @@ def write_override(client: Any, name: str | Keyed, change: Override, now: float 
     ``now``: a test clock's time, for limiters on test clocks; ``None``: the server's.
     :class:`UnchangeableLimit` if the name's keys say it is a limiter that would
     never read it (a composite's members, adaptive, priorities, a ConcurrencyLimit).
-    A name's change is written into each of its keys' budgets too (see
-    :func:`_to_keys`); returns how many."""
+    A name's change is written into each of its keys' budgets in use too (see
+    :func:`_to_keys`; returns how many), and for its keys' decisions to carry to the
+    keys used later (:func:`_follow`)."""
     _configure(client, name, change, now)
     if isinstance(name, Keyed):
         return 0
@@ -240,10 +244,10 @@ def _to_keys(client: Any, name: str, change: Override | None, now: float | None,
     it: from its next decision, in every process), but for a key with a change of its
     own (``set_limit(name, key=...)``), which prevails, and a key's budget of another
     form (it keeps the code's values). Each key's script moves its state (the
-    ``configure`` op, with what its code says). A key's budget first used after the
-    change is not reached: it starts at the code's limit. One SCAN, a pipeline of
-    reads (per node on a Cluster), a call per key. Returns how many keys were
-    written."""
+    ``configure`` op, with what its code says), marked with the change's ``version``.
+    A key's budget first used after the change takes it from its decisions (see
+    :func:`_follow`). One SCAN, a pipeline of reads (per node on a Cluster), a call
+    per key. Returns how many keys were written."""
     keys = keys_of(client, name)
     reads = pipelined(client, [("hgetall", (each(keyed),)) for keyed in keys for each in (config_key, code_key)])
     rate = "" if change is None or change.rate is None else repr(change.rate)

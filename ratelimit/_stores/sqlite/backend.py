@@ -145,6 +145,7 @@ class SQLiteBackend(FailurePolicy):
     shared = True
     #: A key's decision reads its name's change when it has none of its own.
     later_keys_follow = True
+    later_keys_after = 0.0
 
     def __init__(
         self,
