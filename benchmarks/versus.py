@@ -80,10 +80,11 @@ def main() -> None:
     parser.add_argument("--kinds", default=",".join(KINDS), help="which algorithms, comma-separated")
     parser.add_argument("--ops", default="reserve,~reserve", help="counted (reserve), counters off (~reserve)")
     parser.add_argument(
-        "--under-change",
-        action="store_true",
-        help="decide under a change by name (a rate too large to refuse): the other release finds it in the "
-        "budget's hash, this one is also carried it after the op, as a key's decision is (redis/name_changes.py)",
+        "--carry",
+        choices=["change", "reset"],
+        help="a key's decision under a change by name (a rate too large to refuse), which the other release "
+        "finds in the budget's hash and this one is also carried after the op (redis/name_changes.py); or "
+        "this one carrying a reset by name, as for ten minutes after one",
     )
     args = parser.parse_args()
     here = Path(__file__).resolve().parent.parent
@@ -116,12 +117,13 @@ def main() -> None:
                 for name, (_, functions) in libraries.items():
                     key = f"ratelimit:{{versus-{name}-{kind}}}:{kind}"
                     sent = op
-                    if args.under_change:
-                        admin.hset(
-                            key.replace(kind, "config"), mapping={"rate": "1e9", "burst": "", "by": "name", "v": "1"}
-                        )
+                    if args.carry == "change":
+                        change = {"rate": "1e9", "burst": "", "by": "name", "v": "1"}
+                        admin.hset(key.replace(kind, "config"), mapping=change)
                         if name == "this":
                             sent = f"{op} 1 1e9 - -"
+                    elif args.carry == "reset" and name == "this":
+                        sent = f"{op} 1"
                     call: list[Any] = [functions[i], 2, key, key.replace(kind, "config"), sent, *ARGS[kind]]
 
                     def decide(call: list[Any] = call) -> object:

@@ -107,6 +107,10 @@ def test_a_keys_own_change_prevails(client: Any, clock: ManualClock) -> None:
     change = here.limit_override(name, key="other", clock=clock)
     assert change is not None
     assert change.burst == 2
+    assert here.reset_limit(name, key="own", clock=clock)  # then the name's holds there too
+    there.name_changes.forget(name)
+    clock.advance(100.0)
+    assert grants(elsewhere.for_key("own")) == 2
 
 
 def test_a_change_for_a_while_ends_in_keys_that_took_it(client: Any, clock: ManualClock) -> None:
@@ -154,3 +158,31 @@ def test_a_name_read_on_an_event_loop_is_read_beside_the_decisions() -> None:
 
     assert asyncio.run(main()) == ("", " 7 - 2.0 -")
     assert len(reads) == 1
+
+
+def test_an_asyncio_clients_keys_follow_once_the_name_is_read(clock: ManualClock) -> None:
+    """On an event loop the name is read by a task beside the decisions: the keys
+    used once it has landed follow the change."""
+    import asyncio
+
+    import fakeredis.aioredis
+
+    server = fakeredis.FakeServer()
+    here = RedisBackend(fakeredis.FakeRedis(server=server))
+    name = unique_name("keysfollow")
+    here.set_limit(name, burst=2, clock=clock)
+
+    async def scenario() -> tuple[int, int]:
+        there = RedisBackend(fakeredis.aioredis.FakeRedis(server=server))
+        limiter = TokenBucket(10, 1, backend=there, name=name, clock=clock)
+        assert await limiter.for_key("first").try_acquire_async()  # starts the read
+        for _ in range(10):
+            await asyncio.sleep(0)
+        later = limiter.for_key("later")
+        granted = 0
+        while granted < 100 and await later.try_acquire_async():
+            granted += 1
+        await there.aclose()
+        return granted, len(there.name_changes._tasks)
+
+    assert asyncio.run(scenario()) == (2, 0)

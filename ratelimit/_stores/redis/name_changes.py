@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,6 +39,8 @@ EVERY = 1.0
 #: Seconds a reset by name stays carried: a key that took the change from a process
 #: yet to read the reset goes back at its next decision within them.
 RESET_KEPT = 600.0
+#: Seconds a read under way holds off another of the same name.
+_READ_TIMEOUT = 10.0
 
 
 def carried_text(version: int, rate: float | None, burst: float | None, until: float | None) -> str:
@@ -64,7 +67,8 @@ class NameChanges:
         self.every = every
         # name -> (monotonic time it is due again, the text carried: '' none)
         self._held: dict[str, tuple[float, str]] = {}
-        self._pending: set[str] = set()
+        # name -> monotonic time until which a read under way is waited for
+        self._pending: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def forget(self, name: str) -> None:
@@ -82,11 +86,18 @@ class NameChanges:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        if loop is None:
-            self._store(name, now, self._fetch(name))
-        elif name not in self._pending:
-            # On an event loop: read beside the decisions, never blocking the loop.
-            self._pending.add(name)
+        if self._pending.get(name, -math.inf) > now:
+            pass  # being read (by another thread, or a task): what was read last meanwhile
+        elif loop is None:
+            self._pending[name] = now + _READ_TIMEOUT
+            try:
+                self._store(name, now, self._fetch(name))
+            finally:
+                self._pending.pop(name, None)
+        else:
+            # On an event loop: read beside the decisions, never blocking the loop (a
+            # task its loop never ran, closed, is read again after _READ_TIMEOUT).
+            self._pending[name] = now + _READ_TIMEOUT
             task = loop.create_task(self._fetch_async(name))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -117,7 +128,7 @@ class NameChanges:
                 text = None
             self._store(name, time.monotonic(), text)
         finally:
-            self._pending.discard(name)
+            self._pending.pop(name, None)
 
 
 def _text(raw: Any) -> str:
