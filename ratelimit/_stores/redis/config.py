@@ -190,8 +190,8 @@ def reset_override(client: Any, name: str | Keyed, now: float | None = None) -> 
 
 def _follow(client: Any, name: str, change: Override | None, now: float | None) -> int:
     """Write the string the decisions of ``name``'s keys carry (``redis/name_changes.py``)
-    for ``change`` (``None``: a reset, kept ``RESET_KEPT`` seconds); returns its version,
-    the server's time in microseconds, above the last one's."""
+    for ``change`` (``None``: a reset, kept ``RESET_KEPT`` seconds where a change was
+    kept); returns its version, the server's time in microseconds, above the last one's."""
     seconds, micros = client.time()
     version = int(seconds) * 1_000_000 + int(micros)
     key = wire(follow_key(name))
@@ -201,7 +201,8 @@ def _follow(client: Any, name: str, change: Override | None, now: float | None) 
         if held is not None and held >= version:
             version = int(held) + 1
     if change is None:
-        client.set(key, str(version), px=int(RESET_KEPT * 1000))
+        if last is not None:  # (none: no process carries a change by name to undo)
+            client.set(key, str(version), px=int(RESET_KEPT * 1000))
         return version
     until = None
     if change.ttl is not None:
