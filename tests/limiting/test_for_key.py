@@ -718,14 +718,15 @@ def test_top_adds_a_limiters_keys_up_in_its_row(redis_client: redis.Redis) -> No
     assert rows[0].grants_per_sec == pytest.approx(10 / 5)
 
 
-def test_an_operators_set_of_the_name_leaves_keys_alone(redis_client: redis.Redis) -> None:
-    """Each key decides in its own slot, which the name's change is not in: keys keep the code's limit."""
+def test_an_operators_set_of_the_name_reaches_a_key_used_after_it(redis_client: redis.Redis) -> None:
+    """Each key decides in its own slot, which the name's change is not in: its
+    decisions carry the change (redis/name_changes.py), and the key takes it."""
     name = unique_name()
     backend = RedisBackend(redis_client)
     limiter = TokenBucket(1, 1e-3, backend=backend, name=name)
     backend.set_limit(name, burst=5)
     try:
         assert drain(limiter) == 5
-        assert drain(limiter.for_key("k")) == 1
+        assert drain(limiter.for_key("k")) == 5
     finally:
         backend.reset_limit(name)

@@ -230,7 +230,12 @@ class RedisBackend(RedisCalls):
         self.time_source = time_source
         self._local = MemoryBackend()
         #: Each name's change by name, as its keys' decisions carry it (``redis/name_changes.py``).
-        self.name_changes = NameChanges(None if self._sync_client is None else self._sync_client.get, self._read_async)
+        self.name_changes = NameChanges(None if self._sync_client is None else self._read, self._read_async)
+
+    def _read(self, key: str) -> Any:
+        """GET ``key`` (``redis/name_changes.py``)."""
+        assert self._sync_client is not None
+        return self._sync_client.get(key)
 
     async def _read_async(self, key: str) -> Any:
         """GET ``key`` from the running loop (``redis/name_changes.py``)."""
