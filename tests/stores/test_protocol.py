@@ -78,7 +78,7 @@ def test_the_node_client_loads_the_text_of_this_release() -> None:
 
 def test_the_protocol_page_names_this_version_and_every_function() -> None:
     page = (TOP / "docs" / "protocol.md").read_text(encoding="utf-8")
-    assert re.search(rf"^# .*protocol {PROTOCOL}\b", page, re.I | re.M), "docs/protocol.md must name its version"
+    assert re.search(rf"^# .*protocol, version {PROTOCOL}\b", page, re.I | re.M), "docs/protocol.md must name its version"
     for function in ("token_bucket", "leaky_bucket", "sliding_window", "sliding_window_counter", "revision"):
         assert f"ratelimit_p{PROTOCOL}_{function}" in page
     assert vectors.load()["protocol"] == PROTOCOL
