@@ -166,3 +166,21 @@ def test_an_older_revision_is_replaced_and_a_newer_one_kept(server: RedisServer)
     assert command_calls(admin, "evalsha") + command_calls(admin, "eval") >= 4
     backend.close()
     admin.close()
+
+
+# -- what feedback sends, which every client reads alike --------------------------------
+
+
+def test_the_feedback_vectors_are_what_the_python_client_reads() -> None:
+    # protocol/feedback.json: headers, what they say, and the `restrict` they ask for;
+    # the Node client's header reading is held to the same file.
+    from ratelimit._headers.parse import parse_rate_limit_headers
+    from ratelimit._limiting.feedback import restriction
+
+    document = json.loads((TOP / "protocol" / "feedback.json").read_text(encoding="utf-8"))
+    for case in document["cases"]:
+        info = parse_rate_limit_headers(case["headers"], now=document["now"])
+        read = {k: getattr(info, k) for k in ("limit", "remaining", "reset_after", "retry_after", "window")}
+        assert {k: v for k, v in read.items() if v is not None} == case["info"], case["about"]
+        asked = restriction(info, case["status"])
+        assert (list(asked) if asked else None) == case["restriction"], case["about"]
