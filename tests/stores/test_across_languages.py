@@ -135,7 +135,8 @@ def test_inspect_and_top_show_a_limiter_used_only_from_node(node: str) -> None:
     shown = subprocess.run(
         [*command, "inspect", "--redis", REDIS_URL, "--json", name], check=True, capture_output=True, text=True
     )
-    assert name in shown.stdout and "token_bucket" in shown.stdout, shown.stdout
+    assert name in shown.stdout, shown.stdout
+    assert "token_bucket" in shown.stdout, shown.stdout
     top = subprocess.run(
         [*command, "top", "--redis", REDIS_URL, "--iterations", "1", "--json"],
         check=True,
@@ -143,4 +144,5 @@ def test_inspect_and_top_show_a_limiter_used_only_from_node(node: str) -> None:
         text=True,
     )
     (row,) = [row for row in json.loads(top.stdout)["limiters"] if row["name"] == name]
-    assert row["kind"] == "token_bucket" and row["grants_per_sec"] > 0, row
+    assert row["kind"] == "token_bucket", row
+    assert row["grants_per_sec"] > 0, row

@@ -62,7 +62,8 @@ def test_the_contract_is_the_one_recorded_with_this_protocol_version() -> None:
     # lua/protocol.json and say what changed on the page; if it only adds what the page
     # lets a client ignore (a trailing reply field, a function) or rewords a comment,
     # record it as it is. Either way: `python -m ratelimit._stores.redis.protocol --contract`.
-    assert protocol_lock()["contract"] == contract_fingerprint(), f"the protocol's contract changed: {RECORD} --contract"
+    changed = f"the protocol's contract changed: {RECORD} --contract"
+    assert protocol_lock()["contract"] == contract_fingerprint(), changed
 
 
 def test_the_library_text_is_the_revision_recorded() -> None:
@@ -78,15 +79,16 @@ def test_the_node_client_loads_the_text_of_this_release() -> None:
 
 def test_the_protocol_page_names_this_version_and_every_function() -> None:
     page = (TOP / "docs" / "protocol.md").read_text(encoding="utf-8")
-    assert re.search(rf"^# .*protocol, version {PROTOCOL}\b", page, re.I | re.M), "docs/protocol.md must name its version"
+    named = re.search(rf"^# .*protocol, version {PROTOCOL}\b", page, re.I | re.M)
+    assert named, "docs/protocol.md must name its version"
     for function in ("token_bucket", "leaky_bucket", "sliding_window", "sliding_window_counter", "revision"):
         assert f"ratelimit_p{PROTOCOL}_{function}" in page
     assert vectors.load()["protocol"] == PROTOCOL
 
 
 def test_a_listing_is_read_for_this_protocols_revision() -> None:
-    def entry(name: str, description: str | None) -> list[Any]:
-        functions = [[b"name", f"{name}_revision".encode(), b"description", description, b"flags", []]]
+    def entry(name: str, description: bytes | None) -> list[Any]:
+        functions: list[list[Any]] = [[b"name", f"{name}_revision".encode(), b"description", description, b"flags", []]]
         return [b"library_name", name.encode(), b"engine", b"LUA", b"functions", functions]
 
     name = library().name

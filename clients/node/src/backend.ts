@@ -206,6 +206,12 @@ export class RedisBackend {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    // QUIT on a connection that is up; one still connecting (a server down) is dropped,
+    // since QUIT would wait for it.
+    if (this.client.status !== "ready") {
+      this.client.disconnect();
+      return;
+    }
     try {
       await this.client.quit();
     } catch {

@@ -12,8 +12,11 @@ import { ManualClock, backend, forget, uniqueName } from "./helpers.js";
 const b = backend();
 const names: string[] = [];
 after(async () => {
-  for (const name of names) await forget(b, name);
-  await b.close();
+  try {
+    for (const name of names) await forget(b, name);
+  } finally {
+    await b.close(); // a server down: the client would retry for ever, and the run never end
+  }
 });
 
 function named(prefix: string): string {
