@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .scripts import _DRIVERS, ALGORITHMS, PROTOCOL, _lua_dir, library_text, lua_source, protocol_lock, single_script
+from .scripts import ALGORITHMS, DRIVERS, PROTOCOL, library_text, lua_dir, lua_source, protocol_lock, single_script
 
 __all__ = ["contract_fingerprint", "contract_text", "library_fingerprint", "node_artifact"]
 
@@ -59,7 +59,7 @@ def _registered() -> list[str]:
 def contract_text() -> str:
     """What a client relies on: the functions registered and each driver's contract."""
     parts = [f"protocol {PROTOCOL}", "functions: " + " ".join(_registered())]
-    parts += [f"== {driver}\n{_header(driver)}" for driver in (*_DRIVERS, "_library")]
+    parts += [f"== {driver}\n{_header(driver)}" for driver in (*DRIVERS, "_library")]
     return "\n".join(parts) + "\n"
 
 
@@ -95,7 +95,7 @@ def record(contract: bool = False, top: Path | None = None) -> list[str]:
     the lines say what was done. The contract is recorded only with ``contract``."""
     said = []
     lock = protocol_lock()
-    path = _lua_dir() / "protocol.json"
+    path = lua_dir() / "protocol.json"
     if lock["contract"] != contract_fingerprint():
         if not contract:
             raise SystemExit(

@@ -44,6 +44,7 @@ from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
 __all__ = [
     "ALGORITHMS",
+    "DRIVERS",
     "PROTOCOL",
     "REVISION",
     "Library",
@@ -56,6 +57,7 @@ __all__ = [
     "lanes_script",
     "library",
     "live_script",
+    "lua_dir",
     "lua_source",
     "preload",
     "refuses_functions",
@@ -78,6 +80,14 @@ _DRIVERS = {
     "live": "KEYS, ARGV",
     "top_flush": "KEYS, ARGV",
 }
+
+#: The drivers, each the body of one function of the library.
+DRIVERS = tuple(_DRIVERS)
+
+
+def lua_dir() -> Path:
+    """Where the Lua files are: ``ratelimit/lua`` in the wheel, ``lua/`` in a checkout."""
+    return _lua_dir()
 
 
 def _lua_dir() -> Path:
