@@ -110,7 +110,8 @@ def record(contract: bool = False, top: Path | None = None) -> list[str]:
         lock["revision"] = int(lock["revision"]) + 1
         said.append(f"library text recorded as revision {lock['revision']}")
     path.write_text(_dumped(lock), encoding="utf-8")
-    artifact = (top or Path.cwd()) / NODE_ARTIFACT
+    # The checkout the Lua files are in (lua/ beside clients/), wherever this runs from.
+    artifact = (top or lua_dir().parent) / NODE_ARTIFACT
     artifact.parent.mkdir(parents=True, exist_ok=True)
     artifact.write_text(_dumped(node_artifact(int(lock["revision"]))), encoding="utf-8")
     said.append(f"wrote {artifact}")
