@@ -3,12 +3,15 @@
 //
 //   node node_worker.mjs URL NAME bucket CAPACITY RATE LOOPS SECONDS
 //   node node_worker.mjs URL NAME window LIMIT WINDOW LOOPS SECONDS
-//       LOOPS concurrent acquires in a loop for SECONDS; prints {"grants": [epoch
-//       seconds...], "calls": n}
+//       LOOPS concurrent acquires in a loop for SECONDS; prints {"grants": [[earliest,
+//       latest]...], "calls": n}: for each grant the earliest and the latest epoch time
+//       it can have been granted at (before the call plus the wait, after the sleep),
+//       as languages_worker.py does
 //   node node_worker.mjs URL NAME pause CAPACITY RATE RETRY_AFTER
-//       feeds back a 429 with Retry-After: RETRY_AFTER; prints {}
+//       feeds back a 429 with Retry-After: RETRY_AFTER; prints {"fed": epoch seconds
+//       just before}
 //   node node_worker.mjs URL NAME wait CAPACITY RATE
-//       one acquire; prints {"waited": seconds}
+//       one acquire; prints {"waited": seconds, "at": epoch seconds once granted}
 import { performance } from "node:perf_hooks";
 
 import { AcquireTimeout, RedisBackend, SlidingWindow, TokenBucket } from "../../clients/node/dist/src/index.js";
@@ -24,10 +27,12 @@ const limiter =
 
 let out;
 if (mode === "pause") {
+  const fed = epoch();
   await limiter.feedback({ "Retry-After": c }, 429);
-  out = {};
+  out = { fed };
 } else if (mode === "wait") {
-  out = { waited: await limiter.acquire() };
+  const waited = await limiter.acquire();
+  out = { waited, at: epoch() };
 } else {
   const stop = epoch() + Number(d);
   const grants = [];
@@ -37,13 +42,15 @@ if (mode === "pause") {
       const left = stop - epoch();
       if (left <= 0) return;
       calls += 1;
+      const sent = epoch();
+      let waited;
       try {
-        await limiter.acquire(1, { timeout: left });
+        waited = await limiter.acquire(1, { timeout: left });
       } catch (error) {
         if (error instanceof AcquireTimeout) return;
         throw error;
       }
-      grants.push(epoch());
+      grants.push([sent + waited, epoch()]);
     }
   };
   await Promise.all(Array.from({ length: Number(c) }, loop));
