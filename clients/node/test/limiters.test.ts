@@ -104,6 +104,16 @@ test("a sliding window never grants more than its limit in a window", async () =
   assert.equal(reservation.wait, 6); // the first leaves the window at 1010
 });
 
+test("an approximate sliding window (the sub-window counter) holds its limit too", async () => {
+  const clock = new ManualClock();
+  const name = named("swc");
+  const window = new SlidingWindow({ limit: 3, windowSeconds: 10, approximate: true, backend: b, name, clock });
+  const got = [];
+  for (let i = 0; i < 4; i++) got.push(await window.tryAcquire());
+  assert.deepEqual(got, [true, true, true, false]);
+  assert.equal(await b.client.exists(`ratelimit:{${name}}:injected:sliding_window_counter`), 1);
+});
+
 test("the first call writes what the code says, for `ratelimit inspect` and `top`", async () => {
   const name = named("code");
   const bucket = new TokenBucket({ capacity: 20, refillPerSec: 100, backend: b, name });
