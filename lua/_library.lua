@@ -1,6 +1,8 @@
 -- ratelimit: the function library's registrations. Loaded last, after every piece and
 -- every driver (see ratelimit/_stores/redis/scripts.py), once per server with FUNCTION LOAD;
--- PREFIX, set just before this file, is the library's name: ratelimit_<version>_.
+-- PREFIX, set just before this file, is the library's name and an underscore:
+-- ratelimit_p<protocol>_ (docs/protocol.md); PROTOCOL and REVISION (the revision of
+-- this text within the protocol, lua/protocol.json) are set with it.
 --
 -- Each function takes the KEYS and ARGV its driver's file documents and returns what
 -- it says:
@@ -11,6 +13,9 @@
 --   <PREFIX>concurrency    a shared semaphore, ConcurrencyLimit (lua/concurrency.lua)
 --   <PREFIX>live           the safe mode's heartbeat (lua/live.lua)
 --   <PREFIX>top_flush      writes the counts held for `ratelimit top` (lua/top_flush.lua)
+--   <PREFIX>revision       {protocol, revision}, no keys; its description says
+--                          "ratelimit protocol <P> revision <N>", which a client reads
+--                          in FUNCTION LIST to load its library only over an older one
 
 -- Written out one by one: while a library loads, Redis lets it call nothing but
 -- redis.register_function (not even pairs), so no loop over the kinds.
@@ -35,3 +40,9 @@ redis.register_function(PREFIX .. 'breaker', drive_breaker)
 redis.register_function(PREFIX .. 'concurrency', drive_concurrency)
 redis.register_function(PREFIX .. 'live', drive_live)
 redis.register_function(PREFIX .. 'top_flush', drive_top_flush)
+redis.register_function{
+  function_name = PREFIX .. 'revision',
+  callback = function() return {PROTOCOL, REVISION} end,
+  flags = {'no-writes'},
+  description = 'ratelimit protocol ' .. PROTOCOL .. ' revision ' .. REVISION,
+}

@@ -1,6 +1,6 @@
 """The function library: loaded once per server, reloaded when lost, scripts where it cannot be.
 
-Each decision is one FCALL of the release's library (``ratelimit_<version>``). These
+Each decision is one FCALL of the protocol's library (``ratelimit_p<protocol>``). These
 tests take it where deployments go: a fresh server, ``FUNCTION FLUSH`` and ``SCRIPT
 FLUSH`` mid-run, a server whose ``FUNCTION``/``FCALL`` is renamed away or refused by
 an ACL, two releases side by side, a Sentinel failover to a master without the library,
@@ -119,8 +119,12 @@ def test_the_library_registers_every_driver_of_every_kind(server: RedisServer) -
         concurrency_script(),
         live_script(),
     ]
-    # ... and the flush of the counts held for `ratelimit top`, which no script has.
-    assert registered == {script.function for script in scripts} | {library().function("top_flush")}
+    # ... and the flush of the counts held for `ratelimit top` and the revision
+    # (docs/protocol.md), which no script has.
+    assert registered == {script.function for script in scripts} | {
+        library().function("top_flush"),
+        library().function("revision"),
+    }
     admin.close()
 
 
