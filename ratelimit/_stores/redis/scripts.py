@@ -3,7 +3,7 @@
 The scripts are ``.lua`` files in the top-level ``lua/`` folder (``ratelimit/lua/``
 in the wheel). The shared files (``_prelude``, the algorithms, ``_members``, ``_top``,
 ``_cache`` or ``_cache_none``) define functions only; each driver (``_single``,
-``_lanes``, ``_group``, ``breaker``, ``concurrency``, ``live``) is the body of one
+``_lanes``, ``_fair``, ``_group``, ``breaker``, ``concurrency``, ``live``) is the body of one
 function, its KEYS/ARGV/return contract at its top.
 
 On Redis 7 and later they are one function library, ``ratelimit_<version>``, loaded
@@ -46,6 +46,7 @@ __all__ = [
     "by_function",
     "call_by_script",
     "concurrency_script",
+    "fair_script",
     "group_script",
     "lanes_script",
     "library",
@@ -69,6 +70,7 @@ _SHARED = ("_members", "_top")
 _DRIVERS = {
     "_single": "ALG, KIND, KEYS, ARGV",
     "_lanes": "ALG, KIND, KEYS, ARGV",
+    "_fair": "ALG, KIND, KEYS, ARGV",
     "_group": "KEYS, ARGV",
     "breaker": "KEYS, ARGV",
     "concurrency": "KEYS, ARGV",
@@ -496,7 +498,7 @@ class Script:
 
 def _script(name: str, driver: str, kinds: Sequence[str], call: str, function: str) -> Script:
     composed = Composed()
-    if driver in ("_single", "_lanes", "_group"):
+    if driver in ("_single", "_lanes", "_fair", "_group"):
         _rate_limit_body(composed, kinds)
     else:
         composed.file("_prelude")
@@ -523,6 +525,12 @@ def lanes_script(kind: str) -> Script:
     if kind not in LANE_KINDS:
         raise ValueError(f"no budget with priorities of algorithm {kind!r}")
     return _driven(kind, "_lanes", f"{kind}:lanes", f"lanes_{kind}")
+
+
+@cache
+def fair_script(kind: str) -> Script:
+    """The script of a budget shared fairly among tenants, of algorithm ``kind``."""
+    return _driven(kind, "_fair", f"{kind}:fair", f"fair_{kind}")
 
 
 @cache

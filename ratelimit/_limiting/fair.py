@@ -1,0 +1,402 @@
+"""``FairShare``: many tenants on one limiter's budget, its grants split by weight.
+
+``FairShare(limiter)`` binds a state of its own in the limiter's store, under the
+limiter's name: the budget's line (the limiter's algorithm, so its bound holds) and a
+pace line per active tenant (``_algorithms/fair.py`` explains the decision).
+``share.for_key(tenant)`` is what callers acquire on.
+
+Each process asks the store for one request of a tenant at a time: a *gate* per
+tenant queues its callers in arrival order and opens at the moment the store said the
+tenant's next request is admitted, so a tenant's flood in one process costs one store
+call per grant and never reaches the store ahead of its pace. A request the store
+defers (the tenant asked from another process meanwhile) sleeps to its ticket and asks
+once more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from .. import _validate
+from .._algorithms.fair import Answer, Fair
+from .._clock import Clock
+from .._errors import AcquireTimeout
+from .._stores.keys import Keyed
+from .._stores.store import FairHandle
+
+__all__ = ["FairShare", "TenantShare"]
+
+#: A gate's callers are woken this long after the turn they wait for, at most, to look
+#: at their timeout again.
+_LOOK_AGAIN = 0.05
+#: How many idle tenants' gates (and the time each opens) a share keeps.
+_KEPT_GATES = 4096
+#: How many lead intervals (seconds per token of the budget's rate) a tenant's pace may
+#: run ahead of now and still be admitted, by default.
+DEFAULT_LEAD_INTERVALS = 4.0
+
+
+def _weight(name: str, value: object) -> float:
+    weight = _validate.real(name, value)
+    if not 0.0 < weight < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return weight
+
+
+class _Turn:
+    """One caller's place in a gate: woken when it reaches the head."""
+
+    __slots__ = ("event", "future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.loop = loop
+        self.event: threading.Event | None = None
+        self.future: asyncio.Future[None] | None = None
+        if loop is None:
+            self.event = threading.Event()
+        else:
+            self.future = loop.create_future()
+
+    def wake(self) -> None:
+        if self.event is not None:
+            self.event.set()
+        elif self.loop is not None and self.future is not None:
+            self.loop.call_soon_threadsafe(_resolve, self.future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class _Gate:
+    """A tenant's callers in this process, in arrival order, and when the store admits
+    its next request (on the share's clock)."""
+
+    __slots__ = ("opens", "turns")
+
+    def __init__(self) -> None:
+        self.turns: deque[_Turn] = deque()
+        self.opens = -math.inf
+
+
+class FairShare:
+    """One limiter's budget shared fairly among tenants.
+
+    While the budget is saturated, the grants split in proportion to the weights of the
+    tenants with requests waiting; a tenant left idle gives its share to the others at
+    once, and a lone tenant gets the whole rate. A tenant's requests go in arrival
+    order, and a tenant seen for the first time is not queued behind another tenant's
+    flood: its first grant comes within about ``lead`` of asking. Through a shared
+    store (SQLite) the shares are kept across every process; each grant is one store
+    call.
+
+    Args:
+        limiter: the budget (a ``TokenBucket``, ``LeakyBucket`` or ``SlidingWindow``);
+            its store, name and clock are the share's. The share keeps a state of its
+            own under the limiter's name: acquire on the share's tenants, not on the
+            limiter itself.
+        weights: each tenant's weight (a number > 0) by its key.
+        default_weight: the weight of a tenant ``weights`` does not name.
+        lead: seconds a tenant's pace may run ahead of now and still be admitted (a
+            ``timedelta`` too); ``None``: four intervals of the budget's rate. Longer
+            lets a lone tenant use the limiter's burst, and makes a newcomer wait
+            about that long behind a busy tenant.
+
+    Raises:
+        TypeError, ValueError: an argument out of range, named with its value.
+
+    Every process sharing a budget should give its tenants the same weights: each
+    request is paced with the weight its own process gives it.
+    """
+
+    def __init__(
+        self,
+        limiter: Any,
+        *,
+        weights: Mapping[str, float] | None = None,
+        default_weight: float = 1,
+        lead: float | timedelta | None = None,
+    ) -> None:
+        algorithm_for = getattr(limiter, "algorithm_for", None)
+        if algorithm_for is None or getattr(limiter, "low", None) is not None:
+            raise TypeError(
+                f"limiter must be a TokenBucket, LeakyBucket or SlidingWindow without low_share, got {limiter!r}"
+            )
+        if getattr(limiter, "shadow", False):
+            raise ValueError(f"limiter={limiter!r} is in shadow mode: a fair share decides for real")
+        self._default = _weight("default_weight", default_weight)
+        self._weights: dict[str, float] = {}
+        if weights is not None:
+            if not isinstance(weights, Mapping):
+                raise TypeError(f"weights must be a mapping of tenant keys to numbers, got {_validate.shown(weights)}")
+            for tenant, weight in weights.items():
+                key = _validate.key(tenant)
+                self._weights[key] = _weight(f"weights[{_validate.shown(key)}]", weight)
+        self._clock: Clock = limiter.clock
+        alg = algorithm_for(self._clock)
+        rate = alg.sustained_rate
+        if lead is None:
+            seconds = DEFAULT_LEAD_INTERVALS / rate if 0.0 < rate < math.inf else 0.0
+        else:
+            seconds = _validate.duration("lead", lead)
+        self._limiter = limiter
+        self._fair = Fair(alg, seconds)
+        self._most = alg.most
+        viewed = getattr(limiter, "key", None)
+        place: str | Keyed | None = limiter.name if viewed is None else Keyed(limiter.name, viewed)
+        self._handle: FairHandle = limiter.backend.bind_fair(place, self._fair, self._clock)
+        self._lock = threading.Lock()
+        self._gates: OrderedDict[str, _Gate] = OrderedDict()
+
+    # -- tenants ------------------------------------------------------------------------
+
+    def for_key(self, tenant: str) -> TenantShare:
+        """What ``tenant``'s callers acquire on."""
+        return TenantShare(self, _validate.key(tenant))
+
+    def set_weight(self, tenant: str, weight: float) -> None:
+        """Give ``tenant`` this weight (a number > 0) from its next request on."""
+        key = _validate.key(tenant)
+        self._weights[key] = _weight("weight", weight)
+
+    def weight(self, tenant: str) -> float:
+        """The weight ``tenant``'s requests are paced with."""
+        return self._weights.get(tenant, self._default)
+
+    @property
+    def limiter(self) -> Any:
+        """The limiter whose budget is shared."""
+        return self._limiter
+
+    @property
+    def lead(self) -> float:
+        """Seconds a tenant's pace may run ahead of now and still be admitted."""
+        return self._fair.lead
+
+    def reset(self) -> None:
+        """Forget the budget's usage and every tenant's pace."""
+        self._handle.reset()
+        with self._lock:
+            for gate in self._gates.values():
+                gate.opens = -math.inf
+
+    def __repr__(self) -> str:
+        return f"FairShare({self._limiter!r}, default_weight={self._default:g})"
+
+    # -- gates --------------------------------------------------------------------------
+
+    def _enter(self, tenant: str, turn: _Turn) -> _Gate:
+        with self._lock:
+            gate = self._gates.get(tenant)
+            if gate is None:
+                gate = self._gates[tenant] = _Gate()
+                gate.turns.append(turn)
+                self._forget_gates()
+            else:
+                self._gates.move_to_end(tenant)
+                gate.turns.append(turn)
+            if gate.turns[0] is turn:
+                turn.wake()
+            return gate
+
+    def _leave(self, tenant: str, gate: _Gate, turn: _Turn) -> None:
+        with self._lock:
+            turns = gate.turns
+            head = bool(turns) and turns[0] is turn
+            if turn in turns:
+                turns.remove(turn)
+            if head and turns:
+                turns[0].wake()
+
+    def _forget_gates(self) -> None:
+        """Bound the gates kept: the least recently used idle ones go (a tenant whose
+        gate went may be deferred once by the store, which knows its pace)."""
+        if len(self._gates) <= _KEPT_GATES:
+            return
+        now = self._clock.now()
+        for tenant, gate in list(self._gates.items()):
+            if len(self._gates) <= _KEPT_GATES // 2:
+                break
+            if not gate.turns and (gate.opens <= now or len(self._gates) > _KEPT_GATES):
+                del self._gates[tenant]
+
+    def _gates_kept(self) -> int:
+        return len(self._gates)
+
+
+class TenantShare:
+    """One tenant's view of a :class:`FairShare`: ``share.for_key(tenant)``."""
+
+    __slots__ = ("_share", "_tenant")
+
+    def __init__(self, share: FairShare, tenant: str) -> None:
+        self._share = share
+        self._tenant = tenant
+
+    @property
+    def key(self) -> str:
+        """The tenant."""
+        return self._tenant
+
+    @property
+    def share(self) -> FairShare:
+        return self._share
+
+    @property
+    def weight(self) -> float:
+        """The weight this tenant's requests are paced with."""
+        return self._share.weight(self._tenant)
+
+    def __repr__(self) -> str:
+        return f"{self._share!r}.for_key({_validate.shown(self._tenant)})"
+
+    def _tokens(self, tokens: object) -> float:
+        share = self._share
+        return _validate.tokens(tokens, share._most, share._fair.line.most_name)
+
+    def _ask(self, answer: Answer, gate: _Gate, now: float) -> float | None:
+        """What an answer means for the caller at the head: the line's wait of a grant
+        (the gate then opens at the tenant's next admission), or ``None`` for a
+        deferral (the gate opens at its ticket); a refusal raises."""
+        if answer.deferred:
+            gate.opens = now + answer.wait
+            return None
+        if answer.wait < 0:
+            raise AcquireTimeout(-answer.wait)
+        gate.opens = now + answer.next_in
+        return answer.wait
+
+    def acquire(self, tokens: float = 1.0, timeout: float | timedelta | None = None) -> float:
+        """Block until ``tokens`` are granted to this tenant; return the seconds waited.
+
+        ``timeout``: the longest wait acceptable (``None``: as long as needed). The
+        wait in the store's line is known when the tenant's turn comes; a refusal
+        then raises ``AcquireTimeout`` at once, consuming nothing. Waiting for the
+        turn behind this tenant's own earlier requests counts towards ``timeout``.
+        """
+        n = self._tokens(tokens)
+        share, clock = self._share, self._share._clock
+        budget = math.inf if timeout is None else _validate.timeout_seconds(timeout)
+        started = clock.now()
+        turn = _Turn(None)
+        gate = share._enter(self._tenant, turn)
+        try:
+            event = turn.event
+            assert event is not None
+            while not event.wait(_LOOK_AGAIN if budget < math.inf else None):
+                if clock.now() - started > budget:
+                    raise AcquireTimeout(clock.now() - started)
+            ticket = None
+            while True:
+                now = clock.now()
+                delay = gate.opens - now
+                if delay > 0:
+                    if now + delay - started > budget:
+                        raise AcquireTimeout(now + delay - started)
+                    clock.sleep(delay)
+                    now = clock.now()
+                left = budget - (now - started)
+                answer = share._handle.ask(self._tenant, share.weight(self._tenant), n, max(left, 0.0), ticket)
+                wait = self._ask(answer, gate, clock.now())
+                if wait is not None:
+                    break
+                ticket = answer.ticket
+        finally:
+            share._leave(self._tenant, gate, turn)
+        if wait > 0:
+            clock.sleep(wait)
+        return clock.now() - started
+
+    async def acquire_async(self, tokens: float = 1.0, timeout: float | timedelta | None = None) -> float:
+        """:meth:`acquire` for asyncio."""
+        n = self._tokens(tokens)
+        share, clock = self._share, self._share._clock
+        budget = math.inf if timeout is None else _validate.timeout_seconds(timeout)
+        started = clock.now()
+        turn = _Turn(asyncio.get_running_loop())
+        gate = share._enter(self._tenant, turn)
+        try:
+            future = turn.future
+            assert future is not None
+            if budget < math.inf:
+                try:
+                    await asyncio.wait_for(asyncio.shield(future), budget)
+                except asyncio.TimeoutError:
+                    raise AcquireTimeout(clock.now() - started) from None
+            else:
+                await future
+            ticket = None
+            while True:
+                now = clock.now()
+                delay = gate.opens - now
+                if delay > 0:
+                    if now + delay - started > budget:
+                        raise AcquireTimeout(now + delay - started)
+                    await clock.sleep_async(delay)
+                    now = clock.now()
+                left = budget - (now - started)
+                answer = await share._handle.ask_async(
+                    self._tenant, share.weight(self._tenant), n, max(left, 0.0), ticket
+                )
+                wait = self._ask(answer, gate, clock.now())
+                if wait is not None:
+                    break
+                ticket = answer.ticket
+        finally:
+            share._leave(self._tenant, gate, turn)
+        if wait > 0:
+            await clock.sleep_async(wait)
+        return clock.now() - started
+
+    def try_acquire(self, tokens: float = 1.0) -> bool:
+        """Take ``tokens`` for this tenant if they can be granted right now; never blocks
+        (``False`` while this tenant's earlier requests wait in this process)."""
+        n = self._tokens(tokens)
+        share = self._share
+        turn = _Turn(None)
+        gate = share._enter(self._tenant, turn)
+        try:
+            now = share._clock.now()
+            if gate.turns[0] is not turn or gate.opens > now:
+                return False
+            answer = share._handle.ask(self._tenant, share.weight(self._tenant), n, 0.0, None)
+            if answer.deferred or answer.wait != 0.0:
+                return False
+            gate.opens = share._clock.now() + answer.next_in
+            return True
+        finally:
+            share._leave(self._tenant, gate, turn)
+
+    async def try_acquire_async(self, tokens: float = 1.0) -> bool:
+        """:meth:`try_acquire` for asyncio."""
+        n = self._tokens(tokens)
+        share = self._share
+        turn = _Turn(None)
+        gate = share._enter(self._tenant, turn)
+        try:
+            now = share._clock.now()
+            if gate.turns[0] is not turn or gate.opens > now:
+                return False
+            answer = await share._handle.ask_async(self._tenant, share.weight(self._tenant), n, 0.0, None)
+            if answer.deferred or answer.wait != 0.0:
+                return False
+            gate.opens = share._clock.now() + answer.next_in
+            return True
+        finally:
+            share._leave(self._tenant, gate, turn)
+
+    def peek(self, tokens: float = 1.0) -> float:
+        """The wait this tenant's request would be told now (its pace, or the budget's
+        line), recording nothing."""
+        return self._share._handle.peek(self._tenant, self._tokens(tokens))
+
+    async def peek_async(self, tokens: float = 1.0) -> float:
+        """:meth:`peek` for asyncio."""
+        return await self._share._handle.peek_async(self._tenant, self._tokens(tokens))
