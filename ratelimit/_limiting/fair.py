@@ -145,7 +145,10 @@ class FairShare:
         if lead is None:
             seconds = DEFAULT_LEAD_INTERVALS / rate if 0.0 < rate < math.inf else 0.0
         else:
-            seconds = _validate.duration("lead", lead)
+            given = lead.total_seconds() if isinstance(lead, timedelta) else lead
+            seconds = _validate.real("lead", given)
+            if not 0.0 <= seconds < math.inf:
+                raise ValueError(f"lead must be seconds >= 0 and finite, got {lead!r}")
         self._limiter = limiter
         self._fair = Fair(alg, seconds)
         self._most = alg.most
