@@ -234,6 +234,60 @@ class FairShare:
         return len(self._gates)
 
 
+class _Asking:
+    """One acquire's steps that need no I/O, shared by the sync and async paths: its
+    timeout, what it has waited so far, and what each answer means."""
+
+    __slots__ = ("budget", "n", "started", "tenant", "ticket", "waited", "weight")
+
+    def __init__(self, tenant: str, weight: float, n: float, budget: float, now: float) -> None:
+        self.tenant = tenant
+        self.weight = weight
+        self.n = n
+        self.budget = budget
+        self.started = now
+        self.waited = 0.0
+        self.ticket: float | None = None
+
+    def look_again(self) -> float | None:
+        """How long to wait for the turn before looking at the timeout again."""
+        return _LOOK_AGAIN if self.budget < math.inf else None
+
+    def queued(self, now: float) -> None:
+        """The caller waited for its turn behind its tenant's earlier requests until ``now``."""
+        self.waited = now - self.started
+        if self.waited > self.budget:
+            raise AcquireTimeout(self.waited)
+
+    def delay(self, gate: _Gate, now: float) -> float:
+        """Seconds to sleep before asking: until the gate opens (the tenant's turn, or a
+        ticket's); refused at once if that is past the timeout."""
+        delay = gate.opens - now
+        if delay <= 0:
+            return 0.0
+        if self.waited + delay > self.budget:
+            raise AcquireTimeout(self.waited + delay)
+        self.waited += delay
+        return delay
+
+    def request(self, now: float) -> tuple[str, float, float, float, float | None]:
+        """The store call's arguments: what is left of the timeout is the longest wait."""
+        left = self.budget - self.waited
+        return self.tenant, self.weight, self.n, left if left > 0.0 else 0.0, self.ticket
+
+    def answered(self, answer: Answer, gate: _Gate, now: float) -> float | None:
+        """The line's wait of a grant (the gate then opens at the tenant's next turn), or
+        ``None`` for a deferral (the gate opens at its ticket); a refusal raises."""
+        if answer.deferred:
+            gate.opens = now + answer.wait
+            self.ticket = answer.ticket
+            return None
+        if answer.wait < 0:
+            raise AcquireTimeout(self.waited - answer.wait)
+        gate.opens = now + answer.next_in
+        return answer.wait
+
+
 class TenantShare:
     """One tenant's view of a :class:`FairShare`: ``share.for_key(tenant)``."""
 
@@ -264,136 +318,114 @@ class TenantShare:
         share = self._share
         return _validate.tokens(tokens, share._most, share._fair.line.most_name)
 
-    def _ask(self, answer: Answer, gate: _Gate, now: float) -> float | None:
-        """What an answer means for the caller at the head: the line's wait of a grant
-        (the gate then opens at the tenant's next admission), or ``None`` for a
-        deferral (the gate opens at its ticket); a refusal raises."""
-        if answer.deferred:
-            gate.opens = now + answer.wait
-            return None
-        if answer.wait < 0:
-            raise AcquireTimeout(-answer.wait)
-        gate.opens = now + answer.next_in
-        return answer.wait
+    def _asking(self, tokens: object, timeout: float | timedelta | None) -> _Asking:
+        share = self._share
+        n = self._tokens(tokens)
+        budget = math.inf if timeout is None else _validate.timeout_seconds(timeout)
+        return _Asking(self._tenant, share.weight(self._tenant), n, budget, share._clock.now())
 
     def acquire(self, tokens: float = 1.0, timeout: float | timedelta | None = None) -> float:
         """Block until ``tokens`` are granted to this tenant; return the seconds waited.
 
         ``timeout``: the longest wait acceptable (``None``: as long as needed). The
-        wait in the store's line is known when the tenant's turn comes; a refusal
+        wait in the budget's line is known when the tenant's turn comes; a refusal
         then raises ``AcquireTimeout`` at once, consuming nothing. Waiting for the
         turn behind this tenant's own earlier requests counts towards ``timeout``.
         """
-        n = self._tokens(tokens)
+        asking = self._asking(tokens, timeout)
         share, clock = self._share, self._share._clock
-        budget = math.inf if timeout is None else _validate.timeout_seconds(timeout)
-        started = clock.now()
         turn = _Turn(None)
         gate = share._enter(self._tenant, turn)
         try:
             event = turn.event
             assert event is not None
-            while not event.wait(_LOOK_AGAIN if budget < math.inf else None):
-                if clock.now() - started > budget:
-                    raise AcquireTimeout(clock.now() - started)
-            ticket = None
+            if not event.is_set():
+                while not event.wait(asking.look_again()):
+                    asking.queued(clock.now())
+                asking.queued(clock.now())
             while True:
-                now = clock.now()
-                delay = gate.opens - now
+                delay = asking.delay(gate, clock.now())
                 if delay > 0:
-                    if now + delay - started > budget:
-                        raise AcquireTimeout(now + delay - started)
                     clock.sleep(delay)
-                    now = clock.now()
-                left = budget - (now - started)
-                answer = share._handle.ask(self._tenant, share.weight(self._tenant), n, max(left, 0.0), ticket)
-                wait = self._ask(answer, gate, clock.now())
+                answer = share._handle.ask(*asking.request(clock.now()))
+                wait = asking.answered(answer, gate, clock.now())
                 if wait is not None:
                     break
-                ticket = answer.ticket
         finally:
             share._leave(self._tenant, gate, turn)
         if wait > 0:
             clock.sleep(wait)
-        return clock.now() - started
+        return asking.waited + wait
 
     async def acquire_async(self, tokens: float = 1.0, timeout: float | timedelta | None = None) -> float:
         """:meth:`acquire` for asyncio."""
-        n = self._tokens(tokens)
+        asking = self._asking(tokens, timeout)
         share, clock = self._share, self._share._clock
-        budget = math.inf if timeout is None else _validate.timeout_seconds(timeout)
-        started = clock.now()
         turn = _Turn(asyncio.get_running_loop())
         gate = share._enter(self._tenant, turn)
         try:
             future = turn.future
             assert future is not None
-            if budget < math.inf:
-                try:
-                    await asyncio.wait_for(asyncio.shield(future), budget)
-                except asyncio.TimeoutError:
-                    raise AcquireTimeout(clock.now() - started) from None
-            else:
-                await future
-            ticket = None
+            if not future.done():
+                while True:
+                    done, _ = await asyncio.wait((future,), timeout=asking.look_again())
+                    asking.queued(clock.now())
+                    if done:
+                        break
             while True:
-                now = clock.now()
-                delay = gate.opens - now
+                delay = asking.delay(gate, clock.now())
                 if delay > 0:
-                    if now + delay - started > budget:
-                        raise AcquireTimeout(now + delay - started)
                     await clock.sleep_async(delay)
-                    now = clock.now()
-                left = budget - (now - started)
-                answer = await share._handle.ask_async(
-                    self._tenant, share.weight(self._tenant), n, max(left, 0.0), ticket
-                )
-                wait = self._ask(answer, gate, clock.now())
+                answer = await share._handle.ask_async(*asking.request(clock.now()))
+                wait = asking.answered(answer, gate, clock.now())
                 if wait is not None:
                     break
-                ticket = answer.ticket
         finally:
             share._leave(self._tenant, gate, turn)
         if wait > 0:
             await clock.sleep_async(wait)
-        return clock.now() - started
+        return asking.waited + wait
+
+    def _free(self) -> tuple[_Gate, _Turn] | None:
+        """The tenant's gate entered, when no earlier request of it waits here and its
+        turn has come (``None``: a try is refused at once)."""
+        share = self._share
+        turn = _Turn(None)
+        gate = share._enter(self._tenant, turn)
+        if gate.turns[0] is turn and gate.opens <= share._clock.now():
+            return gate, turn
+        share._leave(self._tenant, gate, turn)
+        return None
+
+    def _took(self, answer: Answer, gate: _Gate) -> bool:
+        if answer.deferred or answer.wait != 0.0:
+            return False
+        gate.opens = self._share._clock.now() + answer.next_in
+        return True
 
     def try_acquire(self, tokens: float = 1.0) -> bool:
         """Take ``tokens`` for this tenant if they can be granted right now; never blocks
         (``False`` while this tenant's earlier requests wait in this process)."""
         n = self._tokens(tokens)
-        share = self._share
-        turn = _Turn(None)
-        gate = share._enter(self._tenant, turn)
+        entered = self._free()
+        if entered is None:
+            return False
         try:
-            now = share._clock.now()
-            if gate.turns[0] is not turn or gate.opens > now:
-                return False
-            answer = share._handle.ask(self._tenant, share.weight(self._tenant), n, 0.0, None)
-            if answer.deferred or answer.wait != 0.0:
-                return False
-            gate.opens = share._clock.now() + answer.next_in
-            return True
+            return self._took(self._share._handle.ask(self._tenant, self.weight, n, 0.0, None), entered[0])
         finally:
-            share._leave(self._tenant, gate, turn)
+            self._share._leave(self._tenant, *entered)
 
     async def try_acquire_async(self, tokens: float = 1.0) -> bool:
         """:meth:`try_acquire` for asyncio."""
         n = self._tokens(tokens)
-        share = self._share
-        turn = _Turn(None)
-        gate = share._enter(self._tenant, turn)
+        entered = self._free()
+        if entered is None:
+            return False
         try:
-            now = share._clock.now()
-            if gate.turns[0] is not turn or gate.opens > now:
-                return False
-            answer = await share._handle.ask_async(self._tenant, share.weight(self._tenant), n, 0.0, None)
-            if answer.deferred or answer.wait != 0.0:
-                return False
-            gate.opens = share._clock.now() + answer.next_in
-            return True
+            answer = await self._share._handle.ask_async(self._tenant, self.weight, n, 0.0, None)
+            return self._took(answer, entered[0])
         finally:
-            share._leave(self._tenant, gate, turn)
+            self._share._leave(self._tenant, *entered)
 
     def peek(self, tokens: float = 1.0) -> float:
         """The wait this tenant's request would be told now (its pace, or the budget's
