@@ -50,7 +50,9 @@ def _weight(name: str, value: object) -> float:
 
 
 class _Turn:
-    """One caller's place in a gate: woken when it reaches the head."""
+    """One caller's place in a gate. A caller that finds the gate empty is its head at
+    once and needs nothing to wait on; one queued behind others gets an event (a
+    thread) or a future (a task), which the caller before it sets when it leaves."""
 
     __slots__ = ("event", "future", "loop")
 
@@ -58,10 +60,13 @@ class _Turn:
         self.loop = loop
         self.event: threading.Event | None = None
         self.future: asyncio.Future[None] | None = None
-        if loop is None:
+
+    def queue(self) -> None:
+        """Made ready to wait (under the share's lock, before it joins the queue)."""
+        if self.loop is None:
             self.event = threading.Event()
         else:
-            self.future = loop.create_future()
+            self.future = self.loop.create_future()
 
     def wake(self) -> None:
         if self.event is not None:
@@ -195,18 +200,22 @@ class FairShare:
 
     # -- gates --------------------------------------------------------------------------
 
-    def _enter(self, tenant: str, turn: _Turn) -> _Gate:
+    def _enter(self, tenant: str, turn: _Turn, *, only_first: bool = False) -> _Gate | None:
+        """Join the tenant's gate (``only_first``: only if no one else is in it and its
+        turn has come, else ``None``)."""
         with self._lock:
             gate = self._gates.get(tenant)
             if gate is None:
                 gate = self._gates[tenant] = _Gate()
                 gate.turns.append(turn)
                 self._forget_gates()
-            else:
-                self._gates.move_to_end(tenant)
-                gate.turns.append(turn)
-            if gate.turns[0] is turn:
-                turn.wake()
+                return gate
+            if only_first and (gate.turns or gate.opens > self._clock.now()):
+                return None
+            self._gates.move_to_end(tenant)
+            if gate.turns:
+                turn.queue()
+            gate.turns.append(turn)
             return gate
 
     def _leave(self, tenant: str, gate: _Gate, turn: _Turn) -> None:
@@ -316,6 +325,9 @@ class TenantShare:
 
     def _tokens(self, tokens: object) -> float:
         share = self._share
+        # A plain float or int in (0, most] is valid as it stands (NaN fails the test).
+        if (tokens.__class__ is float or tokens.__class__ is int) and 0.0 < tokens <= share._most:
+            return tokens
         return _validate.tokens(tokens, share._most, share._fair.line.most_name)
 
     def _asking(self, tokens: object, timeout: float | timedelta | None) -> _Asking:
@@ -336,10 +348,10 @@ class TenantShare:
         share, clock = self._share, self._share._clock
         turn = _Turn(None)
         gate = share._enter(self._tenant, turn)
+        assert gate is not None
         try:
             event = turn.event
-            assert event is not None
-            if not event.is_set():
+            if event is not None:
                 while not event.wait(asking.look_again()):
                     asking.queued(clock.now())
                 asking.queued(clock.now())
@@ -363,10 +375,10 @@ class TenantShare:
         share, clock = self._share, self._share._clock
         turn = _Turn(asyncio.get_running_loop())
         gate = share._enter(self._tenant, turn)
+        assert gate is not None
         try:
             future = turn.future
-            assert future is not None
-            if not future.done():
+            if future is not None:
                 while True:
                     done, _ = await asyncio.wait((future,), timeout=asking.look_again())
                     asking.queued(clock.now())
@@ -389,13 +401,9 @@ class TenantShare:
     def _free(self) -> tuple[_Gate, _Turn] | None:
         """The tenant's gate entered, when no earlier request of it waits here and its
         turn has come (``None``: a try is refused at once)."""
-        share = self._share
         turn = _Turn(None)
-        gate = share._enter(self._tenant, turn)
-        if gate.turns[0] is turn and gate.opens <= share._clock.now():
-            return gate, turn
-        share._leave(self._tenant, gate, turn)
-        return None
+        gate = self._share._enter(self._tenant, turn, only_first=True)
+        return None if gate is None else (gate, turn)
 
     def _took(self, answer: Answer, gate: _Gate) -> bool:
         if answer.deferred or answer.wait != 0.0:
