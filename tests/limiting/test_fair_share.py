@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import fakeredis
 import pytest
 
 from ratelimit import (
@@ -17,6 +18,7 @@ from ratelimit import (
     FairShare,
     LeakyBucket,
     ManualClock,
+    RedisBackend,
     SlidingWindow,
     SQLiteBackend,
     TokenBucket,
@@ -222,3 +224,24 @@ def test_a_lone_busy_tenant_gets_nine_tenths_of_the_rate_in_process() -> None:
     share = FairShare(TokenBucket(1, 200))
     grants = _run_threads(share, {"a": 4}, 2.0)
     assert len(grants["a"]) >= 0.9 * 200 * 2
+
+
+def test_tenants_share_a_budget_through_redis_sync_and_async() -> None:
+    """The script (on fakeredis) tells what the in-process store tells, both ways."""
+    clock = ManualClock(1_000.0)
+    backend = RedisBackend(fakeredis.FakeRedis())
+    share = FairShare(TokenBucket(1, 10, backend=backend, name="fair-fake", clock=clock))
+    a = share.for_key("a")
+    assert a.acquire() == 0.0
+    assert a.acquire() == pytest.approx(0.1)
+
+    async def main() -> tuple[float, bool, float]:
+        b = share.for_key("b")
+        return await b.acquire_async(), await b.try_acquire_async(), await b.peek_async()
+
+    waited, tried, peeked = asyncio.run(main())
+    assert waited == pytest.approx(0.1)
+    assert tried is False
+    assert peeked > 0
+    share.reset()
+    assert a.peek() == 0.0

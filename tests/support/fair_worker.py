@@ -5,7 +5,8 @@ Run as ``python fair_worker.py URL NAME RATE TENANT WEIGHT THREADS SECONDS``: on
 ready it prints ``ready`` and reads a line from stdin, the wall-clock time ``START``
 (a loaded machine starts processes slowly: the test starts them all first); the
 threads start then and acquire back to back for ``SECONDS``. Prints one JSON object:
-the wall-clock time of every grant, and the seconds the first one waited.
+the wall-clock time of every grant, the seconds the first one waited, and the store
+calls made.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import sys
 import threading
 import time
+from typing import Any
 
 from ratelimit import AcquireTimeout, FairShare, RedisBackend, TokenBucket
 
@@ -24,6 +26,15 @@ def main() -> None:
     share = FairShare(TokenBucket(1, float(rate), backend=backend, name=name), weights={tenant: float(weight)})
     view = share.for_key(tenant)
     view.peek()  # connected
+    # Every store call a decision makes, counted (what "one call per grant" is held to).
+    calls = [0]
+    ask = share._handle.ask
+
+    def counted(*args: Any) -> Any:
+        calls[0] += 1
+        return ask(*args)
+
+    share._handle.ask = counted  # type: ignore[method-assign, assignment]
     print("ready", flush=True)
     start = float(sys.stdin.readline())
     stop = start + float(seconds)
@@ -52,7 +63,7 @@ def main() -> None:
     for worker in workers:
         worker.join()
     backend.close()
-    print(json.dumps({"grants": grants, "first": first[0] if first else None}))
+    print(json.dumps({"grants": grants, "first": first[0] if first else None, "calls": calls[0]}))
 
 
 if __name__ == "__main__":
