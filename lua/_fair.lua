@@ -13,14 +13,15 @@
 -- ARGV[4]  the tenant's weight (ask)
 -- ARGV[5]  tokens (ask, peek)
 -- ARGV[6]  ask: max_wait in seconds, '' for no limit
--- ARGV[7]  ask: the ticket a deferral gave this request, '' for none
+-- ARGV[7]  ask, peek: the ticket this request presents, '' for none
 -- ARGV[8]  lead: seconds a tenant's pace may run ahead of now and still be admitted
 -- ARGV[9]  the most tenants paced on their own
 -- ARGV[10] the budget's sustained rate (tokens per second)
 -- ARGV[11..12]  the algorithm's two parameters
 --
 -- Returns, as strings (seconds, %.17g):
---   ask:   {wait, deferred ('1' | '0'), ticket, next_in}: see Answer in fair.py
+--   ask:   {wait, deferred ('1' | '0'), ticket, next_in}: see Answer in fair.py (a
+--          grant's ticket is the slot it booked for the process's next request)
 --   peek:  {the wait a request of the tenant's would be told now}
 --   reset: {now} (the line and every pace forgotten)
 -- Mirrors ratelimit/_algorithms/fair.py operation for operation.
@@ -46,11 +47,15 @@ if op == 'reset' then
   return {fmt(now)}
 elseif op == 'peek' then
   local tokens = tonumber(ARGV[5])
-  local finish = tonumber(redis.call('ZSCORE', finishes, paced(ARGV[3])))
-  if finish and finish > now then
-    local due = finish - lead
-    if due - now > EPSILON then return {fmt(due - now)} end
+  local slot = -math.huge
+  if ARGV[7] ~= '' then
+    slot = tonumber(ARGV[7])
+  else
+    local finish = tonumber(redis.call('ZSCORE', finishes, paced(ARGV[3])))
+    if finish and finish > now then slot = finish end
   end
+  local due = slot - lead
+  if due - now > EPSILON then return {fmt(due - now)} end
   local admit_at, at = ALG.plan(self, ALG.load(self), now, tokens)
   return {fmt(math.abs(decide(admit_at, at, now, math.huge)))}
 elseif op ~= 'ask' then
@@ -145,13 +150,10 @@ if wait < 0 then
   return {fmt_wait(wait), '0', '0', '0'}
 end
 ALG.save(self, ALG.commit(self, state, now, tokens, at), now)
-local finish
-if ARGV[7] == '' then
-  finish = finish_of()
-else
-  written()
-  finish = tonumber(redis.call('ZSCORE', finishes, tenant)) or now
-end
-local following = finish - lead - now
+if ARGV[7] == '' then finish_of() else written() end
+-- The slot of the asking process's next request, booked now: where the finish stands.
+local booked = tonumber(redis.call('ZSCORE', finishes, tenant)) or now
+finish_of()
+local following = booked - lead - now
 if following < 0.0 then following = 0.0 end
-return {fmt_wait(wait), '0', '0', fmt(following)}
+return {fmt_wait(wait), '0', fmt(booked), fmt(following)}

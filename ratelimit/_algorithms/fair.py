@@ -31,10 +31,14 @@ entries, a tenant seen for the first time is paced as :data:`OVERFLOW`, one entr
 every such tenant shares. A budget refilled at no rate (or an infinite one) has no rate
 to share: every tenant is admitted at once.
 
-A process asks for one tenant at a time (``_limiting/fair.py`` keeps a gate per tenant
-that opens at its next admission), so a tenant's flood inside a process costs one store
-call per grant; a tenant asking from several processes at once gets tickets, two calls
-for a deferred grant.
+A grant also *books* the slot after it in the tenant's pace line, a ticket for the next
+request of the same process, which presents it when its time comes and is admitted
+without moving the finish again. A process asks for one tenant at a time
+(``_limiting/fair.py`` keeps a gate per tenant that opens at the booked slot), so a
+tenant's flood in one process costs one store call per grant; several processes of one
+tenant each hold a booked slot of their own and take turns, one call per grant too
+(but the first of each, which may be deferred: two calls). A slot booked for a request
+that never comes keeps the tenant in ``W`` one slot longer.
 
 Twin of ``lua/_fair.lua``: the expiry is a sorted set there, by finish and then by name
 (what this heap pops first).
@@ -66,9 +70,10 @@ class Answer(NamedTuple):
     wait: float
     #: Whether the request was deferred (nothing recorded in the budget's line).
     deferred: bool
-    #: Deferred: the ticket to present when asking again (the store's time).
+    #: The ticket the asking process's next request presents (the store's time):
+    #: deferred, this request's own; granted, the slot booked for the next one.
     ticket: float
-    #: Granted: seconds from now until the tenant's next request is admitted.
+    #: Granted: seconds from now until the booked slot admits the next request.
     next_in: float
 
 
@@ -178,7 +183,8 @@ def reserve(
 ) -> Answer:
     """Decide a tenant's request of ``tokens`` (its ``weight`` as its process knows it):
     granted in the budget's line, refused, or deferred with a ticket (see the module
-    docstring). ``ticket``: the one a deferral gave this request."""
+    docstring). ``ticket``: the one a deferral, or the process's previous grant, gave
+    this request."""
     _expire(state, now)
     lead = fair.lead
     tenant = _paced(fair, state, tenant)
@@ -202,21 +208,26 @@ def reserve(
         return Answer(wait, False, 0.0, 0.0)
     state.line = line.commit(state.line, now, tokens, at)
     if ticket is None:
-        finish = _finish(fair, state, now, tenant, weight, tokens)
+        _finish(fair, state, now, tenant, weight, tokens)
+    # The slot of the asking process's next request, booked now (see the module
+    # docstring): where the finish stands.
+    entry = state.tenants.get(tenant)
+    booked = now if entry is None else entry[0]
+    _finish(fair, state, now, tenant, weight, tokens)
+    following = booked - lead - now
+    return Answer(wait, False, booked, following if following > 0.0 else 0.0)
+
+
+def peek(fair: Fair, state: FairState, now: float, tenant: str, tokens: float, ticket: float | None = None) -> float:
+    """The wait a request of the tenant's would be told now, read only: its deferral
+    (to its ``ticket``, or else to the tenant's finish), or else the budget line's wait."""
+    if ticket is None:
+        entry = state.tenants.get(_paced(fair, state, tenant))
+        slot = -math.inf if entry is None or entry[0] <= now else entry[0]
     else:
-        entry = state.tenants.get(tenant)
-        finish = now if entry is None else entry[0]
-    following = finish - lead - now
-    return Answer(wait, False, 0.0, following if following > 0.0 else 0.0)
-
-
-def peek(fair: Fair, state: FairState, now: float, tenant: str, tokens: float) -> float:
-    """The wait a request of the tenant's would be told now, read only: its deferral,
-    or else the budget line's wait."""
-    entry = state.tenants.get(_paced(fair, state, tenant))
-    if entry is not None and entry[0] > now:
-        due = entry[0] - fair.lead
-        if due - now > EPSILON:
-            return due - now
+        slot = ticket
+    due = slot - fair.lead
+    if due - now > EPSILON:
+        return due - now
     admit_at, at = fair.line.plan(state.line, now, tokens)
     return abs(decide(admit_at, at, now, math.inf))

@@ -6,11 +6,11 @@ pace line per active tenant (``_algorithms/fair.py`` explains the decision).
 ``share.for_key(tenant)`` is what callers acquire on.
 
 Each process asks the store for one request of a tenant at a time: a *gate* per
-tenant queues its callers in arrival order and opens at the moment the store said the
-tenant's next request is admitted, so a tenant's flood in one process costs one store
-call per grant and never reaches the store ahead of its pace. A request the store
-defers (the tenant asked from another process meanwhile) sleeps to its ticket and asks
-once more.
+tenant queues its callers in arrival order and opens at the slot the store booked for
+the gate's next request, which presents it as its ticket; so a tenant's flood in one
+process costs one store call per grant and never reaches the store ahead of its pace.
+A request the store defers (a first request of a tenant busy in other processes)
+sleeps to its ticket and asks once more.
 """
 
 from __future__ import annotations
@@ -81,14 +81,15 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 
 class _Gate:
-    """A tenant's callers in this process, in arrival order, and when the store admits
-    its next request (on the share's clock)."""
+    """A tenant's callers in this process, in arrival order; when the store admits its
+    next request (on the share's clock), and the ticket that request presents."""
 
-    __slots__ = ("opens", "turns")
+    __slots__ = ("opens", "ticket", "turns")
 
     def __init__(self) -> None:
         self.turns: deque[_Turn] = deque()
         self.opens = -math.inf
+        self.ticket: float | None = None
 
 
 class FairShare:
@@ -194,6 +195,7 @@ class FairShare:
         with self._lock:
             for gate in self._gates.values():
                 gate.opens = -math.inf
+                gate.ticket = None
 
     def __repr__(self) -> str:
         return f"FairShare({self._limiter!r}, default_weight={self._default:g})"
@@ -239,6 +241,11 @@ class FairShare:
             if not gate.turns and (gate.opens <= now or len(self._gates) > _KEPT_GATES):
                 del self._gates[tenant]
 
+    def _ticket(self, tenant: str) -> float | None:
+        """The ticket the tenant's next request here presents."""
+        gate = self._gates.get(tenant)
+        return None if gate is None else gate.ticket
+
     def _gates_kept(self) -> int:
         return len(self._gates)
 
@@ -247,7 +254,7 @@ class _Asking:
     """One acquire's steps that need no I/O, shared by the sync and async paths: its
     timeout, what it has waited so far, and what each answer means."""
 
-    __slots__ = ("budget", "n", "started", "tenant", "ticket", "waited", "weight")
+    __slots__ = ("budget", "n", "started", "tenant", "waited", "weight")
 
     def __init__(self, tenant: str, weight: float, n: float, budget: float, now: float) -> None:
         self.tenant = tenant
@@ -256,7 +263,6 @@ class _Asking:
         self.budget = budget
         self.started = now
         self.waited = 0.0
-        self.ticket: float | None = None
 
     def look_again(self) -> float | None:
         """How long to wait for the turn before looking at the timeout again."""
@@ -279,20 +285,22 @@ class _Asking:
         self.waited += delay
         return delay
 
-    def request(self, now: float) -> tuple[str, float, float, float, float | None]:
-        """The store call's arguments: what is left of the timeout is the longest wait."""
+    def request(self, gate: _Gate) -> tuple[str, float, float, float, float | None]:
+        """The store call's arguments: what is left of the timeout is the longest wait,
+        and the gate's ticket is presented."""
         left = self.budget - self.waited
-        return self.tenant, self.weight, self.n, left if left > 0.0 else 0.0, self.ticket
+        return self.tenant, self.weight, self.n, left if left > 0.0 else 0.0, gate.ticket
 
     def answered(self, answer: Answer, gate: _Gate, now: float) -> float | None:
-        """The line's wait of a grant (the gate then opens at the tenant's next turn), or
-        ``None`` for a deferral (the gate opens at its ticket); a refusal raises."""
+        """The line's wait of a grant (the gate then opens at the slot it booked for the
+        next request), or ``None`` for a deferral (the gate opens at its ticket); a
+        refusal raises, the gate's ticket kept for the next request."""
+        if answer.wait < 0 and not answer.deferred:
+            raise AcquireTimeout(self.waited - answer.wait)
+        gate.ticket = answer.ticket
         if answer.deferred:
             gate.opens = now + answer.wait
-            self.ticket = answer.ticket
             return None
-        if answer.wait < 0:
-            raise AcquireTimeout(self.waited - answer.wait)
         gate.opens = now + answer.next_in
         return answer.wait
 
@@ -359,7 +367,7 @@ class TenantShare:
                 delay = asking.delay(gate, clock.now())
                 if delay > 0:
                     clock.sleep(delay)
-                answer = share._handle.ask(*asking.request(clock.now()))
+                answer = share._handle.ask(*asking.request(gate))
                 wait = asking.answered(answer, gate, clock.now())
                 if wait is not None:
                     break
@@ -388,7 +396,7 @@ class TenantShare:
                 delay = asking.delay(gate, clock.now())
                 if delay > 0:
                     await clock.sleep_async(delay)
-                answer = await share._handle.ask_async(*asking.request(clock.now()))
+                answer = await share._handle.ask_async(*asking.request(gate))
                 wait = asking.answered(answer, gate, clock.now())
                 if wait is not None:
                     break
@@ -409,6 +417,7 @@ class TenantShare:
         if answer.deferred or answer.wait != 0.0:
             return False
         gate.opens = self._share._clock.now() + answer.next_in
+        gate.ticket = answer.ticket
         return True
 
     def try_acquire(self, tokens: float = 1.0) -> bool:
@@ -419,7 +428,8 @@ class TenantShare:
         if entered is None:
             return False
         try:
-            return self._took(self._share._handle.ask(self._tenant, self.weight, n, 0.0, None), entered[0])
+            gate = entered[0]
+            return self._took(self._share._handle.ask(self._tenant, self.weight, n, 0.0, gate.ticket), gate)
         finally:
             self._share._leave(self._tenant, *entered)
 
@@ -430,16 +440,18 @@ class TenantShare:
         if entered is None:
             return False
         try:
-            answer = await self._share._handle.ask_async(self._tenant, self.weight, n, 0.0, None)
-            return self._took(answer, entered[0])
+            gate = entered[0]
+            answer = await self._share._handle.ask_async(self._tenant, self.weight, n, 0.0, gate.ticket)
+            return self._took(answer, gate)
         finally:
             self._share._leave(self._tenant, *entered)
 
     def peek(self, tokens: float = 1.0) -> float:
-        """The wait this tenant's request would be told now (its pace, or the budget's
-        line), recording nothing."""
-        return self._share._handle.peek(self._tenant, self._tokens(tokens))
+        """The wait this tenant's next request here would be told now (its pace, or the
+        budget's line), recording nothing."""
+        return self._share._handle.peek(self._tenant, self._tokens(tokens), self._share._ticket(self._tenant))
 
     async def peek_async(self, tokens: float = 1.0) -> float:
         """:meth:`peek` for asyncio."""
-        return await self._share._handle.peek_async(self._tenant, self._tokens(tokens))
+        n = self._tokens(tokens)
+        return await self._share._handle.peek_async(self._tenant, n, self._share._ticket(self._tenant))

@@ -139,11 +139,12 @@ class FairHandle(Protocol):
         self, tenant: str, weight: float, tokens: float, max_wait: float, ticket: float | None
     ) -> Answer: ...
 
-    def peek(self, tenant: str, tokens: float) -> float:
-        """The wait a request of the tenant's would be told now; records nothing."""
+    def peek(self, tenant: str, tokens: float, ticket: float | None) -> float:
+        """The wait a request of the tenant's would be told now, presenting ``ticket``;
+        records nothing."""
         ...
 
-    async def peek_async(self, tenant: str, tokens: float) -> float: ...
+    async def peek_async(self, tenant: str, tokens: float, ticket: float | None) -> float: ...
 
     def reset(self) -> None:
         """Forget the budget's usage and every tenant's pace."""

@@ -74,21 +74,34 @@ def test_a_newcomer_is_not_queued_behind_a_flood() -> None:
     assert run.share("b", 2.5, 4.0) == pytest.approx(0.5, abs=0.02)
 
 
-def test_a_tenant_asking_from_many_processes_takes_tickets() -> None:
-    """Several callers of one tenant asking at once (processes of their own): the
-    deferred ones take tickets, each asking once more, and the split holds."""
+def test_a_tenant_asking_from_many_processes_takes_turns() -> None:
+    """Each tenant's callers in three processes of their own: after a first deferral
+    each, the processes take turns on the slots their grants booked, one store call a
+    grant, and the split holds."""
+    tenants = {"a": (3, 2, 0.0, 20.0, 3), "b": (1, 2, 0.0, 20.0, 3), "c": (1, 2, 0.0, 20.0, 3)}
+    run = simulate(fair_of(), tenants, 20.0)
+    assert run.share("a") == pytest.approx(0.6, abs=0.01)
+    assert run.share("b") == pytest.approx(0.2, abs=0.01)
+    total = sum(len(g) for g in run.grants.values())
+    assert total >= 0.99 * RATE * 20
+    assert run.calls <= total + 9  # a deferral at most for each process's first request
+
+
+def test_deferred_requests_keep_their_tenants_arrival_order() -> None:
+    """Callers of one tenant asking at once from processes of their own: admitted
+    while the tenant's pace is within the lead, then deferred with tickets in arrival
+    order, one slot each, each admitted when it presents its ticket."""
     fair = fair_of()
     state = fair.new_state()
-    now = 0.0
-    answers = [reserve(fair, state, now, "a", 1.0, 1.0, math.inf) for _ in range(8)]
-    # Admitted while its pace is within the lead (4 intervals) of now, then tickets.
-    assert [a.deferred for a in answers] == [False] * 5 + [True] * 3
-    tickets = [a.ticket for a in answers[5:]]
+    answers = [reserve(fair, state, 0.0, "a", 1.0, 1.0, math.inf) for _ in range(8)]
+    deferred = [a for a in answers if a.deferred]
+    assert not answers[0].deferred
+    assert len(deferred) >= 4
+    tickets = [a.ticket for a in deferred]
     assert tickets == sorted(tickets)
-    assert len(set(tickets)) == 3
-    for answer in answers[5:]:
-        at = now + answer.wait
-        again = reserve(fair, state, at, "a", 1.0, 1.0, math.inf, answer.ticket)
+    assert len(set(tickets)) == len(tickets)
+    for answer in deferred:
+        again = reserve(fair, state, answer.wait, "a", 1.0, 1.0, math.inf, answer.ticket)
         assert not again.deferred
         assert again.wait >= 0
 
@@ -157,6 +170,9 @@ def test_no_sequence_of_calls_exceeds_the_budget(scenario: list[FairRequest], ca
         elif answer.wait >= 0:
             assert answer.wait <= max_wait + 1e-9
             grants.append((now + answer.wait, tokens))
+            # The slot it booked for its process's next request.
+            tickets.append((now + answer.next_in, tenant, answer.ticket, tokens))
+            tickets.sort()
         assert len(state.tenants) <= most + 1  # the tenants past the most share one entry
     grants.sort()
     for i, (start, _) in enumerate(grants):
@@ -238,14 +254,15 @@ def test_fair_script_matches_pure_fair(client: redis.Redis, kind: str, most: int
     for step, tenant, weight, tokens, max_wait, use_ticket in scenario:
         now.value += step
         n = min(tokens, alg.most)
-        assert handle.peek(tenant, n) == peek(fair, state, now.value, tenant, n)
         ticket = None
         if use_ticket and tickets and tickets[0][0] <= now.value:
             _, tenant, ticket, n = tickets.pop(0)
+        assert handle.peek(tenant, n, ticket) == peek(fair, state, now.value, tenant, n, ticket)
         expected = reserve(fair, state, now.value, tenant, weight, n, max_wait, ticket)
         assert handle.ask(tenant, weight, n, max_wait, ticket) == expected
-        if expected.deferred:
-            tickets.append((now.value + expected.wait, tenant, expected.ticket, n))
+        if expected.deferred or expected.wait >= 0:
+            at = expected.wait if expected.deferred else expected.next_in
+            tickets.append((now.value + at, tenant, expected.ticket, n))
             tickets.sort()
     handle.reset()
-    assert handle.peek("a", 1.0) == 0.0
+    assert handle.peek("a", 1.0, None) == 0.0

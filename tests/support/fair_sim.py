@@ -2,10 +2,9 @@
 honest measure of shares: the decisions are the pure transition's, the callers behave
 as ``_limiting/fair.py``'s gates make them).
 
-Each tenant has ``callers`` that acquire back to back; one at a time asks the store
-(the tenant's gate in its process), at the moment the store said its next request is
-admitted; a deferral is asked again with its ticket. A grant's caller comes back
-after its wait (plus ``think`` seconds).
+Each tenant has ``callers`` in each of its ``processes``, acquiring back to back; in
+each process one at a time asks the store (the tenant's gate there), at the moment the
+store said, presenting the gate's ticket. A grant's caller comes back after its wait.
 """
 
 from __future__ import annotations
@@ -16,6 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ratelimit._algorithms.fair import Fair, FairState, reserve
+
+#: A tenant: (weight, callers in each process, first arrival, last arrival[, processes]).
+Tenant = tuple[float, int, float, float] | tuple[float, int, float, float, int]
 
 
 @dataclass
@@ -34,61 +36,73 @@ class Run:
         return sum(1 for g in self.grants.get(tenant, ()) if start <= g < end)
 
 
+@dataclass
+class _Gate:
+    tenant: str
+    idle: int = 0  # callers neither asking nor waiting for their grant
+    asking: bool = False
+    opens: float = -math.inf
+    ticket: float | None = None
+
+
 def simulate(
     fair: Fair,
-    tenants: Mapping[str, tuple[float, int, float, float]],
+    tenants: Mapping[str, Tenant],
     until: float,
     *,
     weight_of: Callable[[str, float], float] | None = None,
     state: FairState | None = None,
     tokens: float = 1.0,
-    start: float = 0.0,
 ) -> Run:
-    """``tenants``: tenant -> (weight, callers, first arrival, last arrival), times from
-    ``start``; ``weight_of(tenant, now)`` overrides the weight as time goes (a
-    ``set_weight``)."""
+    """``tenants``: tenant -> :data:`Tenant`; ``weight_of(tenant, now)`` overrides the
+    weight as time goes (a ``set_weight``)."""
     state = fair.new_state() if state is None else state
     run = Run({t: [] for t in tenants})
-    events: list[tuple[float, int, str, str, float | None]] = []
+    events: list[tuple[float, int, int, str]] = []
     seq = 0
-    idle = {t: 0 for t in tenants}  # callers not asking nor waiting their grant
-    asking = dict.fromkeys(tenants, False)
-    opens = dict.fromkeys(tenants, -math.inf)
+    gates: list[_Gate] = []
 
-    def push(at: float, tenant: str, kind: str, ticket: float | None = None) -> None:
+    def push(at: float, gate: int, kind: str) -> None:
         nonlocal seq
-        heapq.heappush(events, (at, seq, tenant, kind, ticket))
+        heapq.heappush(events, (at, seq, gate, kind))
         seq += 1
 
-    for tenant, (_, callers, first, _) in tenants.items():
-        for _ in range(callers):
-            push(start + first, tenant, "arrive")
+    for tenant, spec in tenants.items():
+        callers, first = spec[1], spec[2]
+        for _ in range(spec[4] if len(spec) == 5 else 1):
+            gates.append(_Gate(tenant))
+            for _ in range(callers):
+                push(first, len(gates) - 1, "arrive")
 
-    def ask_next(tenant: str, now: float) -> None:
-        if idle[tenant] and not asking[tenant] and now < start + tenants[tenant][3]:
-            asking[tenant] = True
-            idle[tenant] -= 1
-            push(max(now, opens[tenant]), tenant, "ask")
+    def ask_next(index: int, now: float) -> None:
+        gate = gates[index]
+        if gate.idle and not gate.asking and now < tenants[gate.tenant][3]:
+            gate.asking = True
+            gate.idle -= 1
+            push(max(now, gate.opens), index, "ask")
 
     while events:
-        now, _, tenant, kind, ticket = heapq.heappop(events)
-        if now > start + until:
+        now, _, index, kind = heapq.heappop(events)
+        if now > until:
             break
+        gate = gates[index]
         if kind == "arrive":
-            idle[tenant] += 1
-            ask_next(tenant, now)
+            gate.idle += 1
+            ask_next(index, now)
             continue
+        tenant = gate.tenant
         weight = tenants[tenant][0] if weight_of is None else weight_of(tenant, now)
         run.calls += 1
-        answer = reserve(fair, state, now, tenant, weight, tokens, math.inf, ticket)
+        answer = reserve(fair, state, now, tenant, weight, tokens, math.inf, gate.ticket)
+        gate.ticket = answer.ticket
         if answer.deferred:
-            opens[tenant] = now + answer.wait
-            push(now + answer.wait, tenant, "ask", answer.ticket)
+            gate.opens = now + answer.wait
+            push(gate.opens, index, "ask")
             continue
         assert answer.wait >= 0
         run.grants[tenant].append(now + answer.wait)
-        opens[tenant] = now + answer.next_in
-        asking[tenant] = False
-        push(now + answer.wait, tenant, "arrive")  # back for more once granted
-        ask_next(tenant, now)
+        gate.opens = now + answer.next_in
+        gate.asking = False
+        push(now + answer.wait, index, "arrive")  # back for more once granted
+        ask_next(index, now)
     return run

@@ -50,13 +50,13 @@ class MemoryFairHandle:
     ) -> Answer:
         return self.ask(tenant, weight, tokens, max_wait, ticket)
 
-    def peek(self, tenant: str, tokens: float) -> float:
+    def peek(self, tenant: str, tokens: float, ticket: float | None) -> float:
         slot = self._slot
         with slot.lock:
-            return _fair.peek(self._fair, slot.state, self._now(), tenant, tokens)
+            return _fair.peek(self._fair, slot.state, self._now(), tenant, tokens, ticket)
 
-    async def peek_async(self, tenant: str, tokens: float) -> float:
-        return self.peek(tenant, tokens)
+    async def peek_async(self, tenant: str, tokens: float, ticket: float | None) -> float:
+        return self.peek(tenant, tokens, ticket)
 
     def reset(self) -> None:
         slot = self._slot

@@ -65,12 +65,12 @@ class RedisFairHandle:
         args = self._args("ask", tenant, weight, tokens, max_wait, ticket)
         return _answer(await self._backend.run_async(self._script, self._keys, args))
 
-    def peek(self, tenant: str, tokens: float) -> float:
-        reply = self._backend.run(self._script, self._keys, self._args("peek", tenant, 1.0, tokens, 0.0, None))
+    def peek(self, tenant: str, tokens: float, ticket: float | None) -> float:
+        reply = self._backend.run(self._script, self._keys, self._args("peek", tenant, 1.0, tokens, 0.0, ticket))
         return float(reply[0])
 
-    async def peek_async(self, tenant: str, tokens: float) -> float:
-        args = self._args("peek", tenant, 1.0, tokens, 0.0, None)
+    async def peek_async(self, tenant: str, tokens: float, ticket: float | None) -> float:
+        args = self._args("peek", tenant, 1.0, tokens, 0.0, ticket)
         return float((await self._backend.run_async(self._script, self._keys, args))[0])
 
     def reset(self) -> None:
