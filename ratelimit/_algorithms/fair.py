@@ -8,7 +8,8 @@ its grants) and put an *admission pace* per tenant in front of it:
 
 - A tenant is **active** while its *finish*, the end of its pace line, is ahead of now.
   ``W`` is the sum of the active tenants' weights (the asking tenant's own included).
-- A tenant is **admitted** when its finish is at most ``lead`` seconds ahead of now.
+- A tenant is **admitted** when its finish (or the ticket its request presents, below)
+  is at most ``lead`` seconds ahead of now.
   Admitted, it takes its place in the budget's line as any request does (its wait is
   the line's, the budget's bound kept), and its finish moves on by
   ``tokens / (R * w / W)``: its share of the budget's sustained rate ``R``.
@@ -39,6 +40,17 @@ tenant's flood in one process costs one store call per grant; several processes 
 tenant each hold a booked slot of their own and take turns, one call per grant too
 (but the first of each, which may be deferred: two calls). A slot booked for a request
 that never comes keeps the tenant in ``W`` one slot longer.
+
+Why this shape. Lanes (``lanes.py``) split a limit into fixed shares, each with its
+own line; for N tenants whose set changes at every moment, fixed shares either strand
+an idle tenant's share or, resized, overlap promises made at the old size. A calendar
+of future slots (weighted fair queueing with promised times) would place a newcomer
+between promises already made, but costs a state as long as the queue. Pacing only the
+*admission* keeps every promise in the one line (so its bound is the limit's), keeps
+that line short (so a newcomer waits little), and needs one number per active tenant.
+What it gives up: a tenant's request is told its wait when its turn comes, not when it
+arrives (the gate or a ticket holds it until then), and a lone tenant's grants follow
+the sustained rate without the limit's burst beyond ``lead``.
 
 Twin of ``lua/_fair.lua``: the expiry is a sorted set there, by finish and then by name
 (what this heap pops first).
