@@ -77,14 +77,55 @@ end
 local kept = redis.call('ZCARD', finishes)
 if kept == 0 then total = 0.0 end
 
+-- The tenant as paced (see _paced in fair.py), and its entry: its finish and weight
+-- (nil: none), read once and written once, at the end (`write`).
 local tenant = ARGV[3]
-if not (redis.call('ZSCORE', finishes, tenant) or kept < most_tenants) then tenant = '' end
+local entry = tonumber(redis.call('ZSCORE', finishes, tenant))
+if not entry and kept >= most_tenants then
+  tenant = ''
+  entry = tonumber(redis.call('ZSCORE', finishes, tenant))
+end
+local entry_weight = nil
+if entry then
+  entry_weight = tonumber(redis.call('HGET', weights, 't' .. tenant))
+  -- (A finish without its weight, in keys edited by hand: no entry, never an error.)
+  if not entry_weight then entry = nil end
+end
+local paced = false
 local weight = tonumber(ARGV[4])
 local tokens = tonumber(ARGV[5])
 
--- See _finish in fair.py: the tenant's pace moved on by `tokens`, written with the sum.
-local function written()
-  if #ended > 0 then
+-- See _finish in fair.py: the tenant's pace moved on by `tokens`.
+local function pace()
+  local start, others = now, total
+  if entry then
+    start = entry
+    others = total - entry_weight
+  end
+  if start < now then start = now end
+  local r = rate * weight / (others + weight)
+  local finish = start
+  if r > 0.0 and r < math.huge then finish = start + tokens / r end
+  if finish <= now then return end  -- nothing paced: nothing to keep
+  if entry then
+    total = total + (weight - entry_weight)
+  else
+    total = total + weight
+  end
+  entry, entry_weight, paced = finish, weight, true
+end
+
+-- What the decision changed, written: the tenant's entry and the sum, or what the
+-- expiry left; the keys kept until the latest finish.
+local function write()
+  if paced then
+    redis.call('ZADD', finishes, fmt(entry), tenant)
+    redis.call('HSET', weights, 't' .. tenant, fmt(weight), '=', fmt(total))
+    local last = redis.call('ZRANGE', finishes, -1, -1, 'WITHSCORES')
+    local ms = idle_ms(tonumber(last[2]) - now)
+    redis.call('PEXPIRE', finishes, ms)
+    redis.call('PEXPIRE', weights, ms)
+  elseif #ended > 0 then
     if kept == 0 then
       redis.call('DEL', weights)
     else
@@ -93,38 +134,9 @@ local function written()
   end
 end
 
-local function finish_of()
-  local entry = tonumber(redis.call('ZSCORE', finishes, tenant))
-  local start, others = now, total
-  if entry then
-    start = entry
-    others = total - tonumber(redis.call('HGET', weights, 't' .. tenant))
-  end
-  if start < now then start = now end
-  local r = rate * weight / (others + weight)
-  local finish = start
-  if r > 0.0 and r < math.huge then finish = start + tokens / r end
-  if finish <= now then
-    written()  -- nothing paced: nothing to keep
-    return finish
-  end
-  if entry then
-    total = total + (weight - tonumber(redis.call('HGET', weights, 't' .. tenant)))
-  else
-    total = total + weight
-  end
-  redis.call('ZADD', finishes, fmt(finish), tenant)
-  redis.call('HSET', weights, 't' .. tenant, fmt(weight), '=', fmt(total))
-  local last = redis.call('ZRANGE', finishes, -1, -1, 'WITHSCORES')
-  local ms = idle_ms(tonumber(last[2]) - now)
-  redis.call('PEXPIRE', finishes, ms)
-  redis.call('PEXPIRE', weights, ms)
-  return finish
-end
-
 local slot
 if ARGV[7] == '' then
-  slot = tonumber(redis.call('ZSCORE', finishes, tenant)) or -math.huge
+  slot = entry or -math.huge
 else
   slot = tonumber(ARGV[7])
 end
@@ -133,10 +145,11 @@ if due - now > EPSILON then
   local max_wait = math.huge
   if ARGV[6] ~= '' then max_wait = tonumber(ARGV[6]) end
   if due - now > max_wait + EPSILON then
-    written()
+    write()
     return {fmt(now - due), '0', '0', '0'}
   end
-  if ARGV[7] == '' then finish_of() else written() end
+  if ARGV[7] == '' then pace() end
+  write()
   return {fmt(due - now), '1', fmt(slot), '0'}
 end
 
@@ -146,14 +159,15 @@ local state = ALG.load(self)
 local admit_at, at = ALG.plan(self, state, now, tokens)
 local wait = decide(admit_at, at, now, max_wait)
 if wait < 0 then
-  written()
+  write()
   return {fmt_wait(wait), '0', '0', '0'}
 end
 ALG.save(self, ALG.commit(self, state, now, tokens, at), now)
-if ARGV[7] == '' then finish_of() else written() end
+if ARGV[7] == '' then pace() end
 -- The slot of the asking process's next request, booked now: where the finish stands.
-local booked = tonumber(redis.call('ZSCORE', finishes, tenant)) or now
-finish_of()
+local booked = entry or now
+pace()
+write()
 local following = booked - lead - now
 if following < 0.0 then following = 0.0 end
 return {fmt_wait(wait), '0', fmt(booked), fmt(following)}
