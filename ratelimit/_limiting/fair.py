@@ -100,8 +100,8 @@ class FairShare:
     once, and a lone tenant gets the whole rate. A tenant's requests go in arrival
     order, and a tenant seen for the first time is not queued behind another tenant's
     flood: its first grant comes within about ``lead`` of asking. Through a shared
-    store (SQLite) the shares are kept across every process; each grant is one store
-    call.
+    store (Redis, SQLite) the shares are kept across every process, each grant one
+    store call (two for a request the store defers: see ``docs/fair-shares.md``).
 
     Args:
         limiter: the budget (a ``TokenBucket``, ``LeakyBucket`` or ``SlidingWindow``);
