@@ -245,3 +245,26 @@ def test_tenants_share_a_budget_through_redis_sync_and_async() -> None:
     assert peeked > 0
     share.reset()
     assert a.peek() == 0.0
+
+
+@pytest.mark.slow
+def test_three_tenants_3_1_1_split_60_20_20_among_asyncio_tasks() -> None:
+    """Four tasks per tenant on one event loop, always waiting, for two seconds."""
+    share = FairShare(TokenBucket(1, 200), weights={"a": 3})
+    grants = {"a": 0, "b": 0, "c": 0}
+
+    async def work(tenant: str, stop: float) -> None:
+        view = share.for_key(tenant)
+        while time.monotonic() < stop:
+            await view.acquire_async()
+            grants[tenant] += 1
+
+    async def main() -> None:
+        stop = time.monotonic() + 2.0
+        await asyncio.gather(*(work(t, stop) for t in grants for _ in range(4)))
+
+    asyncio.run(main())
+    total = sum(grants.values())
+    assert total >= 0.9 * 200 * 2
+    for tenant, expected in (("a", 0.6), ("b", 0.2), ("c", 0.2)):
+        assert grants[tenant] / total == pytest.approx(expected, abs=0.05), grants

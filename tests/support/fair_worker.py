@@ -17,12 +17,13 @@ import threading
 import time
 from typing import Any
 
-from ratelimit import AcquireTimeout, FairShare, RedisBackend, TokenBucket
+from ratelimit import AcquireTimeout, FairShare, RedisBackend, SQLiteBackend, TokenBucket
 
 
 def main() -> None:
     url, name, rate, tenant, weight, threads, seconds = sys.argv[1:8]
-    backend = RedisBackend.from_url(url)
+    backend: RedisBackend | SQLiteBackend
+    backend = SQLiteBackend(url[len("sqlite:") :]) if url.startswith("sqlite:") else RedisBackend.from_url(url)
     share = FairShare(TokenBucket(1, float(rate), backend=backend, name=name), weights={tenant: float(weight)})
     view = share.for_key(tenant)
     view.peek()  # connected

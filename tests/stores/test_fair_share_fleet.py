@@ -1,5 +1,5 @@
-"""``FairShare`` through Redis, end to end: tenants in processes of their own on one
-budget, in real time (generous bounds)."""
+"""``FairShare`` through Redis and SQLite, end to end: tenants in processes of their own
+on one budget, in real time (generous bounds)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,13 +16,15 @@ import redis
 
 from conftest import REDIS_URL, SUPPORT, unique_name
 
-pytestmark = [pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 FAIR_WORKER = SUPPORT / "fair_worker.py"
 RATE = 100.0
 
 
-def run_tenants(name: str, tenants: Sequence[tuple[str, float, int, float, float]]) -> list[dict[str, Any]]:
+def run_tenants(
+    name: str, tenants: Sequence[tuple[str, float, int, float, float]], url: str = REDIS_URL
+) -> list[dict[str, Any]]:
     """``tenants``: (tenant, weight, threads, start, seconds), a process each, ``start``
     seconds after every process is ready. Each result's ``base``: when that was."""
     procs = [
@@ -62,12 +65,20 @@ def run_tenants(name: str, tenants: Sequence[tuple[str, float, int, float, float
     return results
 
 
-def test_three_tenants_3_1_1_in_six_processes_split_60_20_20(redis_client: redis.Redis) -> None:
+@pytest.mark.parametrize("store", [pytest.param("redis", marks=pytest.mark.redis), "sqlite"])
+def test_three_tenants_3_1_1_in_six_processes_split_60_20_20(
+    store: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     """Each tenant in two processes of three threads, always waiting, for four
     seconds: counted over the seconds when all of them ran."""
+    if store == "redis":
+        request.getfixturevalue("redis_client")
+        url = REDIS_URL
+    else:
+        url = f"sqlite:{tmp_path / 'fair.db'}"
     seconds = 4.0
     tenants = [(tenant, weight, 3, 0.0, seconds) for tenant, weight in (("a", 3), ("b", 1), ("c", 1)) for _ in range(2)]
-    results = run_tenants(unique_name("fair"), tenants)
+    results = run_tenants(unique_name("fair"), tenants, url)
     base = results[0]["base"]
     start, end = base + 1.0, base + seconds - 0.5
     counted = {"a": 0, "b": 0, "c": 0}
@@ -86,6 +97,7 @@ def test_three_tenants_3_1_1_in_six_processes_split_60_20_20(redis_client: redis
         assert counted[tenant] / total == pytest.approx(expected, abs=0.05), counted
 
 
+@pytest.mark.redis
 def test_a_lone_tenant_gets_the_rate_and_a_newcomer_goes_within_a_few_intervals(redis_client: redis.Redis) -> None:
     """One tenant floods from two processes of 20 threads; a newcomer asks two seconds
     in: the flood had the rate to itself, and the newcomer's first grant is not queued
