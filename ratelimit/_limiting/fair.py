@@ -37,6 +37,8 @@ __all__ = ["FairShare", "TenantShare"]
 _LOOK_AGAIN = 0.05
 #: How many idle tenants' gates (and the time each opens) a share keeps.
 _KEPT_GATES = 4096
+#: The algorithms whose rate a fair share paces its tenants at.
+_PACED_KINDS = frozenset({"token_bucket", "leaky_bucket", "sliding_window", "sliding_window_counter"})
 #: How many lead intervals (seconds per token of the budget's rate) a tenant's pace may
 #: run ahead of now and still be admitted, by default.
 DEFAULT_LEAD_INTERVALS = 4.0
@@ -147,6 +149,10 @@ class FairShare:
                 self._weights[key] = _weight(f"weights[{_validate.shown(key)}]", weight)
         self._clock: Clock = limiter.clock
         alg = algorithm_for(self._clock)
+        if alg.kind not in _PACED_KINDS:
+            # A calendar quota's rate is its period's: a pace at it would spread a day's
+            # allowance over the day, which is not what a quota promises.
+            raise TypeError(f"limiter must be a TokenBucket, LeakyBucket or SlidingWindow, got {limiter!r}")
         rate = alg.sustained_rate
         if lead is None:
             seconds = DEFAULT_LEAD_INTERVALS / rate if 0.0 < rate < math.inf else 0.0

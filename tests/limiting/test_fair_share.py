@@ -18,6 +18,7 @@ from ratelimit import (
     FairShare,
     LeakyBucket,
     ManualClock,
+    Quota,
     RedisBackend,
     SlidingWindow,
     SQLiteBackend,
@@ -65,6 +66,8 @@ def test_other_bad_arguments_are_refused() -> None:
         FairShare(object())
     with pytest.raises(TypeError, match="limiter must be"):
         FairShare(TokenBucket(5, 10, low_share=0.5))
+    with pytest.raises(TypeError, match="limiter must be"):
+        FairShare(Quota(100, "day"))
     with pytest.raises(TypeError, match="weights must be a mapping"):
         FairShare(limiter, weights=[("a", 1)])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="lead"):
