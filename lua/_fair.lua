@@ -72,7 +72,13 @@ if #ended > 0 then
     total = total - (tonumber(redis.call('HGET', weights, fields[i])) or 0.0)
   end
   redis.call('ZREMRANGEBYSCORE', finishes, '-inf', fmt(now))
-  redis.call('HDEL', weights, unpack(fields))
+  -- (In pieces: unpack takes a few thousand values at most, and as many tenants may
+  -- end at once.)
+  for i = 1, #fields, 1000 do
+    local last = i + 999
+    if last > #fields then last = #fields end
+    redis.call('HDEL', weights, unpack(fields, i, last))
+  end
 end
 local kept = redis.call('ZCARD', finishes)
 if kept == 0 then total = 0.0 end

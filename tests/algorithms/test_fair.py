@@ -266,3 +266,28 @@ def test_fair_script_matches_pure_fair(client: redis.Redis, kind: str, most: int
             tickets.sort()
     handle.reset()
     assert handle.peek("a", 1.0, None) == 0.0
+
+
+def test_many_tenants_ending_at_once_are_forgotten_in_one_call(client: redis.Redis) -> None:
+    """Nine thousand tenants whose paces all end by the same moment: one decision
+    forgets them all (more than Lua's unpack takes at once)."""
+    fair = Fair(Gcra(1e6, 1e6), 0.0, most_tenants=20_000)
+    now = FixedTime()
+    now.value = 1_700_000_000.0
+    line = key_for(unique_name("fair"), "token_bucket", lane="fair")
+    handle = RedisFairHandle(RedisBackend(client), (line, f"{line}:tenants", f"{line}:weights"), fair, now)
+    state = fair.new_state()
+    # The same nine thousand entries in both, written directly: a finish a second
+    # ahead and a weight of 1 each.
+    tenants = {f"t{i}": [now.value + 1.0, 1.0] for i in range(9_000)}
+    state.tenants.update(tenants)
+    state.total = float(len(tenants))
+    state.expiry = sorted((entry[0], name) for name, entry in tenants.items())
+    client.zadd(f"{line}:tenants", {name: entry[0] for name, entry in tenants.items()})
+    client.hset(f"{line}:weights", mapping={"=": state.total, **{f"t{name}": 1.0 for name in tenants}})
+    now.value += 3600.0
+    expected = reserve(fair, state, now.value, "late", 1.0, 1.0, math.inf)
+    assert handle.ask("late", 1.0, 1.0, math.inf, None) == expected
+    assert set(state.tenants) == {"late"}
+    assert client.zcard(f"{line}:tenants") == 1
+    assert client.hlen(f"{line}:weights") == 2  # the sum and the one tenant left
