@@ -8,6 +8,7 @@
 -- it says:
 --   <PREFIX><kind>         one limiter of algorithm <kind> (lua/_single.lua)
 --   <PREFIX>lanes_<kind>   a budget with priorities, two lanes of <kind> (lua/_lanes.lua)
+--   <PREFIX>fair_<kind>    a budget shared fairly among tenants, of <kind> (lua/_fair.lua)
 --   <PREFIX>group          a composite (lua/_group.lua)
 --   <PREFIX>breaker        a shared circuit breaker (lua/breaker.lua)
 --   <PREFIX>concurrency    a shared semaphore, ConcurrencyLimit (lua/concurrency.lua)
@@ -25,6 +26,9 @@ end
 local function lanes_of(alg, kind)
   return function(keys, args) return drive_lanes(alg, kind, keys, args) end
 end
+local function fair_of(alg, kind)
+  return function(keys, args) return drive_fair(alg, kind, keys, args) end
+end
 
 redis.register_function(PREFIX .. 'token_bucket', single_of(token_bucket, 'token_bucket'))
 redis.register_function(PREFIX .. 'leaky_bucket', single_of(leaky_bucket, 'leaky_bucket'))
@@ -35,6 +39,10 @@ redis.register_function(PREFIX .. 'lanes_token_bucket', lanes_of(token_bucket, '
 redis.register_function(PREFIX .. 'lanes_leaky_bucket', lanes_of(leaky_bucket, 'leaky_bucket'))
 redis.register_function(PREFIX .. 'lanes_sliding_window', lanes_of(sliding_window, 'sliding_window'))
 redis.register_function(PREFIX .. 'lanes_sliding_window_counter', lanes_of(sliding_window_counter, 'sliding_window_counter'))
+redis.register_function(PREFIX .. 'fair_token_bucket', fair_of(token_bucket, 'token_bucket'))
+redis.register_function(PREFIX .. 'fair_leaky_bucket', fair_of(leaky_bucket, 'leaky_bucket'))
+redis.register_function(PREFIX .. 'fair_sliding_window', fair_of(sliding_window, 'sliding_window'))
+redis.register_function(PREFIX .. 'fair_sliding_window_counter', fair_of(sliding_window_counter, 'sliding_window_counter'))
 redis.register_function(PREFIX .. 'group', drive_group)
 redis.register_function(PREFIX .. 'breaker', drive_breaker)
 redis.register_function(PREFIX .. 'concurrency', drive_concurrency)

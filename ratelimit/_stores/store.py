@@ -12,6 +12,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .._algorithms.algorithm import Algorithm
 from .._algorithms.breaker import Decision, Policy
+from .._algorithms.fair import Answer, Fair
 from .._algorithms.lanes import Lanes
 from .._clock import Clock
 from .._events import BreakerState
@@ -19,7 +20,7 @@ from .keys import Keyed
 from .slots import SlotStore
 from .stats import Stats
 
-__all__ = ["Backend", "BreakerHandle", "Handle", "Level", "Leveled", "Pacing"]
+__all__ = ["Backend", "BreakerHandle", "FairHandle", "Handle", "Level", "Leveled", "Pacing"]
 
 T_contra = TypeVar("T_contra", contravariant=True)
 
@@ -121,6 +122,37 @@ class Pacing(Protocol):
         ...
 
 
+class FairHandle(Protocol):
+    """A budget shared fairly among tenants (``_algorithms/fair.py``): each call one
+    atomic decision in the store."""
+
+    #: Whether ``ask_async`` really suspends.
+    suspends: bool
+
+    def ask(self, tenant: str, weight: float, tokens: float, max_wait: float, ticket: float | None) -> Answer:
+        """Decide a tenant's request: granted, refused or deferred (``fair.reserve``).
+        ``Answer.wait`` and ``next_in`` are seconds from the decision; a ticket is
+        the store's time."""
+        ...
+
+    async def ask_async(
+        self, tenant: str, weight: float, tokens: float, max_wait: float, ticket: float | None
+    ) -> Answer: ...
+
+    def peek(self, tenant: str, tokens: float, ticket: float | None) -> float:
+        """The wait a request of the tenant's would be told now, presenting ``ticket``;
+        records nothing."""
+        ...
+
+    async def peek_async(self, tenant: str, tokens: float, ticket: float | None) -> float: ...
+
+    def reset(self) -> None:
+        """Forget the budget's usage and every tenant's pace."""
+        ...
+
+    async def reset_async(self) -> None: ...
+
+
 class Views(Protocol):
     """A limiter's cache of per-key views: a sweep asks it to drop idle ones."""
 
@@ -181,6 +213,10 @@ class Backend(Protocol):
     ) -> tuple[Handle[float], Handle[float]]:
         """A budget with priorities: the high and low handles, on one state. ``keep``:
         what a low request borrowing the high lane must leave (``None``: no borrowing)."""
+        ...
+
+    def bind_fair(self, name: str | Keyed | None, fair: Fair, clock: Clock | None) -> FairHandle:
+        """A budget shared fairly among tenants, in one state."""
         ...
 
     def bind_breaker(self, name: str | None, policy: Policy, clock: Clock | None) -> BreakerHandle:

@@ -48,6 +48,7 @@ from ratelimit._stores.redis.scripts import (
     by_function,
     call_by_script,
     concurrency_script,
+    fair_script,
     group_script,
     lanes_script,
     library,
@@ -114,6 +115,7 @@ def test_the_library_registers_every_driver_of_every_kind(server: RedisServer) -
     scripts = [
         *(single_script(kind) for kind in ALGORITHMS),
         *(lanes_script(kind) for kind in LANE_KINDS),
+        *(fair_script(kind) for kind in LANE_KINDS),
         group_script(),
         breaker_script(),
         concurrency_script(),

@@ -29,6 +29,7 @@ from ..._algorithms import lanes as _lanes
 from ..._algorithms.adaptive import Cubic
 from ..._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, decide, peek_all
 from ..._algorithms.breaker import Policy
+from ..._algorithms.fair import Fair
 from ..._clock import Clock, SystemClock
 from ..keys import Keyed
 from ..records import PARAMETERS, WINDOWS, Override, UnchangeableLimit, checked_override
@@ -36,6 +37,7 @@ from ..stats import Stats, weight
 from ..store import Level, Views
 from .breaker import MemoryStore
 from .changes import Capped, Change, Recorded, in_force, rescaled
+from .fair import MemoryFairHandle
 from .slots import MemorySlots, memory_slots
 
 __all__ = [
@@ -343,6 +345,13 @@ class MemoryBackend:
             self._watch(handle, name, [slot])
         return handles
 
+    def bind_fair(self, name: str | Keyed | None, fair: Fair, clock: Clock | None) -> MemoryFairHandle:
+        """A budget shared fairly among tenants (``memory/fair.py``), in one slot."""
+        slot = self._slot(name, None, fair, clock)
+        handle = MemoryFairHandle(fair, slot, clock or SystemClock())
+        self._watch(handle, name, [slot])
+        return handle
+
     def bind_breaker(self, name: str | None, policy: Policy, clock: Clock | None) -> MemoryStore:
         """A circuit breaker's state, its own (``name`` shares nothing here)."""
         return MemoryStore(policy, clock or SystemClock())
@@ -543,7 +552,7 @@ class MemoryBackend:
         decide as a new one would."""
         if isinstance(handle, MemoryGroupHandle):
             return all(slot.idle() for slot in handle._slots)
-        if isinstance(handle, (MemoryHandle, MemoryLaneHandle)):
+        if isinstance(handle, (MemoryHandle, MemoryLaneHandle, MemoryFairHandle)):
             return handle._slot.idle()
         return False
 

@@ -3,7 +3,7 @@
 The scripts are ``.lua`` files in the top-level ``lua/`` folder (``ratelimit/lua/``
 in the wheel). The shared files (``_prelude``, the algorithms, ``_members``, ``_top``,
 ``_cache`` or ``_cache_none``) define functions only; each driver (``_single``,
-``_lanes``, ``_group``, ``breaker``, ``concurrency``, ``live``) is the body of one
+``_lanes``, ``_fair``, ``_group``, ``breaker``, ``concurrency``, ``live``) is the body of one
 function, its KEYS/ARGV/return contract at its top.
 
 On Redis 7 and later they are one function library, ``ratelimit_p<protocol>``, loaded
@@ -54,6 +54,7 @@ __all__ = [
     "by_function",
     "call_by_script",
     "concurrency_script",
+    "fair_script",
     "group_script",
     "lanes_script",
     "library",
@@ -67,8 +68,8 @@ __all__ = [
 
 #: Every algorithm kind that has a script, in a fixed order.
 ALGORITHMS = ("token_bucket", "leaky_bucket", "sliding_window", "sliding_window_counter", "quota")
-#: The kinds a budget with priorities may be of (lua/_library.lua registers their lanes;
-#: a quota refuses ``low_share``).
+#: The kinds a budget with priorities or a fair share may be of (lua/_library.lua
+#: registers their lanes and fair drivers; a quota refuses ``low_share`` and FairShare).
 LANE_KINDS = ALGORITHMS[:4]
 #: What only ever decides as a member of a group: the learned pace of ``adaptive=``.
 GROUP_ONLY = ("adaptive",)
@@ -78,6 +79,7 @@ _SHARED = ("_members", "_top")
 _DRIVERS = {
     "_single": "ALG, KIND, KEYS, ARGV",
     "_lanes": "ALG, KIND, KEYS, ARGV",
+    "_fair": "ALG, KIND, KEYS, ARGV",
     "_group": "KEYS, ARGV",
     "breaker": "KEYS, ARGV",
     "concurrency": "KEYS, ARGV",
@@ -566,7 +568,7 @@ class Script:
 
 def _script(name: str, driver: str, kinds: Sequence[str], call: str, function: str) -> Script:
     composed = Composed()
-    if driver in ("_single", "_lanes", "_group"):
+    if driver in ("_single", "_lanes", "_fair", "_group"):
         _rate_limit_body(composed, kinds)
     else:
         composed.file("_prelude")
@@ -593,6 +595,14 @@ def lanes_script(kind: str) -> Script:
     if kind not in LANE_KINDS:
         raise ValueError(f"no budget with priorities of algorithm {kind!r}")
     return _driven(kind, "_lanes", f"{kind}:lanes", f"lanes_{kind}")
+
+
+@cache
+def fair_script(kind: str) -> Script:
+    """The script of a budget shared fairly among tenants, of algorithm ``kind``."""
+    if kind not in LANE_KINDS:
+        raise ValueError(f"no fair share of algorithm {kind!r}")
+    return _driven(kind, "_fair", f"{kind}:fair", f"fair_{kind}")
 
 
 @cache
