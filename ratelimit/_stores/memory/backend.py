@@ -32,7 +32,7 @@ from ..._algorithms.breaker import Policy
 from ..._algorithms.fair import Fair
 from ..._clock import Clock, SystemClock
 from ..keys import Keyed
-from ..records import PARAMETERS, WINDOWS, Override, UnchangeableLimit, checked_override
+from ..records import PARAMETERS, QUOTA_BURST, WINDOWS, Override, UnchangeableLimit, checked_override
 from ..stats import Stats, weight
 from ..store import Level, Views
 from .breaker import MemoryStore
@@ -123,6 +123,8 @@ def _refuse(name: str, slots: Sequence[Slot], change: Override | None) -> None:
                 f"SlidingWindow (alone, a key's, or a composite's member) reads a change at run time; "
                 f"nothing was changed"
             )
+        if change is not None and change.burst is not None and kind == "quota":
+            raise ValueError(QUOTA_BURST.format(burst=change.burst, name=name))
         if change is not None and change.burst is not None and kind in WINDOWS:
             raise ValueError(
                 f"burst={change.burst!r}: limiter {name} is a {kind}, which has no burst apart from its limit "
