@@ -108,11 +108,13 @@ class RedisCalls(FailurePolicy):
             self._forget_closed_loops()
             state = self._loops.get(loop)
             if state is None:
-                watch = None if self._deadline is None else Watch(loop, self._deadline)
                 client = made or self._async_client
-                state = LoopState(
-                    client, InFlight(self.pool_size), watch, async_held_connection_for(client, in_flight=self.pool_size)
-                )
+                held = async_held_connection_for(client, in_flight=self.pool_size)
+                # A call the held connection reads itself has no socket timeout: the
+                # watch keeps the connections' own.
+                deadline = self._deadline if self._deadline is not None or held is None else held.read_timeout
+                watch = None if deadline is None else Watch(loop, deadline)
+                state = LoopState(client, InFlight(self.pool_size), watch, held)
                 self._loops[loop] = state
                 made, closer = None, state
             else:

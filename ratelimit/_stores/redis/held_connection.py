@@ -6,7 +6,10 @@ Most of ``client.fcall(...)``'s client time goes around the command (taking a
 connection from the pool and giving it back, encoding each argument in Python). So
 the backend holds one pooled connection between calls, sends each call packed at once
 (hiredis's packer), reads the reply, and applies the connection's retry policy as
-redis-py does (``benchmarks/client_instructions.py`` counts the difference).
+redis-py does (``benchmarks/client_instructions.py`` counts the difference). An
+asyncio connection read by hiredis's reader is written and read here, with that reader
+(``AsyncHeldConnection``): redis-py's asyncio send and read each cost a timer, and on
+Python before 3.12 a task, per call.
 
 The held connection is checked as the pool checks one before lending it (connected,
 nothing unread: a failed-over server is found before the call), and goes back when
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import inspect
 import os
 import queue
 import threading
@@ -45,6 +49,18 @@ try:
     _pack = cast("Callable[[tuple[str, ...]], bytes]", hiredis.pack_command)
 except ImportError:  # pragma: no cover - hiredis is an extra; the connection's own packer then
     _pack = None
+
+# An asyncio connection whose replies redis-py reads with hiredis's reader is read here
+# with that same reader (see AsyncHeldConnection._exchange); any other, through its own
+# methods. What "not a reply yet" is to that reader, and the push notices' class.
+_HIREDIS_PARSER: Any
+_NOT_ENOUGH_DATA: object
+try:
+    from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
+    from redis._parsers.hiredis import _AsyncHiredisParser as _HIREDIS_PARSER
+    from redis._parsers.socket import SERVER_CLOSED_CONNECTION_ERROR as _SERVER_CLOSED
+except ImportError:  # pragma: no cover - an older redis-py, or no hiredis: the connection reads
+    _HIREDIS_PARSER, _NOT_ENOUGH_DATA, _SERVER_CLOSED = None, object(), "Connection closed by server."
 
 __all__ = ["AsyncHeldConnection", "HeldConnection", "async_held_connection_for", "held_connection_for"]
 
@@ -340,16 +356,67 @@ def _give_back_on(
 _releasing: set[asyncio.Future[Any]] = set()
 
 
+def _socket_timeout(pool: Any) -> float | None:
+    """The socket timeout of ``pool``'s connections: the pool's setting, or the
+    connection class's default (redis-py 8's is 5 s, older ones' none)."""
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if isinstance(kwargs, dict) and "socket_timeout" in kwargs:
+        timeout = kwargs["socket_timeout"]
+    else:
+        timeout = None
+        for cls in getattr(getattr(pool, "connection_class", None), "__mro__", ()):
+            try:
+                found = inspect.signature(cls.__init__).parameters.get("socket_timeout")
+            except (TypeError, ValueError):
+                continue
+            if found is not None and found.default is not inspect.Parameter.empty:
+                timeout = found.default
+                break
+    return float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
+
+
 class AsyncHeldConnection(_Held):
     """:class:`HeldConnection` for one event loop's asyncio client. A task cancelled between its
     command and its reply (a deadline, the caller) leaves its connection closed, as
-    redis-py's own path does."""
+    redis-py's own path does.
+
+    Where redis-py reads a connection's replies with hiredis's reader (its default
+    with hiredis installed), a call is written to the connection's transport and its
+    reply read with that same reader here (:meth:`_exchange`): redis-py's own send and
+    read each add a timer, and on Python before 3.12 a task, to every call. A call so
+    made has no socket timeout of its own: its deadline is the backend's watch of its
+    calls (``loops.Watch``, ``read_timeout`` seconds); a connection held otherwise is read
+    through its own methods, with its own timeouts.
+    """
 
     def __init__(self, pool: Any, hold: bool) -> None:
         super().__init__(pool, hold)
         self._ensure: Callable[[Any], Awaitable[None]] | None = getattr(pool, "ensure_connection", None)
         on, of = weakref.ref(asyncio.get_running_loop()), weakref.ref(pool)
         self._finalizer = weakref.finalize(self, _give_back_on, on, of, self._held)
+        #: The deadline of a call read here, in seconds (``None``: none), which the
+        #: backend keeps (``loops.Watch``): the connections' own socket timeout.
+        self.read_timeout = _socket_timeout(pool)
+
+    @staticmethod
+    def _readable(conn: Any) -> Any:
+        """``conn``'s hiredis parser if its replies may be read here (see the class's doc):
+        connected, with nothing unread, and no health check due; else ``None``."""
+        parser: Any = getattr(conn, "_parser", None)
+        if parser.__class__ is not _HIREDIS_PARSER or conn.health_check_interval:
+            return None
+        writer = conn._writer
+        if writer is None or not parser._connected or writer.transport.is_closing():
+            return None
+        # A socket's bytes (not, say, a test double's replies read off already).
+        return parser if parser._stream.__class__ is asyncio.StreamReader else None
+
+    @staticmethod
+    def _clean(parser: Any) -> bool:
+        """Whether ``parser``'s connection has nothing to read before its command: what
+        the pool's check of a connection finds without awaiting (``can_read`` false)."""
+        stream = parser._stream
+        return not (parser._reader.has_data() or stream._buffer or stream.at_eof() or stream.exception() is not None)
 
     async def _ready(self, conn: Any) -> Any:
         """The held connection ``conn``, taken, made ready as the pool readies one it lends
@@ -381,12 +448,47 @@ class AsyncHeldConnection(_Held):
         await conn.disconnect(nowait=True)
         await self._give(conn, failed=True)
 
+    @staticmethod
+    async def _exchange(conn: Any, parser: Any, packed: list[bytes]) -> Any:
+        """``packed`` written to ``conn``'s transport and its reply read with its parser's
+        reader, as redis-py's ``send_packed_command`` and ``read_response`` would (but for
+        their timeouts); a failure raised as theirs are, the connection closed."""
+        try:
+            conn._writer.writelines(packed)
+            reader = parser._reader
+            reply = reader.gets()
+            while reply is _NOT_ENOUGH_DATA or reply.__class__ is parser._hiredis_PushNotificationType:
+                if reply is _NOT_ENOUGH_DATA:
+                    data = await parser._stream.read(parser._read_size)
+                    if not data:
+                        raise redis.exceptions.ConnectionError(_SERVER_CLOSED)
+                    reader.feed(data)
+                else:  # a notice pushed ahead of the reply (RESP3): the parser's to handle
+                    await parser.handle_push_response(reply)
+                reply = reader.gets()
+        except OSError as exc:
+            await conn.disconnect(nowait=True)
+            said = f"Error while reading from {conn._host_error()} : {exc.args}"
+            raise redis.exceptions.ConnectionError(said) from exc
+        except redis.exceptions.ConnectionError:
+            await conn.disconnect(nowait=True)
+            raise
+        if isinstance(reply, redis.exceptions.ResponseError):
+            raise reply
+        if isinstance(reply, redis.exceptions.ConnectionError):
+            await conn.disconnect(nowait=True)
+            raise reply
+        return reply
+
     async def call(self, command: tuple[str, ...]) -> Any:
         """:meth:`HeldConnection.call`, awaited."""
-        # The usual ends of a call (the held connection taken, and kept again) are
-        # made here: a coroutine each would cost more than the rest of their work.
+        # The usual ends of a call (the held connection taken, checked, and kept again)
+        # are made here: a coroutine each would cost more than the rest of their work.
         conn = self._pop()
-        conn = await (self._take() if conn is None else self._ready(conn))
+        if conn is None:
+            conn = await self._take()
+        elif (parser := self._readable(conn)) is None or not self._clean(parser):
+            conn = await self._ready(conn)
         packed: list[bytes] = []
 
         async def send() -> Any:
@@ -398,7 +500,22 @@ class AsyncHeldConnection(_Held):
 
         try:
             packed += self._packed(conn, command)
-            reply = await conn.retry.call_with_retry(send, broken)
+            parser = self._readable(conn)
+            if parser is None:
+                reply = await conn.retry.call_with_retry(send, broken)
+            else:
+                try:
+                    reply = await self._exchange(conn, parser, packed)
+                except _BROKEN as error:
+                    # The connection's retry policy, from this first failure on.
+                    failed: list[BaseException] = [error]
+
+                    async def again() -> Any:
+                        if failed:
+                            raise failed.pop()
+                        return await send()
+
+                    reply = await conn.retry.call_with_retry(again, broken)
         except redis.exceptions.ResponseError:
             await self._give(conn)
             raise
