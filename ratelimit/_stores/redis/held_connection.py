@@ -40,7 +40,10 @@ from typing import Any, cast
 
 import redis
 import redis.asyncio
+import redis.asyncio.connection
 import redis.exceptions
+
+from ..landing import keep_running
 
 _pack: Callable[[tuple[str, ...]], bytes] | None
 try:
@@ -375,10 +378,29 @@ def _socket_timeout(pool: Any) -> float | None:
     return float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
 
 
+def _reads_itself(pool: Any) -> bool:
+    """Whether ``pool`` makes connections of redis-py's own, read with hiredis's
+    reader, with no health checks: those whose calls are written and read here."""
+    if _HIREDIS_PARSER is None:
+        return False
+    kwargs = getattr(pool, "connection_kwargs", None)
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
+    parser = kwargs.get("parser_class", getattr(redis.asyncio.connection, "DefaultParser", None))
+    made = getattr(pool, "connection_class", None)
+    return (
+        parser is _HIREDIS_PARSER
+        and not kwargs.get("health_check_interval")
+        and isinstance(made, type)
+        and made.__module__.startswith("redis.")
+    )
+
+
 class AsyncHeldConnection(_Held):
     """:class:`HeldConnection` for one event loop's asyncio client. A task cancelled between its
     command and its reply (a deadline, the caller) leaves its connection closed, as
-    redis-py's own path does.
+    redis-py's own path does; or, for a call read here and given ``late``, the reply is
+    read on in a task of its own and handed to ``late`` (``_read_on``), so that a grant
+    the call made for a task that left is given back with no task per call to keep.
 
     Where redis-py reads a connection's replies with hiredis's reader (its default
     with hiredis installed), a call is written to the connection's transport and its
@@ -397,6 +419,12 @@ class AsyncHeldConnection(_Held):
         #: The deadline of a call read here, in seconds (``None``: none), which the
         #: backend keeps (``loops.Watch``): the connections' own socket timeout.
         self.read_timeout = _socket_timeout(pool)
+        #: The deadline the backend keeps for this loop's calls (``RedisCalls``), and so
+        #: for a reply read on once its task has left.
+        self.deadline: float | None = None
+        #: Whether the pool's connections are read here (see the class's doc): then a
+        #: call given ``late`` hands it a reply that lands once its task has left.
+        self.reads_itself = _reads_itself(pool)
 
     @staticmethod
     def _readable(conn: Any) -> Any:
@@ -452,13 +480,20 @@ class AsyncHeldConnection(_Held):
     async def _exchange(conn: Any, parser: Any, packed: list[bytes]) -> Any:
         """``packed`` written to ``conn``'s transport and its reply read with its parser's
         reader, as redis-py's ``send_packed_command`` and ``read_response`` would (but for
-        their timeouts); a failure raised as theirs are, the connection closed."""
+        their timeouts); a failure raised as theirs are, the connection closed. Cancelled,
+        it leaves the reply unread, ready to be read on (``_reply``)."""
+        conn._writer.writelines(packed)
+        return await AsyncHeldConnection._reply(conn, parser)
+
+    @staticmethod
+    async def _reply(conn: Any, parser: Any) -> Any:
         try:
-            conn._writer.writelines(packed)
             reader = parser._reader
             reply = reader.gets()
             while reply is _NOT_ENOUGH_DATA or reply.__class__ is parser._hiredis_PushNotificationType:
                 if reply is _NOT_ENOUGH_DATA:
+                    # The one await between a command and its reply: a cancellation
+                    # here leaves what has come in the stream's buffer or the reader.
                     data = await parser._stream.read(parser._read_size)
                     if not data:
                         raise redis.exceptions.ConnectionError(_SERVER_CLOSED)
@@ -480,8 +515,29 @@ class AsyncHeldConnection(_Held):
             raise reply
         return reply
 
-    async def call(self, command: tuple[str, ...]) -> Any:
-        """:meth:`HeldConnection.call`, awaited."""
+    async def _read_on(self, conn: Any, parser: Any, late: Callable[[Any], Awaitable[None]]) -> None:
+        """The reply of a call whose task left before it landed, read on (within the
+        backend's deadline) and handed to ``late``; the connection then kept or given
+        back as after any call. An error reply decided nothing, and a failure is
+        nobody's to hear: the connection goes, as a call's would."""
+        try:
+            reply = await asyncio.wait_for(self._reply(conn, parser), self.deadline)
+        except redis.exceptions.ResponseError:
+            await self._give(conn)
+            return
+        except Exception:
+            await self._lose(conn)
+            return
+        except BaseException:
+            await self._lose(conn)
+            raise
+        await self._give(conn)
+        await late(reply)
+
+    async def call(self, command: tuple[str, ...], late: Callable[[Any], Awaitable[None]] | None = None) -> Any:
+        """:meth:`HeldConnection.call`, awaited. With ``late``: if the task leaves
+        (cancelled) while a reply read here is awaited, the reply is read on in a task
+        of its own and handed to ``late`` (``_read_on``)."""
         # The usual ends of a call (the held connection taken, checked, and kept again)
         # are made here: a coroutine each would cost more than the rest of their work.
         conn = self._pop()
@@ -490,6 +546,8 @@ class AsyncHeldConnection(_Held):
         elif (parser := self._readable(conn)) is None or not self._clean(parser):
             conn = await self._ready(conn)
         packed: list[bytes] = []
+        #: The parser of the exchange under way here, its reply unread (else ``None``).
+        reading: Any = None
 
         async def send() -> Any:
             await conn.send_packed_command(packed)
@@ -498,6 +556,13 @@ class AsyncHeldConnection(_Held):
         async def broken(_error: BaseException) -> None:
             await conn.disconnect()
 
+        async def exchange(parser: Any) -> Any:
+            nonlocal reading
+            reading = parser
+            reply = await self._exchange(conn, parser, packed)
+            reading = None
+            return reply
+
         try:
             packed += self._packed(conn, command)
             parser = self._readable(conn)
@@ -505,19 +570,30 @@ class AsyncHeldConnection(_Held):
                 reply = await conn.retry.call_with_retry(send, broken)
             else:
                 try:
-                    reply = await self._exchange(conn, parser, packed)
+                    reply = await exchange(parser)
                 except _BROKEN as error:
                     # The connection's retry policy, from this first failure on.
                     failed: list[BaseException] = [error]
 
                     async def again() -> Any:
+                        nonlocal reading
+                        reading = None
                         if failed:
                             raise failed.pop()
-                        return await send()
+                        if not conn.is_connected:
+                            await conn.connect()
+                        parser = self._readable(conn)
+                        return await (send() if parser is None else exchange(parser))
 
                     reply = await conn.retry.call_with_retry(again, broken)
         except redis.exceptions.ResponseError:
             await self._give(conn)
+            raise
+        except asyncio.CancelledError:
+            if late is not None and reading is not None:
+                keep_running(asyncio.ensure_future(self._read_on(conn, reading, late)))
+            else:
+                await self._lose(conn)
             raise
         except BaseException:
             await self._lose(conn)
