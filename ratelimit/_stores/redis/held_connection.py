@@ -431,20 +431,29 @@ class AsyncHeldConnection(_Held):
         """``conn``'s hiredis parser if its replies may be read here (see the class's doc):
         connected, with nothing unread, and no health check due; else ``None``."""
         parser: Any = getattr(conn, "_parser", None)
-        if parser.__class__ is not _HIREDIS_PARSER or conn.health_check_interval:
+        if parser.__class__ is not _HIREDIS_PARSER:
             return None
-        writer = conn._writer
-        if writer is None or not parser._connected or writer.transport.is_closing():
+        try:
+            if conn.health_check_interval:
+                return None
+            writer = conn._writer
+            if writer is None or not parser._connected or writer.transport.is_closing():
+                return None
+            # A socket's bytes (not, say, a test double's replies read off already).
+            return parser if parser._stream.__class__ is asyncio.StreamReader else None
+        except AttributeError:  # a redis-py that keeps them otherwise: read through its methods
             return None
-        # A socket's bytes (not, say, a test double's replies read off already).
-        return parser if parser._stream.__class__ is asyncio.StreamReader else None
 
     @staticmethod
     def _clean(parser: Any) -> bool:
         """Whether ``parser``'s connection has nothing to read before its command: what
         the pool's check of a connection finds without awaiting (``can_read`` false)."""
         stream = parser._stream
-        return not (parser._reader.has_data() or stream._buffer or stream.at_eof() or stream.exception() is not None)
+        try:
+            unread = parser._reader.has_data() or stream._buffer
+            return not (unread or stream.at_eof() or stream.exception() is not None)
+        except AttributeError:  # an older hiredis: the pool's own check
+            return False
 
     async def _ready(self, conn: Any) -> Any:
         """The held connection ``conn``, taken, made ready as the pool readies one it lends
@@ -487,10 +496,11 @@ class AsyncHeldConnection(_Held):
 
     @staticmethod
     async def _reply(conn: Any, parser: Any) -> Any:
+        push = getattr(parser, "_hiredis_PushNotificationType", None)
         try:
             reader = parser._reader
             reply = reader.gets()
-            while reply is _NOT_ENOUGH_DATA or reply.__class__ is parser._hiredis_PushNotificationType:
+            while reply is _NOT_ENOUGH_DATA or (push is not None and reply.__class__ is push):
                 if reply is _NOT_ENOUGH_DATA:
                     # The one await between a command and its reply: a cancellation
                     # here leaves what has come in the stream's buffer or the reader.
