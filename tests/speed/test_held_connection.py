@@ -31,6 +31,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.connection
 import redis.asyncio.retry
+import redis.asyncio.sentinel
 import redis.connection
 import redis.exceptions
 from redis.backoff import NoBackoff
@@ -46,6 +47,7 @@ from ratelimit import (
     TokenBucket,
 )
 from ratelimit._stores.redis import calls as redis_calls
+from ratelimit._stores.redis.held_connection import AsyncHeldConnection
 
 from conftest import REDIS_URL, private_server, unique_name
 
@@ -842,23 +844,17 @@ def test_a_backend_collected_while_its_blocking_pool_is_busy_does_not_deadlock_i
 # -- an asyncio held connection that writes and reads its calls itself ---------------
 
 
-def _redis_py_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many commands redis-py's asyncio connections send and read themselves, counted."""
-    counts = [0, 0]
-    cls: Any = redis.asyncio.connection.Connection
-    send, read = cls.send_packed_command, cls.read_response
+def _read_here(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many calls asyncio held connections write and read themselves, counted."""
+    count = [0]
+    exchange = AsyncHeldConnection._exchange
 
-    async def sent(self: Any, *args: Any, **kwargs: Any) -> Any:
-        counts[0] += 1
-        return await send(self, *args, **kwargs)
+    async def counted(*args: Any) -> Any:
+        count[0] += 1
+        return await exchange(*args)
 
-    async def answered(self: Any, *args: Any, **kwargs: Any) -> Any:
-        counts[1] += 1
-        return await read(self, *args, **kwargs)
-
-    monkeypatch.setattr(cls, "send_packed_command", sent)
-    monkeypatch.setattr(cls, "read_response", answered)
-    return counts
+    monkeypatch.setattr(AsyncHeldConnection, "_exchange", staticmethod(counted))
+    return count
 
 
 @pytest.mark.parametrize("protocol", [2, 3])
@@ -868,7 +864,7 @@ def test_an_asyncio_held_connection_writes_and_reads_its_calls_itself(
     # With hiredis's reader (the default where hiredis is installed), every call after
     # the connection's handshake is written and read here, and decides as through the client.
     pytest.importorskip("hiredis")
-    counts = _redis_py_reads(monkeypatch)
+    count = _read_here(monkeypatch)
 
     async def run() -> None:
         client = redis.asyncio.Redis.from_url(REDIS_URL, protocol=protocol)
@@ -879,10 +875,10 @@ def test_an_asyncio_held_connection_writes_and_reads_its_calls_itself(
         limiters = [TokenBucket(40, 0.0001, backend=b, name=name, clock=clock) for b in (backend, through)]
         for limiter in limiters:
             assert await limiter.try_acquire_async()  # connects (redis-py's own handshake)
-        sent, read = counts
+        before = count[0]
         outcomes = [await limiters[i % 2].try_acquire_async() for i in range(48)]
         assert outcomes == [True] * 38 + [False] * 10
-        assert counts[0] - sent == counts[1] - read == 24  # the other client's calls only
+        assert count[0] - before == 24  # the wired client's calls, not the other's
         state = backend._loops[asyncio.get_running_loop()]
         assert state.held is not None
         assert state.watch is not None
@@ -1016,5 +1012,38 @@ def test_a_task_cancelled_while_its_reply_is_read_here_leaves_no_reply_for_the_n
             assert await full.try_acquire_async()  # its own reply, never the refusal
         await backend.aclose()
         await client.aclose()
+
+    asyncio.run(run())
+
+
+def test_connections_that_do_more_with_a_reply_are_read_through_their_own_methods(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A health check due, the Python parser, a Sentinel's connection (which drops a
+    # demoted master's on READONLY): redis-py sends and reads each call, and a cancel
+    # is kept from stranding a grant by a task per call.
+    from redis._parsers import _AsyncRESP3Parser
+
+    from ratelimit._stores.redis.held_connection import _reads_itself
+
+    sentinel = redis.asyncio.sentinel.SentinelConnectionPool(  # type: ignore[no-untyped-call]
+        "mymaster", redis.asyncio.sentinel.Sentinel([])
+    )
+    assert not _reads_itself(sentinel)
+    count = _read_here(monkeypatch)
+
+    async def run() -> None:
+        for options in ({"health_check_interval": 30}, {"parser_class": _AsyncRESP3Parser}):
+            client = redis.asyncio.Redis.from_url(REDIS_URL, **options)
+            backend = RedisBackend(client, coalesce=False)
+            limiter = bucket(backend, capacity=3)
+            assert await limiter.try_acquire_async()
+            state = backend._loops[asyncio.get_running_loop()]
+            assert state.held is not None
+            assert not state.held.reads_itself
+            assert [await limiter.try_acquire_async() for _ in range(3)] == [True, True, False]
+            assert count[0] == 0
+            await backend.aclose()
+            await client.aclose()
 
     asyncio.run(run())

@@ -378,6 +378,13 @@ def _socket_timeout(pool: Any) -> float | None:
     return float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
 
 
+#: The asyncio connection's own send and read, as imported.
+_PLAIN_IO = {
+    name: getattr(redis.asyncio.connection.AbstractConnection, name)
+    for name in ("send_packed_command", "read_response")
+}
+
+
 def _reads_itself(pool: Any) -> bool:
     """Whether ``pool`` makes connections of redis-py's own, read with hiredis's
     reader, with no health checks: those whose calls are written and read here."""
@@ -392,6 +399,10 @@ def _reads_itself(pool: Any) -> bool:
         and not kwargs.get("health_check_interval")
         and isinstance(made, type)
         and made.__module__.startswith("redis.")
+        # What a connection does with a reply of its own (a Sentinel's drops a demoted
+        # master's) happens only through its methods.
+        # (or that something wraps, as a tracer might, since this module was imported).
+        and all(getattr(made, name, None) is method for name, method in _PLAIN_IO.items())
     )
 
 
@@ -426,12 +437,11 @@ class AsyncHeldConnection(_Held):
         #: call given ``late`` hands it a reply that lands once its task has left.
         self.reads_itself = _reads_itself(pool)
 
-    @staticmethod
-    def _readable(conn: Any) -> Any:
+    def _readable(self, conn: Any) -> Any:
         """``conn``'s hiredis parser if its replies may be read here (see the class's doc):
         connected, with nothing unread, and no health check due; else ``None``."""
         parser: Any = getattr(conn, "_parser", None)
-        if parser.__class__ is not _HIREDIS_PARSER:
+        if parser.__class__ is not _HIREDIS_PARSER or not self.reads_itself:
             return None
         try:
             if conn.health_check_interval:
@@ -566,13 +576,6 @@ class AsyncHeldConnection(_Held):
         async def broken(_error: BaseException) -> None:
             await conn.disconnect()
 
-        async def exchange(parser: Any) -> Any:
-            nonlocal reading
-            reading = parser
-            reply = await self._exchange(conn, parser, packed)
-            reading = None
-            return reply
-
         try:
             packed += self._packed(conn, command)
             parser = self._readable(conn)
@@ -580,7 +583,9 @@ class AsyncHeldConnection(_Held):
                 reply = await conn.retry.call_with_retry(send, broken)
             else:
                 try:
-                    reply = await exchange(parser)
+                    reading = parser
+                    reply = await self._exchange(conn, parser, packed)
+                    reading = None
                 except _BROKEN as error:
                     # The connection's retry policy, from this first failure on.
                     failed: list[BaseException] = [error]
@@ -593,7 +598,12 @@ class AsyncHeldConnection(_Held):
                         if not conn.is_connected:
                             await conn.connect()
                         parser = self._readable(conn)
-                        return await (send() if parser is None else exchange(parser))
+                        if parser is None:
+                            return await send()
+                        reading = parser
+                        reply = await self._exchange(conn, parser, packed)
+                        reading = None
+                        return reply
 
                     reply = await conn.retry.call_with_retry(again, broken)
         except redis.exceptions.ResponseError:
