@@ -470,6 +470,12 @@ class AsyncHeldConnection(_Held):
         (as HeldConnection._take, with the asyncio pool's own check where it has one)."""
         ensure = self._ensure
         try:
+            stream = getattr(conn, "_reader", None)
+            if isinstance(stream, asyncio.StreamReader) and (stream.at_eof() or stream.exception() is not None):
+                # Closed by the server (a restart, a kill) with nothing unread: opened
+                # afresh, which not every pool's check does (redis-py 8.1's takes such
+                # a connection for one with notices to read).
+                await conn.disconnect(nowait=True)
             await (ensure(conn) if ensure is not None else conn.connect())
         except BaseException:
             await self._lose(conn)
