@@ -253,3 +253,49 @@ def test_an_uncontended_call_read_here_makes_no_task(monkeypatch: pytest.MonkeyP
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_the_serving_gates_leveled_decision_hands_late_grants_over_with_no_task_per_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What an ASGI middleware's request pays (acquire_level_async): no task per call,
+    # and a request cancelled at any step keeps nothing.
+    pytest.importorskip("hiredis")
+    from ratelimit._limiting.front import acquire_level_async
+
+    made = [0]
+    task_factory = asyncio.Task
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made[0] += 1
+        return task_factory(*args, **kwargs)
+
+    async def scenario() -> None:
+        client = redis.asyncio.Redis.from_url(REDIS_URL)
+        backend = RedisBackend(client)
+        clock = ManualClock(1_000.0)
+        plenty = TokenBucket(100, 1, backend=backend, name=unique_name(), clock=clock)
+        assert (await acquire_level_async(plenty, 1, 0.0))[1] is not None
+        asyncio.get_running_loop().set_task_factory(lambda loop, coro, **kw: counted(coro, loop=loop, **kw))
+        for _ in range(20):
+            wait, level = await acquire_level_async(plenty, 1, 0.0)
+            assert wait == 0.0
+            assert level is not None
+        assert made[0] == 0
+        for steps in range(6):
+            one = TokenBucket(1, 1e-6, backend=backend, name=unique_name(), clock=clock)
+            leaving = asyncio.ensure_future(acquire_level_async(one, 1, 0.0))
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            leaving.cancel()
+            try:
+                await leaving
+                kept = True
+            except asyncio.CancelledError:
+                kept = False
+            await _quiet()
+            assert await one.try_acquire_async() is not kept, steps
+        await backend.aclose()
+        await client.aclose()
+
+    asyncio.run(scenario())
