@@ -27,7 +27,8 @@ Three figures, each a ratio to a floor measured in the same run on the same serv
   decisions per second with the library's functions and with scripts.
 - **turns** (not in the default parts): the uncontended decision one task makes
   through a ``RedisBackend`` of a ``redis.asyncio`` client (``await try_acquire_async()``
-  and ``await acquire_async()``, the default ``coalesce=True``), against an empty
+  and ``await acquire_async()``, the default ``coalesce=True``; and the ASGI
+  middleware's decision, which also asks for the level), against an empty
   ``EVALSHA`` (``return 1``) and an empty ``FCALL`` (a library of its own, deleted after)
   on the same client, in blocks of ``--calls`` taken in turn (the order rotating each
   round) for ``--batches`` rounds: each round's ratio is its decision's calls per second
@@ -57,6 +58,7 @@ import redis
 import redis.asyncio
 
 from ratelimit import Adaptive, Composite, LeakyBucket, RedisBackend, SlidingWindow, TokenBucket
+from ratelimit._limiting.front import acquire_level_async
 from ratelimit._stores.redis.scripts import call_by_script
 
 FLOOR = """
@@ -314,6 +316,8 @@ async def _async_turns(url: str, calls: int, rounds: int) -> dict[str, list[floa
         FLOORS[1]: block(lambda: client.fcall(EMPTY_LIBRARY, 0)),
         "await try_acquire_async()": block(limiter.try_acquire_async),
         "await acquire_async()": block(limiter.acquire_async),
+        # What a request through the ASGI middleware asks: the decision and its level.
+        "await acquire_level_async() (middleware)": block(lambda: acquire_level_async(limiter, 1, None)),
     }
     for run in blocks.values():  # connects, loads the library, writes the code key
         await run()
