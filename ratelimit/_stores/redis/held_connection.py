@@ -560,6 +560,33 @@ class AsyncHeldConnection(_Held):
         await self._give(conn)
         await late(reply)
 
+    async def _retried(self, conn: Any, packed: list[bytes], failed: BaseException | None, reading: list[Any]) -> Any:
+        """``packed``'s reply under the connection's retry policy, from ``failed`` on (the
+        first attempt's failure, replayed to it) or from a first attempt through the
+        connection's own methods; an attempt on a connection read here is made here,
+        its parser in ``reading`` while its reply is awaited."""
+        first = [failed] if failed is not None else []
+
+        async def attempt() -> Any:
+            if first:
+                raise first.pop()
+            if not conn.is_connected:
+                await conn.connect()
+            parser = self._readable(conn)
+            if parser is None:
+                await conn.send_packed_command(packed)
+                return await conn.read_response()
+            reading.append(parser)
+            reply = await self._exchange(conn, parser, packed)
+            reading.clear()
+            return reply
+
+        async def broken(_error: BaseException) -> None:
+            reading.clear()
+            await conn.disconnect()
+
+        return await conn.retry.call_with_retry(attempt, broken)
+
     async def call(self, command: tuple[str, ...], late: Callable[[Any], Awaitable[None]] | None = None) -> Any:
         """:meth:`HeldConnection.call`, awaited. With ``late``: if the task leaves
         (cancelled) while a reply read here is awaited, the reply is read on in a task
@@ -569,55 +596,33 @@ class AsyncHeldConnection(_Held):
         conn = self._pop()
         if conn is None:
             conn = await self._take()
+            parser = self._readable(conn)
         elif (parser := self._readable(conn)) is None or not self._clean(parser):
             conn = await self._ready(conn)
-        packed: list[bytes] = []
-        #: The parser of the exchange under way here, its reply unread (else ``None``).
-        reading: Any = None
-
-        async def send() -> Any:
-            await conn.send_packed_command(packed)
-            return await conn.read_response()
-
-        async def broken(_error: BaseException) -> None:
-            await conn.disconnect()
-
-        try:
-            packed += self._packed(conn, command)
             parser = self._readable(conn)
+        # The parser of an exchange under way here, its reply unread: this call's own
+        # attempt's (``reading``), or a retried one's (``retrying``).
+        reading: Any = None
+        retrying: list[Any] = []
+        try:
+            packed = self._packed(conn, command)
             if parser is None:
-                reply = await conn.retry.call_with_retry(send, broken)
+                reply = await self._retried(conn, packed, None, retrying)
             else:
+                reading = parser
                 try:
-                    reading = parser
                     reply = await self._exchange(conn, parser, packed)
-                    reading = None
                 except _BROKEN as error:
-                    # The connection's retry policy, from this first failure on.
-                    failed: list[BaseException] = [error]
-
-                    async def again() -> Any:
-                        nonlocal reading
-                        reading = None
-                        if failed:
-                            raise failed.pop()
-                        if not conn.is_connected:
-                            await conn.connect()
-                        parser = self._readable(conn)
-                        if parser is None:
-                            return await send()
-                        reading = parser
-                        reply = await self._exchange(conn, parser, packed)
-                        reading = None
-                        return reply
-
-                    reply = await conn.retry.call_with_retry(again, broken)
+                    reading = None
+                    reply = await self._retried(conn, packed, error, retrying)
+                reading = None
         except redis.exceptions.ResponseError:
             await self._give(conn)
             raise
         except asyncio.CancelledError:
-            if late is not None and reading is not None:
-                keep_running(asyncio.ensure_future(self._read_on(conn, reading, late)))
+            under_way = reading if reading is not None else (retrying[0] if retrying else None)
+            if late is not None and under_way is not None:
+                keep_running(asyncio.ensure_future(self._read_on(conn, under_way, late)))
             else:
                 await self._lose(conn)
             raise
