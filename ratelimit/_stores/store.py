@@ -17,10 +17,11 @@ from .._algorithms.lanes import Lanes
 from .._clock import Clock
 from .._events import BreakerState
 from .keys import Keyed
+from .landing import Late
 from .slots import SlotStore
 from .stats import Stats
 
-__all__ = ["Backend", "BreakerHandle", "FairHandle", "Handle", "Level", "Leveled", "Pacing"]
+__all__ = ["Backend", "BreakerHandle", "FairHandle", "Handle", "Level", "Leveled", "Pacing", "TakesLate"]
 
 T_contra = TypeVar("T_contra", contravariant=True)
 
@@ -104,6 +105,22 @@ class Leveled(Protocol[T_contra]):
         ...
 
     async def reserve_level_async(self, tokens: T_contra, max_wait: float) -> tuple[float, float, Level | None]: ...
+
+
+class TakesLate(Protocol[T_contra]):
+    """A handle whose ``reserve_async`` (and ``reserve_level_async``) gives what lands
+    for a task that left to ``late`` itself (a ``takes_late`` attribute says so): the limiter's front then runs
+    no task of its own per call (``landing.py``)."""
+
+    takes_late: bool
+
+    async def reserve_async(
+        self, tokens: T_contra, max_wait: float, late: Late[tuple[float, float]] | None = None
+    ) -> tuple[float, float]: ...
+
+    async def reserve_level_async(
+        self, tokens: T_contra, max_wait: float, late: Late[tuple[float, float, Level | None]] | None = None
+    ) -> tuple[float, float, Level | None]: ...
 
 
 @runtime_checkable

@@ -42,6 +42,8 @@ from typing import Any, cast
 
 from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
+from ..landing import Late
+
 __all__ = [
     "ALGORITHMS",
     "DRIVERS",
@@ -483,6 +485,21 @@ class Script:
             return client.function_list(library=library().name)
         return client.function_load(library().source, replace=True)
 
+    def _command_async(
+        self,
+        client: Any,
+        step: str,
+        keys: Sequence[str],
+        args: Sequence[str],
+        send: Callable[[tuple[str, ...], Late[Any] | None], Awaitable[Any]] | None,
+        late: Late[Any] | None,
+    ) -> Awaitable[Any]:
+        """:meth:`_command` for an asyncio client: ``late`` goes with a step that runs the
+        driver, not with a look at the library or its load."""
+        if send is None:
+            return cast("Awaitable[Any]", self._command(client, step, keys, args))
+        return send(self._wired(step, keys, args), late if step in (FCALL, EVALSHA, EVAL) else None)
+
     def __call__(
         self,
         client: Any,
@@ -529,30 +546,33 @@ class Script:
         client: Any,
         keys: Sequence[str],
         args: Sequence[str],
-        send: Callable[[tuple[str, ...]], Awaitable[Any]] | None = None,
+        send: Callable[[tuple[str, ...], Late[Any] | None], Awaitable[Any]] | None = None,
+        late: Late[Any] | None = None,
     ) -> Any:
+        """:meth:`__call__` for an asyncio client; ``late`` goes with each step that runs
+        the driver (``send`` hands it the reply if its task leaves before it lands)."""
         try:
             if self._by_function(client):
                 try:
                     if send is not None:
-                        return await send(self._wired(FCALL, keys, args))
+                        return await send(self._wired(FCALL, keys, args), late)
                     return await client.fcall(self.function, len(keys), *keys, *args)
                 except ResponseError as exc:
                     steps = self._steps(client, exc)
             else:
                 try:
                     if send is not None:
-                        return await send(self._wired(EVALSHA, keys, args))
+                        return await send(self._wired(EVALSHA, keys, args), late)
                     return await client.evalsha(self.sha, len(keys), *keys, *args)
                 except NoScriptError:
-                    return await self._command(client, EVAL, keys, args, send)
+                    return await self._command_async(client, EVAL, keys, args, send, late)
         except ResponseError as exc:
             raise self._translated(exc) from None
         try:
             step = next(steps)
             while True:
                 try:
-                    reply = await self._command(client, step, keys, args, send)
+                    reply = await self._command_async(client, step, keys, args, send, late)
                 except ResponseError as exc:
                     step = steps.throw(exc)
                 else:
