@@ -127,10 +127,10 @@ def _server(port: int, rounds: int, calls: int) -> None:
         admin.function_load(lib.source, replace=True)
         floor = admin.script_load(FLOOR)
         plain_key = "ratelimit:{bench-plain}:token_bucket"
-        plain = [lib.function("token_bucket"), 2, plain_key, "ratelimit:{bench-plain}:config"]
+        plain: list[Any] = [lib.function("token_bucket"), 2, plain_key, "ratelimit:{bench-plain}:config"]
         plain_args = ["reserve", "", "1.0", "0.0", repr(BURST), repr(RATE), "0.0", "0"]
         line = "ratelimit:{bench-fair}:fair:token_bucket"
-        fair = [lib.function("fair_token_bucket"), 3, line, f"{line}:tenants", f"{line}:weights"]
+        fair: list[Any] = [lib.function("fair_token_bucket"), 3, line, f"{line}:tenants", f"{line}:weights"]
         tail = ["", "", "1.0", "10000", repr(RATE), repr(BURST), repr(RATE)]
         tenants = cycle([f"tenant-{i}" for i in range(100)])
 
