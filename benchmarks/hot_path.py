@@ -25,10 +25,20 @@ Three figures, each a ratio to a floor measured in the same run on the same serv
   default ``coalesce=True`` (a caller alone, whose round is the same single call).
 - **hot**: one hot limiter, 4 processes deciding as fast as they can: the aggregate
   decisions per second with the library's functions and with scripts.
+- **turns** (not in the default parts): the uncontended decision one task makes
+  through a ``RedisBackend`` of a ``redis.asyncio`` client (``await try_acquire_async()``
+  and ``await acquire_async()``, the default ``coalesce=True``; and the ASGI
+  middleware's decision, which also asks for the level), against an empty
+  ``EVALSHA`` (``return 1``) and an empty ``FCALL`` (a library of its own, deleted after)
+  on the same client, in blocks of ``--calls`` taken in turn (the order rotating each
+  round) for ``--batches`` rounds: each round's ratio is its decision's calls per second
+  over its own floors', so that what slows the machine for a while slows both. The
+  median and the quartiles of the rounds' ratios; the same for a synchronous client's
+  ``try_acquire``, for reference.
 
 ::
 
-    python benchmarks/hot_path.py --redis redis://127.0.0.1:6390/0 [--parts server,client,hot] [--no-scripts]
+    python benchmarks/hot_path.py --redis redis://127.0.0.1:6390/0 [--parts server,client,hot,turns] [--no-scripts]
 
 Point it at a Redis of its own: it resets the server's statistics between measures.
 """
@@ -48,6 +58,7 @@ import redis
 import redis.asyncio
 
 from ratelimit import Adaptive, Composite, LeakyBucket, RedisBackend, SlidingWindow, TokenBucket
+from ratelimit._limiting.front import acquire_level_async
 from ratelimit._stores.redis.scripts import call_by_script
 
 FLOOR = """
@@ -253,6 +264,111 @@ async def _async_client_round(url: str, seconds: float) -> dict[str, float]:
     return out
 
 
+#: An empty function, the floor of a decision by function (``--parts turns``).
+EMPTY_LIBRARY = "ratelimit_bench_empty"
+EMPTY = (
+    f"#!lua name={EMPTY_LIBRARY}\n"
+    f"redis.register_function{{function_name='{EMPTY_LIBRARY}', "
+    "callback=function() return 1 end, flags={'no-writes'}}"
+)
+FLOORS = ("empty EVALSHA", "empty FCALL")
+
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    low, median, high = statistics.quantiles(values, n=4)
+    return low, median, high
+
+
+def _turn(names: list[str], turn: int) -> list[str]:
+    """The order of the blocks in round ``turn``: rotated by one each round."""
+    shift = turn % len(names)
+    return names[shift:] + names[:shift]
+
+
+def _over_floors(rates: dict[str, float], ratios: dict[str, list[float]]) -> None:
+    """One round's ratio of each decision's rate to each floor's, added to ``ratios``."""
+    for name, rate in rates.items():
+        if name not in FLOORS:
+            for floor in FLOORS:
+                ratios.setdefault(f"{name} / {floor}", []).append(rate / rates[floor])
+
+
+async def _async_turns(url: str, calls: int, rounds: int) -> dict[str, list[float]]:
+    client = redis.asyncio.Redis.from_url(url)
+    sha = await client.script_load("return 1")
+    await client.function_load(EMPTY, replace=True)
+    backend = RedisBackend(client)
+    limiter = TokenBucket(BIG, BIG, backend=backend, name=f"turns-{uuid.uuid4().hex[:8]}")
+
+    def block(call: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[float]]:
+        async def run() -> float:
+            started = time.perf_counter()
+            for _ in range(calls):
+                await call()
+            return calls / (time.perf_counter() - started)
+
+        return run
+
+    blocks = {
+        FLOORS[0]: block(lambda: client.evalsha(sha, 0)),
+        FLOORS[1]: block(lambda: client.fcall(EMPTY_LIBRARY, 0)),
+        "await try_acquire_async()": block(limiter.try_acquire_async),
+        "await acquire_async()": block(limiter.acquire_async),
+        # What a request through the ASGI middleware asks: the decision and its level.
+        "await acquire_level_async() (middleware)": block(lambda: acquire_level_async(limiter, 1, None)),
+    }
+    for run in blocks.values():  # connects, loads the library, writes the code key
+        await run()
+    ratios: dict[str, list[float]] = {}
+    for turn in range(rounds):
+        _over_floors({name: await blocks[name]() for name in _turn(list(blocks), turn)}, ratios)
+    await client.function_delete(EMPTY_LIBRARY)
+    await backend.aclose()
+    await client.aclose()
+    return ratios
+
+
+def _sync_turns(url: str, calls: int, rounds: int) -> dict[str, list[float]]:
+    client = redis.Redis.from_url(url)
+    sha = client.script_load("return 1")
+    client.function_load(EMPTY, replace=True)
+    backend = RedisBackend(client)
+    limiter = TokenBucket(BIG, BIG, backend=backend, name=f"turns-{uuid.uuid4().hex[:8]}")
+
+    def block(call: Callable[[], object]) -> Callable[[], float]:
+        def run() -> float:
+            started = time.perf_counter()
+            for _ in range(calls):
+                call()
+            return calls / (time.perf_counter() - started)
+
+        return run
+
+    blocks = {
+        FLOORS[0]: block(lambda: client.evalsha(sha, 0)),
+        FLOORS[1]: block(lambda: client.fcall(EMPTY_LIBRARY, 0)),
+        "try_acquire()": block(limiter.try_acquire),
+    }
+    for run in blocks.values():
+        run()
+    ratios: dict[str, list[float]] = {}
+    for turn in range(rounds):
+        _over_floors({name: blocks[name]() for name in _turn(list(blocks), turn)}, ratios)
+    client.function_delete(EMPTY_LIBRARY)
+    backend.close()
+    client.close()
+    return ratios
+
+
+def _report_turns(title: str, results: dict[str, list[float]]) -> None:
+    print(f"\n{title}")
+    for label, values in results.items():
+        low, median, high = _quartiles(values)
+        print(f"  {label:44} {median:5.3f}x  (quartiles {low:.3f}-{high:.3f}, {len(values)} rounds)")
+
+
 def _hot_worker(url: str, name: str, scripts: bool, seconds: float, start: Any, out: Any) -> None:
     backend = _backend(url, scripts=scripts)
     limiter = TokenBucket(BIG, BIG, backend=backend, name=name)
@@ -330,6 +446,11 @@ def main() -> None:
     if client:
         _report_ratios("Uncontended try_acquire per second through Redis, over the empty EVALSHA's", client)
         _report_ratios("Uncontended await try_acquire_async per second (redis.asyncio), over the empty's", aclient)
+    if "turns" in parts:
+        turns = asyncio.run(_async_turns(args.redis, args.calls, args.batches * args.rounds))
+        _report_turns("One task's asyncio decision through Redis, in turns with empty calls (median of rounds)", turns)
+        sync_turns = _sync_turns(args.redis, args.calls, args.batches * args.rounds)
+        _report_turns("One thread's synchronous decision through Redis, the same way, for reference", sync_turns)
     if "hot" not in parts:
         admin.close()
         return

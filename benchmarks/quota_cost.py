@@ -67,7 +67,20 @@ def main() -> None:
 
     def single(kind: str, name: str, p1: str, p2: str) -> Callable[[], object]:
         key = f"ratelimit:{{{name}}}:{kind}"
-        call = [lib.function(kind), 2, key, f"ratelimit:{{{name}}}:config", "reserve", "", "1", "0", p1, p2, "0", "0"]
+        call: list[Any] = [
+            lib.function(kind),
+            2,
+            key,
+            f"ratelimit:{{{name}}}:config",
+            "reserve",
+            "",
+            "1",
+            "0",
+            p1,
+            p2,
+            "0",
+            "0",
+        ]
         return lambda: admin.fcall(*call)
 
     def group(name: str, members: list[tuple[str, str, str]]) -> Callable[[], object]:

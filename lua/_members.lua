@@ -450,8 +450,10 @@ local function member_most(m)
 end
 
 -- See _bisected in algorithm.py: the largest whole request a member without `level`
--- grants at once now, by bisection on its plan.
+-- grants at once now, by bisection on its plan, up to LEVEL_MOST (past it doubles are
+-- more than one apart and the midpoint would round to an end).
 local function bisected(m, now, most)
+  if most > LEVEL_MOST then most = LEVEL_MOST end
   local low, high = 0.0, math.floor(most + EPSILON)
   local kept = m.tokens
   local function goes(t)

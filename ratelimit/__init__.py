@@ -20,6 +20,7 @@ from ._headers.parse import RateLimitInfo, parse_rate_limit_headers
 from ._limiting.adaptive import Adaptive
 from ._limiting.composite import Composite
 from ._limiting.concurrency import ConcurrencyLimit, Hold, Lease
+from ._limiting.fair import FairShare, TenantShare
 from ._limiting.for_limit import for_limit
 from ._limiting.front import Acquirer, LimiterStats
 from ._limiting.limiters import LeakyBucket, SlidingWindow, TokenBucket
@@ -48,6 +49,7 @@ __all__ = [
     "Clock",
     "Composite",
     "ConcurrencyLimit",
+    "FairShare",
     "Hold",
     "LeakyBucket",
     "Lease",
@@ -65,6 +67,7 @@ __all__ = [
     "SQLiteBackend",
     "SlidingWindow",
     "SystemClock",
+    "TenantShare",
     "Ticket",
     "TokenBucket",
     "classify",

@@ -270,8 +270,11 @@ def level_all(algs: Sequence[Algorithm[Any]], states: Sequence[Any], now: float)
 
 
 def _bisected(alg: Algorithm[Any], state: Any, now: float, most: float) -> float:
-    """The largest whole request ``alg`` grants at once now, by bisection on its plan."""
-    low, high = 0.0, float(math.floor(most + EPSILON))
+    """The largest whole request ``alg`` grants at once now, by bisection on its plan,
+    up to :data:`LEVEL_MOST` (all a level ever counts): below it every whole number is a
+    double, so each step halves the range; above it neighbouring doubles are more than
+    one apart and the midpoint would round to an end."""
+    low, high = 0.0, float(math.floor((most if most < LEVEL_MOST else LEVEL_MOST) + EPSILON))
 
     def goes(tokens: float) -> bool:
         admit_at, at = alg.plan(state, now, tokens)

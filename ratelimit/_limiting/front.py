@@ -12,7 +12,6 @@ import asyncio
 import functools
 import logging
 import math
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
@@ -25,10 +24,11 @@ from .._errors import AcquireTimeout
 from .._events import EVERYONE, Denied, Emitter, Event, Granted, Paused, Throttled
 from .._headers.parse import RateLimitInfo, parse_rate_limit_headers
 from .._stores.keys import Keyed
+from .._stores.landing import shielded
 from .._stores.memory import MemoryBackend
 from .._stores.records import Override, checked_override
 from .._stores.stats import LimiterStats, Stats, weight
-from .._stores.store import Backend, Handle, Level, Leveled, Pacing
+from .._stores.store import Backend, Handle, Level, Leveled, Pacing, TakesLate
 from .._stores.unfinished import finish
 from .._wrap import wrap
 from .adaptive import LastGrant
@@ -57,21 +57,6 @@ T = TypeVar("T")
 
 #: ``timeout=None``: no wait is too long.
 _FOREVER = math.inf
-
-#: Give-backs of grants that landed after their task was cancelled, still running.
-_GIVING_BACK: set[asyncio.Future[None]] = set()
-
-if sys.version_info >= (3, 12):
-
-    def _started(loop: asyncio.AbstractEventLoop, call: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        # Run at once up to its first wait (the command sent), not in the loop's next
-        # step: the command goes out a step of the loop sooner.
-        return asyncio.Task(call, loop=loop, eager_start=True)
-
-else:
-
-    def _started(loop: asyncio.AbstractEventLoop, call: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        return loop.create_task(call)
 
 
 @runtime_checkable
@@ -363,45 +348,17 @@ class Limiter(Keyable, ABC, Generic[T]):
         here = handle.reserve_here(tokens, max_wait)
         if here is not None:
             return here
-        # The call runs on in a task of its own: a grant landing after a cancel is given
-        # back. The call hands its decision to this task's future itself, which wakes
-        # this task a step of the loop sooner than a done callback would.
-        loop = asyncio.get_running_loop()
-        landed: asyncio.Future[tuple[float, float]] = loop.create_future()
-        call = _started(loop, self._deciding(tokens, max_wait, landed))
-        try:
-            return await landed
-        except asyncio.CancelledError:
-            if landed.done() and not landed.cancelled():
-                # Cancelled after the decision was handed over, before this task woke:
-                # the call has ended, and a grant is this task's to give back.
-                if landed.exception() is not None or (decision := landed.result())[0] < 0:
-                    raise
-                call = asyncio.ensure_future(self._give_back_async(tokens, decision[1]))
-            # The loop keeps only weak references to tasks: hold it until it is done.
-            _GIVING_BACK.add(call)
-            call.add_done_callback(_GIVING_BACK.discard)
-            raise
+        # A grant that lands once this task has left (cancelled) is given back: by the
+        # store's call itself where it takes ``late``, or else by the call run in a task
+        # of its own.
+        late = functools.partial(self._landed, tokens)
+        if getattr(handle, "takes_late", False):
+            return await cast("TakesLate[T]", handle).reserve_async(tokens, max_wait, late)
+        return await shielded(handle.reserve_async(tokens, max_wait), late)
 
-    async def _deciding(self, tokens: T, max_wait: float, landed: asyncio.Future[tuple[float, float]]) -> None:
-        """The store's decision on ``tokens``, handed to ``landed``; a grant that lands
-        once ``landed`` is cancelled (its task left) is given back."""
-        try:
-            decision = await self._handle.reserve_async(tokens, max_wait)
-        except asyncio.CancelledError:
-            landed.cancel()
-            raise
-        except Exception as exc:
-            if not landed.done():
-                landed.set_exception(exc)
-            return  # (or the caller left, and a failure is nobody's to hear)
-        except BaseException as exc:  # KeyboardInterrupt, SystemExit: the loop's to see too
-            if not landed.done():
-                landed.set_exception(exc)
-            raise
-        if not landed.done():
-            landed.set_result(decision)
-        elif decision[0] >= 0:
+    async def _landed(self, tokens: T, decision: tuple[float, float] | tuple[float, float, Level | None]) -> None:
+        """A decision on ``tokens`` that landed for a task that left: a grant goes back."""
+        if decision[0] >= 0:
             await self._give_back_async(tokens, decision[1])
 
     async def try_acquire_async(self, tokens: float = 1.0) -> bool:
@@ -528,14 +485,13 @@ class Limiter(Keyable, ABC, Generic[T]):
         elif not handle.suspends:
             wait, at, level = await cast("Leveled[T]", handle).reserve_level_async(n, _max_wait(timeout))
         else:
-            # The call runs on in a task of its own, as _reserve_async's: a grant landing
-            # after a cancel is given back.
-            deciding = asyncio.ensure_future(cast("Leveled[T]", handle).reserve_level_async(n, _max_wait(timeout)))
-            try:
-                wait, at, level = await asyncio.shield(deciding)
-            except asyncio.CancelledError:
-                deciding.add_done_callback(functools.partial(self._landed_late, n))
-                raise
+            # As _reserve_async's: a grant landing after a cancel is given back.
+            late = functools.partial(self._landed, n)
+            if getattr(handle, "takes_late", False):
+                wait, at, level = await cast("TakesLate[T]", handle).reserve_level_async(n, _max_wait(timeout), late)
+            else:
+                leveled = cast("Leveled[T]", handle).reserve_level_async(n, _max_wait(timeout))
+                wait, at, level = await shielded(leveled, late)
         task = asyncio.current_task()
         wait, at, cell = self._reserved(n, wait, at, task)
         if wait > 0:
@@ -546,14 +502,6 @@ class Limiter(Keyable, ABC, Generic[T]):
                 await reservation.cancel_async()
                 raise
         return wait, None if self._shadow else level
-
-    def _landed_late(self, tokens: T, deciding: asyncio.Future[tuple[float, float, Level | None]]) -> None:
-        """A decision whose caller left while the store decided: a grant is given back."""
-        if deciding.cancelled() or deciding.exception() is not None or deciding.result()[0] < 0:
-            return
-        call = asyncio.ensure_future(self._give_back_async(tokens, deciding.result()[1]))
-        _GIVING_BACK.add(call)
-        call.add_done_callback(_GIVING_BACK.discard)
 
     # -- reading the wait, forgetting the usage ------------------------------------
 

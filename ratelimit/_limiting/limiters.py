@@ -288,10 +288,11 @@ class SingleLimiter(Limiter[float]):
             )
         changes = super()._limit_changes(rate, burst, ttl)
         burst_given = changes[0][1].burst
-        if burst_given is not None and self._alg.kind in WINDOWS:
+        if burst_given is not None and (self._alg.kind in WINDOWS or self._alg.kind == "quota"):
+            what, becomes = ("a quota", "period") if self._alg.kind == "quota" else ("a window", "window")
             raise ValueError(
-                f"burst={burst_given!r}: {self!r} is a window, which has no burst apart from its limit "
-                f"(set its rate: the limit becomes rate x window)"
+                f"burst={burst_given!r}: {self!r} is {what}, which has no burst apart from its limit "
+                f"(set its rate: the limit becomes rate x {becomes})"
             )
         return changes
 

@@ -12,14 +12,16 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .._algorithms.algorithm import Algorithm
 from .._algorithms.breaker import Decision, Policy
+from .._algorithms.fair import Answer, Fair
 from .._algorithms.lanes import Lanes
 from .._clock import Clock
 from .._events import BreakerState
 from .keys import Keyed
+from .landing import Late
 from .slots import SlotStore
 from .stats import Stats
 
-__all__ = ["Backend", "BreakerHandle", "Handle", "Level", "Leveled", "Pacing"]
+__all__ = ["Backend", "BreakerHandle", "FairHandle", "Handle", "Level", "Leveled", "Pacing", "TakesLate"]
 
 T_contra = TypeVar("T_contra", contravariant=True)
 
@@ -105,6 +107,22 @@ class Leveled(Protocol[T_contra]):
     async def reserve_level_async(self, tokens: T_contra, max_wait: float) -> tuple[float, float, Level | None]: ...
 
 
+class TakesLate(Protocol[T_contra]):
+    """A handle whose ``reserve_async`` (and ``reserve_level_async``) gives what lands
+    for a task that left to ``late`` itself (a ``takes_late`` attribute says so): the limiter's front then runs
+    no task of its own per call (``landing.py``)."""
+
+    takes_late: bool
+
+    async def reserve_async(
+        self, tokens: T_contra, max_wait: float, late: Late[tuple[float, float]] | None = None
+    ) -> tuple[float, float]: ...
+
+    async def reserve_level_async(
+        self, tokens: T_contra, max_wait: float, late: Late[tuple[float, float, Level | None]] | None = None
+    ) -> tuple[float, float, Level | None]: ...
+
+
 @runtime_checkable
 class Pacing(Protocol):
     """A group handle whose members include a learned pace (``adaptive=``)."""
@@ -119,6 +137,37 @@ class Pacing(Protocol):
     def rate(self) -> float:
         """The learned rate now, tokens per second."""
         ...
+
+
+class FairHandle(Protocol):
+    """A budget shared fairly among tenants (``_algorithms/fair.py``): each call one
+    atomic decision in the store."""
+
+    #: Whether ``ask_async`` really suspends.
+    suspends: bool
+
+    def ask(self, tenant: str, weight: float, tokens: float, max_wait: float, ticket: float | None) -> Answer:
+        """Decide a tenant's request: granted, refused or deferred (``fair.reserve``).
+        ``Answer.wait`` and ``next_in`` are seconds from the decision; a ticket is
+        the store's time."""
+        ...
+
+    async def ask_async(
+        self, tenant: str, weight: float, tokens: float, max_wait: float, ticket: float | None
+    ) -> Answer: ...
+
+    def peek(self, tenant: str, tokens: float, ticket: float | None) -> float:
+        """The wait a request of the tenant's would be told now, presenting ``ticket``;
+        records nothing."""
+        ...
+
+    async def peek_async(self, tenant: str, tokens: float, ticket: float | None) -> float: ...
+
+    def reset(self) -> None:
+        """Forget the budget's usage and every tenant's pace."""
+        ...
+
+    async def reset_async(self) -> None: ...
 
 
 class Views(Protocol):
@@ -181,6 +230,10 @@ class Backend(Protocol):
     ) -> tuple[Handle[float], Handle[float]]:
         """A budget with priorities: the high and low handles, on one state. ``keep``:
         what a low request borrowing the high lane must leave (``None``: no borrowing)."""
+        ...
+
+    def bind_fair(self, name: str | Keyed | None, fair: Fair, clock: Clock | None) -> FairHandle:
+        """A budget shared fairly among tenants, in one state."""
         ...
 
     def bind_breaker(self, name: str | None, policy: Policy, clock: Clock | None) -> BreakerHandle:

@@ -48,6 +48,9 @@ PUBLIC = {
     "Reservation",
     # the limiter for a provider's published limit
     "for_limit",
+    # many tenants on one budget
+    "FairShare",
+    "TenantShare",
     # requests in flight
     "ConcurrencyLimit",
     "Hold",

@@ -27,6 +27,7 @@ from ratelimit import (
     CircuitOpen,
     Clock,
     Composite,
+    FairShare,
     LeakyBucket,
     ManualClock,
     MemoryBackend,
@@ -39,6 +40,7 @@ from ratelimit import (
     RetryStats,
     SlidingWindow,
     SystemClock,
+    TenantShare,
     Ticket,
     TokenBucket,
     for_limit,
@@ -329,6 +331,27 @@ def priorities() -> None:
     share: float | None = window.low_share
     _ = (batch, waited, share, TokenBucket(20, 10, low_share=0.8, high_reserve=2))
     LeakyBucket(5, 1, low_share=0.5)  # type: ignore[call-arg]
+
+
+def fair_shares() -> None:
+    share = FairShare(TokenBucket(20, 10), weights={"acme": 3}, default_weight=1, lead=timedelta(seconds=0.5))
+    tenant: TenantShare = share.for_key("acme")
+    waited: float = tenant.acquire(2, timeout=1.0)
+    granted: bool = tenant.try_acquire()
+    wait: float = tenant.peek()
+    share.set_weight("acme", 2.5)
+    weight: float = share.weight("acme")
+    _ = (waited, granted, wait, weight, tenant.key, tenant.weight, share.lead)
+    share.set_weight("acme", "2")  # type: ignore[arg-type]
+    FairShare(TokenBucket(20, 10), 3)  # type: ignore[call-arg, arg-type]
+
+    async def run() -> None:
+        waited: float = await tenant.acquire_async()
+        granted: bool = await tenant.try_acquire_async()
+        wait: float = await tenant.peek_async()
+        _ = (waited, granted, wait)
+
+    _ = run
 
 
 def clocks() -> None:

@@ -25,6 +25,7 @@ from ratelimit import (
     LeakyBucket,
     ManualClock,
     MemoryBackend,
+    Quota,
     SlidingWindow,
     TokenBucket,
 )
@@ -126,7 +127,7 @@ def test_a_change_by_name_through_the_backend_is_the_same(make: Make, clock: Man
     assert (grants(limiter), grants(view)) == (3, 2)
 
 
-def test_bad_values_name_the_argument_and_change_nothing(make: Make) -> None:
+def test_bad_values_name_the_argument_and_change_nothing(make: Make, clock: ManualClock) -> None:
     bucket = make(TokenBucket, 5, 1)
     for kwargs, message in (
         ({"rate": -1}, "rate must be"),
@@ -140,8 +141,16 @@ def test_bad_values_name_the_argument_and_change_nothing(make: Make) -> None:
     window = make(SlidingWindow, 5, 1)
     with pytest.raises(ValueError, match=r"burst=2.*no burst"):
         window.set_limit(burst=2)
+    quota = make(Quota, 5, "day")
+    with pytest.raises(ValueError, match=r"burst=2.*is a quota, which has no burst"):
+        quota.set_limit(burst=2)
+    assert quota.try_acquire()
+    if quota.name is not None:  # by name too, once the store knows the name's kind
+        with pytest.raises(ValueError, match=r"burst=2.*quota, which has no burst"):
+            quota.backend.set_limit(quota.name, burst=2, clock=clock)
     assert grants(bucket) == 5
     assert grants(window) == 5
+    assert grants(quota) == 4
 
 
 def test_a_window_limit_at_a_new_rate_never_passes_it(make: Make, clock: ManualClock) -> None:

@@ -14,6 +14,7 @@ a retried call counted as redis-py counts its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import os
@@ -28,6 +29,9 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+import redis.asyncio.connection
+import redis.asyncio.retry
+import redis.asyncio.sentinel
 import redis.connection
 import redis.exceptions
 from redis.backoff import NoBackoff
@@ -43,6 +47,7 @@ from ratelimit import (
     TokenBucket,
 )
 from ratelimit._stores.redis import calls as redis_calls
+from ratelimit._stores.redis.held_connection import AsyncHeldConnection
 
 from conftest import REDIS_URL, private_server, unique_name
 
@@ -834,3 +839,212 @@ def test_a_backend_collected_while_its_blocking_pool_is_busy_does_not_deadlock_i
     hung = thread.is_alive()
     queue._get = take
     assert not hung, f"the pool's user hung for {time.monotonic() - started:.1f} s"
+
+
+# -- an asyncio held connection that writes and reads its calls itself ---------------
+
+
+def _read_here(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many calls asyncio held connections write and read themselves, counted."""
+    count = [0]
+    exchange = AsyncHeldConnection._exchange
+
+    async def counted(*args: Any) -> Any:
+        count[0] += 1
+        return await exchange(*args)
+
+    monkeypatch.setattr(AsyncHeldConnection, "_exchange", staticmethod(counted))
+    return count
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_an_asyncio_held_connection_writes_and_reads_its_calls_itself(
+    monkeypatch: pytest.MonkeyPatch, protocol: int
+) -> None:
+    # With hiredis's reader (the default where hiredis is installed), every call after
+    # the connection's handshake is written and read here, and decides as through the client.
+    pytest.importorskip("hiredis")
+    count = _read_here(monkeypatch)
+
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(REDIS_URL, protocol=protocol)
+        backend = RedisBackend(client, coalesce=False)
+        through = RedisBackend(AsyncCounting.from_url(REDIS_URL, protocol=protocol), coalesce=False)
+        clock = ManualClock(1_000.0)
+        name = unique_name("owned")  # one budget, decided in turn through each client
+        limiters = [TokenBucket(40, 0.0001, backend=b, name=name, clock=clock) for b in (backend, through)]
+        for limiter in limiters:
+            assert await limiter.try_acquire_async()  # connects (redis-py's own handshake)
+        before = count[0]
+        outcomes = [await limiters[i % 2].try_acquire_async() for i in range(48)]
+        assert outcomes == [True] * 38 + [False] * 10
+        assert count[0] - before == 24  # the wired client's calls, not the other's
+        state = backend._loops[asyncio.get_running_loop()]
+        assert state.held is not None
+        # The connections' socket timeout (redis-py 8's default is 5 s), kept by the watch.
+        conn = state.held._held[0]()  # the connection held between calls
+        assert conn is not None
+        assert (None if state.watch is None else state.watch.seconds) == conn.socket_timeout
+        await backend.aclose()
+        await through.aclose()
+
+    asyncio.run(run())
+
+
+@pytest.mark.servers
+def test_a_call_read_here_keeps_its_clients_socket_timeout_and_the_next_reads_its_own_reply() -> None:
+    # RedisBackend(client) with the client's own socket timeout: a call read here has
+    # none of redis-py's, and the backend's watch keeps it.
+    server = private_server()
+
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(server.url, socket_timeout=0.3)
+        backend = RedisBackend(client, coalesce=False)
+        clock = ManualClock(1_000.0)
+        full, empty = bucket(backend, clock=clock), bucket(backend, capacity=1, clock=clock)
+        assert await empty.try_acquire_async()
+        assert await full.try_acquire_async()
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        try:
+            with pytest.raises(BackendUnavailable, match=r"0\.3 s"):
+                await empty.try_acquire_async()  # refused, in a reply that comes late
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert time.monotonic() - started < 3
+        assert await full.try_acquire_async()  # its own reply, not the late refusal
+        assert not await empty.try_acquire_async()
+        await backend.aclose()
+        await client.aclose()
+
+    try:
+        asyncio.run(run())
+    finally:
+        server.cleanup()
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("how", ["killed", "restarted"])
+def test_an_asyncio_held_connection_closed_by_the_server_is_opened_afresh_unseen(how: str) -> None:
+    server = private_server()
+
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(server.url, retry=redis.asyncio.retry.Retry(NoBackoff(), 0))
+        backend = RedisBackend(client, coalesce=False)
+        limiter = bucket(backend, capacity=3)
+        assert await limiter.try_acquire_async()
+        if how == "killed":
+            admin = redis.Redis.from_url(server.url)
+            assert admin.client_kill_filter(_type="normal", skipme=True) >= 1
+            admin.close()
+        else:
+            server.stop()
+            server.start()  # the budget and the library are gone with it
+        await asyncio.sleep(0.05)  # the close reaches the connection
+        outcomes = [await limiter.try_acquire_async() for _ in range(4)]
+        assert outcomes == ([True, True, False, False] if how == "killed" else [True, True, True, False])
+        assert backend.stats().failures == 0
+        await backend.aclose()
+        await client.aclose()
+
+    try:
+        asyncio.run(run())
+    finally:
+        server.cleanup()
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_a_connection_lost_mid_read_follows_the_clients_retry_policy(
+    monkeypatch: pytest.MonkeyPatch, retries: int
+) -> None:
+    # The reply of a call read here is lost with its connection (reset): the script ran,
+    # and the call is retried (counting twice, as redis-py's own retry does) or fails.
+    pytest.importorskip("hiredis")
+    armed = [0]
+    read = asyncio.StreamReader.read
+
+    async def reset(self: asyncio.StreamReader, n: int = -1) -> bytes:
+        if armed[0]:
+            armed[0] -= 1
+            await read(self, n)  # the reply, lost
+            raise ConnectionResetError(104, "Connection reset by peer")
+        return await read(self, n)
+
+    async def run() -> tuple[Any, int]:
+        client = redis.asyncio.Redis.from_url(REDIS_URL, retry=redis.asyncio.retry.Retry(NoBackoff(), retries))
+        backend = RedisBackend(client, coalesce=False)
+        limiter = bucket(backend)
+        assert await limiter.try_acquire_async()
+        monkeypatch.setattr(asyncio.StreamReader, "read", reset)
+        armed[0] = 1
+        try:
+            outcome: Any = await limiter.try_acquire_async()
+        except BackendUnavailable:
+            outcome = "unavailable"
+        left = 0
+        while await limiter.try_acquire_async():
+            left += 1
+        await backend.aclose()
+        await client.aclose()
+        return outcome, left
+
+    outcome, left = asyncio.run(run())
+    # Ten tokens: the first call's, the lost reply's, and a retry's (if any).
+    assert (outcome, left) == ((True, 7) if retries else ("unavailable", 8))
+
+
+def test_a_task_cancelled_while_its_reply_is_read_here_leaves_no_reply_for_the_next() -> None:
+    pytest.importorskip("hiredis")
+
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(REDIS_URL)
+        backend = RedisBackend(client, coalesce=False)
+        clock = ManualClock(1_000.0)
+        full, empty = bucket(backend, capacity=100, clock=clock), bucket(backend, capacity=1, clock=clock)
+        assert await empty.try_acquire_async()
+        for _ in range(20):
+            task = asyncio.ensure_future(empty.try_acquire_async())  # refused, if it lands
+            for _ in range(random.randrange(4)):
+                await asyncio.sleep(0)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                assert not await task
+            assert await full.try_acquire_async()  # its own reply, never the refusal
+        await backend.aclose()
+        await client.aclose()
+
+    asyncio.run(run())
+
+
+def test_connections_that_do_more_with_a_reply_are_read_through_their_own_methods(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A health check due, the Python parser, a Sentinel's connection (which drops a
+    # demoted master's on READONLY): redis-py sends and reads each call, and a cancel
+    # is kept from stranding a grant by a task per call.
+    from redis._parsers import _AsyncRESP3Parser
+
+    from ratelimit._stores.redis.held_connection import _reads_itself
+
+    sentinel = redis.asyncio.sentinel.SentinelConnectionPool(  # type: ignore[no-untyped-call]
+        "mymaster", redis.asyncio.sentinel.Sentinel([])
+    )
+    assert not _reads_itself(sentinel)
+    count = _read_here(monkeypatch)
+
+    async def run() -> None:
+        for options in ({"health_check_interval": 30}, {"parser_class": _AsyncRESP3Parser}):
+            client = redis.asyncio.Redis.from_url(REDIS_URL, **options)
+            backend = RedisBackend(client, coalesce=False)
+            limiter = bucket(backend, capacity=3)
+            assert await limiter.try_acquire_async()
+            state = backend._loops[asyncio.get_running_loop()]
+            assert state.held is not None
+            assert not state.held.reads_itself
+            assert [await limiter.try_acquire_async() for _ in range(3)] == [True, True, False]
+            assert count[0] == 0
+            await backend.aclose()
+            await client.aclose()
+
+    asyncio.run(run())

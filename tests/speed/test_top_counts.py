@@ -24,7 +24,7 @@ import redis
 from ratelimit import Composite, ManualClock, RedisBackend, SlidingWindow, TokenBucket
 from ratelimit._stores.keys import key_for
 from ratelimit._stores.redis.fleet import base_of, fleet, flush_counts
-from ratelimit._stores.redis.scripts import _library_text, by_function, call_by_script, library, single_script
+from ratelimit._stores.redis.scripts import by_function, call_by_script, library, library_text, single_script
 
 from conftest import REDIS_URL, private_server, unique_name
 from servers import RedisServer
@@ -303,7 +303,7 @@ def test_a_function_flush_mid_run_loses_at_most_what_was_held(server: RedisServe
 def test_top_flushes_the_counts_held_by_every_release_loaded(server: RedisServer) -> None:
     client = redis.Redis.from_url(server.url)
     other = "ratelimit_0ther0release"
-    client.function_load(_library_text(other).text)
+    client.function_load(library_text(other, 1).text)  # another protocol's
     base = key_for(unique_name("rolling"), "token_bucket")
     call: Callable[[str, float], Any] = lambda function, now: client.fcall(function, 1, base, *reserve(now))  # noqa: E731
     single_script("token_bucket")(client, [base], reserve(9200.1))

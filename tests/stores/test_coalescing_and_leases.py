@@ -100,9 +100,9 @@ class Calls:
                 self.rounds.append(1)
                 return one(request, max_wait)
 
-            async def seen_one_async(request: Any, max_wait: float) -> Any:
+            async def seen_one_async(request: Any, max_wait: float, late: Any = None) -> Any:
                 self.rounds.append(1)
-                return await one_async(request, max_wait)
+                return await one_async(request, max_wait, late)
 
             rounds._decide_one, rounds._decide_one_async = seen_one, seen_one_async
 

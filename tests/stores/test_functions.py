@@ -1,6 +1,6 @@
 """The function library: loaded once per server, reloaded when lost, scripts where it cannot be.
 
-Each decision is one FCALL of the release's library (``ratelimit_<version>``). These
+Each decision is one FCALL of the protocol's library (``ratelimit_p<protocol>``). These
 tests take it where deployments go: a fresh server, ``FUNCTION FLUSH`` and ``SCRIPT
 FLUSH`` mid-run, a server whose ``FUNCTION``/``FCALL`` is renamed away or refused by
 an ACL, two releases side by side, a Sentinel failover to a master without the library,
@@ -19,7 +19,7 @@ import asyncio
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -39,6 +39,7 @@ from ratelimit import (
 )
 from ratelimit._stores.keys import code_key
 from ratelimit._stores.redis import handles as redis_handles
+from ratelimit._stores.redis.held_connection import AsyncHeldConnection
 from ratelimit._stores.redis.scripts import (
     ALGORITHMS,
     LANE_KINDS,
@@ -48,6 +49,7 @@ from ratelimit._stores.redis.scripts import (
     by_function,
     call_by_script,
     concurrency_script,
+    fair_script,
     group_script,
     lanes_script,
     library,
@@ -114,13 +116,18 @@ def test_the_library_registers_every_driver_of_every_kind(server: RedisServer) -
     scripts = [
         *(single_script(kind) for kind in ALGORITHMS),
         *(lanes_script(kind) for kind in LANE_KINDS),
+        *(fair_script(kind) for kind in LANE_KINDS),
         group_script(),
         breaker_script(),
         concurrency_script(),
         live_script(),
     ]
-    # ... and the flush of the counts held for `ratelimit top`, which no script has.
-    assert registered == {script.function for script in scripts} | {library().function("top_flush")}
+    # ... and the flush of the counts held for `ratelimit top` and the revision
+    # (docs/protocol.md), which no script has.
+    assert registered == {script.function for script in scripts} | {
+        library().function("top_flush"),
+        library().function("revision"),
+    }
     admin.close()
 
 
@@ -540,6 +547,22 @@ def _is_load(command: Any) -> bool:
     return b"FUNCTION" in head and b"LOAD" in head
 
 
+def _watch_exchanges(
+    monkeypatch: pytest.MonkeyPatch, sent: Callable[[Any, Any], object], answered: Callable[[Any], object]
+) -> None:
+    """``sent`` told of each command an asyncio held connection writes itself, once
+    written; ``answered`` of its reply, once read (redis/held_connection.py)."""
+    exchange = AsyncHeldConnection._exchange
+
+    async def watched(conn: Any, parser: Any, packed: list[bytes]) -> Any:
+        asyncio.get_running_loop().call_soon(sent, conn, packed)  # once written, not yet answered
+        reply = await exchange(conn, parser, packed)
+        answered(conn)
+        return reply
+
+    monkeypatch.setattr(AsyncHeldConnection, "_exchange", staticmethod(watched))
+
+
 def _flush_after_each_load(monkeypatch: pytest.MonkeyPatch, admin: redis.Redis, asynchronous: bool) -> None:
     """Another process flushes right after each load's reply is read, whether the load
     went through the client or on a connection the backend holds: watched where every
@@ -570,6 +593,7 @@ def _flush_after_each_load(monkeypatch: pytest.MonkeyPatch, admin: redis.Redis, 
 
         monkeypatch.setattr(cls, "send_packed_command", async_send)
         monkeypatch.setattr(cls, "read_response", async_read)
+        _watch_exchanges(monkeypatch, sent, answered)
         return
 
     def sync_send(self: Any, command: Any, *args: Any, **kwargs: Any) -> None:
@@ -917,6 +941,12 @@ def test_a_task_cancelled_while_loading_leaves_the_next_decisions_sound(
                 loading.set()
 
         monkeypatch.setattr(redis.asyncio.connection.Connection, "send_packed_command", watched)
+
+        def sent(_conn: Any, command: Any) -> None:
+            if _is_load(command):
+                loading.set()
+
+        _watch_exchanges(monkeypatch, sent, lambda _conn: None)
         backend = RedisBackend(client, coalesce=False)
         bucket = _scant_bucket(backend)
         first = asyncio.create_task(bucket.try_acquire_async())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from typing import Any
 
 import fakeredis.aioredis
@@ -10,7 +12,8 @@ import pytest
 import redis.asyncio
 import redis.asyncio.cluster
 
-from ratelimit import Composite, ManualClock, RedisBackend, SlidingWindow, TokenBucket
+from ratelimit import BackendUnavailable, Composite, ManualClock, RedisBackend, SlidingWindow, TokenBucket
+from ratelimit._stores.redis.held_connection import AsyncHeldConnection
 
 from conftest import REDIS_URL, unique_name
 from servers import RedisCluster
@@ -117,3 +120,182 @@ def test_a_task_cancelled_while_the_store_decides_strands_nothing(method: str) -
     got, cancelled = asyncio.run(scenario())
     assert got, "the grant that landed after the cancel was given back"
     assert cancelled == 1
+
+
+# -- a held connection that reads its replies itself: no task per call, none stranded ---
+
+
+async def _quiet() -> None:
+    """Until no task but this one runs: the hand-overs of cancelled calls have landed."""
+    for _ in range(2000):
+        if len(asyncio.all_tasks()) <= 1:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("a hand-over never ended")
+
+
+@pytest.mark.parametrize("coalesce", [True, False], ids=["caller alone", "no rounds"])
+@pytest.mark.parametrize("method", ["acquire_async", "try_acquire_async"])
+def test_a_task_cancelled_at_any_step_of_a_call_read_here_strands_nothing(
+    method: str, coalesce: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One token and no refill to speak of: a grant stranded by any of the cancels shows.
+    pytest.importorskip("hiredis")
+    read_on = AsyncHeldConnection._read_on
+    handed = [0]
+
+    async def counted(self: Any, *args: Any) -> None:
+        handed[0] += 1
+        await read_on(self, *args)
+
+    monkeypatch.setattr(AsyncHeldConnection, "_read_on", counted)
+
+    async def scenario() -> None:
+        client = redis.asyncio.Redis.from_url(REDIS_URL)
+        backend = RedisBackend(client, coalesce=coalesce)
+        clock = ManualClock(1_000.0)
+        warm = TokenBucket(1, 1e-6, backend=backend, name=unique_name(), clock=clock)
+        assert await warm.try_acquire_async()  # the held connection made, the library loaded
+        for steps in range(8):
+            limiter = TokenBucket(1, 1e-6, backend=backend, name=unique_name(), clock=clock)
+            task = asyncio.ensure_future(getattr(limiter, method)())
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                await task
+                landed = True  # it ran to its end before the cancel: its grant is its own
+            except asyncio.CancelledError:
+                landed = False
+            await _quiet()
+            # Whatever the moment, the token is back unless the task kept it.
+            assert await limiter.try_acquire_async() is not landed, steps
+        await backend.aclose()
+        await client.aclose()
+
+    asyncio.run(scenario())
+    assert handed[0] >= 1  # some of the cancels fell while a reply was awaited
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("on_unavailable", ["raise", "allow"])
+def test_a_grant_landing_after_its_task_left_is_given_back_by_the_connection_that_reads_it(
+    on_unavailable: str,
+) -> None:
+    # The server stops (SIGSTOP) with a decision's command in it: its task is
+    # cancelled (or its deadline passes, and the failure policy decides for it); once
+    # the server goes on, the grant it made is read off the connection and given back.
+    pytest.importorskip("hiredis")
+    from conftest import private_server
+
+    server = private_server()
+
+    async def scenario(how: str) -> None:
+        client = redis.asyncio.Redis.from_url(server.url, socket_timeout=0.3)
+        backend = RedisBackend(client, coalesce=False, on_unavailable=on_unavailable)  # type: ignore[arg-type]
+        limiter = TokenBucket(1, 1e-6, backend=backend, name=unique_name(), clock=ManualClock(1_000.0))
+        other = TokenBucket(1, 1e-6, backend=backend, name=unique_name(), clock=ManualClock(1_000.0))
+        assert await other.try_acquire_async()  # connected, the library loaded
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            task = asyncio.ensure_future(limiter.try_acquire_async())
+            await asyncio.sleep(0.05)  # the command is out, and its reply awaited
+            if how == "cancelled":
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            elif on_unavailable == "allow":
+                assert await task  # granted without the store, at its deadline
+            else:
+                with pytest.raises(BackendUnavailable):
+                    await task
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        await _quiet()
+        assert limiter.stats().cancelled == 1
+        assert await limiter.try_acquire_async()  # the store's grant went back
+        assert not await other.try_acquire_async()  # and read as its own reply, not another's
+        await backend.aclose()
+        await client.aclose()
+
+    try:
+        for how in ("cancelled", "timed out"):
+            asyncio.run(scenario(how))
+    finally:
+        server.cleanup()
+
+
+def test_an_uncontended_call_read_here_makes_no_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The task per call that keeps a grant from being stranded is made only where the
+    # call cannot hand a late reply over itself: here, for a loop's first call only.
+    pytest.importorskip("hiredis")
+    made = [0]
+    task_factory = asyncio.Task
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made[0] += 1
+        return task_factory(*args, **kwargs)
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_task_factory(lambda loop, coro, **kw: counted(coro, loop=loop, **kw))
+        client = redis.asyncio.Redis.from_url(REDIS_URL)
+        for coalesce in (True, False):
+            backend = RedisBackend(client, coalesce=coalesce)
+            limiter = TokenBucket(100, 1, backend=backend, name=unique_name(), clock=ManualClock(1_000.0))
+            assert await limiter.try_acquire_async()
+            made[0] = 0
+            for _ in range(20):
+                assert await limiter.acquire_async() == 0.0
+                assert await limiter.try_acquire_async()
+            assert made[0] == 0
+            await backend.aclose()
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_the_serving_gates_leveled_decision_hands_late_grants_over_with_no_task_per_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What an ASGI middleware's request pays (acquire_level_async): no task per call,
+    # and a request cancelled at any step keeps nothing.
+    pytest.importorskip("hiredis")
+    from ratelimit._limiting.front import acquire_level_async
+
+    made = [0]
+    task_factory = asyncio.Task
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made[0] += 1
+        return task_factory(*args, **kwargs)
+
+    async def scenario() -> None:
+        client = redis.asyncio.Redis.from_url(REDIS_URL)
+        backend = RedisBackend(client)
+        clock = ManualClock(1_000.0)
+        plenty = TokenBucket(100, 1, backend=backend, name=unique_name(), clock=clock)
+        assert (await acquire_level_async(plenty, 1, 0.0))[1] is not None
+        asyncio.get_running_loop().set_task_factory(lambda loop, coro, **kw: counted(coro, loop=loop, **kw))
+        for _ in range(20):
+            wait, level = await acquire_level_async(plenty, 1, 0.0)
+            assert wait == 0.0
+            assert level is not None
+        assert made[0] == 0
+        for steps in range(6):
+            one = TokenBucket(1, 1e-6, backend=backend, name=unique_name(), clock=clock)
+            leaving = asyncio.ensure_future(acquire_level_async(one, 1, 0.0))
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            leaving.cancel()
+            try:
+                await leaving
+                kept = True
+            except asyncio.CancelledError:
+                kept = False
+            await _quiet()
+            assert await one.try_acquire_async() is not kept, steps
+        await backend.aclose()
+        await client.aclose()
+
+    asyncio.run(scenario())

@@ -29,13 +29,15 @@ from ..._algorithms import lanes as _lanes
 from ..._algorithms.adaptive import Cubic
 from ..._algorithms.algorithm import EPSILON, Algorithm, charge, charge_all, decide, peek_all
 from ..._algorithms.breaker import Policy
+from ..._algorithms.fair import Fair
 from ..._clock import Clock, SystemClock
 from ..keys import Keyed
-from ..records import PARAMETERS, WINDOWS, Override, UnchangeableLimit, checked_override
+from ..records import PARAMETERS, QUOTA_BURST, WINDOWS, Override, UnchangeableLimit, checked_override
 from ..stats import Stats, weight
 from ..store import Level, Views
 from .breaker import MemoryStore
 from .changes import Capped, Change, Recorded, in_force, rescaled
+from .fair import MemoryFairHandle
 from .slots import MemorySlots, memory_slots
 
 __all__ = [
@@ -121,6 +123,8 @@ def _refuse(name: str, slots: Sequence[Slot], change: Override | None) -> None:
                 f"SlidingWindow (alone, a key's, or a composite's member) reads a change at run time; "
                 f"nothing was changed"
             )
+        if change is not None and change.burst is not None and kind == "quota":
+            raise ValueError(QUOTA_BURST.format(burst=change.burst, name=name))
         if change is not None and change.burst is not None and kind in WINDOWS:
             raise ValueError(
                 f"burst={change.burst!r}: limiter {name} is a {kind}, which has no burst apart from its limit "
@@ -344,6 +348,13 @@ class MemoryBackend:
             self._watch(handle, name, [slot])
         return handles
 
+    def bind_fair(self, name: str | Keyed | None, fair: Fair, clock: Clock | None) -> MemoryFairHandle:
+        """A budget shared fairly among tenants (``memory/fair.py``), in one slot."""
+        slot = self._slot(name, None, fair, clock)
+        handle = MemoryFairHandle(fair, slot, clock or SystemClock())
+        self._watch(handle, name, [slot])
+        return handle
+
     def bind_breaker(self, name: str | None, policy: Policy, clock: Clock | None) -> MemoryStore:
         """A circuit breaker's state, its own (``name`` shares nothing here)."""
         return MemoryStore(policy, clock or SystemClock())
@@ -544,7 +555,7 @@ class MemoryBackend:
         decide as a new one would."""
         if isinstance(handle, MemoryGroupHandle):
             return all(slot.idle() for slot in handle._slots)
-        if isinstance(handle, (MemoryHandle, MemoryLaneHandle)):
+        if isinstance(handle, (MemoryHandle, MemoryLaneHandle, MemoryFairHandle)):
             return handle._slot.idle()
         return False
 

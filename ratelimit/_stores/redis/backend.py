@@ -29,6 +29,7 @@ from typing import Any, Literal
 from ... import _validate
 from ..._algorithms.algorithm import Algorithm
 from ..._algorithms.breaker import Policy
+from ..._algorithms.fair import Fair
 from ..._algorithms.lanes import HIGH, LANES, LOW, Lanes
 from ..._clock import Clock, SystemClock, checked_clock
 from ..._redact import redact_url
@@ -69,6 +70,7 @@ from .config import (
     write_override,
 )
 from .errors import STORE_ERRORS, is_unavailable, misconfigured
+from .fair import RedisFairHandle
 from .fleet import fleet
 from .handles import RedisGroupHandle, RedisHandle, RedisLaneHandle
 from .key_survey import probe
@@ -561,6 +563,13 @@ class RedisBackend(RedisCalls):
             for handle in handles:
                 handle.pending = PendingGrants((clock or SystemClock()).now)
         return handles
+
+    def bind_fair(self, name: str | Keyed | None, fair: Fair, clock: Clock | None) -> RedisFairHandle:
+        """A budget shared fairly among tenants (``redis/fair.py``): its line and its
+        tenants' paces in three keys of one hash tag, each decision one script call."""
+        assert name is not None  # the front requires a name for a shared backend
+        line = self.key(name, fair.line.kind, clock=clock, lane="fair")
+        return RedisFairHandle(self, (line, f"{line}:tenants", f"{line}:weights"), fair, self.now_source(clock))
 
     def bind_breaker(self, name: str | None, policy: Policy, clock: Clock | None) -> RedisStore:
         """A circuit breaker's state in one hash (``redis/breaker.py``), and the state in

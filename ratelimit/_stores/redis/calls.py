@@ -30,6 +30,7 @@ import redis.exceptions
 
 from ..._errors import BackendUnavailable
 from ..._redact import scrub
+from ..landing import Late
 from ..unavailable import BackendStats, FailurePolicy, Misconfigured, OnUnavailable
 from .clients import address, client_secrets, database, database_count, drop_idle_connections, pool_limit
 from .errors import STORE_ERRORS, failure_reason, is_unavailable, misconfigured, no_master, wrong_database
@@ -108,11 +109,15 @@ class RedisCalls(FailurePolicy):
             self._forget_closed_loops()
             state = self._loops.get(loop)
             if state is None:
-                watch = None if self._deadline is None else Watch(loop, self._deadline)
                 client = made or self._async_client
-                state = LoopState(
-                    client, InFlight(self.pool_size), watch, async_held_connection_for(client, in_flight=self.pool_size)
-                )
+                held = async_held_connection_for(client, in_flight=self.pool_size)
+                # A call the held connection reads itself has no socket timeout: the
+                # watch keeps the connections' own.
+                deadline = self._deadline if self._deadline is not None or held is None else held.read_timeout
+                watch = None if deadline is None else Watch(loop, deadline)
+                if held is not None:
+                    held.deadline = deadline
+                state = LoopState(client, InFlight(self.pool_size), watch, held)
                 self._loops[loop] = state
                 made, closer = None, state
             else:
@@ -226,7 +231,18 @@ class RedisCalls(FailurePolicy):
         """Whether asyncio callers are served by the synchronous client, from threads."""
         return self._sync_client is not None and self._async_factory is None
 
-    async def run_async(self, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
+    def hands_over(self) -> bool:
+        """Whether this loop's calls hand a reply that lands once their task has left to
+        the ``late`` they are given (``run_async``): sent on a held connection that
+        reads its replies itself. (Not yet known on a loop's first call: no.)"""
+        state = self._loops.get(asyncio.get_running_loop())
+        return state is not None and state.held is not None and state.held.reads_itself
+
+    async def run_async(
+        self, script: Script, keys: Sequence[str], args: Sequence[str], late: Late[Any] | None = None
+    ) -> Any:
+        """``script``'s reply; ``late``, where this loop's calls hand over (``hands_over``):
+        given the reply if it lands once this task has left (cancelled, or timed out)."""
         if self._sync_client is not None and self._async_factory is None:
             # A synchronous client only: keep the event loop free while it blocks.
             return await asyncio.to_thread(self.run, script, keys, args)
@@ -249,7 +265,7 @@ class RedisCalls(FailurePolicy):
             started = None
             while True:
                 try:
-                    return await script.call_async(state.client, keys, args, None if held is None else held.call)
+                    return await script.call_async(state.client, keys, args, None if held is None else held.call, late)
                 except asyncio.CancelledError:
                     if watch is None or task is None or not watch.timed_out(task):
                         raise

@@ -10,6 +10,7 @@ unavailable, keeping what each side promised (``redis/pending.py``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from abc import ABC, abstractmethod
@@ -21,6 +22,7 @@ from ..._algorithms.lanes import HIGH, LANES, LOW, Lanes, LaneTime, LastLane, ch
 from ..._algorithms.quota import CalendarQuota
 from ..._errors import BackendUnavailable
 from ..keys import Keyed, code_key, config_key
+from ..landing import Late, shielded
 from ..memory.fallback import Fallback, inner_handle, throttle_fallback
 from ..stats import Stats, weight
 from ..store import Level, Pacing
@@ -61,6 +63,11 @@ def _parameters(alg: Algorithm[Any]) -> Callable[[str], tuple[str, ...]]:
         return around
     fixed = tuple(num(p) for p in alg.params())
     return lambda now: fixed
+
+
+async def _unleveled(late: Late[tuple[float, float, Level | None]], decision: tuple[float, float]) -> None:
+    """A decision that tells no level, handed to a ``late`` of leveled decisions."""
+    await late((*decision, None))
 
 
 class _ScriptHandle(ABC, Generic[T]):
@@ -266,12 +273,23 @@ class _ScriptHandle(ABC, Generic[T]):
         args = self._args(self._reserve_op, tokens, wait_arg(max_wait))
         return self._decision(self._backend.run(self._script, self._keys, args))
 
-    async def reserve_one_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
+    async def reserve_one_async(
+        self, tokens: T, max_wait: float, late: Late[tuple[float, float]] | None = None
+    ) -> tuple[float, float]:
         pending = self.pending
         if pending is not None and pending.side != STORE:
             await self._to_store_async()
         args = self._args(self._reserve_op, tokens, wait_arg(max_wait))
-        return self._decision(await self._backend.run_async(self._script, self._keys, args))
+        reply = await self._backend.run_async(self._script, self._keys, args, self._late(tokens, late))
+        return self._decision(reply)
+
+    def _late(self, tokens: T, late: Late[tuple[float, float]] | None) -> Late[Any] | None:
+        """What the store call hands a reply that lands once its task has left (see
+        ``reserve_async``): the decision, counted, to ``late``."""
+        return None if late is None else functools.partial(self._landed, tokens, late)
+
+    async def _landed(self, tokens: T, late: Late[tuple[float, float]], reply: Any) -> None:
+        await late(self._decided(tokens, self._decision(reply)))
 
     def reserve(self, tokens: T, max_wait: float) -> tuple[float, float]:
         rounds = self.rounds
@@ -328,34 +346,58 @@ class _ScriptHandle(ABC, Generic[T]):
         decision, level = leveled_of(reply)
         return (*self._decided(tokens, decision), level)
 
-    async def reserve_level_async(self, tokens: T, max_wait: float) -> tuple[float, float, Level | None]:
+    async def reserve_level_async(
+        self, tokens: T, max_wait: float, late: Late[tuple[float, float, Level | None]] | None = None
+    ) -> tuple[float, float, Level | None]:
+        """:meth:`reserve_level` for asyncio; ``late`` as for :meth:`reserve_async`."""
         args = self._leveled(tokens, max_wait)
         if args is None:
-            return (*await self.reserve_async(tokens, max_wait), None)
+            if late is None:
+                return (*await self.reserve_async(tokens, max_wait), None)
+            return (*await self.reserve_async(tokens, max_wait, functools.partial(_unleveled, late)), None)
+        if late is not None and not self._backend.hands_over():
+            return await shielded(self.reserve_level_async(tokens, max_wait), late)
+        landed = None if late is None else functools.partial(self._landed_level, tokens, late)
         try:
             if self.pending is not None and self.pending.side != STORE:
                 await self._to_store_async()
-            reply = await self._backend.run_async(self._script, self._keys, args)
+            reply = await self._backend.run_async(self._script, self._keys, args, landed)
         except BackendUnavailable as exc:
             return (*self._count(tokens, self._fallback(tokens, max_wait, exc)), None)
         decision, level = leveled_of(reply)
         return (*self._decided(tokens, decision), level)
 
-    async def reserve_async(self, tokens: T, max_wait: float) -> tuple[float, float]:
+    async def _landed_level(self, tokens: T, late: Late[tuple[float, float, Level | None]], reply: Any) -> None:
+        decision, level = leveled_of(reply)
+        await late((*self._decided(tokens, decision), level))
+
+    #: ``reserve_async`` takes ``late`` (``store.TakesLate``).
+    takes_late = True
+
+    async def reserve_async(
+        self, tokens: T, max_wait: float, late: Late[tuple[float, float]] | None = None
+    ) -> tuple[float, float]:
+        """The store's decision on ``tokens``; with ``late``, a decision that lands once
+        this task has left (cancelled) is handed to it: by the held connection, which
+        reads the reply on (``held_connection.py``), or else by the call run in a task
+        of its own."""
         rounds = self.rounds
+        if late is not None and not self._backend.hands_over():
+            return await shielded(self.reserve_async(tokens, max_wait), late)
         if rounds is not None and self._backend.threaded:
             # A synchronous client serves this loop from threads: their rounds.
             return await asyncio.to_thread(self.reserve, tokens, max_wait)
         try:
             if rounds is not None:
-                decision = await rounds.reserve_async(weight(tokens), max_wait, tokens)
+                decision = await rounds.reserve_async(weight(tokens), max_wait, tokens, late)
             else:
                 # reserve_one_async, inlined: a coroutine less to make and await.
                 pending = self.pending
                 if pending is not None and pending.side != STORE:
                     await self._to_store_async()
                 args = self._args(self._reserve_op, tokens, wait_arg(max_wait))
-                decision = self._decision(await self._backend.run_async(self._script, self._keys, args))
+                reply = await self._backend.run_async(self._script, self._keys, args, self._late(tokens, late))
+                decision = self._decision(reply)
         except BackendUnavailable as exc:
             return self._count(tokens, self._fallback(tokens, max_wait, exc))
         return self._decided(tokens, decision)

@@ -6,7 +6,10 @@ Most of ``client.fcall(...)``'s client time goes around the command (taking a
 connection from the pool and giving it back, encoding each argument in Python). So
 the backend holds one pooled connection between calls, sends each call packed at once
 (hiredis's packer), reads the reply, and applies the connection's retry policy as
-redis-py does (``benchmarks/client_instructions.py`` counts the difference).
+redis-py does (``benchmarks/client_instructions.py`` counts the difference). An
+asyncio connection read by hiredis's reader is written and read here, with that reader
+(``AsyncHeldConnection``): redis-py's asyncio send and read each cost a timer, and on
+Python before 3.12 a task, per call.
 
 The held connection is checked as the pool checks one before lending it (connected,
 nothing unread: a failed-over server is found before the call), and goes back when
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import inspect
 import os
 import queue
 import threading
@@ -36,7 +40,10 @@ from typing import Any, cast
 
 import redis
 import redis.asyncio
+import redis.asyncio.connection
 import redis.exceptions
+
+from ..landing import keep_running
 
 _pack: Callable[[tuple[str, ...]], bytes] | None
 try:
@@ -45,6 +52,18 @@ try:
     _pack = cast("Callable[[tuple[str, ...]], bytes]", hiredis.pack_command)
 except ImportError:  # pragma: no cover - hiredis is an extra; the connection's own packer then
     _pack = None
+
+# An asyncio connection whose replies redis-py reads with hiredis's reader is read here
+# with that same reader (see AsyncHeldConnection._exchange); any other, through its own
+# methods. What "not a reply yet" is to that reader, and the push notices' class.
+_HIREDIS_PARSER: Any
+_NOT_ENOUGH_DATA: object
+try:
+    from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
+    from redis._parsers.hiredis import _AsyncHiredisParser as _HIREDIS_PARSER
+    from redis._parsers.socket import SERVER_CLOSED_CONNECTION_ERROR as _SERVER_CLOSED
+except ImportError:  # pragma: no cover - an older redis-py, or no hiredis: the connection reads
+    _HIREDIS_PARSER, _NOT_ENOUGH_DATA, _SERVER_CLOSED = None, object(), "Connection closed by server."
 
 __all__ = ["AsyncHeldConnection", "HeldConnection", "async_held_connection_for", "held_connection_for"]
 
@@ -340,22 +359,123 @@ def _give_back_on(
 _releasing: set[asyncio.Future[Any]] = set()
 
 
+def _socket_timeout(pool: Any) -> float | None:
+    """The socket timeout of ``pool``'s connections: the pool's setting, or the
+    connection class's default (redis-py 8's is 5 s, older ones' none)."""
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if isinstance(kwargs, dict) and "socket_timeout" in kwargs:
+        timeout = kwargs["socket_timeout"]
+    else:
+        timeout = None
+        for cls in getattr(getattr(pool, "connection_class", None), "__mro__", ()):
+            try:
+                found = inspect.signature(cls.__init__).parameters.get("socket_timeout")
+            except (TypeError, ValueError):
+                continue
+            if found is not None and found.default is not inspect.Parameter.empty:
+                timeout = found.default
+                break
+    return float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
+
+
+#: The asyncio connection's own send and read, as imported.
+_PLAIN_IO = {
+    name: getattr(redis.asyncio.connection.AbstractConnection, name)
+    for name in ("send_packed_command", "read_response")
+}
+
+
+def _reads_itself(pool: Any) -> bool:
+    """Whether ``pool`` makes connections of redis-py's own, read with hiredis's
+    reader, with no health checks: those whose calls are written and read here."""
+    if _HIREDIS_PARSER is None:
+        return False
+    kwargs = getattr(pool, "connection_kwargs", None)
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
+    parser = kwargs.get("parser_class", getattr(redis.asyncio.connection, "DefaultParser", None))
+    made = getattr(pool, "connection_class", None)
+    return (
+        parser is _HIREDIS_PARSER
+        and not kwargs.get("health_check_interval")
+        and isinstance(made, type)
+        and made.__module__.startswith("redis.")
+        # What a connection does with a reply of its own (a Sentinel's drops a demoted
+        # master's) happens only through its methods.
+        # (or that something wraps, as a tracer might, since this module was imported).
+        and all(getattr(made, name, None) is method for name, method in _PLAIN_IO.items())
+    )
+
+
 class AsyncHeldConnection(_Held):
     """:class:`HeldConnection` for one event loop's asyncio client. A task cancelled between its
     command and its reply (a deadline, the caller) leaves its connection closed, as
-    redis-py's own path does."""
+    redis-py's own path does; or, for a call read here and given ``late``, the reply is
+    read on in a task of its own and handed to ``late`` (``_read_on``), so that a grant
+    the call made for a task that left is given back with no task per call to keep.
+
+    Where redis-py reads a connection's replies with hiredis's reader (its default
+    with hiredis installed), a call is written to the connection's transport and its
+    reply read with that same reader here (:meth:`_exchange`): redis-py's own send and
+    read each add a timer, and on Python before 3.12 a task, to every call. A call so
+    made has no socket timeout of its own: its deadline is the backend's watch of its
+    calls (``loops.Watch``, ``read_timeout`` seconds); a connection held otherwise is read
+    through its own methods, with its own timeouts.
+    """
 
     def __init__(self, pool: Any, hold: bool) -> None:
         super().__init__(pool, hold)
         self._ensure: Callable[[Any], Awaitable[None]] | None = getattr(pool, "ensure_connection", None)
         on, of = weakref.ref(asyncio.get_running_loop()), weakref.ref(pool)
         self._finalizer = weakref.finalize(self, _give_back_on, on, of, self._held)
+        #: The deadline of a call read here, in seconds (``None``: none), which the
+        #: backend keeps (``loops.Watch``): the connections' own socket timeout.
+        self.read_timeout = _socket_timeout(pool)
+        #: The deadline the backend keeps for this loop's calls (``RedisCalls``), and so
+        #: for a reply read on once its task has left.
+        self.deadline: float | None = None
+        #: Whether the pool's connections are read here (see the class's doc): then a
+        #: call given ``late`` hands it a reply that lands once its task has left.
+        self.reads_itself = _reads_itself(pool)
+
+    def _readable(self, conn: Any) -> Any:
+        """``conn``'s hiredis parser if its replies may be read here (see the class's doc):
+        connected, with nothing unread, and no health check due; else ``None``."""
+        parser: Any = getattr(conn, "_parser", None)
+        if parser.__class__ is not _HIREDIS_PARSER or not self.reads_itself:
+            return None
+        try:
+            if conn.health_check_interval:
+                return None
+            writer = conn._writer
+            if writer is None or not parser._connected or writer.transport.is_closing():
+                return None
+            # A socket's bytes (not, say, a test double's replies read off already).
+            return parser if parser._stream.__class__ is asyncio.StreamReader else None
+        except AttributeError:  # a redis-py that keeps them otherwise: read through its methods
+            return None
+
+    @staticmethod
+    def _clean(parser: Any) -> bool:
+        """Whether ``parser``'s connection has nothing to read before its command: what
+        the pool's check of a connection finds without awaiting (``can_read`` false)."""
+        stream = parser._stream
+        try:
+            unread = parser._reader.has_data() or stream._buffer
+            return not (unread or stream.at_eof() or stream.exception() is not None)
+        except AttributeError:  # an older hiredis: the pool's own check
+            return False
 
     async def _ready(self, conn: Any) -> Any:
         """The held connection ``conn``, taken, made ready as the pool readies one it lends
         (as HeldConnection._take, with the asyncio pool's own check where it has one)."""
         ensure = self._ensure
         try:
+            stream = getattr(conn, "_reader", None)
+            if isinstance(stream, asyncio.StreamReader) and (stream.at_eof() or stream.exception() is not None):
+                # Closed by the server (a restart, a kill) with nothing unread: opened
+                # afresh, which not every pool's check does (redis-py 8.1's takes such
+                # a connection for one with notices to read).
+                await conn.disconnect(nowait=True)
             await (ensure(conn) if ensure is not None else conn.connect())
         except BaseException:
             await self._lose(conn)
@@ -381,26 +501,130 @@ class AsyncHeldConnection(_Held):
         await conn.disconnect(nowait=True)
         await self._give(conn, failed=True)
 
-    async def call(self, command: tuple[str, ...]) -> Any:
-        """:meth:`HeldConnection.call`, awaited."""
-        # The usual ends of a call (the held connection taken, and kept again) are
-        # made here: a coroutine each would cost more than the rest of their work.
-        conn = self._pop()
-        conn = await (self._take() if conn is None else self._ready(conn))
-        packed: list[bytes] = []
+    @staticmethod
+    async def _exchange(conn: Any, parser: Any, packed: list[bytes]) -> Any:
+        """``packed`` written to ``conn``'s transport and its reply read with its parser's
+        reader, as redis-py's ``send_packed_command`` and ``read_response`` would (but for
+        their timeouts); a failure raised as theirs are, the connection closed. Cancelled,
+        it leaves the reply unread, ready to be read on (``_reply``)."""
+        conn._writer.writelines(packed)
+        return await AsyncHeldConnection._reply(conn, parser)
 
-        async def send() -> Any:
-            await conn.send_packed_command(packed)
-            return await conn.read_response()
-
-        async def broken(_error: BaseException) -> None:
-            await conn.disconnect()
-
+    @staticmethod
+    async def _reply(conn: Any, parser: Any) -> Any:
+        push = getattr(parser, "_hiredis_PushNotificationType", None)
         try:
-            packed += self._packed(conn, command)
-            reply = await conn.retry.call_with_retry(send, broken)
+            reader = parser._reader
+            reply = reader.gets()
+            while reply is _NOT_ENOUGH_DATA or (push is not None and reply.__class__ is push):
+                if reply is _NOT_ENOUGH_DATA:
+                    # The one await between a command and its reply: a cancellation
+                    # here leaves what has come in the stream's buffer or the reader.
+                    data = await parser._stream.read(parser._read_size)
+                    if not data:
+                        raise redis.exceptions.ConnectionError(_SERVER_CLOSED)
+                    reader.feed(data)
+                else:  # a notice pushed ahead of the reply (RESP3): the parser's to handle
+                    await parser.handle_push_response(reply)
+                reply = reader.gets()
+        except OSError as exc:
+            await conn.disconnect(nowait=True)
+            said = f"Error while reading from {conn._host_error()} : {exc.args}"
+            raise redis.exceptions.ConnectionError(said) from exc
+        except redis.exceptions.ConnectionError:
+            await conn.disconnect(nowait=True)
+            raise
+        if isinstance(reply, redis.exceptions.ResponseError):
+            raise reply
+        if isinstance(reply, redis.exceptions.ConnectionError):
+            await conn.disconnect(nowait=True)
+            raise reply
+        return reply
+
+    async def _read_on(self, conn: Any, parser: Any, late: Callable[[Any], Awaitable[None]]) -> None:
+        """The reply of a call whose task left before it landed, read on (within the
+        backend's deadline) and handed to ``late``; the connection then kept or given
+        back as after any call. An error reply decided nothing, and a failure is
+        nobody's to hear: the connection goes, as a call's would."""
+        try:
+            reply = await asyncio.wait_for(self._reply(conn, parser), self.deadline)
         except redis.exceptions.ResponseError:
             await self._give(conn)
+            return
+        except Exception:
+            await self._lose(conn)
+            return
+        except BaseException:
+            await self._lose(conn)
+            raise
+        await self._give(conn)
+        await late(reply)
+
+    async def _retried(self, conn: Any, packed: list[bytes], failed: BaseException | None, reading: list[Any]) -> Any:
+        """``packed``'s reply under the connection's retry policy, from ``failed`` on (the
+        first attempt's failure, replayed to it) or from a first attempt through the
+        connection's own methods; an attempt on a connection read here is made here,
+        its parser in ``reading`` while its reply is awaited."""
+        first = [failed] if failed is not None else []
+
+        async def attempt() -> Any:
+            if first:
+                raise first.pop()
+            if not conn.is_connected:
+                await conn.connect()
+            parser = self._readable(conn)
+            if parser is None:
+                await conn.send_packed_command(packed)
+                return await conn.read_response()
+            reading.append(parser)
+            reply = await self._exchange(conn, parser, packed)
+            reading.clear()
+            return reply
+
+        async def broken(_error: BaseException) -> None:
+            reading.clear()
+            await conn.disconnect()
+
+        return await conn.retry.call_with_retry(attempt, broken)
+
+    async def call(self, command: tuple[str, ...], late: Callable[[Any], Awaitable[None]] | None = None) -> Any:
+        """:meth:`HeldConnection.call`, awaited. With ``late``: if the task leaves
+        (cancelled) while a reply read here is awaited, the reply is read on in a task
+        of its own and handed to ``late`` (``_read_on``)."""
+        # The usual ends of a call (the held connection taken, checked, and kept again)
+        # are made here: a coroutine each would cost more than the rest of their work.
+        conn = self._pop()
+        if conn is None:
+            conn = await self._take()
+            parser = self._readable(conn)
+        elif (parser := self._readable(conn)) is None or not self._clean(parser):
+            conn = await self._ready(conn)
+            parser = self._readable(conn)
+        # The parser of an exchange under way here, its reply unread: this call's own
+        # attempt's (``reading``), or a retried one's (``retrying``).
+        reading: Any = None
+        retrying: list[Any] = []
+        try:
+            packed = self._packed(conn, command)
+            if parser is None:
+                reply = await self._retried(conn, packed, None, retrying)
+            else:
+                reading = parser
+                try:
+                    reply = await self._exchange(conn, parser, packed)
+                except _BROKEN as error:
+                    reading = None
+                    reply = await self._retried(conn, packed, error, retrying)
+                reading = None
+        except redis.exceptions.ResponseError:
+            await self._give(conn)
+            raise
+        except asyncio.CancelledError:
+            under_way = reading if reading is not None else (retrying[0] if retrying else None)
+            if late is not None and under_way is not None:
+                keep_running(asyncio.ensure_future(self._read_on(conn, under_way, late)))
+            else:
+                await self._lose(conn)
             raise
         except BaseException:
             await self._lose(conn)

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..._errors import BackendUnavailable
+from ..landing import Late, shielded
 
 __all__ = ["MOST_PER_ROUND", "Ask", "Round", "RoundReply", "Rounds"]
 
@@ -201,7 +202,8 @@ class Rounds:
         lease: float | None,
         most: float,
         decide_one: Callable[[Any, float], tuple[float, float]] | None = None,
-        decide_one_async: Callable[[Any, float], Awaitable[tuple[float, float]]] | None = None,
+        decide_one_async: Callable[[Any, float, Late[tuple[float, float]] | None], Awaitable[tuple[float, float]]]
+        | None = None,
     ) -> None:
         self._decide = decide
         self._decide_async = decide_async
@@ -555,9 +557,14 @@ class Rounds:
             self._return(grant)
         return ask.outcome()
 
-    async def reserve_async(self, tokens: float, max_wait: float, request: object = None) -> tuple[float, float]:
+    async def reserve_async(
+        self, tokens: float, max_wait: float, request: object = None, late: Late[tuple[float, float]] | None = None
+    ) -> tuple[float, float]:
         """Decide ``tokens`` (or ``request``) for a task of the running loop: from the
-        allotment, or in a round."""
+        allotment, or in a round. With ``late``, a decision that lands once the task
+        has left (cancelled) is handed to it: a caller alone's by its call (the held
+        connection reads the reply on), one made in a round by the round run in a task
+        of its own (a round's leader must see it land for the others it carries)."""
         loop = asyncio.get_running_loop()
         last = self._loop_queue
         if last is not None and last[0]() is loop:
@@ -572,7 +579,7 @@ class Rounds:
             decision: tuple[float, float] | None = None
             try:
                 if self._alone(queue, me):
-                    decision = await one(tokens if request is None else request, max_wait)
+                    decision = await one(tokens if request is None else request, max_wait, late)
                     self._let_go(queue, me)
                     return decision
             except BaseException:
@@ -580,6 +587,8 @@ class Rounds:
                 if decision is not None and decision[0] >= 0:
                     await self._return_async((tokens if request is None else request, decision[1]))
                 raise
+        if late is not None:
+            return await shielded(self.reserve_async(tokens, max_wait, request), late)
         ask = Ask(tokens, max_wait, None, request)
         try:
             got = self._arrive(ask, queue, loop.create_future)

@@ -3,14 +3,18 @@
 The scripts are ``.lua`` files in the top-level ``lua/`` folder (``ratelimit/lua/``
 in the wheel). The shared files (``_prelude``, the algorithms, ``_members``, ``_top``,
 ``_cache`` or ``_cache_none``) define functions only; each driver (``_single``,
-``_lanes``, ``_group``, ``breaker``, ``concurrency``, ``live``) is the body of one
+``_lanes``, ``_fair``, ``_group``, ``breaker``, ``concurrency``, ``live``) is the body of one
 function, its KEYS/ARGV/return contract at its top.
 
-On Redis 7 and later they are one function library, ``ratelimit_<version>``, loaded
-once per server; each decision is an ``FCALL``. The version is a digest of the text,
-so two releases side by side (a rolling deploy) each keep their own library. A server
-that lost it answers "Function not found": the call loads it and is sent again, once;
-lost again by then, that one call goes as a script.
+On Redis 7 and later they are one function library, ``ratelimit_p<protocol>``, loaded
+once per server; each decision is an ``FCALL``. The library is named by the version of
+its protocol (``lua/protocol.json``, ``docs/protocol.md``), not by its text: every
+release and every client (``clients/node``) that speaks one protocol shares one library,
+and so one set of caches and counts. A server that lost it, or holds an older revision
+of it without the function called, answers "Function not found": the call looks at the
+revision loaded (``FUNCTION LIST``), loads its own only if that one is older or absent
+(so a fleet of two revisions converges on the newer and never flips back), and is sent
+again, once; lost again by then, that one call goes as a script.
 
 A server without Functions (Redis 6, a forbidding service or ACL) gets one script per
 driver, called by SHA (``EVAL`` if unknown); the choice is made once per client, at
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import re
 import threading
 import weakref
@@ -37,19 +42,26 @@ from typing import Any, cast
 
 from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
+from ..landing import Late
+
 __all__ = [
     "ALGORITHMS",
+    "DRIVERS",
     "LANE_KINDS",
+    "PROTOCOL",
+    "REVISION",
     "Library",
     "Script",
     "breaker_script",
     "by_function",
     "call_by_script",
     "concurrency_script",
+    "fair_script",
     "group_script",
     "lanes_script",
     "library",
     "live_script",
+    "lua_dir",
     "lua_source",
     "preload",
     "refuses_functions",
@@ -58,8 +70,8 @@ __all__ = [
 
 #: Every algorithm kind that has a script, in a fixed order.
 ALGORITHMS = ("token_bucket", "leaky_bucket", "sliding_window", "sliding_window_counter", "quota")
-#: The kinds a budget with priorities may be of (lua/_library.lua registers their lanes;
-#: a quota refuses ``low_share``).
+#: The kinds a budget with priorities or a fair share may be of (lua/_library.lua
+#: registers their lanes and fair drivers; a quota refuses ``low_share`` and FairShare).
 LANE_KINDS = ALGORITHMS[:4]
 #: What only ever decides as a member of a group: the learned pace of ``adaptive=``.
 GROUP_ONLY = ("adaptive",)
@@ -69,12 +81,21 @@ _SHARED = ("_members", "_top")
 _DRIVERS = {
     "_single": "ALG, KIND, KEYS, ARGV",
     "_lanes": "ALG, KIND, KEYS, ARGV",
+    "_fair": "ALG, KIND, KEYS, ARGV",
     "_group": "KEYS, ARGV",
     "breaker": "KEYS, ARGV",
     "concurrency": "KEYS, ARGV",
     "live": "KEYS, ARGV",
     "top_flush": "KEYS, ARGV",
 }
+
+#: The drivers, each the body of one function of the library.
+DRIVERS = tuple(_DRIVERS)
+
+
+def lua_dir() -> Path:
+    """Where the Lua files are: ``ratelimit/lua`` in the wheel, ``lua/`` in a checkout."""
+    return _lua_dir()
 
 
 def _lua_dir() -> Path:
@@ -92,6 +113,22 @@ def _lua_dir() -> Path:
 def lua_source(name: str) -> str:
     """The text of ``lua/<name>.lua``."""
     return (_lua_dir() / f"{name}.lua").read_text(encoding="utf-8")
+
+
+def protocol_lock() -> dict[str, Any]:
+    """``lua/protocol.json``: the protocol this release speaks, the revision of its
+    library's text, and the fingerprints of both (``redis/protocol.py`` records them;
+    ``tests/stores/test_protocol.py`` checks them against the files)."""
+    lock: dict[str, Any] = json.loads((_lua_dir() / "protocol.json").read_text(encoding="utf-8"))
+    return lock
+
+
+#: The version of the protocol (keys, functions, KEYS/ARGV/replies: docs/protocol.md)
+#: this release speaks; its library is ``ratelimit_p<PROTOCOL>``.
+PROTOCOL: int = int(protocol_lock()["protocol"])
+#: The revision of the library's text within the protocol: a server keeps the newest
+#: revision any client loaded (see ``_steps``).
+REVISION: int = int(protocol_lock()["revision"])
 
 
 class Composed:
@@ -178,21 +215,53 @@ class Library:
         return f"{self.name}_{what}"
 
 
-def _library_text(name: str) -> Composed:
+def library_text(name: str, revision: int) -> Composed:
+    """The library's text under ``name``, saying it is of ``revision``."""
     composed = Composed().add(f"#!lua name={name}")
     _rate_limit_body(composed, ALGORITHMS + GROUP_ONLY, holds=True)
     for driver in _DRIVERS:
         composed.driver(driver)
     composed.add(f"local PREFIX = '{name}_'")
+    composed.add(f"local PROTOCOL, REVISION = '{PROTOCOL}', '{revision}'")
     return composed.file("_library")
 
 
 @cache
 def library() -> Library:
-    """Every script of this release as one Redis function library, named by its version."""
-    version = hashlib.sha1(_library_text("").text.encode("utf-8")).hexdigest()[:12]
-    name = f"ratelimit_{version}"
-    return Library(name, _library_text(name))
+    """Every script of this release as one Redis function library, named by the
+    version of the protocol it speaks."""
+    return Library(f"ratelimit_p{PROTOCOL}", library_text(f"ratelimit_p{PROTOCOL}", REVISION))
+
+
+def _fields(entry: Any) -> dict[str, Any]:
+    """A ``FUNCTION LIST`` entry as a dictionary (RESP3 replies one, RESP2 a flat list)."""
+    if isinstance(entry, dict):
+        return {_text(k): v for k, v in entry.items()}
+    items = list(entry)
+    return {_text(items[i]): items[i + 1] for i in range(0, len(items) - 1, 2)}
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+# The description of a library's `revision` function (see lua/_library.lua).
+_REVISION = re.compile(r"\brevision (\d+)\b")
+
+
+def listed_revision(listed: Any) -> int | None:
+    """The revision of this protocol's library in a ``FUNCTION LIST`` reply: ``None``
+    where it is not loaded, 0 where it says none."""
+    for entry in listed or ():
+        lib = _fields(entry)
+        if _text(lib.get("library_name", "")) != library().name:
+            continue
+        for function in lib.get("functions") or ():
+            found = _REVISION.search(_text(_fields(function).get("description") or ""))
+            if found is not None:
+                return int(found.group(1))
+        return 0
+    return None
 
 
 # Each client's way of calling: True by function, False by script (no Functions on its
@@ -353,12 +422,17 @@ class Script:
                 # after a failover): one that finds it loaded meanwhile by another does
                 # not load it again. Redis runs one command at a time, so every look
                 # that comes after the first load sees it; a look refused (an ACL)
-                # goes on to load.
+                # goes on to load. A revision of the protocol older than this one is
+                # replaced (it may lack the function called); a newer one is kept, and
+                # a function it lacks (never, within one protocol) goes as a script:
+                # two releases of one protocol never take the library from each other
+                # in turns.
                 try:
                     listed = yield LISTED
                 except ResponseError:
                     listed = None
-                loaded = bool(listed)
+                revision = listed_revision(listed)
+                loaded = revision is not None and revision >= REVISION
                 if not loaded:
                     try:
                         yield LOAD
@@ -411,6 +485,21 @@ class Script:
             return client.function_list(library=library().name)
         return client.function_load(library().source, replace=True)
 
+    def _command_async(
+        self,
+        client: Any,
+        step: str,
+        keys: Sequence[str],
+        args: Sequence[str],
+        send: Callable[[tuple[str, ...], Late[Any] | None], Awaitable[Any]] | None,
+        late: Late[Any] | None,
+    ) -> Awaitable[Any]:
+        """:meth:`_command` for an asyncio client: ``late`` goes with a step that runs the
+        driver, not with a look at the library or its load."""
+        if send is None:
+            return cast("Awaitable[Any]", self._command(client, step, keys, args))
+        return send(self._wired(step, keys, args), late if step in (FCALL, EVALSHA, EVAL) else None)
+
     def __call__(
         self,
         client: Any,
@@ -457,30 +546,33 @@ class Script:
         client: Any,
         keys: Sequence[str],
         args: Sequence[str],
-        send: Callable[[tuple[str, ...]], Awaitable[Any]] | None = None,
+        send: Callable[[tuple[str, ...], Late[Any] | None], Awaitable[Any]] | None = None,
+        late: Late[Any] | None = None,
     ) -> Any:
+        """:meth:`__call__` for an asyncio client; ``late`` goes with each step that runs
+        the driver (``send`` hands it the reply if its task leaves before it lands)."""
         try:
             if self._by_function(client):
                 try:
                     if send is not None:
-                        return await send(self._wired(FCALL, keys, args))
+                        return await send(self._wired(FCALL, keys, args), late)
                     return await client.fcall(self.function, len(keys), *keys, *args)
                 except ResponseError as exc:
                     steps = self._steps(client, exc)
             else:
                 try:
                     if send is not None:
-                        return await send(self._wired(EVALSHA, keys, args))
+                        return await send(self._wired(EVALSHA, keys, args), late)
                     return await client.evalsha(self.sha, len(keys), *keys, *args)
                 except NoScriptError:
-                    return await self._command(client, EVAL, keys, args, send)
+                    return await self._command_async(client, EVAL, keys, args, send, late)
         except ResponseError as exc:
             raise self._translated(exc) from None
         try:
             step = next(steps)
             while True:
                 try:
-                    reply = await self._command(client, step, keys, args, send)
+                    reply = await self._command_async(client, step, keys, args, send, late)
                 except ResponseError as exc:
                     step = steps.throw(exc)
                 else:
@@ -496,7 +588,7 @@ class Script:
 
 def _script(name: str, driver: str, kinds: Sequence[str], call: str, function: str) -> Script:
     composed = Composed()
-    if driver in ("_single", "_lanes", "_group"):
+    if driver in ("_single", "_lanes", "_fair", "_group"):
         _rate_limit_body(composed, kinds)
     else:
         composed.file("_prelude")
@@ -523,6 +615,14 @@ def lanes_script(kind: str) -> Script:
     if kind not in LANE_KINDS:
         raise ValueError(f"no budget with priorities of algorithm {kind!r}")
     return _driven(kind, "_lanes", f"{kind}:lanes", f"lanes_{kind}")
+
+
+@cache
+def fair_script(kind: str) -> Script:
+    """The script of a budget shared fairly among tenants, of algorithm ``kind``."""
+    if kind not in LANE_KINDS:
+        raise ValueError(f"no fair share of algorithm {kind!r}")
+    return _driven(kind, "_fair", f"{kind}:fair", f"fair_{kind}")
 
 
 @cache

@@ -36,6 +36,7 @@ from ... import _validate
 from ..._algorithms import lanes as _lanes
 from ..._algorithms.algorithm import Algorithm
 from ..._algorithms.breaker import Policy
+from ..._algorithms.fair import Fair
 from ..._algorithms.token_bucket import Gcra
 from ..._clock import Clock, SystemClock, checked_clock
 from ..._errors import BackendUnavailable
@@ -43,6 +44,7 @@ from ..._redact import redact_url
 from ..keys import Keyed, tag, untag
 from ..memory.backend import MemoryBackend, MemoryGroupHandle, MemoryHandle, MemoryLaneHandle, Slot
 from ..memory.breaker import MemoryStore
+from ..memory.fair import MemoryFairHandle
 from ..memory.fallback import Fallback, checked_local_share, group_share, lanes_shares, single_share
 from ..records import FleetRow, Inspection, Override, checked_override
 from ..store import Views
@@ -314,6 +316,16 @@ class SQLiteBackend(FailurePolicy):
             for handle in handles:
                 handle.top = cell
         return handles
+
+    def bind_fair(self, name: str | Keyed | None, fair: Fair, clock: Clock | None) -> MemoryFairHandle:
+        """A budget shared fairly among tenants in one row: each decision one
+        transaction of ``memory/fair.py``'s. A file that cannot be used raises
+        ``BackendUnavailable`` (no failure policy: a fair share is one budget)."""
+        named = self._named(name)
+        slot = Slot(fair, clock)
+        rows = Rows(self._file, [(named, -1, fair.kind)], [slot], clock)
+        slot.lock = rows
+        return MemoryFairHandle(fair, slot, rows)
 
     def bind_breaker(self, name: str | None, policy: Policy, clock: Clock | None) -> SQLiteStore:
         """A circuit breaker's state in one row (``sqlite/breaker.py``), loaded into a

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..._algorithms import breaker
 from ..._algorithms.adaptive import Pace
+from ..._algorithms.fair import FairState
 from ..._algorithms.holes import GrantTime, Holes
 from ..._algorithms.lanes import LaneState, LaneTime
 from ..._algorithms.semaphore import Slots
@@ -34,7 +35,19 @@ __all__ = ["CorruptState", "decode", "encode", "holes_until"]
 #: The classes a row may hold, by (module, name): nothing else is ever made.
 _ALLOWED: dict[tuple[str, str], type] = {
     (cls.__module__, cls.__qualname__): cls
-    for cls in (Pace, Holes, GrantTime, LaneState, LaneTime, Slots, Log, CounterState, breaker.State, OrderedDict)
+    for cls in (
+        Pace,
+        Holes,
+        GrantTime,
+        LaneState,
+        FairState,
+        LaneTime,
+        Slots,
+        Log,
+        CounterState,
+        breaker.State,
+        OrderedDict,
+    )
 }
 
 
