@@ -7,6 +7,9 @@
 -- Each function takes the KEYS and ARGV its driver's file documents and returns what
 -- it says:
 --   <PREFIX><kind>         one limiter of algorithm <kind> (lua/_single.lua)
+--   <PREFIX>follow_<kind>  the same: what a key's decision that carries its name's change
+--                          calls, so that a server holding a revision without it loads
+--                          this one (see `carry` in lua/_single.lua)
 --   <PREFIX>lanes_<kind>   a budget with priorities, two lanes of <kind> (lua/_lanes.lua)
 --   <PREFIX>fair_<kind>    a budget shared fairly among tenants, of <kind> (lua/_fair.lua)
 --   <PREFIX>group          a composite (lua/_group.lua)
@@ -35,6 +38,11 @@ redis.register_function(PREFIX .. 'leaky_bucket', single_of(leaky_bucket, 'leaky
 redis.register_function(PREFIX .. 'sliding_window', single_of(sliding_window, 'sliding_window'))
 redis.register_function(PREFIX .. 'sliding_window_counter', single_of(sliding_window_counter, 'sliding_window_counter'))
 redis.register_function(PREFIX .. 'quota', single_of(quota, 'quota'))
+redis.register_function(PREFIX .. 'follow_token_bucket', single_of(token_bucket, 'token_bucket'))
+redis.register_function(PREFIX .. 'follow_leaky_bucket', single_of(leaky_bucket, 'leaky_bucket'))
+redis.register_function(PREFIX .. 'follow_sliding_window', single_of(sliding_window, 'sliding_window'))
+redis.register_function(PREFIX .. 'follow_sliding_window_counter', single_of(sliding_window_counter, 'sliding_window_counter'))
+redis.register_function(PREFIX .. 'follow_quota', single_of(quota, 'quota'))
 redis.register_function(PREFIX .. 'lanes_token_bucket', lanes_of(token_bucket, 'token_bucket'))
 redis.register_function(PREFIX .. 'lanes_leaky_bucket', lanes_of(leaky_bucket, 'leaky_bucket'))
 redis.register_function(PREFIX .. 'lanes_sliding_window', lanes_of(sliding_window, 'sliding_window'))

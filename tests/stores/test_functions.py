@@ -50,6 +50,7 @@ from ratelimit._stores.redis.scripts import (
     call_by_script,
     concurrency_script,
     fair_script,
+    follow_script,
     group_script,
     lanes_script,
     library,
@@ -115,6 +116,7 @@ def test_the_library_registers_every_driver_of_every_kind(server: RedisServer) -
         registered.add(described[b"name"].decode())
     scripts = [
         *(single_script(kind) for kind in ALGORITHMS),
+        *(follow_script(kind) for kind in ALGORITHMS),
         *(lanes_script(kind) for kind in LANE_KINDS),
         *(fair_script(kind) for kind in LANE_KINDS),
         group_script(),

@@ -186,3 +186,33 @@ def test_an_asyncio_clients_keys_follow_once_the_name_is_read(clock: ManualClock
         return granted, len(there.name_changes._tasks)
 
     assert asyncio.run(scenario()) == (2, 0)
+
+
+@pytest.mark.servers
+def test_a_server_at_a_revision_without_follow_takes_this_one() -> None:
+    """A key's decision that carries calls ``follow_<kind>``: a server holding an older
+    revision (which lacks it) is given this one, and the key follows."""
+    import redis
+
+    from ratelimit._stores.redis.scripts import REVISION, library, library_text
+
+    from conftest import private_server
+
+    server = private_server()
+    try:
+        admin = redis.Redis.from_url(server.url)
+        older = library_text(library().name, REVISION - 1).text
+        older = "\n".join(line for line in older.splitlines() if "'follow_" not in line)
+        admin.function_load(older)
+        backend = RedisBackend.from_url(server.url)
+        clock = ManualClock(1_000.0)
+        name = unique_name("keysfollow")
+        limiter = TokenBucket(10, 1, backend=backend, name=name, clock=clock)
+        assert grants(limiter.for_key("before"), 1) == 1  # no change: the older text decides
+        backend.set_limit(name, burst=2, clock=clock)
+        assert grants(limiter.for_key("later")) == 2
+        assert admin.fcall(library().function("revision"), 0) == [b"1", str(REVISION).encode()]
+        backend.close()
+        admin.close()
+    finally:
+        server.cleanup()

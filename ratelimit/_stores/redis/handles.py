@@ -31,7 +31,7 @@ from .name_changes import NameChanges
 from .pending import LOCAL, STORE, PendingGrants
 from .replies import at_arg, cached_num, charged_of, decision_of, grant_time, leveled_of, num, wait_arg
 from .rounds import Round, RoundReply, Rounds
-from .scripts import Script, group_script, lanes_script, single_script
+from .scripts import Script, follow_script, group_script, lanes_script, single_script
 
 __all__ = ["CODE_EVERY", "RedisGroupHandle", "RedisHandle", "RedisLaneHandle"]
 
@@ -515,7 +515,7 @@ class RedisHandle(_ScriptHandle[float]):
     tokens, max_wait, ...]`` for more than one request or an allotment.
     """
 
-    __slots__ = ("__weakref__", "_around", "_code_due", "_follows", "_params", "_with_code")
+    __slots__ = ("__weakref__", "_around", "_code_due", "_follow_script", "_follows", "_params", "_with_code")
 
     def __init__(
         self,
@@ -543,6 +543,7 @@ class RedisHandle(_ScriptHandle[float]):
         # redis/name_changes.py and `carry` in lua/_single.lua).
         named = name.name if isinstance(name, Keyed) else None
         self._follows = None if follows is None or named is None else (follows, named)
+        self._follow_script = follow_script(alg.kind)
 
     @property
     def _keys(self) -> tuple[str, ...]:
@@ -564,8 +565,18 @@ class RedisHandle(_ScriptHandle[float]):
     def _args(self, op: str, tokens: float, extra: str) -> list[str]:
         now = self._now()
         if self._follows is not None and op == self._reserve_op:
-            op += self._follows[0].carried(self._follows[1])
+            op += self._carried()
         return [self._quiet + op, now, cached_num(tokens), extra, *self._params_at(now)]
+
+    def _carried(self) -> str:
+        """What this key's decision carries of its name's change (``""``: nothing).
+        Once it carries, the handle calls the library's ``follow_<kind>`` from then on
+        (the same driver; a server holding an older revision loads this one for it)."""
+        assert self._follows is not None
+        text = self._follows[0].carried(self._follows[1])
+        if text and self._script is not self._follow_script:
+            self._script = self._follow_script
+        return text
 
     def _params_at(self, now: str) -> tuple[str, ...]:
         if self._around is None:
@@ -577,7 +588,7 @@ class RedisHandle(_ScriptHandle[float]):
         now = self._now()
         op = self._batch_op
         if self._follows is not None:
-            op += self._follows[0].carried(self._follows[1])
+            op += self._carried()
         args = [self._quiet + op, now, *back, *self._params_at(now), num(rnd.want), num(rnd.least)]
         for ask in rnd.asks:
             args += [num(ask.tokens), wait_arg(ask.max_wait)]

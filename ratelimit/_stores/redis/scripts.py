@@ -610,6 +610,14 @@ def single_script(kind: str) -> Script:
 
 
 @cache
+def follow_script(kind: str) -> Script:
+    """The script of one limiter of algorithm ``kind`` for a key's decisions that carry
+    its name's change (``redis/name_changes.py``): the same driver under a function
+    that older revisions of the library lack, so that calling it loads this one."""
+    return _driven(kind, "_single", kind, f"follow_{kind}")
+
+
+@cache
 def lanes_script(kind: str) -> Script:
     """The script of a budget with priorities: two lanes of algorithm ``kind``."""
     if kind not in LANE_KINDS:
