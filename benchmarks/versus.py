@@ -93,6 +93,13 @@ def main() -> None:
     admin.script_flush()
     admin.flushall()
     libraries = {"other": library_of(args.against), "this": library_of(here)}
+    # Releases of one protocol name their libraries alike (ratelimit_p1): the other's is
+    # renamed, so that loading this one does not replace it.
+    source, functions = libraries["other"]
+    name = source.splitlines()[0].partition("name=")[2].strip()
+    if name and name == libraries["this"][0].splitlines()[0].partition("name=")[2].strip():
+        renamed = [f.replace(name, "versus_other") for f in functions]
+        libraries["other"] = (source.replace(name, "versus_other"), renamed)
     for source, _ in libraries.values():
         admin.function_load(source, replace=True)
     floor = admin.script_load(FLOOR)
