@@ -89,6 +89,7 @@ class SingleLimiter(Limiter[float]):
         "_configured",
         "_given_guard",
         "_guard",
+        "_kept_by",
         "_lease",
         "_leased",
         "_low",
@@ -140,6 +141,8 @@ class SingleLimiter(Limiter[float]):
         self._alg = self.algorithm_for(clock)
         self._guard = self.guard_for(clock)
         self._priorities = priorities(low_share, borrow, high_reserve)
+        # What decides for this budget instead of the limiter, reading no change (a FairShare).
+        self._kept_by: str | None = None
         self._adaptive = learned(adaptive)
         if self._adaptive is not None and self._priorities is not None:
             raise ValueError(
@@ -278,7 +281,14 @@ class SingleLimiter(Limiter[float]):
             self._never(n)
         return n
 
+    def keep_code_values(self, why: str) -> None:
+        """Refuse every change at run time from now on: what decides for this limiter's
+        budget (``why``, a ``FairShare``'s) never reads one. A ``FairShare`` calls it."""
+        self._kept_by = why
+
     def _limit_changes(self, rate: object, burst: object, ttl: object) -> list[tuple[int | None, Override]]:
+        if self._kept_by is not None:
+            raise UnchangeableLimit(f"{self!r} is {self._kept_by}, which keeps the code's values; nothing was changed")
         if self._adaptive is not None or self._priorities is not None:
             what = "adaptive=" if self._adaptive is not None else "low_share="
             raise UnchangeableLimit(
