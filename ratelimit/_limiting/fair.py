@@ -30,6 +30,7 @@ from .._errors import AcquireTimeout
 from .._stores.keys import Keyed
 from .._stores.records import FAIR_KEPT
 from .._stores.store import FairHandle
+from .run_time import keep_code_values
 
 __all__ = ["FairShare", "TenantShare"]
 
@@ -169,7 +170,7 @@ class FairShare:
         place: str | Keyed | None = limiter.name if viewed is None else Keyed(limiter.name, viewed)
         self._handle: FairHandle = limiter.backend.bind_fair(place, self._fair, self._clock)
         # The share's state never reads a change at run time: the limiter refuses one.
-        limiter.keep_code_values(FAIR_KEPT)
+        keep_code_values(limiter, FAIR_KEPT)
         self._lock = threading.Lock()
         self._gates: OrderedDict[str, _Gate] = OrderedDict()
 

@@ -28,6 +28,7 @@ from .feedback import restriction
 from .front import Limiter, difference
 from .guard import DEFAULT_GUARD, guard_seconds
 from .priority import LowPriority, priorities
+from .run_time import kept_by
 
 logger = logging.getLogger("ratelimit")
 
@@ -89,7 +90,6 @@ class SingleLimiter(Limiter[float]):
         "_configured",
         "_given_guard",
         "_guard",
-        "_kept_by",
         "_lease",
         "_leased",
         "_low",
@@ -142,7 +142,6 @@ class SingleLimiter(Limiter[float]):
         self._guard = self.guard_for(clock)
         self._priorities = priorities(low_share, borrow, high_reserve)
         # What decides for this budget instead of the limiter, reading no change (a FairShare).
-        self._kept_by: str | None = None
         self._adaptive = learned(adaptive)
         if self._adaptive is not None and self._priorities is not None:
             raise ValueError(
@@ -281,14 +280,10 @@ class SingleLimiter(Limiter[float]):
             self._never(n)
         return n
 
-    def keep_code_values(self, why: str) -> None:
-        """Refuse every change at run time from now on: what decides for this limiter's
-        budget (``why``, a ``FairShare``'s) never reads one. A ``FairShare`` calls it."""
-        self._kept_by = why
-
     def _limit_changes(self, rate: object, burst: object, ttl: object) -> list[tuple[int | None, Override]]:
-        if self._kept_by is not None:
-            raise UnchangeableLimit(f"{self!r} is {self._kept_by}, which keeps the code's values; nothing was changed")
+        kept = kept_by(self)
+        if kept is not None:
+            raise UnchangeableLimit(f"{self!r} is {kept}, which keeps the code's values; nothing was changed")
         if self._adaptive is not None or self._priorities is not None:
             what = "adaptive=" if self._adaptive is not None else "low_share="
             raise UnchangeableLimit(
