@@ -9,7 +9,7 @@ from typing import Any
 
 from .._stores.records import Inspection, Override
 from .jsonable import finite
-from .printable import printable
+from .printable import fit, printable
 
 __all__ = ["inspect_json", "inspect_text", "keys_text", "override_text"]
 
@@ -81,6 +81,10 @@ _FORMS = {
 }
 
 
+#: The most columns a tenant's key takes in a line.
+_TENANT_COLUMNS = 40
+
+
 def _block(seen: Inspection) -> list[str]:
     # Names come from whoever names a limiter (a tenant id): escaped, as every text
     # read from Redis.
@@ -124,10 +128,18 @@ def _block(seen: Inspection) -> list[str]:
     if slots is not None:
         most = "?" if slots.most is None else str(slots.most)
         row("slots", f"{slots.held} of {most} slots held, {slots.queued} queued")
+    fair = seen.fair
+    if fair is not None:
+        count = f"{fair.active} tenant{'' if fair.active == 1 else 's'}"
+        row("fair", f"a FairShare's {fair.kind} budget; {count} paced ahead of now")
+        for tenant, ahead, weight in fair.ahead:
+            # A tenant's key is whoever the caller says: escaped and cut to one line.
+            weighs = "" if weight is None else f"weight {_number(weight)}, "
+            row("tenant", f"{fit(tenant, _TENANT_COLUMNS)}: {weighs}paced {_seconds(max(0.0, ahead))} ahead")
     if seen.other_keys:
         what = [_FORMS[form] for form in seen.forms if form in _FORMS] or ["composite members or priority lanes"]
         row("other state", printable(", ".join(seen.other_keys)) + f" ({'; '.join(what)})")
-    if any(form in _FORMS for form in seen.forms) or seen.concurrency is not None:
+    if any(form in _FORMS for form in seen.forms) or seen.concurrency is not None or seen.fair is not None:
         row("set", "refused: this name keeps the code's values (only a single limiter reads a change)")
     return lines
 

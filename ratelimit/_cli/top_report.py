@@ -36,7 +36,12 @@ def _rate(value: float | None) -> str:
 def _row(row: FleetRow) -> str:
     # Names come from whoever names a limiter (a tenant id): escaped, cut to the column.
     name = pad(row.name, 28)
-    kind = pad(f"{row.kind} (shadow)" if row.shadow else row.kind, 22)
+    kind = row.kind
+    if row.shadow:
+        kind += " (shadow)"
+    elif row.tenants is not None:
+        kind += f" ({row.tenants} tenant{'' if row.tenants == 1 else 's'})"
+    kind = pad(kind, 22)
     paused = "-" if row.paused_for is None else f"{row.paused_for:.1f}s"
     flight = "-" if row.held is None else f"{row.held}/{'?' if row.most is None else row.most}"
     queued = "-" if row.queued is None else str(row.queued)
@@ -62,6 +67,8 @@ def top_text(
         lines += ["", "(shadow): never enforced; its counts are what it would have done"]
     if any(row.held is not None for row in rows):
         lines += ["", "IN FLIGHT: a ConcurrencyLimit's slots held of its maximum; QUEUED: its callers waiting"]
+    if any(row.tenants is not None for row in rows):
+        lines += ["", "fair: a FairShare's budget, with its tenants paced ahead of now (its grants are not counted)"]
     if not rows:
         lines.append(f"(no limiter decided {on} in the last minute)")
     return "\n".join(lines)

@@ -28,7 +28,9 @@ from .._algorithms.fair import Answer, Fair
 from .._clock import Clock
 from .._errors import AcquireTimeout
 from .._stores.keys import Keyed
+from .._stores.records import FAIR_KEPT
 from .._stores.store import FairHandle
+from .run_time import keep_code_values
 
 __all__ = ["FairShare", "TenantShare"]
 
@@ -167,6 +169,8 @@ class FairShare:
         viewed = getattr(limiter, "key", None)
         place: str | Keyed | None = limiter.name if viewed is None else Keyed(limiter.name, viewed)
         self._handle: FairHandle = limiter.backend.bind_fair(place, self._fair, self._clock)
+        # The share's state never reads a change at run time: the limiter refuses one.
+        keep_code_values(limiter, FAIR_KEPT)
         self._lock = threading.Lock()
         self._gates: OrderedDict[str, _Gate] = OrderedDict()
 

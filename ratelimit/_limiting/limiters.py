@@ -28,6 +28,7 @@ from .feedback import restriction
 from .front import Limiter, difference
 from .guard import DEFAULT_GUARD, guard_seconds
 from .priority import LowPriority, priorities
+from .run_time import kept_by
 
 logger = logging.getLogger("ratelimit")
 
@@ -140,6 +141,7 @@ class SingleLimiter(Limiter[float]):
         self._alg = self.algorithm_for(clock)
         self._guard = self.guard_for(clock)
         self._priorities = priorities(low_share, borrow, high_reserve)
+        # What decides for this budget instead of the limiter, reading no change (a FairShare).
         self._adaptive = learned(adaptive)
         if self._adaptive is not None and self._priorities is not None:
             raise ValueError(
@@ -279,6 +281,9 @@ class SingleLimiter(Limiter[float]):
         return n
 
     def _limit_changes(self, rate: object, burst: object, ttl: object) -> list[tuple[int | None, Override]]:
+        kept = kept_by(self)
+        if kept is not None:
+            raise UnchangeableLimit(f"{self!r} is {kept}, which keeps the code's values; nothing was changed")
         if self._adaptive is not None or self._priorities is not None:
             what = "adaptive=" if self._adaptive is not None else "low_share="
             raise UnchangeableLimit(

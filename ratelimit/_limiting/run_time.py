@@ -10,6 +10,7 @@ change goes to its own handle (``set_private_limit``). Called by ``front.py``.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -97,3 +98,18 @@ def apply(
         return bool(backend.reset_limit(name, clock=at, **options))
     backend.set_limit(name, rate=change.rate, burst=change.burst, ttl=change.ttl, clock=at, **options)
     return False
+
+
+#: Limiters that refuse every change at run time, and why: what decides for their budget
+#: (a ``FairShare``'s state) never reads one.
+_kept: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def keep_code_values(limiter: Any, why: str) -> None:
+    """Have ``limiter`` refuse every change at run time from now on (``why``: what it is)."""
+    _kept[limiter] = why
+
+
+def kept_by(limiter: Any) -> str | None:
+    """Why ``limiter`` refuses every change at run time, or ``None``."""
+    return _kept.get(limiter)

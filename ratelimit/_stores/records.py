@@ -13,17 +13,20 @@ from .. import _validate
 
 __all__ = [
     "ACTIVE_SECONDS",
+    "FAIR_KEPT",
     "MAX_SET",
     "MAX_TTL_SECONDS",
     "MIN_SET",
     "PARAMETERS",
     "QUOTA_BURST",
+    "TENANTS_SHOWN",
     "WAIT_BOUNDS",
     "WINDOWS",
     "FleetRow",
     "Inspection",
     "Override",
     "Slots",
+    "Tenants",
     "UnchangeableLimit",
     "checked_override",
     "p99_wait",
@@ -84,6 +87,13 @@ class UnchangeableLimit(ValueError):
     """A change at run time asked of a limiter that would never read it."""
 
 
+#: What a FairShare's budget is, for the refusal of a change (every store says it).
+FAIR_KEPT = (
+    "a FairShare's budget (its line and its tenants' paces are a state of their own, at the rate "
+    "the code gave the FairShare's limiter)"
+)
+
+
 @dataclass(frozen=True)
 class Slots:
     """A ConcurrencyLimit's slots now."""
@@ -97,6 +107,30 @@ class Slots:
 
     def as_dict(self) -> dict[str, int | None]:
         return {"held": self.held, "max": self.most, "queued": self.queued}
+
+
+#: How many of a fair share's tenants an inspection reads and shows, furthest ahead first.
+TENANTS_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class Tenants:
+    """A ``FairShare``'s budget now: its tenants whose pace runs ahead of now."""
+
+    #: The budget's algorithm (``token_bucket``, ...).
+    kind: str
+    #: Tenants whose pace runs ahead of now (each counts in the split).
+    active: int
+    #: The few furthest ahead (at most :data:`TENANTS_SHOWN`): the tenant, seconds its
+    #: pace runs ahead of now, its weight (``None``: not stored).
+    ahead: tuple[tuple[str, float, float | None], ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "active": self.active,
+            "ahead": [{"tenant": t, "ahead_seconds": s, "weight": w} for t, s, w in self.ahead],
+        }
 
 
 @dataclass(frozen=True)
@@ -131,12 +165,14 @@ class Inspection:
     other_keys: tuple[str, ...] = ()
     now: float | None = None
     #: What else the name is (``adaptive``, ``composite``, ``priorities``,
-    #: ``concurrency``); none of them reads a change.
+    #: ``concurrency``, ``fair``); none of them reads a change.
     forms: tuple[str, ...] = ()
     #: A ConcurrencyLimit of this name: its slots now.
     concurrency: Slots | None = None
     #: The key whose budget this is (``limiter.for_key``); ``None``: the name's own.
     key: str | None = None
+    #: A FairShare's budget of this name: its tenants now.
+    fair: Tenants | None = None
 
     @property
     def known(self) -> bool:
@@ -169,6 +205,8 @@ class Inspection:
             "forms": list(self.forms),
             "concurrency": None if self.concurrency is None else self.concurrency.as_dict(),
             "now": self.now,
+            # A FairShare's budget alone has it: every other name reads as it always has.
+            **({} if self.fair is None else {"fair": self.fair.as_dict()}),
         }
 
 
@@ -206,7 +244,7 @@ class FleetRow:
     #: A shadow limiter's counts are what it would have done (see ``shadow=True``).
     shadow: bool
     #: Requests granted and refused, leased tokens, per second (``None`` for a
-    #: ConcurrencyLimit); withdrawn reservations are not grants.
+    #: ConcurrencyLimit and a FairShare); withdrawn reservations are not grants.
     grants_per_sec: float | None
     refusals_per_sec: float | None
     leased_per_sec: float | None
@@ -227,6 +265,8 @@ class FleetRow:
     most: int | None = None
     #: Reservations withdrawn before they were due, per second (a timeout, a cancel).
     withdrawn_per_sec: float | None = None
+    #: A FairShare's budget (kind ``fair``): its tenants paced ahead of now.
+    tenants: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -243,6 +283,8 @@ class FleetRow:
             "breaker": self.breaker,
             "idle_seconds": self.idle,
             "in_flight": None if self.held is None else {"held": self.held, "max": self.most, "queued": self.queued},
+            # A FairShare's row alone has it: every other row reads as it always has.
+            **({} if self.tenants is None else {"tenants": self.tenants}),
         }
 
 

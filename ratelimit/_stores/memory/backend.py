@@ -32,7 +32,7 @@ from ..._algorithms.breaker import Policy
 from ..._algorithms.fair import Fair
 from ..._clock import Clock, SystemClock
 from ..keys import Keyed
-from ..records import PARAMETERS, QUOTA_BURST, WINDOWS, Override, UnchangeableLimit, checked_override
+from ..records import FAIR_KEPT, PARAMETERS, QUOTA_BURST, WINDOWS, Override, UnchangeableLimit, checked_override
 from ..stats import Stats, weight
 from ..store import Level, Views
 from .breaker import MemoryStore
@@ -117,7 +117,7 @@ def _refuse(name: str, slots: Sequence[Slot], change: Override | None) -> None:
     for slot in slots:
         kind = slot.alg.kind
         if kind not in PARAMETERS:
-            what = _UNCHANGEABLE["adaptive" if kind == "adaptive" else "lanes"]
+            what = FAIR_KEPT if kind.endswith(":fair") else _UNCHANGEABLE["adaptive" if kind == "adaptive" else "lanes"]
             raise UnchangeableLimit(
                 f"limiter {name} is {what}, which keeps the code's values: a TokenBucket, LeakyBucket or "
                 f"SlidingWindow (alone, a key's, or a composite's member) reads a change at run time; "

@@ -34,23 +34,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..._algorithms.quota import period_seconds
 from ..keys import KEY_SEPARATOR, Keyed, code_key, config_key, follow_key, key_for, parts_of, tag, text_of, wire
 from ..records import (
+    FAIR_KEPT,
     MAX_SET,
     MIN_SET,
     PARAMETERS,
     QUOTA_BURST,
+    TENANTS_SHOWN,
     WINDOWS,
     Inspection,
     Override,
     Slots,
+    Tenants,
     UnchangeableLimit,
 )
 from .batch import Call, pipelined
-from .key_survey import CONCURRENCY, Roots, breaker_mode, forms, members, number, probe, survey
+from .key_survey import CONCURRENCY, Roots, breaker_mode, fair_kind, forms, members, number, probe, survey
 from .name_changes import RESET_KEPT, carried_text
 from .scripts import ALGORITHMS, single_script
 
@@ -71,6 +75,7 @@ _UNCHANGEABLE = {
     "composite": "a composite's members",
     "priorities": "a budget with priorities (low_share: two lanes)",
     "concurrency": "a ConcurrencyLimit (slots held, not a rate)",
+    "fair": FAIR_KEPT,
 }
 
 
@@ -325,7 +330,21 @@ def _reads(name: str | Keyed, roots: Roots, at: float) -> list[Call]:
             ("zcount", (holders + ":expiry", after, "+inf")),
             ("get", (holders + ":max",)),
         ]
+    fair = _fair_root(roots)
+    if fair is not None:
+        # See lua/_fair.lua: tenants scored by their finish; those ahead of now are
+        # active. A count and the few furthest ahead, however many there are.
+        tenants = key_for(name, fair) + ":tenants"
+        calls += [
+            ("zcount", (tenants, f"({at!r}", "+inf")),
+            ("zrevrangebyscore", (tenants, "+inf", f"({at!r}", 0, TENANTS_SHOWN, True)),
+        ]
     return calls
+
+
+def _fair_root(roots: Roots) -> str | None:
+    """A FairShare's root among a name's (the first, should processes run two kinds)."""
+    return next((root for root in sorted(roots) if fair_kind(root) is not None), None)
 
 
 def _peek_args(code: Mapping[str, str], now: float | None) -> list[str]:
@@ -381,6 +400,7 @@ def inspect_many(
     reads = [_reads(name, each, at) for name, each in zip(names, roots, strict=True)]
     replies = iter(pipelined(client, [call for calls in reads for call in calls]))
     raw = [[next(replies) for _ in calls] for calls in reads]
+    fair = _tenants(client, names, roots, raw, at)
     codes = [_code_of(each[0]) for each in raw]
     # Then every single limiter's own script, in one more pass: what it could grant.
     kinds = [_single(code) for code in codes]
@@ -395,9 +415,44 @@ def inspect_many(
             peeks.append(("evalsha", (single_script(kind).sha, len(keys), *keys, *_peek_args(code, now))))
     peeked = iter(pipelined(client, peeks))
     return [
-        _inspection(name, each_roots, each, code, kind, None if kind is None else next(peeked), at)
-        for name, each_roots, each, code, kind in zip(names, roots, raw, codes, kinds, strict=True)
+        replace(
+            _inspection(name, each_roots, each, code, kind, None if kind is None else next(peeked), at), fair=shares
+        )
+        for name, each_roots, each, code, kind, shares in zip(names, roots, raw, codes, kinds, fair, strict=True)
     ]
+
+
+def _tenants(
+    client: Any, names: Sequence[str | Keyed], roots: Sequence[Roots], raw: list[list[Any]], at: float
+) -> list[Tenants | None]:
+    """Each FairShare's tenants (``None``: not one), their reads taken off ``raw``;
+    the weights of the few shown read in one more pipeline, for every name at once."""
+    found: list[tuple[str, int, list[tuple[str, float]]] | None] = []
+    weights: list[Call] = []
+    for name, each_roots, each in zip(names, roots, raw, strict=True):
+        root = _fair_root(each_roots)
+        if root is None:
+            found.append(None)
+            continue
+        ahead = each.pop()
+        active = each.pop()
+        shown = [(text_of(tenant), float(finish)) for tenant, finish in ahead]
+        found.append((root, int(active), shown))
+        hash_key = key_for(name, root) + ":weights"
+        weights += [("hget", (hash_key, "t" + tenant)) for tenant, _ in shown]
+    stored = iter(pipelined(client, weights))
+    out: list[Tenants | None] = []
+    for share in found:
+        if share is None:
+            out.append(None)
+            continue
+        root, active, shown = share
+        kind = fair_kind(root)
+        assert kind is not None
+        out.append(
+            Tenants(kind, active, tuple((tenant, finish - at, number(next(stored))) for tenant, finish in shown))
+        )
+    return out
 
 
 def _inspection(

@@ -9,7 +9,8 @@ vanish with the traffic.
 An allotment (``lease=``) is counted when the script grants it (``l``), not per
 grant spent from it. A composite (an adaptive limiter too) is one row of kind
 ``composite``, a budget with priorities one of kind ``priorities``; a ConcurrencyLimit
-is shown by its slots held and queued now, and its maximum. A limiter's keyed budgets
+is shown by its slots held and queued now, and its maximum, and a FairShare's budget
+(kind ``fair``) by its tenants paced ahead of now (its script counts nothing). A limiter's keyed budgets
 add up in its row: one row per name, never one per customer.
 
 On Redis 7 and later, the function library holds a hot limiter's counts in Lua and
@@ -37,7 +38,7 @@ from ..keys import code_key, key_for, name_of, parts_of, text_of, wire
 from ..records import ACTIVE_SECONDS, FleetRow, p99_wait
 from .batch import Call, pipelined
 from .clients import database
-from .key_survey import CONCURRENCY, breaker_mode, number, split
+from .key_survey import CONCURRENCY, FAIR, breaker_mode, fair_kind, number, split
 from .scripts import library, refuses_functions
 
 __all__ = ["base_of", "fleet", "flush_counts"]
@@ -154,7 +155,8 @@ def base_of(key: str) -> str:
 def fleet(client: Any, window: float = 5.0, now: float | None = None) -> list[FleetRow]:
     """Every limiter active in the last minute, busiest first: its rates over the last
     ``window`` whole seconds, and its pauses over the minute; then every
-    ConcurrencyLimit with a slot held or a lease not yet run out, fullest first.
+    ConcurrencyLimit with a slot held or a lease not yet run out, fullest first; then
+    every FairShare's budget whose tenants' paces are kept, most tenants first.
     One SCAN pass (on a Cluster, one per master), then pipelines for all of them."""
     if now is None:
         seconds, micros = client.time()
@@ -162,22 +164,27 @@ def fleet(client: Any, window: float = 5.0, now: float | None = None) -> list[Fl
     current = math.floor(now)
     keys: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
     slots: list[str] = []
+    shared: list[tuple[str, str]] = []
     for raw in client.scan_iter(match="ratelimit:{*", count=1000):
         key = text_of(raw)
         parsed = _parse(key)
         if parsed is not None and parsed[2] > current - ACTIVE_SECONDS:
             keys[parsed[:2]].append((parsed[2], key))
-        elif (parts := split(key)) is not None and parts[1] == CONCURRENCY:
+        elif (parts := split(key)) is not None and (parts[1] == CONCURRENCY or _is_tenants(parts[1])):
             owner = parts_of(key)
             # A keyed limit's slots (``for_key``) are one customer's: not listed.
             if owner is not None and owner[1] is None:
-                slots.append(owner[0])
+                if parts[1] == CONCURRENCY:
+                    slots.append(owner[0])
+                else:
+                    shared.append((owner[0], key))
     # The counts held in Lua for the bases found, written before they are read.
     flush_counts(client, (base_of(key) for found in keys.values() for _, key in found))
     span = max(1, round(window))
     groups = [(name, kind, sorted(found)) for (name, kind), found in keys.items()]
     reads = [_reads(name, kind, found) for name, kind, found in groups]
     reads += [_slot_reads(name, now) for name in slots]
+    reads += [_fair_reads(name, key, now) for name, key in shared]
     replies = iter(pipelined(client, [call for calls in reads for call in calls]))
     answers = [[next(replies) for _ in calls] for calls in reads]
     rows = [
@@ -185,9 +192,12 @@ def fleet(client: Any, window: float = 5.0, now: float | None = None) -> list[Fl
         for (name, kind, found), answer in zip(groups, answers, strict=False)
     ]
     rows.sort(key=lambda row: (-(row.grants_per_sec or 0.0), row.name))
-    held = [_slot_row(name, answer) for name, answer in zip(slots, answers[len(groups) :], strict=True)]
+    after = len(groups) + len(slots)
+    held = [_slot_row(name, answer) for name, answer in zip(slots, answers[len(groups) : after], strict=True)]
     held.sort(key=lambda row: (-(row.held or 0), row.name))
-    return rows + held
+    fair = [_fair_row(name, answer) for (name, _), answer in zip(shared, answers[after:], strict=True) if answer[0]]
+    fair.sort(key=lambda row: (-(row.tenants or 0), row.name))
+    return rows + held + fair
 
 
 def _reads(name: str, kind: str, found: list[tuple[int, str]]) -> list[Call]:
@@ -249,6 +259,35 @@ def _slot_reads(name: str, now: float) -> list[Call]:
         ("get", (holders + ":max",)),
         ("hget", (key_for(name, "breaker"), "mode")),
     ]
+
+
+def _is_tenants(rest: str) -> bool:
+    """Whether a key's rest is a FairShare's tenants (``fair:<kind>:tenants``)."""
+    base, _, side = rest.rpartition(":")
+    return side == "tenants" and fair_kind(base) is not None
+
+
+def _fair_reads(name: str, tenants: str, now: float) -> list[Call]:
+    # See lua/_fair.lua: tenants scored by their finish; those ahead of now are active.
+    return [("zcount", (tenants, f"({now!r}", "+inf")), ("hget", (key_for(name, "breaker"), "mode"))]
+
+
+def _fair_row(name: str, answer: list[Any]) -> FleetRow:
+    active, mode = answer
+    return FleetRow(
+        name=name,
+        kind=FAIR,
+        shadow=False,
+        grants_per_sec=None,
+        refusals_per_sec=None,
+        leased_per_sec=None,
+        p99_wait=None,
+        pauses=0,
+        paused_for=None,
+        breaker=breaker_mode(mode),
+        idle=None,
+        tenants=int(active),
+    )
 
 
 def _slot_row(name: str, answer: list[Any]) -> FleetRow:

@@ -10,6 +10,8 @@ that prefix says what holds the key; the *roots* are:
 - ``hi:<kind>`` and ``lo:<kind>``: the two lanes of a budget with priorities;
 - ``concurrency``: a ConcurrencyLimit's holders (beside it ``:queue``, ``:expiry``,
   ``:seq`` and ``:max``, the maximum its processes were built with);
+- ``fair:<kind>``: a FairShare's budget line (beside it ``:tenants``, the active
+  tenants' finishes, and ``:weights``; either alone still says the root);
 - ``config`` (a change at run time), ``breaker`` (a circuit breaker), ``code``.
 
 Anything else (``<root>:holes``, ``...:top:<second>``, ``injected:...``) belongs to a
@@ -29,13 +31,28 @@ from ..keys import Keyed, key_for, parts_of, text_of
 from .batch import Call, pipelined
 from .scripts import ALGORITHMS, GROUP_ONLY
 
-__all__ = ["CONCURRENCY", "Roots", "breaker_mode", "forms", "members", "number", "probe", "split", "survey"]
+__all__ = [
+    "CONCURRENCY",
+    "FAIR",
+    "Roots",
+    "breaker_mode",
+    "fair_kind",
+    "forms",
+    "members",
+    "number",
+    "probe",
+    "split",
+    "survey",
+]
 
 #: A name's roots: what follows its prefix in the keys found.
 Roots = frozenset[str]
 
 #: The root of a ConcurrencyLimit's holders.
 CONCURRENCY = "concurrency"
+#: The lane of a FairShare's keys (``fair:<kind>``), and the keys beside its line.
+FAIR = "fair"
+_FAIR_SIDES = ("tenants", "weights")
 _LANES = ("hi", "lo")
 _PLAIN = ("code", "config", "breaker", CONCURRENCY, *ALGORITHMS)
 _MEMBER_KINDS = (*ALGORITHMS, *GROUP_ONLY, CONCURRENCY)
@@ -54,8 +71,22 @@ def split(key: str) -> tuple[str, str] | None:
     return key[: end + 2], key[end + 2 :]
 
 
+def fair_kind(root: str) -> str | None:
+    """The budget's algorithm of a FairShare's root ``fair:<kind>``, else ``None``."""
+    lane, _, kind = root.partition(":")
+    return kind if lane == FAIR and kind in ALGORITHMS else None
+
+
+def _root_of(rest: str) -> str | None:
+    """The root a key's rest is, or that it stands for (a FairShare's side key)."""
+    if _is_root(rest):
+        return rest
+    base, _, side = rest.rpartition(":")
+    return base if side in _FAIR_SIDES and fair_kind(base) is not None else None
+
+
 def _is_root(rest: str) -> bool:
-    if rest in _PLAIN:
+    if rest in _PLAIN or fair_kind(rest) is not None:
         return True
     member = _MEMBER.fullmatch(rest)
     if member is not None:
@@ -65,18 +96,19 @@ def _is_root(rest: str) -> bool:
 
 
 def members(roots: Iterable[str]) -> tuple[str, ...]:
-    """The members' and lanes' roots, in member order (``0:token_bucket``, ...)."""
+    """The members' and lanes' roots, in member order (``0:token_bucket``, ...); a
+    FairShare's is not one (``forms`` says it)."""
 
     def order(root: str) -> tuple[int, str]:
         number = root.partition(":")[0]
         return (int(number), root) if number.isdigit() else (-1, root)
 
-    return tuple(sorted((r for r in roots if ":" in r), key=order))
+    return tuple(sorted((r for r in roots if ":" in r and fair_kind(r) is None), key=order))
 
 
 def forms(roots: Iterable[str]) -> tuple[str, ...]:
     """What the name is besides a single limiter: ``adaptive``, ``composite``,
-    ``priorities``, ``concurrency``, each at most once, in this order."""
+    ``priorities``, ``concurrency``, ``fair``, each at most once, in this order."""
     found = set(roots)
     kinds = {m.group(2) for m in map(_MEMBER.fullmatch, found) if m is not None}
     out = []
@@ -88,6 +120,8 @@ def forms(roots: Iterable[str]) -> tuple[str, ...]:
         out.append("priorities")
     if CONCURRENCY in found:
         out.append("concurrency")
+    if any(fair_kind(r) is not None for r in found):
+        out.append(FAIR)
     return tuple(out)
 
 
@@ -98,8 +132,10 @@ def survey(client: Any) -> dict[str, Roots]:
         key = text_of(raw)
         parts, owner = split(key), parts_of(key)
         # A keyed budget (``for_key``) is one of its limiter's many: not a name of its own.
-        if parts is not None and owner is not None and owner[1] is None and _is_root(parts[1]):
-            found[owner[0]].add(parts[1])
+        if parts is not None and owner is not None and owner[1] is None:
+            root = _root_of(parts[1])
+            if root is not None:
+                found[owner[0]].add(root)
     return {name: frozenset(roots) for name, roots in found.items()}
 
 
@@ -107,6 +143,8 @@ def _candidates(first: int) -> list[str]:
     roots = [f"{i}:{kind}" for i in range(first, first + _PROBED) for kind in _MEMBER_KINDS]
     if first == 0:
         roots += [*_PLAIN, *(f"{lane}:{kind}" for lane in _LANES for kind in ALGORITHMS)]
+        # A FairShare's line expires before its tenants' finishes may: either says it.
+        roots += [f"{FAIR}:{kind}{side}" for kind in ALGORITHMS for side in ("", ":tenants")]
     return roots
 
 
@@ -128,8 +166,9 @@ def probe(client: Any, names: Sequence[N], extra: Sequence[Call] = ()) -> tuple[
         if first == 0:
             extras = replies[len(calls) :]
         for (name, root), count in zip(asked, replies, strict=False):
-            if count:
-                found[name].add(root)
+            owned = _root_of(root)
+            if count and owned is not None:
+                found[name].add(owned)
         last = first + _PROBED - 1
         pending = [n for n in pending if any(r.startswith(f"{last}:") for r in found[n])]
         first += _PROBED

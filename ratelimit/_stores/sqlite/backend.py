@@ -59,7 +59,7 @@ from .fast_path import FastPath
 from .file import Busy, StoreFile
 from .handles import Followed, SQLiteGroupHandle, SQLiteHandle
 from .holders import SQLiteSlots
-from .inspection import holds, inspect_all, inspect_names
+from .inspection import fair_rows, holds, inspect_all, inspect_names
 from .rows import Rows
 from .slots import SlotRows
 from .top import Cell, Counts, read_top
@@ -427,11 +427,16 @@ class SQLiteBackend(FailurePolicy):
         """Every limiter counted in the last minute, as ``ratelimit top --store
         sqlite:///PATH`` shows it (every process's counts, up to a second late): the
         rates over the last ``window`` whole seconds of store time before ``now``
-        (``None``: now)."""
+        (``None``: now); then every FairShare's budget, by its tenants."""
         if self._counters:
             with contextlib.suppress(BackendUnavailable):
                 self.write_counts()
-        return self._read(lambda conn, at: read_top(conn, at if now is None else now, window, _limiter_name))
+
+        def read(conn: Any, at: float) -> list[FleetRow]:
+            when = at if now is None else now
+            return read_top(conn, when, window, _limiter_name) + fair_rows(conn, when)
+
+        return self._read(read)
 
     def __len__(self) -> int:
         """How many named states the file keeps (a composite's limits count one each)."""

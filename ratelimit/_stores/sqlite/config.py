@@ -51,7 +51,7 @@ from typing import Any
 
 from ..._algorithms.algorithm import EPSILON, Algorithm
 from ..keys import KEY_SEPARATOR
-from ..records import MAX_SET, MIN_SET, PARAMETERS, QUOTA_BURST, WINDOWS, Override, UnchangeableLimit
+from ..records import FAIR_KEPT, MAX_SET, MIN_SET, PARAMETERS, QUOTA_BURST, WINDOWS, Override, UnchangeableLimit
 
 __all__ = [
     "FORGET_PAST",
@@ -294,6 +294,8 @@ def refuse_unchangeable(conn: sqlite3.Connection, name: str, burst: float | None
             )
         elif kind.endswith(":lanes"):
             kept.append("a budget with priorities (low_share: two lanes)")
+        elif kind.endswith(":fair"):
+            kept.append(FAIR_KEPT)
         elif kind == "concurrency":
             kept.append("a ConcurrencyLimit (slots held, not a rate)")
         elif burst is not None and kind in WINDOWS:

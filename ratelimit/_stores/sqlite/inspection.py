@@ -4,7 +4,7 @@
 transaction that writes nothing, the records the Redis store fills
 (:class:`~.records.Inspection`): the kind of a single limiter, a change in force, a
 pause fed back, a breaker of the name, a composite's members and a budget's lanes
-(``other_keys``, ``forms``), a ConcurrencyLimit's slots; and from what the code of a
+(``other_keys``, ``forms``), a ConcurrencyLimit's slots, a FairShare's tenants; and from what the code of a
 single limiter configured (``sqlite/code.py``) its ``code``, guard and ``shadow``,
 the parameters in force, and what it could grant now, worked out by its algorithm
 on the state row as Redis's ``peek`` op works it out (the state moved to a change
@@ -20,17 +20,19 @@ a name given back addresses the same row (``keys.bytes_of``).
 from __future__ import annotations
 
 import contextlib
+import heapq
 import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..._algorithms.algorithm import EPSILON
+from ..._algorithms.fair import FairState
 from ..._algorithms.holes import Holes
 from ..._algorithms.quota import CalendarQuota
 from ..._algorithms.token_bucket import Allowance
 from ..keys import Keyed, bytes_of, tag, text_of, untag
-from ..records import PARAMETERS, Inspection, Slots
+from ..records import PARAMETERS, TENANTS_SHOWN, FleetRow, Inspection, Slots, Tenants
 from .code import EVERY as EVERY_CODE
 from .code import Record, algorithm, kind_of, parsed
 from .code import read as read_code
@@ -39,12 +41,16 @@ from .config import Changeable, under
 from .config import read as read_change
 from .slots import survey
 
-__all__ = ["holds", "inspect_all", "inspect_names"]
+__all__ = ["fair_rows", "holds", "inspect_all", "inspect_names"]
 
 _COLUMNS = "CAST(name AS BLOB), member, CAST(kind AS BLOB), number, blob, test, updated, rate, burst"
 #: A name matches its row whether the row holds it as text or as a BLOB.
 _BY_NAME = f"SELECT {_COLUMNS} FROM ratelimit_state WHERE name IN (CAST(?1 AS TEXT), ?1)"
 _EVERY = f"SELECT {_COLUMNS} FROM ratelimit_state"
+_FAIR = (
+    "SELECT CAST(name AS BLOB), CAST(kind AS BLOB), number, blob, test FROM ratelimit_state "
+    "WHERE member = -1 AND kind LIKE '%:fair'"
+)
 _CONFIGURED = "SELECT CAST(name AS BLOB) FROM ratelimit_config"
 _CHANGED = "SELECT DISTINCT CAST(name AS BLOB) FROM ratelimit_config WHERE rate IS NOT NULL OR burst IS NOT NULL"
 _ANY_STATE = "SELECT 1 FROM ratelimit_state WHERE name IN (CAST(?1 AS TEXT), ?1) LIMIT 1"
@@ -87,6 +93,7 @@ def _inspection(
     breaker = opened_at = None
     members: list[tuple[int, str]] = []
     lanes: list[str] = []
+    fair = None
     for member, row_kind, number, blob, test, *_ in rows:
         if member >= 0:
             members.append((member, f"{member}:{row_kind}"))
@@ -94,6 +101,9 @@ def _inspection(
         if row_kind.endswith(":lanes"):
             base = row_kind.rpartition(":")[0]
             lanes += [f"hi:{base}", f"lo:{base}"]
+            continue
+        if row_kind.endswith(":fair"):
+            fair = _tenants(row_kind.rpartition(":")[0], number, blob, test, now)
             continue
         try:
             state, holes, _ = decode(number, blob)
@@ -125,6 +135,8 @@ def _inspection(
             concurrency = Slots(int(held), int(waiting), None)
     if concurrency is not None:
         forms.append("concurrency")
+    if fair is not None:
+        forms.append("fair")
     fields: dict[str, Any] = dict(
         name=name,
         key=key,
@@ -136,10 +148,29 @@ def _inspection(
         other_keys=tuple(each for _, each in sorted(set(members))) + tuple(lanes),
         forms=tuple(forms),
         concurrency=concurrency,
+        fair=fair,
         now=now,
     )
     fields.update(in_force or {})
     return Inspection(**fields)
+
+
+def _tenants(kind: str, number: Any, blob: Any, test: Any, now: float) -> Tenants:
+    """A FairShare's row (``memory/fair.py``'s state): its tenants paced ahead of now,
+    and the few furthest ahead. The row is one blob, read whole; only a count and
+    :data:`TENANTS_SHOWN` tenants come out of it. A row on a test clock: its tenants
+    kept, none shown (its times are not store time)."""
+    try:
+        state = decode(number, blob)[0]
+    except CorruptState:
+        state = None
+    if not isinstance(state, FairState):
+        return Tenants(kind, 0)
+    if test:
+        return Tenants(kind, len(state.tenants))
+    active = [(entry[0], tenant, entry[1]) for tenant, entry in state.tenants.items() if entry[0] > now]
+    ahead = heapq.nlargest(TENANTS_SHOWN, active)
+    return Tenants(kind, len(active), tuple((tenant, finish - now, weight) for finish, tenant, weight in ahead))
 
 
 def _rows(found: Iterable[tuple[Any, ...]]) -> list[_Row]:
@@ -287,3 +318,35 @@ def holds(conn: sqlite3.Connection, name: str) -> bool:
     if conn.execute(_ANY_CHANGE, (raw,)).fetchone() is not None:
         return True
     return bool(_slots(conn, named))
+
+
+def fair_rows(conn: sqlite3.Connection, now: float) -> list[FleetRow]:
+    """Every FairShare's budget in the file with a tenant paced ahead of now (a name's
+    own, not a key's), as ``top`` lists it after the counted limiters: by its tenants,
+    most first (its decisions count nothing)."""
+    rows = []
+    for named, kind, number, blob, test in conn.execute(_FAIR):
+        name, key = untag(text_of(named))
+        if key is not None:
+            continue
+        tenants = _tenants(text_of(kind).rpartition(":")[0], number, blob, test, now)
+        if not tenants.active:
+            continue  # the row stays after its tenants' paces end: nothing active
+        rows.append(
+            FleetRow(
+                name=name,
+                kind="fair",
+                shadow=False,
+                grants_per_sec=None,
+                refusals_per_sec=None,
+                leased_per_sec=None,
+                p99_wait=None,
+                pauses=0,
+                paused_for=None,
+                breaker=None,
+                idle=None,
+                tenants=tenants.active,
+            )
+        )
+    rows.sort(key=lambda row: (-(row.tenants or 0), row.name))
+    return rows
