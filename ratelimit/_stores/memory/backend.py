@@ -109,6 +109,7 @@ def _ttl(change: Override | None) -> float | None:
 _UNCHANGEABLE = {
     "adaptive": "an adaptive limiter (its rate is learned from the provider's answers)",
     "lanes": "a budget with priorities (low_share: two lanes)",
+    "fair": "a budget shared by a FairShare (its line and its tenants' paces keep the code's rate)",
 }
 
 
@@ -117,7 +118,9 @@ def _refuse(name: str, slots: Sequence[Slot], change: Override | None) -> None:
     for slot in slots:
         kind = slot.alg.kind
         if kind not in PARAMETERS:
-            what = _UNCHANGEABLE["adaptive" if kind == "adaptive" else "lanes"]
+            what = _UNCHANGEABLE[
+                "adaptive" if kind == "adaptive" else "fair" if kind.endswith(":fair") else "lanes"
+            ]
             raise UnchangeableLimit(
                 f"limiter {name} is {what}, which keeps the code's values: a TokenBucket, LeakyBucket or "
                 f"SlidingWindow (alone, a key's, or a composite's member) reads a change at run time; "

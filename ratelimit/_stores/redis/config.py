@@ -67,6 +67,7 @@ _UNCHANGEABLE = {
     "composite": "a composite's members",
     "priorities": "a budget with priorities (low_share: two lanes)",
     "concurrency": "a ConcurrencyLimit (slots held, not a rate)",
+    "fair": "a budget shared by a FairShare (its line and its tenants' paces keep the code's rate)",
 }
 
 

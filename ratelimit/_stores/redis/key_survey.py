@@ -8,6 +8,8 @@ that prefix says what holds the key; the *roots* are:
 - ``<i>:<kind>``: member ``i`` of a composite; an adaptive limiter is a group of two
   whose second member is ``1:adaptive``;
 - ``hi:<kind>`` and ``lo:<kind>``: the two lanes of a budget with priorities;
+- ``fair:<kind>``: the line of a budget shared by a FairShare (beside it ``:tenants``
+  and ``:weights``), probed for (a change at run time is refused) but not surveyed;
 - ``concurrency``: a ConcurrencyLimit's holders (beside it ``:queue``, ``:expiry``,
   ``:seq`` and ``:max``, the maximum its processes were built with);
 - ``config`` (a change at run time), ``breaker`` (a circuit breaker), ``code``.
@@ -37,6 +39,7 @@ Roots = frozenset[str]
 #: The root of a ConcurrencyLimit's holders.
 CONCURRENCY = "concurrency"
 _LANES = ("hi", "lo")
+_FAIR = "fair"
 _PLAIN = ("code", "config", "breaker", CONCURRENCY, *ALGORITHMS)
 _MEMBER_KINDS = (*ALGORITHMS, *GROUP_ONLY, CONCURRENCY)
 _MEMBER = re.compile(r"(\d+):(\w+)")
@@ -76,7 +79,7 @@ def members(roots: Iterable[str]) -> tuple[str, ...]:
 
 def forms(roots: Iterable[str]) -> tuple[str, ...]:
     """What the name is besides a single limiter: ``adaptive``, ``composite``,
-    ``priorities``, ``concurrency``, each at most once, in this order."""
+    ``priorities``, ``concurrency``, ``fair``, each at most once, in this order."""
     found = set(roots)
     kinds = {m.group(2) for m in map(_MEMBER.fullmatch, found) if m is not None}
     out = []
@@ -88,6 +91,8 @@ def forms(roots: Iterable[str]) -> tuple[str, ...]:
         out.append("priorities")
     if CONCURRENCY in found:
         out.append("concurrency")
+    if any(r.partition(":")[0] == _FAIR for r in found):
+        out.append("fair")
     return tuple(out)
 
 
@@ -106,7 +111,7 @@ def survey(client: Any) -> dict[str, Roots]:
 def _candidates(first: int) -> list[str]:
     roots = [f"{i}:{kind}" for i in range(first, first + _PROBED) for kind in _MEMBER_KINDS]
     if first == 0:
-        roots += [*_PLAIN, *(f"{lane}:{kind}" for lane in _LANES for kind in ALGORITHMS)]
+        roots += [*_PLAIN, *(f"{lane}:{kind}" for lane in (*_LANES, _FAIR) for kind in ALGORITHMS)]
     return roots
 
 

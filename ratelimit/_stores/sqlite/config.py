@@ -294,6 +294,8 @@ def refuse_unchangeable(conn: sqlite3.Connection, name: str, burst: float | None
             )
         elif kind.endswith(":lanes"):
             kept.append("a budget with priorities (low_share: two lanes)")
+        elif kind.endswith(":fair"):
+            kept.append("a budget shared by a FairShare (its line and its tenants' paces keep the code's rate)")
         elif kind == "concurrency":
             kept.append("a ConcurrencyLimit (slots held, not a rate)")
         elif burst is not None and kind in WINDOWS:
