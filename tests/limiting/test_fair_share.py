@@ -13,7 +13,6 @@ from typing import Any
 
 import fakeredis
 import pytest
-from conftest import unique_name
 
 from ratelimit import (
     AcquireTimeout,
@@ -28,6 +27,8 @@ from ratelimit import (
 )
 from ratelimit._limiting import fair as fair_front
 from ratelimit._stores.records import UnchangeableLimit
+
+from conftest import unique_name
 
 # -- arguments ------------------------------------------------------------------------
 

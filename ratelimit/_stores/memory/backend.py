@@ -118,9 +118,7 @@ def _refuse(name: str, slots: Sequence[Slot], change: Override | None) -> None:
     for slot in slots:
         kind = slot.alg.kind
         if kind not in PARAMETERS:
-            what = _UNCHANGEABLE[
-                "adaptive" if kind == "adaptive" else "fair" if kind.endswith(":fair") else "lanes"
-            ]
+            what = _UNCHANGEABLE["adaptive" if kind == "adaptive" else "fair" if kind.endswith(":fair") else "lanes"]
             raise UnchangeableLimit(
                 f"limiter {name} is {what}, which keeps the code's values: a TokenBucket, LeakyBucket or "
                 f"SlidingWindow (alone, a key's, or a composite's member) reads a change at run time; "
