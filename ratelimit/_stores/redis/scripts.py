@@ -269,9 +269,11 @@ _BY_FUNCTION: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 _by_function_lock = threading.Lock()
 # The clients that call functions and have not yet looked at the revision their server
 # holds: each one's first call lists the library and replaces an older revision (whose
-# text may hold what a later revision fixed), then this forgets it. Empty in the steady
-# state, so a call pays one test of an empty dictionary for it.
+# text may hold what a later revision fixed), then this forgets it. ``_unchecked`` says
+# whether it may hold any: false in the steady state, so a call pays one test of a
+# module's bool for it (the weak dictionary's own truth test costs seven times as much).
 _UNCHECKED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+_unchecked = False
 # Bumped at every mark: a Script's memo of the last client it was called on (see
 # Script._by_function) holds while this has not moved.
 _marks = 0
@@ -300,20 +302,29 @@ def by_function(client: Any) -> bool:
         # scripts.
         usable = hasattr(client, "fcall") and hasattr(client, "function_load") and not hasattr(client, "nodes_manager")
         if usable:
-            with contextlib.suppress(TypeError), _by_function_lock:
-                _UNCHECKED[client] = True
+            _look_first(client)
         return _remember(client, usable)
     return known
+
+
+def _look_first(client: Any) -> None:
+    global _unchecked
+    with contextlib.suppress(TypeError), _by_function_lock:
+        _UNCHECKED[client] = True
+        _unchecked = True
 
 
 def _first_call(client: Any) -> bool:
     """Whether this is ``client``'s first call by function, which looks at the revision
     loaded first (only one caller is told so)."""
-    try:
-        with _by_function_lock:
-            return _UNCHECKED.pop(client, False)
-    except TypeError:
-        return False
+    global _unchecked
+    with _by_function_lock:
+        try:
+            first = _UNCHECKED.pop(client, False)
+        except TypeError:
+            first = False
+        _unchecked = len(_UNCHECKED) > 0
+        return first
 
 
 def call_by_script(client: Any) -> None:
@@ -529,7 +540,7 @@ class Script:
         # through the client (redis/held_connection.py).
         try:
             if self._by_function(client):
-                if _UNCHECKED and _first_call(client):
+                if _unchecked and _first_call(client):
                     steps = self._steps(client, first=True)
                 else:
                     try:
@@ -570,7 +581,7 @@ class Script:
     ) -> Any:
         try:
             if self._by_function(client):
-                if _UNCHECKED and _first_call(client):
+                if _unchecked and _first_call(client):
                     steps = self._steps(client, first=True)
                 else:
                     try:
