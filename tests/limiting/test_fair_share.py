@@ -179,6 +179,30 @@ def test_a_hostile_number_of_tenants_keeps_a_bounded_number_of_gates(monkeypatch
         assert share._gates_kept() <= 64
 
 
+def test_thousands_of_tenants_waiting_at_once_do_not_make_each_newcomer_scan_them_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Gates of tenants with callers waiting cannot be forgotten: a new tenant's gate
+    must not sweep all of them again under the share's lock (6,000 tenants waiting took
+    seconds, quadratic: 10,000 took 17 s). The gates kept stay within twice the most
+    tenants that waited at once, and a sweep brings them back within the bound."""
+    monkeypatch.setattr(fair_front, "_KEPT_GATES", 64)
+    clock = ManualClock()
+    share = FairShare(TokenBucket(1, 100, clock=clock))
+    waiting = [(f"tenant-{i}", fair_front._Turn(None)) for i in range(6000)]
+    started = time.perf_counter()
+    gates = [share._enter(tenant, turn) for tenant, turn in waiting]
+    assert time.perf_counter() - started < 1.5  # about 0.02 s; quadratic, several
+    for (tenant, turn), gate in zip(waiting, gates, strict=True):
+        assert gate is not None
+        share._leave(tenant, gate, turn)
+    for i in range(7000):
+        assert share.for_key(f"later-{i}").try_acquire()
+        clock.advance(0.01)
+        assert share._gates_kept() <= 2 * 6000 + 1
+    assert share._gates_kept() <= 64
+
+
 def test_tenants_share_a_budget_in_an_sqlite_file(tmp_path: Path) -> None:
     """Two processes' views (two backends on one file): one pace per tenant."""
     clock = ManualClock()
