@@ -125,7 +125,7 @@ def main() -> None:
                     key = f"ratelimit:{{versus-{name}-{kind}}}:{kind}"
                     sent = op
                     if args.carry == "change":
-                        change = {"rate": "1e9", "burst": "", "by": "name", "v": "1"}
+                        change: dict[Any, Any] = {"rate": "1e9", "burst": "", "by": "name", "v": "1"}
                         admin.hset(key.replace(kind, "config"), mapping=change)
                         if name == "this":
                             sent = f"{op} 1 1e9 - -"

@@ -173,6 +173,8 @@ class FairShare:
         keep_code_values(limiter, FAIR_KEPT)
         self._lock = threading.Lock()
         self._gates: OrderedDict[str, _Gate] = OrderedDict()
+        #: How many gates the last sweep left (see _forget_gates).
+        self._left = 0
 
     # -- tenants ------------------------------------------------------------------------
 
@@ -241,8 +243,13 @@ class FairShare:
 
     def _forget_gates(self) -> None:
         """Bound the gates kept: the least recently used idle ones go (a tenant whose
-        gate went may be deferred once by the store, which knows its pace)."""
-        if len(self._gates) <= _KEPT_GATES:
+        gate went may be deferred once by the store, which knows its pace). A sweep
+        that could not bring them within ``_KEPT_GATES`` (thousands of tenants waiting
+        at once) is not done again before their number doubles: each new tenant's gate
+        would scan them all under the lock, quadratic in the tenants waiting. So at most
+        ``_KEPT_GATES``, or twice the most tenants that waited here at once, are kept."""
+        count = len(self._gates)
+        if count <= _KEPT_GATES or (self._left > _KEPT_GATES and count <= 2 * self._left):
             return
         now = self._clock.now()
         for tenant, gate in list(self._gates.items()):
@@ -250,6 +257,7 @@ class FairShare:
                 break
             if not gate.turns and (gate.opens <= now or len(self._gates) > _KEPT_GATES):
                 del self._gates[tenant]
+        self._left = len(self._gates)
 
     def _ticket(self, tenant: str) -> float | None:
         """The ticket the tenant's next request here presents."""

@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from ratelimit._stores.redis.replies import cached_num, decision_of, num, wait_arg
-from ratelimit._stores.redis.scripts import by_function, call_by_script, single_script
+from ratelimit._stores.redis.scripts import REVISION, by_function, call_by_script, library, single_script
 
 
 class Client:
@@ -28,6 +28,11 @@ class Client:
     def function_load(self, *args: Any, **kwargs: Any) -> None:
         self.sent.append("load")
 
+    def function_list(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        self.sent.append("list")  # this release's revision is loaded
+        described = {"name": "revision", "description": f"ratelimit protocol 1 revision {REVISION}"}
+        return [{"library_name": library().name, "functions": [described]}]
+
 
 def test_a_client_marked_after_its_first_calls_calls_by_script_from_the_next_on() -> None:
     script = single_script("token_bucket")
@@ -38,8 +43,9 @@ def test_a_client_marked_after_its_first_calls_calls_by_script_from_the_next_on(
     call_by_script(first)
     script(first, ["k"], ["reserve"])
     script(second, ["k"], ["reserve"])
-    assert first.sent == ["fcall", "fcall", "evalsha"]
-    assert second.sent == ["fcall", "fcall"]
+    # Each client's first call looks at the revision loaded (this one's: not loaded again).
+    assert first.sent == ["list", "fcall", "fcall", "evalsha"]
+    assert second.sent == ["list", "fcall", "fcall"]
     assert not by_function(first)
     assert by_function(second)
 

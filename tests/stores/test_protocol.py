@@ -16,6 +16,7 @@ recorded, and held to its conformance vectors.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 
 from ratelimit import ManualClock, RedisBackend, TokenBucket
 from ratelimit._stores.redis.protocol import (
@@ -167,6 +169,36 @@ def test_an_older_revision_is_replaced_and_a_newer_one_kept(server: RedisServer)
     assert command_calls(admin, "function|load") == 3
     assert command_calls(admin, "evalsha") + command_calls(admin, "eval") >= 4
     backend.close()
+    admin.close()
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_an_older_revision_with_every_function_is_replaced_at_the_first_call(server: RedisServer, path: str) -> None:
+    """An older revision may hold what this one fixed (revision 4 bounded a bisection
+    that spun for ever in revision 3): it is replaced at a client's first call, not
+    kept until a call misses a function. A newer one is still kept."""
+    admin = redis.Redis.from_url(server.url)
+    clock = ManualClock(1_000.0)
+
+    async def tries(bucket: TokenBucket, client: redis.asyncio.Redis) -> list[bool]:
+        got = [await bucket.try_acquire_async() for _ in range(4)]
+        await client.aclose()
+        return got
+
+    for loaded, kept in ((REVISION - 1, REVISION), (REVISION + 1, REVISION + 1)):
+        admin.function_load(library_text(library().name, loaded).text, replace=True)
+        if path == "sync":
+            backend = RedisBackend.from_url(server.url, coalesce=False)
+            bucket = TokenBucket(3, 0.001, backend=backend, name=unique_name("rev"), clock=clock)
+            assert [bucket.try_acquire() for _ in range(4)] == [True, True, True, False]
+            backend.close()
+        else:
+            client = redis.asyncio.Redis.from_url(server.url)
+            bucket = TokenBucket(3, 0.001, backend=RedisBackend(client), name=unique_name("rev"), clock=clock)
+            assert asyncio.run(tries(bucket, client)) == [True, True, True, False]
+        assert _revision(admin) == kept
+    assert command_calls(admin, "evalsha") + command_calls(admin, "eval") == 0
     admin.close()
 
 

@@ -56,6 +56,7 @@ from ratelimit._algorithms.leaky_bucket import LeakyQueue
 from ratelimit._algorithms.sliding_window import WindowLog
 from ratelimit._algorithms.sliding_window_counter import WindowCounter
 from ratelimit._algorithms.token_bucket import Gcra
+from ratelimit._limiting.front import acquire_level
 from ratelimit.cli import main
 
 from conftest import SUPPORT
@@ -1513,3 +1514,23 @@ def test_a_code_row_written_by_hand_gives_its_kind_alone(tmp_path: Path) -> None
     assert (seen.kind, seen.code, seen.available) == ("token_bucket", None, None)
     _rows(path, "UPDATE ratelimit_code SET kind = 'mystery', p1 = 5")
     assert backend.inspect("hand").kind == "mystery"
+
+
+def test_a_spent_allowance_in_real_time_refuses_as_on_every_store(tmp_path: Path) -> None:
+    """A TokenBucket(n, 0) spent, on the real clock (its decisions counted for
+    ``ratelimit top``): refused, never an error from the count of a grant never due."""
+    bucket = TokenBucket(1, 0, backend=SQLiteBackend(tmp_path / "store.db"), name="allowance")
+    assert bucket.try_acquire()
+    assert not bucket.try_acquire()
+    with pytest.raises(AcquireTimeout) as caught:
+        bucket.acquire(timeout=5)
+    assert caught.value.retry_after == math.inf
+    with pytest.raises(AcquireTimeout):
+        acquire_level(bucket, 1, 0)
+
+    async def scenario() -> None:
+        assert not await bucket.try_acquire_async()
+        with pytest.raises(AcquireTimeout):
+            await bucket.acquire_async()
+
+    asyncio.run(scenario())

@@ -269,6 +269,13 @@ def listed_revision(listed: Any) -> int | None:
 # again only if its server refuses functions later.
 _BY_FUNCTION: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 _by_function_lock = threading.Lock()
+# The clients that call functions and have not yet looked at the revision their server
+# holds: each one's first call lists the library and replaces an older revision (whose
+# text may hold what a later revision fixed), then this forgets it. ``_unchecked`` says
+# whether it may hold any: false in the steady state, so a call pays one test of a
+# module's bool for it (the weak dictionary's own truth test costs seven times as much).
+_UNCHECKED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+_unchecked = False
 # Bumped at every mark: a Script's memo of the last client it was called on (see
 # Script._by_function) holds while this has not moved.
 _marks = 0
@@ -296,8 +303,30 @@ def by_function(client: Any) -> bool:
         # second round trip per decision) where it reads EVALSHA's itself, so it calls
         # scripts.
         usable = hasattr(client, "fcall") and hasattr(client, "function_load") and not hasattr(client, "nodes_manager")
+        if usable:
+            _look_first(client)
         return _remember(client, usable)
     return known
+
+
+def _look_first(client: Any) -> None:
+    global _unchecked
+    with contextlib.suppress(TypeError), _by_function_lock:
+        _UNCHECKED[client] = True
+        _unchecked = True
+
+
+def _first_call(client: Any) -> bool:
+    """Whether this is ``client``'s first call by function, which looks at the revision
+    loaded first (only one caller is told so)."""
+    global _unchecked
+    with _by_function_lock:
+        try:
+            first = _UNCHECKED.pop(client, False)
+        except TypeError:
+            first = False
+        _unchecked = len(_UNCHECKED) > 0
+        return first
 
 
 def call_by_script(client: Any) -> None:
@@ -404,12 +433,28 @@ class Script:
             self._memo = (weakref.ref(client), usable, marks)
         return usable
 
-    def _steps(self, client: Any, failed: ResponseError | None = None) -> Generator[str, Any, Any]:
+    def _steps(
+        self, client: Any, failed: ResponseError | None = None, *, first: bool = False
+    ) -> Generator[str, Any, Any]:
         """The calls one call of this driver makes, for the synchronous and the asyncio
         runner alike: each yields what to send next (``FCALL``, ``LISTED``, ``LOAD``,
         ``EVALSHA``, ``EVAL``) and is sent its reply, or has its error reply thrown in.
         ``failed``: the error of an ``FCALL`` already sent (the runners send the first
-        themselves), from which the steps go on."""
+        themselves), from which the steps go on. ``first``: the client's first call,
+        which loads the library where it is missing or at a revision older than this
+        one (its text may hold what this revision fixed: a call of it would run that)
+        before calling; a look refused (an ACL) leaves it to the call, as below."""
+        if first:
+            try:
+                listed = yield LISTED
+            except ResponseError:
+                listed = None  # a look refused (an ACL): the call says what is missing
+            revision = listed_revision(listed)
+            if listed is not None and (revision is None or revision < REVISION):
+                try:
+                    yield LOAD
+                except ResponseError as exc:
+                    _after_load(client, exc)
         if failed is not None or self._by_function(client):
             if failed is None:
                 try:
@@ -512,12 +557,15 @@ class Script:
         # through the client (redis/held_connection.py).
         try:
             if self._by_function(client):
-                try:
-                    if send is not None:
-                        return send(self._wired(FCALL, keys, args))
-                    return client.fcall(self.function, len(keys), *keys, *args)
-                except ResponseError as exc:
-                    steps = self._steps(client, exc)
+                if _unchecked and _first_call(client):
+                    steps = self._steps(client, first=True)
+                else:
+                    try:
+                        if send is not None:
+                            return send(self._wired(FCALL, keys, args))
+                        return client.fcall(self.function, len(keys), *keys, *args)
+                    except ResponseError as exc:
+                        steps = self._steps(client, exc)
             else:
                 try:
                     if send is not None:
@@ -553,12 +601,15 @@ class Script:
         the driver (``send`` hands it the reply if its task leaves before it lands)."""
         try:
             if self._by_function(client):
-                try:
-                    if send is not None:
-                        return await send(self._wired(FCALL, keys, args), late)
-                    return await client.fcall(self.function, len(keys), *keys, *args)
-                except ResponseError as exc:
-                    steps = self._steps(client, exc)
+                if _unchecked and _first_call(client):
+                    steps = self._steps(client, first=True)
+                else:
+                    try:
+                        if send is not None:
+                            return await send(self._wired(FCALL, keys, args), late)
+                        return await client.fcall(self.function, len(keys), *keys, *args)
+                    except ResponseError as exc:
+                        steps = self._steps(client, exc)
             else:
                 try:
                     if send is not None:

@@ -203,8 +203,11 @@ class _Unavailable(Generic[T]):
         top = self.top
         backend = self._backend
         if top is not None:
-            wait = decision[0]
-            backend.counts.decided(top, decision[1] - wait, wait)
+            wait, at = decision
+            # A grant never due (a spent allowance) is refused at (-inf, -inf): it has
+            # no time of its own, and is counted in the second now.
+            now = at - wait if wait > -math.inf else time.time()
+            backend.counts.decided(top, now, wait)
         backend.sweep_if_due()
 
     def reserve_here(self, tokens: T, max_wait: float) -> tuple[float, float] | None:
