@@ -297,13 +297,19 @@ def test_inspect_set_and_top_take_few_round_trips(
     pages = keys // 1000 + 2
     assert after[1] - before[1] <= pages
     assert counted.trips <= pages + 20
-    # One name: no SCAN at all.
-    for argv in (["inspect", names[0]], ["set", names[1], "--rate", "5/s"], ["set", names[1], "--reset"]):
+    # One name: inspect scans nothing; a change by name one SCAN pass for the name's
+    # keys in use (for_key views), which it writes, and the record later keys carry (a
+    # read and a write): a bounded number of round trips, whatever the names held.
+    for argv, scans, more in (
+        (["inspect", names[0]], 0, 0),
+        (["set", names[1], "--rate", "5/s"], pages, 4),
+        (["set", names[1], "--reset"], pages, 4),
+    ):
         before = _stats(client)
         counted.trips = 0
         assert main([*argv, "--redis", url]) == 0
-        assert _stats(client)[1] == before[1], argv
-        assert counted.trips <= 12, argv
+        assert _stats(client)[1] - before[1] <= scans, argv
+        assert counted.trips <= 12 + more + scans, argv
     capsys.readouterr()
     # top: a pipeline for all limiters, not a round trip each.
     counted.trips = 0
