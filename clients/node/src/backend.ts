@@ -1,8 +1,8 @@
 /**
  * The connection to Redis and the way each call goes (docs/protocol.md, "The function
- * library"): an FCALL of `ratelimit_p1_<function>`; on "Function not found", the library
- * listed and loaded only where the server has none or an older revision, then called
- * again; on a server without Functions, the function's script by SHA (EVAL on NOSCRIPT).
+ * library"): an FCALL of `ratelimit_p1_<function>`; at the first call, and on "Function
+ * not found", the library listed and loaded only where the server has none or an older
+ * revision, then called (again); on a server without Functions, the function's script by SHA (EVAL on NOSCRIPT).
  */
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -88,6 +88,8 @@ export class RedisBackend {
   readonly db: number;
   // true: calls functions; false: scripts (no Functions on this server, or none allowed).
   private byFunction = true;
+  // Whether the first call has looked at the revision the server holds (see call).
+  private checked = false;
   private readonly shas = new Map<string, string>();
   private closed = false;
 
@@ -121,6 +123,12 @@ export class RedisBackend {
   async call(fn: string, keys: string[], args: string[]): Promise<unknown> {
     if (this.closed) throw new BackendUnavailable("the backend is closed");
     try {
+      if (this.byFunction && !this.checked) {
+        // A server may hold an older revision with every function, whose text lacks
+        // what this one fixed: the first call looks, and loads this one over it.
+        await this.load();
+        this.checked = true;
+      }
       if (this.byFunction) {
         try {
           return await this.fcall(fn, keys, args);

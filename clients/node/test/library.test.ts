@@ -124,6 +124,33 @@ test("an older revision is replaced, a newer one kept and its missing function c
   }
 });
 
+/** The library's text at another revision, with every function. */
+function revisionWhole(revision: number): string {
+  const said = `local PROTOCOL, REVISION = '1', '${REVISION}'`;
+  return artifact.library.replace(said, `local PROTOCOL, REVISION = '1', '${revision}'`);
+}
+
+test("an older revision holding every function is replaced at the first call", async () => {
+  const server = await privateServer();
+  const admin = new Redis(server.url);
+  const backend = RedisBackend.fromUrl(server.url);
+  try {
+    // An older release loaded first: its text may lack what this revision fixed.
+    await admin.call("FUNCTION", "LOAD", revisionWhole(REVISION - 1));
+    const bucket = new TokenBucket({ capacity: 2, refillPerSec: 1, backend, name: "whole", clock: new ManualClock() });
+    assert.equal(await bucket.tryAcquire(), true);
+    assert.equal(listedRevision(await admin.call("FUNCTION", "LIST", "LIBRARYNAME", LIBRARY)), REVISION);
+    const loads = await calls(admin, "function|load");
+    assert.equal(await bucket.tryAcquire(), true);
+    assert.equal(await calls(admin, "function|list"), 2); // the first call's look, and the test's own
+    assert.equal(await calls(admin, "function|load"), loads);
+  } finally {
+    await backend.close();
+    admin.disconnect();
+    server.stop();
+  }
+});
+
 test("a server without FCALL (renamed away) is called by script, and decides alike", async () => {
   const server = await privateServer("--rename-command", "FCALL", "", "--rename-command", "FUNCTION", "");
   const backend = RedisBackend.fromUrl(server.url);
