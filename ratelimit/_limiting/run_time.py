@@ -86,7 +86,9 @@ def apply(
     name = place if isinstance(place, str) else place.name
     options: dict[str, Any] = {} if isinstance(place, str) else {"key": place.key}
     if member is not None:
-        if getattr(backend, "shared", False):
+        # A store says it can keep a composite's member's change (``member=``) with
+        # ``changes_members = True``; one without the flag is asked for none.
+        if not getattr(backend, "changes_members", False):
             raise UnchangeableLimit(
                 f"limiter {name!r} is a composite's members on {backend!r}, which changes a single limiter's "
                 f"limit (and its keys') only: nothing was changed"

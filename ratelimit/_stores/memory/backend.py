@@ -244,6 +244,8 @@ class MemoryBackend:
     """
 
     shared = False
+    #: A composite's member's change (``set_limit(..., member=i)``) is kept too.
+    changes_members = True
     #: A key's decision reads its name's change when it has none of its own.
     later_keys_follow = True
     later_keys_after = 0.0

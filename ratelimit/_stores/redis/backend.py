@@ -168,6 +168,8 @@ class RedisBackend(RedisCalls):
     """
 
     shared = True
+    #: A change is a single limiter's (and its keys'): a composite's members keep the code's values.
+    changes_members = False
     #: A change by name is written into the keys in use (each key decides in a slot of
     #: its own), and each process reads it for its keys' decisions to carry to the keys
     #: first used later (``redis/name_changes.py``), once a second.

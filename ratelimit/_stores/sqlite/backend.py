@@ -145,6 +145,8 @@ class SQLiteBackend(FailurePolicy):
     """
 
     shared = True
+    #: A change is a single limiter's (and its keys'): a composite's members keep the code's values.
+    changes_members = False
     #: A key's decision reads its name's change when it has none of its own.
     later_keys_follow = True
     later_keys_after = 0.0
