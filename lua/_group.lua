@@ -6,7 +6,8 @@
 -- KEYS[i]  member i's base key, ratelimit:{<composite name>}:<i>:<algorithm>: all
 --          members share the composite's hash tag, so this works on Redis Cluster.
 -- ARGV[1]  op: 'reserve' | 'refund' | 'restrict' | 'charge' | 'throttle' | 'rate' | 'batch' |
---          'wait' (read only, limiter.peek: {wait, now}) | 'reset' (limiter.reset: {now});
+--          'wait' (read only, limiter.peek: {wait, now}) | 'reset' (limiter.reset: {now}) |
+--          'member' (a member's change at run time, below);
 --          'named' and 'nbatch' are 'reserve' and 'batch' that name a grant at once too,
 --          after a '~' when nothing is counted for `ratelimit top` (see _top.lua)
 -- ARGV[2]  now, seconds; '' reads the server's TIME
@@ -27,6 +28,13 @@
 -- reserve: a '1' after the members asks for the level after the decision too (the
 -- tightest member's): {signed_wait, at, name, left, micros}, as _single.lua replies a
 -- decision other than a grant at once with ARGV[9] = '1'.
+--
+-- member: ARGV[3] the member (from 0), ARGV[4] and ARGV[5] its new rate and burst
+-- ('' keeps the code's; both '': back to the code's), ARGV[6] the seconds it lasts
+-- ('' until reset); KEYS[1] any key of the composite's hash tag. Writes the fields
+-- "<i>:rate", "<i>:burst", "<i>:until" of ratelimit:{<name>}:members:config, which
+-- every other op reads (and "<i>:was", the change the member's state is at); returns
+-- {now, '1' if a change of the member was in force, else '0'}.
 --
 -- Otherwise returns as the single-limiter driver does. Mirrors MemoryGroupHandle in
 -- ratelimit/_stores/memory/backend.py: every member plans; the grant happens at the latest of their
@@ -51,6 +59,27 @@ elseif op == 'nbatch' then op, names = 'batch', true end
 local top_base = nil
 if counted then top_base = group_base(KEYS[1], 'composite') end
 local now = clock(ARGV[2])
+-- Where a member's change at run time is kept (see follow_member_changes in _members.lua).
+local changes = members_config(KEYS[1])
+if op == 'member' then
+  -- ARGV[3]: the member (from 0); ARGV[4], ARGV[5]: its new rate and burst ('' keeps
+  -- the code's; both '': back to the code's); ARGV[6]: the seconds it lasts ('' until
+  -- reset). KEYS[1]: any key of the composite's hash tag. The state moves at the next
+  -- call that writes, whose code values this op does not know. Returns {now, '1' if a
+  -- change of the member was in force, else '0'}.
+  local p = ARGV[3] .. ':'
+  local set = redis.call('HMGET', changes, p .. 'rate', p .. 'burst', p .. 'until')
+  local untl = tonumber(set[3])
+  local was = (valid(set[1]) or valid(set[2])) and not (untl and now >= untl)
+  redis.call('HDEL', changes, p .. 'rate', p .. 'burst', p .. 'until')
+  if ARGV[4] ~= '' then redis.call('HSET', changes, p .. 'rate', ARGV[4]) end
+  if ARGV[5] ~= '' then redis.call('HSET', changes, p .. 'burst', ARGV[5]) end
+  if ARGV[6] ~= '' and (ARGV[4] ~= '' or ARGV[5] ~= '') then
+    redis.call('HSET', changes, p .. 'until', fmt(now + tonumber(ARGV[6])))
+  end
+  if was then return {fmt(now), '1'} end
+  return {fmt(now), '0'}
+end
 local members = {}
 local kinds = {}
 local j = 4
@@ -62,7 +91,7 @@ for i = 1, #KEYS do
   -- (A parameter that is no number is text the algorithm reads: a quota's boundaries.)
   for k = 1, arity do params[k] = tonumber(ARGV[j + 1 + k]) or ARGV[j + 1 + k] end
   local self = alg.new(KEYS[i], unpack(params))
-  members[i] = {alg = alg, self = self, tokens = tonumber(ARGV[j + 1]), state = alg.load(self)}
+  members[i] = {alg = alg, self = self, tokens = tonumber(ARGV[j + 1]), state = alg.load(self), params = params}
   kinds[i] = ARGV[j]
   j = j + 2 + arity
 end
@@ -79,10 +108,26 @@ end
 -- every limit of the composite that left it: one set of holes per list of algorithms.
 local holes = KEYS[1] .. ':holes:' .. table.concat(kinds, ',')
 
+-- A decision asks after the holes, the pace and the members' changes in one EXISTS:
+-- with none of them, nothing more is read (`none`, see plan_members).
+local none = nil
+if op == 'reserve' or op == 'batch' then
+  if redis.call('EXISTS', holes, holes .. ':pace', holes .. ':moved', changes) == 0 then
+    none = true
+  else
+    follow_member_changes(members, KEYS, changes, now, true)
+  end
+elseif op ~= 'reset' then
+  follow_member_changes(members, KEYS, changes, now, op ~= 'wait' and op ~= 'rate')
+end
+
 if op == 'reserve' then
   local max_wait = math.huge
   if ARGV[3] ~= '' then max_wait = tonumber(ARGV[3]) end
-  local wait, changed, name = reserve_members(members, holes, now, max_wait, nil, names)
+  local wait, changed, name = -math.huge, false, ''
+  if not member_too_big(members) then
+    wait, changed, name = reserve_members(members, holes, now, max_wait, none, names)
+  end
   save_all(not changed)
   count_one(top_base, now, wait)
   if ARGV[j] == '1' then return leveled_reply(members, holes, now, wait, name) end
@@ -98,7 +143,10 @@ elseif op == 'batch' then
     local max_wait = math.huge
     if ARGV[k] ~= '' then max_wait = tonumber(ARGV[k]) end
     for i, m in ipairs(members) do m.tokens = tonumber(ARGV[k + i]) end
-    local wait, moved, name = reserve_members(members, holes, now, max_wait, nil, names)
+    local wait, moved, name = -math.huge, false, ''
+    if not member_too_big(members) then
+      wait, moved, name = reserve_members(members, holes, now, max_wait, none, names)
+    end
     if moved then changed = true end
     out[#out + 1] = fmt_wait(wait)
     out[#out + 1] = fmt(now + wait)
@@ -112,6 +160,7 @@ elseif op == 'batch' then
   out[#out + 1] = fmt(now)
   return out
 elseif op == 'wait' then
+  if member_too_big(members) then return {'inf', fmt(now)} end
   return {fmt(math.max(peek_members(members, now), pace_wait(holes, now))), fmt(now)}
 elseif op == 'reset' then
   forget_members(members, holes)

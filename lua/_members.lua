@@ -1004,3 +1004,100 @@ local function give_back_members(members, holes, now, tokens, at, exact)
     end
   end
 end
+
+-- A composite's member's change at run time (RedisBackend.set_limit(name, member=i)):
+-- one hash per composite, ratelimit:{<name>}:members:config, with fields "<i>:rate",
+-- "<i>:burst" and "<i>:until" (i counted from 0, as the code counts its limits) written
+-- by the group's 'member' op, which knows none of the members' code values; and
+-- "<i>:was", the change the member's state was last moved to ("<rate> <burst>", '-'
+-- for the code's value; none: the code's limit). A call finds the change here, moves the
+-- state where `was` differs (the tokens owed keep their count, as `switch` in
+-- _single.lua) and decides on the limit in force; a change whose `until` has passed
+-- ends at the first call that writes, which moves the state back. `writes`: false for
+-- the ops that read only, which decide on the state as it would be moved and write
+-- nothing. Sets m.most and m.top on each changed member for `member_too_big`.
+local function limit_text(rate, burst, rate_text, burst_text)
+  local r, b = '-', '-'
+  if rate then r = rate_text end
+  if burst then b = burst_text end
+  return r .. ' ' .. b
+end
+
+-- The hash of a composite's members' changes, ratelimit:{<name>}:members:config, from
+-- any key of its hash tag (kept from the last call: the same composite, most often).
+local members_config_key, members_config_of = nil, nil
+local function members_config(key)
+  if key ~= members_config_key then
+    members_config_of = string.match(key, '^(ratelimit:{.-}:)') .. 'members:config'
+    members_config_key = key
+  end
+  return members_config_of
+end
+
+local function follow_member_changes(members, keys, changes, now, writes)
+  local got = redis.call('HGETALL', changes)
+  if #got == 0 then return end
+  local f = {}
+  for k = 1, #got, 2 do f[got[k]] = got[k + 1] end
+  for i, m in ipairs(members) do
+    local p = (i - 1) .. ':'
+    local rate, burst = valid(f[p .. 'rate']), valid(f[p .. 'burst'])
+    local to, to_text = nil, nil
+    if rate or burst then
+      local untl = tonumber(f[p .. 'until'])
+      if untl and now >= untl then
+        if writes then redis.call('HDEL', changes, p .. 'rate', p .. 'burst', p .. 'until') end
+      else
+        to = {rate = rate, burst = burst}
+        to_text = limit_text(rate, burst, f[p .. 'rate'], f[p .. 'burst'])
+      end
+    end
+    local was = f[p .. 'was']
+    if (to or was) and m.alg.configured then
+      local code1, code2 = m.params[1], m.params[2]
+      local function effective(change)
+        if change == nil then return code1, code2 end
+        return m.alg.configured(code1, code2, 0, change.rate, change.burst)
+      end
+      local after = m.self
+      if to then after = m.alg.new(keys[i], effective(to)) end
+      if was ~= to_text then
+        local from = nil
+        if was then
+          local r, b = string.match(was, '^(%S+) (%S+)$')
+          r, b = valid(r), valid(b)
+          if r or b then from = {rate = r, burst = b} end
+        end
+        local before = m.alg.new(keys[i], effective(from))
+        local state = m.alg.load(before)
+        if m.alg.rescale then state = m.alg.rescale(before, after, state, now) end
+        if writes then
+          m.alg.save(after, state, now)
+          if to_text then
+            redis.call('HSET', changes, p .. 'was', to_text)
+          else
+            redis.call('HDEL', changes, p .. 'was')
+          end
+          state = m.alg.load(after)
+        end
+        m.state = state
+      elseif to then
+        m.state = m.alg.load(after)
+      end
+      m.self = after
+      if to then
+        local p1, p2 = effective(to)
+        m.most, m.top = p1, p2
+      end
+    end
+  end
+end
+
+-- Whether a changed member could never hold its tokens (see `too_big` in _single.lua):
+-- the request is refused for ever.
+local function member_too_big(members)
+  for _, m in ipairs(members) do
+    if m.most and m.tokens > m.most + EPSILON and m.top ~= math.huge then return true end
+  end
+  return false
+end

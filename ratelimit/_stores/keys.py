@@ -28,6 +28,7 @@ __all__ = [
     "config_key",
     "follow_key",
     "key_for",
+    "members_config_key",
     "name_of",
     "parts_of",
     "tag",
@@ -129,6 +130,12 @@ def key_for(
 def config_key(name: str | Keyed) -> str:
     """The hash of limiter ``name``'s limit as changed at run time (``redis/config.py``)."""
     return f"ratelimit:{{{tag(name)}}}:config"
+
+
+def members_config_key(name: str | Keyed) -> str:
+    """The hash of a composite ``name``'s members' limits as changed at run time
+    (``redis/config.py``; fields per member, see ``lua/_members.lua``)."""
+    return f"ratelimit:{{{tag(name)}}}:members:config"
 
 
 def follow_key(name: str) -> str:

@@ -23,7 +23,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ratelimit import RedisBackend
+from ratelimit import ManualClock, RedisBackend
 from ratelimit._algorithms.algorithm import Algorithm, charge_all, peek_all
 from ratelimit._algorithms.holes import (
     GrantTime,
@@ -180,20 +180,40 @@ GROUPS: dict[str, Any] = {
 }
 
 
+#: A change at run time of each group's first member (``set_limit(member=0)``), made
+#: before its first decision: raised, so that no request the code allows is too big.
+FIRST_CHANGED: dict[str, tuple[float | None, float | None]] = {
+    "four": (2.0, 4.0),
+    "gaps": (0.8, 3.0),
+    "with-allowance": (2.5, None),
+    "allowances": (None, 6.0),
+    "with-quota": (2.0, 4.0),
+}
+
+
 @pytest.mark.parametrize("members", list(GROUPS))
-@pytest.mark.parametrize("leveled", [False, True], ids=["plain", "leveled"])
+@pytest.mark.parametrize(
+    ("leveled", "changed"), [(False, False), (True, False), (False, True)], ids=["plain", "leveled", "changed"]
+)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=requests)
 def test_group_script_matches_pure_step_all(
-    client: redis.Redis, members: str, leveled: bool, scenario: list[Request]
+    client: redis.Redis, members: str, leveled: bool, changed: bool, scenario: list[Request]
 ) -> None:
-    """Leveled: the composite's level (its tightest member's) too, as ``holes.level``."""
+    """Leveled: the composite's level (its tightest member's) too, as ``holes.level``.
+    Changed: the first member's limit changed at run time, which the script reads
+    beside the members' states (the pure step runs the changed algorithm)."""
     algs: list[Algorithm[Any]] = GROUPS[members]()
     now = FixedTime()
     now.value = 1_700_000_000.0
     name = unique_name()
     keys = [key_for(name, alg.kind, i) for i, alg in enumerate(algs)]
-    handle = RedisGroupHandle(RedisBackend(client), algs, keys, now, None)
+    backend = RedisBackend(client)
+    handle = RedisGroupHandle(backend, algs, keys, now, None)
+    if changed:
+        rate, burst = FIRST_CHANGED[members]
+        backend.set_limit(name, rate=rate, burst=burst, member=0, clock=ManualClock(now.value))
+        algs = [algs[0].configured(rate, burst), *algs[1:]]
     states = [alg.new_state() for alg in algs]
     holes = Holes()
     pending: list[tuple[float, Any]] = []

@@ -65,8 +65,10 @@ from .config import (
     inspect_all,
     inspect_many,
     keys_of,
+    member_override,
     read_override,
     reset_override,
+    write_member,
     write_override,
 )
 from .errors import STORE_ERRORS, is_unavailable, misconfigured
@@ -111,6 +113,13 @@ def _test_time(clock: object) -> float | None:
     is made at their time), ``None`` for real time (the server's)."""
     checked = checked_clock(clock)
     return None if checked is None or not _injected(checked) else checked.now()
+
+
+def _member(member: object) -> int:
+    """A composite member's index, or a ValueError naming it."""
+    if not isinstance(member, int) or isinstance(member, bool) or member < 0:
+        raise ValueError(f"member must be a composite member's index (an int >= 0), got {member!r}")
+    return member
 
 
 def _targets(backend: object, names: Sequence[str], key: str | None) -> list[str | Keyed]:
@@ -168,8 +177,8 @@ class RedisBackend(RedisCalls):
     """
 
     shared = True
-    #: A change is a single limiter's (and its keys'): a composite's members keep the code's values.
-    changes_members = False
+    #: A composite's member's change (``set_limit(..., member=i)``) is kept too.
+    changes_members = True
     #: A change by name is written into the keys in use (each key decides in a slot of
     #: its own), and each process reads it for its keys' decisions to carry to the keys
     #: first used later (``redis/name_changes.py``), once a second.
@@ -607,6 +616,7 @@ class RedisBackend(RedisCalls):
         ttl: float | timedelta | None = None,
         clock: Clock | None = None,
         key: str | None = None,
+        member: int | None = None,
     ) -> int:
         """Change limiter ``name``'s limit at run time, in every process.
 
@@ -627,10 +637,15 @@ class RedisBackend(RedisCalls):
         keyed decision carries nothing. Returns how many keys in use it reached.
         ``key``: that key's budget alone.
 
-        Only single limiters follow it. A name whose keys say it is a ``Composite``'s,
-        an ``adaptive=`` limiter, a limiter with ``low_share`` or a
-        ``ConcurrencyLimit`` raises ``UnchangeableLimit`` (a ``ValueError``) saying
-        so, and nothing is stored. ``ratelimit set`` is the same from a shell.
+        A ``Composite``'s members change one at a time: ``member`` is the index of
+        one of its limits (as ``composite.set_limit`` takes one value per limit); the
+        composite's next decision in any process moves that member's state to it, and
+        decides on it. A change by member reaches the name's own budget, or ``key``'s
+        alone, never the name's keys in use; it returns 0. Without ``member``, only
+        single limiters follow it: a name whose keys say it is a ``Composite``'s, an
+        ``adaptive=`` limiter, a limiter with ``low_share`` or a ``ConcurrencyLimit``
+        raises ``UnchangeableLimit`` (a ``ValueError``) saying so, and nothing is
+        stored. ``ratelimit set`` is the same from a shell, for single limiters.
 
         ``clock``: the limiter's, when it keeps time on a test clock (a
         ``ManualClock``): the change is then made at that clock's time, to the
@@ -646,6 +661,10 @@ class RedisBackend(RedisCalls):
         change = checked_override(rate, burst, ttl)
         (target,) = _targets(self, [name], key)
         now = _test_time(clock)
+        if member is not None:
+            index = _member(member)
+            self._admin(lambda client: write_member(client, target, index, change, now))
+            return 0
         reached = int(self._admin(lambda client: write_override(client, target, change, now)))
         self.name_changes.forget(name)
         risk = self._admin(lambda client: eviction_risk(client, change))
@@ -653,22 +672,33 @@ class RedisBackend(RedisCalls):
             logger.warning("limiter %s: %s", target if isinstance(target, Keyed) else repr(target), risk)
         return reached
 
-    def reset_limit(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> bool:
-        """Return limiter ``name`` (``key``: that key's budget) to what its code says,
-        in every process from its next decision; ``True`` if a change was in force.
-        ``clock`` as for :meth:`set_limit`."""
+    def reset_limit(
+        self, name: str, *, clock: Clock | None = None, key: str | None = None, member: int | None = None
+    ) -> bool:
+        """Return limiter ``name`` (``key``: that key's budget; ``member``: that member
+        of a composite) to what its code says, in every process from its next
+        decision; ``True`` if a change was in force. ``clock`` as for :meth:`set_limit`."""
         (target,) = _targets(self, [name], key)
         now = _test_time(clock)
+        if member is not None:
+            index = _member(member)
+            return bool(self._admin(lambda client: write_member(client, target, index, None, now)))
         was = bool(self._admin(lambda client: reset_override(client, target, now)))
         self.name_changes.forget(name)
         return was
 
-    def limit_override(self, name: str, *, clock: Clock | None = None, key: str | None = None) -> Override | None:
-        """The change in force for limiter ``name`` (``key``: for that key's budget),
-        or ``None``; its ``ttl`` is what is left of it (on ``clock``, as for
-        :meth:`set_limit`)."""
+    def limit_override(
+        self, name: str, *, clock: Clock | None = None, key: str | None = None, member: int | None = None
+    ) -> Override | None:
+        """The change in force for limiter ``name`` (``key``: for that key's budget;
+        ``member``: for that member of a composite), or ``None``; its ``ttl`` is what
+        is left of it (on ``clock``, as for :meth:`set_limit`)."""
         (target,) = _targets(self, [name], key)
         now = _test_time(clock)
+        if member is not None:
+            index = _member(member)
+            found: Override | None = self._admin(lambda client: member_override(client, target, index, now))
+            return found
         result: Override | None = self._admin(lambda client: read_override(client, target, now))
         return result
 

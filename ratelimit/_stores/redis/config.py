@@ -38,7 +38,19 @@ from dataclasses import replace
 from typing import Any
 
 from ..._algorithms.quota import period_seconds
-from ..keys import KEY_SEPARATOR, Keyed, code_key, config_key, follow_key, key_for, parts_of, tag, text_of, wire
+from ..keys import (
+    KEY_SEPARATOR,
+    Keyed,
+    code_key,
+    config_key,
+    follow_key,
+    key_for,
+    members_config_key,
+    parts_of,
+    tag,
+    text_of,
+    wire,
+)
 from ..records import (
     FAIR_KEPT,
     MAX_SET,
@@ -56,7 +68,7 @@ from ..records import (
 from .batch import Call, pipelined
 from .key_survey import CONCURRENCY, Roots, breaker_mode, fair_kind, forms, members, number, probe, survey
 from .name_changes import RESET_KEPT, carried_text
-from .scripts import ALGORITHMS, single_script
+from .scripts import ALGORITHMS, group_script, single_script
 
 __all__ = [
     "eviction_risk",
@@ -64,8 +76,10 @@ __all__ = [
     "inspect_all",
     "inspect_many",
     "keys_of",
+    "member_override",
     "read_override",
     "reset_override",
+    "write_member",
     "write_override",
 ]
 
@@ -182,6 +196,34 @@ def write_override(client: Any, name: str | Keyed, change: Override, now: float 
     if isinstance(name, Keyed):
         return 0
     return _to_keys(client, name, change, now, _follow(client, name, change, now))
+
+
+def write_member(
+    client: Any, name: str | Keyed, member: int, change: Override | None, now: float | None = None
+) -> bool:
+    """Store ``change`` (``None``: back to the code's values) for member ``member`` of
+    composite ``name``, by the group's script ('member' op: it knows none of the
+    members' code values, so the next decision moves the member's state); whether a
+    change of the member was in force. ``now`` as for :func:`write_override`."""
+    rate = "" if change is None or change.rate is None else repr(change.rate)
+    burst = "" if change is None or change.burst is None else repr(change.burst)
+    ttl = "" if change is None or change.ttl is None else repr(change.ttl)
+    args = ["member", "" if now is None else repr(now), str(member), rate, burst, ttl]
+    reply = group_script()(client, [wire(members_config_key(name))], args)
+    return _text(reply[1]) == "1"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def member_override(client: Any, name: str | Keyed, member: int, now: float | None = None) -> Override | None:
+    """The change in force for member ``member`` of composite ``name``, or ``None``
+    (``ttl``: what is left of it at ``now``, ``None``: the server's time)."""
+    prefix = f"{member}:"
+    raw = client.hgetall(wire(members_config_key(name)))
+    fields = {_text(k)[len(prefix) :]: v for k, v in raw.items() if _text(k).startswith(prefix)}
+    return _override(fields, lambda: _server_now(client) if now is None else now)
 
 
 def reset_override(client: Any, name: str | Keyed, now: float | None = None) -> bool:
