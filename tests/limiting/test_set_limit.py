@@ -224,6 +224,20 @@ def test_a_members_change_for_a_while_ends(make: Make, store: str, clock: Manual
     assert composite.reset_limit() is False
 
 
+def test_a_request_a_lowered_member_could_never_hold_is_refused_for_ever(make: Make, store: str) -> None:
+    if store == "sqlite":
+        pytest.skip("SQLite keeps a composite's members at the code's values")
+    composite = make(Composite, [TokenBucket(10, 10), TokenBucket(100, 1)])
+    composite.set_limit(burst=[None, 2])
+    assert composite.peek(3) == math.inf
+    with pytest.raises(AcquireTimeout) as caught:
+        composite.acquire(3)
+    assert caught.value.retry_after == math.inf
+    assert composite.try_acquire(2)
+    composite.refund(2)  # given back to the changed member too
+    assert composite.try_acquire(2)
+
+
 # -- in process -------------------------------------------------------------------------
 
 
