@@ -29,7 +29,7 @@ from ratelimit import (
     SlidingWindow,
     TokenBucket,
 )
-from ratelimit._stores.records import UnchangeableLimit
+from ratelimit._stores.records import Override, UnchangeableLimit
 
 Make = Callable[..., Any]
 
@@ -236,6 +236,25 @@ def test_a_request_a_lowered_member_could_never_hold_is_refused_for_ever(make: M
     assert composite.try_acquire(2)
     composite.refund(2)  # given back to the changed member too
     assert composite.try_acquire(2)
+
+
+def test_a_members_change_by_name_from_outside(make: Make, store: str, clock: ManualClock) -> None:
+    if store == "sqlite":
+        pytest.skip("SQLite keeps a composite's members at the code's values")
+    composite = make(Composite, [TokenBucket(10, 10), TokenBucket(100, 1)])
+    backend, name = composite.backend, composite.name
+    backend.set_limit(name, burst=3, ttl=20, member=1, clock=clock)
+    clock.advance(5.0)
+    assert backend.limit_override(name, member=1, clock=clock) == Override(None, 3.0, 15.0)
+    assert backend.limit_override(name, member=0, clock=clock) is None
+    assert backend.limit_override(name, clock=clock) is None  # the name's own, not its members'
+    assert grants(composite) == 3
+    with pytest.raises(ValueError, match="member must be"):
+        backend.set_limit(name, burst=3, member=-1, clock=clock)
+    assert backend.reset_limit(name, member=1, clock=clock)
+    assert backend.limit_override(name, member=1, clock=clock) is None
+    clock.advance(100.0)
+    assert grants(composite) == 10
 
 
 # -- in process -------------------------------------------------------------------------
