@@ -77,6 +77,7 @@ if op == 'member' then
   if ARGV[6] ~= '' and (ARGV[4] ~= '' or ARGV[5] ~= '') then
     redis.call('HSET', changes, p .. 'until', fmt(now + tonumber(ARGV[6])))
   end
+  keep_member_changes(changes, now)
   if was then return {fmt(now), '1'} end
   return {fmt(now), '0'}
 end

@@ -1034,6 +1034,32 @@ local function members_config(key)
   return members_config_of
 end
 
+-- The hash is kept as long as a change in it lasts: with a change until reset, for
+-- good; with only changes for a while, a day past the last one's end (as a single
+-- limiter's: the first call after an end moves the state back).
+local function keep_member_changes(changes, now)
+  local got = redis.call('HGETALL', changes)
+  local last, timed = nil, {}
+  for k = 1, #got, 2 do
+    local member, field = string.match(got[k], '^(%d+):(%a+)$')
+    if field == 'until' then
+      local untl = tonumber(got[k + 1])
+      if untl then
+        timed[member] = true
+        if last == nil or untl > last then last = untl end
+      end
+    end
+  end
+  for k = 1, #got, 2 do
+    local member, field = string.match(got[k], '^(%d+):(%a+)$')
+    if (field == 'rate' or field == 'burst') and not timed[member] then
+      redis.call('PERSIST', changes)
+      return
+    end
+  end
+  if last then expire_after(changes, math.max(last - now, 0) + 86400) end
+end
+
 local function follow_member_changes(members, keys, changes, now, writes)
   local got = redis.call('HGETALL', changes)
   if #got == 0 then return end

@@ -1787,3 +1787,20 @@ def test_a_migration_that_fails_halfway_leaves_the_file_of_format_2(
     limiter = TokenBucket(10, 1, backend=SQLiteBackend(path), name="moved", clock=clock)
     assert limiter.peek(1) == 0.0
     assert _rows(path, "SELECT value FROM ratelimit_meta WHERE key = 'version'") == [(3,)]
+
+
+def test_a_composites_member_changes_are_kept_as_long_as_one_lasts(
+    backend: RedisBackend, redis_client: redis.Redis
+) -> None:
+    name = unique_name("members")
+    composite = Composite([TokenBucket(10, 10), TokenBucket(100, 1)], backend=backend, name=name)
+    key = f"ratelimit:{{{name}}}:members:config"
+    composite.set_limit(burst=[None, 5], ttl=[None, 100])
+    assert 86_400_000 + 99_000 < redis_client.pttl(key) <= 86_400_000 + 105_000  # a day past its end (and a margin)
+    composite.set_limit(burst=[4, None])  # member 1's change stays as it is
+    assert redis_client.pttl(key) == -1  # a change until reset: for good
+    assert composite.try_acquire()
+    assert redis_client.hmget(key, "0:was", "1:was") == [b"- 4.0", b"- 5.0"]  # the changes the states are at
+    assert composite.reset_limit()
+    assert composite.try_acquire()  # moves the state back: nothing is left
+    assert redis_client.exists(key) == 0
