@@ -55,7 +55,7 @@ from ratelimit._algorithms.token_bucket import Gcra
 from ratelimit._stores.keys import code_key, config_key, key_for
 from ratelimit._stores.records import Override, UnchangeableLimit
 from ratelimit._stores.redis.config import inspect, read_override, write_override
-from ratelimit._stores.redis.scripts import single_script
+from ratelimit._stores.redis.scripts import group_script, single_script
 from ratelimit._stores.sqlite import file as sqlite_file
 from ratelimit._stores.sqlite.config import MOST_KEPT
 from ratelimit.cli import main
@@ -1804,3 +1804,20 @@ def test_a_composites_member_changes_are_kept_as_long_as_one_lasts(
     assert composite.reset_limit()
     assert composite.try_acquire()  # moves the state back: nothing is left
     assert redis_client.exists(key) == 0
+
+
+def test_a_round_of_a_composite_decides_on_its_members_changes(
+    backend: RedisBackend, redis_client: redis.Redis
+) -> None:
+    """A round (several requests in one call, ``redis/rounds.py``) reads the change once
+    and decides each request on it: a request the lowered member could never hold is
+    refused for ever, the others wait their turn at its rate."""
+    name = unique_name("round")
+    now = 1_700_000_000.0
+    backend.set_limit(name, burst=2, member=1, clock=ManualClock(now))
+    keys = [key_for(name, "token_bucket", i, injected=True) for i in range(2)]
+    members = ["token_bucket", "0", "10", "10", "token_bucket", "0", "100", "1"]
+    requests = ["", "1", "1", "", "1", "1", "", "1", "3", "", "1", "1"]
+    reply = group_script()(redis_client, keys, ["~batch", repr(now), "", *members, *requests])
+    waits = [float(reply[i]) for i in range(0, 12, 3)]
+    assert waits == [0.0, 0.0, -math.inf, 1.0]
