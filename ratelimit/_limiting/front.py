@@ -571,7 +571,7 @@ class Limiter(Keyable, ABC, Generic[T]):
         a shared store every process follows it, and a limiter's change reaches the
         views of its keys (``for_key``; on Redis, the keys in use when it is made);
         a view's changes its key's budget alone. A composite's members change in
-        process only. Raises ``ValueError`` naming the argument and the value, or
+        process and on Redis (not on SQLite). Raises ``ValueError`` naming the argument and the value, or
         ``UnchangeableLimit`` (a ``ValueError``) for a limit that keeps the code's
         values; either changes nothing. See docs/run-time-limits.md.
         """
