@@ -16,7 +16,7 @@ from .. import _validate
 from .._clock import Clock, checked_clock
 from .._errors import AcquireTimeout, RateLimitError
 from .._headers.parse import RateLimitInfo
-from .._stores.records import Override
+from .._stores.records import WINDOWS, Override
 from .._stores.store import Backend, Level
 from .concurrency import ConcurrencyLimit, Entries, Lease, entrant, rebound, release_all, release_all_async
 from .feedback import restriction
@@ -170,7 +170,17 @@ class Composite(Limiter[Sequence[float]]):
 
     def _limit_changes(self, rate: object, burst: object, ttl: object) -> list[tuple[int | None, Override]]:
         # One value per rate limit (as tokens: ConcurrencyLimit members take none).
-        return [(i, change) for i, change in per_member(len(self._algs), rate, burst, ttl)]
+        changes = per_member(len(self._algs), rate, burst, ttl)
+        for i, change in changes:
+            kind = self._algs[i].kind
+            if change.burst is not None and (kind in WINDOWS or kind == "quota"):
+                # Refused here for every store: a window's or quota's limit is its rate
+                # times its length, and a store would have nothing to do with a burst.
+                raise ValueError(
+                    f"burst={change.burst!r} for limit {i}: a {'quota' if kind == 'quota' else 'window'} has no "
+                    f"burst apart from its limit (set its rate: the limit becomes rate x its length)"
+                )
+        return [(i, change) for i, change in changes]
 
     def _limit_members(self) -> tuple[int | None, ...]:
         return tuple(range(len(self._algs)))

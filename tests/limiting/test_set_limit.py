@@ -186,6 +186,15 @@ def test_a_composites_member_changes_on_every_store_but_sqlite(make: Make, store
     assert grants(composite) == 5
 
 
+def test_a_burst_for_a_window_or_quota_member_is_refused_on_every_store(make: Make) -> None:
+    """A store would have nothing to do with it: refused by the composite, naming it."""
+    composite = make(Composite, [TokenBucket(10, 10), SlidingWindow(100, 60), Quota(1000, "day")])
+    for burst, what in (([None, 5, None], "limit 1: a window"), ([None, None, 5], "limit 2: a quota")):
+        with pytest.raises(ValueError, match=rf"burst=5.* for {what} has no burst"):
+            composite.set_limit(burst=burst)
+    assert grants(composite) == 10
+
+
 def test_a_members_change_holds_in_another_handle_and_reset_takes_it_back(
     make: Make, store: str, clock: ManualClock
 ) -> None:
