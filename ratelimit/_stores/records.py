@@ -268,6 +268,25 @@ class FleetRow:
     #: A FairShare's budget (kind ``fair``): its tenants paced ahead of now.
     tenants: int | None = None
 
+    @classmethod
+    def uncounted(cls, name: str, kind: str, breaker: str | None, **state: int | None) -> FleetRow:
+        """The row of what a store counts no decisions of (a ConcurrencyLimit's slots, a
+        FairShare's budget): no rates, pauses or idle time, only ``state``."""
+        return cls(
+            name=name,
+            kind=kind,
+            shadow=False,
+            grants_per_sec=None,
+            refusals_per_sec=None,
+            leased_per_sec=None,
+            p99_wait=None,
+            pauses=0,
+            paused_for=None,
+            breaker=breaker,
+            idle=None,
+            **state,
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,

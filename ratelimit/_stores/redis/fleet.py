@@ -274,37 +274,10 @@ def _fair_reads(name: str, tenants: str, now: float) -> list[Call]:
 
 def _fair_row(name: str, answer: list[Any]) -> FleetRow:
     active, mode = answer
-    return FleetRow(
-        name=name,
-        kind=FAIR,
-        shadow=False,
-        grants_per_sec=None,
-        refusals_per_sec=None,
-        leased_per_sec=None,
-        p99_wait=None,
-        pauses=0,
-        paused_for=None,
-        breaker=breaker_mode(mode),
-        idle=None,
-        tenants=int(active),
-    )
+    return FleetRow.uncounted(name, FAIR, breaker_mode(mode), tenants=int(active))
 
 
 def _slot_row(name: str, answer: list[Any]) -> FleetRow:
     held, queued, most, mode = answer
-    return FleetRow(
-        name=name,
-        kind=CONCURRENCY,
-        shadow=False,
-        grants_per_sec=None,
-        refusals_per_sec=None,
-        leased_per_sec=None,
-        p99_wait=None,
-        pauses=0,
-        paused_for=None,
-        breaker=breaker_mode(mode),
-        idle=None,
-        held=int(held),
-        queued=int(queued),
-        most=None if (stored := number(most)) is None else int(stored),
-    )
+    most_held = None if (stored := number(most)) is None else int(stored)
+    return FleetRow.uncounted(name, CONCURRENCY, breaker_mode(mode), held=int(held), queued=int(queued), most=most_held)

@@ -332,21 +332,6 @@ def fair_rows(conn: sqlite3.Connection, now: float) -> list[FleetRow]:
         tenants = _tenants(text_of(kind).rpartition(":")[0], number, blob, test, now)
         if not tenants.active:
             continue  # the row stays after its tenants' paces end: nothing active
-        rows.append(
-            FleetRow(
-                name=name,
-                kind="fair",
-                shadow=False,
-                grants_per_sec=None,
-                refusals_per_sec=None,
-                leased_per_sec=None,
-                p99_wait=None,
-                pauses=0,
-                paused_for=None,
-                breaker=None,
-                idle=None,
-                tenants=tenants.active,
-            )
-        )
+        rows.append(FleetRow.uncounted(name, "fair", None, tenants=tenants.active))
     rows.sort(key=lambda row: (-(row.tenants or 0), row.name))
     return rows
